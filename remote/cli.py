@@ -1,0 +1,117 @@
+"""The Invoke task collection (`invoke ...` in this checkout, `remote ...` anywhere).
+
+Tasks stay thin: parse flags, load the hosts file, call one library function, print. Every
+RemoteError becomes a clean `Exit` with its message and exit status, never a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+
+from invoke import Collection, Exit, Program, task
+
+from . import __version__
+from . import config as cfg
+from .errors import RemoteError
+from .session import Session, inventory
+
+HOSTS_HELP = "hosts file (default: $REMOTE_HOSTS_FILE, else ./hosts.yaml)"
+DRY_HELP = "print the exact remote commands instead of running them"
+CT_HELP = "container id from the hosts file (default: the only one)"
+
+
+def handled(fn):
+    """Turn library errors into a clean exit with the error's message and status."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except RemoteError as exc:
+            raise Exit(f"error: {exc}", code=exc.exit_code) from None
+        except KeyboardInterrupt:
+            raise Exit("interrupted", code=130) from None
+
+    return wrapper
+
+
+def _session(hosts: str | None, dry: bool = False) -> Session:
+    return Session(cfg.load(hosts), dry=dry)
+
+
+def _stream(kind: str, chunk: bytes) -> None:
+    out = sys.stdout if kind == "stdout" else sys.stderr
+    out.buffer.write(chunk)
+    out.flush()
+
+
+@task(help={"json": "print machine-readable JSON", "hosts": HOSTS_HELP})
+@handled
+def status(c, json_=False, hosts=None):
+    """Show each host's reachability and each container's state."""
+    with _session(hosts) as s:
+        states = inventory(s)
+    if json_:
+        print(json.dumps([{"host": h.host, "reachable": h.reachable, "error": h.error,
+                           "containers": {str(k): v for k, v in h.containers.items()}} for h in states], indent=2))
+    else:
+        for h in states:
+            print(f"{h.host}: {'reachable' if h.reachable else 'UNREACHABLE'}")
+            if h.error:
+                print("  " + h.error.replace("\n", "\n  "))
+            for ctid, state in h.containers.items():
+                print(f"  {ctid}: {state}")
+    if not all(h.reachable for h in states):
+        raise Exit(code=1)
+
+
+@task(name="exec", help={"container": CT_HELP, "command": "shell command to run inside the container (bash -c)",
+                         "timeout": "seconds before the command is killed inside the container",
+                         "dry": DRY_HELP, "hosts": HOSTS_HELP})
+@handled
+def exec_(c, command, container=None, timeout=None, dry=False, hosts=None):
+    """Run a shell command in a container; stream its output and exit with its status."""
+    with _session(hosts, dry) as s:
+        ct = s.container(container)
+        result = ct.run(["bash", "-c", command], timeout=float(timeout) if timeout else None,
+                        check=False, on_output=_stream)
+    if result.exit_code:
+        raise Exit(code=result.exit_code)
+
+
+@task(name="up", help={"containers": "comma-separated container ids (default 200)",
+                       "port": "sshd port on 127.0.0.1 (default 2222)"})
+@handled
+def lab_up(c, containers="200", port=None):
+    """Start the local lab: sshd on loopback, LXC containers, the pct double."""
+    from .lab import DEFAULT_PORT, Lab
+
+    lab = Lab(port=int(port or DEFAULT_PORT))
+    ids = [int(x) for x in str(containers).split(",") if x.strip()]
+    lab.up(ids)
+    print(f"lab up: sshd on 127.0.0.1:{lab.port}, containers {', '.join(map(str, ids))} running ({lab.dir})")
+
+
+@task(name="down", help={"purge": "also delete the containers' files (venvs, checkouts, compile caches)"})
+@handled
+def lab_down(c, purge=False):
+    """Stop the local lab's containers and sshd."""
+    from .lab import Lab
+
+    lab = Lab()
+    lab.down(purge=purge)
+    print("lab down" + (" and purged" if purge else " (container files kept; --purge deletes them)"))
+
+
+lab = Collection("lab")
+lab.add_task(lab_up)
+lab.add_task(lab_down)
+
+ns = Collection()
+ns.add_task(status)
+ns.add_task(exec_)
+ns.add_collection(lab)
+
+program = Program(namespace=ns, version=__version__, name="remote", binary="remote")

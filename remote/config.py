@@ -1,0 +1,336 @@
+"""hosts.yaml -> frozen, validated objects.
+
+One loader for every section. Unknown keys are rejected, types and ranges checked, references
+resolved; every error names the file, the key path and what was expected. The `venv`, `code`,
+`warmup` and `train` sections are global and can be overridden key by key per container.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from .errors import ConfigError
+
+ENV_VAR = "REMOTE_HOSTS_FILE"
+DEFAULT_FILE = "hosts.yaml"
+UV_VERSION = "0.9.5"  # the uv bootstrapped inside containers; pinned so deploys are reproducible
+
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    address: str
+    port: int = 22
+    user: str = "root"
+    key_file: str | None = None
+    known_hosts: str | None = None
+    connect_timeout: float = 10.0
+    pct: str = "pct"
+    local: bool = False  # run on this machine (the controller is the Proxmox host)
+
+
+@dataclass(frozen=True)
+class VenvSpec:
+    path: str = "/root/venv"
+    python: str = "python3"
+    uv_version: str = UV_VERSION
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: tuple[str, ...] = ()
+    packages: tuple[str, ...] = ()
+    requirements: str | None = None
+
+
+@dataclass(frozen=True)
+class CodeSpec:
+    repo: str | None = None  # local git repository, absolute after loading
+    ref: str = "HEAD"
+    path: str = "/root/dflash"
+
+
+@dataclass(frozen=True)
+class WarmupSpec:
+    command: str | None = None
+    devices: tuple[str, ...] = ()
+    cache_dir: str = "/root/.cache/torch-compile"
+    timeout: float = 1800.0
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    command: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    run_dir: str = "/root/runs"
+    metric: str | None = None
+    baseline: float | None = None
+    tolerance: float = 0.2
+
+
+@dataclass(frozen=True)
+class Container:
+    ctid: int
+    host: Host
+    venv: VenvSpec = field(default_factory=VenvSpec)
+    code: CodeSpec = field(default_factory=CodeSpec)
+    warmup: WarmupSpec = field(default_factory=WarmupSpec)
+    train: TrainSpec = field(default_factory=TrainSpec)
+
+
+@dataclass(frozen=True)
+class Config:
+    file: str
+    hosts: dict[str, Host]
+    containers: dict[int, Container]
+
+    def container(self, ctid: int | str | None) -> Container:
+        """The container `ctid`, or the only one configured when `ctid` is None."""
+        if ctid is None:
+            if len(self.containers) == 1:
+                return next(iter(self.containers.values()))
+            raise ConfigError(self.file, "containers",
+                              f"several containers configured ({_ids(self.containers)}): pass --container")
+        try:
+            key = int(ctid)
+        except (TypeError, ValueError):
+            raise ConfigError(self.file, "--container", f"expected a container id, got {ctid!r}") from None
+        if key not in self.containers:
+            raise ConfigError(self.file, "--container",
+                              f"container {key} is not in this file (known: {_ids(self.containers)})")
+        return self.containers[key]
+
+
+def _ids(d: dict) -> str:
+    return ", ".join(str(k) for k in d) or "none"
+
+
+class _Section:
+    """Reads one mapping, key by key, and complains precisely."""
+
+    def __init__(self, file: str, path: str, data: Any):
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ConfigError(file, path or "(top level)", f"expected a mapping, got {_kind(data)}")
+        self.file, self.path, self.data, self.seen = file, path, data, set()
+
+    def key(self, name: str) -> str:
+        return f"{self.path}.{name}" if self.path else str(name)
+
+    def take(self, name: str, kind: type | tuple, default: Any = _MISSING,
+             check: Callable[[Any], str | None] | None = None) -> Any:
+        self.seen.add(name)
+        if name not in self.data or self.data[name] is None:
+            if default is _MISSING:
+                raise ConfigError(self.file, self.key(name), "required key is missing")
+            return default
+        value = self.data[name]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if float in kinds and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+            expected = " or ".join(k.__name__.replace("str", "string") for k in kinds)
+            raise ConfigError(self.file, self.key(name), f"expected {expected}, got {_kind(value)} {value!r}")
+        if check and (problem := check(value)):
+            raise ConfigError(self.file, self.key(name), problem)
+        return value
+
+    def strings(self, name: str, default: tuple = ()) -> tuple[str, ...]:
+        value = self.take(name, list, default=list(default))
+        for i, item in enumerate(value):
+            if isinstance(item, bool) or not isinstance(item, (str, int)):
+                raise ConfigError(self.file, f"{self.key(name)}[{i}]", f"expected a string, got {_kind(item)}")
+        return tuple(str(v) for v in value)
+
+    def section(self, name: str) -> "_Section":
+        self.seen.add(name)
+        return _Section(self.file, self.key(name), self.data.get(name))
+
+    def done(self, allowed_extra: tuple = ()) -> None:
+        unknown = [k for k in self.data if k not in self.seen and k not in allowed_extra]
+        if unknown:
+            allowed = ", ".join(sorted(str(k) for k in self.seen))
+            raise ConfigError(self.file, self.key(str(unknown[0])), f"unknown key (allowed here: {allowed})")
+
+
+def _kind(value: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
+            float: "a number", type(None): "nothing"}.get(type(value), type(value).__name__)
+
+
+def _range(lo: float, hi: float) -> Callable[[Any], str | None]:
+    return lambda v: None if lo <= v <= hi else f"expected a value from {lo} to {hi}, got {v}"
+
+
+def _nonempty(v: str) -> str | None:
+    return None if v.strip() else "must not be empty"
+
+
+def _abspath(v: str) -> str | None:
+    return None if v.startswith("/") else f"expected an absolute path inside the container, got {v!r}"
+
+
+def _regex(v: str) -> str | None:
+    try:
+        re.compile(v)
+    except re.error as exc:
+        return f"not a valid regular expression: {exc}"
+    return None
+
+
+def _host(s: _Section, name: str) -> Host:
+    host = Host(
+        name=name,
+        address=s.take("address", str, check=_nonempty),
+        port=s.take("port", int, 22, _range(1, 65535)),
+        user=s.take("user", str, "root", _nonempty),
+        key_file=_expand(s.take("key_file", str, None), s.file),
+        known_hosts=_expand(s.take("known_hosts", str, None), s.file),
+        connect_timeout=s.take("connect_timeout", float, 10.0, _range(0.1, 600)),
+        pct=s.take("pct", str, "pct", _nonempty),
+        local=s.take("local", bool, False),
+    )
+    s.done()
+    return host
+
+
+def _expand(path: str | None, file: str) -> str | None:
+    """~ expanded; relative paths are relative to the hosts file."""
+    if path is None:
+        return None
+    p = Path(os.path.expanduser(path))
+    return str(p if p.is_absolute() else (Path(file).resolve().parent / p))
+
+
+# Per-section readers: `base` holds the global values that a container section overrides.
+def _venv(s: _Section, base: VenvSpec) -> VenvSpec:
+    spec = VenvSpec(
+        path=s.take("path", str, base.path, _abspath),
+        python=s.take("python", str, base.python, _nonempty),
+        uv_version=s.take("uv_version", str, base.uv_version, _nonempty),
+        index_url=s.take("index_url", str, base.index_url),
+        extra_index_urls=s.strings("extra_index_urls", base.extra_index_urls),
+        find_links=s.strings("find_links", base.find_links),
+        packages=s.strings("packages", base.packages),
+        requirements=s.take("requirements", str, base.requirements),
+    )
+    s.done()
+    if spec.path.rstrip("/") in ("", "/root", "/"):
+        raise ConfigError(s.file, s.key("path"), f"refusing to manage {spec.path!r}: name a folder of its own")
+    return spec
+
+
+def _code(s: _Section, base: CodeSpec) -> CodeSpec:
+    repo = s.take("repo", str, None)
+    spec = CodeSpec(
+        repo=_expand(repo, s.file) if repo is not None else base.repo,
+        ref=s.take("ref", (str, int), base.ref),
+        path=s.take("path", str, base.path, _abspath),
+    )
+    s.done()
+    return CodeSpec(spec.repo, str(spec.ref), spec.path)
+
+
+def _warmup(s: _Section, base: WarmupSpec) -> WarmupSpec:
+    spec = WarmupSpec(
+        command=s.take("command", str, base.command, _nonempty),
+        devices=s.strings("devices", base.devices),
+        cache_dir=s.take("cache_dir", str, base.cache_dir, _abspath),
+        timeout=s.take("timeout", float, base.timeout, _range(1, 86400)),
+    )
+    s.done()
+    if spec.cache_dir.rstrip("/") == "/tmp" or spec.cache_dir.startswith("/tmp/"):
+        raise ConfigError(s.file, s.key("cache_dir"),
+                          "the compile cache must live outside /tmp (tmp cleaners delete it); "
+                          "use e.g. /root/.cache/torch-compile")
+    return spec
+
+
+def _train(s: _Section, base: TrainSpec) -> TrainSpec:
+    env = s.take("env", dict, dict(base.env))
+    for k, v in env.items():
+        if not isinstance(k, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+            raise ConfigError(s.file, s.key(f"env.{k}"), "expected an environment variable name")
+        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            raise ConfigError(s.file, s.key(f"env.{k}"), f"expected a string, got {_kind(v)}")
+    spec = TrainSpec(
+        command=s.take("command", str, base.command, _nonempty),
+        env=tuple(sorted((k, str(v)) for k, v in env.items())),
+        run_dir=s.take("run_dir", str, base.run_dir, _abspath),
+        metric=s.take("metric", str, base.metric, _regex),
+        baseline=s.take("baseline", float, base.baseline, _range(0, 1e12)),
+        tolerance=s.take("tolerance", float, base.tolerance, _range(0, 1)),
+    )
+    s.done()
+    return spec
+
+
+_FEATURES = {"venv": (_venv, VenvSpec), "code": (_code, CodeSpec),
+             "warmup": (_warmup, WarmupSpec), "train": (_train, TrainSpec)}
+
+
+def parse(data: Any, file: str) -> Config:
+    """Validate the parsed YAML `data` of `file`."""
+    top = _Section(file, "", data)
+    hosts_s = top.section("hosts")
+    hosts = {}
+    for name in hosts_s.data:
+        if not isinstance(name, str):
+            raise ConfigError(file, f"hosts.{name}", "host names must be strings")
+        hosts[name] = _host(hosts_s.section(name), name)
+    if not hosts:
+        raise ConfigError(file, "hosts", "no hosts defined")
+    globals_ = {key: reader(top.section(key), default()) for key, (reader, default) in _FEATURES.items()}
+    containers_s = top.section("containers")
+    containers = {}
+    for raw_id in containers_s.data:
+        key = f"containers.{raw_id}"
+        try:
+            ctid = int(raw_id)
+        except (TypeError, ValueError):
+            raise ConfigError(file, key, "container ids are integers from 100 to 999999999") from None
+        if isinstance(raw_id, bool) or not 100 <= ctid <= 999_999_999:
+            raise ConfigError(file, key, f"container id out of range: expected 100 to 999999999, got {raw_id}")
+        if ctid in containers:
+            raise ConfigError(file, key, "container listed twice")
+        c = containers_s.section(raw_id)
+        host = c.take("host", str)
+        if host not in hosts:
+            raise ConfigError(file, c.key("host"), f"unknown host {host!r} (known: {_ids(hosts)})")
+        features = {k: reader(c.section(k), globals_[k]) for k, (reader, _) in _FEATURES.items()}
+        c.done()
+        containers[ctid] = Container(ctid=ctid, host=hosts[host], **features)
+    if not containers:
+        raise ConfigError(file, "containers", "no containers defined")
+    top.done()
+    return Config(file=file, hosts=hosts, containers=containers)
+
+
+def find_file(explicit: str | None = None) -> str:
+    """The hosts file: `explicit`, else $REMOTE_HOSTS_FILE, else ./hosts.yaml."""
+    return explicit or os.environ.get(ENV_VAR) or DEFAULT_FILE
+
+
+def load(path: str | None = None) -> Config:
+    """Load and validate the hosts file."""
+    file = find_file(path)
+    try:
+        text = Path(file).read_text()
+    except FileNotFoundError:
+        raise ConfigError(file, "", f"file not found (set ${ENV_VAR} or run from the folder holding {DEFAULT_FILE})") from None
+    except OSError as exc:
+        raise ConfigError(file, "", f"cannot read: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise ConfigError(file, "", f"{where}not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    return parse(data, file)

@@ -1,0 +1,122 @@
+"""The exception tree. Every error says what went wrong and what to do next.
+
+    RemoteError
+    ├── ConfigError                  hosts.yaml is wrong (exit status 2, nothing connected)
+    ├── TransportError               reaching the host
+    │   ├── HostKeyError             unknown or changed host key: never auto-added
+    │   ├── AuthenticationError      key refused
+    │   └── ConnectError             refused, reset, timed out (retried)
+    ├── CommandError                 a command ran and failed (.exit_code, .stderr_tail)
+    │   └── CommandTimeout           it ran past its timeout and was killed where it ran
+    ├── PctError                     pct itself failed, told apart from the command by stderr
+    │   ├── ContainerNotFound
+    │   ├── ContainerNotRunning
+    │   ├── ContainerLocked
+    │   └── ContainerCommandNotFound
+    ├── TransferError                a push or pull whose verification failed
+    └── DeployError, WarmupError, JobError   feature-level failures
+"""
+
+from __future__ import annotations
+
+
+class RemoteError(Exception):
+    """Base class: everything this library raises on purpose."""
+
+    exit_code = 1
+
+
+class ConfigError(RemoteError):
+    """The hosts file (or a task argument) is invalid."""
+
+    exit_code = 2
+
+    def __init__(self, file: str, key: str, message: str):
+        self.file, self.key, self.message = file, key, message
+        where = f"{file}: {key}: " if key else f"{file}: "
+        super().__init__(where + message)
+
+
+class TransportError(RemoteError):
+    """The host could not be reached or used."""
+
+    def __init__(self, host: str, message: str):
+        self.host = host
+        super().__init__(message)
+
+
+class HostKeyError(TransportError):
+    """The host's key is unknown or differs from known_hosts."""
+
+
+class AuthenticationError(TransportError):
+    """The host refused our key."""
+
+
+class ConnectError(TransportError):
+    """A transient connection failure (refused, reset, timed out)."""
+
+
+def _tail(text: str, lines: int = 20) -> str:
+    return "\n".join(text.rstrip("\n").splitlines()[-lines:])
+
+
+class CommandError(RemoteError):
+    """A command ran and exited non-zero."""
+
+    def __init__(self, command: str, exit_code: int, stderr: str = "", where: str = ""):
+        self.command, self.exit_code, self.where = command, exit_code, where
+        self.stderr_tail = _tail(stderr)
+        msg = f"{where + ': ' if where else ''}command exited {exit_code}: {command}"
+        if self.stderr_tail:
+            msg += "\n" + self.stderr_tail
+        super().__init__(msg)
+
+
+class CommandTimeout(CommandError):
+    """A command ran past its timeout; it was killed where it ran, not just disconnected."""
+
+    def __init__(self, command: str, timeout: float, stderr: str = "", where: str = ""):
+        self.timeout = timeout
+        super().__init__(command, 124, stderr, where)
+        self.args = (f"{where + ': ' if where else ''}timed out after {timeout:g}s and was killed: {command}",)
+
+
+class PctError(RemoteError):
+    """pct itself failed (as opposed to the command it ran)."""
+
+    def __init__(self, ctid: int, message: str, stderr: str = ""):
+        self.ctid, self.stderr_tail = ctid, _tail(stderr)
+        super().__init__(message)
+
+
+class ContainerNotFound(PctError):
+    pass
+
+
+class ContainerNotRunning(PctError):
+    pass
+
+
+class ContainerLocked(PctError):
+    pass
+
+
+class ContainerCommandNotFound(PctError):
+    pass
+
+
+class TransferError(RemoteError):
+    """A file transfer did not arrive intact."""
+
+
+class DeployError(RemoteError):
+    """Deploy could not complete; the current venv and checkout were left as they were."""
+
+
+class WarmupError(RemoteError):
+    """A warmup run failed."""
+
+
+class JobError(RemoteError):
+    """Launching, following or stopping a training job failed."""

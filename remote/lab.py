@@ -1,0 +1,237 @@
+"""The local Proxmox look-alike: a real sshd on loopback, real LXC containers, a `pct` double.
+
+Everything lives under one folder (default /var/lib/remote-lab, or $REMOTE_LAB_DIR):
+    ssh/      host key, client key, authorized_keys, known_hosts, sshd_config
+    bin/pct   the pct double (remote/lab_pct.py), first on the sshd session's PATH
+    lxc/<id>/ each container: config, and `upper/` holding everything written inside it
+Containers take this machine's root as a read-only lower layer (overlay), use the host network
+and need no image: they start in about a second and see the host's Python, git and wheels.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import RemoteError
+
+DEFAULT_DIR = "/var/lib/remote-lab"
+DEFAULT_PORT = 2222
+DEFAULT_CONTAINERS = (200,)
+
+# The container's PID 1: reaps orphans (detached jobs end up here) and exits on TERM.
+_INIT = """import os, signal, time
+signal.signal(signal.SIGTERM, lambda *a: os._exit(0))
+signal.signal(signal.SIGPWR, lambda *a: os._exit(0))
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        time.sleep(0.5)
+"""
+
+_SSHD_CONFIG = """\
+Port {port}
+ListenAddress 127.0.0.1
+HostKey {ssh}/host_ed25519
+AuthorizedKeysFile {ssh}/authorized_keys
+PidFile {dir}/sshd.pid
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+MaxSessions 100
+MaxStartups 100:30:200
+SetEnv PATH={dir}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+Subsystem sftp internal-sftp
+"""
+
+
+class LabError(RemoteError):
+    pass
+
+
+def _run(argv, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, **kwargs)
+
+
+@dataclass
+class Lab:
+    dir: Path = Path(os.environ.get("REMOTE_LAB_DIR", DEFAULT_DIR))
+    port: int = DEFAULT_PORT
+
+    def __post_init__(self):
+        self.dir = Path(self.dir)
+
+    @property
+    def ssh(self) -> Path:
+        return self.dir / "ssh"
+
+    @property
+    def lxc(self) -> Path:
+        return self.dir / "lxc"
+
+    @property
+    def key_file(self) -> Path:
+        return self.ssh / "id_ed25519"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.ssh / "known_hosts"
+
+    # -- bring up ------------------------------------------------------------------------------
+    def up(self, containers=DEFAULT_CONTAINERS) -> None:
+        """Start sshd and the containers (idempotent)."""
+        self._check_tools()
+        for d in (self.ssh, self.dir / "bin", self.lxc):
+            d.mkdir(parents=True, exist_ok=True)
+        self._keys()
+        self._pct_double()
+        self._sshd()
+        for ctid in containers:
+            self.start_container(ctid)
+
+    def _check_tools(self) -> None:
+        if os.geteuid() != 0:
+            raise LabError("the lab needs root (sshd on a port, LXC containers): run as root")
+        missing = [t for t in ("sshd", "ssh-keygen", "lxc-start", "lxc-attach") if not shutil.which(t, path=_sbin_path())]
+        if missing:
+            raise LabError(f"the lab needs {', '.join(missing)}: apt-get install openssh-server lxc")
+
+    def _keys(self) -> None:
+        for name in ("host_ed25519", "id_ed25519"):
+            if not (self.ssh / name).exists():
+                _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"remote-lab-{name}", "-f",
+                      str(self.ssh / name)]).check_returncode()
+        (self.ssh / "authorized_keys").write_text((self.ssh / "id_ed25519.pub").read_text())
+        host_pub = (self.ssh / "host_ed25519.pub").read_text().split()
+        self.known_hosts.write_text(f"[127.0.0.1]:{self.port} {host_pub[0]} {host_pub[1]}\n")
+        os.chmod(self.key_file, 0o600)
+
+    def _pct_double(self) -> None:
+        source = (Path(__file__).with_name("lab_pct.py")).read_text()
+        source = (source.replace('LXC_PATH = "/var/lib/remote-lab/lxc"', f"LXC_PATH = {str(self.lxc)!r}")
+                  .replace('LOCK_DIR = "/var/lib/remote-lab/lock"', f"LOCK_DIR = {str(self.dir / 'lock')!r}"))
+        target = self.dir / "bin" / "pct"
+        target.write_text(f"#!{_system_python()}\n" + source)
+        target.chmod(0o755)
+
+    def sshd_running(self) -> bool:
+        return _alive(self.dir / "sshd.pid")
+
+    def _sshd(self) -> None:
+        config = _SSHD_CONFIG.format(port=self.port, ssh=self.ssh, dir=self.dir)
+        conf_file = self.ssh / "sshd_config"
+        if self.sshd_running() and conf_file.exists() and conf_file.read_text() == config:
+            return
+        self._stop_sshd()
+        conf_file.write_text(config)
+        Path("/run/sshd").mkdir(exist_ok=True)
+        sshd = shutil.which("sshd", path=_sbin_path())
+        r = _run([sshd, "-f", str(conf_file), "-E", str(self.dir / "sshd.log")])
+        if r.returncode != 0:
+            raise LabError(f"sshd failed to start: {r.stderr.strip()} (see {self.dir / 'sshd.log'})")
+        _wait_port(self.port)
+
+    def _container_config(self, ctid: int) -> str:
+        ct = self.lxc / str(ctid)
+        return "\n".join([
+            f"lxc.uts.name = lab{ctid}",
+            f"lxc.rootfs.path = overlay:/:{ct / 'upper'}",
+            "lxc.net.0.type = none",
+            "lxc.mount.auto = proc:mixed sys:ro cgroup:mixed",
+            "lxc.autodev = 1",
+            "lxc.apparmor.profile = unconfined",
+            "lxc.tty.max = 0",
+            "lxc.pty.max = 64",
+            f"lxc.init.cmd = {_system_python()} {ct / 'init.py'}",
+            f"lxc.log.file = {ct / 'lxc.log'}",
+            "",
+        ])
+
+    def start_container(self, ctid: int) -> None:
+        ct = self.lxc / str(ctid)
+        (ct / "upper").mkdir(parents=True, exist_ok=True)
+        (ct / "init.py").write_text(_INIT)
+        (ct / "config").write_text(self._container_config(ctid))
+        if self.state(ctid) == "RUNNING":
+            return
+        r = _run(["lxc-start", "-P", str(self.lxc), "-n", str(ctid)])
+        if r.returncode != 0:
+            raise LabError(f"container {ctid} failed to start: {r.stderr.strip()} (log: {ct / 'lxc.log'})")
+        for _ in range(100):
+            if self.state(ctid) == "RUNNING":
+                return
+            time.sleep(0.1)
+        raise LabError(f"container {ctid} did not reach RUNNING (log: {ct / 'lxc.log'})")
+
+    def state(self, ctid: int) -> str:
+        return _run(["lxc-info", "-P", str(self.lxc), "-n", str(ctid), "-sH"]).stdout.strip() or "STOPPED"
+
+    def containers(self) -> list[int]:
+        if not self.lxc.is_dir():
+            return []
+        return sorted(int(p.name) for p in self.lxc.iterdir() if (p / "config").exists())
+
+    # -- tear down -----------------------------------------------------------------------------
+    def down(self, purge: bool = False) -> None:
+        """Stop containers and sshd; with purge, also delete everything the containers wrote."""
+        for ctid in self.containers():
+            if self.state(ctid) == "RUNNING":
+                _run(["lxc-stop", "-P", str(self.lxc), "-n", str(ctid), "-k"])
+        self._stop_sshd()
+        if purge and self.dir.exists():
+            shutil.rmtree(self.dir)
+
+    def _stop_sshd(self) -> None:
+        pidfile = self.dir / "sshd.pid"
+        if _alive(pidfile):
+            pid = int(pidfile.read_text())
+            os.kill(pid, signal.SIGTERM)
+            for _ in range(50):
+                if not _alive(pidfile):
+                    break
+                time.sleep(0.1)
+
+    def hosts_yaml(self, containers=DEFAULT_CONTAINERS) -> str:
+        """A hosts file for this lab (used by tests; the shipped hosts.yaml is the default lab's)."""
+        lines = ["hosts:", "  lab:", "    address: 127.0.0.1", f"    port: {self.port}", "    user: root",
+                 f"    key_file: {self.key_file}", f"    known_hosts: {self.known_hosts}", "containers:"]
+        lines += [f"  {c}:\n    host: lab" for c in containers]
+        return "\n".join(lines) + "\n"
+
+
+def _sbin_path() -> str:
+    return os.environ.get("PATH", "") + ":/usr/local/sbin:/usr/sbin:/sbin"
+
+
+def _system_python() -> str:
+    """A Python every container sees at the same path (the host's system one when there is one)."""
+    return "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+
+
+def _alive(pidfile: Path) -> bool:
+    try:
+        pid = int(pidfile.read_text().strip())
+        os.kill(pid, 0)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def _wait_port(port: int, timeout: float = 10) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise LabError(f"sshd is not listening on 127.0.0.1:{port}")

@@ -1,0 +1,176 @@
+"""Commands inside an LXC container through `pct`: argv builders, output parsers, `Container`.
+
+`pct exec` runs an argv without a shell, with PATH reset and HOME unset (../shared/pct-spec.md),
+so every command here is wrapped as
+    pct exec <ctid> --keep-env 0 -- env -C <cwd> HOME=.. PATH=.. [K=V..] [timeout -k G T] <argv>
+which makes the environment explicit and the timeout hold inside the container. pct's own
+failures are told apart from the command's by their stderr, never by the exit code alone.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+from .errors import (CommandError, CommandTimeout, ContainerCommandNotFound, ContainerLocked, ContainerNotFound,
+                     ContainerNotRunning, PctError)
+from .transport import OutputCallback, Result, Transport
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+KILL_GRACE = 5  # seconds between TERM and KILL when a command's timeout expires
+DEADLINE_SLACK = 15  # the controller waits this much longer than the in-container timeout
+
+
+def pct_argv(pct: str, *args: str) -> list[str]:
+    """`pct` as configured for the host (e.g. "sudo -n /usr/sbin/pct") followed by args."""
+    return [*shlex.split(pct), *args]
+
+
+def exec_argv(pct: str, ctid: int, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+              cwd: str = "/root", path: str = DEFAULT_PATH, timeout: float | None = None) -> list[str]:
+    """The host-side argv that runs `argv` in container `ctid` with an explicit environment."""
+    argv = list(argv)
+    if not argv:
+        raise ValueError("empty argv")
+    if "=" in argv[0]:
+        raise ValueError(f"program name {argv[0]!r} contains '=': env would read it as a variable; use a path")
+    variables = {"HOME": "/root", "PATH": path, "LANG": "C.UTF-8", **(env or {})}
+    for key in variables:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise ValueError(f"invalid environment variable name {key!r}")
+    inner = ["env", "-C", cwd, *(f"{k}={v}" for k, v in variables.items())]
+    if timeout is not None:
+        inner += ["timeout", "-k", str(KILL_GRACE), f"{timeout:g}"]
+    return pct_argv(pct, "exec", str(ctid), "--keep-env", "0", "--", *inner, *argv)
+
+
+# pct's own failures, matched on the start of stderr. A command could print such a text itself,
+# but only pct prints it before anything else ran.
+_PCT_ERRORS: list[tuple[re.Pattern, type, str]] = [
+    (re.compile(r"Configuration file 'nodes/[^']*/lxc/\d+\.conf' does not exist"), ContainerNotFound,
+     "container {ctid} does not exist on host {host}: check containers.{ctid} in the hosts file (`pct list` on the host lists them)"),
+    (re.compile(r"container '\d+' not running!|can only (push files to a running CT|pull files from a running VM)"),
+     ContainerNotRunning,
+     "container {ctid} on {host} is stopped: start it with `pct start {ctid}` on the host (in the lab: `invoke lab.up`)"),
+    (re.compile(r"(trying to acquire lock\.\.\.\s*)?can't lock file '[^']*' - got timeout"), ContainerLocked,
+     "container {ctid} on {host} is locked by another pct operation (a backup, a push?): retry when it is done"),
+    (re.compile(r"lxc-attach: \d+: .*Failed to exec \"(?P<prog>[^\"]*)\""), ContainerCommandNotFound,
+     "container {ctid}: cannot execute {prog!r} there: is it installed, and on PATH?"),
+    (re.compile(r"please run as root"), PctError,
+     "pct on {host} must run as root: set hosts.{host}.pct to e.g. 'sudo -n /usr/sbin/pct' or connect as root"),
+    (re.compile(r"(\S*pct\S*: (command )?not found|\S*pct\S*: No such file or directory)"), PctError,
+     "pct was not found on {host}: is it a Proxmox host? set hosts.{host}.pct to its full path"),
+    (re.compile(r"ERROR: unknown command 'pct|400 Parameter verification failed|400 unable to parse option"),
+     PctError, "pct on {host} rejected the command line (a bug in remote, please report): {first}"),
+]
+
+
+def classify(stderr: str, exit_code: int, ctid: int, host: str) -> PctError | None:
+    """The PctError that stderr shows pct raised, or None when the command itself ran."""
+    if exit_code == 0 or not stderr:
+        return None
+    head = stderr.lstrip()
+    for pattern, cls, template in _PCT_ERRORS:
+        m = pattern.match(head) if cls is not ContainerCommandNotFound else pattern.search(head.splitlines()[0])
+        if m and (cls is not ContainerCommandNotFound or exit_code in (126, 127)):
+            first = head.splitlines()[0]
+            return cls(ctid, template.format(ctid=ctid, host=host, first=first, **m.groupdict()), stderr)
+    return None
+
+
+def parse_status(stdout: str) -> str:
+    """`pct status` prints exactly 'status: running' or 'status: stopped'."""
+    m = re.fullmatch(r"status: (\w+)\s*", stdout)
+    if not m:
+        raise ValueError(f"unexpected `pct status` output: {stdout!r}")
+    return m.group(1)
+
+
+def parse_list(stdout: str) -> dict[int, str]:
+    """`pct list`: a fixed-width table (VMID, Status, Lock, Name), or nothing when empty."""
+    states = {}
+    for line in stdout.splitlines()[1:]:
+        parts = line.split()
+        if len(parts) >= 2 and parts[0].isdigit():
+            states[int(parts[0])] = parts[1]
+    return states
+
+
+@dataclass
+class Container:
+    """One LXC container on one host, reached through that host's transport."""
+
+    transport: Transport
+    ctid: int
+    pct: str = "pct"
+    dry: bool = False
+    echo: Callable[[str], None] = print
+    path: str = DEFAULT_PATH
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def where(self) -> str:
+        return f"{self.transport.name}/{self.ctid}"
+
+    def _host_run(self, argv: list[str], *, stdin=None, deadline=None, on_output=None, mutates=True) -> Result:
+        if self.dry and mutates:
+            self.echo(self.transport.describe(argv))
+            return Result(tuple(argv), 0, b"", b"", 0.0)
+        return self.transport.run(argv, stdin=stdin, deadline=deadline, on_output=on_output)
+
+    def run(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str = "/root",
+            timeout: float | None = None, stdin: bytes | None = None, check: bool = True,
+            on_output: OutputCallback | None = None, mutates: bool = True) -> Result:
+        """Run argv in the container. pct failures raise PctError; with check, so does a non-zero exit."""
+        full = exec_argv(self.pct, self.ctid, argv, env={**self.env, **(env or {})}, cwd=cwd, path=self.path,
+                         timeout=timeout)
+        deadline = timeout + KILL_GRACE + DEADLINE_SLACK if timeout is not None else None
+        start = time.monotonic()
+        result = self._host_run(full, stdin=stdin, deadline=deadline, on_output=on_output, mutates=mutates)
+        pct_error = classify(result.err, result.exit_code, self.ctid, self.transport.name)
+        if pct_error:
+            raise pct_error
+        if timeout is not None and result.exit_code in (124, 137) and time.monotonic() - start >= timeout:
+            raise CommandTimeout(shlex.join(argv), timeout, result.err, self.where)
+        if check and result.exit_code != 0:
+            raise CommandError(shlex.join(argv), result.exit_code, result.err, self.where)
+        return result
+
+    def script(self, script: str, *args: str, **kwargs) -> Result:
+        """Run a bash script (strict mode) with positional args $1.. — the only way to get a shell there."""
+        return self.run(["bash", "-c", "set -euo pipefail\n" + script, "remote", *args], **kwargs)
+
+    # -- lifecycle (host-side pct commands) ----------------------------------------------------
+    def _pct(self, *args: str, mutates: bool, deadline: float = 120) -> Result:
+        result = self._host_run(pct_argv(self.pct, *args), mutates=mutates, deadline=deadline)
+        pct_error = classify(result.err, result.exit_code, self.ctid, self.transport.name)
+        if pct_error:
+            raise pct_error
+        return result
+
+    def status(self) -> str:
+        """'running' or 'stopped'."""
+        result = self._pct("status", str(self.ctid), mutates=False)
+        result.check(self.where)
+        return parse_status(result.out)
+
+    def start(self) -> None:
+        result = self._pct("start", str(self.ctid), mutates=True)
+        if result.exit_code != 0 and "already running" not in result.err:
+            result.check(self.where)
+
+    def stop(self) -> None:
+        result = self._pct("stop", str(self.ctid), mutates=True)
+        if result.exit_code != 0 and "not running" not in result.err:
+            result.check(self.where)
+
+    def wait_running(self, timeout: float = 60, poll: float = 0.5, sleep=time.sleep) -> None:
+        """Block until `pct status` says running."""
+        end = time.monotonic() + timeout
+        while self.status() != "running":
+            if time.monotonic() > end:
+                raise ContainerNotRunning(self.ctid, f"container {self.ctid} did not reach 'running' in {timeout:g}s")
+            sleep(poll)

@@ -1,0 +1,66 @@
+"""A Session: one transport per host for the lifetime of a task, and containers built on them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from . import config as cfg
+from .errors import PctError, TransportError
+from .pct import DEFAULT_PATH, Container, parse_list, pct_argv
+from .transport import Transport, for_host
+
+
+@dataclass
+class Session:
+    config: cfg.Config
+    dry: bool = False
+    echo: Callable[[str], None] = print
+    transport_factory: Callable[[cfg.Host], Transport] = for_host
+    _transports: dict[str, Transport] = field(default_factory=dict)
+
+    def transport(self, host: cfg.Host) -> Transport:
+        if host.name not in self._transports:
+            self._transports[host.name] = self.transport_factory(host)
+        return self._transports[host.name]
+
+    def container(self, ctid: int | str | None = None) -> Container:
+        """The container `ctid` (or the only one), with its venv first on PATH."""
+        spec = self.config.container(ctid)
+        return Container(self.transport(spec.host), spec.ctid, pct=spec.host.pct, dry=self.dry, echo=self.echo,
+                         path=f"{spec.venv.path}/bin:{DEFAULT_PATH}")
+
+    def close(self) -> None:
+        for t in self._transports.values():
+            t.close()
+        self._transports.clear()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+@dataclass(frozen=True)
+class HostState:
+    host: str
+    reachable: bool
+    error: str | None
+    containers: dict[int, str]  # configured ctid -> running | stopped | missing | unknown
+
+
+def inventory(session: Session) -> list[HostState]:
+    """Each host reachable or not, and the state of each configured container (one `pct list` per host)."""
+    states = []
+    for host in session.config.hosts.values():
+        wanted = [c.ctid for c in session.config.containers.values() if c.host.name == host.name]
+        try:
+            result = session.transport(host).run(pct_argv(host.pct, "list"), deadline=60)
+            if result.exit_code != 0:
+                raise PctError(0, f"`pct list` failed on {host.name}: {result.err.strip()}")
+            found = parse_list(result.out)
+            states.append(HostState(host.name, True, None, {c: found.get(c, "missing") for c in wanted}))
+        except (TransportError, PctError) as exc:
+            states.append(HostState(host.name, False, str(exc), {c: "unknown" for c in wanted}))
+    return states
