@@ -47,24 +47,29 @@ def exec_argv(pct: str, ctid: int, argv: Sequence[str], *, env: Mapping[str, str
     return pct_argv(pct, "exec", str(ctid), "--keep-env", "0", "--", *inner, *argv)
 
 
-# pct's own failures, matched on the start of stderr. A command could print such a text itself,
-# but only pct prints it before anything else ran.
-_PCT_ERRORS: list[tuple[re.Pattern, type, str]] = [
-    (re.compile(r"Configuration file 'nodes/[^']*/lxc/\d+\.conf' does not exist"), ContainerNotFound,
-     "container {ctid} does not exist on host {host}: check containers.{ctid} in the hosts file (`pct list` on the host lists them)"),
-    (re.compile(r"container '\d+' not running!|can only (push files to a running CT|pull files from a running VM)"),
-     ContainerNotRunning,
+# pct's own failures, matched at the start of a line among the first lines of stderr. A command could
+# print such a text itself, but only pct (or the host shell, for a missing pct) prints it first.
+_PCT_ERRORS: list[tuple[re.Pattern, type, bool, str]] = [
+    # (pattern, error class, only with exit status 126/127, what to do)
+    (re.compile(r"(?m)^Configuration file 'nodes/[^']*/lxc/\d+\.conf' does not exist"), ContainerNotFound, False,
+     "container {ctid} does not exist on host {host}: check containers.{ctid} in the hosts file "
+     "(`pct list` on the host lists them)"),
+    (re.compile(r"(?m)^(container '\d+' not running!|can only (push files to a running CT|pull files from a running VM))"),
+     ContainerNotRunning, False,
      "container {ctid} on {host} is stopped: start it with `pct start {ctid}` on the host (in the lab: `invoke lab.up`)"),
-    (re.compile(r"(trying to acquire lock\.\.\.\s*)?can't lock file '[^']*' - got timeout"), ContainerLocked,
+    (re.compile(r"(?m)^(trying to acquire lock\.\.\.\s*)?can't lock file '[^']*' - got timeout"), ContainerLocked, False,
      "container {ctid} on {host} is locked by another pct operation (a backup, a push?): retry when it is done"),
-    (re.compile(r"lxc-attach: \d+: .*Failed to exec \"(?P<prog>[^\"]*)\""), ContainerCommandNotFound,
+    (re.compile(r"(?m)^lxc-attach: \d+: .*Failed to exec \"(?P<prog>[^\"]*)\""), ContainerCommandNotFound, True,
      "container {ctid}: cannot execute {prog!r} there: is it installed, and on PATH?"),
-    (re.compile(r"please run as root"), PctError,
+    # The same failure reported by our own wrappers (env, timeout) inside the container.
+    (re.compile(r"(?m)^(env|timeout): (failed to run command )?'(?P<prog>[^']*)': (No such file|Permission denied)"),
+     ContainerCommandNotFound, True, "container {ctid}: cannot execute {prog!r} there: is it installed, and on PATH?"),
+    (re.compile(r"(?m)^please run as root"), PctError, False,
      "pct on {host} must run as root: set hosts.{host}.pct to e.g. 'sudo -n /usr/sbin/pct' or connect as root"),
-    (re.compile(r"(\S*pct\S*: (command )?not found|\S*pct\S*: No such file or directory)"), PctError,
-     "pct was not found on {host}: is it a Proxmox host? set hosts.{host}.pct to its full path"),
-    (re.compile(r"ERROR: unknown command 'pct|400 Parameter verification failed|400 unable to parse option"),
-     PctError, "pct on {host} rejected the command line (a bug in remote, please report): {first}"),
+    (re.compile(r"(?m)^\S+: (line )?\d+: \S*pct: (command )?not found|^\S+: \S*pct: No such file or directory"),
+     PctError, True, "pct was not found on {host}: is it a Proxmox host? set hosts.{host}.pct to its full path"),
+    (re.compile(r"(?m)^(ERROR: unknown command 'pct|400 Parameter verification failed|400 unable to parse option)"),
+     PctError, False, "pct on {host} rejected the command line (a bug in remote, please report): {first}"),
 ]
 
 
@@ -72,10 +77,10 @@ def classify(stderr: str, exit_code: int, ctid: int, host: str) -> PctError | No
     """The PctError that stderr shows pct raised, or None when the command itself ran."""
     if exit_code == 0 or not stderr:
         return None
-    head = stderr.lstrip()
-    for pattern, cls, template in _PCT_ERRORS:
-        m = pattern.match(head) if cls is not ContainerCommandNotFound else pattern.search(head.splitlines()[0])
-        if m and (cls is not ContainerCommandNotFound or exit_code in (126, 127)):
+    head = "\n".join(stderr.lstrip().splitlines()[:3])
+    for pattern, cls, exec_failure, template in _PCT_ERRORS:
+        m = pattern.search(head)
+        if m and (exit_code in (126, 127) or not exec_failure):
             first = head.splitlines()[0]
             return cls(ctid, template.format(ctid=ctid, host=host, first=first, **m.groupdict()), stderr)
     return None

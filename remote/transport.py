@@ -171,7 +171,7 @@ class SshTransport:
             retry = tenacity.Retrying(
                 retry=tenacity.retry_if_exception(_retryable),
                 stop=tenacity.stop_after_attempt(self._attempts) | tenacity.stop_after_delay(self._max_wait),
-                wait=tenacity.wait_exponential_jitter(initial=0.5, max=5),
+                wait=tenacity.wait_exponential_jitter(multiplier=0.5, max=5),
                 before_sleep=tenacity.before_sleep_log(log, logging.WARNING),
                 sleep=self._sleep,
                 reraise=True,

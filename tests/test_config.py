@@ -1,0 +1,119 @@
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from remote import config
+from remote.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+GOOD = """
+hosts:
+  pve1: {address: 10.1.2.6, key_file: keys/id, known_hosts: ~/kh}
+venv: {packages: [torch==2.11.0+cu128], find_links: [/opt/wheels]}
+code: {repo: ../dflash, ref: main}
+containers:
+  200: {host: pve1}
+  201:
+    host: pve1
+    venv: {path: /root/venv2}
+    train: {baseline: 21.5, env: {NCCL_DEBUG: WARN}}
+"""
+
+
+def load_text(tmp_path, text, name="hosts.yaml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return config.load(str(p))
+
+
+def test_shipped_hosts_file_targets_the_lab():
+    c = config.load(str(ROOT / "hosts.yaml"))
+    assert c.hosts["lab"].address == "127.0.0.1" and c.hosts["lab"].port == 2222
+    assert c.container(None).ctid == 200
+
+
+def test_good_file_with_defaults_overrides_and_paths(tmp_path):
+    c = load_text(tmp_path, GOOD)
+    h = c.hosts["pve1"]
+    assert (h.port, h.user, h.pct, h.connect_timeout) == (22, "root", "pct", 10.0)
+    assert h.key_file == str(tmp_path / "keys" / "id")  # relative to the hosts file
+    assert h.known_hosts == str(Path.home() / "kh")
+    a, b = c.containers[200], c.containers[201]
+    assert a.venv.path == "/root/venv" and b.venv.path == "/root/venv2"
+    assert a.venv.packages == b.venv.packages == ("torch==2.11.0+cu128",)  # override is per key
+    assert a.code.repo == str((tmp_path / "../dflash").resolve()) or a.code.repo.endswith("dflash")
+    assert b.train.baseline == 21.5 and b.train.env == (("NCCL_DEBUG", "WARN"),)
+    assert a.train.baseline is None
+
+
+@pytest.mark.parametrize("text, key, words", [
+    ("hosts: {h: {address: x, prot: 22}}\ncontainers: {200: {host: h}}", "hosts.h.prot", "unknown key"),
+    ("hosts: {h: {address: x, port: 70000}}\ncontainers: {200: {host: h}}", "hosts.h.port", "1 to 65535"),
+    ("hosts: {h: {address: x, port: '22'}}\ncontainers: {200: {host: h}}", "hosts.h.port", "expected int"),
+    ("hosts: {h: {port: 22}}\ncontainers: {200: {host: h}}", "hosts.h.address", "required"),
+    ("hosts: {h: {address: x}}\ncontainers: {99: {host: h}}", "containers.99", "100 to 999999999"),
+    ("hosts: {h: {address: x}}\ncontainers: {1000000000: {host: h}}", "containers.1000000000", "out of range"),
+    ("hosts: {h: {address: x}}\ncontainers: {abc: {host: h}}", "containers.abc", "integers"),
+    ("hosts: {h: {address: x}}\ncontainers: {200: {host: pve2}}", "containers.200.host",
+     "unknown host 'pve2' (known: h)"),
+    ("hosts: {h: {address: x}}\ncontainers: {200: {}}", "containers.200.host", "required"),
+    ("hosts: {h: {address: x}}\ncontainers: {200: {host: h}}\nvenv: {path: /root}", "venv.path", "refusing"),
+    ("hosts: {h: {address: x}}\ncontainers: {200: {host: h}}\nvenv: {path: venv}", "venv.path", "absolute"),
+    ("hosts: {h: {address: x}}\ncontainers: {200: {host: h}}\nwarmup: {cache_dir: /tmp/c}", "warmup.cache_dir",
+     "outside /tmp"),
+    ("hosts: {h: {address: x}}\ncontainers: {200: {host: h, train: {metric: '('}}}", "containers.200.train.metric",
+     "regular expression"),
+    ("hosts: {h: {address: x}}\ncontainers: {200: {host: h}}\ntrain: {tolerance: 2}", "train.tolerance", "0 to 1"),
+    ("hosts: {h: {address: x}}\ncontainers: {200: {host: h}}\nvenv: {packages: [[a]]}", "venv.packages[0]",
+     "expected a string"),
+    ("hosts: {h: {address: x}}\ncontainers: {200: {host: h}}\nextra: 1", "extra", "unknown key"),
+    ("hosts: []\ncontainers: {}", "hosts", "expected a mapping"),
+    ("hosts: {h: {address: x, local: 'yes'}}\ncontainers: {200: {host: h}}", "hosts.h.local", "expected bool"),
+])
+def test_bad_files_name_file_key_and_expectation(tmp_path, text, key, words):
+    with pytest.raises(ConfigError) as e:
+        load_text(tmp_path, text)
+    msg = str(e.value)
+    assert msg.startswith(f"{tmp_path / 'hosts.yaml'}: {key}: "), msg
+    assert words in msg
+    assert e.value.exit_code == 2
+
+
+def test_invalid_yaml_and_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match=r"line 1, column \d+: not valid YAML"):
+        load_text(tmp_path, "hosts: {a: [}")
+    with pytest.raises(ConfigError, match="file not found"):
+        config.load(str(tmp_path / "nope.yaml"))
+
+
+def test_env_var_picks_the_file(tmp_path, monkeypatch):
+    p = tmp_path / "elsewhere.yaml"
+    p.write_text(GOOD)
+    monkeypatch.setenv("REMOTE_HOSTS_FILE", str(p))
+    assert config.load().file == str(p)
+    monkeypatch.delenv("REMOTE_HOSTS_FILE")
+    monkeypatch.chdir(tmp_path)
+    assert config.find_file() == "hosts.yaml"
+
+
+def test_container_selection(tmp_path):
+    c = load_text(tmp_path, GOOD)
+    with pytest.raises(ConfigError, match="several containers configured .*pass --container"):
+        c.container(None)
+    with pytest.raises(ConfigError, match=r"container 300 is not in this file \(known: 200, 201\)"):
+        c.container("300")
+    assert c.container("201").ctid == 201
+
+
+def test_cli_bad_file_exits_2_without_traceback_or_connection(tmp_path):
+    (tmp_path / "hosts.yaml").write_text(
+        "hosts: {h: {address: 127.0.0.1, port: 1}}\ncontainers: {200: {host: pve2}}\n")
+    r = subprocess.run([sys.executable, "-c", "from remote.cli import program; program.run()", "status"],
+                       cwd=tmp_path, capture_output=True, text=True, env={"PATH": "/usr/bin:/bin",
+                                                                            "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 2, r
+    assert "hosts.yaml: containers.200.host: unknown host 'pve2' (known: h)" in r.stderr
+    assert "Traceback" not in r.stderr and "cannot connect" not in r.stderr
