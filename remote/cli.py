@@ -81,6 +81,45 @@ def exec_(c, command, container=None, timeout=None, dry=False, hosts=None):
         raise Exit(code=result.exit_code)
 
 
+@task(help={"container": CT_HELP, "allow_dirty": "ship uncommitted changes of the local tree (recorded as dirty)",
+            "check": "only report what would change and any hand-installed or changed packages (exit 1 if any)",
+            "rollback": "switch the venv back to the previous build", "dry": DRY_HELP, "hosts": HOSTS_HELP})
+@handled
+def deploy(c, container=None, allow_dirty=False, check=False, rollback=False, dry=False, hosts=None):
+    """Make the container's venv and checkout exactly what the hosts file pins; a no-op when they are."""
+    from .deploy import deploy as run_deploy
+
+    with _session(hosts, dry) as s:
+        summary = run_deploy(s, container, allow_dirty=allow_dirty, check=check, rollback=rollback)
+    print(summary.render())
+    if check and (summary.changed or summary.drift):
+        raise Exit(code=1)
+
+
+@task(help={"container": CT_HELP, "parallel": "run the devices' warmups as separate processes at once",
+            "devices": "comma-separated devices (default: warmup.devices)",
+            "export": "also write the compiled artifacts to this local bundle file (tar.gz)",
+            "import_": "load a bundle made by --export into the container's cache (refused if versions differ)",
+            "dry": DRY_HELP, "hosts": HOSTS_HELP})
+@handled
+def warmup(c, container=None, parallel=False, devices=None, export=None, import_=None, dry=False, hosts=None):
+    """Compile the training configuration one device at a time into the persistent compile cache."""
+    from . import warmup as wm
+
+    with _session(hosts, dry) as s:
+        if import_:
+            for item in wm.import_cache(s, container, import_):
+                print(f"imported {item['loaded']} into {item['cache_dir']}")
+            return
+        if export:
+            print(f"exported {wm.export_cache(s, container, export)} file(s) to {export}")
+            return
+        results = wm.warmup(s, container, parallel=parallel,
+                            devices=[d for d in devices.split(",") if d] if devices else None)
+    print(f"warmup done: {len(results)} device(s), cache hits {sum(r.hits for r in results)}, "
+          f"misses {sum(r.misses for r in results)}")
+
+
 @task(name="up", help={"containers": "comma-separated container ids (default 200)",
                        "port": "sshd port on 127.0.0.1 (default 2222)"})
 @handled
@@ -112,6 +151,8 @@ lab.add_task(lab_down)
 ns = Collection()
 ns.add_task(status)
 ns.add_task(exec_)
+ns.add_task(deploy)
+ns.add_task(warmup)
 ns.add_collection(lab)
 
 program = Program(namespace=ns, version=__version__, name="remote", binary="remote")

@@ -19,7 +19,7 @@ from .errors import ConfigError
 
 ENV_VAR = "REMOTE_HOSTS_FILE"
 DEFAULT_FILE = "hosts.yaml"
-UV_VERSION = "0.9.5"  # the uv bootstrapped inside containers; pinned so deploys are reproducible
+UV_VERSION = "0.13.9"  # the uv bootstrapped inside containers; pinned so deploys are reproducible
 
 _MISSING = object()
 

@@ -25,6 +25,7 @@ from .errors import RemoteError
 DEFAULT_DIR = "/var/lib/remote-lab"
 DEFAULT_PORT = 2222
 DEFAULT_CONTAINERS = (200,)
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"  # present in a checkout of remote
 
 # The container's PID 1: reaps orphans (detached jobs end up here) and exits on TERM.
 _INIT = """import os, signal, time
@@ -98,6 +99,8 @@ class Lab:
         self._sshd()
         for ctid in containers:
             self.start_container(ctid)
+        if EXAMPLES.is_dir():
+            self.demo_repo()
 
     def _check_tools(self) -> None:
         if os.geteuid() != 0:
@@ -180,6 +183,27 @@ class Lab:
         if not self.lxc.is_dir():
             return []
         return sorted(int(p.name) for p in self.lxc.iterdir() if (p / "config").exists())
+
+    def demo_repo(self) -> Path:
+        """<lab>/dflash: a git repository holding examples/ (a new commit only when they changed)."""
+        repo = self.dir / "dflash"
+        repo.mkdir(parents=True, exist_ok=True)
+        git = ["git", "-C", str(repo), "-c", "user.name=remote lab", "-c", "user.email=lab@remote.invalid"]
+        if not (repo / ".git").exists():
+            _run([*git, "init", "-q"]).check_returncode()
+        for old in _run([*git, "ls-files", "-z"]).stdout.split("\0"):
+            if old and not (EXAMPLES / old).exists():
+                (repo / old).unlink(missing_ok=True)
+        for src in EXAMPLES.rglob("*"):
+            if src.is_file() and "__pycache__" not in src.parts:
+                dest = repo / src.relative_to(EXAMPLES)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                if not dest.exists() or dest.read_bytes() != src.read_bytes():
+                    shutil.copyfile(src, dest)
+        _run([*git, "add", "-A"]).check_returncode()
+        if _run([*git, "diff", "--cached", "--quiet"]).returncode != 0:
+            _run([*git, "commit", "-q", "-m", "demo drafter from remote/examples"]).check_returncode()
+        return repo
 
     # -- tear down -----------------------------------------------------------------------------
     def down(self, purge: bool = False) -> None:

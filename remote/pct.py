@@ -128,8 +128,10 @@ class Container:
 
     def run(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str = "/root",
             timeout: float | None = None, stdin: bytes | None = None, check: bool = True,
-            on_output: OutputCallback | None = None, mutates: bool = True) -> Result:
-        """Run argv in the container. pct failures raise PctError; with check, so does a non-zero exit."""
+            on_output: OutputCallback | None = None, mutates: bool = True, label: str | None = None) -> Result:
+        """Run argv in the container. pct failures raise PctError; with check, so does a non-zero exit.
+
+        `label` names the command in errors instead of its argv (for long scripts)."""
         full = exec_argv(self.pct, self.ctid, argv, env={**self.env, **(env or {})}, cwd=cwd, path=self.path,
                          timeout=timeout)
         deadline = timeout + KILL_GRACE + DEADLINE_SLACK if timeout is not None else None
@@ -138,14 +140,17 @@ class Container:
         pct_error = classify(result.err, result.exit_code, self.ctid, self.transport.name)
         if pct_error:
             raise pct_error
+        shown = label or shlex.join(argv)
         if timeout is not None and result.exit_code in (124, 137) and time.monotonic() - start >= timeout:
-            raise CommandTimeout(shlex.join(argv), timeout, result.err, self.where)
+            raise CommandTimeout(shown, timeout, result.err, self.where)
         if check and result.exit_code != 0:
-            raise CommandError(shlex.join(argv), result.exit_code, result.err, self.where)
+            # Streamed output was already shown; don't repeat it in the message.
+            raise CommandError(shown, result.exit_code, "" if on_output else result.err, self.where)
         return result
 
     def script(self, script: str, *args: str, **kwargs) -> Result:
         """Run a bash script (strict mode) with positional args $1.. — the only way to get a shell there."""
+        kwargs.setdefault("label", "bash script " + shlex.join(args))
         return self.run(["bash", "-c", "set -euo pipefail\n" + script, "remote", *args], **kwargs)
 
     # -- lifecycle (host-side pct commands) ----------------------------------------------------

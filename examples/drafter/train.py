@@ -1,0 +1,87 @@
+"""Train the drafter with one thread per drafter device; prints throughput in Ktok/s."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+
+import torch
+
+from .model import Config, TargetStub, Worker, device_name
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--target-gpus", default="0", help="comma-separated target device indices")
+    ap.add_argument("--drafter-gpus", default="1", help="comma-separated drafter device indices (one thread each)")
+    ap.add_argument("--steps", type=int, default=100, help="steps per drafter thread")
+    ap.add_argument("--log-interval", type=float, default=2.0, help="seconds between throughput lines")
+    ap.add_argument("--no-guard", action="store_true", help="no compile guard: threads compile at once (the race)")
+    ap.add_argument("--eager", action="store_true", help="no torch.compile at all")
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    drafters = [d for d in args.drafter_gpus.split(",") if d]
+    targets = [t for t in args.target_gpus.split(",") if t]
+    devices = [device_name(d) for d in drafters]
+    cfg = Config.for_device(devices[0])
+    import remote_guard
+
+    guard = remote_guard.CompileGuard(devices, enabled=not args.no_guard and not args.eager)
+    print(f"drafter: {len(devices)} thread(s) on {', '.join(devices)}, target on {', '.join(map(device_name, targets))}; "
+          f"torch {torch.__version__}; guard {'on' if guard.enabled else 'off'}; "
+          f"fx flag {'global' if remote_guard.fx_flag_is_global() else 'thread-local'}", flush=True)
+    target_devices = [device_name(t) for t in targets]
+    target_models = {d: TargetStub(cfg).to(d) for d in set(target_devices)}
+    workers = [Worker(cfg, dev, target_models[target_devices[i % len(target_devices)]],
+                      target_devices[i % len(target_devices)], compile=not args.eager, seed=i)
+               for i, dev in enumerate(devices)]
+    tokens_done = [0] * len(workers)
+    steady_since: list[float] = []
+    errors: list[BaseException] = []
+    losses = [float("nan")] * len(workers)
+
+    def run(i: int, w: Worker) -> None:
+        try:
+            with guard.first_step(w.device):
+                losses[i] = w.step()
+            steady_since.append(time.monotonic())
+            for _ in range(args.steps - 1):
+                losses[i] = w.step()
+                tokens_done[i] += cfg.batch * cfg.seq
+        except BaseException as exc:  # reported by the main thread, loudly
+            errors.append(exc)
+            raise
+
+    threads = [threading.Thread(target=run, args=(i, w), name=f"drafter-{w.device}-{i}", daemon=True)
+               for i, w in enumerate(workers)]
+    start = time.monotonic()
+    for t in threads:
+        t.start()
+    last_tokens, last_time, step_line = 0, time.monotonic(), 0
+    while any(t.is_alive() for t in threads):
+        deadline = time.monotonic() + args.log_interval
+        for t in threads:
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+        now, total = time.monotonic(), sum(tokens_done)
+        if len(steady_since) == len(workers) and total > last_tokens:
+            # Measure from when the last thread reached steady state, not across the compile wait.
+            rate = (total - last_tokens) / (now - max(last_time, max(steady_since))) / 1000
+            step_line += 1
+            print(f"step {total // (cfg.batch * cfg.seq)} | loss {sum(losses) / len(losses):.3f} | "
+                  f"{rate:.2f} Ktok/s", flush=True)
+        last_tokens, last_time = total, now
+    if errors:
+        print(f"drafter: FAILED: {type(errors[0]).__name__}: {errors[0]}", file=sys.stderr, flush=True)
+        return 1
+    print(f"drafter: done, {sum(tokens_done)} tokens in {time.monotonic() - start:.1f}s; "
+          + guard.report_line(), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

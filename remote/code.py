@@ -1,0 +1,132 @@
+"""Ship exactly one commit into the container's checkout, saving what was edited there first.
+
+Local side: resolve `ref` to a commit (a dirty tree is refused unless allowed; then the working
+tree is shipped as a `git stash create` commit and recorded as dirty) and pack it as a bundle.
+Container side: the checkout stays a real git repository. Before it moves, tracked edits are
+saved as a patch and untracked files the new commit would overwrite are saved as a tarball;
+untracked files are otherwise never touched. Afterwards tracked files equal the commit exactly.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import DeployError
+
+SHIP_REF = "refs/remote-deploy/ship"
+
+
+def _ok(repo: str, *args: str) -> bool:
+    return subprocess.run(["git", "-C", repo, *args], capture_output=True).returncode == 0
+
+
+def _git(repo: str, *args: str, check: bool = True) -> str:
+    r = subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise DeployError(f"git {' '.join(args)} failed in {repo}: {r.stderr.strip()}")
+    return r.stdout
+
+
+@dataclass(frozen=True)
+class LocalCommit:
+    repo: str
+    commit: str
+    ref: str
+    dirty: bool
+    base: str  # the commit a dirty tree was based on (== commit when clean)
+
+
+def dirty_files(repo: str) -> list[str]:
+    """Tracked files with uncommitted changes (untracked files are never shipped, so they don't count)."""
+    return [line[3:] for line in _git(repo, "status", "--porcelain", "--untracked-files=no").splitlines()]
+
+
+def resolve(repo: str, ref: str, allow_dirty: bool = False) -> LocalCommit:
+    """The commit to ship for `ref`; refuse a dirty tree unless allowed."""
+    if not Path(repo).is_dir() or not _ok(repo, "rev-parse", "--git-dir"):
+        raise DeployError(f"code.repo: {repo} is not a git repository")
+    commit = _git(repo, "rev-parse", "--verify", "-q", f"{ref}^{{commit}}", check=False).strip()
+    if not commit:
+        raise DeployError(f"code.ref: {ref!r} is not a commit in {repo}")
+    changed = dirty_files(repo) if ref == "HEAD" else []
+    if changed and not allow_dirty:
+        listing = "\n  ".join(changed[:20]) + ("\n  ..." if len(changed) > 20 else "")
+        raise DeployError(f"{repo} has uncommitted changes; commit them, or pass --allow-dirty to ship them "
+                          f"(recorded as dirty):\n  {listing}")
+    if changed:
+        stash = _git(repo, "stash", "create", f"remote deploy of a dirty tree based on {commit[:12]}").strip()
+        return LocalCommit(repo, stash or commit, ref, bool(stash), commit)
+    return LocalCommit(repo, commit, ref, False, commit)
+
+
+def show(repo: str, commit: str, path: str) -> str | None:
+    """A file's content at `commit`, or None when it has no such file."""
+    r = subprocess.run(["git", "-C", repo, "show", f"{commit}:{path}"], capture_output=True, text=True)
+    return r.stdout if r.returncode == 0 else None
+
+
+def bundle(repo: str, commit: str, basis: str | None = None) -> bytes:
+    """A git bundle holding `commit` (thin against `basis` when the local repo knows it)."""
+    _git(repo, "update-ref", SHIP_REF, commit)
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            out = str(Path(d) / "ship.bundle")
+            args = ["bundle", "create", "-q", out, SHIP_REF]
+            if basis and basis != commit and _ok(repo, "merge-base", "--is-ancestor", basis, commit):
+                args.append(f"^{basis}")
+            _git(repo, *args)
+            return Path(out).read_bytes()
+    finally:
+        _git(repo, "update-ref", "-d", SHIP_REF, check=False)
+
+
+def needs_sync(local: LocalCommit, probe_code: dict) -> str | None:
+    """Why the checkout must be synced, or None when it already is exactly `local`. Pure."""
+    if not probe_code["exists"]:
+        return "no checkout yet"
+    if not probe_code["git"]:
+        return "the checkout is not a git repository"
+    if not probe_code.get("has_git"):
+        raise DeployError("git is not installed in the container: install it (apt-get install git) and retry")
+    if probe_code["head"] != local.commit:
+        return f"checkout at {(probe_code['head'] or 'nothing')[:12]}, want {local.commit[:12]}"
+    if probe_code["status"]:
+        return "the checkout has local edits"
+    return None
+
+
+# Bash, in the container. $1 checkout, $2 commit, $3 bundle file, $4 patches dir, $5 stamp, $6 record JSON.
+SYNC = r'''
+path=$1 commit=$2 bundle=$3 patches=$4 stamp=$5 record=$6
+mkdir -p "$path"
+cd "$path"
+[ -d .git ] || { git init -q; echo "initialised a git repository in $path"; }
+git -c core.autocrlf=false fetch -q "$bundle" refs/remote-deploy/ship
+[ "$(git rev-parse FETCH_HEAD)" = "$commit" ] || { echo "bundle does not hold $commit" >&2; exit 3; }
+old=$(git rev-parse -q --verify HEAD || true)
+if [ -n "$old" ]; then
+  git update-ref "refs/remote-deploy/before-$stamp" "$old"
+  if ! git diff --quiet HEAD -- || ! git diff --cached --quiet HEAD --; then
+    mkdir -p "$patches"
+    p="$patches/$stamp-${old:0:12}.patch"
+    git diff --binary HEAD -- > "$p"
+    echo "saved edits: $p"
+  fi
+fi
+# Untracked files that the new commit would overwrite are saved first, then never touched otherwise.
+collide=$(comm -z -12 <(git ls-files --others -z | LC_ALL=C sort -z) \
+                      <(git ls-tree -r -z --name-only "$commit" | LC_ALL=C sort -z) | tr '\0' '\n')
+if [ -n "$collide" ]; then
+  mkdir -p "$patches"
+  t="$patches/$stamp-untracked-overwritten.tar"
+  printf '%s\n' "$collide" | tar -c -f "$t" -T -
+  echo "saved untracked files the commit replaces: $t"
+fi
+git -c core.autocrlf=false checkout -q -f --detach "$commit"
+[ -z "$(git status --porcelain --untracked-files=no)" ] || { echo "checkout is not clean after reset" >&2; exit 3; }
+printf '%s\n' "$record" > .git/remote-deploy.json
+rm -f "$bundle"
+'''

@@ -1,0 +1,219 @@
+"""remote_guard: keep torch.compile from racing when one process drives several devices from threads.
+
+Installed into the container's venv as `remote_guard` by `deploy`; it imports nothing from
+`remote` and only the training process imports it (never the controller). Why it exists: on
+torch <= 2.13, `torch.fx._symbolic_trace._is_fx_tracing_flag` is a module global. While one
+thread compiles (AOTAutograd's make_fx, flex_attention's internals, inductor's pattern matcher
+set it), another thread's compiled function sees it and raises "Detected that you are using FX
+to symbolically trace a dynamo-optimized function" -- or, with error_on_nested_fx_trace=False,
+silently runs eager. A warm cache hides the race; any miss reopens it.
+
+Use:
+    guard = remote_guard.CompileGuard(devices=[5, 6, 7])     # before worker threads start
+    # in each worker thread, around its first full step (forward, backward, optimizer, eval):
+    with guard.first_step(device):
+        train_step()
+    # steady state: any further compile raises instead of racing or going silently eager
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import threading
+import time
+
+CACHE_ENV = "REMOTE_COMPILE_CACHE"  # base folder; the guard adds a per-version subfolder
+EXPORT_ENV = "REMOTE_EXPORT_CACHE"  # where a warmup writes this process's cache artifacts, when set
+
+
+def versions() -> dict:
+    """torch, its CUDA build, triton and the GPU name: what compile caches depend on."""
+    import importlib.metadata as md
+
+    import torch
+
+    triton = None
+    for name in ("triton", "pytorch-triton"):
+        try:
+            triton = md.version(name)
+            break
+        except md.PackageNotFoundError:
+            pass
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {"torch": torch.__version__, "cuda": torch.version.cuda, "triton": triton, "gpu": gpu}
+
+
+def cache_subdir(base: str, v: dict | None = None) -> str:
+    """A cache folder per torch/CUDA/triton version, so a new venv never reads a stale cache."""
+    v = v or versions()
+    name = f"torch-{v['torch']}-cuda-{v['cuda'] or 'none'}-triton-{v['triton'] or 'none'}"
+    return os.path.join(base, re.sub(r"[^A-Za-z0-9.+_-]", "_", name))
+
+
+def fx_flag_is_global() -> bool:
+    """True where the FX-tracing flag is a module global shared by all threads (torch <= 2.13)."""
+    import torch.fx._symbolic_trace as st
+
+    return isinstance(getattr(st, "_is_fx_tracing_flag", None), bool)
+
+
+def fx_tracing_now() -> bool:
+    """Whether FX tracing is in progress (in any thread where the flag is global)."""
+    import torch.fx._symbolic_trace as st
+
+    if fx_flag_is_global():
+        return st._is_fx_tracing_flag
+    flag = getattr(st, "_is_fx_tracing_flag", None)
+    return bool(getattr(flag, "value", False)) if flag is not None else False
+
+
+def _set(config, names, value, combine=lambda old, new: new) -> str | None:
+    """Set the first config name this torch has; returns the name used (torch renames these)."""
+    for name in names:
+        if hasattr(config, name):
+            setattr(config, name, combine(getattr(config, name), value))
+            return name
+    return None
+
+
+def configure(devices: int = 1, variants: int = 1, cache_dir: str | None = None) -> dict:
+    """Process-wide compile settings; call before any worker thread starts. Returns what was set."""
+    import torch
+
+    dyn = torch._dynamo.config
+    settings: dict = {}
+    base = cache_dir or os.environ.get(CACHE_ENV)
+    if base:
+        sub = cache_subdir(base)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(sub, "inductor")
+        os.environ["TRITON_CACHE_DIR"] = os.path.join(sub, "triton")
+        os.makedirs(os.environ["TORCHINDUCTOR_CACHE_DIR"], exist_ok=True)
+        settings["cache_dir"] = sub
+    # Static shapes: no automatic dynamic recompiles, and no per-call dynamic= patching global config.
+    settings["static"] = [_set(dyn, ["assume_static_by_default"], True),
+                          _set(dyn, ["automatic_dynamic_shapes"], False)]
+    # One graph per device (the device index is part of the guards) and per variant (train/eval).
+    need = max(8, devices * variants)
+    settings["recompile_limit"] = _set(dyn, ["recompile_limit", "cache_size_limit"], need, max)
+    _set(dyn, ["accumulated_recompile_limit", "accumulated_cache_size_limit"], need * 8, max)
+    # Loud failures: never fall back to eager when nested tracing is detected.
+    _set(dyn, ["error_on_nested_fx_trace"], True)
+    _set(torch._inductor.config, ["fx_graph_cache"], True)
+    _set(torch._functorch.config, ["enable_autograd_cache"], True)
+    settings["fx_flag_global"] = fx_flag_is_global()
+    return settings
+
+
+def cache_counters() -> dict:
+    """Compile-cache hits and misses so far in this process (inductor FX graphs and AOTAutograd)."""
+    from torch._dynamo.utils import counters
+
+    ind, aot = counters.get("inductor", {}), counters.get("aot_autograd", {})
+    return {"fxgraph_hit": ind.get("fxgraph_cache_hit", 0), "fxgraph_miss": ind.get("fxgraph_cache_miss", 0),
+            "autograd_hit": aot.get("autograd_cache_hit", 0), "autograd_miss": aot.get("autograd_cache_miss", 0)}
+
+
+def _fail_on_recompile() -> str:
+    import torch
+
+    if hasattr(torch.compiler, "set_stance"):
+        torch.compiler.set_stance("fail_on_recompile")
+        return "set_stance(fail_on_recompile)"
+    torch._dynamo.config.error_on_recompile = True
+    return "error_on_recompile"
+
+
+def _synchronize(device) -> None:
+    import torch
+
+    if torch.cuda.is_available() and str(device).startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+class CompileGuard:
+    """Serializes each device's first step, then seals compilation for the steady state."""
+
+    def __init__(self, devices, *, variants: int = 1, cache_dir: str | None = None, enabled: bool = True,
+                 timeout: float = 3600.0):
+        self.devices = list(devices)
+        self.enabled = enabled
+        self.settings = configure(len(self.devices), variants, cache_dir) if enabled else {}
+        self.sealed = False
+        self.sealed_with: str | None = None
+        self.steps: list[tuple[str, float, float]] = []  # (device, start, end) of each first step
+        self._lock = threading.Lock()
+        self._barrier = threading.Barrier(len(self.devices), action=self._seal, timeout=timeout)
+
+    @contextlib.contextmanager
+    def first_step(self, device):
+        """Run the body (one full step on `device`) alone, then wait until every device has done so."""
+        if not self.enabled:
+            yield
+            return
+        try:
+            with self._lock:
+                start = time.time()
+                yield
+                _synchronize(device)
+                self.steps.append((str(device), start, time.time()))
+        except BaseException:
+            self._barrier.abort()  # the other threads fail loudly instead of waiting forever
+            raise
+        try:
+            self._barrier.wait()
+        except threading.BrokenBarrierError:
+            raise RuntimeError("remote_guard: another device's first step failed (see its error above)") from None
+
+    def _seal(self) -> None:
+        if fx_tracing_now():
+            raise RuntimeError("remote_guard: the FX-tracing flag is still set after every first step: a compile "
+                               "leaked it, and compiled code would now fail or run eager; not continuing")
+        self.sealed_with = _fail_on_recompile()
+        self.sealed = True
+
+    def report(self) -> dict:
+        return {"sealed": self.sealed, "sealed_with": self.sealed_with, "settings": self.settings,
+                "first_steps": self.steps, **cache_counters()}
+
+    def report_line(self) -> str:
+        return "REMOTE_GUARD " + json.dumps(self.report())
+
+
+def export_if_asked() -> str | None:
+    """Write this process's compile artifacts (torch.compiler.save_cache_artifacts) and a sidecar of
+    versions to $REMOTE_EXPORT_CACHE, if set. Called by warmup entry points after their first step."""
+    path = os.environ.get(EXPORT_ENV)
+    if not path:
+        return None
+    import torch
+
+    saved = torch.compiler.save_cache_artifacts()
+    if saved is None:
+        raise RuntimeError("remote_guard: nothing was compiled or loaded in this process: no artifacts to export")
+    data, _info = saved
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+    with open(path + ".json", "w") as f:
+        json.dump(versions(), f)
+    return path
+
+
+def import_artifacts(path: str) -> dict:
+    """Load artifacts written by export_if_asked into this version's cache; refuse a version mismatch."""
+    import torch
+
+    with open(path + ".json") as f:
+        theirs = json.load(f)
+    ours = versions()
+    diff = {k: (theirs.get(k), ours[k]) for k in ours if theirs.get(k) != ours[k]}
+    if diff:
+        raise RuntimeError("remote_guard: refusing to import a compile cache made for another setup: " + ", ".join(
+            f"{k} {a} (bundle) != {b} (here)" for k, (a, b) in sorted(diff.items())))
+    configure()
+    with open(path, "rb") as f:
+        info = torch.compiler.load_cache_artifacts(f.read())
+    return {"loaded": path, "cache_dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR"), "info": str(info)}

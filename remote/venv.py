@@ -1,0 +1,242 @@
+"""The container's virtualenv: probe -> plan -> apply, built beside the current one and swapped atomically.
+
+Layout inside the container, for `venv.path: /root/venv`:
+    /root/venv                      a symlink to the version in use (always a complete, verified venv)
+    /root/venv.versions/<id>/       one venv per build; `remote-venv.json` records spec, lock, torch
+    /root/venv.versions/<id>.partial   a build in progress; never pointed to, removed by the next deploy
+A build resolves the spec with `uv pip compile --generate-hashes` (the lock), installs exactly that
+with `uv pip sync`, verifies the pins and `import torch`, and only then is renamed into place and
+swapped in with renameat2(RENAME_EXCHANGE). Interrupting any step leaves the current venv untouched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .config import VenvSpec
+from .errors import DeployError
+
+GUARD_SOURCE = Path(__file__).with_name("guard.py")
+
+# Runs with the spec's interpreter inside the container: everything deploy needs to know, one round trip.
+PROBE = r'''
+import json, os, platform, subprocess, sys
+venv, versions, uv, checkout = sys.argv[1:5]
+FREEZE = "import importlib.metadata as m, json; print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
+def load(p):
+    try:
+        with open(p) as f: return json.load(f)
+    except (OSError, ValueError): return None
+def git(*a):
+    r = subprocess.run(["git", "-C", checkout, *a], capture_output=True, text=True)
+    return r.stdout if r.returncode == 0 else None
+out = {"python": {"version": platform.python_version(), "executable": os.path.realpath(sys.executable),
+                  "machine": platform.machine()}}
+v = {"exists": os.path.lexists(venv), "is_link": os.path.islink(venv),
+     "real": os.path.realpath(venv) if os.path.lexists(venv) else None, "record": None, "dists": None}
+if v["real"]:
+    v["record"] = load(os.path.join(v["real"], "remote-venv.json"))
+    py = os.path.join(venv, "bin", "python")
+    if os.path.exists(py):
+        r = subprocess.run([py, "-c", FREEZE], capture_output=True, text=True)
+        v["dists"] = json.loads(r.stdout) if r.returncode == 0 else None
+v["versions"] = sorted(os.listdir(versions)) if os.path.isdir(versions) else []
+out["venv"] = v
+out["uv"] = os.access(uv, os.X_OK)
+c = {"exists": os.path.isdir(checkout), "git": os.path.isdir(os.path.join(checkout, ".git")), "head": None,
+     "status": None, "record": None, "has_git": bool(subprocess.run(["sh", "-c", "command -v git"],
+                                                                      capture_output=True).returncode == 0)}
+if c["git"] and c["has_git"]:
+    c["head"] = (git("rev-parse", "--verify", "-q", "HEAD") or "").strip() or None
+    c["status"] = git("status", "--porcelain", "--untracked-files=no")
+    c["record"] = load(os.path.join(checkout, ".git", "remote-deploy.json"))
+out["code"] = c
+print(json.dumps(out))
+'''
+
+# Runs with the new venv's interpreter: what was installed and what torch sees.
+VERIFY = r'''
+import importlib.metadata as m, json, sys
+info = {"dists": {d.metadata["Name"]: d.version for d in m.distributions()}, "python": sys.version.split()[0]}
+try:
+    import torch
+    info["torch"] = torch.__version__
+    info["cuda_build"] = torch.version.cuda
+    info["cuda_available"] = torch.cuda.is_available()
+    info["gpu_count"] = torch.cuda.device_count() if info["cuda_available"] else 0
+    info["gpu_name"] = torch.cuda.get_device_name(0) if info["gpu_count"] else None
+except ImportError as exc:
+    info["torch"] = None
+    info["torch_error"] = str(exc)
+for name in ("triton", "pytorch-triton"):
+    try:
+        info["triton"] = m.version(name)
+        break
+    except m.PackageNotFoundError:
+        info["triton"] = None
+print(json.dumps(info))
+'''
+
+# Swap `link` to point at `target` atomically; a real directory at `link` (a venv made by hand) is
+# exchanged with the new symlink in one renameat2 call and kept under the versions folder.
+SWAP = r'''
+import ctypes, os, sys, time
+link, target, versions = sys.argv[1:4]
+tmp = f"{link}.remote-swap"
+if os.path.lexists(tmp):
+    os.unlink(tmp)
+os.symlink(target, tmp)
+if os.path.isdir(link) and not os.path.islink(link):
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.renameat2(-100, tmp.encode(), -100, link.encode(), 2) != 0:  # RENAME_EXCHANGE
+        raise OSError(ctypes.get_errno(), "renameat2(RENAME_EXCHANGE) failed", link)
+    kept = os.path.join(versions, time.strftime("handmade-%Y%m%d-%H%M%S"))
+    os.rename(tmp, kept)
+    print("kept", kept)
+else:
+    os.replace(tmp, link)
+'''
+
+
+def normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def parse_pins(lines) -> dict[str, str]:
+    """`name==version` requirement lines (a lock or the spec's packages) -> {normalized name: version}."""
+    pins = {}
+    for line in lines:
+        m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*==\s*([^\s;\\#]+)", line)
+        if m:
+            pins[normalize(m.group(1))] = m.group(3)
+    return pins
+
+
+def spec_hash(spec: VenvSpec, python: str, requirements_text: str | None, extras: bytes = b"") -> str:
+    """Identifies a venv build: same hash, same venv. Includes the interpreter version and uv version."""
+    payload = json.dumps({
+        "packages": list(spec.packages), "index_url": spec.index_url, "extra": list(spec.extra_index_urls),
+        "find_links": list(spec.find_links), "requirements": requirements_text, "python": python,
+        "uv": spec.uv_version, "extras": hashlib.sha256(extras).hexdigest(),
+    }, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Drift:
+    """How the current venv differs from what its lock says (pollution)."""
+
+    extra: dict[str, str] = field(default_factory=dict)  # installed, not produced by the spec
+    changed: dict[str, tuple[str, str]] = field(default_factory=dict)  # name: (locked, installed)
+    missing: dict[str, str] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.extra or self.changed or self.missing)
+
+    def lines(self) -> list[str]:
+        out = [f"extra package not in the spec: {n}=={v}" for n, v in sorted(self.extra.items())]
+        out += [f"version differs: {n} locked {a}, installed {b}" for n, (a, b) in sorted(self.changed.items())]
+        out += [f"missing: {n}=={v}" for n, v in sorted(self.missing.items())]
+        return out
+
+
+def drift(locked: dict[str, str], installed: dict[str, str]) -> Drift:
+    inst = {normalize(k): v for k, v in installed.items()}
+    return Drift(
+        extra={n: v for n, v in inst.items() if n not in locked},
+        changed={n: (v, inst[n]) for n, v in locked.items() if n in inst and inst[n] != v},
+        missing={n: v for n, v in locked.items() if n not in inst},
+    )
+
+
+def check_pins(spec: VenvSpec, installed: dict[str, str]) -> list[str]:
+    """Every `==` pin of the spec must come back exactly (a +cu128 pin never as a cu130 build)."""
+    inst = {normalize(k): v for k, v in installed.items()}
+    problems = []
+    for name, want in parse_pins(spec.packages).items():
+        got = inst.get(name)
+        if got != want:
+            problems.append(f"{name}: pinned {want}, installed {got or 'nothing'}")
+    return problems
+
+
+@dataclass(frozen=True)
+class VenvPlan:
+    action: str  # "none" | "build" | "swap"
+    reason: str
+    drift: Drift = field(default_factory=Drift)
+    reuse: str | None = None  # an existing version folder to swap to
+
+
+def plan(spec: VenvSpec, want_hash: str, probe: dict) -> VenvPlan:
+    """What the venv needs, from the probe's view of it. Pure: tested as data."""
+    v = probe["venv"]
+    record = v.get("record")
+    if not v["exists"]:
+        return VenvPlan("build", f"no venv at {spec.path}")
+    if record is None:
+        return VenvPlan("build", f"{spec.path} was not built by remote (no remote-venv.json): rebuilding beside it",
+                        drift(parse_pins(spec.packages), v.get("dists") or {}))
+    found = drift(parse_pins(record.get("lock", "").splitlines()), v.get("dists") or {})
+    if v.get("dists") is None:
+        return VenvPlan("build", f"the venv's interpreter does not run", found)
+    if record.get("spec_hash") != want_hash:
+        reuse = next((name for name in v.get("versions", []) if name.startswith(want_hash + "-")
+                      and not name.endswith(".partial")), None)
+        return VenvPlan("swap" if reuse else "build", "the venv spec changed", found, reuse)
+    if found:
+        return VenvPlan("build", "the venv was changed by hand", found)
+    return VenvPlan("none", "venv up to date", found)
+
+
+def requirements_in(spec: VenvSpec, requirements_text: str | None) -> str:
+    lines = list(spec.packages)
+    if requirements_text:
+        lines += ["", "# from the checkout's requirements file", requirements_text]
+    return "\n".join(lines) + "\n"
+
+
+def uv_index_args(spec: VenvSpec) -> list[str]:
+    args = []
+    if spec.index_url:
+        args += ["--index-url", spec.index_url]
+    for url in spec.extra_index_urls:
+        args += ["--extra-index-url", url]
+    for link in spec.find_links:
+        args += ["--find-links", link]
+    return args
+
+
+def build_script() -> str:
+    """Bash, in the container: make the partial venv, lock, sync. $1 uv, $2 python, $3 partial dir."""
+    return r'''
+uv=$1 python=$2 partial=$3; shift 3
+echo $$ > "$partial.pid"
+"$uv" venv --quiet --python "$python" --no-project "$partial"
+cp "$partial.in" "$partial/remote-spec.in"
+echo "resolving (uv pip compile)..."
+"$uv" pip compile --quiet --python "$partial/bin/python" --generate-hashes --no-header "$@" \
+    -o "$partial/remote-lock.txt" "$partial/remote-spec.in"
+echo "installing $(grep -c '==' "$partial/remote-lock.txt") packages (uv pip sync)..."
+"$uv" pip sync --python "$partial/bin/python" "$@" "$partial/remote-lock.txt"
+site=$("$partial/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+cp "$partial.guard" "$site/remote_guard.py"
+'''
+
+
+def stamp() -> str:
+    return time.strftime("%Y%m%d-%H%M%S")
+
+
+def check_verify(spec: VenvSpec, info: dict) -> None:
+    problems = check_pins(spec, info["dists"])
+    if any(normalize(p.split("==")[0]) == "torch" for p in spec.packages) and not info.get("torch"):
+        problems.append(f"import torch failed: {info.get('torch_error')}")
+    if problems:
+        raise DeployError("the new venv did not verify; the current venv was left in place:\n  "
+                          + "\n  ".join(problems))
