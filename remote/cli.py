@@ -50,21 +50,40 @@ def _stream(kind: str, chunk: bytes) -> None:
 @task(help={"json": "print machine-readable JSON", "hosts": HOSTS_HELP})
 @handled
 def status(c, json_=False, hosts=None):
-    """Show each host's reachability and each container's state."""
+    """Each host's reachability; each container's state, running job (uptime, throughput) and last exit status."""
+    from .jobs import container_jobs
+
     with _session(hosts) as s:
-        states = inventory(s)
+        hosts_ = inventory(s)
+        reachable = {h.host for h in hosts_ if h.reachable}
+        jobs = [j for j in container_jobs(s) if j["host"] in reachable] if reachable else []
     if json_:
-        print(json.dumps([{"host": h.host, "reachable": h.reachable, "error": h.error,
-                           "containers": {str(k): v for k, v in h.containers.items()}} for h in states], indent=2))
+        print(json.dumps({"hosts": [{"host": h.host, "reachable": h.reachable, "error": h.error,
+                                     "containers": {str(k): v for k, v in h.containers.items()}} for h in hosts_],
+                          "containers": jobs}, indent=2))
     else:
-        for h in states:
+        by_ct = {j["container"]: j for j in jobs}
+        for h in hosts_:
             print(f"{h.host}: {'reachable' if h.reachable else 'UNREACHABLE'}")
             if h.error:
                 print("  " + h.error.replace("\n", "\n  "))
             for ctid, state in h.containers.items():
-                print(f"  {ctid}: {state}")
-    if not all(h.reachable for h in states):
+                print(f"  {ctid}: {state}" + _job_line(by_ct.get(ctid)))
+    if not all(h.reachable for h in hosts_):
         raise Exit(code=1)
+
+
+def _job_line(entry: dict | None) -> str:
+    if not entry or "run" not in entry:
+        return "" if not entry or "error" not in entry else f"  ({entry['error']})"
+    r = entry["run"]
+    if r["alive"]:
+        tp = f", {r['throughput']:g}" if r["throughput"] is not None else ", no throughput yet"
+        base = f" vs baseline {r['baseline']:g}{' LOW' if r['low'] else ''}" if r["baseline"] and r["throughput"] else ""
+        text = f", job {r['id']} running {r['uptime_s']}s{tp}{base}"
+    else:
+        text = f", last run {r['id']} exited {r['exit']}"
+    return text + (f" [{', '.join(r['problems'])}]" if r["problems"] else "")
 
 
 @task(name="exec", help={"container": CT_HELP, "command": "shell command to run inside the container (bash -c)",
@@ -120,6 +139,53 @@ def warmup(c, container=None, parallel=False, devices=None, export=None, import_
           f"misses {sum(r.misses for r in results)}")
 
 
+@task(help={"container": CT_HELP, "force": "start even if a job is already running there",
+            "warmup": "run the warmup first when the preflight finds it missing",
+            "detach": "do not follow the log after starting", "dry": DRY_HELP, "hosts": HOSTS_HELP})
+@handled
+def train(c, container=None, force=False, warmup=False, detach=False, dry=False, hosts=None):
+    """Preflight, start the training job detached, then follow its log (Ctrl-C leaves it running)."""
+    from .jobs import train as run_train
+
+    with _session(hosts, dry) as s:
+        final = run_train(s, container, force=force, warmup=warmup, follow=not detach)
+    if final and not final["alive"] and final["exit"]:
+        raise Exit(code=int(final["exit"]))
+
+
+@task(help={"container": CT_HELP, "run": "run id (default: the latest)", "follow": "keep printing until the job ends",
+            "hosts": HOSTS_HELP})
+@handled
+def logs(c, container=None, run=None, follow=False, hosts=None):
+    """Print a run's log; with --follow, until the job ends, then its exit status."""
+    from .jobs import show_log
+
+    with _session(hosts) as s:
+        spec = s.config.container(container)
+        final = show_log(s.container(spec.ctid), spec, run, follow=follow)
+    if follow and not final["alive"] and final["exit"]:
+        raise Exit(code=int(final["exit"]))
+
+
+@task(help={"container": CT_HELP, "run": "run id (default: the latest)",
+            "grace": "seconds between TERM and KILL (default 10)", "dry": DRY_HELP, "hosts": HOSTS_HELP})
+@handled
+def stop(c, container=None, run=None, grace=10, dry=False, hosts=None):
+    """Stop a job: TERM its process group, KILL after the grace period, verify nothing of it is left."""
+    from .jobs import stop as stop_job
+
+    with _session(hosts, dry) as s:
+        spec = s.config.container(container)
+        result = stop_job(s.container(spec.ctid), spec, run, grace=int(grace))
+    if dry:
+        return
+    if not result["was_alive"]:
+        print(f"run {result['run']} was not running (exit status {result['exit']}); no process of it is left")
+    else:
+        print(f"run {result['run']} stopped with SIG{result['signal']} (exit status {result['exit']}); "
+              "verified: no process of it is left" + (", none on a GPU" if result.get("gpu_left") == [] else ""))
+
+
 @task(name="up", help={"containers": "comma-separated container ids (default 200)",
                        "port": "sshd port on 127.0.0.1 (default 2222)"})
 @handled
@@ -153,6 +219,9 @@ ns.add_task(status)
 ns.add_task(exec_)
 ns.add_task(deploy)
 ns.add_task(warmup)
+ns.add_task(train)
+ns.add_task(logs)
+ns.add_task(stop)
 ns.add_collection(lab)
 
 program = Program(namespace=ns, version=__version__, name="remote", binary="remote")

@@ -62,16 +62,18 @@ def main(argv=None) -> int:
     start = time.monotonic()
     for t in threads:
         t.start()
-    last_tokens, last_time, step_line = 0, time.monotonic(), 0
+    # Throughput lines cover whole intervals of steady state: the first one starts once every thread
+    # has finished its first (compiling) step, so the ramp is never reported as throughput.
+    last_tokens, last_time = None, None
     while any(t.is_alive() for t in threads):
         deadline = time.monotonic() + args.log_interval
         for t in threads:
             t.join(timeout=max(0.0, deadline - time.monotonic()))
         now, total = time.monotonic(), sum(tokens_done)
-        if len(steady_since) == len(workers) and total > last_tokens:
-            # Measure from when the last thread reached steady state, not across the compile wait.
-            rate = (total - last_tokens) / (now - max(last_time, max(steady_since))) / 1000
-            step_line += 1
+        if len(steady_since) < len(workers):
+            continue
+        if last_time is not None and total > last_tokens:
+            rate = (total - last_tokens) / (now - last_time) / 1000
             print(f"step {total // (cfg.batch * cfg.seq)} | loss {sum(losses) / len(losses):.3f} | "
                   f"{rate:.2f} Ktok/s", flush=True)
         last_tokens, last_time = total, now
