@@ -128,10 +128,15 @@ def deploy(session: Session, ctid=None, *, allow_dirty: bool = False, check: boo
     """Bring container `ctid` to the configured commit and venv; a no-op when both already match."""
     start = time.monotonic()
     spec = session.config.container(ctid)
-    ct = session.container(spec.ctid)
+    # Never with the venv on PATH: `python3` could then be the very venv that is being replaced.
+    ct = session.container(spec.ctid, venv_on_path=False)
     summary = Summary(spec.ctid)
     local = codemod.resolve(spec.code.repo, spec.code.ref, allow_dirty) if spec.code.repo else None
     state = probe(ct, spec)
+    interpreter = state["python"]["executable"]
+    if any(interpreter.startswith(p.rstrip("/") + "/") for p in (spec.venv.path, versions_dir(spec))):
+        raise DeployError(f"venv.python {spec.venv.python!r} resolves to {interpreter}, inside the venv that deploy "
+                          "manages: name the system interpreter, e.g. /usr/bin/python3")
     if rollback:
         _rollback(ct, spec, state, summary, echo)
         summary.seconds = time.monotonic() - start
@@ -240,7 +245,7 @@ def _build(ct: Container, spec: ContainerSpec, state: dict, want: str, req_text,
     # setsid: the builder is its own process group, so the next deploy can stop it if this one is interrupted.
     try:
         ct.run(["setsid", "--wait", "bash", "-c", "set -euo pipefail\n" + venvmod.build_script(), "build", uv,
-                spec.venv.python, partial, *venvmod.uv_index_args(spec.venv)],
+                state["python"]["executable"], partial, *venvmod.uv_index_args(spec.venv)],
                env=UV_ENV, timeout=BUILD_TIMEOUT, on_output=_streamer(echo), label="venv build")
     except CommandError as exc:
         raise DeployError(f"the venv build failed (exit {exc.exit_code}, output above); the current venv was left "

@@ -24,11 +24,11 @@ class Session:
             self._transports[host.name] = self.transport_factory(host)
         return self._transports[host.name]
 
-    def container(self, ctid: int | str | None = None) -> Container:
-        """The container `ctid` (or the only one), with its venv first on PATH."""
+    def container(self, ctid: int | str | None = None, venv_on_path: bool = True) -> Container:
+        """The container `ctid` (or the only one), with its venv first on PATH unless told otherwise."""
         spec = self.config.container(ctid)
         return Container(self.transport(spec.host), spec.ctid, pct=spec.host.pct, dry=self.dry, echo=self.echo,
-                         path=f"{spec.venv.path}/bin:{DEFAULT_PATH}")
+                         path=f"{spec.venv.path}/bin:{DEFAULT_PATH}" if venv_on_path else DEFAULT_PATH)
 
     def close(self) -> None:
         for t in self._transports.values():

@@ -186,8 +186,8 @@ def plan(spec: VenvSpec, want_hash: str, probe: dict) -> VenvPlan:
     if v.get("dists") is None:
         return VenvPlan("build", f"the venv's interpreter does not run", found)
     if record.get("spec_hash") != want_hash:
-        reuse = next((name for name in v.get("versions", []) if name.startswith(want_hash + "-")
-                      and not name.endswith(".partial")), None)
+        finished = re.compile(re.escape(want_hash) + r"-\d{8}-\d{6}")  # not *.partial, *.partial.in, ...
+        reuse = next((name for name in reversed(v.get("versions", [])) if finished.fullmatch(name)), None)
         return VenvPlan("swap" if reuse else "build", "the venv spec changed", found, reuse)
     if found:
         return VenvPlan("build", "the venv was changed by hand", found)

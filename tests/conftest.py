@@ -45,11 +45,37 @@ def lab(tmp_path_factory):
     lab.down(purge=True)
 
 
+LAB_SECTIONS = """
+venv:
+  packages: [torch==2.13.0+cpu, numpy==2.2.6]
+  find_links: [/opt/wheels]
+  requirements: requirements.txt
+code:
+  repo: {repo}
+  path: /root/dflash
+warmup:
+  command: python -m drafter.warmup --device {{device}}
+  devices: [0, 1]
+  cache_dir: /root/.cache/torch-compile
+train:
+  command: python -m drafter.train --target-gpus 0 --drafter-gpus 0,1 --steps 40 --log-interval 0.5
+  run_dir: /root/runs
+  baseline: 21.5
+  tolerance: 0.2
+"""
+
+
 @pytest.fixture(scope="session")
-def lab_hosts(lab, tmp_path_factory) -> Path:
+def demo_repo(lab) -> Path:
+    """The demo drafter repository of the test lab (made from examples/, like the real lab's)."""
+    return lab.demo_repo()
+
+
+@pytest.fixture(scope="session")
+def lab_hosts(lab, demo_repo, tmp_path_factory) -> Path:
     """A hosts file for the test lab; container 999 is configured but does not exist."""
     path = tmp_path_factory.mktemp("cfg") / "hosts.yaml"
-    path.write_text(lab.hosts_yaml((*LAB_CONTAINERS, 999)))
+    path.write_text(lab.hosts_yaml((*LAB_CONTAINERS, 999)) + LAB_SECTIONS.format(repo=demo_repo))
     return path
 
 
@@ -65,3 +91,42 @@ def lab_session(lab_hosts):
 @pytest.fixture
 def ct(lab_session):
     return lab_session.container(200)
+
+
+class CountingTransport:
+    """Wraps a transport and records every command, to assert how many round trips a step takes."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, []
+        self.name = inner.name
+
+    def run(self, argv, **kw):
+        self.calls.append(list(argv))
+        return self.inner.run(argv, **kw)
+
+    def describe(self, argv):
+        return self.inner.describe(argv)
+
+    def close(self):
+        self.inner.close()
+
+
+@pytest.fixture(scope="session")
+def deployed(lab_session):
+    """Container 200 deployed with the demo drafter and the pinned CPU torch."""
+    from remote.deploy import deploy
+
+    summary = deploy(lab_session, 200, echo=lambda s: None)
+    assert summary.torch["torch"] == "2.13.0+cpu", summary.render()
+    return summary
+
+
+def load_config(path, **edits):
+    """The lab's hosts file with `edits` applied as YAML text replacements, saved beside it."""
+    text = Path(path).read_text()
+    for old, new in edits.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    out = Path(path).with_name(f"hosts-{abs(hash(text))}.yaml")
+    out.write_text(text)
+    return out

@@ -1,0 +1,144 @@
+"""Lab tier: `deploy` with real uv, the real CPU torch wheel and real git in a real container."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import CountingTransport, load_config
+
+from remote import config
+from remote.deploy import deploy
+from remote.errors import DeployError
+from remote.session import Session
+
+pytestmark = pytest.mark.lab
+ROOT = Path(__file__).resolve().parent.parent
+quiet = dict(echo=lambda s: None)
+
+
+def git(repo, *args):
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+def test_deploy_installs_the_pinned_torch_and_the_exact_commit(deployed, ct, demo_repo):
+    assert ct.run(["python", "-c", "import torch; print(torch.__version__)"]).out.strip() == "2.13.0+cpu"
+    assert ct.run(["readlink", "/root/venv"]).out.startswith("/root/venv.versions/")
+    assert ct.run(["git", "-C", "/root/dflash", "rev-parse", "HEAD"]).out.strip() == git(demo_repo, "rev-parse", "HEAD")
+    assert ct.run(["git", "-C", "/root/dflash", "status", "--porcelain", "--untracked-files=no"]).out == ""
+    lock = ct.run(["bash", "-c", "cat /root/venv/remote-lock.txt"]).out
+    assert "torch==2.13.0+cpu" in lock and "--hash=sha256:" in lock
+    assert ct.run(["python", "-c", "import remote_guard"]).ok  # the compile guard ships with the venv
+
+
+def test_second_deploy_is_a_noop_in_one_round_trip(deployed, lab_session):
+    counting = CountingTransport(lab_session.transport(lab_session.config.hosts["lab"]))
+    s = Session(lab_session.config, transport_factory=lambda h: counting)
+    summary = deploy(s, 200, **quiet)
+    assert summary.noop and summary.changed == [], summary.render()
+    assert len(counting.calls) == 1  # the probe, nothing else
+
+
+def test_edits_in_the_container_are_saved_then_reset_and_untracked_files_survive(deployed, ct, lab_session):
+    ct.run(["bash", "-c", "echo '# HACK: skip the mask' >> /root/dflash/drafter/model.py; "
+                          "echo weights > /root/dflash/ckpt.pt; mkdir -p /root/dflash/out && echo x > /root/dflash/out/log"])
+    summary = deploy(lab_session, 200, **quiet)
+    patch = [s for s in summary.saved if s.endswith(".patch")]
+    assert len(patch) == 1 and "+# HACK: skip the mask" in ct.run(["cat", patch[0]]).out
+    assert ct.run(["git", "-C", "/root/dflash", "status", "--porcelain", "--untracked-files=no"]).out == ""
+    assert "HACK" not in ct.run(["cat", "/root/dflash/drafter/model.py"]).out
+    assert ct.run(["cat", "/root/dflash/ckpt.pt"]).out == "weights\n"
+    assert ct.run(["cat", "/root/dflash/out/log"]).out == "x\n"
+
+
+def test_untracked_file_replaced_by_a_new_commit_is_saved(deployed, ct, lab_session, demo_repo):
+    ct.run(["bash", "-c", "echo 'container version' > /root/dflash/notes.txt"])
+    (demo_repo / "notes.txt").write_text("committed version\n")
+    git(demo_repo, "add", "notes.txt")
+    git(demo_repo, "commit", "-qm", "add notes")
+    try:
+        summary = deploy(lab_session, 200, **quiet)
+        tar = [s for s in summary.saved if s.endswith(".tar")]
+        assert len(tar) == 1
+        assert ct.run(["tar", "-xOf", tar[0], "notes.txt"]).out == "container version\n"
+        assert ct.run(["cat", "/root/dflash/notes.txt"]).out == "committed version\n"
+    finally:
+        git(demo_repo, "rm", "-q", "notes.txt")
+        git(demo_repo, "commit", "-qm", "drop notes")
+
+
+def test_dirty_local_tree_is_refused_unless_allowed(deployed, lab_session, demo_repo, ct):
+    model = demo_repo / "drafter" / "model.py"
+    original = model.read_text()
+    model.write_text(original + "\n# local experiment\n")
+    try:
+        with pytest.raises(DeployError, match=r"uncommitted changes.*--allow-dirty[\s\S]*drafter/model.py"):
+            deploy(lab_session, 200, **quiet)
+        deploy(lab_session, 200, allow_dirty=True, **quiet)
+        assert "# local experiment" in ct.run(["cat", "/root/dflash/drafter/model.py"]).out
+        assert '"dirty": true' in ct.run(["cat", "/root/dflash/.git/remote-deploy.json"]).out
+    finally:
+        model.write_text(original)
+    deploy(lab_session, 200, **quiet)
+    assert '"dirty": false' in ct.run(["cat", "/root/dflash/.git/remote-deploy.json"]).out
+
+
+def test_hand_installed_package_is_reported_and_removed_by_a_rebuild(deployed, lab_session, ct):
+    # What `pip install sglang` leaves behind, as far as any package listing can tell.
+    site = ct.run(["python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).out.strip()
+    ct.run(["bash", "-c", f"mkdir -p {site}/sglang-0.5.0.dist-info && printf 'Metadata-Version: 2.1\\nName: sglang\\n"
+                          f"Version: 0.5.0\\n' > {site}/sglang-0.5.0.dist-info/METADATA"])
+    check = deploy(lab_session, 200, check=True, **quiet)
+    assert "extra package not in the spec: sglang==0.5.0" in check.drift
+    assert any("venv would be rebuilt: the venv was changed by hand" in c for c in check.changed)
+    before = ct.run(["readlink", "/root/venv"]).out
+    summary = deploy(lab_session, 200, **quiet)
+    assert ct.run(["readlink", "/root/venv"]).out != before
+    assert "sglang" not in ct.run(["python", "-c", "import importlib.metadata as m; print([d.metadata['Name'] for d in "
+                                                   "m.distributions()])"]).out
+    assert any("previous venv" in k for k in summary.kept)
+    rolled = deploy(lab_session, 200, rollback=True, **quiet)
+    assert ct.run(["readlink", "/root/venv"]).out == before and "rolled back" in rolled.changed[0]
+    deploy(lab_session, 200, **quiet)  # the rolled-back venv is polluted: deploy rebuilds or reuses the clean build
+    assert deploy(lab_session, 200, **quiet).noop
+
+
+def test_a_handmade_venv_is_exchanged_atomically_and_kept(lab_session):
+    ct = lab_session.container(201)
+    ct.run(["bash", "-c", "rm -rf /root/venv /root/venv.versions; mkdir -p /root/venv/bin && "
+                          "ln -s /usr/bin/python3 /root/venv/bin/python && echo mine > /root/venv/marker"])
+    summary = deploy(lab_session, 201, **quiet)
+    kept = [k for k in summary.kept if "hand-made venv" in k]
+    assert kept, summary.render()
+    handmade = kept[0].split("moved aside to ")[1].split(" ")[0]
+    assert ct.run(["cat", f"{handmade}/marker"]).out == "mine\n"
+    assert ct.run(["python", "-c", "import torch; print(torch.__version__)"]).out.strip() == "2.13.0+cpu"
+
+
+def test_deploy_killed_mid_install_leaves_the_old_venv_working(deployed, lab_session, lab_hosts, ct):
+    before = ct.run(["readlink", "/root/venv"]).out
+    changed = load_config(lab_hosts, **{"packages: [torch==2.13.0+cpu, numpy==2.2.6]":
+                                        "packages: [torch==2.13.0+cpu, numpy==2.2.6, mpmath==1.3.0]"})
+    env = {**os.environ, "REMOTE_HOSTS_FILE": str(changed), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", "from remote.cli import program; program.run()", "deploy",
+                             "--container", "200"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        end = time.monotonic() + 120
+        while ".partial" not in ct.run(["ls", "/root/venv.versions"]).out:
+            assert time.monotonic() < end and proc.poll() is None, proc.stdout.read().decode()
+            time.sleep(0.1)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert ct.run(["readlink", "/root/venv"]).out == before
+    assert ct.run(["python", "-c", "import torch"]).ok
+    with Session(config.load(str(changed))) as s:
+        summary = deploy(s, 200, **quiet)
+    assert any("interrupted deploy" in c for c in summary.changed), summary.render()
+    assert ".partial" not in ct.run(["ls", "/root/venv.versions"]).out
+    assert ct.run(["python", "-c", "import mpmath, torch"]).ok
+    deploy(lab_session, 200, **quiet)  # back to the session's spec (a swap to the kept build or a rebuild)

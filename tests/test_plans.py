@@ -1,0 +1,153 @@
+"""Pure functions of deploy, logs and jobs, tested as data."""
+
+import pytest
+
+from remote import code as codemod
+from remote import logs, venv
+from remote.config import VenvSpec
+from remote.errors import DeployError, JobError
+from remote.jobs import parse_gpus
+
+SPEC = VenvSpec(packages=("torch==2.11.0+cu128", "torchvision==0.26.0+cu128"))
+LOCK = "torch==2.11.0+cu128 \\\n    --hash=sha256:ab\nfilelock==3.0\ntorchvision==0.26.0+cu128\n"
+
+
+def probe(**venv_over):
+    v = {"exists": True, "is_link": True, "real": "/root/venv.versions/h-1",
+         "record": {"spec_hash": "h", "lock": LOCK}, "versions": ["h-1"],
+         "dists": {"torch": "2.11.0+cu128", "filelock": "3.0", "torchvision": "0.26.0+cu128"}}
+    v.update(venv_over)
+    return {"venv": v}
+
+
+def test_plan_none_when_spec_and_lock_match():
+    assert venv.plan(SPEC, "h", probe()).action == "none"
+
+
+@pytest.mark.parametrize("over, action, reason", [
+    ({"exists": False}, "build", "no venv"),
+    ({"record": None}, "build", "not built by remote"),
+    ({"dists": None}, "build", "does not run"),
+    ({"dists": {"torch": "2.11.0+cu128", "filelock": "3.0", "torchvision": "0.26.0+cu128", "sglang": "0.5"}},
+     "build", "changed by hand"),
+])
+def test_plan_rebuilds(over, action, reason):
+    p = venv.plan(SPEC, "h", probe(**over))
+    assert p.action == action and reason in p.reason
+
+
+def test_plan_swaps_to_an_existing_build_of_the_wanted_spec():
+    names = ["h-1", "other-20260101-000000", "other-20260102-000000.partial", "other-20260102-000000.partial.in"]
+    p = venv.plan(SPEC, "other", probe(versions=names))
+    assert (p.action, p.reuse) == ("swap", "other-20260101-000000")
+    assert venv.plan(SPEC, "new", probe()).action == "build"
+
+
+def test_drift_lists_extra_changed_missing():
+    d = venv.drift({"torch": "2.11.0+cu128", "filelock": "3.0"},
+                   {"torch": "2.11.0+cu130", "flashinfer_python": "0.2", "SGLang": "0.5"})
+    assert d.lines() == ["extra package not in the spec: flashinfer-python==0.2",
+                         "extra package not in the spec: sglang==0.5",
+                         "version differs: torch locked 2.11.0+cu128, installed 2.11.0+cu130",
+                         "missing: filelock==3.0"]
+    assert not venv.drift({"a": "1"}, {"A": "1"})
+
+
+def test_pins_must_come_back_exactly():
+    assert venv.check_pins(SPEC, {"torch": "2.11.0+cu128", "torchvision": "0.26.0+cu128"}) == []
+    assert venv.check_pins(SPEC, {"torch": "2.11.0", "torchvision": "0.26.0+cu128"}) == [
+        "torch: pinned 2.11.0+cu128, installed 2.11.0"]
+    assert "installed nothing" in venv.check_pins(SPEC, {"torch": "2.11.0+cu128"})[0]
+    with pytest.raises(DeployError, match="import torch failed"):
+        venv.check_verify(VenvSpec(packages=("torch==1",)), {"dists": {"torch": "1"}, "torch": None,
+                                                             "torch_error": "libcudart.so.12 missing"})
+
+
+def test_parse_pins_reads_locks_and_specs():
+    assert venv.parse_pins(LOCK.splitlines()) == {"torch": "2.11.0+cu128", "filelock": "3.0",
+                                                  "torchvision": "0.26.0+cu128"}
+    assert venv.parse_pins(["Foo_Bar[extra]==1.0 ; python_version > '3'", "baz>=2", "# x==1"]) == {"foo-bar": "1.0"}
+
+
+def test_spec_hash_changes_with_each_input():
+    base = venv.spec_hash(SPEC, "3.11.2 /usr/bin/python3.11", None, b"g")
+    assert base == venv.spec_hash(SPEC, "3.11.2 /usr/bin/python3.11", None, b"g")
+    others = [venv.spec_hash(VenvSpec(packages=("torch==2.11.0+cu130",)), "3.11.2 /usr/bin/python3.11", None, b"g"),
+              venv.spec_hash(SPEC, "3.12.1 /usr/bin/python3.12", None, b"g"),
+              venv.spec_hash(SPEC, "3.11.2 /usr/bin/python3.11", "numpy==2\n", b"g"),
+              venv.spec_hash(SPEC, "3.11.2 /usr/bin/python3.11", None, b"guard v2"),
+              venv.spec_hash(VenvSpec(packages=SPEC.packages, uv_version="0.1.0"), "3.11.2 /usr/bin/python3.11", None,
+                             b"g")]
+    assert len({base, *others}) == 6
+
+
+def test_code_needs_sync():
+    local = codemod.LocalCommit("/r", "c1", "HEAD", False, "c1")
+    ok = {"exists": True, "git": True, "has_git": True, "head": "c1", "status": ""}
+    assert codemod.needs_sync(local, ok) is None
+    assert "local edits" in codemod.needs_sync(local, {**ok, "status": " M a.py\n"})
+    assert "want c1" in codemod.needs_sync(local, {**ok, "head": "c0"})
+    assert codemod.needs_sync(local, {**ok, "exists": False}) == "no checkout yet"
+    with pytest.raises(DeployError, match="apt-get install git"):
+        codemod.needs_sync(local, {**ok, "has_git": False})
+
+
+@pytest.mark.parametrize("line, value", [
+    ("step 10 | loss 2.1 | 21.50 Ktok/s", 21.5),
+    ("throughput: 4.3 ktokens/s", 4.3),
+    ("12000 tok/s", 12.0),
+    ("1.5 Mtok/s", 1500.0),
+    ("tokens_per_second=2500", 2.5),
+    ("loss 2.1", None),
+])
+def test_default_metrics(line, value):
+    got = logs.parse_metric(line, logs.DEFAULT_METRICS)
+    assert got == pytest.approx(value) if value is not None else got is None
+
+
+def test_custom_metric():
+    assert logs.parse_metric("tput=7.5", logs.compile_metric(r"tput=([\d.]+)")) == 7.5
+
+
+def test_low_throughput_is_flagged_at_the_first_low_reading():
+    w = logs.Watch(baseline=21.5, tolerance=0.2)
+    assert w.line("step 1 | 21.3 Ktok/s") == []
+    notes = w.line("step 2 | 4.3 Ktok/s")
+    assert len(notes) == 1 and "throughput 4.3 is below 17.2 (baseline 21.5 - 20%)" in notes[0]
+    assert w.line("step 3 | 4.2 Ktok/s") == []  # once per drop, not every line
+    assert "recovered" in w.line("step 4 | 21.0 Ktok/s")[0]
+    assert w.rolling == pytest.approx((21.3 + 4.3 + 4.2 + 21.0) / 4)
+
+
+@pytest.mark.parametrize("text, name", [
+    ("RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized function. This is",
+     "compile race"),
+    ("UserWarning: flex_attention called without torch.compile() - this will use an unfused", "flex_attention uncompiled"),
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate", "CUDA out of memory"),
+    ("NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, unhandled system error", "NCCL error"),
+    ("Dynamo attempted to recompile the code object too many times, exceeding the recompile_limit", "recompile limit hit"),
+    ("RuntimeError: Detected recompile when torch.compile stance is 'fail_on_recompile'. filename", "recompile after warmup"),
+])
+def test_crash_signatures(text, name):
+    w = logs.Watch()
+    notes = w.line(text)
+    assert w.found[0][0] == name and notes[0].startswith(f"!! {name}: ")
+    assert w.line(text) == []  # each signature is reported once
+
+
+def test_line_splitter_keeps_partial_lines_and_collapses_progress_bars():
+    s = logs.LineSplitter()
+    assert s.feed(b"a\nb") == ["a"]
+    assert s.feed(b"c\r 10%\r 50%\r100%\nd") == ["100%"]
+    assert s.feed(b"\n") == ["d"]
+    assert s.flush() == []
+    s.feed(b"tail")
+    assert s.flush() == ["tail"]
+
+
+def test_parse_gpus():
+    assert parse_gpus("NO-NVIDIA-SMI\n") is None
+    assert parse_gpus("0, NVIDIA H200, 570.86.15, 1, 143771\n") == [
+        {"index": 0, "name": "NVIDIA H200", "driver": "570.86.15", "memory_used_mib": 1, "memory_total_mib": 143771}]
+    with pytest.raises(JobError):
+        parse_gpus("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver\n")
