@@ -52,7 +52,7 @@ while :; do
   kill -0 "$child" 2>/dev/null || break
 done
 echo "$rc" > "$run/exit.tmp" && mv "$run/exit.tmp" "$run/exit"
-' job "$run" "$checkout" "$command" < /dev/null > /dev/null 2>&1
+' job "$run" "$checkout" "$command" < /dev/null > /dev/null 2>&1 9>&-  # the job must not hold the launch lock
 for _ in $(seq 100); do [ -s "$run/pid" ] && break; sleep 0.05; done
 [ -s "$run/pid" ] || { echo "the job did not start" >&2; exit 6; }
 ln -sfn "$id" "$run_dir/current.tmp" && mv -T "$run_dir/current.tmp" "$run_dir/current"
@@ -86,8 +86,9 @@ marked() {
   for e in /proc/[0-9]*/environ; do
     p=${e#/proc/}; p=${p%/environ}
     [ "$p" = "$$" ] && continue
-    tr '\0' '\n' < "$e" 2>/dev/null | grep -qx "REMOTE_RUN_ID=$id" && echo "$p"
+    { tr '\0' '\n' < "$e"; } 2>/dev/null | grep -qx "REMOTE_RUN_ID=$id" && echo "$p"
   done
+  return 0  # processes come and go during the scan
 }
 signalled=none
 if [ "$pid" != 0 ] && kill -0 "$pid" 2>/dev/null; then
@@ -108,7 +109,7 @@ fi
 gpu=""
 if command -v nvidia-smi >/dev/null 2>&1; then
   for p in $(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null); do
-    [ -r "/proc/$p/environ" ] && tr '\0' '\n' < "/proc/$p/environ" | grep -qx "REMOTE_RUN_ID=$id" && gpu="$gpu $p"
+    { tr '\0' '\n' < "/proc/$p/environ"; } 2>/dev/null | grep -qx "REMOTE_RUN_ID=$id" && gpu="$gpu $p"
   done
 fi
 printf '{"signal": "%s", "left": [%s], "gpu_left": [%s], "exit": %s}\n' "$signalled" \

@@ -288,6 +288,9 @@ class SshTransport:
                     stdout_open = False
                 if not stdout_open and (chan.exit_status_ready() or chan.closed) and not chan.recv_stderr_ready():
                     break
+                if not progressed and (chan.closed or not chan.get_transport().is_active()) \
+                        and not chan.recv_ready() and not chan.recv_stderr_ready():
+                    break  # the connection died under us: no EOF and no exit status will come
                 if deadline is not None and time.monotonic() - start > deadline:
                     raise CommandTimeout(command, deadline, b"".join(err).decode("utf-8", "replace"), self.name)
                 if not progressed:

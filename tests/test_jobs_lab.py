@@ -1,0 +1,135 @@
+"""Lab tier: detached jobs that outlive SSH and the controller, resumable logs, stop, status."""
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import load_config
+
+from remote import config
+from remote.errors import JobError
+from remote.jobs import Preflight, launch, show_log, state, stop
+from remote.session import Session
+
+pytestmark = pytest.mark.lab
+ROOT = Path(__file__).resolve().parent.parent
+PRE = Preflight(commit="0" * 40, venv={"verify": {"torch": "2.13.0+cpu"}, "lock_sha256": "x"}, gpus=None, notes=[])
+
+
+def numbered(n, delay):
+    return f"python -c 'import time\nfor i in range({n}): print(i, flush=True); time.sleep({delay})'"
+
+
+@pytest.fixture
+def spec(lab_session, deployed, request):
+    """Container 200's spec with a run folder of this test's own."""
+    base = lab_session.config.container(200)
+    return dataclasses.replace(base, train=dataclasses.replace(base.train, run_dir=f"/root/runs-{request.node.name}"))
+
+
+def wait_for(predicate, timeout=60.0):
+    end = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.1)
+
+
+def test_logs_resume_after_the_server_side_of_ssh_is_killed(lab, ct, spec):
+    run_id, _ = launch(ct, spec, PRE, command=numbered(2500, 0.002))
+    lines, notes = [], []
+    follower = threading.Thread(target=lambda: show_log(ct, spec, run_id, follow=True, echo=lines.append), daemon=True)
+    follower.start()
+    sshd = int((lab.dir / "sshd.pid").read_text())
+    for _ in range(3):  # three forced disconnects while the job prints
+        wait_for(lambda: len(lines) > 200 * (_ + 1))
+        subprocess.run(["pkill", "-KILL", "-P", str(sshd)])
+    follower.join(timeout=120)
+    assert not follower.is_alive()
+    numbers = [int(l) for l in lines if l.isdigit()]
+    assert numbers == list(range(2500))  # nothing lost, nothing repeated
+    assert sum("connection lost" in l for l in lines) >= 1
+    assert lines[-1].startswith(f"-- run {run_id}: exited with status 0")
+
+
+def test_the_job_survives_the_controller_being_killed(lab_hosts, lab_session):
+    hosts = load_config(lab_hosts, **{"  devices: [0, 1]": "  devices: []",
+                                      "python -m drafter.train --target-gpus 0 --drafter-gpus 0,1 --steps 40 "
+                                      "--log-interval 0.5": "for i in $(seq 0 59); do echo $i; sleep 0.05; done"})
+    env = {**os.environ, "REMOTE_HOSTS_FILE": str(hosts), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", "from remote.cli import program; program.run()", "train",
+                             "--container", "200", "--force"], env=env, stdout=subprocess.PIPE, text=True)
+    started = None
+    for line in proc.stdout:
+        if line.startswith("==> run "):
+            started = line.split()[2]
+        if started and line.strip() == "5":
+            break
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    with Session(config.load(str(hosts))) as s:
+        spec, ct = s.config.container(200), s.container(200)
+        assert state(ct, spec, started)["alive"]
+        wait_for(lambda: not state(ct, spec, started)["alive"], 60)
+        final = state(ct, spec, started)
+    assert final["exit"] == 0 and final["tail"].split() == [str(i) for i in range(60)]
+    assert final["manifest"]["command"].startswith("for i in") and final["manifest"]["commit"] != PRE.commit
+
+
+def test_a_second_train_is_refused_unless_forced(ct, spec):
+    first, _ = launch(ct, spec, PRE, command="sleep 300")
+    try:
+        with pytest.raises(JobError, match=f"busy: run {first} .* is still running.*--force"):
+            launch(ct, spec, PRE, command="sleep 300")
+        second, _ = launch(ct, spec, PRE, command="sleep 300", force=True)
+        assert stop(ct, spec, second, grace=2)["left"] == []
+    finally:
+        assert stop(ct, spec, first, grace=2)["left"] == []
+
+
+def test_low_throughput_is_warned_and_crash_texts_get_hints(ct, spec):
+    cmd = ("echo 'step 1 | 21.4 Ktok/s'; echo 'step 2 | 4.3 Ktok/s'; "
+           "echo 'RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized function'; "
+           "exit 1")
+    run_id, _ = launch(ct, spec, PRE, command=cmd)
+    lines = []
+    final = show_log(ct, spec, run_id, follow=True, echo=lines.append)
+    assert final["exit"] == 1
+    i = lines.index("step 2 | 4.3 Ktok/s")
+    assert lines[i + 1].startswith("!! throughput 4.3 is below 17.2 (baseline 21.5 - 20%)")
+    assert any(l.startswith("!! compile race: threads compiled at once") for l in lines)
+    assert f"-- run {run_id}: exited with status 1" in "\n".join(lines)
+
+
+def test_stop_leaves_no_process_even_ones_that_ignore_term_or_leave_the_group(ct, spec):
+    run_id, _ = launch(ct, spec, PRE, command="trap '' TERM; sleep 1000 & setsid sleep 1001 & wait")
+    wait_for(lambda: ct.run(["pgrep", "-f", "sleep 1001"], check=False).ok, 30)
+    result = stop(ct, spec, run_id, grace=2)
+    assert result["signal"] == "KILL" and result["left"] == [] and result["exit"] == 137
+    assert ct.run(["pgrep", "-f", "sleep 100[01]"], check=False).exit_code == 1
+    again = stop(ct, spec, run_id, grace=2)
+    assert again["was_alive"] is False and again["left"] == []
+
+
+def test_status_json_parses_and_shows_the_running_job(lab_hosts, lab_session, deployed):
+    spec, ct = lab_session.config.container(200), lab_session.container(200)
+    run_id, _ = launch(ct, spec, PRE, command="echo '3.0 Ktok/s'; sleep 60", force=True)
+    try:
+        wait_for(lambda: "Ktok/s" in state(ct, spec, run_id)["tail"], 30)
+        env = {**os.environ, "REMOTE_HOSTS_FILE": str(lab_hosts), "PYTHONPATH": str(ROOT)}
+        r = subprocess.run([sys.executable, "-c", "from remote.cli import program; program.run()", "status", "--json"],
+                           env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        data = json.loads(r.stdout)
+        entry = next(c for c in data["containers"] if c["container"] == 200)
+        assert entry["run"]["id"] == run_id and entry["run"]["alive"] and entry["run"]["throughput"] == 3.0
+        assert entry["run"]["low"] is True
+        assert next(c for c in data["containers"] if c["container"] == 999)["error"]
+    finally:
+        stop(ct, spec, run_id, grace=2)
