@@ -10,6 +10,7 @@ silently runs eager. A warm cache hides the race; any miss reopens it.
 
 Use:
     guard = remote_guard.CompileGuard(devices=[5, 6, 7])     # before worker threads start
+    forward = guard.compile(forward_fn)   # ONE torch.compile call per process; pass each device's module in
     # in each worker thread, around its first full step (forward, backward, optimizer, eval):
     with guard.first_step(device):
         train_step()
@@ -146,6 +147,26 @@ class CompileGuard:
         self.steps: list[tuple[str, float, float]] = []  # (device, start, end) of each first step
         self._lock = threading.Lock()
         self._barrier = threading.Barrier(len(self.devices), action=self._seal, timeout=timeout)
+        self._compiled: dict = {}
+        self._compile_lock = threading.Lock()
+
+    def compile(self, fn, **kwargs):
+        """torch.compile `fn` once for the whole process; every thread gets the same compiled callable.
+
+        Each torch.compile() call wraps its backend in a new callback, and dynamo keys cache entries
+        on that callback (BACKEND_MATCH). Threads that each compiled the same code with their own
+        torch.compile() call can miss each other's entries and recompile in steady state: seen on
+        2 H200s even with one shared backend object (docs/gpu-race.md). So compile a plain function
+        once and pass each device's module as an argument: one entry per device, one callback.
+        `dynamic=` is refused: per call it patches global config, which races between threads."""
+        import torch
+
+        if "dynamic" in kwargs:
+            raise ValueError("remote_guard.compile: pass no dynamic=; the guard sets static shapes globally")
+        with self._compile_lock:
+            if fn not in self._compiled:
+                self._compiled[fn] = torch.compile(fn, **kwargs)
+            return self._compiled[fn]
 
     @contextlib.contextmanager
     def first_step(self, device):

@@ -140,3 +140,21 @@ def test_cache_folder_is_per_version_and_outside_tmp(deployed, ct):
                      "print(os.environ['TORCHINDUCTOR_CACHE_DIR']); print(os.environ['TRITON_CACHE_DIR'])").out.split()
     assert out[0] == "/root/.cache/guard-test/torch-2.13.0+cpu-cuda-none-triton-none"
     assert out[1] == out[0] + "/inductor" and out[2] == out[0] + "/triton"
+
+
+COMPILE_API = PRELUDE + r'''
+guard = remote_guard.CompileGuard(["d0"])
+def fn(x):
+    return x * 2
+same = guard.compile(fn) is guard.compile(fn)
+try:
+    guard.compile(fn, dynamic=True)
+    refused = False
+except ValueError:
+    refused = True
+print(json.dumps({"same": same, "refused": refused}))
+'''
+
+
+def test_guard_compile_is_one_compiled_callable_per_function_and_refuses_dynamic(deployed, ct):
+    assert json.loads(run_py(ct, COMPILE_API).out) == {"same": True, "refused": True}

@@ -80,16 +80,22 @@ class Drafter(nn.Module):
         return self.head(x)
 
 
+def drafter_forward(model: Drafter, tokens, hidden, block_mask):
+    """The compiled unit: one function for every thread, each device's module passed in (one cache entry each)."""
+    return model(tokens, hidden, block_mask)
+
+
 class Worker:
     """One drafter device: its model, optimizer, mask and data."""
 
-    def __init__(self, cfg: Config, device: str, target: TargetStub, target_device: str, compile: bool = True,
+    def __init__(self, cfg: Config, device: str, target: TargetStub, target_device: str, compile=None,
                  seed: int = 0):
         torch.manual_seed(seed)
         self.cfg, self.device, self.target, self.target_device = cfg, device, target, target_device
         self.model = Drafter(cfg).to(device)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=3e-4)
-        self.forward = torch.compile(self.model) if compile else self.model
+        # `compile` is remote_guard's CompileGuard.compile (one compiled function per process), or None for eager.
+        self.forward = compile(drafter_forward) if compile else drafter_forward
         self.block_mask = None
         self.gen = torch.Generator(device="cpu").manual_seed(seed)
 
@@ -102,7 +108,7 @@ class Worker:
         tokens = torch.randint(0, cfg.vocab, (cfg.batch, cfg.seq + 1), generator=self.gen)
         hidden = self.target(tokens[:, :-1].to(self.target_device)).to(self.device, non_blocking=True)
         inputs, labels = tokens[:, :-1].to(self.device), tokens[:, 1:].to(self.device)
-        logits = self.forward(inputs, hidden, self.block_mask)
+        logits = self.forward(self.model, inputs, hidden, self.block_mask)
         loss = F.cross_entropy(logits.view(-1, cfg.vocab).float(), labels.reshape(-1))
         loss.backward()
         self.opt.step()

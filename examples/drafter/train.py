@@ -20,6 +20,8 @@ def parse_args(argv=None):
     ap.add_argument("--log-interval", type=float, default=2.0, help="seconds between throughput lines")
     ap.add_argument("--no-guard", action="store_true", help="no compile guard: threads compile at once (the race)")
     ap.add_argument("--eager", action="store_true", help="no torch.compile at all")
+    ap.add_argument("--stagger", type=float, default=0.0,
+                    help="thread i starts its first step i*STAGGER seconds late (uneven per-device setup)")
     return ap.parse_args(argv)
 
 
@@ -38,7 +40,7 @@ def main(argv=None) -> int:
     target_devices = [device_name(t) for t in targets]
     target_models = {d: TargetStub(cfg).to(d) for d in set(target_devices)}
     workers = [Worker(cfg, dev, target_models[target_devices[i % len(target_devices)]],
-                      target_devices[i % len(target_devices)], compile=not args.eager, seed=i)
+                      target_devices[i % len(target_devices)], compile=None if args.eager else guard.compile, seed=i)
                for i, dev in enumerate(devices)]
     tokens_done = [0] * len(workers)
     steady_since: list[float] = []
@@ -47,6 +49,7 @@ def main(argv=None) -> int:
 
     def run(i: int, w: Worker) -> None:
         try:
+            time.sleep(i * args.stagger)
             with guard.first_step(w.device):
                 losses[i] = w.step()
             steady_since.append(time.monotonic())

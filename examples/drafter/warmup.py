@@ -21,7 +21,7 @@ def main(argv=None) -> int:
     device = device_name(args.device)
     guard = remote_guard.CompileGuard([device])
     cfg = Config.for_device(device)
-    worker = Worker(cfg, device, TargetStub(cfg).to(device), device)
+    worker = Worker(cfg, device, TargetStub(cfg).to(device), device, compile=guard.compile)
     start = time.monotonic()
     with guard.first_step(device):
         worker.step()
