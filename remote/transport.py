@@ -133,6 +133,18 @@ class LocalTransport:
         pass
 
 
+class _CallbackFailed(Exception):
+    """Carries an exception raised by the caller's on_output, so it is never mistaken for a lost connection."""
+
+
+def _emit(on_output: OutputCallback | None, kind: str, chunk: bytes) -> None:
+    if on_output:
+        try:
+            on_output(kind, chunk)
+        except BaseException as exc:
+            raise _CallbackFailed() from exc
+
+
 def _retryable(exc: BaseException) -> bool:
     return isinstance(exc, ConnectError)
 
@@ -273,15 +285,13 @@ class SshTransport:
                     chunk = chan.recv_stderr(65536)
                     err.append(chunk)
                     progressed = True
-                    if on_output:
-                        on_output("stderr", chunk)
+                    _emit(on_output, "stderr", chunk)
                 if chan.recv_ready():
                     chunk = chan.recv(65536)
                     progressed = True
                     if chunk:
                         out.append(chunk)
-                        if on_output:
-                            on_output("stdout", chunk)
+                        _emit(on_output, "stdout", chunk)
                     else:
                         stdout_open = False
                 elif stdout_open and chan.eof_received:
@@ -300,14 +310,16 @@ class SshTransport:
             code = chan.recv_exit_status() if chan.exit_status_ready() else -1
         except CommandTimeout:
             raise
+        except _CallbackFailed as failed:
+            raise failed.__cause__ from None
         except (OSError, EOFError) as exc:
             self.close()
-            raise ConnectError(self.name, f"{self.name}: connection lost while running: {command}: {exc}") from exc
+            raise ConnectError(self.name, f"{self.name}: connection lost while running {_short(command)}: {exc}") from exc
         finally:
             chan.close()
         if code == -1:
             self.close()
-            raise ConnectError(self.name, f"{self.name}: connection lost while running: {command}")
+            raise ConnectError(self.name, f"{self.name}: connection lost while running {_short(command)}")
         return Result(argv, code, b"".join(out), b"".join(err), time.monotonic() - start)
 
     def close(self) -> None:
@@ -315,6 +327,10 @@ class SshTransport:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+
+
+def _short(command: str, limit: int = 160) -> str:
+    return command if len(command) <= limit else command[:limit] + " ..."
 
 
 def for_host(host: Host, **kwargs) -> Transport:

@@ -195,3 +195,12 @@ def test_cli_exec_streams_and_exits_with_status(lab_hosts):
     assert r.returncode == 0 and r.stdout.startswith("ssh -p ") and "'pct exec 201 --keep-env 0 --" in r.stdout
     r = subprocess.run([*run, "status", "--json"], capture_output=True, text=True, env=env)
     assert r.returncode == 0 and '"201": "running"' in r.stdout and '"999": "missing"' in r.stdout
+
+
+def test_an_output_callback_error_is_not_a_lost_connection(ct):
+    def broken(kind, chunk):
+        raise BrokenPipeError("stdout closed")  # e.g. `invoke ... | head -1`
+
+    with pytest.raises(BrokenPipeError):
+        ct.run(["bash", "-c", "echo one; sleep 0.2; echo two"], on_output=broken)
+    assert ct.run(["true"]).ok  # the connection is still fine
