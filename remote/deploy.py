@@ -250,6 +250,9 @@ def _build(ct: Container, spec: ContainerSpec, state: dict, want: str, req_text,
     except CommandError as exc:
         raise DeployError(f"the venv build failed (exit {exc.exit_code}, output above); the current venv was left "
                           f"in place and the next deploy removes the half-built one") from None
+    target = f"{versions}/{name}"
+    if ct.dry:  # nothing was built: the verify and finalize steps would only read what is not there
+        return target, None
     echo(f"    built in {time.monotonic() - t0:.1f}s; verifying")
     info = json.loads(ct.run([f"{partial}/bin/python", "-c", venvmod.VERIFY], timeout=600).out)
     venvmod.check_verify(spec.venv, info)
@@ -258,7 +261,6 @@ def _build(ct: Container, spec: ContainerSpec, state: dict, want: str, req_text,
               "uv": spec.venv.uv_version, "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "packages": list(spec.venv.packages)}
     files.push_bytes(ct, json.dumps(record, indent=1).encode(), f"{partial}/remote-venv.json")
-    target = f"{versions}/{name}"
     ct.run(["bash", "-c", 'mv -T -- "$1" "$2" && rm -f -- "$1.in" "$1.guard" "$1.pid"', "finalize", partial, target])
     return target, info
 

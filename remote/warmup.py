@@ -99,6 +99,8 @@ def run_device(ct: Container, spec: ContainerSpec, device: str, echo, extra_env:
                timeout=spec.warmup.timeout, on_output=_prefixed(echo, device, lines), label=command)
     except CommandError as exc:
         raise WarmupError(f"warmup of device {device} failed (exit {exc.exit_code}, output above): {command}") from None
+    if ct.dry:
+        return DeviceResult(device, start, start, {})
     report = parse_report("\n".join(lines))
     if report is None:
         raise WarmupError(f"warmup of device {device} printed no {REPORT_PREFIX.strip()} line: does `{command}` "

@@ -142,3 +142,16 @@ def test_deploy_killed_mid_install_leaves_the_old_venv_working(deployed, lab_ses
     assert ".partial" not in ct.run(["ls", "/root/venv.versions"]).out
     assert ct.run(["python", "-c", "import mpmath, torch"]).ok
     deploy(lab_session, 200, **quiet)  # back to the session's spec (a swap to the kept build or a rebuild)
+
+
+def test_dry_run_prints_the_commands_and_changes_nothing(deployed, lab_hosts, ct):
+    before = ct.run(["readlink", "/root/venv"]).out
+    changed = load_config(lab_hosts, **{"numpy==2.2.6]": "numpy==2.2.6, mpmath==1.3.0]"})
+    printed = []
+    with Session(config.load(str(changed)), dry=True, echo=printed.append) as s:
+        summary = deploy(s, 200, **quiet)
+    assert any("venv" in c for c in summary.changed)
+    assert printed and all(p.startswith("ssh -p ") for p in printed)
+    assert any("uv pip sync" in p for p in printed)
+    assert ct.run(["readlink", "/root/venv"]).out == before
+    assert ".partial" not in ct.run(["ls", "/root/venv.versions"]).out
