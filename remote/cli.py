@@ -38,7 +38,8 @@ def handled(fn):
 
 
 def _session(hosts: str | None, dry: bool = False) -> Session:
-    return Session(cfg.load(hosts), dry=dry)
+    # Container commands go through one persistent agent per container (plain pct exec where it can't run).
+    return Session(cfg.load(hosts), dry=dry, agent=True)
 
 
 def _stream(kind: str, chunk: bytes) -> None:

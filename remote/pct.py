@@ -29,6 +29,15 @@ def pct_argv(pct: str, *args: str) -> list[str]:
     return [*shlex.split(pct), *args]
 
 
+def exec_env(env: Mapping[str, str] | None = None, path: str = DEFAULT_PATH) -> dict[str, str]:
+    """The whole environment of a command in the container: nothing is inherited from pct or SSH."""
+    variables = {"HOME": "/root", "PATH": path, "LANG": "C.UTF-8", **(env or {})}
+    for key in variables:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise ValueError(f"invalid environment variable name {key!r}")
+    return variables
+
+
 def exec_argv(pct: str, ctid: int, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
               cwd: str = "/root", path: str = DEFAULT_PATH, timeout: float | None = None) -> list[str]:
     """The host-side argv that runs `argv` in container `ctid` with an explicit environment."""
@@ -37,10 +46,7 @@ def exec_argv(pct: str, ctid: int, argv: Sequence[str], *, env: Mapping[str, str
         raise ValueError("empty argv")
     if "=" in argv[0]:
         raise ValueError(f"program name {argv[0]!r} contains '=': env would read it as a variable; use a path")
-    variables = {"HOME": "/root", "PATH": path, "LANG": "C.UTF-8", **(env or {})}
-    for key in variables:
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-            raise ValueError(f"invalid environment variable name {key!r}")
+    variables = exec_env(env, path)
     inner = ["env", "-C", cwd, *(f"{k}={v}" for k, v in variables.items())]
     if timeout is not None:
         inner += ["timeout", "-k", str(KILL_GRACE), f"{timeout:g}"]
@@ -115,6 +121,7 @@ class Container:
     echo: Callable[[str], None] = print
     path: str = DEFAULT_PATH
     env: dict[str, str] = field(default_factory=dict)
+    agent: Callable[[], object] | None = None  # the container's agent (remote.agent), or None: plain pct exec
 
     @property
     def where(self) -> str:
@@ -136,7 +143,12 @@ class Container:
                          timeout=timeout)
         deadline = timeout + KILL_GRACE + DEADLINE_SLACK if timeout is not None else None
         start = time.monotonic()
-        result = self._host_run(full, stdin=stdin, deadline=deadline, on_output=on_output, mutates=mutates)
+        agent = self.agent() if self.agent and not (self.dry and mutates) else None
+        if agent is not None:
+            result = agent.run(argv, env=exec_env({**self.env, **(env or {})}, self.path), cwd=cwd, timeout=timeout,
+                               stdin=stdin, on_output=on_output, deadline=deadline)
+        else:
+            result = self._host_run(full, stdin=stdin, deadline=deadline, on_output=on_output, mutates=mutates)
         pct_error = classify(result.err, result.exit_code, self.ctid, self.transport.name)
         if pct_error:
             raise pct_error

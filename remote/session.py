@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -11,13 +13,19 @@ from .pct import DEFAULT_PATH, Container, parse_list, pct_argv
 from .transport import Transport, for_host
 
 
+AGENT_RETRY_S = 10.0
+
+
 @dataclass
 class Session:
     config: cfg.Config
     dry: bool = False
     echo: Callable[[str], None] = print
     transport_factory: Callable[[cfg.Host], Transport] = for_host
+    agent: bool = False  # run container commands through one persistent in-container agent each
     _transports: dict[str, Transport] = field(default_factory=dict)
+    _agents: dict = field(default_factory=dict)
+    _agent_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def transport(self, host: cfg.Host) -> Transport:
         if host.name not in self._transports:
@@ -28,9 +36,36 @@ class Session:
         """The container `ctid` (or the only one), with its venv first on PATH unless told otherwise."""
         spec = self.config.container(ctid)
         return Container(self.transport(spec.host), spec.ctid, pct=spec.host.pct, dry=self.dry, echo=self.echo,
-                         path=f"{spec.venv.path}/bin:{DEFAULT_PATH}" if venv_on_path else DEFAULT_PATH)
+                         path=f"{spec.venv.path}/bin:{DEFAULT_PATH}" if venv_on_path else DEFAULT_PATH,
+                         agent=(lambda: self._agent_for(spec)) if self.agent else None)
+
+    def _agent_for(self, spec: cfg.Container):
+        """The container's agent, started (or restarted after a lost connection) on demand; None when it
+        cannot run there, and then commands go through plain `pct exec`, which reports pct's errors."""
+        from .agent import AGENT, Agent
+        from .errors import RemoteError
+
+        with self._agent_lock:
+            current = self._agents.get(spec.ctid)
+            if isinstance(current, float):  # it failed to start then: retry only after a while
+                if time.monotonic() - current < AGENT_RETRY_S:
+                    return None
+            elif current is not None and not current.dead:
+                return current
+            try:
+                stream = self.transport(spec.host).open_stream(
+                    pct_argv(spec.host.pct, "exec", str(spec.ctid), "--keep-env", "0", "--", "python3", "-c", AGENT))
+                self._agents[spec.ctid] = Agent(stream, f"{spec.host.name}/{spec.ctid}")
+            except (RemoteError, OSError):
+                self._agents[spec.ctid] = time.monotonic()
+                return None
+            return self._agents[spec.ctid]
 
     def close(self) -> None:
+        for a in self._agents.values():
+            if not isinstance(a, float):
+                a.close()
+        self._agents.clear()
         for t in self._transports.values():
             t.close()
         self._transports.clear()

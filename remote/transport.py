@@ -322,11 +322,43 @@ class SshTransport:
             raise ConnectError(self.name, f"{self.name}: connection lost while running {_short(command)}")
         return Result(argv, code, b"".join(out), b"".join(err), time.monotonic() - start)
 
+    def open_stream(self, argv: Sequence[str]) -> "ChannelStream":
+        """A long-lived command with its stdin and stdout as a byte stream (for the in-container agent)."""
+        argv = _check_argv(argv)
+        client = self.connect()
+        try:
+            chan = client.get_transport().open_session(timeout=self.host.connect_timeout)
+            chan.exec_command(shlex.join(argv))
+        except Exception as exc:
+            self.close()
+            raise ConnectError(self.name, f"{self.name}: connection lost: {exc}") from exc
+        return ChannelStream(chan)
+
     def close(self) -> None:
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+
+
+class ChannelStream:
+    def __init__(self, chan):
+        self.chan = chan
+
+    def write(self, data: bytes) -> None:
+        self.chan.sendall(data)
+
+    def read(self, n: int) -> bytes:
+        return self.chan.recv(n)  # b"" once the channel or the connection is closed
+
+    def error_text(self) -> str:
+        err = b""
+        while self.chan.recv_stderr_ready():
+            err += self.chan.recv_stderr(65536)
+        return err.decode("utf-8", "replace").strip()
+
+    def close(self) -> None:
+        self.chan.close()
 
 
 def _short(command: str, limit: int = 160) -> str:

@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,22 @@ from remote.transport import SshTransport
 
 pytestmark = pytest.mark.lab
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def agent_session(lab_hosts):
+    with Session(config.load(str(lab_hosts)), agent=True) as s:
+        yield s
+
+
+@pytest.fixture(params=["pct-exec", "agent"])
+def ct(request, lab_session, agent_session):
+    """Each container-level test runs both ways: a `pct exec` per command, and through the agent."""
+    if request.param == "agent":
+        c = agent_session.container(200)
+        assert agent_session._agent_for(agent_session.config.container(200)) is not None
+        return c
+    return lab_session.container(200)
 
 # Everything a shell would treat specially, plus plain text; ASCII because pct decodes argv with
 # the host's locale (non-ASCII data goes through stdin, tested below).
@@ -204,3 +221,40 @@ def test_an_output_callback_error_is_not_a_lost_connection(ct):
     with pytest.raises(BrokenPipeError):
         ct.run(["bash", "-c", "echo one; sleep 0.2; echo two"], on_output=broken)
     assert ct.run(["true"]).ok  # the connection is still fine
+
+
+def test_agent_runs_commands_from_many_threads_at_once(agent_session):
+    import threading
+
+    ct = agent_session.container(200)
+    results = {}
+
+    def work(n):
+        results[n] = ct.run(["bash", "-c", f"sleep 0.3; echo {n}"]).out.strip()
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+    start = time.monotonic()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert results == {n: str(n) for n in range(8)}
+    assert time.monotonic() - start < 2.0  # concurrent, not 8 x 0.3 s in a row
+
+
+def test_agent_is_restarted_after_the_connection_dies(agent_session, lab):
+    ct = agent_session.container(200)
+    first = agent_session._agent_for(agent_session.config.container(200))
+    subprocess.run(["pkill", "-KILL", "-P", (lab.dir / "sshd.pid").read_text().strip()])
+    for _ in range(50):
+        if first.dead:
+            break
+        time.sleep(0.1)
+    assert first.dead
+    assert ct.run(["echo", "back"]).out == "back\n"
+    assert agent_session._agent_for(agent_session.config.container(200)) is not first
+
+
+def test_agent_falls_back_to_pct_exec_where_it_cannot_start(agent_session):
+    with pytest.raises(ContainerNotFound):
+        agent_session.container(999).run(["true"])

@@ -75,7 +75,8 @@ def main(argv=None) -> int:
         now, total = time.monotonic(), sum(tokens_done)
         if len(steady_since) < len(workers):
             continue
-        if last_time is not None and total > last_tokens:
+        # Only whole intervals with every thread working: the last, partial one is not throughput.
+        if last_time is not None and total > last_tokens and all(t.is_alive() for t in threads):
             rate = (total - last_tokens) / (now - last_time) / 1000
             print(f"step {total // (cfg.batch * cfg.seq)} | loss {sum(losses) / len(losses):.3f} | "
                   f"{rate:.2f} Ktok/s", flush=True)
