@@ -58,7 +58,7 @@ warmup:
   devices: [0, 1]
   cache_dir: /root/.cache/torch-compile
 train:
-  command: python -m drafter.train --target-gpus 0 --drafter-gpus 0,1 --steps 40 --log-interval 0.5
+  command: python -m drafter.train --target-gpus 0 --drafter-gpus 0,1 --steps 200 --log-interval 0.5
   run_dir: /root/runs
   baseline: 21.5
   tolerance: 0.2
@@ -84,7 +84,8 @@ def lab_session(lab_hosts):
     from remote import config
     from remote.session import Session
 
-    with Session(config.load(str(lab_hosts))) as s:
+    # As the tasks do: container commands through the in-container agent.
+    with Session(config.load(str(lab_hosts)), agent=True) as s:
         yield s
 
 

@@ -37,7 +37,7 @@ def test_deploy_installs_the_pinned_torch_and_the_exact_commit(deployed, ct, dem
 
 def test_second_deploy_is_a_noop_in_one_round_trip(deployed, lab_session):
     counting = CountingTransport(lab_session.transport(lab_session.config.hosts["lab"]))
-    s = Session(lab_session.config, transport_factory=lambda h: counting)
+    s = Session(lab_session.config, transport_factory=lambda h: counting)  # a pct exec per command, counted
     summary = deploy(s, 200, **quiet)
     assert summary.noop and summary.changed == [], summary.render()
     assert len(counting.calls) == 1  # the probe, nothing else
@@ -146,7 +146,7 @@ def test_deploy_killed_mid_install_leaves_the_old_venv_working(deployed, lab_ses
 
 def test_dry_run_prints_the_commands_and_changes_nothing(deployed, lab_hosts, ct):
     before = ct.run(["readlink", "/root/venv"]).out
-    changed = load_config(lab_hosts, **{"numpy==2.2.6]": "numpy==2.2.6, mpmath==1.3.0]"})
+    changed = load_config(lab_hosts, **{"numpy==2.2.6]": "numpy==2.2.6, sympy==1.14.0]"})  # built by no other test
     printed = []
     with Session(config.load(str(changed)), dry=True, echo=printed.append) as s:
         summary = deploy(s, 200, **quiet)

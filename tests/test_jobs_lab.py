@@ -60,7 +60,7 @@ def test_logs_resume_after_the_server_side_of_ssh_is_killed(lab, ct, spec):
 
 def test_the_job_survives_the_controller_being_killed(lab_hosts, lab_session):
     hosts = load_config(lab_hosts, **{"  devices: [0, 1]": "  devices: []",
-                                      "python -m drafter.train --target-gpus 0 --drafter-gpus 0,1 --steps 40 "
+                                      "python -m drafter.train --target-gpus 0 --drafter-gpus 0,1 --steps 200 "
                                       "--log-interval 0.5": "for i in $(seq 0 59); do echo $i; sleep 0.05; done"})
     env = {**os.environ, "REMOTE_HOSTS_FILE": str(hosts), "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-c", "from remote.cli import program; program.run()", "train",

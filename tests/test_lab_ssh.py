@@ -27,14 +27,20 @@ def agent_session(lab_hosts):
         yield s
 
 
+@pytest.fixture(scope="module")
+def plain_session(lab_hosts):
+    with Session(config.load(str(lab_hosts))) as s:
+        yield s
+
+
 @pytest.fixture(params=["pct-exec", "agent"])
-def ct(request, lab_session, agent_session):
+def ct(request, plain_session, agent_session):
     """Each container-level test runs both ways: a `pct exec` per command, and through the agent."""
     if request.param == "agent":
         c = agent_session.container(200)
         assert agent_session._agent_for(agent_session.config.container(200)) is not None
         return c
-    return lab_session.container(200)
+    return plain_session.container(200)
 
 # Everything a shell would treat specially, plus plain text; ASCII because pct decodes argv with
 # the host's locale (non-ASCII data goes through stdin, tested below).
