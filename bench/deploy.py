@@ -48,7 +48,7 @@ def main() -> None:
     lib = []
     for _ in range(args.repeat):
         start = time.perf_counter()
-        with Session(cfg) as s:  # a new connection each time, as a new `invoke deploy` has
+        with Session(cfg, agent=True) as s:  # a new connection (and agent) each time, as `invoke deploy` has
             summary = deploy(s, args.container, echo=lambda line: None)
         lib.append(time.perf_counter() - start)
         assert summary.noop, "deploy was not a no-op: run `invoke deploy` once first\n" + summary.render()

@@ -42,7 +42,7 @@ def main() -> None:
            f"    sys.stdout.flush()\n"
            f"    time.sleep({args.seconds / batches})'")
     cfg = config.load()
-    with Session(cfg) as s:
+    with Session(cfg, agent=True) as s:  # as the tasks run
         base = cfg.container(args.container)
         spec = dataclasses.replace(base, train=dataclasses.replace(base.train, run_dir="/root/runs-bench"))
         ct = s.container(spec.ctid)
