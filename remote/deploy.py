@@ -25,6 +25,7 @@ from . import files
 from . import venv as venvmod
 from .config import Container as ContainerSpec
 from .errors import CommandError, DeployError
+from .logs import LineSplitter
 from .pct import Container
 from .session import Session
 
@@ -112,13 +113,11 @@ def versions_dir(spec: ContainerSpec) -> str:
 
 def _streamer(echo: Callable[[str], None]) -> Callable[[str, bytes], None]:
     """Container output to the console, line by line and indented, as it arrives."""
-    pending = {"stdout": b"", "stderr": b""}
+    splitters = {"stdout": LineSplitter(), "stderr": LineSplitter()}
 
     def on_output(kind: str, chunk: bytes) -> None:
-        data = pending[kind] + chunk
-        *lines, pending[kind] = data.split(b"\n")
-        for line in lines:
-            echo("    " + line.decode("utf-8", "replace").rstrip("\r"))
+        for line in splitters[kind].feed(chunk):
+            echo("    " + line)
 
     return on_output
 

@@ -223,7 +223,7 @@ def main(argv):
         matches = [argv[0]]
     if len(matches) != 1:
         die(f"ERROR: unknown command 'pct {argv[0]}'\n" + USAGE)
-    cmd = "shutdown" if matches[0] == "shutdown" else matches[0]
+    cmd = matches[0]
     opts, positional = parse(cmd, argv[1:])
     handler = {"shutdown": cmd_stop}.get(cmd) or globals()[f"cmd_{cmd}"]
     handler(opts, positional)

@@ -184,7 +184,7 @@ def plan(spec: VenvSpec, want_hash: str, probe: dict) -> VenvPlan:
                         drift(parse_pins(spec.packages), v.get("dists") or {}))
     found = drift(parse_pins(record.get("lock", "").splitlines()), v.get("dists") or {})
     if v.get("dists") is None:
-        return VenvPlan("build", f"the venv's interpreter does not run", found)
+        return VenvPlan("build", "the venv's interpreter does not run", found)
     if record.get("spec_hash") != want_hash:
         finished = re.compile(re.escape(want_hash) + r"-\d{8}-\d{6}")  # not *.partial, *.partial.in, ...
         reuse = next((name for name in reversed(v.get("versions", [])) if finished.fullmatch(name)), None)

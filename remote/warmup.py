@@ -8,7 +8,6 @@ share torch's FX-tracing flag, so that is safe too). Results are appended to
 
 from __future__ import annotations
 
-import io
 import json
 import tarfile
 import tempfile
@@ -21,6 +20,7 @@ from typing import Callable
 from . import files
 from .config import Container as ContainerSpec
 from .errors import CommandError, ConfigError, DeployError, WarmupError
+from .logs import LineSplitter
 from .pct import Container
 from .session import Session
 
@@ -77,12 +77,11 @@ def deployed(ct: Container, spec: ContainerSpec) -> dict:
 
 
 def _prefixed(echo: Callable[[str], None], prefix: str, sink: list[str]):
-    pending = {"stdout": b"", "stderr": b""}
+    """Each device's output shown with its device as prefix, and kept for the report line."""
+    splitters = {"stdout": LineSplitter(), "stderr": LineSplitter()}
 
     def on_output(kind: str, chunk: bytes) -> None:
-        *lines, pending[kind] = (pending[kind] + chunk).split(b"\n")
-        for raw in lines:
-            line = raw.decode("utf-8", "replace").rstrip("\r")
+        for line in splitters[kind].feed(chunk):
             sink.append(line)
             if not line.startswith(REPORT_PREFIX):
                 echo(f"  [{prefix}] {line}")

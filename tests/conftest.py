@@ -8,7 +8,6 @@ fails loudly, never skips, when the machine cannot run it: .ci/run installs what
 
 from __future__ import annotations
 
-import os
 import socket
 import sys
 from pathlib import Path

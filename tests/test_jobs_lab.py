@@ -43,7 +43,7 @@ def wait_for(predicate, timeout=60.0):
 
 def test_logs_resume_after_the_server_side_of_ssh_is_killed(lab, ct, spec):
     run_id, _ = launch(ct, spec, PRE, command=numbered(2500, 0.002))
-    lines, notes = [], []
+    lines = []
     follower = threading.Thread(target=lambda: show_log(ct, spec, run_id, follow=True, echo=lines.append), daemon=True)
     follower.start()
     sshd = int((lab.dir / "sshd.pid").read_text())

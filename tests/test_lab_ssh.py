@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from remote import config, files
 from remote.errors import (AuthenticationError, CommandError, CommandTimeout, ConnectError, ContainerCommandNotFound,
-                           ContainerNotFound, ContainerNotRunning, HostKeyError, TransferError)
+                           ContainerNotFound, ContainerNotRunning, HostKeyError)
 from remote.pct import pct_argv
 from remote.session import Session, inventory
 from remote.transport import SshTransport

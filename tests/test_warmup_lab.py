@@ -10,7 +10,7 @@ from conftest import load_config
 from remote import config, warmup as wm
 from remote.deploy import deploy
 from remote.errors import WarmupError
-from remote.jobs import show_log, stop, train
+from remote.jobs import stop, train
 from remote.session import Session
 
 pytestmark = pytest.mark.lab

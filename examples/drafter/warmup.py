@@ -7,8 +7,6 @@ import json
 import sys
 import time
 
-import torch
-
 from .model import Config, TargetStub, Worker, device_name
 
 
