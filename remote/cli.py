@@ -226,3 +226,11 @@ ns.add_task(stop)
 ns.add_collection(lab)
 
 program = Program(namespace=ns, version=__version__, name="remote", binary="remote")
+
+
+def main() -> None:
+    """The `remote` console script: the same tasks, anywhere. A closed pipe (`remote ... | head`) ends it quietly."""
+    import signal
+
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    program.run()
