@@ -22,7 +22,7 @@ import struct
 import threading
 import time
 
-from .errors import ConnectError
+from .errors import CommandTimeout, ConnectError
 from .transport import OutputCallback, Result
 
 AGENT = r'''
@@ -188,7 +188,6 @@ class Agent:
                 try:
                     msg = q.get(timeout=left)
                 except queue.Empty:
-                    from .errors import CommandTimeout
                     raise CommandTimeout(" ".join(argv), deadline, b"".join(err).decode("utf-8", "replace"),
                                          self.where) from None
                 if msg is None:

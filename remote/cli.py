@@ -56,8 +56,7 @@ def status(c, json_=False, hosts=None):
 
     with _session(hosts) as s:
         hosts_ = inventory(s)
-        reachable = {h.host for h in hosts_ if h.reachable}
-        jobs = [j for j in container_jobs(s) if j["host"] in reachable] if reachable else []
+        jobs = container_jobs(s, hosts_)
     if json_:
         print(json.dumps({"hosts": [{"host": h.host, "reachable": h.reachable, "error": h.error,
                                      "containers": {str(k): v for k, v in h.containers.items()}} for h in hosts_],

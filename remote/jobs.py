@@ -19,7 +19,7 @@ from . import warmup as wm
 from .config import Container as ContainerSpec
 from .errors import CommandError, ConfigError, JobError, RemoteError
 from .pct import Container
-from .session import Session
+from .session import HostState, Session
 
 # Launch under a lock: refuse when a job runs (unless forced), make the run folder, start the job
 # detached (setsid -f) with its own session, and point `current` at it.
@@ -291,27 +291,37 @@ def train(session: Session, ctid=None, *, force: bool = False, warmup: bool = Fa
         return None
 
 
-def container_jobs(session: Session) -> list[dict]:
-    """Per configured container: state, and its latest run (alive, uptime, throughput, exit status)."""
+def container_jobs(session: Session, hosts: list[HostState]) -> list[dict]:
+    """Per container of a reachable host: its state (as `inventory` found it) and its latest run
+    (alive, uptime, throughput, exit status)."""
     out = []
-    for spec in session.config.containers.values():
-        ct = session.container(spec.ctid)
-        entry: dict = {"container": spec.ctid, "host": spec.host.name}
-        try:
-            entry["state"] = ct.status()
-            if entry["state"] == "running":
-                st = state(ct, spec)
-                if st.get("run"):
-                    watch = watch_for(spec)
-                    for line in logs.LineSplitter().feed(st.pop("tail").encode()):
-                        watch.line(line)
-                    started = (st.get("manifest") or {}).get("started_epoch")
-                    entry["run"] = {"id": st["run"], "alive": st["alive"], "exit": st["exit"], "pid": st["pid"],
-                                    "uptime_s": round(st["now"] - started) if started and st["alive"] else None,
-                                    "throughput": watch.last, "rolling": watch.rolling,
-                                    "baseline": spec.train.baseline, "low": watch.low,
-                                    "problems": [name for name, _, _ in watch.found]}
-        except RemoteError as exc:
-            entry["error"] = str(exc)
-        out.append(entry)
+    for host in hosts:
+        if not host.reachable:
+            continue
+        for ctid, known in host.containers.items():
+            out.append(_container_job(session, session.config.containers[ctid], known))
     return out
+
+
+def _container_job(session: Session, spec: ContainerSpec, known: str) -> dict:
+    entry: dict = {"container": spec.ctid, "host": spec.host.name, "state": known}
+    if known == "missing":
+        entry["error"] = f"container {spec.ctid} does not exist on host {spec.host.name} (`pct list` there)"
+        return entry
+    if known != "running":
+        return entry
+    try:
+        st = state(session.container(spec.ctid), spec)
+        if st.get("run"):
+            watch = watch_for(spec)
+            for line in logs.LineSplitter().feed(st.pop("tail").encode()):
+                watch.line(line)
+            started = (st.get("manifest") or {}).get("started_epoch")
+            entry["run"] = {"id": st["run"], "alive": st["alive"], "exit": st["exit"], "pid": st["pid"],
+                            "uptime_s": round(st["now"] - started) if started and st["alive"] else None,
+                            "throughput": watch.last, "rolling": watch.rolling,
+                            "baseline": spec.train.baseline, "low": watch.low,
+                            "problems": [name for name, _, _ in watch.found]}
+    except RemoteError as exc:
+        entry["error"] = str(exc)
+    return entry

@@ -102,8 +102,7 @@ class Watch:
     metrics: list = field(default_factory=lambda: DEFAULT_METRICS)
     baseline: float | None = None
     tolerance: float = 0.2
-    window: int = 5
-    values: deque = field(default_factory=lambda: deque(maxlen=5))
+    values: deque = field(default_factory=lambda: deque(maxlen=5))  # the rolling window
     last: float | None = None
     low: bool = False
     found: list = field(default_factory=list)  # (name, hint, line)
