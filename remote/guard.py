@@ -87,7 +87,14 @@ def configure(devices: int = 1, variants: int = 1, cache_dir: str | None = None)
     dyn = torch._dynamo.config
     settings: dict = {}
     base = cache_dir or os.environ.get(CACHE_ENV)
-    if base:
+    if os.environ.get("TORCHINDUCTOR_CACHE_DIR") and not cache_dir:
+        # The tools already chose the per-version folder for every process they start (or train.env
+        # overrode it): adopt it, so guarded and unguarded processes share one cache.
+        ind = os.environ["TORCHINDUCTOR_CACHE_DIR"]
+        os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(os.path.dirname(ind), "triton"))
+        os.makedirs(ind, exist_ok=True)
+        settings["cache_dir"] = os.path.dirname(ind.rstrip("/"))
+    elif base:
         sub = cache_subdir(base)
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(sub, "inductor")
         os.environ["TRITON_CACHE_DIR"] = os.path.join(sub, "triton")
