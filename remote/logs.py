@@ -14,6 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
+from . import shell
 from .errors import ConnectError, TransportError
 from .pct import Container
 
@@ -143,15 +144,6 @@ class Watch:
         return f"throughput last {self.last:g}, rolling {self.rolling:.2f}{base}"
 
 
-FOLLOW = r'''
-log=$1 offset=$2 pidfile=$3 slice=$4
-[ -e "$log" ] || { echo "no log at $log" >&2; exit 3; }
-pid=$(cat "$pidfile" 2>/dev/null || echo 0)
-if [ "$pid" != 0 ] && kill -0 "$pid" 2>/dev/null; then
-  exec timeout "$slice" tail -c "+$((offset + 1))" -s 0.2 -f --pid="$pid" -- "$log"
-fi
-exec tail -c "+$((offset + 1))" -- "$log"
-'''
 
 
 def follow(ct: Container, run: str, *, offset: int = 0, on_bytes: Callable[[bytes], None],
@@ -171,7 +163,7 @@ def follow(ct: Container, run: str, *, offset: int = 0, on_bytes: Callable[[byte
                 on_bytes(chunk)
 
         try:
-            r = ct.script(FOLLOW, f"{run}/log", str(offset), f"{run}/pid", str(slice_seconds if follow_ else 0),
+            r = ct.script(shell.load("follow"), f"{run}/log", str(offset), f"{run}/pid", str(slice_seconds if follow_ else 0),
                           on_output=on_output, check=False, mutates=False)
             offset += got[0]
             failures = 0

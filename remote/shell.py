@@ -1,0 +1,16 @@
+"""Shell that runs inside the container, kept as real files (remote/sh/*.sh, package data, shellcheck-clean).
+
+`Container.script(load("name"), *args)` runs one with `bash -c` in strict mode; its arguments are
+$1.. and are never pasted into the text, so nothing is quoted twice.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+
+
+@functools.cache
+def load(name: str) -> str:
+    """The text of remote/sh/<name>.sh."""
+    return resources.files(__package__).joinpath("sh", f"{name}.sh").read_text()
