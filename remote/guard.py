@@ -71,6 +71,13 @@ def fx_tracing_now() -> bool:
     return bool(getattr(flag, "value", False)) if flag is not None else False
 
 
+def _in_tmp(path: str) -> bool:
+    import tempfile
+
+    return any(os.path.realpath(path).startswith(os.path.realpath(t).rstrip("/") + "/")
+               for t in {"/tmp", tempfile.gettempdir()})
+
+
 def _set(config, names, value, combine=lambda old, new: new) -> str | None:
     """Set the first config name this torch has; returns the name used (torch renames these)."""
     for name in names:
@@ -87,9 +94,12 @@ def configure(devices: int = 1, variants: int = 1, cache_dir: str | None = None)
     dyn = torch._dynamo.config
     settings: dict = {}
     base = cache_dir or os.environ.get(CACHE_ENV)
-    if os.environ.get("TORCHINDUCTOR_CACHE_DIR") and not cache_dir:
+    chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR", "")
+    if chosen and not cache_dir and not _in_tmp(chosen):
         # The tools already chose the per-version folder for every process they start (or train.env
-        # overrode it): adopt it, so guarded and unguarded processes share one cache.
+        # overrode it): adopt it, so guarded and unguarded processes share one cache. A folder under
+        # /tmp is torch's own default (importing inductor sets it), never adopted: that is the cache
+        # that tmp cleaners delete.
         ind = os.environ["TORCHINDUCTOR_CACHE_DIR"]
         os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(os.path.dirname(ind), "triton"))
         os.makedirs(ind, exist_ok=True)
