@@ -10,12 +10,33 @@ import functools
 import json
 import sys
 
-from invoke import Collection, Exit, Program, task
+from invoke import Collection, Exit, Program, Task
+from invoke import task as invoke_task
 
 from . import __version__
 from . import config as cfg
 from .errors import RemoteError
 from .session import Session, inventory
+
+# One meaning per short flag in every task; -h is only ever help, and flags not listed have none.
+SHORT_FLAGS = {"container": "c", "dry": "n", "json": "j", "timeout": "t", "allow-dirty": "a", "check": "k",
+               "force": "F", "warmup": "w", "detach": "d", "follow": "f", "run": "r", "grace": "g",
+               "parallel": "p", "export": "e", "import": "i"}
+
+
+class RemoteTask(Task):
+    """An Invoke task whose short flags come from SHORT_FLAGS instead of first letters."""
+
+    def arg_opts(self, name, default, taken_names):
+        opts = super().arg_opts(name, default, taken_names)
+        long = opts["names"][0]
+        opts["names"] = [long] + ([SHORT_FLAGS[long]] if long in SHORT_FLAGS else [])
+        return opts
+
+
+def task(*args, **kwargs):
+    return invoke_task(*args, klass=RemoteTask, **kwargs)
+
 
 HOSTS_HELP = "hosts file (default: $REMOTE_HOSTS_FILE, else ./hosts.yaml)"
 DRY_HELP = "print the exact remote commands instead of running them"
@@ -77,12 +98,18 @@ def _job_line(entry: dict | None) -> str:
     if not entry or "run" not in entry:
         return "" if not entry or "error" not in entry else f"  ({entry['error']})"
     r = entry["run"]
+    unit = f" {r['unit']}" if r.get("unit") else ""
     if r["alive"]:
-        tp = f", {r['throughput']:g}" if r["throughput"] is not None else ", no throughput yet"
-        base = f" vs baseline {r['baseline']:g}{' LOW' if r['low'] else ''}" if r["baseline"] and r["throughput"] else ""
+        tp = f", {r['throughput']:.4g}{unit}" if r["throughput"] is not None else ", no throughput yet"
+        base = (f" vs baseline {r['baseline']:g}{unit}{' SLOW' if r['low'] else ''}"
+                if r["baseline"] and r["throughput"] is not None else "")
         text = f", job {r['id']} running {r['uptime_s']}s{tp}{base}"
+    elif r.get("lost"):
+        text = f", last run {r['id']} LOST (no exit record)" + (
+            f"; its processes {r['orphans']} still run" if r.get("orphans") else "")
     else:
-        text = f", last run {r['id']} exited {r['exit']}"
+        tp = f", last throughput {r['throughput']:.4g}{unit}" if r["throughput"] is not None else ""
+        text = f", last run {r['id']} exited {r['exit']}{tp}"
     return text + (f" [{', '.join(r['problems'])}]" if r["problems"] else "")
 
 
@@ -91,11 +118,22 @@ def _job_line(entry: dict | None) -> str:
                          "dry": DRY_HELP, "hosts": HOSTS_HELP})
 @handled
 def exec_(c, command, container=None, timeout=None, dry=False, hosts=None):
-    """Run a shell command in a container; stream its output and exit with its status."""
+    """Run a shell command in a container, in the checkout with the job's environment (venv, compile
+    cache, train.env) once deployed; stream its output and exit with its status."""
+    from . import jobenv
+    from .errors import DeployError
+    from .warmup import deployed
+
     with _session(hosts, dry) as s:
-        ct = s.container(container)
-        result = ct.run(["bash", "-c", command], timeout=float(timeout) if timeout else None,
-                        check=False, on_output=_stream)
+        spec = s.config.container(container)
+        ct = s.container(spec.ctid)
+        kwargs = dict(timeout=float(timeout) if timeout else None, check=False, on_output=_stream)
+        try:
+            verify = deployed(ct, spec)["venv"].get("verify")
+        except DeployError:  # not deployed yet: a plain command, from /root
+            result = ct.run(["bash", "-c", command], **kwargs)
+        else:
+            result = jobenv.run(ct, spec, verify, ["bash", "-c", command], cwd=spec.code.path, **kwargs)
     if result.exit_code:
         raise Exit(code=result.exit_code)
 
@@ -117,7 +155,7 @@ def deploy(c, container=None, allow_dirty=False, check=False, rollback=False, dr
 
 @task(help={"container": CT_HELP, "parallel": "run the devices' warmups as separate processes at once",
             "devices": "comma-separated devices (default: warmup.devices)",
-            "export": "also write the compiled artifacts to this local bundle file (tar.gz)",
+            "export": "write the container's compile cache folder to this local bundle file (tar.gz); runs nothing",
             "import_": "load a bundle made by --export into the container's cache (refused if versions differ)",
             "dry": DRY_HELP, "hosts": HOSTS_HELP})
 @handled
@@ -127,16 +165,26 @@ def warmup(c, container=None, parallel=False, devices=None, export=None, import_
 
     with _session(hosts, dry) as s:
         if import_:
-            for item in wm.import_cache(s, container, import_):
-                print(f"imported {item['loaded']} into {item['cache_dir']}")
+            got = wm.import_cache(s, container, import_)
+            print(f"imported {got['files']} cache file(s) into {got['cache_dir']}; " + (
+                f"warmup recorded for {', '.join(got['warmups'])}" if got["warmups"] else
+                "the bundle's warmups were for another commit, venv, command or environment: run `invoke warmup` "
+                "(it starts from the imported cache)"))
             return
         if export:
-            print(f"exported {wm.export_cache(s, container, export)} file(s) to {export}")
+            wm.export_cache(s, container, export)
+            print(f"wrote {export}")
             return
         results = wm.warmup(s, container, parallel=parallel,
                             devices=[d for d in devices.split(",") if d] if devices else None)
-    print(f"warmup done: {len(results)} device(s), cache hits {sum(r.hits for r in results)}, "
-          f"misses {sum(r.misses for r in results)}")
+    if dry:
+        return
+    new_files, new_bytes = sum(r.new_files for r in results), sum(r.new_bytes for r in results)
+    guard = (f"; guard: {sum(r.hits for r in results)} hits, {sum(r.misses for r in results)} misses"
+             if any(r.report for r in results) else "")
+    print(f"warmup done: {len(results)} device(s) in {sum(r.end - r.start for r in results):.1f}s; cache "
+          + (f"+{new_files} files, +{new_bytes / 2**20:.1f} MiB" if new_files or new_bytes else "nothing new (warm)")
+          + guard)
 
 
 @task(help={"container": CT_HELP, "force": "start even if a job is already running there",
@@ -145,26 +193,27 @@ def warmup(c, container=None, parallel=False, devices=None, export=None, import_
 @handled
 def train(c, container=None, force=False, warmup=False, detach=False, dry=False, hosts=None):
     """Preflight, start the training job detached, then follow its log (Ctrl-C leaves it running)."""
-    from .jobs import train as run_train
+    from .jobs import final_status, train as run_train
 
     with _session(hosts, dry) as s:
         final = run_train(s, container, force=force, warmup=warmup, follow=not detach)
-    if final and not final["alive"] and final["exit"]:
-        raise Exit(code=int(final["exit"]))
+    if final and not final["alive"] and final_status(final):
+        raise Exit(code=final_status(final))
 
 
 @task(help={"container": CT_HELP, "run": "run id (default: the latest)", "follow": "keep printing until the job ends",
             "hosts": HOSTS_HELP})
 @handled
 def logs(c, container=None, run=None, follow=False, hosts=None):
-    """Print a run's log; with --follow, until the job ends, then its exit status."""
-    from .jobs import show_log
+    """Print a run's log (what is there now; with --follow, until the job ends). Exits with the run's
+    status once it has ended (1 when it was lost)."""
+    from .jobs import final_status, show_log
 
     with _session(hosts) as s:
         spec = s.config.container(container)
         final = show_log(s.container(spec.ctid), spec, run, follow=follow)
-    if follow and not final["alive"] and final["exit"]:
-        raise Exit(code=int(final["exit"]))
+    if not final["alive"] and final_status(final):
+        raise Exit(code=final_status(final))
 
 
 @task(help={"container": CT_HELP, "run": "run id (default: the latest)",

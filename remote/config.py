@@ -65,13 +65,23 @@ class WarmupSpec:
 
 
 @dataclass(frozen=True)
+class MetricSpec:
+    """How a run's log reports its speed: a regex whose group 1 is the value, its unit, its direction."""
+
+    pattern: str
+    unit: str | None = None
+    higher_is_better: bool = True
+
+
+@dataclass(frozen=True)
 class TrainSpec:
     command: str | None = None
     env: tuple[tuple[str, str], ...] = ()
     run_dir: str = "/root/runs"
-    metric: str | None = None
+    metric: MetricSpec | None = None  # None: the built-in forms (tok/s, it/s, s/it, samples/s, ...)
     baseline: float | None = None
     tolerance: float = 0.2
+    outputs: tuple[str, ...] = ()  # a run's results, relative to the checkout (`invoke pull --run`)
 
 
 @dataclass(frozen=True)
@@ -179,10 +189,10 @@ def _abspath(v: str) -> str | None:
 
 def _regex(v: str) -> str | None:
     try:
-        re.compile(v)
+        groups = re.compile(v).groups
     except re.error as exc:
         return f"not a valid regular expression: {exc}"
-    return None
+    return None if groups else "needs a group around the number, e.g. 'time ([\\d.]+)ms'"
 
 
 def _host(s: _Section, name: str) -> Host:
@@ -246,6 +256,9 @@ def _warmup(s: _Section, base: WarmupSpec) -> WarmupSpec:
         timeout=s.take("timeout", float, base.timeout, _range(1, 86400)),
     )
     s.done()
+    if spec.command and "{device}" in spec.command and not spec.devices:
+        raise ConfigError(s.file, s.key("devices"), "warmup.command uses {device}: list the devices to warm up, "
+                          "e.g. devices: [5, 6, 7] (or drop {device} to run the command once)")
     if spec.cache_dir.rstrip("/") == "/tmp" or spec.cache_dir.startswith("/tmp/"):
         raise ConfigError(s.file, s.key("cache_dir"),
                           "the compile cache must live outside /tmp (tmp cleaners delete it); "
@@ -264,11 +277,30 @@ def _train(s: _Section, base: TrainSpec) -> TrainSpec:
         command=s.take("command", str, base.command, _nonempty),
         env=tuple(sorted((k, str(v)) for k, v in env.items())),
         run_dir=s.take("run_dir", str, base.run_dir, _abspath),
-        metric=s.take("metric", str, base.metric, _regex),
+        metric=_metric(s, base.metric),
         baseline=s.take("baseline", float, base.baseline, _range(0, 1e12)),
         tolerance=s.take("tolerance", float, base.tolerance, _range(0, 1)),
+        outputs=s.strings("outputs", base.outputs),
     )
     s.done()
+    for i, out in enumerate(spec.outputs):
+        if not out.strip() or ".." in Path(out).parts:
+            raise ConfigError(s.file, f"{s.key('outputs')}[{i}]",
+                              f"expected a path in the checkout (or absolute) without '..', got {out!r}")
+    return spec
+
+
+def _metric(s: _Section, base: MetricSpec | None) -> MetricSpec | None:
+    """`metric: REGEX` (higher is better, no unit) or `metric: {pattern, unit, higher_is_better}`."""
+    raw = s.take("metric", (str, dict), None)
+    if raw is None:
+        return base
+    if isinstance(raw, str):
+        return MetricSpec(s.take("metric", str, check=_regex))
+    m = s.section("metric")
+    spec = MetricSpec(pattern=m.take("pattern", str, check=_regex), unit=m.take("unit", str, None, _nonempty),
+                      higher_is_better=m.take("higher_is_better", bool, True))
+    m.done()
     return spec
 
 

@@ -1,10 +1,11 @@
-"""Training jobs: preflight, detached launch with a run record, status and a verified stop.
+"""Training jobs: preflight, detached launch with a run record, status, a verified stop, results back.
 
-A run lives in <run_dir>/<id>/: `log` (stdout and stderr; stdin is /dev/null), `manifest.json`,
-`pid` (the job's session leader, written at start), `exit` (written when it ends). The job is its
-own session and process group under the container's init, so it survives the SSH session, the
-controller and pct exec. Every process of it carries REMOTE_RUN_ID in its environment, which is
-how `stop` proves that nothing of it is left.
+A run lives in <run_dir>/<id>/: `log` (stdout and stderr of every process; torchrun's ranks marked
+`[rankN]: `), `manifest.json`, `pid` (the job's session leader, written at start), `exit` (written
+when it ends), `ranks/` (torchrun's per-rank logs). The job is its own session under the container's
+init, so it survives the SSH session, the controller and pct exec. Every process of it carries
+REMOTE_RUN_ID, which is how liveness is decided (remote/sh/lib.sh) and how `stop` proves that nothing
+of it is left. The container shell is in remote/sh/ (launch, job, state, stop, follow, gpus).
 """
 
 from __future__ import annotations
@@ -13,114 +14,14 @@ import json
 import secrets
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
-from . import logs
+from . import files, jobenv, logs, shell
 from . import warmup as wm
 from .config import Container as ContainerSpec
 from .errors import CommandError, ConfigError, JobError, RemoteError
 from .pct import Container
 from .session import HostState, Session
-
-# Launch under a lock: refuse when a job runs (unless forced), make the run folder, start the job
-# detached (setsid -f) with its own session, and point `current` at it.
-LAUNCH = r'''
-run_dir=$1 id=$2 force=$3 checkout=$4 manifest=$5 command=$6
-mkdir -p "$run_dir"
-exec 9>"$run_dir/.lock"
-flock -w 10 9 || { echo "another train is starting on this container" >&2; exit 4; }
-if [ -e "$run_dir/current/pid" ] && [ "$force" != 1 ]; then
-  pid=$(cat "$run_dir/current/pid")
-  if kill -0 "$pid" 2>/dev/null && [ ! -e "$run_dir/current/exit" ]; then
-    echo "busy: run $(basename "$(readlink -f "$run_dir/current")") (pid $pid) is still running" >&2; exit 5
-  fi
-fi
-run="$run_dir/$id"
-mkdir "$run"
-printf '%s\n' "$manifest" > "$run/manifest.json"
-: > "$run/log"
-export REMOTE_RUN_ID=$id
-setsid -f bash -c '
-run=$1 checkout=$2 command=$3
-echo $$ > "$run/pid"
-trap "echo \"[remote] got SIGTERM at \$(date -Is)\" >> \"\$run/log\"" TERM
-trap "" HUP
-cd "$checkout" || { echo 126 > "$run/exit"; exit 126; }
-bash -c "$command" < /dev/null >> "$run/log" 2>&1 &
-child=$!
-while :; do
-  wait "$child"; rc=$?
-  kill -0 "$child" 2>/dev/null || break
-done
-echo "$rc" > "$run/exit.tmp" && mv "$run/exit.tmp" "$run/exit"
-' job "$run" "$checkout" "$command" < /dev/null > /dev/null 2>&1 9>&-  # the job must not hold the launch lock
-for _ in $(seq 100); do [ -s "$run/pid" ] && break; sleep 0.05; done
-[ -s "$run/pid" ] || { echo "the job did not start" >&2; exit 6; }
-ln -sfn "$id" "$run_dir/current.tmp" && mv -T "$run_dir/current.tmp" "$run_dir/current"
-cat "$run/pid"
-'''
-
-# State of the latest (or a given) run, as JSON.
-STATE = r'''
-run_dir=$1 id=$2
-[ -n "$id" ] || id=$(basename "$(readlink "$run_dir/current" 2>/dev/null)" 2>/dev/null || true)
-run="$run_dir/$id"
-if [ -z "$id" ] || [ ! -d "$run" ]; then echo '{"run": null}'; exit 0; fi
-pid=$(cat "$run/pid" 2>/dev/null || echo 0)
-alive=false; [ "$pid" != 0 ] && kill -0 "$pid" 2>/dev/null && [ ! -e "$run/exit" ] && alive=true
-exit_code=$(cat "$run/exit" 2>/dev/null || echo null)
-size=$(stat -c %s "$run/log" 2>/dev/null || echo 0)
-printf '{"run": "%s", "path": "%s", "pid": %s, "alive": %s, "exit": %s, "log_size": %s, "now": %s, "manifest": ' \
-  "$id" "$run" "$pid" "$alive" "$exit_code" "$size" "$(date +%s)"
-cat "$run/manifest.json" 2>/dev/null || printf null
-printf ', "tail": '
-tail -c 32768 "$run/log" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.buffer.read().decode("utf-8","replace")))' 2>/dev/null || printf '""'
-printf '}\n'
-'''
-
-# TERM the job's process group, KILL after the grace period, then look for anything left that
-# carries the run's marker in its environment (which also finds processes that left the group).
-STOP = r'''
-run=$1 id=$2 grace=$3
-pid=$(cat "$run/pid" 2>/dev/null || echo 0)
-marked() {
-  for e in /proc/[0-9]*/environ; do
-    p=${e#/proc/}; p=${p%/environ}
-    [ "$p" = "$$" ] && continue
-    { tr '\0' '\n' < "$e"; } 2>/dev/null | grep -qx "REMOTE_RUN_ID=$id" && echo "$p"
-  done
-  return 0  # processes come and go during the scan
-}
-signalled=none
-if [ "$pid" != 0 ] && kill -0 "$pid" 2>/dev/null; then
-  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-  signalled=TERM
-  end=$(( $(date +%s%N) + grace * 1000000000 ))
-  while [ -n "$(marked)" ] && [ "$(date +%s%N)" -lt "$end" ]; do sleep 0.1; done
-fi
-left=$(marked)
-if [ -n "$left" ]; then
-  signalled=KILL
-  kill -KILL -- "-$pid" 2>/dev/null || true
-  kill -KILL $left 2>/dev/null || true
-  sleep 0.3
-  left=$(marked)
-fi
-[ -e "$run/exit" ] || echo 137 > "$run/exit"
-gpu=""
-if command -v nvidia-smi >/dev/null 2>&1; then
-  for p in $(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null); do
-    { tr '\0' '\n' < "/proc/$p/environ"; } 2>/dev/null | grep -qx "REMOTE_RUN_ID=$id" && gpu="$gpu $p"
-  done
-fi
-printf '{"signal": "%s", "left": [%s], "gpu_left": [%s], "exit": %s}\n' "$signalled" \
-  "$(echo $left | tr ' ' ',')" "$(echo $gpu | tr ' ' ',')" "$(cat "$run/exit")"
-'''
-
-# GPUs as nvidia-smi reports them (an empty list where there is none).
-GPUS = r'''
-command -v nvidia-smi >/dev/null 2>&1 || { echo NO-NVIDIA-SMI; exit 0; }
-nvidia-smi --query-gpu=index,name,driver_version,memory.used,memory.total --format=csv,noheader,nounits
-'''
 
 
 def parse_gpus(text: str) -> list[dict] | None:
@@ -137,6 +38,20 @@ def parse_gpus(text: str) -> list[dict] | None:
     return gpus
 
 
+def visible_count(gpus: list[dict], env: dict[str, str]) -> int:
+    """How many GPUs torch should see: all of nvidia-smi's, or the CUDA_VISIBLE_DEVICES subset."""
+    cvd = env.get("CUDA_VISIBLE_DEVICES")
+    if cvd is None:
+        return len(gpus)
+    ids = [d.strip() for d in cvd.split(",") if d.strip()]
+    valid = []
+    for d in ids:  # CUDA stops at the first id that is not a device
+        if not (d.isdigit() and int(d) in {g["index"] for g in gpus}) and not d.startswith(("GPU-", "MIG-")):
+            break
+        valid.append(d)
+    return len(valid)
+
+
 @dataclass(frozen=True)
 class Preflight:
     commit: str
@@ -149,7 +64,10 @@ def preflight(ct: Container, spec: ContainerSpec, *, echo=print) -> Preflight:
     """Everything that must be true before a training job starts; each failure says how to fix it."""
     state = wm.deployed(ct, spec)
     commit, venv = state["code"]["commit"], state["venv"]
-    notes = [f"venv verified: torch {venv['verify'].get('torch')} (CUDA build {venv['verify'].get('cuda_build')})"]
+    verify = venv.get("verify") or {}
+    notes = [f"venv verified: torch {verify.get('torch')} (CUDA build {verify.get('cuda_build')})"]
+    if ct.dry:
+        return Preflight(commit, venv, None, notes + ["(dry run: the checks that read the container are skipped)"])
     r = ct.script('cd "$1"; git rev-parse HEAD; git status --porcelain --untracked-files=no', spec.code.path,
                   mutates=False, timeout=60)
     head, *dirty = r.out.splitlines()
@@ -159,24 +77,29 @@ def preflight(ct: Container, spec: ContainerSpec, *, echo=print) -> Preflight:
         raise JobError(f"checkout {spec.code.path} has edits ({', '.join(d[3:] for d in dirty[:5])}): "
                        "`invoke deploy` saves them as a patch and restores the commit")
     notes.append(f"checkout clean at {commit[:12]}")
-    if spec.warmup.command and spec.warmup.devices:
-        missing = set(spec.warmup.devices) - wm.warm_devices(ct, spec, commit, venv.get("lock_sha256"))
+    if spec.warmup.command:
+        missing = wm.missing_warmups(ct, spec, state)
         if missing:
-            raise JobError(f"no warmup for device(s) {', '.join(sorted(missing))} at this commit and venv: run "
-                           "`invoke warmup` (or `invoke train --warmup`); a cold cache is when threads race")
-        notes.append(f"warmup done for devices {', '.join(spec.warmup.devices)}")
-    gpus = parse_gpus(ct.script(GPUS, mutates=False, timeout=60).out)
+            raise JobError("no warmup for this commit, venv, command and environment -- " + "; ".join(missing)
+                           + ": run `invoke warmup` (or `invoke train --warmup`); a cold cache is when threads race")
+        notes.append(f"warmup done for {', '.join(wm.devices_of(spec))}")
+    notes.append(f"compile cache {jobenv.compile_cache(spec, verify)}")
+    gpus = parse_gpus(ct.script(shell.load("gpus"), mutates=False, timeout=60).out)
     if gpus is None:
         notes.append("no nvidia-smi in the container: CPU run")
     else:
         if not gpus:
             raise JobError("nvidia-smi lists no GPUs: check the container's GPU passthrough (lxc.cgroup2.devices.allow, "
                            "mount entries) and the host driver")
-        seen = json.loads(ct.run(["python", "-c", "import torch, json; print(json.dumps(torch.cuda.device_count()))"],
-                                 env=wm.job_env(spec), timeout=300).out)
-        if seen != len(gpus):
-            raise JobError(f"nvidia-smi lists {len(gpus)} GPU(s) but torch sees {seen}: check CUDA_VISIBLE_DEVICES in "
-                           "train.env and that the venv's CUDA build matches the driver")
+        want = visible_count(gpus, jobenv.user_env(spec))
+        seen = json.loads(jobenv.run(ct, spec, verify, ["python", "-c", "import torch, json; "
+                                                        "print(json.dumps(torch.cuda.device_count()))"],
+                                     mutates=False, timeout=300).out)
+        if seen != want:
+            raise JobError(f"nvidia-smi lists {len(gpus)} GPU(s)" + (f", CUDA_VISIBLE_DEVICES in train.env selects {want},"
+                                                                     if want != len(gpus) else "")
+                           + f" but torch sees {seen}: check CUDA_VISIBLE_DEVICES in train.env and that the venv's "
+                           "CUDA build matches the driver")
         notes.append(f"{len(gpus)} GPU(s): {gpus[0]['name']}, driver {gpus[0]['driver']}; torch sees {seen}")
     return Preflight(commit, venv, gpus, notes)
 
@@ -192,17 +115,20 @@ def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = 
     if not command:
         raise ConfigError("hosts file", "train.command", "set the training command to run")
     run_id = new_run_id()
-    env = wm.job_env(spec)
+    verify = pre.venv.get("verify") or {}
     manifest = {"id": run_id, "container": spec.ctid, "commit": pre.commit, "venv": spec.venv.path,
-                "venv_lock_sha256": pre.venv.get("lock_sha256"), "torch": pre.venv["verify"].get("torch"),
-                "cuda_build": pre.venv["verify"].get("cuda_build"), "triton": pre.venv["verify"].get("triton"),
+                "venv_lock_sha256": pre.venv.get("lock_sha256"), "torch": verify.get("torch"),
+                "cuda_build": verify.get("cuda_build"), "triton": verify.get("triton"),
                 "driver": pre.gpus[0]["driver"] if pre.gpus else None, "gpus": pre.gpus, "command": command,
-                "env": env, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "started_epoch": time.time(),
-                "baseline": spec.train.baseline}
-    # The exported environment reaches the job through `env` in the pct wrapper.
+                "env": jobenv.describe(spec, verify), "compile_cache": jobenv.compile_cache(spec, verify),
+                "outputs": list(spec.train.outputs), "checkout": spec.code.path,
+                "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "started_epoch": time.time(),
+                "metric": spec.train.metric and spec.train.metric.__dict__, "baseline": spec.train.baseline}
     try:
-        r = ct.script(LAUNCH, spec.train.run_dir, run_id, "1" if force else "0", spec.code.path,
-                      json.dumps(manifest, indent=1), command, env=env, timeout=60, label="launch")
+        r = jobenv.run(ct, spec, verify, ["bash", "-c", shell.with_lib("launch"), "launch", spec.train.run_dir, run_id,
+                                          "1" if force else "0", spec.code.path, command,
+                                          json.dumps(manifest, indent=1), shell.load("job")],
+                       timeout=60, label="launch")
     except CommandError as exc:
         if exc.exit_code == 5:
             raise JobError(f"container {spec.ctid}: {exc.stderr_tail} -- `invoke stop` it, follow it with "
@@ -211,19 +137,65 @@ def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = 
     return run_id, int(r.out.strip().splitlines()[-1]) if not ct.dry else 0
 
 
+def parse_state(text: str) -> dict:
+    """state.sh's output: key=value lines, then the manifest and the log's tail after marker lines."""
+    head, _, rest = text.partition("--manifest--\n")
+    manifest, _, tail = rest.partition("\n--tail--\n")
+    fields = dict(line.split("=", 1) for line in head.splitlines() if "=" in line)
+    if not fields.get("run"):
+        return {"run": None}
+    exit_text = fields.get("exit", "").strip()
+    alive = fields.get("alive") == "1"
+    marked = [int(p) for p in fields.get("marked", "").split()]
+    try:
+        manifest_obj = json.loads(manifest) if manifest.strip() else None
+    except ValueError:
+        manifest_obj = None
+    return {"run": fields["run"], "path": fields["path"], "pid": int(fields["pid"]) if fields.get("pid", "").isdigit() else None,
+            "alive": alive, "exit": int(exit_text) if exit_text.lstrip("-").isdigit() else None,
+            # Not alive and no exit record: the wrapper vanished (container restart, OOM kill, a kill -9).
+            "lost": not alive and not exit_text, "orphans": marked if not alive else [],
+            "log_size": int(fields.get("log_size") or 0), "now": int(fields.get("now") or 0),
+            "manifest": manifest_obj, "tail": tail}
+
+
 def state(ct: Container, spec: ContainerSpec, run_id: str | None = None) -> dict:
-    """The latest run's (or run_id's) state: alive, exit status, manifest, the log's tail."""
-    r = ct.script(STATE, spec.train.run_dir, run_id or "", mutates=False, timeout=60)
-    return json.loads(r.out)
+    """The latest run's (or run_id's) state: alive, exit status (or lost), manifest, the log's tail."""
+    r = ct.script(shell.with_lib("state"), spec.train.run_dir, run_id or "", mutates=False, timeout=60,
+                  label="run state")
+    return parse_state(r.out)
+
+
+def describe_end(st: dict) -> str:
+    if st["alive"]:
+        return "still running"
+    if st["lost"]:
+        left = f"; processes of it still run: {' '.join(map(str, st['orphans']))} (`invoke stop` ends them)" \
+            if st["orphans"] else ""
+        return ("LOST: it ended without an exit record (container restarted, or its wrapper was killed)" + left)
+    return f"exited with status {st['exit']}"
+
+
+def final_status(st: dict) -> int:
+    """The exit status a task reports for a finished run: the job's own, 1 when it was lost."""
+    if st["lost"]:
+        return 1
+    return st["exit"] or 0
 
 
 def stop(ct: Container, spec: ContainerSpec, run_id: str | None = None, grace: int = 10) -> dict:
-    """TERM the job's process group, KILL after `grace` seconds, and verify that nothing of it is left."""
+    """TERM the job's processes, KILL after `grace` seconds, and verify that nothing of it is left."""
     st = state(ct, spec, run_id)
     if not st.get("run"):
         raise JobError(f"container {spec.ctid} has no runs in {spec.train.run_dir}")
-    r = ct.script(STOP, st["path"], st["run"], str(grace), timeout=grace + 60, label="stop")
-    result = {"run": st["run"], "was_alive": st["alive"], **json.loads(r.out)}
+    r = ct.script(shell.with_lib("stop"), st["path"], st["run"], str(grace), timeout=grace + 60, label="stop")
+    if ct.dry:
+        return {"run": st["run"], "was_alive": st["alive"], "signal": "none", "left": [], "gpu_left": [], "exit": None}
+    fields = dict(line.split("=", 1) for line in r.out.splitlines() if "=" in line)
+    result = {"run": st["run"], "was_alive": st["alive"] or bool(st["orphans"]), "signal": fields.get("signal"),
+              "left": [int(p) for p in fields.get("left", "").split()],
+              "gpu_left": [int(p) for p in fields.get("gpu_left", "").split()],
+              "exit": int(fields["exit"]) if fields.get("exit", "").lstrip("-").isdigit() else None}
     if result["left"] or result["gpu_left"]:
         raise JobError(f"run {st['run']}: processes still alive after KILL: {result['left'] + result['gpu_left']}")
     return result
@@ -244,24 +216,20 @@ def show_log(ct: Container, spec: ContainerSpec, run_id: str | None = None, *, f
     watch = watch_for(spec)
     splitter = logs.LineSplitter()
 
-    def on_bytes(chunk: bytes) -> None:
-        for line in splitter.feed(chunk):
+    def show(lines: list[str]) -> None:
+        for line in lines:
             echo(line)
             for note in watch.line(line):
                 echo(note)
 
-    logs.follow(ct, st["path"], on_bytes=on_bytes, follow_=follow, reconnect=ct.transport.close, echo=echo)
-    for line in splitter.flush():
-        echo(line)
-        for note in watch.line(line):
-            echo(note)
+    logs.follow(ct, st["path"], st["run"], on_bytes=lambda chunk: show(splitter.feed(chunk)), follow_=follow,
+                reconnect=ct.transport.close, echo=echo)
+    show(splitter.flush())
     final = state(ct, spec, st["run"])
     final["watch"] = watch
-    if follow or not final["alive"]:
-        echo(f"-- run {final['run']}: " + ("still running" if final["alive"] else f"exited with status {final['exit']}")
-             + f"; {watch.summary()}")
-        for name, hint, _ in watch.found:
-            echo(f"-- {name}: {hint}")
+    echo(f"-- run {final['run']}: {describe_end(final)}; {watch.summary()}")
+    for name, hint, _ in watch.found:
+        echo(f"-- {name}: {hint}")
     return final
 
 
@@ -291,9 +259,41 @@ def train(session: Session, ctid=None, *, force: bool = False, warmup: bool = Fa
         return None
 
 
+def pull_run(session: Session, ctid, run_id: str | None, dest: str, echo=print) -> dict:
+    """Bring a run's log, manifest and outputs (train.outputs, relative to the checkout) into dest/<run id>/."""
+    spec = session.config.container(ctid)
+    ct = session.container(spec.ctid)
+    st = state(ct, spec, None if run_id in (None, "latest") else run_id)
+    if not st.get("run"):
+        raise JobError(f"container {spec.ctid} has no run {run_id or ''} in {spec.train.run_dir}".replace("  ", " "))
+    target = Path(dest) / st["run"]
+    target.mkdir(parents=True, exist_ok=True)
+    got = {}
+    for name in ("log", "manifest.json"):
+        (target / name).write_bytes(files.pull_bytes(ct, f"{st['path']}/{name}"))
+        got[name] = 1
+    outputs = (st.get("manifest") or {}).get("outputs", list(spec.train.outputs))
+    for out in outputs:
+        src = out if out.startswith("/") else f"{spec.code.path}/{out}"
+        local = target / "outputs" / out.strip("/")
+        kind = ct.run(["bash", "-c", '[ -d "$1" ] && echo dir || { [ -f "$1" ] && echo file; } || echo none',
+                       "kind", src], mutates=False, timeout=60).out.strip()
+        if kind == "dir":
+            got[out] = files.pull_tree(ct, src, local)
+        elif kind == "file":
+            local.parent.mkdir(parents=True, exist_ok=True)
+            local.write_bytes(files.pull_bytes(ct, src))
+            got[out] = 1
+        else:
+            echo(f"!! output {out} is not in the container ({src})")
+    if st["alive"]:
+        echo(f"-- run {st['run']} is still running: outputs pulled as they are now")
+    return {"run": st["run"], "dest": str(target), "pulled": got}
+
+
 def container_jobs(session: Session, hosts: list[HostState]) -> list[dict]:
     """Per container of a reachable host: its state (as `inventory` found it) and its latest run
-    (alive, uptime, throughput, exit status)."""
+    (alive or lost, uptime, throughput with its unit, exit status)."""
     out = []
     for host in hosts:
         if not host.reachable:
@@ -317,11 +317,12 @@ def _container_job(session: Session, spec: ContainerSpec, known: str) -> dict:
             for line in logs.LineSplitter().feed(st.pop("tail").encode()):
                 watch.line(line)
             started = (st.get("manifest") or {}).get("started_epoch")
-            entry["run"] = {"id": st["run"], "alive": st["alive"], "exit": st["exit"], "pid": st["pid"],
+            entry["run"] = {"id": st["run"], "alive": st["alive"], "lost": st["lost"], "orphans": st["orphans"],
+                            "exit": st["exit"], "pid": st["pid"],
                             "uptime_s": round(st["now"] - started) if started and st["alive"] else None,
-                            "throughput": watch.last, "rolling": watch.rolling,
-                            "baseline": spec.train.baseline, "low": watch.low,
-                            "problems": [name for name, _, _ in watch.found]}
+                            "throughput": watch.last, "rolling": watch.rolling, "unit": watch.unit,
+                            "higher_is_better": watch.higher_is_better, "baseline": spec.train.baseline,
+                            "low": watch.low, "problems": [name for name, _, _ in watch.found]}
     except RemoteError as exc:
         entry["error"] = str(exc)
     return entry

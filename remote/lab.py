@@ -101,6 +101,7 @@ class Lab:
             self.start_container(ctid)
         if EXAMPLES.is_dir():
             self.demo_repo()
+            self.plain_repo()
 
     def _check_tools(self) -> None:
         if os.geteuid() != 0:
@@ -162,7 +163,11 @@ class Lab:
 
     def start_container(self, ctid: int) -> None:
         ct = self.lxc / str(ctid)
-        (ct / "upper").mkdir(parents=True, exist_ok=True)
+        (ct / "upper" / "etc").mkdir(parents=True, exist_ok=True)
+        # As Proxmox does: the container's hostname resolves inside it (torchrun's rendezvous needs that).
+        hosts = ct / "upper" / "etc" / "hosts"
+        if not hosts.exists():
+            hosts.write_text(f"127.0.0.1 localhost\n127.0.1.1 lab{ctid}\n::1 localhost ip6-localhost ip6-loopback\n")
         (ct / "init.py").write_text(_INIT)
         (ct / "config").write_text(self._container_config(ctid))
         if self.state(ctid) == "RUNNING":
@@ -185,24 +190,37 @@ class Lab:
         return sorted(int(p.name) for p in self.lxc.iterdir() if (p / "config").exists())
 
     def demo_repo(self) -> Path:
-        """<lab>/dflash: a git repository holding examples/ (a new commit only when they changed)."""
-        repo = self.dir / "dflash"
+        """<lab>/dflash: the demo drafter's repository (examples/drafter as drafter/)."""
+        return self._example_repo("dflash", {"drafter": EXAMPLES / "drafter", "requirements.txt": EXAMPLES / "requirements.txt",
+                                             "README.md": EXAMPLES / "README.md"})
+
+    def plain_repo(self) -> Path:
+        """<lab>/plain: a training repository that never heard of remote (examples/plain at its root)."""
+        return self._example_repo("plain", {"": EXAMPLES / "plain"})
+
+    def _example_repo(self, name: str, sources: dict[str, Path]) -> Path:
+        """A git repository made from example folders; a new commit only when they changed."""
+        repo = self.dir / name
         repo.mkdir(parents=True, exist_ok=True)
         git = ["git", "-C", str(repo), "-c", "user.name=remote lab", "-c", "user.email=lab@remote.invalid"]
         if not (repo / ".git").exists():
             _run([*git, "init", "-q"]).check_returncode()
+        wanted = {}
+        for prefix, src in sources.items():
+            for f in [src] if src.is_file() else src.rglob("*"):
+                if f.is_file() and "__pycache__" not in f.parts:
+                    wanted[str(Path(prefix, f.relative_to(src)))] = f
         for old in _run([*git, "ls-files", "-z"]).stdout.split("\0"):
-            if old and not (EXAMPLES / old).exists():
+            if old and old not in wanted:
                 (repo / old).unlink(missing_ok=True)
-        for src in EXAMPLES.rglob("*"):
-            if src.is_file() and "__pycache__" not in src.parts:
-                dest = repo / src.relative_to(EXAMPLES)
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                if not dest.exists() or dest.read_bytes() != src.read_bytes():
-                    shutil.copyfile(src, dest)
+        for rel, src in wanted.items():
+            dest = repo / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if not dest.exists() or dest.read_bytes() != src.read_bytes():
+                shutil.copyfile(src, dest)
         _run([*git, "add", "-A"]).check_returncode()
         if _run([*git, "diff", "--cached", "--quiet"]).returncode != 0:
-            _run([*git, "commit", "-q", "-m", "demo drafter from remote/examples"]).check_returncode()
+            _run([*git, "commit", "-q", "-m", f"{name} from remote/examples"]).check_returncode()
         return repo
 
     # -- tear down -----------------------------------------------------------------------------

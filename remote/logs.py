@@ -18,13 +18,61 @@ from . import shell
 from .errors import ConnectError, TransportError
 from .pct import Container
 
-# Throughput forms recognised when train.metric is not set: (pattern, factor to Ktok/s).
-DEFAULT_METRICS = [
-    (re.compile(r"([\d.]+)\s*K\s*tok(?:ens)?\s*/\s*s(?:ec)?\b", re.I), 1.0),
-    (re.compile(r"([\d.]+)\s*M\s*tok(?:ens)?\s*/\s*s(?:ec)?\b", re.I), 1000.0),
-    (re.compile(r"([\d.]+)\s*tok(?:ens)?\s*/\s*s(?:ec)?\b", re.I), 0.001),
-    (re.compile(r"tok(?:ens)?[_ ]?(?:per[_ ]sec(?:ond)?|/s)\s*[:=]\s*([\d.]+)", re.I), 0.001),
+@dataclass(frozen=True)
+class Metric:
+    """A speed that a log line reports: group 1 of `pattern`, converted to `unit`."""
+
+    pattern: re.Pattern
+    unit: str | None = None
+    higher_is_better: bool = True
+    convert: Callable[[float], float] = float
+
+    def parse(self, line: str) -> float | None:
+        for m in self.pattern.finditer(line):
+            try:
+                value = self.convert(float(m.group(1)))
+            except (ValueError, IndexError, ZeroDivisionError):
+                continue
+            return value
+        return None
+
+
+# The forms recognised when train.metric is not set. Token rates are shown in Ktok/s; tqdm's s/it
+# (which it prints instead of it/s when an iteration takes over a second) is shown as it/s, so one
+# run keeps one unit and one direction.
+BUILTIN_METRICS = [
+    Metric(re.compile(r"([\d.]+)\s*K\s*tok(?:ens)?\s*/\s*s(?:ec)?\b", re.I), "Ktok/s"),
+    Metric(re.compile(r"([\d.]+)\s*M\s*tok(?:ens)?\s*/\s*s(?:ec)?\b", re.I), "Ktok/s", convert=lambda v: v * 1000),
+    Metric(re.compile(r"([\d.]+)\s*tok(?:ens)?\s*/\s*s(?:ec)?\b", re.I), "Ktok/s", convert=lambda v: v / 1000),
+    Metric(re.compile(r"tok(?:ens)?[_ ]?(?:per[_ ]sec(?:ond)?|/s)\s*[:=]\s*([\d.]+)", re.I), "Ktok/s",
+           convert=lambda v: v / 1000),
+    Metric(re.compile(r"([\d.]+)\s*samples?\s*/\s*s(?:ec)?\b", re.I), "samples/s"),
+    Metric(re.compile(r"(?<![\w.])([\d.]+)\s*it/s\b"), "it/s"),
+    Metric(re.compile(r"(?<![\w.])([\d.]+)\s*s/it\b"), "it/s", convert=lambda v: 1 / v),
 ]
+
+
+def compile_metric(spec) -> list[Metric]:
+    """The metrics to look for: the configured one (a MetricSpec), or the built-in forms."""
+    if spec is None:
+        return BUILTIN_METRICS
+    return [Metric(re.compile(spec.pattern), spec.unit, spec.higher_is_better)]
+
+
+def parse_metric(line: str, metrics) -> float | None:
+    """The speed a line reports, in its metric's unit (Ktok/s for token rates), or None."""
+    for metric in metrics:
+        value = metric.parse(line)
+        if value is not None:
+            return value
+    return None
+
+
+def fmt(value: float | None, unit: str | None) -> str:
+    if value is None:
+        return "none"
+    return f"{value:.4g}" + (f" {unit}" if unit else "")
+
 
 # Known failure texts: (pattern, name, what to do).
 SIGNATURES = [
@@ -49,21 +97,6 @@ SIGNATURES = [
                 re.I), "NCCL error",
      "a collective failed: rerun with NCCL_DEBUG=INFO in train.env; check that every GPU is visible and healthy"),
 ]
-
-
-def compile_metric(pattern: str | None):
-    return [(re.compile(pattern), 1.0)] if pattern else DEFAULT_METRICS
-
-
-def parse_metric(line: str, metrics) -> float | None:
-    """The throughput a line reports, in the metric's unit (Ktok/s for the defaults), or None."""
-    for pattern, factor in metrics:
-        for m in pattern.finditer(line):
-            try:
-                return float(m.group(1)) * factor
-            except (ValueError, IndexError):
-                continue
-    return None
 
 
 def match_signature(line: str) -> tuple[str, str] | None:
@@ -98,23 +131,57 @@ class LineSplitter:
 
 @dataclass
 class Watch:
-    """Throughput against the baseline, and crash signatures, over a stream of lines."""
+    """The run's speed against the baseline, and crash signatures, over a stream of lines.
 
-    metrics: list = field(default_factory=lambda: DEFAULT_METRICS)
+    The first metric that matches fixes the unit and direction for the run; a lower-is-better metric
+    (a time per iteration) is slow when it rises above baseline x (1 + tolerance)."""
+
+    metrics: list = field(default_factory=lambda: BUILTIN_METRICS)
     baseline: float | None = None
     tolerance: float = 0.2
     values: deque = field(default_factory=lambda: deque(maxlen=5))  # the rolling window
     last: float | None = None
-    low: bool = False
+    low: bool = False  # currently slower than the threshold ("low" speed, whatever the direction)
+    metric: Metric | None = None
     found: list = field(default_factory=list)  # (name, hint, line)
 
     @property
+    def unit(self) -> str | None:
+        return self.metric.unit if self.metric else None
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.metric.higher_is_better if self.metric else True
+
+    @property
     def threshold(self) -> float | None:
-        return None if self.baseline is None else self.baseline * (1 - self.tolerance)
+        if self.baseline is None:
+            return None
+        return self.baseline * (1 - self.tolerance if self.higher_is_better else 1 + self.tolerance)
 
     @property
     def rolling(self) -> float | None:
         return sum(self.values) / len(self.values) if self.values else None
+
+    def slow(self, value: float) -> bool:
+        t = self.threshold
+        return t is not None and (value < t if self.higher_is_better else value > t)
+
+    @property
+    def speed_ratio(self) -> float | None:
+        """The rolling value as a fraction of the baseline's speed (1.0 = as fast; >1 faster)."""
+        r = self.rolling
+        if not self.baseline or not r:
+            return None
+        return r / self.baseline if self.higher_is_better else self.baseline / r
+
+    def _parse(self, text: str) -> float | None:
+        for metric in ([self.metric] if self.metric else self.metrics):
+            value = metric.parse(text)
+            if value is not None:
+                self.metric = metric
+                return value
+        return None
 
     def line(self, text: str) -> list[str]:
         """Notices (warnings, hints) that this line calls for."""
@@ -123,36 +190,41 @@ class Watch:
         if sig and sig[0] not in {f[0] for f in self.found}:
             self.found.append((*sig, text))
             notes.append(f"!! {sig[0]}: {sig[1]}")
-        value = parse_metric(text, self.metrics)
+        value = self._parse(text)
         if value is not None:
             self.values.append(value)
             self.last = value
-            if self.threshold is not None:
-                if value < self.threshold and not self.low:
-                    self.low = True
-                    notes.append(f"!! throughput {value:g} is below {self.threshold:g} "
-                                 f"(baseline {self.baseline:g} - {self.tolerance:.0%}): rolling {self.rolling:.2f}")
-                elif value >= self.threshold and self.low:
-                    self.low = False
-                    notes.append(f"throughput recovered: {value:g} (baseline {self.baseline:g})")
+            if self.slow(value) and not self.low:
+                self.low = True
+                above, sign = ("below", "-") if self.higher_is_better else ("above", "+")
+                notes.append(f"!! throughput {fmt(value, self.unit)} is {above} {fmt(self.threshold, self.unit)} "
+                             f"(baseline {self.baseline:g} {sign} {self.tolerance:.0%}"
+                             f"{'' if self.higher_is_better else ', lower is better'}): "
+                             f"rolling {fmt(self.rolling, self.unit)}")
+            elif self.threshold is not None and not self.slow(value) and self.low:
+                self.low = False
+                notes.append(f"throughput recovered: {fmt(value, self.unit)} (baseline {self.baseline:g})")
         return notes
 
     def summary(self) -> str:
         if self.last is None:
             return "no throughput reported"
-        base = f" vs baseline {self.baseline:g} ({self.rolling / self.baseline:.0%})" if self.baseline else ""
-        return f"throughput last {self.last:g}, rolling {self.rolling:.2f}{base}"
+        text = f"throughput last {fmt(self.last, self.unit)}, rolling {fmt(self.rolling, self.unit)}"
+        if self.baseline:
+            verdict = "SLOW" if self.slow(self.rolling) else "ok"
+            text += (f" vs baseline {fmt(self.baseline, self.unit)}: {self.speed_ratio:.0%} of its speed ({verdict}"
+                     f"{'' if self.higher_is_better else ', lower is better'})")
+        return text
 
 
-
-
-def follow(ct: Container, run: str, *, offset: int = 0, on_bytes: Callable[[bytes], None],
+def follow(ct: Container, run: str, run_id: str, *, offset: int = 0, on_bytes: Callable[[bytes], None],
            follow_: bool = True, slice_seconds: int = 300, reconnect: Callable[[], None] | None = None,
            max_reconnects: int = 20, sleep=time.sleep, echo=print) -> int:
     """Stream the log of `run` (a run folder) from byte `offset`; returns the final offset.
 
-    With follow_, keeps streaming until the job's pid is gone; a dropped connection is
-    re-established and streaming resumes at the byte where it stopped."""
+    With follow_, keeps streaming until the run ends (remote/sh/lib.sh: no exit record and a live leader
+    of its own); a dropped connection is re-established and streaming resumes at the byte where it
+    stopped. Without, prints what is there and returns, even while the job runs."""
     failures = 0
     while True:
         got = [0]
@@ -163,8 +235,9 @@ def follow(ct: Container, run: str, *, offset: int = 0, on_bytes: Callable[[byte
                 on_bytes(chunk)
 
         try:
-            r = ct.script(shell.load("follow"), f"{run}/log", str(offset), f"{run}/pid", str(slice_seconds if follow_ else 0),
-                          on_output=on_output, check=False, mutates=False)
+            r = ct.script(shell.with_lib("follow"), f"{run}/log", str(offset), run, run_id,
+                          str(slice_seconds if follow_ else 0), on_output=on_output, check=False, mutates=False,
+                          label="follow the log")
             offset += got[0]
             failures = 0
         except (ConnectError, TransportError) as exc:
@@ -179,6 +252,8 @@ def follow(ct: Container, run: str, *, offset: int = 0, on_bytes: Callable[[byte
             continue
         if r.exit_code == 3:
             raise TransportError(ct.where, r.err.strip())
+        if r.exit_code not in (0, 124):
+            raise TransportError(ct.where, f"following {run}/log failed (exit {r.exit_code}): {r.err.strip()}")
         if not follow_ or r.exit_code == 0:
-            return offset  # tail exits 0 when the job's pid is gone (or when not following)
-        # timeout (124): the slice ended while the job runs on; continue from the new offset
+            return offset
+        # 124: the slice ended while the job runs on; continue from the new offset

@@ -14,3 +14,8 @@ from importlib import resources
 def load(name: str) -> str:
     """The text of remote/sh/<name>.sh."""
     return resources.files(__package__).joinpath("sh", f"{name}.sh").read_text()
+
+
+def with_lib(name: str) -> str:
+    """remote/sh/<name>.sh preceded by lib.sh, the functions the job scripts share (one liveness rule)."""
+    return load("lib") + "\n" + load(name)

@@ -1,36 +1,63 @@
-"""`warmup`: compile the training configuration one device at a time into the persistent compile cache.
+"""`warmup`: run the warmup command one device at a time into the persistent compile cache.
 
-Each device's warmup is a separate process started with exactly the environment the training job
-gets (`job_env`), one after another unless asked to run in parallel (separate processes do not
-share torch's FX-tracing flag, so that is safe too). Results are appended to
-<cache_dir>/warmups.jsonl, which `train`'s preflight reads. No task ever deletes the cache.
+The command can be anything that compiles the training configuration (a repository's own entry point
+with a few steps, or one that uses remote_guard): success is exit status 0. Each device's run gets
+exactly the training job's environment (remote/jobenv.py), so its compile artifacts land in the same
+per-version cache folder that training reads, and reports how long it took and what the cache gained
+(new files and bytes, measured before and after; nothing new means it was warm), plus remote_guard's
+hits and misses when the command prints its REMOTE_WARMUP line. Each device's result is appended to
+<cache_dir>/warmups.jsonl as soon as it finishes, keyed on commit, venv lock, command and environment:
+train's preflight asks for a new warmup when any of them changed. No task ever deletes the cache.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import tarfile
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import files
+from . import files, jobenv, shell
 from .config import Container as ContainerSpec
 from .errors import CommandError, ConfigError, DeployError, WarmupError
 from .logs import LineSplitter
 from .pct import Container
 from .session import Session
 
-REPORT_PREFIX = "REMOTE_WARMUP "
+REPORT_PREFIX = "REMOTE_WARMUP "  # remote_guard's report line (optional)
+CACHE_PREFIX = "REMOTE_CACHE "  # warmup.sh's before/after lines
+ALL = "all"  # the one "device" of a command without {device}
+BUNDLE_SIDECAR = "remote-cache.json"
 
 
-def job_env(spec: ContainerSpec) -> dict[str, str]:
-    """The environment of every job in the container: warmups and training alike."""
-    return {"VIRTUAL_ENV": spec.venv.path, "REMOTE_COMPILE_CACHE": spec.warmup.cache_dir,
-            "PYTHONUNBUFFERED": "1", **dict(spec.train.env)}
+def job_env(spec: ContainerSpec, verify: dict | None = None) -> dict[str, str]:
+    """The environment of every job in the container (tool variables, then train.env)."""
+    return {**jobenv.tool_env(spec, verify), **jobenv.user_env(spec)}
+
+
+def devices_of(spec: ContainerSpec) -> list[str]:
+    return list(spec.warmup.devices) if "{device}" in (spec.warmup.command or "") else [ALL]
+
+
+def command_for(spec: ContainerSpec, device: str) -> str:
+    """The warmup command for one device. Only `{device}` is replaced: `${VAR}` and other braces stay
+    as they are for bash."""
+    return spec.warmup.command.replace("{device}", device)
+
+
+def warmup_key(spec: ContainerSpec, state: dict, device: str) -> dict:
+    """What a warmup depends on. Its `key` changes when the commit, the venv lock, the command or the
+    environment (values included, recorded only as a hash) changes."""
+    verify = state["venv"].get("verify")
+    parts = {"commit": state["code"]["commit"], "venv_lock": state["venv"].get("lock_sha256"),
+             "command": command_for(spec, device), "env": jobenv.env_hash(spec, verify)}
+    return {**parts, "key": hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]}
 
 
 @dataclass(frozen=True)
@@ -38,7 +65,10 @@ class DeviceResult:
     device: str
     start: float
     end: float
-    report: dict
+    report: dict  # remote_guard's REMOTE_WARMUP report, or {}
+    before: tuple[int, int] = (0, 0)  # cache (files, bytes) before and after
+    after: tuple[int, int] = (0, 0)
+    key: dict = field(default_factory=dict)
 
     @property
     def hits(self) -> int:
@@ -48,9 +78,37 @@ class DeviceResult:
     def misses(self) -> int:
         return self.report.get("fxgraph_miss", 0) + self.report.get("autograd_miss", 0)
 
+    @property
+    def new_files(self) -> int:
+        return self.after[0] - self.before[0]
+
+    @property
+    def new_bytes(self) -> int:
+        return self.after[1] - self.before[1]
+
+    @property
+    def warm(self) -> bool:
+        return self.new_files == 0 and self.new_bytes == 0
+
     def line(self) -> str:
-        return (f"device {self.device}: {self.end - self.start:6.1f}s  cache hits {self.hits}, misses {self.misses}"
-                + ("  (warm)" if self.hits and not self.misses else ""))
+        gain = ("cache: nothing new (warm)" if self.warm else
+                f"cache: +{self.new_files} files, +{_size(self.new_bytes)} (now {self.after[0]} files, "
+                f"{_size(self.after[1])})")
+        guard = f"; guard: {self.hits} hits, {self.misses} misses" if self.report else ""
+        return f"device {self.device}: {self.end - self.start:6.1f}s  {gain}{guard}"
+
+    def record(self) -> dict:
+        return {"device": self.device, **self.key, "start": self.start, "end": self.end,
+                "seconds": round(self.end - self.start, 3), "new_files": self.new_files,
+                "new_bytes": self.new_bytes, "hits": self.hits, "misses": self.misses}
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
 
 
 def parse_report(output: str) -> dict | None:
@@ -59,6 +117,15 @@ def parse_report(output: str) -> dict | None:
         if line.startswith(REPORT_PREFIX):
             return json.loads(line[len(REPORT_PREFIX):])
     return None
+
+
+def parse_cache_lines(lines: list[str]) -> dict[str, tuple[int, int]]:
+    out = {}
+    for line in lines:
+        if line.startswith(CACHE_PREFIX):
+            when, files_, size = line[len(CACHE_PREFIX):].split()
+            out[when] = (int(files_), int(size))
+    return out
 
 
 def deployed(ct: Container, spec: ContainerSpec) -> dict:
@@ -77,56 +144,66 @@ def deployed(ct: Container, spec: ContainerSpec) -> dict:
 
 
 def _prefixed(echo: Callable[[str], None], prefix: str, sink: list[str]):
-    """Each device's output shown with its device as prefix, and kept for the report line."""
+    """Each device's output shown with its device as prefix, and kept for the report lines."""
     splitters = {"stdout": LineSplitter(), "stderr": LineSplitter()}
 
     def on_output(kind: str, chunk: bytes) -> None:
         for line in splitters[kind].feed(chunk):
             sink.append(line)
-            if not line.startswith(REPORT_PREFIX):
+            if not line.startswith((REPORT_PREFIX, CACHE_PREFIX)):
                 echo(f"  [{prefix}] {line}")
 
     return on_output
 
 
-def run_device(ct: Container, spec: ContainerSpec, device: str, echo, extra_env: dict | None = None) -> DeviceResult:
-    command = spec.warmup.command.format(device=device)
+def run_device(ct: Container, spec: ContainerSpec, state: dict, device: str, echo) -> DeviceResult:
+    """One device's warmup; its result is recorded in warmups.jsonl before this returns."""
+    verify = state["venv"].get("verify")
+    command = command_for(spec, device)
     lines: list[str] = []
     start = time.time()
     try:
-        ct.run(["bash", "-c", command], cwd=spec.code.path, env={**job_env(spec), **(extra_env or {})},
-               timeout=spec.warmup.timeout, on_output=_prefixed(echo, device, lines), label=command)
+        jobenv.run(ct, spec, verify, ["bash", "-c", shell.load("warmup"), "warmup",
+                                      jobenv.compile_cache(spec, verify), command],
+                   extra={"REMOTE_WARMUP_DEVICE": device}, cwd=spec.code.path, timeout=spec.warmup.timeout,
+                   on_output=_prefixed(echo, device, lines), label=command)
     except CommandError as exc:
         raise WarmupError(f"warmup of device {device} failed (exit {exc.exit_code}, output above): {command}") from None
     if ct.dry:
         return DeviceResult(device, start, start, {})
-    report = parse_report("\n".join(lines))
-    if report is None:
-        raise WarmupError(f"warmup of device {device} printed no {REPORT_PREFIX.strip()} line: does `{command}` "
-                          "call remote_guard and print its report? (see examples/drafter/warmup.py)")
-    result = DeviceResult(device, start, time.time(), report)
+    stats = parse_cache_lines(lines)
+    result = DeviceResult(device, start, time.time(), parse_report("\n".join(lines)) or {},
+                          stats.get("before", (0, 0)), stats.get("after", (0, 0)), warmup_key(spec, state, device))
+    _record(ct, spec, [result.record()])
     echo("  " + result.line())
     return result
 
 
+def _record(ct: Container, spec: ContainerSpec, records: list[dict]) -> None:
+    text = "".join(json.dumps(r) + "\n" for r in records)
+    ct.script('mkdir -p "$1" && cat >> "$1/warmups.jsonl"', spec.warmup.cache_dir, stdin=text.encode(), timeout=60)
+
+
 def warmup(session: Session, ctid=None, *, parallel: bool = False, devices: list[str] | None = None,
-           extra_env: dict | None = None, echo: Callable[[str], None] = print) -> list[DeviceResult]:
+           echo: Callable[[str], None] = print) -> list[DeviceResult]:
     """Warm the compile cache for each configured device; returns per-device results (also recorded)."""
     spec = session.config.container(ctid)
-    if not spec.warmup.command or not (devices or spec.warmup.devices):
-        raise ConfigError(session.config.file, "warmup", "set warmup.command and warmup.devices to warm up")
+    if not spec.warmup.command:
+        raise ConfigError(session.config.file, "warmup.command",
+                          "set the command that compiles the training configuration (e.g. a few training steps)")
     ct = session.container(spec.ctid)
     state = deployed(ct, spec)
-    devices = list(devices or spec.warmup.devices)
-    echo(f"==> warmup of {len(devices)} device(s) {'in parallel' if parallel else 'one at a time'} "
-         f"at {state['code']['commit'][:12]}, torch {state['venv']['verify'].get('torch')}, cache {spec.warmup.cache_dir}")
+    devices = list(devices or devices_of(spec))
+    verify = state["venv"].get("verify") or {}
+    echo(f"==> warmup of {len(devices)} device(s) {'in parallel' if parallel and len(devices) > 1 else 'one at a time'}"
+         f" at {state['code']['commit'][:12]}, torch {verify.get('torch')}, cache {jobenv.compile_cache(spec, verify)}")
     results: list[DeviceResult] = []
     if parallel:
         errors: list[BaseException] = []
 
         def one(dev):
             try:
-                results.append(run_device(ct, spec, dev, echo, extra_env))
+                results.append(run_device(ct, spec, state, dev, echo))
             except BaseException as exc:
                 errors.append(exc)
 
@@ -137,74 +214,93 @@ def warmup(session: Session, ctid=None, *, parallel: bool = False, devices: list
             t.join()
         if errors:
             raise errors[0]
+        echo("  (parallel: each device's cache gain includes what the others wrote meanwhile)")
     else:
         for dev in devices:
-            results.append(run_device(ct, spec, dev, echo, extra_env))
+            results.append(run_device(ct, spec, state, dev, echo))
     results.sort(key=lambda r: r.start)
-    record = "".join(json.dumps({"device": r.device, "start": r.start, "end": r.end, "hits": r.hits,
-                                 "misses": r.misses, "commit": state["code"]["commit"],
-                                 "torch": state["venv"]["verify"].get("torch"),
-                                 "venv_lock": state["venv"].get("lock_sha256"),
-                                 "cache": r.report.get("settings", {}).get("cache_dir")}) + "\n" for r in results)
-    ct.script('mkdir -p "$1" && cat >> "$1/warmups.jsonl"', spec.warmup.cache_dir, stdin=record.encode(), timeout=60)
     return results
 
 
-def warm_devices(ct: Container, spec: ContainerSpec, commit: str, lock: str | None) -> set[str]:
-    """Devices with a recorded warmup for this commit and venv."""
+def records(ct: Container, spec: ContainerSpec) -> list[dict]:
     r = ct.run(["cat", f"{spec.warmup.cache_dir}/warmups.jsonl"], check=False, mutates=False, timeout=60)
-    done = set()
+    out = []
     for line in r.out.splitlines():
         try:
-            rec = json.loads(line)
+            out.append(json.loads(line))
         except ValueError:
             continue
-        if rec.get("commit") == commit and rec.get("venv_lock") == lock:
-            done.add(str(rec["device"]))
-    return done
+    return out
+
+
+def missing_warmups(ct: Container, spec: ContainerSpec, state: dict) -> list[str]:
+    """For each device without a warmup for this commit, venv, command and environment: why."""
+    recs = records(ct, spec)
+    problems = []
+    for device in devices_of(spec):
+        want = warmup_key(spec, state, device)
+        mine = [r for r in recs if str(r.get("device")) == device]
+        if any(r.get("key") == want["key"] for r in mine):
+            continue
+        if not mine:
+            problems.append(f"device {device}: never warmed up")
+            continue
+        last = mine[-1]
+        changed = [name for name in ("commit", "venv_lock", "command", "env") if last.get(name) != want[name]]
+        problems.append(f"device {device}: {', '.join(changed) or 'record format'} changed since its last warmup")
+    return problems
 
 
 def export_cache(session: Session, ctid, path: str, echo=print) -> int:
-    """Warm up every device with artifact export on and bundle the artifacts into a local tar file."""
+    """Write the container's per-version compile cache folder (and its warmup records) to a local tar.gz."""
     spec = session.config.container(ctid)
     ct = session.container(spec.ctid)
-    folder = f"/root/.cache/remote-export-{time.strftime('%Y%m%d-%H%M%S')}"
-    for dev in spec.warmup.devices:
-        run_device(ct, spec, dev, echo, {"REMOTE_EXPORT_CACHE": f"{folder}/{dev}.bin"})
+    state = deployed(ct, spec)
+    verify = state["venv"].get("verify") or {}
+    folder = jobenv.compile_cache(spec, verify)
     with tempfile.TemporaryDirectory() as d:
         count = files.pull_tree(ct, folder, d)
+        sidecar = {"versions": _versions(verify), "cache": folder,
+                   "warmups": [r for r in records(ct, spec) if r.get("venv_lock") == state["venv"].get("lock_sha256")]}
+        Path(d, BUNDLE_SIDECAR).write_text(json.dumps(sidecar, indent=1))
         with tarfile.open(path, "w:gz") as tar:
             for p in sorted(Path(d).iterdir()):
                 tar.add(p, arcname=p.name)
-    ct.run(["rm", "-rf", "--", folder], timeout=60)  # the export copy, never the cache itself
+    echo(f"exported {count} cache file(s) of {folder}")
     return count
 
 
-def import_cache(session: Session, ctid, path: str, echo=print) -> list[dict]:
-    """Load a bundle made by export_cache into the container's cache; refuse one made for another setup."""
+def _versions(verify: dict) -> dict:
+    return {k: verify.get(k) for k in ("torch", "cuda_build", "triton", "gpu_name")}
+
+
+def import_cache(session: Session, ctid, path: str, echo=print) -> dict:
+    """Load a bundle made by export_cache into the container's cache folder; refuse one made for other
+    versions. Its warmup records are kept where they match this commit, venv, command and environment."""
     spec = session.config.container(ctid)
     ct = session.container(spec.ctid)
-    deployed(ct, spec)
+    state = deployed(ct, spec)
+    verify = state["venv"].get("verify") or {}
     try:
         with tarfile.open(path, "r:*") as tar, tempfile.TemporaryDirectory() as d:
             tar.extractall(d, filter="data")
-            bins = sorted(p.name for p in Path(d).glob("*.bin"))
-            if not bins or any(not (Path(d) / f"{b}.json").exists() for b in bins):
-                raise WarmupError(f"{path}: not a compile-cache bundle (no *.bin with a *.bin.json sidecar)")
-            folder = f"/root/.cache/remote-import-{time.strftime('%Y%m%d-%H%M%S')}"
-            files.push_tree(ct, d, folder)
+            try:
+                sidecar = json.loads(Path(d, BUNDLE_SIDECAR).read_text())
+            except (OSError, ValueError):
+                raise WarmupError(f"{path}: not a compile-cache bundle (no {BUNDLE_SIDECAR}): make one with "
+                                  "`invoke warmup --export FILE`") from None
+            ours = _versions(verify)
+            diff = {k: (sidecar["versions"].get(k), v) for k, v in ours.items() if sidecar["versions"].get(k) != v}
+            if diff:
+                raise WarmupError(f"{path}: refusing to import a compile cache made for another setup: " + ", ".join(
+                    f"{k} {a} (bundle) != {b} (here)" for k, (a, b) in sorted(diff.items())))
+            os.unlink(Path(d, BUNDLE_SIDECAR))
+            folder = jobenv.compile_cache(spec, verify)
+            count = files.push_tree(ct, d, folder)
     except (OSError, tarfile.TarError) as exc:
         raise WarmupError(f"{path}: cannot read the bundle: {exc}") from None
-    code = ("import json, sys, remote_guard\n"
-            "for p in sys.argv[1:]:\n"
-            "    try:\n"
-            "        print(json.dumps(remote_guard.import_artifacts(p)))\n"
-            "    except RuntimeError as e:\n"
-            "        print(e, file=sys.stderr); sys.exit(3)\n")
-    try:
-        r = ct.run(["python", "-c", code, *(f"{folder}/{b}" for b in bins)], env=job_env(spec), timeout=1800)
-    except CommandError as exc:
-        raise WarmupError(f"{path}: {exc.stderr_tail or exc}") from None
-    finally:
-        ct.run(["rm", "-rf", "--", folder], timeout=60, check=False)
-    return [json.loads(line) for line in r.out.splitlines() if line.startswith("{")]
+    wanted = {warmup_key(spec, state, dev)["key"] for dev in devices_of(spec)}
+    kept = [{**r, "imported_from": os.path.basename(path)} for r in sidecar.get("warmups", []) if r.get("key") in wanted]
+    if kept:
+        _record(ct, spec, kept)
+    return {"files": count, "cache_dir": folder, "warmups": [r["device"] for r in kept]}

@@ -92,33 +92,6 @@ def test_code_needs_sync():
         codemod.needs_sync(local, {**ok, "has_git": False})
 
 
-@pytest.mark.parametrize("line, value", [
-    ("step 10 | loss 2.1 | 21.50 Ktok/s", 21.5),
-    ("throughput: 4.3 ktokens/s", 4.3),
-    ("12000 tok/s", 12.0),
-    ("1.5 Mtok/s", 1500.0),
-    ("tokens_per_second=2500", 2.5),
-    ("loss 2.1", None),
-])
-def test_default_metrics(line, value):
-    got = logs.parse_metric(line, logs.DEFAULT_METRICS)
-    assert got == pytest.approx(value) if value is not None else got is None
-
-
-def test_custom_metric():
-    assert logs.parse_metric("tput=7.5", logs.compile_metric(r"tput=([\d.]+)")) == 7.5
-
-
-def test_low_throughput_is_flagged_at_the_first_low_reading():
-    w = logs.Watch(baseline=21.5, tolerance=0.2)
-    assert w.line("step 1 | 21.3 Ktok/s") == []
-    notes = w.line("step 2 | 4.3 Ktok/s")
-    assert len(notes) == 1 and "throughput 4.3 is below 17.2 (baseline 21.5 - 20%)" in notes[0]
-    assert w.line("step 3 | 4.2 Ktok/s") == []  # once per drop, not every line
-    assert "recovered" in w.line("step 4 | 21.0 Ktok/s")[0]
-    assert w.rolling == pytest.approx((21.3 + 4.3 + 4.2 + 21.0) / 4)
-
-
 @pytest.mark.parametrize("text, name", [
     ("RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized function. This is",
      "compile race"),

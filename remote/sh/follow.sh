@@ -1,9 +1,21 @@
-# Stream a run's log from a byte offset: $1 log, $2 offset, $3 pid file, $4 seconds to follow (0: print
-# what is there and return). Exit 3 when there is no log.
-log=$1 offset=$2 pidfile=$3 slice=$4
+# Print run $4's log ($1) from byte offset $2 (the run folder is $3). With $5 > 0, keep printing what is
+# appended until the run ends (exit 0) or $5 seconds pass while it runs on (exit 124); with 0, print
+# what is there and return. Exit 3 when there is no log. Bytes are counted exactly: nothing is printed
+# twice or skipped, so the caller can resume at the offset it reached.
+log=$1 pos=$2 run=$3 id=$4 slice=$5
 [ -e "$log" ] || { echo "no log at $log" >&2; exit 3; }
-pid=$(cat "$pidfile" 2>/dev/null || echo 0)
-if [ "$slice" != 0 ] && [ "$pid" != 0 ] && kill -0 "$pid" 2>/dev/null; then
-  exec timeout "$slice" tail -c "+$((offset + 1))" -s 0.2 -f --pid="$pid" -- "$log"
-fi
-exec tail -c "+$((offset + 1))" -- "$log"
+emit() {
+  local size
+  size=$(stat -c %s "$log")
+  if [ "$size" -gt "$pos" ]; then
+    tail -c "+$((pos + 1))" -- "$log" | head -c "$((size - pos))"
+    pos=$size
+  fi
+}
+end=$((SECONDS + slice))
+while [ "$slice" != 0 ] && run_alive "$run" "$id"; do
+  emit
+  [ "$SECONDS" -lt "$end" ] || exit 124
+  sleep 0.2
+done
+emit

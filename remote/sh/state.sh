@@ -1,0 +1,20 @@
+# The state of the latest run ($2 empty) or of run $2 under run_dir $1, as `key=value` lines, then the
+# manifest and the last 32 KiB of the log after marker lines.
+run_dir=$1 id=$2
+[ -n "$id" ] || id=$(readlink "$run_dir/current" 2>/dev/null || true)
+run=$run_dir/$id
+if [ -z "$id" ] || [ ! -d "$run" ]; then echo "run="; exit 0; fi
+alive=0
+run_alive "$run" "$id" && alive=1
+echo "run=$id"
+echo "path=$run"
+echo "pid=$(cat "$run/pid" 2>/dev/null || true)"
+echo "alive=$alive"
+echo "exit=$(cat "$run/exit" 2>/dev/null || true)"
+echo "log_size=$(stat -c %s "$run/log" 2>/dev/null || echo 0)"
+echo "now=$(date +%s)"
+echo "marked=$(marked "$id" | tr '\n' ' ')"
+echo "--manifest--"
+cat "$run/manifest.json" 2>/dev/null || echo null
+echo "--tail--"
+tail -c 32768 "$run/log" 2>/dev/null || true

@@ -1,0 +1,12 @@
+# One warmup: run $2 (bash) and report the compile cache folder $1 before and after, on stdout, as
+# "REMOTE_CACHE before|after FILES BYTES" lines. Exits with the command's status.
+cache=$1 command=$2
+stats() {
+  find "$cache" -type f -printf '%s\n' 2>/dev/null | awk '{n++; b+=$1} END {printf "%d %d\n", n, b}'
+}
+mkdir -p "$cache"
+echo "REMOTE_CACHE before $(stats)"
+rc=0
+bash -c "$command" </dev/null || rc=$?
+echo "REMOTE_CACHE after $(stats)"
+exit "$rc"

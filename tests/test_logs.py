@@ -1,0 +1,70 @@
+"""Reading logs: the speed a run reports (built-in forms and configured metrics, either direction)."""
+
+import pytest
+import yaml
+
+from remote import config, logs
+
+
+@pytest.mark.parametrize("line, value, unit", [
+    ("step 10 | loss 2.1 | 21.50 Ktok/s", 21.5, "Ktok/s"),
+    ("throughput: 4.3 ktokens/s", 4.3, "Ktok/s"),
+    ("12000 tok/s", 12.0, "Ktok/s"),
+    ("1.5 Mtok/s", 1500.0, "Ktok/s"),
+    ("tokens_per_second=2500", 2.5, "Ktok/s"),
+    ("epoch 1: 812.5 samples/s", 812.5, "samples/s"),
+    ("100%|##########| 1000/1000 [00:05<00:00, 190.52it/s]", 190.52, "it/s"),
+    (" 30%|###       | 3/10 [00:05<00:10,  2.50s/it]", 0.4, "it/s"),  # tqdm's s/it, shown as it/s
+    ("loss 2.1", None, None),
+])
+def test_builtin_metrics(line, value, unit):
+    w = logs.Watch()
+    w.line(line)
+    assert w.last == pytest.approx(value) if value is not None else w.last is None
+    assert w.unit == unit
+
+
+def test_configured_metric_string_and_mapping(tmp_path):
+    from remote.config import MetricSpec
+
+    assert logs.parse_metric("tput=7.5", logs.compile_metric(MetricSpec(r"tput=([\d.]+)"))) == 7.5
+    c = config.parse(yaml.safe_load("""
+hosts: {h: {address: x}}
+containers: {200: {host: h}}
+train: {metric: {pattern: 'time ([\\d.]+)ms', unit: ms/iter, higher_is_better: false}, baseline: 50, tolerance: 0.5}
+"""), "hosts.yaml")
+    m = c.containers[200].train.metric
+    assert (m.unit, m.higher_is_better) == ("ms/iter", False)
+
+
+def test_a_lower_is_better_metric_is_slow_only_when_it_rises():
+    from remote.config import MetricSpec
+
+    w = logs.Watch(metrics=logs.compile_metric(MetricSpec(r"time ([\d.]+)ms", "ms/iter", False)), baseline=50,
+                   tolerance=0.5)
+    assert w.line("iter 10: loss 4.33, time 3.81ms") == []  # 13x faster than the baseline: never "slow"
+    assert not w.low and "(ok, lower is better)" in w.summary() and "ms/iter" in w.summary()
+    notes = w.line("iter 20: loss 4.31, time 80.0ms")
+    assert len(notes) == 1 and "80 ms/iter is above 75 ms/iter (baseline 50 + 50%, lower is better)" in notes[0]
+    assert "recovered" in w.line("iter 30: loss 4.30, time 40.0ms")[0]
+
+
+def test_one_run_keeps_the_unit_it_started_with():
+    w = logs.Watch(baseline=20)
+    w.line("21.0 Ktok/s")
+    w.line("eval: 300 samples/s")  # another form later in the run does not mix into the rolling value
+    assert w.unit == "Ktok/s" and list(w.values) == [21.0]
+
+
+def test_low_throughput_is_flagged_at_the_first_low_reading():
+    w = logs.Watch(baseline=21.5, tolerance=0.2)
+    assert w.line("step 1 | 21.3 Ktok/s") == []
+    notes = w.line("step 2 | 4.3 Ktok/s")
+    assert len(notes) == 1 and "throughput 4.3 Ktok/s is below 17.2 Ktok/s (baseline 21.5 - 20%)" in notes[0]
+    assert w.line("step 3 | 4.2 Ktok/s") == []  # once per drop, not every line
+    assert "recovered" in w.line("step 4 | 21.0 Ktok/s")[0]
+    assert w.rolling == pytest.approx((21.3 + 4.3 + 4.2 + 21.0) / 4)
+    assert "(SLOW)" in w.summary()  # the rolling value, 12.7, is below the threshold
+    for _ in range(5):
+        w.line("21.4 Ktok/s")
+    assert "(ok)" in w.summary() and "100% of its speed" in w.summary()
