@@ -38,6 +38,14 @@ while True:
         time.sleep(0.5)
 """
 
+# An init that never reaps (some minimal container inits don't): orphans that exit stay zombies.
+_INIT_NO_REAP = """import os, signal, time
+signal.signal(signal.SIGTERM, lambda *a: os._exit(0))
+signal.signal(signal.SIGPWR, lambda *a: os._exit(0))
+while True:
+    time.sleep(3600)
+"""
+
 _SSHD_CONFIG = """\
 Port {port}
 ListenAddress 127.0.0.1
@@ -161,14 +169,15 @@ class Lab:
             "",
         ])
 
-    def start_container(self, ctid: int) -> None:
+    def start_container(self, ctid: int, reap: bool = True) -> None:
+        """Start container `ctid` (idempotent); with reap=False its init never reaps orphans."""
         ct = self.lxc / str(ctid)
         (ct / "upper" / "etc").mkdir(parents=True, exist_ok=True)
         # As Proxmox does: the container's hostname resolves inside it (torchrun's rendezvous needs that).
         hosts = ct / "upper" / "etc" / "hosts"
         if not hosts.exists():
             hosts.write_text(f"127.0.0.1 localhost\n127.0.1.1 lab{ctid}\n::1 localhost ip6-localhost ip6-loopback\n")
-        (ct / "init.py").write_text(_INIT)
+        (ct / "init.py").write_text(_INIT if reap else _INIT_NO_REAP)
         (ct / "config").write_text(self._container_config(ctid))
         if self.state(ctid) == "RUNNING":
             return

@@ -93,6 +93,9 @@ SIGNATURES = [
     (re.compile(r"CUDA out of memory|torch\.OutOfMemoryError|CUDA error: out of memory"), "CUDA out of memory",
      "the GPU ran out of memory: check for a leftover job (`invoke status`, nvidia-smi), then reduce batch or "
      "sequence length"),
+    (re.compile(r"torch\.distributed\.elastic\.multiprocessing\.errors\.ChildFailedError"), "a torchrun rank failed",
+     "one rank died and torchrun stopped the others: the lines marked with that rank say why (exitcode -9 is a "
+     "SIGKILL, often the kernel's OOM killer; see `Root Cause` above)"),
     (re.compile(r"NCCL (error|WARN)|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|NCCL timeout",
                 re.I), "NCCL error",
      "a collective failed: rerun with NCCL_DEBUG=INFO in train.env; check that every GPU is visible and healthy"),

@@ -15,7 +15,7 @@ from conftest import load_config
 
 from remote import config
 from remote.errors import JobError
-from remote.jobs import Preflight, launch, show_log, state, stop
+from remote.jobs import Preflight, final_status, launch, show_log, state, stop
 from remote.session import Session
 
 pytestmark = pytest.mark.lab
@@ -59,7 +59,7 @@ def test_logs_resume_after_the_server_side_of_ssh_is_killed(lab, ct, spec):
 
 
 def test_the_job_survives_the_controller_being_killed(lab_hosts, lab_session):
-    hosts = load_config(lab_hosts, **{"  devices: [0, 1]": "  devices: []",
+    hosts = load_config(lab_hosts, **{"  command: python -m drafter.warmup --device {device}\n  devices: [0, 1]\n": "",
                                       "python -m drafter.train --target-gpus 0 --drafter-gpus 0,1 --steps 200 "
                                       "--log-interval 0.5": "for i in $(seq 0 59); do echo $i; sleep 0.05; done"})
     env = {**os.environ, "REMOTE_HOSTS_FILE": str(hosts), "PYTHONPATH": str(ROOT)}
@@ -102,7 +102,7 @@ def test_low_throughput_is_warned_and_crash_texts_get_hints(ct, spec):
     final = show_log(ct, spec, run_id, follow=True, echo=lines.append)
     assert final["exit"] == 1
     i = lines.index("step 2 | 4.3 Ktok/s")
-    assert lines[i + 1].startswith("!! throughput 4.3 is below 17.2 (baseline 21.5 - 20%)")
+    assert lines[i + 1].startswith("!! throughput 4.3 Ktok/s is below 17.2 Ktok/s (baseline 21.5 - 20%)")
     assert any(l.startswith("!! compile race: threads compiled at once") for l in lines)
     assert f"-- run {run_id}: exited with status 1" in "\n".join(lines)
 
@@ -133,3 +133,62 @@ def test_status_json_parses_and_shows_the_running_job(lab_hosts, lab_session, de
         assert next(c for c in data["containers"] if c["container"] == 999)["error"]
     finally:
         stop(ct, spec, run_id, grace=2)
+
+
+def test_logs_without_follow_prints_what_is_there_and_returns_while_the_job_runs(ct, spec):
+    run_id, _ = launch(ct, spec, PRE, command="echo first; sleep 300")
+    try:
+        wait_for(lambda: "first" in state(ct, spec, run_id)["tail"], 30)
+        lines, done = [], []
+        t = threading.Thread(target=lambda: done.append(show_log(ct, spec, run_id, echo=lines.append)), daemon=True)
+        t.start()
+        t.join(timeout=60)
+        assert done, "logs without --follow did not return while the job runs"
+        assert lines[0] == "first" and done[0]["alive"] and "still running" in lines[-1]
+    finally:
+        stop(ct, spec, run_id, grace=2)
+
+
+def test_stop_never_signals_a_process_that_is_not_the_runs(ct, spec):
+    run_id, _ = launch(ct, spec, PRE, command="sleep 300")
+    stranger = int(ct.run(["bash", "-c", "setsid sleep 1234 </dev/null >/dev/null 2>&1 & echo $!"]).out)
+    try:
+        run = f"{spec.train.run_dir}/{run_id}"
+        ct.run(["bash", "-c", f"echo {stranger} > {run}/pid"])  # a reused pid, as after a container restart
+        result = stop(ct, spec, run_id, grace=2)
+        assert result["left"] == [] and ct.run(["kill", "-0", str(stranger)], check=False).ok
+        assert ct.run(["pgrep", "-f", "^sleep 300$"], check=False).exit_code == 1  # found by its marker instead
+        second, _ = launch(ct, spec, PRE, command="sleep 301")
+        ct.run(["rm", f"{spec.train.run_dir}/{second}/pid"])  # no pid file: never `kill -- -0` (our own group)
+        assert stop(ct, spec, second, grace=2)["left"] == []
+        assert ct.run(["kill", "-0", str(stranger)], check=False).ok
+    finally:
+        ct.run(["kill", str(stranger)], check=False)
+
+
+def test_a_job_that_vanished_is_reported_lost_not_exited(ct, spec):
+    run_id, pid = launch(ct, spec, PRE, command="sleep 300")
+    ct.run(["bash", "-c", f"kill -KILL -- -{pid}"])  # the whole job, wrapper included: no exit record
+    wait_for(lambda: not state(ct, spec, run_id)["alive"], 30)
+    st = state(ct, spec, run_id)
+    assert st["lost"] and st["exit"] is None
+    lines = []
+    final = show_log(ct, spec, run_id, echo=lines.append)
+    assert final_status(final) == 1 and "LOST" in lines[-1]
+
+
+def test_a_job_ends_cleanly_where_the_containers_init_does_not_reap(lab, deployed):
+    lab.start_container(203, reap=False)
+    hosts = lab.dir / "hosts-203.yaml"
+    hosts.write_text(lab.hosts_yaml((203,)) + "code: {path: /root}\n")
+    with Session(config.load(str(hosts)), agent=True) as s:
+        spec, ct = s.config.container(203), s.container(203)
+        run_id, pid = launch(ct, spec, PRE, command="echo done")
+        wait_for(lambda: ct.run(["ps", "-o", "stat=", "-p", str(pid)], check=False).out.strip().startswith("Z"), 30)
+        lines, done = [], []
+        t = threading.Thread(target=lambda: done.append(show_log(ct, spec, run_id, follow=True, echo=lines.append)),
+                             daemon=True)
+        t.start()
+        t.join(timeout=60)
+        assert done, "following a finished job whose leader is a zombie did not return"
+        assert done[0]["exit"] == 0 and lines[0] == "done"

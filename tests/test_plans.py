@@ -124,3 +124,26 @@ def test_parse_gpus():
         {"index": 0, "name": "NVIDIA H200", "driver": "570.86.15", "memory_used_mib": 1, "memory_total_mib": 143771}]
     with pytest.raises(JobError):
         parse_gpus("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver\n")
+
+
+def test_torch_should_see_the_cuda_visible_devices_subset():
+    from remote.jobs import visible_count
+
+    gpus = [{"index": i} for i in range(8)]
+    assert visible_count(gpus, {}) == 8
+    assert visible_count(gpus, {"CUDA_VISIBLE_DEVICES": "5,6,7"}) == 3
+    assert visible_count(gpus, {"CUDA_VISIBLE_DEVICES": "0,9,1"}) == 1  # CUDA stops at the first invalid id
+    assert visible_count(gpus, {"CUDA_VISIBLE_DEVICES": ""}) == 0
+
+
+def test_run_state_parses_without_trusting_the_log():
+    from remote.jobs import parse_state
+
+    text = ("run=r1\npath=/root/runs/r1\npid=42\nalive=0\nexit=\nlog_size=10\nnow=100\nmarked=77 78 \n"
+            "--manifest--\n{\"outputs\": []}\n--tail--\nrun=evil\n--manifest--\nnot json")
+    st = parse_state(text)
+    assert (st["run"], st["alive"], st["lost"], st["orphans"], st["exit"]) == ("r1", False, True, [77, 78], None)
+    assert st["manifest"] == {"outputs": []} and st["tail"] == "run=evil\n--manifest--\nnot json"
+    done = parse_state(text.replace("exit=\n", "exit=3\n"))
+    assert not done["lost"] and done["exit"] == 3
+    assert parse_state("run=\n") == {"run": None}

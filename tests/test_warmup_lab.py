@@ -69,19 +69,48 @@ def test_the_cache_survives_deploy_train_stop_and_a_venv_rebuild(warmed, lab_ses
     assert before <= cache_files(ct)
 
 
-def test_export_import_and_a_mismatched_bundle_is_refused(warmed, lab_session, tmp_path):
+def test_export_import_and_a_mismatched_bundle_is_refused(warmed, lab_session, tmp_path, ct):
     bundle = tmp_path / "cache.tgz"
-    assert wm.export_cache(lab_session, 200, str(bundle), **quiet) == 4  # 2 devices x (artifacts + sidecar)
-    loaded = wm.import_cache(lab_session, 200, str(bundle), **quiet)
-    assert len(loaded) == 2 and all(x["cache_dir"].startswith(CACHE) for x in loaded)
+    count = wm.export_cache(lab_session, 200, str(bundle), **quiet)
+    assert count == len([f for f in cache_files(ct) if "/torch-2.13.0+cpu-" in f])  # the per-version folder
+    spec = lab_session.config.container(200)
+    ct.run(["bash", "-c", f"mv {CACHE}/warmups.jsonl {CACHE}/warmups.jsonl.bak"])  # as on a fresh container
+    try:
+        got = wm.import_cache(lab_session, 200, str(bundle), **quiet)
+        assert got["files"] == count and got["cache_dir"].startswith(CACHE + "/torch-2.13.0+cpu-")
+        assert sorted(got["warmups"]) == ["0", "1"]  # same commit, venv, command and env: train needs no new warmup
+        state = wm.deployed(ct, spec)
+        assert wm.missing_warmups(ct, spec, state) == []
+    finally:
+        ct.run(["bash", "-c", f"cat {CACHE}/warmups.jsonl.bak >> {CACHE}/warmups.jsonl; rm {CACHE}/warmups.jsonl.bak"])
     tampered = tmp_path / "other.tgz"
     with tarfile.open(bundle) as src, tarfile.open(tampered, "w:gz") as dst:
         for m in src.getmembers():
-            data = src.extractfile(m).read()
-            if m.name.endswith(".json"):
-                data = json.dumps({**json.loads(data), "torch": "2.11.0+cu128", "gpu": "NVIDIA H200"}).encode()
+            data = src.extractfile(m).read() if m.isfile() else None
+            if m.name == wm.BUNDLE_SIDECAR:
+                side = json.loads(data)
+                side["versions"].update(torch="2.11.0+cu128", gpu_name="NVIDIA H200")
+                data = json.dumps(side).encode()
                 m.size = len(data)
-            dst.addfile(m, io.BytesIO(data))
+            dst.addfile(m, io.BytesIO(data) if data is not None else None)
     with pytest.raises(WarmupError, match=r"refusing to import a compile cache made for another setup: "
-                                          r"gpu NVIDIA H200 \(bundle\) != None \(here\), torch 2.11.0\+cu128"):
+                                          r"gpu_name NVIDIA H200 \(bundle\) != None \(here\), torch 2.11.0\+cu128"):
         wm.import_cache(lab_session, 200, str(tampered), **quiet)
+
+
+def test_a_changed_command_or_env_asks_for_a_new_warmup(warmed, lab_session, lab_hosts, ct):
+    spec = lab_session.config.container(200)
+    state = wm.deployed(ct, spec)
+    assert wm.missing_warmups(ct, spec, state) == []
+    env = load_config(lab_hosts, **{"  run_dir: /root/runs\n": "  run_dir: /root/runs\n  env: {OMP_NUM_THREADS: '1'}\n"})
+    cmd = load_config(lab_hosts, **{"--device {device}": "--device {device} "})
+    for path, what in ((env, "env"), (cmd, "command")):
+        other = config.load(str(path)).container(200)
+        assert wm.missing_warmups(ct, other, state) == [f"device {d}: {what} changed since its last warmup"
+                                                        for d in ("0", "1")]
+
+
+def test_a_brace_in_the_warmup_command_is_left_to_bash():
+    spec = config.parse({"hosts": {"h": {"address": "x"}}, "containers": {200: {"host": "h"}},
+                         "warmup": {"command": "python w.py --device {device} --out ${HOME}/x", "devices": [3]}}, "f")
+    assert wm.command_for(spec.containers[200], "3") == "python w.py --device 3 --out ${HOME}/x"
