@@ -233,10 +233,49 @@ def stamp() -> str:
     return time.strftime("%Y%m%d-%H%M%S")
 
 
+def _cuda_tag(tag: str) -> str | None:
+    """A wheel tag's CUDA version: cu128 -> 12.8, cu130 -> 13.0, cpu -> "cpu"; None for anything else."""
+    if tag == "cpu":
+        return "cpu"
+    m = re.fullmatch(r"cu(\d+)(\d)", tag)
+    return f"{int(m.group(1))}.{m.group(2)}" if m else None
+
+
+def expected_cuda(spec: VenvSpec) -> tuple[str, str] | None:
+    """The CUDA build torch must report, and where that expectation comes from: the torch pin's local
+    version (`+cu128`), else a PyTorch index URL ending in /cu128 or /cpu. None when the spec says nothing."""
+    pin = parse_pins(spec.packages).get("torch")
+    if pin and "+" in pin:
+        want = _cuda_tag(pin.split("+", 1)[1])
+        if want:
+            return want, f"torch=={pin}"
+    if spec.index_url:
+        m = re.search(r"/(cu\d+|cpu)/*$", spec.index_url)
+        if m and _cuda_tag(m.group(1)):
+            return _cuda_tag(m.group(1)), f"index_url {spec.index_url}"
+    return None
+
+
 def check_verify(spec: VenvSpec, info: dict) -> None:
+    """The new venv's verify report against the spec: exact pins, `import torch`, and the CUDA build
+    torch was compiled for (a cu128 pin that comes back as a CUDA 13.0 build fails)."""
     problems = check_pins(spec, info["dists"])
-    if any(normalize(p.split("==")[0]) == "torch" for p in spec.packages) and not info.get("torch"):
+    wants_torch = any(normalize(p.split("==")[0]) == "torch" for p in spec.packages)
+    if wants_torch and not info.get("torch"):
         problems.append(f"import torch failed: {info.get('torch_error')}")
+    expected = expected_cuda(spec) if wants_torch and info.get("torch") else None
+    if expected:
+        want, why = expected
+        got = info.get("cuda_build")
+        local = str(info["torch"]).partition("+")[2]
+        got_tag = _cuda_tag(local) if local else None
+        if want == "cpu" and (got or (got_tag and got_tag != "cpu")):
+            problems.append(f"torch CUDA build: {why} wants a CPU build, torch {info['torch']} reports CUDA {got}")
+        elif want != "cpu":
+            same = got is not None and str(got).split(".")[:2] == want.split(".")
+            if not same or (got_tag and got_tag != want):
+                problems.append(f"torch CUDA build: {why} wants CUDA {want}, torch {info['torch']} reports CUDA "
+                                f"{got or 'none (a CPU build)'}")
     if problems:
         raise DeployError("the new venv did not verify; the current venv was left in place:\n  "
                           + "\n  ".join(problems))

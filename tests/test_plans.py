@@ -63,6 +63,41 @@ def test_pins_must_come_back_exactly():
                                                              "torch_error": "libcudart.so.12 missing"})
 
 
+def verify(torch, cuda):
+    return {"dists": {"torch": torch, "torchvision": "0.26.0+cu128"}, "torch": torch, "cuda_build": cuda}
+
+
+def test_check_verify_accepts_the_pinned_cuda_build():
+    venv.check_verify(SPEC, verify("2.11.0+cu128", "12.8"))
+    venv.check_verify(VenvSpec(packages=("torch==2.13.0+cpu",)), {**verify("2.13.0+cpu", None),
+                                                                 "dists": {"torch": "2.13.0+cpu"}})
+    venv.check_verify(VenvSpec(packages=("numpy==2",)), {"dists": {"numpy": "2"}})  # no torch: nothing to check
+
+
+@pytest.mark.parametrize("spec, info, message", [
+    # The pin's local version came back, but torch itself was built for CUDA 13.0.
+    (SPEC, verify("2.11.0+cu128", "13.0"), "torch==2.11.0+cu128 wants CUDA 12.8, torch 2.11.0+cu128 reports CUDA 13.0"),
+    (SPEC, verify("2.11.0+cu128", None), "wants CUDA 12.8, torch 2.11.0+cu128 reports CUDA none (a CPU build)"),
+    # No local version in the pin: the PyTorch index says which CUDA build is wanted.
+    (VenvSpec(packages=("torch==2.11.0",), index_url="https://download.pytorch.org/whl/cu128"),
+     {"dists": {"torch": "2.11.0"}, "torch": "2.11.0", "cuda_build": "13.0"},
+     "index_url https://download.pytorch.org/whl/cu128 wants CUDA 12.8"),
+    (VenvSpec(packages=("torch==2.13.0+cpu",)), {"dists": {"torch": "2.13.0+cpu"}, "torch": "2.13.0+cpu",
+                                                "cuda_build": "12.8"}, "wants a CPU build"),
+])
+def test_check_verify_refuses_another_cuda_build(spec, info, message):
+    with pytest.raises(DeployError, match="did not verify") as exc:
+        venv.check_verify(spec, info)
+    assert message in str(exc.value)
+
+
+def test_cuda_build_of_a_cu130_wheel_for_a_cu128_pin_fails():
+    with pytest.raises(DeployError) as exc:
+        venv.check_verify(SPEC, verify("2.11.0+cu130", "13.0"))
+    assert "torch: pinned 2.11.0+cu128, installed 2.11.0+cu130" in str(exc.value)
+    assert "wants CUDA 12.8" in str(exc.value)
+
+
 def test_parse_pins_reads_locks_and_specs():
     assert venv.parse_pins(LOCK.splitlines()) == {"torch": "2.11.0+cu128", "filelock": "3.0",
                                                   "torchvision": "0.26.0+cu128"}
