@@ -198,14 +198,14 @@ def deploy(session: Session, ctid=None, *, allow_dirty: bool = False, check: boo
 
 def _sync_code(ct: Container, spec: ContainerSpec, local: codemod.LocalCommit, remote_head: str | None,
                summary: Summary) -> None:
-    data = codemod.bundle(local.repo, local.commit, basis=remote_head)
+    shipped = codemod.bundle(local.repo, local.commit, basis=remote_head)
     stamp = venvmod.stamp()
     bundle_path = f"{spec.code.path}.remote-incoming.bundle"
-    files.push_bytes(ct, data, bundle_path, 0o600)
+    files.push_bytes(ct, shipped.data, bundle_path, 0o600)
     record = json.dumps({"commit": local.commit, "ref": local.ref, "dirty": local.dirty, "base": local.base,
                          "deployed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
-    result = ct.script(codemod.SYNC, spec.code.path, local.commit, bundle_path, f"{spec.code.path}.patches", stamp,
-                       record, timeout=600)
+    result = ct.script(codemod.sync_script(), spec.code.path, local.commit, bundle_path, f"{spec.code.path}.patches",
+                       stamp, record, shipped.ref, timeout=600, label="code sync")
     for line in result.out.splitlines():
         if line.startswith("saved "):
             summary.saved.append(line.split(": ", 1)[1])
