@@ -37,10 +37,17 @@ def test_plan_rebuilds(over, action, reason):
 
 
 def test_plan_swaps_to_an_existing_build_of_the_wanted_spec():
-    names = ["h-1", "other-20260101-000000", "other-20260102-000000.partial", "other-20260102-000000.partial.in"]
-    p = venv.plan(SPEC, "other", probe(versions=names))
+    names = ["h-1", "other-20260101-000000", "other-20260102-000000", "other-20260102-000000.building"]
+    # 20260102 has no remote-venv.json yet (a build in progress or interrupted): never reused.
+    p = venv.plan(SPEC, "other", probe(versions=names, finished=["h-1", "other-20260101-000000"]))
     assert (p.action, p.reuse) == ("swap", "other-20260101-000000")
     assert venv.plan(SPEC, "new", probe()).action == "build"
+
+
+def test_plan_never_reuses_an_unfinished_build():
+    names = ["h-1", "other-20260102-000000", "other-20260102-000000.building"]
+    p = venv.plan(SPEC, "other", probe(versions=names, finished=["h-1"]))
+    assert (p.action, p.reuse) == ("build", None)
 
 
 def test_drift_lists_extra_changed_missing():
