@@ -9,10 +9,11 @@ in atomically, keeping the previous one for --rollback. A failed build leaves co
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -70,23 +71,51 @@ def uv_path(version: str) -> str:
     return f"{UV_HOME}/uv-{version}/uv"
 
 
-def local_uv_binary(version: str, machine: str) -> Path:
-    """The uv binary for the container's architecture, cached on the controller (from PyPI's uv wheel)."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "remote" / f"uv-{version}-{machine}"
-    binary = cache / "uv"
-    if binary.exists():
-        return binary
-    cache.mkdir(parents=True, exist_ok=True)
-    try:  # the uv installed next to this controller, when it is the same version and architecture
+def _record_hash(data: bytes) -> str:
+    """sha256 as a wheel's RECORD writes it (urlsafe base64, no padding)."""
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def _write_atomic(path: Path, data: bytes, mode: int) -> None:
+    """Write beside `path` and rename over it: a reader sees the old file or the whole new one."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _installed_uv(version: str, machine: str) -> tuple[bytes, str] | None:
+    """The uv installed next to this controller, when it is the same version and architecture and its
+    bytes match its own distribution's RECORD."""
+    try:
+        import importlib.metadata as md
+
         import uv as uv_pkg
 
-        found = Path(uv_pkg.find_uv_bin())
+        found = Path(uv_pkg.find_uv_bin()).resolve()
         out = subprocess.run([str(found), "--version"], capture_output=True, text=True).stdout.split()
-        if len(out) > 1 and out[1] == version and machine == platform.machine():
-            shutil.copy2(found, binary)
-            return binary
-    except (ImportError, OSError, FileNotFoundError):
+        if not (len(out) > 1 and out[1] == version and machine == platform.machine()):
+            return None
+        data = found.read_bytes()
+        recorded = [f.hash.value for f in md.distribution("uv").files or []
+                    if f.hash and f.hash.mode == "sha256" and Path(f.locate()).resolve() == found]
+        if recorded and recorded[0] == _record_hash(data):
+            return data, f"the installed uv {version} ({found}), checked against its RECORD"
+    except (ImportError, OSError, md.PackageNotFoundError):
         pass
+    return None
+
+
+def _wheel_uv(version: str, machine: str) -> tuple[bytes, str]:
+    """The uv binary from PyPI's uv wheel: pip checks the wheel against the hash the index publishes,
+    and the binary is checked against the wheel's own RECORD."""
     with tempfile.TemporaryDirectory() as d:
         r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
                             "--platform", f"manylinux_2_17_{machine}", "--platform", f"manylinux2014_{machine}",
@@ -97,9 +126,33 @@ def local_uv_binary(version: str, machine: str) -> Path:
                               f"{r.stderr.strip()[-300:]}")
         with zipfile.ZipFile(wheels[0]) as z:
             name = next(n for n in z.namelist() if n.endswith(".data/scripts/uv"))
-            binary.write_bytes(z.read(name))
-    binary.chmod(0o755)
-    return binary
+            data = z.read(name)
+            record = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/RECORD"))).decode()
+    want = next((line.split(",")[1] for line in record.splitlines() if line.startswith(name + ",")), "")
+    if want != f"sha256={_record_hash(data)}":
+        raise DeployError(f"uv {version} wheel {wheels[0].name}: {name} does not match the wheel's RECORD")
+    return data, f"{wheels[0].name}, checked against its RECORD"
+
+
+def local_uv_binary(version: str, machine: str) -> tuple[Path, str]:
+    """The uv binary for the container's architecture, cached on the controller, and its sha256.
+
+    The sha256 of what was extracted (and checked) is recorded beside the binary, both written
+    atomically, and rechecked on every use: a torn or changed cache is fetched again."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "remote" / f"uv-{version}-{machine}"
+    binary, recorded = cache / "uv", cache / "uv.sha256"
+    try:
+        want = recorded.read_text().split()[0]
+        if files.sha256(binary.read_bytes()) == want:
+            return binary, want
+    except (OSError, IndexError):
+        pass
+    cache.mkdir(parents=True, exist_ok=True)
+    data, origin = _installed_uv(version, machine) or _wheel_uv(version, machine)
+    digest = files.sha256(data)
+    _write_atomic(binary, data, 0o755)
+    _write_atomic(recorded, f"{digest}  {origin}\n".encode(), 0o644)  # last: the binary is trusted from here
+    return binary, digest
 
 
 def probe(ct: Container, spec: ContainerSpec) -> dict:
@@ -284,9 +337,14 @@ def _cleanup(ct: Container, versions: str, names: list[str]) -> None:
 
 
 def _ensure_uv(ct: Container, spec: ContainerSpec, machine: str, echo) -> str:
+    """The pinned uv in the container, byte for byte: pushed again when its sha256 differs from ours."""
     path = uv_path(spec.venv.uv_version)
-    binary = local_uv_binary(spec.venv.uv_version, machine)
-    echo(f"==> installing uv {spec.venv.uv_version} in the container ({binary.stat().st_size >> 20} MiB, verified)")
+    binary, digest = local_uv_binary(spec.venv.uv_version, machine)
+    there = ct.run(["sha256sum", "--", path], check=False, mutates=False, timeout=120).out.split()
+    if there[:1] == [digest]:
+        return path
+    why = "its sha256 differs" if there else "not there yet"
+    echo(f"==> installing uv {spec.venv.uv_version} in the container ({why}; {binary.stat().st_size >> 20} MiB, verified)")
     files.push_file(ct, binary, path, 0o755)
     return path
 
@@ -294,7 +352,7 @@ def _ensure_uv(ct: Container, spec: ContainerSpec, machine: str, echo) -> str:
 def _build(ct: Container, spec: ContainerSpec, state: dict, want: str, req_text, guard: bytes, echo):
     """Build, verify and record a new venv at its final path; returns (path, verify report)."""
     versions = versions_dir(spec)
-    uv = uv_path(spec.venv.uv_version) if state["uv"] else _ensure_uv(ct, spec, state["python"]["machine"], echo)
+    uv = _ensure_uv(ct, spec, state["python"]["machine"], echo)
     name = f"{want}-{venvmod.stamp()}"
     target = f"{versions}/{name}"
     staging = f"{target}.building"
