@@ -193,3 +193,19 @@ def test_parse_gpus():
         {"index": 0, "name": "NVIDIA H200", "driver": "570.86.15", "memory_used_mib": 1, "memory_total_mib": 143771}]
     with pytest.raises(JobError):
         parse_gpus("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver\n")
+
+
+def test_oplock_lease_text_live_or_expired_and_the_refusal():
+    from remote import oplock
+
+    text = "now=100\ntoken=t1\nexpires=130\nholder=ctl pid 7\ncommand=deploy\nstarted=2026-11-30T16:00:00+0000\n"
+    lease = oplock.parse(text)
+    assert lease["holder"] == "ctl pid 7" and lease["expires"] == "130"
+    assert oplock.live_foreign(lease) and not oplock.live_foreign(lease, token="t1")  # ours is never foreign
+    assert not oplock.live_foreign({**lease, "now": "130"})  # expired: free to take over
+    assert not oplock.live_foreign(None) and not oplock.live_foreign({"now": "1"})
+    err = oplock.busy_error(200, lease)
+    assert err.exit_code == 3 and err.holder is lease
+    assert str(err) == ("container 200 is busy: `deploy` held by ctl pid 7 since 2026-11-30T16:00:00+0000. Wait for "
+                        "it to finish and retry; if that controller is gone, its lease expires in 30s (it renews it "
+                        "every few seconds)")
