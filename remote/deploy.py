@@ -19,9 +19,10 @@ import sys
 import tempfile
 import time
 import zipfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from . import code as codemod
 from . import files, jobs, oplock, shell
@@ -193,11 +194,16 @@ class Plan:
         return self.venv.action == "none" and not self.code and not self.unfinished
 
 
-def make_plan(spec: ContainerSpec, state: dict, local: codemod.LocalCommit | None) -> Plan:
+def _check_interpreter(spec: ContainerSpec, state: dict) -> None:
     interpreter = state["python"]["executable"]
     if any(interpreter.startswith(p.rstrip("/") + "/") for p in (spec.venv.path, versions_dir(spec))):
         raise DeployError(f"venv.python {spec.venv.python!r} resolves to {interpreter}, inside the venv that deploy "
                           "manages: name the system interpreter, e.g. /usr/bin/python3")
+
+
+def make_plan(spec: ContainerSpec, state: dict, local: codemod.LocalCommit | None) -> Plan:
+    """What is still to do, from the probe's `state` and the local commit."""
+    _check_interpreter(spec, state)
     req_text = None
     if spec.venv.requirements:
         if not local:
@@ -228,9 +234,16 @@ def deploy(session: Session, ctid=None, *, allow_dirty: bool = False, check: boo
     lease = oplock.parse(state["lease"]) if state.get("lease") else None
     if not check and oplock.live_foreign(lease):  # another deploy, warmup or launch is changing it now
         raise oplock.busy_error(spec.ctid, lease)
+    if rollback:
+        _check_interpreter(spec, state)
+        with _held(ct, "deploy --rollback", lease_ttl, summary):
+            _refuse_running_job(ct, spec, force, summary, echo)
+            _rollback(ct, spec, probe(ct, spec), summary, echo)  # probed again, under the lease
+        summary.seconds = time.monotonic() - start
+        return summary
+
     plan = make_plan(spec, state, local)
     summary.drift = plan.venv.drift.lines()
-
     if check:
         if plan.code:
             summary.changed.append(f"code would be synced: {plan.code}")
@@ -238,7 +251,7 @@ def deploy(session: Session, ctid=None, *, allow_dirty: bool = False, check: boo
             summary.changed.append(f"venv would be rebuilt: {plan.venv.reason}")
         summary.seconds = time.monotonic() - start
         return summary
-    if plan.empty and not rollback:  # the no-op deploy: one round trip, nothing locked
+    if plan.empty:  # the no-op deploy: one round trip, nothing locked
         if local:
             summary.kept.append(f"code at {local.commit[:12]}{' (dirty)' if local.dirty else ''}")
         summary.kept.append(f"venv {state['venv']['real']} (spec {plan.want})")
@@ -246,19 +259,23 @@ def deploy(session: Session, ctid=None, *, allow_dirty: bool = False, check: boo
         summary.seconds = time.monotonic() - start
         return summary
 
-    with oplock.hold(ct, "deploy --rollback" if rollback else "deploy", ttl=lease_ttl) as held:
-        if held.took_over:
-            summary.changed.append(f"took over the expired operation lease of {held.took_over.get('holder')} "
-                                   f"({held.took_over.get('command')} since {held.took_over.get('started')})")
+    with _held(ct, "deploy", lease_ttl, summary) as held:
         _refuse_running_job(ct, spec, force, summary, echo)
         # Probed again under the lease: nothing else changes the container while this plan is carried out.
         state = probe(ct, spec)
-        if rollback:
-            _rollback(ct, spec, state, summary, echo)
-        else:
-            _apply(ct, spec, state, make_plan(spec, state, local), local, held, summary, echo)
+        _apply(ct, spec, state, make_plan(spec, state, local), local, held, summary, echo)
     summary.seconds = time.monotonic() - start
     return summary
+
+
+@contextmanager
+def _held(ct: Container, command: str, ttl: float, summary: Summary) -> Iterator[oplock.Lease]:
+    """The container's operation lease, noting in the summary an expired one that was taken over."""
+    with oplock.hold(ct, command, ttl=ttl) as held:
+        if held.took_over:
+            summary.changed.append(f"took over the expired operation lease of {held.took_over.get('holder')} "
+                                   f"({held.took_over.get('command')} since {held.took_over.get('started')})")
+        yield held
 
 
 def _refuse_running_job(ct: Container, spec: ContainerSpec, force: bool, summary: Summary, echo) -> None:
