@@ -300,7 +300,8 @@ def _apply(ct: Container, spec: ContainerSpec, state: dict, plan: Plan, local: c
     if plan.unfinished:
         echo(f"==> cleaning up an interrupted deploy: {', '.join(plan.unfinished)}")
         _cleanup(ct, versions_dir(spec), plan.unfinished)
-        summary.changed.append(f"removed half-built venv(s) left by an interrupted deploy: {', '.join(plan.unfinished)}")
+        summary.changed.append("removed half-built venv(s) left by an interrupted deploy: "
+                               + ", ".join(plan.unfinished))
 
     target = None
     if plan.venv.action == "none":
@@ -361,7 +362,8 @@ def _ensure_uv(ct: Container, spec: ContainerSpec, machine: str, echo) -> str:
     if there[:1] == [digest]:
         return path
     why = "its sha256 differs" if there else "not there yet"
-    echo(f"==> installing uv {spec.venv.uv_version} in the container ({why}; {binary.stat().st_size >> 20} MiB, verified)")
+    echo(f"==> installing uv {spec.venv.uv_version} in the container ({why}; {binary.stat().st_size >> 20} MiB, "
+         "verified)")
     files.push_file(ct, binary, path, 0o755)
     return path
 

@@ -29,7 +29,7 @@ from .errors import BusyError, CommandError, RemoteError
 from .pct import Container
 
 LEASE = "/run/remote/ops.lock"
-TTL = 30.0  # seconds a lease lasts without renewal: how long a dead controller blocks the container
+TTL = 30.0  # seconds a lease lasts without renewal (whole seconds there): how long a dead controller blocks it
 
 
 def default_holder() -> str:
@@ -88,8 +88,9 @@ class Lease:
                                           "stopped before changing anything further")
 
     def _run(self, action: str, *args: str):
-        return self.ct.script(shell.load("oplock"), action, self.path, self.token, f"{self.ttl:g}", *args,
-                              timeout=60, check=False, label=f"oplock {action}")
+        seconds = str(max(1, round(self.ttl)))
+        return self.ct.script(shell.load("oplock"), action, self.path, self.token, seconds, *args, timeout=60,
+                              check=False, label=f"oplock {action}")
 
     def _renew_forever(self) -> None:
         last_ok = time.monotonic()

@@ -210,7 +210,11 @@ mkdir -p /root/runs/t-job
 ln -sfn t-job /root/runs/current
 rm -f /root/runs/t-job/exit
 : > /root/runs/t-job/log
-setsid -f "$1" -c 'import numpy, os, time; open("/root/runs/t-job/pid.tmp", "w").write(str(os.getpid())); os.rename("/root/runs/t-job/pid.tmp", "/root/runs/t-job/pid"); time.sleep(3600)' </dev/null >/dev/null 2>&1
+setsid -f "$1" -c '
+import numpy, os, time
+open("/root/runs/t-job/pid.tmp", "w").write(str(os.getpid()))
+os.rename("/root/runs/t-job/pid.tmp", "/root/runs/t-job/pid")
+time.sleep(3600)' </dev/null >/dev/null 2>&1
 for _ in $(seq 200); do [ -s /root/runs/t-job/pid ] && break; sleep 0.05; done
 cat /root/runs/t-job/pid
 """, python)
