@@ -140,14 +140,16 @@ def exec_(c, command, container=None, timeout=None, dry=False, hosts=None):
 
 @task(help={"container": CT_HELP, "allow_dirty": "ship uncommitted changes of the local tree (recorded as dirty)",
             "check": "only report what would change and any hand-installed or changed packages (exit 1 if any)",
-            "rollback": "switch the venv back to the previous build", "dry": DRY_HELP, "hosts": HOSTS_HELP})
+            "rollback": "switch the venv back to the previous build",
+            "force": "deploy even while a training job runs there (the venv it uses is never deleted)",
+            "dry": DRY_HELP, "hosts": HOSTS_HELP})
 @handled
-def deploy(c, container=None, allow_dirty=False, check=False, rollback=False, dry=False, hosts=None):
+def deploy(c, container=None, allow_dirty=False, check=False, rollback=False, force=False, dry=False, hosts=None):
     """Make the container's venv and checkout exactly what the hosts file pins; a no-op when they are."""
     from .deploy import deploy as run_deploy
 
     with _session(hosts, dry) as s:
-        summary = run_deploy(s, container, allow_dirty=allow_dirty, check=check, rollback=rollback)
+        summary = run_deploy(s, container, allow_dirty=allow_dirty, check=check, rollback=rollback, force=force)
     print(summary.render())
     if check and (summary.changed or summary.drift):
         raise Exit(code=1)

@@ -9,14 +9,16 @@ untracked files are otherwise never touched. Afterwards tracked files equal the 
 
 from __future__ import annotations
 
+import secrets
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import shell
 from .errors import DeployError
 
-SHIP_REF = "refs/remote-deploy/ship"
+SHIP_PREFIX = "refs/remote-deploy/ship-"  # + a random token: one ref per bundle, so deploys never share one
 
 
 def _ok(repo: str, *args: str) -> bool:
@@ -68,19 +70,27 @@ def show(repo: str, commit: str, path: str) -> str | None:
     return r.stdout if r.returncode == 0 else None
 
 
-def bundle(repo: str, commit: str, basis: str | None = None) -> bytes:
-    """A git bundle holding `commit` (thin against `basis` when the local repo knows it)."""
-    _git(repo, "update-ref", SHIP_REF, commit)
+@dataclass(frozen=True)
+class Bundle:
+    data: bytes
+    ref: str  # the one ref it holds, pointing at the commit
+
+
+def bundle(repo: str, commit: str, basis: str | None = None) -> Bundle:
+    """A git bundle holding `commit` (thin against `basis` when the local repo knows it), under a ref of
+    its own: two deploys from one repository at once never move each other's ref."""
+    ref = SHIP_PREFIX + secrets.token_hex(8)
+    _git(repo, "update-ref", ref, commit)
     try:
         with tempfile.TemporaryDirectory() as d:
             out = str(Path(d) / "ship.bundle")
-            args = ["bundle", "create", "-q", out, SHIP_REF]
+            args = ["bundle", "create", "-q", out, ref]
             if basis and basis != commit and _ok(repo, "merge-base", "--is-ancestor", basis, commit):
                 args.append(f"^{basis}")
             _git(repo, *args)
-            return Path(out).read_bytes()
+            return Bundle(Path(out).read_bytes(), ref)
     finally:
-        _git(repo, "update-ref", "-d", SHIP_REF, check=False)
+        _git(repo, "update-ref", "-d", ref, check=False)
 
 
 def needs_sync(local: LocalCommit, probe_code: dict) -> str | None:
@@ -98,35 +108,6 @@ def needs_sync(local: LocalCommit, probe_code: dict) -> str | None:
     return None
 
 
-# Bash, in the container. $1 checkout, $2 commit, $3 bundle file, $4 patches dir, $5 stamp, $6 record JSON.
-SYNC = r'''
-path=$1 commit=$2 bundle=$3 patches=$4 stamp=$5 record=$6
-mkdir -p "$path"
-cd "$path"
-[ -d .git ] || { git init -q; echo "initialised a git repository in $path"; }
-git -c core.autocrlf=false fetch -q "$bundle" refs/remote-deploy/ship
-[ "$(git rev-parse FETCH_HEAD)" = "$commit" ] || { echo "bundle does not hold $commit" >&2; exit 3; }
-old=$(git rev-parse -q --verify HEAD || true)
-if [ -n "$old" ]; then
-  git update-ref "refs/remote-deploy/before-$stamp" "$old"
-  if ! git diff --quiet HEAD -- || ! git diff --cached --quiet HEAD --; then
-    mkdir -p "$patches"
-    p="$patches/$stamp-${old:0:12}.patch"
-    git diff --binary HEAD -- > "$p"
-    echo "saved edits: $p"
-  fi
-fi
-# Untracked files that the new commit would overwrite are saved first, then never touched otherwise.
-collide=$(comm -z -12 <(git ls-files --others -z | LC_ALL=C sort -z) \
-                      <(git ls-tree -r -z --name-only "$commit" | LC_ALL=C sort -z) | tr '\0' '\n')
-if [ -n "$collide" ]; then
-  mkdir -p "$patches"
-  t="$patches/$stamp-untracked-overwritten.tar"
-  printf '%s\n' "$collide" | tar -c -f "$t" -T -
-  echo "saved untracked files the commit replaces: $t"
-fi
-git -c core.autocrlf=false checkout -q -f --detach "$commit"
-[ -z "$(git status --porcelain --untracked-files=no)" ] || { echo "checkout is not clean after reset" >&2; exit 3; }
-printf '%s\n' "$record" > .git/remote-deploy.json
-rm -f "$bundle"
-'''
+def sync_script() -> str:
+    """Bash, in the container (remote/sh/code-sync.sh): move the checkout to one commit from a bundle."""
+    return shell.load("code-sync")

@@ -1,30 +1,34 @@
 """`deploy`: the exact-commit checkout and the pinned venv, as one probe, a plan and the steps still needed.
 
-A no-op deploy is one probe round trip. Otherwise: sync the code (edits saved as a patch first),
-clean up what an interrupted deploy left, make sure the pinned uv is there, build the venv beside
-the current one, verify it, swap it in atomically, and keep the previous one for --rollback.
+A no-op deploy is one probe round trip. Otherwise, under the container's operation lease
+(remote.oplock) and only while no training job runs there (unless --force): clean up what an
+interrupted deploy left, make sure the pinned uv is there, build the venv beside the current one and
+verify it; then, as the last steps, sync the code (edits saved as a patch first) and swap the venv
+in atomically, keeping the previous one for --rollback. A failed build leaves code and venv as they were.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import zipfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from . import code as codemod
-from . import files
+from . import files, jobs, oplock, shell
 from . import venv as venvmod
 from .config import Container as ContainerSpec
-from .errors import CommandError, DeployError
+from .errors import BusyError, CommandError, DeployError, RemoteError
 from .logs import LineSplitter
 from .pct import Container
 from .session import Session
@@ -68,23 +72,51 @@ def uv_path(version: str) -> str:
     return f"{UV_HOME}/uv-{version}/uv"
 
 
-def local_uv_binary(version: str, machine: str) -> Path:
-    """The uv binary for the container's architecture, cached on the controller (from PyPI's uv wheel)."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "remote" / f"uv-{version}-{machine}"
-    binary = cache / "uv"
-    if binary.exists():
-        return binary
-    cache.mkdir(parents=True, exist_ok=True)
-    try:  # the uv installed next to this controller, when it is the same version and architecture
+def _record_hash(data: bytes) -> str:
+    """sha256 as a wheel's RECORD writes it (urlsafe base64, no padding)."""
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def _write_atomic(path: Path, data: bytes, mode: int) -> None:
+    """Write beside `path` and rename over it: a reader sees the old file or the whole new one."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _installed_uv(version: str, machine: str) -> tuple[bytes, str] | None:
+    """The uv installed next to this controller, when it is the same version and architecture and its
+    bytes match its own distribution's RECORD."""
+    try:
+        import importlib.metadata as md
+
         import uv as uv_pkg
 
-        found = Path(uv_pkg.find_uv_bin())
+        found = Path(uv_pkg.find_uv_bin()).resolve()
         out = subprocess.run([str(found), "--version"], capture_output=True, text=True).stdout.split()
-        if len(out) > 1 and out[1] == version and machine == platform.machine():
-            shutil.copy2(found, binary)
-            return binary
-    except (ImportError, OSError, FileNotFoundError):
+        if not (len(out) > 1 and out[1] == version and machine == platform.machine()):
+            return None
+        data = found.read_bytes()
+        recorded = [f.hash.value for f in md.distribution("uv").files or []
+                    if f.hash and f.hash.mode == "sha256" and Path(f.locate()).resolve() == found]
+        if recorded and recorded[0] == _record_hash(data):
+            return data, f"the installed uv {version} ({found}), checked against its RECORD"
+    except (ImportError, OSError, md.PackageNotFoundError):
         pass
+    return None
+
+
+def _wheel_uv(version: str, machine: str) -> tuple[bytes, str]:
+    """The uv binary from PyPI's uv wheel: pip checks the wheel against the hash the index publishes,
+    and the binary is checked against the wheel's own RECORD."""
     with tempfile.TemporaryDirectory() as d:
         r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
                             "--platform", f"manylinux_2_17_{machine}", "--platform", f"manylinux2014_{machine}",
@@ -95,15 +127,39 @@ def local_uv_binary(version: str, machine: str) -> Path:
                               f"{r.stderr.strip()[-300:]}")
         with zipfile.ZipFile(wheels[0]) as z:
             name = next(n for n in z.namelist() if n.endswith(".data/scripts/uv"))
-            binary.write_bytes(z.read(name))
-    binary.chmod(0o755)
-    return binary
+            data = z.read(name)
+            record = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/RECORD"))).decode()
+    want = next((line.split(",")[1] for line in record.splitlines() if line.startswith(name + ",")), "")
+    if want != f"sha256={_record_hash(data)}":
+        raise DeployError(f"uv {version} wheel {wheels[0].name}: {name} does not match the wheel's RECORD")
+    return data, f"{wheels[0].name}, checked against its RECORD"
+
+
+def local_uv_binary(version: str, machine: str) -> tuple[Path, str]:
+    """The uv binary for the container's architecture, cached on the controller, and its sha256.
+
+    The sha256 of what was extracted (and checked) is recorded beside the binary, both written
+    atomically, and rechecked on every use: a torn or changed cache is fetched again."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "remote" / f"uv-{version}-{machine}"
+    binary, recorded = cache / "uv", cache / "uv.sha256"
+    try:
+        want = recorded.read_text().split()[0]
+        if files.sha256(binary.read_bytes()) == want:
+            return binary, want
+    except (OSError, IndexError):
+        pass
+    cache.mkdir(parents=True, exist_ok=True)
+    data, origin = _installed_uv(version, machine) or _wheel_uv(version, machine)
+    digest = files.sha256(data)
+    _write_atomic(binary, data, 0o755)
+    _write_atomic(recorded, f"{digest}  {origin}\n".encode(), 0o644)  # last: the binary is trusted from here
+    return binary, digest
 
 
 def probe(ct: Container, spec: ContainerSpec) -> dict:
     """Everything deploy needs to know about the container, in one round trip."""
     result = ct.run([spec.venv.python, "-c", venvmod.PROBE, spec.venv.path, versions_dir(spec), uv_path(spec.venv.uv_version),
-                     spec.code.path], mutates=False, timeout=120)
+                     spec.code.path, oplock.LEASE], mutates=False, timeout=120)
     return json.loads(result.out)
 
 
@@ -122,25 +178,32 @@ def _streamer(echo: Callable[[str], None]) -> Callable[[str, bytes], None]:
     return on_output
 
 
-def deploy(session: Session, ctid=None, *, allow_dirty: bool = False, check: bool = False, rollback: bool = False,
-           echo: Callable[[str], None] = print) -> Summary:
-    """Bring container `ctid` to the configured commit and venv; a no-op when both already match."""
-    start = time.monotonic()
-    spec = session.config.container(ctid)
-    # Never with the venv on PATH: `python3` could then be the very venv that is being replaced.
-    ct = session.container(spec.ctid, venv_on_path=False)
-    summary = Summary(spec.ctid)
-    local = codemod.resolve(spec.code.repo, spec.code.ref, allow_dirty) if spec.code.repo else None
-    state = probe(ct, spec)
+@dataclass
+class Plan:
+    """What deploy still has to do, from one probe."""
+
+    want: str  # the spec hash of the wanted venv
+    req_text: str | None
+    guard: bytes
+    venv: venvmod.VenvPlan
+    code: str | None  # why the checkout must be synced, or None
+    unfinished: list[str]  # what interrupted builds left in the versions folder
+
+    @property
+    def empty(self) -> bool:
+        return self.venv.action == "none" and not self.code and not self.unfinished
+
+
+def _check_interpreter(spec: ContainerSpec, state: dict) -> None:
     interpreter = state["python"]["executable"]
     if any(interpreter.startswith(p.rstrip("/") + "/") for p in (spec.venv.path, versions_dir(spec))):
         raise DeployError(f"venv.python {spec.venv.python!r} resolves to {interpreter}, inside the venv that deploy "
                           "manages: name the system interpreter, e.g. /usr/bin/python3")
-    if rollback:
-        _rollback(ct, spec, state, summary, echo)
-        summary.seconds = time.monotonic() - start
-        return summary
 
+
+def make_plan(spec: ContainerSpec, state: dict, local: codemod.LocalCommit | None) -> Plan:
+    """What is still to do, from the probe's `state` and the local commit."""
+    _check_interpreter(spec, state)
     req_text = None
     if spec.venv.requirements:
         if not local:
@@ -151,117 +214,207 @@ def deploy(session: Session, ctid=None, *, allow_dirty: bool = False, check: boo
     guard = venvmod.GUARD_SOURCE.read_bytes()
     py = f"{state['python']['version']} {state['python']['executable']}"
     want = venvmod.spec_hash(spec.venv, py, req_text, guard)
-    vplan = venvmod.plan(spec.venv, want, state)
-    code_reason = codemod.needs_sync(local, state["code"]) if local else None
-    summary.drift = vplan.drift.lines()
-    partials = [v for v in state["venv"]["versions"] if ".partial" in v]
+    return Plan(want, req_text, guard, venvmod.plan(spec.venv, want, state),
+                codemod.needs_sync(local, state["code"]) if local else None, list(state["venv"].get("unfinished", [])))
 
-    if check:
-        if code_reason:
-            summary.changed.append(f"code would be synced: {code_reason}")
-        if vplan.action != "none":
-            summary.changed.append(f"venv would be rebuilt: {vplan.reason}")
+
+def deploy(session: Session, ctid=None, *, allow_dirty: bool = False, check: bool = False, rollback: bool = False,
+           force: bool = False, echo: Callable[[str], None] = print, lease_ttl: float = oplock.TTL) -> Summary:
+    """Bring container `ctid` to the configured commit and venv; a no-op when both already match.
+
+    Changes are made under the container's operation lease (remote.oplock) and refused while a
+    training job runs there, unless `force`; a venv that a live process uses is never deleted."""
+    start = time.monotonic()
+    spec = session.config.container(ctid)
+    # Never with the venv on PATH: `python3` could then be the very venv that is being replaced.
+    ct = session.container(spec.ctid, venv_on_path=False)
+    summary = Summary(spec.ctid)
+    local = codemod.resolve(spec.code.repo, spec.code.ref, allow_dirty) if spec.code.repo else None
+    state = probe(ct, spec)
+    lease = oplock.parse(state["lease"]) if state.get("lease") else None
+    if not check and oplock.live_foreign(lease):  # another deploy, warmup or launch is changing it now
+        raise oplock.busy_error(spec.ctid, lease)
+    if rollback:
+        _check_interpreter(spec, state)
+        with _held(ct, "deploy --rollback", lease_ttl, summary):
+            _refuse_running_job(ct, spec, force, summary, echo)
+            _rollback(ct, spec, probe(ct, spec), summary, echo)  # probed again, under the lease
         summary.seconds = time.monotonic() - start
         return summary
 
-    if code_reason:
-        echo(f"==> code: {code_reason}")
-        _sync_code(ct, spec, local, state["code"].get("head"), summary)
-    elif local:
-        summary.kept.append(f"code at {local.commit[:12]}{' (dirty)' if local.dirty else ''}")
-
-    if partials:
-        echo(f"==> cleaning up an interrupted deploy: {', '.join(partials)}")
-        _cleanup(ct, versions_dir(spec), partials)
-        summary.changed.append(f"removed half-built venv(s) left by an interrupted deploy: {', '.join(partials)}")
-
-    if vplan.action == "none":
-        summary.kept.append(f"venv {state['venv']['real']} (spec {want})")
+    plan = make_plan(spec, state, local)
+    summary.drift = plan.venv.drift.lines()
+    if check:
+        if plan.code:
+            summary.changed.append(f"code would be synced: {plan.code}")
+        if plan.venv.action != "none":
+            summary.changed.append(f"venv would be rebuilt: {plan.venv.reason}")
+        summary.seconds = time.monotonic() - start
+        return summary
+    if plan.empty:  # the no-op deploy: one round trip, nothing locked
+        if local:
+            summary.kept.append(f"code at {local.commit[:12]}{' (dirty)' if local.dirty else ''}")
+        summary.kept.append(f"venv {state['venv']['real']} (spec {plan.want})")
         summary.torch = state["venv"]["record"].get("verify")
-    else:
-        echo(f"==> venv: {vplan.reason}")
-        for line in vplan.drift.lines():
-            echo(f"    {line}")
-        if vplan.action == "swap":
-            target = f"{versions_dir(spec)}/{vplan.reuse}"
-            summary.torch = _read_record(ct, target).get("verify")
-        else:
-            target, summary.torch = _build(ct, spec, state, want, req_text, guard, echo)
-        _swap(ct, spec, target, summary, echo)
-        _prune(ct, spec, keep={target, state["venv"]["real"]})
-        summary.changed.append(f"venv {spec.venv.path} -> {target}")
-        if state["venv"]["real"]:
-            summary.kept.append(f"previous venv {state['venv']['real']} (deploy --rollback returns to it)")
+        summary.seconds = time.monotonic() - start
+        return summary
+
+    with _held(ct, "deploy", lease_ttl, summary) as held:
+        _refuse_running_job(ct, spec, force, summary, echo)
+        # Probed again under the lease: nothing else changes the container while this plan is carried out.
+        state = probe(ct, spec)
+        _apply(ct, spec, state, make_plan(spec, state, local), local, held, summary, echo)
     summary.seconds = time.monotonic() - start
     return summary
 
 
+@contextmanager
+def _held(ct: Container, command: str, ttl: float, summary: Summary) -> Iterator[oplock.Lease]:
+    """The container's operation lease, noting in the summary an expired one that was taken over."""
+    with oplock.hold(ct, command, ttl=ttl) as held:
+        if held.took_over:
+            summary.changed.append(f"took over the expired operation lease of {held.took_over.get('holder')} "
+                                   f"({held.took_over.get('command')} since {held.took_over.get('started')})")
+        yield held
+
+
+def _refuse_running_job(ct: Container, spec: ContainerSpec, force: bool, summary: Summary, echo) -> None:
+    """A running job would find its checkout rewritten and its venv swapped under it: refuse unless forced."""
+    st = jobs.state(ct, spec)
+    if not st.get("run") or not st.get("alive"):
+        return
+    if not force:
+        raise BusyError(spec.ctid, f"container {spec.ctid}: run {st['run']} (pid {st['pid']}) is still running; a "
+                                   "deploy would change its checkout and venv under it. `invoke stop` it first, or "
+                                   "pass --force (the venv it runs from is kept while any process uses it)",
+                        {"run": st["run"], "pid": st["pid"]})
+    echo(f"==> --force: deploying while run {st['run']} (pid {st['pid']}) is running")
+    summary.kept.append(f"run {st['run']} (pid {st['pid']}) left running (--force)")
+
+
+def _apply(ct: Container, spec: ContainerSpec, state: dict, plan: Plan, local: codemod.LocalCommit | None,
+           held: oplock.Lease, summary: Summary, echo) -> None:
+    """Clean up, build and verify the venv, then move the code and swap the venv as the very last steps,
+    so a failed build leaves both the old checkout and the old venv."""
+    summary.drift = plan.venv.drift.lines()
+    if plan.unfinished:
+        echo(f"==> cleaning up an interrupted deploy: {', '.join(plan.unfinished)}")
+        _cleanup(ct, versions_dir(spec), plan.unfinished)
+        summary.changed.append("removed half-built venv(s) left by an interrupted deploy: "
+                               + ", ".join(plan.unfinished))
+
+    target = None
+    if plan.venv.action == "none":
+        summary.kept.append(f"venv {state['venv']['real']} (spec {plan.want})")
+        summary.torch = state["venv"]["record"].get("verify")
+    else:
+        echo(f"==> venv: {plan.venv.reason}")
+        for line in plan.venv.drift.lines():
+            echo(f"    {line}")
+        if plan.venv.action == "swap":
+            target = f"{versions_dir(spec)}/{plan.venv.reuse}"
+            summary.torch = _read_record(ct, target).get("verify")
+        else:
+            target, summary.torch = _build(ct, spec, state, plan.want, plan.req_text, plan.guard, echo)
+
+    held.check()
+    if plan.code:
+        echo(f"==> code: {plan.code}")
+        _sync_code(ct, spec, local, state["code"].get("head"), summary)
+    elif local:
+        summary.kept.append(f"code at {local.commit[:12]}{' (dirty)' if local.dirty else ''}")
+    if target:
+        _swap(ct, spec, target, summary, echo)
+        for path in _prune(ct, spec, keep={target, state["venv"]["real"]}):
+            summary.kept.append(f"venv {path}: a live process still uses it (removed by a later deploy)")
+        summary.changed.append(f"venv {spec.venv.path} -> {target}")
+        if state["venv"]["real"]:
+            summary.kept.append(f"previous venv {state['venv']['real']} (deploy --rollback returns to it)")
+
+
 def _sync_code(ct: Container, spec: ContainerSpec, local: codemod.LocalCommit, remote_head: str | None,
                summary: Summary) -> None:
-    data = codemod.bundle(local.repo, local.commit, basis=remote_head)
+    shipped = codemod.bundle(local.repo, local.commit, basis=remote_head)
     stamp = venvmod.stamp()
     bundle_path = f"{spec.code.path}.remote-incoming.bundle"
-    files.push_bytes(ct, data, bundle_path, 0o600)
+    files.push_bytes(ct, shipped.data, bundle_path, 0o600)
     record = json.dumps({"commit": local.commit, "ref": local.ref, "dirty": local.dirty, "base": local.base,
                          "deployed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
-    result = ct.script(codemod.SYNC, spec.code.path, local.commit, bundle_path, f"{spec.code.path}.patches", stamp,
-                       record, timeout=600)
+    result = ct.script(codemod.sync_script(), spec.code.path, local.commit, bundle_path, f"{spec.code.path}.patches",
+                       stamp, record, shipped.ref, timeout=600, label="code sync")
     for line in result.out.splitlines():
         if line.startswith("saved "):
             summary.saved.append(line.split(": ", 1)[1])
     summary.changed.append(f"code {spec.code.path} at {local.commit[:12]}{' (dirty tree)' if local.dirty else ''}")
 
 
-def _cleanup(ct: Container, versions: str, partials: list[str]) -> None:
-    """Stop builders an interrupted deploy left running, then delete their half-built venvs."""
-    ct.script(r'''
-cd "$1"; shift
-for p in "$@"; do
-  case $p in *.pid) pid=$(cat "$p" 2>/dev/null || true); [ -n "$pid" ] && kill -KILL -- "-$pid" "$pid" 2>/dev/null || true;; esac
-done
-sleep 0.2
-rm -rf -- "$@"
-''', versions, *partials, timeout=600)
+def _cleanup(ct: Container, versions: str, names: list[str]) -> None:
+    """Stop the builders an interrupted deploy left running (recognised by their environment, never by a
+    pid file alone), then delete their half-built venvs."""
+    ct.script(shell.load("venv-cleanup"), versions, *names, timeout=600, label="venv cleanup")
 
 
 def _ensure_uv(ct: Container, spec: ContainerSpec, machine: str, echo) -> str:
+    """The pinned uv in the container, byte for byte: pushed again when its sha256 differs from ours."""
     path = uv_path(spec.venv.uv_version)
-    binary = local_uv_binary(spec.venv.uv_version, machine)
-    echo(f"==> installing uv {spec.venv.uv_version} in the container ({binary.stat().st_size >> 20} MiB, verified)")
+    binary, digest = local_uv_binary(spec.venv.uv_version, machine)
+    there = ct.run(["sha256sum", "--", path], check=False, mutates=False, timeout=120).out.split()
+    if there[:1] == [digest]:
+        return path
+    why = "its sha256 differs" if there else "not there yet"
+    echo(f"==> installing uv {spec.venv.uv_version} in the container ({why}; {binary.stat().st_size >> 20} MiB, "
+         "verified)")
     files.push_file(ct, binary, path, 0o755)
     return path
 
 
 def _build(ct: Container, spec: ContainerSpec, state: dict, want: str, req_text, guard: bytes, echo):
+    """Build, verify and record a new venv at its final path; returns (path, verify report)."""
     versions = versions_dir(spec)
-    uv = uv_path(spec.venv.uv_version) if state["uv"] else _ensure_uv(ct, spec, state["python"]["machine"], echo)
+    uv = _ensure_uv(ct, spec, state["python"]["machine"], echo)
     name = f"{want}-{venvmod.stamp()}"
-    partial = f"{versions}/{name}.partial"
-    files.push_bytes(ct, venvmod.requirements_in(spec.venv, req_text).encode(), f"{partial}.in")
-    files.push_bytes(ct, guard, f"{partial}.guard")
+    target = f"{versions}/{name}"
+    staging = f"{target}.building"
+    files.push_bytes(ct, venvmod.requirements_in(spec.venv, req_text).encode(), f"{staging}/spec.in")
+    files.push_bytes(ct, guard, f"{staging}/guard.py")
     echo(f"==> building venv {name} beside the current one")
     t0 = time.monotonic()
-    # setsid: the builder is its own process group, so the next deploy can stop it if this one is interrupted.
+    # setsid: the builder outlives a lost controller, and REMOTE_VENV_BUILD marks each of its processes,
+    # so the next deploy can tell them from anything else before it stops them.
     try:
         ct.run(["setsid", "--wait", "bash", "-c", "set -euo pipefail\n" + venvmod.build_script(), "build", uv,
-                state["python"]["executable"], partial, *venvmod.uv_index_args(spec.venv)],
-               env=UV_ENV, timeout=BUILD_TIMEOUT, on_output=_streamer(echo), label="venv build")
+                state["python"]["executable"], target, staging, *venvmod.uv_index_args(spec.venv)],
+               env={**UV_ENV, "REMOTE_VENV_BUILD": target}, timeout=BUILD_TIMEOUT, on_output=_streamer(echo),
+               label="venv build")
     except CommandError as exc:
-        raise DeployError(f"the venv build failed (exit {exc.exit_code}, output above); the current venv was left "
-                          f"in place and the next deploy removes the half-built one") from None
-    target = f"{versions}/{name}"
+        _discard(ct, versions, name)
+        raise DeployError(f"the venv build failed (exit {exc.exit_code}, output above); the current venv and "
+                          "checkout were left in place") from None
     if ct.dry:  # nothing was built: the verify and finalize steps would only read what is not there
         return target, None
     echo(f"    built in {time.monotonic() - t0:.1f}s; verifying")
-    info = json.loads(ct.run([f"{partial}/bin/python", "-c", venvmod.VERIFY], timeout=600).out)
-    venvmod.check_verify(spec.venv, info)
-    lock = files.pull_bytes(ct, f"{partial}/remote-lock.txt").decode()
+    info = json.loads(ct.run([f"{target}/bin/python", "-c", venvmod.VERIFY], timeout=600).out)
+    try:
+        venvmod.check_verify(spec.venv, info)
+    except DeployError:
+        _discard(ct, versions, name)
+        raise
+    lock = files.pull_bytes(ct, f"{target}/remote-lock.txt").decode()
     record = {"spec_hash": want, "lock": lock, "lock_sha256": files.sha256(lock.encode()), "verify": info,
               "uv": spec.venv.uv_version, "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "packages": list(spec.venv.packages)}
-    files.push_bytes(ct, json.dumps(record, indent=1).encode(), f"{partial}/remote-venv.json")
-    ct.run(["bash", "-c", 'mv -T -- "$1" "$2" && rm -f -- "$1.in" "$1.guard" "$1.pid"', "finalize", partial, target])
+    # Written atomically (temp file + rename): from this moment the build is finished and may be used.
+    files.push_bytes(ct, json.dumps(record, indent=1).encode(), f"{target}/remote-venv.json")
+    ct.run(["rm", "-rf", "--", staging])
     return target, info
+
+
+def _discard(ct: Container, versions: str, name: str) -> None:
+    """Remove a failed build now (best effort: otherwise the next deploy does)."""
+    try:
+        _cleanup(ct, versions, [name, f"{name}.building"])
+    except RemoteError:
+        pass
 
 
 def _read_record(ct: Container, target: str) -> dict:
@@ -273,29 +426,23 @@ def _swap(ct: Container, spec: ContainerSpec, target: str, summary: Summary, ech
     for line in result.out.splitlines():
         if line.startswith("kept "):
             summary.kept.append(f"the hand-made venv, moved aside to {line[5:]} (nothing deleted)")
-    ct.run(["bash", "-c", 'printf "%s\\n" "$2" >> "$1/history"', "history", versions_dir(spec), target])
+    ct.script(shell.load("venv-history"), versions_dir(spec), target, label="venv history")
     echo(f"==> {spec.venv.path} now points to {target}")
 
 
-def _prune(ct: Container, spec: ContainerSpec, keep: set) -> None:
-    """Delete builds other than the current and previous ones (and hand-made venvs, which are kept)."""
-    ct.script(r'''
-versions=$1; shift
-cd "$versions"
-for d in */; do
-  d=${d%/}; full="$versions/$d"
-  case $d in handmade-*|*.partial) continue;; esac
-  keep=0; for k in "$@"; do [ "$k" = "$full" ] && keep=1; done
-  [ $keep = 1 ] || rm -rf -- "$full"
-done
-''', versions_dir(spec), *[k for k in keep if k], timeout=600)
+def _prune(ct: Container, spec: ContainerSpec, keep: set) -> list[str]:
+    """Delete finished builds other than the current and previous ones, except hand-made venvs and any
+    build a live process uses; returns the builds spared because they are in use."""
+    result = ct.script(shell.load("venv-prune"), versions_dir(spec), *[k for k in keep if k], timeout=600,
+                       label="venv prune")
+    return [line[len("in use: "):] for line in result.out.splitlines() if line.startswith("in use: ")]
 
 
 def _rollback(ct: Container, spec: ContainerSpec, state: dict, summary: Summary, echo) -> None:
     history = ct.run(["cat", f"{versions_dir(spec)}/history"], check=False, mutates=False).out.split()
     current = state["venv"]["real"]
-    previous = [h for h in history if h != current and h in
-                {f"{versions_dir(spec)}/{v}" for v in state["venv"]["versions"]}]
+    finished = {f"{versions_dir(spec)}/{v}" for v in state["venv"].get("finished", [])}
+    previous = [h for h in history if h != current and h in finished]
     if not previous:
         raise DeployError(f"no previous venv to roll back to in {versions_dir(spec)}")
     target = previous[-1]

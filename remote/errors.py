@@ -120,3 +120,15 @@ class WarmupError(RemoteError):
 
 class JobError(RemoteError):
     """Launching, following or stopping a training job failed."""
+
+
+class BusyError(RemoteError):
+    """The container is busy: another controller holds its operation lease, or a job runs there.
+
+    The message names the holder (host, pid, command, since when) and what to do; exit status 3."""
+
+    exit_code = 3
+
+    def __init__(self, ctid: int, message: str, holder: dict | None = None):
+        self.ctid, self.holder = ctid, holder or {}
+        super().__init__(message)

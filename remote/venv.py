@@ -1,12 +1,16 @@
 """The container's virtualenv: probe -> plan -> apply, built beside the current one and swapped atomically.
 
 Layout inside the container, for `venv.path: /root/venv`:
-    /root/venv                      a symlink to the version in use (always a complete, verified venv)
-    /root/venv.versions/<id>/       one venv per build; `remote-venv.json` records spec, lock, torch
-    /root/venv.versions/<id>.partial   a build in progress; never pointed to, removed by the next deploy
+    /root/venv                          a symlink to the version in use (always a complete, verified venv)
+    /root/venv.versions/<id>/           one venv per build, built at this very path so that console
+                                        scripts' shebangs and bin/activate name it; finished only once
+                                        its `remote-venv.json` (spec, lock, torch) exists
+    /root/venv.versions/<id>.building/  the inputs of a build in progress (spec, guard, builder pid)
 A build resolves the spec with `uv pip compile --generate-hashes` (the lock), installs exactly that
-with `uv pip sync`, verifies the pins and `import torch`, and only then is renamed into place and
-swapped in with renameat2(RENAME_EXCHANGE). Interrupting any step leaves the current venv untouched.
+with `uv pip sync`, verifies the pins, the CUDA build and `import torch`, writes the record, and only
+then is swapped in with a symlink rename (renameat2(RENAME_EXCHANGE) for a hand-made venv). A folder
+without a record is never pointed to, reused or rolled back to: the next deploy stops its builder
+and removes it. Interrupting any step leaves the current venv untouched.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import shell
 from .config import VenvSpec
 from .errors import DeployError
 
@@ -25,8 +30,8 @@ GUARD_SOURCE = Path(__file__).with_name("guard.py")
 
 # Runs with the spec's interpreter inside the container: everything deploy needs to know, one round trip.
 PROBE = r'''
-import json, os, platform, subprocess, sys
-venv, versions, uv, checkout = sys.argv[1:5]
+import json, os, platform, subprocess, sys, time
+venv, versions, uv, checkout, lease = sys.argv[1:6]
 FREEZE = "import importlib.metadata as m, json; print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
 def load(p):
     try:
@@ -46,8 +51,17 @@ if v["real"]:
         r = subprocess.run([py, "-c", FREEZE], capture_output=True, text=True)
         v["dists"] = json.loads(r.stdout) if r.returncode == 0 else None
 v["versions"] = sorted(os.listdir(versions)) if os.path.isdir(versions) else []
+# Finished: a folder with its record (older deploys renamed *.partial folders that already held one).
+v["finished"] = [n for n in v["versions"] if ".partial" not in n and not n.startswith("handmade-")
+                 and os.path.isfile(os.path.join(versions, n, "remote-venv.json"))]
+current = os.path.basename(v["real"]) if v["real"] and os.path.dirname(v["real"]) == versions else None
+v["unfinished"] = [n for n in v["versions"] if n not in v["finished"] and n != current and n != "history"
+                   and not n.startswith("handmade-")]
 out["venv"] = v
 out["uv"] = os.access(uv, os.X_OK)
+try:
+    with open(lease) as f: out["lease"] = f.read() + "now=%d\n" % time.time()
+except OSError: out["lease"] = None
 c = {"exists": os.path.isdir(checkout), "git": os.path.isdir(os.path.join(checkout, ".git")), "head": None,
      "status": None, "record": None, "has_git": bool(subprocess.run(["sh", "-c", "command -v git"],
                                                                       capture_output=True).returncode == 0)}
@@ -186,8 +200,9 @@ def plan(spec: VenvSpec, want_hash: str, probe: dict) -> VenvPlan:
     if v.get("dists") is None:
         return VenvPlan("build", "the venv's interpreter does not run", found)
     if record.get("spec_hash") != want_hash:
-        finished = re.compile(re.escape(want_hash) + r"-\d{8}-\d{6}")  # not *.partial, *.partial.in, ...
-        reuse = next((name for name in reversed(v.get("versions", [])) if finished.fullmatch(name)), None)
+        # Only a finished build (its record written after it verified) is ever reused.
+        ours = re.compile(re.escape(want_hash) + r"-\d{8}-\d{6}")
+        reuse = next((name for name in reversed(v.get("finished", [])) if ours.fullmatch(name)), None)
         return VenvPlan("swap" if reuse else "build", "the venv spec changed", found, reuse)
     if found:
         return VenvPlan("build", "the venv was changed by hand", found)
@@ -213,30 +228,57 @@ def uv_index_args(spec: VenvSpec) -> list[str]:
 
 
 def build_script() -> str:
-    """Bash, in the container: make the partial venv, lock, sync. $1 uv, $2 python, $3 partial dir."""
-    return r'''
-uv=$1 python=$2 partial=$3; shift 3
-echo $$ > "$partial.pid"
-"$uv" venv --quiet --python "$python" --no-project "$partial"
-cp "$partial.in" "$partial/remote-spec.in"
-echo "resolving (uv pip compile)..."
-"$uv" pip compile --quiet --python "$partial/bin/python" --generate-hashes --no-header "$@" \
-    -o "$partial/remote-lock.txt" "$partial/remote-spec.in"
-echo "installing $(grep -c '==' "$partial/remote-lock.txt") packages (uv pip sync)..."
-"$uv" pip sync --python "$partial/bin/python" "$@" "$partial/remote-lock.txt"
-site=$("$partial/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-cp "$partial.guard" "$site/remote_guard.py"
-'''
+    """Bash, in the container (remote/sh/venv-build.sh): $1 uv, $2 python, $3 venv dir, $4 staging dir."""
+    return shell.load("venv-build")
 
 
 def stamp() -> str:
     return time.strftime("%Y%m%d-%H%M%S")
 
 
+def _cuda_tag(tag: str) -> str | None:
+    """A wheel tag's CUDA version: cu128 -> 12.8, cu130 -> 13.0, cpu -> "cpu"; None for anything else."""
+    if tag == "cpu":
+        return "cpu"
+    m = re.fullmatch(r"cu(\d+)(\d)", tag)
+    return f"{int(m.group(1))}.{m.group(2)}" if m else None
+
+
+def expected_cuda(spec: VenvSpec) -> tuple[str, str] | None:
+    """The CUDA build torch must report, and where that expectation comes from: the torch pin's local
+    version (`+cu128`), else a PyTorch index URL ending in /cu128 or /cpu. None when the spec says nothing."""
+    pin = parse_pins(spec.packages).get("torch")
+    if pin and "+" in pin:
+        want = _cuda_tag(pin.split("+", 1)[1])
+        if want:
+            return want, f"torch=={pin}"
+    if spec.index_url:
+        m = re.search(r"/(cu\d+|cpu)/*$", spec.index_url)
+        if m and _cuda_tag(m.group(1)):
+            return _cuda_tag(m.group(1)), f"index_url {spec.index_url}"
+    return None
+
+
 def check_verify(spec: VenvSpec, info: dict) -> None:
+    """The new venv's verify report against the spec: exact pins, `import torch`, and the CUDA build
+    torch was compiled for (a cu128 pin that comes back as a CUDA 13.0 build fails)."""
     problems = check_pins(spec, info["dists"])
-    if any(normalize(p.split("==")[0]) == "torch" for p in spec.packages) and not info.get("torch"):
+    wants_torch = any(normalize(p.split("==")[0]) == "torch" for p in spec.packages)
+    if wants_torch and not info.get("torch"):
         problems.append(f"import torch failed: {info.get('torch_error')}")
+    expected = expected_cuda(spec) if wants_torch and info.get("torch") else None
+    if expected:
+        want, why = expected
+        got = info.get("cuda_build")
+        local = str(info["torch"]).partition("+")[2]
+        got_tag = _cuda_tag(local) if local else None
+        if want == "cpu" and (got or (got_tag and got_tag != "cpu")):
+            problems.append(f"torch CUDA build: {why} wants a CPU build, torch {info['torch']} reports CUDA {got}")
+        elif want != "cpu":
+            same = got is not None and str(got).split(".")[:2] == want.split(".")
+            if not same or (got_tag and got_tag != want):
+                problems.append(f"torch CUDA build: {why} wants CUDA {want}, torch {info['torch']} reports CUDA "
+                                f"{got or 'none (a CPU build)'}")
     if problems:
         raise DeployError("the new venv did not verify; the current venv was left in place:\n  "
                           + "\n  ".join(problems))

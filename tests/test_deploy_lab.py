@@ -12,7 +12,7 @@ from conftest import CountingTransport, load_config
 
 from remote import config
 from remote.deploy import deploy
-from remote.errors import DeployError
+from remote.errors import BusyError, DeployError
 from remote.session import Session
 
 pytestmark = pytest.mark.lab
@@ -33,6 +33,23 @@ def test_deploy_installs_the_pinned_torch_and_the_exact_commit(deployed, ct, dem
     lock = ct.run(["bash", "-c", "cat /root/venv/remote-lock.txt"]).out
     assert "torch==2.13.0+cpu" in lock and "--hash=sha256:" in lock
     assert ct.run(["python", "-c", "import remote_guard"]).ok  # the compile guard ships with the venv
+
+
+def test_console_scripts_and_activate_name_the_final_path(deployed, ct):
+    real = ct.run(["readlink", "-f", "/root/venv"]).out.strip()
+    assert real.startswith("/root/venv.versions/")
+    # One write(2) per rank: both ranks share the pipe, and a short write is never interleaved.
+    ct.run(["tee", "/root/rank.py"], stdin=b'import os\nos.write(1, f"rank {os.environ[\'RANK\']}\\n".encode())\n')
+    # torchrun is a console script: its shebang must name a python that exists. (--local-addr: the lab
+    # containers' host names do not resolve, and the rendezvous store would wait for them forever.)
+    out = ct.run(["/root/venv/bin/torchrun", "--standalone", "--local-addr", "127.0.0.1", "--nproc-per-node", "2",
+                  "/root/rank.py"], timeout=300).out
+    assert sorted(line for line in out.splitlines() if line.startswith("rank ")) == ["rank 0", "rank 1"], out
+    shebang = ct.run(["head", "-n", "1", "/root/venv/bin/torchrun"]).out.strip()
+    assert shebang == f"#!{real}/bin/python"
+    activate = ct.run(["cat", "/root/venv/bin/activate"]).out
+    assert real in activate and ".partial" not in activate and ".building" not in activate
+    assert ct.run(["/root/venv/bin/numpy-config", "--version"]).out.strip() == "2.2.6"  # a pip-installed CLI
 
 
 def test_second_deploy_is_a_noop_in_one_round_trip(deployed, lab_session):
@@ -128,7 +145,7 @@ def test_deploy_killed_mid_install_leaves_the_old_venv_working(deployed, lab_ses
                              "--container", "200"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         end = time.monotonic() + 120
-        while ".partial" not in ct.run(["ls", "/root/venv.versions"]).out:
+        while ".building" not in ct.run(["ls", "/root/venv.versions"]).out:
             assert time.monotonic() < end and proc.poll() is None, proc.stdout.read().decode()
             time.sleep(0.1)
     finally:
@@ -137,9 +154,19 @@ def test_deploy_killed_mid_install_leaves_the_old_venv_working(deployed, lab_ses
     assert ct.run(["readlink", "/root/venv"]).out == before
     assert ct.run(["python", "-c", "import torch"]).ok
     with Session(config.load(str(changed))) as s:
-        summary = deploy(s, 200, **quiet)
+        # The killed controller's lease is refused until it expires (it can renew it no more), then taken over.
+        end = time.monotonic() + 600
+        while True:
+            try:
+                summary = deploy(s, 200, **quiet)
+                break
+            except BusyError as exc:
+                assert f"pid {proc.pid}" in str(exc) and time.monotonic() < end, str(exc)
+                time.sleep(1)
+    assert any(f"took over the expired operation lease of {os.uname().nodename} pid {proc.pid}" in c
+               for c in summary.changed), summary.render()
     assert any("interrupted deploy" in c for c in summary.changed), summary.render()
-    assert ".partial" not in ct.run(["ls", "/root/venv.versions"]).out
+    assert ".building" not in ct.run(["ls", "/root/venv.versions"]).out
     assert ct.run(["python", "-c", "import mpmath, torch"]).ok
     deploy(lab_session, 200, **quiet)  # back to the session's spec (a swap to the kept build or a rebuild)
 
@@ -154,4 +181,68 @@ def test_dry_run_prints_the_commands_and_changes_nothing(deployed, lab_hosts, ct
     assert printed and all(p.startswith("ssh -p ") for p in printed)
     assert any("uv pip sync" in p for p in printed)
     assert ct.run(["readlink", "/root/venv"]).out == before
-    assert ".partial" not in ct.run(["ls", "/root/venv.versions"]).out
+    assert ".building" not in ct.run(["ls", "/root/venv.versions"]).out
+
+
+def test_a_failed_venv_build_leaves_the_old_code_and_the_old_venv(deployed, lab_session, lab_hosts, ct, demo_repo):
+    before_venv = ct.run(["readlink", "/root/venv"]).out
+    before_head = ct.run(["git", "-C", "/root/dflash", "rev-parse", "HEAD"]).out.strip()
+    (demo_repo / "NEW.txt").write_text("a new commit\n")
+    git(demo_repo, "add", "NEW.txt")
+    git(demo_repo, "commit", "-qm", "a commit that must not land with a failed venv")
+    try:
+        broken = load_config(lab_hosts, **{"numpy==2.2.6]": "numpy==2.2.6, numpy==0.0.1]"})  # unsatisfiable
+        with Session(config.load(str(broken)), agent=True) as s:
+            with pytest.raises(DeployError, match="the venv build failed"):
+                deploy(s, 200, **quiet)
+        assert ct.run(["git", "-C", "/root/dflash", "rev-parse", "HEAD"]).out.strip() == before_head
+        assert ct.run(["readlink", "/root/venv"]).out == before_venv
+        assert ".building" not in ct.run(["ls", "/root/venv.versions"]).out  # the failed build was removed
+    finally:
+        git(demo_repo, "reset", "-q", "--hard", "HEAD~1")
+    assert deploy(lab_session, 200, **quiet).noop
+
+
+def _fake_run(ct, python: str) -> int:
+    """A training job as jobs.state sees it: a run folder, `current`, and a live pid using `python`."""
+    r = ct.script("""
+mkdir -p /root/runs/t-job
+ln -sfn t-job /root/runs/current
+rm -f /root/runs/t-job/exit
+: > /root/runs/t-job/log
+setsid -f "$1" -c '
+import numpy, os, time
+open("/root/runs/t-job/pid.tmp", "w").write(str(os.getpid()))
+os.rename("/root/runs/t-job/pid.tmp", "/root/runs/t-job/pid")
+time.sleep(3600)' </dev/null >/dev/null 2>&1
+for _ in $(seq 200); do [ -s /root/runs/t-job/pid ] && break; sleep 0.05; done
+cat /root/runs/t-job/pid
+""", python)
+    return int(r.out.strip())
+
+
+def test_deploy_refuses_while_a_job_runs_and_never_prunes_the_venv_it_uses(deployed, lab_session, lab_hosts, ct):
+    original = ct.run(["readlink", "/root/venv"]).out.strip()
+    pid = _fake_run(ct, "/root/venv/bin/python")  # maps numpy's libraries from the current build
+    try:
+        spec_b = load_config(lab_hosts, **{"numpy==2.2.6]": "numpy==2.2.6, six==1.17.0]"})
+        spec_c = load_config(lab_hosts, **{"numpy==2.2.6]": "numpy==2.2.6, six==1.16.0]"})
+        with Session(config.load(str(spec_b)), agent=True) as s:
+            with pytest.raises(BusyError) as exc:
+                deploy(s, 200, **quiet)
+            assert f"run t-job (pid {pid}) is still running" in str(exc.value)
+            assert "`invoke stop`" in str(exc.value) and "--force" in str(exc.value) and exc.value.exit_code == 3
+            assert ct.run(["readlink", "/root/venv"]).out.strip() == original
+            forced = deploy(s, 200, force=True, **quiet)
+            assert any("t-job" in k and "left running" in k for k in forced.kept), forced.render()
+        with Session(config.load(str(spec_c)), agent=True) as s:
+            # The original build is now older than the previous one: pruned, but for the job that uses it.
+            summary = deploy(s, 200, force=True, **quiet)
+        assert any(f"venv {original}: a live process still uses it" in k for k in summary.kept), summary.render()
+        assert ct.run(["test", "-e", f"{original}/remote-venv.json"]).ok
+        assert ct.run(["kill", "-0", str(pid)]).ok
+    finally:
+        ct.run(["kill", "-KILL", str(pid)], check=False)
+        ct.run(["rm", "-rf", "/root/runs/t-job", "/root/runs/current"])
+    deploy(lab_session, 200, **quiet)  # back to the session's spec
+    assert deploy(lab_session, 200, **quiet).noop

@@ -37,10 +37,17 @@ def test_plan_rebuilds(over, action, reason):
 
 
 def test_plan_swaps_to_an_existing_build_of_the_wanted_spec():
-    names = ["h-1", "other-20260101-000000", "other-20260102-000000.partial", "other-20260102-000000.partial.in"]
-    p = venv.plan(SPEC, "other", probe(versions=names))
+    names = ["h-1", "other-20260101-000000", "other-20260102-000000", "other-20260102-000000.building"]
+    # 20260102 has no remote-venv.json yet (a build in progress or interrupted): never reused.
+    p = venv.plan(SPEC, "other", probe(versions=names, finished=["h-1", "other-20260101-000000"]))
     assert (p.action, p.reuse) == ("swap", "other-20260101-000000")
     assert venv.plan(SPEC, "new", probe()).action == "build"
+
+
+def test_plan_never_reuses_an_unfinished_build():
+    names = ["h-1", "other-20260102-000000", "other-20260102-000000.building"]
+    p = venv.plan(SPEC, "other", probe(versions=names, finished=["h-1"]))
+    assert (p.action, p.reuse) == ("build", None)
 
 
 def test_drift_lists_extra_changed_missing():
@@ -61,6 +68,41 @@ def test_pins_must_come_back_exactly():
     with pytest.raises(DeployError, match="import torch failed"):
         venv.check_verify(VenvSpec(packages=("torch==1",)), {"dists": {"torch": "1"}, "torch": None,
                                                              "torch_error": "libcudart.so.12 missing"})
+
+
+def verify(torch, cuda):
+    return {"dists": {"torch": torch, "torchvision": "0.26.0+cu128"}, "torch": torch, "cuda_build": cuda}
+
+
+def test_check_verify_accepts_the_pinned_cuda_build():
+    venv.check_verify(SPEC, verify("2.11.0+cu128", "12.8"))
+    venv.check_verify(VenvSpec(packages=("torch==2.13.0+cpu",)), {**verify("2.13.0+cpu", None),
+                                                                 "dists": {"torch": "2.13.0+cpu"}})
+    venv.check_verify(VenvSpec(packages=("numpy==2",)), {"dists": {"numpy": "2"}})  # no torch: nothing to check
+
+
+@pytest.mark.parametrize("spec, info, message", [
+    # The pin's local version came back, but torch itself was built for CUDA 13.0.
+    (SPEC, verify("2.11.0+cu128", "13.0"), "torch==2.11.0+cu128 wants CUDA 12.8, torch 2.11.0+cu128 reports CUDA 13.0"),
+    (SPEC, verify("2.11.0+cu128", None), "wants CUDA 12.8, torch 2.11.0+cu128 reports CUDA none (a CPU build)"),
+    # No local version in the pin: the PyTorch index says which CUDA build is wanted.
+    (VenvSpec(packages=("torch==2.11.0",), index_url="https://download.pytorch.org/whl/cu128"),
+     {"dists": {"torch": "2.11.0"}, "torch": "2.11.0", "cuda_build": "13.0"},
+     "index_url https://download.pytorch.org/whl/cu128 wants CUDA 12.8"),
+    (VenvSpec(packages=("torch==2.13.0+cpu",)), {"dists": {"torch": "2.13.0+cpu"}, "torch": "2.13.0+cpu",
+                                                "cuda_build": "12.8"}, "wants a CPU build"),
+])
+def test_check_verify_refuses_another_cuda_build(spec, info, message):
+    with pytest.raises(DeployError, match="did not verify") as exc:
+        venv.check_verify(spec, info)
+    assert message in str(exc.value)
+
+
+def test_cuda_build_of_a_cu130_wheel_for_a_cu128_pin_fails():
+    with pytest.raises(DeployError) as exc:
+        venv.check_verify(SPEC, verify("2.11.0+cu130", "13.0"))
+    assert "torch: pinned 2.11.0+cu128, installed 2.11.0+cu130" in str(exc.value)
+    assert "wants CUDA 12.8" in str(exc.value)
 
 
 def test_parse_pins_reads_locks_and_specs():
@@ -147,3 +189,19 @@ def test_run_state_parses_without_trusting_the_log():
     done = parse_state(text.replace("exit=\n", "exit=3\n"))
     assert not done["lost"] and done["exit"] == 3
     assert parse_state("run=\n") == {"run": None}
+
+
+def test_oplock_lease_text_live_or_expired_and_the_refusal():
+    from remote import oplock
+
+    text = "now=100\ntoken=t1\nexpires=130\nholder=ctl pid 7\ncommand=deploy\nstarted=2026-11-30T16:00:00+0000\n"
+    lease = oplock.parse(text)
+    assert lease["holder"] == "ctl pid 7" and lease["expires"] == "130"
+    assert oplock.live_foreign(lease) and not oplock.live_foreign(lease, token="t1")  # ours is never foreign
+    assert not oplock.live_foreign({**lease, "now": "130"})  # expired: free to take over
+    assert not oplock.live_foreign(None) and not oplock.live_foreign({"now": "1"})
+    err = oplock.busy_error(200, lease)
+    assert err.exit_code == 3 and err.holder is lease
+    assert str(err) == ("container 200 is busy: `deploy` held by ctl pid 7 since 2026-11-30T16:00:00+0000. Wait for "
+                        "it to finish and retry; if that controller is gone, its lease expires in 30s (it renews it "
+                        "every few seconds)")
