@@ -50,7 +50,7 @@ class Session:
             if isinstance(current, float):  # it failed to start then: retry only after a while
                 if time.monotonic() - current < AGENT_RETRY_S:
                     return None
-            elif current is not None and not current.dead:
+            elif current is not None and current.alive():
                 return current
             try:
                 stream = self.transport(spec.host).open_stream(
