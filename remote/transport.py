@@ -339,6 +339,7 @@ class SshTransport:
                           "banner_timeout": h.connect_timeout, "auth_timeout": h.connect_timeout}
         if h.key_file:
             connect_kwargs["key_filename"] = [h.key_file]
+        connect_kwargs["transport_factory"] = _fast_cipher_transport
         # Never read ~/.ssh/config: the hosts file is the whole truth about a host.
         config = Config(lazy=True, overrides={"load_ssh_configs": False})
         conn = Connection(h.address, user=h.user, port=h.port, config=config,
@@ -542,6 +543,19 @@ class ChannelStream:
 
     def close(self) -> None:
         self.chan.close()
+
+
+def _fast_cipher_transport(sock, **kwargs):
+    """A paramiko Transport that prefers AES-GCM: measured on loopback (bench/transfer.py), about 1.5x
+    the throughput of paramiko's default aes128-ctr + hmac-sha2-256, which hashes every packet again.
+    The others stay offered, so a server without GCM still connects."""
+    import paramiko
+
+    t = paramiko.Transport(sock, **kwargs)
+    opts = t.get_security_options()
+    gcm = tuple(c for c in opts.ciphers if c.endswith("-gcm@openssh.com"))
+    opts.ciphers = gcm + tuple(c for c in opts.ciphers if c not in gcm)
+    return t
 
 
 def _short(command: str, limit: int = 160) -> str:
