@@ -80,12 +80,13 @@ class ProgressPrinter:
         self.tty = self.stream.isatty()
         self.every = every if every is not None else (0.5 if self.tty else 5.0)
         self.start = self.last = time.monotonic()
+        self.finished = False
 
     def __call__(self, done: int, total: int) -> None:
         now = time.monotonic()
-        if now - self.last < self.every and done < total:
+        if self.finished or (now - self.last < self.every and done < total):
             return
-        self.last = now
+        self.last, self.finished = now, done >= total
         rate = done / 1e6 / max(now - self.start, 1e-6)
         pct = f" {100 * done / total:3.0f}%" if total else ""
         line = f"{self.label}: {_size(done)} / {_size(total)}{pct}  {rate:.1f} MB/s"

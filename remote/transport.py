@@ -491,6 +491,7 @@ class ChannelStream:
     def __init__(self, chan, where: str = ""):
         self.chan, self.where = chan, where
         self._err = bytearray()
+        self._buf, self._pos = b"", 0
 
     def _lost(self, exc: BaseException) -> ConnectError:
         return ConnectError(self.where, f"{self.where}: connection lost during a stream: {exc or type(exc).__name__}")
@@ -509,11 +510,16 @@ class ChannelStream:
         self._drain_stderr()
 
     def read(self, n: int) -> bytes:
-        try:
-            chunk = self.chan.recv(n)  # b"" once the channel or the connection is closed
-        except (OSError, EOFError) as exc:
-            raise self._lost(exc) from exc
-        self._drain_stderr()
+        # Take all that paramiko holds at once and serve small reads from here: its buffer deletes
+        # what is read from its front, so many small reads of a full window copy the window each time.
+        if self._pos >= len(self._buf):
+            try:
+                self._buf, self._pos = self.chan.recv(STREAM_WINDOW), 0  # b"" once the channel is closed
+            except (OSError, EOFError) as exc:
+                raise self._lost(exc) from exc
+            self._drain_stderr()
+        chunk = self._buf[self._pos:self._pos + n]
+        self._pos += len(chunk)
         return chunk
 
     def close_stdin(self) -> None:
