@@ -158,7 +158,7 @@ def _retrying(attempt: Callable[[], TransferStats], attempts: int, sleep) -> Tra
 
     retry = tenacity.Retrying(retry=tenacity.retry_if_exception_type(ConnectError),
                               stop=tenacity.stop_after_attempt(max(1, attempts)),
-                              wait=tenacity.wait_exponential_jitter(initial=0.5, max=10),
+                              wait=tenacity.wait_exponential_jitter(multiplier=0.5, max=10),
                               before_sleep=tenacity.before_sleep_log(log, logging.WARNING), sleep=sleep, reraise=True)
     for n, state in enumerate(retry, 1):
         with state:
@@ -492,8 +492,16 @@ def _pull_tree(ct: Container, src: str, dest: Path, progress: Progress | None) -
                 break
             manifest += chunk
         state["manifest"] = bytes(manifest)
-        with tarfile.open(fileobj=_StreamReader(stream, count), mode="r|", copybufsize=CHUNK) as tar:
-            tar.extractall(stage, filter="data")
+        try:
+            with tarfile.open(fileobj=_StreamReader(stream, count), mode="r|", copybufsize=CHUNK) as tar:
+                tar.extractall(stage, filter="data")
+        except tarfile.TarError as exc:  # the stream ended early: a lost connection, or the script failed
+            code = _exit_status(stream)
+            if code in (None, -1):
+                raise ConnectError(ct.transport.name, f"{ct.where}: connection lost during the pull of {src}") from exc
+            if code:
+                raise CommandError("bash pull_tree.sh", code, stream.error_text(), ct.where) from exc
+            raise TransferError(f"{ct.where}: the pull of {src} did not arrive as a tar stream: {exc}") from exc
         while stream.read(CHUNK):  # tar's end-of-archive padding
             pass
 
