@@ -100,6 +100,10 @@ def sha256(data: bytes) -> str:
 
 def file_sha256(path: str | os.PathLike, limit: int | None = None) -> str:
     """The sha256 of a local file (of its first `limit` bytes), read in chunks."""
+    return _hash_prefix(path, limit).hexdigest()
+
+
+def _hash_prefix(path, limit: int | None):
     h = hashlib.sha256()
     left = limit
     with open(path, "rb") as f:
@@ -110,7 +114,7 @@ def file_sha256(path: str | os.PathLike, limit: int | None = None) -> str:
             h.update(chunk)
             if left is not None:
                 left -= len(chunk)
-    return h.hexdigest()
+    return h
 
 
 # -- the public entry points -------------------------------------------------------------------------------
@@ -145,7 +149,7 @@ def pull(ct: Container, src: str, dest: str | os.PathLike, *, progress: Progress
         raise TransferError(f"{ct.where}: cannot pull {src}: " + ("no such file or folder" if kind == "n" else
                                                                   "not a regular file or folder"))
     target = Path(dest)
-    if target.is_dir():
+    if target.is_dir() or str(dest).endswith("/"):
         target = target / os.path.basename(src.rstrip("/"))
     return _retrying(lambda: _pull_file(ct, src, target, progress), attempts, sleep)
 
@@ -232,18 +236,17 @@ def _push_file(ct: Container, local: Path, dest: str, progress: Progress | None,
         probe = _probe(ct, dest, 0, dest + PARTIAL, "all")
     part = dest + PARTIAL
     kind, have, their_sum = probe[3], int(probe[4]), probe[5]
-    offset = 0
-    if kind == "f" and 0 < have <= total and their_sum == file_sha256(local, have):
-        offset = have  # what a cut-off attempt left is a prefix of this file: continue from there
-    h = hashlib.sha256()
+    offset, h = 0, hashlib.sha256()
+    if kind == "f" and 0 < have <= total:
+        prefix = _hash_prefix(local, have)
+        if prefix.hexdigest() == their_sum:
+            offset, h = have, prefix  # what a cut-off attempt left is a prefix of this file: continue from there
     sent = 0
 
     def send(stream):
         nonlocal sent
         with open(local, "rb") as f:
-            if offset:
-                for chunk in iter(lambda: f.read(min(CHUNK, offset - f.tell())), b""):
-                    h.update(chunk)
+            f.seek(offset)
             for chunk in iter(lambda: f.read(CHUNK), b""):
                 h.update(chunk)
                 stream.write(chunk)
