@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REMOTE_DIR = "/root/bench-xfer"
 
 CHILD = r"""
-import json, resource, sys, time
+import json, os, resource, sys, time
 sys.path.insert(0, sys.argv[1])
 from remote import config, files
 from remote.session import Session
@@ -49,6 +49,7 @@ with Session(config.load(sys.argv[2]), agent=True) as s:
     files.push(ct, plan["warm"], plan["remote"] + "/warm")  # connected, agent started, modules imported
     out["rss_start_mb"] = peak_mb()
     for name, direction, src, dest in plan["steps"]:
+        os.sync()  # the previous step's writes are not this one's cost
         start = time.perf_counter()
         stats = (files.push if direction == "push" else files.pull)(ct, src, dest)
         out[name] = {"seconds": time.perf_counter() - start, "bytes": stats.total, "files": stats.files}
@@ -80,6 +81,7 @@ def make_tree(root: Path, count: int, seed: int = 1) -> int:
 
 
 def timed(argv, **kwargs) -> float:
+    os.sync()  # as before each library step: earlier writes are not this step's cost
     start = time.perf_counter()
     subprocess.run(argv, check=True, capture_output=True, **kwargs)
     return time.perf_counter() - start
@@ -192,6 +194,7 @@ def run(args, work: Path, hosts: Path, h) -> None:
     subprocess.run(on_host("rm", "-rf", f"{staged}.tree"), check=True)
 
     print("by hand: tree as a tar stream ...", file=sys.stderr)
+    os.sync()
     tar = subprocess.Popen(["tar", "-c", "-f", "-", "-C", str(tree), "."], stdout=subprocess.PIPE)
     start = time.perf_counter()
     subprocess.run(in_ct("tar", "-x", "-f", "-", "-C", f"{REMOTE_DIR}/lib"), stdin=tar.stdout, check=True,
@@ -199,6 +202,7 @@ def run(args, work: Path, hosts: Path, h) -> None:
     tar.wait()
     hand["tree_push_tar"] = time.perf_counter() - start
     (work / "hand-tar-back").mkdir()
+    os.sync()
     start = time.perf_counter()
     with subprocess.Popen(in_ct("tar", "-c", "-f", "-", "-C", f"{REMOTE_DIR}/lib/tree", "."),
                           stdout=subprocess.PIPE) as src:
