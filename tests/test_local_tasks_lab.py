@@ -74,3 +74,22 @@ def test_a_missing_container_is_a_clean_error_locally(local_hosts):
     other.write_text(text)
     r = task(other, "exec", "--container", "999", "--command", "true")
     assert r.returncode == 1 and "container 999 does not exist" in r.stderr, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("agent", [False, True], ids=["pct-exec", "agent"])
+def test_both_exec_paths_serve_a_local_host(local_hosts, agent):
+    """The one container-exec interface, both ways, over the local transport: same bytes, same environment."""
+    from remote import config
+    from remote.agent import Agent
+    from remote.pct import PctExec
+    from remote.session import Session
+
+    with Session(config.load(str(local_hosts)), agent=agent) as s:
+        ct = s.container(200)
+        runner = ct.agent() if ct.agent else PctExec(ct.transport, ct.pct, ct.ctid)
+        assert isinstance(runner, Agent if agent else PctExec)
+        args = ["a b", "$HOME", "'\"`x`", "", "-la", "ünï ✓"]
+        assert ct.run(["printf", "%s\\0", *args]).stdout.split(b"\0")[:-1] == [a.encode() for a in args]
+        r = ct.run(["bash", "-c", 'echo "$HOME|$PWD|$X"; cat; exit 4'], cwd="/tmp", env={"X": "y z"},
+                   stdin=b"in\n", check=False)
+        assert (r.exit_code, r.out) == (4, "/root|/tmp|y z\nin\n")
