@@ -5,6 +5,10 @@ Only this module imports fabric and paramiko. A command is an argv, quoted exact
 pty, and stdout and stderr are drained together so neither can fill up and stall the other.
 A `deadline` here only stops waiting: whoever builds the argv must also bound the process where
 it runs (`timeout` inside the container), because closing a channel does not kill anything.
+
+`run` collects a command's output; `open_stream` hands its stdin and stdout to the caller as a
+`Stream` to read and write in chunks (the in-container agent, file transfers), on both transports.
+Locally, Ctrl-C is passed on to the child's process group (it runs in a session of its own).
 """
 
 from __future__ import annotations
