@@ -232,3 +232,16 @@ def test_a_large_transfer_keeps_the_controller_small(lab_hosts, tmp_path):
     assert pushed - base < 100, (base, pushed)  # peak RSS growth during a 300 MB push
     assert pulled - base < 100, (base, pulled)
     assert (tmp_path / "mem.bin.back").read_bytes() == src.read_bytes()
+
+
+def test_a_partial_file_that_is_not_a_prefix_is_not_resumed_from(ct, tmp_path):
+    src = tmp_path / "s.bin"
+    digest = random_file(src, 3 << 20)
+    dest = "/root/xfer/stale.bin"
+    ct.script('mkdir -p "${1%/*}" && head -c 1000000 /dev/urandom > "$1.partial"', dest)
+    stats = files.push(ct, src, dest)
+    assert stats.resumed_from == 0 and remote_sha(ct, dest) == digest
+    back = tmp_path / "back.bin"
+    (tmp_path / "back.bin.partial").write_bytes(b"not the start of it" * 1000)
+    stats = files.pull(ct, dest, back)
+    assert stats.resumed_from == 0 and back.read_bytes() == src.read_bytes()
