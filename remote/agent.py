@@ -181,8 +181,13 @@ class Agent:
         out: list[bytes] = []
         err: list[bytes] = []
         try:
-            with self._send_lock:
-                self.stream.write(struct.pack(">I", len(data)) + data)
+            try:
+                with self._send_lock:
+                    self.stream.write(struct.pack(">I", len(data)) + data)
+            except (OSError, EOFError, ConnectError) as exc:
+                # Nothing was started: the caller may run it again on a new agent.
+                self.dead = self.dead or f"cannot write to the agent: {exc}"
+                raise ConnectError(self.where, f"{self.where}: agent gone before running {argv[0]}: {exc}") from exc
             while True:
                 left = None if deadline is None else max(0.0, deadline - (time.monotonic() - start))
                 try:
@@ -200,6 +205,9 @@ class Agent:
                     on_output("stdout" if msg["k"] == "o" else "stderr", chunk)
         finally:
             self._pending.pop(i, None)
+
+    def alive(self) -> bool:
+        return not self.dead and self.stream.alive()
 
     def close(self) -> None:
         self.stream.close()

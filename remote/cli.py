@@ -261,6 +261,51 @@ def lab_down(c, purge=False):
     print("lab down" + (" and purged" if purge else " (container files kept; --purge deletes them)"))
 
 
+# -- push / pull: data in, results out ---------------------------------------------------------------------
+
+def _need(**flags) -> None:
+    missing = [f"--{name}" for name, value in flags.items() if not value]
+    if missing:
+        raise Exit(f"error: {' and '.join(missing)} required", code=2)
+
+
+XFER_HELP = {"container": CT_HELP, "dry": DRY_HELP, "hosts": HOSTS_HELP,
+             "attempts": "tries after a lost connection, each resuming what the last left (default 3)",
+             "quiet": "no progress on stderr"}
+
+
+@task(help={**XFER_HELP, "src": "local file or folder", "dest": "path in the container (a folder's contents are "
+                                                                 "merged into it; a file lands inside an existing folder)"})
+@handled
+def push(c, src=None, dest=None, container=None, attempts=3, quiet=False, dry=False, hosts=None):
+    """Copy a local file or folder into a container: streamed, verified by sha256, resumed after a lost connection."""
+    from . import files
+
+    _need(src=src, dest=dest)
+    with _session(hosts, dry) as s:
+        ct = s.container(container)
+        stats = files.push(ct, src, dest, attempts=int(attempts),
+                           progress=None if quiet or dry else files.ProgressPrinter(f"push {src}"))
+    if not dry:
+        print(stats.render())
+
+
+@task(help={**XFER_HELP, "src": "file or folder in the container", "dest": "local path (a folder's contents are "
+                                                                           "merged into it; a file lands inside an existing folder)"})
+@handled
+def pull(c, src=None, dest=None, container=None, attempts=3, quiet=False, dry=False, hosts=None):
+    """Copy a file or folder out of a container: streamed, verified by sha256, resumed after a lost connection."""
+    from . import files
+
+    _need(src=src, dest=dest)
+    with _session(hosts, dry) as s:
+        ct = s.container(container)
+        stats = files.pull(ct, src, dest, attempts=int(attempts),
+                           progress=None if quiet or dry else files.ProgressPrinter(f"pull {src}"))
+    if not dry:
+        print(stats.render())
+
+
 lab = Collection("lab")
 lab.add_task(lab_up)
 lab.add_task(lab_down)
@@ -273,6 +318,8 @@ ns.add_task(warmup)
 ns.add_task(train)
 ns.add_task(logs)
 ns.add_task(stop)
+ns.add_task(push)
+ns.add_task(pull)
 ns.add_collection(lab)
 
 program = Program(namespace=ns, version=__version__, name="remote", binary="remote")

@@ -13,11 +13,11 @@ import re
 import shlex
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, Protocol, Sequence
 
 from .errors import (CommandError, CommandTimeout, ContainerCommandNotFound, ContainerLocked, ContainerNotFound,
                      ContainerNotRunning, PctError)
-from .transport import OutputCallback, Result, Transport
+from .transport import OutputCallback, Result, Stream, Transport
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 KILL_GRACE = 5  # seconds between TERM and KILL when a command's timeout expires
@@ -110,6 +110,30 @@ def parse_list(stdout: str) -> dict[int, str]:
     return states
 
 
+class Exec(Protocol):
+    """Runs one argv in one container, with exactly the environment and working directory given.
+
+    Two implementations: `PctExec` (a `pct exec` per command, any transport) and the in-container
+    agent (remote.agent.Agent: one `pct exec` for many commands, over the transport's `open_stream`)."""
+
+    def run(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, timeout: float | None,
+            stdin: bytes | None, on_output: OutputCallback | None, deadline: float | None) -> Result: ...
+
+
+@dataclass
+class PctExec:
+    """A `pct exec ... -- env ...` per command."""
+
+    transport: Transport
+    pct: str
+    ctid: int
+
+    def run(self, argv, *, env, cwd, timeout, stdin, on_output, deadline) -> Result:
+        full = exec_argv(self.pct, self.ctid, argv, env=env, cwd=cwd, path=env.get("PATH", DEFAULT_PATH),
+                         timeout=timeout)
+        return self.transport.run(full, stdin=stdin, deadline=deadline, on_output=on_output)
+
+
 @dataclass
 class Container:
     """One LXC container on one host, reached through that host's transport."""
@@ -121,7 +145,7 @@ class Container:
     echo: Callable[[str], None] = print
     path: str = DEFAULT_PATH
     env: dict[str, str] = field(default_factory=dict)
-    agent: Callable[[], object] | None = None  # the container's agent (remote.agent), or None: plain pct exec
+    agent: Callable[[], Exec | None] | None = None  # the container's agent (remote.agent); None: plain pct exec
 
     @property
     def where(self) -> str:
@@ -139,16 +163,16 @@ class Container:
         """Run argv in the container. pct failures raise PctError; with check, so does a non-zero exit.
 
         `label` names the command in errors instead of its argv (for long scripts)."""
-        full = exec_argv(self.pct, self.ctid, argv, env={**self.env, **(env or {})}, cwd=cwd, path=self.path,
-                         timeout=timeout)
+        variables = exec_env({**self.env, **(env or {})}, self.path)
         deadline = timeout + KILL_GRACE + DEADLINE_SLACK if timeout is not None else None
         start = time.monotonic()
-        agent = self.agent() if self.agent and not (self.dry and mutates) else None
-        if agent is not None:
-            result = agent.run(argv, env=exec_env({**self.env, **(env or {})}, self.path), cwd=cwd, timeout=timeout,
-                               stdin=stdin, on_output=on_output, deadline=deadline)
+        if self.dry and mutates:
+            full = exec_argv(self.pct, self.ctid, argv, env=variables, cwd=cwd, path=self.path, timeout=timeout)
+            result = self._host_run(full, mutates=True)
         else:
-            result = self._host_run(full, stdin=stdin, deadline=deadline, on_output=on_output, mutates=mutates)
+            runner = (self.agent() if self.agent else None) or PctExec(self.transport, self.pct, self.ctid)
+            result = runner.run(argv, env=variables, cwd=cwd, timeout=timeout, stdin=stdin, on_output=on_output,
+                                deadline=deadline)
         pct_error = classify(result.err, result.exit_code, self.ctid, self.transport.name)
         if pct_error:
             raise pct_error
@@ -164,6 +188,18 @@ class Container:
         """Run a bash script (strict mode) with positional args $1.. — the only way to get a shell there."""
         kwargs.setdefault("label", "bash script " + shlex.join(args))
         return self.run(["bash", "-c", "set -euo pipefail\n" + script, "remote", *args], **kwargs)
+
+    def script_argv(self, script: str, *args: str, env: Mapping[str, str] | None = None,
+                    cwd: str = "/root") -> list[str]:
+        """The host-side argv that runs a bash script (strict mode) in the container, as `script` does."""
+        return exec_argv(self.pct, self.ctid, ["bash", "-c", "set -euo pipefail\n" + script, "remote", *args],
+                         env={**self.env, **(env or {})}, cwd=cwd, path=self.path)
+
+    def open_stream(self, script: str, *args: str, **kwargs) -> Stream:
+        """Start a bash script in the container with its stdin/stdout as streams (bulk data: transfers).
+
+        Its own `pct exec`, never the agent: data is not framed, encoded or held whole anywhere."""
+        return self.transport.open_stream(self.script_argv(script, *args, **kwargs))
 
     # -- lifecycle (host-side pct commands) ----------------------------------------------------
     def _pct(self, *args: str, mutates: bool, deadline: float = 120) -> Result:

@@ -51,6 +51,11 @@ class FakeTransport:
                 on_output("stderr", err)
         return Result(argv, exp.exit_code, out, err, 0.0)
 
+    def open_stream(self, argv) -> "FakeStream":
+        """The next expected command as a stream: its stdout to read, what is written kept in `.written`."""
+        result = self.run(argv)
+        return FakeStream(result.stdout, result.stderr, result.exit_code)
+
     def close(self) -> None:
         pass
 
@@ -69,3 +74,35 @@ def inner_argv(argv: Sequence[str]) -> tuple[str, ...]:
     if rest[i] == "timeout":
         i += 4
     return tuple(rest[i:])
+
+
+class FakeStream:
+    """A finished command's output served as a Stream."""
+
+    def __init__(self, stdout: bytes, stderr: bytes = b"", exit_code: int = 0):
+        self._out, self._err, self._code = bytearray(stdout), stderr, exit_code
+        self.written = bytearray()
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def read(self, n: int) -> bytes:
+        chunk = bytes(self._out[:n])
+        del self._out[:n]
+        return chunk
+
+    def close_stdin(self) -> None:
+        pass
+
+    def wait(self, timeout=None) -> int:
+        return self._code
+
+    def error_text(self) -> str:
+        return self._err.decode("utf-8", "replace").strip()
+
+    def alive(self) -> bool:
+        return not self.closed
+
+    def close(self) -> None:
+        self.closed = True
