@@ -291,12 +291,23 @@ def push(c, src=None, dest=None, container=None, attempts=3, quiet=False, dry=Fa
 
 
 @task(help={**XFER_HELP, "src": "file or folder in the container", "dest": "local path (a folder's contents are "
-                                                                           "merged into it; a file lands inside an existing folder)"})
+                                                                           "merged into it; a file lands inside an existing folder)",
+            "run": "pull this run's outputs, log and manifest instead of --src (a run id, or `latest`)"})
 @handled
-def pull(c, src=None, dest=None, container=None, attempts=3, quiet=False, dry=False, hosts=None):
-    """Copy a file or folder out of a container: streamed, verified by sha256, resumed after a lost connection."""
+def pull(c, src=None, dest=None, container=None, run=None, attempts=3, quiet=False, dry=False, hosts=None):
+    """Copy a file or folder out of a container: streamed, verified by sha256, resumed after a lost connection.
+    With --run (an id, or `latest`): the run's outputs (train.outputs), log and manifest, into DEST/<run id>/."""
     from . import files
 
+    if run:
+        from .jobs import pull_run
+
+        _need(dest=dest)
+        with _session(hosts, dry) as s:
+            got = pull_run(s, container, run, dest, progress=not quiet)
+        if not dry:
+            print(f"run {got['run']}: " + ", ".join(f"{k} ({v})" for k, v in got["pulled"].items()) + f" in {got['dest']}")
+        return
     _need(src=src, dest=dest)
     with _session(hosts, dry) as s:
         ct = s.container(container)

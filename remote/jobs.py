@@ -19,7 +19,7 @@ from pathlib import Path
 from . import files, jobenv, logs, shell
 from . import warmup as wm
 from .config import Container as ContainerSpec
-from .errors import CommandError, ConfigError, JobError, RemoteError
+from .errors import CommandError, ConfigError, JobError, RemoteError, TransferError
 from .pct import Container
 from .session import HostState, Session
 
@@ -259,35 +259,34 @@ def train(session: Session, ctid=None, *, force: bool = False, warmup: bool = Fa
         return None
 
 
-def pull_run(session: Session, ctid, run_id: str | None, dest: str, echo=print) -> dict:
-    """Bring a run's log, manifest and outputs (train.outputs, relative to the checkout) into dest/<run id>/."""
+def pull_run(session: Session, ctid, run_id: str | None, dest: str, *, progress: bool = True, echo=print) -> dict:
+    """Bring a run's log, manifest and outputs (train.outputs, relative to the checkout) into dest/<run id>/:
+    streamed and verified like `invoke pull`."""
     spec = session.config.container(ctid)
     ct = session.container(spec.ctid)
     st = state(ct, spec, None if run_id in (None, "latest") else run_id)
     if not st.get("run"):
-        raise JobError(f"container {spec.ctid} has no run {run_id or ''} in {spec.train.run_dir}".replace("  ", " "))
+        raise JobError(f"container {spec.ctid} has no run {'' if run_id in (None, 'latest') else run_id + ' '}"
+                       f"in {spec.train.run_dir}: start one with `invoke train`")
     target = Path(dest) / st["run"]
     target.mkdir(parents=True, exist_ok=True)
-    got = {}
-    for name in ("log", "manifest.json"):
-        (target / name).write_bytes(files.pull_bytes(ct, f"{st['path']}/{name}"))
-        got[name] = 1
     outputs = (st.get("manifest") or {}).get("outputs", list(spec.train.outputs))
-    for out in outputs:
-        src = out if out.startswith("/") else f"{spec.code.path}/{out}"
-        local = target / "outputs" / out.strip("/")
-        kind = ct.run(["bash", "-c", '[ -d "$1" ] && echo dir || { [ -f "$1" ] && echo file; } || echo none',
-                       "kind", src], mutates=False, timeout=60).out.strip()
-        if kind == "dir":
-            got[out] = files.pull_tree(ct, src, local)
-        elif kind == "file":
-            local.parent.mkdir(parents=True, exist_ok=True)
-            local.write_bytes(files.pull_bytes(ct, src))
-            got[out] = 1
-        else:
-            echo(f"!! output {out} is not in the container ({src})")
+    wanted = [(f"{st['path']}/log", target / "log"), (f"{st['path']}/manifest.json", target / "manifest.json")]
+    wanted += [(out if out.startswith("/") else f"{spec.code.path}/{out}", target / "outputs" / out.strip("/"))
+               for out in outputs]
+    got = {}
+    for src, local in wanted:
+        local.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            stats = files.pull(ct, src, local, progress=files.ProgressPrinter(f"pull {src}") if progress else None)
+        except TransferError as exc:
+            if local.name in ("log", "manifest.json"):
+                raise
+            echo(f"!! output {src}: {exc}")
+            continue
+        got[str(local.relative_to(target))] = f"{stats.files} file(s), {stats.total} bytes"
     if st["alive"]:
-        echo(f"-- run {st['run']} is still running: outputs pulled as they are now")
+        echo(f"-- run {st['run']} is still running: its outputs were pulled as they are now")
     return {"run": st["run"], "dest": str(target), "pulled": got}
 
 
