@@ -10,13 +10,14 @@ of it is left. The container shell is in remote/sh/ (launch, job, state, stop, f
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import files, jobenv, logs, shell
+from . import files, jobenv, logs, oplock, shell
 from . import warmup as wm
 from .config import Container as ContainerSpec
 from .errors import CommandError, ConfigError, JobError, RemoteError, TransferError
@@ -123,12 +124,14 @@ def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = 
                 "env": jobenv.describe(spec, verify), "compile_cache": jobenv.compile_cache(spec, verify),
                 "outputs": list(spec.train.outputs), "checkout": spec.code.path,
                 "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "started_epoch": time.time(),
-                "metric": spec.train.metric and spec.train.metric.__dict__, "baseline": spec.train.baseline}
+                "metric": dataclasses.asdict(spec.train.metric) if spec.train.metric else None,
+                "baseline": spec.train.baseline}
     try:
-        r = jobenv.run(ct, spec, verify, ["bash", "-c", shell.with_lib("launch"), "launch", spec.train.run_dir, run_id,
-                                          "1" if force else "0", spec.code.path, command,
-                                          json.dumps(manifest, indent=1), shell.load("job")],
-                       timeout=60, label="launch")
+        with oplock.hold(ct, "train"):  # not while a deploy swaps the venv or moves the checkout
+            r = jobenv.run(ct, spec, verify, ["bash", "-c", shell.with_lib("launch"), "launch", spec.train.run_dir,
+                                              run_id, "1" if force else "0", spec.code.path, command,
+                                              json.dumps(manifest, indent=1), shell.load("job")],
+                           timeout=60, label="launch")
     except CommandError as exc:
         if exc.exit_code == 5:
             raise JobError(f"container {spec.ctid}: {exc.stderr_tail} -- `invoke stop` it, follow it with "

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import files, jobenv, shell
+from . import files, jobenv, oplock, shell
 from .config import Container as ContainerSpec
 from .errors import CommandError, ConfigError, DeployError, WarmupError
 from .logs import LineSplitter
@@ -197,6 +197,12 @@ def warmup(session: Session, ctid=None, *, parallel: bool = False, devices: list
     verify = state["venv"].get("verify") or {}
     echo(f"==> warmup of {len(devices)} device(s) {'in parallel' if parallel and len(devices) > 1 else 'one at a time'}"
          f" at {state['code']['commit'][:12]}, torch {verify.get('torch')}, cache {jobenv.compile_cache(spec, verify)}")
+    with oplock.hold(ct, "warmup"):  # one deploy, warmup or launch at a time per container
+        return _warm_devices(ct, spec, state, devices, parallel, echo)
+
+
+def _warm_devices(ct: Container, spec: ContainerSpec, state: dict, devices: list[str], parallel: bool,
+                  echo) -> list[DeviceResult]:
     results: list[DeviceResult] = []
     if parallel:
         errors: list[BaseException] = []
@@ -296,7 +302,8 @@ def import_cache(session: Session, ctid, path: str, echo=print) -> dict:
                     f"{k} {a} (bundle) != {b} (here)" for k, (a, b) in sorted(diff.items())))
             os.unlink(Path(d, BUNDLE_SIDECAR))
             folder = jobenv.compile_cache(spec, verify)
-            count = files.push_tree(ct, d, folder)
+            with oplock.hold(ct, f"warmup --import {os.path.basename(path)}"):
+                count = files.push_tree(ct, d, folder)
     except (OSError, tarfile.TarError) as exc:
         raise WarmupError(f"{path}: cannot read the bundle: {exc}") from None
     wanted = {warmup_key(spec, state, dev)["key"] for dev in devices_of(spec)}
