@@ -32,6 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RATE = re.compile(r"([\d.]+) Ktok/s")
+FIRST_STEP = re.compile(r"first step begins ([\d.]+)s after process start")
 FIRST_STEADY = re.compile(r"first steady step of every thread ([\d.]+)s after process start")
 FX = "Detected that you are using FX to symbolically trace a dynamo-optimized function"
 
@@ -87,6 +88,7 @@ def one_run(mode: str, index: int, args, libdir: str) -> dict:
     rates = [float(m.group(1)) for m in RATE.finditer(out)]
     steady = rates[1:] or rates  # the first full interval can still include stragglers
     first = FIRST_STEADY.search(out)
+    begins = FIRST_STEP.search(out)
     threads = len([d for d in args.drafters.split(",") if d])
     error = None
     if outcome == "error":
@@ -101,7 +103,8 @@ def one_run(mode: str, index: int, args, libdir: str) -> dict:
     return {"mode": mode, "drafters": args.drafters, "target": args.target, "stagger": args.stagger,
             "label": args.label, "guard": args.guard_name, "cache": "warm" if args.cache else "cold",
             "switch_interval": args.switch_interval, "run": index, "outcome": outcome, "error": error,
-            "seconds": round(seconds, 1), "first_steady_s": float(first.group(1)) if first else None,
+            "seconds": round(seconds, 1), "first_step_begins_s": float(begins.group(1)) if begins else None,
+            "first_steady_s": float(first.group(1)) if first else None,
             "ktok_s": ktok, "ktok_s_per_thread": round(ktok / threads, 2) if ktok else None,
             "uncompiled_warning": "flex_attention called without torch.compile" in out,
             "exit": proc.returncode, "tail": out.strip().splitlines()[-3:]}

@@ -65,6 +65,8 @@ def main(argv=None) -> int:
     def run(i: int, w: Worker) -> None:
         try:
             time.sleep(i * args.stagger)
+            if i == 0:
+                print(f"drafter: first step begins {time.monotonic() - started:.2f}s after process start", flush=True)
             with guard.first_step(w.device):
                 losses[i] = w.step()
             steady_since.append(time.monotonic())
