@@ -152,17 +152,21 @@ def cmd_warmup(args) -> None:
 
 
 def cmd_table(args) -> None:
-    rows = [json.loads(line) for p in args.files for line in Path(p).read_text().splitlines() if line.strip()]
-    print("| mode | layout | runs | clean | errors | hangs | median time to finish (clean) "
+    # A file named N-....jsonl belongs to batch N (runs that shared the machine at the same time).
+    rows = [(Path(p).name.split("-")[0] if Path(p).name[0].isdigit() else "", json.loads(line))
+            for p in args.files for line in Path(p).read_text().splitlines() if line.strip()]
+    print("| batch | mode | layout | runs | clean | errors | hangs | median time to finish (clean) "
           "| median first steady step | median throughput (per thread) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     groups: dict = {}
-    for r in rows:
-        key = (r["mode"], r.get("drafters", "0,1,0"), r.get("stagger", 0.0), r.get("cache", "cold"), r.get("label"))
+    for batch, r in rows:
+        key = (batch, r["mode"], r.get("drafters", "0,1,0"), r.get("stagger", 0.0), r.get("cache", "cold"),
+               r.get("label"))
         groups.setdefault(key, []).append(r)
     order = ["noguard", "guard", "eager"]
-    for (mode, drafters, stagger, cache, label), rs in sorted(
-            groups.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1], kv[0][2], kv[0][3], kv[0][4] or "")):
+    for (batch, mode, drafters, stagger, cache, label), rs in sorted(
+            groups.items(), key=lambda kv: (kv[0][0], order.index(kv[0][1]), kv[0][2], kv[0][3], kv[0][4],
+                                            kv[0][5] or "")):
         ok = [r for r in rs if r["outcome"] == "ok"]
         errs = sorted({r["error"] for r in rs if r["outcome"] == "error"})
         t = f"{statistics.median(r['seconds'] for r in ok):.1f} s" if ok else "-"
@@ -179,7 +183,7 @@ def cmd_table(args) -> None:
             tp = "-"
         err_text = f" ({'; '.join(errs)})" if errs else ""
         what = ", ".join(x for x in (mode, f"stagger {stagger:g} s" if stagger else "", cache, label or "") if x)
-        print(f"| {what} | `{drafters}` | {len(rs)} | {len(ok)} | "
+        print(f"| {batch} | {what} | `{drafters}` | {len(rs)} | {len(ok)} | "
               f"{sum(r['outcome'] == 'error' for r in rs)}{err_text} | {sum(r['outcome'] == 'hang' for r in rs)} | "
               f"{t} | {first} | {tp} |")
 
