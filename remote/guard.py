@@ -9,14 +9,15 @@ Installed into the container's venv as `remote_guard` by `deploy`; it imports no
    to symbolically trace a dynamo-optimized function" -- or, with error_on_nested_fx_trace=False,
    silently runs eager. A warm cache hides the race; any miss reopens it. Hence: first steps run
    one at a time, then compiling is sealed.
-2. Dynamo keeps one list of cache entries per code object, and its lookup (torch/csrc/dynamo/
-   extra_state.cpp, `lookup`) walks that list while a hit moves the entry found to the front
-   (`ExtraState::move_to_front`). The walk runs Python guards (lambda guards), so the GIL can pass
-   to another thread mid-walk. When two threads hit the SAME entry (two threads on one device), the
-   other thread's hit can splice the entry from behind the walk to the front: the walk ends without
-   seeing it, a miss, and dynamo recompiles in steady state (torch 2.11 mislabels this as
-   BACKEND_MATCH). Hence: each thread compiles its own copy of the function (its own code object,
-   its own entry list), so no two threads ever walk one list.
+2. Dynamo keeps one list of cache entries per code object. Its lookup (`lookup` in
+   torch/csrc/dynamo/extra_state.cpp) walks that list, and a hit moves the entry found to the
+   front (`ExtraState::move_to_front`); checking each entry releases the GIL to take the entry's
+   mutex (`RootGuardManager::check_nopybind`). When two threads match the SAME entry (two threads
+   on one device), one can hit it and move it to the front while the other's walk is behind it:
+   that walk ends without seeing it, a miss, and dynamo recompiles in steady state (torch 2.11
+   labels this BACKEND_MATCH). Hence: each thread compiles its own copy of the function (its own
+   code object, its own entry list), so no two threads ever walk one list. docs/gpu-race.md has
+   the measurements.
 
 Use:
     guard = remote_guard.CompileGuard(devices=[5, 6, 7])     # before worker threads start
@@ -26,6 +27,7 @@ Use:
         train_step()
     # steady state: any further compile raises instead of racing or going silently eager
 """
+
 from __future__ import annotations
 
 import contextlib
