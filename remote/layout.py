@@ -9,6 +9,7 @@ then looked up by two threads at once, and torch's lookup can miss it (a steady-
 from __future__ import annotations
 
 import re
+import shlex
 from collections import Counter
 
 # What docs/gpu-race.md measured on 2 x H200 with torch 2.11.0+cu130 (3 threads over 2 GPUs).
@@ -22,6 +23,21 @@ def device_key(device) -> str:
     """'0', 0 and 'cuda:0' name one device; anything else ('cpu', 'cuda:1') is taken as written."""
     text = str(device).strip().lower()
     return f"cuda:{text}" if text.isdigit() else text
+
+
+def devices_from_command(command: str | None, flags=("--drafter-gpus",)) -> list[str] | None:
+    """The comma-separated device list a command passes with one of `flags` ("--drafter-gpus 0,1,0" or
+    "--drafter-gpus=0,1,0"), one entry per compiling thread; None when the command passes none."""
+    try:
+        words = shlex.split(command or "")
+    except ValueError:
+        return None
+    for i, word in enumerate(words):
+        flag, eq, value = word.partition("=")
+        if flag in flags:
+            value = value if eq else (words[i + 1] if i + 1 < len(words) else "")
+            return [d for d in value.split(",") if d.strip()]
+    return None
 
 
 def torch_minor(version: str | None) -> tuple[int, int] | None:

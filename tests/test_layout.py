@@ -4,7 +4,7 @@ import ast
 
 import pytest
 
-from remote.layout import compile_layout_notes, device_key, torch_minor
+from remote.layout import compile_layout_notes, device_key, devices_from_command, torch_minor
 
 
 def test_one_thread_per_device_has_nothing_to_say():
@@ -47,10 +47,27 @@ def test_parsers():
     assert torch_minor("2.13.0+cpu") == (2, 13) and torch_minor("10.2") == (10, 2) and torch_minor("") is None
 
 
+@pytest.mark.parametrize("command, devices", [
+    ("python -m drafter.train --target-gpus 0 --drafter-gpus 0,1,0 --steps 9", ["0", "1", "0"]),
+    ("python -m drafter.train --drafter-gpus=5,6,7", ["5", "6", "7"]),
+    ("python -m drafter.train --target-gpus 0", None),
+    ("python -m drafter.train --drafter-gpus", []),
+    ("python 'unclosed", None),
+    (None, None),
+])
+def test_devices_from_a_training_command(command, devices):
+    assert devices_from_command(command) == devices
+
+
+def test_the_story_layout_and_the_race_layout_from_their_commands():
+    assert compile_layout_notes(devices_from_command("train.py --drafter-gpus 5,6,7"), "2.11.0") == []
+    assert compile_layout_notes(devices_from_command("train.py --drafter-gpus 0,1,0"), "2.11.0")
+
+
 def test_layout_module_imports_nothing_that_needs_torch():
     import remote.layout
 
     tree = ast.parse(open(remote.layout.__file__).read())
     names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert names <= {"__future__", "re", "collections"}, names
+    assert names <= {"__future__", "re", "shlex", "collections"}, names
