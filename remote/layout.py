@@ -47,8 +47,10 @@ def torch_minor(version: str | None) -> tuple[int, int] | None:
 
 
 def compile_layout_notes(devices, torch_version: str | None) -> list[str]:
-    """Warnings for a layout that puts several compiling threads on one device; [] when there is none."""
-    keys = [device_key(d) for d in devices]
+    """Warnings when several compiling threads share a device ([] when none do, or `devices` is None).
+
+    `devices` has one entry per compiling thread; `torch_version` is the venv's (None: unknown)."""
+    keys = [device_key(d) for d in devices or []]
     shared = {k: n for k, n in Counter(keys).items() if n > 1}
     if not shared:
         return []

@@ -10,7 +10,7 @@ from remote.layout import compile_layout_notes, device_key, devices_from_command
 def test_one_thread_per_device_has_nothing_to_say():
     assert compile_layout_notes(["0", "1"], "2.11.0+cu130") == []
     assert compile_layout_notes([5, 6, 7], None) == []
-    assert compile_layout_notes([], "2.13.0+cpu") == []
+    assert compile_layout_notes([], "2.13.0+cpu") == [] and compile_layout_notes(None, "2.13.0") == []
 
 
 def test_two_threads_on_one_device_are_named_with_their_positions():
