@@ -213,8 +213,8 @@ class CompileGuard:
         """A callable that runs `fn` compiled, with one torch.compile of its own copy of `fn` per thread.
 
         Dynamo keys its cache on the code object, and its lookup is not safe when two threads hit
-        the same entry (the module docstring says why): on 2 H200s, 3 threads over 2 GPUs missed in
-        steady state in about one run of four (docs/gpu-race.md). So each thread that calls the
+        the same entry (the module docstring says why): on 2 H200s, 3 threads over 2 GPUs sharing one
+        compiled function missed in steady state in 13 of 40 cold runs (docs/gpu-race.md). So each thread that calls the
         result gets a copy of `fn` with a code object of its own, compiled on its first call (inside
         its first step, under the lock); the inductor and AOTAutograd caches make the second copy on
         a device cheap. `fn` must be a plain function (pass each device's module in as an argument).
