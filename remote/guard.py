@@ -1,16 +1,27 @@
 """remote_guard: keep torch.compile from racing when one process drives several devices from threads.
 
 Installed into the container's venv as `remote_guard` by `deploy`; it imports nothing from
-`remote` and only the training process imports it (never the controller). Why it exists: on
-torch <= 2.13, `torch.fx._symbolic_trace._is_fx_tracing_flag` is a module global. While one
-thread compiles (AOTAutograd's make_fx, flex_attention's internals, inductor's pattern matcher
-set it), another thread's compiled function sees it and raises "Detected that you are using FX
-to symbolically trace a dynamo-optimized function" -- or, with error_on_nested_fx_trace=False,
-silently runs eager. A warm cache hides the race; any miss reopens it.
+`remote` and only the training process imports it (never the controller). Why it exists:
+
+1. On torch <= 2.13, `torch.fx._symbolic_trace._is_fx_tracing_flag` is a module global. While one
+   thread compiles (AOTAutograd's make_fx, flex_attention's internals, inductor's pattern matcher
+   set it), another thread's compiled function sees it and raises "Detected that you are using FX
+   to symbolically trace a dynamo-optimized function" -- or, with error_on_nested_fx_trace=False,
+   silently runs eager. A warm cache hides the race; any miss reopens it. Hence: first steps run
+   one at a time, then compiling is sealed.
+2. Dynamo keeps one list of cache entries per code object. Its lookup (`lookup` in
+   torch/csrc/dynamo/extra_state.cpp) walks that list, and a hit moves the entry found to the
+   front (`ExtraState::move_to_front`); checking each entry releases the GIL to take the entry's
+   mutex (`RootGuardManager::check_nopybind`). When two threads match the SAME entry (two threads
+   on one device), one can hit it and move it to the front while the other's walk is behind it:
+   that walk ends without seeing it, a miss, and dynamo recompiles in steady state (torch 2.11
+   labels this BACKEND_MATCH). Hence: each thread compiles its own copy of the function (its own
+   code object, its own entry list), so no two threads ever walk one list. docs/gpu-race.md has
+   the measurements.
 
 Use:
     guard = remote_guard.CompileGuard(devices=[5, 6, 7])     # before worker threads start
-    forward = guard.compile(forward_fn)   # ONE torch.compile call per process; pass each device's module in
+    forward = guard.compile(forward_fn)   # a plain function; pass each device's module in
     # in each worker thread, around its first full step (forward, backward, optimizer, eval):
     with guard.first_step(device):
         train_step()
@@ -25,6 +36,7 @@ import os
 import re
 import threading
 import time
+import types
 
 CACHE_ENV = "REMOTE_COMPILE_CACHE"  # base folder; the guard adds a per-version subfolder
 EXPORT_ENV = "REMOTE_EXPORT_CACHE"  # where a warmup writes this process's cache artifacts, when set
@@ -151,6 +163,36 @@ def _synchronize(device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _fresh_copy(fn: types.FunctionType) -> types.FunctionType:
+    """`fn` with a code object of its own: dynamo keeps one cache-entry list per code object."""
+    copy = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    copy.__qualname__, copy.__module__, copy.__doc__ = fn.__qualname__, fn.__module__, fn.__doc__
+    copy.__dict__.update(fn.__dict__)
+    return copy
+
+
+class PerThreadCompiled:
+    """What CompileGuard.compile returns: each calling thread runs its own compiled copy of `fn`."""
+
+    def __init__(self, guard: "CompileGuard", fn: types.FunctionType, kwargs: dict):
+        self.guard, self.fn, self.kwargs = guard, fn, kwargs
+        self._local = threading.local()
+        self.copies = 0  # how many threads compiled a copy (one code object, one entry list each)
+
+    def __call__(self, *args, **kwargs):
+        compiled = getattr(self._local, "compiled", None)
+        if compiled is None:
+            copy, compiled = self.guard._compile_copy(self.fn, self.kwargs)
+            self._local.code, self._local.compiled = copy.__code__, compiled
+            self.copies += 1
+        return compiled(*args, **kwargs)
+
+    def code(self):
+        """This thread's code object (its dynamo cache entries hang off it), or None before its first call."""
+        return getattr(self._local, "code", None)
+
+
 class CompileGuard:
     """Serializes each device's first step, then seals compilation for the steady state."""
 
@@ -168,22 +210,40 @@ class CompileGuard:
         self._compile_lock = threading.Lock()
 
     def compile(self, fn, **kwargs):
-        """torch.compile `fn` once for the whole process; every thread gets the same compiled callable.
+        """A callable that runs `fn` compiled, with one torch.compile of its own copy of `fn` per thread.
 
-        Each torch.compile() call wraps its backend in a new callback, and dynamo keys cache entries
-        on that callback (BACKEND_MATCH). Threads that each compiled the same code with their own
-        torch.compile() call can miss each other's entries and recompile in steady state: seen on
-        2 H200s even with one shared backend object (docs/gpu-race.md). So compile a plain function
-        once and pass each device's module as an argument: one entry per device, one callback.
+        Dynamo keys its cache on the code object, and its lookup is not safe when two threads hit
+        the same entry (the module docstring says why): on 2 H200s, 3 threads over 2 GPUs sharing one
+        compiled function missed in steady state in 13 of 40 cold runs (docs/gpu-race.md). So each thread that calls the
+        result gets a copy of `fn` with a code object of its own, compiled on its first call (inside
+        its first step, under the lock); the inductor and AOTAutograd caches make the second copy on
+        a device cheap. `fn` must be a plain function (pass each device's module in as an argument).
+        After the seal, a thread that has no copy yet fails loudly instead of compiling.
         `dynamic=` is refused: per call it patches global config, which races between threads."""
-        import torch
-
         if "dynamic" in kwargs:
             raise ValueError("remote_guard.compile: pass no dynamic=; the guard sets static shapes globally")
+        if not isinstance(fn, types.FunctionType):
+            raise TypeError(f"remote_guard.compile: pass a plain function, not {type(fn).__name__}: a module's or "
+                            "method's code is shared by every instance, so threads would share its cache entries")
         with self._compile_lock:
             if fn not in self._compiled:
-                self._compiled[fn] = torch.compile(fn, **kwargs)
+                if self.enabled:
+                    self._compiled[fn] = PerThreadCompiled(self, fn, kwargs)
+                else:  # what unguarded code does: one compiled callable that every thread shares
+                    import torch
+
+                    self._compiled[fn] = torch.compile(fn, **kwargs)
             return self._compiled[fn]
+
+    def _compile_copy(self, fn, kwargs):
+        import torch
+
+        if self.sealed:
+            raise RuntimeError(f"remote_guard: thread {threading.current_thread().name!r} calls {fn.__name__} for "
+                               "the first time after the seal; every compiling thread must run guard.first_step")
+        copy = _fresh_copy(fn)
+        with self._compile_lock:
+            return copy, torch.compile(copy, **kwargs)
 
     @contextlib.contextmanager
     def first_step(self, device):
@@ -213,8 +273,9 @@ class CompileGuard:
         self.sealed = True
 
     def report(self) -> dict:
+        copies = {f.__name__: c.copies for f, c in self._compiled.items() if isinstance(c, PerThreadCompiled)}
         return {"sealed": self.sealed, "sealed_with": self.sealed_with, "settings": self.settings,
-                "first_steps": self.steps, **cache_counters()}
+                "first_steps": self.steps, "compiled_copies": copies, **cache_counters()}
 
     def report_line(self) -> str:
         return "REMOTE_GUARD " + json.dumps(self.report())

@@ -4,7 +4,9 @@ On torch <= 2.13 the FX-tracing flag is a module global. The first test makes th
 deterministic (one thread holds FX tracing open while another calls a compiled function) and
 shows that the guard's serialized first steps remove it; the others check what the guard
 promises: non-overlapping first steps, a seal that makes later compiles fail loudly, a refusal
-to continue with the flag stuck, and no hang when one device's first step fails.
+to continue with the flag stuck, no hang when one device's first step fails, and two threads on
+one device that each walk their own dynamo cache list (docs/gpu-race.md: sharing one list is
+what made 3 threads over 2 GPUs recompile in steady state).
 """
 
 import json
@@ -147,14 +149,75 @@ guard = remote_guard.CompileGuard(["d0"])
 def fn(x):
     return x * 2
 same = guard.compile(fn) is guard.compile(fn)
-try:
-    guard.compile(fn, dynamic=True)
-    refused = False
-except ValueError:
-    refused = True
-print(json.dumps({"same": same, "refused": refused}))
+refused = []
+for bad in (dict(dynamic=True), dict(fn=torch.nn.Linear(2, 2))):
+    try:
+        guard.compile(**{"fn": fn, **bad})
+    except (ValueError, TypeError) as e:
+        refused.append(type(e).__name__)
+f = guard.compile(fn, backend="eager")
+with guard.first_step("d0"):
+    f(torch.ones(2))
+late = []
+def latecomer():  # a thread that ran no first step: after the seal it must not compile
+    try:
+        f(torch.ones(2))
+    except RuntimeError as e:
+        late.append(str(e)[:200])
+t = threading.Thread(target=latecomer, name="latecomer"); t.start(); t.join()
+print(json.dumps({"same": same, "refused": refused, "late": late}))
 '''
 
 
-def test_guard_compile_is_one_compiled_callable_per_function_and_refuses_dynamic(deployed, ct):
-    assert json.loads(run_py(ct, COMPILE_API).out) == {"same": True, "refused": True}
+def test_guard_compile_is_one_callable_per_function_refuses_dynamic_and_modules_and_latecomers(deployed, ct):
+    out = json.loads(run_py(ct, COMPILE_API).out)
+    assert out["same"] is True and out["refused"] == ["ValueError", "TypeError"]
+    assert len(out["late"]) == 1 and "'latecomer' calls fn for the first time after the seal" in out["late"][0]
+
+
+TWO_ON_ONE = PRELUDE + r'''
+from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
+from torch._dynamo.utils import counters
+
+guard = remote_guard.CompileGuard(["cpu", "cpu"])
+def step_fn(w, x):
+    return torch.sin(x @ w).sum()
+f = guard.compile(step_fn, backend="aot_eager")
+frames = {}
+sealed = threading.Barrier(2, action=lambda: frames.update(at_seal=dict(counters["frames"])))
+out = {"errors": [], "codes": {}, "steady": [0, 0]}
+def worker(i):
+    w = torch.randn(4, 4, requires_grad=True)
+    try:
+        with guard.first_step("cpu"):
+            f(w, torch.ones(3, 4)).backward()
+        sealed.wait()  # both first steps ran and the guard sealed: from here on, steady state only
+        for _ in range(200):
+            f(w, torch.ones(3, 4)).backward()
+            out["steady"][i] += 1
+        out["codes"][i] = f.code()
+    except Exception as e:
+        out["errors"].append(f"{type(e).__name__}: {str(e)[:160]}")
+ts = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
+[t.start() for t in ts]; [t.join() for t in ts]
+codes = [out["codes"].get(i) for i in range(2)]
+print(json.dumps({
+    "errors": out["errors"], "steady": out["steady"], "sealed": guard.sealed,
+    "own_code_each": None not in codes and codes[0] is not codes[1]
+                     and all(c is not step_fn.__code__ for c in codes),
+    "entries": [len(_debug_get_cache_entry_list(c)) for c in codes if c is not None],
+    "shared_entries": len(_debug_get_cache_entry_list(step_fn.__code__)),
+    "frames_at_seal": frames.get("at_seal"), "frames_at_end": dict(counters["frames"]),
+    "copies": guard.report()["compiled_copies"]}))
+'''
+
+
+def test_two_threads_on_one_device_each_walk_their_own_cache_list_and_compile_nothing_after_the_seal(deployed, ct):
+    out = json.loads(run_py(ct, TWO_ON_ONE).out)
+    assert out["errors"] == [] and out["steady"] == [200, 200] and out["sealed"]
+    # The mechanism: one code object per thread, one cache entry on each, none on the shared function,
+    # so no dynamo lookup ever walks a list that another thread's hit reorders.
+    assert out["own_code_each"] and out["entries"] == [1, 1] and out["shared_entries"] == 0
+    assert out["copies"] == {"step_fn": 2}
+    # The second thread's steady steps compiled nothing: dynamo saw no new frame after the seal.
+    assert out["frames_at_seal"] == out["frames_at_end"] and out["frames_at_end"]["ok"] == 2

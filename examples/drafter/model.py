@@ -81,7 +81,7 @@ class Drafter(nn.Module):
 
 
 def drafter_forward(model: Drafter, tokens, hidden, block_mask):
-    """The compiled unit: one function for every thread, each device's module passed in (one cache entry each)."""
+    """The compiled unit: a plain function (remote_guard compiles a copy per thread), each device's module passed in."""
     return model(tokens, hidden, block_mask)
 
 
@@ -94,7 +94,7 @@ class Worker:
         self.cfg, self.device, self.target, self.target_device = cfg, device, target, target_device
         self.model = Drafter(cfg).to(device)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=3e-4)
-        # `compile` is remote_guard's CompileGuard.compile (one compiled function per process), or None for eager.
+        # `compile` is remote_guard's CompileGuard.compile (each calling thread runs its own compiled copy), or None.
         self.forward = compile(drafter_forward) if compile else drafter_forward
         self.block_mask = None
         self.gen = torch.Generator(device="cpu").manual_seed(seed)

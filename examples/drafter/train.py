@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 import time
@@ -25,8 +26,21 @@ def parse_args(argv=None):
     return ap.parse_args(argv)
 
 
+def process_age() -> float:
+    """Seconds since this process started (imports included), from /proc; 0.0 where there is none."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    started = time.monotonic() - process_age()
     drafters = [d for d in args.drafter_gpus.split(",") if d]
     targets = [t for t in args.target_gpus.split(",") if t]
     devices = [device_name(d) for d in drafters]
@@ -44,18 +58,26 @@ def main(argv=None) -> int:
                for i, dev in enumerate(devices)]
     tokens_done = [0] * len(workers)
     steady_since: list[float] = []
+    first_steady: list[float] = []  # when each thread finished its first steady-state step
     errors: list[BaseException] = []
     losses = [float("nan")] * len(workers)
 
     def run(i: int, w: Worker) -> None:
         try:
             time.sleep(i * args.stagger)
+            if i == 0:
+                print(f"drafter: first step begins {time.monotonic() - started:.2f}s after process start", flush=True)
             with guard.first_step(w.device):
                 losses[i] = w.step()
             steady_since.append(time.monotonic())
-            for _ in range(args.steps - 1):
+            for n in range(args.steps - 1):
                 losses[i] = w.step()
                 tokens_done[i] += cfg.batch * cfg.seq
+                if n == 0:
+                    first_steady.append(time.monotonic())
+                    if len(first_steady) == len(workers):
+                        print(f"drafter: first steady step of every thread {first_steady[-1] - started:.2f}s "
+                              "after process start", flush=True)
         except BaseException as exc:  # reported by the main thread, loudly
             errors.append(exc)
             raise
