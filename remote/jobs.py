@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import files, jobenv, logs, oplock, shell
+from . import files, jobenv, layout, logs, oplock, shell
 from . import warmup as wm
 from .config import Container as ContainerSpec
 from .errors import CommandError, ConfigError, JobError, RemoteError, TransferError
@@ -85,6 +85,8 @@ def preflight(ct: Container, spec: ContainerSpec, *, echo=print) -> Preflight:
                            + ": run `invoke warmup` (or `invoke train --warmup`); a cold cache is when threads race")
         notes.append(f"warmup done for {', '.join(wm.devices_of(spec))}")
     notes.append(f"compile cache {jobenv.compile_cache(spec, verify)}")
+    notes += [f"!! {w}" for w in layout.compile_layout_notes(layout.devices_from_command(spec.train.command),
+                                                              verify.get("torch"))]
     gpus = parse_gpus(ct.script(shell.load("gpus"), mutates=False, timeout=60).out)
     if gpus is None:
         notes.append("no nvidia-smi in the container: CPU run")

@@ -52,12 +52,14 @@ def plain(lab, tmp_path_factory):
     return {"hosts": hosts, "data": d / "data", "dir": d, "outputs": []}
 
 
-def task(plain, *args, check=True):
-    """Run one task as a user would (the `remote` console script's code), output captured."""
+def task(plain, *args, check=True, record=True):
+    """Run one task as a user would (the `remote` console script's code), output captured (and kept, to
+    look for the secret in, unless record=False)."""
     env = {**os.environ, "REMOTE_HOSTS_FILE": str(plain["hosts"]), "PYTHONPATH": str(ROOT)}
     r = subprocess.run([sys.executable, "-c", "from remote.cli import main; main()", *args], env=env,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
-    plain["outputs"].append(r.stdout)
+    if record:
+        plain["outputs"].append(r.stdout)
     if check:
         assert r.returncode == 0, r.stdout
     return r
@@ -146,7 +148,8 @@ def test_a_secret_in_train_env_reaches_the_job_but_no_argv_file_or_output(lab, p
         ranks = [p for p in marked(plain, run_id)
                  if "RANK=" in in_ct(plain, f"tr '\\0' '\\n' < /proc/{p}/environ | grep '^RANK=' || true")]
         assert len(ranks) == 3
-        assert SECRET in in_ct(plain, f"tr '\\0' '\\n' < /proc/{ranks[0]}/environ")  # the job has it
+        job_env = task(plain, "exec", "-c", str(CT), f"tr '\\0' '\\n' < /proc/{ranks[0]}/environ", record=False)
+        assert f"WANDB_API_KEY={SECRET}" in job_env.stdout.splitlines()  # the job has it
         ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout  # host and containers
         assert SECRET not in ps
         assert SECRET not in in_ct(plain, f"grep -r {SECRET[:6]} /root/runs/{run_id} || echo none")
