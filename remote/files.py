@@ -142,16 +142,20 @@ def pull(ct: Container, src: str, dest: str | os.PathLike, *, progress: Progress
         ct.echo(f"# pull {src} -> {dest}: a file through {PARTIAL} and a rename, a folder as one tar stream")
         ct.echo(ct.transport.describe(ct.script_argv(load("pull_file"), src, "0")))
         return TransferStats("pull", "file", src, str(dest), 0, 0, 0, 0.0)
-    kind = _probe(ct, src, 0)[0]
-    if kind == "d":
-        return _retrying(lambda: _pull_tree(ct, src, Path(dest), progress), attempts, sleep)
-    if kind != "f":
-        raise TransferError(f"{ct.where}: cannot pull {src}: " + ("no such file or folder" if kind == "n" else
-                                                                  "not a regular file or folder"))
-    target = Path(dest)
-    if target.is_dir() or str(dest).endswith("/"):
-        target = target / os.path.basename(src.rstrip("/"))
-    return _retrying(lambda: _pull_file(ct, src, target, progress), attempts, sleep)
+
+    def attempt() -> TransferStats:
+        kind = _probe(ct, src, 0)[0]
+        if kind == "d":
+            return _pull_tree(ct, src, Path(dest), progress)
+        if kind != "f":
+            raise TransferError(f"{ct.where}: cannot pull {src}: " + ("no such file or folder" if kind == "n" else
+                                                                      "not a regular file or folder"))
+        target = Path(dest)
+        if target.is_dir() or str(dest).endswith("/"):
+            target = target / os.path.basename(src.rstrip("/"))
+        return _pull_file(ct, src, target, progress)
+
+    return _retrying(attempt, attempts, sleep)
 
 
 def _retrying(attempt: Callable[[], TransferStats], attempts: int, sleep) -> TransferStats:

@@ -245,3 +245,20 @@ def test_a_partial_file_that_is_not_a_prefix_is_not_resumed_from(ct, tmp_path):
     (tmp_path / "back.bin.partial").write_bytes(b"not the start of it" * 1000)
     stats = files.pull(ct, dest, back)
     assert stats.resumed_from == 0 and back.read_bytes() == src.read_bytes()
+
+
+def test_dry_run_prints_the_plan_and_connects_nowhere(tmp_path):
+    from remote.pct import Container
+    from remote.testing import FakeTransport
+
+    (tmp_path / "f.bin").write_bytes(b"x" * 10)
+    (tmp_path / "tree" / "sub").mkdir(parents=True)
+    lines = []
+    ct = Container(FakeTransport(), 200, dry=True, echo=lines.append)  # any command would raise
+    assert files.push(ct, tmp_path / "f.bin", "/root/f.bin").total == 0
+    assert files.push(ct, tmp_path / "tree", "/root/tree").total == 0
+    assert files.pull(ct, "/root/f.bin", tmp_path / "back").total == 0
+    commands = [line for line in lines if line.startswith("fake: ")]
+    assert len(commands) == 5 and all("pct exec 200 --keep-env 0 -- env" in c for c in commands)
+    assert any("/root/f.bin.partial /root/f.bin 644" in c for c in commands)
+    assert not (tmp_path / "back").exists()
