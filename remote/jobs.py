@@ -69,8 +69,7 @@ def preflight(ct: Container, spec: ContainerSpec, *, echo=print) -> Preflight:
     notes = [f"venv verified: torch {verify.get('torch')} (CUDA build {verify.get('cuda_build')})"]
     if ct.dry:
         return Preflight(commit, venv, None, notes + ["(dry run: the checks that read the container are skipped)"])
-    r = ct.script('cd "$1"; git rev-parse HEAD; git status --porcelain --untracked-files=no', spec.code.path,
-                  mutates=False, timeout=60)
+    r = ct.script(shell.load("checkout"), spec.code.path, mutates=False, timeout=60, label="read the checkout")
     head, *dirty = r.out.splitlines()
     if head != commit:
         raise JobError(f"checkout {spec.code.path} is at {head[:12]}, not the deployed {commit[:12]}: run `invoke deploy`")

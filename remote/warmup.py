@@ -130,9 +130,8 @@ def parse_cache_lines(lines: list[str]) -> dict[str, tuple[int, int]]:
 
 def deployed(ct: Container, spec: ContainerSpec) -> dict:
     """The deployed commit and venv record, or a DeployError saying to deploy first."""
-    r = ct.script('cat "$1/.git/remote-deploy.json" 2>/dev/null || echo null; '
-                  'cat "$2/remote-venv.json" 2>/dev/null || echo null', spec.code.path, spec.venv.path,
-                  mutates=False, timeout=60)
+    r = ct.script(shell.load("deployed"), spec.code.path, spec.venv.path, mutates=False, timeout=60,
+                  label="read the deploy records")
     code, _, venv = r.out.strip().partition("\n")
     state = {"code": json.loads(code), "venv": json.loads(venv)}
     if state["venv"] is None:
@@ -181,7 +180,8 @@ def run_device(ct: Container, spec: ContainerSpec, state: dict, device: str, ech
 
 def _record(ct: Container, spec: ContainerSpec, records: list[dict]) -> None:
     text = "".join(json.dumps(r) + "\n" for r in records)
-    ct.script('mkdir -p "$1" && cat >> "$1/warmups.jsonl"', spec.warmup.cache_dir, stdin=text.encode(), timeout=60)
+    ct.script(shell.load("append"), spec.warmup.cache_dir, "warmups.jsonl", stdin=text.encode(), timeout=60,
+              label="record the warmup")
 
 
 def warmup(session: Session, ctid=None, *, parallel: bool = False, devices: list[str] | None = None,
