@@ -262,3 +262,11 @@ def test_dry_run_prints_the_plan_and_connects_nowhere(tmp_path):
     assert len(commands) == 5 and all("pct exec 200 --keep-env 0 -- env" in c for c in commands)
     assert any("/root/f.bin.partial /root/f.bin 644" in c for c in commands)
     assert not (tmp_path / "back").exists()
+
+
+def test_a_command_after_a_dropped_connection_runs_on_a_new_agent(ct, lab_session):
+    agent = ct.agent()
+    assert agent is not None and ct.run(["echo", "one"]).out == "one\n"
+    agent.stream.chan.get_transport().close()  # dropped under the agent, nobody told
+    assert ct.run(["echo", "two"]).out == "two\n"
+    assert ct.agent() is not agent
