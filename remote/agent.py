@@ -23,7 +23,7 @@ import threading
 import time
 
 from .errors import CommandTimeout, ConnectError
-from .transport import OutputCallback, Result
+from .transport import NotStarted, OutputCallback, Result
 
 AGENT = r'''
 import base64, json, os, selectors, signal, struct, subprocess, sys, threading, time
@@ -169,7 +169,7 @@ class Agent:
     def run(self, argv, *, env: dict, cwd: str, timeout: float | None, stdin: bytes | None,
             on_output: OutputCallback | None, deadline: float | None) -> Result:
         if self.dead:
-            raise ConnectError(self.where, f"{self.where}: agent gone: {self.dead}")
+            raise NotStarted(self.where, f"{self.where}: agent gone: {self.dead}")
         with self._ids:
             i, self._next = self._next, self._next + 1
         q: queue.Queue = queue.Queue()
@@ -187,7 +187,7 @@ class Agent:
             except (OSError, EOFError, ConnectError) as exc:
                 # Nothing was started: the caller may run it again on a new agent.
                 self.dead = self.dead or f"cannot write to the agent: {exc}"
-                raise ConnectError(self.where, f"{self.where}: agent gone before running {argv[0]}: {exc}") from exc
+                raise NotStarted(self.where, f"{self.where}: agent gone before running {argv[0]}: {exc}") from exc
             while True:
                 left = None if deadline is None else max(0.0, deadline - (time.monotonic() - start))
                 try:

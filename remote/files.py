@@ -75,15 +75,15 @@ def _size(n: float) -> str:
 class ProgressPrinter:
     """Progress on stderr: bytes/total, percent and MB/s, at most every `every` seconds (one line when not a tty)."""
 
-    def __init__(self, label: str, stream=None, every: float | None = None):
-        self.label, self.stream = label, stream or sys.stderr
+    def __init__(self, label: str, stream=None, every: float | None = None, clock=time.monotonic):
+        self.label, self.stream, self.clock = label, stream or sys.stderr, clock
         self.tty = self.stream.isatty()
         self.every = every if every is not None else (0.5 if self.tty else 5.0)
-        self.start = self.last = time.monotonic()
+        self.start = self.last = clock()
         self.finished = False
 
     def __call__(self, done: int, total: int) -> None:
-        now = time.monotonic()
+        now = self.clock()
         if self.finished or (now - self.last < self.every and done < total):
             return
         self.last, self.finished = now, done >= total

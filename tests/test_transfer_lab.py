@@ -262,3 +262,27 @@ def test_dry_run_prints_the_plan_and_connects_nowhere(tmp_path):
     assert len(commands) == 5 and all("pct exec 200 --keep-env 0 -- env" in c for c in commands)
     assert any("/root/f.bin.partial /root/f.bin 644" in c for c in commands)
     assert not (tmp_path / "back").exists()
+
+
+def test_a_command_after_a_dropped_connection_runs_on_a_new_agent(ct, lab_session):
+    agent = ct.agent()
+    assert agent is not None and ct.run(["echo", "one"]).out == "one\n"
+    agent.stream.chan.get_transport().close()  # dropped under the agent, nobody told
+    assert ct.run(["echo", "two"]).out == "two\n"
+    assert ct.agent() is not agent
+
+
+def test_progress_is_throttled_and_ends_with_the_total():
+    import io
+
+    now = [100.0]
+    out = io.StringIO()
+    show = files.ProgressPrinter("push x", stream=out, clock=lambda: now[0])
+    for i in range(1, 1001):  # 1,000 chunks over 10 s
+        now[0] += 0.01
+        show(i << 20, 1000 << 20)
+    show(1000 << 20, 1000 << 20)  # a repeated final call prints nothing more
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2  # every 5 s when not a tty (one), and the end
+    assert lines[0].startswith("push x: 500.0 MiB / 1000.0 MiB  50%")
+    assert lines[-1] == "push x: 1000.0 MiB / 1000.0 MiB 100%  104.9 MB/s"
