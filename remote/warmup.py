@@ -307,7 +307,8 @@ def import_cache(session: Session, ctid, path: str, echo=print) -> dict:
     except (OSError, tarfile.TarError) as exc:
         raise WarmupError(f"{path}: cannot read the bundle: {exc}") from None
     wanted = {warmup_key(spec, state, dev)["key"] for dev in devices_of(spec)}
-    kept = [{**r, "imported_from": os.path.basename(path)} for r in sidecar.get("warmups", []) if r.get("key") in wanted]
+    latest = {r["key"]: r for r in sidecar.get("warmups", []) if r.get("key") in wanted}  # one per device
+    kept = [{**r, "imported_from": os.path.basename(path)} for r in latest.values()]
     if kept:
         _record(ct, spec, kept)
     return {"files": count, "cache_dir": folder, "warmups": [r["device"] for r in kept]}
