@@ -23,10 +23,11 @@ def cache_files(ct):
 
 
 @pytest.fixture(scope="module")
-def warmed(deployed, lab_session, ct):
+def warmed(deployed, lab_session):
     # Earlier tests' jobs compiled into this venv's cache folder too (every job gets it): set it aside,
     # as a test may, so that the first warmup starts cold.
-    ct.run(["bash", "-c", f"for d in {CACHE}/torch-*; do [ -e \"$d\" ] && mv \"$d\" \"$d.aside-$$\"; done; true"])
+    aside = f'for d in {CACHE}/torch-*; do [ -e "$d" ] && mv "$d" "$d.aside-$$"; done; true'
+    lab_session.container(200).run(["bash", "-c", aside])
     first = wm.warmup(lab_session, 200, **quiet)
     second = wm.warmup(lab_session, 200, **quiet)
     return first, second
