@@ -85,7 +85,7 @@ class TrainSpec:
 
 
 @dataclass(frozen=True)
-class Container:
+class ContainerSpec:
     ctid: int
     host: Host
     venv: VenvSpec = field(default_factory=VenvSpec)
@@ -98,9 +98,9 @@ class Container:
 class Config:
     file: str
     hosts: dict[str, Host]
-    containers: dict[int, Container]
+    containers: dict[int, ContainerSpec]
 
-    def container(self, ctid: int | str | None) -> Container:
+    def container(self, ctid: int | str | None) -> ContainerSpec:
         """The container `ctid`, or the only one configured when `ctid` is None."""
         if ctid is None:
             if len(self.containers) == 1:
@@ -338,7 +338,7 @@ def parse(data: Any, file: str) -> Config:
             raise ConfigError(file, c.key("host"), f"unknown host {host!r} (known: {_ids(hosts)})")
         features = {k: reader(c.section(k), globals_[k]) for k, (reader, _) in _FEATURES.items()}
         c.done()
-        containers[ctid] = Container(ctid=ctid, host=hosts[host], **features)
+        containers[ctid] = ContainerSpec(ctid=ctid, host=hosts[host], **features)
     if not containers:
         raise ConfigError(file, "containers", "no containers defined")
     top.done()

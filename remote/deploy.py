@@ -27,7 +27,7 @@ from typing import Callable, Iterator
 from . import code as codemod
 from . import files, jobs, oplock, shell
 from . import venv as venvmod
-from .config import Container as ContainerSpec
+from .config import ContainerSpec
 from .errors import BusyError, CommandError, DeployError, RemoteError
 from .logs import LineSplitter
 from .pct import Container

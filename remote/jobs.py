@@ -19,7 +19,7 @@ from pathlib import Path
 
 from . import files, jobenv, layout, logs, oplock, shell
 from . import warmup as wm
-from .config import Container as ContainerSpec
+from .config import ContainerSpec
 from .errors import CommandError, ConfigError, JobError, RemoteError, TransferError
 from .pct import Container
 from .session import HostState, Session

@@ -39,7 +39,7 @@ class Session:
                          path=f"{spec.venv.path}/bin:{DEFAULT_PATH}" if venv_on_path else DEFAULT_PATH,
                          agent=(lambda: self._agent_for(spec)) if self.agent else None)
 
-    def _agent_for(self, spec: cfg.Container):
+    def _agent_for(self, spec: cfg.ContainerSpec):
         """The container's agent, started (or restarted after a lost connection) on demand; None when it
         cannot run there, and then commands go through plain `pct exec`, which reports pct's errors."""
         from .agent import AGENT, Agent

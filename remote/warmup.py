@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import files, jobenv, oplock, shell
-from .config import Container as ContainerSpec
+from .config import ContainerSpec
 from .errors import CommandError, ConfigError, DeployError, WarmupError
 from .logs import LineSplitter
 from .pct import Container
