@@ -48,7 +48,8 @@ def wait_for(predicate, timeout=30.0) -> bool:
 
 def in_container(session, tag) -> bool:
     """Whether a process whose argv carries `tag` runs in container 200 (asked over a fresh agent)."""
-    return session.container(200).run(["pgrep", "-f", tag], check=False).exit_code == 0
+    # ps, not pgrep: the lab's pgrep misses processes whose argv[0] was rewritten (`exec -a`)
+    return tag in session.container(200).run(["ps", "-eo", "args"]).out
 
 
 def background(ct, argv, **kw) -> list:
