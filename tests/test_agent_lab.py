@@ -65,6 +65,8 @@ def background(ct, argv, **kw) -> list:
     return outcome
 
 
+@pytest.mark.fault("SSH dropped mid-command",
+                   promise="the command's processes are killed in the container; the next command reconnects")
 def test_a_dropped_connection_leaves_none_of_the_commands_processes(session, lab):
     ct = session.container(200)
     tag = f"agent-drop-{os.getpid()}-{time.monotonic_ns()}"
@@ -79,6 +81,8 @@ def test_a_dropped_connection_leaves_none_of_the_commands_processes(session, lab
     assert wait_for(lambda: not in_container(session, tag), 20), "the command's processes outlived the connection"
 
 
+@pytest.mark.fault("A command closes its pipes and runs on",
+                   promise="other commands' results are not held up; its timeout still kills it")
 def test_a_child_that_closes_its_pipes_neither_blocks_others_nor_escapes_its_timeout(session):
     ct = session.container(200)
     tag = f"agent-closed-{os.getpid()}-{time.monotonic_ns()}"
@@ -92,6 +96,8 @@ def test_a_child_that_closes_its_pipes_neither_blocks_others_nor_escapes_its_tim
     assert not in_container(session, tag)
 
 
+@pytest.mark.fault("Silent link (half-open connection)",
+                   promise="noticed within 30 s, reconnected; nothing lost or repeated")
 def test_a_silent_link_is_noticed_within_30s_and_the_next_command_reconnects(session, lab):
     ct = session.container(200)
     tag = f"agent-silent-{os.getpid()}-{time.monotonic_ns()}"
@@ -115,6 +121,9 @@ def test_a_silent_link_is_noticed_within_30s_and_the_next_command_reconnects(ses
     assert wait_for(lambda: not in_container(session, tag), 30), "the old agent's command was left running"
 
 
+@pytest.mark.fault("SSH dropped mid-follow", promise="following resumes at the byte it reached: every line once")
+@pytest.mark.fault("Silent link (half-open connection)",
+                   promise="noticed within 30 s, reconnected; nothing lost or repeated")
 def test_logs_follow_over_a_silent_link_resumes_and_shows_every_line_once(session, lab):
     import dataclasses
 

@@ -102,6 +102,8 @@ class Scripted(Silent):
         self.on_write(data)
 
 
+@pytest.mark.fault("Agent never answers its handshake",
+                   promise="ConnectError, the stream closed; plain pct exec is used instead")
 def test_a_handshake_that_never_completes_is_a_connect_error_and_closes_the_stream():
     stream = Silent()
     start = time.monotonic()
@@ -110,6 +112,7 @@ def test_a_handshake_that_never_completes_is_a_connect_error_and_closes_the_stre
     assert stream.closed.is_set() and time.monotonic() - start < 10
 
 
+@pytest.mark.fault("Write on a dead agent stream", promise="ConnectError whatever the stream raised; the stream closed")
 @pytest.mark.parametrize("error", [ValueError("I/O operation on closed file"), EOFError(),
                                    BrokenPipeError(32, "Broken pipe"), RuntimeError("Socket is closed")],
                          ids=["ValueError", "EOFError", "BrokenPipe", "other"])
@@ -126,6 +129,8 @@ def test_a_write_on_a_dead_stream_is_a_connect_error(error):
         run(agent, ["true"])
 
 
+@pytest.mark.fault("Silent link (half-open connection)",
+                   promise="noticed within 30 s, reconnected; nothing lost or repeated")
 def test_a_silent_agent_is_declared_lost_and_wakes_every_waiting_command():
     stream = Scripted(lambda data: None)  # takes requests, never answers anything, pings included
     agent = Agent(stream, "here", ping_every=0.2, silence=1.0)
@@ -157,6 +162,8 @@ def test_the_agent_answers_pings_and_stays_alive_while_idle():
         agent.close()
 
 
+@pytest.mark.fault("A command closes its pipes and runs on",
+                   promise="other commands' results are not held up; its timeout still kills it")
 def test_a_child_that_closes_its_pipes_does_not_block_other_results_and_still_times_out():
     agent = local_agent()
     tag = f"agent-closed-pipes-{os.getpid()}"
@@ -178,6 +185,8 @@ def test_a_child_that_closes_its_pipes_does_not_block_other_results_and_still_ti
         agent.close()
 
 
+@pytest.mark.fault("SSH dropped mid-command",
+                   promise="the command's processes are killed in the container; the next command reconnects")
 def test_the_agent_kills_its_children_when_the_controller_stops_reading():
     """A controller gone mid-send: the agent's writes fail (EPIPE) and it must still kill its children."""
     tag = f"agent-orphan-{os.getpid()}"
@@ -193,6 +202,8 @@ def test_the_agent_kills_its_children_when_the_controller_stops_reading():
     agent.close()
 
 
+@pytest.mark.fault("Silent link (half-open connection)",
+                   promise="noticed within 30 s, reconnected; nothing lost or repeated")
 def test_the_agent_kills_its_children_when_the_controller_goes_silent():
     tag = f"agent-silence-{os.getpid()}"
     stream = LocalTransport().open_stream([sys.executable, "-c", AGENT, "1.5"])
@@ -217,6 +228,8 @@ class AgentHere(LocalTransport):
         return stream
 
 
+@pytest.mark.fault("SSH dropped mid-command",
+                   promise="the command's processes are killed in the container; the next command reconnects")
 def test_a_dead_agent_is_closed_when_it_is_replaced(tmp_path):
     hosts = tmp_path / "hosts.yaml"
     hosts.write_text("hosts:\n  lab: {address: 127.0.0.1, local: true}\ncontainers:\n  200: {host: lab}\n")
