@@ -1,0 +1,134 @@
+"""Lab tier: rows of docs/reliability.md that no other test checks: a dropped connection mid-deploy, a
+container stopped under a job, pct's config lock held, the disk filling up during a venv build."""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+from conftest import load_config
+
+from remote import config
+from remote.deploy import deploy
+from remote.errors import BusyError, ContainerLocked, DeployError, RemoteError
+from remote.jobs import Preflight, final_status, launch, show_log, state
+from remote.session import Session
+
+pytestmark = pytest.mark.lab
+PRE = Preflight(commit="0" * 40, venv={"verify": {}}, gpus=None, notes=[])
+
+
+def wait_for(predicate, timeout=60.0) -> bool:
+    end = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def sshd_serving(session, lab) -> list[int]:
+    """The sshd processes that hold this session's connection (found by its client port)."""
+    t = session.transport(session.config.hosts["lab"])
+    port = t._conn.client.get_transport().sock.getsockname()[1]
+    out = subprocess.run(["ss", "-Htnp", "state", "established", f"( sport = :{lab.port} and dport = :{port} )"],
+                         capture_output=True, text=True, check=True).stdout
+    return sorted({int(p) for p in re.findall(r"pid=(\d+)", out)})
+
+
+@pytest.mark.fault("Container stopped mid-job", promise="the run is reported lost, not exited")
+def test_a_container_stopped_under_a_job_reports_the_run_lost(lab_session):
+    base = lab_session.config.container(201)
+    spec = dataclasses.replace(base, code=dataclasses.replace(base.code, path="/root"),
+                               train=dataclasses.replace(base.train, run_dir="/root/runs-stopped"))
+    ct = lab_session.container(201)
+    run_id, _ = launch(ct, spec, PRE, command="echo started; sleep 600")
+    assert wait_for(lambda: "started" in state(ct, spec, run_id)["tail"], 30)
+    ct.stop()
+    ct.start()
+    ct.wait_running(timeout=30)
+    # After the restart the container's pids begin again: the pid file may name a new process.
+    ct.run(["bash", "-c", "for i in $(seq 20); do setsid sleep 300 </dev/null >/dev/null 2>&1 & done"])
+    st = state(ct, spec, run_id)
+    assert st["lost"] and not st["alive"] and st["exit"] is None, st
+    lines: list[str] = []
+    final = show_log(ct, spec, run_id, follow=True, echo=lines.append)  # returns: nothing runs any more
+    assert final_status(final) == 1 and "LOST" in lines[-1] and lines[0] == "started"
+
+
+@pytest.mark.fault("pct locked", promise="ContainerLocked, saying what holds the lock")
+def test_pct_with_the_config_lock_held_is_a_typed_error(lab, lab_session):
+    ct = lab_session.container(200)
+    (lab.dir / "lock").mkdir(exist_ok=True)
+    with open(lab.dir / "lock" / "pve-config-200.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)  # as a backup or another push would hold it
+        with pytest.raises(ContainerLocked, match="locked by another pct operation"):
+            ct._pct("push", "200", "/etc/hostname", "/root/locked", mutates=True)
+    ct._pct("push", "200", "/etc/hostname", "/root/locked", mutates=True)  # free again
+
+
+@pytest.mark.fault("SSH dropped mid-deploy", promise="the current venv and checkout stay usable; the next deploy completes")
+def test_a_connection_dropped_mid_deploy_leaves_the_venv_and_the_next_deploy_completes(lab, lab_hosts, deployed, ct):
+    before = ct.run(["readlink", "/root/venv"]).out
+    head = ct.run(["git", "-C", "/root/dflash", "rev-parse", "HEAD"]).out
+    changed = load_config(lab_hosts, **{"packages: [torch==2.13.0+cpu, numpy==2.2.6]":
+                                        "packages: [torch==2.13.0+cpu, numpy==2.2.6, mpmath==1.3.0]"})
+    lines: list[str] = []
+    outcome: list = []
+    with Session(config.load(str(changed)), agent=True) as s:
+        def work():
+            try:
+                outcome.append(deploy(s, 200, echo=lines.append))
+            except Exception as exc:
+                outcome.append(exc)
+
+        t = threading.Thread(target=work, daemon=True)
+        t.start()
+        assert wait_for(lambda: any(l.startswith("==> building venv") for l in lines) or outcome, 300), lines
+        assert not outcome, outcome
+        for pid in sshd_serving(s, lab):
+            os.kill(pid, signal.SIGKILL)
+        t.join(timeout=300)
+        assert outcome and isinstance(outcome[0], RemoteError), outcome
+        assert ct.run(["readlink", "/root/venv"]).out == before
+        assert ct.run(["git", "-C", "/root/dflash", "rev-parse", "HEAD"]).out == head
+        assert ct.run(["python", "-c", "import torch"]).ok
+        end = time.monotonic() + 300
+        while True:  # the lease of the interrupted deploy may still be live; it was this process's
+            try:
+                summary = deploy(s, 200, echo=lambda line: None)
+                break
+            except BusyError as exc:
+                assert time.monotonic() < end, str(exc)
+                time.sleep(1)
+    assert ct.run(["python", "-c", "import mpmath, torch"]).ok, summary.render()
+    assert ".building" not in ct.run(["ls", "/root/venv.versions"]).out
+    with Session(config.load(str(lab_hosts)), agent=True) as s:
+        deploy(s, 200, echo=lambda line: None)
+
+
+@pytest.mark.fault("Disk full during a venv build",
+                   promise="the build fails with the reason; the current venv and checkout are untouched")
+def test_a_disk_that_fills_up_during_the_venv_build_fails_the_deploy_and_changes_nothing(lab_session, lab_hosts):
+    ct = lab_session.container(201)
+    before = ct.run(["readlink", "/root/venv"], check=False).out
+    ct.run(["mkdir", "-p", "/root/venv.versions"])
+    mounted = ct.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", "/root/venv.versions"], check=False)
+    assert mounted.ok, f"cannot mount a small tmpfs in the lab container: {mounted.err}"
+    try:
+        lines: list[str] = []
+        with pytest.raises(DeployError, match="the venv build failed") as e:
+            deploy(lab_session, 201, echo=lines.append)
+        assert "current venv and checkout were left in place" in str(e.value)
+        assert any("No space left on device" in l or "os error 28" in l for l in lines), "\n".join(lines[-20:])
+        assert ".building" not in ct.run(["ls", "-a", "/root/venv.versions"]).out  # the failed build removed
+    finally:
+        ct.run(["umount", "/root/venv.versions"], check=False)
+    assert ct.run(["readlink", "/root/venv"], check=False).out == before
