@@ -132,3 +132,87 @@ def test_a_disk_that_fills_up_during_the_venv_build_fails_the_deploy_and_changes
     finally:
         ct.run(["umount", "/root/venv.versions"], check=False)
     assert ct.run(["readlink", "/root/venv"], check=False).out == before
+
+
+# Where the controller is SIGKILLed: (what is happening, the output line it waits for, then seconds more).
+KILL_POINTS = [
+    ("probing", None, 1.0),
+    ("planned, nothing built", "==> venv:", 0.0),
+    ("the build started", "==> building venv", 0.0),
+    ("mid-build", "==> building venv", 0.3),
+    ("verifying the build", "    built in", 0.0),
+    ("swapped, not yet pruned", "now points to", 0.0),
+]
+
+
+def kill_deploy_at(env: dict, pattern: str | None, delay: float):
+    """Run `deploy` as the command does; SIGKILL it `delay` s after a line starting with `pattern` (or after
+    start-up). Returns the process and the lines it printed."""
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "from remote.cli import program; program.run()", "deploy",
+                             "--container", "200"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen: list[str] = []
+    try:
+        if pattern is None:
+            time.sleep(delay)
+        else:
+            for line in proc.stdout:
+                seen.append(line.rstrip("\n"))
+                if line.startswith(pattern) or pattern in line:
+                    time.sleep(delay)
+                    break
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        seen += proc.stdout.read().splitlines()
+    return proc, seen
+
+
+@pytest.mark.fault("Controller SIGKILLed at 5 points of deploy",
+                   promise="after each: a working venv, a clean checkout, the lease taken over after it expires, "
+                           "the next deploy completes")
+def test_deploy_sigkilled_at_each_point_leaves_a_working_venv_and_the_next_deploy_completes(lab_hosts, deployed, ct):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    head = ct.run(["git", "-C", "/root/dflash", "rev-parse", "HEAD"]).out
+    killed = []
+    for n, (point, pattern, delay) in enumerate(KILL_POINTS):
+        # A spec of its own each time (the same packages), so every deploy has a venv to build.
+        hosts = load_config(lab_hosts, **{"packages: [torch==2.13.0+cpu, numpy==2.2.6]":
+                                          f"packages: [torch==2.13.0+cpu, numpy==2.2.6, 'mpmath>=0.{n + 1}']"})
+        env = {**os.environ, "REMOTE_HOSTS_FILE": str(hosts), "PYTHONPATH": str(root)}
+        end = time.monotonic() + 120
+        while True:  # the previous (killed) controller's lease blocks deploys until it expires
+            proc, seen = kill_deploy_at(env, pattern, delay)
+            if proc.returncode == -signal.SIGKILL or not any("is busy" in line for line in seen):
+                break
+            assert time.monotonic() < end, "\n".join(seen)
+            time.sleep(1)
+        assert proc.returncode == -signal.SIGKILL, f"{point}: the deploy ended before the kill:\n" + "\n".join(seen)
+        killed.append(point)
+        # The venv in use is a finished build that works; the checkout is where it was and clean.
+        real = ct.run(["readlink", "-f", "/root/venv"]).out.strip()
+        assert not real.endswith(".building") and ct.run(["test", "-e", f"{real}/remote-venv.json"], check=False).ok, \
+            f"{point}: {real}"
+        assert ct.run(["python", "-c", "import torch"]).ok, point
+        assert ct.run(["git", "-C", "/root/dflash", "rev-parse", "HEAD"]).out == head, point
+        assert ct.run(["git", "-C", "/root/dflash", "status", "--porcelain", "--untracked-files=no"]).out == "", point
+    assert len(killed) == len(KILL_POINTS)
+    # The next deploy takes the dead controller's lease over once it expired, cleans up and completes.
+    with Session(config.load(str(hosts)), agent=True) as s:
+        end = time.monotonic() + 300
+        while True:
+            try:
+                summary = deploy(s, 200, echo=lambda line: None)
+                break
+            except BusyError as exc:
+                assert time.monotonic() < end, str(exc)
+                time.sleep(1)
+    assert ".building" not in ct.run(["ls", "/root/venv.versions"]).out, summary.render()
+    assert ct.run(["python", "-c", "import mpmath, torch"]).ok
+    with Session(config.load(str(lab_hosts)), agent=True) as s:  # back to the session's spec
+        deploy(s, 200, echo=lambda line: None)
+        assert deploy(s, 200, echo=lambda line: None).noop
