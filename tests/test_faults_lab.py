@@ -216,3 +216,45 @@ def test_deploy_sigkilled_at_each_point_leaves_a_working_venv_and_the_next_deplo
     with Session(config.load(str(lab_hosts)), agent=True) as s:  # back to the session's spec
         deploy(s, 200, echo=lambda line: None)
         assert deploy(s, 200, echo=lambda line: None).noop
+
+
+@pytest.mark.fault("SSH dropped mid-warmup",
+                   promise="the warmup fails with a connection error and leaves nothing running; its record stays "
+                           "well-formed; the next warmup completes")
+def test_a_connection_dropped_mid_warmup_leaves_nothing_running_and_the_next_warmup_completes(lab, lab_hosts,
+                                                                                              deployed, ct):
+    import json
+
+    from remote import warmup as wm
+
+    lines: list[str] = []
+    outcome: list = []
+    with Session(config.load(str(lab_hosts)), agent=True) as s:
+        def work():
+            try:
+                outcome.append(wm.warmup(s, 200, echo=lines.append))
+            except Exception as exc:
+                outcome.append(exc)
+
+        t = threading.Thread(target=work, daemon=True)
+        t.start()
+        # Dropped while device 0's warmup runs in the container (asked over the fixture's own connection).
+        assert wait_for(lambda: "drafter.warmup --device 0" in ct.run(["ps", "-eo", "args"]).out or outcome, 300)
+        assert not outcome, outcome
+        for pid in sshd_serving(s, lab):
+            os.kill(pid, signal.SIGKILL)
+        t.join(timeout=300)
+        assert outcome and isinstance(outcome[0], RemoteError), outcome
+        # The agent killed the warmup it was running: nothing of it is left in the container.
+        assert wait_for(lambda: "drafter.warmup" not in ct.run(["ps", "-eo", "args"]).out, 30)
+        record = ct.run(["bash", "-c", "cat /root/.cache/torch-compile/warmups.jsonl 2>/dev/null || true"]).out
+        assert all(json.loads(line) for line in record.splitlines())
+        end = time.monotonic() + 120
+        while True:  # the interrupted warmup's lease is released by this process, or expires
+            try:
+                results = wm.warmup(s, 200, echo=lambda line: None)
+                break
+            except BusyError as exc:
+                assert time.monotonic() < end, str(exc)
+                time.sleep(1)
+    assert [r.device for r in results] == ["0", "1"]
