@@ -32,7 +32,7 @@ from .transport import OutputCallback, Result
 
 HANDSHAKE_TIMEOUT = 60.0  # seconds for the agent's first frame (pct exec and python3 start-up)
 PING_EVERY = 5.0  # the controller pings the agent this often
-SILENCE = 20.0  # nothing heard from the agent this long: the link is gone (noticed within 30 s)
+SILENCE = 15.0  # nothing heard from the agent this long: the link is gone (before the SSH heartbeat notices)
 AGENT_SILENCE = 60  # the agent's side: nothing from the controller this long, it kills its children and exits
 
 AGENT = r'''

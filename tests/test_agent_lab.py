@@ -125,6 +125,17 @@ def test_a_silent_link_is_noticed_within_30s_and_the_next_command_reconnects(ses
 @pytest.mark.fault("Silent link (half-open connection)",
                    promise="noticed within 30 s, reconnected; nothing lost or repeated")
 def test_logs_follow_over_a_silent_link_resumes_and_shows_every_line_once(session, lab):
+    follow_over_a_silent_link(session, lab, "silent")
+
+
+@pytest.mark.fault("SSH dropped mid-follow", promise="following resumes at the byte it reached: every line once")
+@pytest.mark.fault("Silent link (half-open connection)",
+                   promise="noticed within 30 s, reconnected; nothing lost or repeated")
+def test_logs_follow_without_the_agent_over_a_silent_link_shows_every_line_once(plain_session, lab):
+    follow_over_a_silent_link(plain_session, lab, "connection lost")
+
+
+def follow_over_a_silent_link(session, lab, why: str) -> None:
     import dataclasses
 
     from remote.jobs import Preflight, launch, show_log, stop
@@ -156,5 +167,33 @@ def test_logs_follow_over_a_silent_link_resumes_and_shows_every_line_once(sessio
         stop(ct, spec, run_id, grace=2)
     numbers = [int(line) for line in lines if line.isdigit()]
     assert numbers == list(range(n))  # nothing lost, nothing repeated
-    assert any("connection lost" in line and "silent" in line for line in lines)
+    assert any("connection lost" in line and why in line for line in lines)
     assert lines[-1].startswith(f"-- run {run_id}: exited with status 0")
+
+
+@pytest.fixture
+def plain_session(lab_hosts):
+    with Session(config.load(str(lab_hosts))) as s:  # a `pct exec` per command: no agent, no agent heartbeat
+        yield s
+
+
+@pytest.mark.fault("Silent link (half-open connection)",
+                   promise="noticed within 30 s, reconnected; nothing lost or repeated")
+def test_a_silent_link_is_noticed_without_the_agent_too(plain_session, lab):
+    ct = plain_session.container(200)
+    ct.run(["true"])
+    outcome = background(ct, ["sleep", "300"])
+    time.sleep(1)
+    stopped = sshd_serving(plain_session, lab)
+    for pid in stopped:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        assert wait_for(lambda: outcome, 60), "a silent link was never noticed"
+        noticed = time.monotonic() - start
+        assert isinstance(outcome[0], ConnectError), outcome
+        assert noticed <= 30, f"noticed after {noticed:.1f}s"
+        assert ct.run(["echo", "back"]).out == "back\n"  # a new connection
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
