@@ -11,6 +11,11 @@ same time. When the agent cannot start (no python3 in the container), callers fa
 Frames, both ways: a 4-byte big-endian length, then JSON. Requests:
 {"i": id, "argv": [...], "env": {...}, "cwd": "...", "timeout": s|null, "stdin": base64|null}.
 Replies: {"i": id, "k": "o"|"e", "d": base64} for output, {"i": id, "x": exit status} at the end.
+Heartbeat: the controller sends {"i": 0, "ping": n} every PING_EVERY s, the agent answers
+{"i": 0, "pong": n}. Each side treats a silence as the other being gone: the controller after SILENCE s
+(ConnectError to every waiting command), the agent after AGENT_SILENCE s, or a write that cannot go out
+for as long; and the agent kills every child it started whenever it ends (EOF, EPIPE, silence, SIGHUP,
+SIGTERM), so a lost controller leaves nothing of its commands behind.
 """
 
 from __future__ import annotations
@@ -25,23 +30,41 @@ import time
 from .errors import CommandTimeout, ConnectError
 from .transport import NotStarted, OutputCallback, Result
 
+HANDSHAKE_TIMEOUT = 60.0  # seconds for the agent's first frame (pct exec and python3 start-up)
+PING_EVERY = 5.0  # the controller pings the agent this often
+SILENCE = 15.0  # nothing heard from the agent this long: the link is gone (before the SSH heartbeat notices)
+AGENT_SILENCE = 60  # the agent's side: nothing from the controller this long, it kills its children and exits
+
 AGENT = r'''
-import base64, json, os, selectors, signal, struct, subprocess, sys, threading, time
+import base64, json, os, select, selectors, signal, struct, subprocess, sys, threading, time
 GRACE = 5
+# Nothing from the controller (its pings included) for this long, or a write that cannot go out for this
+# long: the controller is gone (a killed process, a silent link). Then every child is killed, as on EOF.
+SILENCE = float(sys.argv[1]) if len(sys.argv) > 1 else 60.0
 sel = selectors.DefaultSelector()
 lock = threading.Lock()
 procs = {}
 
+class Gone(Exception):
+    pass
+
 def send(obj):
     data = json.dumps(obj).encode()
-    data = struct.pack(">I", len(data)) + data
+    data = memoryview(struct.pack(">I", len(data)) + data)
     with lock:
+        end = time.monotonic() + SILENCE
         while data:
-            data = data[os.write(1, data):]
+            try:
+                data = data[os.write(1, data):]
+            except BlockingIOError:
+                left = end - time.monotonic()
+                if left <= 0:
+                    raise Gone("the controller stopped reading")
+                select.select([], [1], [], min(left, 1.0))
 
 def finish(i):
     p = procs.pop(i)
-    code = p["p"].wait()
+    code = p["p"].returncode
     if p["term"] is not None:
         code = 137 if p["killed"] else 124
     elif code < 0:
@@ -85,62 +108,105 @@ def kill_all():
         except OSError:
             pass
 
-os.set_blocking(0, False)
-sel.register(0, selectors.EVENT_READ, None)
-buf = b""
-send({"i": 0, "ready": os.getpid()})
-while True:
-    timed = [p for p in procs.values() if p["deadline"] is not None]
-    for key, _ in sel.select(0.1 if timed else None):
-        if key.data is None:
-            try:
-                chunk = os.read(0, 1 << 16)
-            except BlockingIOError:
+def main():
+    os.set_blocking(0, False)
+    os.set_blocking(1, False)
+    sel.register(0, selectors.EVENT_READ, None)
+    buf = b""
+    last_in = time.monotonic()
+    send({"i": 0, "ready": os.getpid()})
+    while True:
+        # Poll often while a command has a deadline or has closed its pipes and is still to be reaped.
+        busy = any(p["deadline"] is not None or p["open"] == 0 for p in procs.values())
+        for key, _ in sel.select(0.1 if busy else 1.0):
+            if key.data is None:
+                try:
+                    chunk = os.read(0, 1 << 16)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    return
+                last_in = time.monotonic()
+                buf += chunk
+                while len(buf) >= 4 and len(buf) >= 4 + struct.unpack(">I", buf[:4])[0]:
+                    n = struct.unpack(">I", buf[:4])[0]
+                    req = json.loads(buf[4:4 + n]); buf = buf[4 + n:]
+                    if "ping" in req:
+                        send({"i": 0, "pong": req["ping"]})
+                    else:
+                        start(req)
                 continue
-            if not chunk:
-                kill_all(); sys.exit(0)
-            buf += chunk
-            while len(buf) >= 4 and len(buf) >= 4 + struct.unpack(">I", buf[:4])[0]:
-                n = struct.unpack(">I", buf[:4])[0]
-                start(json.loads(buf[4:4 + n])); buf = buf[4 + n:]
-            continue
-        i, k = key.data
-        chunk = os.read(key.fileobj.fileno(), 1 << 16)
-        if chunk:
-            send({"i": i, "k": k, "d": base64.b64encode(chunk).decode()})
-        else:
-            sel.unregister(key.fileobj); key.fileobj.close()
-            procs[i]["open"] -= 1
-            if procs[i]["open"] == 0:
+            i, k = key.data
+            chunk = os.read(key.fileobj.fileno(), 1 << 16)
+            if chunk:
+                send({"i": i, "k": k, "d": base64.b64encode(chunk).decode()})
+            else:
+                sel.unregister(key.fileobj); key.fileobj.close()
+                procs[i]["open"] -= 1
+        now = time.monotonic()
+        for i, p in list(procs.items()):
+            # A child that closed both pipes may run on: its result waits for its exit (or its timeout),
+            # never blocking the other commands.
+            if p["open"] == 0 and p["p"].poll() is not None:
                 finish(i)
-    now = time.monotonic()
-    for p in timed:
-        if p["term"] is None and now > p["deadline"]:
-            p["term"] = now
-            try: os.killpg(p["p"].pid, signal.SIGTERM)
-            except OSError: pass
-        elif p["term"] is not None and not p["killed"] and now > p["term"] + GRACE:
-            p["killed"] = True
-            try: os.killpg(p["p"].pid, signal.SIGKILL)
-            except OSError: pass
+            elif p["deadline"] is None:
+                continue
+            elif p["term"] is None and now > p["deadline"]:
+                p["term"] = now
+                try: os.killpg(p["p"].pid, signal.SIGTERM)
+                except OSError: pass
+            elif p["term"] is not None and not p["killed"] and now > p["term"] + GRACE:
+                p["killed"] = True
+                try: os.killpg(p["p"].pid, signal.SIGKILL)
+                except OSError: pass
+        if now - last_in > SILENCE:
+            return
+
+def bye(*_):
+    raise SystemExit(0)
+
+signal.signal(signal.SIGHUP, bye)
+signal.signal(signal.SIGTERM, bye)
+try:
+    main()
+except (OSError, Gone):
+    pass  # stdout closed (EPIPE) or stalled: the controller is gone
+finally:
+    kill_all()
 '''
 
 
 class Agent:
-    """The controller's side: one stream to one container's agent, shared by all threads."""
+    """The controller's side: one stream to one container's agent, shared by all threads.
 
-    def __init__(self, stream, where: str):
+    A heartbeat thread pings the agent every `ping_every` seconds; nothing heard from it (pongs,
+    output, results) for `silence` seconds means a silent link (a NAT or Wi-Fi drop leaves the TCP
+    connection open with nobody behind it): the agent is declared dead, its stream closed, and every
+    waiting command gets ConnectError, which the callers' reconnect and resume paths handle."""
+
+    def __init__(self, stream, where: str, *, handshake_timeout: float = HANDSHAKE_TIMEOUT,
+                 ping_every: float = PING_EVERY, silence: float = SILENCE):
         self.stream, self.where = stream, where
+        self.ping_every, self.silence = ping_every, silence
         self._send_lock = threading.Lock()
         self._pending: dict[int, queue.Queue] = {}
         self._next = 1
         self._ids = threading.Lock()
+        self._state = threading.Lock()
         self.dead: str | None = None
-        self._ready = queue.Queue()
+        self.silent = False  # it died of silence: the connection under it is useless too
+        self._closed = threading.Event()
+        self._last_rx = time.monotonic()
+        self._ready: queue.Queue = queue.Queue()
         threading.Thread(target=self._reader, daemon=True, name=f"agent-{where}").start()
-        first = self._ready.get(timeout=60)
+        try:
+            first = self._ready.get(timeout=handshake_timeout)
+        except queue.Empty:
+            first = f"no answer in {handshake_timeout:g}s"
         if first is not None:
+            self._lost(first)
             raise ConnectError(where, f"{where}: the agent did not start: {first}")
+        threading.Thread(target=self._heartbeat, daemon=True, name=f"agent-heartbeat-{where}").start()
 
     def _read_exact(self, n: int) -> bytes:
         data = b""
@@ -154,17 +220,63 @@ class Agent:
     def _reader(self) -> None:
         try:
             hello = json.loads(self._read_exact(struct.unpack(">I", self._read_exact(4))[0]))
+            self._last_rx = time.monotonic()
             self._ready.put(None if "ready" in hello else str(hello))
             while True:
                 msg = json.loads(self._read_exact(struct.unpack(">I", self._read_exact(4))[0]))
+                self._last_rx = time.monotonic()
                 q = self._pending.get(msg["i"])
                 if q is not None:
                     q.put(msg)
-        except (EOFError, OSError, ValueError) as exc:
-            self.dead = self.stream.error_text() or f"agent stream ended ({type(exc).__name__})"
-            self._ready.put(self.dead)
-            for q in list(self._pending.values()):
-                q.put(None)
+        except Exception as exc:  # EOF, a lost connection, a garbled frame: the agent is gone either way
+            try:
+                text = self.stream.error_text()
+            except Exception:
+                text = ""
+            self._lost(text or f"agent stream ended ({type(exc).__name__})")
+
+    def _lost(self, reason: str, silent: bool = False) -> None:
+        """Declare the agent dead (once): wake every waiting command, close the stream."""
+        with self._state:
+            if self.dead is not None:
+                return
+            self.dead, self.silent = reason, silent
+        self._ready.put(reason)
+        for q in list(self._pending.values()):
+            q.put(None)
+        self.close()
+
+    def _write(self, frame: dict) -> None:
+        """Send one frame; any failure of the stream is a lost agent (ConnectError), whatever raised it."""
+        data = json.dumps(frame).encode()
+        try:
+            with self._send_lock:
+                self.stream.write(struct.pack(">I", len(data)) + data)
+        except Exception as exc:
+            self._lost(f"cannot write to the agent: {exc or type(exc).__name__}")
+            raise ConnectError(self.where, f"{self.where}: agent gone: {self.dead}") from exc
+
+    def _heartbeat(self) -> None:
+        n, last_ping, pinging = 0, 0.0, [False]
+
+        def ping(k: int) -> None:
+            try:
+                self._write({"i": 0, "ping": k})
+            except ConnectError:
+                pass
+            finally:
+                pinging[0] = False
+
+        # Pings are written from their own thread: on a dead link a write can block, the check must not.
+        while not self._closed.wait(min(1.0, self.ping_every)):
+            now = time.monotonic()
+            if now - self._last_rx > self.silence:
+                self._lost(f"no answer from the agent in {self.silence:g}s: the connection went silent "
+                           "(a NAT or Wi-Fi drop?)", silent=True)
+                return
+            if now - last_ping >= self.ping_every and not pinging[0]:
+                n, last_ping, pinging[0] = n + 1, now, True
+                threading.Thread(target=ping, args=(n,), daemon=True).start()
 
     def run(self, argv, *, env: dict, cwd: str, timeout: float | None, stdin: bytes | None,
             on_output: OutputCallback | None, deadline: float | None) -> Result:
@@ -174,20 +286,18 @@ class Agent:
             i, self._next = self._next, self._next + 1
         q: queue.Queue = queue.Queue()
         self._pending[i] = q
-        req = {"i": i, "argv": list(argv), "env": env, "cwd": cwd, "timeout": timeout,
-               "stdin": base64.b64encode(stdin).decode() if stdin is not None else None}
-        data = json.dumps(req).encode()
         start = time.monotonic()
         out: list[bytes] = []
         err: list[bytes] = []
         try:
+            if self.dead:  # it died after the check above: nobody would wake this queue
+                raise NotStarted(self.where, f"{self.where}: agent gone before running {argv[0]}: {self.dead}")
             try:
-                with self._send_lock:
-                    self.stream.write(struct.pack(">I", len(data)) + data)
-            except (OSError, EOFError, ConnectError) as exc:
+                self._write({"i": i, "argv": list(argv), "env": env, "cwd": cwd, "timeout": timeout,
+                             "stdin": base64.b64encode(stdin).decode() if stdin is not None else None})
+            except ConnectError as exc:
                 # Nothing was started: the caller may run it again on a new agent.
-                self.dead = self.dead or f"cannot write to the agent: {exc}"
-                raise NotStarted(self.where, f"{self.where}: agent gone before running {argv[0]}: {exc}") from exc
+                raise NotStarted(self.where, f"{self.where}: agent gone before running {argv[0]}: {self.dead}") from exc
             while True:
                 left = None if deadline is None else max(0.0, deadline - (time.monotonic() - start))
                 try:
@@ -207,7 +317,16 @@ class Agent:
             self._pending.pop(i, None)
 
     def alive(self) -> bool:
-        return not self.dead and self.stream.alive()
+        if self.dead:
+            return False
+        try:
+            return bool(self.stream.alive())
+        except Exception:
+            return False
 
     def close(self) -> None:
-        self.stream.close()
+        self._closed.set()
+        try:
+            self.stream.close()
+        except Exception:  # closing what is already broken: nothing more to do
+            pass

@@ -42,7 +42,7 @@ class Session:
     def _agent_for(self, spec: cfg.ContainerSpec):
         """The container's agent, started (or restarted after a lost connection) on demand; None when it
         cannot run there, and then commands go through plain `pct exec`, which reports pct's errors."""
-        from .agent import AGENT, Agent
+        from .agent import AGENT, AGENT_SILENCE, Agent
         from .errors import RemoteError
 
         with self._agent_lock:
@@ -50,14 +50,19 @@ class Session:
             if isinstance(current, float):  # it failed to start then: retry only after a while
                 if time.monotonic() - current < AGENT_RETRY_S:
                     return None
-            elif current is not None and current.alive():
-                return current
+            elif current is not None:
+                if current.alive():
+                    return current
+                current.close()  # its stream and threads go with it
+                if current.silent:  # the link under it went silent: the connection is useless too
+                    self.transport(spec.host).close()
             transport = self.transport(spec.host)
             if not hasattr(transport, "open_stream"):  # a test double without streams: plain pct exec
                 return None
             try:
                 stream = transport.open_stream(
-                    pct_argv(spec.host.pct, "exec", str(spec.ctid), "--keep-env", "0", "--", "python3", "-c", AGENT))
+                    pct_argv(spec.host.pct, "exec", str(spec.ctid), "--keep-env", "0", "--", "python3", "-c", AGENT,
+                             str(AGENT_SILENCE)))
                 self._agents[spec.ctid] = Agent(stream, f"{spec.host.name}/{spec.ctid}")
             except (RemoteError, OSError):
                 self._agents[spec.ctid] = time.monotonic()

@@ -111,6 +111,8 @@ class Stream(Protocol):
 STDERR_TAIL = 1 << 16  # bytes of a stream's stderr kept for messages
 STREAM_WINDOW = 16 << 20  # SSH channel window of a stream: what may be in flight (and buffered) at once
 STREAM_PACKET = 1 << 18
+HEARTBEAT_EVERY = 5.0  # seconds between the SSH heartbeats of a connection
+HEARTBEAT_SILENCE = 20.0  # no answer this long: the link is gone (noticed within 30 s), the connection closed
 
 
 def _check_argv(argv: Sequence[str]) -> tuple[str, ...]:
@@ -300,8 +302,10 @@ class SshTransport:
     """One reused SSH connection to a host; host keys checked, never added."""
 
     def __init__(self, host: Host, *, attempts: int = 4, max_wait: float = 30.0,
-                 sleep: Callable[[float], None] = time.sleep):
+                 sleep: Callable[[float], None] = time.sleep, heartbeat_every: float = HEARTBEAT_EVERY,
+                 heartbeat_silence: float = HEARTBEAT_SILENCE):
         self.host = host
+        self.heartbeat_every, self.heartbeat_silence = heartbeat_every, heartbeat_silence
         self.name = host.name
         self._conn = None
         self._lock = threading.Lock()
@@ -365,7 +369,10 @@ class SshTransport:
         except BaseException as exc:
             conn.close()
             raise self._map_connect_error(exc) from exc
-        conn.client.get_transport().set_keepalive(15)
+        transport = conn.client.get_transport()
+        transport.set_keepalive(15)
+        threading.Thread(target=_heartbeat, args=(transport, self.name, self.heartbeat_every, self.heartbeat_silence),
+                         daemon=True, name=f"ssh-heartbeat-{self.name}").start()
         return conn
 
     def _map_connect_error(self, exc: BaseException) -> BaseException:
@@ -557,6 +564,33 @@ class ChannelStream:
 
     def close(self) -> None:
         self.chan.close()
+
+
+def _heartbeat(transport, name: str, every: float, silence: float) -> None:
+    """Ask the server for an answer every `every` seconds; none within `silence` seconds is a silent link
+    (a NAT or Wi-Fi drop keeps the TCP connection open with nobody behind it, and paramiko's keepalives
+    expect no reply): the connection is closed, so whatever waits on it gets ConnectError and reconnects.
+
+    `keepalive@openssh.com` with want-reply is what OpenSSH's ServerAliveInterval sends; any SSH server
+    answers it (with a failure, for a request it does not know), which is all that is needed."""
+    while transport.is_active():
+        time.sleep(every)
+        answered = threading.Event()
+
+        def ask() -> None:
+            try:
+                transport.global_request("keepalive@openssh.com", wait=True)
+            except Exception:  # the connection went meanwhile: the loop's next check ends it
+                pass
+            finally:
+                answered.set()
+
+        threading.Thread(target=ask, daemon=True, name=f"ssh-keepalive-{name}").start()
+        if not answered.wait(silence) and transport.is_active():
+            log.warning("%s: no answer from the SSH server in %gs; closing the connection (a silent link?)",
+                        name, silence)
+            transport.close()
+            return
 
 
 def _fast_cipher_transport(sock, **kwargs):

@@ -139,6 +139,7 @@ def start_long_run(plain):
     return run_id
 
 
+@pytest.mark.fault("Secrets", promise="train.env values reach the job and no argv, file or output")
 def test_a_secret_in_train_env_reaches_the_job_but_no_argv_file_or_output(lab, plain):
     # A slower, longer run to look at while it runs.
     plain["hosts"].write_text(plain["hosts"].read_text().replace("--max-iters 40 --log-interval 10",
@@ -170,6 +171,7 @@ def test_a_secret_in_train_env_reaches_the_job_but_no_argv_file_or_output(lab, p
     no_tmp_compile_cache(lab)
 
 
+@pytest.mark.fault("A torchrun rank dies", promise="the run fails with the rank's lines and a hint")
 def test_a_rank_that_dies_fails_the_run_with_a_hint(lab, plain):
     run_id = start_long_run(plain)
     rank1 = next(p for p in marked(plain, run_id)

@@ -49,6 +49,8 @@ def test_good_file_with_defaults_overrides_and_paths(tmp_path):
     assert a.train.baseline is None
 
 
+@pytest.mark.fault("30 malformed hosts files",
+                   promise="each refused with file, key path and expectation; exit 2; nothing connected")
 @pytest.mark.parametrize("text, key, words", [
     ("hosts: {h: {address: x, prot: 22}}\ncontainers: {200: {host: h}}", "hosts.h.prot", "unknown key"),
     ("hosts: {h: {address: x, port: 70000}}\ncontainers: {200: {host: h}}", "hosts.h.port", "1 to 65535"),
@@ -82,6 +84,8 @@ def test_bad_files_name_file_key_and_expectation(tmp_path, text, key, words):
     assert e.value.exit_code == 2
 
 
+@pytest.mark.fault("30 malformed hosts files",
+                   promise="each refused with file, key path and expectation; exit 2; nothing connected")
 def test_invalid_yaml_and_missing_file(tmp_path):
     with pytest.raises(ConfigError, match=r"line 1, column \d+: not valid YAML"):
         load_text(tmp_path, "hosts: {a: [}")
@@ -108,6 +112,8 @@ def test_container_selection(tmp_path):
     assert c.container("201").ctid == 201
 
 
+@pytest.mark.fault("30 malformed hosts files",
+                   promise="each refused with file, key path and expectation; exit 2; nothing connected")
 def test_cli_bad_file_exits_2_without_traceback_or_connection(tmp_path):
     (tmp_path / "hosts.yaml").write_text(
         "hosts: {h: {address: 127.0.0.1, port: 1}}\ncontainers: {200: {host: pve2}}\n")

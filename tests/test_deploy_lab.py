@@ -60,6 +60,8 @@ def test_second_deploy_is_a_noop_in_one_round_trip(deployed, lab_session):
     assert len(counting.calls) == 1  # the probe, nothing else
 
 
+@pytest.mark.fault("Edits made in the container's checkout",
+                   promise="saved as a patch before the checkout moves; untracked files survive")
 def test_edits_in_the_container_are_saved_then_reset_and_untracked_files_survive(deployed, ct, lab_session):
     ct.run(["bash", "-c", "echo '# HACK: skip the mask' >> /root/dflash/drafter/model.py; "
                           "echo weights > /root/dflash/ckpt.pt; mkdir -p /root/dflash/out && echo x > /root/dflash/out/log"])
@@ -88,6 +90,7 @@ def test_untracked_file_replaced_by_a_new_commit_is_saved(deployed, ct, lab_sess
         git(demo_repo, "commit", "-qm", "drop notes")
 
 
+@pytest.mark.fault("Uncommitted local changes", promise="refused unless --allow-dirty")
 def test_dirty_local_tree_is_refused_unless_allowed(deployed, lab_session, demo_repo, ct):
     model = demo_repo / "drafter" / "model.py"
     original = model.read_text()
@@ -104,6 +107,7 @@ def test_dirty_local_tree_is_refused_unless_allowed(deployed, lab_session, demo_
     assert '"dirty": false' in ct.run(["cat", "/root/dflash/.git/remote-deploy.json"]).out
 
 
+@pytest.mark.fault("Hand-installed package in the venv", promise="reported by --check and removed by a rebuild")
 def test_hand_installed_package_is_reported_and_removed_by_a_rebuild(deployed, lab_session, ct):
     # What `pip install sglang` leaves behind, as far as any package listing can tell.
     site = ct.run(["python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).out.strip()
@@ -124,6 +128,7 @@ def test_hand_installed_package_is_reported_and_removed_by_a_rebuild(deployed, l
     assert deploy(lab_session, 200, **quiet).noop
 
 
+@pytest.mark.fault("Hand-made venv at the venv path", promise="moved aside, never deleted; the swap is atomic")
 def test_a_handmade_venv_is_exchanged_atomically_and_kept(lab_session):
     ct = lab_session.container(201)
     ct.run(["bash", "-c", "rm -rf /root/venv /root/venv.versions; mkdir -p /root/venv/bin && "
@@ -136,6 +141,8 @@ def test_a_handmade_venv_is_exchanged_atomically_and_kept(lab_session):
     assert ct.run(["python", "-c", "import torch; print(torch.__version__)"]).out.strip() == "2.13.0+cpu"
 
 
+@pytest.mark.fault("Controller SIGKILLed at 5 points of deploy",
+                   promise="after each: a working venv, a clean checkout, the lease taken over after it expires, the next deploy completes")
 def test_deploy_killed_mid_install_leaves_the_old_venv_working(deployed, lab_session, lab_hosts, ct):
     before = ct.run(["readlink", "/root/venv"]).out
     changed = load_config(lab_hosts, **{"packages: [torch==2.13.0+cpu, numpy==2.2.6]":
@@ -184,6 +191,8 @@ def test_dry_run_prints_the_commands_and_changes_nothing(deployed, lab_hosts, ct
     assert ".building" not in ct.run(["ls", "/root/venv.versions"]).out
 
 
+@pytest.mark.fault("Unsatisfiable venv spec",
+                   promise="the build fails; the current venv and checkout are untouched, the failed build removed")
 def test_a_failed_venv_build_leaves_the_old_code_and_the_old_venv(deployed, lab_session, lab_hosts, ct, demo_repo):
     before_venv = ct.run(["readlink", "/root/venv"]).out
     before_head = ct.run(["git", "-C", "/root/dflash", "rev-parse", "HEAD"]).out.strip()
@@ -223,6 +232,7 @@ cat /root/runs/t-job/pid
     return int(r.out.strip())
 
 
+@pytest.mark.fault("Deploy during a run", promise="refused unless --force; the venv the run uses is never pruned")
 def test_deploy_refuses_while_a_job_runs_and_never_prunes_the_venv_it_uses(deployed, lab_session, lab_hosts, ct):
     original = ct.run(["readlink", "/root/venv"]).out.strip()
     pid = _fake_run(ct, "/root/venv/bin/python")  # maps numpy's libraries from the current build

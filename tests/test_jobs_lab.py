@@ -41,6 +41,7 @@ def wait_for(predicate, timeout=60.0):
         time.sleep(0.1)
 
 
+@pytest.mark.fault("SSH dropped mid-follow", promise="following resumes at the byte it reached: every line once")
 def test_logs_resume_after_the_server_side_of_ssh_is_killed(lab, ct, spec):
     run_id, _ = launch(ct, spec, PRE, command=numbered(2500, 0.002))
     lines = []
@@ -58,6 +59,7 @@ def test_logs_resume_after_the_server_side_of_ssh_is_killed(lab, ct, spec):
     assert lines[-1].startswith(f"-- run {run_id}: exited with status 0")
 
 
+@pytest.mark.fault("Controller SIGKILLed during train", promise="the job runs on and its record is complete")
 def test_the_job_survives_the_controller_being_killed(lab_hosts, lab_session):
     hosts = load_config(lab_hosts, **{"  command: python -m drafter.warmup --device {device}\n  devices: [0, 1]\n": "",
                                       "python -m drafter.train --target-gpus 0 --drafter-gpus 0,1 --steps 200 "
@@ -82,6 +84,7 @@ def test_the_job_survives_the_controller_being_killed(lab_hosts, lab_session):
     assert final["manifest"]["command"].startswith("for i in") and final["manifest"]["commit"] != PRE.commit
 
 
+@pytest.mark.fault("Second train while one runs", promise="refused unless --force, naming the run")
 def test_a_second_train_is_refused_unless_forced(ct, spec):
     first, _ = launch(ct, spec, PRE, command="sleep 300")
     try:
@@ -107,6 +110,8 @@ def test_low_throughput_is_warned_and_crash_texts_get_hints(ct, spec):
     assert f"-- run {run_id}: exited with status 1" in "\n".join(lines)
 
 
+@pytest.mark.fault("Job ignores SIGTERM or leaves its process group",
+                   promise="stop escalates to SIGKILL and proves nothing of the run is left")
 def test_stop_leaves_no_process_even_ones_that_ignore_term_or_leave_the_group(ct, spec):
     run_id, _ = launch(ct, spec, PRE, command="trap '' TERM; sleep 1000 & setsid sleep 1001 & wait")
     wait_for(lambda: ct.run(["pgrep", "-f", "sleep 1001"], check=False).ok, 30)
@@ -149,6 +154,7 @@ def test_logs_without_follow_prints_what_is_there_and_returns_while_the_job_runs
         stop(ct, spec, run_id, grace=2)
 
 
+@pytest.mark.fault("Reused pid in a pid file", promise="never signalled: processes are found by the run's marker")
 def test_stop_never_signals_a_process_that_is_not_the_runs(ct, spec):
     run_id, _ = launch(ct, spec, PRE, command="sleep 300")
     stranger = int(ct.run(["bash", "-c", "setsid sleep 1234 </dev/null >/dev/null 2>&1 & echo $!"]).out)
@@ -166,6 +172,7 @@ def test_stop_never_signals_a_process_that_is_not_the_runs(ct, spec):
         ct.run(["kill", str(stranger)], check=False)
 
 
+@pytest.mark.fault("Job killed outside remote", promise="reported LOST, never as exited")
 def test_a_job_that_vanished_is_reported_lost_not_exited(ct, spec):
     run_id, pid = launch(ct, spec, PRE, command="sleep 300")
     ct.run(["bash", "-c", f"kill -KILL -- -{pid}"])  # the whole job, wrapper included: no exit record
@@ -177,6 +184,7 @@ def test_a_job_that_vanished_is_reported_lost_not_exited(ct, spec):
     assert final_status(final) == 1 and "LOST" in lines[-1]
 
 
+@pytest.mark.fault("Container init that does not reap (zombie leader)", promise="the run ends and following returns")
 def test_a_job_ends_cleanly_where_the_containers_init_does_not_reap(lab, deployed):
     lab.start_container(203, reap=False)
     hosts = lab.dir / "hosts-203.yaml"

@@ -47,6 +47,7 @@ def ct(request, plain_session, agent_session):
 ARG = st.text(alphabet=st.sampled_from(list("ab Z09'\"$`\\\n\t;&|<>()*?[]{}~#!-=%^,.:/@+")), max_size=12)
 
 
+@pytest.mark.fault("10,000 fuzzed argv", promise="quoted exactly once: the host shell hands pct exactly the argv")
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(args=st.lists(ARG, max_size=6))
 def test_argv_round_trips_byte_exact(ct, args):
@@ -92,6 +93,7 @@ def test_exit_codes_are_the_commands_own(ct):
     assert e.value.exit_code == 3 and e.value.stderr_tail == "bad"
 
 
+@pytest.mark.fault("Command past its timeout", promise="killed inside the container, CommandTimeout")
 def test_timeout_kills_the_process_inside_the_container(ct):
     with pytest.raises(CommandTimeout):
         ct.run(["sleep", "4321"], timeout=1)
@@ -99,6 +101,7 @@ def test_timeout_kills_the_process_inside_the_container(ct):
     assert left.exit_code == 1, f"process left behind: {left.out}"
 
 
+@pytest.mark.fault("Missing container or program", promise="a typed error saying what to do")
 def test_pct_failures_are_typed(lab_session):
     with pytest.raises(ContainerNotFound, match="containers.999"):
         lab_session.container(999).run(["true"])
@@ -106,6 +109,7 @@ def test_pct_failures_are_typed(lab_session):
         lab_session.container(200).run(["no-such-program"])
 
 
+@pytest.mark.fault("Container stopped", promise="ContainerNotRunning naming `pct start`")
 def test_stopped_container_and_lifecycle(lab_session):
     ct = lab_session.container(201)
     ct.stop()
@@ -169,6 +173,7 @@ def _host(lab, **over):
     return config.Host(**data)
 
 
+@pytest.mark.fault("Unknown host key", promise="refused, never learned, not retried; the message says how to add it")
 def test_unknown_host_key_is_refused_not_added(lab, tmp_path):
     kh = tmp_path / "known_hosts"
     kh.write_text("")
@@ -179,6 +184,7 @@ def test_unknown_host_key_is_refused_not_added(lab, tmp_path):
     assert kh.read_text() == "" and sleeps == []  # not learned, not retried
 
 
+@pytest.mark.fault("Changed host key", promise="refused; the message prints the ssh-keygen -R fix")
 def test_changed_host_key_is_refused(lab, tmp_path):
     other = tmp_path / "other"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
@@ -188,6 +194,7 @@ def test_changed_host_key_is_refused(lab, tmp_path):
         SshTransport(_host(lab, known_hosts=str(kh)), sleep=lambda s: None).run(["true"])
 
 
+@pytest.mark.fault("Key refused by the host", promise="AuthenticationError, not retried")
 def test_wrong_key_is_an_auth_error_not_retried(lab, tmp_path):
     key = tmp_path / "id"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
@@ -197,6 +204,7 @@ def test_wrong_key_is_an_auth_error_not_retried(lab, tmp_path):
     assert sleeps == []
 
 
+@pytest.mark.fault("Host refuses connections", promise="retried with backoff, then ConnectError")
 def test_connection_refused_is_retried_with_backoff(lab):
     from conftest import free_port
 
@@ -220,6 +228,7 @@ def test_cli_exec_streams_and_exits_with_status(lab_hosts):
     assert r.returncode == 0 and '"201": "running"' in r.stdout and '"999": "missing"' in r.stdout
 
 
+@pytest.mark.fault("Output consumer gone (`| head`)", promise="its error is raised, not mistaken for a lost connection")
 def test_an_output_callback_error_is_not_a_lost_connection(ct):
     def broken(kind, chunk):
         raise BrokenPipeError("stdout closed")  # e.g. `invoke ... | head -1`
@@ -248,6 +257,8 @@ def test_agent_runs_commands_from_many_threads_at_once(agent_session):
     assert time.monotonic() - start < 2.0  # concurrent, not 8 x 0.3 s in a row
 
 
+@pytest.mark.fault("SSH dropped mid-command",
+                   promise="the command's processes are killed in the container; the next command reconnects")
 def test_agent_is_restarted_after_the_connection_dies(agent_session, lab):
     ct = agent_session.container(200)
     first = agent_session._agent_for(agent_session.config.container(200))

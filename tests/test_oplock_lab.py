@@ -22,6 +22,7 @@ def lease_file(ct) -> dict:
     return oplock.parse(ct.run(["cat", oplock.LEASE], check=False, mutates=False).out)
 
 
+@pytest.mark.fault("Concurrent deploys", promise="the second is refused, naming the holder")
 def test_a_second_deploy_is_refused_with_the_holder_shown(deployed, lab_session, ct):
     with oplock.hold(ct, "warmup", holder="ctl-a pid 4242"):
         with pytest.raises(BusyError) as exc:
@@ -47,6 +48,8 @@ def test_the_lease_is_renewed_while_held(deployed, ct):
         lease.check()
 
 
+@pytest.mark.fault("Controller SIGKILLed at 5 points of deploy",
+                   promise="after each: a working venv, a clean checkout, the lease taken over after it expires, the next deploy completes")
 def test_a_lease_left_by_a_sigkilled_controller_is_taken_over_after_it_expires(deployed, lab_hosts, ct):
     holder = subprocess.Popen([sys.executable, "-c", """
 import sys, time
@@ -94,6 +97,7 @@ def gone(ct, pid: int) -> bool:
     return True
 
 
+@pytest.mark.fault("Reused pid in a pid file", promise="never signalled: processes are found by the run's marker")
 def test_cleanup_never_signals_a_pid_file_that_points_at_an_unrelated_process(deployed, lab_session, ct):
     v = "/root/venv.versions"
     unrelated = int(ct.script(START, "X=1").out)

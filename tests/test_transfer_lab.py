@@ -115,6 +115,8 @@ def interrupting(ct, after: int):
     return progress
 
 
+@pytest.mark.fault("SSH dropped mid-push",
+                   promise="no file at the destination, the partial kept; the retry resumes and verifies")
 def test_interrupted_push_leaves_no_file_and_the_retry_resumes(ct, tmp_path):
     src = tmp_path / "big.bin"
     digest = random_file(src, 64 << 20)
@@ -129,6 +131,8 @@ def test_interrupted_push_leaves_no_file_and_the_retry_resumes(ct, tmp_path):
     assert not remote_exists(ct, dest + ".partial")
 
 
+@pytest.mark.fault("SSH dropped mid-push",
+                   promise="no file at the destination, the partial kept; the retry resumes and verifies")
 def test_interrupted_push_is_retried_by_itself(ct, tmp_path):
     src = tmp_path / "big.bin"
     digest = random_file(src, 32 << 20)
@@ -144,6 +148,7 @@ def test_interrupted_push_is_retried_by_itself(ct, tmp_path):
     assert remote_sha(ct, "/root/xfer/retry.bin") == digest
 
 
+@pytest.mark.fault("SSH dropped mid-pull", promise="no local file, the partial kept; the retry resumes and verifies")
 def test_interrupted_pull_leaves_no_file_and_the_retry_resumes(ct, tmp_path):
     src = tmp_path / "big.bin"
     digest = random_file(src, 64 << 20)
@@ -158,6 +163,7 @@ def test_interrupted_pull_leaves_no_file_and_the_retry_resumes(ct, tmp_path):
     assert not (tmp_path / "out" / "big.bin.partial").exists()
 
 
+@pytest.mark.fault("SSH dropped mid-pull", promise="no local file, the partial kept; the retry resumes and verifies")
 def test_interrupted_tree_pull_leaves_nothing_and_the_retry_completes(ct, tmp_path):
     src = tmp_path / "src"
     make_tree(src, 100)
@@ -171,6 +177,7 @@ def test_interrupted_tree_pull_leaves_nothing_and_the_retry_completes(ct, tmp_pa
     assert tree_of(dest) == tree_of(src)
 
 
+@pytest.mark.fault("Corrupted transfer", promise="TransferError; the destination is left untouched")
 def test_tampered_push_raises_and_leaves_the_destination_untouched(ct, tmp_path):
     dest = "/root/xfer/tamper.bin"
     ct.script('mkdir -p "${1%/*}" && printf before > "$1"', dest)
@@ -234,6 +241,7 @@ def test_a_large_transfer_keeps_the_controller_small(lab_hosts, tmp_path):
     assert (tmp_path / "mem.bin.back").read_bytes() == src.read_bytes()
 
 
+@pytest.mark.fault("Stale partial file", promise="not resumed from; the transfer starts over and verifies")
 def test_a_partial_file_that_is_not_a_prefix_is_not_resumed_from(ct, tmp_path):
     src = tmp_path / "s.bin"
     digest = random_file(src, 3 << 20)

@@ -73,6 +73,7 @@ LocalTransport().run(["sh", "-c", "trap 'echo interrupted > \"$1\"; exit 130' IN
 """
 
 
+@pytest.mark.fault("Ctrl-C", promise="passed on to the child's process group; nothing is left running")
 def test_ctrl_c_reaches_the_child(tmp_path):
     import os
     import signal
