@@ -237,6 +237,47 @@ def stop(c, container=None, run=None, grace=10, dry=False, hosts=None):
               "verified: no process of it is left" + (", none on a GPU" if result.get("gpu_left") == [] else ""))
 
 
+def _containers(s: Session, container: str | None) -> list[int]:
+    """A comma-separated --container list (every configured container when empty); bad ids exit 2."""
+    if not container:
+        return list(s.config.containers)
+    return [s.config.container(c.strip()).ctid for c in str(container).split(",") if c.strip()]
+
+
+@task(help={"container": "container id(s), comma-separated (default: every container in the hosts file)",
+            "json": "print the findings and facts as JSON (schema in the README)", "hosts": HOSTS_HELP})
+@handled
+def doctor(c, container=None, json_=False, hosts=None):
+    """Everything that differs from what deploy made and from the last known-good run, each finding with why
+    it matters and the command that fixes it. Exit 0 healthy, 1 with findings, 2 on bad input."""
+    from . import doctor as dr
+
+    # One probe per container: plain pct exec is one round trip, an agent would add its own start-up.
+    with Session(cfg.load(hosts), agent=False) as s:
+        reports = dr.diagnose(s, _containers(s, container))
+    if json_:
+        print(json.dumps(dr.to_json(reports), indent=2))
+    else:
+        print("\n".join(r.render() for r in reports))
+    if not all(r.healthy for r in reports):
+        raise Exit(code=1)
+
+
+@task(name="known-good", help={"container": CT_HELP, "run": "run id (default: the latest)", "hosts": HOSTS_HELP})
+@handled
+def known_good(c, container=None, run=None, hosts=None):
+    """Record a finished run (exit status 0) and the container's facts as its known-good, for doctor to
+    compare against (train records one by itself when a run meets the baseline)."""
+    from .doctor import known_good_label
+    from .knowngood import path_of, record_run
+
+    with _session(hosts) as s:
+        record = record_run(s, container, run)
+        where = path_of(s.config.container(container))
+    print(f"recorded {known_good_label(record)} (commit {str(record['commit'])[:12]}, torch {record['torch']}) "
+          f"in {where}")
+
+
 @task(name="up", help={"containers": "comma-separated container ids (default 200)",
                        "port": "sshd port on 127.0.0.1 (default 2222)"})
 @handled
@@ -331,6 +372,8 @@ ns.add_task(logs)
 ns.add_task(stop)
 ns.add_task(push)
 ns.add_task(pull)
+ns.add_task(doctor)
+ns.add_task(known_good)
 ns.add_collection(lab)
 
 program = Program(namespace=ns, version=__version__, name="remote", binary="remote")

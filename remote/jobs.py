@@ -256,11 +256,15 @@ def train(session: Session, ctid=None, *, force: bool = False, warmup: bool = Fa
     if not follow or session.dry:
         return None
     try:
-        return show_log(ct, spec, run_id, follow=True, echo=echo)
+        final = show_log(ct, spec, run_id, follow=True, echo=echo)
     except KeyboardInterrupt:
         echo(f"\n-- stopped following; run {run_id} keeps running. `invoke logs --follow` resumes, "
              "`invoke stop` ends it")
         return None
+    from .knowngood import after_run  # a run that met the baseline becomes the container's known-good
+
+    after_run(session, ct, spec, final, echo=echo)
+    return final
 
 
 def pull_run(session: Session, ctid, run_id: str | None, dest: str, *, progress: bool = True, echo=print) -> dict:
