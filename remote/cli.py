@@ -104,12 +104,14 @@ def _job_line(entry: dict | None) -> str:
         base = (f" vs baseline {r['baseline']:g}{unit}{' SLOW' if r['low'] else ''}"
                 if r["baseline"] and r["throughput"] is not None else "")
         text = f", job {r['id']} running {r['uptime_s']}s{tp}{base}"
+        text += f" {r['spark']}" if r.get("spark") else ""
     elif r.get("lost"):
         text = f", last run {r['id']} LOST (no exit record)" + (
             f"; its processes {r['orphans']} still run" if r.get("orphans") else "")
     else:
         tp = f", last throughput {r['throughput']:.4g}{unit}" if r["throughput"] is not None else ""
         text = f", last run {r['id']} exited {r['exit']}{tp}"
+        text += f" {r['spark']}" if r.get("spark") else ""
     return text + (f" [{', '.join(r['problems'])}]" if r["problems"] else "")
 
 
@@ -278,6 +280,19 @@ def known_good(c, container=None, run=None, hosts=None):
           f"in {where}")
 
 
+@task(help={"container": CT_HELP, "run": "run id (default: the latest)",
+            "dest": "the HTML file to write (default: ./report-<container>-<run>.html)", "hosts": HOSTS_HELP})
+@handled
+def report(c, container=None, run=None, dest=None, hosts=None):
+    """Write one self-contained HTML file of a run: its metric over time against the baseline and the
+    known-good run, its manifest, warmup times and any crash hints (opens offline in any browser)."""
+    from .report import write
+
+    with _session(hosts) as s:
+        path = write(s, container, run, dest)
+    print(f"wrote {path}")
+
+
 @task(name="up", help={"containers": "comma-separated container ids (default 200)",
                        "port": "sshd port on 127.0.0.1 (default 2222)"})
 @handled
@@ -374,6 +389,7 @@ ns.add_task(push)
 ns.add_task(pull)
 ns.add_task(doctor)
 ns.add_task(known_good)
+ns.add_task(report)
 ns.add_collection(lab)
 
 program = Program(namespace=ns, version=__version__, name="remote", binary="remote")

@@ -320,16 +320,17 @@ def _container_job(session: Session, spec: ContainerSpec, known: str) -> dict:
     try:
         st = state(session.container(spec.ctid), spec)
         if st.get("run"):
-            watch = watch_for(spec)
-            for line in logs.LineSplitter().feed(st.pop("tail").encode()):
-                watch.line(line)
+            from .report import series, sparkline
+
+            values, watch = series(spec, st.pop("tail"), last_line=False)
             started = (st.get("manifest") or {}).get("started_epoch")
             entry["run"] = {"id": st["run"], "alive": st["alive"], "lost": st["lost"], "orphans": st["orphans"],
                             "exit": st["exit"], "pid": st["pid"],
                             "uptime_s": round(st["now"] - started) if started and st["alive"] else None,
                             "throughput": watch.last, "rolling": watch.rolling, "unit": watch.unit,
                             "higher_is_better": watch.higher_is_better, "baseline": spec.train.baseline,
-                            "low": watch.low, "problems": [name for name, _, _ in watch.found]}
+                            "low": watch.low, "problems": [name for name, _, _ in watch.found],
+                            "spark": sparkline(values)}
     except RemoteError as exc:
         entry["error"] = str(exc)
     return entry

@@ -196,3 +196,23 @@ def test_the_probe_runs_with_a_plain_python_and_reads_nothing_it_cannot(tmp_path
     raw = json.loads(r.stdout)
     assert raw["venv"]["exists"] is False and raw["venv_run"] is None and raw["checkout"]["git"] is False
     assert [d["on"] for d in raw["disk"]] == [str(tmp_path)] * 3
+
+
+def test_sparkline_and_the_report_page(spec):
+    from remote.report import render, series, sparkline
+
+    assert sparkline([]) == "" and sparkline([1, 1]) == "▁▁"
+    assert sparkline([0, 1, 2, 3, 4, 5, 6, 7]) == "▁▂▃▄▅▆▇█"
+    assert len(sparkline(list(range(100)), width=10)) == 10
+    log = "".join(f"step {i} | {v} Ktok/s\n" for i, v in enumerate([18.0, 21.0, 22.5, 4.3])) + \
+        "Detected that you are using FX to symbolically trace a dynamo-optimized function\nstep 9 | 2"
+    values, watch = series(spec, log, last_line=False)
+    assert values == [18.0, 21.0, 22.5, 4.3] and watch.unit == "Ktok/s"
+    kg = {"run": "good-1", "commit": COMMIT, "throughput": {"value": 21.5, "unit": "Ktok/s"}}
+    page = render(spec, {"run": "r<2>", "alive": False, "lost": False, "exit": 1, "manifest": {"commit": COMMIT}},
+                  log, kg, "step 1 | 21.4 Ktok/s\nstep 2 | 21.6 Ktok/s\n",
+                  [{"device": "5", "seconds": 40.2, "new_files": 12, "hits": 0, "misses": 9, "commit": COMMIT}])
+    assert page.count("<polyline") == 2 and "baseline 21.5" in page and "known-good run good-1" in page
+    assert "compile race" in page and "r&lt;2&gt;" in page and "<td>40.2</td>" in page
+    # Self-contained: no script, nothing fetched (the only URL is the SVG namespace).
+    assert "<script" not in page and page.count("http") == 1 and "http://www.w3.org/2000/svg" in page
