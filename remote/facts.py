@@ -148,7 +148,7 @@ class Facts:
     checkout: Checkout
     jobs: Jobs
     disk: tuple[Disk, ...]
-    clock_skew_s: float  # container clock minus controller clock, at the probe's midpoint
+    clock_skew_s: float  # container clock outside the controller's send..receive window (0: in step)
     known_good: dict | None
     probe_seconds: float = 0.0
 
@@ -219,8 +219,21 @@ def _lines(text: str | None) -> list[str]:
     return [line for line in (text or "").splitlines() if line.strip()]
 
 
-def parse(raw: dict, spec: ContainerSpec, controller_time: float, probe_seconds: float = 0.0) -> Facts:
-    """The probe's JSON -> Facts. Pure: no I/O; `controller_time` is the controller's clock at the midpoint."""
+def clock_skew(container_time: float, sent: float, received: float) -> float:
+    """How far the container's clock is outside the window in which it was read (0 inside it).
+
+    The round trip is lopsided (SSH, pct and python start before the probe reads its clock), so a
+    midpoint would report that start-up as skew; the window gives a bound that is never too large."""
+    if container_time < sent:
+        return container_time - sent
+    if container_time > received:
+        return container_time - received
+    return 0.0
+
+
+def parse(raw: dict, spec: ContainerSpec, window: tuple[float, float], probe_seconds: float = 0.0) -> Facts:
+    """The probe's JSON -> Facts. Pure: no I/O; `window` is the controller's clock when the probe was sent
+    and when its answer came back."""
     rv = raw.get("venv") or {}
     record = rv.get("record") or {}
     child = raw.get("venv_run")
@@ -275,8 +288,8 @@ def parse(raw: dict, spec: ContainerSpec, controller_time: float, probe_seconds:
                 bool(rj.get("current")) and cur.get("exists", False) and not alive and not exit_text, orphans,
                 tuple(sorted(p for r in runs.values() for p in r.get("marked", []))), rj.get("manifest"))
     disk = tuple(Disk(d["path"], d.get("free"), d.get("total")) for d in raw.get("disk") or [])
-    mid = (raw.get("time", controller_time) + raw.get("time_end", controller_time)) / 2
-    return Facts(spec.ctid, venv, torch, _gpus(raw), cache, checkout, jobs, disk, round(mid - controller_time, 3),
+    skew = clock_skew(raw.get("time_end", window[0]), *window)
+    return Facts(spec.ctid, venv, torch, _gpus(raw), cache, checkout, jobs, disk, round(skew, 3),
                  raw.get("known_good"), probe_seconds)
 
 
@@ -292,15 +305,14 @@ def probe_argv(spec: ContainerSpec) -> list[str]:
     return [spec.venv.python, "-c", PROBE_SOURCE, json.dumps(arg)]
 
 
-def read_raw(ct: Container, spec: ContainerSpec) -> tuple[dict, float, float]:
-    """Run the probe: (its raw JSON, the controller's clock at the round trip's midpoint, seconds)."""
-    start_wall, start = time.time(), time.monotonic()
+def read_raw(ct: Container, spec: ContainerSpec) -> tuple[dict, tuple[float, float]]:
+    """Run the probe: its raw JSON, and the controller's clock when it was sent and answered."""
+    sent = time.time()
     r = ct.run(probe_argv(spec), mutates=False, timeout=180, label="facts probe")
-    seconds = time.monotonic() - start
-    return json.loads(r.out), start_wall + seconds / 2, seconds
+    return json.loads(r.out), (sent, time.time())
 
 
 def gather(ct: Container, spec: ContainerSpec) -> Facts:
     """Every fact of the container, in one round trip."""
-    raw, mid, seconds = read_raw(ct, spec)
-    return parse(raw, spec, mid, seconds)
+    raw, window = read_raw(ct, spec)
+    return parse(raw, spec, window, round(window[1] - window[0], 3))

@@ -83,7 +83,7 @@ def codes(found):
 
 
 def test_a_healthy_container_has_no_findings(spec):
-    facts = fx.parse(healthy_raw(spec), spec, 1000.2)
+    facts = fx.parse(healthy_raw(spec), spec, (1000.0, 1000.5))
     assert facts.venv.added == {} and facts.venv.changed == {} and facts.cache.present
     assert facts.gpus.names == ("H200", "H200") and facts.gpus.cuda_driver == "12.8"
     assert facts.clock_skew_s == 0.0 and facts.checkout.head == COMMIT
@@ -102,7 +102,7 @@ def test_the_story_polluted_venv_deleted_cache_and_hacked_checkout(spec):
     raw["venv_run"] = child(info)
     raw["cache"]["folders"] = {}
     raw["status"] = child(out=" M drafter/model.py\n?? notes.txt\n")
-    found = findings(fx.parse(raw, spec, 1000.2), spec)
+    found = findings(fx.parse(raw, spec, (1000.0, 1000.5)), spec)
     by = {f.code: f for f in found}
     # The cu130 torch also names another cache folder than the known-good's.
     assert codes(found) == ["cache-missing", "cache-versions-changed", "checkout-edited", "checkout-untracked",
@@ -125,7 +125,7 @@ def test_a_new_commit_asks_for_a_warmup_and_is_noted_against_the_known_good(spec
     raw = healthy_raw(spec)
     raw["checkout"]["record"] = {"commit": "b" * 40}
     raw["head"] = child(out="b" * 40 + "\n")
-    found = findings(fx.parse(raw, spec, 1000.2), spec)
+    found = findings(fx.parse(raw, spec, (1000.0, 1000.5)), spec)
     assert codes(found) == ["cache-cold", "commit-changed"]
     assert "device(s) 5, 6" in found[0].what and found[0].fix == "invoke warmup"
 
@@ -138,15 +138,16 @@ def test_gpus_jobs_disk_and_clock(spec):
     raw["apps"] = child(out="777, python, 1200\n41, python, 900\n")
     raw["jobs"]["runs"]["20261130-1012-ab12"]["marked"] = [41]  # a process of a finished run
     raw["disk"][1]["free"] = 1 << 30
-    raw["time"], raw["time_end"] = 1030.0, 1030.4
+    raw["time"], raw["time_end"] = 1030.0, 1030.5
     raw["tmp_artifacts"] = {"/tmp/torchinductor_root": {"files": 62, "bytes": 1 << 20}}
-    found = findings(fx.parse(raw, spec, 1000.2), spec)
+    found = findings(fx.parse(raw, spec, (1000.0, 1000.5)), spec)
     by = {f.code: f for f in found}
     assert codes(found) == ["clock-skew", "disk-low", "gpu-foreign-processes", "gpus-unseen", "orphan-processes",
                             "tmp-compile-artifacts"]
     assert by["orphan-processes"].fix == "invoke stop -c 200 --run 20261130-1012-ab12"
     assert "777 python" in by["gpu-foreign-processes"].what and "41 " not in by["gpu-foreign-processes"].what
     assert by["clock-skew"].what.startswith("the container's clock is +30.0s")
+    assert fx.clock_skew(1000.2, 1000.0, 1000.5) == 0.0 and fx.clock_skew(990.0, 1000.0, 1000.5) == -10.0
 
 
 def test_no_venv_no_checkout_no_known_good(spec):
@@ -156,12 +157,12 @@ def test_no_venv_no_checkout_no_known_good(spec):
     raw["checkout"] = {"path": "/root/dflash", "exists": False, "git": False, "record": None}
     raw["head"] = raw["status"] = None
     raw["known_good"] = None
-    found = findings(fx.parse(raw, spec, 1000.2), spec)
+    found = findings(fx.parse(raw, spec, (1000.0, 1000.5)), spec)
     assert codes(found) == ["checkout-missing", "no-known-good", "venv-missing"]
 
 
 def test_json_shape(spec):
-    facts = fx.parse(healthy_raw(spec), spec, 1000.2)
+    facts = fx.parse(healthy_raw(spec), spec, (1000.0, 1000.5))
     report = Report(200, "h", [Finding("x", "info", "w", None, "y", None)], facts)
     out = json.loads(json.dumps(to_json([report, Report(201, "h", [], None, "unreachable")])))
     assert out["schema"] == 1 and out["healthy"] is False
@@ -173,7 +174,7 @@ def test_json_shape(spec):
 
 
 def test_known_good_record_and_the_baseline(spec):
-    facts = fx.parse(healthy_raw(spec), spec, 1000.2)
+    facts = fx.parse(healthy_raw(spec), spec, (1000.0, 1000.5))
     watch = watch_log(spec, "step 1 | 20.0 Ktok/s\nstep 2 | 22.0 Ktok/s\nstep 3 | 23.0 Ktok/s\n")
     assert meets_baseline(watch)  # rolling 21.67 >= 21.5
     assert not meets_baseline(watch_log(spec, "step 1 | 4.3 Ktok/s\n"))
