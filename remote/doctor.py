@@ -164,16 +164,10 @@ def findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
                         "a cold cache makes every thread compile at once: the race that hangs or crashes the story's "
                         "training, and minutes of compiling", "invoke warmup"))
         elif spec.warmup.command and co.record:
-            state = {"code": co.record, "venv": v.record}
-            recs = list(c.warmups)
-            missing = []
-            for dev in wm.devices_of(spec):
-                key = wm.warmup_key(spec, state, dev)["key"]
-                if not any(str(r.get("device")) == dev and r.get("key") == key for r in recs):
-                    missing.append(dev)
+            missing = wm.missing_in(list(c.warmups), spec, {"code": co.record, "venv": v.record})
             if missing:
-                add(Finding("cache-cold", "error", f"no warmup for device(s) {', '.join(missing)} at this commit, "
-                            "lock, command and environment", None,
+                add(Finding("cache-cold", "error", "no warmup for this commit, lock, command and environment: "
+                            + "; ".join(missing), None,
                             "the first steps would compile from threads at once (the race); train's preflight "
                             "refuses", "invoke warmup"))
         if kg and kg_cache and kg_cache != c.fingerprint:

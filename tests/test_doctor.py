@@ -127,7 +127,8 @@ def test_a_new_commit_asks_for_a_warmup_and_is_noted_against_the_known_good(spec
     raw["head"] = child(out="b" * 40 + "\n")
     found = findings(fx.parse(raw, spec, (1000.0, 1000.5)), spec)
     assert codes(found) == ["cache-cold", "commit-changed"]
-    assert "device(s) 5, 6" in found[0].what and found[0].fix == "invoke warmup"
+    assert "device 5: commit changed since its last warmup; device 6: commit" in found[0].what
+    assert found[0].fix == "invoke warmup"
 
 
 def test_gpus_jobs_disk_and_clock(spec):
