@@ -159,7 +159,7 @@ def findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
     if v.ours and t.version:
         kg_cache = ((kg or {}).get("cache") or {}).get("fingerprint")
         if not c.present:
-            add(Finding("cache-missing", "error", f"compile cache {c.folder} is missing (deleted, or never made)",
+            add(Finding("cache-missing", "error", f"compile cache {c.folder} is missing or empty (deleted, or never warmed)",
                         f"it had {kg_cache}" if kg and kg_cache == c.fingerprint else _since(kg, kg_cache, None),
                         "a cold cache makes every thread compile at once: the race that hangs or crashes the story's "
                         "training, and minutes of compiling", "invoke warmup"))

@@ -267,8 +267,12 @@ def parse(raw: dict, spec: ContainerSpec, window: tuple[float, float], probe_sec
             warmups.append(json.loads(line))
         except ValueError:
             continue
-    cache = Cache(rc.get("dir", spec.warmup.cache_dir), folder, name in folders, folders.get(name, {}).get("files", 0),
-                  folders.get(name, {}).get("bytes", 0), {k: v for k, v in folders.items() if k != name},
+    mine = folders.get(name, {})
+    compiled = (mine.get("files", 0) - (mine.get("tmp") or {}).get("files", 0),
+                mine.get("bytes", 0) - (mine.get("tmp") or {}).get("bytes", 0))
+    # Present: something compiled in it (the jobs' TMPDIR inside is made before anything compiles).
+    cache = Cache(rc.get("dir", spec.warmup.cache_dir), folder, compiled[0] > 0, compiled[0], compiled[1],
+                  {k: v for k, v in folders.items() if k != name},
                   tuple(warmups), dict(raw.get("tmp_artifacts") or {}))
     rco = raw.get("checkout") or {}
     status = _lines((raw.get("status") or {}).get("out"))

@@ -147,6 +147,9 @@ def main():
         for name in sorted(os.listdir(cache_dir)):
             if os.path.isdir(os.path.join(cache_dir, name)):
                 folders[name] = tree_size(os.path.join(cache_dir, name))
+                # The tools make <folder>/tmp (the jobs' TMPDIR) before anything compiles: not a cache.
+                tmp = os.path.join(cache_dir, name, "tmp")
+                folders[name]["tmp"] = tree_size(tmp) if os.path.isdir(tmp) else {"files": 0, "bytes": 0}
     out["cache"] = {"dir": cache_dir, "exists": os.path.isdir(cache_dir), "folders": folders,
                     "warmups": read(os.path.join(cache_dir, "warmups.jsonl"), 256 << 10)}
     # Compile artifacts in torch's and triton's defaults: a process that compiled outside the tools.

@@ -100,7 +100,7 @@ def test_the_story_polluted_venv_deleted_cache_and_hacked_checkout(spec):
                                           "url": "file:///root/src/flashinfer"}
     info["torch"], info["cuda_build"] = "2.11.0+cu130", "13.0"
     raw["venv_run"] = child(info)
-    raw["cache"]["folders"] = {}
+    raw["cache"]["folders"] = {CACHE: {"files": 2, "bytes": 10, "tmp": {"files": 2, "bytes": 10}}}  # only TMPDIR
     raw["status"] = child(out=" M drafter/model.py\n?? notes.txt\n")
     found = findings(fx.parse(raw, spec, (1000.0, 1000.5)), spec)
     by = {f.code: f for f in found}
