@@ -280,7 +280,8 @@ def parse(raw: dict, spec: ContainerSpec, window: tuple[float, float], probe_sec
     crec = rco.get("record") or {}
     checkout = Checkout(rco.get("path", spec.code.path), bool(rco.get("exists")), bool(rco.get("git")), head,
                         crec.get("commit"), tuple(s[3:] for s in status if not s.startswith("??")),
-                        tuple(s[3:] for s in status if s.startswith("??")), crec)
+                        # Untracked folders come as one entry; python's bytecode folders are nobody's edit.
+                        tuple(s[3:] for s in status if s.startswith("??") and not _bytecode(s[3:])), crec)
     rj = raw.get("jobs") or {}
     runs = rj.get("runs") or {}
     cur = runs.get(rj.get("current") or "", {})
@@ -295,6 +296,10 @@ def parse(raw: dict, spec: ContainerSpec, window: tuple[float, float], probe_sec
     skew = clock_skew(raw.get("time_end", window[0]), *window)
     return Facts(spec.ctid, venv, torch, _gpus(raw), cache, checkout, jobs, disk, round(skew, 3),
                  raw.get("known_good"), probe_seconds)
+
+
+def _bytecode(path: str) -> bool:
+    return path.rstrip("/").endswith("__pycache__") or path.endswith((".pyc", ".pyo"))
 
 
 def _triton(info: dict | None) -> str | None:

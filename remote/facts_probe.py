@@ -134,7 +134,7 @@ def main():
     kids = {"venv_run": start([py, "-c", VENV_SCRIPT]) if os.path.exists(py) else None,
             "gpus": start(GPU_QUERY), "apps": start(APPS_QUERY), "smi": start(["nvidia-smi"]),
             "head": start(["git", "-C", checkout, "rev-parse", "--verify", "-q", "HEAD"]) if has_git else None,
-            "status": start(["git", "-C", checkout, "status", "--porcelain", "--untracked-files=all"])
+            "status": start(["git", "-C", checkout, "status", "--porcelain", "--untracked-files=normal"])
             if has_git else None}
     out = {"time": time.time(), "python": sys.version.split()[0]}
     real = os.path.realpath(venv) if os.path.lexists(venv) else None

@@ -111,7 +111,7 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:left}} pre{{background:#
 font-size:12px}} .bad{{color:#c00}}</style></head><body>
 <h1>Run {esc(run['run'])} <small>container {spec.ctid}</small></h1>
 <p>{esc(status)}; {esc(summary)}.<br>Commit <code>{esc(str(m.get('commit') or '')[:12])}</code>, torch
-{esc(str(m.get('torch')))} (CUDA {esc(str(m.get('cuda_build')))}), started {esc(str(m.get('started_at')))}.
+{esc(str(m.get('torch')))} (CUDA build {esc(str(m.get('cuda_build') or 'none'))}), started {esc(str(m.get('started_at')))}.
 {'Known-good: run ' + esc(str(known_good.get('run'))) + ', ' + esc(logs.fmt(kg_tp.get('value'), kg_tp.get('unit')))
  + ' (commit ' + esc(str(known_good.get('commit') or '')[:12]) + ').' if known_good else 'No known-good run recorded.'}</p>
 <h2>Metric over the run</h2>

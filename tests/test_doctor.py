@@ -101,7 +101,7 @@ def test_the_story_polluted_venv_deleted_cache_and_hacked_checkout(spec):
     info["torch"], info["cuda_build"] = "2.11.0+cu130", "13.0"
     raw["venv_run"] = child(info)
     raw["cache"]["folders"] = {CACHE: {"files": 2, "bytes": 10, "tmp": {"files": 2, "bytes": 10}}}  # only TMPDIR
-    raw["status"] = child(out=" M drafter/model.py\n?? notes.txt\n")
+    raw["status"] = child(out=" M drafter/model.py\n?? notes.txt\n?? drafter/__pycache__/\n")
     found = findings(fx.parse(raw, spec, (1000.0, 1000.5)), spec)
     by = {f.code: f for f in found}
     # The cu130 torch also names another cache folder than the known-good's.
@@ -116,6 +116,7 @@ def test_the_story_polluted_venv_deleted_cache_and_hacked_checkout(spec):
     assert "sglang 0.5.1" in added[1].what and added[1].since.startswith("not in known-good run")
     assert by["driver-too-old"].what == "torch is built for CUDA 13.0 but driver 570.86 supports CUDA up to 12.8"
     assert by["cache-missing"].fix == "invoke warmup" and by["checkout-untracked"].severity == "info"
+    assert by["checkout-untracked"].what == "untracked file(s) in /root/dflash: notes.txt"  # no bytecode
     assert not healthy(found)
     rendered = by["package-changed"].render()
     assert rendered.startswith("[error] torch 2.11.0+cu128 → 2.11.0+cu130") and "— invoke deploy" in rendered

@@ -151,3 +151,15 @@ def test_status_sparkline_and_the_report_of_a_run_against_the_known_good(story, 
     assert text.count("<polyline") == 2 and "<script" not in text and "&quot;commit&quot;:" in text
     assert "<td>0</td>" in text or "<td>1</td>" in text  # the warmups of this commit and venv, per device
     story["report"] = page
+
+
+def test_known_good_by_hand_and_only_for_a_run_that_ended_well(story):
+    assert "report" in story, "needs the runs of the tests before"
+    out = task(story, "known-good", "-c", str(CT), "--run", story["run"]).stdout
+    assert out.startswith(f"recorded known-good run {story['run']}, ") and "Ktok/s" in out, out
+    code, ct, _, r = doctor(story)
+    assert code == 0 and ct["known_good"]["run"] == story["run"] and ct["known_good"]["how"].startswith("by hand")
+    history = in_ct(story, "wc -l < /root/runs/known-good.jsonl").split()[-1]
+    assert int(history) == 3  # two automatic, one by hand
+    bad = task(story, "known-good", "-c", str(CT), "--run", "no-such-run", check=False)
+    assert bad.returncode == 1 and "has no run no-such-run" in bad.stderr, bad.stderr
