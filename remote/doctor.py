@@ -160,7 +160,8 @@ def findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
         kg_cache = ((kg or {}).get("cache") or {}).get("fingerprint")
         if not c.present:
             add(Finding("cache-missing", "error", f"compile cache {c.folder} is missing or empty (deleted, or never warmed)",
-                        f"it had {kg_cache}" if kg and kg_cache == c.fingerprint else _since(kg, kg_cache, None),
+                        f"gone since {known_good_label(kg)}, which ran with it" if kg and kg_cache == c.fingerprint
+                        else _since(kg, kg_cache, None),
                         "a cold cache makes every thread compile at once: the race that hangs or crashes the story's "
                         "training, and minutes of compiling", "invoke warmup"))
         elif spec.warmup.command and co.record:

@@ -219,3 +219,11 @@ def test_sparkline_and_the_report_page(spec):
     assert "compile race" in page and "r&lt;2&gt;" in page and "<td>40.2</td>" in page
     # Self-contained: no script, nothing fetched (the only URL is the SVG namespace).
     assert "<script" not in page and page.count("http") == 1 and "http://www.w3.org/2000/svg" in page
+
+
+def test_a_deleted_cache_is_gone_since_the_known_good(spec):
+    raw = healthy_raw(spec)
+    raw["cache"]["folders"] = {}
+    (f,) = findings(fx.parse(raw, spec, (1000.0, 1000.5)), spec)
+    assert f.code == "cache-missing" and f.since == "gone since known-good run 20261130-1012-ab12, 21.5 Ktok/s, " \
+                                                    "which ran with it"
