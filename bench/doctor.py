@@ -22,7 +22,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from remote import config  # noqa: E402
-from remote.deploy import uv_path  # noqa: E402
+from remote.deploy import UV_ENV, uv_path  # noqa: E402
 from remote.doctor import diagnose  # noqa: E402
 from remote.session import Session  # noqa: E402
 
@@ -73,10 +73,24 @@ def measure(args, cfg, label: str) -> dict:
     with Session(cfg, agent=False, transport_factory=factory) as s:
         diagnose(s, [args.container])
     trips = sum(c.calls for c in counting.values())
+    raw = {}
+
+    def keep(host):
+        from remote.transport import for_host
+
+        return for_host(host)
+
+    with Session(cfg, agent=False, transport_factory=keep) as s:  # where the probe's time goes
+        from remote.facts import read_raw
+
+        raw, window = read_raw(s.container(args.container, venv_on_path=False), cfg.container(args.container))
+    inside = raw["time_end"] - raw["time"]
+    torch_s = (raw.get("venv_run") or {}).get("seconds")
     codes = sorted(f["code"] for f in report["containers"][0]["findings"] if f["severity"] != "info")
     print(f"{label:9s} exit {code}  whole command median {statistics.median(times):.2f}s "
           f"(min {min(times):.2f}, max {max(times):.2f}, n={len(times)}); round trips per container: {trips}; "
-          f"probe {report['containers'][0]['facts']['probe_seconds']:.2f}s; findings: {', '.join(codes) or 'none'}")
+          f"findings: {', '.join(codes) or 'none'}\n          one probe: {window[1] - window[0]:.2f}s round trip, "
+          f"{inside:.2f}s inside the container, of which the venv's python (import torch) {torch_s}s")
     return {"median": statistics.median(times), "trips": trips, "exit": code}
 
 
@@ -95,7 +109,8 @@ def main() -> None:
     with Session(cfg, agent=False) as s:
         ct = s.container(spec.ctid)
         # An extra package, by hand: uv's cache in the container, else the index it was told about.
-        ct.run(["bash", "-c", f"{uv} pip install -q --python {spec.venv.path}/bin/python six"], timeout=300)
+        ct.run(["bash", "-c", f"{uv} pip install -q --python {spec.venv.path}/bin/python six"], env=UV_ENV,
+               timeout=300)
     try:
         polluted = measure(args, cfg, "polluted")
         assert polluted["exit"] == 1

@@ -45,23 +45,24 @@ APPS_QUERY = ["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory",
 
 def start(argv, cwd="/"):
     try:
-        return subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        return time.time(), subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env={**os.environ, "HOME": os.environ.get("HOME", "/root")})
     except OSError as exc:
         return exc
 
 
-def finish(p, timeout=120):
-    """{"rc", "out", "err"} of a started child, or {"missing": reason} when it could not start."""
-    if isinstance(p, Exception):
-        return {"missing": str(p)}
+def finish(child, timeout=120):
+    """{"rc", "out", "err", "seconds"} of a started child, or {"missing": reason} when it could not start."""
+    if isinstance(child, Exception):
+        return {"missing": str(child)}
+    started, p = child
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         p.kill()
         out, err = p.communicate()
-        return {"rc": None, "out": out, "err": "timed out"}
-    return {"rc": p.returncode, "out": out, "err": err[-2000:]}
+        return {"rc": None, "out": out, "err": "timed out", "seconds": round(time.time() - started, 3)}
+    return {"rc": p.returncode, "out": out, "err": err[-2000:], "seconds": round(time.time() - started, 3)}
 
 
 def load(path):
