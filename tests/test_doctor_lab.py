@@ -33,7 +33,7 @@ warmup:
   devices: [0, 1]
   cache_dir: /root/.cache/torch-compile
 train:
-  command: python -m drafter.train --target-gpus 0 --drafter-gpus 0,1 --steps 60 --log-interval 0.3
+  command: python -m drafter.train --target-gpus 0 --drafter-gpus 0,1 --steps 200 --log-interval 0.2
   run_dir: /root/runs
   baseline: 0.001
   tolerance: 0.2
