@@ -72,7 +72,10 @@ def findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
     out: list[Finding] = []
     add = out.append
     v, t, g, c, co, j = facts.venv, facts.torch, facts.gpus, facts.cache, facts.checkout, facts.jobs
-    kg_pkgs = (kg or {}).get("packages") or {}
+    kg_pkgs = (kg or {}).get("packages")  # None: the known-good's venv was gone when it was recorded
+
+    def pkg_since(name: str, now: str | None) -> str | None:
+        return _since(kg, kg_pkgs.get(name), now) if kg_pkgs is not None else None
 
     # The venv against its lock.
     if not v.exists:
@@ -87,12 +90,12 @@ def findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
     for name, p in sorted(v.added.items()):
         origin = f", from {p.origin}" if p.origin else ""
         add(Finding("package-added", "error", f"{name} {p.version} added (not in the lock; installed by "
-                    f"{p.installer or 'an unknown installer'}{origin})", _since(kg, kg_pkgs.get(name), p.version),
+                    f"{p.installer or 'an unknown installer'}{origin})", pkg_since(name, p.version),
                     "a package the lock does not know can replace or patch what training imports (the story's "
                     "SGLang and flashinfer pulled other torch builds)", "invoke deploy"))
     for name, locked in sorted(v.removed.items()):
         add(Finding("package-removed", "error", f"{name} {locked} removed (the lock has it)",
-                    _since(kg, kg_pkgs.get(name), None), "an import of it fails, or falls back to something else",
+                    pkg_since(name, None), "an import of it fails, or falls back to something else",
                     "invoke deploy"))
     for name, (locked, p) in sorted(v.changed.items()):
         a, b = locked.partition("+")[2], p.version.partition("+")[2]
@@ -100,7 +103,7 @@ def findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
         origin = f"; from {p.origin}" if p.origin else ""
         add(Finding("package-changed", "error", f"{name} {locked} → {p.version} (installed by "
                     f"{p.installer or 'an unknown installer'}{how}{origin})",
-                    _since(kg, kg_pkgs.get(name), p.version),
+                    pkg_since(name, p.version),
                     "the lock's version is the one that was verified and warmed; another build compiles other kernels "
                     "(a cold cache) or does not match the driver", "invoke deploy"))
 

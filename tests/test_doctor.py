@@ -227,3 +227,13 @@ def test_a_deleted_cache_is_gone_since_the_known_good(spec):
     (f,) = findings(fx.parse(raw, spec, (1000.0, 1000.5)), spec)
     assert f.code == "cache-missing" and f.since == "gone since known-good run 20261130-1012-ab12, 21.5 Ktok/s, " \
                                                     "which ran with it"
+
+
+def test_a_known_good_without_packages_says_nothing_about_them(spec):
+    raw = healthy_raw(spec)
+    raw["known_good"]["packages"] = None
+    info = json.loads(raw["venv_run"]["out"])
+    info["dists"]["sglang"] = {"version": "0.5.1", "installer": "pip", "url": None}
+    raw["venv_run"] = child(info)
+    (f,) = findings(fx.parse(raw, spec, (1000.0, 1000.5)), spec)
+    assert f.code == "package-added" and f.since is None
