@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from . import layout
 from . import venv as venvmod
 from . import warmup as wm
-from .config import Container as ContainerSpec
+from .config import ContainerSpec
 from .errors import RemoteError
 from .facts import Facts, gather
 from .session import Session

@@ -14,7 +14,7 @@ from importlib import resources
 
 from . import jobenv
 from . import venv as venvmod
-from .config import Container as ContainerSpec
+from .config import ContainerSpec
 from .pct import Container
 
 PROBE_SOURCE = resources.files(__package__).joinpath("facts_probe.py").read_text()

@@ -13,7 +13,7 @@ import json
 import time
 
 from . import files, jobenv, jobs, logs
-from .config import Container as ContainerSpec
+from .config import ContainerSpec
 from .errors import JobError, RemoteError
 from .facts import Facts, gather
 from .pct import Container

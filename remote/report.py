@@ -12,7 +12,7 @@ from pathlib import Path
 
 from . import files, jobs, logs
 from . import warmup as wm
-from .config import Container as ContainerSpec
+from .config import ContainerSpec
 from .errors import JobError
 from .session import Session
 
