@@ -104,12 +104,14 @@ def _job_line(entry: dict | None) -> str:
         base = (f" vs baseline {r['baseline']:g}{unit}{' SLOW' if r['low'] else ''}"
                 if r["baseline"] and r["throughput"] is not None else "")
         text = f", job {r['id']} running {r['uptime_s']}s{tp}{base}"
+        text += f" {r['spark']}" if r.get("spark") else ""
     elif r.get("lost"):
         text = f", last run {r['id']} LOST (no exit record)" + (
             f"; its processes {r['orphans']} still run" if r.get("orphans") else "")
     else:
         tp = f", last throughput {r['throughput']:.4g}{unit}" if r["throughput"] is not None else ""
         text = f", last run {r['id']} exited {r['exit']}{tp}"
+        text += f" {r['spark']}" if r.get("spark") else ""
     return text + (f" [{', '.join(r['problems'])}]" if r["problems"] else "")
 
 
@@ -237,6 +239,60 @@ def stop(c, container=None, run=None, grace=10, dry=False, hosts=None):
               "verified: no process of it is left" + (", none on a GPU" if result.get("gpu_left") == [] else ""))
 
 
+def _containers(s: Session, container: str | None) -> list[int]:
+    """A comma-separated --container list (every configured container when empty); bad ids exit 2."""
+    if not container:
+        return list(s.config.containers)
+    return [s.config.container(c.strip()).ctid for c in str(container).split(",") if c.strip()]
+
+
+@task(help={"container": "container id(s), comma-separated (default: every container in the hosts file)",
+            "json": "print the findings and facts as JSON (schema in the README)", "hosts": HOSTS_HELP})
+@handled
+def doctor(c, container=None, json_=False, hosts=None):
+    """Everything that differs from what deploy made and from the last known-good run, each finding with why
+    it matters and the command that fixes it. Exit 0 healthy, 1 with findings, 2 on bad input."""
+    from . import doctor as dr
+
+    # One probe per container: plain pct exec is one round trip, an agent would add its own start-up.
+    with Session(cfg.load(hosts), agent=False) as s:
+        reports = dr.diagnose(s, _containers(s, container))
+    if json_:
+        print(json.dumps(dr.to_json(reports), indent=2))
+    else:
+        print("\n".join(r.render() for r in reports))
+    if not all(r.healthy for r in reports):
+        raise Exit(code=1)
+
+
+@task(name="known-good", help={"container": CT_HELP, "run": "run id (default: the latest)", "hosts": HOSTS_HELP})
+@handled
+def known_good(c, container=None, run=None, hosts=None):
+    """Record a finished run (exit status 0) and the container's facts as its known-good, for doctor to
+    compare against (train records one by itself when a run meets the baseline)."""
+    from .doctor import known_good_label
+    from .knowngood import path_of, record_run
+
+    with _session(hosts) as s:
+        record = record_run(s, container, run)
+        where = path_of(s.config.container(container))
+    print(f"recorded {known_good_label(record)} (commit {str(record['commit'])[:12]}, torch {record['torch']}) "
+          f"in {where}")
+
+
+@task(help={"container": CT_HELP, "run": "run id (default: the latest)",
+            "dest": "the HTML file to write (default: ./report-<container>-<run>.html)", "hosts": HOSTS_HELP})
+@handled
+def report(c, container=None, run=None, dest=None, hosts=None):
+    """Write one self-contained HTML file of a run: its metric over time against the baseline and the
+    known-good run, its manifest, warmup times and any crash hints (opens offline in any browser)."""
+    from .report import write
+
+    with _session(hosts) as s:
+        path = write(s, container, run, dest)
+    print(f"wrote {path}")
+
+
 @task(name="up", help={"containers": "comma-separated container ids (default 200)",
                        "port": "sshd port on 127.0.0.1 (default 2222)"})
 @handled
@@ -331,6 +387,9 @@ ns.add_task(logs)
 ns.add_task(stop)
 ns.add_task(push)
 ns.add_task(pull)
+ns.add_task(doctor)
+ns.add_task(known_good)
+ns.add_task(report)
 ns.add_collection(lab)
 
 program = Program(namespace=ns, version=__version__, name="remote", binary="remote")

@@ -256,11 +256,15 @@ def train(session: Session, ctid=None, *, force: bool = False, warmup: bool = Fa
     if not follow or session.dry:
         return None
     try:
-        return show_log(ct, spec, run_id, follow=True, echo=echo)
+        final = show_log(ct, spec, run_id, follow=True, echo=echo)
     except KeyboardInterrupt:
         echo(f"\n-- stopped following; run {run_id} keeps running. `invoke logs --follow` resumes, "
              "`invoke stop` ends it")
         return None
+    from .knowngood import after_run  # a run that met the baseline becomes the container's known-good
+
+    after_run(session, ct, spec, final, echo=echo)
+    return final
 
 
 def pull_run(session: Session, ctid, run_id: str | None, dest: str, *, progress: bool = True, echo=print) -> dict:
@@ -316,16 +320,17 @@ def _container_job(session: Session, spec: ContainerSpec, known: str) -> dict:
     try:
         st = state(session.container(spec.ctid), spec)
         if st.get("run"):
-            watch = watch_for(spec)
-            for line in logs.LineSplitter().feed(st.pop("tail").encode()):
-                watch.line(line)
+            from .report import series, sparkline
+
+            values, watch = series(spec, st.pop("tail"), last_line=False)
             started = (st.get("manifest") or {}).get("started_epoch")
             entry["run"] = {"id": st["run"], "alive": st["alive"], "lost": st["lost"], "orphans": st["orphans"],
                             "exit": st["exit"], "pid": st["pid"],
                             "uptime_s": round(st["now"] - started) if started and st["alive"] else None,
                             "throughput": watch.last, "rolling": watch.rolling, "unit": watch.unit,
                             "higher_is_better": watch.higher_is_better, "baseline": spec.train.baseline,
-                            "low": watch.low, "problems": [name for name, _, _ in watch.found]}
+                            "low": watch.low, "problems": [name for name, _, _ in watch.found],
+                            "spark": sparkline(values)}
     except RemoteError as exc:
         entry["error"] = str(exc)
     return entry

@@ -241,7 +241,11 @@ def records(ct: Container, spec: ContainerSpec) -> list[dict]:
 
 def missing_warmups(ct: Container, spec: ContainerSpec, state: dict) -> list[str]:
     """For each device without a warmup for this commit, venv, command and environment: why."""
-    recs = records(ct, spec)
+    return missing_in(records(ct, spec), spec, state)
+
+
+def missing_in(recs: list[dict], spec: ContainerSpec, state: dict) -> list[str]:
+    """missing_warmups over records already read (the facts probe reads them). Pure."""
     problems = []
     for device in devices_of(spec):
         want = warmup_key(spec, state, device)
