@@ -237,7 +237,11 @@ def deploy(c, container=None, allow_dirty=False, check=False, rollback=False, fo
     from .deploy import deploy as run_deploy
 
     with _session(hosts, dry) as s:
-        summary = run_deploy(s, container, allow_dirty=allow_dirty, check=check, rollback=rollback, force=force)
+        from .deploy import LockOnce
+
+        lock = fleet.shared_value("deploy-lock", LockOnce) if fleet.shared() is not None else None
+        summary = run_deploy(s, container, allow_dirty=allow_dirty, check=check, rollback=rollback, force=force,
+                             lock=lock)
     print(summary.render())
     if check and (summary.changed or summary.drift):
         raise Exit(code=1)

@@ -271,11 +271,24 @@ def sharing(session, ids=None) -> Iterator[None]:
         yield
     finally:
         _shared.remove(session)
+        with _values_lock:
+            for key in [k for k in _values if k[0] == id(session)]:
+                del _values[key]
 
 
 def shared():
     """The session of the fleet task in progress, or None."""
     return _shared[-1] if _shared else None
+
+
+_values: dict = {}
+_values_lock = threading.Lock()
+
+
+def shared_value(key: str, factory: Callable[[], object]):
+    """One object per fleet task in progress for `key` (e.g. the lock a deploy resolves once), made on first use."""
+    with _values_lock:
+        return _values.setdefault((id(shared()), key), factory())
 
 
 def map_each(config: Config, ids: list[int], fn: Callable[[int], object]) -> list:

@@ -123,6 +123,19 @@ class Lab:
             self.plain_repo()
         if second:
             self.second().up(second)
+            self.link_names([*containers, *second])
+
+    def link_names(self, ids) -> None:
+        """Every container's hostname (lab<id>) resolves in every container of both hosts, as DNS would
+        between real hosts: torchrun's nodes reach each other by hostname. All of them share the host
+        network, so each name is a loopback address."""
+        for lab in (self, self.second()):
+            for ctid in ids:
+                hosts = lab.lxc / str(ctid) / "upper" / "etc" / "hosts"
+                if hosts.exists():  # its own name first: that is the name its address resolves back to
+                    names = " ".join(f"lab{i}" for i in [ctid, *(i for i in ids if i != ctid)])
+                    keep = [line for line in hosts.read_text().splitlines() if not line.startswith("127.0.1.1 ")]
+                    hosts.write_text("\n".join([*keep, f"127.0.1.1 {names}"]) + "\n")
 
     def _check_tools(self) -> None:
         if os.geteuid() != 0:

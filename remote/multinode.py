@@ -150,6 +150,8 @@ def follow_run(session: Session, ids: list[int], run_id: str, *, echo: Callable[
         if not o.ok and o.ctid not in finals:
             raise JobError(f"following container {o.ctid} failed: {o.message}")
     ends = "; ".join(f"{c}: {jobs.describe_end(finals[c])}" for c in ids)
+    if not failure:  # every node ended before the watchdog looked: name the first that failed, if any
+        failure += [(c, f"node {c} {jobs.describe_end(finals[c])}") for c in ids if jobs.final_status(finals[c])][:1]
     echo(f"-- multi-node run {run_id}: " + ("FAILED, " + failure[0][1] + "; " if failure else "") + ends)
     return {"run": run_id, "nodes": finals, "failed": failure[0][0] if failure else None}
 
