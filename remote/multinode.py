@@ -125,7 +125,7 @@ def follow_run(session: Session, ids: list[int], run_id: str, *, echo: Callable[
                 continue  # a lost connection: the followers reconnect; look again next time
             bad = [(c, st) for c, st in zip(ids, states) if not st["alive"] and jobs.final_status(st)]
             if bad:
-                ctid, st = bad[0]
+                ctid, st = first_to_end(session, bad)
                 others = [c for c, s in zip(ids, states) if s["alive"] or s["orphans"]]
                 failure.append((ctid, f"node {ctid} {jobs.describe_end(st)}"))
                 echo(f"!! node {ctid} {jobs.describe_end(st)}: stopping the run on every node"
@@ -150,10 +150,30 @@ def follow_run(session: Session, ids: list[int], run_id: str, *, echo: Callable[
         if not o.ok and o.ctid not in finals:
             raise JobError(f"following container {o.ctid} failed: {o.message}")
     ends = "; ".join(f"{c}: {jobs.describe_end(finals[c])}" for c in ids)
-    if not failure:  # every node ended before the watchdog looked: name the first that failed, if any
-        failure += [(c, f"node {c} {jobs.describe_end(finals[c])}") for c in ids if jobs.final_status(finals[c])][:1]
+    bad = [(c, finals[c]) for c in ids if jobs.final_status(finals[c])]
+    if not failure and bad:  # every node ended before the watchdog looked: name the first that failed
+        ctid, st = first_to_end(session, bad)
+        failure.append((ctid, f"node {ctid} {jobs.describe_end(st)}"))
     echo(f"-- multi-node run {run_id}: " + ("FAILED, " + failure[0][1] + "; " if failure else "") + ends)
     return {"run": run_id, "nodes": finals, "failed": failure[0][0] if failure else None}
+
+
+def first_to_end(session: Session, ended: list[tuple[int, dict]]) -> tuple[int, dict]:
+    """Of several nodes that ended badly, the one whose exit record was written first (the others'
+    ranks usually fail only because it did); a node without a record (lost) counts as first."""
+    if len(ended) == 1:
+        return ended[0]
+
+    def when(item):
+        ctid, st = item
+        r = session.container(ctid).run(["stat", "-c", "%.9Y", "--", f"{st['path']}/exit"], check=False,
+                                        mutates=False, timeout=30)
+        try:
+            return float(r.out.strip())
+        except ValueError:
+            return 0.0
+
+    return min(ended, key=when)
 
 
 def final_status(result: dict) -> int:
