@@ -117,3 +117,24 @@ def test_per_node_command_and_the_master(cfg):
     assert cmd == "torchrun --nnodes 2 --node-rank 1 --rdzv-endpoint 10.0.1.200:29500 x.py --id R1 ${HOME}"
     with pytest.raises(ConfigError, match="containers.201.address: a multi-node run's first container needs"):
         multinode.plan_nodes([cfg.containers[201], cfg.containers[200]], "R2")
+
+
+def test_a_lock_that_differs_from_its_siblings_is_named(cfg):
+    from remote.jobs import lock_outliers
+
+    entries = [{"container": 200, "venv_lock": "aaa"}, {"container": 201, "venv_lock": "aaa"},
+               {"container": 202, "venv_lock": "bbb"}, {"container": 300, "venv_lock": "ccc"}]
+    # all four have the same venv settings here: the lock most of them have is the siblings'
+    assert lock_outliers(entries, cfg) == {202: "aaa", 300: "aaa"}
+    assert lock_outliers(entries[:2], cfg) == {}
+
+
+def test_status_shows_a_multi_node_run_once_with_its_nodes():
+    from remote.cli import _multinode_lines
+
+    run = {"id": "R", "nodes": [200, 300], "alive": True, "exit": None}
+    jobs = [{"container": 200, "run": {**run, "node_rank": 0}}, {"container": 300, "run": {**run, "node_rank": 1,
+                                                                                            "alive": False, "exit": 1}},
+            {"container": 201, "run": {"id": "S", "alive": False, "exit": 0}}]
+    assert _multinode_lines(jobs) == ["multi-node run R running on 2 nodes: 200 (node 0, master): running; "
+                                      "300 (node 1): exited 1"]
