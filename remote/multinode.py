@@ -47,6 +47,8 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
     """Preflight every node, then start one run on all of them; follow until it ends (returns
     follow_run's result), or None when not following."""
     specs = [session.config.container(i) for i in ids]
+    for i in ids:  # each host's transport made here, before the threads ask for it
+        session.container(i)
     run_id = jobs.new_run_id()
     values = plan_nodes(specs, run_id, session.config.file)
     for spec in specs:
@@ -99,6 +101,8 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
 
 def stop_nodes(session: Session, ids: list[int], run_id: str, grace: int = 10) -> dict[int, object]:
     """Stop the run on each node at once; ctid -> stop's result or the error."""
+    for i in ids:  # each host's transport made here, before the threads ask for it
+        session.container(i)
     def one(ctid: int):
         try:
             return jobs.stop(session.container(ctid), session.config.container(ctid), run_id, grace=grace)
@@ -112,6 +116,8 @@ def follow_run(session: Session, ids: list[int], run_id: str, *, echo: Callable[
     """Every node's log merged (lines marked `[id] `) until the run ends on all of them; the first node that
     fails (or is lost) has the run stopped on every other node. Returns {run, nodes: ctid -> final state,
     failed: the node that failed first, or None}."""
+    for i in ids:  # each host's transport made here, before the threads ask for it
+        session.container(i)
     finals: dict[int, dict] = {}
     done = threading.Event()
     failure: list[tuple[int, str]] = []
