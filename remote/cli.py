@@ -20,7 +20,7 @@ from . import __version__
 from . import config as cfg
 from . import fleet
 from .errors import RemoteError
-from .session import Session, inventory
+from .session import Session
 
 # One meaning per short flag in every task; -h is only ever help, and flags not listed have none.
 SHORT_FLAGS = {"container": "c", "dry": "n", "json": "j", "timeout": "t", "allow-dirty": "a", "check": "k",
@@ -122,7 +122,7 @@ def status(c, json_=False, hosts=None, container=None):
     from .jobs import container_jobs, lock_outliers
 
     with _session(hosts) as s:
-        hosts_ = inventory(s)
+        hosts_ = fleet.inventory(s)  # every host at once
         if container is not None:
             chosen = set(fleet.select(s.config, container))
             hosts_ = [type(h)(h.host, h.reachable, h.error, {k: v for k, v in h.containers.items() if k in chosen})

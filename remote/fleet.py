@@ -315,3 +315,28 @@ def map_each(config: Config, ids: list[int], fn: Callable[[int], object]) -> lis
         if not ok:
             raise value
     return [results[ctid][1] for ctid in ids]
+
+
+def inventory(session) -> list:
+    """session.inventory (each host's `pct list`) for all hosts at once, each over its own connection."""
+    import copy
+    import dataclasses
+
+    from .session import inventory as one_host_at_a_time
+
+    names = list(session.config.hosts)
+    for name in names:  # the transports made here, in one thread: Session's map is not locked
+        session.transport(session.config.hosts[name])
+
+    def one(name: str):
+        view = copy.copy(session)  # shares the transports; never closed itself
+        view.config = dataclasses.replace(session.config, hosts={name: session.config.hosts[name]})
+        return one_host_at_a_time(view)
+
+    results: dict[str, list] = {}
+    threads = [threading.Thread(target=lambda n=n: results.__setitem__(n, one(n)), daemon=True) for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [state for n in names for state in results[n]]
