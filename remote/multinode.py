@@ -15,7 +15,7 @@ from typing import Callable
 
 from . import fleet, jobs
 from . import warmup as wm
-from .config import Container as ContainerSpec
+from .config import ContainerSpec
 from .errors import ConfigError, JobError, RemoteError
 from .session import Session
 
