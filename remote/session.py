@@ -26,6 +26,7 @@ class Session:
     _transports: dict[str, Transport] = field(default_factory=dict)
     _agents: dict = field(default_factory=dict)
     _agent_lock: threading.Lock = field(default_factory=threading.Lock)
+    _agent_locks: dict = field(default_factory=dict)  # ctid -> lock: containers start their agents at once
 
     def transport(self, host: cfg.Host) -> Transport:
         if host.name not in self._transports:
@@ -46,6 +47,8 @@ class Session:
         from .errors import RemoteError
 
         with self._agent_lock:
+            lock = self._agent_locks.setdefault(spec.ctid, threading.Lock())
+        with lock:
             current = self._agents.get(spec.ctid)
             if isinstance(current, float):  # it failed to start then: retry only after a while
                 if time.monotonic() - current < AGENT_RETRY_S:
