@@ -63,15 +63,18 @@ class FakeTransport:
         assert not self.expected, f"commands expected but never run: {[e.match for e in self.expected]}"
 
 
-def inner_argv(argv: Sequence[str]) -> tuple[str, ...]:
-    """The container-side argv of a `pct exec ... -- env ... <argv>` command (wrappers removed)."""
+def inner_argv(argv: Sequence[str], timed: bool | None = None) -> tuple[str, ...]:
+    """The container-side argv of a `pct exec ... -- env ... <argv>` command (wrappers removed).
+
+    `timed` says whether a `timeout -k G T` wrapper is there; None guesses from the text, which a
+    command that is itself `timeout -k ...` would fool."""
     argv = list(argv)
     rest = argv[argv.index("--") + 1:]
     assert rest[:2] == ["env", "-C"], rest
     i = 3
     while "=" in rest[i]:
         i += 1
-    if rest[i] == "timeout":
+    if timed if timed is not None else rest[i:i + 2] == ["timeout", "-k"]:
         i += 4
     return tuple(rest[i:])
 
