@@ -28,7 +28,7 @@ import threading
 import time
 
 from .errors import CommandTimeout, ConnectError
-from .transport import OutputCallback, Result
+from .transport import NotStarted, OutputCallback, Result
 
 HANDSHAKE_TIMEOUT = 60.0  # seconds for the agent's first frame (pct exec and python3 start-up)
 PING_EVERY = 5.0  # the controller pings the agent this often
@@ -281,7 +281,7 @@ class Agent:
     def run(self, argv, *, env: dict, cwd: str, timeout: float | None, stdin: bytes | None,
             on_output: OutputCallback | None, deadline: float | None) -> Result:
         if self.dead:
-            raise ConnectError(self.where, f"{self.where}: agent gone: {self.dead}")
+            raise NotStarted(self.where, f"{self.where}: agent gone: {self.dead}")
         with self._ids:
             i, self._next = self._next, self._next + 1
         q: queue.Queue = queue.Queue()
@@ -291,10 +291,13 @@ class Agent:
         err: list[bytes] = []
         try:
             if self.dead:  # it died after the check above: nobody would wake this queue
-                raise ConnectError(self.where, f"{self.where}: agent gone: {self.dead}")
-            # Nothing was started when this fails: the caller may run it again on a new agent.
-            self._write({"i": i, "argv": list(argv), "env": env, "cwd": cwd, "timeout": timeout,
-                         "stdin": base64.b64encode(stdin).decode() if stdin is not None else None})
+                raise NotStarted(self.where, f"{self.where}: agent gone before running {argv[0]}: {self.dead}")
+            try:
+                self._write({"i": i, "argv": list(argv), "env": env, "cwd": cwd, "timeout": timeout,
+                             "stdin": base64.b64encode(stdin).decode() if stdin is not None else None})
+            except ConnectError as exc:
+                # Nothing was started: the caller may run it again on a new agent.
+                raise NotStarted(self.where, f"{self.where}: agent gone before running {argv[0]}: {self.dead}") from exc
             while True:
                 left = None if deadline is None else max(0.0, deadline - (time.monotonic() - start))
                 try:

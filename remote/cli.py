@@ -6,8 +6,11 @@ RemoteError becomes a clean `Exit` with its message and exit status, never a tra
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import inspect
 import json
+import os
 import sys
 
 from invoke import Collection, Exit, Program, Task
@@ -15,8 +18,9 @@ from invoke import task as invoke_task
 
 from . import __version__
 from . import config as cfg
+from . import fleet
 from .errors import RemoteError
-from .session import Session, inventory
+from .session import Session
 
 # One meaning per short flag in every task; -h is only ever help, and flags not listed have none.
 SHORT_FLAGS = {"container": "c", "dry": "n", "json": "j", "timeout": "t", "allow-dirty": "a", "check": "k",
@@ -40,7 +44,9 @@ def task(*args, **kwargs):
 
 HOSTS_HELP = "hosts file (default: $REMOTE_HOSTS_FILE, else ./hosts.yaml)"
 DRY_HELP = "print the exact remote commands instead of running them"
-CT_HELP = "container id from the hosts file (default: the only one)"
+CT_HELP = ("container id from the hosts file (default: the only one); a comma list (200,201), a group from "
+           "`groups:` or `all` runs the task on each of them at once")
+FAIL_FAST_HELP = "with several containers: start no more of them after the first failure"
 
 
 def handled(fn):
@@ -60,7 +66,45 @@ def handled(fn):
 
 def _session(hosts: str | None, dry: bool = False) -> Session:
     # Container commands go through one persistent agent per container (plain pct exec where it can't run).
+    shared = fleet.shared()
+    if shared is not None:  # one container of a fleet task: the fleet's session, closed by the fleet
+        return contextlib.nullcontext(shared)
     return Session(cfg.load(hosts), dry=dry, agent=True)
+
+
+def fleet_task(fn):
+    """With --container naming several containers (a list, a group, `all`): the task on each of them at
+    once (remote.fleet), output lines prefixed `[id] `, a summary table, exit status from them all.
+    One id, or none: the task exactly as it is."""
+    sig = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def wrapper(c, *args, fail_fast=False, **kwargs):
+        if not fleet.is_selection(kwargs.get("container")):
+            return fn(c, *args, **kwargs)
+        return handled(_run_fleet)(fn, c, args, kwargs, fail_fast)
+
+    wrapper.__signature__ = sig.replace(parameters=[
+        *sig.parameters.values(), inspect.Parameter("fail_fast", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=False)])
+    return wrapper
+
+
+def _run_fleet(fn, c, args, kwargs, fail_fast):
+    config = cfg.load(kwargs.get("hosts"))
+    ids = fleet.select(config, kwargs["container"])
+
+    def one(ctid: int) -> None:
+        mine = {**kwargs, "container": str(ctid)}
+        if fn.__name__ == "pull" and mine.get("dest"):  # never two containers' files in one place
+            mine["dest"] = os.path.join(mine["dest"], str(ctid))
+        fn(c, *args, **mine)
+
+    with Session(config, dry=bool(kwargs.get("dry")), agent=True) as s, fleet.sharing(s, ids):
+        outcomes = fleet.run_each(config, ids, one, fail_fast=fail_fast)
+    print(fleet.render(outcomes))
+    code = fleet.exit_code(outcomes)
+    if code:
+        raise Exit(code=code)
 
 
 def _stream(kind: str, chunk: bytes) -> None:
@@ -69,15 +113,25 @@ def _stream(kind: str, chunk: bytes) -> None:
     out.flush()
 
 
-@task(help={"json": "print machine-readable JSON", "hosts": HOSTS_HELP})
+@task(help={"json": "print machine-readable JSON", "hosts": HOSTS_HELP,
+            "container": "only these containers: an id, a comma list, a group or `all` (default: all)"})
 @handled
-def status(c, json_=False, hosts=None):
-    """Each host's reachability; each container's state, running job (uptime, throughput) and last exit status."""
-    from .jobs import container_jobs
+def status(c, json_=False, hosts=None, container=None):
+    """Each host's reachability; each container's state, running job (uptime, throughput) and last exit
+    status, all containers at once; a venv lock that differs from its siblings'; multi-node runs once."""
+    from .jobs import container_jobs, lock_outliers
 
     with _session(hosts) as s:
-        hosts_ = inventory(s)
+        hosts_ = fleet.inventory(s)  # every host at once
+        if container is not None:
+            chosen = set(fleet.select(s.config, container))
+            hosts_ = [type(h)(h.host, h.reachable, h.error, {k: v for k, v in h.containers.items() if k in chosen})
+                      for h in hosts_ if any(k in chosen for k in h.containers)]
         jobs = container_jobs(s, hosts_)
+        outliers = lock_outliers(jobs, s.config)
+    for entry in jobs:
+        if entry["container"] in outliers:
+            entry["venv_lock_differs"] = outliers[entry["container"]]
     if json_:
         print(json.dumps({"hosts": [{"host": h.host, "reachable": h.reachable, "error": h.error,
                                      "containers": {str(k): v for k, v in h.containers.items()}} for h in hosts_],
@@ -89,9 +143,41 @@ def status(c, json_=False, hosts=None):
             if h.error:
                 print("  " + h.error.replace("\n", "\n  "))
             for ctid, state in h.containers.items():
-                print(f"  {ctid}: {state}" + _job_line(by_ct.get(ctid)))
+                print(f"  {ctid}: {state}" + _job_line(by_ct.get(ctid)) + _lock_note(by_ct.get(ctid)))
+        for line in _multinode_lines(jobs):
+            print(line)
     if not all(h.reachable for h in hosts_):
         raise Exit(code=1)
+
+
+def _lock_note(entry: dict | None) -> str:
+    if not entry or not entry.get("venv_lock_differs"):
+        return ""
+    return (f"  !! venv lock {entry['venv_lock'][:12]} differs from its siblings' {entry['venv_lock_differs'][:12]}:"
+            " `invoke deploy` them together")
+
+
+def _multinode_lines(jobs: list[dict]) -> list[str]:
+    """Each multi-node run once, with its nodes and what each is doing."""
+    runs: dict[str, list[dict]] = {}
+    for entry in jobs:
+        run = entry.get("run") or {}
+        if run.get("nodes"):
+            runs.setdefault(run["id"], []).append(entry)
+    lines = []
+    for run_id, entries in runs.items():
+        nodes = entries[0]["run"]["nodes"]
+        seen = {e["container"]: e["run"] for e in entries}
+        parts = []
+        for rank, ctid in enumerate(nodes):
+            r = seen.get(ctid)
+            what = ("not shown" if r is None else "running" if r["alive"] else
+                    "LOST" if r.get("lost") else f"exited {r['exit']}")
+            parts.append(f"{ctid} (node {rank}{', master' if rank == 0 else ''}): {what}")
+        alive = any(r["alive"] for r in seen.values())
+        lines.append(f"multi-node run {run_id} {'running' if alive else 'ended'} on {len(nodes)} nodes: "
+                     + "; ".join(parts))
+    return lines
 
 
 def _job_line(entry: dict | None) -> str:
@@ -104,18 +190,21 @@ def _job_line(entry: dict | None) -> str:
         base = (f" vs baseline {r['baseline']:g}{unit}{' SLOW' if r['low'] else ''}"
                 if r["baseline"] and r["throughput"] is not None else "")
         text = f", job {r['id']} running {r['uptime_s']}s{tp}{base}"
+        text += f" {r['spark']}" if r.get("spark") else ""
     elif r.get("lost"):
         text = f", last run {r['id']} LOST (no exit record)" + (
             f"; its processes {r['orphans']} still run" if r.get("orphans") else "")
     else:
         tp = f", last throughput {r['throughput']:.4g}{unit}" if r["throughput"] is not None else ""
         text = f", last run {r['id']} exited {r['exit']}{tp}"
+        text += f" {r['spark']}" if r.get("spark") else ""
     return text + (f" [{', '.join(r['problems'])}]" if r["problems"] else "")
 
 
-@task(name="exec", help={"container": CT_HELP, "command": "shell command to run inside the container (bash -c)",
+@task(name="exec", help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP, "command": "shell command to run inside the container (bash -c)",
                          "timeout": "seconds before the command is killed inside the container",
                          "dry": DRY_HELP, "hosts": HOSTS_HELP})
+@fleet_task
 @handled
 def exec_(c, command, container=None, timeout=None, dry=False, hosts=None):
     """Run a shell command in a container, in the checkout with the job's environment (venv, compile
@@ -138,28 +227,34 @@ def exec_(c, command, container=None, timeout=None, dry=False, hosts=None):
         raise Exit(code=result.exit_code)
 
 
-@task(help={"container": CT_HELP, "allow_dirty": "ship uncommitted changes of the local tree (recorded as dirty)",
+@task(help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP, "allow_dirty": "ship uncommitted changes of the local tree (recorded as dirty)",
             "check": "only report what would change and any hand-installed or changed packages (exit 1 if any)",
             "rollback": "switch the venv back to the previous build",
             "force": "deploy even while a training job runs there (the venv it uses is never deleted)",
             "dry": DRY_HELP, "hosts": HOSTS_HELP})
+@fleet_task
 @handled
 def deploy(c, container=None, allow_dirty=False, check=False, rollback=False, force=False, dry=False, hosts=None):
     """Make the container's venv and checkout exactly what the hosts file pins; a no-op when they are."""
     from .deploy import deploy as run_deploy
 
     with _session(hosts, dry) as s:
-        summary = run_deploy(s, container, allow_dirty=allow_dirty, check=check, rollback=rollback, force=force)
+        from .deploy import LockOnce
+
+        lock = fleet.shared_value("deploy-lock", LockOnce) if fleet.shared() is not None else None
+        summary = run_deploy(s, container, allow_dirty=allow_dirty, check=check, rollback=rollback, force=force,
+                             lock=lock)
     print(summary.render())
     if check and (summary.changed or summary.drift):
         raise Exit(code=1)
 
 
-@task(help={"container": CT_HELP, "parallel": "run the devices' warmups as separate processes at once",
+@task(help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP, "parallel": "run the devices' warmups as separate processes at once",
             "devices": "comma-separated devices (default: warmup.devices)",
             "export": "write the container's compile cache folder to this local bundle file (tar.gz); runs nothing",
             "import_": "load a bundle made by --export into the container's cache (refused if versions differ)",
             "dry": DRY_HELP, "hosts": HOSTS_HELP})
+@fleet_task
 @handled
 def warmup(c, container=None, parallel=False, devices=None, export=None, import_=None, dry=False, hosts=None):
     """Compile the training configuration one device at a time into the persistent compile cache."""
@@ -189,7 +284,8 @@ def warmup(c, container=None, parallel=False, devices=None, export=None, import_
           + guard)
 
 
-@task(help={"container": CT_HELP, "force": "start even if a job is already running there",
+@task(help={"container": CT_HELP + "; several: one multi-node run across them (train.command formatted per node)",
+            "force": "start even if a job is already running there",
             "warmup": "run the warmup first when the preflight finds it missing",
             "detach": "do not follow the log after starting", "dry": DRY_HELP, "hosts": HOSTS_HELP})
 @handled
@@ -197,14 +293,24 @@ def train(c, container=None, force=False, warmup=False, detach=False, dry=False,
     """Preflight, start the training job detached, then follow its log (Ctrl-C leaves it running)."""
     from .jobs import final_status, train as run_train
 
+    if fleet.is_selection(container):  # one run across these containers (remote.multinode)
+        from . import multinode
+
+        with _session(hosts, dry) as s:
+            result = multinode.train(s, fleet.select(s.config, container), force=force, warmup=warmup,
+                                     follow=not detach)
+        if result and multinode.final_status(result):
+            raise Exit(code=multinode.final_status(result))
+        return
     with _session(hosts, dry) as s:
         final = run_train(s, container, force=force, warmup=warmup, follow=not detach)
     if final and not final["alive"] and final_status(final):
         raise Exit(code=final_status(final))
 
 
-@task(help={"container": CT_HELP, "run": "run id (default: the latest)", "follow": "keep printing until the job ends",
+@task(help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP, "run": "run id (default: the latest)", "follow": "keep printing until the job ends",
             "hosts": HOSTS_HELP})
+@fleet_task
 @handled
 def logs(c, container=None, run=None, follow=False, hosts=None):
     """Print a run's log (what is there now; with --follow, until the job ends). Exits with the run's
@@ -213,13 +319,23 @@ def logs(c, container=None, run=None, follow=False, hosts=None):
 
     with _session(hosts) as s:
         spec = s.config.container(container)
+        if follow and fleet.shared() is None:  # a multi-node run: every node's log, merged
+            from . import multinode
+
+            run_id, nodes = multinode.nodes_of(s, spec.ctid, run)
+            if len(nodes) > 1:
+                result = multinode.follow_run(s, nodes, run_id)
+                if multinode.final_status(result):
+                    raise Exit(code=multinode.final_status(result))
+                return
         final = show_log(s.container(spec.ctid), spec, run, follow=follow)
     if not final["alive"] and final_status(final):
         raise Exit(code=final_status(final))
 
 
-@task(help={"container": CT_HELP, "run": "run id (default: the latest)",
+@task(help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP, "run": "run id (default: the latest)",
             "grace": "seconds between TERM and KILL (default 10)", "dry": DRY_HELP, "hosts": HOSTS_HELP})
+@fleet_task
 @handled
 def stop(c, container=None, run=None, grace=10, dry=False, hosts=None):
     """Stop a job: TERM its process group, KILL after the grace period, verify nothing of it is left."""
@@ -228,6 +344,15 @@ def stop(c, container=None, run=None, grace=10, dry=False, hosts=None):
     with _session(hosts, dry) as s:
         spec = s.config.container(container)
         result = stop_job(s.container(spec.ctid), spec, run, grace=int(grace))
+        others = [n for n in result.get("nodes") or [] if n != spec.ctid and n in s.config.containers]
+        if others and fleet.shared() is None and not dry:  # a multi-node run: stop it on every node
+            from .multinode import stop_nodes
+
+            for ctid, got in stop_nodes(s, others, result["run"], grace=int(grace)).items():
+                if isinstance(got, Exception):
+                    raise got
+                print(f"node {ctid}: " + ("stopped" if got["was_alive"] else "was not running")
+                      + ", verified: no process of it is left")
     if dry:
         return
     if not result["was_alive"]:
@@ -237,17 +362,76 @@ def stop(c, container=None, run=None, grace=10, dry=False, hosts=None):
               "verified: no process of it is left" + (", none on a GPU" if result.get("gpu_left") == [] else ""))
 
 
-@task(name="up", help={"containers": "comma-separated container ids (default 200)",
-                       "port": "sshd port on 127.0.0.1 (default 2222)"})
+def _containers(s: Session, container: str | None) -> list[int]:
+    """A comma-separated --container list (every configured container when empty); bad ids exit 2."""
+    if not container:
+        return list(s.config.containers)
+    return [s.config.container(c.strip()).ctid for c in str(container).split(",") if c.strip()]
+
+
+@task(help={"container": "container id(s), comma-separated (default: every container in the hosts file)",
+            "json": "print the findings and facts as JSON (schema in the README)", "hosts": HOSTS_HELP})
 @handled
-def lab_up(c, containers="200", port=None):
-    """Start the local lab: sshd on loopback, LXC containers, the pct double."""
+def doctor(c, container=None, json_=False, hosts=None):
+    """Everything that differs from what deploy made and from the last known-good run, each finding with why
+    it matters and the command that fixes it. Exit 0 healthy, 1 with findings, 2 on bad input."""
+    from . import doctor as dr
+
+    # One probe per container: plain pct exec is one round trip, an agent would add its own start-up.
+    with Session(cfg.load(hosts), agent=False) as s:
+        reports = dr.diagnose(s, _containers(s, container))
+    if json_:
+        print(json.dumps(dr.to_json(reports), indent=2))
+    else:
+        print("\n".join(r.render() for r in reports))
+    if not all(r.healthy for r in reports):
+        raise Exit(code=1)
+
+
+@task(name="known-good", help={"container": CT_HELP, "run": "run id (default: the latest)", "hosts": HOSTS_HELP})
+@handled
+def known_good(c, container=None, run=None, hosts=None):
+    """Record a finished run (exit status 0) and the container's facts as its known-good, for doctor to
+    compare against (train records one by itself when a run meets the baseline)."""
+    from .doctor import known_good_label
+    from .knowngood import path_of, record_run
+
+    with _session(hosts) as s:
+        record = record_run(s, container, run)
+        where = path_of(s.config.container(container))
+    print(f"recorded {known_good_label(record)} (commit {str(record['commit'])[:12]}, torch {record['torch']}) "
+          f"in {where}")
+
+
+@task(help={"container": CT_HELP, "run": "run id (default: the latest)",
+            "dest": "the HTML file to write (default: ./report-<container>-<run>.html)", "hosts": HOSTS_HELP})
+@handled
+def report(c, container=None, run=None, dest=None, hosts=None):
+    """Write one self-contained HTML file of a run: its metric over time against the baseline and the
+    known-good run, its manifest, warmup times and any crash hints (opens offline in any browser)."""
+    from .report import write
+
+    with _session(hosts) as s:
+        path = write(s, container, run, dest)
+    print(f"wrote {path}")
+
+
+@task(name="up", help={"containers": "comma-separated container ids (default 200)",
+                       "port": "sshd port on 127.0.0.1 (default 2222)",
+                       "second": "comma-separated container ids on a second look-alike host, lab2 (sshd on port + 1)"})
+@handled
+def lab_up(c, containers="200", port=None, second=None):
+    """Start the local lab: sshd on loopback, LXC containers, the pct double (and a second host with --second)."""
     from .lab import DEFAULT_PORT, Lab
 
     lab = Lab(port=int(port or DEFAULT_PORT))
     ids = [int(x) for x in str(containers).split(",") if x.strip()]
-    lab.up(ids)
+    more = [int(x) for x in str(second or "").split(",") if x.strip()]
+    lab.up(ids, second=more)
     print(f"lab up: sshd on 127.0.0.1:{lab.port}, containers {', '.join(map(str, ids))} running ({lab.dir})")
+    if more:
+        print(f"lab2 up: sshd on 127.0.0.1:{lab.port + 1}, containers {', '.join(map(str, more))} running "
+              f"({lab.second().dir})")
 
 
 @task(name="down", help={"purge": "also delete the containers' files (venvs, checkouts, compile caches)"})
@@ -269,13 +453,14 @@ def _need(**flags) -> None:
         raise Exit(f"error: {' and '.join(missing)} required", code=2)
 
 
-XFER_HELP = {"container": CT_HELP, "dry": DRY_HELP, "hosts": HOSTS_HELP,
+XFER_HELP = {"container": CT_HELP, "fail_fast": FAIL_FAST_HELP, "dry": DRY_HELP, "hosts": HOSTS_HELP,
              "attempts": "tries after a lost connection, each resuming what the last left (default 3)",
              "quiet": "no progress on stderr"}
 
 
 @task(help={**XFER_HELP, "src": "local file or folder", "dest": "path in the container (a folder's contents are "
                                                                  "merged into it; a file lands inside an existing folder)"})
+@fleet_task
 @handled
 def push(c, src=None, dest=None, container=None, attempts=3, quiet=False, dry=False, hosts=None):
     """Copy a local file or folder into a container: streamed, verified by sha256, resumed after a lost connection."""
@@ -293,6 +478,7 @@ def push(c, src=None, dest=None, container=None, attempts=3, quiet=False, dry=Fa
 @task(help={**XFER_HELP, "src": "file or folder in the container", "dest": "local path (a folder's contents are "
                                                                            "merged into it; a file lands inside an existing folder)",
             "run": "pull this run's outputs, log and manifest instead of --src (a run id, or `latest`)"})
+@fleet_task
 @handled
 def pull(c, src=None, dest=None, container=None, run=None, attempts=3, quiet=False, dry=False, hosts=None):
     """Copy a file or folder out of a container: streamed, verified by sha256, resumed after a lost connection.
@@ -331,6 +517,9 @@ ns.add_task(logs)
 ns.add_task(stop)
 ns.add_task(push)
 ns.add_task(pull)
+ns.add_task(doctor)
+ns.add_task(known_good)
+ns.add_task(report)
 ns.add_collection(lab)
 
 program = Program(namespace=ns, version=__version__, name="remote", binary="remote")

@@ -35,6 +35,7 @@ class Host:
     connect_timeout: float = 10.0
     pct: str = "pct"
     local: bool = False  # run on this machine (the controller is the Proxmox host)
+    max_parallel: int = 4  # containers of this host that a fleet task works on at once
 
 
 @dataclass(frozen=True)
@@ -82,25 +83,28 @@ class TrainSpec:
     baseline: float | None = None
     tolerance: float = 0.2
     outputs: tuple[str, ...] = ()  # a run's results, relative to the checkout (`invoke pull --run`)
+    master_port: int = 29500  # a multi-node run's rendezvous port on its first node ({master_port})
 
 
 @dataclass(frozen=True)
-class Container:
+class ContainerSpec:
     ctid: int
     host: Host
     venv: VenvSpec = field(default_factory=VenvSpec)
     code: CodeSpec = field(default_factory=CodeSpec)
     warmup: WarmupSpec = field(default_factory=WarmupSpec)
     train: TrainSpec = field(default_factory=TrainSpec)
+    address: str | None = None  # where other containers reach this one (a multi-node run's {master_addr})
 
 
 @dataclass(frozen=True)
 class Config:
     file: str
     hosts: dict[str, Host]
-    containers: dict[int, Container]
+    containers: dict[int, ContainerSpec]
+    groups: dict[str, tuple[int, ...]] = field(default_factory=dict)  # name -> container ids (--container NAME)
 
-    def container(self, ctid: int | str | None) -> Container:
+    def container(self, ctid: int | str | None) -> ContainerSpec:
         """The container `ctid`, or the only one configured when `ctid` is None."""
         if ctid is None:
             if len(self.containers) == 1:
@@ -206,6 +210,7 @@ def _host(s: _Section, name: str) -> Host:
         connect_timeout=s.take("connect_timeout", float, 10.0, _range(0.1, 600)),
         pct=s.take("pct", str, "pct", _nonempty),
         local=s.take("local", bool, False),
+        max_parallel=s.take("max_parallel", int, 4, _range(1, 256)),
     )
     s.done()
     return host
@@ -281,6 +286,7 @@ def _train(s: _Section, base: TrainSpec) -> TrainSpec:
         baseline=s.take("baseline", float, base.baseline, _range(0, 1e12)),
         tolerance=s.take("tolerance", float, base.tolerance, _range(0, 1)),
         outputs=s.strings("outputs", base.outputs),
+        master_port=s.take("master_port", int, base.master_port, _range(1, 65535)),
     )
     s.done()
     for i, out in enumerate(spec.outputs):
@@ -337,12 +343,37 @@ def parse(data: Any, file: str) -> Config:
         if host not in hosts:
             raise ConfigError(file, c.key("host"), f"unknown host {host!r} (known: {_ids(hosts)})")
         features = {k: reader(c.section(k), globals_[k]) for k, (reader, _) in _FEATURES.items()}
+        address = c.take("address", str, None, _nonempty)
         c.done()
-        containers[ctid] = Container(ctid=ctid, host=hosts[host], **features)
+        containers[ctid] = ContainerSpec(ctid=ctid, host=hosts[host], address=address, **features)
     if not containers:
         raise ConfigError(file, "containers", "no containers defined")
+    groups = _groups(top.section("groups"), containers)
     top.done()
-    return Config(file=file, hosts=hosts, containers=containers)
+    return Config(file=file, hosts=hosts, containers=containers, groups=groups)
+
+
+def _groups(s: _Section, containers: dict[int, ContainerSpec]) -> dict[str, tuple[int, ...]]:
+    """`groups: {drafters: [200, 201]}`: names usable as --container, each a list of configured ids."""
+    groups = {}
+    for name in s.data:
+        key = s.key(str(name))
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", name) or name == "all":
+            raise ConfigError(s.file, key, "group names are words that start with a letter (and not 'all')")
+        ids = s.take(name, list)
+        if not ids:
+            raise ConfigError(s.file, key, "expected a list of container ids, got an empty list")
+        seen = []
+        for i, raw in enumerate(ids):
+            if isinstance(raw, bool) or not isinstance(raw, int):
+                raise ConfigError(s.file, f"{key}[{i}]", f"expected a container id, got {_kind(raw)} {raw!r}")
+            if raw not in containers:
+                raise ConfigError(s.file, f"{key}[{i}]", f"unknown container {raw} (known: {_ids(containers)})")
+            if raw not in seen:
+                seen.append(raw)
+        groups[name] = tuple(seen)
+    s.done()
+    return groups
 
 
 def find_file(explicit: str | None = None) -> str:

@@ -17,6 +17,7 @@ import platform
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zipfile
 from contextlib import contextmanager
@@ -27,7 +28,7 @@ from typing import Callable, Iterator
 from . import code as codemod
 from . import files, jobs, oplock, shell
 from . import venv as venvmod
-from .config import Container as ContainerSpec
+from .config import ContainerSpec
 from .errors import BusyError, CommandError, DeployError, RemoteError
 from .logs import LineSplitter
 from .pct import Container
@@ -66,6 +67,30 @@ class Summary:
                          f"{t.get('triton') or 'none'}, cuda available: {t.get('cuda_available')}, GPUs: "
                          f"{t.get('gpu_count')}" + (f" ({t['gpu_name']})" if t.get("gpu_name") else ""))
         return "\n".join(lines)
+
+
+class LockOnce:
+    """The lock resolved once for a deploy of several containers: the first container that needs a build
+    resolves it (`uv pip compile`, nothing installed), and every container with the same venv spec
+    installs exactly that lock. Thread-safe; the others wait while the first resolves."""
+
+    def __init__(self):
+        self._mutex = threading.Lock()
+        self._locks: dict[str, str] = {}
+
+    def get(self, want: str, resolve: Callable[[], str]) -> str:
+        with self._mutex:
+            if want not in self._locks:
+                self._locks[want] = resolve()
+            return self._locks[want]
+
+
+def _resolve_lock(ct: Container, spec: ContainerSpec, state: dict, uv: str, spec_in: str) -> str:
+    """The lock of `spec_in` (a file in the container), resolved there for its interpreter."""
+    r = ct.run([uv, "pip", "compile", "--quiet", "--python", state["python"]["executable"], "--generate-hashes",
+                "--no-header", *venvmod.uv_index_args(spec.venv), spec_in], env=UV_ENV, timeout=1800,
+               mutates=False, label="resolve the lock (uv pip compile)")
+    return r.out
 
 
 def uv_path(version: str) -> str:
@@ -219,8 +244,10 @@ def make_plan(spec: ContainerSpec, state: dict, local: codemod.LocalCommit | Non
 
 
 def deploy(session: Session, ctid=None, *, allow_dirty: bool = False, check: bool = False, rollback: bool = False,
-           force: bool = False, echo: Callable[[str], None] = print, lease_ttl: float = oplock.TTL) -> Summary:
+           force: bool = False, echo: Callable[[str], None] = print, lease_ttl: float = oplock.TTL,
+           lock: LockOnce | None = None) -> Summary:
     """Bring container `ctid` to the configured commit and venv; a no-op when both already match.
+    `lock`, shared by the deploys of several containers, makes them all install the one lock it resolves.
 
     Changes are made under the container's operation lease (remote.oplock) and refused while a
     training job runs there, unless `force`; a venv that a live process uses is never deleted."""
@@ -263,7 +290,7 @@ def deploy(session: Session, ctid=None, *, allow_dirty: bool = False, check: boo
         _refuse_running_job(ct, spec, force, summary, echo)
         # Probed again under the lease: nothing else changes the container while this plan is carried out.
         state = probe(ct, spec)
-        _apply(ct, spec, state, make_plan(spec, state, local), local, held, summary, echo)
+        _apply(ct, spec, state, make_plan(spec, state, local), local, held, summary, echo, lock)
     summary.seconds = time.monotonic() - start
     return summary
 
@@ -293,7 +320,7 @@ def _refuse_running_job(ct: Container, spec: ContainerSpec, force: bool, summary
 
 
 def _apply(ct: Container, spec: ContainerSpec, state: dict, plan: Plan, local: codemod.LocalCommit | None,
-           held: oplock.Lease, summary: Summary, echo) -> None:
+           held: oplock.Lease, summary: Summary, echo, lock: LockOnce | None = None) -> None:
     """Clean up, build and verify the venv, then move the code and swap the venv as the very last steps,
     so a failed build leaves both the old checkout and the old venv."""
     summary.drift = plan.venv.drift.lines()
@@ -315,7 +342,7 @@ def _apply(ct: Container, spec: ContainerSpec, state: dict, plan: Plan, local: c
             target = f"{versions_dir(spec)}/{plan.venv.reuse}"
             summary.torch = _read_record(ct, target).get("verify")
         else:
-            target, summary.torch = _build(ct, spec, state, plan.want, plan.req_text, plan.guard, echo)
+            target, summary.torch = _build(ct, spec, state, plan.want, plan.req_text, plan.guard, echo, lock)
 
     held.check()
     if plan.code:
@@ -368,7 +395,8 @@ def _ensure_uv(ct: Container, spec: ContainerSpec, machine: str, echo) -> str:
     return path
 
 
-def _build(ct: Container, spec: ContainerSpec, state: dict, want: str, req_text, guard: bytes, echo):
+def _build(ct: Container, spec: ContainerSpec, state: dict, want: str, req_text, guard: bytes, echo,
+           lock: LockOnce | None = None):
     """Build, verify and record a new venv at its final path; returns (path, verify report)."""
     versions = versions_dir(spec)
     uv = _ensure_uv(ct, spec, state["python"]["machine"], echo)
@@ -377,6 +405,9 @@ def _build(ct: Container, spec: ContainerSpec, state: dict, want: str, req_text,
     staging = f"{target}.building"
     files.push_bytes(ct, venvmod.requirements_in(spec.venv, req_text).encode(), f"{staging}/spec.in")
     files.push_bytes(ct, guard, f"{staging}/guard.py")
+    if lock is not None and not ct.dry:
+        text = lock.get(want, lambda: _resolve_lock(ct, spec, state, uv, f"{staging}/spec.in"))
+        files.push_bytes(ct, text.encode(), f"{staging}/lock.txt")
     echo(f"==> building venv {name} beside the current one")
     t0 = time.monotonic()
     # setsid: the builder outlives a lost controller, and REMOTE_VENV_BUILD marks each of its processes,

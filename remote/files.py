@@ -75,15 +75,15 @@ def _size(n: float) -> str:
 class ProgressPrinter:
     """Progress on stderr: bytes/total, percent and MB/s, at most every `every` seconds (one line when not a tty)."""
 
-    def __init__(self, label: str, stream=None, every: float | None = None):
-        self.label, self.stream = label, stream or sys.stderr
+    def __init__(self, label: str, stream=None, every: float | None = None, clock=time.monotonic):
+        self.label, self.stream, self.clock = label, stream or sys.stderr, clock
         self.tty = self.stream.isatty()
         self.every = every if every is not None else (0.5 if self.tty else 5.0)
-        self.start = self.last = time.monotonic()
+        self.start = self.last = clock()
         self.finished = False
 
     def __call__(self, done: int, total: int) -> None:
-        now = time.monotonic()
+        now = self.clock()
         if self.finished or (now - self.last < self.every and done < total):
             return
         self.last, self.finished = now, done >= total
@@ -142,16 +142,20 @@ def pull(ct: Container, src: str, dest: str | os.PathLike, *, progress: Progress
         ct.echo(f"# pull {src} -> {dest}: a file through {PARTIAL} and a rename, a folder as one tar stream")
         ct.echo(ct.transport.describe(ct.script_argv(load("pull_file"), src, "0")))
         return TransferStats("pull", "file", src, str(dest), 0, 0, 0, 0.0)
-    kind = _probe(ct, src, 0)[0]
-    if kind == "d":
-        return _retrying(lambda: _pull_tree(ct, src, Path(dest), progress), attempts, sleep)
-    if kind != "f":
-        raise TransferError(f"{ct.where}: cannot pull {src}: " + ("no such file or folder" if kind == "n" else
-                                                                  "not a regular file or folder"))
-    target = Path(dest)
-    if target.is_dir() or str(dest).endswith("/"):
-        target = target / os.path.basename(src.rstrip("/"))
-    return _retrying(lambda: _pull_file(ct, src, target, progress), attempts, sleep)
+
+    def attempt() -> TransferStats:
+        kind = _probe(ct, src, 0)[0]
+        if kind == "d":
+            return _pull_tree(ct, src, Path(dest), progress)
+        if kind != "f":
+            raise TransferError(f"{ct.where}: cannot pull {src}: " + ("no such file or folder" if kind == "n" else
+                                                                      "not a regular file or folder"))
+        target = Path(dest)
+        if target.is_dir() or str(dest).endswith("/"):
+            target = target / os.path.basename(src.rstrip("/"))
+        return _pull_file(ct, src, target, progress)
+
+    return _retrying(attempt, attempts, sleep)
 
 
 def _retrying(attempt: Callable[[], TransferStats], attempts: int, sleep) -> TransferStats:

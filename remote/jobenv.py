@@ -13,7 +13,7 @@ import json
 from typing import Mapping, Sequence
 
 from . import shell
-from .config import Container as ContainerSpec
+from .config import ContainerSpec
 from .guard import cache_subdir  # a pure function: the one naming rule shared with remote_guard
 from .pct import Container
 from .transport import Result

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from . import files, jobenv, layout, logs, oplock, shell
 from . import warmup as wm
-from .config import Container as ContainerSpec
+from .config import ContainerSpec
 from .errors import CommandError, ConfigError, JobError, RemoteError, TransferError
 from .pct import Container
 from .session import HostState, Session
@@ -69,8 +69,7 @@ def preflight(ct: Container, spec: ContainerSpec, *, echo=print) -> Preflight:
     notes = [f"venv verified: torch {verify.get('torch')} (CUDA build {verify.get('cuda_build')})"]
     if ct.dry:
         return Preflight(commit, venv, None, notes + ["(dry run: the checks that read the container are skipped)"])
-    r = ct.script('cd "$1"; git rev-parse HEAD; git status --porcelain --untracked-files=no', spec.code.path,
-                  mutates=False, timeout=60)
+    r = ct.script(shell.load("checkout"), spec.code.path, mutates=False, timeout=60, label="read the checkout")
     head, *dirty = r.out.splitlines()
     if head != commit:
         raise JobError(f"checkout {spec.code.path} is at {head[:12]}, not the deployed {commit[:12]}: run `invoke deploy`")
@@ -112,12 +111,13 @@ def new_run_id() -> str:
 
 
 def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = False,
-           command: str | None = None) -> tuple[str, int]:
-    """Start the job detached; returns (run id, pid). Refused while another job runs, unless forced."""
+           command: str | None = None, run_id: str | None = None, extra: dict | None = None) -> tuple[str, int]:
+    """Start the job detached; returns (run id, pid). Refused while another job runs, unless forced.
+    A multi-node run passes its one run id and its node's fields for the manifest (`extra`)."""
     command = command or spec.train.command
     if not command:
         raise ConfigError("hosts file", "train.command", "set the training command to run")
-    run_id = new_run_id()
+    run_id = run_id or new_run_id()
     verify = pre.venv.get("verify") or {}
     manifest = {"id": run_id, "container": spec.ctid, "commit": pre.commit, "venv": spec.venv.path,
                 "venv_lock_sha256": pre.venv.get("lock_sha256"), "torch": verify.get("torch"),
@@ -127,7 +127,7 @@ def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = 
                 "outputs": list(spec.train.outputs), "checkout": spec.code.path,
                 "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "started_epoch": time.time(),
                 "metric": dataclasses.asdict(spec.train.metric) if spec.train.metric else None,
-                "baseline": spec.train.baseline}
+                "baseline": spec.train.baseline, **(extra or {})}
     try:
         with oplock.hold(ct, "train"):  # not while a deploy swaps the venv or moves the checkout
             r = jobenv.run(ct, spec, verify, ["bash", "-c", shell.with_lib("launch"), "launch", spec.train.run_dir,
@@ -197,7 +197,8 @@ def stop(ct: Container, spec: ContainerSpec, run_id: str | None = None, grace: i
     if ct.dry:
         return {"run": st["run"], "was_alive": st["alive"], "signal": "none", "left": [], "gpu_left": [], "exit": None}
     fields = dict(line.split("=", 1) for line in r.out.splitlines() if "=" in line)
-    result = {"run": st["run"], "was_alive": st["alive"] or bool(st["orphans"]), "signal": fields.get("signal"),
+    result = {"run": st["run"], "nodes": (st.get("manifest") or {}).get("nodes"),
+              "was_alive": st["alive"] or bool(st["orphans"]), "signal": fields.get("signal"),
               "left": [int(p) for p in fields.get("left", "").split()],
               "gpu_left": [int(p) for p in fields.get("gpu_left", "").split()],
               "exit": int(fields["exit"]) if fields.get("exit", "").lstrip("-").isdigit() else None}
@@ -257,11 +258,15 @@ def train(session: Session, ctid=None, *, force: bool = False, warmup: bool = Fa
     if not follow or session.dry:
         return None
     try:
-        return show_log(ct, spec, run_id, follow=True, echo=echo)
+        final = show_log(ct, spec, run_id, follow=True, echo=echo)
     except KeyboardInterrupt:
         echo(f"\n-- stopped following; run {run_id} keeps running. `invoke logs --follow` resumes, "
              "`invoke stop` ends it")
         return None
+    from .knowngood import after_run  # a run that met the baseline becomes the container's known-good
+
+    after_run(session, ct, spec, final, echo=echo)
+    return final
 
 
 def pull_run(session: Session, ctid, run_id: str | None, dest: str, *, progress: bool = True, echo=print) -> dict:
@@ -298,13 +303,12 @@ def pull_run(session: Session, ctid, run_id: str | None, dest: str, *, progress:
 def container_jobs(session: Session, hosts: list[HostState]) -> list[dict]:
     """Per container of a reachable host: its state (as `inventory` found it) and its latest run
     (alive or lost, uptime, throughput with its unit, exit status)."""
-    out = []
-    for host in hosts:
-        if not host.reachable:
-            continue
-        for ctid, known in host.containers.items():
-            out.append(_container_job(session, session.config.containers[ctid], known))
-    return out
+    from . import fleet
+
+    known = {ctid: state for host in hosts if host.reachable for ctid, state in host.containers.items()}
+    # Every container at once (bounded per host), over each host's one connection.
+    return fleet.map_each(session.config, list(known),
+                          lambda ctid: _container_job(session, session.config.containers[ctid], known[ctid]))
 
 
 def _container_job(session: Session, spec: ContainerSpec, known: str) -> dict:
@@ -317,16 +321,48 @@ def _container_job(session: Session, spec: ContainerSpec, known: str) -> dict:
     try:
         st = state(session.container(spec.ctid), spec)
         if st.get("run"):
-            watch = watch_for(spec)
-            for line in logs.LineSplitter().feed(st.pop("tail").encode()):
-                watch.line(line)
+            from .report import series, sparkline
+
+            values, watch = series(spec, st.pop("tail"), last_line=False)
             started = (st.get("manifest") or {}).get("started_epoch")
             entry["run"] = {"id": st["run"], "alive": st["alive"], "lost": st["lost"], "orphans": st["orphans"],
                             "exit": st["exit"], "pid": st["pid"],
                             "uptime_s": round(st["now"] - started) if started and st["alive"] else None,
                             "throughput": watch.last, "rolling": watch.rolling, "unit": watch.unit,
                             "higher_is_better": watch.higher_is_better, "baseline": spec.train.baseline,
-                            "low": watch.low, "problems": [name for name, _, _ in watch.found]}
+                            "low": watch.low, "problems": [name for name, _, _ in watch.found],
+                            "spark": sparkline(values)}
+            nodes = (st.get("manifest") or {}).get("nodes")
+            if nodes:  # one node of a multi-node run
+                entry["run"]["nodes"], entry["run"]["node_rank"] = nodes, st["manifest"].get("node_rank")
+        entry["venv_lock"] = venv_lock(session.container(spec.ctid), spec)
     except RemoteError as exc:
         entry["error"] = str(exc)
     return entry
+
+
+def venv_lock(ct: Container, spec: ContainerSpec) -> str | None:
+    """The sha256 of the lock of the venv in use (what `deploy` installed), or None when there is none."""
+    r = ct.run(["sha256sum", "--", f"{spec.venv.path}/remote-lock.txt"], check=False, mutates=False, timeout=30)
+    return r.out.split()[0] if r.exit_code == 0 and r.out.split() else None
+
+
+def lock_outliers(entries: list[dict], config) -> dict[int, str]:
+    """Containers whose venv lock differs from their siblings' (the others with the same venv spec):
+    ctid -> what the siblings have. The lock most of them have is taken as the siblings'."""
+    groups: dict = {}
+    for e in entries:
+        if e.get("venv_lock"):
+            groups.setdefault(config.containers[e["container"]].venv, []).append(e)
+    out = {}
+    for members in groups.values():
+        counts: dict[str, int] = {}
+        for e in members:
+            counts[e["venv_lock"]] = counts.get(e["venv_lock"], 0) + 1
+        if len(counts) < 2:
+            continue
+        common = max(counts, key=lambda k: (counts[k], k))
+        for e in members:
+            if e["venv_lock"] != common:
+                out[e["container"]] = common
+    return out

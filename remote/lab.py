@@ -72,13 +72,22 @@ def _run(argv, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(argv, capture_output=True, text=True, **kwargs)
 
 
+SECOND = "pve2"  # the second host's folder inside the lab's, and its pct node name is lab2
+
+
 @dataclass
 class Lab:
     dir: Path = Path(os.environ.get("REMOTE_LAB_DIR", DEFAULT_DIR))
     port: int = DEFAULT_PORT
+    node: str = "lab"  # the host's name in hosts files and its pct node name
 
     def __post_init__(self):
         self.dir = Path(self.dir)
+
+    def second(self) -> "Lab":
+        """A second look-alike Proxmox host: its own folder, sshd (on port + 1), keys and pct node.
+        Container ids must differ from the first host's (LXC names them system-wide)."""
+        return Lab(dir=self.dir / SECOND, port=self.port + 1, node="lab2")
 
     @property
     def ssh(self) -> Path:
@@ -97,8 +106,10 @@ class Lab:
         return self.ssh / "known_hosts"
 
     # -- bring up ------------------------------------------------------------------------------
-    def up(self, containers=DEFAULT_CONTAINERS) -> None:
-        """Start sshd and the containers (idempotent)."""
+    def up(self, containers=DEFAULT_CONTAINERS, second=()) -> None:
+        """Start sshd and the containers (idempotent); with `second`, also a second host with those containers."""
+        if set(containers) & set(second):
+            raise LabError(f"container ids must differ between the two hosts: {sorted(set(containers) & set(second))}")
         self._check_tools()
         for d in (self.ssh, self.dir / "bin", self.lxc):
             d.mkdir(parents=True, exist_ok=True)
@@ -107,9 +118,24 @@ class Lab:
         self._sshd()
         for ctid in containers:
             self.start_container(ctid)
-        if EXAMPLES.is_dir():
+        if EXAMPLES.is_dir() and self.node == "lab":
             self.demo_repo()
             self.plain_repo()
+        if second:
+            self.second().up(second)
+            self.link_names([*containers, *second])
+
+    def link_names(self, ids) -> None:
+        """Every container's hostname (lab<id>) resolves in every container of both hosts, as DNS would
+        between real hosts: torchrun's nodes reach each other by hostname. All of them share the host
+        network, so each name is a loopback address."""
+        for lab in (self, self.second()):
+            for ctid in ids:
+                hosts = lab.lxc / str(ctid) / "upper" / "etc" / "hosts"
+                if hosts.exists():  # its own name first: that is the name its address resolves back to
+                    names = " ".join(f"lab{i}" for i in [ctid, *(i for i in ids if i != ctid)])
+                    keep = [line for line in hosts.read_text().splitlines() if not line.startswith("127.0.1.1 ")]
+                    hosts.write_text("\n".join([*keep, f"127.0.1.1 {names}"]) + "\n")
 
     def _check_tools(self) -> None:
         if os.geteuid() != 0:
@@ -131,7 +157,8 @@ class Lab:
     def _pct_double(self) -> None:
         source = (Path(__file__).with_name("lab_pct.py")).read_text()
         source = (source.replace('LXC_PATH = "/var/lib/remote-lab/lxc"', f"LXC_PATH = {str(self.lxc)!r}")
-                  .replace('LOCK_DIR = "/var/lib/remote-lab/lock"', f"LOCK_DIR = {str(self.dir / 'lock')!r}"))
+                  .replace('LOCK_DIR = "/var/lib/remote-lab/lock"', f"LOCK_DIR = {str(self.dir / 'lock')!r}")
+                  .replace('NODE = "lab"', f"NODE = {self.node!r}"))
         target = self.dir / "bin" / "pct"
         target.write_text(f"#!{_system_python()}\n" + source)
         target.chmod(0o755)
@@ -235,6 +262,8 @@ class Lab:
     # -- tear down -----------------------------------------------------------------------------
     def down(self, purge: bool = False) -> None:
         """Stop containers and sshd; with purge, also delete everything the containers wrote."""
+        if self.node == "lab" and (self.dir / SECOND).is_dir():
+            self.second().down(purge=False)
         for ctid in self.containers():
             if self.state(ctid) == "RUNNING":
                 _run(["lxc-stop", "-P", str(self.lxc), "-n", str(ctid), "-k"])
@@ -252,11 +281,17 @@ class Lab:
                     break
                 time.sleep(0.1)
 
-    def hosts_yaml(self, containers=DEFAULT_CONTAINERS) -> str:
-        """A hosts file for this lab (used by tests; the shipped hosts.yaml is the default lab's)."""
-        lines = ["hosts:", "  lab:", "    address: 127.0.0.1", f"    port: {self.port}", "    user: root",
-                 f"    key_file: {self.key_file}", f"    known_hosts: {self.known_hosts}", "containers:"]
-        lines += [f"  {c}:\n    host: lab" for c in containers]
+    def hosts_yaml(self, containers=DEFAULT_CONTAINERS, second=()) -> str:
+        """A hosts file for this lab (used by tests; the shipped hosts.yaml is the default lab's); with
+        `second`, those containers on the second host. Each container's address is 127.0.0.1 (host network)."""
+        labs = [(self, containers)] + ([(self.second(), second)] if second else [])
+        lines = ["hosts:"]
+        for lab, _ in labs:
+            lines += [f"  {lab.node}:", "    address: 127.0.0.1", f"    port: {lab.port}", "    user: root",
+                      f"    key_file: {lab.key_file}", f"    known_hosts: {lab.known_hosts}"]
+        lines.append("containers:")
+        for lab, ids in labs:
+            lines += [f"  {c}:\n    host: {lab.node}" + ("\n    address: 127.0.0.1" if second else "") for c in ids]
         return "\n".join(lines) + "\n"
 
 

@@ -17,7 +17,7 @@ from typing import Callable, Mapping, Protocol, Sequence
 
 from .errors import (CommandError, CommandTimeout, ContainerCommandNotFound, ContainerLocked, ContainerNotFound,
                      ContainerNotRunning, PctError)
-from .transport import OutputCallback, Result, Stream, Transport
+from .transport import NotStarted, OutputCallback, Result, Stream, Transport
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 KILL_GRACE = 5  # seconds between TERM and KILL when a command's timeout expires
@@ -170,9 +170,15 @@ class Container:
             full = exec_argv(self.pct, self.ctid, argv, env=variables, cwd=cwd, path=self.path, timeout=timeout)
             result = self._host_run(full, mutates=True)
         else:
-            runner = (self.agent() if self.agent else None) or PctExec(self.transport, self.pct, self.ctid)
-            result = runner.run(argv, env=variables, cwd=cwd, timeout=timeout, stdin=stdin, on_output=on_output,
-                                deadline=deadline)
+            for again in (True, False):
+                runner = (self.agent() if self.agent else None) or PctExec(self.transport, self.pct, self.ctid)
+                try:
+                    result = runner.run(argv, env=variables, cwd=cwd, timeout=timeout, stdin=stdin,
+                                        on_output=on_output, deadline=deadline)
+                    break
+                except NotStarted:
+                    if not again:  # the agent died unseen since its last command; a new one (or pct exec) runs it
+                        raise
         pct_error = classify(result.err, result.exit_code, self.ctid, self.transport.name)
         if pct_error:
             raise pct_error

@@ -26,6 +26,7 @@ class Session:
     _transports: dict[str, Transport] = field(default_factory=dict)
     _agents: dict = field(default_factory=dict)
     _agent_lock: threading.Lock = field(default_factory=threading.Lock)
+    _agent_locks: dict = field(default_factory=dict)  # ctid -> lock: containers start their agents at once
 
     def transport(self, host: cfg.Host) -> Transport:
         if host.name not in self._transports:
@@ -39,13 +40,15 @@ class Session:
                          path=f"{spec.venv.path}/bin:{DEFAULT_PATH}" if venv_on_path else DEFAULT_PATH,
                          agent=(lambda: self._agent_for(spec)) if self.agent else None)
 
-    def _agent_for(self, spec: cfg.Container):
+    def _agent_for(self, spec: cfg.ContainerSpec):
         """The container's agent, started (or restarted after a lost connection) on demand; None when it
         cannot run there, and then commands go through plain `pct exec`, which reports pct's errors."""
         from .agent import AGENT, AGENT_SILENCE, Agent
         from .errors import RemoteError
 
         with self._agent_lock:
+            lock = self._agent_locks.setdefault(spec.ctid, threading.Lock())
+        with lock:
             current = self._agents.get(spec.ctid)
             if isinstance(current, float):  # it failed to start then: retry only after a while
                 if time.monotonic() - current < AGENT_RETRY_S:

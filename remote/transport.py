@@ -33,6 +33,10 @@ log = logging.getLogger(__name__)
 OutputCallback = Callable[[str, bytes], None]  # ("stdout" | "stderr", chunk)
 
 
+class NotStarted(ConnectError):
+    """The connection was found gone before the command was sent: nothing ran, so it may be run again."""
+
+
 @dataclass(frozen=True)
 class Result:
     """What a finished command left behind."""

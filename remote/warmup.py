@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import files, jobenv, oplock, shell
-from .config import Container as ContainerSpec
+from .config import ContainerSpec
 from .errors import CommandError, ConfigError, DeployError, WarmupError
 from .logs import LineSplitter
 from .pct import Container
@@ -130,9 +130,8 @@ def parse_cache_lines(lines: list[str]) -> dict[str, tuple[int, int]]:
 
 def deployed(ct: Container, spec: ContainerSpec) -> dict:
     """The deployed commit and venv record, or a DeployError saying to deploy first."""
-    r = ct.script('cat "$1/.git/remote-deploy.json" 2>/dev/null || echo null; '
-                  'cat "$2/remote-venv.json" 2>/dev/null || echo null', spec.code.path, spec.venv.path,
-                  mutates=False, timeout=60)
+    r = ct.script(shell.load("deployed"), spec.code.path, spec.venv.path, mutates=False, timeout=60,
+                  label="read the deploy records")
     code, _, venv = r.out.strip().partition("\n")
     state = {"code": json.loads(code), "venv": json.loads(venv)}
     if state["venv"] is None:
@@ -181,7 +180,8 @@ def run_device(ct: Container, spec: ContainerSpec, state: dict, device: str, ech
 
 def _record(ct: Container, spec: ContainerSpec, records: list[dict]) -> None:
     text = "".join(json.dumps(r) + "\n" for r in records)
-    ct.script('mkdir -p "$1" && cat >> "$1/warmups.jsonl"', spec.warmup.cache_dir, stdin=text.encode(), timeout=60)
+    ct.script(shell.load("append"), spec.warmup.cache_dir, "warmups.jsonl", stdin=text.encode(), timeout=60,
+              label="record the warmup")
 
 
 def warmup(session: Session, ctid=None, *, parallel: bool = False, devices: list[str] | None = None,
@@ -241,7 +241,11 @@ def records(ct: Container, spec: ContainerSpec) -> list[dict]:
 
 def missing_warmups(ct: Container, spec: ContainerSpec, state: dict) -> list[str]:
     """For each device without a warmup for this commit, venv, command and environment: why."""
-    recs = records(ct, spec)
+    return missing_in(records(ct, spec), spec, state)
+
+
+def missing_in(recs: list[dict], spec: ContainerSpec, state: dict) -> list[str]:
+    """missing_warmups over records already read (the facts probe reads them). Pure."""
     problems = []
     for device in devices_of(spec):
         want = warmup_key(spec, state, device)
@@ -307,7 +311,8 @@ def import_cache(session: Session, ctid, path: str, echo=print) -> dict:
     except (OSError, tarfile.TarError) as exc:
         raise WarmupError(f"{path}: cannot read the bundle: {exc}") from None
     wanted = {warmup_key(spec, state, dev)["key"] for dev in devices_of(spec)}
-    kept = [{**r, "imported_from": os.path.basename(path)} for r in sidecar.get("warmups", []) if r.get("key") in wanted]
+    latest = {r["key"]: r for r in sidecar.get("warmups", []) if r.get("key") in wanted}  # one per device
+    kept = [{**r, "imported_from": os.path.basename(path)} for r in latest.values()]
     if kept:
         _record(ct, spec, kept)
     return {"files": count, "cache_dir": folder, "warmups": [r["device"] for r in kept]}

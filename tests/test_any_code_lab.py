@@ -154,7 +154,15 @@ def test_a_secret_in_train_env_reaches_the_job_but_no_argv_file_or_output(lab, p
         ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout  # host and containers
         assert SECRET not in ps
         assert SECRET not in in_ct(plain, f"grep -r {SECRET[:6]} /root/runs/{run_id} || echo none")
-        task(plain, "train", "-c", str(CT), "--dry", "--force")
+        # Dry runs read what they need and print the rest, even where nvidia-smi exists: no traceback.
+        in_ct(plain, "printf '#!/bin/sh\\necho 0, NVIDIA H200, 580.1, 1, 143771\\n' > /usr/local/bin/nvidia-smi; "
+                     "chmod +x /usr/local/bin/nvidia-smi")
+        try:
+            for args in (("train", "--force"), ("stop",)):
+                dry = task(plain, *args, "-c", str(CT), "--dry")
+                assert "Traceback" not in dry.stdout and "pct exec" in dry.stdout, dry.stdout
+        finally:
+            in_ct(plain, "rm -f /usr/local/bin/nvidia-smi")
     finally:
         stopped = task(plain, "stop", "-c", str(CT), "--run", run_id).stdout
     assert "verified: no process of it is left" in stopped

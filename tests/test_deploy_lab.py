@@ -213,8 +213,10 @@ def test_a_failed_venv_build_leaves_the_old_code_and_the_old_venv(deployed, lab_
 
 
 def _fake_run(ct, python: str) -> int:
-    """A training job as jobs.state sees it: a run folder, `current`, and a live pid using `python`."""
+    """A training job as jobs.state sees it: a run folder, `current`, and a live leader carrying the run's
+    marker (REMOTE_RUN_ID), using `python`."""
     r = ct.script("""
+export REMOTE_RUN_ID=t-job
 mkdir -p /root/runs/t-job
 ln -sfn t-job /root/runs/current
 rm -f /root/runs/t-job/exit

@@ -253,3 +253,44 @@ def test_a_partial_file_that_is_not_a_prefix_is_not_resumed_from(ct, tmp_path):
     (tmp_path / "back.bin.partial").write_bytes(b"not the start of it" * 1000)
     stats = files.pull(ct, dest, back)
     assert stats.resumed_from == 0 and back.read_bytes() == src.read_bytes()
+
+
+def test_dry_run_prints_the_plan_and_connects_nowhere(tmp_path):
+    from remote.pct import Container
+    from remote.testing import FakeTransport
+
+    (tmp_path / "f.bin").write_bytes(b"x" * 10)
+    (tmp_path / "tree" / "sub").mkdir(parents=True)
+    lines = []
+    ct = Container(FakeTransport(), 200, dry=True, echo=lines.append)  # any command would raise
+    assert files.push(ct, tmp_path / "f.bin", "/root/f.bin").total == 0
+    assert files.push(ct, tmp_path / "tree", "/root/tree").total == 0
+    assert files.pull(ct, "/root/f.bin", tmp_path / "back").total == 0
+    commands = [line for line in lines if line.startswith("fake: ")]
+    assert len(commands) == 5 and all("pct exec 200 --keep-env 0 -- env" in c for c in commands)
+    assert any("/root/f.bin.partial /root/f.bin 644" in c for c in commands)
+    assert not (tmp_path / "back").exists()
+
+
+def test_a_command_after_a_dropped_connection_runs_on_a_new_agent(ct, lab_session):
+    agent = ct.agent()
+    assert agent is not None and ct.run(["echo", "one"]).out == "one\n"
+    agent.stream.chan.get_transport().close()  # dropped under the agent, nobody told
+    assert ct.run(["echo", "two"]).out == "two\n"
+    assert ct.agent() is not agent
+
+
+def test_progress_is_throttled_and_ends_with_the_total():
+    import io
+
+    now = [100.0]
+    out = io.StringIO()
+    show = files.ProgressPrinter("push x", stream=out, clock=lambda: now[0])
+    for i in range(1, 1001):  # 1,000 chunks over 10 s
+        now[0] += 0.01
+        show(i << 20, 1000 << 20)
+    show(1000 << 20, 1000 << 20)  # a repeated final call prints nothing more
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2  # every 5 s when not a tty (one), and the end
+    assert lines[0].startswith("push x: 500.0 MiB / 1000.0 MiB  50%")
+    assert lines[-1] == "push x: 1000.0 MiB / 1000.0 MiB 100%  104.9 MB/s"

@@ -5,6 +5,10 @@
 sha() { if command -v openssl >/dev/null; then openssl dgst -sha256 -r | cut -c1-64; else sha256sum | cut -c1-64; fi; }
 part=$1 offset=$2
 mkdir -p -- "$(dirname -- "$part")"
+# One writer at a time: a cut-off attempt's writer may still be flushing when the retry starts; the
+# retry waits for it, then truncates to the prefix it verified.
+exec 9>>"$part"
+if command -v flock >/dev/null; then flock 9; fi
 if [ "$offset" = 0 ]; then
   cat > "$part"
 else

@@ -1,15 +1,22 @@
 # Build a venv directly at its final folder (so every console script's shebang and bin/activate name
 # the path it is used from): $1 uv, $2 python, $3 the venv folder, $4 its staging folder (spec.in,
-# guard.py), then uv's index arguments. Runs with REMOTE_VENV_BUILD=<venv folder> in the environment,
-# which is how a later deploy recognises this builder. The venv counts as finished only once deploy
-# has verified it and written its remote-venv.json; until then nothing uses it.
+# guard.py, lock.txt when the deploy resolved the lock already), then uv's index arguments. Runs with
+# REMOTE_VENV_BUILD=<venv folder> in the environment, which is how a later deploy recognises this
+# builder. The venv counts as finished only once deploy has verified it and written its
+# remote-venv.json; until then nothing uses it.
 uv=$1 python=$2 venv=$3 staging=$4; shift 4
 echo $$ > "$staging/pid"
 "$uv" venv --quiet --python "$python" --no-project "$venv"
 cp "$staging/spec.in" "$venv/remote-spec.in"
-echo "resolving (uv pip compile)..."
-"$uv" pip compile --quiet --python "$venv/bin/python" --generate-hashes --no-header "$@" \
-    -o "$venv/remote-lock.txt" "$venv/remote-spec.in"
+if [ -f "$staging/lock.txt" ]; then
+  # A deploy of several containers resolved the lock once: every container installs exactly that.
+  echo "using the lock this deploy resolved once for all its containers"
+  cp "$staging/lock.txt" "$venv/remote-lock.txt"
+else
+  echo "resolving (uv pip compile)..."
+  "$uv" pip compile --quiet --python "$venv/bin/python" --generate-hashes --no-header "$@" \
+      -o "$venv/remote-lock.txt" "$venv/remote-spec.in"
+fi
 echo "installing $(grep -c '==' "$venv/remote-lock.txt") packages (uv pip sync)..."
 "$uv" pip sync --python "$venv/bin/python" "$@" "$venv/remote-lock.txt"
 site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')

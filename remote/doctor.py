@@ -1,0 +1,295 @@
+"""`doctor`: every way a container differs from what deploy made and from its last known-good run.
+
+One facts probe per container (remote.facts), then a pure `findings(facts, spec)`: each finding says
+what it is, since when (against the known-good record, remote.knowngood), why it matters and the
+command that fixes it. Severity `error` and `warning` make a container unhealthy (exit status 1);
+`info` is shown but is not a problem (an untracked file deploy leaves alone, no known-good yet).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+from . import layout
+from . import venv as venvmod
+from . import warmup as wm
+from .config import ContainerSpec
+from .errors import RemoteError
+from .facts import Facts, gather
+from .session import Session
+
+SCHEMA_VERSION = 1
+DISK_MIN_FREE = 5 * 2**30  # below this, a venv build or a cache write can fail half-way
+CLOCK_SKEW_MAX_S = 5.0
+UNHEALTHY = ("error", "warning")
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str  # stable identifier, e.g. package-changed
+    severity: str  # error | warning | info
+    what: str
+    since: str | None  # against the known-good record, when it tells
+    why: str
+    fix: str | None  # the command that fixes it
+
+    def render(self) -> str:
+        since = f" ({self.since})" if self.since else ""
+        fix = f" — {self.fix}" if self.fix else ""
+        return f"[{self.severity}] {self.what}{since}{fix}\n    why: {self.why}"
+
+
+def known_good_label(kg: dict | None) -> str:
+    if not kg:
+        return ""
+    tp = kg.get("throughput") or {}
+    value = f", {tp['value']:.4g} {tp.get('unit') or ''}".rstrip() if tp.get("value") is not None else ""
+    return f"known-good run {kg.get('run')}{value}"
+
+
+def _since(kg: dict | None, then, now, *, absent_then="not in") -> str | None:
+    """How `now` compares with the known-good's `then`: changed since, or already so then."""
+    if not kg:
+        return None
+    label = known_good_label(kg)
+    if then == now:
+        return f"already so in {label}"
+    if then is None:
+        return f"{absent_then} {label}"
+    return f"changed since {label}: it had {then}"
+
+
+def _cuda_tuple(v: str | None) -> tuple[int, ...] | None:
+    if not v or not re.fullmatch(r"\d+(\.\d+)*", v):
+        return None
+    return tuple(int(x) for x in v.split(".")[:2])
+
+
+def findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
+    """Every finding about one container. Pure: facts and spec in, findings out (tested as data)."""
+    kg = facts.known_good
+    out: list[Finding] = []
+    add = out.append
+    v, t, g, c, co, j = facts.venv, facts.torch, facts.gpus, facts.cache, facts.checkout, facts.jobs
+    kg_pkgs = (kg or {}).get("packages")  # None: the known-good's venv was gone when it was recorded
+
+    def pkg_since(name: str, now: str | None) -> str | None:
+        return _since(kg, kg_pkgs.get(name), now) if kg_pkgs is not None else None
+
+    # The venv against its lock.
+    if not v.exists:
+        add(Finding("venv-missing", "error", f"no venv at {v.path}", None,
+                    "nothing can run without the pinned venv", "invoke deploy"))
+    elif not v.ours:
+        add(Finding("venv-unmanaged", "error", f"{v.path} was not built by remote (no remote-venv.json)", None,
+                    "its packages are whatever was installed by hand: nobody knows what runs", "invoke deploy"))
+    elif not v.runs:
+        add(Finding("venv-broken", "error", f"the venv's interpreter does not run: {v.error}", None,
+                    "no training or warmup can start", "invoke deploy"))
+    for name, p in sorted(v.added.items()):
+        origin = f", from {p.origin}" if p.origin else ""
+        add(Finding("package-added", "error", f"{name} {p.version} added (not in the lock; installed by "
+                    f"{p.installer or 'an unknown installer'}{origin})", pkg_since(name, p.version),
+                    "a package the lock does not know can replace or patch what training imports (the story's "
+                    "SGLang and flashinfer pulled other torch builds)", "invoke deploy"))
+    for name, locked in sorted(v.removed.items()):
+        add(Finding("package-removed", "error", f"{name} {locked} removed (the lock has it)",
+                    pkg_since(name, None), "an import of it fails, or falls back to something else",
+                    "invoke deploy"))
+    for name, (locked, p) in sorted(v.changed.items()):
+        a, b = locked.partition("+")[2], p.version.partition("+")[2]
+        how = f"; another build ({a or 'none'} → {b or 'none'}): from another index" if a != b else ""
+        origin = f"; from {p.origin}" if p.origin else ""
+        add(Finding("package-changed", "error", f"{name} {locked} → {p.version} (installed by "
+                    f"{p.installer or 'an unknown installer'}{how}{origin})",
+                    pkg_since(name, p.version),
+                    "the lock's version is the one that was verified and warmed; another build compiles other kernels "
+                    "(a cold cache) or does not match the driver", "invoke deploy"))
+
+    # torch, its CUDA build, the driver and the GPUs.
+    if v.exists and v.runs and t.error and any(venvmod.normalize(p.split("==")[0]) == "torch"
+                                               for p in spec.venv.packages):
+        add(Finding("torch-import", "error", f"import torch fails: {t.error}", None,
+                    "training cannot start", "invoke deploy"))
+    expected = venvmod.expected_cuda(spec.venv)
+    if t.version and expected:
+        want, why = expected
+        got = t.cuda_build
+        ok = (want == "cpu" and not got) or (want != "cpu" and _cuda_tuple(got) == _cuda_tuple(want))
+        if not ok:
+            add(Finding("torch-cuda-build", "error", f"torch {t.version} is built for CUDA {got or 'none (CPU)'}, "
+                        f"{why} wants {want}", _since(kg, (kg or {}).get("cuda_build"), got),
+                        "a CUDA build the driver does not support fails at the first kernel, or runs another "
+                        "kernel set", "invoke deploy"))
+    if t.cuda_build and g.cuda_driver and _cuda_tuple(t.cuda_build) and _cuda_tuple(g.cuda_driver) \
+            and _cuda_tuple(t.cuda_build) > _cuda_tuple(g.cuda_driver):
+        add(Finding("driver-too-old", "error", f"torch is built for CUDA {t.cuda_build} but driver {g.driver} "
+                    f"supports CUDA up to {g.cuda_driver}", _since(kg, (kg or {}).get("driver"), g.driver),
+                    "torch.cuda.is_available() is False or the first kernel fails",
+                    "pin a torch build for this driver (venv.packages, e.g. +cu128), then invoke deploy"))
+    if g.error:
+        add(Finding("nvidia-smi", "error", g.error, None, "the GPUs cannot be checked",
+                    "check the container's GPU passthrough and the host driver"))
+    if kg and g.driver and kg.get("driver") and kg["driver"] != g.driver:
+        add(Finding("driver-changed", "warning", f"driver {kg['driver']} → {g.driver}",
+                    f"changed since {known_good_label(kg)}", "a new driver can change kernels' speed or support",
+                    None))
+    if g.smi and not g.error:
+        from .jobs import visible_count
+        from .jobenv import user_env
+
+        want = visible_count([dict(x) for x in g.gpus], user_env(spec))
+        if t.version and t.device_count != want:
+            add(Finding("gpus-unseen", "error", f"nvidia-smi lists {len(g.gpus)} GPU(s), torch sees {t.device_count}"
+                        + (f" (CUDA_VISIBLE_DEVICES in train.env selects {want})" if want != len(g.gpus) else ""),
+                        None, "a job asking for a device torch does not see fails, or runs on the CPU",
+                        "check CUDA_VISIBLE_DEVICES in train.env and the torch CUDA build against the driver"))
+        kg_names = (kg or {}).get("gpu_names")
+        if kg and kg_names is not None and list(kg_names) != list(g.names):
+            add(Finding("gpus-changed", "warning", f"GPUs {', '.join(g.names) or 'none'}",
+                        f"changed since {known_good_label(kg)}: it had {', '.join(kg_names) or 'none'}",
+                        "other GPUs give another throughput and another compile cache", None))
+        marked = set(j.marked)
+        foreign = [p for p in g.processes if p["pid"] not in marked]
+        if foreign:
+            add(Finding("gpu-foreign-processes", "warning", "GPU processes of no run: " + ", ".join(
+                f"{p['pid']} {p['name']} ({p['used_mib']} MiB)" for p in foreign), None,
+                "they hold GPU memory and compute a run expects to have (in an LXC container nvidia-smi may "
+                "show the host's pids)", "end them (`invoke exec -c N 'kill PID'`) or find who started them"))
+
+    # The compile cache.
+    if v.ours and t.version:
+        kg_cache = ((kg or {}).get("cache") or {}).get("fingerprint")
+        if not c.present:
+            add(Finding("cache-missing", "error", f"compile cache {c.folder} is missing or empty (deleted, or never warmed)",
+                        f"gone since {known_good_label(kg)}, which ran with it" if kg and kg_cache == c.fingerprint
+                        else _since(kg, kg_cache, None),
+                        "a cold cache makes every thread compile at once: the race that hangs or crashes the story's "
+                        "training, and minutes of compiling", "invoke warmup"))
+        elif spec.warmup.command and co.record:
+            missing = wm.missing_in(list(c.warmups), spec, {"code": co.record, "venv": v.record})
+            if missing:
+                add(Finding("cache-cold", "error", "no warmup for this commit, lock, command and environment: "
+                            + "; ".join(missing), None,
+                            "the first steps would compile from threads at once (the race); train's preflight "
+                            "refuses", "invoke warmup"))
+        if kg and kg_cache and kg_cache != c.fingerprint:
+            add(Finding("cache-versions-changed", "warning", f"compile cache for {c.fingerprint}",
+                        f"changed since {known_good_label(kg)}: it used {kg_cache}",
+                        "another torch/CUDA/triton set means a cold cache and other kernels", "invoke deploy"))
+    if c.tmp_artifacts:
+        add(Finding("tmp-compile-artifacts", "warning", "compile artifacts in torch's defaults: " + ", ".join(
+            f"{p} ({a.get('files', 0)} files)" for p, a in sorted(c.tmp_artifacts.items())), None,
+            "something compiled outside the tools' persistent cache; /tmp is cleaned, which is how the story's cache "
+            "vanished", "run it through `invoke exec`/`invoke train` (they set the cache); then remove these"))
+
+    # The checkout.
+    if not co.exists or not co.git:
+        add(Finding("checkout-missing", "error", f"no git checkout at {co.path}", None, "nothing to run",
+                    "invoke deploy"))
+    else:
+        if co.deployed and co.head != co.deployed:
+            add(Finding("checkout-moved", "error", f"checkout at {(co.head or 'nothing')[:12]}, deployed "
+                        f"{co.deployed[:12]}", _since(kg, (kg or {}).get("commit"), co.head),
+                        "the code that runs is not the code that was deployed and warmed", "invoke deploy"))
+        elif kg and kg.get("commit") and co.head and kg["commit"] != co.head:
+            add(Finding("commit-changed", "info", f"commit {co.head[:12]}",
+                        f"changed since {known_good_label(kg)}: it ran {kg['commit'][:12]}",
+                        "a new commit may be why throughput differs", None))
+        if co.edited:
+            add(Finding("checkout-edited", "error", f"edited file(s) in {co.path}: {', '.join(co.edited[:8])}"
+                        + (f" and {len(co.edited) - 8} more" if len(co.edited) > 8 else ""),
+                        f"not in {known_good_label(kg)} (it ran a clean checkout)" if kg else None,
+                        "hacks patched into the code run instead of the commit (the story's model-code patches)",
+                        "invoke deploy (saves the edits as a patch first)"))
+        if co.untracked:
+            add(Finding("checkout-untracked", "info", f"untracked file(s) in {co.path}: {', '.join(co.untracked[:8])}"
+                        + (f" and {len(co.untracked) - 8} more" if len(co.untracked) > 8 else ""), None,
+                        "deploy leaves them where they are; code that imports one runs something git does not know",
+                        None))
+
+    # Jobs.
+    for rid, pids in sorted(j.orphans.items()):
+        add(Finding("orphan-processes", "error", f"processes of run {rid}, which is not running: "
+                    f"{' '.join(map(str, pids))}", None, "they hold GPUs and memory that a new run needs",
+                    f"invoke stop -c {facts.ctid} --run {rid}"))
+    if j.lost:
+        add(Finding("run-lost", "warning", f"run {j.current} ended without an exit record", None,
+                    "the container restarted or its wrapper was killed: its result is unknown",
+                    f"invoke logs -c {facts.ctid} --run {j.current}"))
+
+    # Where the venv, the cache and the runs live.
+    for d in facts.disk:
+        if d.free is not None and d.free < DISK_MIN_FREE:
+            add(Finding("disk-low", "warning", f"{d.free / 2**30:.1f} GiB free where {d.path} lives", None,
+                        "a venv build, a cache write or a checkpoint fails half-way on a full disk",
+                        "free space there"))
+    if abs(facts.clock_skew_s) > CLOCK_SKEW_MAX_S:
+        add(Finding("clock-skew", "warning", f"the container's clock is {facts.clock_skew_s:+.1f}s off the "
+                    "controller's", None, "run ids, uptimes and lease expiry are read from clocks",
+                    "enable NTP on the host (the container uses the host's clock)"))
+
+    # The compile-race layout of the training command (train's preflight warns the same).
+    for note in layout.compile_layout_notes(layout.devices_from_command(spec.train.command), t.version):
+        add(Finding("compile-layout", "warning", note, None, "threads that compile on one device race",
+                    "see README: The compile race and the guard"))
+
+    if not kg:
+        add(Finding("no-known-good", "info", "no known-good run recorded", None,
+                    "findings cannot say what changed since the last good run",
+                    f"invoke known-good -c {facts.ctid} --run ID (recorded by itself when a run meets the baseline)"))
+    return out
+
+
+def healthy(found: list[Finding]) -> bool:
+    return not any(f.severity in UNHEALTHY for f in found)
+
+
+@dataclass
+class Report:
+    ctid: int
+    host: str
+    findings: list[Finding]
+    facts: Facts | None
+    error: str | None = None
+
+    @property
+    def healthy(self) -> bool:
+        return self.error is None and healthy(self.findings)
+
+    def to_dict(self) -> dict:
+        return {"container": self.ctid, "host": self.host, "healthy": self.healthy, "error": self.error,
+                "known_good": (self.facts.known_good if self.facts else None),
+                "findings": [asdict(f) for f in self.findings],
+                "facts": self.facts.to_dict() if self.facts else None}
+
+    def render(self) -> str:
+        head = f"container {self.ctid} on {self.host}: "
+        if self.error:
+            return head + f"ERROR {self.error}"
+        bad = [f for f in self.findings if f.severity in UNHEALTHY]
+        lines = [head + ("healthy" if not bad else f"{len(bad)} finding(s)")
+                 + (f", against {known_good_label(self.facts.known_good)}" if self.facts and self.facts.known_good
+                    else "")]
+        lines += ["  " + f.render().replace("\n", "\n  ") for f in self.findings]
+        return "\n".join(lines)
+
+
+def diagnose(session: Session, ctids: list[int]) -> list[Report]:
+    """One report per container; a container that cannot be probed is a report with its error."""
+    out = []
+    for ctid in ctids:
+        spec = session.config.container(ctid)
+        try:
+            facts = gather(session.container(spec.ctid, venv_on_path=False), spec)
+        except RemoteError as exc:
+            out.append(Report(spec.ctid, spec.host.name, [], None, str(exc)))
+            continue
+        out.append(Report(spec.ctid, spec.host.name, findings(facts, spec), facts))
+    return out
+
+
+def to_json(reports: list[Report]) -> dict:
+    return {"schema": SCHEMA_VERSION, "healthy": all(r.healthy for r in reports),
+            "containers": [r.to_dict() for r in reports]}

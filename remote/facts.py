@@ -1,0 +1,327 @@
+"""Facts: typed, read-only observations of one container, fetched in one round trip.
+
+As pyinfra's facts: a command (remote/facts_probe.py, run with the container's python) and a pure parser
+(`parse`) from its JSON to frozen dataclasses, tested as data. doctor and known-good read these; they
+never change anything in the container.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+
+from . import jobenv
+from . import venv as venvmod
+from .config import ContainerSpec
+from .pct import Container
+
+PROBE_SOURCE = resources.files(__package__).joinpath("facts_probe.py").read_text()
+
+
+@dataclass(frozen=True)
+class Package:
+    name: str  # normalized
+    version: str
+    installer: str = ""  # what the dist's INSTALLER file says: uv, pip, ...
+    url: str | None = None  # direct_url.json: a local file, folder or VCS, not an index
+
+    @property
+    def origin(self) -> str | None:
+        """Where it came from when not from an index: a local build, a file or a VCS URL."""
+        if not self.url:
+            return None
+        return ("a local build/file " if self.url.startswith("file:") else "a direct URL ") + self.url
+
+
+@dataclass(frozen=True)
+class Venv:
+    path: str
+    exists: bool
+    real: str | None
+    ours: bool  # built by remote (it has remote-venv.json)
+    spec_hash: str | None
+    lock_sha256: str | None
+    lock: dict[str, str]  # normalized name -> locked version
+    packages: dict[str, Package]  # what is installed now; {} when the interpreter did not run
+    runs: bool  # the venv's interpreter ran
+    error: str | None = None
+    record: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def added(self) -> dict[str, Package]:
+        return {n: p for n, p in self.packages.items() if n not in self.lock} if self.ours and self.runs else {}
+
+    @property
+    def removed(self) -> dict[str, str]:
+        return {n: v for n, v in self.lock.items() if n not in self.packages} if self.ours and self.runs else {}
+
+    @property
+    def changed(self) -> dict[str, tuple[str, Package]]:
+        """name: (locked version, installed package)."""
+        if not (self.ours and self.runs):
+            return {}
+        return {n: (v, self.packages[n]) for n, v in self.lock.items() if n in self.packages
+                and self.packages[n].version != v}
+
+
+@dataclass(frozen=True)
+class Torch:
+    version: str | None
+    cuda_build: str | None
+    triton: str | None
+    cuda_available: bool
+    device_count: int
+    device_names: tuple[str, ...]
+    error: str | None = None  # import torch failed (or the venv's interpreter did not run)
+
+
+@dataclass(frozen=True)
+class Gpus:
+    smi: bool  # nvidia-smi exists in the container
+    gpus: tuple[dict, ...]  # index, name, driver, memory_used_mib, memory_total_mib
+    driver: str | None
+    cuda_driver: str | None  # the highest CUDA version the driver supports (nvidia-smi's header)
+    processes: tuple[dict, ...]  # compute apps: pid, name, used_mib
+    error: str | None = None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(g["name"] for g in self.gpus)
+
+
+@dataclass(frozen=True)
+class Cache:
+    dir: str
+    folder: str  # the per-version folder for the venv's torch/CUDA/triton (jobenv.compile_cache)
+    present: bool
+    files: int
+    bytes: int
+    others: dict[str, dict]  # other version folders: name -> {files, bytes}
+    warmups: tuple[dict, ...]
+    tmp_artifacts: dict[str, dict]  # /tmp/torchinductor_* and ~/.triton/cache -> {files, bytes}
+
+    @property
+    def fingerprint(self) -> str:
+        """The per-version folder's name: what a cache built for these versions is called."""
+        return self.folder.rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
+class Checkout:
+    path: str
+    exists: bool
+    git: bool
+    head: str | None
+    deployed: str | None  # the commit deploy recorded
+    edited: tuple[str, ...]  # tracked files that differ from HEAD
+    untracked: tuple[str, ...]
+    record: dict = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Jobs:
+    current: str | None  # the latest run id
+    alive: bool
+    exit: int | None
+    lost: bool  # the latest run ended without an exit record
+    orphans: dict[str, tuple[int, ...]]  # run id -> live processes of a run that is not alive
+    marked: tuple[int, ...]  # every live process of any run
+    manifest: dict | None = field(default=None, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Disk:
+    path: str
+    free: int | None
+    total: int | None
+
+
+@dataclass(frozen=True)
+class Facts:
+    ctid: int
+    venv: Venv
+    torch: Torch
+    gpus: Gpus
+    cache: Cache
+    checkout: Checkout
+    jobs: Jobs
+    disk: tuple[Disk, ...]
+    clock_skew_s: float  # container clock outside the controller's send..receive window (0: in step)
+    known_good: dict | None
+    probe_seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["venv"].pop("record", None)
+        d["checkout"].pop("record", None)
+        d["jobs"].pop("manifest", None)
+        d["venv"]["packages"] = {n: p["version"] for n, p in d["venv"]["packages"].items()}
+        d["venv"].pop("lock", None)
+        d["cache"]["warmups"] = len(self.cache.warmups)
+        return d
+
+
+def _versions(raw_venv: dict | None) -> dict[str, Package]:
+    if not raw_venv:
+        return {}
+    return {venvmod.normalize(n): Package(venvmod.normalize(n), d.get("version", ""), d.get("installer") or "",
+                                          d.get("url")) for n, d in (raw_venv.get("dists") or {}).items()}
+
+
+def _json_of(child: dict | None) -> dict | None:
+    if not child or child.get("rc") != 0:
+        return None
+    try:
+        return json.loads(child["out"])
+    except ValueError:
+        return None
+
+
+def parse_gpu_processes(text: str) -> tuple[dict, ...]:
+    out = []
+    for line in text.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 3 and parts[0].isdigit():
+            out.append({"pid": int(parts[0]), "name": parts[1],
+                        "used_mib": int(float(parts[2])) if parts[2].replace(".", "").isdigit() else None})
+    return tuple(out)
+
+
+def parse_cuda_driver(text: str) -> str | None:
+    """The `CUDA Version: 12.8` of nvidia-smi's header."""
+    import re
+
+    m = re.search(r"CUDA Version:\s*([\d.]+)", text or "")
+    return m.group(1) if m else None
+
+
+def _gpus(raw: dict) -> Gpus:
+    from .jobs import parse_gpus  # the one parser of nvidia-smi's GPU list
+
+    q = raw.get("gpus") or {}
+    if "missing" in q or q.get("rc") is None and not q.get("out"):
+        return Gpus(False, (), None, None, ())
+    if q.get("rc") != 0:
+        return Gpus(True, (), None, None, (), f"nvidia-smi failed: {q.get('err', '').strip()[-300:]}")
+    try:
+        gpus = parse_gpus(q["out"]) or []
+    except Exception as exc:  # noqa: BLE001 - an odd nvidia-smi is a finding, not a crash
+        return Gpus(True, (), None, None, (), str(exc))
+    apps = raw.get("apps") or {}
+    return Gpus(True, tuple(gpus), gpus[0]["driver"] if gpus else None,
+                parse_cuda_driver((raw.get("smi") or {}).get("out", "")),
+                parse_gpu_processes(apps.get("out", "")) if apps.get("rc") == 0 else ())
+
+
+def _lines(text: str | None) -> list[str]:
+    return [line for line in (text or "").splitlines() if line.strip()]
+
+
+def clock_skew(container_time: float, sent: float, received: float) -> float:
+    """How far the container's clock is outside the window in which it was read (0 inside it).
+
+    The round trip is lopsided (SSH, pct and python start before the probe reads its clock), so a
+    midpoint would report that start-up as skew; the window gives a bound that is never too large."""
+    if container_time < sent:
+        return container_time - sent
+    if container_time > received:
+        return container_time - received
+    return 0.0
+
+
+def parse(raw: dict, spec: ContainerSpec, window: tuple[float, float], probe_seconds: float = 0.0) -> Facts:
+    """The probe's JSON -> Facts. Pure: no I/O; `window` is the controller's clock when the probe was sent
+    and when its answer came back."""
+    rv = raw.get("venv") or {}
+    record = rv.get("record") or {}
+    child = raw.get("venv_run")
+    info = _json_of(child)
+    error = None
+    if not rv.get("exists"):
+        error = f"no venv at {rv.get('path')}"
+    elif info is None:
+        error = "the venv's interpreter does not run" + (f": {child.get('err', '').strip()[-300:]}" if child else "")
+    venv = Venv(rv.get("path", spec.venv.path), bool(rv.get("exists")), rv.get("real"), bool(record),
+                record.get("spec_hash"), record.get("lock_sha256"),
+                venvmod.parse_pins((record.get("lock") or "").splitlines()), _versions(info), info is not None,
+                error, record)
+    verify = record.get("verify") or {}
+    if info is not None and info.get("torch"):
+        torch = Torch(info["torch"], info.get("cuda_build"), _triton(info), bool(info.get("cuda_available")),
+                      int(info.get("device_count") or 0), tuple(info.get("device_names") or ()))
+    else:
+        torch = Torch(None, None, _triton(info) if info else None, False, 0, (),
+                      (info or {}).get("torch_error") or error or "torch is not installed")
+    # The cache folder named after what runs now (the live torch), as the tools would compute it.
+    live = {"torch": torch.version or verify.get("torch"), "cuda_build": torch.cuda_build if torch.version
+            else verify.get("cuda_build"), "triton": torch.triton if torch.version else verify.get("triton")}
+    folder = jobenv.compile_cache(spec, live)
+    rc = raw.get("cache") or {}
+    name = folder.rsplit("/", 1)[-1]
+    folders = rc.get("folders") or {}
+    warmups = []
+    for line in _lines(rc.get("warmups")):
+        try:
+            warmups.append(json.loads(line))
+        except ValueError:
+            continue
+    mine = folders.get(name, {})
+    compiled = (mine.get("files", 0) - (mine.get("tmp") or {}).get("files", 0),
+                mine.get("bytes", 0) - (mine.get("tmp") or {}).get("bytes", 0))
+    # Present: something compiled in it (the jobs' TMPDIR inside is made before anything compiles).
+    cache = Cache(rc.get("dir", spec.warmup.cache_dir), folder, compiled[0] > 0, compiled[0], compiled[1],
+                  {k: v for k, v in folders.items() if k != name},
+                  tuple(warmups), dict(raw.get("tmp_artifacts") or {}))
+    rco = raw.get("checkout") or {}
+    status = _lines((raw.get("status") or {}).get("out"))
+    head = ((raw.get("head") or {}).get("out") or "").strip() or None
+    crec = rco.get("record") or {}
+    checkout = Checkout(rco.get("path", spec.code.path), bool(rco.get("exists")), bool(rco.get("git")), head,
+                        crec.get("commit"), tuple(s[3:] for s in status if not s.startswith("??")),
+                        # Untracked folders come as one entry; python's bytecode folders are nobody's edit.
+                        tuple(s[3:] for s in status if s.startswith("??") and not _bytecode(s[3:])), crec)
+    rj = raw.get("jobs") or {}
+    runs = rj.get("runs") or {}
+    cur = runs.get(rj.get("current") or "", {})
+    alive = bool(cur.get("leader_alive")) and not cur.get("exit")
+    exit_text = cur.get("exit") or ""
+    orphans = {rid: tuple(r["marked"]) for rid, r in runs.items()
+               if r.get("marked") and not (r.get("leader_alive") and not r.get("exit"))}
+    jobs = Jobs(rj.get("current"), alive, int(exit_text) if exit_text.lstrip("-").isdigit() else None,
+                bool(rj.get("current")) and cur.get("exists", False) and not alive and not exit_text, orphans,
+                tuple(sorted(p for r in runs.values() for p in r.get("marked", []))), rj.get("manifest"))
+    disk = tuple(Disk(d["path"], d.get("free"), d.get("total")) for d in raw.get("disk") or [])
+    skew = clock_skew(raw.get("time_end", window[0]), *window)
+    return Facts(spec.ctid, venv, torch, _gpus(raw), cache, checkout, jobs, disk, round(skew, 3),
+                 raw.get("known_good"), probe_seconds)
+
+
+def _bytecode(path: str) -> bool:
+    return path.rstrip("/").endswith("__pycache__") or path.endswith((".pyc", ".pyo"))
+
+
+def _triton(info: dict | None) -> str | None:
+    dists = {venvmod.normalize(k): v.get("version") for k, v in ((info or {}).get("dists") or {}).items()}
+    return dists.get("triton") or dists.get("pytorch-triton")
+
+
+def probe_argv(spec: ContainerSpec) -> list[str]:
+    """The one command that reads every fact (the system python, not the venv's: it may be broken)."""
+    arg = {"venv": spec.venv.path, "checkout": spec.code.path, "cache_dir": spec.warmup.cache_dir,
+           "run_dir": spec.train.run_dir}
+    return [spec.venv.python, "-c", PROBE_SOURCE, json.dumps(arg)]
+
+
+def read_raw(ct: Container, spec: ContainerSpec) -> tuple[dict, tuple[float, float]]:
+    """Run the probe: its raw JSON, and the controller's clock when it was sent and answered."""
+    sent = time.time()
+    r = ct.run(probe_argv(spec), mutates=False, timeout=180, label="facts probe")
+    return json.loads(r.out), (sent, time.time())
+
+
+def gather(ct: Container, spec: ContainerSpec) -> Facts:
+    """Every fact of the container, in one round trip."""
+    raw, window = read_raw(ct, spec)
+    return parse(raw, spec, window, round(window[1] - window[0], 3))

@@ -1,0 +1,107 @@
+"""The known-good record: what a container was when a run met its baseline.
+
+Kept in the container, `<run_dir>/known-good.json` (the latest) and `<run_dir>/known-good.jsonl` (every
+one, appended): it describes that container and sits beside the run it names, every controller (every
+teammate) reads the same one, and the facts probe reads it in the same round trip. doctor compares the
+facts of now with it. Written when `train` sees a run end with exit 0 and its rolling metric at or above
+the baseline (at or below for a lower-is-better metric), or by `invoke known-good --run ID`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from . import files, jobenv, jobs, logs
+from .config import ContainerSpec
+from .errors import JobError, RemoteError
+from .facts import Facts, gather
+from .pct import Container
+from .session import Session
+
+
+def path_of(spec: ContainerSpec) -> str:
+    return f"{spec.train.run_dir.rstrip('/')}/known-good.json"
+
+
+def watch_log(spec: ContainerSpec, text: str) -> logs.Watch:
+    """The run's metric over its log text (the whole log or its tail)."""
+    watch = jobs.watch_for(spec)
+    for line in logs.LineSplitter().feed(text.encode()):
+        watch.line(line)
+    return watch
+
+
+def meets_baseline(watch: logs.Watch) -> bool:
+    """The rolling metric at or above the baseline (at or below it when lower is better)."""
+    r, base = watch.rolling, watch.baseline
+    if r is None or base is None:
+        return False
+    return r >= base if watch.higher_is_better else r <= base
+
+
+def make_record(facts: Facts, spec: ContainerSpec, run: dict, watch: logs.Watch, how: str) -> dict:
+    """The record, from the run's manifest (what it ran with) and the container's facts now. Pure."""
+    m = run.get("manifest") or {}
+    same_lock = facts.venv.lock_sha256 and facts.venv.lock_sha256 == m.get("venv_lock_sha256")
+    versions = {"torch": m.get("torch"), "cuda_build": m.get("cuda_build"), "triton": m.get("triton")}
+    folder = m.get("compile_cache") or jobenv.compile_cache(spec, versions)
+    gpus = m.get("gpus")
+    return {
+        "run": run["run"], "container": facts.ctid, "how": how,
+        "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "commit": m.get("commit"), "lock_sha256": m.get("venv_lock_sha256"), "spec_hash": facts.venv.spec_hash
+        if same_lock else None, **versions,
+        # Every installed package, when the venv is still the one the run used.
+        "packages": {n: p.version for n, p in facts.venv.packages.items()} if same_lock else None,
+        "driver": m.get("driver") or facts.gpus.driver, "cuda_driver": facts.gpus.cuda_driver,
+        "gpu_names": [g["name"] for g in gpus] if gpus is not None else list(facts.gpus.names),
+        "cache": {"fingerprint": folder.rsplit("/", 1)[-1],
+                  "files": facts.cache.files if facts.cache.folder == folder else None,
+                  "bytes": facts.cache.bytes if facts.cache.folder == folder else None},
+        "throughput": {"value": watch.rolling, "unit": watch.unit, "higher_is_better": watch.higher_is_better,
+                       "baseline": watch.baseline},
+        "command": m.get("command"),
+    }
+
+
+def save(ct: Container, spec: ContainerSpec, record: dict) -> None:
+    text = json.dumps(record, indent=1)
+    files.push_bytes(ct, text.encode() + b"\n", path_of(spec))
+    ct.script('cat >> "$1"', path_of(spec) + "l", stdin=json.dumps(record).encode() + b"\n", timeout=60,
+              label="known-good history")
+
+
+def record_run(session: Session, ctid, run_id: str | None, *, how: str = "by hand (invoke known-good)") -> dict:
+    """Record run `run_id` (default: the latest) of a container as its known-good; it must have ended with
+    exit status 0."""
+    spec = session.config.container(ctid)
+    ct = session.container(spec.ctid)
+    st = jobs.state(ct, spec, run_id)
+    if not st.get("run"):
+        raise JobError(f"container {spec.ctid} has no run {run_id or ''} in {spec.train.run_dir}".replace("  ", " "))
+    if st["alive"] or st["lost"] or st["exit"] != 0:
+        raise JobError(f"run {st['run']} {jobs.describe_end(st)}: only a run that ended with exit status 0 can be "
+                       "known-good")
+    watch = watch_log(spec, files.pull_bytes(ct, f"{st['path']}/log").decode("utf-8", "replace"))
+    record = make_record(gather(session.container(spec.ctid, venv_on_path=False), spec), spec, st, watch, how)
+    save(ct, spec, record)
+    return record
+
+
+def after_run(session: Session, ct: Container, spec: ContainerSpec, final: dict, echo=print) -> dict | None:
+    """Called by `train` when the run it followed ends: record it as known-good when it met the baseline."""
+    watch = final.get("watch")
+    if final.get("alive") or final.get("lost") or final.get("exit") != 0 or watch is None \
+            or not meets_baseline(watch):
+        return None
+    try:
+        facts = gather(session.container(spec.ctid, venv_on_path=False), spec)
+        record = make_record(facts, spec, final, watch, "auto: the run met the baseline")
+        save(ct, spec, record)
+    except RemoteError as exc:
+        echo(f"!! could not record run {final['run']} as known-good: {exc}")
+        return None
+    echo(f"-- run {final['run']} recorded as known-good ({logs.fmt(watch.rolling, watch.unit)}, baseline "
+         f"{watch.baseline:g}) in {path_of(spec)}")
+    return record

@@ -1,0 +1,199 @@
+"""One training run across several containers (torch.distributed's c10d rendezvous does the rest).
+
+`train` preflights every node before anything starts, then launches the one run id on each node with
+the command formatted for it ({nnodes}, {node_rank}, {master_addr}, {master_port}, {run_id}); the first
+node is the master, reached at its `containers.<id>.address`. `follow` merges the nodes' logs, each line
+marked `[id] `, and stops the run on every node as soon as one node fails: the other nodes' ranks would
+wait in a collective until its timeout. Each node's manifest lists the nodes, so `status` shows the run
+once and `stop` on one node stops them all.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+from . import fleet, jobs
+from . import warmup as wm
+from .config import ContainerSpec
+from .errors import ConfigError, JobError, RemoteError
+from .session import Session
+
+FIELDS = ("nnodes", "node_rank", "master_addr", "master_port", "run_id")
+POLL_S = 1.0  # how often the nodes' states are read while following
+
+
+def node_command(command: str, values: dict) -> str:
+    """The command for one node: only the FIELDS in braces are replaced (`${VAR}` stays for bash)."""
+    for key in FIELDS:
+        command = command.replace("{" + key + "}", str(values[key]))
+    return command
+
+
+def plan_nodes(specs: list[ContainerSpec], run_id: str, file: str = "hosts file") -> list[dict]:
+    """Each node's values, the first node being the master."""
+    first = specs[0]
+    if not first.address:
+        raise ConfigError(file, f"containers.{first.ctid}.address",
+                          "a multi-node run's first container needs the address the others reach it at")
+    if len({s.ctid for s in specs}) != len(specs):
+        raise ConfigError(file, "--container", "a container is listed twice")
+    return [{"nnodes": len(specs), "node_rank": rank, "master_addr": first.address,
+             "master_port": first.train.master_port, "run_id": run_id} for rank in range(len(specs))]
+
+
+def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool = False, follow: bool = True,
+          echo: Callable[[str], None] = print) -> dict | None:
+    """Preflight every node, then start one run on all of them; follow until it ends (returns
+    follow_run's result), or None when not following."""
+    specs = [session.config.container(i) for i in ids]
+    for i in ids:  # each host's transport made here, before the threads ask for it
+        session.container(i)
+    run_id = jobs.new_run_id()
+    values = plan_nodes(specs, run_id, session.config.file)
+    for spec in specs:
+        if not spec.train.command:
+            raise ConfigError(session.config.file, "train.command", "set the training command to run")
+
+    def check(ctid: int):
+        spec, ct = session.config.container(ctid), session.container(ctid)
+        try:
+            return jobs.preflight(ct, spec, echo=echo)
+        except JobError as exc:
+            if not (warmup and "no warmup" in str(exc)):
+                return exc
+            wm.warmup(session, ctid, echo=echo)
+            return jobs.preflight(ct, spec, echo=echo)
+        except RemoteError as exc:
+            return exc
+
+    pres = fleet.map_each(session.config, ids, check)
+    failed = [(ctid, p) for ctid, p in zip(ids, pres) if isinstance(p, BaseException)]
+    if failed:
+        raise JobError("preflight failed, nothing was started: " + "; ".join(f"container {c}: {e}" for c, e in failed))
+    for ctid, pre in zip(ids, pres):
+        for note in pre.notes:
+            echo(f"[{ctid}] preflight: {note}")
+    started: list[tuple[int, int]] = []
+    try:
+        for spec, pre, v in zip(specs, pres, values):
+            command = node_command(spec.train.command, v)
+            extra = {"nodes": ids, "node_rank": v["node_rank"], "master_addr": v["master_addr"],
+                     "master_port": v["master_port"]}
+            _, pid = jobs.launch(session.container(spec.ctid), spec, pre, force=force, command=command,
+                                 run_id=run_id, extra=extra)
+            started.append((spec.ctid, pid))
+    except RemoteError as exc:
+        stop_nodes(session, [c for c, _ in started], run_id)
+        raise JobError(f"the launch failed on container {spec.ctid}: {exc}; stopped the run on "
+                       f"{', '.join(str(c) for c, _ in started) or 'no other node'}") from None
+    echo(f"==> run {run_id} started on {len(ids)} nodes: " + ", ".join(f"{c} (pid {p})" for c, p in started)
+         + f"; master {values[0]['master_addr']}:{values[0]['master_port']}")
+    if not follow or session.dry:
+        return None
+    try:
+        return follow_run(session, ids, run_id, echo=echo)
+    except KeyboardInterrupt:
+        echo(f"\n-- stopped following; run {run_id} keeps running on {len(ids)} nodes. `invoke logs --follow` "
+             "resumes, `invoke stop` ends it on every node")
+        return None
+
+
+def stop_nodes(session: Session, ids: list[int], run_id: str, grace: int = 10) -> dict[int, object]:
+    """Stop the run on each node at once; ctid -> stop's result or the error."""
+    for i in ids:  # each host's transport made here, before the threads ask for it
+        session.container(i)
+    def one(ctid: int):
+        try:
+            return jobs.stop(session.container(ctid), session.config.container(ctid), run_id, grace=grace)
+        except RemoteError as exc:
+            return exc
+
+    return dict(zip(ids, fleet.map_each(session.config, ids, one)))
+
+
+def follow_run(session: Session, ids: list[int], run_id: str, *, echo: Callable[[str], None] = print) -> dict:
+    """Every node's log merged (lines marked `[id] `) until the run ends on all of them; the first node that
+    fails (or is lost) has the run stopped on every other node. Returns {run, nodes: ctid -> final state,
+    failed: the node that failed first, or None}."""
+    for i in ids:  # each host's transport made here, before the threads ask for it
+        session.container(i)
+    finals: dict[int, dict] = {}
+    done = threading.Event()
+    failure: list[tuple[int, str]] = []
+
+    def watchdog() -> None:
+        while not done.wait(POLL_S):
+            try:
+                states = fleet.map_each(session.config, ids, lambda c: jobs.state(
+                    session.container(c), session.config.container(c), run_id))
+            except RemoteError:
+                continue  # a lost connection: the followers reconnect; look again next time
+            bad = [(c, st) for c, st in zip(ids, states) if not st["alive"] and jobs.final_status(st)]
+            if bad:
+                ctid, st = first_to_end(session, bad)
+                others = [c for c, s in zip(ids, states) if s["alive"] or s["orphans"]]
+                failure.append((ctid, f"node {ctid} {jobs.describe_end(st)}"))
+                echo(f"!! node {ctid} {jobs.describe_end(st)}: stopping the run on every node"
+                     + (f" ({', '.join(map(str, others))} would wait in a collective)" if others else ""))
+                stop_nodes(session, others, run_id)
+                return
+            if not any(st["alive"] for st in states):
+                return
+
+    def one(ctid: int) -> None:
+        spec = session.config.container(ctid)
+        finals[ctid] = jobs.show_log(session.container(ctid), spec, run_id, follow=True)
+
+    guard = threading.Thread(target=watchdog, daemon=True)
+    guard.start()
+    try:
+        outcomes = fleet.run_each(session.config, ids, one, progress=False)
+    finally:
+        done.set()
+        guard.join(timeout=60)
+    for o in outcomes:
+        if not o.ok and o.ctid not in finals:
+            raise JobError(f"following container {o.ctid} failed: {o.message}")
+    ends = "; ".join(f"{c}: {jobs.describe_end(finals[c])}" for c in ids)
+    bad = [(c, finals[c]) for c in ids if jobs.final_status(finals[c])]
+    if not failure and bad:  # every node ended before the watchdog looked: name the first that failed
+        ctid, st = first_to_end(session, bad)
+        failure.append((ctid, f"node {ctid} {jobs.describe_end(st)}"))
+    echo(f"-- multi-node run {run_id}: " + ("FAILED, " + failure[0][1] + "; " if failure else "") + ends)
+    return {"run": run_id, "nodes": finals, "failed": failure[0][0] if failure else None}
+
+
+def first_to_end(session: Session, ended: list[tuple[int, dict]]) -> tuple[int, dict]:
+    """Of several nodes that ended badly, the one whose exit record was written first (the others'
+    ranks usually fail only because it did); a node without a record (lost) counts as first."""
+    if len(ended) == 1:
+        return ended[0]
+
+    def when(item):
+        ctid, st = item
+        r = session.container(ctid).run(["stat", "-c", "%.9Y", "--", f"{st['path']}/exit"], check=False,
+                                        mutates=False, timeout=30)
+        try:
+            return float(r.out.strip())
+        except ValueError:
+            return 0.0
+
+    return min(ended, key=when)
+
+
+def final_status(result: dict) -> int:
+    """The run's exit status: the failed node's (the first to fail), else the first non-zero, else 0."""
+    finals = result["nodes"]
+    if result.get("failed") in finals and jobs.final_status(finals[result["failed"]]):
+        return jobs.final_status(finals[result["failed"]])
+    return next((jobs.final_status(st) for st in finals.values() if jobs.final_status(st)), 0)
+
+
+def nodes_of(session: Session, ctid, run_id: str | None) -> tuple[str | None, list[int]]:
+    """The run (latest, or run_id) of container ctid and its nodes ([] for a single-node run)."""
+    spec = session.config.container(ctid)
+    st = jobs.state(session.container(spec.ctid), spec, run_id)
+    nodes = (st.get("manifest") or {}).get("nodes") or []
+    return st.get("run"), [int(n) for n in nodes if int(n) in session.config.containers]
+

@@ -1,0 +1,156 @@
+"""A run's picture: one self-contained HTML file (inline SVG, no script, nothing from the network) with
+the metric over time against the baseline and the known-good run, the manifest, the warmups and any
+crash hints; and the one-line sparkline `status` prints.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import time
+from pathlib import Path
+
+from . import files, jobs, logs
+from . import warmup as wm
+from .config import ContainerSpec
+from .errors import JobError
+from .session import Session
+
+BARS = "▁▂▃▄▅▆▇█"
+
+
+def series(spec: ContainerSpec, text: str, *, last_line: bool = True) -> tuple[list[float], logs.Watch]:
+    """Every metric value of a log, in order, and the watch that read it (unit, direction, crash hints).
+    Without last_line, an unfinished last line (a log still being written) is left out."""
+    watch = jobs.watch_for(spec)
+    splitter = logs.LineSplitter()
+    values = []
+    for line in splitter.feed(text.encode()) + (splitter.flush() if last_line else []):
+        watch.line(line)
+        value = watch.metric.parse(line) if watch.metric else None
+        if value is not None:
+            values.append(value)
+    return values, watch
+
+
+def sparkline(values: list[float], width: int = 24) -> str:
+    """The values as one line of block characters, averaged into at most `width` buckets."""
+    if not values:
+        return ""
+    if len(values) > width:
+        step = len(values) / width
+        values = [sum(chunk) / len(chunk) for chunk in
+                  (values[int(i * step):max(int((i + 1) * step), int(i * step) + 1)] for i in range(width))]
+    lo, hi = min(values), max(values)
+    span = hi - lo or 1.0
+    return "".join(BARS[min(len(BARS) - 1, int((v - lo) / span * (len(BARS) - 1) + 0.5))] for v in values)
+
+
+def _svg(runs: list[tuple[str, list[float], str]], baseline: float | None, unit: str | None,
+         w: int = 880, h: int = 320) -> str:
+    """A line chart: each run a polyline over its own sample index (scaled to the width), the baseline dashed."""
+    pad_l, pad_r, pad_t, pad_b = 64, 16, 16, 36
+    allv = [v for _, vals, _ in runs for v in vals] + ([baseline] if baseline is not None else [])
+    if not allv:
+        return "<p>No metric values in the log.</p>"
+    lo, hi = min(0.0, min(allv)), max(allv) * 1.1 or 1.0
+    x0, x1, y0, y1 = pad_l, w - pad_r, h - pad_b, pad_t
+
+    def y(v: float) -> float:
+        return y0 - (v - lo) / (hi - lo) * (y0 - y1)
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
+             'font-family="sans-serif" font-size="12">',
+             f'<rect x="{x0}" y="{y1}" width="{x1 - x0}" height="{y0 - y1}" fill="#fafafa" stroke="#ccc"/>']
+    for i in range(5):
+        v = lo + (hi - lo) * i / 4
+        parts.append(f'<line x1="{x0}" x2="{x1}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#e4e4e4"/>'
+                     f'<text x="{x0 - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:.3g}</text>')
+    parts.append(f'<text x="{(x0 + x1) / 2}" y="{h - 8}" text-anchor="middle">progress through the run '
+                 f'(metric samples) — {html.escape(unit or "")}</text>')
+    if baseline is not None:
+        parts.append(f'<line x1="{x0}" x2="{x1}" y1="{y(baseline):.1f}" y2="{y(baseline):.1f}" stroke="#c00" '
+                     f'stroke-dasharray="6 4"/><text x="{x1 - 4}" y="{y(baseline) - 4:.1f}" text-anchor="end" '
+                     f'fill="#c00">baseline {baseline:g}</text>')
+    for label, vals, color in runs:
+        if not vals:
+            continue
+        n = max(len(vals) - 1, 1)
+        pts = " ".join(f"{x0 + (x1 - x0) * i / n:.1f},{y(v):.1f}" for i, v in enumerate(vals))
+        parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{pts}">'
+                     f'<title>{html.escape(label)}</title></polyline>')
+    for k, (label, vals, color) in enumerate(runs):
+        parts.append(f'<rect x="{x0 + 10}" y="{y1 + 8 + 16 * k}" width="12" height="3" fill="{color}"/>'
+                     f'<text x="{x0 + 28}" y="{y1 + 13 + 16 * k}">{html.escape(label)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def render(spec: ContainerSpec, run: dict, log_text: str, known_good: dict | None, kg_log: str | None,
+           warmups: list[dict]) -> str:
+    """The HTML page. Pure: everything it shows is passed in."""
+    values, watch = series(spec, log_text)
+    kg_values = series(spec, kg_log)[0] if kg_log else []
+    m = run.get("manifest") or {}
+    esc = html.escape
+    runs = [(f"run {run['run']}", values, "#1565c0")]
+    if known_good and known_good.get("run") != run["run"]:
+        runs.append((f"known-good run {known_good.get('run')}", kg_values, "#2e7d32"))
+    kg_tp = (known_good or {}).get("throughput") or {}
+    rows = "".join(f"<tr><td>{esc(str(r.get('device')))}</td><td>{r.get('seconds')}</td><td>{r.get('new_files')}</td>"
+                   f"<td>{r.get('hits')}/{r.get('misses')}</td><td>{esc(str(r.get('commit', ''))[:12])}</td></tr>"
+                   for r in warmups)
+    hints = "".join(f"<li><b>{esc(name)}</b>: {esc(hint)}<br><code>{esc(line[:300])}</code></li>"
+                    for name, hint, line in watch.found)
+    status = jobs.describe_end(run) if "alive" in run else ""
+    summary = watch.summary()
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>run {esc(run['run'])} — container {spec.ctid}</title>
+<style>body{{font-family:sans-serif;margin:24px;max-width:940px}} table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:3px 8px;text-align:left}} pre{{background:#f4f4f4;padding:8px;overflow:auto;
+font-size:12px}} .bad{{color:#c00}}</style></head><body>
+<h1>Run {esc(run['run'])} <small>container {spec.ctid}</small></h1>
+<p>{esc(status)}; {esc(summary)}.<br>Commit <code>{esc(str(m.get('commit') or '')[:12])}</code>, torch
+{esc(str(m.get('torch')))} (CUDA build {esc(str(m.get('cuda_build') or 'none'))}), started {esc(str(m.get('started_at')))}.
+{'Known-good: run ' + esc(str(known_good.get('run'))) + ', ' + esc(logs.fmt(kg_tp.get('value'), kg_tp.get('unit')))
+ + ' (commit ' + esc(str(known_good.get('commit') or '')[:12]) + ').' if known_good else 'No known-good run recorded.'}</p>
+<h2>Metric over the run</h2>
+{_svg(runs, spec.train.baseline if spec.train.baseline is not None else m.get('baseline'), watch.unit)}
+<h2>Crash hints</h2>
+{'<ul class="bad">' + hints + '</ul>' if hints else '<p>None found in the log.</p>'}
+<h2>Warmups for this commit and venv</h2>
+{'<table><tr><th>device</th><th>seconds</th><th>new files</th><th>guard hits/misses</th><th>commit</th></tr>'
+ + rows + '</table>' if rows else '<p>None recorded.</p>'}
+<h2>Manifest</h2>
+<pre>{esc(json.dumps(m, indent=1))}</pre>
+<p><small>Written {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} by <code>invoke report</code>.</small></p>
+</body></html>
+"""
+
+
+def write(session: Session, ctid, run_id: str | None, dest: str | None) -> Path:
+    """Read a run (default: the latest) and the known-good one from the container; write the HTML file."""
+    spec = session.config.container(ctid)
+    ct = session.container(spec.ctid)
+    st = jobs.state(ct, spec, run_id)
+    if not st.get("run"):
+        raise JobError(f"container {spec.ctid} has no run {run_id or ''} in {spec.train.run_dir}".replace("  ", " ")
+                       + ": start one with `invoke train`")
+    log_text = files.pull_bytes(ct, f"{st['path']}/log").decode("utf-8", "replace")
+    from .knowngood import path_of
+
+    kg_raw = ct.run(["cat", path_of(spec)], check=False, mutates=False, timeout=60).out
+    try:
+        kg = json.loads(kg_raw) if kg_raw.strip() else None
+    except ValueError:
+        kg = None
+    kg_log = None
+    if kg and kg.get("run") and kg["run"] != st["run"]:
+        r = ct.run(["cat", f"{spec.train.run_dir}/{kg['run']}/log"], check=False, mutates=False, timeout=120)
+        kg_log = r.out if r.exit_code == 0 else None
+    m = st.get("manifest") or {}
+    warmups = [r for r in wm.records(ct, spec)
+               if r.get("commit") == m.get("commit") and r.get("venv_lock") == m.get("venv_lock_sha256")]
+    path = Path(dest or f"report-{spec.ctid}-{st['run']}.html")
+    path.write_text(render(spec, st, log_text, kg, kg_log, warmups))
+    return path

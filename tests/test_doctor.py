@@ -1,0 +1,239 @@
+"""Facts and doctor as data: a probe's raw output in, typed facts and findings out (no container).
+
+The raw samples are what remote/facts_probe.py prints (tests/data/facts-*.json were captured on a GPU
+host's shape and the lab); each test changes one thing, as the story's team did by hand.
+"""
+
+import copy
+import json
+import subprocess
+import sys
+
+import pytest
+
+from remote import config, facts as fx
+from remote.doctor import Finding, findings, healthy, known_good_label, to_json, Report
+from remote.knowngood import make_record, meets_baseline, watch_log
+
+HOSTS = """
+hosts: {h: {address: 10.0.0.1}}
+containers: {200: {host: h}}
+venv:
+  index_url: https://download.pytorch.org/whl/cu128
+  packages: [torch==2.11.0+cu128, numpy==2.2.6]
+warmup: {command: 'python -m drafter.warmup --device {device}', devices: [5, 6]}
+train: {command: 'python -m drafter.train --drafter-gpus 5,6', baseline: 21.5}
+"""
+COMMIT = "a" * 40
+LOCK = "numpy==2.2.6 \\\n    --hash=sha256:x\ntorch==2.11.0+cu128 \\\n    --hash=sha256:y\ntriton==3.5.0\n"
+CACHE = "torch-2.11.0+cu128-cuda-12.8-triton-3.5.0"
+
+
+@pytest.fixture
+def spec(tmp_path):
+    path = tmp_path / "hosts.yaml"
+    path.write_text(HOSTS)
+    return config.load(str(path)).container(200)
+
+
+def dists(**over):
+    base = {"numpy": "2.2.6", "torch": "2.11.0+cu128", "triton": "3.5.0"}
+    base.update(over)
+    return {n: {"version": v, "installer": "uv", "url": None} for n, v in base.items() if v}
+
+
+def child(obj=None, rc=0, out=None):
+    return {"rc": rc, "out": out if out is not None else json.dumps(obj), "err": ""}
+
+
+def healthy_raw(spec):
+    """What the probe prints for a deployed, warmed, healthy 2-GPU container (its known-good included)."""
+    from remote import warmup as wm
+
+    venv_record = {"spec_hash": "s" * 16, "lock_sha256": "l" * 64, "lock": LOCK,
+                   "verify": {"torch": "2.11.0+cu128", "cuda_build": "12.8", "triton": "3.5.0"}}
+    code_record = {"commit": COMMIT}
+    state = {"code": code_record, "venv": venv_record}
+    warmups = "".join(json.dumps({"device": d, **wm.warmup_key(spec, state, d)}) + "\n" for d in ("5", "6"))
+    return {
+        "time": 1000.0, "time_end": 1000.4,
+        "venv": {"path": "/root/venv", "exists": True, "real": "/root/venv.versions/x", "record": venv_record},
+        "checkout": {"path": "/root/dflash", "exists": True, "git": True, "record": code_record},
+        "cache": {"dir": "/root/.cache/torch-compile", "exists": True, "warmups": warmups,
+                  "folders": {CACHE: {"files": 120, "bytes": 5 << 20}}},
+        "tmp_artifacts": {},
+        "jobs": {"run_dir": "/root/runs", "current": "20261130-1012-ab12", "manifest": None,
+                 "runs": {"20261130-1012-ab12": {"exists": True, "pid": 40, "exit": "0", "leader_alive": False,
+                                                 "marked": []}}},
+        "known_good": {"run": "20261130-1012-ab12", "commit": COMMIT, "lock_sha256": "l" * 64,
+                       "packages": {"numpy": "2.2.6", "torch": "2.11.0+cu128", "triton": "3.5.0"},
+                       "torch": "2.11.0+cu128", "cuda_build": "12.8", "driver": "570.86", "gpu_names": ["H200"] * 2,
+                       "cache": {"fingerprint": CACHE}, "throughput": {"value": 21.5, "unit": "Ktok/s"}},
+        "disk": [{"path": p, "free": 400 << 30, "total": 1 << 40} for p in ("/root/venv", "/root/.cache", "/root/runs")],
+        "venv_run": child({"dists": dists(), "torch": "2.11.0+cu128", "cuda_build": "12.8", "cuda_available": True,
+                           "device_count": 2, "device_names": ["H200", "H200"]}),
+        "gpus": child(out="0, H200, 570.86, 1, 143771\n1, H200, 570.86, 1, 143771\n"),
+        "apps": child(out=""), "smi": child(out="| NVIDIA-SMI 570.86   Driver Version: 570.86   CUDA Version: 12.8 |"),
+        "head": child(out=COMMIT + "\n"), "status": child(out=""),
+    }
+
+
+def codes(found):
+    return sorted(f.code for f in found)
+
+
+def test_a_healthy_container_has_no_findings(spec):
+    facts = fx.parse(healthy_raw(spec), spec, (1000.0, 1000.5))
+    assert facts.venv.added == {} and facts.venv.changed == {} and facts.cache.present
+    assert facts.gpus.names == ("H200", "H200") and facts.gpus.cuda_driver == "12.8"
+    assert facts.clock_skew_s == 0.0 and facts.checkout.head == COMMIT
+    found = findings(facts, spec)
+    assert found == [] and healthy(found)
+
+
+def test_the_story_polluted_venv_deleted_cache_and_hacked_checkout(spec):
+    raw = healthy_raw(spec)
+    info = json.loads(raw["venv_run"]["out"])
+    info["dists"] = dists(torch="2.11.0+cu130")
+    info["dists"]["sglang"] = {"version": "0.5.1", "installer": "pip", "url": None}
+    info["dists"]["flashinfer-python"] = {"version": "0.3.0", "installer": "pip",
+                                          "url": "file:///root/src/flashinfer"}
+    info["torch"], info["cuda_build"] = "2.11.0+cu130", "13.0"
+    raw["venv_run"] = child(info)
+    raw["cache"]["folders"] = {CACHE: {"files": 2, "bytes": 10, "tmp": {"files": 2, "bytes": 10}}}  # only TMPDIR
+    raw["status"] = child(out=" M drafter/model.py\n?? notes.txt\n?? drafter/__pycache__/\n")
+    found = findings(fx.parse(raw, spec, (1000.0, 1000.5)), spec)
+    by = {f.code: f for f in found}
+    # The cu130 torch also names another cache folder than the known-good's.
+    assert codes(found) == ["cache-missing", "cache-versions-changed", "checkout-edited", "checkout-untracked",
+                            "driver-too-old", "package-added", "package-added", "package-changed", "torch-cuda-build"]
+    torch = by["package-changed"]
+    assert torch.what.startswith("torch 2.11.0+cu128 → 2.11.0+cu130") and "from another index" in torch.what
+    assert torch.since == "changed since known-good run 20261130-1012-ab12, 21.5 Ktok/s: it had 2.11.0+cu128"
+    assert torch.fix == "invoke deploy"
+    added = [f for f in found if f.code == "package-added"]
+    assert "flashinfer-python 0.3.0" in added[0].what and "a local build/file file:///root/src/flashinfer" in added[0].what
+    assert "sglang 0.5.1" in added[1].what and added[1].since.startswith("not in known-good run")
+    assert by["driver-too-old"].what == "torch is built for CUDA 13.0 but driver 570.86 supports CUDA up to 12.8"
+    assert by["cache-missing"].fix == "invoke warmup" and by["checkout-untracked"].severity == "info"
+    assert by["checkout-untracked"].what == "untracked file(s) in /root/dflash: notes.txt"  # no bytecode
+    assert not healthy(found)
+    rendered = by["package-changed"].render()
+    assert rendered.startswith("[error] torch 2.11.0+cu128 → 2.11.0+cu130") and "— invoke deploy" in rendered
+
+
+def test_a_new_commit_asks_for_a_warmup_and_is_noted_against_the_known_good(spec):
+    raw = healthy_raw(spec)
+    raw["checkout"]["record"] = {"commit": "b" * 40}
+    raw["head"] = child(out="b" * 40 + "\n")
+    found = findings(fx.parse(raw, spec, (1000.0, 1000.5)), spec)
+    assert codes(found) == ["cache-cold", "commit-changed"]
+    assert "device 5: commit changed since its last warmup; device 6: commit" in found[0].what
+    assert found[0].fix == "invoke warmup"
+
+
+def test_gpus_jobs_disk_and_clock(spec):
+    raw = healthy_raw(spec)
+    info = json.loads(raw["venv_run"]["out"])
+    info["device_count"] = 1
+    raw["venv_run"] = child(info)
+    raw["apps"] = child(out="777, python, 1200\n41, python, 900\n")
+    raw["jobs"]["runs"]["20261130-1012-ab12"]["marked"] = [41]  # a process of a finished run
+    raw["disk"][1]["free"] = 1 << 30
+    raw["time"], raw["time_end"] = 1030.0, 1030.5
+    raw["tmp_artifacts"] = {"/tmp/torchinductor_root": {"files": 62, "bytes": 1 << 20}}
+    found = findings(fx.parse(raw, spec, (1000.0, 1000.5)), spec)
+    by = {f.code: f for f in found}
+    assert codes(found) == ["clock-skew", "disk-low", "gpu-foreign-processes", "gpus-unseen", "orphan-processes",
+                            "tmp-compile-artifacts"]
+    assert by["orphan-processes"].fix == "invoke stop -c 200 --run 20261130-1012-ab12"
+    assert "777 python" in by["gpu-foreign-processes"].what and "41 " not in by["gpu-foreign-processes"].what
+    assert by["clock-skew"].what.startswith("the container's clock is +30.0s")
+    assert fx.clock_skew(1000.2, 1000.0, 1000.5) == 0.0 and fx.clock_skew(990.0, 1000.0, 1000.5) == -10.0
+
+
+def test_no_venv_no_checkout_no_known_good(spec):
+    raw = healthy_raw(spec)
+    raw["venv"] = {"path": "/root/venv", "exists": False, "real": None, "record": None}
+    raw["venv_run"] = None
+    raw["checkout"] = {"path": "/root/dflash", "exists": False, "git": False, "record": None}
+    raw["head"] = raw["status"] = None
+    raw["known_good"] = None
+    found = findings(fx.parse(raw, spec, (1000.0, 1000.5)), spec)
+    assert codes(found) == ["checkout-missing", "no-known-good", "venv-missing"]
+
+
+def test_json_shape(spec):
+    facts = fx.parse(healthy_raw(spec), spec, (1000.0, 1000.5))
+    report = Report(200, "h", [Finding("x", "info", "w", None, "y", None)], facts)
+    out = json.loads(json.dumps(to_json([report, Report(201, "h", [], None, "unreachable")])))
+    assert out["schema"] == 1 and out["healthy"] is False
+    first = out["containers"][0]
+    assert set(first) == {"container", "host", "healthy", "error", "known_good", "findings", "facts"}
+    assert set(first["findings"][0]) == {"code", "severity", "what", "since", "why", "fix"}
+    assert first["facts"]["venv"]["packages"]["torch"] == "2.11.0+cu128"
+    assert first["facts"]["cache"]["present"] is True and first["facts"]["cache"]["warmups"] == 2
+
+
+def test_known_good_record_and_the_baseline(spec):
+    facts = fx.parse(healthy_raw(spec), spec, (1000.0, 1000.5))
+    watch = watch_log(spec, "step 1 | 20.0 Ktok/s\nstep 2 | 22.0 Ktok/s\nstep 3 | 23.0 Ktok/s\n")
+    assert meets_baseline(watch)  # rolling 21.67 >= 21.5
+    assert not meets_baseline(watch_log(spec, "step 1 | 4.3 Ktok/s\n"))
+    manifest = {"commit": COMMIT, "venv_lock_sha256": "l" * 64, "torch": "2.11.0+cu128", "cuda_build": "12.8",
+                "triton": "3.5.0", "driver": "570.86", "gpus": [{"name": "H200"}, {"name": "H200"}]}
+    rec = make_record(facts, spec, {"run": "r1", "manifest": manifest}, watch, "auto")
+    assert rec["cache"]["fingerprint"] == CACHE and rec["cache"]["files"] == 120
+    assert rec["packages"]["torch"] == "2.11.0+cu128" and rec["gpu_names"] == ["H200", "H200"]
+    assert known_good_label(rec) == "known-good run r1, 21.67 Ktok/s"
+    other = make_record(facts, spec, {"run": "r2", "manifest": {**manifest, "venv_lock_sha256": "z"}}, watch, "x")
+    assert other["packages"] is None  # the venv changed since that run: its packages are unknown
+
+
+def test_the_probe_runs_with_a_plain_python_and_reads_nothing_it_cannot(tmp_path):
+    """The probe itself, locally, on an empty layout: every fact absent, no crash, valid JSON."""
+    arg = json.dumps({"venv": str(tmp_path / "venv"), "checkout": str(tmp_path / "co"),
+                      "cache_dir": str(tmp_path / "cache"), "run_dir": str(tmp_path / "runs")})
+    r = subprocess.run([sys.executable, "-c", fx.PROBE_SOURCE, arg], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    raw = json.loads(r.stdout)
+    assert raw["venv"]["exists"] is False and raw["venv_run"] is None and raw["checkout"]["git"] is False
+    assert [d["on"] for d in raw["disk"]] == [str(tmp_path)] * 3
+
+
+def test_sparkline_and_the_report_page(spec):
+    from remote.report import render, series, sparkline
+
+    assert sparkline([]) == "" and sparkline([1, 1]) == "▁▁"
+    assert sparkline([0, 1, 2, 3, 4, 5, 6, 7]) == "▁▂▃▄▅▆▇█"
+    assert len(sparkline(list(range(100)), width=10)) == 10
+    log = "".join(f"step {i} | {v} Ktok/s\n" for i, v in enumerate([18.0, 21.0, 22.5, 4.3])) + \
+        "Detected that you are using FX to symbolically trace a dynamo-optimized function\nstep 9 | 2"
+    values, watch = series(spec, log, last_line=False)
+    assert values == [18.0, 21.0, 22.5, 4.3] and watch.unit == "Ktok/s"
+    kg = {"run": "good-1", "commit": COMMIT, "throughput": {"value": 21.5, "unit": "Ktok/s"}}
+    page = render(spec, {"run": "r<2>", "alive": False, "lost": False, "exit": 1, "manifest": {"commit": COMMIT}},
+                  log, kg, "step 1 | 21.4 Ktok/s\nstep 2 | 21.6 Ktok/s\n",
+                  [{"device": "5", "seconds": 40.2, "new_files": 12, "hits": 0, "misses": 9, "commit": COMMIT}])
+    assert page.count("<polyline") == 2 and "baseline 21.5" in page and "known-good run good-1" in page
+    assert "compile race" in page and "r&lt;2&gt;" in page and "<td>40.2</td>" in page
+    # Self-contained: no script, nothing fetched (the only URL is the SVG namespace).
+    assert "<script" not in page and page.count("http") == 1 and "http://www.w3.org/2000/svg" in page
+
+
+def test_a_deleted_cache_is_gone_since_the_known_good(spec):
+    raw = healthy_raw(spec)
+    raw["cache"]["folders"] = {}
+    (f,) = findings(fx.parse(raw, spec, (1000.0, 1000.5)), spec)
+    assert f.code == "cache-missing" and f.since == "gone since known-good run 20261130-1012-ab12, 21.5 Ktok/s, " \
+                                                    "which ran with it"
+
+
+def test_a_known_good_without_packages_says_nothing_about_them(spec):
+    raw = healthy_raw(spec)
+    raw["known_good"]["packages"] = None
+    info = json.loads(raw["venv_run"]["out"])
+    info["dists"]["sglang"] = {"version": "0.5.1", "installer": "pip", "url": None}
+    raw["venv_run"] = child(info)
+    (f,) = findings(fx.parse(raw, spec, (1000.0, 1000.5)), spec)
+    assert f.code == "package-added" and f.since is None
