@@ -63,7 +63,7 @@ def test_a_container_stopped_under_a_job_reports_the_run_lost(lab_session):
     assert final_status(final) == 1 and "LOST" in lines[-1] and lines[0] == "started"
 
 
-@pytest.mark.fault("pct locked", promise="ContainerLocked, saying what holds the lock")
+@pytest.mark.fault("pct locked", promise="ContainerLocked, saying to retry when the other pct operation is done")
 def test_pct_with_the_config_lock_held_is_a_typed_error(lab, lab_session):
     ct = lab_session.container(200)
     (lab.dir / "lock").mkdir(exist_ok=True)
