@@ -96,6 +96,7 @@ def main(argv=None) -> None:
                    os.path.join(args.out, "ckpt.pt"))
         print(f"saved {args.out}/ckpt.pt", flush=True)
     if ddp:
+        dist.barrier()  # every rank leaves together (gloo can abort a rank that tears down while others work)
         dist.destroy_process_group()
 
 
