@@ -3,7 +3,7 @@
 Content goes through a `pct exec ... -- bash -c <remote/sh/...>` of its own (stdin/stdout are
 binary-safe without a pty), read and written in chunks while hashing, so a file of any size is never
 held whole: not here, not in the agent. `pct push`/`pull` are not used: they need the file staged on
-the host, hold the container's config lock and can exit 0 on failure (../shared/pct-spec.md).
+the host, hold the container's config lock and can exit 0 on failure (pve-container 6.1.10).
 
 Nothing unverified reaches a destination. A file is written to `<dest>.partial` beside it, its
 sha256 compared with the source's, then renamed into place; a push that was cut off continues from

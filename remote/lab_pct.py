@@ -1,4 +1,4 @@
-"""A `pct` test double that behaves like Proxmox's (../shared/pct-spec.md), over plain LXC.
+"""A `pct` test double that behaves like Proxmox's (as read from pve-container 6.1.10's source), over plain LXC.
 
 Installed by the lab as <lab>/bin/pct with LXC_PATH, LOCK_DIR and NODE filled in; it imports
 nothing from `remote` and runs on the system Python. Option parsing, messages and exit codes

@@ -1,6 +1,6 @@
 """Commands inside an LXC container through `pct`: argv builders, output parsers, `Container`.
 
-`pct exec` runs an argv without a shell, with PATH reset and HOME unset (../shared/pct-spec.md),
+`pct exec` runs an argv without a shell, with PATH reset and HOME unset (pve-container 6.1.10),
 so every command here is wrapped as
     pct exec <ctid> --keep-env 0 -- env -C <cwd> HOME=.. PATH=.. [K=V..] [timeout -k G T] <argv>
 which makes the environment explicit and the timeout hold inside the container. pct's own
