@@ -118,7 +118,7 @@ def main() -> None:
         env = {**os.environ, **({"REMOTE_HOSTS_FILE": args.hosts} if args.hosts else {})}
         subprocess.run([sys.executable, "-m", "invoke", "deploy", "--container", str(args.container)], check=True,
                        capture_output=True, env=env)
-    print(f"goal: <= 1.5 s per command, <= 2 round trips per container")
+    print("goal: <= 1.5 s per command, <= 2 round trips per container")
 
 
 if __name__ == "__main__":

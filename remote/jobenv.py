@@ -75,4 +75,4 @@ def run(ct: Container, spec: ContainerSpec, verify: Mapping | None, argv: Sequen
         extra: Mapping[str, str] | None = None, **kwargs) -> Result:
     """Run argv in the container with the job environment; train.env goes over stdin (withenv.sh)."""
     return ct.run(["bash", "-c", shell.load("withenv"), "withenv", *argv], env={**tool_env(spec, verify), **(extra or {})},
-                  stdin=stdin_for({**user_env(spec)}), **kwargs)
+                  stdin=stdin_for(user_env(spec)), **kwargs)

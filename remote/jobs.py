@@ -142,11 +142,16 @@ def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = 
     return run_id, int(r.out.strip().splitlines()[-1]) if not ct.dry else 0
 
 
+def _fields(text: str) -> dict[str, str]:
+    """The `key=value` lines the job scripts print (state.sh, stop.sh)."""
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
 def parse_state(text: str) -> dict:
     """state.sh's output: key=value lines, then the manifest and the log's tail after marker lines."""
     head, _, rest = text.partition("--manifest--\n")
     manifest, _, tail = rest.partition("\n--tail--\n")
-    fields = dict(line.split("=", 1) for line in head.splitlines() if "=" in line)
+    fields = _fields(head)
     if not fields.get("run"):
         return {"run": None}
     exit_text = fields.get("exit", "").strip()
@@ -196,7 +201,7 @@ def stop(ct: Container, spec: ContainerSpec, run_id: str | None = None, grace: i
     r = ct.script(shell.with_lib("stop"), st["path"], st["run"], str(grace), timeout=grace + 60, label="stop")
     if ct.dry:
         return {"run": st["run"], "was_alive": st["alive"], "signal": "none", "left": [], "gpu_left": [], "exit": None}
-    fields = dict(line.split("=", 1) for line in r.out.splitlines() if "=" in line)
+    fields = _fields(r.out)
     result = {"run": st["run"], "nodes": (st.get("manifest") or {}).get("nodes"),
               "was_alive": st["alive"] or bool(st["orphans"]), "signal": fields.get("signal"),
               "left": [int(p) for p in fields.get("left", "").split()],

@@ -36,11 +36,6 @@ ALL = "all"  # the one "device" of a command without {device}
 BUNDLE_SIDECAR = "remote-cache.json"
 
 
-def job_env(spec: ContainerSpec, verify: dict | None = None) -> dict[str, str]:
-    """The environment of every job in the container (tool variables, then train.env)."""
-    return {**jobenv.tool_env(spec, verify), **jobenv.user_env(spec)}
-
-
 def devices_of(spec: ContainerSpec) -> list[str]:
     return list(spec.warmup.devices) if "{device}" in (spec.warmup.command or "") else [ALL]
 

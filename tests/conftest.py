@@ -8,8 +8,11 @@ fails loudly, never skips, when the machine cannot run it: .ci/run installs what
 
 from __future__ import annotations
 
+import re
 import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -130,3 +133,24 @@ def load_config(path, **edits):
     out = Path(path).with_name(f"hosts-{abs(hash(text))}.yaml")
     out.write_text(text)
     return out
+
+
+def wait_until(predicate, timeout=30.0) -> bool:
+    """Poll predicate every 0.1 s; whether it came true within timeout (a hang guard, not a speed check)."""
+    end = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def sshd_serving(session, lab) -> list[int]:
+    """The lab sshd processes that hold this session's connection (found by its client port)."""
+    t = session.transport(session.config.hosts["lab"])
+    port = t._conn.client.get_transport().sock.getsockname()[1]
+    out = subprocess.run(["ss", "-Htnp", "state", "established", f"( sport = :{lab.port} and dport = :{port} )"],
+                         capture_output=True, text=True, check=True).stdout
+    pids = sorted({int(p) for p in re.findall(r"pid=(\d+)", out)})
+    assert pids, f"no sshd found for port {port}: {out!r}"
+    return pids

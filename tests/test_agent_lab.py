@@ -5,13 +5,12 @@ the sshd process that serves it touches no other test's connection."""
 from __future__ import annotations
 
 import os
-import re
 import signal
-import subprocess
 import threading
 import time
 
 import pytest
+from conftest import sshd_serving, wait_until
 
 from remote import config
 from remote.errors import CommandTimeout, ConnectError
@@ -24,26 +23,6 @@ pytestmark = pytest.mark.lab
 def session(lab_hosts):
     with Session(config.load(str(lab_hosts)), agent=True) as s:
         yield s
-
-
-def sshd_serving(session, lab) -> list[int]:
-    """The sshd processes that hold this session's connection (found by its client port)."""
-    t = session.transport(session.config.hosts["lab"])
-    port = t._conn.client.get_transport().sock.getsockname()[1]
-    out = subprocess.run(["ss", "-Htnp", "state", "established", f"( sport = :{lab.port} and dport = :{port} )"],
-                         capture_output=True, text=True, check=True).stdout
-    pids = sorted({int(p) for p in re.findall(r"pid=(\d+)", out)})
-    assert pids, f"no sshd found for port {port}: {out!r}"
-    return pids
-
-
-def wait_for(predicate, timeout=30.0) -> bool:
-    end = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.1)
-    return True
 
 
 def in_container(session, tag) -> bool:
@@ -74,11 +53,11 @@ def test_a_dropped_connection_leaves_none_of_the_commands_processes(session, lab
     # A quiet process beside a chatty one: the agent is busy writing when the connection goes.
     outcome = background(ct, ["bash", "-c", f"(exec -a {tag} sleep 300) & while :; do echo output; done"],
                          on_output=lambda k, b: streamed.append(len(b)))
-    assert wait_for(lambda: sum(streamed) > 1 << 20)
+    assert wait_until(lambda: sum(streamed) > 1 << 20)
     for pid in sshd_serving(session, lab):
         os.kill(pid, signal.SIGKILL)
-    assert wait_for(lambda: outcome, 30) and isinstance(outcome[0], ConnectError), outcome
-    assert wait_for(lambda: not in_container(session, tag), 20), "the command's processes outlived the connection"
+    assert wait_until(lambda: outcome, 30) and isinstance(outcome[0], ConnectError), outcome
+    assert wait_until(lambda: not in_container(session, tag), 20), "the command's processes outlived the connection"
 
 
 @pytest.mark.fault("A command closes its pipes and runs on",
@@ -92,7 +71,7 @@ def test_a_child_that_closes_its_pipes_neither_blocks_others_nor_escapes_its_tim
     start = time.monotonic()
     assert ct.run(["echo", "other"], timeout=10).out == "other\n"
     assert time.monotonic() - start < 5, "another command's result waited for the closed-pipes child"
-    assert wait_for(lambda: outcome, 40) and isinstance(outcome[0], CommandTimeout), outcome
+    assert wait_until(lambda: outcome, 40) and isinstance(outcome[0], CommandTimeout), outcome
     assert not in_container(session, tag)
 
 
@@ -103,13 +82,13 @@ def test_a_silent_link_is_noticed_within_30s_and_the_next_command_reconnects(ses
     tag = f"agent-silent-{os.getpid()}-{time.monotonic_ns()}"
     ct.run(["true"])
     outcome = background(ct, ["bash", "-c", f"exec -a {tag} sleep 300"])
-    assert wait_for(lambda: in_container(session, tag), 10)
+    assert wait_until(lambda: in_container(session, tag), 10)
     stopped = sshd_serving(session, lab)
     for pid in stopped:  # the TCP connection stays up (the kernel answers), nothing passes: a half-open link
         os.kill(pid, signal.SIGSTOP)
     try:
         start = time.monotonic()
-        assert wait_for(lambda: outcome, 60), "a silent link was never noticed"
+        assert wait_until(lambda: outcome, 60), "a silent link was never noticed"
         noticed = time.monotonic() - start
         assert isinstance(outcome[0], ConnectError) and "silent" in str(outcome[0]), outcome
         assert noticed <= 30, f"noticed after {noticed:.1f}s"
@@ -118,7 +97,7 @@ def test_a_silent_link_is_noticed_within_30s_and_the_next_command_reconnects(ses
         for pid in stopped:
             os.kill(pid, signal.SIGCONT)
     # Resumed, the old sshd finds its client gone; the old agent gets EOF and kills what it ran.
-    assert wait_for(lambda: not in_container(session, tag), 30), "the old agent's command was left running"
+    assert wait_until(lambda: not in_container(session, tag), 30), "the old agent's command was left running"
 
 
 @pytest.mark.fault("SSH dropped mid-follow", promise="following resumes at the byte it reached: every line once")
@@ -152,12 +131,12 @@ def follow_over_a_silent_link(session, lab, why: str) -> None:
                                 daemon=True)
     follower.start()
     try:
-        assert wait_for(lambda: len(lines) > 100)
+        assert wait_until(lambda: len(lines) > 100)
         stopped = sshd_serving(session, lab)
         for pid in stopped:
             os.kill(pid, signal.SIGSTOP)
         try:
-            assert wait_for(lambda: any("connection lost" in line for line in lines), 60), "silent link not noticed"
+            assert wait_until(lambda: any("connection lost" in line for line in lines), 60), "silent link not noticed"
         finally:
             for pid in stopped:
                 os.kill(pid, signal.SIGCONT)
@@ -190,7 +169,7 @@ def test_a_silent_link_is_noticed_without_the_agent_too(plain_session, lab):
         os.kill(pid, signal.SIGSTOP)
     try:
         start = time.monotonic()
-        assert wait_for(lambda: outcome, 60), "a silent link was never noticed"
+        assert wait_until(lambda: outcome, 60), "a silent link was never noticed"
         noticed = time.monotonic() - start
         assert isinstance(outcome[0], ConnectError), outcome
         assert noticed <= 30, f"noticed after {noticed:.1f}s"

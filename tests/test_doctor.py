@@ -4,7 +4,6 @@ The raw samples are what remote/facts_probe.py prints (tests/data/facts-*.json w
 host's shape and the lab); each test changes one thing, as the story's team did by hand.
 """
 
-import copy
 import json
 import subprocess
 import sys

@@ -117,7 +117,7 @@ def test_doctor_names_every_change_of_the_story_and_exits_1(story):
     assert found["checkout-edited"]["fix"].startswith("invoke deploy")
     assert "notes.txt" in found["checkout-untracked"]["what"] and found["checkout-untracked"]["severity"] == "info"
     text = task(story, "doctor", "-c", str(CT), check=False)
-    assert text.returncode == 1 and f"numpy 2.2.6 → 2.2.5" in text.stdout and "— invoke deploy" in text.stdout
+    assert text.returncode == 1 and "numpy 2.2.6 → 2.2.5" in text.stdout and "— invoke deploy" in text.stdout
 
 
 def test_deploy_and_warmup_bring_doctor_back_to_healthy(story):

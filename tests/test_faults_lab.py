@@ -6,14 +6,13 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import os
-import re
 import signal
 import subprocess
 import threading
 import time
 
 import pytest
-from conftest import load_config
+from conftest import load_config, sshd_serving, wait_until
 
 from remote import config
 from remote.deploy import deploy
@@ -25,24 +24,6 @@ pytestmark = pytest.mark.lab
 PRE = Preflight(commit="0" * 40, venv={"verify": {}}, gpus=None, notes=[])
 
 
-def wait_for(predicate, timeout=60.0) -> bool:
-    end = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.1)
-    return True
-
-
-def sshd_serving(session, lab) -> list[int]:
-    """The sshd processes that hold this session's connection (found by its client port)."""
-    t = session.transport(session.config.hosts["lab"])
-    port = t._conn.client.get_transport().sock.getsockname()[1]
-    out = subprocess.run(["ss", "-Htnp", "state", "established", f"( sport = :{lab.port} and dport = :{port} )"],
-                         capture_output=True, text=True, check=True).stdout
-    return sorted({int(p) for p in re.findall(r"pid=(\d+)", out)})
-
-
 @pytest.mark.fault("Container stopped mid-job", promise="the run is reported lost, not exited")
 def test_a_container_stopped_under_a_job_reports_the_run_lost(lab_session):
     base = lab_session.config.container(201)
@@ -50,7 +31,7 @@ def test_a_container_stopped_under_a_job_reports_the_run_lost(lab_session):
                                train=dataclasses.replace(base.train, run_dir="/root/runs-stopped"))
     ct = lab_session.container(201)
     run_id, _ = launch(ct, spec, PRE, command="echo started; sleep 600")
-    assert wait_for(lambda: "started" in state(ct, spec, run_id)["tail"], 30)
+    assert wait_until(lambda: "started" in state(ct, spec, run_id)["tail"], 30)
     ct.stop()
     ct.start()
     ct.wait_running(timeout=30)
@@ -91,7 +72,7 @@ def test_a_connection_dropped_mid_deploy_leaves_the_venv_and_the_next_deploy_com
 
         t = threading.Thread(target=work, daemon=True)
         t.start()
-        assert wait_for(lambda: any(l.startswith("==> building venv") for l in lines) or outcome, 300), lines
+        assert wait_until(lambda: any(l.startswith("==> building venv") for l in lines) or outcome, 300), lines
         assert not outcome, outcome
         for pid in sshd_serving(s, lab):
             os.kill(pid, signal.SIGKILL)
@@ -239,14 +220,14 @@ def test_a_connection_dropped_mid_warmup_leaves_nothing_running_and_the_next_war
         t = threading.Thread(target=work, daemon=True)
         t.start()
         # Dropped while device 0's warmup runs in the container (asked over the fixture's own connection).
-        assert wait_for(lambda: "drafter.warmup --device 0" in ct.run(["ps", "-eo", "args"]).out or outcome, 300)
+        assert wait_until(lambda: "drafter.warmup --device 0" in ct.run(["ps", "-eo", "args"]).out or outcome, 300)
         assert not outcome, outcome
         for pid in sshd_serving(s, lab):
             os.kill(pid, signal.SIGKILL)
         t.join(timeout=300)
         assert outcome and isinstance(outcome[0], RemoteError), outcome
         # The agent killed the warmup it was running: nothing of it is left in the container.
-        assert wait_for(lambda: "drafter.warmup" not in ct.run(["ps", "-eo", "args"]).out, 30)
+        assert wait_until(lambda: "drafter.warmup" not in ct.run(["ps", "-eo", "args"]).out, 30)
         record = ct.run(["bash", "-c", "cat /root/.cache/torch-compile/warmups.jsonl 2>/dev/null || true"]).out
         assert all(json.loads(line) for line in record.splitlines())
         end = time.monotonic() + 120

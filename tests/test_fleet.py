@@ -75,7 +75,7 @@ def test_runner_bounds_each_host_prefixes_lines_and_carries_failures_through(cfg
         with lock:
             active[host] += 1
             peak[host] = max(peak[host], active[host])
-        print(f"==> working\npartial", end="")
+        print("==> working\npartial", end="")
         sys.stdout.buffer.write(" line\n".encode())
         time.sleep(0.2)
         with lock:
