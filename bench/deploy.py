@@ -18,7 +18,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from remote import config  # noqa: E402
-from remote.deploy import UV_ENV, deploy, uv_path  # noqa: E402
+from remote.deploy import UV_ENV, deploy  # noqa: E402
+from remote.facts import uv_path  # noqa: E402
 from remote.session import Session  # noqa: E402
 
 # In the container: time one fresh venv built from the deployed lock, by uv and by pip. Each tool

@@ -22,7 +22,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from remote import config  # noqa: E402
-from remote.deploy import UV_ENV, uv_path  # noqa: E402
+from remote.deploy import UV_ENV  # noqa: E402
+from remote.facts import uv_path  # noqa: E402
 from remote.doctor import diagnose  # noqa: E402
 from remote.session import Session  # noqa: E402
 
@@ -85,10 +86,11 @@ def measure(args, cfg, label: str) -> dict:
 
         raw, window = read_raw(s.container(args.container, venv_on_path=False), cfg.container(args.container))
     inside = raw["time_end"] - raw["time"]
-    torch_s = (raw.get("venv_run") or {}).get("seconds")
+    torch = raw.get("torch") or {}
+    torch_s = "kept from an earlier probe, 0" if torch.get("cached") else torch.get("seconds")
     codes = sorted(f["code"] for f in report["containers"][0]["findings"] if f["severity"] != "info")
     print(f"{label:9s} exit {code}  whole command median {statistics.median(times):.2f}s "
-          f"(min {min(times):.2f}, max {max(times):.2f}, n={len(times)}); round trips per container: {trips}; "
+          f"(min {min(times):.2f}, max {max(times):.2f}, first {times[0]:.2f}, n={len(times)}); round trips per container: {trips}; "
           f"findings: {', '.join(codes) or 'none'}\n          one probe: {window[1] - window[0]:.2f}s round trip, "
           f"{inside:.2f}s inside the container, of which the venv's python (import torch) {torch_s}s")
     return {"median": statistics.median(times), "trips": trips, "exit": code}

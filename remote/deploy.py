@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from . import code as codemod
-from . import files, jobs, oplock, shell
+from . import facts, files, jobs, oplock, shell
 from . import venv as venvmod
 from .config import ContainerSpec
 from .errors import BusyError, CommandError, DeployError, RemoteError
@@ -34,7 +34,6 @@ from .logs import LineSplitter
 from .pct import Container
 from .session import Session
 
-UV_HOME = "/root/.local/share/remote"  # uv binaries live here, one folder per version
 BUILD_TIMEOUT = 3 * 3600
 # Never download Pythons, ignore stray uv.toml files, and trust the container's CA store (proxies).
 UV_ENV = {"UV_PYTHON_DOWNLOADS": "never", "UV_NO_CONFIG": "1", "UV_SYSTEM_CERTS": "1"}
@@ -91,10 +90,6 @@ def _resolve_lock(ct: Container, spec: ContainerSpec, state: dict, uv: str, spec
                 "--no-header", *venvmod.uv_index_args(spec.venv), spec_in], env=UV_ENV, timeout=1800,
                mutates=False, label="resolve the lock (uv pip compile)")
     return r.out
-
-
-def uv_path(version: str) -> str:
-    return f"{UV_HOME}/uv-{version}/uv"
 
 
 def _record_hash(data: bytes) -> str:
@@ -182,14 +177,9 @@ def local_uv_binary(version: str, machine: str) -> tuple[Path, str]:
 
 
 def probe(ct: Container, spec: ContainerSpec) -> dict:
-    """Everything deploy needs to know about the container, in one round trip."""
-    result = ct.run([spec.venv.python, "-c", venvmod.PROBE, spec.venv.path, versions_dir(spec), uv_path(spec.venv.uv_version),
-                     spec.code.path, oplock.LEASE], mutates=False, timeout=120)
-    return json.loads(result.out)
-
-
-def versions_dir(spec: ContainerSpec) -> str:
-    return spec.venv.path.rstrip("/") + ".versions"
+    """Everything deploy needs to know about the container, in one round trip (the facts probe's
+    deploy parts: interpreter, venv and its versions, uv, the operation lease, the checkout)."""
+    return facts.read_raw(ct, spec, facts.DEPLOY)[0]
 
 
 def _streamer(echo: Callable[[str], None]) -> Callable[[str, bytes], None]:
@@ -221,7 +211,7 @@ class Plan:
 
 def _check_interpreter(spec: ContainerSpec, state: dict) -> None:
     interpreter = state["python"]["executable"]
-    if any(interpreter.startswith(p.rstrip("/") + "/") for p in (spec.venv.path, versions_dir(spec))):
+    if any(interpreter.startswith(p.rstrip("/") + "/") for p in (spec.venv.path, facts.versions_dir(spec))):
         raise DeployError(f"venv.python {spec.venv.python!r} resolves to {interpreter}, inside the venv that deploy "
                           "manages: name the system interpreter, e.g. /usr/bin/python3")
 
@@ -326,7 +316,7 @@ def _apply(ct: Container, spec: ContainerSpec, state: dict, plan: Plan, local: c
     summary.drift = plan.venv.drift.lines()
     if plan.unfinished:
         echo(f"==> cleaning up an interrupted deploy: {', '.join(plan.unfinished)}")
-        _cleanup(ct, versions_dir(spec), plan.unfinished)
+        _cleanup(ct, facts.versions_dir(spec), plan.unfinished)
         summary.changed.append("removed half-built venv(s) left by an interrupted deploy: "
                                + ", ".join(plan.unfinished))
 
@@ -339,7 +329,7 @@ def _apply(ct: Container, spec: ContainerSpec, state: dict, plan: Plan, local: c
         for line in plan.venv.drift.lines():
             echo(f"    {line}")
         if plan.venv.action == "swap":
-            target = f"{versions_dir(spec)}/{plan.venv.reuse}"
+            target = f"{facts.versions_dir(spec)}/{plan.venv.reuse}"
             summary.torch = _read_record(ct, target).get("verify")
         else:
             target, summary.torch = _build(ct, spec, state, plan.want, plan.req_text, plan.guard, echo, lock)
@@ -383,7 +373,7 @@ def _cleanup(ct: Container, versions: str, names: list[str]) -> None:
 
 def _ensure_uv(ct: Container, spec: ContainerSpec, machine: str, echo) -> str:
     """The pinned uv in the container, byte for byte: pushed again when its sha256 differs from ours."""
-    path = uv_path(spec.venv.uv_version)
+    path = facts.uv_path(spec.venv.uv_version)
     binary, digest = local_uv_binary(spec.venv.uv_version, machine)
     there = ct.run(["sha256sum", "--", path], check=False, mutates=False, timeout=120).out.split()
     if there[:1] == [digest]:
@@ -398,7 +388,7 @@ def _ensure_uv(ct: Container, spec: ContainerSpec, machine: str, echo) -> str:
 def _build(ct: Container, spec: ContainerSpec, state: dict, want: str, req_text, guard: bytes, echo,
            lock: LockOnce | None = None):
     """Build, verify and record a new venv at its final path; returns (path, verify report)."""
-    versions = versions_dir(spec)
+    versions = facts.versions_dir(spec)
     uv = _ensure_uv(ct, spec, state["python"]["machine"], echo)
     name = f"{want}-{venvmod.stamp()}"
     target = f"{versions}/{name}"
@@ -453,29 +443,29 @@ def _read_record(ct: Container, target: str) -> dict:
 
 
 def _swap(ct: Container, spec: ContainerSpec, target: str, summary: Summary, echo) -> None:
-    result = ct.run([spec.venv.python, "-c", venvmod.SWAP, spec.venv.path, target, versions_dir(spec)])
+    result = ct.run([spec.venv.python, "-c", venvmod.SWAP, spec.venv.path, target, facts.versions_dir(spec)])
     for line in result.out.splitlines():
         if line.startswith("kept "):
             summary.kept.append(f"the hand-made venv, moved aside to {line[5:]} (nothing deleted)")
-    ct.script(shell.load("venv-history"), versions_dir(spec), target, label="venv history")
+    ct.script(shell.load("venv-history"), facts.versions_dir(spec), target, label="venv history")
     echo(f"==> {spec.venv.path} now points to {target}")
 
 
 def _prune(ct: Container, spec: ContainerSpec, keep: set) -> list[str]:
     """Delete finished builds other than the current and previous ones, except hand-made venvs and any
     build a live process uses; returns the builds spared because they are in use."""
-    result = ct.script(shell.load("venv-prune"), versions_dir(spec), *[k for k in keep if k], timeout=600,
+    result = ct.script(shell.load("venv-prune"), facts.versions_dir(spec), *[k for k in keep if k], timeout=600,
                        label="venv prune")
     return [line[len("in use: "):] for line in result.out.splitlines() if line.startswith("in use: ")]
 
 
 def _rollback(ct: Container, spec: ContainerSpec, state: dict, summary: Summary, echo) -> None:
-    history = ct.run(["cat", f"{versions_dir(spec)}/history"], check=False, mutates=False).out.split()
+    history = ct.run(["cat", f"{facts.versions_dir(spec)}/history"], check=False, mutates=False).out.split()
     current = state["venv"]["real"]
-    finished = {f"{versions_dir(spec)}/{v}" for v in state["venv"].get("finished", [])}
+    finished = {f"{facts.versions_dir(spec)}/{v}" for v in state["venv"].get("finished", [])}
     previous = [h for h in history if h != current and h in finished]
     if not previous:
-        raise DeployError(f"no previous venv to roll back to in {versions_dir(spec)}")
+        raise DeployError(f"no previous venv to roll back to in {facts.versions_dir(spec)}")
     target = previous[-1]
     _swap(ct, spec, target, summary, echo)
     summary.changed.append(f"venv {spec.venv.path} rolled back to {target}")

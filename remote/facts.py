@@ -1,8 +1,10 @@
 """Facts: typed, read-only observations of one container, fetched in one round trip.
 
-As pyinfra's facts: a command (remote/facts_probe.py, run with the container's python) and a pure parser
-(`parse`) from its JSON to frozen dataclasses, tested as data. doctor and known-good read these; they
-never change anything in the container.
+As pyinfra's facts: a command (remote/facts_probe.py, run with the container's python) and pure
+parsers (`parse`, `venv_of`, `torch_of`, ...) from its JSON to frozen dataclasses, tested as data. It is
+the one way the tools read a container: each reader asks for the parts it needs (DEPLOY, PREFLIGHT,
+STATUS, DOCTOR below) and gets them in one round trip. Reading changes nothing in the container but the
+probe's own cache of what `import torch` said (see remote/facts_probe.py).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 
-from . import jobenv
+from . import jobenv, oplock, shell
 from . import venv as venvmod
 from .config import ContainerSpec
 from .pct import Container
@@ -75,6 +77,7 @@ class Torch:
     device_count: int
     device_names: tuple[str, ...]
     error: str | None = None  # import torch failed (or the venv's interpreter did not run)
+    cached: bool = False  # the answer an earlier probe got from the same venv, driver and GPUs
 
 
 @dataclass(frozen=True)
@@ -197,17 +200,34 @@ def parse_cuda_driver(text: str) -> str | None:
     return m.group(1) if m else None
 
 
-def _gpus(raw: dict) -> Gpus:
-    from .jobs import parse_gpus  # the one parser of nvidia-smi's GPU list
+def _mib(text: str) -> int | None:
+    try:
+        return int(float(text))
+    except ValueError:  # `[N/A]` (MIG, some virtual GPUs)
+        return None
 
+
+def parse_gpus(text: str) -> list[dict]:
+    """nvidia-smi's CSV (index, name, driver, memory used, memory total), the one parser of its GPU list."""
+    gpus = []
+    for line in text.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != 5 or not parts[0].isdigit():
+            raise ValueError(f"unexpected nvidia-smi output: {line!r}")
+        gpus.append({"index": int(parts[0]), "name": parts[1], "driver": parts[2],
+                     "memory_used_mib": _mib(parts[3]), "memory_total_mib": _mib(parts[4])})
+    return gpus
+
+
+def gpus_of(raw: dict) -> Gpus:
     q = raw.get("gpus") or {}
     if "missing" in q or q.get("rc") is None and not q.get("out"):
         return Gpus(False, (), None, None, ())
     if q.get("rc") != 0:
         return Gpus(True, (), None, None, (), f"nvidia-smi failed: {q.get('err', '').strip()[-300:]}")
     try:
-        gpus = parse_gpus(q["out"]) or []
-    except Exception as exc:  # noqa: BLE001 - an odd nvidia-smi is a finding, not a crash
+        gpus = parse_gpus(q["out"])
+    except ValueError as exc:  # an odd nvidia-smi is a finding, not a crash
         return Gpus(True, (), None, None, (), str(exc))
     apps = raw.get("apps") or {}
     return Gpus(True, tuple(gpus), gpus[0]["driver"] if gpus else None,
@@ -231,29 +251,70 @@ def clock_skew(container_time: float, sent: float, received: float) -> float:
     return 0.0
 
 
-def parse(raw: dict, spec: ContainerSpec, window: tuple[float, float], probe_seconds: float = 0.0) -> Facts:
-    """The probe's JSON -> Facts. Pure: no I/O; `window` is the controller's clock when the probe was sent
-    and when its answer came back."""
+def deployed_records(raw: dict) -> tuple[dict | None, dict | None]:
+    """The checkout's and the venv's deploy records, as deploy wrote them (None: not deployed)."""
+    return (raw.get("code") or {}).get("record"), (raw.get("venv") or {}).get("record")
+
+
+def venv_of(raw: dict, spec: ContainerSpec) -> Venv:
     rv = raw.get("venv") or {}
     record = rv.get("record") or {}
     child = raw.get("venv_run")
     info = _json_of(child)
     error = None
     if not rv.get("exists"):
-        error = f"no venv at {rv.get('path')}"
+        error = f"no venv at {rv.get('path', spec.venv.path)}"
     elif info is None:
         error = "the venv's interpreter does not run" + (f": {child.get('err', '').strip()[-300:]}" if child else "")
-    venv = Venv(rv.get("path", spec.venv.path), bool(rv.get("exists")), rv.get("real"), bool(record),
+    return Venv(rv.get("path", spec.venv.path), bool(rv.get("exists")), rv.get("real"), bool(record),
                 record.get("spec_hash"), record.get("lock_sha256"),
                 venvmod.parse_pins((record.get("lock") or "").splitlines()), _versions(info), info is not None,
                 error, record)
-    verify = record.get("verify") or {}
+
+
+def torch_of(raw: dict) -> Torch:
+    """What `import torch` in the venv said (possibly kept from an earlier probe of the same venv and driver)."""
+    child = raw.get("torch")
+    info = _json_of(child)
+    triton = _triton(_json_of(raw.get("venv_run")))
+    cached = bool((child or {}).get("cached"))
     if info is not None and info.get("torch"):
-        torch = Torch(info["torch"], info.get("cuda_build"), _triton(info), bool(info.get("cuda_available")),
-                      int(info.get("device_count") or 0), tuple(info.get("device_names") or ()))
+        return Torch(info["torch"], info.get("cuda_build"), triton, bool(info.get("cuda_available")),
+                     int(info.get("device_count") or 0), tuple(info.get("device_names") or ()), cached=cached)
+    if info is not None:
+        error = info.get("torch_error") or "torch is not installed"
+    elif child is None:
+        error = f"no venv interpreter at {(raw.get('venv') or {}).get('path')}/bin/python"
     else:
-        torch = Torch(None, None, _triton(info) if info else None, False, 0, (),
-                      (info or {}).get("torch_error") or error or "torch is not installed")
+        error = "the venv's interpreter does not run" + (f": {child.get('err', '').strip()[-300:]}"
+                                                         if child.get("err") else "")
+    return Torch(None, None, triton, False, 0, (), error, cached)
+
+
+def checkout_of(raw: dict, spec: ContainerSpec) -> Checkout:
+    rco = raw.get("code") or {}
+    crec = rco.get("record") or {}
+    return Checkout(rco.get("path", spec.code.path), bool(rco.get("exists")), bool(rco.get("git")), rco.get("head"),
+                    crec.get("commit"), tuple(s[3:] for s in _lines(rco.get("status"))),
+                    # Untracked folders come as one entry; python's bytecode folders are nobody's edit.
+                    tuple(u for u in rco.get("untracked") or () if not _bytecode(u)), crec)
+
+
+def warmups_of(raw: dict) -> tuple[dict, ...]:
+    out = []
+    for line in _lines((raw.get("cache") or {}).get("warmups")):
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return tuple(out)
+
+
+def parse(raw: dict, spec: ContainerSpec, window: tuple[float, float], probe_seconds: float = 0.0) -> Facts:
+    """The probe's JSON (every part) -> Facts. Pure: no I/O; `window` is the controller's clock when the
+    probe was sent and when its answer came back."""
+    venv, torch = venv_of(raw, spec), torch_of(raw)
+    verify = venv.record.get("verify") or {}
     # The cache folder named after what runs now (the live torch), as the tools would compute it.
     live = {"torch": torch.version or verify.get("torch"), "cuda_build": torch.cuda_build if torch.version
             else verify.get("cuda_build"), "triton": torch.triton if torch.version else verify.get("triton")}
@@ -261,27 +322,13 @@ def parse(raw: dict, spec: ContainerSpec, window: tuple[float, float], probe_sec
     rc = raw.get("cache") or {}
     name = folder.rsplit("/", 1)[-1]
     folders = rc.get("folders") or {}
-    warmups = []
-    for line in _lines(rc.get("warmups")):
-        try:
-            warmups.append(json.loads(line))
-        except ValueError:
-            continue
     mine = folders.get(name, {})
     compiled = (mine.get("files", 0) - (mine.get("tmp") or {}).get("files", 0),
                 mine.get("bytes", 0) - (mine.get("tmp") or {}).get("bytes", 0))
     # Present: something compiled in it (the jobs' TMPDIR inside is made before anything compiles).
     cache = Cache(rc.get("dir", spec.warmup.cache_dir), folder, compiled[0] > 0, compiled[0], compiled[1],
                   {k: v for k, v in folders.items() if k != name},
-                  tuple(warmups), dict(raw.get("tmp_artifacts") or {}))
-    rco = raw.get("checkout") or {}
-    status = _lines((raw.get("status") or {}).get("out"))
-    head = ((raw.get("head") or {}).get("out") or "").strip() or None
-    crec = rco.get("record") or {}
-    checkout = Checkout(rco.get("path", spec.code.path), bool(rco.get("exists")), bool(rco.get("git")), head,
-                        crec.get("commit"), tuple(s[3:] for s in status if not s.startswith("??")),
-                        # Untracked folders come as one entry; python's bytecode folders are nobody's edit.
-                        tuple(s[3:] for s in status if s.startswith("??") and not _bytecode(s[3:])), crec)
+                  warmups_of(raw), dict(raw.get("tmp_artifacts") or {}))
     rj = raw.get("jobs") or {}
     runs = rj.get("runs") or {}
     cur = runs.get(rj.get("current") or "", {})
@@ -294,7 +341,7 @@ def parse(raw: dict, spec: ContainerSpec, window: tuple[float, float], probe_sec
                 tuple(sorted(p for r in runs.values() for p in r.get("marked", []))), rj.get("manifest"))
     disk = tuple(Disk(d["path"], d.get("free"), d.get("total")) for d in raw.get("disk") or [])
     skew = clock_skew(raw.get("time_end", window[0]), *window)
-    return Facts(spec.ctid, venv, torch, _gpus(raw), cache, checkout, jobs, disk, round(skew, 3),
+    return Facts(spec.ctid, venv, torch, gpus_of(raw), cache, checkout_of(raw, spec), jobs, disk, round(skew, 3),
                  raw.get("known_good"), probe_seconds)
 
 
@@ -307,17 +354,41 @@ def _triton(info: dict | None) -> str | None:
     return dists.get("triton") or dists.get("pytorch-triton")
 
 
-def probe_argv(spec: ContainerSpec) -> list[str]:
-    """The one command that reads every fact (the system python, not the venv's: it may be broken)."""
-    arg = {"venv": spec.venv.path, "checkout": spec.code.path, "cache_dir": spec.warmup.cache_dir,
-           "run_dir": spec.train.run_dir}
+UV_HOME = "/root/.local/share/remote"  # uv binaries live here, one folder per version
+
+# What each reader asks the probe for (remote/facts_probe.py's parts).
+DEPLOY = ("python", "venv", "dists", "uv", "lease", "code")
+DEPLOYED = ("venv", "code")  # the deploy records, nothing slow
+PREFLIGHT = ("venv", "dists", "code", "warmups", "gpus", "torch")
+STATUS = ("venv", "run")
+DOCTOR = ("venv", "dists", "torch", "code", "cache", "tmp", "jobs", "gpus", "disk", "known_good")
+
+
+def versions_dir(spec: ContainerSpec) -> str:
+    """Where deploy keeps the venv's versions (the venv path is a symlink to one of them)."""
+    return spec.venv.path.rstrip("/") + ".versions"
+
+
+def uv_path(version: str) -> str:
+    return f"{UV_HOME}/uv-{version}/uv"
+
+
+def probe_argv(spec: ContainerSpec, parts=DOCTOR, run_id: str | None = None) -> list[str]:
+    """The one command that reads the asked-for facts (with the system python, not the venv's: it may be
+    broken)."""
+    arg = {"parts": list(parts), "venv": spec.venv.path, "versions": versions_dir(spec),
+           "uv": uv_path(spec.venv.uv_version), "checkout": spec.code.path, "cache_dir": spec.warmup.cache_dir,
+           "run_dir": spec.train.run_dir, "lease": oplock.LEASE}
+    if "run" in parts:
+        arg["state_script"], arg["run_id"] = "set -euo pipefail\n" + shell.with_lib("state"), run_id or ""
     return [spec.venv.python, "-c", PROBE_SOURCE, json.dumps(arg)]
 
 
-def read_raw(ct: Container, spec: ContainerSpec) -> tuple[dict, tuple[float, float]]:
+def read_raw(ct: Container, spec: ContainerSpec, parts=DOCTOR, run_id: str | None = None
+             ) -> tuple[dict, tuple[float, float]]:
     """Run the probe: its raw JSON, and the controller's clock when it was sent and answered."""
     sent = time.time()
-    r = ct.run(probe_argv(spec), mutates=False, timeout=180, label="facts probe")
+    r = ct.run(probe_argv(spec, parts, run_id), mutates=False, timeout=180, label="facts probe")
     return json.loads(r.out), (sent, time.time())
 
 

@@ -1,19 +1,29 @@
 """The facts probe: runs inside the container with its system python (stdlib only), one round trip.
 
-Reads, never writes. Its one argument is JSON: {"venv", "checkout", "cache_dir", "run_dir"}; it prints
-one JSON object of raw observations that remote.facts.parse turns into typed facts. The slow parts
-(the venv's interpreter importing torch, nvidia-smi, git) run as concurrent children.
+Its one argument is JSON: the paths (venv, versions, uv, checkout, cache_dir, run_dir, lease), the
+`parts` to read and, for the `run` part, the state script and run id. It prints one JSON object of raw
+observations, one key per part; remote.facts turns them into typed facts, deploy plans from them. The
+slow parts (the venv's interpreter, nvidia-smi, git) run as concurrent children.
+
+Read-only, with one exception: what `import torch` in the venv reported is kept in
+/run/remote/facts-torch.json (tmpfs: gone at reboot), keyed on the venv's folder, every installed
+distribution's metadata folder (name, version, mtime), the driver and the GPU device nodes. Importing
+torch is most of a probe's time, and its answer does not change while none of those does.
 """
 
 import glob
+import hashlib
 import json
 import os
+import platform
 import subprocess
 import sys
 import time
 
-# Runs with the venv's own interpreter, from /: what is installed (and how), and what torch sees.
-VENV_SCRIPT = r'''
+TORCH_CACHE = "/run/remote/facts-torch.json"
+
+# Run with the venv's own interpreter, from /: what is installed, and how.
+DISTS_SCRIPT = r'''
 import importlib.metadata as m, json, sys
 dists = {}
 for d in m.distributions():
@@ -24,7 +34,13 @@ for d in m.distributions():
         url = None
     dists[d.metadata["Name"]] = {"version": d.version, "installer": (d.read_text("INSTALLER") or "").strip(),
                                  "url": url}
-info = {"dists": dists, "python": sys.version.split()[0]}
+print(json.dumps({"dists": dists, "python": sys.version.split()[0]}))
+'''
+
+# Run with the venv's own interpreter, from /: what torch sees.
+TORCH_SCRIPT = r'''
+import json
+info = {}
 try:
     import torch
     info["torch"] = torch.__version__
@@ -41,12 +57,14 @@ print(json.dumps(info))
 GPU_QUERY = ["nvidia-smi", "--query-gpu=index,name,driver_version,memory.used,memory.total",
              "--format=csv,noheader,nounits"]
 APPS_QUERY = ["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader,nounits"]
+ALL_PARTS = ("python", "venv", "dists", "torch", "uv", "lease", "code", "cache", "warmups", "tmp", "jobs", "run",
+             "gpus", "disk", "known_good")
 
 
 def start(argv, cwd="/"):
     try:
         return time.time(), subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env={**os.environ, "HOME": os.environ.get("HOME", "/root")})
+                                             env={**os.environ, "HOME": os.environ.get("HOME", "/root")})
     except OSError as exc:
         return exc
 
@@ -126,23 +144,61 @@ def free(path):
         return {"path": path, "error": str(exc)}
 
 
-def main():
-    arg = json.loads(sys.argv[1])
-    venv, checkout, cache_dir, run_dir = arg["venv"], arg["checkout"], arg["cache_dir"], arg["run_dir"]
-    py = os.path.join(venv, "bin", "python")
-    has_git = os.path.exists(os.path.join(checkout, ".git"))
-    # The slow children first, all at once.
-    kids = {"venv_run": start([py, "-c", VENV_SCRIPT]) if os.path.exists(py) else None,
-            "gpus": start(GPU_QUERY), "apps": start(APPS_QUERY), "smi": start(["nvidia-smi"]),
-            "head": start(["git", "-C", checkout, "rev-parse", "--verify", "-q", "HEAD"]) if has_git else None,
-            "status": start(["git", "-C", checkout, "status", "--porcelain", "--untracked-files=normal"])
-            if has_git else None}
-    out = {"time": time.time(), "python": sys.version.split()[0]}
+def torch_key(real):
+    """What torch's answer depends on: the venv folder, each installed distribution (a reinstall or a
+    version change makes a new metadata folder), the driver and the GPU device nodes."""
+    h = hashlib.sha256(real.encode())
+    for d in sorted(glob.glob(os.path.join(real, "lib", "python*", "site-packages", "*.dist-info"))):
+        try:
+            h.update(f"{os.path.basename(d)} {os.stat(d).st_mtime_ns}\n".encode())
+        except OSError:
+            continue
+    h.update((read("/proc/driver/nvidia/version") or "no driver").encode())
+    h.update(" ".join(sorted(glob.glob("/dev/nvidia*"))).encode())
+    return h.hexdigest()
+
+
+def save_torch(path, key, result):
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump({"key": key, "result": result, "time": time.time()}, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only /run: the next probe imports torch again
+
+
+def gpu_count(gpus):
+    if not gpus or gpus.get("rc") != 0:
+        return 0
+    return sum(1 for line in gpus["out"].splitlines() if line.split(",")[0].strip().isdigit())
+
+
+def torch_matches(result, gpus):
+    """A kept answer still holds when torch saw as many GPUs as nvidia-smi lists now."""
+    try:
+        info = json.loads(result["out"])
+    except (KeyError, TypeError, ValueError):
+        return False
+    return info.get("device_count", 0) == gpu_count(gpus) or "torch_error" in info
+
+
+def venv_part(venv, versions):
     real = os.path.realpath(venv) if os.path.lexists(venv) else None
-    out["venv"] = {"path": venv, "exists": os.path.lexists(venv), "real": real,
-                   "record": load(os.path.join(real, "remote-venv.json")) if real else None}
-    out["checkout"] = {"path": checkout, "exists": os.path.isdir(checkout), "git": has_git,
-                       "record": load(os.path.join(checkout, ".git", "remote-deploy.json")) if has_git else None}
+    v = {"path": venv, "exists": os.path.lexists(venv), "is_link": os.path.islink(venv), "real": real,
+         "record": load(os.path.join(real, "remote-venv.json")) if real else None}
+    v["versions"] = sorted(os.listdir(versions)) if os.path.isdir(versions) else []
+    # Finished: a folder with its record (older deploys renamed *.partial folders that already held one).
+    v["finished"] = [n for n in v["versions"] if ".partial" not in n and not n.startswith("handmade-")
+                     and os.path.isfile(os.path.join(versions, n, "remote-venv.json"))]
+    current = os.path.basename(real) if real and os.path.dirname(real) == versions else None
+    v["unfinished"] = [n for n in v["versions"] if n not in v["finished"] and n != current and n != "history"
+                       and not n.startswith("handmade-")]
+    return v
+
+
+def cache_folders(cache_dir):
     folders = {}
     if os.path.isdir(cache_dir):
         for name in sorted(os.listdir(cache_dir)):
@@ -151,11 +207,22 @@ def main():
                 # The tools make <folder>/tmp (the jobs' TMPDIR) before anything compiles: not a cache.
                 tmp = os.path.join(cache_dir, name, "tmp")
                 folders[name]["tmp"] = tree_size(tmp) if os.path.isdir(tmp) else {"files": 0, "bytes": 0}
-    out["cache"] = {"dir": cache_dir, "exists": os.path.isdir(cache_dir), "folders": folders,
-                    "warmups": read(os.path.join(cache_dir, "warmups.jsonl"), 256 << 10)}
-    # Compile artifacts in torch's and triton's defaults: a process that compiled outside the tools.
-    tmp = sorted(glob.glob("/tmp/torchinductor_*")) + [p for p in ("/root/.triton/cache",) if os.path.isdir(p)]
-    out["tmp_artifacts"] = {p: tree_size(p, 20000) for p in tmp}
+    return folders
+
+
+def filled(folder):
+    """Whether anything compiled lies in a per-version cache folder (its tmp/, the jobs' TMPDIR, aside):
+    stops at the first file, so it is cheap however big the cache is."""
+    for root, dirs, names in os.walk(folder):
+        if root == folder and "tmp" in dirs:
+            dirs.remove("tmp")
+        if names:
+            return True
+    return False
+
+
+def jobs_part(run_dir):
+    """Every run with a live process, and the latest: leader, exit record, marked processes."""
     current = None
     try:
         current = os.readlink(os.path.join(run_dir, "current"))
@@ -176,13 +243,96 @@ def main():
         runs[rid] = {"exists": os.path.isdir(d), "pid": int(pid) if pid.isdigit() else None,
                      "exit": (read(os.path.join(d, "exit")) or "").strip() or None,
                      "leader_alive": pid.isdigit() and marker(int(pid)) == rid, "marked": sorted(marked.get(rid, []))}
-    out["jobs"] = {"run_dir": run_dir, "current": os.path.basename(current) if current else None, "runs": runs,
-                   "manifest": load(os.path.join(run_dir, os.path.basename(current), "manifest.json"))
-                   if current else None}
-    out["known_good"] = load(os.path.join(run_dir, "known-good.json"))
-    out["disk"] = [free(p) for p in (venv, cache_dir, run_dir)]
-    for name, p in kids.items():
-        out[name] = finish(p) if p is not None else None
+    return {"run_dir": run_dir, "current": os.path.basename(current) if current else None, "runs": runs,
+            "manifest": load(os.path.join(run_dir, os.path.basename(current), "manifest.json")) if current else None}
+
+
+def main():
+    arg = json.loads(sys.argv[1])
+    parts = set(arg.get("parts") or ALL_PARTS)
+    venv, checkout, cache_dir, run_dir = arg["venv"], arg["checkout"], arg["cache_dir"], arg["run_dir"]
+    py = os.path.join(venv, "bin", "python")
+    real = os.path.realpath(venv) if os.path.lexists(venv) else None
+    has_git = "code" in parts and subprocess.run(["sh", "-c", "command -v git"], capture_output=True).returncode == 0
+    is_repo = os.path.isdir(os.path.join(checkout, ".git"))
+    out = {"time": time.time(), "parts": sorted(parts)}
+    # The slow children first, all at once.
+    kids = {}
+    if "dists" in parts and os.path.exists(py):
+        kids["venv_run"] = start([py, "-c", DISTS_SCRIPT])
+    if parts & {"gpus", "torch"}:
+        kids["gpus"] = start(GPU_QUERY)
+    if "gpus" in parts:
+        kids["apps"], kids["smi"] = start(APPS_QUERY), start(["nvidia-smi"])
+    if "code" in parts and is_repo and has_git:
+        kids["head"] = start(["git", "-C", checkout, "rev-parse", "--verify", "-q", "HEAD"])
+        kids["status"] = start(["git", "-C", checkout, "status", "--porcelain", "--untracked-files=normal"])
+    if "run" in parts:
+        kids["run"] = start(["bash", "-c", arg["state_script"], "state", run_dir, arg.get("run_id") or ""])
+    key = kept = None
+    if "torch" in parts and os.path.exists(py):
+        key = torch_key(real)
+        kept = load(arg.get("torch_cache", TORCH_CACHE))
+        kept = kept["result"] if isinstance(kept, dict) and kept.get("key") == key else None
+        if kept is None:
+            kids["torch"] = start([py, "-c", TORCH_SCRIPT])
+
+    if "python" in parts:
+        out["python"] = {"version": platform.python_version(), "executable": os.path.realpath(sys.executable),
+                         "machine": platform.machine()}
+    if "venv" in parts:
+        out["venv"] = venv_part(venv, arg["versions"])
+    if "uv" in parts:
+        out["uv"] = os.access(arg["uv"], os.X_OK)
+    if "lease" in parts:
+        text = read(arg["lease"])
+        out["lease"] = None if text is None else text + "now=%d\n" % time.time()
+    if "code" in parts:
+        out["code"] = {"path": checkout, "exists": os.path.isdir(checkout), "git": is_repo, "has_git": has_git,
+                       "head": None, "status": None, "untracked": [],
+                       "record": load(os.path.join(checkout, ".git", "remote-deploy.json")) if is_repo else None}
+    if parts & {"cache", "warmups"}:
+        out["cache"] = {"dir": cache_dir, "exists": os.path.isdir(cache_dir),
+                        "folders": cache_folders(cache_dir) if "cache" in parts else None,
+                        "warmups": read(os.path.join(cache_dir, "warmups.jsonl"), 256 << 10),
+                        "filled": {n: filled(os.path.join(cache_dir, n)) for n in sorted(os.listdir(cache_dir))
+                                   if os.path.isdir(os.path.join(cache_dir, n))} if os.path.isdir(cache_dir) else {}}
+    if "tmp" in parts:
+        # Compile artifacts in torch's and triton's defaults: a process that compiled outside the tools.
+        tmp = sorted(glob.glob("/tmp/torchinductor_*")) + [p for p in ("/root/.triton/cache",) if os.path.isdir(p)]
+        out["tmp_artifacts"] = {p: tree_size(p, 20000) for p in tmp}
+    if "jobs" in parts:
+        out["jobs"] = jobs_part(run_dir)
+    if "known_good" in parts:
+        out["known_good"] = load(os.path.join(run_dir, "known-good.json"))
+    if "disk" in parts:
+        out["disk"] = [free(p) for p in (venv, cache_dir, run_dir)]
+
+    done = {name: finish(child) for name, child in kids.items() if name != "torch"}
+    if "torch" in parts:
+        if kept is not None and torch_matches(kept, done.get("gpus")):
+            out["torch"] = {**kept, "cached": True}
+        elif os.path.exists(py):
+            result = finish(kids["torch"] if "torch" in kids else start([py, "-c", TORCH_SCRIPT]))
+            if result.get("rc") == 0:
+                save_torch(arg.get("torch_cache", TORCH_CACHE), key, result)
+            out["torch"] = {**result, "cached": False}
+        else:
+            out["torch"] = None
+    for name in ("venv_run", "gpus", "apps", "smi", "run"):
+        if name in done:
+            out[name] = done[name]
+    if "venv" in out and "dists" in parts:
+        try:  # what deploy compares with the lock: name -> version
+            info = json.loads(done["venv_run"]["out"]) if done.get("venv_run", {}).get("rc") == 0 else None
+        except ValueError:
+            info = None
+        out["venv"]["dists"] = {n: d["version"] for n, d in info["dists"].items()} if info else None
+    if "code" in out and "head" in done:
+        out["code"]["head"] = done["head"]["out"].strip() if done["head"].get("rc") == 0 else None
+        lines = done["status"].get("out", "").splitlines() if done["status"].get("rc") == 0 else []
+        out["code"]["status"] = "".join(line + "\n" for line in lines if not line.startswith("??"))
+        out["code"]["untracked"] = [line[3:] for line in lines if line.startswith("??")]
     out["time_end"] = time.time()
     print(json.dumps(out))
 

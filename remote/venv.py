@@ -28,51 +28,6 @@ from .errors import DeployError
 
 GUARD_SOURCE = Path(__file__).with_name("guard.py")
 
-# Runs with the spec's interpreter inside the container: everything deploy needs to know, one round trip.
-PROBE = r'''
-import json, os, platform, subprocess, sys, time
-venv, versions, uv, checkout, lease = sys.argv[1:6]
-FREEZE = "import importlib.metadata as m, json; print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
-def load(p):
-    try:
-        with open(p) as f: return json.load(f)
-    except (OSError, ValueError): return None
-def git(*a):
-    r = subprocess.run(["git", "-C", checkout, *a], capture_output=True, text=True)
-    return r.stdout if r.returncode == 0 else None
-out = {"python": {"version": platform.python_version(), "executable": os.path.realpath(sys.executable),
-                  "machine": platform.machine()}}
-v = {"exists": os.path.lexists(venv), "is_link": os.path.islink(venv),
-     "real": os.path.realpath(venv) if os.path.lexists(venv) else None, "record": None, "dists": None}
-if v["real"]:
-    v["record"] = load(os.path.join(v["real"], "remote-venv.json"))
-    py = os.path.join(venv, "bin", "python")
-    if os.path.exists(py):
-        r = subprocess.run([py, "-c", FREEZE], capture_output=True, text=True)
-        v["dists"] = json.loads(r.stdout) if r.returncode == 0 else None
-v["versions"] = sorted(os.listdir(versions)) if os.path.isdir(versions) else []
-# Finished: a folder with its record (older deploys renamed *.partial folders that already held one).
-v["finished"] = [n for n in v["versions"] if ".partial" not in n and not n.startswith("handmade-")
-                 and os.path.isfile(os.path.join(versions, n, "remote-venv.json"))]
-current = os.path.basename(v["real"]) if v["real"] and os.path.dirname(v["real"]) == versions else None
-v["unfinished"] = [n for n in v["versions"] if n not in v["finished"] and n != current and n != "history"
-                   and not n.startswith("handmade-")]
-out["venv"] = v
-out["uv"] = os.access(uv, os.X_OK)
-try:
-    with open(lease) as f: out["lease"] = f.read() + "now=%d\n" % time.time()
-except OSError: out["lease"] = None
-c = {"exists": os.path.isdir(checkout), "git": os.path.isdir(os.path.join(checkout, ".git")), "head": None,
-     "status": None, "record": None, "has_git": bool(subprocess.run(["sh", "-c", "command -v git"],
-                                                                      capture_output=True).returncode == 0)}
-if c["git"] and c["has_git"]:
-    c["head"] = (git("rev-parse", "--verify", "-q", "HEAD") or "").strip() or None
-    c["status"] = git("status", "--porcelain", "--untracked-files=no")
-    c["record"] = load(os.path.join(checkout, ".git", "remote-deploy.json"))
-out["code"] = c
-print(json.dumps(out))
-'''
-
 # Runs with the new venv's interpreter: what was installed and what torch sees.
 VERIFY = r'''
 import importlib.metadata as m, json, sys

@@ -5,8 +5,8 @@ import pytest
 from remote import code as codemod
 from remote import logs, venv
 from remote.config import VenvSpec
-from remote.errors import DeployError, JobError
-from remote.jobs import parse_gpus
+from remote.errors import DeployError
+from remote.facts import parse_gpus
 
 SPEC = VenvSpec(packages=("torch==2.11.0+cu128", "torchvision==0.26.0+cu128"))
 LOCK = "torch==2.11.0+cu128 \\\n    --hash=sha256:ab\nfilelock==3.0\ntorchvision==0.26.0+cu128\n"
@@ -161,10 +161,10 @@ def test_line_splitter_keeps_partial_lines_and_collapses_progress_bars():
 
 
 def test_parse_gpus():
-    assert parse_gpus("NO-NVIDIA-SMI\n") is None
     assert parse_gpus("0, NVIDIA H200, 570.86.15, 1, 143771\n") == [
         {"index": 0, "name": "NVIDIA H200", "driver": "570.86.15", "memory_used_mib": 1, "memory_total_mib": 143771}]
-    with pytest.raises(JobError):
+    assert parse_gpus("0, NVIDIA H200 MIG 1g.18gb, 570.86.15, [N/A], [N/A]\n")[0]["memory_total_mib"] is None
+    with pytest.raises(ValueError):
         parse_gpus("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver\n")
 
 

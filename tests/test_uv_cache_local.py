@@ -37,7 +37,8 @@ def test_a_changed_uv_in_the_container_is_pushed_again(deployed, lab_session, la
     from conftest import load_config
 
     from remote import config
-    from remote.deploy import deploy, uv_path
+    from remote.deploy import deploy
+    from remote.facts import uv_path
     from remote.session import Session
 
     path = uv_path(VERSION)
