@@ -17,26 +17,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import files, jobenv, layout, logs, oplock, shell
+from . import facts, files, jobenv, layout, logs, oplock, shell
 from . import warmup as wm
 from .config import ContainerSpec
 from .errors import CommandError, ConfigError, JobError, RemoteError, TransferError
 from .pct import Container
 from .session import HostState, Session
-
-
-def parse_gpus(text: str) -> list[dict] | None:
-    """nvidia-smi's CSV (index, name, driver, memory used, memory total); None when it is absent."""
-    if text.strip() == "NO-NVIDIA-SMI":
-        return None
-    gpus = []
-    for line in text.strip().splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) != 5 or not parts[0].isdigit():
-            raise JobError(f"unexpected nvidia-smi output: {line!r}")
-        gpus.append({"index": int(parts[0]), "name": parts[1], "driver": parts[2],
-                     "memory_used_mib": int(float(parts[3])), "memory_total_mib": int(float(parts[4]))})
-    return gpus
 
 
 def visible_count(gpus: list[dict], env: dict[str, str]) -> int:
@@ -62,47 +48,77 @@ class Preflight:
 
 
 def preflight(ct: Container, spec: ContainerSpec, *, echo=print) -> Preflight:
-    """Everything that must be true before a training job starts; each failure says how to fix it."""
-    state = wm.deployed(ct, spec)
+    """Everything that must be true before a training job starts, read in one facts probe; each failure
+    says how to fix it."""
+    raw = facts.read_raw(ct, spec, facts.DEPLOYED if ct.dry else facts.PREFLIGHT)[0]
+    state = wm.deployed(ct, spec, raw)
     commit, venv = state["code"]["commit"], state["venv"]
     verify = venv.get("verify") or {}
     notes = [f"venv verified: torch {verify.get('torch')} (CUDA build {verify.get('cuda_build')})"]
     if ct.dry:
         return Preflight(commit, venv, None, notes + ["(dry run: the checks that read the container are skipped)"])
-    r = ct.script(shell.load("checkout"), spec.code.path, mutates=False, timeout=60, label="read the checkout")
-    head, *dirty = r.out.splitlines()
-    if head != commit:
-        raise JobError(f"checkout {spec.code.path} is at {head[:12]}, not the deployed {commit[:12]}: run `invoke deploy`")
-    if dirty:
-        raise JobError(f"checkout {spec.code.path} has edits ({', '.join(d[3:] for d in dirty[:5])}): "
-                       "`invoke deploy` saves them as a patch and restores the commit")
+    # What would make this run differ from what deploy and warmup made, all of it at once.
+    problems = []
+    checkout = facts.checkout_of(raw, spec)
+    if checkout.head != commit:
+        problems.append(f"checkout {spec.code.path} is at {(checkout.head or 'nothing')[:12]}, not the deployed "
+                        f"{commit[:12]}: run `invoke deploy`")
+    elif checkout.edited:
+        problems.append(f"checkout {spec.code.path} has edits ({', '.join(checkout.edited[:5])}): "
+                        "`invoke deploy` saves them as a patch and restores the commit")
+    v = facts.venv_of(raw, spec)
+    drift = [f"{n} {want} → {got.version}" for n, (want, got) in sorted(v.changed.items())] + \
+        [f"{n} {p.version} added" for n, p in sorted(v.added.items())] + \
+        [f"{n} {want} missing" for n, want in sorted(v.removed.items())]
+    if drift:
+        problems.append(f"the venv differs from its lock ({', '.join(drift[:5])}{', …' if len(drift) > 5 else ''}): "
+                        "`invoke deploy` rebuilds it (`invoke doctor` says what changed since the last good run)")
+    if spec.warmup.command:
+        missing = wm.missing_in(list(facts.warmups_of(raw)), spec, state)
+        folder = jobenv.compile_cache(spec, verify)
+        if missing:
+            problems.append("no warmup for this commit, venv, command and environment -- " + "; ".join(missing)
+                            + ": run `invoke warmup` (or `invoke train --warmup`); a cold cache is when threads race")
+        elif not (raw.get("cache") or {}).get("filled", {}).get(folder.rsplit("/", 1)[-1]):
+            problems.append(f"no warmup: the compile cache {folder} is gone or empty although its warmups are "
+                            "recorded (deleted by hand?): run `invoke warmup` (or `invoke train --warmup`); "
+                            "a cold cache is when threads race")
+    torch = facts.torch_of(raw)
+    if torch.error and verify.get("torch"):  # a venv deploy verified with torch in it
+        problems.append(f"`import torch` fails in the venv ({torch.error}): `invoke deploy` rebuilds it")
+    g = facts.gpus_of(raw)
+    gpus = list(g.gpus) if g.smi and not g.error else None
+    cvd = jobenv.user_env(spec).get("CUDA_VISIBLE_DEVICES")
+    if g.error:
+        problems.append(f"{g.error}: check the container's GPU passthrough and the host driver")
+    elif gpus == []:
+        problems.append("nvidia-smi lists no GPUs: check the container's GPU passthrough (lxc.cgroup2.devices.allow, "
+                        "mount entries) and the host driver")
+    elif gpus and not torch.error and torch.device_count != len(gpus):
+        problems.append(f"nvidia-smi lists {len(gpus)} GPU(s) but torch sees {torch.device_count}"
+                        + (" (torch.cuda.is_available() is False)" if not torch.cuda_available else "")
+                        + f": check that the venv's CUDA build ({torch.cuda_build}) suits the driver "
+                        f"({g.driver}, up to CUDA {g.cuda_driver})")
+    elif gpus and cvd is not None and visible_count(gpus, {"CUDA_VISIBLE_DEVICES": cvd}) != \
+            len([d for d in cvd.split(",") if d.strip()]):
+        problems.append(f"CUDA_VISIBLE_DEVICES={cvd} in train.env names a device nvidia-smi does not list "
+                        f"(it lists {', '.join(str(x['index']) for x in gpus)}): fix train.env")
+    if problems:
+        raise JobError(problems[0] if len(problems) == 1 else
+                       f"{len(problems)} problems, nothing was started:\n" + "\n".join(f"  - {p}" for p in problems))
     notes.append(f"checkout clean at {commit[:12]}")
     if spec.warmup.command:
-        missing = wm.missing_warmups(ct, spec, state)
-        if missing:
-            raise JobError("no warmup for this commit, venv, command and environment -- " + "; ".join(missing)
-                           + ": run `invoke warmup` (or `invoke train --warmup`); a cold cache is when threads race")
         notes.append(f"warmup done for {', '.join(wm.devices_of(spec))}")
     notes.append(f"compile cache {jobenv.compile_cache(spec, verify)}")
     notes += [f"!! {w}" for w in layout.compile_layout_notes(layout.devices_from_command(spec.train.command),
                                                               verify.get("torch"))]
-    gpus = parse_gpus(ct.script(shell.load("gpus"), mutates=False, timeout=60).out)
     if gpus is None:
         notes.append("no nvidia-smi in the container: CPU run")
     else:
-        if not gpus:
-            raise JobError("nvidia-smi lists no GPUs: check the container's GPU passthrough (lxc.cgroup2.devices.allow, "
-                           "mount entries) and the host driver")
-        want = visible_count(gpus, jobenv.user_env(spec))
-        seen = json.loads(jobenv.run(ct, spec, verify, ["python", "-c", "import torch, json; "
-                                                        "print(json.dumps(torch.cuda.device_count()))"],
-                                     mutates=False, timeout=300).out)
-        if seen != want:
-            raise JobError(f"nvidia-smi lists {len(gpus)} GPU(s)" + (f", CUDA_VISIBLE_DEVICES in train.env selects {want},"
-                                                                     if want != len(gpus) else "")
-                           + f" but torch sees {seen}: check CUDA_VISIBLE_DEVICES in train.env and that the venv's "
-                           "CUDA build matches the driver")
-        notes.append(f"{len(gpus)} GPU(s): {gpus[0]['name']}, driver {gpus[0]['driver']}; torch sees {seen}")
+        want = visible_count(gpus, {"CUDA_VISIBLE_DEVICES": cvd} if cvd is not None else {})
+        notes.append(f"{len(gpus)} GPU(s): {gpus[0]['name']}, driver {gpus[0]['driver']}; torch sees "
+                     f"{torch.device_count}" + (f", train.env selects {want}" if cvd is not None else "")
+                     + (" (torch's answer kept from an earlier probe: venv and driver unchanged)" if torch.cached else ""))
     return Preflight(commit, venv, gpus, notes)
 
 
@@ -324,7 +340,11 @@ def _container_job(session: Session, spec: ContainerSpec, known: str) -> dict:
     if known != "running":
         return entry
     try:
-        st = state(session.container(spec.ctid), spec)
+        # One round trip: the run's state (state.sh, inside the probe) and the venv's deploy record.
+        raw = facts.read_raw(session.container(spec.ctid), spec, facts.STATUS)[0]
+        if raw["run"].get("rc") != 0:
+            raise JobError(f"reading the run state failed: {raw['run'].get('err', '').strip()[-300:]}")
+        st = parse_state(raw["run"]["out"])
         if st.get("run"):
             from .report import series, sparkline
 
@@ -340,16 +360,10 @@ def _container_job(session: Session, spec: ContainerSpec, known: str) -> dict:
             nodes = (st.get("manifest") or {}).get("nodes")
             if nodes:  # one node of a multi-node run
                 entry["run"]["nodes"], entry["run"]["node_rank"] = nodes, st["manifest"].get("node_rank")
-        entry["venv_lock"] = venv_lock(session.container(spec.ctid), spec)
+        entry["venv_lock"] = ((raw.get("venv") or {}).get("record") or {}).get("lock_sha256")
     except RemoteError as exc:
         entry["error"] = str(exc)
     return entry
-
-
-def venv_lock(ct: Container, spec: ContainerSpec) -> str | None:
-    """The sha256 of the lock of the venv in use (what `deploy` installed), or None when there is none."""
-    r = ct.run(["sha256sum", "--", f"{spec.venv.path}/remote-lock.txt"], check=False, mutates=False, timeout=30)
-    return r.out.split()[0] if r.exit_code == 0 and r.out.split() else None
 
 
 def lock_outliers(entries: list[dict], config) -> dict[int, str]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import files, jobenv, oplock, shell
+from . import facts, files, jobenv, oplock, shell
 from .config import ContainerSpec
 from .errors import CommandError, ConfigError, DeployError, WarmupError
 from .logs import LineSplitter
@@ -123,18 +123,18 @@ def parse_cache_lines(lines: list[str]) -> dict[str, tuple[int, int]]:
     return out
 
 
-def deployed(ct: Container, spec: ContainerSpec) -> dict:
-    """The deployed commit and venv record, or a DeployError saying to deploy first."""
-    r = ct.script(shell.load("deployed"), spec.code.path, spec.venv.path, mutates=False, timeout=60,
-                  label="read the deploy records")
-    code, _, venv = r.out.strip().partition("\n")
-    state = {"code": json.loads(code), "venv": json.loads(venv)}
-    if state["venv"] is None:
+def deployed(ct: Container, spec: ContainerSpec, raw: dict | None = None) -> dict:
+    """The deployed commit and venv record (from the facts probe, or from `raw` already read), or a
+    DeployError saying to deploy first."""
+    if raw is None:
+        raw = facts.read_raw(ct, spec, facts.DEPLOYED)[0]
+    code, venv = facts.deployed_records(raw)
+    if venv is None:
         raise DeployError(f"container {spec.ctid} has no deployed venv at {spec.venv.path}: run `invoke deploy` first")
-    if state["code"] is None:
+    if code is None:
         raise DeployError(f"container {spec.ctid} has no deployed checkout at {spec.code.path}: "
                           "run `invoke deploy` first")
-    return state
+    return {"code": code, "venv": venv}
 
 
 def _prefixed(echo: Callable[[str], None], prefix: str, sink: list[str]):

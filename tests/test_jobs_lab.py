@@ -140,6 +140,30 @@ def test_status_json_parses_and_shows_the_running_job(lab_hosts, lab_session, de
         stop(ct, spec, run_id, grace=2)
 
 
+def test_preflight_and_status_read_a_container_in_one_round_trip(lab_session, deployed):
+    """Both read the facts probe once per container: deploy records, checkout, venv against its lock,
+    warmups, GPUs and torch for preflight; the run's state and the venv's lock for status."""
+    from conftest import CountingTransport
+
+    from remote.jobs import _container_job, preflight
+
+    counting = CountingTransport(lab_session.transport(lab_session.config.hosts["lab"]))
+    spec = lab_session.config.container(200)
+    with Session(lab_session.config, transport_factory=lambda h: counting) as s:
+        try:
+            notes = preflight(s.container(200), spec).notes
+        except JobError as exc:  # not warmed up in this session: still one read
+            notes = [str(exc)]
+        assert len(counting.calls) == 1, counting.calls
+        assert notes, notes
+        counting.calls.clear()
+        entry = _container_job(s, spec, "running")
+        assert len(counting.calls) == 1, counting.calls
+    assert "error" not in entry, entry
+    lock = lab_session.container(200).run(["sha256sum", "/root/venv/remote-lock.txt"]).out.split()[0]
+    assert entry["venv_lock"] == lock
+
+
 def test_logs_without_follow_prints_what_is_there_and_returns_while_the_job_runs(ct, spec):
     run_id, _ = launch(ct, spec, PRE, command="echo first; sleep 300")
     try:
