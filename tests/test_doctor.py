@@ -1,7 +1,8 @@
 """Facts and doctor as data: a probe's raw output in, typed facts and findings out (no container).
 
-The raw samples are what remote/facts_probe.py prints (tests/data/facts-*.json were captured on a GPU
-host's shape and the lab); each test changes one thing, as the story's team did by hand.
+The raw samples are shaped as remote/facts_probe.py prints them; each test changes one thing, as the
+story's team did by hand. tests/data/facts-h200-*.json are the probe's output on an H200 machine
+(bench/gpu_facts.sh: torch 2.11.0+cu130, driver 580.159.04, a CUDA process of no run holding GPU 0).
 """
 
 import json
@@ -12,6 +13,7 @@ import pytest
 
 from remote import config, facts as fx
 from remote.doctor import Finding, findings, healthy, known_good_label, to_json, Report
+from remote.facts_probe import ALL_PARTS
 from remote.knowngood import make_record, meets_baseline, watch_log
 
 HOSTS = """
@@ -57,7 +59,8 @@ def healthy_raw(spec):
     return {
         "time": 1000.0, "time_end": 1000.4,
         "venv": {"path": "/root/venv", "exists": True, "real": "/root/venv.versions/x", "record": venv_record},
-        "checkout": {"path": "/root/dflash", "exists": True, "git": True, "record": code_record},
+        "code": {"path": "/root/dflash", "exists": True, "git": True, "has_git": True, "record": code_record,
+                 "head": COMMIT, "status": "", "untracked": []},
         "cache": {"dir": "/root/.cache/torch-compile", "exists": True, "warmups": warmups,
                   "folders": {CACHE: {"files": 120, "bytes": 5 << 20}}},
         "tmp_artifacts": {},
@@ -69,11 +72,11 @@ def healthy_raw(spec):
                        "torch": "2.11.0+cu128", "cuda_build": "12.8", "driver": "570.86", "gpu_names": ["H200"] * 2,
                        "cache": {"fingerprint": CACHE}, "throughput": {"value": 21.5, "unit": "Ktok/s"}},
         "disk": [{"path": p, "free": 400 << 30, "total": 1 << 40} for p in ("/root/venv", "/root/.cache", "/root/runs")],
-        "venv_run": child({"dists": dists(), "torch": "2.11.0+cu128", "cuda_build": "12.8", "cuda_available": True,
-                           "device_count": 2, "device_names": ["H200", "H200"]}),
+        "venv_run": child({"dists": dists(), "python": "3.11.2"}),
+        "torch": child({"torch": "2.11.0+cu128", "cuda_build": "12.8", "cuda_available": True, "device_count": 2,
+                        "device_names": ["H200", "H200"]}),
         "gpus": child(out="0, H200, 570.86, 1, 143771\n1, H200, 570.86, 1, 143771\n"),
         "apps": child(out=""), "smi": child(out="| NVIDIA-SMI 570.86   Driver Version: 570.86   CUDA Version: 12.8 |"),
-        "head": child(out=COMMIT + "\n"), "status": child(out=""),
     }
 
 
@@ -97,10 +100,10 @@ def test_the_story_polluted_venv_deleted_cache_and_hacked_checkout(spec):
     info["dists"]["sglang"] = {"version": "0.5.1", "installer": "pip", "url": None}
     info["dists"]["flashinfer-python"] = {"version": "0.3.0", "installer": "pip",
                                           "url": "file:///root/src/flashinfer"}
-    info["torch"], info["cuda_build"] = "2.11.0+cu130", "13.0"
     raw["venv_run"] = child(info)
+    raw["torch"] = child({**json.loads(raw["torch"]["out"]), "torch": "2.11.0+cu130", "cuda_build": "13.0"})
     raw["cache"]["folders"] = {CACHE: {"files": 2, "bytes": 10, "tmp": {"files": 2, "bytes": 10}}}  # only TMPDIR
-    raw["status"] = child(out=" M drafter/model.py\n?? notes.txt\n?? drafter/__pycache__/\n")
+    raw["code"].update(status=" M drafter/model.py\n", untracked=["notes.txt", "drafter/__pycache__/"])
     found = findings(fx.parse(raw, spec, (1000.0, 1000.5)), spec)
     by = {f.code: f for f in found}
     # The cu130 torch also names another cache folder than the known-good's.
@@ -123,8 +126,7 @@ def test_the_story_polluted_venv_deleted_cache_and_hacked_checkout(spec):
 
 def test_a_new_commit_asks_for_a_warmup_and_is_noted_against_the_known_good(spec):
     raw = healthy_raw(spec)
-    raw["checkout"]["record"] = {"commit": "b" * 40}
-    raw["head"] = child(out="b" * 40 + "\n")
+    raw["code"].update(record={"commit": "b" * 40}, head="b" * 40)
     found = findings(fx.parse(raw, spec, (1000.0, 1000.5)), spec)
     assert codes(found) == ["cache-cold", "commit-changed"]
     assert "device 5: commit changed since its last warmup; device 6: commit" in found[0].what
@@ -133,9 +135,7 @@ def test_a_new_commit_asks_for_a_warmup_and_is_noted_against_the_known_good(spec
 
 def test_gpus_jobs_disk_and_clock(spec):
     raw = healthy_raw(spec)
-    info = json.loads(raw["venv_run"]["out"])
-    info["device_count"] = 1
-    raw["venv_run"] = child(info)
+    raw["torch"] = child({**json.loads(raw["torch"]["out"]), "device_count": 1})
     raw["apps"] = child(out="777, python, 1200\n41, python, 900\n")
     raw["jobs"]["runs"]["20261130-1012-ab12"]["marked"] = [41]  # a process of a finished run
     raw["disk"][1]["free"] = 1 << 30
@@ -154,9 +154,9 @@ def test_gpus_jobs_disk_and_clock(spec):
 def test_no_venv_no_checkout_no_known_good(spec):
     raw = healthy_raw(spec)
     raw["venv"] = {"path": "/root/venv", "exists": False, "real": None, "record": None}
-    raw["venv_run"] = None
-    raw["checkout"] = {"path": "/root/dflash", "exists": False, "git": False, "record": None}
-    raw["head"] = raw["status"] = None
+    raw["venv_run"] = raw["torch"] = None
+    raw["code"] = {"path": "/root/dflash", "exists": False, "git": False, "record": None, "head": None,
+                   "status": None, "untracked": []}
     raw["known_good"] = None
     found = findings(fx.parse(raw, spec, (1000.0, 1000.5)), spec)
     assert codes(found) == ["checkout-missing", "no-known-good", "venv-missing"]
@@ -189,15 +189,80 @@ def test_known_good_record_and_the_baseline(spec):
     assert other["packages"] is None  # the venv changed since that run: its packages are unknown
 
 
-def test_the_probe_runs_with_a_plain_python_and_reads_nothing_it_cannot(tmp_path):
-    """The probe itself, locally, on an empty layout: every fact absent, no crash, valid JSON."""
-    arg = json.dumps({"venv": str(tmp_path / "venv"), "checkout": str(tmp_path / "co"),
-                      "cache_dir": str(tmp_path / "cache"), "run_dir": str(tmp_path / "runs")})
-    r = subprocess.run([sys.executable, "-c", fx.PROBE_SOURCE, arg], capture_output=True, text=True, timeout=60)
+def run_probe(spec, tmp_path, parts=fx.DOCTOR):
+    """The probe itself, run locally with this python against the spec's paths (moved under tmp_path)."""
+    argv = fx.probe_argv(spec, parts)
+    arg = json.loads(argv[-1])
+    arg["torch_cache"] = str(tmp_path / "run" / "facts-torch.json")
+    r = subprocess.run([sys.executable, "-c", fx.PROBE_SOURCE, json.dumps(arg)], capture_output=True, text=True,
+                       timeout=120)
     assert r.returncode == 0, r.stderr
-    raw = json.loads(r.stdout)
-    assert raw["venv"]["exists"] is False and raw["venv_run"] is None and raw["checkout"]["git"] is False
+    return json.loads(r.stdout)
+
+
+@pytest.fixture
+def local_spec(spec, tmp_path):
+    """The spec with every container path under tmp_path, for running the probe here."""
+    from dataclasses import replace
+
+    return replace(spec, venv=replace(spec.venv, path=f"{tmp_path}/venv"), code=replace(spec.code, path=f"{tmp_path}/co"),
+                   warmup=replace(spec.warmup, cache_dir=f"{tmp_path}/cache"),
+                   train=replace(spec.train, run_dir=f"{tmp_path}/runs"))
+
+
+def test_the_probe_runs_with_a_plain_python_and_reads_nothing_it_cannot(local_spec, tmp_path):
+    """The probe itself, locally, on an empty layout: every fact absent, no crash, valid JSON."""
+    raw = run_probe(local_spec, tmp_path, ALL_PARTS)
+    assert raw["venv"]["exists"] is False and "venv_run" not in raw and raw["code"]["git"] is False
+    assert raw["torch"] is None and raw["run"]["rc"] == 0 and "run=" in raw["run"]["out"]
     assert [d["on"] for d in raw["disk"]] == [str(tmp_path)] * 3
+    facts = fx.parse(raw, local_spec, (raw["time"], raw["time_end"]))
+    assert facts.venv.error.startswith("no venv at") and facts.torch.error and not facts.checkout.exists
+
+
+def test_the_probe_reads_only_the_parts_asked_for(local_spec, tmp_path):
+    raw = run_probe(local_spec, tmp_path, ("venv", "code"))
+    assert set(raw) - {"time", "time_end", "parts"} == {"venv", "code"}
+    assert "dists" not in raw["venv"]  # the venv's interpreter was not run
+
+
+def test_torch_health_is_kept_while_the_venv_is_unchanged(local_spec, tmp_path):
+    """`import torch` is most of a probe's time: its answer is kept per venv folder, installed
+    distributions and driver, and asked again when any of them changes."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
+    first = run_probe(local_spec, tmp_path, ("venv", "dists", "torch"))
+    assert first["torch"]["cached"] is False and "No module named 'torch'" in first["torch"]["out"]
+    again = run_probe(local_spec, tmp_path, ("venv", "dists", "torch"))
+    assert again["torch"]["cached"] is True and again["torch"]["out"] == first["torch"]["out"]
+    # A package installed by hand (what `pip install` leaves: a new metadata folder) asks torch again.
+    site = next((tmp_path / "venv" / "lib").glob("python*/site-packages"))
+    (site / "sglang-0.5.1.dist-info").mkdir()
+    (site / "sglang-0.5.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.1\n")
+    after = run_probe(local_spec, tmp_path, ("venv", "dists", "torch"))
+    assert after["torch"]["cached"] is False
+    facts = fx.parse(after, local_spec, (after["time"], after["time_end"]))
+    assert "sglang" in facts.venv.packages and facts.torch.error.startswith("ModuleNotFoundError")
+    assert not facts.torch.cached and fx.torch_of(again).cached
+
+
+def test_what_the_probe_printed_on_an_h200_machine(spec):
+    from pathlib import Path
+
+    data = Path(__file__).parent / "data"
+    cold = json.loads((data / "facts-h200-cold.json").read_text())
+    kept = json.loads((data / "facts-h200-kept.json").read_text())
+    for raw in (cold, kept):
+        facts = fx.parse(raw, spec, (raw["time"], raw["time_end"]))
+        assert facts.torch.version == "2.11.0+cu130" and facts.torch.cuda_build == "13.0"
+        assert facts.torch.cuda_available and facts.torch.device_names == ("NVIDIA H200",)
+        assert facts.torch.triton == "3.6.0" and facts.gpus.cuda_driver == "13.0"
+        assert facts.gpus.names == ("NVIDIA H200",) and facts.gpus.driver == "580.159.04"
+        found = {f.code: f for f in findings(facts, spec)}
+        assert "driver-too-old" not in found and "gpus-unseen" not in found and "torch-import" not in found
+        assert found["gpu-foreign-processes"].what.endswith("python3 (630 MiB)")
+    # The first probe imported torch (4.7 s with CUDA's start-up); the second kept its answer.
+    assert not fx.torch_of(cold).cached and fx.torch_of(kept).cached and cold["torch"]["seconds"] > 1
+    assert kept["time_end"] - kept["time"] < cold["time_end"] - cold["time"] - 1
 
 
 def test_sparkline_and_the_report_page(spec):
