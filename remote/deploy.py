@@ -87,7 +87,7 @@ class LockOnce:
 def _resolve_lock(ct: Container, spec: ContainerSpec, state: dict, uv: str, spec_in: str) -> str:
     """The lock of `spec_in` (a file in the container), resolved there for its interpreter."""
     r = ct.run([uv, "pip", "compile", "--quiet", "--python", state["python"]["executable"], "--generate-hashes",
-                "--no-header", *venvmod.uv_index_args(spec.venv), spec_in], env=UV_ENV, timeout=1800,
+                "--no-header", "--no-annotate", *venvmod.uv_index_args(spec.venv), spec_in], env=UV_ENV, timeout=1800,
                mutates=False, label="resolve the lock (uv pip compile)")
     return r.out
 

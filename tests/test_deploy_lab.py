@@ -117,8 +117,11 @@ def test_hand_installed_package_is_reported_and_removed_by_a_rebuild(deployed, l
     assert "extra package not in the spec: sglang==0.5.0" in check.drift
     assert any("venv would be rebuilt: the venv was changed by hand" in c for c in check.changed)
     before = ct.run(["readlink", "/root/venv"]).out
+    lock = ct.run(["sha256sum", "/root/venv/remote-lock.txt"]).out.split()[0]
     summary = deploy(lab_session, 200, **quiet)
     assert ct.run(["readlink", "/root/venv"]).out != before
+    # The same spec resolves to the same lock, byte for byte: the warmups keyed on it still hold.
+    assert ct.run(["sha256sum", "/root/venv/remote-lock.txt"]).out.split()[0] == lock
     assert "sglang" not in ct.run(["python", "-c", "import importlib.metadata as m; print([d.metadata['Name'] for d in "
                                                    "m.distributions()])"]).out
     assert any("previous venv" in k for k in summary.kept)

@@ -14,7 +14,8 @@ if [ -f "$staging/lock.txt" ]; then
   cp "$staging/lock.txt" "$venv/remote-lock.txt"
 else
   echo "resolving (uv pip compile)..."
-  "$uv" pip compile --quiet --python "$venv/bin/python" --generate-hashes --no-header "$@" \
+  # No annotations: a `# via -r <this build folder>/remote-spec.in` line would make every build's lock differ.
+  "$uv" pip compile --quiet --python "$venv/bin/python" --generate-hashes --no-header --no-annotate "$@" \
       -o "$venv/remote-lock.txt" "$venv/remote-spec.in"
 fi
 echo "installing $(grep -c '==' "$venv/remote-lock.txt") packages (uv pip sync)..."
