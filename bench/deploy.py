@@ -18,9 +18,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from remote import config  # noqa: E402
-from remote.deploy import UV_ENV, deploy  # noqa: E402
+from remote.ops.deploy import UV_ENV, deploy  # noqa: E402
 from remote.facts import uv_path  # noqa: E402
-from remote.session import Session  # noqa: E402
+from remote.transport.session import Session  # noqa: E402
 
 # In the container: time one fresh venv built from the deployed lock, by uv and by pip. Each tool
 # runs once untimed first, so both caches are warm, as on a second deploy.

@@ -18,7 +18,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from remote import config  # noqa: E402
-from remote.session import Session  # noqa: E402
+from remote.transport.session import Session  # noqa: E402
 
 
 def timed(fn, n):

@@ -21,9 +21,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from remote import config  # noqa: E402
-from remote.jobs import Preflight, launch, show_log, stop  # noqa: E402
+from remote.ops.jobs import Preflight, launch, show_log, stop  # noqa: E402
 from remote.lab import Lab  # noqa: E402
-from remote.session import Session  # noqa: E402
+from remote.transport.session import Session  # noqa: E402
 
 
 def main() -> None:

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The facts probe (remote/facts_probe.py) on a real GPU machine, as doctor and train's preflight run it:
+# The facts probe (remote/facts/probe.py) on a real GPU machine, as doctor and train's preflight run it:
 # every part, three times (the first imports torch, the next two keep its answer), while a CUDA process
 # of no run holds a GPU. Writes each probe's raw JSON to OUT_DIR (default: a new folder) for
 # remote.facts.parse and doctor's findings to read; prints each probe's time.
@@ -25,7 +25,7 @@ holder=$!
 for _ in $(seq 60); do grep -q holding "$out/holder.log" && break; sleep 1; done
 for i in 1 2 3; do
   start=$(date +%s.%N)
-  python3 "$repo/remote/facts_probe.py" "$(cat "$out/arg.json")" > "$out/raw$i.json"
+  python3 "$repo/remote/facts/probe.py" "$(cat "$out/arg.json")" > "$out/raw$i.json"
   echo "probe $i: exit $?, $(python3 -c "print(round($(date +%s.%N) - $start, 2))")s"
 done
 kill "$holder"

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The job environment (remote/jobenv.py) on a real GPU machine: examples/plain under torchrun (NCCL, one
+# The job environment (remote/ops/jobenv.py) on a real GPU machine: examples/plain under torchrun (NCCL, one
 # rank a GPU), cold then warm. Prints whether anything new appeared under /tmp (it must not: every
 # compile artifact belongs in the per-version cache), the cache's size after each run, and the ranks'
 # marked lines. Usage: bash bench/gpu_jobenv.sh [NPROC]   (run where torch and its GPUs are)

@@ -4,7 +4,7 @@
 
 Brings up a private lab (its own folder and port, loopback only; needs root like the lab) and tears it
 down after, unless --hosts names a hosts file of a lab that is up. Measured each way:
-  library   remote.files.push/pull in a child process: streamed, sha256-verified; its peak RSS is
+  library   remote.ops.files.push/pull in a child process: streamed, sha256-verified; its peak RSS is
             read there with resource.getrusage (the goal is < 200 MB)
   by hand   file: `scp` to the lab host, then `ssh host pct push` (pull: `pct pull`, then `scp` back);
             nothing is verified.
@@ -36,8 +36,9 @@ REMOTE_DIR = "/root/bench-xfer"
 CHILD = r"""
 import json, os, resource, sys, time
 sys.path.insert(0, sys.argv[1])
-from remote import config, files
-from remote.session import Session
+from remote import config
+from remote.ops import files
+from remote.transport.session import Session
 
 def peak_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

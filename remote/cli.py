@@ -18,9 +18,9 @@ from invoke import task as invoke_task
 
 from . import __version__
 from . import config as cfg
-from . import fleet
 from .errors import RemoteError
-from .session import Session
+from .ops import fleet
+from .transport.session import Session
 
 # One meaning per short flag in every task; -h is only ever help, and flags not listed have none.
 SHORT_FLAGS = {"container": "c", "dry": "n", "json": "j", "timeout": "t", "allow-dirty": "a", "check": "k",
@@ -74,7 +74,7 @@ def _session(hosts: str | None, dry: bool = False) -> Session:
 
 def fleet_task(fn):
     """With --container naming several containers (a list, a group, `all`): the task on each of them at
-    once (remote.fleet), output lines prefixed `[id] `, a summary table, exit status from them all.
+    once (remote.ops.fleet), output lines prefixed `[id] `, a summary table, exit status from them all.
     One id, or none: the task exactly as it is."""
     sig = inspect.signature(fn)
 
@@ -119,7 +119,7 @@ def _stream(kind: str, chunk: bytes) -> None:
 def status(c, json_=False, hosts=None, container=None):
     """Each host's reachability; each container's state, running job (uptime, throughput) and last exit
     status, all containers at once; a venv lock that differs from its siblings'; multi-node runs once."""
-    from .jobs import container_jobs, lock_outliers
+    from .ops.jobs import container_jobs, lock_outliers
 
     with _session(hosts) as s:
         hosts_ = fleet.inventory(s)  # every host at once
@@ -209,9 +209,9 @@ def _job_line(entry: dict | None) -> str:
 def exec_(c, command, container=None, timeout=None, dry=False, hosts=None):
     """Run a shell command in a container, in the checkout with the job's environment (venv, compile
     cache, train.env) once deployed; stream its output and exit with its status."""
-    from . import jobenv
+    from .ops import jobenv
     from .errors import DeployError
-    from .warmup import deployed
+    from .ops.warmup import deployed
 
     with _session(hosts, dry) as s:
         spec = s.config.container(container)
@@ -236,10 +236,10 @@ def exec_(c, command, container=None, timeout=None, dry=False, hosts=None):
 @handled
 def deploy(c, container=None, allow_dirty=False, check=False, rollback=False, force=False, dry=False, hosts=None):
     """Make the container's venv and checkout exactly what the hosts file pins; a no-op when they are."""
-    from .deploy import deploy as run_deploy
+    from .ops.deploy import deploy as run_deploy
 
     with _session(hosts, dry) as s:
-        from .deploy import LockOnce
+        from .ops.deploy import LockOnce
 
         lock = fleet.shared_value("deploy-lock", LockOnce) if fleet.shared() is not None else None
         summary = run_deploy(s, container, allow_dirty=allow_dirty, check=check, rollback=rollback, force=force,
@@ -258,7 +258,7 @@ def deploy(c, container=None, allow_dirty=False, check=False, rollback=False, fo
 @handled
 def warmup(c, container=None, parallel=False, devices=None, export=None, import_=None, dry=False, hosts=None):
     """Compile the training configuration one device at a time into the persistent compile cache."""
-    from . import warmup as wm
+    from .ops import warmup as wm
 
     with _session(hosts, dry) as s:
         if import_:
@@ -291,10 +291,10 @@ def warmup(c, container=None, parallel=False, devices=None, export=None, import_
 @handled
 def train(c, container=None, force=False, warmup=False, detach=False, dry=False, hosts=None):
     """Preflight, start the training job detached, then follow its log (Ctrl-C leaves it running)."""
-    from .jobs import final_status, train as run_train
+    from .ops.jobs import final_status, train as run_train
 
-    if fleet.is_selection(container):  # one run across these containers (remote.multinode)
-        from . import multinode
+    if fleet.is_selection(container):  # one run across these containers (remote.ops.multinode)
+        from .ops import multinode
 
         with _session(hosts, dry) as s:
             result = multinode.train(s, fleet.select(s.config, container), force=force, warmup=warmup,
@@ -315,12 +315,12 @@ def train(c, container=None, force=False, warmup=False, detach=False, dry=False,
 def logs(c, container=None, run=None, follow=False, hosts=None):
     """Print a run's log (what is there now; with --follow, until the job ends). Exits with the run's
     status once it has ended (1 when it was lost)."""
-    from .jobs import final_status, show_log
+    from .ops.jobs import final_status, show_log
 
     with _session(hosts) as s:
         spec = s.config.container(container)
         if follow and fleet.shared() is None:  # a multi-node run: every node's log, merged
-            from . import multinode
+            from .ops import multinode
 
             run_id, nodes = multinode.nodes_of(s, spec.ctid, run)
             if len(nodes) > 1:
@@ -339,14 +339,14 @@ def logs(c, container=None, run=None, follow=False, hosts=None):
 @handled
 def stop(c, container=None, run=None, grace=10, dry=False, hosts=None):
     """Stop a job: TERM its process group, KILL after the grace period, verify nothing of it is left."""
-    from .jobs import stop as stop_job
+    from .ops.jobs import stop as stop_job
 
     with _session(hosts, dry) as s:
         spec = s.config.container(container)
         result = stop_job(s.container(spec.ctid), spec, run, grace=int(grace))
         others = [n for n in result.get("nodes") or [] if n != spec.ctid and n in s.config.containers]
         if others and fleet.shared() is None and not dry:  # a multi-node run: stop it on every node
-            from .multinode import stop_nodes
+            from .ops.multinode import stop_nodes
 
             for ctid, got in stop_nodes(s, others, result["run"], grace=int(grace)).items():
                 if isinstance(got, Exception):
@@ -375,7 +375,7 @@ def _containers(s: Session, container: str | None) -> list[int]:
 def doctor(c, container=None, json_=False, hosts=None):
     """Everything that differs from what deploy made and from the last known-good run, each finding with why
     it matters and the command that fixes it. Exit 0 healthy, 1 with findings, 2 on bad input."""
-    from . import doctor as dr
+    from .facts import doctor as dr
 
     # One probe per container: plain pct exec is one round trip, an agent would add its own start-up.
     with Session(cfg.load(hosts), agent=False) as s:
@@ -393,8 +393,8 @@ def doctor(c, container=None, json_=False, hosts=None):
 def known_good(c, container=None, run=None, hosts=None):
     """Record a finished run (exit status 0) and the container's facts as its known-good, for doctor to
     compare against (train records one by itself when a run meets the baseline)."""
-    from .doctor import known_good_label
-    from .knowngood import path_of, record_run
+    from .facts.doctor import known_good_label
+    from .facts.knowngood import path_of, record_run
 
     with _session(hosts) as s:
         record = record_run(s, container, run)
@@ -409,7 +409,7 @@ def known_good(c, container=None, run=None, hosts=None):
 def report(c, container=None, run=None, dest=None, hosts=None):
     """Write one self-contained HTML file of a run: its metric over time against the baseline and the
     known-good run, its manifest, warmup times and any crash hints (opens offline in any browser)."""
-    from .report import write
+    from .facts.report import write
 
     with _session(hosts) as s:
         path = write(s, container, run, dest)
@@ -464,7 +464,7 @@ XFER_HELP = {"container": CT_HELP, "fail_fast": FAIL_FAST_HELP, "dry": DRY_HELP,
 @handled
 def push(c, src=None, dest=None, container=None, attempts=3, quiet=False, dry=False, hosts=None):
     """Copy a local file or folder into a container: streamed, verified by sha256, resumed after a lost connection."""
-    from . import files
+    from .ops import files
 
     _need(src=src, dest=dest)
     with _session(hosts, dry) as s:
@@ -483,10 +483,10 @@ def push(c, src=None, dest=None, container=None, attempts=3, quiet=False, dry=Fa
 def pull(c, src=None, dest=None, container=None, run=None, attempts=3, quiet=False, dry=False, hosts=None):
     """Copy a file or folder out of a container: streamed, verified by sha256, resumed after a lost connection.
     With --run (an id, or `latest`): the run's outputs (train.outputs), log and manifest, into DEST/<run id>/."""
-    from . import files
+    from .ops import files
 
     if run:
-        from .jobs import pull_run
+        from .ops.jobs import pull_run
 
         _need(dest=dest)
         with _session(hosts, dry) as s:

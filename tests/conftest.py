@@ -84,7 +84,7 @@ def lab_hosts(lab, demo_repo, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def lab_session(lab_hosts):
     from remote import config
-    from remote.session import Session
+    from remote.transport.session import Session
 
     # As the tasks do: container commands through the in-container agent.
     with Session(config.load(str(lab_hosts)), agent=True) as s:
@@ -117,7 +117,7 @@ class CountingTransport:
 @pytest.fixture(scope="session")
 def deployed(lab_session):
     """Container 200 deployed with the demo drafter and the pinned CPU torch."""
-    from remote.deploy import deploy
+    from remote.ops.deploy import deploy
 
     summary = deploy(lab_session, 200, echo=lambda s: None)
     assert summary.torch["torch"] == "2.13.0+cpu", summary.render()

@@ -14,7 +14,7 @@ from conftest import sshd_serving, wait_until
 
 from remote import config
 from remote.errors import CommandTimeout, ConnectError
-from remote.session import Session
+from remote.transport.session import Session
 
 pytestmark = pytest.mark.lab
 
@@ -117,7 +117,7 @@ def test_logs_follow_without_the_agent_over_a_silent_link_shows_every_line_once(
 def follow_over_a_silent_link(session, lab, why: str) -> None:
     import dataclasses
 
-    from remote.jobs import Preflight, launch, show_log, stop
+    from remote.ops.jobs import Preflight, launch, show_log, stop
 
     base = session.config.container(200)
     spec = dataclasses.replace(base, code=dataclasses.replace(base.code, path="/root"),

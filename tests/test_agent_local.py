@@ -12,9 +12,9 @@ import time
 import pytest
 
 from remote import config
-from remote.agent import AGENT, Agent
+from remote.transport.agent import AGENT, Agent
 from remote.errors import ConnectError
-from remote.session import Session
+from remote.transport.session import Session
 from remote.transport import LocalTransport
 
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/tmp"}

@@ -3,7 +3,7 @@
 import subprocess
 import threading
 
-from remote import code as codemod
+from remote.ops import code as codemod
 
 
 def git(repo, *args):

@@ -11,9 +11,9 @@ import pytest
 from conftest import CountingTransport, load_config
 
 from remote import config
-from remote.deploy import deploy
+from remote.ops.deploy import deploy
 from remote.errors import BusyError, DeployError
-from remote.session import Session
+from remote.transport.session import Session
 
 pytestmark = pytest.mark.lab
 ROOT = Path(__file__).resolve().parent.parent

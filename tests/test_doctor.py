@@ -1,6 +1,6 @@
 """Facts and doctor as data: a probe's raw output in, typed facts and findings out (no container).
 
-The raw samples are shaped as remote/facts_probe.py prints them; each test changes one thing, as the
+The raw samples are shaped as remote/facts/probe.py prints them; each test changes one thing, as the
 story's team did by hand. tests/data/facts-h200-*.json are the probe's output on an H200 machine
 (bench/gpu_facts.sh: torch 2.11.0+cu130, driver 580.159.04, a CUDA process of no run holding GPU 0).
 """
@@ -12,9 +12,9 @@ import sys
 import pytest
 
 from remote import config, facts as fx
-from remote.doctor import Finding, findings, healthy, known_good_label, to_json, Report
-from remote.facts_probe import ALL_PARTS
-from remote.knowngood import make_record, meets_baseline, watch_log
+from remote.facts.doctor import Finding, findings, healthy, known_good_label, to_json, Report
+from remote.facts.probe import ALL_PARTS
+from remote.facts.knowngood import make_record, meets_baseline, watch_log
 
 HOSTS = """
 hosts: {h: {address: 10.0.0.1}}
@@ -49,7 +49,7 @@ def child(obj=None, rc=0, out=None):
 
 def healthy_raw(spec):
     """What the probe prints for a deployed, warmed, healthy 2-GPU container (its known-good included)."""
-    from remote import warmup as wm
+    from remote.ops import warmup as wm
 
     venv_record = {"spec_hash": "s" * 16, "lock_sha256": "l" * 64, "lock": LOCK,
                    "verify": {"torch": "2.11.0+cu128", "cuda_build": "12.8", "triton": "3.5.0"}}
@@ -266,7 +266,7 @@ def test_what_the_probe_printed_on_an_h200_machine(spec):
 
 
 def test_sparkline_and_the_report_page(spec):
-    from remote.report import render, series, sparkline
+    from remote.facts.report import render, series, sparkline
 
     assert sparkline([]) == "" and sparkline([1, 1]) == "▁▁"
     assert sparkline([0, 1, 2, 3, 4, 5, 6, 7]) == "▁▂▃▄▅▆▇█"

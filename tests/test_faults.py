@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from remote import config
 from remote.errors import ConfigError
-from remote.pct import exec_argv
-from remote.testing import inner_argv
+from remote.transport.pct import exec_argv
+from remote.lab.testing import inner_argv
 from remote.transport import _check_argv
 
 H = "hosts: {h: {address: x}}\n"

@@ -15,10 +15,10 @@ import pytest
 from conftest import load_config, sshd_serving, wait_until
 
 from remote import config
-from remote.deploy import deploy
+from remote.ops.deploy import deploy
 from remote.errors import BusyError, ContainerLocked, DeployError, RemoteError
-from remote.jobs import Preflight, final_status, launch, show_log, state
-from remote.session import Session
+from remote.ops.jobs import Preflight, final_status, launch, show_log, state
+from remote.transport.session import Session
 
 pytestmark = pytest.mark.lab
 PRE = Preflight(commit="0" * 40, venv={"verify": {}}, gpus=None, notes=[])
@@ -206,7 +206,7 @@ def test_a_connection_dropped_mid_warmup_leaves_nothing_running_and_the_next_war
                                                                                               deployed, ct):
     import json
 
-    from remote import warmup as wm
+    from remote.ops import warmup as wm
 
     lines: list[str] = []
     outcome: list = []

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from remote import config, fleet, multinode
+from remote import config
+from remote.ops import fleet, multinode
 from remote.errors import ConfigError, JobError
 
 HOSTS = """
@@ -120,7 +121,7 @@ def test_per_node_command_and_the_master(cfg):
 
 
 def test_a_lock_that_differs_from_its_siblings_is_named(cfg):
-    from remote.jobs import lock_outliers
+    from remote.ops.jobs import lock_outliers
 
     entries = [{"container": 200, "venv_lock": "aaa"}, {"container": 201, "venv_lock": "aaa"},
                {"container": 202, "venv_lock": "bbb"}, {"container": 300, "venv_lock": "ccc"}]

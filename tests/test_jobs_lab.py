@@ -15,8 +15,8 @@ from conftest import load_config
 
 from remote import config
 from remote.errors import JobError
-from remote.jobs import Preflight, final_status, launch, show_log, state, stop
-from remote.session import Session
+from remote.ops.jobs import Preflight, final_status, launch, show_log, state, stop
+from remote.transport.session import Session
 
 pytestmark = pytest.mark.lab
 ROOT = Path(__file__).resolve().parent.parent
@@ -145,7 +145,7 @@ def test_preflight_and_status_read_a_container_in_one_round_trip(lab_session, de
     warmups, GPUs and torch for preflight; the run's state and the venv's lock for status."""
     from conftest import CountingTransport
 
-    from remote.jobs import _container_job, preflight
+    from remote.ops.jobs import _container_job, preflight
 
     counting = CountingTransport(lab_session.transport(lab_session.config.hosts["lab"]))
     spec = lab_session.config.container(200)

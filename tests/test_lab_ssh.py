@@ -10,11 +10,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from remote import config, files
+from remote import config
+from remote.ops import files
 from remote.errors import (AuthenticationError, CommandError, CommandTimeout, ConnectError, ContainerCommandNotFound,
                            ContainerNotFound, ContainerNotRunning, HostKeyError)
-from remote.pct import pct_argv
-from remote.session import Session, inventory
+from remote.transport.pct import pct_argv
+from remote.transport.session import Session, inventory
 from remote.transport import SshTransport
 
 pytestmark = pytest.mark.lab

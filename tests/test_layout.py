@@ -1,10 +1,10 @@
-"""remote.layout: what preflight and doctor say about compiling threads per device (pure, no torch)."""
+"""remote.ops.layout: what preflight and doctor say about compiling threads per device (pure, no torch)."""
 
 import ast
 
 import pytest
 
-from remote.layout import compile_layout_notes, device_key, devices_from_command, torch_minor
+from remote.ops.layout import compile_layout_notes, device_key, devices_from_command, torch_minor
 
 
 def test_one_thread_per_device_has_nothing_to_say():
@@ -65,9 +65,9 @@ def test_the_story_layout_and_the_race_layout_from_their_commands():
 
 
 def test_layout_module_imports_nothing_that_needs_torch():
-    import remote.layout
+    import remote.ops.layout
 
-    tree = ast.parse(open(remote.layout.__file__).read())
+    tree = ast.parse(open(remote.ops.layout.__file__).read())
     names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert names <= {"__future__", "re", "shlex", "collections"}, names

@@ -80,9 +80,9 @@ def test_a_missing_container_is_a_clean_error_locally(local_hosts):
 def test_both_exec_paths_serve_a_local_host(local_hosts, agent):
     """The one container-exec interface, both ways, over the local transport: same bytes, same environment."""
     from remote import config
-    from remote.agent import Agent
-    from remote.pct import PctExec
-    from remote.session import Session
+    from remote.transport.agent import Agent
+    from remote.transport.pct import PctExec
+    from remote.transport.session import Session
 
     with Session(config.load(str(local_hosts)), agent=agent) as s:
         ct = s.container(200)

@@ -3,7 +3,8 @@
 import pytest
 import yaml
 
-from remote import config, logs
+from remote import config
+from remote.ops import logs
 
 
 @pytest.mark.parametrize("line, value, unit", [

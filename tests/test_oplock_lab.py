@@ -1,4 +1,4 @@
-"""Lab tier: the per-container operation lease (remote.oplock) and deploy's cleanup of interrupted builds."""
+"""Lab tier: the per-container operation lease (remote.ops.oplock) and deploy's cleanup of interrupted builds."""
 
 import os
 import signal
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from remote import oplock
-from remote.deploy import deploy
+from remote.ops import oplock
+from remote.ops.deploy import deploy
 from remote.errors import BusyError
 
 pytestmark = pytest.mark.lab
@@ -53,8 +53,9 @@ def test_the_lease_is_renewed_while_held(deployed, ct):
 def test_a_lease_left_by_a_sigkilled_controller_is_taken_over_after_it_expires(deployed, lab_hosts, ct):
     holder = subprocess.Popen([sys.executable, "-c", """
 import sys, time
-from remote import config, oplock
-from remote.session import Session
+from remote import config
+from remote.ops import oplock
+from remote.transport.session import Session
 with Session(config.load(sys.argv[1]), agent=True) as s:
     with oplock.hold(s.container(200), "warmup", ttl=5):
         print("held", flush=True)

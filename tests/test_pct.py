@@ -1,10 +1,10 @@
 import pytest
 
-from remote import files
+from remote.ops import files
 from remote.errors import (CommandError, CommandTimeout, ContainerCommandNotFound, ContainerLocked,
                            ContainerNotFound, ContainerNotRunning, PctError, TransferError)
-from remote.pct import Container, classify, exec_argv, parse_list, parse_status, pct_argv
-from remote.testing import Expect, FakeTransport, inner_argv
+from remote.transport.pct import Container, classify, exec_argv, parse_list, parse_status, pct_argv
+from remote.lab.testing import Expect, FakeTransport, inner_argv
 
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -92,7 +92,7 @@ def test_container_raises_pct_errors_and_command_errors():
 
 def test_container_timeout_is_inside_and_reported(monkeypatch):
     ct, t = ct_with(Expect(lambda a: "timeout" in a, 124))
-    monkeypatch.setattr("remote.pct.time.monotonic", iter([0.0, 100.0]).__next__)
+    monkeypatch.setattr("remote.transport.pct.time.monotonic", iter([0.0, 100.0]).__next__)
     with pytest.raises(CommandTimeout, match="timed out after 2s"):
         ct.run(["sleep", "9"], timeout=2)
 

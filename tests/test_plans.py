@@ -2,8 +2,8 @@
 
 import pytest
 
-from remote import code as codemod
-from remote import logs, venv
+from remote.ops import code as codemod
+from remote.ops import logs, venv
 from remote.config import VenvSpec
 from remote.errors import DeployError
 from remote.facts import parse_gpus
@@ -169,7 +169,7 @@ def test_parse_gpus():
 
 
 def test_torch_should_see_the_cuda_visible_devices_subset():
-    from remote.jobs import visible_count
+    from remote.ops.jobs import visible_count
 
     gpus = [{"index": i} for i in range(8)]
     assert visible_count(gpus, {}) == 8
@@ -179,7 +179,7 @@ def test_torch_should_see_the_cuda_visible_devices_subset():
 
 
 def test_run_state_parses_without_trusting_the_log():
-    from remote.jobs import parse_state
+    from remote.ops.jobs import parse_state
 
     text = ("run=r1\npath=/root/runs/r1\npid=42\nalive=0\nexit=\nlog_size=10\nnow=100\nmarked=77 78 \n"
             "--manifest--\n{\"outputs\": []}\n--tail--\nrun=evil\n--manifest--\nnot json")
@@ -192,7 +192,7 @@ def test_run_state_parses_without_trusting_the_log():
 
 
 def test_oplock_lease_text_live_or_expired_and_the_refusal():
-    from remote import oplock
+    from remote.ops import oplock
 
     text = "now=100\ntoken=t1\nexpires=130\nholder=ctl pid 7\ncommand=deploy\nstarted=2026-11-30T16:00:00+0000\n"
     lease = oplock.parse(text)

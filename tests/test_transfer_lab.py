@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from remote import files
+from remote.ops import files
 from remote.errors import ConnectError, TransferError
 
 pytestmark = pytest.mark.lab
@@ -210,8 +210,9 @@ def test_pull_of_a_missing_path_says_so(ct, tmp_path):
 MEASURE = r"""
 import os, resource, sys
 sys.path.insert(0, sys.argv[1])
-from remote import config, files
-from remote.session import Session
+from remote import config
+from remote.ops import files
+from remote.transport.session import Session
 
 def rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -256,8 +257,8 @@ def test_a_partial_file_that_is_not_a_prefix_is_not_resumed_from(ct, tmp_path):
 
 
 def test_dry_run_prints_the_plan_and_connects_nowhere(tmp_path):
-    from remote.pct import Container
-    from remote.testing import FakeTransport
+    from remote.transport.pct import Container
+    from remote.lab.testing import FakeTransport
 
     (tmp_path / "f.bin").write_bytes(b"x" * 10)
     (tmp_path / "tree" / "sub").mkdir(parents=True)

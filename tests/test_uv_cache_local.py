@@ -6,7 +6,7 @@ import platform
 
 import pytest
 
-from remote.deploy import local_uv_binary
+from remote.ops.deploy import local_uv_binary
 
 VERSION = importlib.metadata.version("uv")  # the uv installed next to this controller (a dev dependency)
 
@@ -37,9 +37,9 @@ def test_a_changed_uv_in_the_container_is_pushed_again(deployed, lab_session, la
     from conftest import load_config
 
     from remote import config
-    from remote.deploy import deploy
+    from remote.ops.deploy import deploy
     from remote.facts import uv_path
-    from remote.session import Session
+    from remote.transport.session import Session
 
     path = uv_path(VERSION)
     ct.script('printf "#!/bin/sh\\nexit 1\\n" > "$1" && chmod 755 "$1"', path)  # still executable: X_OK passes

@@ -7,11 +7,12 @@ import tarfile
 import pytest
 from conftest import load_config
 
-from remote import config, warmup as wm
-from remote.deploy import deploy
+from remote import config
+from remote.ops import warmup as wm
+from remote.ops.deploy import deploy
 from remote.errors import WarmupError
-from remote.jobs import stop, train
-from remote.session import Session
+from remote.ops.jobs import stop, train
+from remote.transport.session import Session
 
 pytestmark = pytest.mark.lab
 quiet = dict(echo=lambda s: None)

@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 import time
 
-from . import files, jobenv, jobs, logs
-from .config import ContainerSpec
-from .errors import JobError, RemoteError
-from .facts import Facts, gather
-from .pct import Container
-from .session import Session
+from . import Facts, gather
+from ..config import ContainerSpec
+from ..errors import JobError, RemoteError
+from ..ops import files, jobenv, jobs, logs
+from ..transport.pct import Container
+from ..transport.session import Session
 
 
 def path_of(spec: ContainerSpec) -> str:

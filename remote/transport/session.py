@@ -7,10 +7,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import config as cfg
-from .errors import PctError, TransportError
-from .pct import DEFAULT_PATH, Container, parse_list, pct_argv
-from .transport import Transport, for_host
+from . import Transport, for_host
+from .pct import Container, DEFAULT_PATH, parse_list, pct_argv
+from .. import config as cfg
+from ..errors import PctError, TransportError
 
 
 AGENT_RETRY_S = 10.0
@@ -44,7 +44,7 @@ class Session:
         """The container's agent, started (or restarted after a lost connection) on demand; None when it
         cannot run there, and then commands go through plain `pct exec`, which reports pct's errors."""
         from .agent import AGENT, AGENT_SILENCE, Agent
-        from .errors import RemoteError
+        from ..errors import RemoteError
 
         with self._agent_lock:
             lock = self._agent_locks.setdefault(spec.ctid, threading.Lock())

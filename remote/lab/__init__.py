@@ -2,7 +2,7 @@
 
 Everything lives under one folder (default /var/lib/remote-lab, or $REMOTE_LAB_DIR):
     ssh/      host key, client key, authorized_keys, known_hosts, sshd_config
-    bin/pct   the pct double (remote/lab_pct.py), first on the sshd session's PATH
+    bin/pct   the pct double (remote/lab/pct_double.py), first on the sshd session's PATH
     lxc/<id>/ each container: config, and `upper/` holding everything written inside it
 Containers take this machine's root as a read-only lower layer (overlay), use the host network
 and need no image: they start in about a second and see the host's Python, git and wheels.
@@ -20,12 +20,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import RemoteError
+from ..errors import RemoteError
 
 DEFAULT_DIR = "/var/lib/remote-lab"
 DEFAULT_PORT = 2222
 DEFAULT_CONTAINERS = (200,)
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"  # present in a checkout of remote
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"  # present in a checkout of remote
 
 # The container's PID 1: reaps orphans (detached jobs end up here) and exits on TERM.
 _INIT = """import os, signal, time
@@ -155,7 +155,7 @@ class Lab:
         os.chmod(self.key_file, 0o600)
 
     def _pct_double(self) -> None:
-        source = (Path(__file__).with_name("lab_pct.py")).read_text()
+        source = (Path(__file__).with_name("pct_double.py")).read_text()
         source = (source.replace('LXC_PATH = "/var/lib/remote-lab/lxc"', f"LXC_PATH = {str(self.lxc)!r}")
                   .replace('LOCK_DIR = "/var/lib/remote-lab/lock"', f"LOCK_DIR = {str(self.dir / 'lock')!r}")
                   .replace('NODE = "lab"', f"NODE = {self.node!r}"))

@@ -2,7 +2,7 @@
 
 The command can be anything that compiles the training configuration (a repository's own entry point
 with a few steps, or one that uses remote_guard): success is exit status 0. Each device's run gets
-exactly the training job's environment (remote/jobenv.py), so its compile artifacts land in the same
+exactly the training job's environment (remote/ops/jobenv.py), so its compile artifacts land in the same
 per-version cache folder that training reads, and reports how long it took and what the cache gained
 (new files and bytes, measured before and after; nothing new means it was warm), plus remote_guard's
 hits and misses when the command prints its REMOTE_WARMUP line. Each device's result is appended to
@@ -23,12 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import facts, files, jobenv, oplock, shell
-from .config import ContainerSpec
-from .errors import CommandError, ConfigError, DeployError, WarmupError
+from . import files, jobenv, oplock
 from .logs import LineSplitter
-from .pct import Container
-from .session import Session
+from .. import facts, shell
+from ..config import ContainerSpec
+from ..errors import CommandError, ConfigError, DeployError, WarmupError
+from ..transport.pct import Container
+from ..transport.session import Session
 
 REPORT_PREFIX = "REMOTE_WARMUP "  # remote_guard's report line (optional)
 CACHE_PREFIX = "REMOTE_CACHE "  # warmup.sh's before/after lines

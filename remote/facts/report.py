@@ -10,11 +10,11 @@ import json
 import time
 from pathlib import Path
 
-from . import files, jobs, logs
-from . import warmup as wm
-from .config import ContainerSpec
-from .errors import JobError
-from .session import Session
+from ..config import ContainerSpec
+from ..errors import JobError
+from ..ops import files, jobs, logs
+from ..ops import warmup as wm
+from ..transport.session import Session
 
 BARS = "▁▂▃▄▅▆▇█"
 

@@ -17,12 +17,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import facts, files, jobenv, layout, logs, oplock, shell
+from . import files, jobenv, layout, logs, oplock
 from . import warmup as wm
-from .config import ContainerSpec
-from .errors import CommandError, ConfigError, JobError, RemoteError, TransferError
-from .pct import Container
-from .session import HostState, Session
+from .. import facts, shell
+from ..config import ContainerSpec
+from ..errors import CommandError, ConfigError, JobError, RemoteError, TransferError
+from ..transport.pct import Container
+from ..transport.session import HostState, Session
 
 
 def visible_count(gpus: list[dict], env: dict[str, str]) -> int:
@@ -284,7 +285,7 @@ def train(session: Session, ctid=None, *, force: bool = False, warmup: bool = Fa
         echo(f"\n-- stopped following; run {run_id} keeps running. `invoke logs --follow` resumes, "
              "`invoke stop` ends it")
         return None
-    from .knowngood import after_run  # a run that met the baseline becomes the container's known-good
+    from ..facts.knowngood import after_run  # a run that met the baseline becomes the container's known-good
 
     after_run(session, ct, spec, final, echo=echo)
     return final
@@ -346,7 +347,7 @@ def _container_job(session: Session, spec: ContainerSpec, known: str) -> dict:
             raise JobError(f"reading the run state failed: {raw['run'].get('err', '').strip()[-300:]}")
         st = parse_state(raw["run"]["out"])
         if st.get("run"):
-            from .report import series, sparkline
+            from ..facts.report import series, sparkline
 
             values, watch = series(spec, st.pop("tail"), last_line=False)
             started = (st.get("manifest") or {}).get("started_epoch")

@@ -24,9 +24,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from . import shell
-from .errors import BusyError, CommandError, RemoteError
-from .pct import Container
+from .. import shell
+from ..errors import BusyError, CommandError, RemoteError
+from ..transport.pct import Container
 
 LEASE = "/run/remote/ops.lock"
 TTL = 30.0  # seconds a lease lasts without renewal (whole seconds there): how long a dead controller blocks it

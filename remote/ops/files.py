@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .errors import CommandError, ConnectError, TransferError
-from .pct import Container
-from .shell import load
+from ..errors import CommandError, ConnectError, TransferError
+from ..shell import load
+from ..transport.pct import Container
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +207,7 @@ def _run_stream(ct: Container, script: str, *args: str, send=None, receive=None)
 
 
 def _exit_status(stream) -> int | None:
-    from .errors import CommandTimeout
+    from ..errors import CommandTimeout
 
     try:
         return stream.wait(timeout=5)

@@ -15,8 +15,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import shell
-from .errors import DeployError
+from .. import shell
+from ..errors import DeployError
 
 SHIP_PREFIX = "refs/remote-deploy/ship-"  # + a random token: one ref per bundle, so deploys never share one
 

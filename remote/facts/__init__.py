@@ -1,10 +1,10 @@
 """Facts: typed, read-only observations of one container, fetched in one round trip.
 
-As pyinfra's facts: a command (remote/facts_probe.py, run with the container's python) and pure
+As pyinfra's facts: a command (remote/facts/probe.py, run with the container's python) and pure
 parsers (`parse`, `venv_of`, `torch_of`, ...) from its JSON to frozen dataclasses, tested as data. It is
 the one way the tools read a container: each reader asks for the parts it needs (DEPLOY, PREFLIGHT,
 STATUS, DOCTOR below) and gets them in one round trip. Reading changes nothing in the container but the
-probe's own cache of what `import torch` said (see remote/facts_probe.py).
+probe's own cache of what `import torch` said (see remote/facts/probe.py).
 """
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 
-from . import jobenv, oplock, shell
-from . import venv as venvmod
-from .config import ContainerSpec
-from .pct import Container
+from .. import shell
+from ..config import ContainerSpec
+from ..ops import jobenv, oplock
+from ..ops import venv as venvmod
+from ..transport.pct import Container
 
-PROBE_SOURCE = resources.files(__package__).joinpath("facts_probe.py").read_text()
+PROBE_SOURCE = resources.files(__package__).joinpath("probe.py").read_text()
 
 
 @dataclass(frozen=True)
@@ -356,7 +357,7 @@ def _triton(info: dict | None) -> str | None:
 
 UV_HOME = "/root/.local/share/remote"  # uv binaries live here, one folder per version
 
-# What each reader asks the probe for (remote/facts_probe.py's parts).
+# What each reader asks the probe for (remote/facts/probe.py's parts).
 DEPLOY = ("python", "venv", "dists", "uv", "lease", "code")
 DEPLOYED = ("venv", "code")  # the deploy records, nothing slow
 PREFLIGHT = ("venv", "dists", "code", "warmups", "gpus", "torch")

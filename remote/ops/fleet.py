@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from .config import Config
-from .errors import ConfigError
+from ..config import Config
+from ..errors import ConfigError
 
 ALL = "all"
 PROGRESS_EVERY = 15.0  # seconds between progress lines (each container's current step) on stderr
@@ -322,7 +322,7 @@ def inventory(session) -> list:
     import copy
     import dataclasses
 
-    from .session import inventory as one_host_at_a_time
+    from ..transport.session import inventory as one_host_at_a_time
 
     names = list(session.config.hosts)
     for name in names:  # the transports made here, in one thread: Session's map is not locked

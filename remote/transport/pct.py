@@ -15,9 +15,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Protocol, Sequence
 
-from .errors import (CommandError, CommandTimeout, ContainerCommandNotFound, ContainerLocked, ContainerNotFound,
+from ..errors import (CommandError, CommandTimeout, ContainerCommandNotFound, ContainerLocked, ContainerNotFound,
                      ContainerNotRunning, PctError)
-from .transport import NotStarted, OutputCallback, Result, Stream, Transport
+from . import NotStarted, OutputCallback, Result, Stream, Transport
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 KILL_GRACE = 5  # seconds between TERM and KILL when a command's timeout expires
@@ -114,7 +114,7 @@ class Exec(Protocol):
     """Runs one argv in one container, with exactly the environment and working directory given.
 
     Two implementations: `PctExec` (a `pct exec` per command, any transport) and the in-container
-    agent (remote.agent.Agent: one `pct exec` for many commands, over the transport's `open_stream`)."""
+    agent (remote.transport.agent.Agent: one `pct exec` for many commands, over the transport's `open_stream`)."""
 
     def run(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, timeout: float | None,
             stdin: bytes | None, on_output: OutputCallback | None, deadline: float | None) -> Result: ...
@@ -145,7 +145,7 @@ class Container:
     echo: Callable[[str], None] = print
     path: str = DEFAULT_PATH
     env: dict[str, str] = field(default_factory=dict)
-    agent: Callable[[], Exec | None] | None = None  # the container's agent (remote.agent); None: plain pct exec
+    agent: Callable[[], Exec | None] | None = None  # the container's agent (remote.transport.agent); None: plain pct exec
 
     @property
     def where(self) -> str:

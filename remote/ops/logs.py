@@ -14,9 +14,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import shell
-from .errors import ConnectError, TransportError
-from .pct import Container
+from .. import shell
+from ..errors import ConnectError, TransportError
+from ..transport.pct import Container
 
 @dataclass(frozen=True)
 class Metric:

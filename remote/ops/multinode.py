@@ -15,9 +15,9 @@ from typing import Callable
 
 from . import fleet, jobs
 from . import warmup as wm
-from .config import ContainerSpec
-from .errors import ConfigError, JobError, RemoteError
-from .session import Session
+from ..config import ContainerSpec
+from ..errors import ConfigError, JobError, RemoteError
+from ..transport.session import Session
 
 FIELDS = ("nnodes", "node_rank", "master_addr", "master_port", "run_id")
 POLL_S = 1.0  # how often the nodes' states are read while following

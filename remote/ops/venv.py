@@ -22,11 +22,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import shell
-from .config import VenvSpec
-from .errors import DeployError
+from .. import shell
+from ..config import VenvSpec
+from ..errors import DeployError
 
-GUARD_SOURCE = Path(__file__).with_name("guard.py")
+GUARD_SOURCE = Path(__file__).resolve().parent.parent / "guard.py"
 
 # Runs with the new venv's interpreter: what was installed and what torch sees.
 VERIFY = r'''

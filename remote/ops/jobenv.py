@@ -12,11 +12,11 @@ import hashlib
 import json
 from typing import Mapping, Sequence
 
-from . import shell
-from .config import ContainerSpec
-from .guard import cache_subdir  # a pure function: the one naming rule shared with remote_guard
-from .pct import Container
-from .transport import Result
+from .. import shell
+from ..config import ContainerSpec
+from ..guard import cache_subdir  # a pure function: the one naming rule shared with remote_guard
+from ..transport import Result
+from ..transport.pct import Container
 
 # Log lines of torchrun's ranks carry their global rank; TailLog prefixes with this template.
 RANK_PREFIX = "[rank${rank}]: "

@@ -1,7 +1,7 @@
 """`deploy`: the exact-commit checkout and the pinned venv, as one probe, a plan and the steps still needed.
 
 A no-op deploy is one probe round trip. Otherwise, under the container's operation lease
-(remote.oplock) and only while no training job runs there (unless --force): clean up what an
+(remote.ops.oplock) and only while no training job runs there (unless --force): clean up what an
 interrupted deploy left, make sure the pinned uv is there, build the venv beside the current one and
 verify it; then, as the last steps, sync the code (edits saved as a patch first) and swap the venv
 in atomically, keeping the previous one for --rollback. A failed build leaves code and venv as they were.
@@ -26,13 +26,14 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from . import code as codemod
-from . import facts, files, jobs, oplock, shell
+from . import files, jobs, oplock
 from . import venv as venvmod
-from .config import ContainerSpec
-from .errors import BusyError, CommandError, DeployError, RemoteError
 from .logs import LineSplitter
-from .pct import Container
-from .session import Session
+from .. import facts, shell
+from ..config import ContainerSpec
+from ..errors import BusyError, CommandError, DeployError, RemoteError
+from ..transport.pct import Container
+from ..transport.session import Session
 
 BUILD_TIMEOUT = 3 * 3600
 # Never download Pythons, ignore stray uv.toml files, and trust the container's CA store (proxies).
@@ -239,7 +240,7 @@ def deploy(session: Session, ctid=None, *, allow_dirty: bool = False, check: boo
     """Bring container `ctid` to the configured commit and venv; a no-op when both already match.
     `lock`, shared by the deploys of several containers, makes them all install the one lock it resolves.
 
-    Changes are made under the container's operation lease (remote.oplock) and refused while a
+    Changes are made under the container's operation lease (remote.ops.oplock) and refused while a
     training job runs there, unless `force`; a venv that a live process uses is never deleted."""
     start = time.monotonic()
     spec = session.config.container(ctid)

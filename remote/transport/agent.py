@@ -27,8 +27,8 @@ import struct
 import threading
 import time
 
-from .errors import CommandTimeout, ConnectError
-from .transport import NotStarted, OutputCallback, Result
+from . import NotStarted, OutputCallback, Result
+from ..errors import CommandTimeout, ConnectError
 
 HANDSHAKE_TIMEOUT = 60.0  # seconds for the agent's first frame (pct exec and python3 start-up)
 PING_EVERY = 5.0  # the controller pings the agent this often

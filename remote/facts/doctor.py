@@ -1,7 +1,7 @@
 """`doctor`: every way a container differs from what deploy made and from its last known-good run.
 
 One facts probe per container (remote.facts), then a pure `findings(facts, spec)`: each finding says
-what it is, since when (against the known-good record, remote.knowngood), why it matters and the
+what it is, since when (against the known-good record, remote.facts.knowngood), why it matters and the
 command that fixes it. Severity `error` and `warning` make a container unhealthy (exit status 1);
 `info` is shown but is not a problem (an untracked file deploy leaves alone, no known-good yet).
 """
@@ -11,13 +11,13 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
-from . import layout
-from . import venv as venvmod
-from . import warmup as wm
-from .config import ContainerSpec
-from .errors import RemoteError
-from .facts import Facts, gather
-from .session import Session
+from . import Facts, gather
+from ..config import ContainerSpec
+from ..errors import RemoteError
+from ..ops import layout
+from ..ops import venv as venvmod
+from ..ops import warmup as wm
+from ..transport.session import Session
 
 SCHEMA_VERSION = 1
 DISK_MIN_FREE = 5 * 2**30  # below this, a venv build or a cache write can fail half-way
@@ -136,8 +136,8 @@ def findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
                     f"changed since {known_good_label(kg)}", "a new driver can change kernels' speed or support",
                     None))
     if g.smi and not g.error:
-        from .jobs import visible_count
-        from .jobenv import user_env
+        from ..ops.jobs import visible_count
+        from ..ops.jobenv import user_env
 
         want = visible_count([dict(x) for x in g.gpus], user_env(spec))
         if t.version and t.device_count != want:

@@ -6,7 +6,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from .transport import Result
+from ..transport import Result
 
 
 @dataclass

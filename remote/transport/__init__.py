@@ -25,8 +25,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
-from .config import Host
-from .errors import AuthenticationError, CommandError, CommandTimeout, ConnectError, HostKeyError, TransportError
+from ..config import Host
+from ..errors import AuthenticationError, CommandError, CommandTimeout, ConnectError, HostKeyError, TransportError
 
 log = logging.getLogger(__name__)
 
