@@ -8,12 +8,13 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from . import config as cfg
-from .errors import PctError, TransportError
+from .errors import ConnectError, PctError, TransportError
 from .pct import DEFAULT_PATH, Container, parse_list, pct_argv
-from .transport import Transport, for_host
+from .transport import Result, Transport, for_host
 
 
 AGENT_RETRY_S = 10.0
+MUX_PYTHON = "/usr/bin/python3"
 
 
 @dataclass
@@ -27,6 +28,8 @@ class Session:
     _agents: dict = field(default_factory=dict)
     _agent_lock: threading.Lock = field(default_factory=threading.Lock)
     _agent_locks: dict = field(default_factory=dict)  # ctid -> lock: containers start their agents at once
+    _muxes: dict = field(default_factory=dict)  # host name -> its stream mux, or the time it failed to start
+    _mux_locks: dict = field(default_factory=dict)
 
     def transport(self, host: cfg.Host) -> Transport:
         if host.name not in self._transports:
@@ -62,21 +65,62 @@ class Session:
             transport = self.transport(spec.host)
             if not hasattr(transport, "open_stream"):  # a test double without streams: plain pct exec
                 return None
+            # -I -S: the agent needs only the standard library; no site-packages, .pth files or PYTHON* variables.
+            argv = pct_argv(spec.host.pct, "exec", str(spec.ctid), "--keep-env", "0", "--",
+                            "python3", "-I", "-S", "-c", AGENT, str(AGENT_SILENCE))
             try:
-                stream = transport.open_stream(
-                    pct_argv(spec.host.pct, "exec", str(spec.ctid), "--keep-env", "0", "--", "python3", "-c", AGENT,
-                             str(AGENT_SILENCE)))
+                stream = (self._mux_for(spec.host, transport) or transport).open_stream(argv)
                 self._agents[spec.ctid] = Agent(stream, f"{spec.host.name}/{spec.ctid}")
             except (RemoteError, OSError):
                 self._agents[spec.ctid] = time.monotonic()
                 return None
             return self._agents[spec.ctid]
 
+    def _mux_for(self, host: cfg.Host, transport: Transport):
+        """The host's stream mux (remote.hostmux), started on first use: the agents of its containers then
+        share one SSH session and login shell. None where a command pays no login shell (a local host, a
+        test double) or the mux cannot run there (no /usr/bin/python3): then each agent has its own session."""
+        from .hostmux import MUX, MUX_SILENCE, Mux
+
+        if not getattr(transport, "login_shell", False):
+            return None
+        with self._agent_lock:
+            lock = self._mux_locks.setdefault(host.name, threading.Lock())
+        with lock:
+            current = self._muxes.get(host.name)
+            if isinstance(current, float):  # it failed to start then: retry only after a while
+                if time.monotonic() - current < AGENT_RETRY_S:
+                    return None
+            elif current is not None:
+                if current.alive():
+                    return current
+                current.close()
+            # The system's python3, not whatever the login shell's PATH finds first (a pyenv shim, a venv).
+            # A host that cannot be reached raises here, as any command to it would.
+            stream = transport.open_stream([MUX_PYTHON, "-I", "-S", "-c", MUX, str(MUX_SILENCE)])
+            try:
+                self._muxes[host.name] = Mux(stream, host.name)
+            except ConnectError:
+                self._muxes[host.name] = time.monotonic()
+                return None
+            return self._muxes[host.name]
+
+    def host_run(self, host: cfg.Host, argv: list[str], *, deadline: float | None = None) -> Result:
+        """A command on the host itself (`pct list`): through the host's mux when the session has one
+        or will start one for its agents, else a session of its own."""
+        transport = self.transport(host)
+        mux = self._mux_for(host, transport) if self.agent else None
+        return mux.run(argv, deadline=deadline) if mux else transport.run(argv, deadline=deadline)
+
     def close(self) -> None:
         for a in self._agents.values():
             if not isinstance(a, float):
                 a.close()
         self._agents.clear()
+        for m in self._muxes.values():
+            if not isinstance(m, float):
+                m.close()
+        self._muxes.clear()
         for t in self._transports.values():
             t.close()
         self._transports.clear()
@@ -102,7 +146,7 @@ def inventory(session: Session) -> list[HostState]:
     for host in session.config.hosts.values():
         wanted = [c.ctid for c in session.config.containers.values() if c.host.name == host.name]
         try:
-            result = session.transport(host).run(pct_argv(host.pct, "list"), deadline=60)
+            result = session.host_run(host, pct_argv(host.pct, "list"), deadline=60)
             if result.exit_code != 0:
                 raise PctError(0, f"`pct list` failed on {host.name}: {result.err.strip()}")
             found = parse_list(result.out)

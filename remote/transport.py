@@ -301,6 +301,8 @@ def _retryable(exc: BaseException) -> bool:
 class SshTransport:
     """One reused SSH connection to a host; host keys checked, never added."""
 
+    login_shell = True  # every command is a new session and a login shell with its rc files (remote.hostmux)
+
     def __init__(self, host: Host, *, attempts: int = 4, max_wait: float = 30.0,
                  sleep: Callable[[float], None] = time.sleep, heartbeat_every: float = HEARTBEAT_EVERY,
                  heartbeat_silence: float = HEARTBEAT_SILENCE):
