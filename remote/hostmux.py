@@ -24,7 +24,7 @@ import threading
 import time
 
 from .errors import CommandTimeout, ConnectError
-from .transport import Result
+from .transport import Result, read_exact
 
 HANDSHAKE_TIMEOUT = 30.0  # seconds for the mux's first frame (the SSH session, the login shell, python3)
 MUX_SILENCE = 60  # the mux's side: unheard this long with no child left, it exits
@@ -199,7 +199,8 @@ class Mux:
         self.dead: str | None = None
         self._streams: dict[int, MuxStream] = {}
         self._next = 1
-        self._lock = threading.Lock()  # ids, the streams' map and writes
+        self._lock = threading.Lock()  # ids, the streams' map, `dead`
+        self._write_lock = threading.Lock()  # frames go out whole; a write blocked on a dead link holds only this
         self._ready: queue.Queue = queue.Queue()
         threading.Thread(target=self._reader, daemon=True, name=f"mux-{where}").start()
         try:
@@ -210,23 +211,14 @@ class Mux:
             self._lost(first)
             raise ConnectError(where, f"{where}: the host's stream mux did not start: {first}")
 
-    def _read_exact(self, n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = self.stream.read(n - len(data))
-            if not chunk:
-                raise EOFError
-            data += chunk
-        return data
-
     def _reader(self) -> None:
         try:
-            i, kind, n = HEAD.unpack(self._read_exact(HEAD.size))
-            self._read_exact(n)
+            i, kind, n = HEAD.unpack(read_exact(self.stream, HEAD.size))
+            read_exact(self.stream, n)
             self._ready.put(None if (i, kind) == (0, b"r") else f"unexpected first frame {kind!r}")
             while True:
-                i, kind, n = HEAD.unpack(self._read_exact(HEAD.size))
-                data = self._read_exact(n)
+                i, kind, n = HEAD.unpack(read_exact(self.stream, HEAD.size))
+                data = read_exact(self.stream, n)
                 s = self._streams.get(i)
                 if s is not None:
                     s._frame(kind, data)
@@ -252,13 +244,11 @@ class Mux:
             pass
 
     def _send(self, i: int, kind: bytes, data: bytes = b"") -> None:
+        if self.dead is not None:
+            raise ConnectError(self.where, f"{self.where}: mux gone: {self.dead}")
         try:
-            with self._lock:
-                if self.dead is not None:
-                    raise ConnectError(self.where, f"{self.where}: mux gone: {self.dead}")
+            with self._write_lock:
                 self.stream.write(HEAD.pack(i, kind, len(data)) + data)
-        except ConnectError:
-            raise
         except Exception as exc:
             self._lost(f"cannot write to the mux: {exc or type(exc).__name__}")
             raise ConnectError(self.where, f"{self.where}: mux gone: {self.dead}") from exc

@@ -1,4 +1,5 @@
-"""A Session: one transport per host for the lifetime of a task, and containers built on them."""
+"""A Session: one transport per host for the lifetime of a task, and containers built on them; their
+in-container agents, started on demand, and on an SSH host the stream mux those agents share."""
 
 from __future__ import annotations
 
