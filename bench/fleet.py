@@ -6,7 +6,8 @@
 2. `invoke status` of the 8 containers, the whole command;
 3. `invoke exec -c all true` against `invoke exec -c ID true`, whole commands.
 
-    python bench/fleet.py [--repeat 3]     # as root; brings its lab up in a temporary folder and down after
+    python bench/fleet.py [--repeat 3] [--ids 220-227]   # as root; brings its lab up in a temporary folder
+                                                         # and down after; --ids: 8 container ids, 4 per host
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from remote.lab import Lab  # noqa: E402
 
-FIRST, SECOND = (220, 221, 222, 223), (224, 225, 226, 227)
+IDS = "220-227"  # LXC ids are system-wide: another lab on this machine needs other ids (--ids)
 SECTIONS = """
 venv:
   packages: [torch==2.13.0+cpu, numpy==2.2.6]
@@ -44,23 +45,36 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def parse_ids(text: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """`220-227` or `220,221,...`: 8 ids, the first 4 on the first host, the others on the second."""
+    ids: list[int] = []
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        ids += range(int(low), int(high or low) + 1)
+    if len(ids) != 8 or len(set(ids)) != 8:
+        raise SystemExit(f"--ids: 8 different container ids, got {ids}")
+    return tuple(ids[:4]), tuple(ids[4:])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--ids", default=IDS, help=f"8 container ids, a range or a comma list (default {IDS})")
     args = ap.parse_args()
+    first, second = parse_ids(args.ids)
     with tempfile.TemporaryDirectory(prefix="fleet-bench-") as d:
         lab = Lab(dir=Path(d) / "lab", port=free_port())
-        lab.up(FIRST, second=SECOND)
+        lab.up(first, second=second)
         try:
-            run(lab, Path(d), args.repeat)
+            run(lab, Path(d), args.repeat, first, second)
         finally:
             lab.down(purge=True)
 
 
-def run(lab: Lab, d: Path, repeat: int) -> None:
+def run(lab: Lab, d: Path, repeat: int, first: tuple[int, ...], second: tuple[int, ...]) -> None:
     def hosts(tag: str) -> Path:
         p = d / f"hosts-{tag}.yaml"
-        p.write_text(lab.hosts_yaml(FIRST, second=SECOND) + SECTIONS.format(repo=lab.plain_repo(), tag=tag))
+        p.write_text(lab.hosts_yaml(first, second=second) + SECTIONS.format(repo=lab.plain_repo(), tag=tag))
         return p
 
     def cmd(tag: str, *argv: str) -> float:
@@ -73,15 +87,15 @@ def run(lab: Lab, d: Path, repeat: int) -> None:
             raise SystemExit(f"{' '.join(argv)} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
         return took
 
-    cmd("warm", "deploy", "-c", str(FIRST[0]))  # uv's cache and the controller's uv binary, warm for both
-    serial = sum(cmd("serial", "deploy", "-c", str(c)) for c in (*FIRST, *SECOND))
+    cmd("warm", "deploy", "-c", str(first[0]))  # uv's cache and the controller's uv binary, warm for both
+    serial = sum(cmd("serial", "deploy", "-c", str(c)) for c in (*first, *second))
     parallel = cmd("parallel", "deploy", "-c", "all")
     print(f"deploy of one lock to 8 containers on 2 hosts: one after another {serial:.1f} s, all at once "
           f"{parallel:.1f} s: {serial / parallel:.1f}x  [goal >= 3x]")
     status = [cmd("parallel", "status") for _ in range(repeat)]
     print(f"`invoke status` of 8 containers, median of {repeat}: {statistics.median(status):.2f} s "
           f"(min {min(status):.2f})  [goal <= 1.5 s]")
-    one = [cmd("parallel", "exec", "-c", str(FIRST[0]), "true") for _ in range(repeat)]
+    one = [cmd("parallel", "exec", "-c", str(first[0]), "true") for _ in range(repeat)]
     eight = [cmd("parallel", "exec", "-c", "all", "true") for _ in range(repeat)]
     print(f"`invoke exec true`, median of {repeat}: 1 container {statistics.median(one):.2f} s, 8 containers "
           f"{statistics.median(eight):.2f} s: {statistics.median(eight) / statistics.median(one):.2f}x  [goal <= 2x]")

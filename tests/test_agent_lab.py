@@ -10,13 +10,14 @@ import threading
 import time
 
 import pytest
-from conftest import sshd_serving, wait_until
+from conftest import LAB_CONTAINERS, sshd_serving, wait_until
 
 from remote import config
 from remote.errors import CommandTimeout, ConnectError
 from remote.transport.session import Session
 
 pytestmark = pytest.mark.lab
+CT = LAB_CONTAINERS[0]
 
 
 @pytest.fixture
@@ -26,9 +27,9 @@ def session(lab_hosts):
 
 
 def in_container(session, tag) -> bool:
-    """Whether a process whose argv carries `tag` runs in container 200 (asked over a fresh agent)."""
+    """Whether a process whose argv carries `tag` runs in container CT (asked over a fresh agent)."""
     # ps, not pgrep: the lab's pgrep misses processes whose argv[0] was rewritten (`exec -a`)
-    return tag in session.container(200).run(["ps", "-eo", "args"]).out
+    return tag in session.container(CT).run(["ps", "-eo", "args"]).out
 
 
 def background(ct, argv, **kw) -> list:
@@ -47,7 +48,7 @@ def background(ct, argv, **kw) -> list:
 @pytest.mark.fault("SSH dropped mid-command",
                    promise="the command's processes are killed in the container; the next command reconnects")
 def test_a_dropped_connection_leaves_none_of_the_commands_processes(session, lab):
-    ct = session.container(200)
+    ct = session.container(CT)
     tag = f"agent-drop-{os.getpid()}-{time.monotonic_ns()}"
     streamed = []
     # A quiet process beside a chatty one: the agent is busy writing when the connection goes.
@@ -63,7 +64,7 @@ def test_a_dropped_connection_leaves_none_of_the_commands_processes(session, lab
 @pytest.mark.fault("A command closes its pipes and runs on",
                    promise="other commands' results are not held up; its timeout still kills it")
 def test_a_child_that_closes_its_pipes_neither_blocks_others_nor_escapes_its_timeout(session):
-    ct = session.container(200)
+    ct = session.container(CT)
     tag = f"agent-closed-{os.getpid()}-{time.monotonic_ns()}"
     ct.run(["true"])  # the agent is up
     outcome = background(ct, ["bash", "-c", f"exec >&- 2>&-; exec -a {tag} sleep 60"], timeout=3)
@@ -78,7 +79,7 @@ def test_a_child_that_closes_its_pipes_neither_blocks_others_nor_escapes_its_tim
 @pytest.mark.fault("Silent link (half-open connection)",
                    promise="noticed within 30 s, reconnected; nothing lost or repeated")
 def test_a_silent_link_is_noticed_within_30s_and_the_next_command_reconnects(session, lab):
-    ct = session.container(200)
+    ct = session.container(CT)
     tag = f"agent-silent-{os.getpid()}-{time.monotonic_ns()}"
     ct.run(["true"])
     outcome = background(ct, ["bash", "-c", f"exec -a {tag} sleep 300"])
@@ -119,10 +120,10 @@ def follow_over_a_silent_link(session, lab, why: str) -> None:
 
     from remote.ops.jobs import Preflight, launch, show_log, stop
 
-    base = session.config.container(200)
+    base = session.config.container(CT)
     spec = dataclasses.replace(base, code=dataclasses.replace(base.code, path="/root"),
                                train=dataclasses.replace(base.train, run_dir=f"/root/runs-silent-{os.getpid()}"))
-    ct = session.container(200)
+    ct = session.container(CT)
     pre = Preflight(commit="0" * 40, venv={"verify": {}}, gpus=None, notes=[])
     n = 1500
     run_id, _ = launch(ct, spec, pre, command=f"for i in $(seq 0 {n - 1}); do echo $i; sleep 0.02; done")
@@ -159,7 +160,7 @@ def plain_session(lab_hosts):
 @pytest.mark.fault("Silent link (half-open connection)",
                    promise="noticed within 30 s, reconnected; nothing lost or repeated")
 def test_a_silent_link_is_noticed_without_the_agent_too(plain_session, lab):
-    ct = plain_session.container(200)
+    ct = plain_session.container(CT)
     ct.run(["true"])
     # A plain `pct exec` is not killed with its connection (lxc-attach forwards nothing): removed below.
     outcome = background(ct, ["sleep", "120.5"])

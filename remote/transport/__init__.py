@@ -108,6 +108,17 @@ class Stream(Protocol):
     def close(self) -> None: ...
 
 
+def read_exact(stream: Stream, n: int) -> bytes:
+    """Exactly n bytes from a stream (a frame of the agent's or the mux's protocol); EOFError at its end."""
+    data = b""
+    while len(data) < n:
+        chunk = stream.read(n - len(data))
+        if not chunk:
+            raise EOFError
+        data += chunk
+    return data
+
+
 STDERR_TAIL = 1 << 16  # bytes of a stream's stderr kept for messages
 STREAM_WINDOW = 16 << 20  # SSH channel window of a stream: what may be in flight (and buffered) at once
 STREAM_PACKET = 1 << 18
@@ -300,6 +311,8 @@ def _retryable(exc: BaseException) -> bool:
 
 class SshTransport:
     """One reused SSH connection to a host; host keys checked, never added."""
+
+    login_shell = True  # every command is a new session and a login shell with its rc files (remote.transport.hostmux)
 
     def __init__(self, host: Host, *, attempts: int = 4, max_wait: float = 30.0,
                  sleep: Callable[[float], None] = time.sleep, heartbeat_every: float = HEARTBEAT_EVERY,

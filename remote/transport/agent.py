@@ -2,7 +2,8 @@
 
 Each plain command costs an SSH session (with the login shell's rc files), pct's start-up and
 lxc-attach, about 160 ms on the lab, before it runs at all. The agent is started once per container
-through `pct exec ... -- python3 -c AGENT` (stdlib only) and runs each command as its own child
+through `pct exec ... -- python3 -I -S -c AGENT` (stdlib only; on an SSH host through the host's stream
+mux, remote.transport.hostmux, so the agents of a host share one session) and runs each command as its own child
 (own process group, explicit environment and working directory, timeout enforced there), sending
 its output back as framed messages over the one channel. Commands from several threads run at the
 same time. When the agent cannot start (no python3 in the container), callers fall back to plain
@@ -27,7 +28,7 @@ import struct
 import threading
 import time
 
-from . import NotStarted, OutputCallback, Result
+from . import NotStarted, OutputCallback, Result, read_exact
 from ..errors import CommandTimeout, ConnectError
 
 HANDSHAKE_TIMEOUT = 60.0  # seconds for the agent's first frame (pct exec and python3 start-up)
@@ -208,22 +209,13 @@ class Agent:
             raise ConnectError(where, f"{where}: the agent did not start: {first}")
         threading.Thread(target=self._heartbeat, daemon=True, name=f"agent-heartbeat-{where}").start()
 
-    def _read_exact(self, n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = self.stream.read(n - len(data))
-            if not chunk:
-                raise EOFError
-            data += chunk
-        return data
-
     def _reader(self) -> None:
         try:
-            hello = json.loads(self._read_exact(struct.unpack(">I", self._read_exact(4))[0]))
+            hello = json.loads(read_exact(self.stream, struct.unpack(">I", read_exact(self.stream, 4))[0]))
             self._last_rx = time.monotonic()
             self._ready.put(None if "ready" in hello else str(hello))
             while True:
-                msg = json.loads(self._read_exact(struct.unpack(">I", self._read_exact(4))[0]))
+                msg = json.loads(read_exact(self.stream, struct.unpack(">I", read_exact(self.stream, 4))[0]))
                 self._last_rx = time.monotonic()
                 q = self._pending.get(msg["i"])
                 if q is not None:

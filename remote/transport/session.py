@@ -1,4 +1,5 @@
-"""A Session: one transport per host for the lifetime of a task, and containers built on them."""
+"""A Session: one transport per host for the lifetime of a task, and containers built on them; their
+in-container agents, started on demand, and on an SSH host the stream mux those agents share."""
 
 from __future__ import annotations
 
@@ -7,13 +8,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import Transport, for_host
-from .pct import Container, DEFAULT_PATH, parse_list, pct_argv
+from . import Result, Transport, for_host
+from .pct import DEFAULT_PATH, Container, parse_list, pct_argv
 from .. import config as cfg
-from ..errors import PctError, TransportError
+from ..errors import ConnectError, PctError, TransportError
 
 
 AGENT_RETRY_S = 10.0
+MUX_PYTHON = "/usr/bin/python3"
 
 
 @dataclass
@@ -26,7 +28,8 @@ class Session:
     _transports: dict[str, Transport] = field(default_factory=dict)
     _agents: dict = field(default_factory=dict)
     _agent_lock: threading.Lock = field(default_factory=threading.Lock)
-    _agent_locks: dict = field(default_factory=dict)  # ctid -> lock: containers start their agents at once
+    _muxes: dict = field(default_factory=dict)  # host name -> its stream mux, or the time it failed to start
+    _start_locks: dict = field(default_factory=dict)  # per agent and mux: containers start their agents at once
 
     def transport(self, host: cfg.Host) -> Transport:
         if host.name not in self._transports:
@@ -40,16 +43,13 @@ class Session:
                          path=f"{spec.venv.path}/bin:{DEFAULT_PATH}" if venv_on_path else DEFAULT_PATH,
                          agent=(lambda: self._agent_for(spec)) if self.agent else None)
 
-    def _agent_for(self, spec: cfg.ContainerSpec):
-        """The container's agent, started (or restarted after a lost connection) on demand; None when it
-        cannot run there, and then commands go through plain `pct exec`, which reports pct's errors."""
-        from .agent import AGENT, AGENT_SILENCE, Agent
-        from ..errors import RemoteError
-
+    def _kept(self, cache: dict, key, start: Callable[[], object], on_dead: Callable[[object], None] | None = None):
+        """cache[key] (an agent, a mux), started on demand and again once it is dead; None, without trying
+        again for AGENT_RETRY_S, where start() failed (returned None). One start at a time per key."""
         with self._agent_lock:
-            lock = self._agent_locks.setdefault(spec.ctid, threading.Lock())
+            lock = self._start_locks.setdefault((id(cache), key), threading.Lock())
         with lock:
-            current = self._agents.get(spec.ctid)
+            current = cache.get(key)
             if isinstance(current, float):  # it failed to start then: retry only after a while
                 if time.monotonic() - current < AGENT_RETRY_S:
                     return None
@@ -57,26 +57,70 @@ class Session:
                 if current.alive():
                     return current
                 current.close()  # its stream and threads go with it
-                if current.silent:  # the link under it went silent: the connection is useless too
-                    self.transport(spec.host).close()
+                if on_dead:
+                    on_dead(current)
+            made = start()
+            cache[key] = time.monotonic() if made is None else made
+            return made
+
+    def _agent_for(self, spec: cfg.ContainerSpec):
+        """The container's agent, started (or restarted after a lost connection) on demand; None when it
+        cannot run there, and then commands go through plain `pct exec`, which reports pct's errors."""
+        from .agent import AGENT, AGENT_SILENCE, Agent
+        from ..errors import RemoteError
+
+        def start():
             transport = self.transport(spec.host)
             if not hasattr(transport, "open_stream"):  # a test double without streams: plain pct exec
                 return None
+            # -I -S: the agent needs only the standard library; no site-packages, .pth files or PYTHON* variables.
+            argv = pct_argv(spec.host.pct, "exec", str(spec.ctid), "--keep-env", "0", "--",
+                            "python3", "-I", "-S", "-c", AGENT, str(AGENT_SILENCE))
             try:
-                stream = transport.open_stream(
-                    pct_argv(spec.host.pct, "exec", str(spec.ctid), "--keep-env", "0", "--", "python3", "-c", AGENT,
-                             str(AGENT_SILENCE)))
-                self._agents[spec.ctid] = Agent(stream, f"{spec.host.name}/{spec.ctid}")
+                return Agent((self._mux_for(spec.host, transport) or transport).open_stream(argv),
+                             f"{spec.host.name}/{spec.ctid}")
             except (RemoteError, OSError):
-                self._agents[spec.ctid] = time.monotonic()
                 return None
-            return self._agents[spec.ctid]
+
+        def on_dead(agent):
+            if agent.silent:  # the link under it went silent: the connection is useless too
+                self.transport(spec.host).close()
+
+        return self._kept(self._agents, spec.ctid, start, on_dead)
+
+    def _mux_for(self, host: cfg.Host, transport: Transport):
+        """The host's stream mux (remote.transport.hostmux), started on first use: the agents of its containers then
+        share one SSH session and login shell. None where a command pays no login shell (a local host, a
+        test double) or the mux cannot run there (no /usr/bin/python3): then each agent has its own session."""
+        from .hostmux import MUX, MUX_SILENCE, Mux
+
+        def start():
+            # The system's python3, not whatever the login shell's PATH finds first (a pyenv shim, a venv).
+            # A host that cannot be reached raises here, as any command to it would.
+            stream = transport.open_stream([MUX_PYTHON, "-I", "-S", "-c", MUX, str(MUX_SILENCE)])
+            try:
+                return Mux(stream, host.name)
+            except ConnectError:
+                return None
+
+        return self._kept(self._muxes, host.name, start) if getattr(transport, "login_shell", False) else None
+
+    def host_run(self, host: cfg.Host, argv: list[str], *, deadline: float | None = None) -> Result:
+        """A command on the host itself (`pct list`): through the host's mux when the session has one
+        or will start one for its agents, else a session of its own."""
+        transport = self.transport(host)
+        mux = self._mux_for(host, transport) if self.agent else None
+        return mux.run(argv, deadline=deadline) if mux else transport.run(argv, deadline=deadline)
 
     def close(self) -> None:
         for a in self._agents.values():
             if not isinstance(a, float):
                 a.close()
         self._agents.clear()
+        for m in self._muxes.values():
+            if not isinstance(m, float):
+                m.close()
+        self._muxes.clear()
         for t in self._transports.values():
             t.close()
         self._transports.clear()
@@ -102,7 +146,7 @@ def inventory(session: Session) -> list[HostState]:
     for host in session.config.hosts.values():
         wanted = [c.ctid for c in session.config.containers.values() if c.host.name == host.name]
         try:
-            result = session.transport(host).run(pct_argv(host.pct, "list"), deadline=60)
+            result = session.host_run(host, pct_argv(host.pct, "list"), deadline=60)
             if result.exit_code != 0:
                 raise PctError(0, f"`pct list` failed on {host.name}: {result.err.strip()}")
             found = parse_list(result.out)

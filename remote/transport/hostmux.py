@@ -1,0 +1,367 @@
+"""Many host-side streams over one SSH channel: the containers' agents of a host share one login shell.
+
+Every SSH command pays the host's session set-up and login shell, whose rc files run for each one
+(about 105 ms of CPU on the lab, where root's .bashrc runs `pyenv init`), and a fleet task starts one
+agent per container. So on an SSH host the agents are started through one `python3 -I -S -c MUX`
+per host (stdlib only), which runs each `pct exec ... -- python3 -c AGENT` as its own child and
+relays its stdin, stdout and stderr as frames; the agents and their protocol are unchanged.
+
+Frames, both ways: a 9-byte header (stream id: 4 bytes, kind: 1 byte, length: 4 bytes, big-endian),
+then the payload. Controller to mux: s (start: argv as JSON), i (stdin bytes), c (close stdin),
+k (forget: close the child's pipes, as a closed SSH channel would). Mux to controller: r (ready, on
+stream 0), o and e (stdout and stderr bytes), x (exit status, 128 + N for a signal, after both pipes
+ended). The mux ends on EOF or a broken pipe, or after SILENCE s unheard with no child left, and then
+closes every child's pipes: an agent then sees its end of input and kills what it ran, as it does
+when its own SSH channel closes.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import struct
+import threading
+import time
+
+from . import Result, read_exact
+from ..errors import CommandTimeout, ConnectError
+
+HANDSHAKE_TIMEOUT = 30.0  # seconds for the mux's first frame (the SSH session, the login shell, python3)
+MUX_SILENCE = 60  # the mux's side: unheard this long with no child left, it exits
+STDERR_TAIL = 1 << 16
+CHUNK = 1 << 20  # the largest payload of one frame
+
+MUX = r'''
+import json, os, select, selectors, signal, struct, subprocess, sys, time
+SILENCE = float(sys.argv[1]) if len(sys.argv) > 1 else 60.0
+HEAD = struct.Struct(">IcI")
+sel = selectors.DefaultSelector()
+kids = {}  # id -> {"p": Popen, "open": pipes still open, "pending": bytes for its stdin, "eof": close stdin after}
+
+class Gone(Exception):
+    pass
+
+def send(i, kind, data=b""):
+    data = memoryview(HEAD.pack(i, kind, len(data)) + data)
+    end = time.monotonic() + SILENCE
+    while data:
+        try:
+            data = data[os.write(1, data):]
+        except BlockingIOError:
+            if time.monotonic() > end:
+                raise Gone()
+            select.select([], [1], [], 1.0)
+
+def close_stdin(k):
+    if k["p"].stdin is not None:
+        try:
+            sel.unregister(k["p"].stdin)
+        except (KeyError, ValueError):
+            pass
+        try:
+            k["p"].stdin.close()
+        except OSError:
+            pass
+        k["p"].stdin = None
+
+def forget(i):
+    k = kids.pop(i, None)
+    if k is None:
+        return
+    close_stdin(k)
+    for f in (k["p"].stdout, k["p"].stderr):
+        try:
+            sel.unregister(f)
+        except (KeyError, ValueError):
+            pass
+        f.close()
+
+def start(i, argv):
+    try:
+        p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError as exc:
+        send(i, b"e", f"{argv[0]}: {exc.strerror}\n".encode())
+        send(i, b"x", b"126" if isinstance(exc, PermissionError) else b"127")
+        return
+    for f in (p.stdin, p.stdout, p.stderr):
+        os.set_blocking(f.fileno(), False)
+    kids[i] = {"p": p, "open": 2, "pending": b"", "eof": False}
+    sel.register(p.stdout, selectors.EVENT_READ, (i, b"o"))
+    sel.register(p.stderr, selectors.EVENT_READ, (i, b"e"))
+
+def to_stdin(i, data):
+    k = kids.get(i)
+    if k is None or k["p"].stdin is None:
+        return
+    was = k["pending"]
+    k["pending"] += data
+    if not was and k["pending"]:
+        sel.register(k["p"].stdin, selectors.EVENT_WRITE, (i, b"i"))
+
+def flush_stdin(i):
+    k = kids[i]
+    try:
+        n = os.write(k["p"].stdin.fileno(), k["pending"][:1 << 16])
+    except BlockingIOError:
+        return
+    except OSError:  # the child closed its stdin: what it did not read is dropped, as a pipe would
+        k["pending"] = b""
+        close_stdin(k)
+        return
+    k["pending"] = k["pending"][n:]
+    if not k["pending"]:
+        sel.unregister(k["p"].stdin)
+        if k["eof"]:
+            close_stdin(k)
+
+def handle(i, kind, data):
+    if kind == b"s":
+        start(i, json.loads(data))
+    elif kind == b"i":
+        to_stdin(i, data)
+    elif kind == b"c":
+        k = kids.get(i)
+        if k is not None:
+            k["eof"] = True
+            if not k["pending"]:
+                close_stdin(k)
+    elif kind == b"k":
+        forget(i)
+
+def main():
+    os.set_blocking(0, False)
+    os.set_blocking(1, False)
+    sel.register(0, selectors.EVENT_READ, None)
+    buf = b""
+    last_in = time.monotonic()
+    send(0, b"r", str(os.getpid()).encode())
+    while True:
+        waiting = any(k["open"] == 0 for k in kids.values())
+        for key, _ in sel.select(0.05 if waiting else 1.0):
+            if key.data is None:
+                try:
+                    chunk = os.read(0, 1 << 18)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    return
+                last_in = time.monotonic()
+                buf += chunk
+                while len(buf) >= HEAD.size:
+                    i, kind, n = HEAD.unpack_from(buf)
+                    if len(buf) < HEAD.size + n:
+                        break
+                    data, buf = buf[HEAD.size:HEAD.size + n], buf[HEAD.size + n:]
+                    handle(i, kind, data)
+                continue
+            i, kind = key.data
+            if i not in kids:
+                continue
+            if kind == b"i":
+                flush_stdin(i)
+                continue
+            try:
+                chunk = os.read(key.fileobj.fileno(), 1 << 16)
+            except BlockingIOError:
+                continue
+            if chunk:
+                send(i, kind, chunk)
+            else:
+                sel.unregister(key.fileobj)
+                kids[i]["open"] -= 1
+        for i, k in list(kids.items()):
+            if k["open"] == 0 and k["p"].poll() is not None:
+                code = k["p"].returncode
+                forget(i)
+                send(i, b"x", str(128 - code if code < 0 else code).encode())
+        if not kids and time.monotonic() - last_in > SILENCE:
+            return
+
+signal.signal(signal.SIGHUP, lambda *_: sys.exit(0))
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+try:
+    main()
+except (OSError, Gone):
+    pass  # stdout closed (EPIPE) or stalled: the controller is gone
+finally:
+    for i in list(kids):
+        forget(i)
+'''
+
+HEAD = struct.Struct(">IcI")
+
+
+class Mux:
+    """The controller's side of one host's mux: `open_stream(argv)` as a transport's, over one stream."""
+
+    def __init__(self, stream, where: str, *, handshake_timeout: float = HANDSHAKE_TIMEOUT):
+        self.stream, self.where = stream, where
+        self.dead: str | None = None
+        self._streams: dict[int, MuxStream] = {}
+        self._next = 1
+        self._lock = threading.Lock()  # ids, the streams' map, `dead`
+        self._write_lock = threading.Lock()  # frames go out whole; a write blocked on a dead link holds only this
+        self._ready: queue.Queue = queue.Queue()
+        threading.Thread(target=self._reader, daemon=True, name=f"mux-{where}").start()
+        try:
+            first = self._ready.get(timeout=handshake_timeout)
+        except queue.Empty:
+            first = f"no answer in {handshake_timeout:g}s"
+        if first is not None:
+            self._lost(first)
+            raise ConnectError(where, f"{where}: the host's stream mux did not start: {first}")
+
+    def _reader(self) -> None:
+        try:
+            i, kind, n = HEAD.unpack(read_exact(self.stream, HEAD.size))
+            read_exact(self.stream, n)
+            self._ready.put(None if (i, kind) == (0, b"r") else f"unexpected first frame {kind!r}")
+            while True:
+                i, kind, n = HEAD.unpack(read_exact(self.stream, HEAD.size))
+                data = read_exact(self.stream, n)
+                s = self._streams.get(i)
+                if s is not None:
+                    s._frame(kind, data)
+        except Exception as exc:  # EOF, a lost connection, a garbled frame: the mux is gone either way
+            try:
+                text = self.stream.error_text()
+            except Exception:
+                text = ""
+            self._lost(text or f"mux stream ended ({type(exc).__name__})")
+
+    def _lost(self, reason: str) -> None:
+        with self._lock:
+            if self.dead is not None:
+                return
+            self.dead = reason
+            streams = list(self._streams.values())
+        self._ready.put(reason)
+        for s in streams:
+            s._frame(b"x", b"-1")
+        try:
+            self.stream.close()
+        except Exception:  # closing what is already broken: nothing more to do
+            pass
+
+    def _send(self, i: int, kind: bytes, data: bytes = b"") -> None:
+        if self.dead is not None:
+            raise ConnectError(self.where, f"{self.where}: mux gone: {self.dead}")
+        try:
+            with self._write_lock:
+                self.stream.write(HEAD.pack(i, kind, len(data)) + data)
+        except Exception as exc:
+            self._lost(f"cannot write to the mux: {exc or type(exc).__name__}")
+            raise ConnectError(self.where, f"{self.where}: mux gone: {self.dead}") from exc
+
+    def open_stream(self, argv) -> "MuxStream":
+        """Start argv on the host (no shell, the mux's environment) with its stdin and stdout as a Stream."""
+        with self._lock:
+            i, self._next = self._next, self._next + 1
+            s = self._streams[i] = MuxStream(self, i)
+        try:
+            self._send(i, b"s", json.dumps(list(argv)).encode())
+        except ConnectError:
+            self._streams.pop(i, None)
+            raise
+        return s
+
+    def run(self, argv, *, deadline: float | None = None) -> Result:
+        """A host command through the mux, collected as a transport's `run` does (output held here)."""
+        start = time.monotonic()
+        s = self.open_stream(argv)
+        try:
+            s.close_stdin()
+            code = s.wait(deadline)
+        finally:
+            s.close()
+        if code == -1:
+            raise ConnectError(self.where, f"{self.where}: connection lost while running {argv[0]}: {self.dead}")
+        return Result(tuple(argv), code, bytes(s._buf), bytes(s._err), time.monotonic() - start)
+
+    def alive(self) -> bool:
+        if self.dead:
+            return False
+        try:
+            return bool(self.stream.alive())
+        except Exception:
+            return False
+
+    def close(self) -> None:
+        self._lost("closed")
+
+
+class MuxStream:
+    """One child of the mux as a Stream (remote.transport.Stream): what it writes is held here until read."""
+
+    def __init__(self, mux: Mux, i: int):
+        self.mux, self.i = mux, i
+        self._buf = bytearray()
+        self._err = bytearray()
+        self._code: int | None = None
+        self._closed = False
+        self._cond = threading.Condition()
+
+    def _frame(self, kind: bytes, data: bytes) -> None:
+        with self._cond:
+            if kind == b"o":
+                self._buf += data
+            elif kind == b"e":
+                self._err += data
+                del self._err[:-STDERR_TAIL]
+            elif kind == b"x" and self._code is None:
+                self._code = int(data)
+                self.mux._streams.pop(self.i, None)
+            self._cond.notify_all()
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        for start in range(0, len(view), CHUNK):
+            self.mux._send(self.i, b"i", bytes(view[start:start + CHUNK]))
+
+    def read(self, n: int) -> bytes:
+        """Up to n bytes of stdout; b"" once the child has ended (or the mux is gone) and all was read."""
+        with self._cond:
+            while not self._buf and self._code is None and not self._closed:
+                self._cond.wait()
+            chunk = bytes(self._buf[:n])
+            del self._buf[:n]
+            return chunk
+
+    def close_stdin(self) -> None:
+        try:
+            self.mux._send(self.i, b"c")
+        except ConnectError:
+            pass
+
+    def wait(self, timeout: float | None = None) -> int:
+        """The exit status; -1 when the mux (its connection) was lost first."""
+        end = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._code is None:
+                left = None if end is None else end - time.monotonic()
+                if left is not None and left <= 0:
+                    raise CommandTimeout("stream", timeout, self.error_text(), self.mux.where)
+                self._cond.wait(left)
+            return self._code
+
+    def error_text(self) -> str:
+        text = bytes(self._err).decode("utf-8", "replace").strip()
+        if self._code == -1 and self.mux.dead and self.mux.dead != "closed":
+            text = f"{text}\n{self.mux.dead}".strip()
+        return text
+
+    def alive(self) -> bool:
+        return not self._closed and self._code is None and self.mux.alive()
+
+    def close(self) -> None:
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.notify_all()
+        if self._code is None:
+            try:
+                self.mux._send(self.i, b"k")
+            except ConnectError:
+                pass
+        self.mux._streams.pop(self.i, None)
