@@ -11,12 +11,13 @@ import time
 
 import pytest
 
-from remote import config, session as session_mod
-from remote.transport.agent import AGENT, Agent
+from remote import config
 from remote.errors import CommandTimeout, ConnectError
+from remote.transport import LocalTransport
+from remote.transport import session as session_mod
+from remote.transport.agent import AGENT, Agent
 from remote.transport.hostmux import MUX, Mux
 from remote.transport.session import Session
-from remote.transport import LocalTransport
 
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/tmp"}
 
