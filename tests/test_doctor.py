@@ -226,23 +226,88 @@ def test_the_probe_reads_only_the_parts_asked_for(local_spec, tmp_path):
     assert "dists" not in raw["venv"]  # the venv's interpreter was not run
 
 
+FAKE_TORCH = """__version__ = "2.13.0+fake"
+class version:
+    cuda = None
+class cuda:
+    @staticmethod
+    def is_available():
+        return False
+"""
+
+
 def test_torch_health_is_kept_while_the_venv_is_unchanged(local_spec, tmp_path):
-    """`import torch` is most of a probe's time: its answer is kept per venv folder, installed
-    distributions and driver, and asked again when any of them changes."""
+    """`import torch` is most of a probe's time: a healthy answer is kept per venv folder, installed
+    distributions, torch's files and driver, and asked again when any of them changes; a failed one is
+    never kept."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
-    first = run_probe(local_spec, tmp_path, ("venv", "dists", "torch"))
-    assert first["torch"]["cached"] is False and "No module named 'torch'" in first["torch"]["out"]
-    again = run_probe(local_spec, tmp_path, ("venv", "dists", "torch"))
-    assert again["torch"]["cached"] is True and again["torch"]["out"] == first["torch"]["out"]
-    # A package installed by hand (what `pip install` leaves: a new metadata folder) asks torch again.
     site = next((tmp_path / "venv" / "lib").glob("python*/site-packages"))
+    (site / "torch").mkdir()
+    (site / "torch" / "__init__.py").write_text(FAKE_TORCH)
+    parts = ("venv", "dists", "torch")
+    first = run_probe(local_spec, tmp_path, parts)
+    assert first["torch"]["cached"] is False and json.loads(first["torch"]["out"])["torch"] == "2.13.0+fake"
+    again = run_probe(local_spec, tmp_path, parts)
+    assert again["torch"]["cached"] is True and again["torch"]["out"] == first["torch"]["out"]
+    assert fx.torch_of(again).cached and not fx.torch_of(first).cached
+    # A package installed by hand (what `pip install` leaves: a new metadata folder) asks torch again.
     (site / "sglang-0.5.1.dist-info").mkdir()
     (site / "sglang-0.5.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.1\n")
-    after = run_probe(local_spec, tmp_path, ("venv", "dists", "torch"))
+    after = run_probe(local_spec, tmp_path, parts)
     assert after["torch"]["cached"] is False
-    facts = fx.parse(after, local_spec, (after["time"], after["time_end"]))
-    assert "sglang" in facts.venv.packages and facts.torch.error.startswith("ModuleNotFoundError")
-    assert not facts.torch.cached and fx.torch_of(again).cached
+    assert "sglang" in fx.parse(after, local_spec, (after["time"], after["time_end"])).venv.packages
+    # torch's own files broken by hand: asked again, and the failure is not kept.
+    (site / "torch" / "__init__.py").write_text("raise ImportError('patched by hand')\n")
+    broken = [run_probe(local_spec, tmp_path, parts) for _ in range(2)]
+    assert [b["torch"]["cached"] for b in broken] == [False, False]
+    assert fx.torch_of(broken[1]).error == "ImportError: patched by hand"
+    # Fixed again: asked again (no stale healthy answer from before), and `fresh` never uses a kept one.
+    (site / "torch" / "__init__.py").write_text(FAKE_TORCH)
+    assert run_probe(local_spec, tmp_path, parts)["torch"]["cached"] is False
+    assert run_probe(local_spec, tmp_path, parts)["torch"]["cached"] is True
+    arg = json.loads(fx.probe_argv(local_spec, parts, fresh=True)[-1])
+    assert arg["fresh"] is True
+
+
+def test_a_kept_torch_answer_holds_only_while_torch_saw_every_gpu():
+    from remote.facts.probe import torch_healthy
+
+    two = {"rc": 0, "out": "0, H200, 580, 1, 2, GPU-a\n1, H200, 580, 1, 2, GPU-b\n"}
+    seen = {"rc": 0, "out": json.dumps({"torch": "2.11.0+cu130", "device_count": 2})}
+    assert torch_healthy(seen, two)
+    assert not torch_healthy(seen, {"rc": 0, "out": "0, H200, 580, 1, 2, GPU-a\n"})  # a GPU is gone
+    assert not torch_healthy({"rc": 0, "out": json.dumps({"torch_error": "RuntimeError: CUDA error"})}, two)
+    assert not torch_healthy({"rc": 0, "out": json.dumps({"torch": "x", "device_count": 0})}, two)
+
+
+def test_a_hung_nvidia_smi_is_an_error_not_a_cpu_machine(spec):
+    raw = healthy_raw(spec)
+    raw["gpus"] = {"rc": None, "out": "", "err": "timed out", "seconds": 60.0}
+    g = fx.gpus_of(raw)
+    assert g.smi and g.error == "nvidia-smi did not answer within 60 s"
+    raw["gpus"] = {"missing": "[Errno 2] No such file or directory: 'nvidia-smi'"}
+    assert not fx.gpus_of(raw).smi and fx.gpus_of(raw).error is None
+
+
+def test_cuda_visible_devices_is_checked_against_what_nvidia_smi_lists(spec):
+    from dataclasses import replace
+
+    facts = fx.parse(healthy_raw(spec), spec, (1000.0, 1000.5))
+    t, g = facts.torch, facts.gpus
+    assert fx.gpu_problem(t, g, {"CUDA_VISIBLE_DEVICES": "0"}) is None  # a subset: torch saw both without it
+    assert "names a device nvidia-smi does not list (it lists 0, 1)" in fx.gpu_problem(
+        t, g, {"CUDA_VISIBLE_DEVICES": "1,2"})[0]
+    with_uuids = replace(g, gpus=tuple({**x, "uuid": f"GPU-{i}"} for i, x in enumerate(g.gpus)))
+    assert fx.gpu_problem(t, with_uuids, {"CUDA_VISIBLE_DEVICES": "GPU-1"}) is None
+    assert fx.gpu_problem(t, with_uuids, {"CUDA_VISIBLE_DEVICES": "GPU-typo"}) is not None
+    assert fx.gpu_problem(replace(t, device_count=1), g, {})[0] == "nvidia-smi lists 2 GPU(s) but torch sees 1"
+
+
+def test_git_failing_in_the_checkout_is_named(spec):
+    raw = healthy_raw(spec)
+    raw["code"]["git_error"] = "fatal: detected dubious ownership in repository at '/root/dflash'"
+    (f,) = findings(fx.parse(raw, spec, (1000.0, 1000.5)), spec)
+    assert f.code == "checkout-git" and "dubious ownership" in f.what and "safe.directory" in f.fix
 
 
 def test_what_the_probe_printed_on_an_h200_machine(spec):

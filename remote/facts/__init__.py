@@ -13,9 +13,11 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from importlib import resources
+from typing import Mapping
 
 from .. import shell
 from ..config import ContainerSpec
+from ..errors import CommandError
 from ..ops import jobenv, oplock
 from ..ops import venv as venvmod
 from ..transport.pct import Container
@@ -122,6 +124,7 @@ class Checkout:
     edited: tuple[str, ...]  # tracked files that differ from HEAD
     untracked: tuple[str, ...]
     record: dict = field(default_factory=dict, repr=False, compare=False)
+    git_error: str | None = None  # git failed in the checkout (dubious ownership, a broken .git): its words
 
 
 @dataclass(frozen=True)
@@ -209,21 +212,62 @@ def _mib(text: str) -> int | None:
 
 
 def parse_gpus(text: str) -> list[dict]:
-    """nvidia-smi's CSV (index, name, driver, memory used, memory total), the one parser of its GPU list."""
+    """nvidia-smi's CSV (index, name, driver, memory used, memory total[, uuid]), the one parser of its
+    GPU list."""
     gpus = []
     for line in text.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) != 5 or not parts[0].isdigit():
+        if len(parts) not in (5, 6) or not parts[0].isdigit():
             raise ValueError(f"unexpected nvidia-smi output: {line!r}")
         gpus.append({"index": int(parts[0]), "name": parts[1], "driver": parts[2],
-                     "memory_used_mib": _mib(parts[3]), "memory_total_mib": _mib(parts[4])})
+                     "memory_used_mib": _mib(parts[3]), "memory_total_mib": _mib(parts[4]),
+                     **({"uuid": parts[5]} if len(parts) == 6 else {})})
     return gpus
+
+
+def visible_count(gpus: list[dict], env: Mapping[str, str]) -> int:
+    """How many GPUs a job sees: all of nvidia-smi's, or as many of CUDA_VISIBLE_DEVICES's ids as name one
+    of them (CUDA stops at the first id that does not; a UUID is checked where nvidia-smi gave them)."""
+    cvd = env.get("CUDA_VISIBLE_DEVICES")
+    if cvd is None:
+        return len(gpus)
+    indexes, uuids = {g["index"] for g in gpus}, {g["uuid"] for g in gpus if g.get("uuid")}
+    valid = 0
+    for d in (d.strip() for d in cvd.split(",") if d.strip()):
+        if d.isdigit() and int(d) in indexes or d.startswith("GPU-") and (not uuids or d in uuids) \
+                or d.startswith("MIG-"):
+            valid += 1
+        else:
+            break
+    return valid
+
+
+def gpu_problem(torch: Torch, gpus: Gpus, env: Mapping[str, str]) -> tuple[str, str] | None:
+    """What keeps a job from its GPUs and what to check, or None: torch (asked without train.env) must see
+    every GPU nvidia-smi lists, and CUDA_VISIBLE_DEVICES in train.env must name only GPUs nvidia-smi
+    lists. Shared by train's preflight and doctor."""
+    if not gpus.smi or gpus.error or not gpus.gpus or torch.error:
+        return None
+    n = len(gpus.gpus)
+    if torch.device_count != n:
+        return (f"nvidia-smi lists {n} GPU(s) but torch sees {torch.device_count}"
+                + (" (torch.cuda.is_available() is False)" if not torch.cuda_available else ""),
+                f"check that the venv's CUDA build ({torch.cuda_build}) suits the driver ({gpus.driver}, up to "
+                f"CUDA {gpus.cuda_driver})")
+    cvd = env.get("CUDA_VISIBLE_DEVICES")
+    if cvd is not None and visible_count(list(gpus.gpus), env) != len([d for d in cvd.split(",") if d.strip()]):
+        listed = ", ".join(f"{g['index']}" + (f" ({g['uuid']})" if g.get("uuid") else "") for g in gpus.gpus)
+        return (f"CUDA_VISIBLE_DEVICES={cvd} in train.env names a device nvidia-smi does not list (it lists "
+                f"{listed})", "fix CUDA_VISIBLE_DEVICES in train.env")
+    return None
 
 
 def gpus_of(raw: dict) -> Gpus:
     q = raw.get("gpus") or {}
-    if "missing" in q or q.get("rc") is None and not q.get("out"):
+    if not q or "missing" in q:
         return Gpus(False, (), None, None, ())
+    if q.get("rc") is None:  # it hung: a driver in trouble, not a machine without GPUs
+        return Gpus(True, (), None, None, (), "nvidia-smi did not answer within 60 s")
     if q.get("rc") != 0:
         return Gpus(True, (), None, None, (), f"nvidia-smi failed: {q.get('err', '').strip()[-300:]}")
     try:
@@ -298,7 +342,7 @@ def checkout_of(raw: dict, spec: ContainerSpec) -> Checkout:
     return Checkout(rco.get("path", spec.code.path), bool(rco.get("exists")), bool(rco.get("git")), rco.get("head"),
                     crec.get("commit"), tuple(s[3:] for s in _lines(rco.get("status"))),
                     # Untracked folders come as one entry; python's bytecode folders are nobody's edit.
-                    tuple(u for u in rco.get("untracked") or () if not _bytecode(u)), crec)
+                    tuple(u for u in rco.get("untracked") or () if not _bytecode(u)), crec, rco.get("git_error"))
 
 
 def warmups_of(raw: dict) -> tuple[dict, ...]:
@@ -362,7 +406,7 @@ DEPLOY = ("python", "venv", "dists", "uv", "lease", "code")
 DEPLOYED = ("venv", "code")  # the deploy records, nothing slow
 PREFLIGHT = ("venv", "dists", "code", "warmups", "gpus", "torch")
 STATUS = ("venv", "run")
-DOCTOR = ("venv", "dists", "torch", "code", "cache", "tmp", "jobs", "gpus", "disk", "known_good")
+DOCTOR = ("venv", "dists", "torch", "code", "untracked", "cache", "tmp", "jobs", "gpus", "disk", "known_good")
 
 
 def versions_dir(spec: ContainerSpec) -> str:
@@ -374,10 +418,10 @@ def uv_path(version: str) -> str:
     return f"{UV_HOME}/uv-{version}/uv"
 
 
-def probe_argv(spec: ContainerSpec, parts=DOCTOR, run_id: str | None = None) -> list[str]:
+def probe_argv(spec: ContainerSpec, parts=DOCTOR, run_id: str | None = None, *, fresh: bool = False) -> list[str]:
     """The one command that reads the asked-for facts (with the system python, not the venv's: it may be
     broken)."""
-    arg = {"parts": list(parts), "venv": spec.venv.path, "versions": versions_dir(spec),
+    arg = {"parts": list(parts), "fresh": fresh, "venv": spec.venv.path, "versions": versions_dir(spec),
            "uv": uv_path(spec.venv.uv_version), "checkout": spec.code.path, "cache_dir": spec.warmup.cache_dir,
            "run_dir": spec.train.run_dir, "lease": oplock.LEASE}
     if "run" in parts:
@@ -385,15 +429,20 @@ def probe_argv(spec: ContainerSpec, parts=DOCTOR, run_id: str | None = None) -> 
     return [spec.venv.python, "-c", PROBE_SOURCE, json.dumps(arg)]
 
 
-def read_raw(ct: Container, spec: ContainerSpec, parts=DOCTOR, run_id: str | None = None
+def read_raw(ct: Container, spec: ContainerSpec, parts=DOCTOR, run_id: str | None = None, *, fresh: bool = False
              ) -> tuple[dict, tuple[float, float]]:
-    """Run the probe: its raw JSON, and the controller's clock when it was sent and answered."""
+    """Run the probe: its raw JSON, and the controller's clock when it was sent and answered. `fresh`:
+    ask torch again even if an earlier probe's answer still holds."""
     sent = time.time()
-    r = ct.run(probe_argv(spec, parts, run_id), mutates=False, timeout=180, label="facts probe")
-    return json.loads(r.out), (sent, time.time())
+    r = ct.run(probe_argv(spec, parts, run_id, fresh=fresh), mutates=False, timeout=300, label="facts probe")
+    try:
+        return json.loads(r.out), (sent, time.time())
+    except ValueError:
+        raise CommandError("facts probe", r.exit_code, f"it printed no JSON: {(r.out + r.err)[-300:]!r}",
+                           f"container {spec.ctid}") from None
 
 
-def gather(ct: Container, spec: ContainerSpec) -> Facts:
+def gather(ct: Container, spec: ContainerSpec, *, fresh: bool = False) -> Facts:
     """Every fact of the container, in one round trip."""
-    raw, window = read_raw(ct, spec)
+    raw, window = read_raw(ct, spec, fresh=fresh)
     return parse(raw, spec, window, round(window[1] - window[0], 3))

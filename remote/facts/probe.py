@@ -5,10 +5,12 @@ Its one argument is JSON: the paths (venv, versions, uv, checkout, cache_dir, ru
 observations, one key per part; remote.facts turns them into typed facts, deploy plans from them. The
 slow parts (the venv's interpreter, nvidia-smi, git) run as concurrent children.
 
-Read-only, with one exception: what `import torch` in the venv reported is kept in
-/run/remote/facts-torch.json (tmpfs: gone at reboot), keyed on the venv's folder, every installed
-distribution's metadata folder (name, version, mtime), the driver and the GPU device nodes. Importing
-torch is most of a probe's time, and its answer does not change while none of those does.
+Read-only, with one exception: a healthy answer of `import torch` in the venv (torch imported and saw
+every GPU nvidia-smi lists) is kept in /run/remote/facts-torch.json (tmpfs: gone at reboot), keyed on
+the venv's folder, its site-packages folder, every installed distribution's metadata folder (name,
+version, mtime), torch's own package files, the driver and the GPU device nodes. Importing torch is
+most of a probe's time, and its answer does not change while none of those does. A failed or partial
+answer is never kept: it is asked again each time. `fresh` in the argument ignores what is kept.
 """
 
 import glob
@@ -54,11 +56,11 @@ except Exception as exc:  # any failure to import is the finding
 print(json.dumps(info))
 '''
 
-GPU_QUERY = ["nvidia-smi", "--query-gpu=index,name,driver_version,memory.used,memory.total",
+GPU_QUERY = ["nvidia-smi", "--query-gpu=index,name,driver_version,memory.used,memory.total,uuid",
              "--format=csv,noheader,nounits"]
 APPS_QUERY = ["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader,nounits"]
-ALL_PARTS = ("python", "venv", "dists", "torch", "uv", "lease", "code", "cache", "warmups", "tmp", "jobs", "run",
-             "gpus", "disk", "known_good")
+ALL_PARTS = ("python", "venv", "dists", "torch", "uv", "lease", "code", "untracked", "cache", "warmups", "tmp",
+             "jobs", "run", "gpus", "disk", "known_good")
 
 
 def start(argv, cwd="/"):
@@ -145,14 +147,21 @@ def free(path):
 
 
 def torch_key(real):
-    """What torch's answer depends on: the venv folder, each installed distribution (a reinstall or a
-    version change makes a new metadata folder), the driver and the GPU device nodes."""
+    """What torch's answer depends on: the venv folder, its site-packages folder (an entry added or
+    removed), each installed distribution (a reinstall or a version change makes a new metadata
+    folder), torch's own package files, the driver and the GPU device nodes."""
     h = hashlib.sha256(real.encode())
-    for d in sorted(glob.glob(os.path.join(real, "lib", "python*", "site-packages", "*.dist-info"))):
-        try:
-            h.update(f"{os.path.basename(d)} {os.stat(d).st_mtime_ns}\n".encode())
-        except OSError:
-            continue
+    for site in sorted(glob.glob(os.path.join(real, "lib", "python*", "site-packages"))):
+        paths = [site] + sorted(glob.glob(os.path.join(site, "*.dist-info"))) + \
+            [os.path.join(site, "torch", n) for n in ("__init__.py", "version.py", "lib")] + \
+            sorted(glob.glob(os.path.join(site, "torch", "_C*.so")))
+        for path in paths:
+            try:
+                st = os.stat(path)
+            except OSError:
+                h.update(f"{path} missing\n".encode())
+                continue
+            h.update(f"{path} {st.st_mtime_ns} {st.st_size}\n".encode())
     h.update((read("/proc/driver/nvidia/version") or "no driver").encode())
     h.update(" ".join(sorted(glob.glob("/dev/nvidia*"))).encode())
     return h.hexdigest()
@@ -175,13 +184,14 @@ def gpu_count(gpus):
     return sum(1 for line in gpus["out"].splitlines() if line.split(",")[0].strip().isdigit())
 
 
-def torch_matches(result, gpus):
-    """A kept answer still holds when torch saw as many GPUs as nvidia-smi lists now."""
+def torch_healthy(result, gpus):
+    """torch imported and saw as many GPUs as nvidia-smi lists now: only such an answer is kept, and a
+    kept one is used only while that still holds."""
     try:
-        info = json.loads(result["out"])
+        info = json.loads(result["out"]) if result.get("rc") == 0 else {}
     except (KeyError, TypeError, ValueError):
         return False
-    return info.get("device_count", 0) == gpu_count(gpus) or "torch_error" in info
+    return bool(info.get("torch")) and "torch_error" not in info and info.get("device_count", 0) == gpu_count(gpus)
 
 
 def venv_part(venv, versions):
@@ -266,13 +276,15 @@ def main():
         kids["apps"], kids["smi"] = start(APPS_QUERY), start(["nvidia-smi"])
     if "code" in parts and is_repo and has_git:
         kids["head"] = start(["git", "-C", checkout, "rev-parse", "--verify", "-q", "HEAD"])
-        kids["status"] = start(["git", "-C", checkout, "status", "--porcelain", "--untracked-files=normal"])
+        # Untracked files only for who asks (doctor): a tree of checkpoints in the checkout is slow to list.
+        kids["status"] = start(["git", "-C", checkout, "status", "--porcelain",
+                                "--untracked-files=" + ("normal" if "untracked" in parts else "no")])
     if "run" in parts:
         kids["run"] = start(["bash", "-c", arg["state_script"], "state", run_dir, arg.get("run_id") or ""])
     key = kept = None
     if "torch" in parts and os.path.exists(py):
         key = torch_key(real)
-        kept = load(arg.get("torch_cache", TORCH_CACHE))
+        kept = None if arg.get("fresh") else load(arg.get("torch_cache", TORCH_CACHE))
         kept = kept["result"] if isinstance(kept, dict) and kept.get("key") == key else None
         if kept is None:
             kids["torch"] = start([py, "-c", TORCH_SCRIPT])
@@ -308,13 +320,15 @@ def main():
     if "disk" in parts:
         out["disk"] = [free(p) for p in (venv, cache_dir, run_dir)]
 
-    done = {name: finish(child) for name, child in kids.items() if name != "torch"}
+    # nvidia-smi gets 60 s: a hung driver must not hold the probe past its caller's limit.
+    done = {name: finish(child, 60 if name in ("gpus", "apps", "smi") else 120)
+            for name, child in kids.items() if name != "torch"}
     if "torch" in parts:
-        if kept is not None and torch_matches(kept, done.get("gpus")):
+        if kept is not None and torch_healthy(kept, done.get("gpus")):
             out["torch"] = {**kept, "cached": True}
         elif os.path.exists(py):
             result = finish(kids["torch"] if "torch" in kids else start([py, "-c", TORCH_SCRIPT]))
-            if result.get("rc") == 0:
+            if torch_healthy(result, done.get("gpus")):
                 save_torch(arg.get("torch_cache", TORCH_CACHE), key, result)
             out["torch"] = {**result, "cached": False}
         else:
@@ -330,6 +344,10 @@ def main():
         out["venv"]["dists"] = {n: d["version"] for n, d in info["dists"].items()} if info else None
     if "code" in out and "head" in done:
         out["code"]["head"] = done["head"]["out"].strip() if done["head"].get("rc") == 0 else None
+        # An empty repository has no HEAD (rc 1, nothing said); any other failure is git's to explain.
+        errors = [c.get("err", "").strip() or c.get("missing", "") for c in (done["head"], done["status"])
+                  if c.get("rc") != 0 and (c.get("err", "").strip() or c.get("missing"))]
+        out["code"]["git_error"] = errors[0][-500:] if errors else None
         lines = done["status"].get("out", "").splitlines() if done["status"].get("rc") == 0 else []
         out["code"]["status"] = "".join(line + "\n" for line in lines if not line.startswith("??"))
         out["code"]["untracked"] = [line[3:] for line in lines if line.startswith("??")]
