@@ -169,7 +169,7 @@ def test_parse_gpus():
 
 
 def test_torch_should_see_the_cuda_visible_devices_subset():
-    from remote.ops.jobs import visible_count
+    from remote.facts import visible_count
 
     gpus = [{"index": i} for i in range(8)]
     assert visible_count(gpus, {}) == 8

@@ -5,7 +5,8 @@ A run lives in <run_dir>/<id>/: `log` (stdout and stderr of every process; torch
 when it ends), `ranks/` (torchrun's per-rank logs). The job is its own session under the container's
 init, so it survives the SSH session, the controller and pct exec. Every process of it carries
 REMOTE_RUN_ID, which is how liveness is decided (remote/sh/lib.sh) and how `stop` proves that nothing
-of it is left. The container shell is in remote/sh/ (launch, job, state, stop, follow, gpus).
+of it is left. The container shell is in remote/sh/ (launch, job, state, stop, follow); what preflight reads
+comes from the facts probe (remote/facts/probe.py).
 """
 
 from __future__ import annotations
@@ -18,26 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import files, jobenv, layout, logs, oplock
+from . import venv as venvmod
 from . import warmup as wm
 from .. import facts, shell
 from ..config import ContainerSpec
 from ..errors import CommandError, ConfigError, JobError, RemoteError, TransferError
 from ..transport.pct import Container
 from ..transport.session import HostState, Session
-
-
-def visible_count(gpus: list[dict], env: dict[str, str]) -> int:
-    """How many GPUs torch should see: all of nvidia-smi's, or the CUDA_VISIBLE_DEVICES subset."""
-    cvd = env.get("CUDA_VISIBLE_DEVICES")
-    if cvd is None:
-        return len(gpus)
-    ids = [d.strip() for d in cvd.split(",") if d.strip()]
-    valid = []
-    for d in ids:  # CUDA stops at the first id that is not a device
-        if not (d.isdigit() and int(d) in {g["index"] for g in gpus}) and not d.startswith(("GPU-", "MIG-")):
-            break
-        valid.append(d)
-    return len(valid)
 
 
 @dataclass(frozen=True)
@@ -49,61 +37,68 @@ class Preflight:
 
 
 def preflight(ct: Container, spec: ContainerSpec, *, echo=print) -> Preflight:
-    """Everything that must be true before a training job starts, read in one facts probe; each failure
-    says how to fix it."""
+    """Everything that must be true before a training job starts, read in one facts probe; every problem
+    found is named at once, each with how to fix it."""
     raw = facts.read_raw(ct, spec, facts.DEPLOYED if ct.dry else facts.PREFLIGHT)[0]
-    state = wm.deployed(ct, spec, raw)
+    if ct.dry:
+        state = wm.deployed(ct, spec, raw)
+        verify = state["venv"].get("verify") or {}
+        return Preflight(state["code"]["commit"], state["venv"], None,
+                         [f"venv verified: torch {verify.get('torch')} (CUDA build {verify.get('cuda_build')})",
+                          "(dry run: the checks that read the container are skipped)"])
+    return check(raw, spec)
+
+
+def check(raw: dict, spec: ContainerSpec) -> Preflight:
+    """Preflight over the probe's answer (parts facts.PREFLIGHT). Pure: tested as data."""
+    state = wm.deployed(None, spec, raw)
     commit, venv = state["code"]["commit"], state["venv"]
     verify = venv.get("verify") or {}
     notes = [f"venv verified: torch {verify.get('torch')} (CUDA build {verify.get('cuda_build')})"]
-    if ct.dry:
-        return Preflight(commit, venv, None, notes + ["(dry run: the checks that read the container are skipped)"])
-    # What would make this run differ from what deploy and warmup made, all of it at once.
     problems = []
     checkout = facts.checkout_of(raw, spec)
-    if checkout.head != commit:
+    if checkout.git_error:
+        problems.append(f"git fails in the checkout {spec.code.path}: {checkout.git_error}")
+    elif checkout.head != commit:
         problems.append(f"checkout {spec.code.path} is at {(checkout.head or 'nothing')[:12]}, not the deployed "
                         f"{commit[:12]}: run `invoke deploy`")
     elif checkout.edited:
         problems.append(f"checkout {spec.code.path} has edits ({', '.join(checkout.edited[:5])}): "
                         "`invoke deploy` saves them as a patch and restores the commit")
-    v = facts.venv_of(raw, spec)
-    drift = [f"{n} {want} → {got.version}" for n, (want, got) in sorted(v.changed.items())] + \
-        [f"{n} {p.version} added" for n, p in sorted(v.added.items())] + \
-        [f"{n} {want} missing" for n, want in sorted(v.removed.items())]
-    if drift:
-        problems.append(f"the venv differs from its lock ({', '.join(drift[:5])}{', …' if len(drift) > 5 else ''}): "
+    # The rule deploy rebuilds by: the venv exactly its lock.
+    installed = (raw.get("venv") or {}).get("dists")
+    drift = venvmod.drift(venvmod.parse_pins((venv.get("lock") or "").splitlines()), installed or {})
+    if installed is None:
+        problems.append(f"the venv's interpreter does not run ({spec.venv.path}/bin/python): `invoke deploy` "
+                        "rebuilds it")
+    elif drift:
+        lines = drift.lines()
+        problems.append(f"the venv differs from its lock ({'; '.join(lines[:5])}{'; …' if len(lines) > 5 else ''}): "
                         "`invoke deploy` rebuilds it (`invoke doctor` says what changed since the last good run)")
     if spec.warmup.command:
-        missing = wm.missing_in(list(facts.warmups_of(raw)), spec, state)
+        recs = list(facts.warmups_of(raw))
+        missing = wm.missing_in(recs, spec, state)
         folder = jobenv.compile_cache(spec, verify)
         if missing:
             problems.append("no warmup for this commit, venv, command and environment -- " + "; ".join(missing)
                             + ": run `invoke warmup` (or `invoke train --warmup`); a cold cache is when threads race")
-        elif not (raw.get("cache") or {}).get("filled", {}).get(folder.rsplit("/", 1)[-1]):
-            problems.append(f"no warmup: the compile cache {folder} is gone or empty although its warmups are "
-                            "recorded (deleted by hand?): run `invoke warmup` (or `invoke train --warmup`); "
+        elif wm.compiled(recs, spec, state) and \
+                not (raw.get("cache") or {}).get("filled", {}).get(folder.rsplit("/", 1)[-1]):
+            problems.append(f"no warmup: the compile cache {folder} is gone or empty although its warmups "
+                            "compiled into it (deleted by hand?): run `invoke warmup` (or `invoke train --warmup`); "
                             "a cold cache is when threads race")
     torch = facts.torch_of(raw)
     if torch.error and verify.get("torch"):  # a venv deploy verified with torch in it
         problems.append(f"`import torch` fails in the venv ({torch.error}): `invoke deploy` rebuilds it")
     g = facts.gpus_of(raw)
-    gpus = list(g.gpus) if g.smi and not g.error else None
-    cvd = jobenv.user_env(spec).get("CUDA_VISIBLE_DEVICES")
+    env = jobenv.user_env(spec)
     if g.error:
         problems.append(f"{g.error}: check the container's GPU passthrough and the host driver")
-    elif gpus == []:
+    elif g.smi and not g.gpus:
         problems.append("nvidia-smi lists no GPUs: check the container's GPU passthrough (lxc.cgroup2.devices.allow, "
                         "mount entries) and the host driver")
-    elif gpus and not torch.error and torch.device_count != len(gpus):
-        problems.append(f"nvidia-smi lists {len(gpus)} GPU(s) but torch sees {torch.device_count}"
-                        + (" (torch.cuda.is_available() is False)" if not torch.cuda_available else "")
-                        + f": check that the venv's CUDA build ({torch.cuda_build}) suits the driver "
-                        f"({g.driver}, up to CUDA {g.cuda_driver})")
-    elif gpus and cvd is not None and visible_count(gpus, {"CUDA_VISIBLE_DEVICES": cvd}) != \
-            len([d for d in cvd.split(",") if d.strip()]):
-        problems.append(f"CUDA_VISIBLE_DEVICES={cvd} in train.env names a device nvidia-smi does not list "
-                        f"(it lists {', '.join(str(x['index']) for x in gpus)}): fix train.env")
+    elif facts.gpu_problem(torch, g, env):
+        problems.append("{}: {}".format(*facts.gpu_problem(torch, g, env)))
     if problems:
         raise JobError(problems[0] if len(problems) == 1 else
                        f"{len(problems)} problems, nothing was started:\n" + "\n".join(f"  - {p}" for p in problems))
@@ -113,12 +108,13 @@ def preflight(ct: Container, spec: ContainerSpec, *, echo=print) -> Preflight:
     notes.append(f"compile cache {jobenv.compile_cache(spec, verify)}")
     notes += [f"!! {w}" for w in layout.compile_layout_notes(layout.devices_from_command(spec.train.command),
                                                               verify.get("torch"))]
+    gpus = [dict(x) for x in g.gpus] if g.smi else None
     if gpus is None:
         notes.append("no nvidia-smi in the container: CPU run")
     else:
-        want = visible_count(gpus, {"CUDA_VISIBLE_DEVICES": cvd} if cvd is not None else {})
+        cvd = env.get("CUDA_VISIBLE_DEVICES")
         notes.append(f"{len(gpus)} GPU(s): {gpus[0]['name']}, driver {gpus[0]['driver']}; torch sees "
-                     f"{torch.device_count}" + (f", train.env selects {want}" if cvd is not None else "")
+                     f"{torch.device_count}" + (f", train.env selects {facts.visible_count(gpus, env)}" if cvd else "")
                      + (" (torch's answer kept from an earlier probe: venv and driver unchanged)" if torch.cached else ""))
     return Preflight(commit, venv, gpus, notes)
 

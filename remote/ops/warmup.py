@@ -95,7 +95,7 @@ class DeviceResult:
 
     def record(self) -> dict:
         return {"device": self.device, **self.key, "start": self.start, "end": self.end,
-                "seconds": round(self.end - self.start, 3), "new_files": self.new_files,
+                "seconds": round(self.end - self.start, 3), "new_files": self.new_files, "cache_files": self.after[0],
                 "new_bytes": self.new_bytes, "hits": self.hits, "misses": self.misses}
 
 
@@ -255,6 +255,13 @@ def missing_in(recs: list[dict], spec: ContainerSpec, state: dict) -> list[str]:
         changed = [name for name in ("commit", "venv_lock", "command", "env") if last.get(name) != want[name]]
         problems.append(f"device {device}: {', '.join(changed) or 'record format'} changed since its last warmup")
     return problems
+
+
+def compiled(recs: list[dict], spec: ContainerSpec, state: dict) -> bool:
+    """Whether a warmup of this commit, venv, command and environment put anything in the compile cache
+    (a warmup command that compiles nothing leaves it empty, and that is no problem). Pure."""
+    keys = {warmup_key(spec, state, d)["key"] for d in devices_of(spec)}
+    return any(r.get("key") in keys and (r.get("new_files") or r.get("cache_files")) for r in recs)
 
 
 def export_cache(session: Session, ctid, path: str, echo=print) -> int:

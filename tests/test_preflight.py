@@ -1,0 +1,97 @@
+"""Train's preflight as data: the facts probe's answer in, notes or every problem at once out."""
+
+import json
+
+import pytest
+from test_doctor import COMMIT, HOSTS, child, healthy_raw
+
+from remote import config
+from remote.errors import JobError
+from remote.ops.jobs import check
+
+
+@pytest.fixture
+def spec(tmp_path):
+    path = tmp_path / "hosts.yaml"
+    path.write_text(HOSTS)
+    return config.load(str(path)).container(200)
+
+
+def ready(spec):
+    """A deployed, warmed container as preflight reads it (parts facts.PREFLIGHT)."""
+    raw = healthy_raw(spec)
+    raw["venv"]["dists"] = {n: d["version"] for n, d in json.loads(raw["venv_run"]["out"])["dists"].items()}
+    folder = next(iter(raw["cache"]["folders"]))
+    raw["cache"]["filled"] = {folder: True}
+    warmups = [dict(json.loads(line), new_files=40) for line in raw["cache"]["warmups"].splitlines()]
+    raw["cache"]["warmups"] = "".join(json.dumps(w) + "\n" for w in warmups)
+    return raw
+
+
+def problems(raw, spec) -> list[str]:
+    with pytest.raises(JobError) as exc:
+        check(raw, spec)
+    text = str(exc.value)
+    return [line[4:] for line in text.splitlines()[1:]] if "problems, nothing was started" in text else [text]
+
+
+def test_a_ready_container_passes_with_its_notes(spec):
+    pre = check(ready(spec), spec)
+    assert pre.commit == COMMIT and [g["name"] for g in pre.gpus] == ["H200", "H200"]
+    assert f"checkout clean at {COMMIT[:12]}" in pre.notes and "warmup done for 5, 6" in pre.notes
+    assert any(n.startswith("2 GPU(s): H200, driver 570.86; torch sees 2") for n in pre.notes)
+
+
+def test_every_problem_of_the_story_is_named_at_once(spec):
+    raw = ready(spec)
+    raw["code"]["status"] = " M drafter/model.py\n"  # a hack in the model code
+    raw["venv"]["dists"].update(torch="2.11.0+cu130", sglang="0.5.1")  # the polluted venv
+    raw["cache"]["filled"] = {}  # the deleted cache, its warmups still recorded
+    found = problems(raw, spec)
+    assert len(found) == 3, found
+    assert found[0].startswith("checkout /root/dflash has edits (drafter/model.py)")
+    assert "version differs: torch locked 2.11.0+cu128, installed 2.11.0+cu130" in found[1]
+    assert "extra package not in the spec: sglang==0.5.1" in found[1] and "`invoke deploy` rebuilds it" in found[1]
+    assert "is gone or empty although its warmups compiled into it" in found[2]
+
+
+def test_a_warmup_that_compiled_nothing_does_not_ask_for_a_cache(spec):
+    """A warmup command without torch.compile leaves the cache empty: that is not a deleted cache."""
+    raw = ready(spec)
+    raw["cache"]["filled"] = {}
+    warmups = [dict(json.loads(line), new_files=0, cache_files=0) for line in raw["cache"]["warmups"].splitlines()]
+    raw["cache"]["warmups"] = "".join(json.dumps(w) + "\n" for w in warmups)
+    assert check(raw, spec).notes
+
+
+def test_gpus_torch_and_git(spec):
+    raw = ready(spec)
+    raw["torch"] = child({**json.loads(raw["torch"]["out"]), "device_count": 1})
+    assert problems(raw, spec) == ["nvidia-smi lists 2 GPU(s) but torch sees 1: check that the venv's CUDA build "
+                                   "(12.8) suits the driver (570.86, up to CUDA 12.8)"]
+    raw = ready(spec)
+    raw["torch"] = child({"torch_error": "ImportError: libcudnn.so.9: cannot open shared object file"})
+    assert problems(raw, spec) == ["`import torch` fails in the venv (ImportError: libcudnn.so.9: cannot open "
+                                   "shared object file): `invoke deploy` rebuilds it"]
+    raw = ready(spec)
+    raw["gpus"] = {"rc": None, "out": "", "err": "timed out"}
+    assert problems(raw, spec)[0].startswith("nvidia-smi did not answer within 60 s")
+    raw = ready(spec)
+    raw["code"].update(head=None, git_error="fatal: detected dubious ownership in repository at '/root/dflash'")
+    assert problems(raw, spec) == ["git fails in the checkout /root/dflash: fatal: detected dubious ownership in "
+                                   "repository at '/root/dflash'"]
+
+
+def test_not_deployed_says_to_deploy(spec):
+    raw = ready(spec)
+    raw["venv"]["record"] = None
+    with pytest.raises(Exception, match="no deployed venv at /root/venv: run `invoke deploy` first"):
+        check(raw, spec)
+
+
+def test_a_venv_whose_interpreter_does_not_run(spec):
+    raw = ready(spec)
+    raw["venv"]["dists"] = None
+    raw["venv_run"] = {"rc": 1, "out": "", "err": "error while loading shared libraries"}
+    found = problems(raw, spec)
+    assert any("the venv's interpreter does not run" in p for p in found), found
