@@ -210,7 +210,7 @@ def exec_(c, command, container=None, timeout=None, dry=False, hosts=None):
     """Run a shell command in a container, in the checkout with the job's environment (venv, compile
     cache, train.env) once deployed; stream its output and exit with its status."""
     from .ops import jobenv
-    from .errors import DeployError
+    from .errors import ContainerCommandNotFound, DeployError
     from .ops.warmup import deployed
 
     with _session(hosts, dry) as s:
@@ -219,7 +219,9 @@ def exec_(c, command, container=None, timeout=None, dry=False, hosts=None):
         kwargs = dict(timeout=float(timeout) if timeout else None, check=False, on_output=_stream)
         try:
             verify = deployed(ct, spec)["venv"].get("verify")
-        except DeployError:  # not deployed yet: a plain command, from /root
+        except (DeployError, ContainerCommandNotFound):
+            # Not deployed yet, or no venv.python to read the deploy records with (a fresh container, where
+            # this command may be what installs it): a plain command, from /root.
             result = ct.run(["bash", "-c", command], **kwargs)
         else:
             result = jobenv.run(ct, spec, verify, ["bash", "-c", command], cwd=spec.code.path, **kwargs)
@@ -370,16 +372,17 @@ def _containers(s: Session, container: str | None) -> list[int]:
 
 
 @task(help={"container": "container id(s), comma-separated (default: every container in the hosts file)",
-            "json": "print the findings and facts as JSON (schema in the README)", "hosts": HOSTS_HELP})
+            "json": "print the findings and facts as JSON (schema in the README)", "hosts": HOSTS_HELP,
+            "fresh": "import torch again in each container even where an earlier probe's answer still holds"})
 @handled
-def doctor(c, container=None, json_=False, hosts=None):
+def doctor(c, container=None, json_=False, hosts=None, fresh=False):
     """Everything that differs from what deploy made and from the last known-good run, each finding with why
     it matters and the command that fixes it. Exit 0 healthy, 1 with findings, 2 on bad input."""
     from .facts import doctor as dr
 
     # One probe per container: plain pct exec is one round trip, an agent would add its own start-up.
     with Session(cfg.load(hosts), agent=False) as s:
-        reports = dr.diagnose(s, _containers(s, container))
+        reports = dr.diagnose(s, _containers(s, container), fresh=fresh)
     if json_:
         print(json.dumps(dr.to_json(reports), indent=2))
     else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
-from . import Facts, gather
+from . import Facts, gather, gpu_problem
 from ..config import ContainerSpec
 from ..errors import RemoteError
 from ..ops import layout
@@ -136,15 +136,12 @@ def findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
                     f"changed since {known_good_label(kg)}", "a new driver can change kernels' speed or support",
                     None))
     if g.smi and not g.error:
-        from ..ops.jobs import visible_count
         from ..ops.jobenv import user_env
 
-        want = visible_count([dict(x) for x in g.gpus], user_env(spec))
-        if t.version and t.device_count != want:
-            add(Finding("gpus-unseen", "error", f"nvidia-smi lists {len(g.gpus)} GPU(s), torch sees {t.device_count}"
-                        + (f" (CUDA_VISIBLE_DEVICES in train.env selects {want})" if want != len(g.gpus) else ""),
-                        None, "a job asking for a device torch does not see fails, or runs on the CPU",
-                        "check CUDA_VISIBLE_DEVICES in train.env and the torch CUDA build against the driver"))
+        problem = gpu_problem(t, g, user_env(spec))
+        if problem:
+            add(Finding("gpus-unseen", "error", problem[0], None,
+                        "a job asking for a device torch does not see fails, or runs on the CPU", problem[1]))
         kg_names = (kg or {}).get("gpu_names")
         if kg and kg_names is not None and list(kg_names) != list(g.names):
             add(Finding("gpus-changed", "warning", f"GPUs {', '.join(g.names) or 'none'}",
@@ -188,6 +185,10 @@ def findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
     if not co.exists or not co.git:
         add(Finding("checkout-missing", "error", f"no git checkout at {co.path}", None, "nothing to run",
                     "invoke deploy"))
+    elif co.git_error:
+        add(Finding("checkout-git", "error", f"git fails in {co.path}: {co.git_error}", None,
+                    "the checkout's commit and edits cannot be known", "fix what git says (e.g. `git config "
+                    "--global --add safe.directory <path>` for dubious ownership), or invoke deploy"))
     else:
         if co.deployed and co.head != co.deployed:
             add(Finding("checkout-moved", "error", f"checkout at {(co.head or 'nothing')[:12]}, deployed "
@@ -276,18 +277,20 @@ class Report:
         return "\n".join(lines)
 
 
-def diagnose(session: Session, ctids: list[int]) -> list[Report]:
-    """One report per container; a container that cannot be probed is a report with its error."""
-    out = []
-    for ctid in ctids:
+def diagnose(session: Session, ctids: list[int], *, fresh: bool = False) -> list[Report]:
+    """One report per container, all containers at once (bounded per host); a container that cannot be
+    probed is a report with its error. `fresh`: ask torch again rather than use a kept answer."""
+    from ..ops import fleet
+
+    def one(ctid: int) -> Report:
         spec = session.config.container(ctid)
         try:
-            facts = gather(session.container(spec.ctid, venv_on_path=False), spec)
+            facts = gather(session.container(spec.ctid, venv_on_path=False), spec, fresh=fresh)
         except RemoteError as exc:
-            out.append(Report(spec.ctid, spec.host.name, [], None, str(exc)))
-            continue
-        out.append(Report(spec.ctid, spec.host.name, findings(facts, spec), facts))
-    return out
+            return Report(spec.ctid, spec.host.name, [], None, str(exc))
+        return Report(spec.ctid, spec.host.name, findings(facts, spec), facts)
+
+    return fleet.map_each(session.config, ctids, one)
 
 
 def to_json(reports: list[Report]) -> dict:
