@@ -141,8 +141,11 @@ def hosts(tmp_path):
     return str(path)
 
 
-@pytest.mark.fault("SSH dropped mid-command",
-                   promise="the command's processes are killed in the container; the next command reconnects")
+MUX_LOST = "A host's mux lost (its session dropped, or its idle exit)"
+MUX_PROMISE = "the next command starts a new mux and agent; a host command it did not answer runs on a session of its own"
+
+
+@pytest.mark.fault(MUX_LOST, promise=MUX_PROMISE)
 def test_the_agents_and_host_commands_of_a_host_share_one_mux(hosts):
     transport = ShellHost()
     with Session(config.load(hosts), agent=True, transport_factory=lambda h: transport) as s:
@@ -166,3 +169,21 @@ def test_without_the_mux_each_agent_has_its_own_session(hosts, monkeypatch):
         # one failed mux start (not retried at once), then a stream per agent and a session for the host command
         assert transport.streams[0][0] == "/nonexistent/python3" and len(transport.streams) == 3
         assert transport.runs == [["echo", "host"]]
+
+
+@pytest.mark.fault(MUX_LOST, promise=MUX_PROMISE)
+def test_a_host_command_whose_mux_ends_before_answering_runs_on_a_session_of_its_own(hosts, monkeypatch):
+    transport = ShellHost()
+    with Session(config.load(hosts), agent=True, transport_factory=lambda h: transport) as s:
+        host = s.config.hosts["lab"]
+        assert s.host_run(host, ["echo", "one"]).out == "one\n" and transport.runs == []  # through the mux
+        real = Mux.run
+
+        def ends_first(self, argv, **kwargs):  # the mux goes between being chosen and answering
+            self.stream.proc.kill()
+            assert wait_for(lambda: not self.alive(), 10)
+            return real(self, argv, **kwargs)
+
+        monkeypatch.setattr(Mux, "run", ends_first)
+        assert s.host_run(host, ["echo", "two"]).out == "two\n"
+        assert transport.runs == [["echo", "two"]]

@@ -76,11 +76,16 @@ class Session:
             # -I -S: the agent needs only the standard library; no site-packages, .pth files or PYTHON* variables.
             argv = pct_argv(spec.host.pct, "exec", str(spec.ctid), "--keep-env", "0", "--",
                             "python3", "-I", "-S", "-c", AGENT, str(AGENT_SILENCE))
-            try:
-                return Agent((self._mux_for(spec.host, transport) or transport).open_stream(argv),
-                             f"{spec.host.name}/{spec.ctid}")
-            except (RemoteError, OSError):
-                return None
+            mux = self._mux_for(spec.host, transport)
+            for through in ([mux, transport] if mux else [transport]):
+                try:
+                    return Agent(through.open_stream(argv), f"{spec.host.name}/{spec.ctid}")
+                except (RemoteError, OSError):
+                    # The mux ended under this start (its idle exit, a lost session): once more on a session
+                    # of its own. Anything else: no agent, plain pct exec says what is wrong.
+                    if through is not mux or mux.alive():
+                        return None
+            return None
 
         def on_dead(agent):
             if agent.silent:  # the link under it went silent: the connection is useless too
@@ -110,7 +115,15 @@ class Session:
         or will start one for its agents, else a session of its own."""
         transport = self.transport(host)
         mux = self._mux_for(host, transport) if self.agent else None
-        return mux.run(argv, deadline=deadline) if mux else transport.run(argv, deadline=deadline)
+        if mux:
+            try:
+                return mux.run(argv, deadline=deadline)
+            except ConnectError:
+                if mux.alive():
+                    raise
+                # The mux ended before it answered (its idle exit, a lost session): once more on a session
+                # of its own, with the transport's own retries.
+        return transport.run(argv, deadline=deadline)
 
     def close(self) -> None:
         for a in self._agents.values():
