@@ -1,4 +1,4 @@
-# The per-container operation lease of remote/oplock.py, read and written under flock.
+# The per-container operation lease of remote/ops/oplock.py, read and written under flock.
 # $1 action (acquire | renew | release), $2 lease file, $3 our token, $4 seconds the lease lasts,
 # $5 holder, $6 command, $7 start time (the last three only for acquire).
 # The lease file holds key=value lines: token, expires (the container's epoch seconds), holder,
