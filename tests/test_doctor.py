@@ -322,10 +322,12 @@ def test_what_the_probe_printed_on_an_h200_machine(spec):
         assert facts.torch.cuda_available and facts.torch.device_names == ("NVIDIA H200",)
         assert facts.torch.triton == "3.6.0" and facts.gpus.cuda_driver == "13.0"
         assert facts.gpus.names == ("NVIDIA H200",) and facts.gpus.driver == "580.159.04"
+        assert facts.gpus.gpus[0]["uuid"].startswith("GPU-") and facts.gpus.gpus[0]["memory_total_mib"] == 143771
+        assert fx.gpu_problem(facts.torch, facts.gpus, {"CUDA_VISIBLE_DEVICES": facts.gpus.gpus[0]["uuid"]}) is None
         found = {f.code: f for f in findings(facts, spec)}
         assert "driver-too-old" not in found and "gpus-unseen" not in found and "torch-import" not in found
         assert found["gpu-foreign-processes"].what.endswith("python3 (630 MiB)")
-    # The first probe imported torch (4.7 s with CUDA's start-up); the second kept its answer.
+    # The first probe imported torch (3.9 s with CUDA's start-up); the second kept its answer.
     assert not fx.torch_of(cold).cached and fx.torch_of(kept).cached and cold["torch"]["seconds"] > 1
     assert kept["time_end"] - kept["time"] < cold["time_end"] - cold["time"] - 1
 
