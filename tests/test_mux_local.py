@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+from conftest import wait_until
 
 from remote import config
 from remote.errors import CommandTimeout, ConnectError
@@ -37,15 +38,6 @@ def ps() -> str:
     return subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
 
 
-def wait_for(predicate, timeout=30.0) -> bool:
-    end = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def test_the_mux_relays_stdin_stdout_stderr_and_the_exit_status():
     mux = local_mux()
     try:
@@ -65,14 +57,16 @@ def test_the_mux_relays_stdin_stdout_stderr_and_the_exit_status():
         mux.close()
 
 
-def test_a_child_that_does_not_read_its_stdin_holds_up_no_other_stream():
+def test_a_child_that_does_not_read_its_stdin_holds_up_no_other_stream(tmp_path):
     mux = local_mux()
+    go = tmp_path / "go"
     try:
-        slow = mux.open_stream(["sh", "-c", "sleep 3; cat >/dev/null"])
+        # It reads nothing until `go` exists, which is only after the other command has answered.
+        slow = mux.open_stream(["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done; cat >/dev/null"])
         slow.write(b"x" * (4 << 20))  # far more than its pipe holds: the mux keeps the rest
-        start = time.monotonic()
-        assert mux.run(["echo", "quick"], deadline=10).stdout == b"quick\n"
-        assert time.monotonic() - start < 2
+        # Blocked behind the child that reads nothing, this would never answer and run past its deadline.
+        assert mux.run(["echo", "quick"], deadline=20).stdout == b"quick\n"
+        go.touch()
         slow.close_stdin()
         assert slow.wait(20) == 0
     finally:
@@ -100,13 +94,13 @@ def test_agents_over_one_mux_run_at_once_and_a_lost_mux_kills_every_agents_child
         threading.Thread(target=sleep_in, args=(a,), daemon=True).start()
     r = agents[2].run(["cat"], env=ENV, cwd="/tmp", timeout=None, stdin=b"in", on_output=None, deadline=10)
     assert r.stdout == b"in"
-    assert wait_for(lambda: ps().count(tag) == 2)
+    assert wait_until(lambda: ps().count(tag) == 2)
     agents[2].close()  # one agent closed: the others and their commands go on
     time.sleep(0.5)
     assert agents[0].alive() and agents[1].alive() and not outcomes
     stream.proc.kill()  # the mux dies at once (as when its SSH session is killed): its pipes close
-    assert wait_for(lambda: tag not in ps(), 15), "an agent's child outlived the mux"
-    assert wait_for(lambda: len(outcomes) == 2, 20)
+    assert wait_until(lambda: tag not in ps(), 15), "an agent's child outlived the mux"
+    assert wait_until(lambda: len(outcomes) == 2, 20)
     assert all(isinstance(o, ConnectError) for o in outcomes), outcomes
     mux.close()
 
@@ -154,7 +148,7 @@ def test_the_agents_and_host_commands_of_a_host_share_one_mux(hosts):
         assert s.host_run(s.config.hosts["lab"], ["echo", "host"]).out == "host\n"
         assert len(transport.streams) == 1 and "-S" in transport.streams[0] and transport.runs == []
         s._muxes["lab"].stream.proc.kill()  # a lost connection: the next command starts a new mux and agent
-        assert wait_for(lambda: not s._muxes["lab"].alive(), 10)
+        assert wait_until(lambda: not s._muxes["lab"].alive(), 10)
         assert s.container(200).run(["echo", "again"], cwd="/tmp").out == "again\n"
         assert len(transport.streams) == 2
 
@@ -181,7 +175,7 @@ def test_a_host_command_whose_mux_ends_before_answering_runs_on_a_session_of_its
 
         def ends_first(self, argv, **kwargs):  # the mux goes between being chosen and answering
             self.stream.proc.kill()
-            assert wait_for(lambda: not self.alive(), 10)
+            assert wait_until(lambda: not self.alive(), 10)
             return real(self, argv, **kwargs)
 
         monkeypatch.setattr(Mux, "run", ends_first)
