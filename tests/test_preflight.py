@@ -7,7 +7,7 @@ from test_doctor import COMMIT, HOSTS, child, healthy_raw
 
 from remote import config
 from remote.errors import JobError
-from remote.ops.jobs import check
+from remote.ops.jobs import check, only_warmup_missing
 
 
 @pytest.fixture
@@ -95,3 +95,15 @@ def test_a_venv_whose_interpreter_does_not_run(spec):
     raw["venv_run"] = {"rc": 1, "out": "", "err": "error while loading shared libraries"}
     found = problems(raw, spec)
     assert any("the venv's interpreter does not run" in p for p in found), found
+
+
+def test_train_warmup_warms_only_where_the_warmup_is_all_that_is_missing(spec):
+    raw = ready(spec)
+    raw["cache"]["warmups"] = ""
+    with pytest.raises(JobError) as alone:
+        check(raw, spec)
+    assert only_warmup_missing(alone.value)
+    raw["venv"]["dists"]["sglang"] = "0.5.1"  # and a polluted venv: no warmup into it
+    with pytest.raises(JobError) as both:
+        check(raw, spec)
+    assert not only_warmup_missing(both.value) and "no warmup" in str(both.value)

@@ -49,6 +49,12 @@ def preflight(ct: Container, spec: ContainerSpec, *, echo=print) -> Preflight:
     return check(raw, spec)
 
 
+def only_warmup_missing(exc: JobError) -> bool:
+    """Whether a missing warmup is preflight's only problem: `train --warmup` warms up then, and never a
+    venv, checkout or GPU setup that is wrong as well (its cache would be recorded as this lock's)."""
+    return str(exc).startswith("no warmup")
+
+
 def check(raw: dict, spec: ContainerSpec) -> Preflight:
     """Preflight over the probe's answer (parts facts.PREFLIGHT). Pure: tested as data."""
     state = wm.deployed(None, spec, raw)
@@ -265,7 +271,7 @@ def train(session: Session, ctid=None, *, force: bool = False, warmup: bool = Fa
     try:
         pre = preflight(ct, spec, echo=echo)
     except JobError as exc:
-        if not (warmup and "no warmup" in str(exc)):
+        if not (warmup and only_warmup_missing(exc)):
             raise
         wm.warmup(session, spec.ctid, echo=echo)
         pre = preflight(ct, spec, echo=echo)

@@ -60,7 +60,7 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
         try:
             return jobs.preflight(ct, spec, echo=echo)
         except JobError as exc:
-            if not (warmup and "no warmup" in str(exc)):
+            if not (warmup and jobs.only_warmup_missing(exc)):
                 return exc
             wm.warmup(session, ctid, echo=echo)
             return jobs.preflight(ct, spec, echo=echo)
