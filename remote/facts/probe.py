@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -263,7 +264,7 @@ def main():
     venv, checkout, cache_dir, run_dir = arg["venv"], arg["checkout"], arg["cache_dir"], arg["run_dir"]
     py = os.path.join(venv, "bin", "python")
     real = os.path.realpath(venv) if os.path.lexists(venv) else None
-    has_git = "code" in parts and subprocess.run(["sh", "-c", "command -v git"], capture_output=True).returncode == 0
+    has_git = "code" in parts and shutil.which("git") is not None
     is_repo = os.path.isdir(os.path.join(checkout, ".git"))
     out = {"time": time.time(), "parts": sorted(parts)}
     # The slow children first, all at once.
