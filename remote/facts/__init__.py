@@ -345,14 +345,19 @@ def checkout_of(raw: dict, spec: ContainerSpec) -> Checkout:
                     tuple(u for u in rco.get("untracked") or () if not _bytecode(u)), crec, rco.get("git_error"))
 
 
-def warmups_of(raw: dict) -> tuple[dict, ...]:
+def parse_warmups(text: str | None) -> tuple[dict, ...]:
+    """warmups.jsonl's records, one JSON object a line; a torn or foreign line is skipped."""
     out = []
-    for line in _lines((raw.get("cache") or {}).get("warmups")):
+    for line in _lines(text):
         try:
             out.append(json.loads(line))
         except ValueError:
             continue
     return tuple(out)
+
+
+def warmups_of(raw: dict) -> tuple[dict, ...]:
+    return parse_warmups((raw.get("cache") or {}).get("warmups"))
 
 
 def parse(raw: dict, spec: ContainerSpec, window: tuple[float, float], probe_seconds: float = 0.0) -> Facts:

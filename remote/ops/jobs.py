@@ -41,12 +41,15 @@ def preflight(ct: Container, spec: ContainerSpec, *, echo=print) -> Preflight:
     found is named at once, each with how to fix it."""
     raw = facts.read_raw(ct, spec, facts.DEPLOYED if ct.dry else facts.PREFLIGHT)[0]
     if ct.dry:
-        state = wm.deployed(ct, spec, raw)
-        verify = state["venv"].get("verify") or {}
+        state = wm.deployed_in(raw, spec)
         return Preflight(state["code"]["commit"], state["venv"], None,
-                         [f"venv verified: torch {verify.get('torch')} (CUDA build {verify.get('cuda_build')})",
-                          "(dry run: the checks that read the container are skipped)"])
+                         [_verified(state["venv"]), "(dry run: the checks that read the container are skipped)"])
     return check(raw, spec)
+
+
+def _verified(venv_record: dict) -> str:
+    verify = venv_record.get("verify") or {}
+    return f"venv verified: torch {verify.get('torch')} (CUDA build {verify.get('cuda_build')})"
 
 
 def only_warmup_missing(exc: JobError) -> bool:
@@ -57,10 +60,10 @@ def only_warmup_missing(exc: JobError) -> bool:
 
 def check(raw: dict, spec: ContainerSpec) -> Preflight:
     """Preflight over the probe's answer (parts facts.PREFLIGHT). Pure: tested as data."""
-    state = wm.deployed(None, spec, raw)
+    state = wm.deployed_in(raw, spec)
     commit, venv = state["code"]["commit"], state["venv"]
     verify = venv.get("verify") or {}
-    notes = [f"venv verified: torch {verify.get('torch')} (CUDA build {verify.get('cuda_build')})"]
+    notes = [_verified(venv)]
     problems = []
     checkout = facts.checkout_of(raw, spec)
     if checkout.git_error:
@@ -81,10 +84,10 @@ def check(raw: dict, spec: ContainerSpec) -> Preflight:
         lines = drift.lines()
         problems.append(f"the venv differs from its lock ({'; '.join(lines[:5])}{'; …' if len(lines) > 5 else ''}): "
                         "`invoke deploy` rebuilds it (`invoke doctor` says what changed since the last good run)")
+    folder = jobenv.compile_cache(spec, verify)
     if spec.warmup.command:
         recs = list(facts.warmups_of(raw))
         missing = wm.missing_in(recs, spec, state)
-        folder = jobenv.compile_cache(spec, verify)
         if missing:
             problems.append("no warmup for this commit, venv, command and environment -- " + "; ".join(missing)
                             + ": run `invoke warmup` (or `invoke train --warmup`); a cold cache is when threads race")
@@ -98,20 +101,21 @@ def check(raw: dict, spec: ContainerSpec) -> Preflight:
         problems.append(f"`import torch` fails in the venv ({torch.error}): `invoke deploy` rebuilds it")
     g = facts.gpus_of(raw)
     env = jobenv.user_env(spec)
+    gpu_problem = facts.gpu_problem(torch, g, env)
     if g.error:
         problems.append(f"{g.error}: check the container's GPU passthrough and the host driver")
     elif g.smi and not g.gpus:
         problems.append("nvidia-smi lists no GPUs: check the container's GPU passthrough (lxc.cgroup2.devices.allow, "
                         "mount entries) and the host driver")
-    elif facts.gpu_problem(torch, g, env):
-        problems.append("{}: {}".format(*facts.gpu_problem(torch, g, env)))
+    elif gpu_problem:
+        problems.append("{}: {}".format(*gpu_problem))
     if problems:
         raise JobError(problems[0] if len(problems) == 1 else
                        f"{len(problems)} problems, nothing was started:\n" + "\n".join(f"  - {p}" for p in problems))
     notes.append(f"checkout clean at {commit[:12]}")
     if spec.warmup.command:
         notes.append(f"warmup done for {', '.join(wm.devices_of(spec))}")
-    notes.append(f"compile cache {jobenv.compile_cache(spec, verify)}")
+    notes.append(f"compile cache {folder}")
     notes += [f"!! {w}" for w in layout.compile_layout_notes(layout.devices_from_command(spec.train.command),
                                                               verify.get("torch"))]
     gpus = [dict(x) for x in g.gpus] if g.smi else None
@@ -345,8 +349,9 @@ def _container_job(session: Session, spec: ContainerSpec, known: str) -> dict:
     try:
         # One round trip: the run's state (state.sh, inside the probe) and the venv's deploy record.
         raw = facts.read_raw(session.container(spec.ctid), spec, facts.STATUS)[0]
-        if raw["run"].get("rc") != 0:
-            raise JobError(f"reading the run state failed: {raw['run'].get('err', '').strip()[-300:]}")
+        if raw["run"].get("rc") != 0:  # bash failed in it, or could not start (`missing`)
+            why = raw["run"].get("err", "").strip() or raw["run"].get("missing", "")
+            raise JobError(f"reading the run state failed: {why[-300:]}")
         st = parse_state(raw["run"]["out"])
         if st.get("run"):
             from ..facts.report import series, sparkline

@@ -124,11 +124,14 @@ def parse_cache_lines(lines: list[str]) -> dict[str, tuple[int, int]]:
     return out
 
 
-def deployed(ct: Container, spec: ContainerSpec, raw: dict | None = None) -> dict:
-    """The deployed commit and venv record (from the facts probe, or from `raw` already read), or a
-    DeployError saying to deploy first."""
-    if raw is None:
-        raw = facts.read_raw(ct, spec, facts.DEPLOYED)[0]
+def deployed(ct: Container, spec: ContainerSpec) -> dict:
+    """The deployed commit and venv record, read with the facts probe, or a DeployError saying to deploy
+    first."""
+    return deployed_in(facts.read_raw(ct, spec, facts.DEPLOYED)[0], spec)
+
+
+def deployed_in(raw: dict, spec: ContainerSpec) -> dict:
+    """`deployed` over a probe's answer already read (any parts that include facts.DEPLOYED). Pure."""
     code, venv = facts.deployed_records(raw)
     if venv is None:
         raise DeployError(f"container {spec.ctid} has no deployed venv at {spec.venv.path}: run `invoke deploy` first")
@@ -226,13 +229,7 @@ def _warm_devices(ct: Container, spec: ContainerSpec, state: dict, devices: list
 
 def records(ct: Container, spec: ContainerSpec) -> list[dict]:
     r = ct.run(["cat", f"{spec.warmup.cache_dir}/warmups.jsonl"], check=False, mutates=False, timeout=60)
-    out = []
-    for line in r.out.splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
+    return list(facts.parse_warmups(r.out))
 
 
 def missing_warmups(ct: Container, spec: ContainerSpec, state: dict) -> list[str]:
