@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+from conftest import wait_until
 
 from remote import config
 from remote.transport.agent import AGENT, Agent
@@ -45,15 +46,6 @@ def background(agent: Agent, argv) -> list:
 
 def gone(pattern: str) -> bool:
     return subprocess.run(["pgrep", "-f", pattern], capture_output=True).returncode == 1
-
-
-def wait_for(predicate, timeout=30.0) -> bool:
-    end = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 class Silent:
@@ -178,7 +170,7 @@ def test_a_child_that_closes_its_pipes_does_not_block_other_results_and_still_ti
         assert time.monotonic() - start < 5
         t.join(timeout=30)
         assert results and results[0].exit_code == 124  # reported by its timeout, not at its own end
-        assert wait_for(lambda: gone(tag), 10)
+        assert wait_until(lambda: gone(tag), 10)
         # and one that closes its pipes, then exits by itself, is reported with its status
         assert run(agent, ["bash", "-c", "exec >&- 2>&-; sleep 0.3; exit 3"], deadline=15).exit_code == 3
     finally:
@@ -194,11 +186,11 @@ def test_the_agent_kills_its_children_when_the_controller_stops_reading():
     agent = Agent(stream, "here")
     # A quiet process beside a chatty one: the chatty one dies of SIGPIPE by itself, the quiet one only if killed.
     outcome = background(agent, ["bash", "-c", f"(exec -a {tag} sleep 100) & while :; do echo output; done"])
-    assert wait_for(lambda: not gone(tag), 10)
+    assert wait_until(lambda: not gone(tag), 10)
     stream.proc.stdout.close()  # the controller's end of the agent's stdout: the next write gets EPIPE
-    assert wait_for(lambda: gone(tag), 15), "the agent's child outlived the controller"
+    assert wait_until(lambda: gone(tag), 15), "the agent's child outlived the controller"
     assert stream.proc.wait(timeout=15) == 0
-    assert wait_for(lambda: outcome, 10) and isinstance(outcome[0], ConnectError)
+    assert wait_until(lambda: outcome, 10) and isinstance(outcome[0], ConnectError)
     agent.close()
 
 
@@ -209,9 +201,9 @@ def test_the_agent_kills_its_children_when_the_controller_goes_silent():
     stream = LocalTransport().open_stream([sys.executable, "-c", AGENT, "1.5"])
     agent = Agent(stream, "here", ping_every=3600)  # no pings: the agent hears nothing after the request
     outcome = background(agent, ["bash", "-c", f"exec -a {tag} sleep 100"])
-    assert wait_for(lambda: not gone(tag), 10)
-    assert wait_for(lambda: gone(tag), 15), "the agent did not notice the silent controller"
-    assert wait_for(lambda: outcome, 10) and isinstance(outcome[0], ConnectError)
+    assert wait_until(lambda: not gone(tag), 10)
+    assert wait_until(lambda: gone(tag), 15), "the agent did not notice the silent controller"
+    assert wait_until(lambda: outcome, 10) and isinstance(outcome[0], ConnectError)
     agent.close()
 
 

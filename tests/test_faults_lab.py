@@ -55,6 +55,18 @@ def test_pct_with_the_config_lock_held_is_a_typed_error(lab, lab_session):
     ct._pct("push", "200", "/etc/hostname", "/root/locked", mutates=True)  # free again
 
 
+def once_the_lease_is_free(operation, timeout=300.0):
+    """operation(), retried while an interrupted operation's lease is still live (released, or expired
+    30 s after its controller died)."""
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            return operation()
+        except BusyError as exc:
+            assert time.monotonic() < end, str(exc)
+            time.sleep(1)
+
+
 @pytest.mark.fault("SSH dropped mid-deploy", promise="the current venv and checkout stay usable; the next deploy completes")
 def test_a_connection_dropped_mid_deploy_leaves_the_venv_and_the_next_deploy_completes(lab, lab_hosts, deployed, ct):
     before = ct.run(["readlink", "/root/venv"]).out
@@ -81,14 +93,8 @@ def test_a_connection_dropped_mid_deploy_leaves_the_venv_and_the_next_deploy_com
         assert ct.run(["readlink", "/root/venv"]).out == before
         assert ct.run(["git", "-C", "/root/dflash", "rev-parse", "HEAD"]).out == head
         assert ct.run(["python", "-c", "import torch"]).ok
-        end = time.monotonic() + 300
-        while True:  # the lease of the interrupted deploy may still be live; it was this process's
-            try:
-                summary = deploy(s, 200, echo=lambda line: None)
-                break
-            except BusyError as exc:
-                assert time.monotonic() < end, str(exc)
-                time.sleep(1)
+        # The lease of the interrupted deploy may still be live; it was this process's.
+        summary = once_the_lease_is_free(lambda: deploy(s, 200, echo=lambda line: None))
     assert ct.run(["python", "-c", "import mpmath, torch"]).ok, summary.render()
     assert ".building" not in ct.run(["ls", "/root/venv.versions"]).out
     with Session(config.load(str(lab_hosts)), agent=True) as s:
@@ -184,14 +190,7 @@ def test_deploy_sigkilled_at_each_point_leaves_a_working_venv_and_the_next_deplo
     assert len(killed) == len(KILL_POINTS)
     # The next deploy takes the dead controller's lease over once it expired, cleans up and completes.
     with Session(config.load(str(hosts)), agent=True) as s:
-        end = time.monotonic() + 300
-        while True:
-            try:
-                summary = deploy(s, 200, echo=lambda line: None)
-                break
-            except BusyError as exc:
-                assert time.monotonic() < end, str(exc)
-                time.sleep(1)
+        summary = once_the_lease_is_free(lambda: deploy(s, 200, echo=lambda line: None))
     assert ".building" not in ct.run(["ls", "/root/venv.versions"]).out, summary.render()
     assert ct.run(["python", "-c", "import mpmath, torch"]).ok
     with Session(config.load(str(lab_hosts)), agent=True) as s:  # back to the session's spec
@@ -230,12 +229,6 @@ def test_a_connection_dropped_mid_warmup_leaves_nothing_running_and_the_next_war
         assert wait_until(lambda: "drafter.warmup" not in ct.run(["ps", "-eo", "args"]).out, 30)
         record = ct.run(["bash", "-c", "cat /root/.cache/torch-compile/warmups.jsonl 2>/dev/null || true"]).out
         assert all(json.loads(line) for line in record.splitlines())
-        end = time.monotonic() + 120
-        while True:  # the interrupted warmup's lease is released by this process, or expires
-            try:
-                results = wm.warmup(s, 200, echo=lambda line: None)
-                break
-            except BusyError as exc:
-                assert time.monotonic() < end, str(exc)
-                time.sleep(1)
+        # The interrupted warmup's lease is released by this process, or expires.
+        results = once_the_lease_is_free(lambda: wm.warmup(s, 200, echo=lambda line: None), 120)
     assert [r.device for r in results] == ["0", "1"]
