@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from remote import config  # noqa: E402
 from remote.ops.deploy import UV_ENV  # noqa: E402
 from remote.facts import uv_path  # noqa: E402
-from remote.facts.doctor import diagnose  # noqa: E402
+from remote.doctor import diagnose  # noqa: E402
 from remote.transport.session import Session  # noqa: E402
 
 

@@ -294,6 +294,7 @@ def warmup(c, container=None, parallel=False, devices=None, export=None, import_
 def train(c, container=None, force=False, warmup=False, detach=False, dry=False, hosts=None):
     """Preflight, start the training job detached, then follow its log (Ctrl-C leaves it running)."""
     from .ops.jobs import final_status, train as run_train
+    from .runs.knowngood import after_run
 
     if fleet.is_selection(container):  # one run across these containers (remote.ops.multinode)
         from .ops import multinode
@@ -305,7 +306,7 @@ def train(c, container=None, force=False, warmup=False, detach=False, dry=False,
             raise Exit(code=multinode.final_status(result))
         return
     with _session(hosts, dry) as s:
-        final = run_train(s, container, force=force, warmup=warmup, follow=not detach)
+        final = run_train(s, container, force=force, warmup=warmup, follow=not detach, on_end=after_run)
     if final and not final["alive"] and final_status(final):
         raise Exit(code=final_status(final))
 
@@ -378,7 +379,7 @@ def _containers(s: Session, container: str | None) -> list[int]:
 def doctor(c, container=None, json_=False, hosts=None, fresh=False):
     """Everything that differs from what deploy made and from the last known-good run, each finding with why
     it matters and the command that fixes it. Exit 0 healthy, 1 with findings, 2 on bad input."""
-    from .facts import doctor as dr
+    from . import doctor as dr
 
     # One probe per container: plain pct exec is one round trip, an agent would add its own start-up.
     with Session(cfg.load(hosts), agent=False) as s:
@@ -396,8 +397,8 @@ def doctor(c, container=None, json_=False, hosts=None, fresh=False):
 def known_good(c, container=None, run=None, hosts=None):
     """Record a finished run (exit status 0) and the container's facts as its known-good, for doctor to
     compare against (train records one by itself when a run meets the baseline)."""
-    from .facts.doctor import known_good_label
-    from .facts.knowngood import path_of, record_run
+    from .doctor import known_good_label
+    from .runs.knowngood import path_of, record_run
 
     with _session(hosts) as s:
         record = record_run(s, container, run)
@@ -412,7 +413,7 @@ def known_good(c, container=None, run=None, hosts=None):
 def report(c, container=None, run=None, dest=None, hosts=None):
     """Write one self-contained HTML file of a run: its metric over time against the baseline and the
     known-good run, its manifest, warmup times and any crash hints (opens offline in any browser)."""
-    from .facts.report import write
+    from .runs.report import write
 
     with _session(hosts) as s:
         path = write(s, container, run, dest)

@@ -12,9 +12,9 @@ import sys
 import pytest
 
 from remote import config, facts as fx
-from remote.facts.doctor import Finding, findings, healthy, known_good_label, to_json, Report
+from remote.doctor import Finding, findings, healthy, known_good_label, to_json, Report
 from remote.facts.probe import ALL_PARTS
-from remote.facts.knowngood import make_record, meets_baseline, watch_log
+from remote.runs.knowngood import make_record, meets_baseline, watch_log
 
 HOSTS = """
 hosts: {h: {address: 10.0.0.1}}
@@ -333,7 +333,7 @@ def test_what_the_probe_printed_on_an_h200_machine(spec):
 
 
 def test_sparkline_and_the_report_page(spec):
-    from remote.facts.report import render, series, sparkline
+    from remote.runs.report import render, series, sparkline
 
     assert sparkline([]) == "" and sparkline([1, 1]) == "▁▁"
     assert sparkline([0, 1, 2, 3, 4, 5, 6, 7]) == "▁▂▃▄▅▆▇█"

@@ -18,8 +18,7 @@ from typing import Mapping
 from .. import shell
 from ..config import ContainerSpec
 from ..errors import CommandError
-from ..ops import jobenv, oplock
-from ..ops import venv as venvmod
+from .. import naming
 from ..transport.pct import Container
 
 PROBE_SOURCE = resources.files(__package__).joinpath("probe.py").read_text()
@@ -100,7 +99,7 @@ class Gpus:
 @dataclass(frozen=True)
 class Cache:
     dir: str
-    folder: str  # the per-version folder for the venv's torch/CUDA/triton (jobenv.compile_cache)
+    folder: str  # the per-version folder for the venv's torch/CUDA/triton (naming.compile_cache)
     present: bool
     files: int
     bytes: int
@@ -173,7 +172,7 @@ class Facts:
 def _versions(raw_venv: dict | None) -> dict[str, Package]:
     if not raw_venv:
         return {}
-    return {venvmod.normalize(n): Package(venvmod.normalize(n), d.get("version", ""), d.get("installer") or "",
+    return {naming.normalize(n): Package(naming.normalize(n), d.get("version", ""), d.get("installer") or "",
                                           d.get("url")) for n, d in (raw_venv.get("dists") or {}).items()}
 
 
@@ -313,7 +312,7 @@ def venv_of(raw: dict, spec: ContainerSpec) -> Venv:
         error = "the venv's interpreter does not run" + (f": {child.get('err', '').strip()[-300:]}" if child else "")
     return Venv(rv.get("path", spec.venv.path), bool(rv.get("exists")), rv.get("real"), bool(record),
                 record.get("spec_hash"), record.get("lock_sha256"),
-                venvmod.parse_pins((record.get("lock") or "").splitlines()), _versions(info), info is not None,
+                naming.parse_pins((record.get("lock") or "").splitlines()), _versions(info), info is not None,
                 error, record)
 
 
@@ -368,7 +367,7 @@ def parse(raw: dict, spec: ContainerSpec, window: tuple[float, float], probe_sec
     # The cache folder named after what runs now (the live torch), as the tools would compute it.
     live = {"torch": torch.version or verify.get("torch"), "cuda_build": torch.cuda_build if torch.version
             else verify.get("cuda_build"), "triton": torch.triton if torch.version else verify.get("triton")}
-    folder = jobenv.compile_cache(spec, live)
+    folder = naming.compile_cache(spec, live)
     rc = raw.get("cache") or {}
     name = folder.rsplit("/", 1)[-1]
     folders = rc.get("folders") or {}
@@ -400,7 +399,7 @@ def _bytecode(path: str) -> bool:
 
 
 def _triton(info: dict | None) -> str | None:
-    dists = {venvmod.normalize(k): v.get("version") for k, v in ((info or {}).get("dists") or {}).items()}
+    dists = {naming.normalize(k): v.get("version") for k, v in ((info or {}).get("dists") or {}).items()}
     return dists.get("triton") or dists.get("pytorch-triton")
 
 
@@ -428,7 +427,7 @@ def probe_argv(spec: ContainerSpec, parts=DOCTOR, run_id: str | None = None, *, 
     broken)."""
     arg = {"parts": list(parts), "fresh": fresh, "venv": spec.venv.path, "versions": versions_dir(spec),
            "uv": uv_path(spec.venv.uv_version), "checkout": spec.code.path, "cache_dir": spec.warmup.cache_dir,
-           "run_dir": spec.train.run_dir, "lease": oplock.LEASE}
+           "run_dir": spec.train.run_dir, "lease": naming.LEASE}
     if "run" in parts:
         arg["state_script"], arg["run_id"] = "set -euo pipefail\n" + shell.with_lib("state"), run_id or ""
     return [spec.venv.python, "-c", PROBE_SOURCE, json.dumps(arg)]

@@ -14,19 +14,12 @@ from typing import Mapping, Sequence
 
 from .. import shell
 from ..config import ContainerSpec
-from ..guard import cache_subdir  # a pure function: the one naming rule shared with remote_guard
+from ..naming import compile_cache  # noqa: F401 -- also this module's name
 from ..transport import Result
 from ..transport.pct import Container
 
 # Log lines of torchrun's ranks carry their global rank; TailLog prefixes with this template.
 RANK_PREFIX = "[rank${rank}]: "
-
-
-def compile_cache(spec: ContainerSpec, verify: Mapping | None) -> str:
-    """The per-version compile cache folder: <warmup.cache_dir>/torch-<v>-cuda-<v>-triton-<v>."""
-    v = verify or {}
-    return cache_subdir(spec.warmup.cache_dir, {"torch": v.get("torch") or "none", "cuda": v.get("cuda_build"),
-                                                "triton": v.get("triton")})
 
 
 def tool_env(spec: ContainerSpec, verify: Mapping | None) -> dict[str, str]:

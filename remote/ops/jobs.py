@@ -235,9 +235,7 @@ def stop(ct: Container, spec: ContainerSpec, run_id: str | None = None, grace: i
     return result
 
 
-def watch_for(spec: ContainerSpec) -> "logs.Watch":
-    return logs.Watch(metrics=logs.compile_metric(spec.train.metric), baseline=spec.train.baseline,
-                      tolerance=spec.train.tolerance)
+watch_for = logs.watch_for
 
 
 def show_log(ct: Container, spec: ContainerSpec, run_id: str | None = None, *, follow: bool = False,
@@ -268,8 +266,9 @@ def show_log(ct: Container, spec: ContainerSpec, run_id: str | None = None, *, f
 
 
 def train(session: Session, ctid=None, *, force: bool = False, warmup: bool = False, follow: bool = True,
-          echo=print) -> dict | None:
-    """Preflight, launch detached, then follow the log until the job ends (returns its state)."""
+          on_end=None, echo=print) -> dict | None:
+    """Preflight, launch detached, then follow the log until the job ends (returns its state); then
+    on_end(session, ct, spec, final, echo=echo) (the CLI passes remote.runs.knowngood.after_run)."""
     spec = session.config.container(ctid)
     ct = session.container(spec.ctid)
     try:
@@ -291,9 +290,8 @@ def train(session: Session, ctid=None, *, force: bool = False, warmup: bool = Fa
         echo(f"\n-- stopped following; run {run_id} keeps running. `invoke logs --follow` resumes, "
              "`invoke stop` ends it")
         return None
-    from ..facts.knowngood import after_run  # a run that met the baseline becomes the container's known-good
-
-    after_run(session, ct, spec, final, echo=echo)
+    if on_end is not None:
+        on_end(session, ct, spec, final, echo=echo)
     return final
 
 
@@ -354,9 +352,7 @@ def _container_job(session: Session, spec: ContainerSpec, known: str) -> dict:
             raise JobError(f"reading the run state failed: {why[-300:]}")
         st = parse_state(raw["run"]["out"])
         if st.get("run"):
-            from ..facts.report import series, sparkline
-
-            values, watch = series(spec, st.pop("tail"), last_line=False)
+            values, watch = logs.series(spec, st.pop("tail"), last_line=False)
             started = (st.get("manifest") or {}).get("started_epoch")
             entry["run"] = {"id": st["run"], "alive": st["alive"], "lost": st["lost"], "orphans": st["orphans"],
                             "exit": st["exit"], "pid": st["pid"],
@@ -364,7 +360,7 @@ def _container_job(session: Session, spec: ContainerSpec, known: str) -> dict:
                             "throughput": watch.last, "rolling": watch.rolling, "unit": watch.unit,
                             "higher_is_better": watch.higher_is_better, "baseline": spec.train.baseline,
                             "low": watch.low, "problems": [name for name, _, _ in watch.found],
-                            "spark": sparkline(values)}
+                            "spark": logs.sparkline(values)}
             nodes = (st.get("manifest") or {}).get("nodes")
             if nodes:  # one node of a multi-node run
                 entry["run"]["nodes"], entry["run"]["node_rank"] = nodes, st["manifest"].get("node_rank")

@@ -260,3 +260,39 @@ def follow(ct: Container, run: str, run_id: str, *, offset: int = 0, on_bytes: C
         if not follow_ or r.exit_code == 0:
             return offset
         # 124: the slice ended while the job runs on; continue from the new offset
+
+
+BARS = "▁▂▃▄▅▆▇█"
+
+
+def watch_for(spec) -> "Watch":
+    """The metric watch of a container's train spec (metric, baseline, tolerance)."""
+    return Watch(metrics=compile_metric(spec.train.metric), baseline=spec.train.baseline,
+                 tolerance=spec.train.tolerance)
+
+
+def series(spec, text: str, *, last_line: bool = True) -> tuple[list[float], "Watch"]:
+    """Every metric value of a log, in order, and the watch that read it (unit, direction, crash hints).
+    Without last_line, an unfinished last line (a log still being written) is left out."""
+    watch = watch_for(spec)
+    splitter = LineSplitter()
+    values = []
+    for line in splitter.feed(text.encode()) + (splitter.flush() if last_line else []):
+        watch.line(line)
+        value = watch.metric.parse(line) if watch.metric else None
+        if value is not None:
+            values.append(value)
+    return values, watch
+
+
+def sparkline(values: list[float], width: int = 24) -> str:
+    """The values as one line of block characters, averaged into at most `width` buckets."""
+    if not values:
+        return ""
+    if len(values) > width:
+        step = len(values) / width
+        values = [sum(chunk) / len(chunk) for chunk in
+                  (values[int(i * step):max(int((i + 1) * step), int(i * step) + 1)] for i in range(width))]
+    lo, hi = min(values), max(values)
+    span = hi - lo or 1.0
+    return "".join(BARS[min(len(BARS) - 1, int((v - lo) / span * (len(BARS) - 1) + 0.5))] for v in values)

@@ -26,9 +26,9 @@ from typing import Iterator
 
 from .. import shell
 from ..errors import BusyError, CommandError, RemoteError
+from ..naming import LEASE
 from ..transport.pct import Container
 
-LEASE = "/run/remote/ops.lock"
 TTL = 30.0  # seconds a lease lasts without renewal (whole seconds there): how long a dead controller blocks it
 
 

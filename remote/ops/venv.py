@@ -25,6 +25,7 @@ from pathlib import Path
 from .. import shell
 from ..config import VenvSpec
 from ..errors import DeployError
+from ..naming import normalize, parse_pins  # noqa: F401 -- also this module's names
 
 GUARD_SOURCE = Path(__file__).resolve().parent.parent / "guard.py"
 
@@ -70,20 +71,6 @@ if os.path.isdir(link) and not os.path.islink(link):
 else:
     os.replace(tmp, link)
 '''
-
-
-def normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def parse_pins(lines) -> dict[str, str]:
-    """`name==version` requirement lines (a lock or the spec's packages) -> {normalized name: version}."""
-    pins = {}
-    for line in lines:
-        m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*==\s*([^\s;\\#]+)", line)
-        if m:
-            pins[normalize(m.group(1))] = m.group(3)
-    return pins
 
 
 def spec_hash(spec: VenvSpec, python: str, requirements_text: str | None, extras: bytes = b"") -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 
-from . import Facts, gather
+from ..facts import Facts, gather
 from ..config import ContainerSpec
 from ..errors import JobError, RemoteError
 from ..ops import files, jobenv, jobs, logs

@@ -13,38 +13,9 @@ from pathlib import Path
 from ..config import ContainerSpec
 from ..errors import JobError
 from ..ops import files, jobs, logs
+from ..ops.logs import series, sparkline  # noqa: F401 -- the status line's pieces, also this page's
 from ..ops import warmup as wm
 from ..transport.session import Session
-
-BARS = "▁▂▃▄▅▆▇█"
-
-
-def series(spec: ContainerSpec, text: str, *, last_line: bool = True) -> tuple[list[float], logs.Watch]:
-    """Every metric value of a log, in order, and the watch that read it (unit, direction, crash hints).
-    Without last_line, an unfinished last line (a log still being written) is left out."""
-    watch = jobs.watch_for(spec)
-    splitter = logs.LineSplitter()
-    values = []
-    for line in splitter.feed(text.encode()) + (splitter.flush() if last_line else []):
-        watch.line(line)
-        value = watch.metric.parse(line) if watch.metric else None
-        if value is not None:
-            values.append(value)
-    return values, watch
-
-
-def sparkline(values: list[float], width: int = 24) -> str:
-    """The values as one line of block characters, averaged into at most `width` buckets."""
-    if not values:
-        return ""
-    if len(values) > width:
-        step = len(values) / width
-        values = [sum(chunk) / len(chunk) for chunk in
-                  (values[int(i * step):max(int((i + 1) * step), int(i * step) + 1)] for i in range(width))]
-    lo, hi = min(values), max(values)
-    span = hi - lo or 1.0
-    return "".join(BARS[min(len(BARS) - 1, int((v - lo) / span * (len(BARS) - 1) + 0.5))] for v in values)
-
 
 def _svg(runs: list[tuple[str, list[float], str]], baseline: float | None, unit: str | None,
          w: int = 880, h: int = 320) -> str:

@@ -1,7 +1,7 @@
 """`doctor`: every way a container differs from what deploy made and from its last known-good run.
 
 One facts probe per container (remote.facts), then a pure `findings(facts, spec)`: each finding says
-what it is, since when (against the known-good record, remote.facts.knowngood), why it matters and the
+what it is, since when (against the known-good record, remote.runs.knowngood), why it matters and the
 command that fixes it. Severity `error` and `warning` make a container unhealthy (exit status 1);
 `info` is shown but is not a problem (an untracked file deploy leaves alone, no known-good yet).
 """
@@ -11,13 +11,13 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
-from . import Facts, gather, gpu_problem
-from ..config import ContainerSpec
-from ..errors import RemoteError
-from ..ops import layout
-from ..ops import venv as venvmod
-from ..ops import warmup as wm
-from ..transport.session import Session
+from .facts import Facts, gather, gpu_problem
+from .config import ContainerSpec
+from .errors import RemoteError
+from .ops import layout
+from .ops import venv as venvmod
+from .ops import warmup as wm
+from .transport.session import Session
 
 SCHEMA_VERSION = 1
 DISK_MIN_FREE = 5 * 2**30  # below this, a venv build or a cache write can fail half-way
@@ -136,7 +136,7 @@ def findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
                     f"changed since {known_good_label(kg)}", "a new driver can change kernels' speed or support",
                     None))
     if g.smi and not g.error:
-        from ..ops.jobenv import user_env
+        from .ops.jobenv import user_env
 
         problem = gpu_problem(t, g, user_env(spec))
         if problem:
@@ -280,7 +280,7 @@ class Report:
 def diagnose(session: Session, ctids: list[int], *, fresh: bool = False) -> list[Report]:
     """One report per container, all containers at once (bounded per host); a container that cannot be
     probed is a report with its error. `fresh`: ask torch again rather than use a kept answer."""
-    from ..ops import fleet
+    from .ops import fleet
 
     def one(ctid: int) -> Report:
         spec = session.config.container(ctid)
