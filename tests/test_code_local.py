@@ -1,7 +1,10 @@
 """Local tier: code.bundle against real git repositories on this machine (no container)."""
 
 import subprocess
+from pathlib import Path
 import threading
+
+import pytest
 
 from remote.ops import code as codemod
 
@@ -52,3 +55,72 @@ def test_concurrent_bundles_from_one_repository_each_hold_their_own_commit(tmp_p
             assert heads(tmp_path, b.data, f"b{i}-{n}") == {b.ref: commits[i]}
     assert len({b.ref for i in range(2) for b in got[i]}) == 2 * rounds  # never the same ref twice
     assert not git(repo, "for-each-ref", "refs/remote-deploy/")  # none left behind
+
+
+SYNC = Path(__file__).resolve().parent.parent / "remote" / "sh" / "code-sync.sh"
+
+
+def commit_file(repo, name, text):
+    (repo / name).write_text(text)
+    git(repo, "add", name)
+    git(repo, "commit", "-qm", f"{name}: {text.strip()}")
+    return git(repo, "rev-parse", "HEAD")
+
+
+def sync(tmp_path, checkout, b: codemod.Bundle, commit: str) -> subprocess.CompletedProcess:
+    """code-sync.sh as deploy runs it in the container, here with this machine's bash and git."""
+    bundle_file = tmp_path / "incoming.bundle"
+    bundle_file.write_bytes(b.data)
+    return subprocess.run(["bash", str(SYNC), str(checkout), commit, str(bundle_file), str(tmp_path / "patches"),
+                           "20261201-000000", "{}", b.ref, " ".join(b.shallow)], capture_output=True, text=True)
+
+
+@pytest.mark.fault("Deploy from a shallow clone", "a `git clone --depth 1` repository deploys: the container's "
+                   "checkout is shallow at the same commits, then at exactly the commit, later commits shipped thin")
+def test_a_shallow_clone_deploys_and_the_checkout_is_shallow_too(tmp_path):
+    full = tmp_path / "full"
+    full.mkdir()
+    git(full, "init", "-q")
+    for i in range(3):
+        commit_file(full, f"f{i}", f"{i}\n")
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", "--depth", "1", f"file://{full}", str(clone))
+    head = git(clone, "rev-parse", "HEAD")
+    b = codemod.bundle(str(clone), head)
+    assert b.shallow == (head,)
+    checkout = tmp_path / "checkout"
+    r = sync(tmp_path, checkout, b, head)
+    assert r.returncode == 0, r.stderr
+    assert git(checkout, "rev-parse", "HEAD") == head and git(checkout, "rev-parse", "--is-shallow-repository") == "true"
+    assert sorted(p.name for p in checkout.iterdir() if p.name != ".git") == ["f0", "f1", "f2"]
+    assert git(checkout, "status", "--porcelain") == ""
+
+    # The next commit of the clone goes thin against what the checkout has; the boundary is already there.
+    new = commit_file(clone, "f3", "3\n")
+    b2 = codemod.bundle(str(clone), new, basis=head)
+    assert b2.shallow == ()
+    r = sync(tmp_path, checkout, b2, new)
+    assert r.returncode == 0, r.stderr
+    assert git(checkout, "rev-parse", "HEAD") == new and git(checkout, "status", "--porcelain") == ""
+
+
+def test_a_whole_history_ships_no_shallow_boundary_and_a_full_checkout_stays_full(tmp_path):
+    full = tmp_path / "full"
+    full.mkdir()
+    git(full, "init", "-q")
+    first = commit_file(full, "a", "1\n")
+    second = commit_file(full, "a", "2\n")
+    b = codemod.bundle(str(full), second)
+    assert b.shallow == ()
+    checkout = tmp_path / "checkout"
+    assert sync(tmp_path, checkout, b, second).returncode == 0
+    assert git(checkout, "rev-parse", "--is-shallow-repository") == "false"
+    # A clone at depth 1 of that same commit, deployed onto that full checkout: it has the commit, so it
+    # is not made shallow.
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", "--depth", "1", f"file://{full}", str(clone))
+    b = codemod.bundle(str(clone), second)
+    assert b.shallow == (second,)
+    assert sync(tmp_path, checkout, b, second).returncode == 0
+    assert git(checkout, "rev-parse", "--is-shallow-repository") == "false"
+    assert git(checkout, "rev-parse", f"{second}~1") == first

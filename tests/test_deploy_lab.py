@@ -261,3 +261,24 @@ def test_deploy_refuses_while_a_job_runs_and_never_prunes_the_venv_it_uses(deplo
         ct.run(["rm", "-rf", "/root/runs/t-job", "/root/runs/current"])
     deploy(lab_session, 200, **quiet)  # back to the session's spec
     assert deploy(lab_session, 200, **quiet).noop
+
+
+@pytest.mark.fault("Deploy from a shallow clone", "a `git clone --depth 1` repository deploys: the container's "
+                   "checkout is shallow at the same commits, then at exactly the commit, later commits shipped thin")
+def test_deploy_from_a_shallow_clone(deployed, lab_hosts, demo_repo, tmp_path):
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", "--depth", "1", f"file://{demo_repo}", str(clone))
+    path = load_config(lab_hosts, **{f"repo: {demo_repo}": f"repo: {clone}", "path: /root/dflash": "path: /root/shallow"})
+    with Session(config.load(str(path)), agent=True) as s:
+        summary = deploy(s, 200, **quiet)
+        ct = s.container(200)
+        head = git(clone, "rev-parse", "HEAD")
+        assert ct.run(["git", "-C", "/root/shallow", "rev-parse", "HEAD"]).out.strip() == head, summary.render()
+        assert ct.run(["git", "-C", "/root/shallow", "rev-parse", "--is-shallow-repository"]).out.strip() == "true"
+        (clone / "NEW.md").write_text("next\n")
+        git(clone, "add", "NEW.md")
+        git(clone, "commit", "-qm", "next")
+        deploy(s, 200, **quiet)  # shipped thin against the shallow checkout's commit
+        assert ct.run(["git", "-C", "/root/shallow", "rev-parse", "HEAD"]).out.strip() == git(clone, "rev-parse", "HEAD")
+        assert ct.run(["cat", "/root/shallow/NEW.md"]).out == "next\n"
+        ct.run(["rm", "-rf", "/root/shallow"])

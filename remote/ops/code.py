@@ -74,6 +74,9 @@ def show(repo: str, commit: str, path: str) -> str | None:
 class Bundle:
     data: bytes
     ref: str  # the one ref it holds, pointing at the commit
+    # A shallow clone's boundary commits the bundle reaches: their parents are not in it, so the checkout
+    # that fetches it is made shallow at them too (code-sync.sh), or git refuses the fetch.
+    shallow: tuple[str, ...] = ()
 
 
 def bundle(repo: str, commit: str, basis: str | None = None) -> Bundle:
@@ -84,13 +87,23 @@ def bundle(repo: str, commit: str, basis: str | None = None) -> Bundle:
     try:
         with tempfile.TemporaryDirectory() as d:
             out = str(Path(d) / "ship.bundle")
-            args = ["bundle", "create", "-q", out, ref]
-            if basis and basis != commit and _ok(repo, "merge-base", "--is-ancestor", basis, commit):
-                args.append(f"^{basis}")
-            _git(repo, *args)
-            return Bundle(Path(out).read_bytes(), ref)
+            thin = bool(basis and basis != commit and _ok(repo, "merge-base", "--is-ancestor", basis, commit))
+            _git(repo, "bundle", "create", "-q", out, ref, *([f"^{basis}"] if thin else []))
+            return Bundle(Path(out).read_bytes(), ref, shallow_boundary(repo, commit, basis if thin else None))
     finally:
         _git(repo, "update-ref", "-d", ref, check=False)
+
+
+def shallow_boundary(repo: str, commit: str, basis: str | None = None) -> tuple[str, ...]:
+    """The shallow commits of `repo` (a `git clone --depth N`) that a bundle of `commit` holds: the commits
+    whose parents it lacks. Empty for a repository with its whole history."""
+    if _git(repo, "rev-parse", "--is-shallow-repository", check=False).strip() != "true":
+        return ()
+    shallow_file = Path(repo) / _git(repo, "rev-parse", "--git-path", "shallow").strip()
+    marked = set(shallow_file.read_text().split()) if shallow_file.exists() else set()
+    # rev-list stops at a shallow commit: the commits the bundle holds are exactly these.
+    held = _git(repo, "rev-list", commit, *([f"^{basis}"] if basis else [])).split()
+    return tuple(c for c in held if c in marked)
 
 
 def needs_sync(local: LocalCommit, probe_code: dict) -> str | None:

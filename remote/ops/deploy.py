@@ -359,7 +359,7 @@ def _sync_code(ct: Container, spec: ContainerSpec, local: codemod.LocalCommit, r
     record = json.dumps({"commit": local.commit, "ref": local.ref, "dirty": local.dirty, "base": local.base,
                          "deployed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
     result = ct.script(codemod.sync_script(), spec.code.path, local.commit, bundle_path, f"{spec.code.path}.patches",
-                       stamp, record, shipped.ref, timeout=600, label="code sync")
+                       stamp, record, shipped.ref, " ".join(shipped.shallow), timeout=600, label="code sync")
     for line in result.out.splitlines():
         if line.startswith("saved "):
             summary.saved.append(line.split(": ", 1)[1])
