@@ -84,6 +84,7 @@ class TrainSpec:
     tolerance: float = 0.2
     outputs: tuple[str, ...] = ()  # a run's results, relative to the checkout (`invoke pull --run`)
     master_port: int = 29500  # a multi-node run's rendezvous port on its first node ({master_port})
+    rendezvous_timeout: int = 300  # seconds a multi-node run's nodes wait for each other before failing
 
 
 @dataclass(frozen=True)
@@ -287,6 +288,7 @@ def _train(s: _Section, base: TrainSpec) -> TrainSpec:
         tolerance=s.take("tolerance", float, base.tolerance, _range(0, 1)),
         outputs=s.strings("outputs", base.outputs),
         master_port=s.take("master_port", int, base.master_port, _range(1, 65535)),
+        rendezvous_timeout=s.take("rendezvous_timeout", int, base.rendezvous_timeout, _range(1, 86400)),
     )
     s.done()
     for i, out in enumerate(spec.outputs):

@@ -19,7 +19,7 @@ groups: {drafters: [200, 201], lab: [300]}
 train: {command: 'torchrun --nnodes {nnodes} --node-rank {node_rank} --rdzv-endpoint {master_addr}:{master_port} x.py --id {run_id} ${HOME}'}
 containers:
   200: {host: a, address: 10.0.1.200}
-  201: {host: a}
+  201: {host: a, address: 10.0.1.201}
   202: {host: a}
   300: {host: b, train: {master_port: 29612}}
 """
@@ -48,8 +48,9 @@ def test_selection_ids_lists_groups_and_all(cfg):
 
 def test_new_keys_are_read_and_validated(cfg, tmp_path):
     assert cfg.hosts["a"].max_parallel == 2 and cfg.hosts["b"].max_parallel == 4
-    assert cfg.containers[200].address == "10.0.1.200" and cfg.containers[201].address is None
+    assert cfg.containers[200].address == "10.0.1.200" and cfg.containers[202].address is None
     assert cfg.containers[200].train.master_port == 29500 and cfg.containers[300].train.master_port == 29612
+    assert cfg.containers[200].train.rendezvous_timeout == 300
     assert cfg.groups == {"drafters": (200, 201), "lab": (300,)}
     for bad, where in [("groups: {drafters: [200, 999]}", "groups.drafters[1]: unknown container 999"),
                        ("groups: {all: [200]}", "groups.all: group names are words"),
@@ -116,8 +117,16 @@ def test_per_node_command_and_the_master(cfg):
     assert {v["master_addr"] for v in values} == {"10.0.1.200"} and values[0]["master_port"] == 29500
     cmd = multinode.node_command(specs[1].train.command, values[1])
     assert cmd == "torchrun --nnodes 2 --node-rank 1 --rdzv-endpoint 10.0.1.200:29500 x.py --id R1 ${HOME}"
-    with pytest.raises(ConfigError, match="containers.201.address: a multi-node run's first container needs"):
-        multinode.plan_nodes([cfg.containers[201], cfg.containers[200]], "R2")
+    assert [v["node_addr"] for v in values] == ["10.0.1.200", "10.0.1.201"]
+    assert multinode.node_command("--local-addr {node_addr}", values[1]) == "--local-addr 10.0.1.201"
+    with pytest.raises(ConfigError, match="containers.202.address: every container of a multi-node run needs"):
+        multinode.plan_nodes([cfg.containers[200], cfg.containers[202]], "R2")
+
+
+def test_each_node_publishes_its_own_address_and_uses_its_interface(cfg):
+    env = multinode.node_env(cfg.containers[201], "eth1")
+    assert env == {"PET_LOCAL_ADDR": "10.0.1.201", "GLOO_SOCKET_IFNAME": "eth1", "NCCL_SOCKET_IFNAME": "eth1",
+                   "PET_RDZV_CONF": "join_timeout=300,timeout=300"}
 
 
 def test_a_lock_that_differs_from_its_siblings_is_named(cfg):

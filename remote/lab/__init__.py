@@ -123,19 +123,6 @@ class Lab:
             self.plain_repo()
         if second:
             self.second().up(second)
-            self.link_names([*containers, *second])
-
-    def link_names(self, ids) -> None:
-        """Every container's hostname (lab<id>) resolves in every container of both hosts, as DNS would
-        between real hosts: torchrun's nodes reach each other by hostname. All of them share the host
-        network, so each name is a loopback address."""
-        for lab in (self, self.second()):
-            for ctid in ids:
-                hosts = lab.lxc / str(ctid) / "upper" / "etc" / "hosts"
-                if hosts.exists():  # its own name first: that is the name its address resolves back to
-                    names = " ".join(f"lab{i}" for i in [ctid, *(i for i in ids if i != ctid)])
-                    keep = [line for line in hosts.read_text().splitlines() if not line.startswith("127.0.1.1 ")]
-                    hosts.write_text("\n".join([*keep, f"127.0.1.1 {names}"]) + "\n")
 
     def _check_tools(self) -> None:
         if os.geteuid() != 0:
@@ -200,10 +187,12 @@ class Lab:
         """Start container `ctid` (idempotent); with reap=False its init never reaps orphans."""
         ct = self.lxc / str(ctid)
         (ct / "upper" / "etc").mkdir(parents=True, exist_ok=True)
-        # As Proxmox does: the container's hostname resolves inside it (torchrun's rendezvous needs that).
+        # As Proxmox does at every start: the container's own hostname on 127.0.1.1 and no other container's
+        # name (nothing resolves those: a multi-node run reaches its nodes by `address`, never by name).
         hosts = ct / "upper" / "etc" / "hosts"
-        if not hosts.exists():
-            hosts.write_text(f"127.0.0.1 localhost\n127.0.1.1 lab{ctid}\n::1 localhost ip6-localhost ip6-loopback\n")
+        keep = [line for line in hosts.read_text().splitlines() if line.split()[:1] != ["127.0.1.1"]] \
+            if hosts.exists() else ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"]
+        hosts.write_text("\n".join([*keep, f"127.0.1.1 lab{ctid}"]) + "\n")
         (ct / "init.py").write_text(_INIT if reap else _INIT_NO_REAP)
         (ct / "config").write_text(self._container_config(ctid))
         if self.state(ctid) == "RUNNING":
@@ -283,7 +272,8 @@ class Lab:
 
     def hosts_yaml(self, containers=DEFAULT_CONTAINERS, second=()) -> str:
         """A hosts file for this lab (used by tests; the shipped hosts.yaml is the default lab's); with
-        `second`, those containers on the second host. Each container's address is 127.0.0.1 (host network)."""
+        `second`, those containers on the second host. Each container's address is 127.0.0.1 (host network):
+        where a multi-node run's nodes reach each other, their names resolving only inside themselves."""
         labs = [(self, containers)] + ([(self.second(), second)] if second else [])
         lines = ["hosts:"]
         for lab, _ in labs:
@@ -291,7 +281,7 @@ class Lab:
                       f"    key_file: {lab.key_file}", f"    known_hosts: {lab.known_hosts}"]
         lines.append("containers:")
         for lab, ids in labs:
-            lines += [f"  {c}:\n    host: {lab.node}" + ("\n    address: 127.0.0.1" if second else "") for c in ids]
+            lines += [f"  {c}:\n    host: {lab.node}\n    address: 127.0.0.1" for c in ids]
         return "\n".join(lines) + "\n"
 
 

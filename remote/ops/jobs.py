@@ -134,9 +134,11 @@ def new_run_id() -> str:
 
 
 def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = False,
-           command: str | None = None, run_id: str | None = None, extra: dict | None = None) -> tuple[str, int]:
+           command: str | None = None, run_id: str | None = None, extra: dict | None = None,
+           env: dict | None = None) -> tuple[str, int]:
     """Start the job detached; returns (run id, pid). Refused while another job runs, unless forced.
-    A multi-node run passes its one run id and its node's fields for the manifest (`extra`)."""
+    A multi-node run passes its one run id, its node's fields for the manifest (`extra`) and its node's
+    environment (`env`, under train.env)."""
     command = command or spec.train.command
     if not command:
         raise ConfigError("hosts file", "train.command", "set the training command to run")
@@ -156,7 +158,7 @@ def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = 
             r = jobenv.run(ct, spec, verify, ["bash", "-c", shell.with_lib("launch"), "launch", spec.train.run_dir,
                                               run_id, "1" if force else "0", spec.code.path, command,
                                               json.dumps(manifest, indent=1), shell.load("job")],
-                           timeout=60, label="launch")
+                           extra=env, timeout=60, label="launch")
     except CommandError as exc:
         if exc.exit_code == 5:
             raise JobError(f"container {spec.ctid}: {exc.stderr_tail} -- `invoke stop` it, follow it with "

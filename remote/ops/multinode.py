@@ -1,8 +1,12 @@
 """One training run across several containers (torch.distributed's c10d rendezvous does the rest).
 
 `train` preflights every node before anything starts, then launches the one run id on each node with
-the command formatted for it ({nnodes}, {node_rank}, {master_addr}, {master_port}, {run_id}); the first
-node is the master, reached at its `containers.<id>.address`. `follow` merges the nodes' logs, each line
+the command formatted for it ({nnodes}, {node_rank}, {master_addr}, {master_port}, {node_addr},
+{run_id}); the first node is the master, reached at its `containers.<id>.address`. Names need not
+resolve across nodes (Proxmox resolves only a container's own name, on 127.0.1.1): each node's torchrun
+publishes its own `address` (PET_LOCAL_ADDR, torchrun's --local-addr) and gloo/NCCL use the interface
+that holds it (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME); train.env overrides any of these. A rendezvous
+that cannot complete ends after train.rendezvous_timeout (torchrun's join_timeout) with that reason. `follow` merges the nodes' logs, each line
 marked `[id] `, and stops the run on every node as soon as one node fails: the other nodes' ranks would
 wait in a collective until its timeout. Each node's manifest lists the nodes, so `status` shows the run
 once and `stop` on one node stops them all.
@@ -15,11 +19,15 @@ from typing import Callable
 
 from . import fleet, jobs
 from . import warmup as wm
+from .. import shell
 from ..config import ContainerSpec
-from ..errors import ConfigError, JobError, RemoteError
+from ..errors import CommandError, ConfigError, JobError, RemoteError
 from ..transport.session import Session
 
-FIELDS = ("nnodes", "node_rank", "master_addr", "master_port", "run_id")
+FIELDS = ("nnodes", "node_rank", "master_addr", "master_port", "node_addr", "run_id")
+# What torchrun and the collectives print when the nodes never met (a timeout, an unreachable store).
+RENDEZVOUS_FAILED = ("RendezvousTimeoutError", "RendezvousClosedError", "RendezvousConnectionError",
+                     "DistNetworkError", "DistStoreError")
 POLL_S = 1.0  # how often the nodes' states are read while following
 
 
@@ -33,13 +41,45 @@ def node_command(command: str, values: dict) -> str:
 def plan_nodes(specs: list[ContainerSpec], run_id: str, file: str = "hosts file") -> list[dict]:
     """Each node's values, the first node being the master."""
     first = specs[0]
-    if not first.address:
-        raise ConfigError(file, f"containers.{first.ctid}.address",
-                          "a multi-node run's first container needs the address the others reach it at")
+    for spec in specs:  # names need not resolve: every node is reached, and publishes itself, by address
+        if not spec.address:
+            raise ConfigError(file, f"containers.{spec.ctid}.address",
+                              "every container of a multi-node run needs the address the others reach it at "
+                              "(its IP on the network the nodes share)")
     if len({s.ctid for s in specs}) != len(specs):
         raise ConfigError(file, "--container", "a container is listed twice")
     return [{"nnodes": len(specs), "node_rank": rank, "master_addr": first.address,
-             "master_port": first.train.master_port, "run_id": run_id} for rank in range(len(specs))]
+             "master_port": first.train.master_port, "node_addr": spec.address, "run_id": run_id}
+            for rank, spec in enumerate(specs)]
+
+
+def node_env(spec: ContainerSpec, iface: str) -> dict[str, str]:
+    """A node's environment: torchrun publishes its address, not its hostname (PET_* are torchrun's flags'
+    environment form), gloo and NCCL use the interface holding it, and the rendezvous gives up in time."""
+    t = spec.train.rendezvous_timeout
+    return {"PET_LOCAL_ADDR": spec.address, "GLOO_SOCKET_IFNAME": iface, "NCCL_SOCKET_IFNAME": iface,
+            # join_timeout: c10d's rendezvous; timeout: the static one (torchrun's default backend)
+            "PET_RDZV_CONF": f"join_timeout={t},timeout={t}"}
+
+
+def node_iface(session: Session, spec: ContainerSpec, file: str = "hosts file") -> str:
+    """The interface of container spec.ctid that holds its configured address; a ConfigError naming the
+    key when none does (the other nodes could not reach it there)."""
+    try:
+        return session.container(spec.ctid).script(shell.load("node-iface"), spec.address, timeout=30,
+                                                    mutates=False, label="node address").out.strip()
+    except CommandError as exc:
+        if exc.exit_code != 4:
+            raise
+        raise ConfigError(file, f"containers.{spec.ctid}.address",
+                          f"{spec.address} is not an address of container {spec.ctid} (it has: "
+                          f"{exc.stderr_tail.strip().rstrip(',')}): set the address the other nodes reach it at"
+                          ) from None
+
+
+def rendezvous_failed(st: dict) -> bool:
+    """Whether a node's log shows that the nodes never met (not a failure of the training itself)."""
+    return any(word in (st.get("tail") or "") for word in RENDEZVOUS_FAILED)
 
 
 def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool = False, follow: bool = True,
@@ -67,21 +107,31 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
         except RemoteError as exc:
             return exc
 
-    pres = fleet.map_each(session.config, ids, check)
-    failed = [(ctid, p) for ctid, p in zip(ids, pres) if isinstance(p, BaseException)]
+    def check_node(ctid: int):
+        pre = check(ctid)
+        if isinstance(pre, BaseException):
+            return pre
+        try:
+            return pre, node_iface(session, session.config.container(ctid), session.config.file)
+        except RemoteError as exc:
+            return exc
+
+    checked = fleet.map_each(session.config, ids, check_node)
+    failed = [(ctid, p) for ctid, p in zip(ids, checked) if isinstance(p, BaseException)]
     if failed:
         raise JobError("preflight failed, nothing was started: " + "; ".join(f"container {c}: {e}" for c, e in failed))
+    pres, ifaces = [p for p, _ in checked], [i for _, i in checked]
     for ctid, pre in zip(ids, pres):
         for note in pre.notes:
             echo(f"[{ctid}] preflight: {note}")
     started: list[tuple[int, int]] = []
     try:
-        for spec, pre, v in zip(specs, pres, values):
+        for spec, pre, v, iface in zip(specs, pres, values, ifaces):
             command = node_command(spec.train.command, v)
             extra = {"nodes": ids, "node_rank": v["node_rank"], "master_addr": v["master_addr"],
-                     "master_port": v["master_port"]}
+                     "master_port": v["master_port"], "node_addr": v["node_addr"], "iface": iface}
             _, pid = jobs.launch(session.container(spec.ctid), spec, pre, force=force, command=command,
-                                 run_id=run_id, extra=extra)
+                                 run_id=run_id, extra=extra, env=node_env(spec, iface))
             started.append((spec.ctid, pid))
     except RemoteError as exc:
         stop_nodes(session, [c for c, _ in started], run_id)
@@ -120,6 +170,16 @@ def follow_run(session: Session, ids: list[int], run_id: str, *, echo: Callable[
         session.container(i)
     finals: dict[int, dict] = {}
     done = threading.Event()
+    master = session.config.container(ids[0])
+
+    def met(ctid: int, st: dict) -> str:
+        """Why, when the nodes never met: the run ended at its rendezvous, not in training."""
+        if not rendezvous_failed(st):
+            return ""
+        return (f": the nodes did not meet at {master.address}:{master.train.master_port} within "
+                f"train.rendezvous_timeout ({session.config.container(ctid).train.rendezvous_timeout} s) -- "
+                "every node must reach that address and port, and torchrun's --nnodes must be the number of "
+                "containers listed ({nnodes})")
     failure: list[tuple[int, str]] = []
 
     def watchdog() -> None:
@@ -133,7 +193,7 @@ def follow_run(session: Session, ids: list[int], run_id: str, *, echo: Callable[
             if bad:
                 ctid, st = first_to_end(session, bad)
                 others = [c for c, s in zip(ids, states) if s["alive"] or s["orphans"]]
-                failure.append((ctid, f"node {ctid} {jobs.describe_end(st)}"))
+                failure.append((ctid, f"node {ctid} {jobs.describe_end(st)}" + met(ctid, st)))
                 echo(f"!! node {ctid} {jobs.describe_end(st)}: stopping the run on every node"
                      + (f" ({', '.join(map(str, others))} would wait in a collective)" if others else ""))
                 stop_nodes(session, others, run_id)
@@ -159,7 +219,7 @@ def follow_run(session: Session, ids: list[int], run_id: str, *, echo: Callable[
     bad = [(c, finals[c]) for c in ids if jobs.final_status(finals[c])]
     if not failure and bad:  # every node ended before the watchdog looked: name the first that failed
         ctid, st = first_to_end(session, bad)
-        failure.append((ctid, f"node {ctid} {jobs.describe_end(st)}"))
+        failure.append((ctid, f"node {ctid} {jobs.describe_end(st)}" + met(ctid, st)))
     echo(f"-- multi-node run {run_id}: " + ("FAILED, " + failure[0][1] + "; " if failure else "") + ends)
     return {"run": run_id, "nodes": finals, "failed": failure[0][0] if failure else None}
 
