@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from typing import Mapping
+from urllib.parse import unquote, urlsplit
 
 from .guard import cache_subdir  # a pure function: the one naming rule shared with remote_guard
 
@@ -25,6 +26,41 @@ def parse_pins(lines) -> dict[str, str]:
         if m:
             pins[normalize(m.group(1))] = m.group(3)
     return pins
+
+
+def parse_lock(lines) -> dict[str, str]:
+    """A lock's (or a spec's) requirements -> {normalized name: version}: `name==version` pins, and direct
+    references (`name @ https://…/name-1.0-….whl`, `name @ git+https://…@sha`, as `uv pip compile`
+    writes them) as "@ <url>", which `matches` compares by the version in a wheel's or sdist's file name."""
+    pins = parse_pins(lines)
+    for line in lines:
+        m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*@\s*(\S+)", line)
+        if m and normalize(m.group(1)) not in pins:
+            pins[normalize(m.group(1))] = "@ " + m.group(3).rstrip("\\")
+    return pins
+
+
+def direct_version(url: str) -> str | None:
+    """The version a direct reference's file name carries (a wheel or an sdist); None for a VCS reference
+    or a name that says none."""
+    if "+" in url.split("://", 1)[0]:  # git+https:// and the like: the version is whatever the commit says
+        return None
+    name = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
+    if name.endswith(".whl") and name.count("-") >= 4:
+        return name.split("-")[1]
+    for ext in (".tar.gz", ".zip", ".tar.bz2", ".tgz"):
+        if name.endswith(ext) and "-" in name:
+            return name[: -len(ext)].rsplit("-", 1)[1]
+    return None
+
+
+def matches(locked: str, installed: str) -> bool:
+    """Whether an installed version is what the lock says: a pin exactly, a direct reference by the version
+    its file name carries (any version for a VCS reference: the commit in the URL is what was locked)."""
+    if locked.startswith("@ "):
+        want = direct_version(locked[2:])
+        return want is None or want == installed
+    return locked == installed
 
 
 def compile_cache(spec, verify: Mapping | None) -> str:

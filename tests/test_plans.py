@@ -205,3 +205,38 @@ def test_oplock_lease_text_live_or_expired_and_the_refusal():
     assert str(err) == ("container 200 is busy: `deploy` held by ctl pid 7 since 2026-11-30T16:00:00+0000. Wait for "
                         "it to finish and retry; if that controller is gone, its lease expires in 30s (it renews it "
                         "every few seconds)")
+
+
+DIRECT_LOCK = (LOCK + "drafty @ https://files.example/wheels/drafty-0.4.1-py3-none-any.whl \\\n    --hash=sha256:cd\n"
+               "    # via -r spec.in\nmylib @ git+https://github.com/o/mylib@0123abcd\n    # via -r spec.in\n"
+               "tok @ file:///opt/wheels/tok-2.0.tar.gz\n")
+DIRECT_DISTS = {"torch": "2.11.0+cu128", "filelock": "3.0", "torchvision": "0.26.0+cu128", "drafty": "0.4.1",
+                "mylib": "0.3.dev0", "tok": "2.0"}
+
+
+@pytest.mark.fault("Direct-URL or git requirement", "a `pkg @ https://…whl` or `git+…` requirement matches its "
+                   "lock line: a deploy of an unchanged venv is a no-op and preflight accepts it")
+def test_direct_url_and_git_requirements_match_their_lock():
+    p = probe(record={"spec_hash": "h", "lock": DIRECT_LOCK}, dists=DIRECT_DISTS)
+    assert venv.plan(SPEC, "h", p).action == "none"
+    assert venv.parse_lock(DIRECT_LOCK.splitlines())["drafty"] == \
+        "@ https://files.example/wheels/drafty-0.4.1-py3-none-any.whl"
+    # A wheel URL names its version: another version installed is a change, not a match.
+    changed = probe(record={"spec_hash": "h", "lock": DIRECT_LOCK}, dists={**DIRECT_DISTS, "drafty": "0.5"})
+    found = venv.plan(SPEC, "h", changed)
+    assert found.action == "build" and list(found.drift.changed) == ["drafty"]
+    # Without its line in the lock, the same package is an extra one (pollution), as before.
+    extra = venv.plan(SPEC, "h", probe(dists=DIRECT_DISTS))
+    assert extra.action == "build" and set(extra.drift.extra) == {"drafty", "mylib", "tok"}
+
+
+def test_the_read_side_and_preflight_accept_direct_references_too():
+    from remote import naming
+    from remote.facts import Venv, Package
+
+    lock = naming.parse_lock(DIRECT_LOCK.splitlines())
+    v = Venv("/root/venv", True, None, True, "h", "s", lock,
+             {n: Package(n, ver, "uv") for n, ver in DIRECT_DISTS.items()}, True)
+    assert v.changed == {} and v.added == {} and v.removed == {}
+    assert naming.direct_version("https://x/torch-2.8.0%2Bcu128-cp311-cp311-linux_x86_64.whl") == "2.8.0+cu128"
+    assert naming.direct_version("git+https://github.com/o/r@v1.0") is None

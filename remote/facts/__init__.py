@@ -67,7 +67,7 @@ class Venv:
         if not (self.ours and self.runs):
             return {}
         return {n: (v, self.packages[n]) for n, v in self.lock.items() if n in self.packages
-                and self.packages[n].version != v}
+                and not naming.matches(v, self.packages[n].version)}
 
 
 @dataclass(frozen=True)
@@ -312,7 +312,7 @@ def venv_of(raw: dict, spec: ContainerSpec) -> Venv:
         error = "the venv's interpreter does not run" + (f": {child.get('err', '').strip()[-300:]}" if child else "")
     return Venv(rv.get("path", spec.venv.path), bool(rv.get("exists")), rv.get("real"), bool(record),
                 record.get("spec_hash"), record.get("lock_sha256"),
-                naming.parse_pins((record.get("lock") or "").splitlines()), _versions(info), info is not None,
+                naming.parse_lock((record.get("lock") or "").splitlines()), _versions(info), info is not None,
                 error, record)
 
 

@@ -76,7 +76,7 @@ def check(raw: dict, spec: ContainerSpec) -> Preflight:
                         "`invoke deploy` saves them as a patch and restores the commit")
     # The rule deploy rebuilds by: the venv exactly its lock.
     installed = (raw.get("venv") or {}).get("dists")
-    drift = venvmod.drift(venvmod.parse_pins((venv.get("lock") or "").splitlines()), installed or {})
+    drift = venvmod.drift(venvmod.parse_lock((venv.get("lock") or "").splitlines()), installed or {})
     if installed is None:
         problems.append(f"the venv's interpreter does not run ({spec.venv.path}/bin/python): `invoke deploy` "
                         "rebuilds it")

@@ -25,7 +25,7 @@ from pathlib import Path
 from .. import shell
 from ..config import VenvSpec
 from ..errors import DeployError
-from ..naming import normalize, parse_pins  # noqa: F401 -- also this module's names
+from ..naming import matches, normalize, parse_lock, parse_pins  # noqa: F401 -- also this module's names
 
 GUARD_SOURCE = Path(__file__).resolve().parent.parent / "guard.py"
 
@@ -105,7 +105,7 @@ def drift(locked: dict[str, str], installed: dict[str, str]) -> Drift:
     inst = {normalize(k): v for k, v in installed.items()}
     return Drift(
         extra={n: v for n, v in inst.items() if n not in locked},
-        changed={n: (v, inst[n]) for n, v in locked.items() if n in inst and inst[n] != v},
+        changed={n: (v, inst[n]) for n, v in locked.items() if n in inst and not matches(v, inst[n])},
         missing={n: v for n, v in locked.items() if n not in inst},
     )
 
@@ -137,8 +137,8 @@ def plan(spec: VenvSpec, want_hash: str, probe: dict) -> VenvPlan:
         return VenvPlan("build", f"no venv at {spec.path}")
     if record is None:
         return VenvPlan("build", f"{spec.path} was not built by remote (no remote-venv.json): rebuilding beside it",
-                        drift(parse_pins(spec.packages), v.get("dists") or {}))
-    found = drift(parse_pins(record.get("lock", "").splitlines()), v.get("dists") or {})
+                        drift(parse_lock(spec.packages), v.get("dists") or {}))
+    found = drift(parse_lock(record.get("lock", "").splitlines()), v.get("dists") or {})
     if v.get("dists") is None:
         return VenvPlan("build", "the venv's interpreter does not run", found)
     if record.get("spec_hash") != want_hash:
