@@ -107,3 +107,18 @@ def test_train_warmup_warms_only_where_the_warmup_is_all_that_is_missing(spec):
     with pytest.raises(JobError) as both:
         check(raw, spec)
     assert not only_warmup_missing(both.value) and "no warmup" in str(both.value)
+
+
+def test_what_a_warmup_would_misrecord_is_named(spec):
+    from remote.ops import warmup as wm
+
+    raw = ready(spec)
+    state = wm.deployed_in(raw, spec)
+    assert wm.unlike_deployed(raw, spec, state) == []
+    raw["code"]["status"] = " M drafter/model.py\n"
+    raw["venv"]["dists"].update(sglang="0.5.1")
+    found = wm.unlike_deployed(raw, spec, state)
+    assert found[0] == "checkout /root/dflash has edits (drafter/model.py)"
+    assert "extra package not in the spec: sglang==0.5.1" in found[1]
+    raw["code"]["status"], raw["code"]["head"] = "", "f" * 40
+    assert wm.unlike_deployed(raw, spec, state)[0].startswith("checkout /root/dflash is at ffffffffffff, not")

@@ -120,3 +120,26 @@ def test_a_brace_in_the_warmup_command_is_left_to_bash():
     spec = config.parse({"hosts": {"h": {"address": "x"}}, "containers": {200: {"host": "h"}},
                          "warmup": {"command": "python w.py --device {device} --out ${HOME}/x", "devices": [3]}}, "f")
     assert wm.command_for(spec.containers[200], "3") == "python w.py --device 3 --out ${HOME}/x"
+
+
+@pytest.mark.fault("Warmup of an edited checkout or a polluted venv", "refused, naming what differs from the "
+                   "deployed commit and lock: nothing is recorded as the deployed commit's warmup")
+def test_a_warmup_of_an_edited_checkout_or_a_polluted_venv_is_refused(deployed, lab_session, ct):
+    before = ct.run(["bash", "-c", f"cat {CACHE}/warmups.jsonl 2>/dev/null; true"]).out
+    ct.run(["bash", "-c", "echo '# hacked' >> /root/dflash/drafter/__init__.py"])
+    try:
+        with pytest.raises(WarmupError, match=r"checkout /root/dflash has edits \(drafter/__init__.py\).*"
+                                              r"`remote deploy` restores it"):
+            wm.warmup(lab_session, 200, **quiet)
+    finally:
+        ct.run(["git", "-C", "/root/dflash", "checkout", "--", "drafter/__init__.py"])
+    site = ct.run(["/root/venv/bin/python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).out.strip()
+    info = f"{site}/intruder-1.0.dist-info"
+    ct.run(["bash", "-c", f'mkdir -p {info} && printf "Metadata-Version: 2.1\\nName: intruder\\nVersion: 1.0\\n" '
+                          f'> {info}/METADATA && printf "pip\\n" > {info}/INSTALLER'])
+    try:
+        with pytest.raises(WarmupError, match=r"extra package not in the spec: intruder==1.0"):
+            wm.warmup(lab_session, 200, **quiet)
+    finally:
+        ct.run(["rm", "-rf", info])
+    assert ct.run(["bash", "-c", f"cat {CACHE}/warmups.jsonl 2>/dev/null; true"]).out == before

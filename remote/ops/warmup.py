@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import files, jobenv, oplock
+from . import venv as venvmod
 from .logs import LineSplitter
 from .. import facts, shell
 from ..config import ContainerSpec
@@ -141,6 +142,33 @@ def deployed_in(raw: dict, spec: ContainerSpec) -> dict:
     return {"code": code, "venv": venv}
 
 
+WARMUP_PARTS = ("venv", "dists", "code")  # the deploy records, what is installed, the checkout's state
+
+
+def unlike_deployed(raw: dict, spec: ContainerSpec, state: dict) -> list[str]:
+    """How the checkout and venv differ from what deploy made (edits, another HEAD, a package the lock does
+    not say): a warmup there would be recorded as the deployed commit's and lock's, and it is not. Pure."""
+    problems = []
+    checkout = facts.checkout_of(raw, spec)
+    commit = state["code"].get("commit") or ""
+    if checkout.git_error:
+        problems.append(f"git fails in the checkout {spec.code.path}: {checkout.git_error}")
+    elif checkout.head != commit:
+        problems.append(f"checkout {spec.code.path} is at {(checkout.head or 'nothing')[:12]}, not the deployed "
+                        f"{commit[:12]}")
+    elif checkout.edited:
+        problems.append(f"checkout {spec.code.path} has edits ({', '.join(checkout.edited[:5])})")
+    installed = (raw.get("venv") or {}).get("dists")
+    if installed is None:
+        problems.append(f"the venv's interpreter does not run ({spec.venv.path}/bin/python)")
+    else:
+        drift = venvmod.drift(venvmod.parse_lock((state["venv"].get("lock") or "").splitlines()), installed)
+        if drift:
+            lines = drift.lines()
+            problems.append(f"the venv differs from its lock ({'; '.join(lines[:5])}{'; …' if len(lines) > 5 else ''})")
+    return problems
+
+
 def _prefixed(echo: Callable[[str], None], prefix: str, sink: list[str]):
     """Each device's output shown with its device as prefix, and kept for the report lines."""
     splitters = {"stdout": LineSplitter(), "stderr": LineSplitter()}
@@ -191,7 +219,13 @@ def warmup(session: Session, ctid=None, *, parallel: bool = False, devices: list
         raise ConfigError(session.config.file, "warmup.command",
                           "set the command that compiles the training configuration (e.g. a few training steps)")
     ct = session.container(spec.ctid)
-    state = deployed(ct, spec)
+    raw = facts.read_raw(ct, spec, facts.DEPLOYED if ct.dry else WARMUP_PARTS)[0]
+    state = deployed_in(raw, spec)
+    problems = [] if ct.dry else unlike_deployed(raw, spec, state)
+    if problems:  # its records would say this commit and lock were warmed up: refuse rather than lie
+        raise WarmupError(f"container {spec.ctid} is not as deployed, so its warmup would not be the deployed "
+                          f"commit's: {'; '.join(problems)}. `remote deploy` restores it (edits saved as a patch, "
+                          "the venv rebuilt to its lock), then warm up")
     devices = list(devices or devices_of(spec))
     verify = state["venv"].get("verify") or {}
     echo(f"==> warmup of {len(devices)} device(s) {'in parallel' if parallel and len(devices) > 1 else 'one at a time'}"
