@@ -235,3 +235,52 @@ def test_a_dead_agent_is_closed_when_it_is_replaced(tmp_path):
         second = s._agent_for(spec)
         assert second is not first and closed == [True]
         assert s.container(200).run(["echo", "ok"], cwd="/tmp").out == "ok\n"
+
+
+class Throttled:
+    """A real agent's stream behind a slow link: every write passes at `rate` bytes per second."""
+
+    def __init__(self, inner, rate: float):
+        self.inner, self.rate = inner, rate
+
+    def write(self, data):
+        view = memoryview(data)
+        for start in range(0, len(view), 64 << 10):
+            piece = view[start:start + (64 << 10)]
+            time.sleep(len(piece) / self.rate)
+            self.inner.write(piece)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+@pytest.mark.fault("Large stdin through the agent", "the heartbeat does not declare a link dead while a large "
+                   "request (deploy's code bundle) is still passing: the command completes")
+def test_a_large_stdin_slower_than_the_silence_limit_passes():
+    stream = Throttled(LocalTransport().open_stream([sys.executable, "-c", AGENT, "60"]), rate=2 << 20)
+    agent = Agent(stream, "here", ping_every=0.2, silence=1.0)
+    try:
+        data = os.urandom(3 << 20)  # 4 MiB as base64 in JSON: about 2 s at 2 MiB/s, twice the silence limit
+        start = time.monotonic()
+        r = agent.run(["wc", "-c"], env=ENV, cwd="/tmp", timeout=None, stdin=data, on_output=None, deadline=60)
+        assert time.monotonic() - start > 1.5  # it did take longer than the silence limit
+        assert r.exit_code == 0 and r.out.strip() == str(len(data)) and not agent.dead
+    finally:
+        agent.close()
+
+
+def test_a_large_write_that_stops_moving_is_still_a_silent_link():
+    taken = []
+
+    def write(data):  # the link's buffers take 1 MiB, then nothing moves any more
+        if sum(map(len, taken)) >= 1 << 20:
+            threading.Event().wait(30)
+        taken.append(bytes(data))
+
+    agent = Agent(Scripted(write), "here", ping_every=0.2, silence=1.0)
+    outcome = []
+    threading.Thread(target=lambda: outcome.append(pytest.raises(ConnectError, agent.run, ["wc", "-c"], env=ENV,
+                     cwd="/tmp", timeout=None, stdin=os.urandom(3 << 20), on_output=None, deadline=None)),
+                     daemon=True).start()
+    assert wait_until(lambda: agent.dead is not None, timeout=10), "the stalled write kept the link alive"
+    assert "went silent" in agent.dead

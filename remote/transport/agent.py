@@ -14,7 +14,10 @@ Frames, both ways: a 4-byte big-endian length, then JSON. Requests:
 Replies: {"i": id, "k": "o"|"e", "d": base64} for output, {"i": id, "x": exit status} at the end.
 Heartbeat: the controller sends {"i": 0, "ping": n} every PING_EVERY s, the agent answers
 {"i": 0, "pong": n}. Each side treats a silence as the other being gone: the controller after SILENCE s
-(ConnectError to every waiting command), the agent after AGENT_SILENCE s, or a write that cannot go out
+in which nothing came from the agent and none of its own writes moved on (a large request, such as
+deploy's code bundle on stdin, is written in slices, and a slice the link took is a sign of life while
+the pings wait behind it; on a silent link the writes stop moving once the buffers are full), giving
+ConnectError to every waiting command, the agent after AGENT_SILENCE s, or a write that cannot go out
 for as long; and the agent kills every child it started whenever it ends (EOF, EPIPE, silence, SIGHUP,
 SIGTERM), so a lost controller leaves nothing of its commands behind.
 """
@@ -34,6 +37,7 @@ from ..errors import CommandTimeout, ConnectError
 HANDSHAKE_TIMEOUT = 60.0  # seconds for the agent's first frame (pct exec and python3 start-up)
 PING_EVERY = 5.0  # the controller pings the agent this often
 SILENCE = 15.0  # nothing heard from the agent this long: the link is gone (before the SSH heartbeat notices)
+WRITE_SLICE = 256 << 10  # a large frame goes out in slices this big, each one proof that the link moves
 AGENT_SILENCE = 60  # the agent's side: nothing from the controller this long, it kills its children and exits
 
 AGENT = r'''
@@ -198,6 +202,7 @@ class Agent:
         self.silent = False  # it died of silence: the connection under it is useless too
         self._closed = threading.Event()
         self._last_rx = time.monotonic()
+        self._last_tx = 0.0  # when a slice of a write last went out (a large request passing)
         self._ready: queue.Queue = queue.Queue()
         threading.Thread(target=self._reader, daemon=True, name=f"agent-{where}").start()
         try:
@@ -241,9 +246,14 @@ class Agent:
     def _write(self, frame: dict) -> None:
         """Send one frame; any failure of the stream is a lost agent (ConnectError), whatever raised it."""
         data = json.dumps(frame).encode()
+        view = memoryview(struct.pack(">I", len(data)) + data)
         try:
-            with self._send_lock:
-                self.stream.write(struct.pack(">I", len(data)) + data)
+            with self._send_lock:  # one frame at a time; its slices in order
+                if len(view) <= WRITE_SLICE:  # pings and small requests: a buffer takes them, link or not
+                    self.stream.write(view)
+                for start in range(0, len(view), WRITE_SLICE) if len(view) > WRITE_SLICE else ():
+                    self.stream.write(view[start:start + WRITE_SLICE])
+                    self._last_tx = time.monotonic()
         except Exception as exc:
             self._lost(f"cannot write to the agent: {exc or type(exc).__name__}")
             raise ConnectError(self.where, f"{self.where}: agent gone: {self.dead}") from exc
@@ -262,7 +272,8 @@ class Agent:
         # Pings are written from their own thread: on a dead link a write can block, the check must not.
         while not self._closed.wait(min(1.0, self.ping_every)):
             now = time.monotonic()
-            if now - self._last_rx > self.silence:
+            # Heard nothing, and nothing written moved on: a write the link takes is as good as a pong.
+            if now - max(self._last_rx, self._last_tx) > self.silence:
                 self._lost(f"no answer from the agent in {self.silence:g}s: the connection went silent "
                            "(a NAT or Wi-Fi drop?)", silent=True)
                 return
