@@ -20,6 +20,7 @@ from ..config import ContainerSpec
 from ..errors import CommandError
 from .. import naming
 from ..transport.pct import Container
+from .probe import SMI_S
 
 PROBE_SOURCE = resources.files(__package__).joinpath("probe.py").read_text()
 
@@ -266,7 +267,7 @@ def gpus_of(raw: dict) -> Gpus:
     if not q or "missing" in q:
         return Gpus(False, (), None, None, ())
     if q.get("rc") is None:  # it hung: a driver in trouble, not a machine without GPUs
-        return Gpus(True, (), None, None, (), "nvidia-smi did not answer within 60 s")
+        return Gpus(True, (), None, None, (), f"nvidia-smi did not answer within {SMI_S} s (a hung GPU driver?)")
     if q.get("rc") != 0:
         return Gpus(True, (), None, None, (), f"nvidia-smi failed: {q.get('err', '').strip()[-300:]}")
     try:

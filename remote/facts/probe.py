@@ -60,6 +60,13 @@ print(json.dumps(info))
 GPU_QUERY = ["nvidia-smi", "--query-gpu=index,name,driver_version,memory.used,memory.total,uuid",
              "--format=csv,noheader,nounits"]
 APPS_QUERY = ["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader,nounits"]
+# Every child gets a deadline counted from the probe's start, never a timeout of its own added to the
+# others': a hung GPU driver is a finding within seconds, and the whole probe ends well inside its
+# caller's limit (300 s, remote.facts.read_raw).
+SMI_S = 10  # nvidia-smi answers in well under a second when the driver is healthy
+CHILD_S = 120  # git, the venv's package list, the run's state
+TORCH_S = 150  # import torch (CUDA's initialisation included)
+TORCH_AFTER_HUNG_SMI_S = 20  # import torch when nvidia-smi hung: CUDA's initialisation hangs on that driver too
 ALL_PARTS = ("python", "venv", "dists", "torch", "uv", "lease", "code", "untracked", "cache", "warmups", "tmp",
              "jobs", "run", "gpus", "disk", "known_good")
 
@@ -72,16 +79,21 @@ def start(argv, cwd="/"):
         return exc
 
 
-def finish(child, timeout=120):
-    """{"rc", "out", "err", "seconds"} of a started child, or {"missing": reason} when it could not start."""
+def finish(child, deadline):
+    """{"rc", "out", "err", "seconds"} of a started child by `deadline` (time.time()), or {"missing": reason}
+    when it could not start. A child still running then is killed; one that does not even die (a process
+    stuck in a hung driver) is left behind rather than waited for."""
     if isinstance(child, Exception):
         return {"missing": str(child)}
     started, p = child
     try:
-        out, err = p.communicate(timeout=timeout)
+        out, err = p.communicate(timeout=max(0.0, deadline - time.time()))
     except subprocess.TimeoutExpired:
         p.kill()
-        out, err = p.communicate()
+        try:
+            out, err = p.communicate(timeout=2)
+        except subprocess.TimeoutExpired:
+            out = ""
         return {"rc": None, "out": out, "err": "timed out", "seconds": round(time.time() - started, 3)}
     return {"rc": p.returncode, "out": out, "err": err[-2000:], "seconds": round(time.time() - started, 3)}
 
@@ -267,6 +279,7 @@ def main():
     has_git = "code" in parts and shutil.which("git") is not None
     is_repo = os.path.isdir(os.path.join(checkout, ".git"))
     out = {"time": time.time(), "parts": sorted(parts)}
+    t0 = out["time"]
     # The slow children first, all at once.
     kids = {}
     if "dists" in parts and os.path.exists(py):
@@ -321,14 +334,15 @@ def main():
     if "disk" in parts:
         out["disk"] = [free(p) for p in (venv, cache_dir, run_dir)]
 
-    # nvidia-smi gets 60 s: a hung driver must not hold the probe past its caller's limit.
-    done = {name: finish(child, 60 if name in ("gpus", "apps", "smi") else 120)
+    done = {name: finish(child, t0 + (SMI_S if name in ("gpus", "apps", "smi") else CHILD_S))
             for name, child in kids.items() if name != "torch"}
+    smi_hung = any(done.get(n, {}).get("rc", 0) is None for n in ("gpus", "apps", "smi"))
+    torch_by = t0 + (TORCH_AFTER_HUNG_SMI_S if smi_hung else TORCH_S)
     if "torch" in parts:
         if kept is not None and torch_healthy(kept, done.get("gpus")):
             out["torch"] = {**kept, "cached": True}
         elif os.path.exists(py):
-            result = finish(kids["torch"] if "torch" in kids else start([py, "-c", TORCH_SCRIPT]))
+            result = finish(kids["torch"] if "torch" in kids else start([py, "-c", TORCH_SCRIPT]), torch_by)
             if torch_healthy(result, done.get("gpus")):
                 save_torch(arg.get("torch_cache", TORCH_CACHE), key, result)
             out["torch"] = {**result, "cached": False}
