@@ -69,3 +69,17 @@ def test_low_throughput_is_flagged_at_the_first_low_reading():
     for _ in range(5):
         w.line("21.4 Ktok/s")
     assert "(ok)" in w.summary() and "100% of its speed" in w.summary()
+
+
+@pytest.mark.fault("Rolling metric of 0", "the run summary (train, logs, report) says 0% of the baseline's speed "
+                   "(or that a lower-is-better 0 has no ratio), never a TypeError")
+def test_a_rolling_metric_of_zero_is_summarised():
+    w = logs.Watch(baseline=21.5)
+    w.line("step 1 | 0 Ktok/s")
+    assert w.rolling == 0 and w.speed_ratio == 0
+    assert w.summary() == "throughput last 0 Ktok/s, rolling 0 Ktok/s vs baseline 21.5 Ktok/s: 0% of its speed (SLOW)"
+    w = logs.Watch(metrics=logs.compile_metric(config.MetricSpec(pattern=r"step_time=([\d.]+)", unit="s/step",
+                                                                 higher_is_better=False)), baseline=0.5)
+    w.line("step_time=0")
+    assert w.summary() == ("throughput last 0 s/step, rolling 0 s/step vs baseline 0.5 s/step: no ratio to it "
+                           "(ok, lower is better)")

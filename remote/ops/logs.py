@@ -174,9 +174,11 @@ class Watch:
     def speed_ratio(self) -> float | None:
         """The rolling value as a fraction of the baseline's speed (1.0 = as fast; >1 faster)."""
         r = self.rolling
-        if not self.baseline or not r:
+        if not self.baseline or r is None:
             return None
-        return r / self.baseline if self.higher_is_better else self.baseline / r
+        if self.higher_is_better:
+            return r / self.baseline  # 0 when the rolling value is 0: no speed at all
+        return self.baseline / r if r else None  # 0 s per step has no ratio
 
     def _parse(self, text: str) -> float | None:
         for metric in ([self.metric] if self.metric else self.metrics):
@@ -215,7 +217,9 @@ class Watch:
         text = f"throughput last {fmt(self.last, self.unit)}, rolling {fmt(self.rolling, self.unit)}"
         if self.baseline:
             verdict = "SLOW" if self.slow(self.rolling) else "ok"
-            text += (f" vs baseline {fmt(self.baseline, self.unit)}: {self.speed_ratio:.0%} of its speed ({verdict}"
+            ratio = self.speed_ratio
+            share = f"{ratio:.0%} of its speed" if ratio is not None else "no ratio to it"
+            text += (f" vs baseline {fmt(self.baseline, self.unit)}: {share} ({verdict}"
                      f"{'' if self.higher_is_better else ', lower is better'})")
         return text
 
