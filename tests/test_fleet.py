@@ -148,3 +148,19 @@ def test_status_shows_a_multi_node_run_once_with_its_nodes():
             {"container": 201, "run": {"id": "S", "alive": False, "exit": 0}}]
     assert _multinode_lines(jobs) == ["multi-node run R running on 2 nodes: 200 (node 0, master): running; "
                                       "300 (node 1): exited 1"]
+
+
+@pytest.mark.fault("A host's `pct list` past its deadline", "status shows that host unreachable with the reason "
+                   "and its containers unknown; the other hosts as usual, never a KeyError")
+def test_inventory_carries_a_host_whose_pct_list_timed_out(cfg):
+    from remote.errors import CommandTimeout
+    from remote.lab.testing import Expect, FakeTransport
+    from remote.transport.session import Session
+
+    fakes = {"a": FakeTransport([Expect(lambda argv: True, stdout="VMID Status Lock Name\n200 running lab200\n")]),
+             "b": FakeTransport([Expect(lambda argv: True, raises=CommandTimeout("pct list", 60, "", "b"))])}
+    session = Session(cfg, transport_factory=lambda host: fakes[host.name], agent=False)
+    states = {h.host: h for h in fleet.inventory(session)}
+    assert states["a"].reachable and states["a"].containers == {200: "running", 201: "missing", 202: "missing"}
+    assert not states["b"].reachable and states["b"].containers == {300: "unknown"}
+    assert states["b"].error == "`pct list` on b: b: timed out after 60s and was killed: pct list"

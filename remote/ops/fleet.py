@@ -322,7 +322,8 @@ def inventory(session) -> list:
     import copy
     import dataclasses
 
-    from ..transport.session import inventory as one_host_at_a_time
+    from ..errors import RemoteError
+    from ..transport.session import HostState, inventory as one_host_at_a_time
 
     names = list(session.config.hosts)
     for name in names:  # the transports made here, in one thread: Session's map is not locked
@@ -331,7 +332,13 @@ def inventory(session) -> list:
     def one(name: str):
         view = copy.copy(session)  # shares the transports; never closed itself
         view.config = dataclasses.replace(session.config, hosts={name: session.config.hosts[name]})
-        return one_host_at_a_time(view)
+        try:
+            return one_host_at_a_time(view)
+        except RemoteError as exc:  # `pct list` past its deadline (CommandTimeout), ...: that host is unknown
+            wanted = [c.ctid for c in session.config.containers.values() if c.host.name == name]
+            return [HostState(name, False, f"`pct list` on {name}: {exc}", {c: "unknown" for c in wanted})]
+        except BaseException as exc:  # noqa: BLE001 -- re-raised in the caller's thread below
+            return exc
 
     results: dict[str, list] = {}
     threads = [threading.Thread(target=lambda n=n: results.__setitem__(n, one(n)), daemon=True) for n in names]
@@ -339,4 +346,7 @@ def inventory(session) -> list:
         t.start()
     for t in threads:
         t.join()
+    for n in names:
+        if isinstance(results[n], BaseException):
+            raise results[n]
     return [state for n in names for state in results[n]]
