@@ -8,6 +8,7 @@ the host's process list, the run folder or any task's output.
 """
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -161,11 +162,16 @@ def test_a_secret_in_train_env_reaches_the_job_but_no_argv_file_or_output(lab, p
             for args in (("train", "--force"), ("stop",)):
                 dry = task(plain, *args, "-c", str(CT), "--dry")
                 assert "Traceback" not in dry.stdout and "pct exec" in dry.stdout, dry.stdout
+                # Nothing was started or checked: no pid 0, no word about the GPUs.
+                assert "(pid 0" not in dry.stdout and "none on a GPU" not in dry.stdout, dry.stdout
+            assert re.search(r"==> \(dry run\) run \S+ would start in container", dry_train := task(
+                plain, "train", "--force", "-c", str(CT), "--dry").stdout), dry_train
         finally:
             in_ct(plain, "rm -f /usr/local/bin/nvidia-smi")
     finally:
         stopped = task(plain, "stop", "-c", str(CT), "--run", run_id).stdout
     assert "verified: no process of it is left" in stopped
+    assert "none on a GPU" not in stopped  # the lab has no nvidia-smi: the GPUs were not checked
     assert marked(plain, run_id) == []  # no rank, no torchrun left
     assert not any(SECRET in out for out in plain["outputs"])
     no_tmp_compile_cache(lab)

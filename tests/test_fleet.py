@@ -1,6 +1,7 @@
 """Fleets without a lab: selection against the hosts file, the runner's bounds, prefixes, summary and
 exit status, and a multi-node run's per-node command."""
 
+import re
 import sys
 import threading
 import time
@@ -164,3 +165,17 @@ def test_inventory_carries_a_host_whose_pct_list_timed_out(cfg):
     assert states["a"].reachable and states["a"].containers == {200: "running", 201: "missing", 202: "missing"}
     assert not states["b"].reachable and states["b"].containers == {300: "unknown"}
     assert states["b"].error == "`pct list` on b: b: timed out after 60s and was killed: pct list"
+
+
+@pytest.mark.fault("A fleet command that failed without output", "its row names the exit status, never an empty "
+                   "reason (`FAILED (1) ... Exit:`)")
+def test_a_failure_without_a_message_names_its_exit_status(cfg):
+    from invoke import Exit
+
+    def work(ctid):
+        raise Exit(code=3)  # exec's way out after a command that printed nothing
+
+    outcomes = fleet.run_each(cfg, [200], work, progress=False)
+    assert (outcomes[0].code, outcomes[0].message) == (3, "exited with status 3")
+    assert re.search(r"FAILED \(3\)\s+[\d.]+s\s+exited with status 3$", fleet.render(outcomes).splitlines()[1])
+    assert fleet._failure(JobError("it broke")) == (1, "it broke")

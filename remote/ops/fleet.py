@@ -165,10 +165,12 @@ def _failure(exc: BaseException) -> tuple[int, str]:
     code = getattr(exc, "code", None)
     if code is None:
         code = getattr(exc, "exit_code", None)
+    code = code if isinstance(code, int) and code else 1
     message = getattr(exc, "message", None)
-    if message is None:
+    if message is None and (hasattr(exc, "exit_code") or str(exc)):
         message = str(exc) if hasattr(exc, "exit_code") else f"{type(exc).__name__}: {exc}"
-    return (code if isinstance(code, int) and code else 1), (message or "")
+    # invoke's Exit(code=N) after a command that failed (its output, if any, was shown above)
+    return code, message or f"exited with status {code}"
 
 
 def run_each(config: Config, ids: list[int], fn: Callable[[int], object], *, fail_fast: bool = False,

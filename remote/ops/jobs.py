@@ -225,15 +225,17 @@ def stop(ct: Container, spec: ContainerSpec, run_id: str | None = None, grace: i
         raise JobError(f"container {spec.ctid} has no runs in {spec.train.run_dir}")
     r = ct.script(shell.with_lib("stop"), st["path"], st["run"], str(grace), timeout=grace + 60, label="stop")
     if ct.dry:
-        return {"run": st["run"], "was_alive": st["alive"], "signal": "none", "left": [], "gpu_left": [], "exit": None}
+        return {"run": st["run"], "was_alive": st["alive"], "signal": "none", "left": [], "gpu_left": None, "exit": None}
     fields = _fields(r.out)
     result = {"run": st["run"], "nodes": (st.get("manifest") or {}).get("nodes"),
               "was_alive": st["alive"] or bool(st["orphans"]), "signal": fields.get("signal"),
               "left": [int(p) for p in fields.get("left", "").split()],
-              "gpu_left": [int(p) for p in fields.get("gpu_left", "").split()],
+              # None where the GPUs could not be checked (no nvidia-smi, or it did not answer)
+              "gpu_left": [int(p) for p in fields.get("gpu_left", "").split()]
+              if fields.get("gpu_checked") == "1" else None,
               "exit": int(fields["exit"]) if fields.get("exit", "").lstrip("-").isdigit() else None}
     if result["left"] or result["gpu_left"]:
-        raise JobError(f"run {st['run']}: processes still alive after KILL: {result['left'] + result['gpu_left']}")
+        raise JobError(f"run {st['run']}: processes still alive after KILL: {result['left'] + (result['gpu_left'] or [])}")
     return result
 
 
@@ -283,6 +285,9 @@ def train(session: Session, ctid=None, *, force: bool = False, warmup: bool = Fa
     for note in pre.notes:
         echo(f"preflight: {note}")
     run_id, pid = launch(ct, spec, pre, force=force)
+    if session.dry:  # nothing was started: no pid to name
+        echo(f"==> (dry run) run {run_id} would start in container {spec.ctid}; log {spec.train.run_dir}/{run_id}/log")
+        return None
     echo(f"==> run {run_id} started (pid {pid} in container {spec.ctid}); log {spec.train.run_dir}/{run_id}/log")
     if not follow or session.dry:
         return None

@@ -137,6 +137,10 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
         stop_nodes(session, [c for c, _ in started], run_id)
         raise JobError(f"the launch failed on container {spec.ctid}: {exc}; stopped the run on "
                        f"{', '.join(str(c) for c, _ in started) or 'no other node'}") from None
+    if session.dry:  # nothing was started: no pids to name
+        echo(f"==> (dry run) run {run_id} would start on {len(ids)} nodes: {', '.join(map(str, ids))}; master "
+             f"{values[0]['master_addr']}:{values[0]['master_port']}")
+        return None
     echo(f"==> run {run_id} started on {len(ids)} nodes: " + ", ".join(f"{c} (pid {p})" for c, p in started)
          + f"; master {values[0]['master_addr']}:{values[0]['master_port']}")
     if not follow or session.dry:

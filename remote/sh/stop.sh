@@ -22,12 +22,16 @@ if [ -n "$(marked "$id")" ]; then
   sleep 0.3
 fi
 [ -e "$run/exit" ] || echo 137 > "$run/exit"
-gpu=
-if command -v nvidia-smi >/dev/null 2>&1; then
-  for p in $(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null); do
+# Whether any of its processes is still on a GPU: said only where nvidia-smi answered (in time).
+gpu='' checked=0
+if command -v nvidia-smi >/dev/null 2>&1 \
+    && apps=$(timeout -k 2 10 nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null); then
+  checked=1
+  for p in $apps; do
     ours "$p" "$id" && gpu="$gpu $p"
   done
 fi
+echo "gpu_checked=$checked"
 echo "signal=$signalled"
 echo "left=$(marked "$id" | tr '\n' ' ')"
 echo "gpu_left=$gpu"
