@@ -240,3 +240,16 @@ def test_the_read_side_and_preflight_accept_direct_references_too():
     assert v.changed == {} and v.added == {} and v.removed == {}
     assert naming.direct_version("https://x/torch-2.8.0%2Bcu128-cp311-cp311-linux_x86_64.whl") == "2.8.0+cu128"
     assert naming.direct_version("git+https://github.com/o/r@v1.0") is None
+
+
+@pytest.mark.fault("Warmup output without a final newline", "the cache's before/after are still read: the gain "
+                   "recorded is what the cache gained, never negative")
+def test_a_warmup_whose_last_line_has_no_newline_still_reports_its_cache():
+    from remote.ops import warmup as wm
+
+    shown, sink = [], []
+    on_output = wm._prefixed(shown.append, "0", sink)
+    on_output("stdout", b"REMOTE_CACHE before 2 100\ncompiling\ndone, no newline")
+    on_output("stdout", b"REMOTE_CACHE after 7 900\n")
+    assert wm.parse_cache_lines(sink) == {"before": (2, 100), "after": (7, 900)}
+    assert shown == ["  [0] compiling", "  [0] done, no newline"]

@@ -175,6 +175,11 @@ def _prefixed(echo: Callable[[str], None], prefix: str, sink: list[str]):
 
     def on_output(kind: str, chunk: bytes) -> None:
         for line in splitters[kind].feed(chunk):
+            head, sep, tail = line.partition(CACHE_PREFIX)
+            if sep and head:  # the command's last line had no newline: warmup.sh's line was glued to it
+                sink.append(head)
+                echo(f"  [{prefix}] {head}")
+                line = sep + tail
             sink.append(line)
             if not line.startswith((REPORT_PREFIX, CACHE_PREFIX)):
                 echo(f"  [{prefix}] {line}")
