@@ -253,3 +253,17 @@ def test_a_warmup_whose_last_line_has_no_newline_still_reports_its_cache():
     on_output("stdout", b"REMOTE_CACHE after 7 900\n")
     assert wm.parse_cache_lines(sink) == {"before": (2, 100), "after": (7, 900)}
     assert shown == ["  [0] compiling", "  [0] done, no newline"]
+
+
+@pytest.mark.fault("A torch/ folder where the new venv is verified", "the verify imports the venv's own torch, "
+                   "never a folder in the working directory")
+def test_the_venv_verify_is_not_shadowed_by_a_folder_where_it_runs(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("__version__ = 'shadow'\n")
+    out = subprocess.run(venv.verify_argv(sys.executable), cwd=tmp_path, capture_output=True, text=True,
+                         check=True).stdout
+    assert json.loads(out)["torch"] != "shadow"

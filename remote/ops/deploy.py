@@ -415,7 +415,7 @@ def _build(ct: Container, spec: ContainerSpec, state: dict, want: str, req_text,
     if ct.dry:  # nothing was built: the verify and finalize steps would only read what is not there
         return target, None
     echo(f"    built in {time.monotonic() - t0:.1f}s; verifying")
-    info = json.loads(ct.run([f"{target}/bin/python", "-c", venvmod.VERIFY], timeout=600).out)
+    info = json.loads(ct.run(venvmod.verify_argv(f"{target}/bin/python"), timeout=600).out)
     try:
         venvmod.check_verify(spec.venv, info)
     except DeployError:

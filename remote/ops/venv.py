@@ -52,6 +52,14 @@ for name in ("triton", "pytorch-triton"):
 print(json.dumps(info))
 '''
 
+
+
+def verify_argv(python: str) -> list[str]:
+    """VERIFY with a venv's interpreter, isolated (-I): neither the working folder (/root: a `torch/` folder
+    there would be imported instead of the venv's torch) nor PYTHON* variables change what it finds."""
+    return [python, "-I", "-c", VERIFY]
+
+
 # Swap `link` to point at `target` atomically; a real directory at `link` (a venv made by hand) is
 # exchanged with the new symlink in one renameat2 call and kept under the versions folder.
 SWAP = r'''
