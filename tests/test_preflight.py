@@ -122,3 +122,18 @@ def test_what_a_warmup_would_misrecord_is_named(spec):
     assert "extra package not in the spec: sglang==0.5.1" in found[1]
     raw["code"]["status"], raw["code"]["head"] = "", "f" * 40
     assert wm.unlike_deployed(raw, spec, state)[0].startswith("checkout /root/dflash is at ffffffffffff, not")
+
+
+@pytest.mark.fault("Facts probe's interpreter", "the probe runs with the system python whatever the caller's "
+                   "PATH (preflight, status, warmup and exec put the venv first): a broken venv cannot hide itself")
+def test_the_probe_runs_with_the_system_python_not_the_venvs(spec):
+    from remote import facts
+    from remote.lab.testing import Expect, FakeTransport
+    from remote.transport.pct import DEFAULT_PATH, Container
+
+    seen = []
+    t = FakeTransport([Expect(lambda argv: seen.append(argv) or True, stdout='{"parts": []}')])
+    ct = Container(t, 200, path=f"{spec.venv.path}/bin:{DEFAULT_PATH}")  # as session.container() makes it
+    facts.read_raw(ct, spec, facts.DEPLOYED)
+    assert f"PATH={DEFAULT_PATH}" in seen[0] and spec.venv.python in seen[0]
+    assert not any(a.startswith("PATH=") and spec.venv.path in a for a in seen[0])

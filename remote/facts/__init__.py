@@ -9,6 +9,7 @@ probe's own cache of what `import torch` said (see remote/facts/probe.py).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -19,7 +20,7 @@ from .. import shell
 from ..config import ContainerSpec
 from ..errors import CommandError
 from .. import naming
-from ..transport.pct import Container
+from ..transport.pct import DEFAULT_PATH, Container
 from .probe import SMI_S
 
 PROBE_SOURCE = resources.files(__package__).joinpath("probe.py").read_text()
@@ -438,6 +439,8 @@ def read_raw(ct: Container, spec: ContainerSpec, parts=DOCTOR, run_id: str | Non
              ) -> tuple[dict, tuple[float, float]]:
     """Run the probe: its raw JSON, and the controller's clock when it was sent and answered. `fresh`:
     ask torch again even if an earlier probe's answer still holds."""
+    if ct.path != DEFAULT_PATH:  # `python3` must be the system's, not the venv's (it may be broken)
+        ct = dataclasses.replace(ct, path=DEFAULT_PATH)
     sent = time.time()
     r = ct.run(probe_argv(spec, parts, run_id, fresh=fresh), mutates=False, timeout=300, label="facts probe")
     try:
