@@ -282,6 +282,9 @@ def diagnose(session: Session, ctids: list[int], *, fresh: bool = False) -> list
     probed is a report with its error. `fresh`: ask torch again rather than use a kept answer."""
     from .ops import fleet
 
+    for ctid in ctids:  # each host's transport made here, in one thread: threads would each make their own
+        session.container(ctid, venv_on_path=False)
+
     def one(ctid: int) -> Report:
         spec = session.config.container(ctid)
         try:

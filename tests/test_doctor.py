@@ -368,3 +368,37 @@ def test_a_known_good_without_packages_says_nothing_about_them(spec):
     raw["venv_run"] = child(info)
     (f,) = findings(fx.parse(raw, spec, (1000.0, 1000.5)), spec)
     assert f.code == "package-added" and f.since is None
+
+
+@pytest.mark.fault("doctor over many containers of one host", "one SSH connection per host, made before the "
+                   "threads: none opened twice and left unclosed")
+def test_doctor_makes_one_transport_per_host(tmp_path):
+    import time as _time
+
+    from remote.doctor import diagnose
+    from remote.transport import Result
+    from remote.transport.session import Session
+
+    path = tmp_path / "hosts.yaml"
+    path.write_text("hosts:\n  a: {address: 10.0.0.1}\ncontainers:\n" + "".join(f"  {i}: {{host: a}}\n" for i in range(200, 206)))
+    made = []
+
+    class Failing:
+        name = "a"
+
+        def run(self, argv, **kw):
+            return Result(tuple(argv), 1, b"", b"probe failed", 0.0)
+
+        def describe(self, argv):
+            return "a"
+
+        def close(self):
+            pass
+
+    def factory(host):
+        _time.sleep(0.2)  # a connection takes a while: room for a second thread to make its own
+        made.append(host.name)
+        return Failing()
+
+    reports = diagnose(Session(config.load(str(path)), transport_factory=factory, agent=False), list(range(200, 206)))
+    assert made == ["a"] and len(reports) == 6 and all(r.error for r in reports)
