@@ -137,3 +137,24 @@ def test_the_probe_runs_with_the_system_python_not_the_venvs(spec):
     facts.read_raw(ct, spec, facts.DEPLOYED)
     assert f"PATH={DEFAULT_PATH}" in seen[0] and spec.venv.python in seen[0]
     assert not any(a.startswith("PATH=") and spec.venv.path in a for a in seen[0])
+
+
+@pytest.mark.fault("No code.repo (the code put there by hand)", "warmup and train take the checkout's HEAD as its "
+                   "commit instead of asking for a deploy that would never ship code")
+def test_without_code_repo_the_checkout_head_is_the_commit(spec, tmp_path):
+    from remote.errors import DeployError
+    from remote.ops import warmup as wm
+
+    raw = ready(spec)
+    raw["code"]["record"] = None  # deploy never synced it: there is no code.repo to ship
+    assert not spec.code.repo
+    state = wm.deployed_in(raw, spec)
+    assert state["code"]["commit"] == raw["code"]["head"] == COMMIT
+    assert check(raw, spec).commit == COMMIT
+    raw["code"]["exists"] = False
+    with pytest.raises(DeployError, match="no checkout at /root/dflash and code.repo is not set: set code.repo"):
+        wm.deployed_in(raw, spec)
+    path = tmp_path / "with-repo.yaml"
+    path.write_text(HOSTS + "code: {repo: /src/dflash}\n")
+    with pytest.raises(DeployError, match="run `invoke deploy` first"):
+        wm.deployed_in(raw, config.load(str(path)).container(200))

@@ -136,6 +136,13 @@ def deployed_in(raw: dict, spec: ContainerSpec) -> dict:
     code, venv = facts.deployed_records(raw)
     if venv is None:
         raise DeployError(f"container {spec.ctid} has no deployed venv at {spec.venv.path}: run `invoke deploy` first")
+    if code is None and not spec.code.repo:  # the code is the user's to put there: its HEAD is the commit
+        checkout = raw.get("code") or {}
+        if not checkout.get("exists"):
+            raise DeployError(f"container {spec.ctid} has no checkout at {spec.code.path} and code.repo is not set: "
+                              "set code.repo in the hosts file for `remote deploy` to ship it, or put the code "
+                              "there yourself")
+        code = {"commit": checkout.get("head"), "unmanaged": True}
     if code is None:
         raise DeployError(f"container {spec.ctid} has no deployed checkout at {spec.code.path}: "
                           "run `invoke deploy` first")
