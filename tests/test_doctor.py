@@ -402,3 +402,16 @@ def test_doctor_makes_one_transport_per_host(tmp_path):
 
     reports = diagnose(Session(config.load(str(path)), transport_factory=factory, agent=False), list(range(200, 206)))
     assert made == ["a"] and len(reports) == 6 and all(r.error for r in reports)
+
+
+@pytest.mark.fault("Shortened GPU UUID in CUDA_VISIBLE_DEVICES", "accepted where it names exactly one GPU, as "
+                   "CUDA accepts it; an ambiguous or unknown one is refused")
+def test_a_shortened_gpu_uuid_is_accepted_where_cuda_accepts_it(spec):
+    from dataclasses import replace
+
+    facts = fx.parse(healthy_raw(spec), spec, (1000.0, 1000.5))
+    uuids = ("GPU-8932f937-d72c-4106-c12f-20bd9faed9f6", "GPU-89a1c0de-0000-4106-c12f-20bd9faed9f6")
+    g = replace(facts.gpus, gpus=tuple({**x, "uuid": u} for x, u in zip(facts.gpus.gpus, uuids)))
+    assert fx.gpu_problem(facts.torch, g, {"CUDA_VISIBLE_DEVICES": "GPU-8932f937"}) is None
+    assert fx.gpu_problem(facts.torch, g, {"CUDA_VISIBLE_DEVICES": "GPU-89"}) is not None  # names both
+    assert fx.gpu_problem(facts.torch, g, {"CUDA_VISIBLE_DEVICES": "GPU-7777"}) is not None

@@ -228,15 +228,17 @@ def parse_gpus(text: str) -> list[dict]:
 
 def visible_count(gpus: list[dict], env: Mapping[str, str]) -> int:
     """How many GPUs a job sees: all of nvidia-smi's, or as many of CUDA_VISIBLE_DEVICES's ids as name one
-    of them (CUDA stops at the first id that does not; a UUID is checked where nvidia-smi gave them)."""
+    of them (CUDA stops at the first id that does not; a UUID, or its unique leading part, is checked where
+    nvidia-smi gave them)."""
     cvd = env.get("CUDA_VISIBLE_DEVICES")
     if cvd is None:
         return len(gpus)
     indexes, uuids = {g["index"] for g in gpus}, {g["uuid"] for g in gpus if g.get("uuid")}
     valid = 0
     for d in (d.strip() for d in cvd.split(",") if d.strip()):
-        if d.isdigit() and int(d) in indexes or d.startswith("GPU-") and (not uuids or d in uuids) \
-                or d.startswith("MIG-"):
+        # CUDA takes a UUID's leading characters too, as long as they name exactly one GPU.
+        if d.isdigit() and int(d) in indexes or d.startswith("GPU-") and (
+                not uuids or sum(u.startswith(d) for u in uuids) == 1) or d.startswith("MIG-"):
             valid += 1
         else:
             break
