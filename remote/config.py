@@ -126,6 +126,44 @@ def _ids(d: dict) -> str:
     return ", ".join(str(k) for k in d) or "none"
 
 
+class _Number:
+    """A YAML number that remembers how it was written: where a setting is a string, `ref: 0123456` and
+    `UMASK: 0022` mean those characters, not YAML 1.1's octal 42798 and 18."""
+
+    text: str
+
+
+class _Int(_Number, int):
+    pass
+
+
+class _Float(_Number, float):
+    pass
+
+
+class _Loader(yaml.SafeLoader):
+    """yaml.safe_load's loader, numbers keeping their source text (_Number)."""
+
+
+def _keep_text(kind):
+    base = yaml.SafeLoader.yaml_constructors[f"tag:yaml.org,2002:{'int' if kind is _Int else 'float'}"]
+
+    def construct(loader, node):
+        value = kind(base(loader, node))
+        value.text = node.value
+        return value
+    return construct
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _keep_text(_Int))
+_Loader.add_constructor("tag:yaml.org,2002:float", _keep_text(_Float))
+
+
+def _text(value) -> str:
+    """A scalar as the string it was written as (a number's own characters)."""
+    return getattr(value, "text", None) or str(value)
+
+
 class _Section:
     """Reads one mapping, key by key, and complains precisely."""
 
@@ -162,7 +200,7 @@ class _Section:
         for i, item in enumerate(value):
             if isinstance(item, bool) or not isinstance(item, (str, int)):
                 raise ConfigError(self.file, f"{self.key(name)}[{i}]", f"expected a string, got {_kind(item)}")
-        return tuple(str(v) for v in value)
+        return tuple(_text(v) for v in value)
 
     def section(self, name: str) -> "_Section":
         self.seen.add(name)
@@ -251,7 +289,7 @@ def _code(s: _Section, base: CodeSpec) -> CodeSpec:
         path=s.take("path", str, base.path, _abspath),
     )
     s.done()
-    return CodeSpec(spec.repo, str(spec.ref), spec.path)
+    return CodeSpec(spec.repo, _text(spec.ref), spec.path)
 
 
 def _warmup(s: _Section, base: WarmupSpec) -> WarmupSpec:
@@ -281,7 +319,7 @@ def _train(s: _Section, base: TrainSpec) -> TrainSpec:
             raise ConfigError(s.file, s.key(f"env.{k}"), f"expected a string, got {_kind(v)}")
     spec = TrainSpec(
         command=s.take("command", str, base.command, _nonempty),
-        env=tuple(sorted((k, str(v)) for k, v in env.items())),
+        env=tuple(sorted((k, _text(v)) for k, v in env.items())),
         run_dir=s.take("run_dir", str, base.run_dir, _abspath),
         metric=_metric(s, base.metric),
         baseline=s.take("baseline", float, base.baseline, _range(0, 1e12)),
@@ -393,7 +431,7 @@ def load(path: str | None = None) -> Config:
     except OSError as exc:
         raise ConfigError(file, "", f"cannot read: {exc.strerror}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_Loader)  # noqa: S506 -- a SafeLoader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""

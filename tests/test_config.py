@@ -123,3 +123,17 @@ def test_cli_bad_file_exits_2_without_traceback_or_connection(tmp_path):
     assert r.returncode == 2, r
     assert "hosts.yaml: containers.200.host: unknown host 'pve2' (known: h)" in r.stderr
     assert "Traceback" not in r.stderr and "cannot connect" not in r.stderr
+
+
+@pytest.mark.fault("YAML numbers in string settings", "a string setting written as a number keeps its characters "
+                   "(`ref: 0123456`, `UMASK: 0022`), never YAML 1.1's octal value")
+def test_numbers_in_string_settings_keep_their_characters(tmp_path):
+    p = tmp_path / "hosts.yaml"
+    p.write_text("hosts: {h: {address: 10.0.0.1}}\ncontainers: {200: {host: h}}\n"
+                 "code: {repo: /src, ref: 0123456}\ntrain: {command: x, env: {UMASK: 0022, N: 1_000, F: 1.50}, "
+                 "outputs: [007]}\n")
+    spec = config.load(str(p)).container(200)
+    assert spec.code.ref == "0123456"
+    assert dict(spec.train.env) == {"UMASK": "0022", "N": "1_000", "F": "1.50"}
+    assert spec.train.outputs == ("007",)
+    assert spec.host.port == 22 and isinstance(spec.train.tolerance, float)  # numbers stay numbers elsewhere
