@@ -267,3 +267,30 @@ def test_the_venv_verify_is_not_shadowed_by_a_folder_where_it_runs(tmp_path):
     out = subprocess.run(venv.verify_argv(sys.executable), cwd=tmp_path, capture_output=True, text=True,
                          check=True).stdout
     assert json.loads(out)["torch"] != "shadow"
+
+
+@pytest.mark.fault("Index URL with credentials", "it reaches uv through stdin (withenv.sh), never an argv "
+                   "(`ps`, `deploy -n`) or a message")
+def test_an_index_url_with_credentials_never_appears_in_an_argv(tmp_path):
+    import subprocess
+
+    from remote import shell
+    from remote.ops import jobenv
+
+    token = "s3cr3t-t0ken"
+    spec = VenvSpec(packages=("six",), index_url=f"http://ci:{token}@127.0.0.1:9/cu128",
+                    extra_index_urls=("https://pypi.org/simple",))
+    args, env = venv.uv_index_args(spec), venv.uv_index_env(spec)
+    assert token not in " ".join(args) and args == ["--extra-index-url", "https://pypi.org/simple"]
+    assert env == {"UV_INDEX_URL": spec.index_url}
+    assert venv.expected_cuda(spec) == ("12.8", "index_url http://***@127.0.0.1:9/cu128")
+    # uv reads it from the environment withenv.sh builds from stdin: it asks that index (port 9: refused).
+    (tmp_path / "in.txt").write_text("six\n")
+    only = VenvSpec(packages=("six",), index_url=spec.index_url)  # no other index to ask first
+    argv = ["bash", "-c", shell.load("withenv"), "withenv", "uv", "pip", "compile", "--no-cache", "--quiet",
+            *venv.uv_index_args(only), str(tmp_path / "in.txt")]
+    assert token not in " ".join(argv)
+    r = subprocess.run(argv, input=jobenv.stdin_for(env), capture_output=True, timeout=120,
+                       env={"PATH": __import__("os").environ["PATH"], "UV_NO_CONFIG": "1", "HOME": str(tmp_path)})
+    assert r.returncode != 0 and b"127.0.0.1:9" in r.stderr, r.stderr[-2000:]
+    assert token.encode() not in r.stderr

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from . import code as codemod
-from . import files, jobs, oplock
+from . import files, jobenv, jobs, oplock
 from . import venv as venvmod
 from .logs import LineSplitter
 from .. import facts, shell
@@ -87,10 +87,17 @@ class LockOnce:
 
 def _resolve_lock(ct: Container, spec: ContainerSpec, state: dict, uv: str, spec_in: str) -> str:
     """The lock of `spec_in` (a file in the container), resolved there for its interpreter."""
-    r = ct.run([uv, "pip", "compile", "--quiet", "--python", state["python"]["executable"], "--generate-hashes",
-                "--no-header", "--no-annotate", *venvmod.uv_index_args(spec.venv), spec_in], env=UV_ENV, timeout=1800,
-               mutates=False, label="resolve the lock (uv pip compile)")
+    r = ct.run(_with_index_env(spec, [uv, "pip", "compile", "--quiet", "--python", state["python"]["executable"],
+                                      "--generate-hashes", "--no-header", "--no-annotate",
+                                      *venvmod.uv_index_args(spec.venv), spec_in]),
+               env=UV_ENV, stdin=jobenv.stdin_for(venvmod.uv_index_env(spec.venv)) or None, timeout=1800, mutates=False,
+               label="resolve the lock (uv pip compile)")
     return r.out
+
+
+def _with_index_env(spec: ContainerSpec, argv: list[str]) -> list[str]:
+    """argv run under withenv.sh, which reads uv's credentialed index URLs from stdin (uv_index_env)."""
+    return ["bash", "-c", shell.load("withenv"), "withenv", *argv] if venvmod.uv_index_env(spec.venv) else argv
 
 
 def _record_hash(data: bytes) -> str:
@@ -404,10 +411,11 @@ def _build(ct: Container, spec: ContainerSpec, state: dict, want: str, req_text,
     # setsid: the builder outlives a lost controller, and REMOTE_VENV_BUILD marks each of its processes,
     # so the next deploy can tell them from anything else before it stops them.
     try:
-        ct.run(["setsid", "--wait", "bash", "-c", "set -euo pipefail\n" + venvmod.build_script(), "build", uv,
-                state["python"]["executable"], target, staging, *venvmod.uv_index_args(spec.venv)],
-               env={**UV_ENV, "REMOTE_VENV_BUILD": target}, timeout=BUILD_TIMEOUT, on_output=_streamer(echo),
-               label="venv build")
+        ct.run(_with_index_env(spec, ["setsid", "--wait", "bash", "-c", "set -euo pipefail\n" + venvmod.build_script(),
+                                      "build", uv, state["python"]["executable"], target, staging,
+                                      *venvmod.uv_index_args(spec.venv)]),
+               env={**UV_ENV, "REMOTE_VENV_BUILD": target}, stdin=jobenv.stdin_for(venvmod.uv_index_env(spec.venv)) or None,
+               timeout=BUILD_TIMEOUT, on_output=_streamer(echo), label="venv build")
     except CommandError as exc:
         _discard(ct, versions, name)
         raise DeployError(f"the venv build failed (exit {exc.exit_code}, output above); the current venv and "

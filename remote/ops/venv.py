@@ -166,11 +166,35 @@ def requirements_in(spec: VenvSpec, requirements_text: str | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _has_credentials(url: str) -> bool:
+    return "@" in url.split("://", 1)[-1].split("/", 1)[0]
+
+
+def redact(url: str) -> str:
+    """A URL as it may be shown: its user and password (a private index's token) replaced."""
+    scheme, sep, rest = url.partition("://")
+    host, slash, path = rest.partition("/")
+    return f"{scheme}{sep}***@{host.rsplit('@', 1)[1]}{slash}{path}" if sep and "@" in host else url
+
+
+def uv_index_env(spec: VenvSpec) -> dict[str, str]:
+    """Index URLs that carry credentials, as uv's environment variables: they travel on stdin
+    (remote/sh/withenv.sh), never in an argv (ps, `deploy -n`) or a message."""
+    env = {}
+    if spec.index_url and _has_credentials(spec.index_url):
+        env["UV_INDEX_URL"] = spec.index_url
+    if any(_has_credentials(u) for u in spec.extra_index_urls):
+        env["UV_EXTRA_INDEX_URL"] = " ".join(spec.extra_index_urls)
+    return env
+
+
 def uv_index_args(spec: VenvSpec) -> list[str]:
+    """uv's index arguments; index URLs with credentials are left to uv_index_env."""
     args = []
-    if spec.index_url:
+    secret = uv_index_env(spec)
+    if spec.index_url and "UV_INDEX_URL" not in secret:
         args += ["--index-url", spec.index_url]
-    for url in spec.extra_index_urls:
+    for url in spec.extra_index_urls if "UV_EXTRA_INDEX_URL" not in secret else ():
         args += ["--extra-index-url", url]
     for link in spec.find_links:
         args += ["--find-links", link]
@@ -205,7 +229,7 @@ def expected_cuda(spec: VenvSpec) -> tuple[str, str] | None:
     if spec.index_url:
         m = re.search(r"/(cu\d+|cpu)/*$", spec.index_url)
         if m and _cuda_tag(m.group(1)):
-            return _cuda_tag(m.group(1)), f"index_url {spec.index_url}"
+            return _cuda_tag(m.group(1)), f"index_url {redact(spec.index_url)}"
     return None
 
 
