@@ -282,3 +282,24 @@ def test_deploy_from_a_shallow_clone(deployed, lab_hosts, demo_repo, tmp_path):
         assert ct.run(["git", "-C", "/root/shallow", "rev-parse", "HEAD"]).out.strip() == git(clone, "rev-parse", "HEAD")
         assert ct.run(["cat", "/root/shallow/NEW.md"]).out == "next\n"
         ct.run(["rm", "-rf", "/root/shallow"])
+
+
+@pytest.mark.fault("A kept build changed since it was built", "deploy swaps an older build of the same spec back "
+                   "in only after checking it against its lock and verify; a changed one is rebuilt instead")
+def test_a_kept_build_is_checked_before_it_is_swapped_back_in(deployed, lab_session, lab_hosts, ct):
+    first = ct.run(["readlink", "/root/venv"]).out.strip()
+    other = load_config(lab_hosts, **{"packages: [torch==2.13.0+cpu, numpy==2.2.6]":
+                                      "packages: [torch==2.13.0+cpu, numpy==2.2.6, mpmath==1.3.0]"})
+    with Session(config.load(str(other))) as s:
+        deploy(s, 200, **quiet)  # another spec: a new build; the first is kept as the previous one
+    assert ct.run(["readlink", "/root/venv"]).out.strip() != first
+    site = ct.run([f"{first}/bin/python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).out.strip()
+    ct.run(["bash", "-c", f"mkdir -p {site}/intruder-1.0.dist-info && printf 'Metadata-Version: 2.1\\nName: intruder\\n"
+                          f"Version: 1.0\\n' > {site}/intruder-1.0.dist-info/METADATA"])
+    lines = []
+    deploy(lab_session, 200, echo=lines.append)  # back to the first spec: its kept build is polluted
+    now = ct.run(["readlink", "/root/venv"]).out.strip()
+    assert now != first, "\n".join(lines)
+    assert any("is not as it was built (extra package not in the spec: intruder==1.0)" in line for line in lines), lines
+    assert "intruder" not in ct.run(["/root/venv/bin/python", "-c", "import importlib.metadata as m; "
+                                     "print([d.metadata['Name'] for d in m.distributions()])"]).out

@@ -338,7 +338,13 @@ def _apply(ct: Container, spec: ContainerSpec, state: dict, plan: Plan, local: c
             echo(f"    {line}")
         if plan.venv.action == "swap":
             target = f"{facts.versions_dir(spec)}/{plan.venv.reuse}"
-            summary.torch = _read_record(ct, target).get("verify")
+            record = _read_record(ct, target)
+            changed = None if ct.dry else _changed_since_built(ct, spec, target, record)
+            if changed:  # a kept build is swapped back in only as it was verified
+                echo(f"    {plan.venv.reuse} is not as it was built ({changed}): building a new one instead")
+                target, summary.torch = _build(ct, spec, state, plan.want, plan.req_text, plan.guard, echo, lock)
+            else:
+                summary.torch = record.get("verify")
         else:
             target, summary.torch = _build(ct, spec, state, plan.want, plan.req_text, plan.guard, echo, lock)
 
@@ -355,6 +361,25 @@ def _apply(ct: Container, spec: ContainerSpec, state: dict, plan: Plan, local: c
         summary.changed.append(f"venv {spec.venv.path} -> {target}")
         if state["venv"]["real"]:
             summary.kept.append(f"previous venv {state['venv']['real']} (deploy --rollback returns to it)")
+
+
+def _changed_since_built(ct: Container, spec: ContainerSpec, target: str, record: dict) -> str | None:
+    """How a kept build differs from its lock and its verify now (a package installed into it, a torch
+    that no longer imports), or None when it is still exactly what was verified."""
+    r = ct.run(venvmod.verify_argv(f"{target}/bin/python"), timeout=600, check=False, mutates=False,
+               label=f"verify {target}")
+    try:
+        info = json.loads(r.out)
+    except ValueError:
+        return f"its interpreter does not run: {(r.err or r.out).strip()[-200:]}"
+    drift = venvmod.drift(venvmod.parse_lock((record.get("lock") or "").splitlines()), info.get("dists") or {})
+    if drift:
+        return "; ".join(drift.lines()[:3])
+    try:
+        venvmod.check_verify(spec.venv, info)
+    except DeployError as exc:
+        return str(exc)
+    return None
 
 
 def _sync_code(ct: Container, spec: ContainerSpec, local: codemod.LocalCommit, remote_head: str | None,
