@@ -408,7 +408,7 @@ def known_good(c, container=None, run=None, hosts=None):
 
 
 @task(help={"container": CT_HELP, "run": "run id (default: the latest)",
-            "dest": "the HTML file to write (default: ./report-<container>-<run>.html)", "hosts": HOSTS_HELP})
+            "dest": "the HTML file to write (default: ~/.local/share/remote/reports/report-<container>-<run>.html)", "hosts": HOSTS_HELP})
 @handled
 def report(c, container=None, run=None, dest=None, hosts=None):
     """Write one self-contained HTML file of a run: its metric over time against the baseline and the

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import time
 from pathlib import Path
 
@@ -99,6 +100,13 @@ font-size:12px}} .bad{{color:#c00}}</style></head><body>
 """
 
 
+def reports_dir() -> Path:
+    """Where reports go unless the user says: a folder of the user's own, never the current folder (which
+    may be a checkout, whose tree stays free of output)."""
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "remote" / "reports"
+
+
 def write(session: Session, ctid, run_id: str | None, dest: str | None) -> Path:
     """Read a run (default: the latest) and the known-good one from the container; write the HTML file."""
     spec = session.config.container(ctid)
@@ -122,6 +130,7 @@ def write(session: Session, ctid, run_id: str | None, dest: str | None) -> Path:
     m = st.get("manifest") or {}
     warmups = [r for r in wm.records(ct, spec)
                if r.get("commit") == m.get("commit") and r.get("venv_lock") == m.get("venv_lock_sha256")]
-    path = Path(dest or f"report-{spec.ctid}-{st['run']}.html")
+    path = Path(dest) if dest else reports_dir() / f"report-{spec.ctid}-{st['run']}.html"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render(spec, st, log_text, kg, kg_log, warmups))
     return path
