@@ -97,7 +97,7 @@ def test_names_resolve_only_in_their_own_container_as_on_proxmox(two):
 def test_a_two_node_ddp_run_all_reduces_the_known_tensor(two):
     hosts = hosts_file(two, "--steps 3", 29612)
     out = task(hosts, "train", "-c", "pair").stdout
-    assert re.search(r"==> run \S+ started on 2 nodes: 210 \(pid \d+\), 212 \(pid \d+\); master 127.0.0.1:29612",
+    assert re.search(r"==> run \S+ started on 2 nodes: 210 \(pid \d+\), 212 \(pid \d+\); master 127.0.0.210:29612",
                      out), out[-3000:]
     # c10d hands out the node ranks in rendezvous order: each node runs two ranks, all four check the sum
     found = {node: re.findall(rf"^\[{node}\] \[rank\d\]: allreduce ok: rank (\d)/4 on node (\d): sum 10 == 10$",
@@ -157,5 +157,5 @@ def test_a_rendezvous_that_cannot_complete_ends_with_its_reason_within_its_timeo
     took = time.monotonic() - t0
     assert r.returncode != 0, r.stdout[-3000:]
     assert re.search(r"-- multi-node run \S+: FAILED, node 21[02] exited with status \d+: the nodes did not meet at "
-                     r"127\.0\.0\.1:29615 within train.rendezvous_timeout \(15 s\)", r.stdout), r.stdout[-3000:]
+                     r"127\.0\.0\.210:29615 within train.rendezvous_timeout \(15 s\)", r.stdout), r.stdout[-3000:]
     assert took < 15 + 120, took  # a hang guard: the timeout plus torchrun's start and the stop, not 600 s

@@ -272,8 +272,9 @@ class Lab:
 
     def hosts_yaml(self, containers=DEFAULT_CONTAINERS, second=()) -> str:
         """A hosts file for this lab (used by tests; the shipped hosts.yaml is the default lab's); with
-        `second`, those containers on the second host. Each container's address is 127.0.0.1 (host network):
-        where a multi-node run's nodes reach each other, their names resolving only inside themselves."""
+        `second`, those containers on the second host. Each container has an address of its own on the
+        loopback (containers share the host network, whose 127.0.0.0/8 is all local): where a multi-node
+        run's nodes reach each other, their names resolving only inside themselves."""
         labs = [(self, containers)] + ([(self.second(), second)] if second else [])
         lines = ["hosts:"]
         for lab, _ in labs:
@@ -281,8 +282,13 @@ class Lab:
                       f"    key_file: {lab.key_file}", f"    known_hosts: {lab.known_hosts}"]
         lines.append("containers:")
         for lab, ids in labs:
-            lines += [f"  {c}:\n    host: {lab.node}\n    address: 127.0.0.1" for c in ids]
+            lines += [f"  {c}:\n    host: {lab.node}\n    address: {address(c)}" for c in ids]
         return "\n".join(lines) + "\n"
+
+
+def address(ctid: int) -> str:
+    """Container ctid's address in the lab: a loopback address of its own (127.0.0.210 for 210)."""
+    return f"127.0.{ctid // 256 % 256}.{ctid % 256 or 1}"
 
 
 def _sbin_path() -> str:
