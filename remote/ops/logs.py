@@ -37,15 +37,15 @@ class Metric:
         return None
 
 
-# The forms recognised when train.metric is not set. Token rates are shown in Ktok/s; tqdm's s/it
-# (which it prints instead of it/s when an iteration takes over a second) is shown as it/s, so one
-# run keeps one unit and one direction.
+# The forms recognised when train.metric is not set. Each keeps the unit the log prints (train.baseline
+# is in that unit: a log of "12000 tok/s" has a baseline like 12000); tqdm's s/it (which it prints
+# instead of it/s when an iteration takes over a second) is shown as it/s, so one run keeps one unit
+# and one direction.
 BUILTIN_METRICS = [
     Metric(re.compile(r"([\d.]+)\s*K\s*tok(?:ens)?\s*/\s*s(?:ec)?\b", re.I), "Ktok/s"),
-    Metric(re.compile(r"([\d.]+)\s*M\s*tok(?:ens)?\s*/\s*s(?:ec)?\b", re.I), "Ktok/s", convert=lambda v: v * 1000),
-    Metric(re.compile(r"([\d.]+)\s*tok(?:ens)?\s*/\s*s(?:ec)?\b", re.I), "Ktok/s", convert=lambda v: v / 1000),
-    Metric(re.compile(r"tok(?:ens)?[_ ]?(?:per[_ ]sec(?:ond)?|/s)\s*[:=]\s*([\d.]+)", re.I), "Ktok/s",
-           convert=lambda v: v / 1000),
+    Metric(re.compile(r"([\d.]+)\s*M\s*tok(?:ens)?\s*/\s*s(?:ec)?\b", re.I), "Mtok/s"),
+    Metric(re.compile(r"([\d.]+)\s*tok(?:ens)?\s*/\s*s(?:ec)?\b", re.I), "tok/s"),
+    Metric(re.compile(r"tok(?:ens)?[_ ]?(?:per[_ ]sec(?:ond)?|/s)\s*[:=]\s*([\d.]+)", re.I), "tok/s"),
     Metric(re.compile(r"([\d.]+)\s*samples?\s*/\s*s(?:ec)?\b", re.I), "samples/s"),
     Metric(re.compile(r"(?<![\w.])([\d.]+)\s*it/s\b"), "it/s"),
     Metric(re.compile(r"(?<![\w.])([\d.]+)\s*s/it\b"), "it/s", convert=lambda v: 1 / v),
@@ -71,7 +71,8 @@ def parse_metric(line: str, metrics) -> float | None:
 def fmt(value: float | None, unit: str | None) -> str:
     if value is None:
         return "none"
-    return f"{value:.4g}" + (f" {unit}" if unit else "")
+    text = f"{value:.0f}" if abs(value) >= 1e4 else f"{value:.4g}"  # 12000 tok/s, not 1.2e+04
+    return text + (f" {unit}" if unit else "")
 
 
 # Known failure texts: (pattern, name, what to do).
