@@ -415,3 +415,17 @@ def test_a_shortened_gpu_uuid_is_accepted_where_cuda_accepts_it(spec):
     assert fx.gpu_problem(facts.torch, g, {"CUDA_VISIBLE_DEVICES": "GPU-8932f937"}) is None
     assert fx.gpu_problem(facts.torch, g, {"CUDA_VISIBLE_DEVICES": "GPU-89"}) is not None  # names both
     assert fx.gpu_problem(facts.torch, g, {"CUDA_VISIBLE_DEVICES": "GPU-7777"}) is not None
+
+
+@pytest.mark.fault("known-good of a run with a huge log", "only the log's end (1 MiB) is read for the rolling "
+                   "metric, from its first whole line; never the whole log into memory")
+def test_known_good_reads_only_the_end_of_a_log():
+    from remote.lab.testing import Expect, FakeTransport, inner_argv
+    from remote.runs.knowngood import log_tail
+    from remote.transport.pct import Container
+
+    seen = []
+    tail = b"ep 9 | 1.0 Ktok/s\nstep 10 | 21.0 Ktok/s\n"  # exactly `limit` bytes: it began inside a line
+    t = FakeTransport([Expect(lambda argv: seen.append(inner_argv(argv)) or True, stdout=tail)])
+    assert log_tail(Container(t, 200), "/root/runs/r1/log", limit=len(tail)) == "step 10 | 21.0 Ktok/s\n"
+    assert seen[0] == ("tail", "-c", str(len(tail)), "--", "/root/runs/r1/log")

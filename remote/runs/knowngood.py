@@ -20,6 +20,18 @@ from ..transport.pct import Container
 from ..transport.session import Session
 
 
+LOG_TAIL = 1 << 20  # bytes of a run's log read for its rolling metric (the last few values are all it needs)
+
+
+def log_tail(ct: Container, path: str, limit: int = LOG_TAIL) -> str:
+    """The end of a log (at most `limit` bytes, from its first whole line): never the whole log, which
+    can be gigabytes, in memory."""
+    data = ct.run(["tail", "-c", str(limit), "--", path], mutates=False, timeout=120, label="read the log's end").stdout
+    if len(data) >= limit:  # it started inside a line: drop that part
+        data = data.partition(b"\n")[2]
+    return data.decode("utf-8", "replace")
+
+
 def path_of(spec: ContainerSpec) -> str:
     return f"{spec.train.run_dir.rstrip('/')}/known-good.json"
 
@@ -83,7 +95,7 @@ def record_run(session: Session, ctid, run_id: str | None, *, how: str = "by han
     if st["alive"] or st["lost"] or st["exit"] != 0:
         raise JobError(f"run {st['run']} {jobs.describe_end(st)}: only a run that ended with exit status 0 can be "
                        "known-good")
-    watch = watch_log(spec, files.pull_bytes(ct, f"{st['path']}/log").decode("utf-8", "replace"))
+    watch = watch_log(spec, log_tail(ct, f"{st['path']}/log"))
     record = make_record(gather(session.container(spec.ctid, venv_on_path=False), spec), spec, st, watch, how)
     save(ct, spec, record)
     return record
