@@ -191,6 +191,8 @@ class _Section:
         if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
             expected = " or ".join(k.__name__.replace("str", "string") for k in kinds)
             raise ConfigError(self.file, self.key(name), f"expected {expected}, got {_kind(value)} {value!r}")
+        if isinstance(value, _Number) and str not in kinds:  # a plain number where a number is meant
+            value = float(value) if isinstance(value, float) else int(value)
         if check and (problem := check(value)):
             raise ConfigError(self.file, self.key(name), problem)
         return value
@@ -411,7 +413,7 @@ def _groups(s: _Section, containers: dict[int, ContainerSpec]) -> dict[str, tupl
                 raise ConfigError(s.file, f"{key}[{i}]", f"unknown container {raw} (known: {_ids(containers)})")
             if raw not in seen:
                 seen.append(raw)
-        groups[name] = tuple(seen)
+        groups[name] = tuple(int(i) for i in seen)
     s.done()
     return groups
 

@@ -137,3 +137,19 @@ def test_numbers_in_string_settings_keep_their_characters(tmp_path):
     assert dict(spec.train.env) == {"UMASK": "0022", "N": "1_000", "F": "1.50"}
     assert spec.train.outputs == ("007",)
     assert spec.host.port == 22 and isinstance(spec.train.tolerance, float)  # numbers stay numbers elsewhere
+
+
+def test_numbers_stay_plain_numbers_where_a_number_is_meant(tmp_path):
+    """A socket call (paramiko's getaddrinfo) takes a plain int only: the numbers that keep their text never
+    leave the loader as settings that are numbers."""
+    import socket
+
+    p = tmp_path / "hosts.yaml"
+    p.write_text("hosts: {h: {address: 127.0.0.1, port: 2222, max_parallel: 3}}\ncontainers: {200: {host: h}}\n"
+                 "groups: {g: [200]}\ntrain: {master_port: 29500, tolerance: 0.25, rendezvous_timeout: 30}\n")
+    cfg = config.load(str(p))
+    spec = cfg.container(200)
+    values = [spec.host.port, spec.host.max_parallel, spec.train.master_port, spec.train.tolerance,
+              spec.train.rendezvous_timeout, *cfg.groups["g"], *cfg.containers]
+    assert all(type(v) in (int, float) for v in values), [type(v) for v in values]
+    socket.getaddrinfo(spec.host.address, spec.host.port)  # raised "Int or String expected" with a subclass
