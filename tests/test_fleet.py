@@ -125,9 +125,11 @@ def test_per_node_command_and_the_master(cfg):
 
 
 def test_each_node_publishes_its_own_address_and_uses_its_interface(cfg):
-    env = multinode.node_env(cfg.containers[201], "eth1")
+    env = multinode.node_env(cfg.containers[201], "eth1", master=False)
     assert env == {"PET_LOCAL_ADDR": "10.0.1.201", "GLOO_SOCKET_IFNAME": "eth1", "NCCL_SOCKET_IFNAME": "eth1",
-                   "PET_RDZV_CONF": "join_timeout=300,timeout=300"}
+                   "PET_RDZV_CONF": "join_timeout=300,timeout=300,is_host=0"}
+    # The master serves the rendezvous store: its hostname resolves to 127.0.1.1, so c10d cannot tell.
+    assert multinode.node_env(cfg.containers[200], "eth0", master=True)["PET_RDZV_CONF"].endswith(",is_host=1")
 
 
 def test_a_lock_that_differs_from_its_siblings_is_named(cfg):

@@ -53,13 +53,15 @@ def plan_nodes(specs: list[ContainerSpec], run_id: str, file: str = "hosts file"
             for rank, spec in enumerate(specs)]
 
 
-def node_env(spec: ContainerSpec, iface: str) -> dict[str, str]:
+def node_env(spec: ContainerSpec, iface: str, master: bool) -> dict[str, str]:
     """A node's environment: torchrun publishes its address, not its hostname (PET_* are torchrun's flags'
     environment form), gloo and NCCL use the interface holding it, and the rendezvous gives up in time."""
     t = spec.train.rendezvous_timeout
     return {"PET_LOCAL_ADDR": spec.address, "GLOO_SOCKET_IFNAME": iface, "NCCL_SOCKET_IFNAME": iface,
-            # join_timeout: c10d's rendezvous; timeout: the static one (torchrun's default backend)
-            "PET_RDZV_CONF": f"join_timeout={t},timeout={t}"}
+            # join_timeout: c10d's rendezvous; timeout: the static one (torchrun's default backend).
+            # is_host: c10d guesses whether it serves the rendezvous store by resolving its own hostname,
+            # which on Proxmox is 127.0.1.1, never the master's address: every node would be a client.
+            "PET_RDZV_CONF": f"join_timeout={t},timeout={t},is_host={int(master)}"}
 
 
 def node_iface(session: Session, spec: ContainerSpec, file: str = "hosts file") -> str:
@@ -131,7 +133,7 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
             extra = {"nodes": ids, "node_rank": v["node_rank"], "master_addr": v["master_addr"],
                      "master_port": v["master_port"], "node_addr": v["node_addr"], "iface": iface}
             _, pid = jobs.launch(session.container(spec.ctid), spec, pre, force=force, command=command,
-                                 run_id=run_id, extra=extra, env=node_env(spec, iface))
+                                 run_id=run_id, extra=extra, env=node_env(spec, iface, v["node_rank"] == 0))
             started.append((spec.ctid, pid))
     except RemoteError as exc:
         stop_nodes(session, [c for c, _ in started], run_id)
