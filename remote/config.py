@@ -27,9 +27,9 @@ _MISSING = object()
 @dataclass(frozen=True)
 class Host:
     name: str
-    address: str
-    port: int = 22
-    user: str = "root"
+    address: str  # an address, or a Host alias of ~/.ssh/config (remote.transport.sshconfig)
+    port: int | None = None  # None: ~/.ssh/config's Port, else 22
+    user: str | None = None  # None: ~/.ssh/config's User, else root
     key_file: str | None = None
     known_hosts: str | None = None
     connect_timeout: float = 10.0
@@ -244,8 +244,8 @@ def _host(s: _Section, name: str) -> Host:
     host = Host(
         name=name,
         address=s.take("address", str, check=_nonempty),
-        port=s.take("port", int, 22, _range(1, 65535)),
-        user=s.take("user", str, "root", _nonempty),
+        port=s.take("port", int, None, _range(1, 65535)),
+        user=s.take("user", str, None, _nonempty),
         key_file=_expand(s.take("key_file", str, None), s.file),
         known_hosts=_expand(s.take("known_hosts", str, None), s.file),
         connect_timeout=s.take("connect_timeout", float, 10.0, _range(0.1, 600)),
@@ -438,4 +438,20 @@ def load(path: str | None = None) -> Config:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         raise ConfigError(file, "", f"{where}not valid YAML: {getattr(exc, 'problem', exc)}") from None
-    return parse(data, file)
+    config = parse(data, file)
+    _check_files(config)
+    return config
+
+
+def _check_files(config: Config) -> None:
+    """A key_file or known_hosts that is not there: exit 2 now, naming it, rather than at connect time."""
+    for h in config.hosts.values():
+        if h.local:
+            continue
+        if h.key_file and not os.path.isfile(h.key_file):
+            raise ConfigError(config.file, f"hosts.{h.name}.key_file", f"no such file: {h.key_file} (fix the path, "
+                              "or leave key_file out to use ssh-agent and ~/.ssh/config's IdentityFile)")
+        if h.known_hosts and not os.path.isfile(h.known_hosts):
+            raise ConfigError(config.file, f"hosts.{h.name}.known_hosts", f"no such file: {h.known_hosts} (fix the "
+                              "path, or create it: check the host's fingerprint on the host with `ssh-keygen -lf "
+                              f"/etc/ssh/ssh_host_ed25519_key.pub`, then `ssh-keyscan -p PORT ADDRESS >> {h.known_hosts}`)")

@@ -5,7 +5,8 @@
     ├── TransportError               reaching the host
     │   ├── HostKeyError             unknown or changed host key: never auto-added
     │   ├── AuthenticationError      key refused
-    │   └── ConnectError             refused, reset, timed out (retried)
+    │   ├── ConnectError             refused, reset, lost (retried)
+    │   └── ConnectTimeout           no answer within connect_timeout (not retried: it would wait as long again)
     ├── CommandError                 a command ran and failed (.exit_code, .stderr_tail)
     │   └── CommandTimeout           it ran past its timeout and was killed where it ran
     ├── PctError                     pct itself failed, told apart from the command by stderr
@@ -54,7 +55,11 @@ class AuthenticationError(TransportError):
 
 
 class ConnectError(TransportError):
-    """A transient connection failure (refused, reset, timed out)."""
+    """A transient connection failure (refused, reset, lost)."""
+
+
+class ConnectTimeout(TransportError):
+    """The host did not answer within connect_timeout (TCP, the SSH greeting, the handshake): not retried."""
 
 
 def _tail(text: str, lines: int = 20) -> str:

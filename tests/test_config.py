@@ -26,11 +26,21 @@ containers:
 def load_text(tmp_path, text, name="hosts.yaml"):
     p = tmp_path / name
     p.write_text(text)
+    _key_files(tmp_path)
     return config.load(str(p))
 
 
+def _key_files(tmp_path):
+    """GOOD's key_file and known_hosts: load() refuses files that are not there."""
+    (tmp_path / "keys").mkdir(exist_ok=True)
+    (tmp_path / "keys" / "id").touch()
+    (Path.home() / "kh").touch()
+
+
 def test_shipped_hosts_file_targets_the_lab():
-    c = config.load(str(ROOT / "hosts.yaml"))
+    import yaml
+
+    c = config.parse(yaml.safe_load((ROOT / "hosts.yaml").read_text()), "hosts.yaml")  # the lab's keys: once it is up
     assert c.hosts["lab"].address == "127.0.0.1" and c.hosts["lab"].port == 2222
     assert c.container(None).ctid == 200
 
@@ -38,7 +48,7 @@ def test_shipped_hosts_file_targets_the_lab():
 def test_good_file_with_defaults_overrides_and_paths(tmp_path):
     c = load_text(tmp_path, GOOD)
     h = c.hosts["pve1"]
-    assert (h.port, h.user, h.pct, h.connect_timeout) == (22, "root", "pct", 10.0)
+    assert (h.port, h.user, h.pct, h.connect_timeout) == (None, None, "pct", 10.0)  # ~/.ssh/config, else 22, root
     assert h.key_file == str(tmp_path / "keys" / "id")  # relative to the hosts file
     assert h.known_hosts == str(Path.home() / "kh")
     a, b = c.containers[200], c.containers[201]
@@ -96,6 +106,7 @@ def test_invalid_yaml_and_missing_file(tmp_path):
 def test_env_var_picks_the_file(tmp_path, monkeypatch):
     p = tmp_path / "elsewhere.yaml"
     p.write_text(GOOD)
+    _key_files(tmp_path)
     monkeypatch.setenv("REMOTE_HOSTS_FILE", str(p))
     assert config.load().file == str(p)
     monkeypatch.delenv("REMOTE_HOSTS_FILE")

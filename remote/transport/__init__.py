@@ -1,6 +1,6 @@
 """Running an argv on a Proxmox host: the Transport protocol, SSH and local implementations.
 
-Only this module imports fabric and paramiko. A command is an argv, quoted exactly once here
+Only this package imports paramiko (connecting: remote.transport.connect). A command is an argv, quoted exactly once here
 (`shlex.join`) for the host's login shell. Stdin is closed (or fed and then closed), there is no
 pty, and stdout and stderr are drained together so neither can fill up and stall the other.
 A `deadline` here only stops waiting: whoever builds the argv must also bound the process where
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
 from ..config import Host
-from ..errors import AuthenticationError, CommandError, CommandTimeout, ConnectError, HostKeyError, TransportError
+from ..errors import CommandError, CommandTimeout, ConnectError, ConnectTimeout, TransportError
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +124,7 @@ STREAM_WINDOW = 16 << 20  # SSH channel window of a stream: what may be in fligh
 STREAM_PACKET = 1 << 18
 HEARTBEAT_EVERY = 5.0  # seconds between the SSH heartbeats of a connection
 HEARTBEAT_SILENCE = 20.0  # no answer this long: the link is gone (noticed within 30 s), the connection closed
+UNREACHABLE_HOLD = 60.0  # a host that never answered is not tried again for this long (one task, one wait)
 
 
 def _check_argv(argv: Sequence[str]) -> tuple[str, ...]:
@@ -305,8 +306,19 @@ def _emit(on_output: OutputCallback | None, kind: str, chunk: bytes) -> None:
             raise _CallbackFailed() from exc
 
 
-def _retryable(exc: BaseException) -> bool:
-    return isinstance(exc, ConnectError)
+class _Connection:
+    """An open client (and the jump hosts it goes through)."""
+
+    def __init__(self, client):
+        self.client = client
+
+    @property
+    def is_connected(self) -> bool:
+        transport = self.client.get_transport()
+        return transport is not None and transport.is_active()
+
+    def close(self) -> None:
+        self.client.close()
 
 
 class SshTransport:
@@ -323,100 +335,59 @@ class SshTransport:
         self._conn = None
         self._lock = threading.Lock()
         self._attempts, self._max_wait, self._sleep = attempts, max_wait, sleep
-
-    @property
-    def known_hosts(self) -> str:
-        return self.host.known_hosts or os.path.expanduser("~/.ssh/known_hosts")
+        self._reached = False  # connected at least once
+        self._unreachable: tuple[float, ConnectTimeout] | None = None
 
     def describe(self, argv: Sequence[str]) -> str:
-        opts = ["-p", str(self.host.port)]
-        if self.host.key_file:
-            opts += ["-i", self.host.key_file]
-        if self.host.known_hosts:
-            opts += ["-o", f"UserKnownHostsFile={self.host.known_hosts}"]
-        return shlex.join(["ssh", *opts, f"{self.host.user}@{self.host.address}", shlex.join(argv)])
+        """The ssh command line; ssh applies ~/.ssh/config to the address as remote does."""
+        h = self.host
+        opts = ["-p", str(h.port)] if h.port else []
+        if h.key_file:
+            opts += ["-i", h.key_file]
+        if h.known_hosts:
+            opts += ["-o", f"UserKnownHostsFile={h.known_hosts}"]
+        user = h.user or self.target().user
+        return shlex.join(["ssh", *opts, f"{user}@{h.address}", shlex.join(argv)])
+
+    def target(self):
+        """Where and how this host is reached: its hosts-file keys over ~/.ssh/config (remote.transport.sshconfig)."""
+        from .connect import resolve_host
+
+        return resolve_host(self.host)
 
     # -- connecting -------------------------------------------------------------------------
     def connect(self):
-        """Open the connection if needed (retrying transient failures) and return the paramiko client."""
-        import tenacity
+        """Open the connection if needed and return the paramiko client (remote.transport.connect.open_client).
+
+        A host never reached in this transport's life is not waited for twice: its connect timeout is
+        remembered for UNREACHABLE_HOLD s, so a fallback path fails at once instead of waiting again.
+        One that answered before and dropped gets the retries (a short outage is ridden out)."""
+        from .connect import open_client
 
         with self._lock:
             if self._conn is not None and self._conn.is_connected:
                 return self._conn.client
-            retry = tenacity.Retrying(
-                retry=tenacity.retry_if_exception(_retryable),
-                stop=tenacity.stop_after_attempt(self._attempts) | tenacity.stop_after_delay(self._max_wait),
-                wait=tenacity.wait_exponential_jitter(multiplier=0.5, max=5),
-                before_sleep=tenacity.before_sleep_log(log, logging.WARNING),
-                sleep=self._sleep,
-                reraise=True,
-            )
-            self._conn = retry(self._open)
-            return self._conn.client
-
-    def _open(self):
-        import paramiko
-        from fabric import Config, Connection
-
-        h = self.host
-        connect_kwargs = {"allow_agent": h.key_file is None, "look_for_keys": False,
-                          "banner_timeout": h.connect_timeout, "auth_timeout": h.connect_timeout}
-        if h.key_file:
-            connect_kwargs["key_filename"] = [h.key_file]
-        connect_kwargs["transport_factory"] = _fast_cipher_transport
-        # Never read ~/.ssh/config: the hosts file is the whole truth about a host.
-        config = Config(lazy=True, overrides={"load_ssh_configs": False})
-        conn = Connection(h.address, user=h.user, port=h.port, config=config,
-                          connect_timeout=max(1, int(h.connect_timeout)), connect_kwargs=connect_kwargs)
-        # Fabric defaults to AutoAddPolicy; an unknown key must be refused, not learned.
-        conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
-        try:
-            conn.client.get_host_keys().load(self.known_hosts)
-        except FileNotFoundError:
-            pass
-        except (OSError, paramiko.SSHException) as exc:
-            raise HostKeyError(h.name, f"{h.name}: cannot read known_hosts {self.known_hosts}: {exc}") from None
-        try:
-            conn.open()
-        except BaseException as exc:
-            conn.close()
-            raise self._map_connect_error(exc) from exc
-        transport = conn.client.get_transport()
-        transport.set_keepalive(15)
-        threading.Thread(target=_heartbeat, args=(transport, self.name, self.heartbeat_every, self.heartbeat_silence),
-                         daemon=True, name=f"ssh-heartbeat-{self.name}").start()
-        return conn
-
-    def _map_connect_error(self, exc: BaseException) -> BaseException:
-        """The one place paramiko's and socket's exceptions become ours (most specific first)."""
-        import paramiko
-
-        h = self.host
-        target = h.address if h.port == 22 else f"[{h.address}]:{h.port}"
-        if isinstance(exc, paramiko.BadHostKeyException):
-            return HostKeyError(h.name, (
-                f"{h.name}: the host key of {target} has CHANGED since it was recorded in {self.known_hosts}.\n"
-                "This can be a reinstalled host or an attack. If you know why it changed, remove the old key\n"
-                f"  ssh-keygen -R '{target}' -f {self.known_hosts}\n"
-                "then verify the new fingerprint out of band and add it (see README: Host keys)."))
-        if isinstance(exc, paramiko.SSHException) and "not found in known_hosts" in str(exc):
-            return HostKeyError(h.name, (
-                f"{h.name}: {target} is not in {self.known_hosts}; unknown host keys are never accepted.\n"
-                f"Check the fingerprint on the host (ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub), then\n"
-                f"  ssh-keyscan -p {h.port} {h.address} >> {self.known_hosts}"))
-        if isinstance(exc, paramiko.AuthenticationException):
-            how = f"key {h.key_file}" if h.key_file else "ssh-agent keys"
-            return AuthenticationError(h.name, (
-                f"{h.name}: {h.user}@{target} refused {how}: add the public key to the host's "
-                "authorized_keys, or set hosts.{0}.key_file".format(h.name)))
-        if isinstance(exc, (socket.timeout, TimeoutError, ConnectionError, EOFError,
-                            paramiko.ssh_exception.NoValidConnectionsError, socket.gaierror)) or (
-                isinstance(exc, paramiko.SSHException) and "banner" in str(exc).lower()):
-            return ConnectError(h.name, f"{h.name}: cannot connect to {target}: {exc or type(exc).__name__}")
-        if isinstance(exc, paramiko.SSHException):
-            return TransportError(h.name, f"{h.name}: SSH failed with {target}: {exc}")
-        return exc
+            if self._unreachable and time.monotonic() < self._unreachable[0]:
+                raise ConnectTimeout(self.name, str(self._unreachable[1]))
+            if self._conn is not None:  # gone: its client (and any jump hosts') closed before a new one
+                self._conn.close()
+                self._conn = None
+            try:
+                client = open_client(self.host, attempts=self._attempts, max_wait=self._max_wait, sleep=self._sleep,
+                                     retry_timeouts=self._reached)
+            except ConnectTimeout as exc:
+                if self._reached:  # a reconnect: still a lost connection, which callers resume after
+                    raise ConnectError(self.name, str(exc)) from exc
+                self._unreachable = (time.monotonic() + UNREACHABLE_HOLD, exc)
+                raise
+            self._reached = True
+            transport = client.get_transport()
+            transport.set_keepalive(15)
+            threading.Thread(target=_heartbeat, args=(transport, self.name, self.heartbeat_every,
+                                                      self.heartbeat_silence),
+                             daemon=True, name=f"ssh-heartbeat-{self.name}").start()
+            self._conn = _Connection(client)
+            return client
 
     # -- running ----------------------------------------------------------------------------
     def run(self, argv, *, stdin=None, deadline=None, on_output=None) -> Result:
@@ -604,19 +575,6 @@ def _heartbeat(transport, name: str, every: float, silence: float) -> None:
                         name, silence)
             transport.close()
             return
-
-
-def _fast_cipher_transport(sock, **kwargs):
-    """A paramiko Transport that prefers AES-GCM: measured on loopback (bench/transfer.py), about 1.5x
-    the throughput of paramiko's default aes128-ctr + hmac-sha2-256, which hashes every packet again.
-    The others stay offered, so a server without GCM still connects."""
-    import paramiko
-
-    t = paramiko.Transport(sock, **kwargs)
-    opts = t.get_security_options()
-    gcm = tuple(c for c in opts.ciphers if c.endswith("-gcm@openssh.com"))
-    opts.ciphers = gcm + tuple(c for c in opts.ciphers if c not in gcm)
-    return t
 
 
 def _short(command: str, limit: int = 160) -> str:
