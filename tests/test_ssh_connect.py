@@ -261,3 +261,16 @@ def test_a_missing_key_file_or_known_hosts_exits_2_naming_it(tmp_path, key_files
     with pytest.raises(BlockingIOError):  # nothing connected
         listener.accept()
     listener.close()
+
+
+@pytest.mark.fault("~/.ssh/config that ssh cannot read", promise="exit 2 naming the file and the Host entry, in every task")
+def test_a_bad_ssh_config_exits_2_in_status_and_exec(tmp_path, key_files):
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "config").write_text("Host pve1\n    Port twenty-two\n")
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  pve1: {address: pve1}\ncontainers:\n  200: {host: pve1}\n")
+    for task in (["status"], ["exec", "-c", "200", "--command", "true"]):
+        r = subprocess.run([sys.executable, "-c", "from remote.cli import program; program.run()", *task],
+                           capture_output=True, text=True, cwd=tmp_path,
+                           env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)})
+        assert (r.returncode, r.stderr) == (2, "error: ~/.ssh/config: Host pve1: Port: expected a port from 1 to "
+                                               "65535, got 'twenty-two'\n"), task

@@ -336,6 +336,8 @@ def inventory(session) -> list:
         view.config = dataclasses.replace(session.config, hosts={name: session.config.hosts[name]})
         try:
             return one_host_at_a_time(view)
+        except ConfigError as exc:  # bad input (a ~/.ssh/config ssh would refuse): exit 2, not an unreachable host
+            return exc
         except RemoteError as exc:  # `pct list` past its deadline (CommandTimeout), ...: that host is unknown
             wanted = [c.ctid for c in session.config.containers.values() if c.host.name == name]
             return [HostState(name, False, f"`pct list` on {name}: {exc}", {c: "unknown" for c in wanted})]
