@@ -200,7 +200,7 @@ def test_wrong_key_is_an_auth_error_not_retried(lab, tmp_path):
     key = tmp_path / "id"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     sleeps = []
-    with pytest.raises(AuthenticationError, match="refused key"):
+    with pytest.raises(AuthenticationError, match=r"key_file .*/id: refused"):
         SshTransport(_host(lab, key_file=str(key)), sleep=sleeps.append).run(["true"])
     assert sleeps == []
 

@@ -142,6 +142,7 @@ class _Peer:
 
     def __init__(self, sock):
         self._sock, self.heard = sock, b""
+        self.send = sock.send  # every packet goes out through it: no lookup through __getattr__
 
     def recv(self, n: int) -> bytes:
         data = self._sock.recv(n)
