@@ -147,7 +147,7 @@ def test_numbers_in_string_settings_keep_their_characters(tmp_path):
     assert spec.code.ref == "0123456"
     assert dict(spec.train.env) == {"UMASK": "0022", "N": "1_000", "F": "1.50"}
     assert spec.train.outputs == ("007",)
-    assert spec.host.port == 22 and isinstance(spec.train.tolerance, float)  # numbers stay numbers elsewhere
+    assert spec.host.port is None and isinstance(spec.train.tolerance, float)  # port unset: ~/.ssh/config or 22
 
 
 def test_numbers_stay_plain_numbers_where_a_number_is_meant(tmp_path):
