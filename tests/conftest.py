@@ -53,7 +53,7 @@ def lab(tmp_path_factory):
 LAB_SECTIONS = """
 venv:
   packages: [torch==2.13.0+cpu, numpy==2.2.6]
-  find_links: [/opt/wheels]
+  find_links: [{wheels}]
   requirements: requirements.txt
 code:
   repo: {repo}
@@ -80,7 +80,7 @@ def demo_repo(lab) -> Path:
 def lab_hosts(lab, demo_repo, tmp_path_factory) -> Path:
     """A hosts file for the test lab; container 999 is configured but does not exist."""
     path = tmp_path_factory.mktemp("cfg") / "hosts.yaml"
-    path.write_text(lab.hosts_yaml((*LAB_CONTAINERS, 999)) + LAB_SECTIONS.format(repo=demo_repo))
+    path.write_text(lab.hosts_yaml((*LAB_CONTAINERS, 999)) + LAB_SECTIONS.format(repo=demo_repo, wheels=lab.wheels))
     return path
 
 
