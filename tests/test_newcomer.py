@@ -85,6 +85,10 @@ def test_setup_builds_its_own_venv_from_debians_python3(installed):
                        capture_output=True, text=True, cwd="/", env=plain_env(installed["dir"] / "home"))
     assert r.returncode == 0, r.stderr
     assert Path(r.stdout.strip()).is_relative_to(installed["checkout"])
+    # ... and nothing of the build was left in the checkout (no build/, no *.egg-info; bytecode aside).
+    st = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=installed["checkout"],
+                        capture_output=True, text=True, check=True).stdout.splitlines()
+    assert [line for line in st if "__pycache__" not in line] == []
 
 
 def test_setup_installs_nothing_into_the_system_python(installed):
