@@ -32,7 +32,7 @@ def story(lab, tmp_path_factory):
     lab.start_container(CT)
     d = tmp_path_factory.mktemp("story")
     hosts = d / "hosts.yaml"
-    hosts.write_text(lab.hosts_yaml((CT,)) + HOSTS.format(repo=lab.demo_repo(), wheels=lab.wheels))
+    hosts.write_text(lab.hosts_yaml((CT,)) + HOSTS.format(repo=lab.demo_repo()))
     wheels = d / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
                     "--python-version", "3.11", "--platform", "manylinux2014_x86_64", "-d", str(wheels),

@@ -22,7 +22,7 @@ def local_hosts(lab, demo_repo, deployed, tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("local") / "hosts.yaml"
     path.write_text("hosts:\n  here:\n    address: 127.0.0.1\n    local: true\n"
                     f"    pct: {lab.dir / 'bin' / 'pct'}\n"
-                    "containers:\n  200:\n    host: here\n" + LAB_SECTIONS.format(repo=demo_repo, wheels=lab.wheels))
+                    "containers:\n  200:\n    host: here\n" + LAB_SECTIONS.format(repo=demo_repo))
     return path
 
 

@@ -81,6 +81,7 @@ class Lab:
     dir: Path = Path(os.environ.get("REMOTE_LAB_DIR", DEFAULT_DIR))
     port: int = DEFAULT_PORT
     node: str = "lab"  # the host's name in hosts files and its pct node name
+    wheels_dir: Path | None = None  # the wheel folder, where not <dir>/wheels (test labs share one)
 
     def __post_init__(self):
         self.dir = Path(self.dir)
@@ -101,7 +102,7 @@ class Lab:
     @property
     def wheels(self) -> Path:
         """The lab's wheel folder (the hosts files' venv.find_links): the pinned CPU torch wheel."""
-        return self.dir / "wheels"
+        return Path(self.wheels_dir) if self.wheels_dir else self.dir / "wheels"
 
     @property
     def key_file(self) -> Path:
