@@ -23,12 +23,18 @@ pytestmark = pytest.mark.newcomer
 DEBIAN_PYTHON = "/usr/bin/python3"
 PLAIN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # root's on Debian
 PIP_CACHE = Path(os.environ.get("HOME", "/root")) / ".cache" / "pip"  # read before conftest moves HOME
+UV_CACHE = Path(os.environ.get("HOME", "/root")) / ".cache" / "uv"
 TASKS = ("deploy", "warmup", "train", "logs", "status", "stop", "exec", "push", "pull", "doctor")
 
 
+# The machine's network settings (a proxy, its CA), which a login shell there would have too.
+NETWORK = {k: v for k, v in os.environ.items()
+           if k in ("SSL_CERT_FILE", "SSL_CERT_DIR") or k.lower() in ("http_proxy", "https_proxy", "no_proxy")}
+
+
 def plain_env(home: Path, **extra: str) -> dict[str, str]:
-    """What `env -i HOME=... PATH=<root's default>` leaves, plus `extra`."""
-    return {"HOME": str(home), "PATH": PLAIN_PATH, "PIP_CACHE_DIR": str(PIP_CACHE), **extra}
+    """What `env -i HOME=... PATH=<root's default>` leaves, plus the network settings and `extra`."""
+    return {"HOME": str(home), "PATH": PLAIN_PATH, "PIP_CACHE_DIR": str(PIP_CACHE), **NETWORK, **extra}
 
 
 def system_site_packages() -> dict[str, list[str]]:
@@ -127,3 +133,28 @@ def test_a_shallow_clone_sets_up_over_the_same_venv(installed):
                        capture_output=True, text=True, cwd="/", env=plain_env(d / "home"))
     assert Path(r.stdout.strip()).is_relative_to(shallow), r.stdout + r.stderr
     assert remote(installed, "--help").returncode == 0
+
+
+def test_the_tool_alone_installs_with_uv_tool_install(tmp_path):
+    """The README's install without the lab: `uv tool install .` from a checkout (a built wheel, not an
+    editable install) gives a `remote` that runs anywhere and carries its shell scripts."""
+    import uv
+
+    checkout = clone(tmp_path / "remote")
+    (tmp_path / "home").mkdir(exist_ok=True)
+    env = plain_env(tmp_path / "home", UV_TOOL_DIR=str(tmp_path / "tools"),
+                    UV_TOOL_BIN_DIR=str(tmp_path / "bin"), UV_CACHE_DIR=str(UV_CACHE), UV_PYTHON_DOWNLOADS="never")
+    r = subprocess.run([uv.find_uv_bin(), "tool", "install", "--python", DEBIAN_PYTHON, "."], cwd=checkout, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([str(tmp_path / "bin" / "remote"), "--version"], cwd="/", env=env, capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.startswith("remote "), r.stderr
+    tool_python = tmp_path / "tools" / "remote" / "bin" / "python"
+    r = subprocess.run([str(tool_python), "-c", "import remote; from remote import shell; "
+                        "print(remote.__file__); print(len(shell.load('follow')))"],
+                       cwd="/", env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    where, size = r.stdout.split()
+    assert Path(where).is_relative_to(tmp_path / "tools") and int(size) > 0  # installed, not the checkout
+    st = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=checkout, capture_output=True, text=True)
+    assert st.stdout == ""  # nothing built in the checkout
