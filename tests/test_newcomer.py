@@ -27,6 +27,7 @@ UV_CACHE = Path(os.environ.get("HOME", "/root")) / ".cache" / "uv"
 TASKS = ("deploy", "warmup", "train", "logs", "status", "stop", "exec", "push", "pull", "doctor")
 
 
+
 # The machine's network settings (a proxy, its CA), which a login shell there would have too.
 NETWORK = {k: v for k, v in os.environ.items()
            if k in ("SSL_CERT_FILE", "SSL_CERT_DIR") or k.lower() in ("http_proxy", "https_proxy", "no_proxy")}
@@ -83,8 +84,9 @@ def test_setup_builds_its_own_venv_from_debians_python3(installed):
     assert "Traceback" not in r.stderr and "externally-managed-environment" not in r.stderr
     cfg = (installed["venv"] / "pyvenv.cfg").read_text()
     assert re.search(r"^home = /usr/bin$", cfg, re.M), cfg  # made from Debian's python3, not another one
-    link = installed["bin"] / "remote"
-    assert link.is_symlink() and link.resolve() == (installed["venv"] / "bin" / "remote").resolve()
+    for name in ("remote", "invoke"):
+        link = installed["bin"] / name
+        assert link.is_symlink() and link.resolve() == (installed["venv"] / "bin" / name).resolve()
     # The tool and its test tools are in the venv, importable there, from this clone.
     r = subprocess.run([str(installed["venv"] / "bin" / "python"), "-c",
                         "import remote, fabric, pytest, hypothesis, uv; print(remote.__file__)"],
@@ -116,6 +118,16 @@ def test_remote_version(installed):
     r = remote(installed, "--version")
     version = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
     assert r.returncode == 0 and r.stdout.strip() == f"remote {version}", (r.stdout, r.stderr)
+
+
+def test_invoke_in_the_checkout_lists_the_same_tasks(installed):
+    """The design card's `invoke deploy` works inside a checkout: setup links `invoke` too."""
+    env = plain_env(installed["dir"] / "home")
+    env["PATH"] = f"{installed['bin']}:{PLAIN_PATH}"
+    r = subprocess.run(["invoke", "--list"], cwd=installed["checkout"], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert set(TASKS) <= set(re.findall(r"^\s+([a-z][\w.-]*)", r.stdout, re.M)), r.stdout
+
 
 
 def test_a_shallow_clone_sets_up_over_the_same_venv(installed):
