@@ -105,6 +105,8 @@ def test_without_a_configured_wheel_it_is_downloaded_from_the_index(tmp_path, no
     assert lines and index in lines[0] and "downloading torch==2.13.0+cpu" in lines[0]
 
 
+@pytest.mark.fault("The PyTorch CPU index cannot be reached (lab up)",
+                   promise="the error names the wheel, the folder to put it in and the pip line to fetch it; nothing half-written left")
 def test_an_unreachable_index_says_what_to_put_where_and_leaves_nothing(tmp_path, no_pip_config):
     folder = tmp_path / "lab" / "wheels"
     with pytest.raises(wheels.WheelError) as e:
