@@ -117,3 +117,18 @@ def test_an_unreachable_index_says_what_to_put_where_and_leaves_nothing(tmp_path
     assert f"put the .whl into {folder}/" in msg
     assert "--index-url https://download.pytorch.org/whl/cpu" in msg and f"--python-version {PY}" in msg
     assert list(folder.iterdir()) == []
+
+
+def test_lab_up_stops_with_a_lab_error_before_starting_anything(tmp_path, no_pip_config, monkeypatch):
+    """Without the wheel anywhere, `Lab.up` raises a LabError (the CLI prints it, exit 1) naming the folder,
+    before any sshd or container starts."""
+    import remote.lab as lab_module
+
+    monkeypatch.setattr(lab_module, "DEFAULT_DIR", str(tmp_path / "default-lab"))
+    monkeypatch.setenv("REMOTE_LAB_TORCH_INDEX", f"http://127.0.0.1:{free_port()}/")
+    monkeypatch.setattr(Lab, "_check_tools", lambda self: None)  # root and LXC are not what this is about
+    lab = Lab(dir=tmp_path / "lab", port=free_port())
+    with pytest.raises(lab_module.LabError) as e:
+        lab.up((200,))
+    assert f"put the .whl into {tmp_path / 'lab' / 'wheels'}/" in str(e.value)
+    assert not (tmp_path / "lab" / "ssh").exists() and not lab.sshd_running()
