@@ -39,7 +39,7 @@ def fake_wheel(folder: Path, name: str = NAME) -> Path:
 
 @pytest.fixture
 def no_pip_config(monkeypatch):
-    """pip as on a machine without configured wheel folders (this one's pip config names /opt/wheels)."""
+    """pip as on a machine without configured wheel folders (pip's own config may name one that has torch)."""
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
     monkeypatch.delenv("PIP_NO_INDEX", raising=False)
