@@ -31,7 +31,7 @@ IDS = "220-227"  # LXC ids are system-wide: another lab on this machine needs ot
 SECTIONS = """
 venv:
   packages: [torch==2.13.0+cpu, numpy==2.2.6]
-  find_links: [/opt/wheels]
+  find_links: [{wheels}]
   path: /root/venv-{tag}
 code:
   repo: {repo}
@@ -74,7 +74,7 @@ def main() -> None:
 def run(lab: Lab, d: Path, repeat: int, first: tuple[int, ...], second: tuple[int, ...]) -> None:
     def hosts(tag: str) -> Path:
         p = d / f"hosts-{tag}.yaml"
-        p.write_text(lab.hosts_yaml(first, second=second) + SECTIONS.format(repo=lab.plain_repo(), tag=tag))
+        p.write_text(lab.hosts_yaml(first, second=second) + SECTIONS.format(repo=lab.plain_repo(), tag=tag, wheels=lab.wheels))
         return p
 
     def cmd(tag: str, *argv: str) -> float:

@@ -13,6 +13,7 @@ import re
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -44,16 +45,19 @@ LAB_CONTAINERS = tuple(int(i) for i in os.environ.get("REMOTE_TEST_LAB_IDS", "20
 def lab(tmp_path_factory):
     from remote.lab import Lab
 
-    lab = Lab(dir=tmp_path_factory.mktemp("lab"), port=free_port())
+    lab = Lab(dir=tmp_path_factory.mktemp("lab"), port=free_port(), wheels_dir=LAB_WHEELS)
     lab.up(LAB_CONTAINERS)
     yield lab
     lab.down(purge=True)
 
 
+# The test labs' wheel folder: one for every session (a hard link to a configured wheel, or one download).
+LAB_WHEELS = Path(tempfile.gettempdir()) / "remote-test-wheels"
+
 LAB_SECTIONS = """
 venv:
   packages: [torch==2.13.0+cpu, numpy==2.2.6]
-  find_links: [/opt/wheels]
+  find_links: [""" + str(LAB_WHEELS) + """]
   requirements: requirements.txt
 code:
   repo: {repo}

@@ -25,7 +25,7 @@ SECRET = "sekrit-7c1e4b9a"
 HOSTS = """
 venv:
   packages: [torch==2.13.0+cpu, numpy==2.2.6]
-  find_links: [/opt/wheels]
+  find_links: [{wheels}]
 code:
   repo: {repo}
   path: /root/plain
@@ -47,7 +47,7 @@ def plain(lab, tmp_path_factory):
     lab.start_container(CT)
     d = tmp_path_factory.mktemp("plain")
     hosts = d / "hosts.yaml"
-    hosts.write_text(lab.hosts_yaml((CT,)) + HOSTS.format(repo=lab.plain_repo(), secret=SECRET))
+    hosts.write_text(lab.hosts_yaml((CT,)) + HOSTS.format(repo=lab.plain_repo(), secret=SECRET, wheels=lab.wheels))
     subprocess.run([sys.executable, str(ROOT / "examples/plain/prepare.py"), "--out", str(d / "data/tokens.bin")],
                    check=True, capture_output=True)
     return {"hosts": hosts, "data": d / "data", "dir": d, "outputs": []}

@@ -25,7 +25,7 @@ SECTIONS = """
 groups: {{pair: [210, 212], lab2: [212, 213]}}
 venv:
   packages: [torch==2.13.0+cpu, numpy==2.2.6]
-  find_links: [/opt/wheels]
+  find_links: [{wheels}]
 code:
   repo: {repo}
   path: /root/plain
@@ -46,7 +46,8 @@ def two(lab, tmp_path_factory):
 def hosts_file(two, args="--steps 3", port=29611, nnodes="{nnodes}", rdzv=300) -> Path:
     p = two["dir"] / f"hosts-{port}.yaml"
     p.write_text(two["lab"].hosts_yaml(FIRST, second=SECOND) + SECTIONS.format(repo=two["repo"], args=args, port=port,
-                                                                               nnodes=nnodes, rdzv=rdzv))
+                                                                               nnodes=nnodes, rdzv=rdzv,
+                                                                               wheels=two["lab"].wheels))
     return p
 
 

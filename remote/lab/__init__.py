@@ -3,6 +3,7 @@
 Everything lives under one folder (default /var/lib/remote-lab, or $REMOTE_LAB_DIR):
     ssh/      host key, client key, authorized_keys, known_hosts, sshd_config
     bin/pct   the pct double (remote/lab/pct_double.py), first on the sshd session's PATH
+    wheels/   the pinned CPU torch wheel the lab's hosts files install (remote/lab/wheels.py)
     lxc/<id>/ each container: config, and `upper/` holding everything written inside it
 Containers take this machine's root as a read-only lower layer (overlay), use the host network
 and need no image: they start in about a second and see the host's Python, git and wheels.
@@ -80,6 +81,7 @@ class Lab:
     dir: Path = Path(os.environ.get("REMOTE_LAB_DIR", DEFAULT_DIR))
     port: int = DEFAULT_PORT
     node: str = "lab"  # the host's name in hosts files and its pct node name
+    wheels_dir: Path | None = None  # the wheel folder, where not <dir>/wheels (test labs share one)
 
     def __post_init__(self):
         self.dir = Path(self.dir)
@@ -98,6 +100,11 @@ class Lab:
         return self.dir / "lxc"
 
     @property
+    def wheels(self) -> Path:
+        """The lab's wheel folder (the hosts files' venv.find_links): the pinned CPU torch wheel."""
+        return Path(self.wheels_dir) if self.wheels_dir else self.dir / "wheels"
+
+    @property
     def key_file(self) -> Path:
         return self.ssh / "id_ed25519"
 
@@ -106,11 +113,14 @@ class Lab:
         return self.ssh / "known_hosts"
 
     # -- bring up ------------------------------------------------------------------------------
-    def up(self, containers=DEFAULT_CONTAINERS, second=()) -> None:
-        """Start sshd and the containers (idempotent); with `second`, also a second host with those containers."""
+    def up(self, containers=DEFAULT_CONTAINERS, second=(), wheels=True) -> None:
+        """Start sshd and the containers (idempotent); with `second`, also a second host with those containers.
+        First, with `wheels`, the pinned CPU torch wheel into the lab's wheel folder (remote/lab/wheels.py)."""
         if set(containers) & set(second):
             raise LabError(f"container ids must differ between the two hosts: {sorted(set(containers) & set(second))}")
         self._check_tools()
+        if wheels:
+            self.provide_wheels()
         for d in (self.ssh, self.dir / "bin", self.lxc):
             d.mkdir(parents=True, exist_ok=True)
         self._keys()
@@ -122,7 +132,18 @@ class Lab:
             self.demo_repo()
             self.plain_repo()
         if second:
-            self.second().up(second)
+            self.second().up(second, wheels=False)
+
+    def provide_wheels(self) -> Path:
+        """The pinned CPU torch wheel in self.wheels, for the containers' Python: from a folder pip is
+        configured with or the default lab's, else downloaded; a LabError says what to put where."""
+        from . import wheels
+
+        default = Path(DEFAULT_DIR) / "wheels"
+        try:
+            return wheels.provide(self.wheels, _system_python(), also=[default] if default != self.wheels else [])
+        except wheels.WheelError as e:
+            raise LabError(str(e)) from None
 
     def _check_tools(self) -> None:
         if os.geteuid() != 0:

@@ -1,0 +1,53 @@
+"""The README and docs/ as a newcomer reads them: short, links that lead somewhere, and CI running the
+README's own test command."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from conftest import ROOT
+
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def test_the_readme_stays_short():
+    assert len(README.read_text().splitlines()) <= 200
+
+
+def test_every_relative_link_leads_to_a_file_and_heading_that_exist():
+    broken = []
+    for page in PAGES:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            if not dest.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+            elif anchor and dest.suffix == ".md":
+                slugs = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+                         for h in re.findall(r"^#+ (.*)$", dest.read_text(), re.M)}
+                if anchor not in slugs:
+                    broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
+    assert broken == []
+
+
+def test_ci_runs_the_readmes_test_command_exactly():
+    block = README.read_text().split("## The lab and the two commands", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
+    commands = [line for line in block.splitlines() if line.strip() and not line.startswith("#")]
+    assert len(commands) == 2, commands
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert re.search(rf"^{re.escape(commands[1])} \|\| status=\$\?$", ci, re.M), (commands[1], ci)
+
+
+def test_the_docs_tell_users_to_run_remote_not_invoke():
+    """`invoke TASK` works only inside a checkout: the pages show `remote TASK` (invoke is named once,
+    for the checkout, and in benchmark notes on how earlier figures were taken)."""
+    found = []
+    for page in PAGES:
+        for n, line in enumerate(page.read_text().splitlines(), 1):
+            if re.search(r"`invoke [a-z]", line) and "checkout" not in line and "were taken with" not in line:
+                found.append(f"{page.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert found == []
