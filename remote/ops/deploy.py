@@ -392,9 +392,15 @@ def _sync_code(ct: Container, spec: ContainerSpec, local: codemod.LocalCommit, r
                          "deployed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
     result = ct.script(codemod.sync_script(), spec.code.path, local.commit, bundle_path, f"{spec.code.path}.patches",
                        stamp, record, shipped.ref, " ".join(shipped.shallow), timeout=600, label="code sync")
+    replaced = []
     for line in result.out.splitlines():
         if line.startswith("saved "):
             summary.saved.append(line.split(": ", 1)[1])
+        elif line.startswith("replaced untracked: "):
+            replaced.append(line.split(": ", 1)[1])
+    if replaced:
+        summary.changed.append(f"untracked paths in {spec.code.path} replaced by the commit (saved first, see below): "
+                               + ", ".join(replaced))
     summary.changed.append(f"code {spec.code.path} at {local.commit[:12]}{' (dirty tree)' if local.dirty else ''}")
 
 
