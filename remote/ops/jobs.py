@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -127,6 +128,9 @@ def check(raw: dict, spec: ContainerSpec) -> Preflight:
                      f"{torch.device_count}" + (f", train.env selects {facts.visible_count(gpus, env)}" if cvd else "")
                      + (" (torch's answer kept from an earlier probe: venv and driver unchanged)" if torch.cached else ""))
     return Preflight(commit, venv, gpus, notes)
+
+
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # what new_run_id makes, and any sane name
 
 
 def new_run_id() -> str:
@@ -311,26 +315,39 @@ def pull_run(session: Session, ctid, run_id: str | None, dest: str, *, progress:
     if not st.get("run"):
         raise JobError(f"container {spec.ctid} has no run {'' if run_id in (None, 'latest') else run_id + ' '}"
                        f"in {spec.train.run_dir}: start one with `invoke train`")
-    target = Path(dest) / st["run"]
-    target.mkdir(parents=True, exist_ok=True)
+    # The run id and the outputs come from the container (`current`, manifest.json): untrusted paths.
+    root = Path(dest)
+    root.mkdir(parents=True, exist_ok=True)
+    if not RUN_ID.fullmatch(st["run"]):
+        raise TransferError(f"container {spec.ctid}: run id {st['run']!r} refused (not a run id; from "
+                            f"{spec.train.run_dir}/current): nothing was pulled")
+    target = files.inside(root, st["run"], "run id")
+    target.mkdir(exist_ok=True)
     outputs = (st.get("manifest") or {}).get("outputs", list(spec.train.outputs))
-    wanted = [(f"{st['path']}/log", target / "log"), (f"{st['path']}/manifest.json", target / "manifest.json")]
-    wanted += [(out if out.startswith("/") else f"{spec.code.path}/{out}", target / "outputs" / out.strip("/"))
+    if not isinstance(outputs, list) or not all(isinstance(o, str) for o in outputs):
+        echo(f"!! outputs in {st['path']}/manifest.json refused (not a list of paths): {str(outputs)[:200]}")
+        outputs = []
+    wanted = [(f"{st['path']}/log", "log"), (f"{st['path']}/manifest.json", "manifest.json")]
+    wanted += [(out if out.startswith("/") else f"{spec.code.path}/{out}", f"outputs/{out.strip('/')}")
                for out in outputs]
-    got = {}
-    for src, local in wanted:
-        local.parent.mkdir(parents=True, exist_ok=True)
+    got, refused = {}, []
+    for src, rel in wanted:
         try:
+            local = files.inside(target, rel, "output")
             stats = files.pull(ct, src, local, progress=files.ProgressPrinter(f"pull {src}") if progress else None)
         except TransferError as exc:
-            if local.name in ("log", "manifest.json"):
+            if rel in ("log", "manifest.json"):
                 raise
             echo(f"!! output {src}: {exc}")
+            refused.append(f"{rel}: {exc}")
             continue
-        got[str(local.relative_to(target))] = f"{stats.files} file(s), {stats.total} bytes"
+        got[rel] = f"{stats.files} file(s), {stats.total} bytes"
+        for why in stats.refused:
+            echo(f"!! {rel}/{why}")
+        refused += [f"{rel}/{why}" for why in stats.refused]
     if st["alive"]:
         echo(f"-- run {st['run']} is still running: its outputs were pulled as they are now")
-    return {"run": st["run"], "dest": str(target), "pulled": got}
+    return {"run": st["run"], "dest": str(target), "pulled": got, "refused": refused}
 
 
 def container_jobs(session: Session, hosts: list[HostState]) -> list[dict]:
