@@ -8,8 +8,9 @@ the host, hold the container's config lock and can exit 0 on failure (pve-contai
 Nothing unverified reaches a destination. A file is written to `<dest>.partial` beside it, its
 sha256 compared with the source's, then renamed into place; a push that was cut off continues from
 what the partial file holds when its prefix hash matches the source, else starts over. A pull does
-the same locally. A tree travels as one tar stream into a staging folder `<dest>.partial`, whose
-per-file manifest must equal the source's before it is moved (or merged) into place.
+the same locally. A tree travels as one tar stream into a staging folder (`<dest>.partial`, or inside
+`dest` when that is a folder already: on its filesystem, when it is a mount point), whose per-file
+manifest must equal the source's before it is moved (or merged) into place.
 
 What a container sends is untrusted (a polluted venv, hand-patched code, a hostile image): a pulled
 tree is extracted here member by member (`_extract`), never by tar as root, and nothing lands outside
@@ -41,6 +42,7 @@ log = logging.getLogger(__name__)
 
 CHUNK = 1 << 20
 PARTIAL = ".partial"  # suffix of the file or staging folder beside a destination
+STALL = 60.0  # seconds in which a push writes nothing: stalled, taken as a lost link (and retried)
 Progress = Callable[[int, int], None]  # (bytes done, bytes in all)
 
 
@@ -132,17 +134,18 @@ def _hash_prefix(path, limit: int | None):
 # -- the public entry points -------------------------------------------------------------------------------
 
 def push(ct: Container, src: str | os.PathLike, dest: str, *, progress: Progress | None = None,
-         attempts: int = 3, mode: int | None = None, sleep: Callable[[float], None] = time.sleep) -> TransferStats:
+         attempts: int = 3, mode: int | None = None, sleep: Callable[[float], None] = time.sleep,
+         stall: float = STALL) -> TransferStats:
     """Copy a local file or folder to `dest` in the container, verified; retried (resumed) on a lost connection.
 
     A file lands at `dest` (inside it when `dest` is a folder or ends in /); a folder's contents are
-    merged into `dest`."""
+    merged into `dest`. No byte moving for `stall` seconds is a lost link, even one that never says so."""
     local = Path(src)
     if local.is_dir():
-        return _retrying(lambda: _push_tree(ct, local, dest, progress), attempts, sleep)
+        return _retrying(lambda: _push_tree(ct, local, dest, progress, stall), attempts, sleep)
     if not local.is_file():
         raise TransferError(f"cannot push {src}: no such file or folder")
-    return _retrying(lambda: _push_file(ct, local, dest, progress, mode), attempts, sleep)
+    return _retrying(lambda: _push_file(ct, local, dest, progress, mode, stall), attempts, sleep)
 
 
 def pull(ct: Container, src: str, dest: str | os.PathLike, *, progress: Progress | None = None,
@@ -194,28 +197,80 @@ def _probe(ct: Container, *pairs: str | int) -> list[str]:
     return out.split()
 
 
-def _run_stream(ct: Container, script: str, *args: str, send=None, receive=None) -> tuple[int, str]:
-    """Run a transfer script: `send(stream)` writes stdin, `receive(stream)` reads stdout; (exit status, stderr)."""
-    stream = ct.open_stream(load(script), *args)
+class _Watched:
+    """A stream under a watch: when no byte is written for `limit` seconds (the far side stopped reading,
+    over a link that still answers heartbeats or one that never says it is gone), or the deadline set by
+    `allow` passes, the stream is closed, so that the blocked write or read ends and the retry starts."""
+
+    def __init__(self, stream, limit: float | None):
+        import threading
+
+        self.stream, self.limit, self.stalled = stream, limit, False
+        self.last = time.monotonic()
+        self._done = threading.Event()
+        threading.Thread(target=self._watch, daemon=True, name="transfer-stall-watch").start()
+
+    def _watch(self) -> None:
+        while not self._done.wait(0.5):
+            if self.limit is not None and time.monotonic() - self.last > self.limit:
+                self.stalled = True
+                log.warning("nothing moved for %gs: the transfer is stalled; closing its stream", self.limit)
+                self.stream.close()
+                return
+
+    def allow(self, seconds: float | None) -> None:
+        """From now on, `seconds` in all (None: no bound) before the stream is taken as stalled."""
+        self.last, self.limit = time.monotonic(), seconds
+
+    def done(self) -> None:
+        self._done.set()
+
+    def write(self, data: bytes) -> None:
+        self.stream.write(data)
+        self.last = time.monotonic()
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def _run_stream(ct: Container, script: str, *args: str, send=None, receive=None, stall: float | None = None,
+                wait: float | None = None) -> tuple[int, str]:
+    """Run a transfer script: `send(stream)` writes stdin, `receive(stream)` reads stdout; (exit status, stderr).
+
+    Nothing written for `stall` seconds while sending, or no exit status within `wait` seconds after
+    the data, is a lost link (ConnectError: the caller's retry resumes), even where the link never says so."""
+    raw = ct.open_stream(load(script), *args)
+    stream = _Watched(raw, stall)
+
+    def lost(what: str) -> ConnectError:
+        why = (f"nothing moved for {stream.limit:g}s" if stream.stalled else "connection lost")
+        return ConnectError(ct.transport.name, f"{ct.where}: {why} during {script} ({what}); taken as a lost link")
+
     try:
         if send is not None:
             try:
                 send(stream)
             except ConnectError:
+                if stream.stalled:
+                    raise lost("sending") from None
                 # The script may have ended early (a full disk, a bad path): then its status says why.
-                code = _exit_status(stream)
+                code = _exit_status(raw)
                 if code in (None, -1, 0):
                     raise
-                return code, stream.error_text()
-        stream.close_stdin()
+                return code, raw.error_text()
+        stream.allow(wait)
+        raw.close_stdin()
         if receive is not None:
-            receive(stream)
-        code = stream.wait()
+            receive(raw)
+        if stream.stalled:
+            raise lost("waiting for its result")
+        code = raw.wait()
         if code == -1:
-            raise ConnectError(ct.transport.name, f"{ct.where}: connection lost during {script}")
-        return code, stream.error_text()
+            raise lost("waiting for its exit status")
+        return code, raw.error_text()
     finally:
-        stream.close()
+        stream.done()
+        raw.close()
 
 
 def _exit_status(stream) -> int | None:
@@ -234,7 +289,8 @@ def _check(ct: Container, script: str, code: int, err: str) -> None:
 
 # -- files ---------------------------------------------------------------------------------------------------
 
-def _push_file(ct: Container, local: Path, dest: str, progress: Progress | None, mode: int | None) -> TransferStats:
+def _push_file(ct: Container, local: Path, dest: str, progress: Progress | None, mode: int | None,
+               stall: float = STALL) -> TransferStats:
     start = time.monotonic()
     total = local.stat().st_size
     mode = mode if mode is not None else local.stat().st_mode & 0o777
@@ -271,8 +327,11 @@ def _push_file(ct: Container, local: Path, dest: str, progress: Progress | None,
                     progress(offset + sent, total)
 
     got = bytearray()
-    code, err = _run_stream(ct, "push_file", part, str(offset), send=send,
-                            receive=lambda stream: got.extend(_read_all(stream, limit=4096)))
+    # The container ends an earlier attempt's stalled writer after half of `stall`, before this side
+    # would take the wait for it as a lost link; hashing what landed is bounded by its size.
+    code, err = _run_stream(ct, "push_file", part, str(offset), str(max(1, int(stall / 2))), send=send,
+                            receive=lambda stream: got.extend(_read_all(stream, limit=4096)), stall=stall,
+                            wait=stall + total / 10e6)
     _check(ct, "push_file", code, err)
     want, landed = h.hexdigest(), got.decode().strip()
     if offset + sent != total or landed != want:
@@ -413,14 +472,15 @@ class _Counter:
 _TAR_CREATE = ["tar", "-c", "-f", "-", "--sort=name", "--numeric-owner", "--owner=0", "--group=0"]
 
 
-def _push_tree(ct: Container, root: Path, dest: str, progress: Progress | None) -> TransferStats:
+def _push_tree(ct: Container, root: Path, dest: str, progress: Progress | None,
+               stall: float = STALL) -> TransferStats:
     start = time.monotonic()
     dest = dest.rstrip("/") or "/"
-    stage = dest + PARTIAL
     if ct.dry:
+        stage = f"{dest}{PARTIAL} (or {dest}/.remote-push{PARTIAL} when {dest} is a folder)"
         ct.echo(f"# push {root}/ -> {dest}/: one tar stream into {stage}, manifests compared, then moved or merged")
-        ct.echo(ct.transport.describe(ct.script_argv(load("push_tree"), stage)))
-        ct.echo(ct.transport.describe(ct.script_argv(load("commit_tree"), stage, dest)))
+        ct.echo(ct.transport.describe(ct.script_argv(load("push_tree"), dest)))
+        ct.echo(ct.transport.describe(ct.script_argv(load("commit_tree"), dest + PARTIAL, dest)))
         return TransferStats("push", "tree", str(root), dest, 0, 0, 0, 0.0)
     total, estimate = _tar_size(root)
     counter = _Counter(progress, estimate)
@@ -437,14 +497,20 @@ def _push_tree(ct: Container, root: Path, dest: str, progress: Progress | None) 
 
     got = bytearray()
     try:
-        code, err = _run_stream(ct, "push_tree", stage, send=send,
-                                receive=lambda stream: got.extend(_read_all(stream, limit=1 << 30)))
+        code, err = _run_stream(ct, "push_tree", dest, send=send,
+                                receive=lambda stream: got.extend(_read_all(stream, limit=1 << 30)), stall=stall)
     finally:
         _end(tar)
     if tar.returncode != 0:
         raise TransferError(f"tar of {root} failed: {tar.stderr.read().decode('utf-8', 'replace').strip()}")
     _check(ct, "push_tree", code, err)
-    _verify(ct, want, _parse_manifest(bytes(got)), f"push of {root} to {dest}",
+    # The stage is where the container put it: inside dest when dest is a folder (a mount point's own
+    # filesystem), else beside it.
+    stage, _, manifest = bytes(got).partition(b"\0")
+    stage = os.fsdecode(stage)
+    if stage not in (dest + PARTIAL, f"{dest}/.remote-push{PARTIAL}"):
+        raise TransferError(f"{ct.where}: push of {root} to {dest}: unexpected staging folder {stage!r}")
+    _verify(ct, want, _parse_manifest(manifest), f"push of {root} to {dest}",
             lambda: ct.run(["rm", "-rf", "--", stage]), dest)
     ct.script(load("commit_tree"), stage, dest, timeout=1800)
     counter.finish()
