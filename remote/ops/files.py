@@ -623,13 +623,14 @@ def _extract(fileobj, root: Path, refused: list[tuple[str, str]]) -> None:
     """Extract a tar stream into the fresh folder `root`, member by member, refusing (into `refused`, as
     (path, why)) what could land outside it or is not a plain file, folder or link."""
     gone: set[str] = set()  # refused links and folders: nothing is extracted below them
+    real: set[str] = set()  # folders found to be real folders made here (one never becomes a link later)
     with tarfile.open(fileobj=fileobj, mode="r|", errorlevel=2) as tar:
         for m in tar:
             name = os.path.normpath(m.name)
             if name == "." and m.isdir():
                 continue
             above = next((p for p in _parents(name) if p in gone), None)
-            why = f"below the refused {above}" if above else _extract_member(tar, m, root, name)
+            why = f"below the refused {above}" if above else _extract_member(tar, m, root, name, real)
             if why and why != DROPPED:
                 gone.add(name)
             if why:
@@ -642,11 +643,14 @@ def _parents(name: str):
         yield name
 
 
-def _folders(root: Path, name: str, make: bool) -> str | None:
+def _folders(root: Path, name: str, make: bool, real: set[str] | None = None) -> str | None:
     """Why `name`'s folders below root are not all real folders (a symlink or a file on the way), or None;
-    missing ones are made when `make`."""
+    missing ones are made when `make`. `real`: folders already found real (skipped, and added to)."""
+    parent = name.rpartition("/")[0]
+    if not parent or (real is not None and parent in real):
+        return None
     folder = root
-    for part in name.split("/")[:-1]:
+    for part in parent.split("/"):
         folder = folder / part
         try:
             st = os.lstat(folder)
@@ -659,13 +663,15 @@ def _folders(root: Path, name: str, make: bool) -> str | None:
             return f"it would be written through the symlink {os.path.relpath(folder, root)}"
         if not statmod.S_ISDIR(st.st_mode):
             return f"{os.path.relpath(folder, root)} is not a folder"
+    if real is not None:
+        real.add(parent)
     return None
 
 
-def _extract_member(tar: tarfile.TarFile, m: tarfile.TarInfo, root: Path, name: str) -> str | None:
+def _extract_member(tar: tarfile.TarFile, m: tarfile.TarInfo, root: Path, name: str, real: set[str]) -> str | None:
     if _outside(name) or "\0" in name:
         return "its path leads out of the destination"
-    why = _folders(root, name, make=True)
+    why = _folders(root, name, make=True, real=real)
     if why:
         return why
     target = root / name
