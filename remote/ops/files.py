@@ -564,7 +564,11 @@ def _pull_tree(ct: Container, src: str, dest: Path, progress: Progress | None) -
             manifest += chunk
         state["manifest"] = bytes(manifest)
         reader = _Reader(stream, counter)
-        _extract(reader, stage, refused)
+        try:
+            _extract(reader, stage, refused)
+        except (tarfile.TarError, EOFError) as exc:  # a stream cut short or not a tar stream
+            raise TransferError(f"{ct.where}: pull of {src}: its tar stream is broken ({exc}); nothing was moved "
+                                f"into {dest}") from None
         for _ in iter(lambda: reader.read(CHUNK), b""):
             pass  # tar's end-of-archive padding
 
