@@ -106,3 +106,25 @@ def test_paths_from_the_container_are_refused_when_they_leave_dest_or_pass_a_sym
 def test_a_path_from_the_container_inside_dest_is_joined_and_its_folders_made(tmp_path):
     assert files.inside(tmp_path, "/root/ckpt/model.pt", "output") == tmp_path / "root" / "ckpt" / "model.pt"
     assert (tmp_path / "root" / "ckpt").is_dir() and files.inside(tmp_path, "x", "output") == tmp_path / "x"
+
+
+@pytest.mark.fault("Push to a mount point in the container; pull to a local mount point",
+                   promise="staged on the destination's own filesystem, merged by rename or hard link; nothing left")
+def test_a_pull_merges_into_a_local_mount_point_and_a_mount_inside_dest(tmp_path):
+    import subprocess
+
+    dest = tmp_path / "dest"
+    (dest / "sub").mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(dest / "sub")], check=True)
+    try:
+        (dest / "sub" / "old").write_text("old\n")
+        stage = files._stage_for(dest)
+        assert stage.parent == dest  # inside the existing folder: on its filesystem
+        (stage / "sub").mkdir(parents=True)
+        (stage / "sub" / "new").write_text("new\n")
+        (stage / "top").write_text("top\n")
+        files._move_into_place(stage, dest)
+        assert (dest / "sub" / "new").read_text() == "new\n" and (dest / "sub" / "old").read_text() == "old\n"
+        assert sorted(os.listdir(dest)) == ["sub", "top"] and sorted(os.listdir(dest / "sub")) == ["new", "old"]
+    finally:
+        subprocess.run(["umount", "-l", str(dest / "sub")], check=False)
