@@ -7,7 +7,7 @@ from conftest import LAB_CONTAINERS, wait_until
 
 from remote import facts, shell
 from remote.errors import BusyError, JobError
-from remote.facts.doctor import findings
+from remote.doctor import findings
 from remote.ops import jobs
 from remote.ops.deploy import deploy
 from remote.ops.jobs import Preflight, launch, state, stop

@@ -567,6 +567,8 @@ def _pull_tree(ct: Container, src: str, dest: Path, progress: Progress | None) -
         try:
             _extract(reader, stage, refused)
         except (tarfile.TarError, EOFError) as exc:  # a stream cut short or not a tar stream
+            if not stream.alive():
+                raise ConnectError(ct.transport.name, f"{ct.where}: connection lost during pull_tree") from None
             raise TransferError(f"{ct.where}: pull of {src}: its tar stream is broken ({exc}); nothing was moved "
                                 f"into {dest}") from None
         for _ in iter(lambda: reader.read(CHUNK), b""):

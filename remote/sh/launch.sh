@@ -8,8 +8,9 @@ exec 9>"$run_dir/.lock"
 flock -w 10 9 || { echo "another train is starting on this container" >&2; exit 4; }
 # Every live run counts, not only the latest (a forced one may run beside it; a late pid file).
 if [ "$force" != 1 ] && live=$(live_runs "$run_dir") && [ -n "$live" ]; then
-  echo "busy: still running: $(printf '%s\n' "$live" | sed -e 's/^\([^ ]*\) -$/run \1 (starting)/' \
-                                   -e 's/^\([^ ]*\) \([0-9]*\)$/run \1 (pid \2)/' | paste -sd, - | sed 's/,/, /g')" >&2
+  runs=$(printf '%s\n' "$live" | sed -e 's/^\([^ ]*\) -$/run \1 (starting)/' \
+                                 -e 's/^\([^ ]*\) \([0-9]*\)$/run \1 (pid \2)/' | paste -sd, - | sed 's/,/, /g')
+  case $runs in *,*) echo "busy: $runs are still running" >&2 ;; *) echo "busy: $runs is still running" >&2 ;; esac
   exit 5
 fi
 run=$run_dir/$id
