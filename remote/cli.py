@@ -143,7 +143,8 @@ def status(c, json_=False, hosts=None, container=None):
             if h.error:
                 print("  " + h.error.replace("\n", "\n  "))
             for ctid, state in h.containers.items():
-                print(f"  {ctid}: {state}" + _job_line(by_ct.get(ctid)) + _lock_note(by_ct.get(ctid)))
+                print(f"  {ctid}: {state}" + _job_line(by_ct.get(ctid)) + _also_live(by_ct.get(ctid))
+                      + _lock_note(by_ct.get(ctid)))
         for line in _multinode_lines(jobs):
             print(line)
     if not all(h.reachable for h in hosts_):
@@ -178,6 +179,13 @@ def _multinode_lines(jobs: list[dict]) -> list[str]:
         lines.append(f"multi-node run {run_id} {'running' if alive else 'ended'} on {len(nodes)} nodes: "
                      + "; ".join(parts))
     return lines
+
+
+def _also_live(entry: dict | None) -> str:
+    """Live runs besides the latest (a `train --force` beside another, a wrapper without its pid file yet)."""
+    from .ops.jobs import live_text
+
+    return f"; ALSO RUNNING: {live_text(entry['also_live'])}" if entry and entry.get("also_live") else ""
 
 
 def _job_line(entry: dict | None) -> str:
@@ -311,7 +319,8 @@ def train(c, container=None, force=False, warmup=False, detach=False, dry=False,
         raise Exit(code=final_status(final))
 
 
-@task(help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP, "run": "run id (default: the latest)", "follow": "keep printing until the job ends",
+@task(help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP,
+            "run": "run id (default: every live run, and the latest's leftovers)", "follow": "keep printing until the job ends",
             "hosts": HOSTS_HELP})
 @fleet_task
 @handled
@@ -336,7 +345,8 @@ def logs(c, container=None, run=None, follow=False, hosts=None):
         raise Exit(code=final_status(final))
 
 
-@task(help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP, "run": "run id (default: the latest)",
+@task(help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP,
+            "run": "run id (default: every live run, and the latest's leftovers)",
             "grace": "seconds between TERM and KILL (default 10)", "dry": DRY_HELP, "hosts": HOSTS_HELP})
 @fleet_task
 @handled
@@ -358,11 +368,12 @@ def stop(c, container=None, run=None, grace=10, dry=False, hosts=None):
                       + ", verified: no process of it is left")
     if dry:
         return
-    if not result["was_alive"]:
-        print(f"run {result['run']} was not running (exit status {result['exit']}); no process of it is left")
-    else:
-        print(f"run {result['run']} stopped with SIG{result['signal']} (exit status {result['exit']}); "
-              "verified: no process of it is left" + (", none on a GPU" if result.get("gpu_left") == [] else ""))
+    for one in [*result.get("others", []), result]:  # without --run: every live run, not only the latest
+        if not one["was_alive"]:
+            print(f"run {one['run']} was not running (exit status {one['exit']}); no process of it is left")
+        else:
+            print(f"run {one['run']} stopped with SIG{one['signal']} (exit status {one['exit']}); "
+                  "verified: no process of it is left" + (", none on a GPU" if one.get("gpu_left") == [] else ""))
 
 
 def _containers(s: Session, container: str | None) -> list[int]:

@@ -210,7 +210,11 @@ def findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
                         "deploy leaves them where they are; code that imports one runs something git does not know",
                         None))
 
-    # Jobs.
+    # Jobs: every live run counts, not only the latest.
+    if len(j.live) > 1:
+        add(Finding("runs-concurrent", "warning", f"{len(j.live)} runs are live at once: {', '.join(j.live)}", None,
+                    "they share the GPUs, the checkout and the venv; a deploy is refused until they end",
+                    f"remote stop -c {facts.ctid} --run RUN (or `remote stop -c {facts.ctid}`: every live run)"))
     for rid, pids in sorted(j.orphans.items()):
         add(Finding("orphan-processes", "error", f"processes of run {rid}, which is not running: "
                     f"{' '.join(map(str, pids))}", None, "they hold GPUs and memory that a new run needs",

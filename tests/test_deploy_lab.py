@@ -246,7 +246,7 @@ def test_deploy_refuses_while_a_job_runs_and_never_prunes_the_venv_it_uses(deplo
             with pytest.raises(BusyError) as exc:
                 deploy(s, 200, **quiet)
             assert f"run t-job (pid {pid}) is still running" in str(exc.value)
-            assert "`invoke stop`" in str(exc.value) and "--force" in str(exc.value) and exc.value.exit_code == 3
+            assert "`remote stop`" in str(exc.value) and "--force" in str(exc.value) and exc.value.exit_code == 3
             assert ct.run(["readlink", "/root/venv"]).out.strip() == original
             forced = deploy(s, 200, force=True, **quiet)
             assert any("t-job" in k and "left running" in k for k in forced.kept), forced.render()

@@ -429,3 +429,16 @@ def test_known_good_reads_only_the_end_of_a_log():
     t = FakeTransport([Expect(lambda argv: seen.append(inner_argv(argv)) or True, stdout=tail)])
     assert log_tail(Container(t, 200), "/root/runs/r1/log", limit=len(tail)) == "step 10 | 21.0 Ktok/s\n"
     assert seen[0] == ("tail", "-c", str(len(tail)), "--", "/root/runs/r1/log")
+
+
+@pytest.mark.fault("A second run started with train --force beside a live one",
+                   promise="deploy refuses, train is busy, stop stops both, status and doctor show both")
+def test_every_live_run_counts_not_only_the_latest(spec):
+    raw = healthy_raw(spec)
+    raw["jobs"]["runs"].update({  # the latest (current) ended; a forced one and one without its pid file run
+        "a": {"exists": True, "pid": 50, "exit": None, "leader_alive": True, "marked": [50, 51]},
+        "b": {"exists": True, "pid": None, "exit": None, "leader_alive": False, "marked": [60]}})
+    got = fx.parse(raw, spec, (1000.0, 1000.5))
+    assert got.jobs.live == ("a", "b") and not got.jobs.orphans and not got.jobs.alive
+    found = {f.code: f for f in findings(got, spec)}
+    assert "orphan-processes" not in found and "a, b" in found["runs-concurrent"].what

@@ -137,6 +137,7 @@ class Jobs:
     orphans: dict[str, tuple[int, ...]]  # run id -> live processes of a run that is not alive
     marked: tuple[int, ...]  # every live process of any run
     manifest: dict | None = field(default=None, repr=False, compare=False)
+    live: tuple[str, ...] = ()  # every live run (no exit record, a process of it alive), the latest or not
 
 
 @dataclass(frozen=True)
@@ -385,13 +386,16 @@ def parse(raw: dict, spec: ContainerSpec, window: tuple[float, float], probe_sec
     rj = raw.get("jobs") or {}
     runs = rj.get("runs") or {}
     cur = runs.get(rj.get("current") or "", {})
-    alive = bool(cur.get("leader_alive")) and not cur.get("exit")
+    # Live: no exit record, and its leader or any process of it alive (a wrapper may not have written its
+    # pid file yet, or died while its processes run on); every run counts, not only the latest.
+    live = tuple(rid for rid, r in sorted(runs.items()) if r.get("exists", True) and not r.get("exit")
+                 and (r.get("leader_alive") or r.get("marked")))
+    alive = rj.get("current") in live
     exit_text = cur.get("exit") or ""
-    orphans = {rid: tuple(r["marked"]) for rid, r in runs.items()
-               if r.get("marked") and not (r.get("leader_alive") and not r.get("exit"))}
+    orphans = {rid: tuple(r["marked"]) for rid, r in runs.items() if r.get("marked") and rid not in live}
     jobs = Jobs(rj.get("current"), alive, int(exit_text) if exit_text.lstrip("-").isdigit() else None,
                 bool(rj.get("current")) and cur.get("exists", False) and not alive and not exit_text, orphans,
-                tuple(sorted(p for r in runs.values() for p in r.get("marked", []))), rj.get("manifest"))
+                tuple(sorted(p for r in runs.values() for p in r.get("marked", []))), rj.get("manifest"), live)
     disk = tuple(Disk(d["path"], d.get("free"), d.get("total")) for d in raw.get("disk") or [])
     skew = clock_skew(raw.get("time_end", window[0]), *window)
     return Facts(spec.ctid, venv, torch, gpus_of(raw), cache, checkout_of(raw, spec), jobs, disk, round(skew, 3),

@@ -304,17 +304,20 @@ def _held(ct: Container, command: str, ttl: float, summary: Summary) -> Iterator
 
 
 def _refuse_running_job(ct: Container, spec: ContainerSpec, force: bool, summary: Summary, echo) -> None:
-    """A running job would find its checkout rewritten and its venv swapped under it: refuse unless forced."""
-    st = jobs.state(ct, spec)
-    if not st.get("run") or not st.get("alive"):
+    """A running job would find its checkout rewritten and its venv swapped under it: refuse unless forced.
+    Every live run counts, not only the latest (`train --force` starts one beside another)."""
+    live = jobs.state(ct, spec).get("live") or []
+    if not live:
         return
+    what = jobs.live_text(live)
     if not force:
-        raise BusyError(spec.ctid, f"container {spec.ctid}: run {st['run']} (pid {st['pid']}) is still running; a "
-                                   "deploy would change its checkout and venv under it. `invoke stop` it first, or "
-                                   "pass --force (the venv it runs from is kept while any process uses it)",
-                        {"run": st["run"], "pid": st["pid"]})
-    echo(f"==> --force: deploying while run {st['run']} (pid {st['pid']}) is running")
-    summary.kept.append(f"run {st['run']} (pid {st['pid']}) left running (--force)")
+        raise BusyError(spec.ctid, f"container {spec.ctid}: {what} {'is' if len(live) == 1 else 'are'} still "
+                                   "running; a deploy would change its checkout and venv under it. `remote stop` "
+                                   "first (it stops every live run), or pass --force (a venv is kept while any "
+                                   "process uses it)",
+                        {"run": live[-1]["run"], "pid": live[-1]["pid"], "live": live})
+    echo(f"==> --force: deploying while {what} {'is' if len(live) == 1 else 'are'} running")
+    summary.kept.append(f"{what} left running (--force)")
 
 
 def _apply(ct: Container, spec: ContainerSpec, state: dict, plan: Plan, local: codemod.LocalCommit | None,
@@ -392,9 +395,15 @@ def _sync_code(ct: Container, spec: ContainerSpec, local: codemod.LocalCommit, r
                          "deployed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
     result = ct.script(codemod.sync_script(), spec.code.path, local.commit, bundle_path, f"{spec.code.path}.patches",
                        stamp, record, shipped.ref, " ".join(shipped.shallow), timeout=600, label="code sync")
+    replaced = []
     for line in result.out.splitlines():
         if line.startswith("saved "):
             summary.saved.append(line.split(": ", 1)[1])
+        elif line.startswith("replaced untracked: "):
+            replaced.append(line.split(": ", 1)[1])
+    if replaced:
+        summary.changed.append(f"untracked paths in {spec.code.path} replaced by the commit (saved first, see below): "
+                               + ", ".join(replaced))
     summary.changed.append(f"code {spec.code.path} at {local.commit[:12]}{' (dirty tree)' if local.dirty else ''}")
 
 

@@ -8,8 +8,15 @@ the host, hold the container's config lock and can exit 0 on failure (pve-contai
 Nothing unverified reaches a destination. A file is written to `<dest>.partial` beside it, its
 sha256 compared with the source's, then renamed into place; a push that was cut off continues from
 what the partial file holds when its prefix hash matches the source, else starts over. A pull does
-the same locally. A tree travels as one tar stream into a staging folder `<dest>.partial`, whose
-per-file manifest must equal the source's before it is moved (or merged) into place.
+the same locally. A tree travels as one tar stream into a staging folder (`<dest>.partial`, or inside
+`dest` when that is a folder already: on its filesystem, when it is a mount point), whose per-file
+manifest must equal the source's before it is moved (or merged) into place.
+
+What a container sends is untrusted (a polluted venv, hand-patched code, a hostile image): a pulled
+tree is extracted here member by member (`_extract`), never by tar as root, and nothing lands outside
+the destination: no absolute or `..` path, no symlink or hard link that points out of it, nothing
+written through a symlink (one the same stream made, or one an earlier pull left), no device node,
+fifo or setuid/setgid bit. What was refused is named in the result, and the rest still verifies.
 """
 
 from __future__ import annotations
@@ -18,7 +25,9 @@ import hashlib
 import logging
 import os
 import shutil
+import stat as statmod
 import sys
+import tarfile
 import subprocess
 import time
 from dataclasses import dataclass
@@ -33,6 +42,7 @@ log = logging.getLogger(__name__)
 
 CHUNK = 1 << 20
 PARTIAL = ".partial"  # suffix of the file or staging folder beside a destination
+STALL = 60.0  # seconds in which a push writes nothing: stalled, taken as a lost link (and retried)
 Progress = Callable[[int, int], None]  # (bytes done, bytes in all)
 
 
@@ -51,6 +61,7 @@ class TransferStats:
     resumed_from: int = 0
     attempts: int = 1
     sha256: str | None = None  # of a single file
+    refused: tuple[str, ...] = ()  # members of a pulled tree not written, each "<path>: <why>"
 
     @property
     def mb_per_s(self) -> float:
@@ -60,8 +71,11 @@ class TransferStats:
         what = f"{self.files} file(s)" if self.kind == "tree" else "1 file"
         resumed = f", resumed at {_size(self.resumed_from)}" if self.resumed_from else ""
         tries = f", {self.attempts} attempts" if self.attempts > 1 else ""
-        return (f"{self.direction}ed {what}, {_size(self.total)}, {self.src} -> {self.dest} in {self.seconds:.1f}s "
+        text = (f"{self.direction}ed {what}, {_size(self.total)}, {self.src} -> {self.dest} in {self.seconds:.1f}s "
                 f"({self.mb_per_s:.1f} MB/s{resumed}{tries}), verified by sha256")
+        if self.refused:
+            text += f"\n{len(self.refused)} refused (not written):\n" + "\n".join(f"  {r}" for r in self.refused)
+        return text
 
 
 def _size(n: float) -> str:
@@ -120,17 +134,18 @@ def _hash_prefix(path, limit: int | None):
 # -- the public entry points -------------------------------------------------------------------------------
 
 def push(ct: Container, src: str | os.PathLike, dest: str, *, progress: Progress | None = None,
-         attempts: int = 3, mode: int | None = None, sleep: Callable[[float], None] = time.sleep) -> TransferStats:
+         attempts: int = 3, mode: int | None = None, sleep: Callable[[float], None] = time.sleep,
+         stall: float = STALL) -> TransferStats:
     """Copy a local file or folder to `dest` in the container, verified; retried (resumed) on a lost connection.
 
     A file lands at `dest` (inside it when `dest` is a folder or ends in /); a folder's contents are
-    merged into `dest`."""
+    merged into `dest`. No byte moving for `stall` seconds is a lost link, even one that never says so."""
     local = Path(src)
     if local.is_dir():
-        return _retrying(lambda: _push_tree(ct, local, dest, progress), attempts, sleep)
+        return _retrying(lambda: _push_tree(ct, local, dest, progress, stall), attempts, sleep)
     if not local.is_file():
         raise TransferError(f"cannot push {src}: no such file or folder")
-    return _retrying(lambda: _push_file(ct, local, dest, progress, mode), attempts, sleep)
+    return _retrying(lambda: _push_file(ct, local, dest, progress, mode, stall), attempts, sleep)
 
 
 def pull(ct: Container, src: str, dest: str | os.PathLike, *, progress: Progress | None = None,
@@ -182,28 +197,80 @@ def _probe(ct: Container, *pairs: str | int) -> list[str]:
     return out.split()
 
 
-def _run_stream(ct: Container, script: str, *args: str, send=None, receive=None) -> tuple[int, str]:
-    """Run a transfer script: `send(stream)` writes stdin, `receive(stream)` reads stdout; (exit status, stderr)."""
-    stream = ct.open_stream(load(script), *args)
+class _Watched:
+    """A stream under a watch: when no byte is written for `limit` seconds (the far side stopped reading,
+    over a link that still answers heartbeats or one that never says it is gone), or the deadline set by
+    `allow` passes, the stream is closed, so that the blocked write or read ends and the retry starts."""
+
+    def __init__(self, stream, limit: float | None):
+        import threading
+
+        self.stream, self.limit, self.stalled = stream, limit, False
+        self.last = time.monotonic()
+        self._done = threading.Event()
+        threading.Thread(target=self._watch, daemon=True, name="transfer-stall-watch").start()
+
+    def _watch(self) -> None:
+        while not self._done.wait(0.5):
+            if self.limit is not None and time.monotonic() - self.last > self.limit:
+                self.stalled = True
+                log.warning("nothing moved for %gs: the transfer is stalled; closing its stream", self.limit)
+                self.stream.close()
+                return
+
+    def allow(self, seconds: float | None) -> None:
+        """From now on, `seconds` in all (None: no bound) before the stream is taken as stalled."""
+        self.last, self.limit = time.monotonic(), seconds
+
+    def done(self) -> None:
+        self._done.set()
+
+    def write(self, data: bytes) -> None:
+        self.stream.write(data)
+        self.last = time.monotonic()
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def _run_stream(ct: Container, script: str, *args: str, send=None, receive=None, stall: float | None = None,
+                wait: float | None = None) -> tuple[int, str]:
+    """Run a transfer script: `send(stream)` writes stdin, `receive(stream)` reads stdout; (exit status, stderr).
+
+    Nothing written for `stall` seconds while sending, or no exit status within `wait` seconds after
+    the data, is a lost link (ConnectError: the caller's retry resumes), even where the link never says so."""
+    raw = ct.open_stream(load(script), *args)
+    stream = _Watched(raw, stall)
+
+    def lost(what: str) -> ConnectError:
+        why = (f"nothing moved for {stream.limit:g}s" if stream.stalled else "connection lost")
+        return ConnectError(ct.transport.name, f"{ct.where}: {why} during {script} ({what}); taken as a lost link")
+
     try:
         if send is not None:
             try:
                 send(stream)
             except ConnectError:
+                if stream.stalled:
+                    raise lost("sending") from None
                 # The script may have ended early (a full disk, a bad path): then its status says why.
-                code = _exit_status(stream)
+                code = _exit_status(raw)
                 if code in (None, -1, 0):
                     raise
-                return code, stream.error_text()
-        stream.close_stdin()
+                return code, raw.error_text()
+        stream.allow(wait)
+        raw.close_stdin()
         if receive is not None:
-            receive(stream)
-        code = stream.wait()
+            receive(raw)
+        if stream.stalled:
+            raise lost("waiting for its result")
+        code = raw.wait()
         if code == -1:
-            raise ConnectError(ct.transport.name, f"{ct.where}: connection lost during {script}")
-        return code, stream.error_text()
+            raise lost("waiting for its exit status")
+        return code, raw.error_text()
     finally:
-        stream.close()
+        stream.done()
+        raw.close()
 
 
 def _exit_status(stream) -> int | None:
@@ -222,7 +289,8 @@ def _check(ct: Container, script: str, code: int, err: str) -> None:
 
 # -- files ---------------------------------------------------------------------------------------------------
 
-def _push_file(ct: Container, local: Path, dest: str, progress: Progress | None, mode: int | None) -> TransferStats:
+def _push_file(ct: Container, local: Path, dest: str, progress: Progress | None, mode: int | None,
+               stall: float = STALL) -> TransferStats:
     start = time.monotonic()
     total = local.stat().st_size
     mode = mode if mode is not None else local.stat().st_mode & 0o777
@@ -259,8 +327,11 @@ def _push_file(ct: Container, local: Path, dest: str, progress: Progress | None,
                     progress(offset + sent, total)
 
     got = bytearray()
-    code, err = _run_stream(ct, "push_file", part, str(offset), send=send,
-                            receive=lambda stream: got.extend(_read_all(stream, limit=4096)))
+    # The container ends an earlier attempt's stalled writer after half of `stall`, before this side
+    # would take the wait for it as a lost link; hashing what landed is bounded by its size.
+    code, err = _run_stream(ct, "push_file", part, str(offset), str(max(1, int(stall / 2))), send=send,
+                            receive=lambda stream: got.extend(_read_all(stream, limit=4096)), stall=stall,
+                            wait=stall + total / 10e6)
     _check(ct, "push_file", code, err)
     want, landed = h.hexdigest(), got.decode().strip()
     if offset + sent != total or landed != want:
@@ -299,6 +370,8 @@ def _pull_file(ct: Container, src: str, target: Path, progress: Progress | None)
     target = Path(os.path.abspath(target))
     part = target.with_name(target.name + PARTIAL)
     target.parent.mkdir(parents=True, exist_ok=True)
+    if part.is_symlink():
+        part.unlink()  # never written through (a pulled tree may have left one of that name)
     have = part.stat().st_size if part.is_file() else 0
     offset = 0
     if have:
@@ -393,21 +466,21 @@ class _Counter:
             self.progress(self.total, self.total)
 
 
-# The controller's own GNU tar makes and reads the streams: as fast as the container's, where
-# Python's tarfile takes several times as long over 20,000 small files. Extraction keeps GNU tar's
-# defaults, which refuse members with '..' and write through no symlink an archive creates.
+# The controller's own GNU tar makes the streams it pushes (as fast as the container's). What it pulls is
+# extracted here in Python (`_extract`), member by member: as root, tar would keep setuid bits and make
+# device nodes, and the container is not trusted.
 _TAR_CREATE = ["tar", "-c", "-f", "-", "--sort=name", "--numeric-owner", "--owner=0", "--group=0"]
-_TAR_EXTRACT = ["tar", "-x", "-f", "-", "--no-same-owner"]
 
 
-def _push_tree(ct: Container, root: Path, dest: str, progress: Progress | None) -> TransferStats:
+def _push_tree(ct: Container, root: Path, dest: str, progress: Progress | None,
+               stall: float = STALL) -> TransferStats:
     start = time.monotonic()
     dest = dest.rstrip("/") or "/"
-    stage = dest + PARTIAL
     if ct.dry:
+        stage = f"{dest}{PARTIAL} (or {dest}/.remote-push{PARTIAL} when {dest} is a folder)"
         ct.echo(f"# push {root}/ -> {dest}/: one tar stream into {stage}, manifests compared, then moved or merged")
-        ct.echo(ct.transport.describe(ct.script_argv(load("push_tree"), stage)))
-        ct.echo(ct.transport.describe(ct.script_argv(load("commit_tree"), stage, dest)))
+        ct.echo(ct.transport.describe(ct.script_argv(load("push_tree"), dest)))
+        ct.echo(ct.transport.describe(ct.script_argv(load("commit_tree"), dest + PARTIAL, dest)))
         return TransferStats("push", "tree", str(root), dest, 0, 0, 0, 0.0)
     total, estimate = _tar_size(root)
     counter = _Counter(progress, estimate)
@@ -424,14 +497,20 @@ def _push_tree(ct: Container, root: Path, dest: str, progress: Progress | None) 
 
     got = bytearray()
     try:
-        code, err = _run_stream(ct, "push_tree", stage, send=send,
-                                receive=lambda stream: got.extend(_read_all(stream, limit=1 << 30)))
+        code, err = _run_stream(ct, "push_tree", dest, send=send,
+                                receive=lambda stream: got.extend(_read_all(stream, limit=1 << 30)), stall=stall)
     finally:
         _end(tar)
     if tar.returncode != 0:
         raise TransferError(f"tar of {root} failed: {tar.stderr.read().decode('utf-8', 'replace').strip()}")
     _check(ct, "push_tree", code, err)
-    _verify(ct, want, _parse_manifest(bytes(got)), f"push of {root} to {dest}",
+    # The stage is where the container put it: inside dest when dest is a folder (a mount point's own
+    # filesystem), else beside it.
+    stage, _, manifest = bytes(got).partition(b"\0")
+    stage = os.fsdecode(stage)
+    if stage not in (dest + PARTIAL, f"{dest}/.remote-push{PARTIAL}"):
+        raise TransferError(f"{ct.where}: push of {root} to {dest}: unexpected staging folder {stage!r}")
+    _verify(ct, want, _parse_manifest(manifest), f"push of {root} to {dest}",
             lambda: ct.run(["rm", "-rf", "--", stage]), dest)
     ct.script(load("commit_tree"), stage, dest, timeout=1800)
     counter.finish()
@@ -465,12 +544,12 @@ def _verify(ct: Container, want: dict[str, str], got: dict[str, str], what: str,
 def _pull_tree(ct: Container, src: str, dest: Path, progress: Progress | None) -> TransferStats:
     start = time.monotonic()
     dest = Path(os.path.abspath(dest))
-    stage = dest.with_name(dest.name + PARTIAL)
-    shutil.rmtree(stage, ignore_errors=True)
+    stage = _stage_for(dest)
+    _remove(stage)
     stage.mkdir(parents=True)
     state = {"manifest": b""}
     counter = _Counter(progress, 1)
-    tar = subprocess.Popen([*_TAR_EXTRACT, "-C", str(stage)], stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    refused: list[tuple[str, str]] = []
 
     def receive(stream):
         header = _read_line(stream).split()
@@ -484,51 +563,233 @@ def _pull_tree(ct: Container, src: str, dest: Path, progress: Progress | None) -
                 break
             manifest += chunk
         state["manifest"] = bytes(manifest)
-        for chunk in iter(lambda: stream.read(CHUNK), b""):
-            try:
-                tar.stdin.write(chunk)
-            except BrokenPipeError:
-                break  # tar stopped: its status and stderr say why
-            counter(len(chunk))
+        reader = _Reader(stream, counter)
+        try:
+            _extract(reader, stage, refused)
+        except (tarfile.TarError, EOFError) as exc:  # a stream cut short or not a tar stream
+            if not stream.alive():
+                raise ConnectError(ct.transport.name, f"{ct.where}: connection lost during pull_tree") from None
+            raise TransferError(f"{ct.where}: pull of {src}: its tar stream is broken ({exc}); nothing was moved "
+                                f"into {dest}") from None
+        for _ in iter(lambda: reader.read(CHUNK), b""):
+            pass  # tar's end-of-archive padding
 
     try:
-        try:
-            code, err = _run_stream(ct, "pull_tree", src, receive=receive)
-        finally:
-            _end(tar)
+        code, err = _run_stream(ct, "pull_tree", src, receive=receive)
         _check(ct, "pull_tree", code, err)
-        if tar.returncode != 0:
-            raise TransferError(f"{ct.where}: extracting {src} into {stage} failed: "
-                                f"{tar.stderr.read().decode('utf-8', 'replace').strip()}")
-        want = _parse_manifest(state["manifest"])
+        skipped = {name for name, why in refused if why != DROPPED}
+        want = {k: v for k, v in _parse_manifest(state["manifest"]).items() if k not in skipped}
         _verify(ct, want, _local_manifest(stage), f"pull of {src} to {dest}", lambda: None, dest)
     except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
+        _remove(stage)
         raise
     total = sum(os.path.getsize(p) for p, a in _walk(stage) if a in want)
-    _move_into_place(stage, dest)
+    _move_into_place(stage, dest, refused)
     counter.finish()
-    return TransferStats("pull", "tree", src, str(dest), total, total, len(want), time.monotonic() - start)
+    return TransferStats("pull", "tree", src, str(dest), total, total, len(want), time.monotonic() - start,
+                         refused=tuple(f"{name}: {why}" for name, why in refused))
 
 
-def _move_into_place(stage: Path, dest: Path) -> None:
-    """Rename the staging folder to dest, or merge it into an existing dest (same-named files replaced)."""
-    if not dest.exists():
+def _stage_for(dest: Path) -> Path:
+    """Where a pulled tree is staged: inside an existing destination folder (so that it is on the same
+    filesystem when the folder is a mount point), else beside the destination."""
+    if dest.is_dir():
+        return dest / (".remote-pull" + PARTIAL)
+    return dest.with_name(dest.name + PARTIAL)
+
+
+def _remove(path: Path) -> None:
+    """Delete a file, symlink (never what it points at) or folder, if there."""
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class _Reader:
+    """A transfer stream as a file object for tarfile, counting what passes for progress."""
+
+    def __init__(self, stream, counter: "_Counter"):
+        self.stream, self.counter = stream, counter
+
+    def read(self, n: int = CHUNK) -> bytes:
+        chunk = self.stream.read(n)
+        self.counter(len(chunk))
+        return chunk
+
+
+DROPPED = "setuid/setgid bit dropped"  # the member is extracted, without the bit
+
+
+def _outside(name: str) -> bool:
+    return os.path.isabs(name) or name == ".." or name.startswith("../")
+
+
+def _extract(fileobj, root: Path, refused: list[tuple[str, str]]) -> None:
+    """Extract a tar stream into the fresh folder `root`, member by member, refusing (into `refused`, as
+    (path, why)) what could land outside it or is not a plain file, folder or link."""
+    gone: set[str] = set()  # refused links and folders: nothing is extracted below them
+    real: set[str] = set()  # folders found to be real folders made here (one never becomes a link later)
+    with tarfile.open(fileobj=fileobj, mode="r|", errorlevel=2) as tar:
+        for m in tar:
+            name = os.path.normpath(m.name)
+            if name == "." and m.isdir():
+                continue
+            above = next((p for p in _parents(name) if p in gone), None)
+            why = f"below the refused {above}" if above else _extract_member(tar, m, root, name, real)
+            if why and why != DROPPED:
+                gone.add(name)
+            if why:
+                refused.append((name if not _outside(name) else m.name, why))
+
+
+def _parents(name: str):
+    while "/" in name:
+        name = name.rsplit("/", 1)[0]
+        yield name
+
+
+def _folders(root: Path, name: str, make: bool, real: set[str] | None = None) -> str | None:
+    """Why `name`'s folders below root are not all real folders (a symlink or a file on the way), or None;
+    missing ones are made when `make`. `real`: folders already found real (skipped, and added to)."""
+    parent = name.rpartition("/")[0]
+    if not parent or (real is not None and parent in real):
+        return None
+    folder = root
+    for part in parent.split("/"):
+        folder = folder / part
+        try:
+            st = os.lstat(folder)
+        except FileNotFoundError:
+            if not make:
+                return f"{os.path.relpath(folder, root)} does not exist"
+            os.mkdir(folder, 0o755)
+            continue
+        if statmod.S_ISLNK(st.st_mode):
+            return f"it would be written through the symlink {os.path.relpath(folder, root)}"
+        if not statmod.S_ISDIR(st.st_mode):
+            return f"{os.path.relpath(folder, root)} is not a folder"
+    if real is not None:
+        real.add(parent)
+    return None
+
+
+def _extract_member(tar: tarfile.TarFile, m: tarfile.TarInfo, root: Path, name: str, real: set[str]) -> str | None:
+    if _outside(name) or "\0" in name:
+        return "its path leads out of the destination"
+    why = _folders(root, name, make=True, real=real)
+    if why:
+        return why
+    target = root / name
+    if m.isdir():
+        if target.is_symlink() or (target.exists() and not target.is_dir()):
+            target.unlink()
+        target.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(target, (m.mode & 0o777) | 0o700)
+        return DROPPED if m.mode & (statmod.S_ISUID | statmod.S_ISGID) else None
+    if not (m.isreg() or m.issym() or m.islnk()):
+        kind = ("a character device" if m.ischr() else "a block device" if m.isblk() else
+                "a fifo" if m.isfifo() else "a special file")
+        return f"{kind}, not created"
+    if os.path.lexists(target):
+        if target.is_dir() and not target.is_symlink():
+            return "a folder of that name was already extracted"
+        target.unlink()  # a later member of the same name replaces it; nothing is written through a link
+    if m.issym():
+        if os.path.isabs(m.linkname) or _outside(os.path.normpath(os.path.join(os.path.dirname(name), m.linkname))):
+            return f"a symlink out of the destination (-> {m.linkname}), not created"
+        os.symlink(m.linkname, target)
+        return None
+    if m.islnk():
+        link = os.path.normpath(m.linkname)
+        source = root / link
+        if _outside(link) or _folders(root, link, make=False) or not os.path.lexists(source) \
+                or not statmod.S_ISREG(os.lstat(source).st_mode):
+            return f"a hard link to {m.linkname}, which is not a file extracted here"
+        os.link(source, target)
+        return None
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        data = tar.extractfile(m)
+        for chunk in iter(lambda: data.read(CHUNK), b""):
+            out.write(chunk)
+        os.fchmod(out.fileno(), m.mode & 0o777)
+    os.utime(target, (m.mtime, m.mtime), follow_symlinks=False)
+    return DROPPED if m.mode & (statmod.S_ISUID | statmod.S_ISGID) else None
+
+
+def _move_into_place(stage: Path, dest: Path, refused: list[tuple[str, str]] | None = None) -> None:
+    """Rename the staging folder to dest, or merge it into an existing dest (same-named files replaced).
+    Nothing is written through a symlink that is already in dest (an earlier pull's): that part is
+    refused and named."""
+    refused = refused if refused is not None else []
+    if not dest.exists() and not dest.is_symlink():
         os.replace(stage, dest)
         return
     if not dest.is_dir():
-        shutil.rmtree(stage, ignore_errors=True)
+        _remove(stage)
         raise TransferError(f"{dest} exists and is not a folder")
-    for folder, dirs, files in os.walk(stage):
+    for folder, dirs, files_ in os.walk(stage):
         rel = os.path.relpath(folder, stage)
         target = dest / rel
-        target.mkdir(exist_ok=True)
-        for name in files:
-            os.replace(os.path.join(folder, name), target / name)
-        for name in dirs:
-            if os.path.islink(os.path.join(folder, name)):
-                os.replace(os.path.join(folder, name), target / name)
-    shutil.rmtree(stage, ignore_errors=True)
+        for name in list(dirs):
+            here, there = os.path.join(folder, name), target / name
+            if os.path.islink(here):
+                dirs.remove(name)
+                files_.append(name)
+            elif there.is_symlink() or (os.path.lexists(there) and not there.is_dir()):
+                dirs.remove(name)
+                what = "a symlink" if there.is_symlink() else "a file"
+                refused.append((os.path.normpath(os.path.join(rel, name)),
+                                f"{there} is {what}: not written through or replaced by a folder (remove it and pull "
+                                "again)"))
+            elif not there.exists():
+                there.mkdir()
+        for name in files_:
+            there = target / name
+            if there.is_dir() and not there.is_symlink():
+                refused.append((os.path.normpath(os.path.join(rel, name)), f"{there} is a folder: not replaced"))
+                continue
+            _replace(os.path.join(folder, name), there)
+    _remove(stage)
+
+
+def _replace(src: str, dst: Path) -> None:
+    """os.replace, also across filesystems (a mount point under the destination): copied beside, then renamed."""
+    try:
+        os.replace(src, dst)
+    except OSError as exc:
+        import errno
+
+        if exc.errno != errno.EXDEV:
+            raise
+        tmp = dst.with_name(dst.name + PARTIAL)
+        _remove(tmp)
+        if os.path.islink(src):
+            os.symlink(os.readlink(src), tmp)
+        else:
+            shutil.copy2(src, tmp)
+        os.replace(tmp, dst)
+
+
+def inside(root: Path, rel: str, what: str) -> Path:
+    """root/rel for a path the container named (a run id, an output): refused with a TransferError naming
+    it when it is absolute, leads out with `..`, is or passes through a symlink (or a file) below root; the
+    folders on the way are made."""
+    name = os.path.normpath(rel.lstrip("/")) if rel else ""
+    if not name or name == "." or _outside(name) or "\0" in name:
+        raise TransferError(f"{what} {rel!r} refused: it leads out of {root}")
+    folder = root
+    for i, part in enumerate(name.split("/")):
+        folder = folder / part
+        if folder.is_symlink():
+            raise TransferError(f"{what} {rel!r} refused: {folder} is a symlink, never written through (remove it "
+                                "and pull again)")
+        if i < name.count("/"):
+            if folder.exists() and not folder.is_dir():
+                raise TransferError(f"{what} {rel!r} refused: {folder} is a file (remove it and pull again)")
+            folder.mkdir(exist_ok=True)
+    return folder
 
 
 # -- the earlier API, kept for its callers (deploy, warmup) ----------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -129,6 +130,9 @@ def check(raw: dict, spec: ContainerSpec) -> Preflight:
     return Preflight(commit, venv, gpus, notes)
 
 
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # what new_run_id makes, and any sane name
+
+
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
@@ -177,10 +181,13 @@ def parse_state(text: str) -> dict:
     head, _, rest = text.partition("--manifest--\n")
     manifest, _, tail = rest.partition("\n--tail--\n")
     fields = _fields(head)
+    live = _live(fields.get("live", ""))
     if not fields.get("run"):
-        return {"run": None}
+        return {"run": None, "live": live} if live else {"run": None}
     exit_text = fields.get("exit", "").strip()
-    alive = fields.get("alive") == "1"
+    # Alive: its leader runs, or (no exit record) any process of it does: a wrapper that has not written
+    # its pid file yet, or was killed while its processes run on.
+    alive = fields.get("alive") == "1" or (not exit_text and any(r["run"] == fields["run"] for r in live))
     marked = [int(p) for p in fields.get("marked", "").split()]
     try:
         manifest_obj = json.loads(manifest) if manifest.strip() else None
@@ -191,7 +198,24 @@ def parse_state(text: str) -> dict:
             # Not alive and no exit record: the wrapper vanished (container restart, OOM kill, a kill -9).
             "lost": not alive and not exit_text, "orphans": marked if not alive else [],
             "log_size": int(fields.get("log_size") or 0), "now": int(fields.get("now") or 0),
-            "manifest": manifest_obj, "tail": tail}
+            "manifest": manifest_obj, "tail": tail, "live": live}
+
+
+def _live(text: str) -> list[dict]:
+    """state.sh's `live=<id>:<pid> ...`: every live run (no exit record, a process of it alive), the latest
+    or not; pid None while its wrapper has not written its pid file."""
+    out = []
+    for item in text.split():
+        rid, _, pid = item.rpartition(":")
+        if rid:
+            out.append({"run": rid, "pid": int(pid) if pid.isdigit() else None})
+    return out
+
+
+def live_text(live: list[dict]) -> str:
+    """Live runs for a message: `run A (pid 12), run B (starting)`."""
+    return ", ".join(f"run {r['run']} " + (f"(pid {r['pid']})" if r["pid"] else "(starting: no pid file yet)")
+                     for r in live)
 
 
 def state(ct: Container, spec: ContainerSpec, run_id: str | None = None) -> dict:
@@ -219,10 +243,22 @@ def final_status(st: dict) -> int:
 
 
 def stop(ct: Container, spec: ContainerSpec, run_id: str | None = None, grace: int = 10) -> dict:
-    """TERM the job's processes, KILL after `grace` seconds, and verify that nothing of it is left."""
+    """TERM the job's processes, KILL after `grace` seconds, and verify that nothing of it is left.
+
+    Without run_id: every live run (a `train --force` starts one beside another; a wrapper may not have
+    written its pid file yet), and the latest run's leftovers; the latest's result is returned, with the
+    others' under "others". Stopping is how a container is freed, so nothing that runs is left out."""
     st = state(ct, spec, run_id)
-    if not st.get("run"):
+    if not st.get("run") and not (run_id is None and st.get("live")):
         raise JobError(f"container {spec.ctid} has no runs in {spec.train.run_dir}")
+    others = [r["run"] for r in st.get("live", []) if r["run"] != st.get("run")] if run_id is None else []
+    results = [_stop_one(ct, spec, state(ct, spec, rid), grace) for rid in others]
+    result = _stop_one(ct, spec, st, grace) if st.get("run") else results.pop(0)
+    result["others"] = results
+    return result
+
+
+def _stop_one(ct: Container, spec: ContainerSpec, st: dict, grace: int) -> dict:
     r = ct.script(shell.with_lib("stop"), st["path"], st["run"], str(grace), timeout=grace + 60, label="stop")
     if ct.dry:
         return {"run": st["run"], "was_alive": st["alive"], "signal": "none", "left": [], "gpu_left": None, "exit": None}
@@ -311,26 +347,39 @@ def pull_run(session: Session, ctid, run_id: str | None, dest: str, *, progress:
     if not st.get("run"):
         raise JobError(f"container {spec.ctid} has no run {'' if run_id in (None, 'latest') else run_id + ' '}"
                        f"in {spec.train.run_dir}: start one with `invoke train`")
-    target = Path(dest) / st["run"]
-    target.mkdir(parents=True, exist_ok=True)
+    # The run id and the outputs come from the container (`current`, manifest.json): untrusted paths.
+    root = Path(dest)
+    root.mkdir(parents=True, exist_ok=True)
+    if not RUN_ID.fullmatch(st["run"]):
+        raise TransferError(f"container {spec.ctid}: run id {st['run']!r} refused (not a run id; from "
+                            f"{spec.train.run_dir}/current): nothing was pulled")
+    target = files.inside(root, st["run"], "run id")
+    target.mkdir(exist_ok=True)
     outputs = (st.get("manifest") or {}).get("outputs", list(spec.train.outputs))
-    wanted = [(f"{st['path']}/log", target / "log"), (f"{st['path']}/manifest.json", target / "manifest.json")]
-    wanted += [(out if out.startswith("/") else f"{spec.code.path}/{out}", target / "outputs" / out.strip("/"))
+    if not isinstance(outputs, list) or not all(isinstance(o, str) for o in outputs):
+        echo(f"!! outputs in {st['path']}/manifest.json refused (not a list of paths): {str(outputs)[:200]}")
+        outputs = []
+    wanted = [(f"{st['path']}/log", "log"), (f"{st['path']}/manifest.json", "manifest.json")]
+    wanted += [(out if out.startswith("/") else f"{spec.code.path}/{out}", f"outputs/{out.strip('/')}")
                for out in outputs]
-    got = {}
-    for src, local in wanted:
-        local.parent.mkdir(parents=True, exist_ok=True)
+    got, refused = {}, []
+    for src, rel in wanted:
         try:
+            local = files.inside(target, rel, "output")
             stats = files.pull(ct, src, local, progress=files.ProgressPrinter(f"pull {src}") if progress else None)
         except TransferError as exc:
-            if local.name in ("log", "manifest.json"):
+            if rel in ("log", "manifest.json"):
                 raise
             echo(f"!! output {src}: {exc}")
+            refused.append(f"{rel}: {exc}")
             continue
-        got[str(local.relative_to(target))] = f"{stats.files} file(s), {stats.total} bytes"
+        got[rel] = f"{stats.files} file(s), {stats.total} bytes"
+        for why in stats.refused:
+            echo(f"!! {rel}/{why}")
+        refused += [f"{rel}/{why}" for why in stats.refused]
     if st["alive"]:
         echo(f"-- run {st['run']} is still running: its outputs were pulled as they are now")
-    return {"run": st["run"], "dest": str(target), "pulled": got}
+    return {"run": st["run"], "dest": str(target), "pulled": got, "refused": refused}
 
 
 def container_jobs(session: Session, hosts: list[HostState]) -> list[dict]:
@@ -358,6 +407,9 @@ def _container_job(session: Session, spec: ContainerSpec, known: str) -> dict:
             why = raw["run"].get("err", "").strip() or raw["run"].get("missing", "")
             raise JobError(f"reading the run state failed: {why[-300:]}")
         st = parse_state(raw["run"]["out"])
+        also = [r for r in st.get("live", []) if r["run"] != st.get("run")]
+        if also:
+            entry["also_live"] = also
         if st.get("run"):
             values, watch = logs.series(spec, st.pop("tail"), last_line=False)
             started = (st.get("manifest") or {}).get("started_epoch")

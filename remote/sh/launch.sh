@@ -1,13 +1,16 @@
-# Start a training job detached, under the launch lock: refuse while the current run is alive (unless
-# forced), make the run folder, start the job as its own session (setsid) and point `current` at it.
+# Start a training job detached, under the launch lock: refuse while any run is live (unless forced),
+# make the run folder, start the job as its own session (setsid) and point `current` at it.
 # $1 run_dir, $2 run id, $3 force (0|1), $4 checkout, $5 command, $6 manifest JSON, $7 the job wrapper.
 # The user's environment (train.env) was exported by withenv.sh before this runs; nothing here prints it.
 run_dir=$1 id=$2 force=$3 checkout=$4 command=$5 manifest=$6 job=$7
 mkdir -p "$run_dir"
 exec 9>"$run_dir/.lock"
 flock -w 10 9 || { echo "another train is starting on this container" >&2; exit 4; }
-if [ "$force" != 1 ] && cur=$(readlink "$run_dir/current" 2>/dev/null) && run_alive "$run_dir/$cur" "$cur"; then
-  echo "busy: run $cur (pid $(cat "$run_dir/$cur/pid")) is still running" >&2
+# Every live run counts, not only the latest (a forced one may run beside it; a late pid file).
+if [ "$force" != 1 ] && live=$(live_runs "$run_dir") && [ -n "$live" ]; then
+  runs=$(printf '%s\n' "$live" | sed -e 's/^\([^ ]*\) -$/run \1 (starting)/' \
+                                 -e 's/^\([^ ]*\) \([0-9]*\)$/run \1 (pid \2)/' | paste -sd, - | sed 's/,/, /g')
+  case $runs in *,*) echo "busy: $runs are still running" >&2 ;; *) echo "busy: $runs is still running" >&2 ;; esac
   exit 5
 fi
 run=$run_dir/$id
@@ -17,7 +20,20 @@ printf '%s\n' "$manifest" > "$run/manifest.json"
 export REMOTE_RUN_ID=$id PET_LOG_DIR=$run/ranks
 # The job must not hold the launch lock (9>&-).
 setsid -f bash -c "$job" job "$run" "$checkout" "$command" < /dev/null > /dev/null 2>&1 9>&-
+unset REMOTE_RUN_ID PET_LOG_DIR  # this shell is not the job's
 for _ in $(seq 100); do [ -s "$run/pid" ] && break; sleep 0.05; done
-[ -s "$run/pid" ] || { echo "the job did not start" >&2; exit 6; }
+# A loaded container may start the wrapper late: while a process of the run lives, it started.
+started() { live_runs "$run_dir" | awk -v id="$id" '$1 == id { f = 1 } END { exit !f }'; }
+for _ in $(seq 250); do
+  [ ! -s "$run/pid" ] && started || break
+  sleep 0.1
+done
+if [ ! -s "$run/pid" ]; then
+  started || { echo "the job did not start" >&2; exit 6; }
+  ln -sfn "$id" "$run_dir/current.tmp" && mv -T "$run_dir/current.tmp" "$run_dir/current"
+  echo "run $id started but its wrapper wrote no pid file within 30 s; it is live: \`remote status\` shows it," \
+       "\`remote stop --run $id\` ends it" >&2
+  exit 6
+fi
 ln -sfn "$id" "$run_dir/current.tmp" && mv -T "$run_dir/current.tmp" "$run_dir/current"
 cat "$run/pid"

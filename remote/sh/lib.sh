@@ -28,3 +28,18 @@ marked() {
 run_alive() {
   [ ! -e "$1/exit" ] && ours "$(cat "$1/pid" 2>/dev/null)" "$2"
 }
+
+# live_runs RUN_DIR: "<id> <pid>" (pid "-" while its pid file is not written yet) for every run in RUN_DIR
+# that is live: no exit record, and a live process that carries its marker (its leader or any other: the
+# wrapper may not have written its pid file yet, or may be gone while its processes run on). Not only the
+# latest run: `train --force` starts a second one beside it. One read of every process's environment.
+live_runs() {
+  local id
+  { grep -a -z -o -h '^REMOTE_RUN_ID=.*' /proc/[0-9]*/environ 2>/dev/null || true; } | tr '\0' '\n' |
+    sed -n 's/^REMOTE_RUN_ID=//p' | LC_ALL=C sort -u |
+    while IFS= read -r id; do
+      case $id in ''|.|..|*/*) continue ;; esac
+      [ -d "$1/$id" ] && [ ! -e "$1/$id/exit" ] || continue
+      echo "$id $(cat "$1/$id/pid" 2>/dev/null || echo -)"
+    done
+}

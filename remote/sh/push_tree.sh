@@ -1,9 +1,13 @@
-# Receive a tar stream on stdin into $1 (a staging folder beside the destination, emptied first), then
-# print the NUL-separated sha256 manifest of its files ("<sha256>  ./<path>\0", sorted).
-# The destination is not touched here: commit_tree.sh moves the staging folder into place.
-stage=$1
+# Receive a tar stream on stdin into a staging folder for the destination $1 (emptied first), then print
+# its path and the sha256 manifest of its files, NUL-separated ("<stage>\0<sha256>  ./<path>\0", sorted).
+# The stage is inside $1 when $1 is a folder (a mount point: the copy lands on its filesystem, and the
+# merge is hard links), else $1.partial beside it. The destination is not touched here: commit_tree.sh
+# moves the staging folder into place.
+dest=$1
+if [ -d "$dest" ] && [ ! -L "$dest" ]; then stage=$dest/.remote-push.partial; else stage=$dest.partial; fi
 rm -rf -- "$stage"
 mkdir -p -- "$stage"
 tar -x --no-same-owner -C "$stage" -f -
+printf '%s\0' "$stage"
 cd -- "$stage" || exit 3
 find . -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum -z

@@ -1,6 +1,8 @@
 # The state of the latest run ($2 empty) or of run $2 under run_dir $1, as `key=value` lines, then the
-# manifest and the last 32 KiB of the log after marker lines.
+# manifest and the last 32 KiB of the log after marker lines. First, `live=<id>:<pid> ...`: every live run
+# (lib.sh's live_runs), the latest or not.
 run_dir=$1 id=$2
+echo "live=$(live_runs "$run_dir" | tr ' \n' ': ')"
 [ -n "$id" ] || id=$(readlink "$run_dir/current" 2>/dev/null || true)
 run=$run_dir/$id
 if [ -z "$id" ] || [ ! -d "$run" ]; then echo "run="; exit 0; fi
