@@ -182,3 +182,38 @@ def test_backend_is_chosen_by_what_is_installed(monkeypatch, tmp_path):
     (tmp_path / "b" / "ns").mkdir(parents=True)  # an existing namespace lab is found again
     assert isinstance(open_lab(tmp_path / "b", backend=None), NsLab)
     assert type(open_lab(tmp_path / "c", backend="lxc")) is Lab
+
+
+def test_offline_deploy_from_a_wheelhouse_made_of_the_containers_venv(ns_lab, ns_hosts, tmp_path):
+    """The air-gapped story: the deployed venv repacked into a wheelhouse in the container, then a deploy that
+    may only read that folder (uv --no-index --offline): the same pins, the CUDA build checked; a wheelhouse
+    that lacks a pin or a torch of the wrong build fails the deploy and leaves the venv in place."""
+    task(ns_hosts, "deploy", "-c", str(CT))  # the online venv (a no-op after the test above)
+    assert pct(ns_lab, "push", str(CT), str(ROOT / "scripts" / "wheelhouse-from-venv"), "/root/wheelhouse-from-venv",
+               "--perms", "755").returncode == 0
+    r = inside(ns_lab, "/usr/bin/python3 /root/wheelhouse-from-venv /root/venv /root/wheelhouse torch numpy")
+    assert r.returncode == 0 and "torch-2.13.0+cpu-" in r.stdout, r.stdout + r.stderr
+    offline = ns_hosts.read_text().replace("find_links: [/opt/wheels]",
+                                           "find_links: [/root/wheelhouse]\n  index_url: none\n  cuda: cpu")
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(offline)
+    r = task(hosts, "deploy", "-c", str(CT), "--dry")
+    assert "--no-index --offline --find-links /root/wheelhouse" in r.stdout, r.stdout
+    r = task(hosts, "deploy", "-c", str(CT))
+    assert r.returncode == 0 and "torch 2.13.0+cpu (CUDA build none)" in r.stdout, r.stdout + r.stderr
+    assert "https://" not in inside(ns_lab, "cat /root/venv/remote-lock.txt").stdout
+
+    # A wheelhouse without numpy: uv says so, the venv stays the one just built.
+    inside(ns_lab, "mkdir -p /root/partial && cp /root/wheelhouse/*.whl /root/partial/ && rm /root/partial/numpy-*")
+    hosts.write_text(offline.replace("/root/wheelhouse]", "/root/partial]"))
+    before = inside(ns_lab, "readlink /root/venv").stdout
+    r = task(hosts, "deploy", "-c", str(CT))
+    assert r.returncode != 0 and "numpy" in r.stdout + r.stderr and "left in place" in r.stderr, r.stdout + r.stderr
+    assert inside(ns_lab, "readlink /root/venv").stdout == before
+
+    # A CUDA build that the wheelhouse's torch is not: verify refuses it.
+    hosts.write_text(offline.replace("cuda: cpu", "cuda: '13.0'"))
+    r = task(hosts, "deploy", "-c", str(CT))
+    assert r.returncode != 0 and "venv.cuda 13.0 wants CUDA 13.0, torch 2.13.0+cpu reports CUDA none" in r.stderr, \
+        r.stdout + r.stderr
+    assert inside(ns_lab, "readlink /root/venv").stdout == before
