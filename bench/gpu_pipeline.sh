@@ -53,7 +53,11 @@ step() {
 }
 gpu_used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | paste -sd, -; }
 gpu_procs() { nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | paste -sd, -; }
-ktoks() { grep -oE '[0-9.]+ Ktok/s' "$1" | awk 'NR > 1 { print $1 }' | sort -n | awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)] }'; }
+# The median of a run's throughput lines, the first one left out (it can hold the end of the ramp) when there are 3+.
+ktoks() {
+  grep -oE '[0-9.]+ Ktok/s' "$1" | awk '{ v[NR] = $1 } END { for (i = (NR >= 3 ? 2 : 1); i <= NR; i++) print v[i] }' |
+    sort -n | awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)] }'
+}
 first_steady() { grep -oE 'first steady step of every thread [0-9.]+s' "$1" | grep -oE '[0-9.]+' | tail -n 1; }
 
 # -- the record (also when a step stops the story early: what ran is in it) -----------------------------------
@@ -72,8 +76,8 @@ out = {
     "date": date, "gpu": facts.get("gpu"), "driver": facts.get("driver"), "torch": facts.get("torch"),
     "steps": steps, "first_step_cold_s": cold, "first_step_warm_s": warm,
     "throughput_tool": tool, "throughput_by_hand": hand, "unit": "Ktok/s",
-    "replay": {"baseline": base, "polluted": {"named": named[1].split(",") if len(named) > 1 else [],
-                                              "missed": named[2].split(",") if len(named) > 2 else []},
+    "replay": {"baseline": base, "polluted": {"named": [x for x in named[1:2] for x in x.split(",") if x != "-"],
+                                              "missed": [x for x in named[2:3] for x in x.split(",") if x != "-"]},
                "doctor_named": named[0] == "true", "recovered": rec},
     "ratios": {"warm_over_cold": round(warm / cold, 3) if cold and warm else None,
                "tool_over_hand": round(tool / hand, 3) if tool and hand else None,
@@ -107,6 +111,21 @@ echo "== $(date -u +%FT%TZ) torch $torch_version (dist $torch_dist, CUDA $torch_
 
 # -- lab, wheelhouse, hosts files --------------------------------------------------------------------------
 step lab-up remote lab.up --backend ns --containers "$ct" || exit 1
+# The driver's user-space libraries and nvidia-smi where the container's loader and PATH find them, as a
+# Proxmox GPU container has them installed; needed only where the host itself finds them through its
+# environment (LD_LIBRARY_PATH, a PATH entry that pct's PATH lacks).
+smi=$(command -v nvidia-smi || true)
+libdirs=""
+for d in ${LD_LIBRARY_PATH//:/ }; do
+  if [ -e "$d/libcuda.so.1" ]; then libdirs="$libdirs $d"; fi
+done
+if [ -n "$smi" ]; then
+  step gpu-setup "$lab/bin/pct" exec "$ct" --keep-env 0 -- bash -c "set -e
+    for d in $libdirs; do echo \$d; done > /etc/ld.so.conf.d/zz-host-nvidia.conf
+    ldconfig
+    command -v nvidia-smi > /dev/null || ln -s '$smi' /usr/local/bin/nvidia-smi
+    nvidia-smi -L; ldconfig -p | grep -m1 libcuda.so.1"
+fi
 # The closure of torch and numpy, and `six` (in the wheelhouse, not in the spec: the pollution below).
 if ! step wheelhouse "$repo/scripts/wheelhouse-from-venv" "$src_venv" "$house" torch numpy six; then
   # A venv changed since its install (the script names each file): packed as it is, and said so in the record.
@@ -120,7 +139,7 @@ venv_yaml="venv:
   offline: true
   cuda: '$torch_cuda'"
 devices=0
-drafter_cmd="python -m drafter.train --target-gpus 0 --drafter-gpus 0 --steps $steps --log-interval 2"
+drafter_cmd="python -m drafter.train --target-gpus 0 --drafter-gpus 0 --steps $steps --log-interval 1"
 cat > "$work/hosts.yaml" <<EOF
 $(cat "$lab/hosts.yaml")
 $venv_yaml
@@ -179,7 +198,9 @@ fact throughput_by_hand "$(ktoks "$logs/by-hand.log")"
 
 # -- the story: pollute, delete the cache, patch the model; doctor names each; back to known-good ---------
 step pollute "$lab/bin/pct" exec "$ct" -- bash -c "/root/.local/share/remote/uv-*/uv pip install --python /root/venv/bin/python --no-index --offline --find-links $house six && rm -rf /root/.cache/torch-compile && echo '# patched by hand' >> /root/dflash/drafter/model.py"
-step doctor-polluted remote doctor -c "$ct" --json
+# Findings are the point here: doctor's exit status 1 (findings) is this step's success.
+doctor_finds() { remote doctor "$@"; [ $? -eq 1 ]; }
+step doctor-polluted doctor_finds -c "$ct" --json
 named=$(python3 - "$logs/doctor-polluted.log" <<'EOF'
 import json, sys
 text = open(sys.argv[1]).read()
@@ -198,7 +219,7 @@ step doctor-after remote doctor -c "$ct"
 # -- stop frees the GPU -----------------------------------------------------------------------------------
 step train-detached remote train -c "$ct" --detach --hosts "$work/hosts-long.yaml"
 for _ in $(seq 1 90); do
-  remote logs -c "$ct" --hosts "$work/hosts-long.yaml" 2>/dev/null | grep -q 'Ktok/s' && break
+  case $(remote logs -c "$ct" --hosts "$work/hosts-long.yaml" 2>/dev/null) in *Ktok/s*) break ;; esac
   sleep 1
 done
 fact gpu_procs_running "$(gpu_procs)"
