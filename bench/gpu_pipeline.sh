@@ -18,6 +18,7 @@ date=$(date -u +%Y-%m-%d)
 record=${1:-$repo/docs/gpu-pipeline/$date.json}
 work=${GPU_PIPELINE_WORK:-/var/tmp/gpu-pipeline}
 steps=${STEPS:-400}
+pairs=${PAIRS:-3}  # tool/by-hand run pairs
 budget=${BUDGET:-0}  # seconds: steps that would start later are skipped (and recorded as such)
 started=$SECONDS
 src_venv=${SRC_VENV:-$(python3 -c 'import sys; print(sys.prefix)')}
@@ -63,7 +64,7 @@ first_steady() { grep -oE 'first steady step of every thread [0-9.]+s' "$1" | gr
 # -- the record (also when a step stops the story early: what ran is in it) -----------------------------------
 write_record() {
 python3 - "$work" "$record" "$date" <<'EOF'
-import json, sys
+import json, os, sys
 work, record, date = sys.argv[1:4]
 facts = dict(line.rstrip("\n").split("\t", 1) for line in open(f"{work}/facts.tsv") if "\t" in line)
 steps = [{"name": n, "ok": rc == "0", "seconds": round(float(s), 1)}
@@ -71,11 +72,13 @@ steps = [{"name": n, "ok": rc == "0", "seconds": round(float(s), 1)}
 num = lambda k: float(facts[k]) if facts.get(k) not in (None, "") else None
 named = facts.get("doctor_named", "false - -").split()
 cold, warm = num("first_step_cold_s"), num("first_step_warm_s")
-tool, hand, base, rec = num("throughput_tool"), num("throughput_by_hand"), num("throughput_tool"), num("recovered")
+tool, hand, base, rec = num("throughput_tool"), num("throughput_by_hand"), num("known_good"), num("recovered")
+runs = lambda k: [float(x) for x in facts.get(k, "").split()]
 out = {
-    "date": date, "gpu": facts.get("gpu"), "driver": facts.get("driver"), "torch": facts.get("torch"),
+    "date": date, "tree": os.environ.get("GPU_PIPELINE_TREE"), "gpu": facts.get("gpu"), "driver": facts.get("driver"), "torch": facts.get("torch"),
     "steps": steps, "first_step_cold_s": cold, "first_step_warm_s": warm,
     "throughput_tool": tool, "throughput_by_hand": hand, "unit": "Ktok/s",
+    "throughput_runs": {"tool": runs("throughput_tool_runs"), "by_hand": runs("throughput_hand_runs")},
     "replay": {"baseline": base, "polluted": {"named": [x for x in named[1:2] for x in x.split(",") if x != "-"],
                                               "missed": [x for x in named[2:3] for x in x.split(",") if x != "-"]},
                "doctor_named": named[0] == "true", "recovered": rec},
@@ -116,7 +119,8 @@ step lab-up remote lab.up --backend ns --containers "$ct" || exit 1
 # environment (LD_LIBRARY_PATH, a PATH entry that pct's PATH lacks).
 smi=$(command -v nvidia-smi || true)
 libdirs=""
-for d in ${LD_LIBRARY_PATH//:/ }; do
+ld_path=${LD_LIBRARY_PATH:-}
+for d in ${ld_path//:/ }; do
   if [ -e "$d/libcuda.so.1" ]; then libdirs="$libdirs $d"; fi
 done
 if [ -n "$smi" ]; then
@@ -186,15 +190,34 @@ remote exec -c "$ct" --command 'rm -rf /root/.cache/torch-compile' > /dev/null 2
 step warmup remote warmup -c "$ct"
 step train remote train -c "$ct"
 fact first_step_warm_s "$(first_steady "$logs/train.log")"
-fact throughput_tool "$(ktoks "$logs/train.log")"
+fact known_good "$(ktoks "$logs/train.log")"
 step known-good remote known-good -c "$ct"
 step doctor remote doctor -c "$ct"
 # By hand: the same command in the same environment (the job's: venv, compile cache, TMPDIR, as `remote exec`
-# shows it), started by pct itself in the checkout: no detached job, no log file, no follower.
+# shows it), started by pct itself in the checkout: no detached job, no log file, no follower. Throughput of
+# this small model moves by 10-20% from run to run (it is bound by the host's CPU), so tool and hand runs
+# alternate (ABBA...) and each side's figure is the median of its runs.
 remote exec -c "$ct" --command env 2>/dev/null | grep -vE '^(PWD|OLDPWD|SHLVL|_)=' > "$work/job.env"
 mapfile -t job_env < "$work/job.env"
-step by-hand "$lab/bin/pct" exec "$ct" -- env -i "${job_env[@]}" bash -c "cd /root/dflash && exec $drafter_cmd"
-fact throughput_by_hand "$(ktoks "$logs/by-hand.log")"
+by_hand() { "$lab/bin/pct" exec "$ct" -- env -i "${job_env[@]}" bash -c "cd /root/dflash && exec $drafter_cmd"; }
+tool_runs="" hand_runs=""
+for i in $(seq 1 "$pairs"); do
+  if [ $((i % 2)) -eq 1 ]; then order="tool hand"; else order="hand tool"; fi
+  for side in $order; do
+    if [ "$side" = tool ]; then
+      step "tool-$i" remote train -c "$ct" && tool_runs="$tool_runs $(ktoks "$logs/tool-$i.log")"
+    else
+      step "by-hand-$i" by_hand && hand_runs="$hand_runs $(ktoks "$logs/by-hand-$i.log")"
+    fi
+  done
+done
+median() { printf '%s\n' "$@" | grep . | sort -n | awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)] }'; }
+fact throughput_tool_runs "$tool_runs"
+fact throughput_hand_runs "$hand_runs"
+# shellcheck disable=SC2086
+fact throughput_tool "$(median $tool_runs)"
+# shellcheck disable=SC2086
+fact throughput_by_hand "$(median $hand_runs)"
 
 # -- the story: pollute, delete the cache, patch the model; doctor names each; back to known-good ---------
 step pollute "$lab/bin/pct" exec "$ct" -- bash -c "/root/.local/share/remote/uv-*/uv pip install --python /root/venv/bin/python --no-index --offline --find-links $house six && rm -rf /root/.cache/torch-compile && echo '# patched by hand' >> /root/dflash/drafter/model.py"
