@@ -43,7 +43,9 @@ def row(path: Path) -> str:
 
 
 def main() -> int:
-    records = sorted((ROOT / "docs" / "gpu-pipeline").glob("*.json"))
+    # <date>.json, then <date>-2.json, ...: in the order they ran.
+    records = sorted((ROOT / "docs" / "gpu-pipeline").glob("*.json"),
+                     key=lambda p: (p.stem[:10], int(p.stem[11:] or 1) if p.stem[11:].isdigit() else 0))
     table = "\n".join([BEGIN, HEAD, *(row(p) for p in records), END])
     text = DOC.read_text()
     if BEGIN not in text or END not in text:
