@@ -152,6 +152,8 @@ def test_wheelhouse_from_venv_repacks_the_closure_exactly(small_venv, tmp_path):
     assert out == "app main\n"
 
 
+@pytest.mark.fault("Venv changed after its install, repacked into a wheelhouse",
+                   promise="refused, naming the distribution and file; no partial wheel left")
 def test_a_changed_venv_is_refused_and_leaves_no_partial_wheel(small_venv, tmp_path):
     venv, _ = small_venv
     site = next(venv.glob("lib/python3*/site-packages"))
