@@ -20,7 +20,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import DEFAULT_CONTAINERS, EXAMPLES, Lab, LabError, _run, _system_python
+from . import DEFAULT_CONTAINERS, EXAMPLES, Lab, LabError, _run, _system_python, address
 
 BACKENDS = ("lxc", "ns")
 
@@ -117,9 +117,11 @@ class NsLab(Lab):
         """Start container `ctid` (idempotent); with reap=False its PID 1 never reaps orphans."""
         ct = self.lxc / str(ctid)
         (ct / "upper" / "etc").mkdir(parents=True, exist_ok=True)
+        # As Proxmox does at every start (and the LXC lab): its own hostname on 127.0.1.1, no other container's.
         hosts = ct / "upper" / "etc" / "hosts"
-        if not hosts.exists():
-            hosts.write_text(f"127.0.0.1 localhost\n127.0.1.1 lab{ctid}\n::1 localhost ip6-localhost ip6-loopback\n")
+        keep = [line for line in hosts.read_text().splitlines() if line.split()[:1] != ["127.0.1.1"]] \
+            if hosts.exists() else ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"]
+        hosts.write_text("\n".join([*keep, f"127.0.1.1 lab{ctid}"]) + "\n")
         (ct / "upper" / "etc" / "hostname").write_text(f"lab{ctid}\n")
         (ct / "config").write_text(self._container_config(ctid, reap))
         if self.state(ctid) == "RUNNING":
@@ -161,7 +163,7 @@ class NsLab(Lab):
             self.second()
         lines = ["hosts:", f"  {self.node}:", "    address: 127.0.0.1", "    local: true", f"    pct: {self.pct}",
                  "containers:"]
-        lines += [f"  {c}:\n    host: {self.node}" for c in containers]
+        lines += [f"  {c}:\n    host: {self.node}\n    address: {address(c)}" for c in containers]
         return "\n".join(lines) + "\n"
 
 
