@@ -79,7 +79,6 @@ def overlay(lower, target, layers):
 
 def submounts(root, ctdir, lab):
     """The host's other filesystems inside the new root (see the module's docstring)."""
-    done = []
     for n, (point, fstype) in enumerate(host_mounts()):
         if point == "/" or fstype in PSEUDO or any(under(point, s) for s in SKIP) or point in OWN_FILES:
             continue
@@ -90,7 +89,6 @@ def submounts(root, ctdir, lab):
             os.makedirs(target, exist_ok=True)
             try:
                 overlay(point, target, f"{ctdir}/mnt/{n}")
-                done.append(point)
                 continue
             except OSError as exc:
                 log(f"{point}: overlay refused ({exc}); bound read-only instead")
@@ -99,7 +97,6 @@ def submounts(root, ctdir, lab):
         try:
             mount("--bind", point, target)
             mount("-o", "remount,bind,ro", target)
-            done.append(point)
         except OSError as exc:
             log(f"{point}: left out ({exc})")
 
