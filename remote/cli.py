@@ -433,16 +433,24 @@ def report(c, container=None, run=None, dest=None, hosts=None):
 
 @task(name="up", help={"containers": "comma-separated container ids (default 200)",
                        "port": "sshd port on 127.0.0.1 (default 2222)",
-                       "second": "comma-separated container ids on a second look-alike host, lab2 (sshd on port + 1)"})
+                       "second": "comma-separated container ids on a second look-alike host, lab2 (sshd on port + 1)",
+                       "backend": "lxc (sshd + LXC containers) or ns (Linux namespaces, no sshd: the host is "
+                                  "`local: true`); default: lxc where it is installed, else ns"})
 @handled
-def lab_up(c, containers="200", port=None, second=None):
-    """Start the local lab: sshd on loopback, LXC containers, the pct double (and a second host with --second)."""
-    from .lab import DEFAULT_PORT, Lab
+def lab_up(c, containers="200", port=None, second=None, backend=None):
+    """Start the local lab: sshd on loopback, LXC containers, the pct double (and a second host with --second);
+    with --backend ns, namespace containers and the pct double only."""
+    from .lab import DEFAULT_PORT
+    from .lab.ns import open_lab
 
-    lab = Lab(port=int(port or DEFAULT_PORT))
+    lab = open_lab(backend=backend, port=int(port or DEFAULT_PORT))
     ids = [int(x) for x in str(containers).split(",") if x.strip()]
     more = [int(x) for x in str(second or "").split(",") if x.strip()]
     lab.up(ids, second=more)
+    if lab.backend == "ns":
+        print(f"lab up (namespaces, no sshd): containers {', '.join(map(str, ids))} running ({lab.dir}); "
+              f"hosts file: {lab.dir / 'hosts.yaml'}")
+        return
     print(f"lab up: sshd on 127.0.0.1:{lab.port}, containers {', '.join(map(str, ids))} running ({lab.dir})")
     if more:
         print(f"lab2 up: sshd on 127.0.0.1:{lab.port + 1}, containers {', '.join(map(str, more))} running "
@@ -453,9 +461,9 @@ def lab_up(c, containers="200", port=None, second=None):
 @handled
 def lab_down(c, purge=False):
     """Stop the local lab's containers and sshd."""
-    from .lab import Lab
+    from .lab.ns import open_lab
 
-    lab = Lab()
+    lab = open_lab()
     lab.down(purge=purge)
     print("lab down" + (" and purged" if purge else " (container files kept; --purge deletes them)"))
 

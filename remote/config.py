@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -48,6 +48,8 @@ class VenvSpec:
     find_links: tuple[str, ...] = ()
     packages: tuple[str, ...] = ()
     requirements: str | None = None
+    offline: bool = False  # install from find_links only (`offline: true` or `index_url: none`): an air-gapped host
+    cuda: str | None = None  # the CUDA build torch must report ("13.0", "cpu") where the torch pin does not say
 
 
 @dataclass(frozen=True)
@@ -232,6 +234,10 @@ def _abspath(v: str) -> str | None:
     return None if v.startswith("/") else f"expected an absolute path inside the container, got {v!r}"
 
 
+def _cuda(v) -> str | None:
+    return None if re.fullmatch(r"\d+\.\d+|cpu", str(v)) else f"expected a CUDA version such as '13.0', or 'cpu', got {v!r}"
+
+
 def _regex(v: str) -> str | None:
     try:
         groups = re.compile(v).groups
@@ -276,8 +282,20 @@ def _venv(s: _Section, base: VenvSpec) -> VenvSpec:
         find_links=s.strings("find_links", base.find_links),
         packages=s.strings("packages", base.packages),
         requirements=s.take("requirements", str, base.requirements),
+        offline=s.take("offline", bool, base.offline),
+        cuda=s.take("cuda", (str, float), base.cuda, _cuda),
     )
     s.done()
+    if spec.index_url is not None and spec.index_url.strip().lower() == "none":  # no index at all
+        spec = replace(spec, index_url=None, offline=True)
+    if spec.cuda is not None:
+        spec = replace(spec, cuda=str(spec.cuda))
+    if spec.offline and (spec.index_url or spec.extra_index_urls):
+        raise ConfigError(s.file, s.key("offline"), "an offline venv uses no index: drop index_url and "
+                          "extra_index_urls, or set offline: false")
+    if spec.offline and not spec.find_links:
+        raise ConfigError(s.file, s.key("find_links"), "an offline venv installs from find_links only: list the "
+                          "folders in the container that hold the wheels (e.g. made by scripts/wheelhouse-from-venv)")
     if spec.path.rstrip("/") in ("", "/root", "/"):
         raise ConfigError(s.file, s.key("path"), f"refusing to manage {spec.path!r}: name a folder of its own")
     return spec

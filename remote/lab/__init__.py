@@ -78,6 +78,7 @@ SECOND = "pve2"  # the second host's folder inside the lab's, and its pct node n
 
 @dataclass
 class Lab:
+    backend = "lxc"  # remote/lab/ns.py's NsLab: "ns"
     dir: Path = Path(os.environ.get("REMOTE_LAB_DIR", DEFAULT_DIR))
     port: int = DEFAULT_PORT
     node: str = "lab"  # the host's name in hosts files and its pct node name
@@ -166,7 +167,7 @@ class Lab:
         source = (Path(__file__).with_name("pct_double.py")).read_text()
         source = (source.replace('LXC_PATH = "/var/lib/remote-lab/lxc"', f"LXC_PATH = {str(self.lxc)!r}")
                   .replace('LOCK_DIR = "/var/lib/remote-lab/lock"', f"LOCK_DIR = {str(self.dir / 'lock')!r}")
-                  .replace('NODE = "lab"', f"NODE = {self.node!r}"))
+                  .replace('NODE = "lab"', f"NODE = {self.node!r}"))  # NsLab sets BACKEND and NS_INIT
         target = self.dir / "bin" / "pct"
         target.write_text(f"#!{_system_python()}\n" + source)
         target.chmod(0o755)

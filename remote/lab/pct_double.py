@@ -1,6 +1,7 @@
-"""A `pct` test double that behaves like Proxmox's (as read from pve-container 6.1.10's source), over plain LXC.
+"""A `pct` test double that behaves like Proxmox's (as read from pve-container 6.1.10's source), over plain
+LXC or (BACKEND "ns", where there is no LXC) over containers made of Linux namespaces (remote/lab/ns_init.py).
 
-Installed by the lab as <lab>/bin/pct with LXC_PATH, LOCK_DIR and NODE filled in; it imports
+Installed by the lab as <lab>/bin/pct with LXC_PATH, LOCK_DIR, NODE and BACKEND filled in; it imports
 nothing from `remote` and runs on the system Python. Option parsing, messages and exit codes
 follow pve-container 6.1.10: Getopt permute mode until a bare `--`, boolean options that take
 an optional value, no shell for exec (it becomes lxc-attach), PATH reset before anything runs,
@@ -11,6 +12,7 @@ import fcntl
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -18,6 +20,9 @@ import time
 LXC_PATH = "/var/lib/remote-lab/lxc"
 LOCK_DIR = "/var/lib/remote-lab/lock"
 NODE = "lab"
+BACKEND = "lxc"  # or "ns": <LXC_PATH>/<vmid>/init.pid is the container's PID 1, entered with setns
+NS_INIT = "/var/lib/remote-lab/bin/ns-init"
+CLEAR_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # lxc-attach --clear-env's
 
 COMMANDS = ["config", "exec", "list", "pull", "push", "shutdown", "start", "status", "stop"]
 USAGE = "USAGE: pct <COMMAND> [ARGS] [OPTIONS]\n"
@@ -89,11 +94,15 @@ def require_conf(vmid):
 
 
 def state(vmid):
+    if BACKEND == "ns":
+        return "running" if ns_pid(vmid) else "stopped"
     out = subprocess.run(["lxc-info", "-P", LXC_PATH, "-n", vmid, "-sH"], capture_output=True, text=True).stdout
     return "running" if out.strip() == "RUNNING" else "stopped"
 
 
 def init_pid(vmid):
+    if BACKEND == "ns":
+        return ns_pid(vmid) or ""
     out = subprocess.run(["lxc-info", "-P", LXC_PATH, "-n", vmid, "-pH"], capture_output=True, text=True).stdout
     return out.strip()
 
@@ -129,6 +138,8 @@ def cmd_exec(opts, positional):
     keep = opts.get("keep-env", True)
     for var in ("SSL_CERT_FILE", "SSL_CERT_DIR"):
         os.environ.pop(var, None)
+    if BACKEND == "ns":
+        ns_exec(vmid, argv, keep)
     lxc = ["lxc-attach", "-P", LXC_PATH, "-n", vmid, "--keep-env" if keep else "--clear-env", "--", *argv]
     os.execvp(lxc[0], lxc)
 
@@ -152,7 +163,10 @@ def cmd_start(opts, positional):
     require_conf(vmid)
     if state(vmid) == "running":
         die(f"CT {vmid} already running\n")
-    r = subprocess.run(["lxc-start", "-P", LXC_PATH, "-n", vmid], capture_output=True, text=True)
+    if BACKEND == "ns":
+        r = ns_start(vmid)
+    else:
+        r = subprocess.run(["lxc-start", "-P", LXC_PATH, "-n", vmid], capture_output=True, text=True)
     if r.returncode != 0:
         die(f"startup for container '{vmid}' failed\n{r.stderr}")
 
@@ -162,7 +176,10 @@ def cmd_stop(opts, positional):
     require_conf(vmid)
     if state(vmid) != "running":
         die(f"CT {vmid} not running\n")
-    subprocess.run(["lxc-stop", "-P", LXC_PATH, "-n", vmid, "-k"], capture_output=True)
+    if BACKEND == "ns":
+        ns_stop(vmid)
+    else:
+        subprocess.run(["lxc-stop", "-P", LXC_PATH, "-n", vmid, "-k"], capture_output=True)
 
 
 def cmd_config(opts, positional):
@@ -210,6 +227,111 @@ def cmd_pull(opts, positional):
     except OSError as exc:
         sys.stderr.write(f"failed to open {src}: {exc.strerror}\n")
         sys.exit(0)
+
+
+# -- the namespace backend ---------------------------------------------------------------------------------
+
+def ns_pid(vmid):
+    """The host PID of the container's PID 1 when it runs (a live process that is PID 1 of its own PID
+    namespace: a recycled PID is not mistaken for it), else None."""
+    try:
+        with open(os.path.join(LXC_PATH, vmid, "init.pid")) as f:
+            pid = f.read().strip()
+        with open(f"/proc/{pid}/status") as f:
+            nspid = next((line.split()[1:] for line in f if line.startswith("NSpid:")), [])
+    except (OSError, ValueError):
+        return None
+    return pid if len(nspid) == 2 and nspid[0] == pid and nspid[1] == "1" else None
+
+
+def ns_start(vmid):
+    """PID 1 of a new mount/PID/UTS/IPC namespace (ns-init), detached; returns once it wrote init.pid."""
+    ct = os.path.join(LXC_PATH, vmid)
+    for stale in ("init.pid", "init.pid.tmp"):
+        if os.path.exists(os.path.join(ct, stale)):
+            os.unlink(os.path.join(ct, stale))
+    console = os.path.join(ct, "console.log")
+    with open(console, "ab") as out:
+        proc = subprocess.Popen(["unshare", "--mount", "--pid", "--uts", "--ipc", "--fork", "--propagation", "private",
+                                 "--", sys.executable, NS_INIT, ct, vmid], stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=out, start_new_session=True, env={"PATH": os.environ["PATH"], "LANG": "C.UTF-8"})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if ns_pid(vmid):
+            return subprocess.CompletedProcess(proc.args, 0, "", "")
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    if proc.poll() is None:
+        proc.kill()
+    with open(console, errors="replace") as f:
+        tail = "".join(f.readlines()[-15:])
+    return subprocess.CompletedProcess(proc.args, 1, "", f"ns-init did not start the container ({console}):\n{tail}")
+
+
+def ns_stop(vmid):
+    """SIGKILL to PID 1 kills every process of the container's PID namespace (lxc-stop -k)."""
+    pid = ns_pid(vmid)
+    if not pid:
+        return
+    os.kill(int(pid), 9)
+    deadline = time.monotonic() + 30
+    while ns_pid(vmid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        os.unlink(os.path.join(LXC_PATH, vmid, "init.pid"))
+    except OSError:
+        pass
+
+
+def ns_exec(vmid, argv, keep):
+    """lxc-attach for a namespace container: join its IPC, UTS, PID and mount namespaces and its root, fork
+    (the child is in the container's PID namespace; orphans go to its PID 1), exec without a shell; the
+    exit status is the command's, 128+N for a signal, 126/127 with lxc-attach's message when it cannot run."""
+    import ctypes
+
+    pid = ns_pid(vmid)
+    if not pid:
+        die(f"container '{vmid}' not running!\n")
+    libc = ctypes.CDLL(None, use_errno=True)
+    env = ({k: v for k, v in os.environ.items()} if keep else {"PATH": CLEAR_PATH})
+    env.update(container="lxc", TERM="linux")
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        cwd = "/"
+    fds = [os.open(f"/proc/{pid}/ns/{ns}", os.O_RDONLY) for ns in ("ipc", "uts", "pid", "mnt")]
+    root = os.open(f"/proc/{pid}/root", os.O_RDONLY | os.O_DIRECTORY)
+    for fd in fds:
+        if libc.setns(fd, 0) != 0:
+            die(f"lxc-attach: {vmid}: setns failed: {os.strerror(ctypes.get_errno())}\n", 1)
+        os.close(fd)
+    os.fchdir(root)
+    os.chroot(".")
+    os.close(root)
+    child = os.fork()
+    if child == 0:
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # Python ignores it; an exec'd command must not
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        try:
+            os.chdir(cwd)
+        except OSError:
+            os.chdir("/")
+        try:
+            os.execvpe(argv[0], argv, env)
+        except OSError as exc:
+            sys.stderr.write(f"lxc-attach: {vmid}: ../src/lxc/attach.c: lxc_attach_run_command: 1841 "
+                             f"{exc.strerror} - Failed to exec \"{argv[0]}\"\n")
+            sys.stderr.flush()
+            os._exit(126 if exc.errno == 13 else 127)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # lxc-attach forwards no signal: the command decides
+    while True:
+        try:
+            _, status = os.waitpid(child, 0)
+            break
+        except InterruptedError:
+            continue
+    sys.exit(128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
 
 
 def main(argv):

@@ -87,6 +87,8 @@ def spec_hash(spec: VenvSpec, python: str, requirements_text: str | None, extras
         "packages": list(spec.packages), "index_url": spec.index_url, "extra": list(spec.extra_index_urls),
         "find_links": list(spec.find_links), "requirements": requirements_text, "python": python,
         "uv": spec.uv_version, "extras": hashlib.sha256(extras).hexdigest(),
+        # Only when set: the hash of every venv made before these keys existed stays the same.
+        **({"offline": True} if spec.offline else {}), **({"cuda": spec.cuda} if spec.cuda else {}),
     }, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
@@ -189,8 +191,9 @@ def uv_index_env(spec: VenvSpec) -> dict[str, str]:
 
 
 def uv_index_args(spec: VenvSpec) -> list[str]:
-    """uv's index arguments; index URLs with credentials are left to uv_index_env."""
-    args = []
+    """uv's index arguments; index URLs with credentials are left to uv_index_env. An offline spec gets
+    --no-index --offline: the find_links folders and nothing else, no network access at all."""
+    args = ["--no-index", "--offline"] if spec.offline else []
     secret = uv_index_env(spec)
     if spec.index_url and "UV_INDEX_URL" not in secret:
         args += ["--index-url", spec.index_url]
@@ -219,8 +222,11 @@ def _cuda_tag(tag: str) -> str | None:
 
 
 def expected_cuda(spec: VenvSpec) -> tuple[str, str] | None:
-    """The CUDA build torch must report, and where that expectation comes from: the torch pin's local
-    version (`+cu128`), else a PyTorch index URL ending in /cu128 or /cpu. None when the spec says nothing."""
+    """The CUDA build torch must report, and where that expectation comes from: `venv.cuda`, else the torch
+    pin's local version (`+cu128`), else a PyTorch index URL ending in /cu128 or /cpu. None when the spec
+    says nothing."""
+    if spec.cuda:
+        return spec.cuda, f"venv.cuda {spec.cuda}"
     pin = parse_pins(spec.packages).get("torch")
     if pin and "+" in pin:
         want = _cuda_tag(pin.split("+", 1)[1])
