@@ -69,7 +69,7 @@ def _session(hosts: str | None, dry: bool = False) -> Session:
     shared = fleet.shared()
     if shared is not None:  # one container of a fleet task: the fleet's session, closed by the fleet
         return contextlib.nullcontext(shared)
-    return Session(cfg.load(hosts), dry=dry, agent=True)
+    return Session(cfg.load(hosts), dry=dry, agent=True, keep=True)
 
 
 def fleet_task(fn):
@@ -99,7 +99,7 @@ def _run_fleet(fn, c, args, kwargs, fail_fast):
             mine["dest"] = os.path.join(mine["dest"], str(ctid))
         fn(c, *args, **mine)
 
-    with Session(config, dry=bool(kwargs.get("dry")), agent=True) as s, fleet.sharing(s, ids):
+    with Session(config, dry=bool(kwargs.get("dry")), agent=True, keep=True) as s, fleet.sharing(s, ids):
         outcomes = fleet.run_each(config, ids, one, fail_fast=fail_fast)
     print(fleet.render(outcomes))
     code = fleet.exit_code(outcomes)
@@ -129,17 +129,18 @@ def status(c, json_=False, hosts=None, container=None):
                       for h in hosts_ if any(k in chosen for k in h.containers)]
         jobs = container_jobs(s, hosts_)
         outliers = lock_outliers(jobs, s.config)
+        kept = {h.host: s.kept_note(h.host) for h in hosts_}
     for entry in jobs:
         if entry["container"] in outliers:
             entry["venv_lock_differs"] = outliers[entry["container"]]
     if json_:
-        print(json.dumps({"hosts": [{"host": h.host, "reachable": h.reachable, "error": h.error,
+        print(json.dumps({"hosts": [{"host": h.host, "reachable": h.reachable, "error": h.error, "kept": kept[h.host],
                                      "containers": {str(k): v for k, v in h.containers.items()}} for h in hosts_],
                           "containers": jobs}, indent=2))
     else:
         by_ct = {j["container"]: j for j in jobs}
         for h in hosts_:
-            print(f"{h.host}: {'reachable' if h.reachable else 'UNREACHABLE'}")
+            print(f"{h.host}: {'reachable' if h.reachable else 'UNREACHABLE'}" + (f" ({kept[h.host]})" if kept[h.host] else ""))
             if h.error:
                 print("  " + h.error.replace("\n", "\n  "))
             for ctid, state in h.containers.items():
@@ -393,7 +394,7 @@ def doctor(c, container=None, json_=False, hosts=None, fresh=False):
     from . import doctor as dr
 
     # One probe per container: plain pct exec is one round trip, an agent would add its own start-up.
-    with Session(cfg.load(hosts), agent=False) as s:
+    with Session(cfg.load(hosts), agent=False, keep=True) as s:
         reports = dr.diagnose(s, _containers(s, container), fresh=fresh)
     if json_:
         print(json.dumps(dr.to_json(reports), indent=2))
@@ -526,6 +527,19 @@ def pull(c, src=None, dest=None, container=None, run=None, attempts=3, quiet=Fal
         print(stats.render())
 
 
+@task(help={"host": "only this host's kept connection (default: every one of yours)", "hosts": HOSTS_HELP})
+@handled
+def disconnect(c, host=None, hosts=None):
+    """End kept connections now (each host's keeps the SSH connection and agents for control_persist seconds)."""
+    from .transport import keeper
+
+    config_file = cfg.find_file(hosts)
+    if host is not None and host not in cfg.load(hosts).hosts:
+        raise Exit(f"error: {config_file}: --host: unknown host {host!r}", code=2)
+    pids = keeper.disconnect(config_file, host)
+    print(f"ended {len(pids)} kept connection(s)" + (f" (pid {', '.join(map(str, pids))})" if pids else ""))
+
+
 lab = Collection("lab")
 lab.add_task(lab_up)
 lab.add_task(lab_down)
@@ -543,6 +557,7 @@ ns.add_task(pull)
 ns.add_task(doctor)
 ns.add_task(known_good)
 ns.add_task(report)
+ns.add_task(disconnect)
 ns.add_collection(lab)
 
 program = Program(namespace=ns, version=__version__, name="remote", binary="remote")

@@ -36,6 +36,7 @@ class Host:
     pct: str = "pct"
     local: bool = False  # run on this machine (the controller is the Proxmox host)
     max_parallel: int = 4  # containers of this host that a fleet task works on at once
+    control_persist: float = 60.0  # seconds a kept connection waits for the next command; 0: none (transport.keeper)
 
 
 @dataclass(frozen=True)
@@ -258,6 +259,7 @@ def _host(s: _Section, name: str) -> Host:
         pct=s.take("pct", str, "pct", _nonempty),
         local=s.take("local", bool, False),
         max_parallel=s.take("max_parallel", int, 4, _range(1, 256)),
+        control_persist=s.take("control_persist", float, 60.0, _range(0, 86400)),
     )
     s.done()
     return host

@@ -23,6 +23,28 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_keeper_left():
+    """Every kept connection a test starts (the CLI keeps one per host: remote.transport.keeper) lives in a
+    runtime folder of this test run, and is ended with it: a test run leaves no keeper behind."""
+    import shutil
+    import tempfile
+
+    run = tempfile.mkdtemp(prefix="rt-", dir="/tmp")  # short: a socket's path holds at most 107 bytes
+    old = os.environ.get("XDG_RUNTIME_DIR")
+    os.environ["XDG_RUNTIME_DIR"] = run
+    yield run
+    from remote.transport import keeper
+
+    if (Path(run) / "remote").is_dir():
+        keeper.disconnect(where=Path(run) / "remote")
+    shutil.rmtree(run, ignore_errors=True)
+    if old is None:
+        os.environ.pop("XDG_RUNTIME_DIR", None)
+    else:
+        os.environ["XDG_RUNTIME_DIR"] = old
+
+
 @pytest.fixture(autouse=True)
 def _isolated(monkeypatch, tmp_path):
     monkeypatch.delenv("REMOTE_HOSTS_FILE", raising=False)

@@ -11,6 +11,7 @@ same time. When the agent cannot start (no python3 in the container), callers fa
 
 Frames, both ways: a 4-byte big-endian length, then JSON. Requests:
 {"i": id, "argv": [...], "env": {...}, "cwd": "...", "timeout": s|null, "stdin": base64|null}.
+{"i": 0, "kill": id} kills that command's process group (its caller went away: remote.transport.keeper).
 Replies: {"i": id, "k": "o"|"e", "d": base64} for output, {"i": id, "x": exit status} at the end.
 Heartbeat: the controller sends {"i": 0, "ping": n} every PING_EVERY s, the agent answers
 {"i": 0, "pong": n}. Each side treats a silence as the other being gone: the controller after SILENCE s
@@ -30,6 +31,7 @@ import queue
 import struct
 import threading
 import time
+from typing import Callable
 
 from . import NotStarted, OutputCallback, Result, read_exact
 from ..errors import CommandTimeout, ConnectError
@@ -138,6 +140,11 @@ def main():
                     req = json.loads(buf[4:4 + n]); buf = buf[4 + n:]
                     if "ping" in req:
                         send({"i": 0, "pong": req["ping"]})
+                    elif "kill" in req:  # its caller went away: the command goes too
+                        p = procs.get(req["kill"])
+                        if p is not None:
+                            try: os.killpg(p["p"].pid, signal.SIGKILL)
+                            except OSError: pass
                     else:
                         start(req)
                 continue
@@ -281,8 +288,16 @@ class Agent:
                 n, last_ping, pinging[0] = n + 1, now, True
                 threading.Thread(target=ping, args=(n,), daemon=True).start()
 
+    def kill(self, i: int) -> None:
+        """SIGKILL the process group of command `i` (its caller went away); it ends as killed (137)."""
+        try:
+            self._write({"i": 0, "kill": i})
+        except ConnectError:
+            pass
+
     def run(self, argv, *, env: dict, cwd: str, timeout: float | None, stdin: bytes | None,
-            on_output: OutputCallback | None, deadline: float | None) -> Result:
+            on_output: OutputCallback | None, deadline: float | None,
+            on_start: Callable[[int], None] | None = None) -> Result:
         if self.dead:
             raise NotStarted(self.where, f"{self.where}: agent gone: {self.dead}")
         with self._ids:
@@ -301,6 +316,8 @@ class Agent:
             except ConnectError as exc:
                 # Nothing was started: the caller may run it again on a new agent.
                 raise NotStarted(self.where, f"{self.where}: agent gone before running {argv[0]}: {self.dead}") from exc
+            if on_start:
+                on_start(i)  # from here, `kill(i)` stops it
             while True:
                 left = None if deadline is None else max(0.0, deadline - (time.monotonic() - start))
                 try:

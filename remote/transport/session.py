@@ -25,6 +25,7 @@ class Session:
     echo: Callable[[str], None] = print
     transport_factory: Callable[[cfg.Host], Transport] = for_host
     agent: bool = False  # run container commands through one persistent in-container agent each
+    keep: bool = False  # SSH hosts through their kept connection (remote.transport.keeper), as the CLI does
     _transports: dict[str, Transport] = field(default_factory=dict)
     _agents: dict = field(default_factory=dict)
     _agent_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -33,7 +34,12 @@ class Session:
 
     def transport(self, host: cfg.Host) -> Transport:
         if host.name not in self._transports:
-            self._transports[host.name] = self.transport_factory(host)
+            if self.keep and not host.local and host.control_persist > 0 and self.transport_factory is for_host:
+                from .keeper import KeptTransport
+
+                self._transports[host.name] = KeptTransport(host, self.config.file)
+            else:
+                self._transports[host.name] = self.transport_factory(host)
         return self._transports[host.name]
 
     def container(self, ctid: int | str | None = None, venv_on_path: bool = True) -> Container:
@@ -69,8 +75,11 @@ class Session:
         from .agent import AGENT, AGENT_SILENCE, Agent
         from ..errors import RemoteError
 
+        transport = self.transport(spec.host)
+        if getattr(transport, "kept", False):  # the keeper holds the agent, started there on first use
+            return transport.agent(spec.ctid)
+
         def start():
-            transport = self.transport(spec.host)
             if not hasattr(transport, "open_stream"):  # a test double without streams: plain pct exec
                 return None
             # -I -S: the agent needs only the standard library; no site-packages, .pth files or PYTHON* variables.
@@ -124,6 +133,15 @@ class Session:
                 # The mux ended before it answered (its idle exit, a lost session): once more on a session
                 # of its own, with the transport's own retries.
         return transport.run(argv, deadline=deadline)
+
+    def kept_note(self, host_name: str) -> str | None:
+        """`kept connection, pid N, up Ts` when the host's keeper is alive (what `remote status` shows)."""
+        transport = self._transports.get(host_name)
+        info = transport.info() if getattr(transport, "kept", False) else None
+        if not info:
+            return None
+        return f"kept connection: pid {info['pid']}, up {time.time() - info['since']:.0f}s, " \
+               f"ends after {info['persist']:g}s idle (`remote disconnect`)"
 
     def close(self) -> None:
         for a in self._agents.values():

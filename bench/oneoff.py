@@ -1,0 +1,125 @@
+"""One-off commands, each a whole `remote` process, warm (a kept connection alive) and cold (none), beside
+the same command by hand (`ssh host pct exec ID -- true`), measured side by side in one run; then what an
+idle kept connection costs (CPU over a quiet spell, memory).
+
+Run against a lab that is up, with a deployed container (`remote deploy -c ID` first), from the repository root:
+    python bench/oneoff.py --hosts hosts.yaml --container 200 [--rounds 7] [--idle 20]
+Each round runs every command once, in turn, so load on the machine falls on all of them alike; medians
+are printed. The processes run `python -c "from remote.cli import main; main()"` with this interpreter
+(a pyenv or venv shim in front of `remote` adds its own start-up), with byte-code caching on (in a
+temporary folder, not the checkout) and a runtime folder of their own, whose keepers are ended at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from remote import config  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--hosts", default=os.environ.get("REMOTE_HOSTS_FILE", "hosts.yaml"))
+    ap.add_argument("--container", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--idle", type=float, default=20.0, help="seconds of a quiet keeper to measure its CPU")
+    args = ap.parse_args()
+    cfg = config.load(args.hosts)
+    h = cfg.container(args.container).host
+    tmp = tempfile.mkdtemp(prefix="rt-", dir="/tmp")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(XDG_RUNTIME_DIR=tmp, PYTHONPYCACHEPREFIX=os.path.join(tmp, "pycache"), PYTHONPATH=ROOT,
+               REMOTE_HOSTS_FILE=os.path.abspath(args.hosts))
+    remote = [sys.executable, "-c", "from remote.cli import main; main()"]
+    ct = str(args.container)
+    ssh = ["ssh", "-p", str(h.port), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes"]
+    if h.key_file:
+        ssh += ["-i", h.key_file]
+    if h.known_hosts:
+        ssh += ["-o", f"UserKnownHostsFile={h.known_hosts}"]
+    ssh += [f"{h.user}@{h.address}", *h.pct.split(), "exec", ct, "--", "true"]
+
+    def timed(argv, expect: str | None = None) -> float:
+        start = time.perf_counter()
+        r = subprocess.run(argv, env=env, capture_output=True, text=True)
+        took = time.perf_counter() - start
+        if r.returncode != 0 or (expect and expect not in r.stdout):
+            sys.exit(f"failed: {' '.join(argv[3:] if argv[0] == sys.executable else argv)}\n{r.stdout}{r.stderr}")
+        return took
+
+    def disconnect() -> None:
+        subprocess.run([*remote, "disconnect"], env=env, capture_output=True, check=True)
+
+    try:
+        # `exec -c ID -- argv` where the CLI has it, else `--command`.
+        probe = subprocess.run([*remote, "exec", "-c", ct, "--", "true"], env=env, capture_output=True)
+        exec_argv = [*remote, "exec", "-c", ct, *(["--", "true"] if probe.returncode == 0 else ["--command", "true"])]
+        timed([*remote, "deploy", "-c", ct], "nothing to do")  # warms the byte-code cache and the keeper
+        cases = {"warm exec": [], "warm status": [], "warm no-op deploy": [], "cold exec": [], "by hand": []}
+        for _ in range(args.rounds):
+            cases["warm exec"].append(timed(exec_argv))
+            cases["warm status"].append(timed([*remote, "status", "-c", ct]))
+            cases["warm no-op deploy"].append(timed([*remote, "deploy", "-c", ct], "nothing to do"))
+            disconnect()
+            cases["cold exec"].append(timed(exec_argv))
+            cases["by hand"].append(timed(ssh))
+        med = {k: statistics.median(v) for k, v in cases.items()}
+        goals = {"warm exec": 0.3, "warm status": 0.4, "warm no-op deploy": 0.5}
+        print(f"one-off commands, container {ct} on {h.name}, medians of {args.rounds} rounds (s):")
+        for k, v in med.items():
+            goal = f"  (goal <= {goals[k]:g} s)" if k in goals else ""
+            print(f"  {k:<18} {v:6.3f}  [{min(cases[k]):.3f} .. {max(cases[k]):.3f}]{goal}")
+        print(f"  cold exec / by hand: {med['cold exec'] / med['by hand']:.2f}x  (goal <= 1.0x)")
+        print(f"  `{' '.join(ssh)}`")
+
+        # An idle keeper: CPU over a quiet spell (its heartbeats and the agents' pings), and memory.
+        timed(exec_argv)
+        info = json.loads(subprocess.run(
+            [sys.executable, "-c", IDLE_INFO, ROOT, os.path.abspath(args.hosts), h.name], env=env,
+            capture_output=True, text=True, check=True).stdout)
+        pid = info["pid"]
+        before = _cpu_seconds(pid)
+        time.sleep(args.idle)
+        cpu = (_cpu_seconds(pid) - before) / args.idle
+        rss, pss = _memory_kb(pid)
+        print(f"idle keeper (pid {pid}, agents {info['agents']}): {100 * cpu:.3f}% of a core over {args.idle:g}s "
+              f"(goal < 0.1%), RSS {rss / 1024:.1f} MB, PSS {pss / 1024:.1f} MB (goal < 30 MB)")
+    finally:
+        disconnect()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+IDLE_INFO = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from remote import config
+from remote.transport.keeper import KeptTransport
+print(json.dumps(KeptTransport(config.load(sys.argv[2]).hosts[sys.argv[3]], sys.argv[2]).info()))
+"""
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def _memory_kb(pid: int) -> tuple[int, int]:
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        values = {line.split(":")[0]: int(line.split()[1]) for line in f if line.split()[-1:] == ["kB"]}
+    return values["Rss"], values["Pss"]
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""Unit tier: the kept connection's naming, folder, error relay and configuration (no SSH here; the keeper
+itself runs in tests/test_keeper_lab.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+
+from remote import config
+from remote.config import Host
+from remote.errors import CommandTimeout, ConfigError, HostKeyError, TransportError
+from remote.transport import NotStarted, SshTransport, keeper
+from remote.transport.session import Session
+
+HOSTS = """
+hosts:
+  pve:
+    address: 10.0.0.5
+    key_file: id
+    known_hosts: known
+    {extra}
+  here:
+    address: localhost
+    local: true
+containers:
+  200:
+    host: pve
+  201:
+    host: here
+"""
+
+
+def load(tmp_path, extra=""):
+    (tmp_path / "known").write_text("")
+    path = tmp_path / "hosts.yaml"
+    path.write_text(HOSTS.format(extra=extra))
+    return config.load(str(path))
+
+
+def test_control_persist_defaults_to_a_minute_and_zero_turns_it_off(tmp_path):
+    assert load(tmp_path).hosts["pve"].control_persist == 60
+    assert load(tmp_path, "control_persist: 0").hosts["pve"].control_persist == 0
+    with pytest.raises(ConfigError, match=r"hosts\.pve\.control_persist: expected a value from 0"):
+        load(tmp_path, "control_persist: -1")
+
+
+def test_only_the_cli_sessions_ssh_hosts_with_control_persist_are_kept(tmp_path):
+    cfg = load(tmp_path)
+    assert isinstance(Session(cfg, keep=True).transport(cfg.hosts["pve"]), keeper.KeptTransport)
+    assert not isinstance(Session(cfg, keep=True).transport(cfg.hosts["here"]), keeper.KeptTransport)
+    assert isinstance(Session(cfg).transport(cfg.hosts["pve"]), SshTransport)  # the library's default: direct
+    off = load(tmp_path, "control_persist: 0")
+    assert isinstance(Session(off, keep=True).transport(off.hosts["pve"]), SshTransport)
+
+
+def test_socket_name_changes_with_every_part_of_the_host_entry(tmp_path):
+    host = load(tmp_path).hosts["pve"]
+    file = str(tmp_path / "hosts.yaml")
+    path = keeper.socket_path(host, file, tmp_path)
+    assert path == keeper.socket_path(host, file, tmp_path)
+    group = path.name.split("-")[0]
+    for change in ({"address": "10.0.0.6"}, {"port": 2222}, {"user": "admin"}, {"key_file": "/other"},
+                   {"known_hosts": "/other"}, {"pct": "sudo -n pct"}):
+        other = keeper.socket_path(dataclasses.replace(host, **change), file, tmp_path)
+        assert other != path, change
+        assert other.name.startswith(group + "-")  # the same host of the same file: found and retired
+    (tmp_path / "known").write_text("[10.0.0.5]:22 ssh-ed25519 AAAA\n")  # known_hosts edited
+    assert keeper.socket_path(host, file, tmp_path) != path
+    assert not keeper.socket_path(host, str(tmp_path / "other.yaml"), tmp_path).name.startswith(group)
+
+
+def test_sockets_live_in_a_private_runtime_folder(monkeypatch):
+    run = os.environ["XDG_RUNTIME_DIR"]  # conftest's, short: a socket's path holds at most 107 bytes
+    d = keeper.runtime_dir()
+    assert str(d) == f"{run}/remote" and d.stat().st_mode & 0o777 == 0o700
+    os.chmod(d, 0o755)
+    assert keeper.runtime_dir().stat().st_mode & 0o777 == 0o700  # closed again
+
+
+def test_a_symlinked_runtime_folder_is_not_used(tmp_path, monkeypatch):
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "remote").symlink_to(tmp_path / "elsewhere")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    monkeypatch.setattr(keeper.tempfile, "gettempdir", lambda: str(tmp_path))
+    assert keeper.runtime_dir() == tmp_path / f"remote-{os.geteuid()}"
+
+
+@pytest.mark.parametrize("exc", [
+    HostKeyError("pve", "pve: [10.0.0.5]:22 is not in known; unknown host keys are never accepted"),
+    CommandTimeout("sleep 9", 2.5, "err tail", "pve/200"),
+    NotStarted("pve", "pve: agent gone before running true"),
+])
+def test_errors_cross_the_socket_with_their_class_message_and_attributes(exc):
+    back = keeper.unpack_error(keeper.pack_error(exc, "pve"))
+    assert type(back) is type(exc) and str(back) == str(exc) and vars(back) == vars(exc)
+
+
+def test_an_unexpected_failure_in_the_keeper_is_a_transport_error():
+    back = keeper.unpack_error(keeper.pack_error(KeyError("x"), "pve"))
+    assert isinstance(back, TransportError) and "pve: the kept connection failed: KeyError" in str(back)
+
+
+def test_disconnect_with_no_keepers_ends_nothing(tmp_path):
+    (tmp_path / "stale.sock").write_text("")  # a file nobody serves: removed
+    assert keeper.disconnect(where=tmp_path) == []
+    assert not (tmp_path / "stale.sock").exists()
