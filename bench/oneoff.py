@@ -83,6 +83,20 @@ def main() -> None:
         print(f"  cold exec / by hand: {med['cold exec'] / med['by hand']:.2f}x  (goal <= 1.0x)")
         print(f"  `{' '.join(ssh)}`")
 
+        # What a cold no-op deploy pays, in this process (connection included), three ways: one plain
+        # `pct exec` for the probe (deploy before the agents), the agent with no keeper (the mux's session
+        # and the agent's start-up before the one probe), and through the warm keeper (the probe alone).
+        ways = {"plain pct exec, new connection": dict(agent=False), "agent, new connection": dict(agent=True),
+                "agent in the warm keeper": dict(agent=True, keep=True)}
+        times: dict[str, list[float]] = {k: [] for k in ways}
+        timed([*remote, "deploy", "-c", ct], "nothing to do")
+        for _ in range(args.rounds):
+            for k, kw in ways.items():
+                times[k].append(_noop_deploy(args.hosts, args.container, kw, env))
+        print("no-op deploy in one process, connecting included (medians, s):")
+        for k, v in times.items():
+            print(f"  {k:<32} {statistics.median(v):6.3f}")
+
         # An idle keeper: CPU over a quiet spell (its heartbeats and the agents' pings), and memory.
         timed(exec_argv)
         info = json.loads(subprocess.run(
@@ -107,6 +121,27 @@ from remote import config
 from remote.transport.keeper import KeptTransport
 print(json.dumps(KeptTransport(config.load(sys.argv[2]).hosts[sys.argv[3]], sys.argv[2]).info()))
 """
+
+
+def _noop_deploy(hosts: str, ctid: int, session_kwargs: dict, env: dict) -> float:
+    from remote.ops.deploy import deploy
+    from remote.transport.session import Session
+
+    saved = os.environ.get("XDG_RUNTIME_DIR")
+    os.environ["XDG_RUNTIME_DIR"] = env["XDG_RUNTIME_DIR"]  # the bench's keepers, not the user's
+    try:
+        start = time.perf_counter()
+        with Session(config.load(hosts), **session_kwargs) as s:
+            summary = deploy(s, ctid, echo=lambda line: None)
+        took = time.perf_counter() - start
+    finally:
+        if saved is None:
+            os.environ.pop("XDG_RUNTIME_DIR")
+        else:
+            os.environ["XDG_RUNTIME_DIR"] = saved
+    if not summary.noop:
+        sys.exit(f"deploy {ctid} was not a no-op:\n{summary.render()}")
+    return took
 
 
 def _cpu_seconds(pid: int) -> float:

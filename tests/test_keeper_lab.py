@@ -110,17 +110,19 @@ def test_keeper_socket_refuses_another_user(lab, hosts, rundir):
     assert sock.stat().st_mode & 0o777 == 0o600
     client = ("import socket, struct, sys\n"
               "s = socket.socket(socket.AF_UNIX)\n"
+              "s.settimeout(20)\n"
               "try:\n    s.connect(sys.argv[1])\nexcept PermissionError:\n    print('denied'); sys.exit()\n"
-              "try:\n    s.sendall(b'q' + struct.pack('>I', 15) + b'{\"op\": \"info\"}')\n    got = s.recv(100)\n"
+              "req = b'{\"op\": \"info\"}'\n"
+              "try:\n    s.sendall(b'q' + struct.pack('>I', len(req)) + req)\n    got = s.recv(100)\n"
               "except (BrokenPipeError, ConnectionResetError):\n    got = b''\n"
               "print('answered' if got else 'refused')\n")
     python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable  # one nobody may run
     as_nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", python, "-I", "-c", client, str(sock)]
-    assert subprocess.run(as_nobody, capture_output=True, text=True).stdout.strip() == "denied"
+    assert subprocess.run(as_nobody, capture_output=True, text=True, timeout=30).stdout.strip() == "denied"
     # With the folder and the socket opened to everyone, the keeper itself still refuses another uid.
     for path, mode in ((rundir, 0o755), (rundir / "remote", 0o755), (sock, 0o666)):
         os.chmod(path, mode)
-    assert subprocess.run(as_nobody, capture_output=True, text=True).stdout.strip() == "refused"
+    assert subprocess.run(as_nobody, capture_output=True, text=True, timeout=30).stdout.strip() == "refused"
     assert info(hosts)["pid"] == keepers(rundir)[0]  # and goes on serving its own user
 
 

@@ -210,7 +210,9 @@ class KeptTransport:
 
     def _request(self, req: dict) -> socket.socket:
         """A connection to a live keeper that accepted `req` (one is started when needed)."""
-        for attempt in range(3):
+        for attempt in range(5):
+            if attempt:
+                time.sleep(0.02 * attempt)  # a keeper on its way out removes its socket in a moment
             try:
                 sock = self._connect()
             except (FileNotFoundError, ConnectionRefusedError):
@@ -521,6 +523,23 @@ def _alive(pid: int) -> bool:
 
 # -- the keeper's side ---------------------------------------------------------------------------------
 
+IDLE_POLL = 1.0  # seconds between the idle SSH reader's looks for a close or a keepalive due (paramiko: 0.1)
+
+
+class QuietSsh(SshTransport):
+    """The keeper's connection, made as every connection is, with paramiko's reader waking once a second
+    instead of ten times while nothing arrives: most of an idle keeper's CPU (bench/oneoff.py). Data wakes
+    it at once either way; only noticing a close made from another thread can take up to IDLE_POLL."""
+
+    def _open(self):
+        conn = super()._open()
+        try:
+            conn.client.get_transport().sock.settimeout(IDLE_POLL)
+        except (AttributeError, OSError):
+            pass
+        return conn
+
+
 # The first process forks the keeper and exits at once, so nobody has to reap it; the keeper is in a
 # session of its own (no terminal: Ctrl-C in the shell that started it does not reach it).
 BOOT = r"""
@@ -542,7 +561,7 @@ class Keeper:
 
         self.host, self.path, self.persist = host, path, persist
         self.session = Session(cfg.Config(file="(keeper)", hosts={host.name: host}, containers={}), agent=True,
-                               transport_factory=SshTransport)
+                               transport_factory=QuietSsh)
         self.transport = self.session.transport(host)
         self.started = time.time()
         self.active = 0
@@ -551,6 +570,7 @@ class Keeper:
         self.now = False  # quit at once, commands or not
         self._lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
         # Wake-ups of an idle keeper: each request's end wakes the loop, so this only bounds how late the
         # idle exit comes (a quarter of the idle time, at most 5 s).
         self._tick = min(5.0, max(persist / 4, 0.05))
@@ -559,11 +579,25 @@ class Keeper:
         """Take no more requests; exit once those running are done (now: at once)."""
         self.stopping = True
         self.now = self.now or now
-        os.write(self._wake_w, b"!")
+        self._wake()
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"!")
+        except BlockingIOError:  # already full of wake-ups
+            pass
 
     # -- the server loop -------------------------------------------------------------------------
     def serve(self, listener: socket.socket) -> None:
         ino = os.stat(self.path).st_ino
+        try:
+            self._loop(listener, ino)
+        finally:  # an idle exit, a quit, SIGTERM: the socket goes first, so nobody waits on a keeper that left
+            if self._still_ours(ino):
+                self.path.unlink()
+            listener.close()
+
+    def _loop(self, listener: socket.socket, ino: int) -> None:
         while True:
             ready, _, _ = select.select([listener, self._wake_r], [], [], self._tick)
             if self._wake_r in ready:
@@ -593,8 +627,7 @@ class Keeper:
                     # New clients find no socket and start another keeper; nothing they sent ran here.
                     self.path.unlink()
                 if self.now or self.stopping and self.active == 0:
-                    break
-        listener.close()
+                    return
 
     def _still_ours(self, ino: int) -> bool:
         try:
@@ -636,7 +669,7 @@ class Keeper:
             with self._lock:
                 self.active -= 1
                 self.last = time.monotonic()
-            os.write(self._wake_w, b".")
+            self._wake()
 
     def info(self) -> dict:
         agents = [ctid for ctid, a in self.session._agents.items() if not isinstance(a, float) and a.alive()]
@@ -660,11 +693,18 @@ class Keeper:
         if not req.get("stdin"):
             stdin = None
         argv = req["argv"]
-        done = threading.Event()
+        done, gone = threading.Event(), threading.Event()
         started: list[tuple] = []
+        cancel = threading.Lock()
 
         def on_output(kind: str, chunk: bytes) -> None:
             _send(conn, b"o" if kind == "stdout" else b"e", chunk, lock)
+
+        def on_start(agent, i: int) -> None:
+            with cancel:
+                started.append((agent, i))
+                if gone.is_set():  # the client left while it was being started
+                    agent.kill(i)
 
         def watch() -> None:
             # The client sends nothing more: EOF here is the client gone (Ctrl-C), and its command is cancelled.
@@ -672,9 +712,11 @@ class Keeper:
                 conn.recv(1)
             except OSError:
                 pass
-            if not done.is_set():
-                for agent, i in started:
-                    agent.kill(i)
+            with cancel:
+                if not done.is_set():
+                    gone.set()
+                    for agent, i in started:
+                        agent.kill(i)
 
         if req["op"] == "run":
             if stdin is None and not req.get("stream_output"):
@@ -699,7 +741,7 @@ class Keeper:
                     else:
                         result = agent.run(argv, env=req["env"], cwd=req["cwd"], timeout=req.get("timeout"),
                                            stdin=stdin, on_output=on_output, deadline=req.get("deadline"),
-                                           on_start=lambda i, a=agent: started.append((a, i)))
+                                           on_start=lambda i, a=agent: on_start(a, i))
                     break
                 except NotStarted:
                     if not again:
