@@ -107,3 +107,34 @@ def test_disconnect_with_no_keepers_ends_nothing(tmp_path):
     (tmp_path / "stale.sock").write_text("")  # a file nobody serves: removed
     assert keeper.disconnect(where=tmp_path) == []
     assert not (tmp_path / "stale.sock").exists()
+
+
+def test_the_agent_kills_a_command_whose_caller_went_away():
+    """What the keeper does when a client leaves mid-command (Ctrl-C): that command's process group is
+    killed in the container, and the agent goes on serving the others."""
+    import subprocess
+    import sys
+    import threading
+
+    from conftest import wait_until
+    from remote.transport import LocalTransport
+    from remote.transport.agent import AGENT, Agent
+
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/tmp"}
+    agent = Agent(LocalTransport().open_stream([sys.executable, "-c", AGENT, "60"]), "here")
+    started, outcome = [], []
+    work = threading.Thread(target=lambda: outcome.append(agent.run(
+        ["bash", "-c", "sleep 417.5 & wait"], env=env, cwd="/tmp", timeout=None, stdin=None, on_output=None,
+        deadline=60, on_start=started.append)), daemon=True)
+    work.start()
+    running = lambda: subprocess.run(["pgrep", "-f", "sleep 417.5"], capture_output=True).returncode == 0
+    try:
+        assert wait_until(lambda: started and running(), 10)
+        agent.kill(started[0])
+        work.join(10)
+        assert outcome[0].exit_code == 137
+        assert wait_until(lambda: not running(), 10)  # the whole group, the shell's child included
+        assert agent.run(["echo", "on"], env=env, cwd="/tmp", timeout=None, stdin=None, on_output=None,
+                         deadline=30).out == "on\n"
+    finally:
+        agent.close()

@@ -22,12 +22,14 @@ socket) or one that does not accept within ACCEPT_TIMEOUT starts a new one and s
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import fcntl
 import hashlib
 import json
 import logging
 import os
+import pickle
 import select
 import signal
 import socket
@@ -266,7 +268,8 @@ class KeptTransport:
             self._spawn()
 
     def _spawn(self) -> None:
-        spec = json.dumps({"host": dataclasses.asdict(self.host), "path": str(self.path),
+        # The entry as it is (whatever fields it has, of whatever types), and the socket in plain sight.
+        spec = json.dumps({"host": base64.b64encode(pickle.dumps(self.host)).decode(), "path": str(self.path),
                            "persist": self.host.control_persist})
         with open(self._log, "w") as logf:
             proc = subprocess.Popen([sys.executable, "-c", BOOT, ROOT, spec], stdin=subprocess.DEVNULL,
@@ -802,7 +805,7 @@ def main(spec_json: str) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s keeper %(process)d: %(message)s")
     spec = json.loads(spec_json)
-    host = Host(**spec["host"])
+    host = pickle.loads(base64.b64decode(spec["host"]))  # from the process that started this one
     path = Path(spec["path"])
     keeper = Keeper(host, path, float(spec["persist"]))
     try:
