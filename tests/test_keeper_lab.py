@@ -138,6 +138,13 @@ def test_changed_host_entry_starts_a_new_keeper(lab, hosts, rundir, tmp_path):
     assert wait_until(lambda: keepers(rundir) == [second], 10)  # the old one never outlives its entry
 
 
+def test_a_keeper_whose_entry_changed_exits_without_waiting_for_a_command(lab, hosts, rundir):
+    exec_in_ct(hosts)
+    assert len(keepers(rundir)) == 1
+    hosts.write_text(hosts.read_text().replace("    user: root\n", "    user: root\n    connect_timeout: 9\n"))
+    assert wait_until(lambda: not keepers(rundir), 15)  # well before its 60 s of idle time
+
+
 def test_control_persist_zero_leaves_no_process(lab, hosts, rundir):
     before = accepted(lab)
     exec_in_ct(with_persist(hosts, 0))
@@ -190,3 +197,15 @@ def test_unknown_host_key_is_refused_through_the_keeper(lab, hosts, rundir, tmp_
     assert r.returncode == 1
     assert f"is not in {empty}; unknown host keys are never accepted" in r.stderr
     assert wait_until(lambda: not keepers(rundir), 10)  # it said why, and went
+
+
+def test_push_and_pull_go_through_the_keeper(lab, hosts, rundir, tmp_path):
+    """Transfers are streams of their own, relayed by the keeper: every byte both ways, one connection."""
+    data = os.urandom(3 << 20)
+    (tmp_path / "blob").write_bytes(data)
+    before = accepted(lab)
+    remote(hosts, "push", "-c", str(CT), "--src", str(tmp_path / "blob"), "--dest", "/root/keeper-blob", "--quiet")
+    remote(hosts, "pull", "-c", str(CT), "--src", "/root/keeper-blob", "--dest", str(tmp_path / "back"), "--quiet")
+    assert (tmp_path / "back").read_bytes() == data
+    assert accepted(lab) - before == 1
+    exec_in_ct(hosts, "rm /root/keeper-blob")

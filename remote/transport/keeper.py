@@ -31,6 +31,7 @@ import logging
 import os
 import pickle
 import select
+import shlex
 import signal
 import socket
 import struct
@@ -270,7 +271,7 @@ class KeptTransport:
     def _spawn(self) -> None:
         # The entry as it is (whatever fields it has, of whatever types), and the socket in plain sight.
         spec = json.dumps({"host": base64.b64encode(pickle.dumps(self.host)).decode(), "path": str(self.path),
-                           "persist": self.host.control_persist})
+                           "persist": self.host.control_persist, "file": os.path.realpath(self.config_file)})
         with open(self._log, "w") as logf:
             proc = subprocess.Popen([sys.executable, "-c", BOOT, ROOT, spec], stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=logf, cwd="/", start_new_session=True)
@@ -321,7 +322,7 @@ class KeptTransport:
                         raise unpack_error(answer["error"])
                     return Result(argv, answer["code"], b"".join(out), b"".join(err), time.monotonic() - start)
         except socket.timeout:
-            raise CommandTimeout(" ".join(argv), deadline or 0, b"".join(err).decode("utf-8", "replace"),
+            raise CommandTimeout(shlex.join(argv), deadline or 0, b"".join(err).decode("utf-8", "replace"),
                                  self.name) from None
         except (OSError, EOFError) as exc:
             raise ConnectError(self.name, f"{self.name}: the kept connection ended while running {argv[0]}: "
@@ -558,11 +559,12 @@ main(sys.argv[2])
 class Keeper:
     """Serves one host's requests from its own Session (agents, the mux, the SSH connection)."""
 
-    def __init__(self, host: Host, path: Path, persist: float):
+    def __init__(self, host: Host, path: Path, persist: float, config_file: str | None = None):
         from .. import config as cfg
         from .session import Session
 
-        self.host, self.path, self.persist = host, path, persist
+        self.host, self.path, self.persist, self.config_file = host, path, persist, config_file
+        self._seen: tuple | None = None  # the hosts file's stamp when its entry was last compared
         self.session = Session(cfg.Config(file="(keeper)", hosts={host.name: host}, containers={}), agent=True,
                                transport_factory=QuietSsh)
         self.transport = self.session.transport(host)
@@ -621,6 +623,8 @@ class Keeper:
                 with self._lock:
                     self.active += 1
                 threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+            if not self.stopping and self._entry_changed():  # edited while no command came: go now
+                self.stop(now=False)
             with self._lock:
                 if self.active == 0 and time.monotonic() - self.last > self.persist:
                     self.stopping = True
@@ -631,6 +635,25 @@ class Keeper:
                     self.path.unlink()
                 if self.now or self.stopping and self.active == 0:
                     return
+
+    def _entry_changed(self) -> bool:
+        """Whether the host's entry (or its key or known_hosts file) now names another socket than this
+        keeper's: a stat or two per tick, the hosts file read again only when it changed."""
+        if not self.config_file:
+            return False
+        from .. import config as cfg
+
+        stamp = (_stamp(self.config_file), _stamp(self.host.key_file),
+                 _stamp(self.host.known_hosts or os.path.expanduser("~/.ssh/known_hosts")))
+        if stamp == self._seen:
+            return False
+        try:
+            host = cfg.load(self.config_file).hosts.get(self.host.name)
+        except errors.RemoteError:
+            return True  # unreadable now: the next command's keeper will say why
+        changed = host is None or socket_path(host, self.config_file, self.path.parent) != self.path
+        self._seen = stamp
+        return changed
 
     def _still_ours(self, ino: int) -> bool:
         try:
@@ -807,7 +830,7 @@ def main(spec_json: str) -> None:
     spec = json.loads(spec_json)
     host = pickle.loads(base64.b64decode(spec["host"]))  # from the process that started this one
     path = Path(spec["path"])
-    keeper = Keeper(host, path, float(spec["persist"]))
+    keeper = Keeper(host, path, float(spec["persist"]), spec.get("file"))
     try:
         keeper.transport.connect()  # host keys checked here, as for any connection
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -822,7 +845,10 @@ def main(spec_json: str) -> None:
         os.write(1, (json.dumps({"error": pack_error(exc, host.name)}) + "\n").encode())
         keeper.close()
         return
-    os.write(1, (json.dumps({"ok": os.getpid()}) + "\n").encode())
+    try:
+        os.write(1, (json.dumps({"ok": os.getpid()}) + "\n").encode())
+    except OSError:  # the client that started it left (Ctrl-C): serve the next one
+        pass
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 1)
     try:
