@@ -140,7 +140,8 @@ def status(c, json_=False, hosts=None, container=None):
     else:
         by_ct = {j["container"]: j for j in jobs}
         for h in hosts_:
-            print(f"{h.host}: {'reachable' if h.reachable else 'UNREACHABLE'}" + (f" ({kept[h.host]})" if kept[h.host] else ""))
+            print(f"{h.host}: {'reachable' if h.reachable else 'UNREACHABLE'}"
+                  + (f" ({kept[h.host]})" if kept[h.host] else ""))
             if h.error:
                 print("  " + h.error.replace("\n", "\n  "))
             for ctid, state in h.containers.items():

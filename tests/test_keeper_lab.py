@@ -117,7 +117,8 @@ def test_keeper_socket_refuses_another_user(lab, hosts, rundir):
               "except (BrokenPipeError, ConnectionResetError):\n    got = b''\n"
               "print('answered' if got else 'refused')\n")
     python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable  # one nobody may run
-    as_nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", python, "-I", "-c", client, str(sock)]
+    as_nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", python, "-I", "-c", client,
+                 str(sock)]
     assert subprocess.run(as_nobody, capture_output=True, text=True, timeout=30).stdout.strip() == "denied"
     # With the folder and the socket opened to everyone, the keeper itself still refuses another uid.
     for path, mode in ((rundir, 0o755), (rundir / "remote", 0o755), (sock, 0o666)):
