@@ -104,6 +104,20 @@ def test_killed_keeper_is_replaced(lab, hosts, rundir):
     assert keepers(rundir) == [info(hosts)["pid"]]
 
 
+@pytest.mark.fault("Kept connection stuck (stopped)", promise="killed after 10 s, the command runs on a new one")
+def test_a_stuck_keeper_is_replaced(lab, hosts, rundir):
+    exec_in_ct(hosts)
+    first = info(hosts)["pid"]
+    os.kill(first, signal.SIGSTOP)  # alive, its socket there, answering nothing
+    try:
+        assert exec_in_ct(hosts, "echo through").stdout == "through\n"
+    finally:
+        if keeper._alive(first):
+            os.kill(first, signal.SIGCONT)
+    assert wait_until(lambda: not keeper._alive(first), 10)
+    assert keepers(rundir) == [info(hosts)["pid"]] != [first]
+
+
 def test_keeper_socket_refuses_another_user(lab, hosts, rundir):
     exec_in_ct(hosts)
     sock = next((rundir / "remote").glob("*.sock"))
