@@ -34,6 +34,7 @@ containers:
 
 def load(tmp_path, extra=""):
     (tmp_path / "known").write_text("")
+    (tmp_path / "id").write_text("")
     path = tmp_path / "hosts.yaml"
     path.write_text(HOSTS.format(extra=extra))
     return config.load(str(path))
@@ -67,7 +68,12 @@ def test_socket_name_changes_with_every_part_of_the_host_entry(tmp_path):
         assert other != path, change
         assert other.name.startswith(group + "-")  # the same host of the same file: found and retired
     (tmp_path / "known").write_text("[10.0.0.5]:22 ssh-ed25519 AAAA\n")  # known_hosts edited
-    assert keeper.socket_path(host, file, tmp_path) != path
+    edited = keeper.socket_path(host, file, tmp_path)
+    assert edited != path
+    ssh = tmp_path / "home" / ".ssh"  # $HOME is the test's own (conftest)
+    ssh.mkdir(parents=True)
+    (ssh / "config").write_text("Host 10.0.0.5\n  ProxyJump bastion\n")  # ~/.ssh/config edited
+    assert keeper.socket_path(host, file, tmp_path) != edited
     assert not keeper.socket_path(host, str(tmp_path / "other.yaml"), tmp_path).name.startswith(group)
 
 

@@ -9,8 +9,8 @@ in the user's runtime folder ($XDG_RUNTIME_DIR/remote, else /run/user/<uid>/remo
 The keeper connects with the ordinary SshTransport, so host keys are checked as ever, when the
 connection is made. It exits after `control_persist` seconds without a request (hosts file, per host;
 0: no keeper at all), on `remote disconnect`, and when its host's entry changes: the socket's name is a
-hash of the hosts file and host name (the group) and of everything the entry says plus the key and
-known_hosts files' stamps (the identity); a client that finds another identity of its group retires it.
+hash of the hosts file and host name (the group) and of everything the entry says plus the stamps of the key,
+known_hosts and ~/.ssh/config files (the identity); a client that finds another identity of its group retires it.
 
 Requests, one per connection: a frame `q` (JSON: op run | ct | stream | info | quit), then stdin as
 `i` frames and a `c`; the keeper answers `a` (accepted: from here the command may have run), then
@@ -45,6 +45,7 @@ from typing import Sequence
 
 from . import NotStarted, OutputCallback, Result, SshTransport, _check_argv
 from .. import errors
+from .sshconfig import CONFIG as SSH_CONFIG
 from ..config import Host
 from ..errors import CommandTimeout, ConnectError, TransportError
 
@@ -104,6 +105,13 @@ def _stamp(path: str | None) -> list | None:
     return st and [st.st_mtime_ns, st.st_size, st.st_ino]
 
 
+def _stamps(host: Host) -> list:
+    """The files a connection to `host` is made from besides the hosts file: its key, known_hosts and
+    ~/.ssh/config (which may name the address, port, user, keys and jump hosts: remote.transport.sshconfig)."""
+    known = host.known_hosts or os.path.expanduser("~/.ssh/known_hosts")
+    return [_stamp(host.key_file), _stamp(known), _stamp(os.path.expanduser(SSH_CONFIG))]
+
+
 def group_of(config_file: str, host_name: str) -> str:
     """The keepers of one host of one hosts file share this prefix, whatever its entry says."""
     return _digest(os.path.realpath(config_file) + "\0" + host_name)
@@ -112,9 +120,7 @@ def group_of(config_file: str, host_name: str) -> str:
 def socket_path(host: Host, config_file: str, where: Path | None = None) -> Path:
     """The keeper's socket for this host entry: any change to the entry, its key file or known_hosts
     gives another name (and so another keeper)."""
-    known = host.known_hosts or os.path.expanduser("~/.ssh/known_hosts")
-    entry = json.dumps({**dataclasses.asdict(host), "key_stamp": _stamp(host.key_file),
-                        "known_stamp": _stamp(known)}, sort_keys=True, default=str)
+    entry = json.dumps({**dataclasses.asdict(host), "stamps": _stamps(host)}, sort_keys=True, default=str)
     return (where or runtime_dir()) / f"{group_of(config_file, host.name)}-{_digest(entry)}.sock"
 
 
@@ -535,13 +541,17 @@ class QuietSsh(SshTransport):
     instead of ten times while nothing arrives: most of an idle keeper's CPU (bench/oneoff.py). Data wakes
     it at once either way; only noticing a close made from another thread can take up to IDLE_POLL."""
 
-    def _open(self):
-        conn = super()._open()
-        try:
-            conn.client.get_transport().sock.settimeout(IDLE_POLL)
-        except (AttributeError, OSError):
-            pass
-        return conn
+    _quieted = None
+
+    def connect(self):
+        client = super().connect()
+        if client is not self._quieted:
+            try:
+                client.get_transport().sock.settimeout(IDLE_POLL)
+            except (AttributeError, OSError):
+                pass
+            self._quieted = client
+        return client
 
 
 # The first process forks the keeper and exits at once, so nobody has to reap it; the keeper is in a
@@ -643,8 +653,7 @@ class Keeper:
             return False
         from .. import config as cfg
 
-        stamp = (_stamp(self.config_file), _stamp(self.host.key_file),
-                 _stamp(self.host.known_hosts or os.path.expanduser("~/.ssh/known_hosts")))
+        stamp = (_stamp(self.config_file), *_stamps(self.host))
         if stamp == self._seen:
             return False
         try:
