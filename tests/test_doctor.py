@@ -429,3 +429,17 @@ def test_known_good_reads_only_the_end_of_a_log():
     t = FakeTransport([Expect(lambda argv: seen.append(inner_argv(argv)) or True, stdout=tail)])
     assert log_tail(Container(t, 200), "/root/runs/r1/log", limit=len(tail)) == "step 10 | 21.0 Ktok/s\n"
     assert seen[0] == ("tail", "-c", str(len(tail)), "--", "/root/runs/r1/log")
+
+
+@pytest.mark.fault("report of a run with a huge log", "the log is streamed to a local file and read in chunks: only "
+                   "its metric values are kept, the page is the same as from the whole text")
+def test_the_report_reads_a_log_in_chunks_as_it_would_the_whole_text(spec):
+    from remote.ops import logs
+
+    log = "".join(f"step {i} | {20 + i % 3}.5 Ktok/s\n" for i in range(500)) + "CUDA out of memory\nstep 500 | 9.0 Ktok/s"
+    data = log.encode()
+    chunks = (data[i:i + 37] for i in range(0, len(data), 37))  # lines cut anywhere
+    whole, w1 = logs.series(spec, log)
+    parts, w2 = logs.series(spec, chunks)
+    assert parts == whole and len(whole) == 501 and whole[-1] == 9.0
+    assert [f[0] for f in w2.found] == [f[0] for f in w1.found] == ["CUDA out of memory"]
