@@ -442,3 +442,17 @@ def test_every_live_run_counts_not_only_the_latest(spec):
     assert got.jobs.live == ("a", "b") and not got.jobs.orphans and not got.jobs.alive
     found = {f.code: f for f in findings(got, spec)}
     assert "orphan-processes" not in found and "a, b" in found["runs-concurrent"].what
+
+
+@pytest.mark.fault("report of a run with a huge log", "the log is streamed to a local file and read in chunks: only "
+                   "its metric values are kept, the page is the same as from the whole text")
+def test_the_report_reads_a_log_in_chunks_as_it_would_the_whole_text(spec):
+    from remote.ops import logs
+
+    log = "".join(f"step {i} | {20 + i % 3}.5 Ktok/s\n" for i in range(500)) + "CUDA out of memory\nstep 500 | 9.0 Ktok/s"
+    data = log.encode()
+    chunks = (data[i:i + 37] for i in range(0, len(data), 37))  # lines cut anywhere
+    whole, w1 = logs.series(spec, log)
+    parts, w2 = logs.series(spec, chunks)
+    assert parts == whole and len(whole) == 501 and whole[-1] == 9.0
+    assert [f[0] for f in w2.found] == [f[0] for f in w1.found] == ["CUDA out of memory"]

@@ -160,3 +160,15 @@ def test_a_rendezvous_that_cannot_complete_ends_with_its_reason_within_its_timeo
     assert re.search(r"-- multi-node run \S+: FAILED, node 21[02] exited with status \d+: the nodes did not meet at "
                      r"127\.0\.0\.210:29615 within train.rendezvous_timeout \(15 s\)", r.stdout), r.stdout[-3000:]
     assert took < 15 + 120, took  # a hang guard: the timeout plus torchrun's start and the stop, not 600 s
+
+
+@pytest.mark.fault("A node's address that is not its own", "refused before anything starts, naming "
+                   "containers.<id>.address and the addresses the container has")
+def test_an_address_that_is_not_the_containers_own_is_refused_before_anything_starts(two):
+    hosts = hosts_file(two, "--steps 3", 29616)
+    hosts.write_text(hosts.read_text().replace("address: 127.0.0.212", "address: 10.255.0.212"))
+    r = task(hosts, "train", "-c", "pair", check=False)
+    assert r.returncode != 0 and "preflight failed, nothing was started" in r.stdout, r.stdout[-3000:]
+    assert "containers.212.address: 10.255.0.212 is not an address of container 212 (it has: lo 127.0.0.1/8" \
+        in r.stdout, r.stdout[-3000:]
+    assert "started on 2 nodes" not in r.stdout

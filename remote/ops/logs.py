@@ -12,7 +12,7 @@ import re
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable
 
 from .. import shell
 from ..errors import ConnectError, TransportError
@@ -276,17 +276,25 @@ def watch_for(spec) -> "Watch":
                  tolerance=spec.train.tolerance)
 
 
-def series(spec, text: str, *, last_line: bool = True) -> tuple[list[float], "Watch"]:
-    """Every metric value of a log, in order, and the watch that read it (unit, direction, crash hints).
-    Without last_line, an unfinished last line (a log still being written) is left out."""
+def series(spec, text: "str | Iterable[bytes]", *, last_line: bool = True) -> tuple[list[float], "Watch"]:
+    """Every metric value of a log (its text, or its bytes in chunks: a log read from a file is never held
+    whole), in order, and the watch that read it (unit, direction, crash hints). Without last_line, an
+    unfinished last line (a log still being written) is left out."""
     watch = watch_for(spec)
     splitter = LineSplitter()
     values = []
-    for line in splitter.feed(text.encode()) + (splitter.flush() if last_line else []):
-        watch.line(line)
-        value = watch.metric.parse(line) if watch.metric else None
-        if value is not None:
-            values.append(value)
+
+    def take(lines: list[str]) -> None:
+        for line in lines:
+            watch.line(line)
+            value = watch.metric.parse(line) if watch.metric else None
+            if value is not None:
+                values.append(value)
+
+    for chunk in [text.encode()] if isinstance(text, str) else text:
+        take(splitter.feed(chunk))
+    if last_line:
+        take(splitter.flush())
     return values, watch
 
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 import html
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 
 from ..config import ContainerSpec
-from ..errors import JobError
+from ..errors import JobError, TransferError
 from ..ops import files, jobs, logs
 from ..ops.logs import series, sparkline  # noqa: F401 -- the status line's pieces, also this page's
 from ..ops import warmup as wm
@@ -58,9 +59,10 @@ def _svg(runs: list[tuple[str, list[float], str]], baseline: float | None, unit:
     return "".join(parts)
 
 
-def render(spec: ContainerSpec, run: dict, log_text: str, known_good: dict | None, kg_log: str | None,
+def render(spec: ContainerSpec, run: dict, log_text, known_good: dict | None, kg_log,
            warmups: list[dict]) -> str:
-    """The HTML page. Pure: everything it shows is passed in."""
+    """The HTML page. Pure: everything it shows is passed in (the logs as text, or as chunks of bytes read
+    once from files)."""
     values, watch = series(spec, log_text)
     kg_values = series(spec, kg_log)[0] if kg_log else []
     m = run.get("manifest") or {}
@@ -115,7 +117,6 @@ def write(session: Session, ctid, run_id: str | None, dest: str | None) -> Path:
     if not st.get("run"):
         raise JobError(f"container {spec.ctid} has no run {run_id or ''} in {spec.train.run_dir}".replace("  ", " ")
                        + ": start one with `invoke train`")
-    log_text = files.pull_bytes(ct, f"{st['path']}/log").decode("utf-8", "replace")
     from .knowngood import path_of
 
     kg_raw = ct.run(["cat", path_of(spec)], check=False, mutates=False, timeout=60).out
@@ -123,14 +124,30 @@ def write(session: Session, ctid, run_id: str | None, dest: str | None) -> Path:
         kg = json.loads(kg_raw) if kg_raw.strip() else None
     except ValueError:
         kg = None
-    kg_log = None
-    if kg and kg.get("run") and kg["run"] != st["run"]:
-        r = ct.run(["cat", f"{spec.train.run_dir}/{kg['run']}/log"], check=False, mutates=False, timeout=120)
-        kg_log = r.out if r.exit_code == 0 else None
     m = st.get("manifest") or {}
     warmups = [r for r in wm.records(ct, spec)
                if r.get("commit") == m.get("commit") and r.get("venv_lock") == m.get("venv_lock_sha256")]
     path = Path(dest) if dest else reports_dir() / f"report-{spec.ctid}-{st['run']}.html"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(spec, st, log_text, kg, kg_log, warmups))
+    # The logs come to local files (streamed, verified) and are read from there in chunks: a run's log
+    # can be gigabytes, and only its metric values are kept.
+    with tempfile.TemporaryDirectory(prefix="remote-report-") as d:
+        log = Path(d) / "log"
+        files.pull(ct, f"{st['path']}/log", log)
+        if not log.is_file():  # what the container has there is not a log
+            raise JobError(f"container {spec.ctid}: {st['path']}/log is not a file")
+        kg_log = None
+        if kg and kg.get("run") and kg["run"] != st["run"]:
+            try:
+                files.pull(ct, f"{spec.train.run_dir}/{kg['run']}/log", Path(d) / "kg-log")
+                kg_log = _chunks(Path(d) / "kg-log")
+            except TransferError:  # the known-good run's folder is gone: the page shows it without its curve
+                kg_log = None
+        path.write_text(render(spec, st, _chunks(log), kg, kg_log, warmups))
     return path
+
+
+def _chunks(path: Path, size: int = 1 << 20):
+    with path.open("rb") as f:
+        while chunk := f.read(size):
+            yield chunk
