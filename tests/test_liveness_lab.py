@@ -44,6 +44,7 @@ def test_a_live_run_that_is_not_the_latest_counts_everywhere(lab_session, ct):
 
     with pytest.raises(JobError, match=f"run {a} \\(pid {pid_a}\\)"):
         launch(ct, spec, PRE, command="sleep 600")  # train's busy check
+    ct.script("echo '# an edit: deploy has something to do' >> /root/dflash/drafter/model.py")
     with pytest.raises(BusyError, match=f"run {a} \\(pid {pid_a}\\) is still running"):
         deploy(lab_session, CT, **quiet)
     entry = jobs._container_job(lab_session, spec, "running")  # what `status` shows
@@ -74,6 +75,7 @@ def test_a_run_whose_pid_file_is_late_is_started_and_counts_as_running(lab_sessi
     assert wait_until(lambda: "late" in live_ids(ct, spec), 10)
     st = state(ct, spec, "late")
     assert st["alive"] and not st["lost"], st
+    ct.script("echo '# an edit: deploy has something to do' >> /root/dflash/drafter/model.py")
     with pytest.raises(BusyError, match=r"run late \(starting"):
         deploy(lab_session, CT, **quiet)
     with pytest.raises(JobError, match=r"run late \(starting\)"):
