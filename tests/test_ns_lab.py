@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import LAB_CONTAINERS, LAB_SECTIONS, wait_until
+from conftest import LAB_CONTAINERS, LAB_SECTIONS, LAB_WHEELS, wait_until
 
 pytestmark = pytest.mark.lab
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,7 +22,7 @@ CT = LAB_CONTAINERS[0]
 def ns_lab(tmp_path_factory):
     from remote.lab.ns import NsLab
 
-    lab = NsLab(dir=tmp_path_factory.mktemp("nslab"))
+    lab = NsLab(dir=tmp_path_factory.mktemp("nslab"), wheels_dir=LAB_WHEELS)
     lab.up([CT])
     yield lab
     lab.down(purge=True)
@@ -195,7 +195,7 @@ def test_offline_deploy_from_a_wheelhouse_made_of_the_containers_venv(ns_lab, ns
                "--perms", "755").returncode == 0
     r = inside(ns_lab, "/usr/bin/python3 /root/wheelhouse-from-venv /root/venv /root/wheelhouse torch numpy")
     assert r.returncode == 0 and "torch-2.13.0+cpu-" in r.stdout, r.stdout + r.stderr
-    offline = ns_hosts.read_text().replace("find_links: [/opt/wheels]",
+    offline = ns_hosts.read_text().replace(f"find_links: [{LAB_WHEELS}]",
                                            "find_links: [/root/wheelhouse]\n  index_url: none\n  cuda: cpu")
     hosts = tmp_path / "hosts.yaml"
     hosts.write_text(offline)

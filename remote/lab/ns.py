@@ -61,11 +61,18 @@ class NsLab(Lab):
     def second(self) -> Lab:
         raise LabError("the namespace lab has one host: a second look-alike host needs the LXC lab (--backend lxc)")
 
-    def up(self, containers=DEFAULT_CONTAINERS, second=()) -> None:
-        """Install the pct double and ns-init, start the containers (idempotent)."""
+    def up(self, containers=DEFAULT_CONTAINERS, second=(), wheels=True) -> None:
+        """Install the pct double and ns-init, start the containers (idempotent). With `wheels`, the pinned
+        CPU torch wheel of the lab's default hosts files too, where it can be had: a GPU machine without an
+        index deploys its own torch (scripts/wheelhouse-from-venv), so its absence is a note, not an error."""
         if second:
             self.second()
         self._check_tools()
+        if wheels:
+            try:
+                self.provide_wheels()
+            except LabError as exc:
+                print(f"note: no CPU torch wheel for the lab's default hosts files ({exc})")
         for d in (self.dir / "bin", self.lxc):
             d.mkdir(parents=True, exist_ok=True)
         self._upper_fs()

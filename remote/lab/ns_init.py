@@ -7,8 +7,9 @@ network (as the LXC lab's containers are). It imports nothing from `remote` and 
 
 The root is an overlay over the machine's own `/` with CTDIR/upper as the upper layer (everything
 written inside the container lands there and survives a restart); every other real filesystem
-mounted on the host (a separate /opt, /usr/local/nvidia, ...) gets an overlay of its own, or a
-read-only bind where overlay refuses it; /tmp, /run and /dev/shm are fresh tmpfs, /proc is the
+mounted on the host (a separate /opt, /usr/local/nvidia, a tmpfs /tmp, ...) gets an overlay of its own,
+or a read-only bind where overlay refuses it (so /tmp is the host's as the LXC lab's is, writes kept in
+the container); /run and /dev/shm are fresh tmpfs, /proc is the
 container's own, /sys the host's (read-only), /dev a tmpfs holding the host's standard character
 devices and every /dev/nvidia* node (the GPUs). Then pivot_root, the hostname lab<vmid>, and
 CTDIR/init.pid written (this process's PID on the host): from then on the container is running.
@@ -26,7 +27,7 @@ import time
 PSEUDO = {"proc", "sysfs", "cgroup", "cgroup2", "devpts", "mqueue", "debugfs", "tracefs", "securityfs", "pstore",
           "bpf", "fusectl", "configfs", "binfmt_misc", "autofs", "hugetlbfs", "nsfs", "devtmpfs", "rpc_pipefs",
           "efivarfs", "selinuxfs"}
-SKIP = ("/proc", "/sys", "/dev", "/tmp", "/run")  # the container has its own
+SKIP = ("/proc", "/sys", "/dev", "/run")  # the container has its own
 OWN_FILES = ("/etc/hosts", "/etc/hostname")  # the container's own, in its upper layer
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 MNT_DETACH = 2
@@ -132,9 +133,7 @@ def build_root(ctdir, vmid, lab):
     os.makedirs(root, exist_ok=True)
     overlay("/", root, ctdir)  # ctdir/upper and ctdir/work
     submounts(root, ctdir, lab)
-    for point in ("/tmp", "/run"):
-        os.makedirs(root + point, exist_ok=True)
-        mount("-t", "tmpfs", "-o", "mode=1777" if point == "/tmp" else "mode=755", f"ns{point[1:]}", root + point)
+    mount("-t", "tmpfs", "-o", "mode=755", "nsrun", root + "/run")
     mount("-t", "proc", "-o", "nosuid,nodev,noexec", "proc", root + "/proc")
     mount("--rbind", "/sys", root + "/sys")
     mount("-o", "remount,bind,ro", root + "/sys")
