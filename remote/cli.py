@@ -1,52 +1,96 @@
-"""The Invoke task collection (`invoke ...` in this checkout, `remote ...` anywhere).
+"""The tasks: `remote ...` anywhere, `invoke ...` in this checkout (tasks.py), the same functions.
 
 Tasks stay thin: parse flags, load the hosts file, call one library function, print. Every
-RemoteError becomes a clean `Exit` with its message and exit status, never a traceback.
+RemoteError becomes a clean `Exit` with its message and exit status, never a traceback. `remote` parses
+its own command line (remote/cliparse.py) from the table that `@task` fills (TASKS); the invoke
+Collection (`ns`) is made from the same table on first use, so `remote` never imports invoke.
+
+To add a task: write `@task(help={...})` over `@handled` over a function `name(c, ..., hosts=None)` (add
+`@fleet_task` between them where `-c all` should run it on every container at once). Its options come
+from its parameters; a new option name needs its short letter in SHORT_FLAGS (or none) and, unless it
+is a flag or free text, its check in KINDS. Exit statuses: 0 ok, 1 failed (or the job's/command's own,
+where the task reports one), 2 bad input, 3 busy, 130 interrupted.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 import json
 import os
 import sys
 
-from invoke import Collection, Exit, Program, Task
-from invoke import task as invoke_task
-
 from . import __version__
+from . import cliparse
 from . import config as cfg
+from .cliparse import Kind, number, pattern
 from .errors import RemoteError
 from .ops import fleet
-from .transport.session import Session
 
 # One meaning per short flag in every task; -h is only ever help, and flags not listed have none.
 SHORT_FLAGS = {"container": "c", "dry": "n", "json": "j", "timeout": "t", "allow-dirty": "a", "check": "k",
                "force": "F", "warmup": "w", "detach": "d", "follow": "f", "run": "r", "grace": "g",
                "parallel": "p", "export": "e", "import": "i"}
 
+# What each option's value must be, checked before anything connects (one meaning per name, as above).
+_IDS = r"[1-9][0-9]{2,8}(,[1-9][0-9]{2,8})*"
+KINDS = {
+    "container": Kind(pattern(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(,[A-Za-z0-9_][A-Za-z0-9_.-]*)*",
+                              "a container id, a comma list (200,201), a group or `all`"), "ID"),
+    "timeout": Kind(number(0.001, 7 * 86400, unit=" seconds"), "SECONDS"),
+    "grace": Kind(number(0, 3600, integer=True, unit=" seconds"), "SECONDS"),
+    "attempts": Kind(number(1, 100, integer=True), "N"),
+    "port": Kind(number(1, 65535, integer=True), "PORT"),
+    "run": Kind(pattern(r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", "a run id (`remote runs` lists them) or `latest`"),
+                "RUN"),
+    "containers": Kind(pattern(_IDS, "comma-separated container ids from 100 to 999999999"), "IDS"),
+    "second": Kind(pattern(_IDS, "comma-separated container ids from 100 to 999999999"), "IDS"),
+    "devices": Kind(pattern(r"[A-Za-z0-9:_.-]+(,[A-Za-z0-9:_.-]+)*", "comma-separated devices, e.g. 0,1"), "DEVICES"),
+    "hosts": cliparse.text_kind("FILE"),
+    "address": Kind(pattern(r"[A-Za-z0-9_.:\[\]%-]+", "a host name, IP address or ~/.ssh/config alias"), "ADDRESS"),
+    "user": Kind(pattern(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", "a user name"), "USER"),
+    "key-file": cliparse.text_kind("FILE"),
+    "known-hosts": cliparse.text_kind("FILE"),
+    "out": cliparse.text_kind("FILE"),
+    "pct": cliparse.text_kind("CMD"),
+    "command": cliparse.text_kind("STRING"),
+}
 
-class RemoteTask(Task):
-    """An Invoke task whose short flags come from SHORT_FLAGS instead of first letters."""
-
-    def arg_opts(self, name, default, taken_names):
-        opts = super().arg_opts(name, default, taken_names)
-        long = opts["names"][0]
-        opts["names"] = [long] + ([SHORT_FLAGS[long]] if long in SHORT_FLAGS else [])
-        return opts
+TASKS: dict[str, cliparse.Spec] = {}  # "deploy", "lab up", ...: what `remote` knows, in --help order
 
 
-def task(*args, **kwargs):
-    return invoke_task(*args, klass=RemoteTask, **kwargs)
+class Exit(Exception):
+    """End the task with this exit status, and this message on stderr (what invoke's Exit was here)."""
+
+    def __init__(self, message: str | None = None, code: int = 1):
+        super().__init__(message or "")
+        self.message, self.code = message, code
+
+
+def task(*, name: str | None = None, help: dict | None = None, positional: str | None = None,
+         argv: str | None = None, usage: str = ""):
+    """Register a task in TASKS under `name` (default: the function's, `_` dropped); "lab up" is `up` of
+    the group `lab`. `positional`: the parameter a bare word fills; `argv`: the one `-- ARGV...` fills."""
+    def register(fn):
+        key = name or fn.__name__.rstrip("_").replace("_", "-")
+        TASKS[key] = cliparse.spec_of(fn, key, help or {}, short=SHORT_FLAGS, kinds=KINDS, positional=positional,
+                                      argv=argv, usage=usage)
+        fn.help = help or {}
+        return fn
+    return register
 
 
 HOSTS_HELP = "hosts file (default: $REMOTE_HOSTS_FILE, else ./hosts.yaml)"
 DRY_HELP = "print the exact remote commands instead of running them"
-CT_HELP = ("container id from the hosts file (default: the only one); a comma list (200,201), a group from "
-           "`groups:` or `all` runs the task on each of them at once")
+CT_HELP = ("container id from the hosts file (default: default_container, $REMOTE_CONTAINER, or the only one); "
+           "a comma list (200,201), a group from `groups:` or `all` runs the task on each of them at once")
 FAIL_FAST_HELP = "with several containers: start no more of them after the first failure"
+
+
+def exit_status(exc: RemoteError) -> int:
+    """A library error's exit status: 2 bad input, 3 busy, else 1 (a command's own status never leaks out of
+    a failed step: only tasks that report one, exec, train and logs, exit with it)."""
+    return exc.exit_code if exc.exit_code in (2, 3) else 1
 
 
 def handled(fn):
@@ -57,15 +101,17 @@ def handled(fn):
         try:
             return fn(*args, **kwargs)
         except RemoteError as exc:
-            raise Exit(f"error: {exc}", code=exc.exit_code) from None
+            raise Exit(f"error: {exc}", code=exit_status(exc)) from None
         except KeyboardInterrupt:
             raise Exit("interrupted", code=130) from None
 
     return wrapper
 
 
-def _session(hosts: str | None, dry: bool = False) -> Session:
+def _session(hosts: str | None, dry: bool = False):
     # Container commands go through one persistent agent per container (plain pct exec where it can't run).
+    from .transport.session import Session
+
     shared = fleet.shared()
     if shared is not None:  # one container of a fleet task: the fleet's session, closed by the fleet
         return contextlib.nullcontext(shared)
@@ -76,6 +122,8 @@ def fleet_task(fn):
     """With --container naming several containers (a list, a group, `all`): the task on each of them at
     once (remote.ops.fleet), output lines prefixed `[id] `, a summary table, exit status from them all.
     One id, or none: the task exactly as it is."""
+    import inspect
+
     sig = inspect.signature(fn)
 
     @functools.wraps(fn)
@@ -90,6 +138,8 @@ def fleet_task(fn):
 
 
 def _run_fleet(fn, c, args, kwargs, fail_fast):
+    from .transport.session import Session
+
     config = cfg.load(kwargs.get("hosts"))
     ids = fleet.select(config, kwargs["container"])
 
@@ -117,7 +167,9 @@ def _stream(kind: str, chunk: bytes) -> None:
             "container": "only these containers: an id, a comma list, a group or `all` (default: all)"})
 @handled
 def status(c, json_=False, hosts=None, container=None):
-    """Each host's reachability; each container's state, running job (uptime, throughput) and last exit
+    """Hosts, containers and their jobs at a glance.
+
+    Each host's reachability; each container's state, running job (uptime, throughput) and last exit
     status, all containers at once; a venv lock that differs from its siblings'; multi-node runs once."""
     from .ops.jobs import container_jobs, lock_outliers
 
@@ -211,14 +263,20 @@ def _job_line(entry: dict | None) -> str:
     return text + (f" [{', '.join(r['problems'])}]" if r["problems"] else "")
 
 
-@task(name="exec", help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP, "command": "shell command to run inside the container (bash -c)",
+@task(name="exec", positional="command", argv="command",
+      help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP,
+            "command": "a shell command line to run inside the container (bash -c); or the argv after `--`, run as is",
                          "timeout": "seconds before the command is killed inside the container",
                          "dry": DRY_HELP, "hosts": HOSTS_HELP})
 @fleet_task
 @handled
 def exec_(c, command, container=None, timeout=None, dry=False, hosts=None):
-    """Run a shell command in a container, in the checkout with the job's environment (venv, compile
-    cache, train.env) once deployed; stream its output and exit with its status."""
+    """Run a command in a container, in the checkout with the job's environment.
+
+    `remote exec -c ID -- CMD ARG...` runs that argv as it is (no shell); `--command STRING` (or the
+    string as the one word after the task) runs a bash command line. Once deployed, the command runs
+    in the checkout with the job's environment (venv, compile cache, train.env); its output streams
+    back and `remote` exits with its status."""
     from .ops import jobenv
     from .errors import ContainerCommandNotFound, DeployError
     from .ops.warmup import deployed
@@ -227,14 +285,15 @@ def exec_(c, command, container=None, timeout=None, dry=False, hosts=None):
         spec = s.config.container(container)
         ct = s.container(spec.ctid)
         kwargs = dict(timeout=float(timeout) if timeout else None, check=False, on_output=_stream)
+        argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
         try:
             verify = deployed(ct, spec)["venv"].get("verify")
         except (DeployError, ContainerCommandNotFound):
             # Not deployed yet, or no venv.python to read the deploy records with (a fresh container, where
             # this command may be what installs it): a plain command, from /root.
-            result = ct.run(["bash", "-c", command], **kwargs)
+            result = ct.run(argv, **kwargs)
         else:
-            result = jobenv.run(ct, spec, verify, ["bash", "-c", command], cwd=spec.code.path, **kwargs)
+            result = jobenv.run(ct, spec, verify, argv, cwd=spec.code.path, **kwargs)
     if result.exit_code:
         raise Exit(code=result.exit_code)
 
@@ -247,7 +306,7 @@ def exec_(c, command, container=None, timeout=None, dry=False, hosts=None):
 @fleet_task
 @handled
 def deploy(c, container=None, allow_dirty=False, check=False, rollback=False, force=False, dry=False, hosts=None):
-    """Make the container's venv and checkout exactly what the hosts file pins; a no-op when they are."""
+    """Make the container's venv and checkout exactly what the hosts file pins (a no-op when they are)."""
     from .ops.deploy import deploy as run_deploy
 
     with _session(hosts, dry) as s:
@@ -390,9 +449,12 @@ def _containers(s: Session, container: str | None) -> list[int]:
             "fresh": "import torch again in each container even where an earlier probe's answer still holds"})
 @handled
 def doctor(c, container=None, json_=False, hosts=None, fresh=False):
-    """Everything that differs from what deploy made and from the last known-good run, each finding with why
-    it matters and the command that fixes it. Exit 0 healthy, 1 with findings, 2 on bad input."""
+    """Find what differs from what deploy made and from the last known-good run.
+
+    Each finding says why it matters and the command that fixes it. Exit 0 healthy, 1 with findings,
+    2 on bad input."""
     from . import doctor as dr
+    from .transport.session import Session
 
     # One probe per container: plain pct exec is one round trip, an agent would add its own start-up.
     with Session(cfg.load(hosts), agent=False, keep=True) as s:
@@ -408,8 +470,9 @@ def doctor(c, container=None, json_=False, hosts=None, fresh=False):
 @task(name="known-good", help={"container": CT_HELP, "run": "run id (default: the latest)", "hosts": HOSTS_HELP})
 @handled
 def known_good(c, container=None, run=None, hosts=None):
-    """Record a finished run (exit status 0) and the container's facts as its known-good, for doctor to
-    compare against (train records one by itself when a run meets the baseline)."""
+    """Record a finished run and the container's facts as its known-good, for doctor to compare against.
+
+    The run must have exited 0; train records one by itself when a run meets the baseline."""
     from .doctor import known_good_label
     from .runs.knowngood import path_of, record_run
 
@@ -424,8 +487,10 @@ def known_good(c, container=None, run=None, hosts=None):
             "dest": "the HTML file to write (default: ~/.local/share/remote/reports/report-<container>-<run>.html)", "hosts": HOSTS_HELP})
 @handled
 def report(c, container=None, run=None, dest=None, hosts=None):
-    """Write one self-contained HTML file of a run: its metric over time against the baseline and the
-    known-good run, its manifest, warmup times and any crash hints (opens offline in any browser)."""
+    """Write one self-contained HTML file of a run.
+
+    Its metric over time against the baseline and the known-good run, its manifest, warmup times and
+    any crash hints; it opens offline in any browser."""
     from .runs.report import write
 
     with _session(hosts) as s:
@@ -433,7 +498,7 @@ def report(c, container=None, run=None, dest=None, hosts=None):
     print(f"wrote {path}")
 
 
-@task(name="up", help={"containers": "comma-separated container ids (default 200)",
+@task(name="lab up", help={"containers": "comma-separated container ids (default 200)",
                        "port": "sshd port on 127.0.0.1 (default 2222)",
                        "second": "comma-separated container ids on a second look-alike host, lab2 (sshd on port + 1)",
                        "backend": "lxc (sshd + LXC containers) or ns (Linux namespaces, no sshd: the host is "
@@ -459,7 +524,7 @@ def lab_up(c, containers="200", port=None, second=None, backend=None):
               f"({lab.second().dir})")
 
 
-@task(name="down", help={"purge": "also delete the containers' files (venvs, checkouts, compile caches)"})
+@task(name="lab down", help={"purge": "also delete the containers' files (venvs, checkouts, compile caches)"})
 @handled
 def lab_down(c, purge=False):
     """Stop the local lab's containers and sshd."""
@@ -488,7 +553,9 @@ XFER_HELP = {"container": CT_HELP, "fail_fast": FAIL_FAST_HELP, "dry": DRY_HELP,
 @fleet_task
 @handled
 def push(c, src=None, dest=None, container=None, attempts=3, quiet=False, dry=False, hosts=None):
-    """Copy a local file or folder into a container: streamed, verified by sha256, resumed after a lost connection."""
+    """Copy a local file or folder into a container.
+
+    Streamed, verified by sha256, resumed after a lost connection."""
     from .ops import files
 
     _need(src=src, dest=dest)
@@ -506,8 +573,10 @@ def push(c, src=None, dest=None, container=None, attempts=3, quiet=False, dry=Fa
 @fleet_task
 @handled
 def pull(c, src=None, dest=None, container=None, run=None, attempts=3, quiet=False, dry=False, hosts=None):
-    """Copy a file or folder out of a container: streamed, verified by sha256, resumed after a lost connection.
-    With --run (an id, or `latest`): the run's outputs (train.outputs), log and manifest, into DEST/<run id>/."""
+    """Copy a file or folder out of a container, or a run's outputs.
+
+    Streamed, verified by sha256, resumed after a lost connection. With --run (an id, or `latest`):
+    the run's outputs (train.outputs), log and manifest, into DEST/<run id>/."""
     from .ops import files
 
     if run:
@@ -541,27 +610,85 @@ def disconnect(c, host=None, hosts=None):
     print(f"ended {len(pids)} kept connection(s)" + (f" (pid {', '.join(map(str, pids))})" if pids else ""))
 
 
-lab = Collection("lab")
-lab.add_task(lab_up)
-lab.add_task(lab_down)
+def __getattr__(name: str):
+    """`ns`, the invoke Collection of the same tasks (tasks.py, `invoke ...` in a checkout): made on first use."""
+    if name == "ns":
+        from .invoke_tasks import collection
 
-ns = Collection()
-ns.add_task(status)
-ns.add_task(exec_)
-ns.add_task(deploy)
-ns.add_task(warmup)
-ns.add_task(train)
-ns.add_task(logs)
-ns.add_task(stop)
-ns.add_task(push)
-ns.add_task(pull)
-ns.add_task(doctor)
-ns.add_task(known_good)
-ns.add_task(report)
-ns.add_task(disconnect)
-ns.add_collection(lab)
+        globals()["ns"] = value = collection(TASKS, SHORT_FLAGS, Exit)
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-program = Program(namespace=ns, version=__version__, name="remote", binary="remote")
+
+FOOTER = ("Hosts file: --hosts FILE, else $REMOTE_HOSTS_FILE, else ./hosts.yaml (`remote init` writes one). "
+          "Exit status: 0 ok; 1 failed (exec, train and logs: the command's or the job's own status); "
+          "2 bad input; 3 busy; 130 interrupted.")
+
+
+def run(argv: list[str]) -> int:
+    """Parse argv, check every value, run the tasks in order; the exit status (printing what went wrong)."""
+    try:
+        calls = cliparse.Parser(TASKS).parse(argv)
+    except cliparse.Help as h:
+        if h.topic is None:
+            text = cliparse.program_help(TASKS, __version__, FOOTER)
+        elif h.topic in TASKS:
+            text = cliparse.task_help(TASKS[h.topic])
+        else:
+            text = cliparse.group_help(TASKS, h.topic)
+        sys.stdout.write(text)
+        return 0 if any(a in cliparse.HELP for a in argv) else 2
+    except cliparse.Version:
+        print(f"remote {__version__}")
+        return 0
+    except cliparse.Usage as u:
+        print(f"error: {u}", file=sys.stderr)
+        return 2
+    for call in calls:
+        code = _call(call)
+        if code:
+            return code
+    return 0
+
+
+def _call(call: cliparse.Call) -> int:
+    try:
+        call.spec.fn(None, **call.kwargs)
+    except Exit as e:
+        if e.message:
+            print(e.message, file=sys.stderr)
+        return e.code if isinstance(e.code, int) and 0 <= e.code <= 255 else 1
+    except RemoteError as exc:  # a task without @handled
+        print(f"error: {exc}", file=sys.stderr)
+        return exit_status(exc)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except OSError as exc:  # a local file: --dest in a folder that does not exist, a full disk
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # a bug: say so in one line; REMOTE_DEBUG=1 shows where
+        if os.environ.get("REMOTE_DEBUG"):
+            raise
+        print(f"error: internal error in `remote {call.spec.name}`: {type(exc).__name__}: {exc}\n"
+              "(a bug in remote: please report it; REMOTE_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 1
+    return 0
+
+
+class Program:
+    """What `remote` runs (kept as `program.run()` for the tests that start it so)."""
+
+    def run(self, argv: list[str] | None = None, exit: bool = True) -> int:
+        code = run(sys.argv[1:] if argv is None else list(argv))
+        sys.stdout.flush()
+        if exit:
+            sys.exit(code)
+        return code
+
+
+program = Program()
 
 
 def main() -> None:

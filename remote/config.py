@@ -7,17 +7,17 @@ resolved; every error names the file, the key path and what was expected. The `v
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
-
 from .errors import ConfigError
 
 ENV_VAR = "REMOTE_HOSTS_FILE"
+CONTAINER_VAR = "REMOTE_CONTAINER"  # the container a task works on when --container is absent
 DEFAULT_FILE = "hosts.yaml"
 UV_VERSION = "0.13.9"  # the uv bootstrapped inside containers; pinned so deploys are reproducible
 
@@ -107,14 +107,24 @@ class Config:
     hosts: dict[str, Host]
     containers: dict[int, ContainerSpec]
     groups: dict[str, tuple[int, ...]] = field(default_factory=dict)  # name -> container ids (--container NAME)
+    default_container: int | None = None  # `default_container:`, for tasks given no --container
 
     def container(self, ctid: int | str | None) -> ContainerSpec:
-        """The container `ctid`, or the only one configured when `ctid` is None."""
+        """The container `ctid`; when None: $REMOTE_CONTAINER, else default_container, else the only one."""
         if ctid is None:
+            env = os.environ.get(CONTAINER_VAR, "").strip()
+            if env:
+                if not env.isdigit() or int(env) not in self.containers:
+                    raise ConfigError(self.file, f"${CONTAINER_VAR}",
+                                      f"{env!r} is not a container of this file (known: {_ids(self.containers)})")
+                return self.containers[int(env)]
+            if self.default_container is not None:
+                return self.containers[self.default_container]
             if len(self.containers) == 1:
                 return next(iter(self.containers.values()))
             raise ConfigError(self.file, "containers",
-                              f"several containers configured ({_ids(self.containers)}): pass --container")
+                              f"several containers configured ({_ids(self.containers)}): pass --container, "
+                              f"or set default_container: in the file (or ${CONTAINER_VAR})")
         try:
             key = int(ctid)
         except (TypeError, ValueError):
@@ -144,11 +154,9 @@ class _Float(_Number, float):
     pass
 
 
-class _Loader(yaml.SafeLoader):
-    """yaml.safe_load's loader, numbers keeping their source text (_Number)."""
-
-
 def _keep_text(kind):
+    import yaml
+
     base = yaml.SafeLoader.yaml_constructors[f"tag:yaml.org,2002:{'int' if kind is _Int else 'float'}"]
 
     def construct(loader, node):
@@ -156,10 +164,6 @@ def _keep_text(kind):
         value.text = node.value
         return value
     return construct
-
-
-_Loader.add_constructor("tag:yaml.org,2002:int", _keep_text(_Int))
-_Loader.add_constructor("tag:yaml.org,2002:float", _keep_text(_Float))
 
 
 def _text(value) -> str:
@@ -248,16 +252,18 @@ def _regex(v: str) -> str | None:
 
 
 def _host(s: _Section, name: str) -> Host:
+    local = s.take("local", bool, False)
     host = Host(
         name=name,
-        address=s.take("address", str, check=_nonempty),
+        # The controller is the host itself: nothing to connect to.
+        address=s.take("address", str, "localhost" if local else _MISSING, _nonempty),
         port=s.take("port", int, None, _range(1, 65535)),
         user=s.take("user", str, None, _nonempty),
         key_file=_expand(s.take("key_file", str, None), s.file),
         known_hosts=_expand(s.take("known_hosts", str, None), s.file),
         connect_timeout=s.take("connect_timeout", float, 10.0, _range(0.1, 600)),
         pct=s.take("pct", str, "pct", _nonempty),
-        local=s.take("local", bool, False),
+        local=local,
         max_parallel=s.take("max_parallel", int, 4, _range(1, 256)),
         control_persist=s.take("control_persist", float, 60.0, _range(0, 86400)),
     )
@@ -411,8 +417,11 @@ def parse(data: Any, file: str) -> Config:
     if not containers:
         raise ConfigError(file, "containers", "no containers defined")
     groups = _groups(top.section("groups"), containers)
+    default = top.take("default_container", int, None)
+    if default is not None and default not in containers:
+        raise ConfigError(file, "default_container", f"container {default} is not in this file (known: {_ids(containers)})")
     top.done()
-    return Config(file=file, hosts=hosts, containers=containers, groups=groups)
+    return Config(file=file, hosts=hosts, containers=containers, groups=groups, default_container=default)
 
 
 def _groups(s: _Section, containers: dict[int, ContainerSpec]) -> dict[str, tuple[int, ...]]:
@@ -452,8 +461,13 @@ def load(path: str | None = None) -> Config:
         raise ConfigError(file, "", f"file not found (set ${ENV_VAR} or run from the folder holding {DEFAULT_FILE})") from None
     except OSError as exc:
         raise ConfigError(file, "", f"cannot read: {exc.strerror}") from None
+    import yaml  # here, not at the top: `remote --help` never needs it
+
     try:
-        data = yaml.load(text, Loader=_Loader)  # noqa: S506 -- a SafeLoader
+        data = yaml.load(text, Loader=_loader())
+    except DuplicateKey as exc:
+        raise ConfigError(file, exc.path, f"given twice (lines {exc.first} and {exc.second}): "
+                          "the second would silently win; keep one") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -475,3 +489,65 @@ def _check_files(config: Config) -> None:
             raise ConfigError(config.file, f"hosts.{h.name}.known_hosts", f"no such file: {h.known_hosts} (fix the "
                               "path, or create it: check the host's fingerprint on the host with `ssh-keygen -lf "
                               f"/etc/ssh/ssh_host_ed25519_key.pub`, then `ssh-keyscan -p PORT ADDRESS >> {h.known_hosts}`)")
+
+
+class DuplicateKey(Exception):
+    def __init__(self, path: str, first: int, second: int):
+        self.path, self.first, self.second = path, first, second
+
+
+@functools.cache
+def _loader() -> type:
+    """yaml's SafeLoader, but a key given twice in one mapping is an error (YAML says keys are unique;
+    PyYAML keeps the last one without a word)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        """yaml.safe_load's loader: numbers keep their source text (_Number), a key twice is an error."""
+
+        def construct_document(self, node):
+            self._remote_root = node  # for the key path in the message
+            return super().construct_document(node)
+
+        def construct_mapping(self, node, deep=False):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`, whose keys may be overridden
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: the base class says so
+                    break
+                if first is not None:
+                    raise DuplicateKey(_path_of(self, node, key), first, key_node.start_mark.line + 1)
+                seen[key] = key_node.start_mark.line + 1
+            return super().construct_mapping(node, deep=deep)
+
+    Loader.add_constructor("tag:yaml.org,2002:int", _keep_text(_Int))
+    Loader.add_constructor("tag:yaml.org,2002:float", _keep_text(_Float))
+    return Loader
+
+
+def _path_of(loader, node, key) -> str:
+    """The key path of `key` in mapping `node` (hosts.pve1.port), found from the document's root."""
+    import yaml
+
+    def walk(current, path):
+        if current is node:
+            return path
+        if isinstance(current, yaml.MappingNode):
+            for k, v in current.value:
+                found = walk(v, path + [str(getattr(k, "value", "?"))])
+                if found is not None:
+                    return found
+        elif isinstance(current, yaml.SequenceNode):
+            for i, v in enumerate(current.value):
+                found = walk(v, path[:-1] + [f"{path[-1]}[{i}]"] if path else [f"[{i}]"])
+                if found is not None:
+                    return found
+        return None
+
+    root = getattr(loader, "_remote_root", None)
+    path = walk(root, []) if root is not None else None
+    return ".".join((path or []) + [str(key)])

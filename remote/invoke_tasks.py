@@ -1,0 +1,49 @@
+"""The invoke Collection of the tasks in remote/cli.py's table, for `invoke ...` in a checkout (tasks.py).
+
+Made on first use of `remote.cli.ns`, so that `remote` itself never imports invoke. Each task is the
+same function; our `Exit` becomes invoke's, and short flags come from SHORT_FLAGS, not first letters.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+from invoke import Collection, Task
+from invoke import Exit as InvokeExit
+
+
+def collection(tasks: dict, short_flags: dict[str, str], exit_type: type) -> Collection:
+    class RemoteTask(Task):
+        """An Invoke task whose short flags come from SHORT_FLAGS instead of first letters."""
+
+        def arg_opts(self, name, default, taken_names):
+            opts = super().arg_opts(name, default, taken_names)
+            long = opts["names"][0]
+            opts["names"] = [long] + ([short_flags[long]] if long in short_flags else [])
+            return opts
+
+    def body_of(spec):
+        @functools.wraps(spec.fn)
+        def body(c, *args, **kwargs):
+            try:
+                return spec.fn(c, *args, **kwargs)
+            except exit_type as e:
+                raise InvokeExit(e.message, code=e.code) from None
+
+        body.__signature__ = inspect.signature(spec.fn)
+        return body
+
+    ns = Collection()
+    groups: dict[str, Collection] = {}
+    for name, spec in tasks.items():
+        group, _, sub = name.rpartition(" ")
+        made = RemoteTask(body_of(spec), name=sub, help=getattr(spec.fn, "help", {}))
+        if group:
+            if group not in groups:
+                groups[group] = Collection(group)
+                ns.add_collection(groups[group])
+            groups[group].add_task(made)
+        else:
+            ns.add_task(made)
+    return ns
