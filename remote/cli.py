@@ -54,6 +54,7 @@ KINDS = {
     "out": cliparse.text_kind("FILE"),
     "pct": cliparse.text_kind("CMD"),
     "command": cliparse.text_kind("STRING"),
+    "limit": Kind(number(1, 100000, integer=True), "N"),
 }
 
 TASKS: dict[str, cliparse.Spec] = {}  # "deploy", "lab up", ...: what `remote` knows, in --help order
@@ -535,6 +536,105 @@ def lab_down(c, purge=False):
     print("lab down" + (" and purged" if purge else " (container files kept; --purge deletes them)"))
 
 
+# -- a way in: init, config, runs, shell -------------------------------------------------------------------
+
+@task(help={"address": "the Proxmox host: a host name, an IP address or a ~/.ssh/config alias",
+            "port": "its SSH port (default 22)", "user": "the user to log in as (default root)",
+            "key_file": "private key to log in with (default: ssh-agent)",
+            "known_hosts": "known_hosts file holding the host's key (default ~/.ssh/known_hosts)",
+            "pct": "how to run pct there (default `pct`; e.g. 'sudo -n /usr/sbin/pct')",
+            "out": "the file to write (default: $REMOTE_HOSTS_FILE, else ./hosts.yaml)",
+            "force": "replace the file if it exists"})
+@handled
+def init(c, address, port=None, user=None, key_file=None, known_hosts=None, pct=None, out=None, force=False):
+    """Write a hosts file listing every container of a Proxmox host, ready to fill in.
+
+    Connects to the host, reads `pct list` and each container's hostname (`pct config`), and writes a
+    commented hosts file; an existing file is never overwritten without --force."""
+    from .ops import hostsinit
+
+    out = out or cfg.find_file(None)
+    hostsinit.check_target(out, force)
+    for flag, path in (("--key-file", key_file), ("--known-hosts", known_hosts)):
+        if path and not os.path.isfile(os.path.expanduser(path)):
+            raise Exit(f"error: {flag} {path}: no such file", code=2)
+    given = {"port": port, "user": user, "pct": pct,
+             "key_file": os.path.abspath(os.path.expanduser(key_file)) if key_file else None,
+             "known_hosts": os.path.abspath(os.path.expanduser(known_hosts)) if known_hosts else None}
+    host = cfg.Host(name=hostsinit.host_name(address), address=address, port=port or 22, user=user or "root",
+                    key_file=given["key_file"], known_hosts=given["known_hosts"], pct=pct or "pct")
+    found = hostsinit.read_host(host)
+    if not found:
+        raise Exit(f"error: `pct list` on {address} shows no containers: create one first (pct create), "
+                   "then run remote init again", code=1)
+    hostsinit.write(out, hostsinit.render(host, given, found), force)
+    print(f"wrote {out}: host {host.name} with container(s) {', '.join(str(f[0]) for f in found)}; fill in venv, "
+          f"code and train, then `remote config -c {found[0][0]}` and `remote deploy -c {found[0][0]}`")
+
+
+@task(name="config", help={"container": "only these containers: an id, a comma list, a group or `all` "
+                                        "(default: the one tasks use without -c, else all)",
+                           "json": "print the settings as JSON", "hosts": HOSTS_HELP})
+@handled
+def config_(c, container=None, json_=False, hosts=None):
+    """Print the settings a container resolves to, without connecting anywhere.
+
+    The hosts file's sections with the container's own overrides applied, as the tasks will use them;
+    train.env's values are not shown."""
+    from . import configview
+
+    config = cfg.load(hosts)
+    if container is not None:
+        specs, why = [config.containers[i] for i in fleet.select(config, container)], f"--container {container}"
+    else:
+        try:
+            specs = [config.container(None)]
+            why = ("$REMOTE_CONTAINER" if os.environ.get(cfg.CONTAINER_VAR, "").strip() else
+                   "default_container" if config.default_container else "the only container")
+        except RemoteError:  # several, and none chosen: all of them
+            specs, why = list(config.containers.values()), "every container"
+    if json_:
+        print(json.dumps([configview.resolved(config, s) for s in specs], indent=2))
+    else:
+        print(configview.render(config, specs, why))
+
+
+@task(help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP, "json": "print the runs as JSON",
+            "limit": "show the latest N runs (default 20)", "hosts": HOSTS_HELP})
+@fleet_task
+@handled
+def runs(c, container=None, json_=False, limit=20, hosts=None):
+    """List a container's runs: id, start, state, exit status, throughput and command, newest last."""
+    from .ops.runs import list_runs, render
+
+    with _session(hosts) as s:
+        spec = s.config.container(container)
+        found = list_runs(s.container(spec.ctid), spec, limit=limit)
+    print(json.dumps(found, indent=2) if json_ else render(found, spec))
+
+
+@task(help={"container": "container id from the hosts file (default: default_container, $REMOTE_CONTAINER, "
+                         "or the only one)", "hosts": HOSTS_HELP})
+@handled
+def shell(c, container=None, hosts=None):
+    """Open an interactive shell in a container, in the checkout with the job's environment.
+
+    A real terminal (a pty there): the venv first on PATH, the compile cache and train.env set, as warmups
+    and jobs have them. `exit` (or Ctrl-D) leaves it; remote exits with the shell's status."""
+    from .ops.interactive import open_shell
+    from .transport.session import Session
+
+    if fleet.is_selection(container):
+        raise Exit(f"error: --container: one container for a shell, got {container!r}", code=2)
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise Exit("error: remote shell needs a terminal on stdin and stdout; for a command, "
+                   "use `remote exec -c ID -- CMD ARG...`", code=2)
+    with Session(cfg.load(hosts)) as s:  # a pty session of its own; no agent to start for one shell
+        code = open_shell(s, container)
+    if code:
+        raise Exit(code=code)
+
+
 # -- push / pull: data in, results out ---------------------------------------------------------------------
 
 def _need(**flags) -> None:
@@ -620,6 +720,10 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+# The order of `remote --help`: the way in, the daily loop, then the rest (tasks not named here follow).
+HELP_ORDER = ("init", "config", "status", "deploy", "warmup", "train", "logs", "runs", "stop", "exec", "shell",
+              "push", "pull", "doctor", "known-good", "report")
+
 FOOTER = ("Hosts file: --hosts FILE, else $REMOTE_HOSTS_FILE, else ./hosts.yaml (`remote init` writes one). "
           "Exit status: 0 ok; 1 failed (exec, train and logs: the command's or the job's own status); "
           "2 bad input; 3 busy; 130 interrupted.")
@@ -631,7 +735,7 @@ def run(argv: list[str]) -> int:
         calls = cliparse.Parser(TASKS).parse(argv)
     except cliparse.Help as h:
         if h.topic is None:
-            text = cliparse.program_help(TASKS, __version__, FOOTER)
+            text = cliparse.program_help(TASKS, __version__, FOOTER, HELP_ORDER)
         elif h.topic in TASKS:
             text = cliparse.task_help(TASKS[h.topic])
         else:

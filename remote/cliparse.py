@@ -365,8 +365,11 @@ def _wrap(text: str, indent: int, first: str = "") -> list[str]:
                                                                        subsequent_indent=pad)
 
 
-def program_help(tasks: dict[str, Spec], version: str, footer: str) -> str:
+def program_help(tasks: dict[str, Spec], version: str, footer: str, order: tuple[str, ...] = ()) -> str:
+    """One line per task (its first sentence), in `order`, then the rest as defined; groups on one line."""
     import textwrap
+
+    tasks = {k: tasks[k] for k in sorted(tasks, key=lambda k: order.index(k) if k in order else len(order))}
 
     lines = [f"remote {version}: drive PyTorch training inside Proxmox LXC GPU containers over SSH.", "",
              "Usage: remote TASK [OPTIONS] [TASK [OPTIONS]]...",

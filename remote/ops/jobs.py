@@ -183,7 +183,9 @@ def parse_state(text: str) -> dict:
     fields = _fields(head)
     live = _live(fields.get("live", ""))
     if not fields.get("run"):
-        return {"run": None, "live": live} if live else {"run": None}
+        # live: runs alive although no pid file names them; latest: the ids there, where a run asked for by id is not
+        return {"run": None, **({"live": live} if live else {}),
+                **({"latest": fields["latest"].split()} if "latest" in fields else {})}
     exit_text = fields.get("exit", "").strip()
     # Alive: its leader runs, or (no exit record) any process of it does: a wrapper that has not written
     # its pid file yet, or was killed while its processes run on.
@@ -219,10 +221,17 @@ def live_text(live: list[dict]) -> str:
 
 
 def state(ct: Container, spec: ContainerSpec, run_id: str | None = None) -> dict:
-    """The latest run's (or run_id's) state: alive, exit status (or lost), manifest, the log's tail."""
+    """The latest run's (or run_id's) state: alive, exit status (or lost), manifest, the log's tail.
+    A run_id that is not there is a JobError naming it and the latest ids."""
+    run_id = None if run_id == "latest" else run_id
     r = ct.script(shell.with_lib("state"), spec.train.run_dir, run_id or "", mutates=False, timeout=60,
                   label="run state")
-    return parse_state(r.out)
+    st = parse_state(r.out)
+    if run_id and not st["run"]:
+        from .runs import unknown_run
+
+        raise unknown_run(spec, run_id, st["latest"])
+    return st
 
 
 def describe_end(st: dict) -> str:

@@ -5,7 +5,12 @@ run_dir=$1 id=$2
 echo "live=$(live_runs "$run_dir" | tr ' \n' ': ')"
 [ -n "$id" ] || id=$(readlink "$run_dir/current" 2>/dev/null || true)
 run=$run_dir/$id
-if [ -z "$id" ] || [ ! -d "$run" ]; then echo "run="; exit 0; fi
+if [ -z "$id" ] || [ ! -d "$run" ]; then
+  echo "run="
+  # A run asked for by id that is not there: the latest ids, for the message that says so.
+  [ -z "$2" ] || echo "latest=$(find "$run_dir" -mindepth 1 -maxdepth 1 -type d -name '[!.]*' -printf '%f\n' 2>/dev/null | sort | tail -n 5 | tr '\n' ' ')"
+  exit 0
+fi
 alive=0
 run_alive "$run" "$id" && alive=1
 echo "run=$id"

@@ -1,0 +1,146 @@
+"""`remote init`: a hosts file written from what a Proxmox host has (`pct list`, each container's
+hostname from `pct config`), commented and ready to fill in. Names and hostnames come from the host, so
+they are cleaned before they reach the file, and the text is loaded back through the config loader
+before it is written (a file init writes always loads)."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from .. import config as cfg
+from ..errors import CommandError, ConfigError, RemoteError
+from ..transport import for_host
+from ..transport.pct import classify, parse_list, pct_argv
+
+
+def host_name(address: str) -> str:
+    """The host's name in the file: the first label of a host name, `pve` for an IP address."""
+    try:
+        ipaddress.ip_address(address.strip("[]").split("%")[0])
+        return "pve"
+    except ValueError:
+        pass
+    name = re.sub(r"[^A-Za-z0-9_-]", "-", address.split(".")[0]).strip("-")
+    return name or "pve"
+
+
+def read_host(host: cfg.Host) -> list[tuple[int, str, str]]:
+    """(id, status, hostname) of every container on the host: one `pct list`, then `pct config` each."""
+    transport = for_host(host)
+    try:
+        listed = _pct(transport, host, "list")
+        found = parse_list(listed)
+
+        def hostname(ctid: int) -> str:
+            try:
+                text = _pct(transport, host, "config", str(ctid))
+            except RemoteError:
+                return ""
+            m = re.search(r"(?m)^hostname:\s*(\S+)", text)
+            return m.group(1) if m else ""
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            names = list(pool.map(hostname, found))
+    finally:
+        transport.close()
+    return [(ctid, state, name) for (ctid, state), name in zip(found.items(), names)]
+
+
+def _pct(transport, host: cfg.Host, *args: str) -> str:
+    argv = pct_argv(host.pct, *args)
+    result = transport.run(argv, deadline=60 + host.connect_timeout)
+    error = classify(result.err, result.exit_code, int(args[1]) if len(args) > 1 else 0, host.name)
+    if error:
+        raise error
+    if result.exit_code:
+        raise CommandError(" ".join(argv), result.exit_code, result.err, host.name)
+    return result.out
+
+
+def _clean(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "?", text)[:63]
+
+
+def render(host: cfg.Host, given: dict, containers: list[tuple[int, str, str]]) -> str:
+    """The hosts file's text. `given`: the host keys the user passed (only those are written)."""
+    q = json.dumps  # a JSON string is a YAML double-quoted scalar: any text, quoted once
+    who = f"{host.user}@{host.address}" + (f":{host.port}" if host.port != 22 else "")
+    ids = [c[0] for c in containers]
+    lines = [
+        f"# Hosts file for `remote`, written by `remote init` from {who} on {time.strftime('%Y-%m-%d')}.",
+        f"# It lists the {len(ids)} container(s) `pct list` showed there; nothing happens to a container",
+        "# until a task names it (-c ID). Next:",
+        "#   1. fill in venv (what to install), code (your git repository) and train (how to train) below;",
+        "#   2. `remote config -c ID` shows what a container resolves to, `remote deploy -c ID` makes it so.",
+        "# Every key: docs/hosts.md.",
+        "hosts:",
+        f"  {host.name}:",
+        f"    address: {q(host.address)}",
+    ]
+    for key in ("port", "user", "key_file", "known_hosts", "pct"):
+        if given.get(key) is not None:
+            lines.append(f"    {key}: {q(given[key]) if isinstance(given[key], str) else given[key]}")
+    lines += ["    # connect_timeout: 10   # seconds", "", "containers:"]
+    for ctid, state, name in containers:
+        lines += [f"  {ctid}:" + (f"  # {_clean(name)}, {_clean(state)}" if name else f"  # {_clean(state)}"),
+                  f"    host: {host.name}"]
+    if len(ids) > 1:
+        lines += [f"# default_container: {ids[0]}   # the container tasks use without -c (or $REMOTE_CONTAINER)"]
+    lines += [
+        "",
+        "venv:",
+        "  path: /root/venv",
+        "  # On a GPU host, e.g.: index_url: https://download.pytorch.org/whl/cu128",
+        "  packages: []   # e.g. [torch==2.11.0+cu128, numpy]",
+        "  # requirements: requirements.txt   # in your repository",
+        "",
+        "code:",
+        "  # repo: /path/to/your/repository   # a local git repository (relative: to this file)",
+        "  path: /root/code                  # its checkout in the container",
+        "",
+        "warmup:",
+        "  # command: python -m yourpkg.warmup --device {device}   # compiles into the persistent cache",
+        "  # devices: [0]",
+        "",
+        "train:",
+        "  # command: torchrun --nproc-per-node 8 -m yourpkg.train",
+        "  run_dir: /root/runs",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def check_target(out: str, force: bool) -> None:
+    """Refuse to overwrite a file unless forced: before anything connects."""
+    path = Path(out)
+    if path.exists() and not force:
+        raise ConfigError(out, "", "exists already: remote init never overwrites it (--force replaces it, "
+                          "--out FILE writes another)")
+    if path.is_dir():
+        raise ConfigError(out, "", "is a folder: give --out a file name")
+    if not path.resolve().parent.is_dir():
+        raise ConfigError(out, "", f"its folder {path.parent} does not exist")
+
+
+def write(out: str, text: str, force: bool) -> None:
+    """The file, whole or not at all; loaded back first, so what init writes always loads."""
+    import yaml
+
+    cfg.parse(yaml.safe_load(text), out)
+    path = Path(out)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    try:
+        if force:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)  # fails if it appeared meanwhile: never overwritten unasked
+    except FileExistsError:
+        raise ConfigError(out, "", "exists already (made while init ran): --force replaces it") from None
+    finally:
+        tmp.unlink(missing_ok=True)

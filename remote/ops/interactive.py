@@ -1,0 +1,41 @@
+"""`remote shell`: an interactive bash in a container, in the checkout, with the job's environment.
+
+The environment is what warmups and jobs get (remote/ops/jobenv.py): the venv first on PATH, the
+compile cache, train.env. train.env's values may be secrets, so they never travel in an argv: they go
+over stdin into a file only root reads, which the shell reads and deletes before it starts
+(remote/sh/shell.sh). Before the first deploy the shell still opens, plainly, in /root.
+"""
+
+from __future__ import annotations
+
+import os
+
+from . import jobenv
+from .. import shell
+from ..errors import ContainerCommandNotFound, DeployError
+from ..transport.pct import exec_argv
+from ..transport.session import Session
+from ..transport.tty import interactive
+
+
+def open_shell(session: Session, ctid, *, echo=print) -> int:
+    """Run the shell until it exits; its exit status."""
+    from .warmup import deployed
+
+    spec = session.config.container(ctid)
+    ct = session.container(spec.ctid)
+    try:
+        verify = deployed(ct, spec)["venv"].get("verify")
+    except (DeployError, ContainerCommandNotFound) as exc:
+        echo(f"-- {exc}; a plain shell, without the job's environment")
+        env, saved = {}, ""
+    else:
+        env = jobenv.tool_env(spec, verify)
+        saved = ""
+        if jobenv.user_env(spec):
+            saved = ct.script(shell.load("shell"), "save", stdin=jobenv.stdin_for(jobenv.user_env(spec)),
+                              mutates=False, timeout=30, label="pass train.env to the shell").out.strip()
+    env["TERM"] = os.environ.get("TERM") or "xterm"
+    argv = exec_argv(spec.host.pct, spec.ctid, ["bash", "-c", shell.load("shell"), "shell", "start", saved,
+                                                spec.code.path], env=env, cwd="/root", path=ct.path)
+    return interactive(session.transport(spec.host), argv)

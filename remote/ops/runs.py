@@ -1,0 +1,79 @@
+"""`runs`: every run a container holds under train.run_dir, read in one command (remote/sh/runs.sh).
+
+For each run: its id, start, state (running, exited, LOST), exit status, last throughput and command,
+from what its folder holds (manifest.json, pid, exit, the log's tail; remote/ops/jobs.py says what
+they are). Everything there is the container's, so it is parsed as untrusted text.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+
+from .. import shell
+from ..config import ContainerSpec
+from ..errors import JobError
+from ..transport.pct import Container
+
+TAIL_BYTES = 16384  # of each log: enough for the last metric lines
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+
+
+def list_runs(ct: Container, spec: ContainerSpec, limit: int = 20) -> list[dict]:
+    """The latest `limit` runs, oldest first."""
+    from . import jobs
+
+    marker = f"--run-{secrets.token_hex(8)}--"
+    r = ct.script(shell.with_lib("runs"), spec.train.run_dir, str(limit), marker, str(TAIL_BYTES),
+                  mutates=False, timeout=120, label="list runs")
+    blocks = r.out.split(marker + "\n")[1:]
+    return [describe(jobs.parse_state(block), spec) for block in blocks]
+
+
+def describe(st: dict, spec: ContainerSpec) -> dict:
+    """One run as `runs` shows it, from parse_state's answer."""
+    from ..facts.report import series
+
+    manifest = st.get("manifest") if isinstance(st.get("manifest"), dict) else {}
+    _, watch = series(spec, st.get("tail") or "", last_line=not st["alive"])
+    state = "running" if st["alive"] else "LOST" if st["lost"] else "exited"
+    started = manifest.get("started_epoch")
+    return {"id": st["run"], "started": _text(manifest.get("started_at")),
+            "started_epoch": started if isinstance(started, (int, float)) else None,
+            "state": state, "exit": st["exit"], "throughput": watch.last, "unit": watch.unit,
+            "command": _text(manifest.get("command")), "nodes": manifest.get("nodes") or None,
+            "path": st["path"]}
+
+
+def _text(value) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def render(runs: list[dict], spec: ContainerSpec) -> str:
+    """A table, newest last, the command cut to the line's end."""
+    if not runs:
+        return f"container {spec.ctid}: no runs in {spec.train.run_dir} (start one with `remote train`)"
+    rows = [("RUN", "STARTED", "STATE", "EXIT", "THROUGHPUT", "COMMAND")]
+    for r in runs:
+        started = (time.strftime("%Y-%m-%d %H:%M", time.localtime(r["started_epoch"])) if r["started_epoch"]
+                   else (r["started"] or "-"))
+        tp = f"{r['throughput']:.4g}{' ' + r['unit'] if r['unit'] else ''}" if r["throughput"] is not None else "-"
+        rows.append((_clean(r["id"]), started, r["state"], "-" if r["exit"] is None else str(r["exit"]), tp,
+                     _clean(r["command"] or "-")))
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:5], widths)) + "  " + row[5] for row in rows]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _clean(text: str) -> str:
+    """Printable on one line: a folder name or a command from the container can hold anything."""
+    return "".join(ch if ch.isprintable() else "?" for ch in text)
+
+
+def unknown_run(spec: ContainerSpec, run_id: str, latest: list[str]) -> JobError:
+    """The error for a run id that the container does not have, with the latest ones it has."""
+    ids = [i for i in latest if RUN_ID.fullmatch(i)]
+    have = (f"the latest: {', '.join(ids)}" if ids else "it has none")
+    return JobError(f"container {spec.ctid} has no run {_clean(run_id)!r} in {spec.train.run_dir}; {have} "
+                    f"(`remote runs -c {spec.ctid}` lists them)")
