@@ -51,6 +51,6 @@ def _scalar(value) -> str:
     if isinstance(value, dict):
         return "{}" if not value else json.dumps(value)
     if isinstance(value, str):
-        plain = value and all(ch.isalnum() or ch in "/._-+=:@ ,{}" for ch in value) and value.strip() == value
+        plain = value and all(ch.isalnum() or ch in "/._-+=:@ ,{}()" for ch in value) and value.strip() == value
         return value if plain else json.dumps(value)
     return json.dumps(value)
