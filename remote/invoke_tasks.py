@@ -26,6 +26,13 @@ def collection(tasks: dict, short_flags: dict[str, str], exit_type: type) -> Col
     def body_of(spec):
         @functools.wraps(spec.fn)
         def body(c, *args, **kwargs):
+            for param in spec.params.values():  # the checks `remote` makes, for what invoke passes as text
+                value = kwargs.get(param.name)
+                if param.kind and isinstance(value, str):
+                    try:
+                        kwargs[param.name] = param.kind.convert(value)
+                    except ValueError as exc:
+                        raise InvokeExit(f"error: --{param.flag}: {exc}", code=2) from None
             try:
                 return spec.fn(c, *args, **kwargs)
             except exit_type as e:
