@@ -307,7 +307,9 @@ def exec_(c, command, container=None, timeout=None, dry=False, hosts=None):
 @fleet_task
 @handled
 def deploy(c, container=None, allow_dirty=False, check=False, rollback=False, force=False, dry=False, hosts=None):
-    """Make the container's venv and checkout exactly what the hosts file pins (a no-op when they are)."""
+    """Make the container's venv and checkout exactly what the hosts file pins.
+
+    A no-op when they are."""
     from .ops.deploy import deploy as run_deploy
 
     with _session(hosts, dry) as s:
@@ -329,7 +331,7 @@ def deploy(c, container=None, allow_dirty=False, check=False, rollback=False, fo
 @fleet_task
 @handled
 def warmup(c, container=None, parallel=False, devices=None, export=None, import_=None, dry=False, hosts=None):
-    """Compile the training configuration one device at a time into the persistent compile cache."""
+    """Compile the training into the persistent compile cache, one device at a time."""
     from .ops import warmup as wm
 
     with _session(hosts, dry) as s:
@@ -362,7 +364,9 @@ def warmup(c, container=None, parallel=False, devices=None, export=None, import_
             "detach": "do not follow the log after starting", "dry": DRY_HELP, "hosts": HOSTS_HELP})
 @handled
 def train(c, container=None, force=False, warmup=False, detach=False, dry=False, hosts=None):
-    """Preflight, start the training job detached, then follow its log (Ctrl-C leaves it running)."""
+    """Preflight, start the training job detached, then follow its log.
+
+    Ctrl-C stops following and leaves the job running."""
     from .ops.jobs import final_status, train as run_train
     from .runs.knowngood import after_run
 
@@ -413,7 +417,9 @@ def logs(c, container=None, run=None, follow=False, hosts=None):
 @fleet_task
 @handled
 def stop(c, container=None, run=None, grace=10, dry=False, hosts=None):
-    """Stop a job: TERM its process group, KILL after the grace period, verify nothing of it is left."""
+    """Stop a job and verify that nothing of it is left.
+
+    TERM its process group, KILL after the grace period, then check by the run's marker."""
     from .ops.jobs import stop as stop_job
 
     with _session(hosts, dry) as s:
@@ -471,7 +477,7 @@ def doctor(c, container=None, json_=False, hosts=None, fresh=False):
 @task(name="known-good", help={"container": CT_HELP, "run": "run id (default: the latest)", "hosts": HOSTS_HELP})
 @handled
 def known_good(c, container=None, run=None, hosts=None):
-    """Record a finished run and the container's facts as its known-good, for doctor to compare against.
+    """Record a finished run and the container's facts as its known-good, for doctor.
 
     The run must have exited 0; train records one by itself when a run meets the baseline."""
     from .doctor import known_good_label
@@ -506,8 +512,10 @@ def report(c, container=None, run=None, dest=None, hosts=None):
                                   "`local: true`); default: lxc where it is installed, else ns"})
 @handled
 def lab_up(c, containers="200", port=None, second=None, backend=None):
-    """Start the local lab: sshd on loopback, LXC containers, the pct double (and a second host with --second);
-    with --backend ns, namespace containers and the pct double only."""
+    """Start the local lab: sshd on loopback, LXC containers, the pct double.
+
+    With --second, a second look-alike host as well; with --backend ns, namespace containers and the pct
+    double only."""
     from .lab import DEFAULT_PORT
     from .lab.ns import open_lab
 
@@ -604,7 +612,7 @@ def config_(c, container=None, json_=False, hosts=None):
 @fleet_task
 @handled
 def runs(c, container=None, json_=False, limit=20, hosts=None):
-    """List a container's runs: id, start, state, exit status, throughput and command, newest last."""
+    """List a container's runs: id, start, state, exit status, throughput, command."""
     from .ops.runs import list_runs, render
 
     with _session(hosts) as s:
@@ -617,7 +625,7 @@ def runs(c, container=None, json_=False, limit=20, hosts=None):
                          "or the only one)", "hosts": HOSTS_HELP})
 @handled
 def shell(c, container=None, hosts=None):
-    """Open an interactive shell in a container, in the checkout with the job's environment.
+    """Open a shell in a container, in the checkout with the job's environment.
 
     A real terminal (a pty there): the venv first on PATH, the compile cache and train.env set, as warmups
     and jobs have them. `exit` (or Ctrl-D) leaves it; remote exits with the shell's status."""
