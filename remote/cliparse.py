@@ -260,7 +260,12 @@ class Parser:
         return nxt
 
     def _options_hint(self) -> str:
-        return f" (`remote {self.topic} --help` lists its options)" if self.topic in self.tasks else ""
+        if self.topic not in self.tasks:
+            return ""
+        spec = self.tasks[self.topic]
+        if spec.argv:  # `remote exec -c 200 ls -la`: the command's own options
+            return f" (a command's own options go after `--`: remote {spec.name} -c ID -- CMD ARG...)"
+        return f" (`remote {self.topic} --help` lists its options)"
 
     def _resolve(self, flag: str, tok: str) -> Param:
         """The Param that `flag` names here: the current task's, else a shared one, else an error that says whose it is."""

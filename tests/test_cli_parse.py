@@ -150,6 +150,7 @@ BAD = [
     (["exec", "-c", "200;reboot", "ls"], "--container: expected a container id"),
     (["stop", "--grace"], "--grace needs a value"),
     (["exec", "-c"], "-c needs a value"),
+    (["exec", "-c", "200", "ls", "-la"], "unknown option -l in '-la' (a command's own options go after `--`"),
     (["exec", "-c", "200"], "exec needs `-- CMD ARG...` or --command STRING"),
     (["exec", "-c", "200", "--command", "ls", "--", "ls"], "give --command STRING or `-- CMD ARG...`, not both"),
     (["exec", "-c", "200", "--"], "nothing after `--`"),
