@@ -405,7 +405,9 @@ def task_help(spec: Spec) -> str:
     import textwrap
 
     width = _width()
-    opts = " [OPTIONS]" if spec.params else ""
+    required = "".join(f" --{p.flag} {p.kind.metavar if p.kind else ''}".rstrip() for p in spec.params.values()
+                       if p.required and p.name not in (spec.argv, spec.positional))
+    opts = required + (" [OPTIONS]" if spec.params else "")
     usage = [f"Usage: remote {spec.name}{opts}"]
     if spec.positional and spec.argv:
         usage = [f"Usage: remote {spec.name}{opts} -- CMD [ARG...]",
