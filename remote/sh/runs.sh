@@ -27,6 +27,7 @@ for id in "${ids[@]:start}"; do
   echo "now=$now"
   echo "--manifest--"
   cat "$run/manifest.json" 2>/dev/null || echo null
+  echo  # a manifest without a last newline would hide the marker
   echo "--tail--"
   tail -c "$tail_bytes" "$run/log" 2>/dev/null || true
 done
