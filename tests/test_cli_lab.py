@@ -7,16 +7,14 @@ the host's shell and pct exactly once; `remote shell` driven through a real pty.
 
 import json
 import os
-import pty
 import re
-import select
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from conftest import LAB_CONTAINERS, load_config
+from test_cli_shell import on_a_terminal, read_until_exit, wait_for_the_shell
 
 from remote import config as cfg
 
@@ -148,23 +146,6 @@ def test_runs_lists_every_run_with_its_state_and_throughput(lab, hosts):
 
 # -- shell, through a real terminal ---------------------------------------------------------------------------
 
-def read_until_exit(proc, fd, timeout=180.0) -> str:
-    out, end = b"", time.monotonic() + timeout
-    while time.monotonic() < end:
-        ready, _, _ = select.select([fd], [], [], 0.5)
-        if ready:
-            try:
-                chunk = os.read(fd, 65536)
-            except OSError:  # the other end closed
-                break
-            if not chunk:
-                break
-            out += chunk
-        elif proc.poll() is not None:
-            break
-    return out.decode("utf-8", "replace")
-
-
 @pytest.fixture(scope="module")
 def deployed_ct(hosts):
     r = remote("deploy", hosts=hosts)
@@ -185,20 +166,8 @@ def local_hosts(lab, hosts, tmp_path) -> Path:
 def test_shell_opens_bash_on_a_pty_in_the_checkout_with_the_jobs_environment(lab, hosts, local_hosts, deployed_ct,
                                                                              where):
     hosts = hosts if where == "ssh" else local_hosts
-    master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-c", "from remote.cli import main; main()", "shell"],
-                            stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT), "REMOTE_HOSTS_FILE": str(hosts),
-                                 "TERM": "xterm"})
-    os.close(slave)
-    # As a user does: wait for the shell (what is typed before it starts may be flushed on the way), then type.
-    seen, end = b"", time.monotonic() + 120
-    while b"READY-42" not in seen and time.monotonic() < end and proc.poll() is None:
-        os.write(master, b"echo READY-$((40+2))\n")
-        ready, _, _ = select.select([master], [], [], 1.0)
-        if ready:
-            seen += os.read(master, 65536)
-    assert b"READY-42" in seen, seen.decode("utf-8", "replace")
+    proc, master = on_a_terminal(["shell"], hosts)
+    wait_for_the_shell(proc, master)
     os.write(master, b'echo "MARK[$VIRTUAL_ENV|$PWD|$SHELL_TOKEN|$(tty)|$(ls /root/.remote-shell-env.* 2>/dev/null'
                      b' | wc -l)|$(hostname)]"; exit 7\n')
     out = read_until_exit(proc, master, timeout=60)
@@ -206,7 +175,7 @@ def test_shell_opens_bash_on_a_pty_in_the_checkout_with_the_jobs_environment(lab
     if proc.poll() is None:
         proc.kill()
     assert proc.wait(timeout=30) == 7, out
-    m = re.search(r"MARK\[([^|\]]*)\|([^|\]]*)\|([^|\]]*)\|([^|\]]*)\|\s*(\d+)\|([^\]]*)\]", out)
+    m = re.search(r"MARK\[(/[^|\]]*)\|([^|\]]*)\|([^|\]]*)\|([^|\]]*)\|\s*(\d+)\|([^\]]*)\]", out)
     assert m, out
     venv, cwd, token, tty, leftover, hostname = m.groups()
     assert (venv, cwd, token, leftover, hostname) == ("/root/venv", "/root/dflash", SECRET, "0", f"lab{CT}"), out

@@ -95,6 +95,8 @@ def _ssh(transport, argv: tuple[str, ...]) -> int:
     finally:
         termios.tcsetattr(fd_in, termios.TCSADRAIN, saved)
         signal.signal(signal.SIGWINCH, old_winch)
+    if not chan.exit_status_ready():  # the output's end can come before the exit status
+        chan.status_event.wait(10)
     code = chan.recv_exit_status() if chan.exit_status_ready() else -1
     chan.close()
     if code == -1:
