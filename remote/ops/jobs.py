@@ -230,7 +230,7 @@ def state(ct: Container, spec: ContainerSpec, run_id: str | None = None) -> dict
     if run_id and not st["run"]:
         from .runs import unknown_run
 
-        raise unknown_run(spec, run_id, st["latest"])
+        raise unknown_run(spec, run_id, st.get("latest", []))
     return st
 
 
