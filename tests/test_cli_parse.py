@@ -335,3 +335,15 @@ def test_a_local_host_needs_no_address(tmp_path):
     path.write_text("hosts: {there: {port: 22}}\ncontainers: {200: {host: there}}\n")
     with pytest.raises(cfg.ConfigError, match="hosts.there.address: required key is missing"):
         cfg.load(str(path))
+
+
+def test_an_unknown_run_is_named_with_the_latest_ids_the_container_gave():
+    from remote.ops.jobs import parse_state
+    from remote.ops.runs import unknown_run
+
+    st = parse_state("run=\nlatest=20261201-100000-aaaa 20261201-110000-bbbb ../x \x1b[2J \n")
+    spec = cfg.parse({"hosts": {"h": {"address": "a"}}, "containers": {200: {"host": "h"}}}, "h.yaml").containers[200]
+    message = str(unknown_run(spec, "nosuch", st["latest"]))
+    assert message == ("container 200 has no run 'nosuch' in /root/runs; the latest: 20261201-100000-aaaa, "
+                       "20261201-110000-bbbb (`remote runs -c 200` lists them)")  # what is no run id is left out
+    assert "has none" in str(unknown_run(spec, "nosuch", []))
