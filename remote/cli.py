@@ -613,7 +613,7 @@ def config_(c, container=None, json_=False, hosts=None):
 @handled
 def runs(c, container=None, json_=False, limit=20, hosts=None):
     """List a container's runs: id, start, state, exit status, throughput, command."""
-    from .ops.runs import list_runs, render
+    from .runs.listing import list_runs, render
 
     with _session(hosts) as s:
         spec = s.config.container(container)

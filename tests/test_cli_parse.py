@@ -339,7 +339,7 @@ def test_a_local_host_needs_no_address(tmp_path):
 
 def test_an_unknown_run_is_named_with_the_latest_ids_the_container_gave():
     from remote.ops.jobs import parse_state
-    from remote.ops.runs import unknown_run
+    from remote.ops.jobs import unknown_run
 
     st = parse_state("run=\nlatest=20261201-100000-aaaa 20261201-110000-bbbb ../x \x1b[2J \n")
     spec = cfg.parse({"hosts": {"h": {"address": "a"}}, "containers": {200: {"host": "h"}}}, "h.yaml").containers[200]

@@ -228,10 +228,21 @@ def state(ct: Container, spec: ContainerSpec, run_id: str | None = None) -> dict
                   label="run state")
     st = parse_state(r.out)
     if run_id and not st["run"]:
-        from .runs import unknown_run
-
         raise unknown_run(spec, run_id, st.get("latest", []))
     return st
+
+
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+
+
+def unknown_run(spec: ContainerSpec, run_id: str, latest: list[str]) -> JobError:
+    """The error for a run id that the container does not have, with the latest ones it has (what the
+    container listed is kept only where it is a run id: it can hold anything)."""
+    ids = [i for i in latest if RUN_ID.fullmatch(i)]
+    have = f"the latest: {', '.join(ids)}" if ids else "it has none"
+    shown = "".join(ch if ch.isprintable() else "?" for ch in run_id)
+    return JobError(f"container {spec.ctid} has no run {shown!r} in {spec.train.run_dir}; {have} "
+                    f"(`remote runs -c {spec.ctid}` lists them)")
 
 
 def describe_end(st: dict) -> str:

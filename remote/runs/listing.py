@@ -1,4 +1,4 @@
-"""`runs`: every run a container holds under train.run_dir, read in one command (remote/sh/runs.sh).
+"""`remote runs`: every run a container holds under train.run_dir, read in one command (remote/sh/runs.sh).
 
 For each run: its id, start, state (running, exited, LOST), exit status, last throughput and command,
 from what its folder holds (manifest.json, pid, exit, the log's tail; remote/ops/jobs.py says what
@@ -7,23 +7,19 @@ they are). Everything there is the container's, so it is parsed as untrusted tex
 
 from __future__ import annotations
 
-import re
 import secrets
 import time
 
 from .. import shell
 from ..config import ContainerSpec
-from ..errors import JobError
+from ..ops import jobs
 from ..transport.pct import Container
 
 TAIL_BYTES = 16384  # of each log: enough for the last metric lines
-RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 
 
 def list_runs(ct: Container, spec: ContainerSpec, limit: int = 20) -> list[dict]:
     """The latest `limit` runs, oldest first."""
-    from . import jobs
-
     marker = f"--run-{secrets.token_hex(8)}--"
     r = ct.script(shell.with_lib("runs"), spec.train.run_dir, str(limit), marker, str(TAIL_BYTES),
                   mutates=False, timeout=120, label="list runs")
@@ -33,7 +29,7 @@ def list_runs(ct: Container, spec: ContainerSpec, limit: int = 20) -> list[dict]
 
 def describe(st: dict, spec: ContainerSpec) -> dict:
     """One run as `runs` shows it, from parse_state's answer."""
-    from ..facts.report import series
+    from .report import series
 
     manifest = st.get("manifest") if isinstance(st.get("manifest"), dict) else {}
     _, watch = series(spec, st.get("tail") or "", last_line=not st["alive"])
@@ -69,11 +65,3 @@ def render(runs: list[dict], spec: ContainerSpec) -> str:
 def _clean(text: str) -> str:
     """Printable on one line: a folder name or a command from the container can hold anything."""
     return "".join(ch if ch.isprintable() else "?" for ch in text)
-
-
-def unknown_run(spec: ContainerSpec, run_id: str, latest: list[str]) -> JobError:
-    """The error for a run id that the container does not have, with the latest ones it has."""
-    ids = [i for i in latest if RUN_ID.fullmatch(i)]
-    have = (f"the latest: {', '.join(ids)}" if ids else "it has none")
-    return JobError(f"container {spec.ctid} has no run {_clean(run_id)!r} in {spec.train.run_dir}; {have} "
-                    f"(`remote runs -c {spec.ctid}` lists them)")
