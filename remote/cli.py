@@ -210,7 +210,7 @@ def _lock_note(entry: dict | None) -> str:
     if not entry or not entry.get("venv_lock_differs"):
         return ""
     return (f"  !! venv lock {entry['venv_lock'][:12]} differs from its siblings' {entry['venv_lock_differs'][:12]}:"
-            " `invoke deploy` them together")
+            " `remote deploy` them together")
 
 
 def _multinode_lines(jobs: list[dict]) -> list[str]:
@@ -339,7 +339,7 @@ def warmup(c, container=None, parallel=False, devices=None, export=None, import_
             got = wm.import_cache(s, container, import_)
             print(f"imported {got['files']} cache file(s) into {got['cache_dir']}; " + (
                 f"warmup recorded for {', '.join(got['warmups'])}" if got["warmups"] else
-                "the bundle's warmups were for another commit, venv, command or environment: run `invoke warmup` "
+                "the bundle's warmups were for another commit, venv, command or environment: run `remote warmup` "
                 "(it starts from the imported cache)"))
             return
         if export:

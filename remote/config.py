@@ -85,7 +85,7 @@ class TrainSpec:
     metric: MetricSpec | None = None  # None: the built-in forms (tok/s, it/s, s/it, samples/s, ...)
     baseline: float | None = None
     tolerance: float = 0.2
-    outputs: tuple[str, ...] = ()  # a run's results, relative to the checkout (`invoke pull --run`)
+    outputs: tuple[str, ...] = ()  # a run's results, relative to the checkout (`remote pull --run`)
     master_port: int = 29500  # a multi-node run's rendezvous port on its first node ({master_port})
     rendezvous_timeout: int = 300  # seconds a multi-node run's nodes wait for each other before failing
 

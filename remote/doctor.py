@@ -80,23 +80,23 @@ def findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
     # The venv against its lock.
     if not v.exists:
         add(Finding("venv-missing", "error", f"no venv at {v.path}", None,
-                    "nothing can run without the pinned venv", "invoke deploy"))
+                    "nothing can run without the pinned venv", "remote deploy"))
     elif not v.ours:
         add(Finding("venv-unmanaged", "error", f"{v.path} was not built by remote (no remote-venv.json)", None,
-                    "its packages are whatever was installed by hand: nobody knows what runs", "invoke deploy"))
+                    "its packages are whatever was installed by hand: nobody knows what runs", "remote deploy"))
     elif not v.runs:
         add(Finding("venv-broken", "error", f"the venv's interpreter does not run: {v.error}", None,
-                    "no training or warmup can start", "invoke deploy"))
+                    "no training or warmup can start", "remote deploy"))
     for name, p in sorted(v.added.items()):
         origin = f", from {p.origin}" if p.origin else ""
         add(Finding("package-added", "error", f"{name} {p.version} added (not in the lock; installed by "
                     f"{p.installer or 'an unknown installer'}{origin})", pkg_since(name, p.version),
                     "a package the lock does not know can replace or patch what training imports (the story's "
-                    "SGLang and flashinfer pulled other torch builds)", "invoke deploy"))
+                    "SGLang and flashinfer pulled other torch builds)", "remote deploy"))
     for name, locked in sorted(v.removed.items()):
         add(Finding("package-removed", "error", f"{name} {locked} removed (the lock has it)",
                     pkg_since(name, None), "an import of it fails, or falls back to something else",
-                    "invoke deploy"))
+                    "remote deploy"))
     for name, (locked, p) in sorted(v.changed.items()):
         a, b = locked.partition("+")[2], p.version.partition("+")[2]
         how = f"; another build ({a or 'none'} → {b or 'none'}): from another index" if a != b else ""
@@ -105,13 +105,13 @@ def findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
                     f"{p.installer or 'an unknown installer'}{how}{origin})",
                     pkg_since(name, p.version),
                     "the lock's version is the one that was verified and warmed; another build compiles other kernels "
-                    "(a cold cache) or does not match the driver", "invoke deploy"))
+                    "(a cold cache) or does not match the driver", "remote deploy"))
 
     # torch, its CUDA build, the driver and the GPUs.
     if v.exists and v.runs and t.error and any(venvmod.normalize(p.split("==")[0]) == "torch"
                                                for p in spec.venv.packages):
         add(Finding("torch-import", "error", f"import torch fails: {t.error}", None,
-                    "training cannot start", "invoke deploy"))
+                    "training cannot start", "remote deploy"))
     expected = venvmod.expected_cuda(spec.venv)
     if t.version and expected:
         want, why = expected
@@ -121,13 +121,13 @@ def findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
             add(Finding("torch-cuda-build", "error", f"torch {t.version} is built for CUDA {got or 'none (CPU)'}, "
                         f"{why} wants {want}", _since(kg, (kg or {}).get("cuda_build"), got),
                         "a CUDA build the driver does not support fails at the first kernel, or runs another "
-                        "kernel set", "invoke deploy"))
+                        "kernel set", "remote deploy"))
     if t.cuda_build and g.cuda_driver and _cuda_tuple(t.cuda_build) and _cuda_tuple(g.cuda_driver) \
             and _cuda_tuple(t.cuda_build) > _cuda_tuple(g.cuda_driver):
         add(Finding("driver-too-old", "error", f"torch is built for CUDA {t.cuda_build} but driver {g.driver} "
                     f"supports CUDA up to {g.cuda_driver}", _since(kg, (kg or {}).get("driver"), g.driver),
                     "torch.cuda.is_available() is False or the first kernel fails",
-                    "pin a torch build for this driver (venv.packages, e.g. +cu128), then invoke deploy"))
+                    "pin a torch build for this driver (venv.packages, e.g. +cu128), then remote deploy"))
     if g.error:
         add(Finding("nvidia-smi", "error", g.error, None, "the GPUs cannot be checked",
                     "check the container's GPU passthrough and the host driver"))
@@ -153,7 +153,7 @@ def findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
             add(Finding("gpu-foreign-processes", "warning", "GPU processes of no run: " + ", ".join(
                 f"{p['pid']} {p['name']} ({p['used_mib']} MiB)" for p in foreign), None,
                 "they hold GPU memory and compute a run expects to have (in an LXC container nvidia-smi may "
-                "show the host's pids)", "end them (`invoke exec -c N 'kill PID'`) or find who started them"))
+                "show the host's pids)", "end them (`remote exec -c N 'kill PID'`) or find who started them"))
 
     # The compile cache.
     if v.ours and t.version:
@@ -163,37 +163,37 @@ def findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
                         f"gone since {known_good_label(kg)}, which ran with it" if kg and kg_cache == c.fingerprint
                         else _since(kg, kg_cache, None),
                         "a cold cache makes every thread compile at once: the race that hangs or crashes the story's "
-                        "training, and minutes of compiling", "invoke warmup"))
+                        "training, and minutes of compiling", "remote warmup"))
         elif spec.warmup.command and co.record:
             missing = wm.missing_in(list(c.warmups), spec, {"code": co.record, "venv": v.record})
             if missing:
                 add(Finding("cache-cold", "error", "no warmup for this commit, lock, command and environment: "
                             + "; ".join(missing), None,
                             "the first steps would compile from threads at once (the race); train's preflight "
-                            "refuses", "invoke warmup"))
+                            "refuses", "remote warmup"))
         if kg and kg_cache and kg_cache != c.fingerprint:
             add(Finding("cache-versions-changed", "warning", f"compile cache for {c.fingerprint}",
                         f"changed since {known_good_label(kg)}: it used {kg_cache}",
-                        "another torch/CUDA/triton set means a cold cache and other kernels", "invoke deploy"))
+                        "another torch/CUDA/triton set means a cold cache and other kernels", "remote deploy"))
     if c.tmp_artifacts:
         add(Finding("tmp-compile-artifacts", "warning", "compile artifacts in torch's defaults: " + ", ".join(
             f"{p} ({a.get('files', 0)} files)" for p, a in sorted(c.tmp_artifacts.items())), None,
             "something compiled outside the tools' persistent cache; /tmp is cleaned, which is how the story's cache "
-            "vanished", "run it through `invoke exec`/`invoke train` (they set the cache); then remove these"))
+            "vanished", "run it through `remote exec`/`remote train` (they set the cache); then remove these"))
 
     # The checkout.
     if not co.exists or not co.git:
         add(Finding("checkout-missing", "error", f"no git checkout at {co.path}", None, "nothing to run",
-                    "invoke deploy"))
+                    "remote deploy"))
     elif co.git_error:
         add(Finding("checkout-git", "error", f"git fails in {co.path}: {co.git_error}", None,
                     "the checkout's commit and edits cannot be known", "fix what git says (e.g. `git config "
-                    "--global --add safe.directory <path>` for dubious ownership), or invoke deploy"))
+                    "--global --add safe.directory <path>` for dubious ownership), or remote deploy"))
     else:
         if co.deployed and co.head != co.deployed:
             add(Finding("checkout-moved", "error", f"checkout at {(co.head or 'nothing')[:12]}, deployed "
                         f"{co.deployed[:12]}", _since(kg, (kg or {}).get("commit"), co.head),
-                        "the code that runs is not the code that was deployed and warmed", "invoke deploy"))
+                        "the code that runs is not the code that was deployed and warmed", "remote deploy"))
         elif kg and kg.get("commit") and co.head and kg["commit"] != co.head:
             add(Finding("commit-changed", "info", f"commit {co.head[:12]}",
                         f"changed since {known_good_label(kg)}: it ran {kg['commit'][:12]}",
@@ -203,7 +203,7 @@ def findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
                         + (f" and {len(co.edited) - 8} more" if len(co.edited) > 8 else ""),
                         f"not in {known_good_label(kg)} (it ran a clean checkout)" if kg else None,
                         "hacks patched into the code run instead of the commit (the story's model-code patches)",
-                        "invoke deploy (saves the edits as a patch first)"))
+                        "remote deploy (saves the edits as a patch first)"))
         if co.untracked:
             add(Finding("checkout-untracked", "info", f"untracked file(s) in {co.path}: {', '.join(co.untracked[:8])}"
                         + (f" and {len(co.untracked) - 8} more" if len(co.untracked) > 8 else ""), None,
@@ -218,11 +218,11 @@ def findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
     for rid, pids in sorted(j.orphans.items()):
         add(Finding("orphan-processes", "error", f"processes of run {rid}, which is not running: "
                     f"{' '.join(map(str, pids))}", None, "they hold GPUs and memory that a new run needs",
-                    f"invoke stop -c {facts.ctid} --run {rid}"))
+                    f"remote stop -c {facts.ctid} --run {rid}"))
     if j.lost:
         add(Finding("run-lost", "warning", f"run {j.current} ended without an exit record", None,
                     "the container restarted or its wrapper was killed: its result is unknown",
-                    f"invoke logs -c {facts.ctid} --run {j.current}"))
+                    f"remote logs -c {facts.ctid} --run {j.current}"))
 
     # Where the venv, the cache and the runs live.
     for d in facts.disk:
@@ -243,7 +243,7 @@ def findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
     if not kg:
         add(Finding("no-known-good", "info", "no known-good run recorded", None,
                     "findings cannot say what changed since the last good run",
-                    f"invoke known-good -c {facts.ctid} --run ID (recorded by itself when a run meets the baseline)"))
+                    f"remote known-good -c {facts.ctid} --run ID (recorded by itself when a run meets the baseline)"))
     return out
 
 

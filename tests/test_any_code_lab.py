@@ -1,7 +1,7 @@
 """Lab tier: a training repository that never heard of remote, run through the tasks alone.
 
 examples/plain: plain torch.compile, DDP under torchrun (gloo on CPU, 3 ranks), a dataset file that git
-ignores (pushed with `invoke push`), a checkpoint in out/ (pulled back with `invoke pull --run`), and
+ignores (pushed with `remote push`), a checkpoint in out/ (pulled back with `remote pull --run`), and
 log lines in its own format (`iter 10: loss 4.33, time 3.81ms`, lower is better). After every task,
 nothing of torch's compile cache is under the container's /tmp. A secret in train.env never shows in
 the host's process list, the run folder or any task's output.

@@ -347,3 +347,13 @@ def test_an_unknown_run_is_named_with_the_latest_ids_the_container_gave():
     assert message == ("container 200 has no run 'nosuch' in /root/runs; the latest: 20261201-100000-aaaa, "
                        "20261201-110000-bbbb (`remote runs -c 200` lists them)")  # what is no run id is left out
     assert "has none" in str(unknown_run(spec, "nosuch", []))
+
+
+def test_no_hint_the_tool_prints_says_invoke():
+    import re
+
+    tasks = "|".join(re.escape(n) for n in TASKS if " " not in n)
+    hint = re.compile(rf"\binvoke (lab\.\w+|{tasks})\b")
+    found = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}" for p in sorted((ROOT / "remote").rglob("*"))
+             if p.suffix in (".py", ".sh") for i, line in enumerate(p.read_text().splitlines(), 1) if hint.search(line)]
+    assert found == []

@@ -112,16 +112,16 @@ def test_the_story_polluted_venv_deleted_cache_and_hacked_checkout(spec):
     torch = by["package-changed"]
     assert torch.what.startswith("torch 2.11.0+cu128 → 2.11.0+cu130") and "from another index" in torch.what
     assert torch.since == "changed since known-good run 20261130-1012-ab12, 21.5 Ktok/s: it had 2.11.0+cu128"
-    assert torch.fix == "invoke deploy"
+    assert torch.fix == "remote deploy"
     added = [f for f in found if f.code == "package-added"]
     assert "flashinfer-python 0.3.0" in added[0].what and "a local build/file file:///root/src/flashinfer" in added[0].what
     assert "sglang 0.5.1" in added[1].what and added[1].since.startswith("not in known-good run")
     assert by["driver-too-old"].what == "torch is built for CUDA 13.0 but driver 570.86 supports CUDA up to 12.8"
-    assert by["cache-missing"].fix == "invoke warmup" and by["checkout-untracked"].severity == "info"
+    assert by["cache-missing"].fix == "remote warmup" and by["checkout-untracked"].severity == "info"
     assert by["checkout-untracked"].what == "untracked file(s) in /root/dflash: notes.txt"  # no bytecode
     assert not healthy(found)
     rendered = by["package-changed"].render()
-    assert rendered.startswith("[error] torch 2.11.0+cu128 → 2.11.0+cu130") and "— invoke deploy" in rendered
+    assert rendered.startswith("[error] torch 2.11.0+cu128 → 2.11.0+cu130") and "— remote deploy" in rendered
 
 
 def test_a_new_commit_asks_for_a_warmup_and_is_noted_against_the_known_good(spec):
@@ -130,7 +130,7 @@ def test_a_new_commit_asks_for_a_warmup_and_is_noted_against_the_known_good(spec
     found = findings(fx.parse(raw, spec, (1000.0, 1000.5)), spec)
     assert codes(found) == ["cache-cold", "commit-changed"]
     assert "device 5: commit changed since its last warmup; device 6: commit" in found[0].what
-    assert found[0].fix == "invoke warmup"
+    assert found[0].fix == "remote warmup"
 
 
 def test_gpus_jobs_disk_and_clock(spec):
@@ -145,7 +145,7 @@ def test_gpus_jobs_disk_and_clock(spec):
     by = {f.code: f for f in found}
     assert codes(found) == ["clock-skew", "disk-low", "gpu-foreign-processes", "gpus-unseen", "orphan-processes",
                             "tmp-compile-artifacts"]
-    assert by["orphan-processes"].fix == "invoke stop -c 200 --run 20261130-1012-ab12"
+    assert by["orphan-processes"].fix == "remote stop -c 200 --run 20261130-1012-ab12"
     assert "777 python" in by["gpu-foreign-processes"].what and "41 " not in by["gpu-foreign-processes"].what
     assert by["clock-skew"].what.startswith("the container's clock is +30.0s")
     assert fx.clock_skew(1000.2, 1000.0, 1000.5) == 0.0 and fx.clock_skew(990.0, 1000.0, 1000.5) == -10.0

@@ -3,7 +3,7 @@
 A good run becomes the container's known-good and doctor finds it healthy. Then, by hand: two extra
 packages installed and a pinned one changed in the venv, the compile cache deleted, a file of the checkout
 edited and an untracked file left. doctor names every one against the known-good run and exits 1;
-`invoke deploy && invoke warmup` and doctor exits 0, the edit is in a saved patch, the untracked file
+`remote deploy && remote warmup` and doctor exits 0, the edit is in a saved patch, the untracked file
 is still there.
 """
 
@@ -95,14 +95,14 @@ def test_doctor_names_every_change_of_the_story_and_exits_1(story):
     assert added == ["idna", "six"], ct["findings"]
     numpy = found["package-changed"]
     assert numpy["what"].startswith("numpy 2.2.6 → 2.2.5"), numpy
-    assert numpy["since"].startswith(f"changed since known-good run {story['run']}") and numpy["fix"] == "invoke deploy"
+    assert numpy["since"].startswith(f"changed since known-good run {story['run']}") and numpy["fix"] == "remote deploy"
     assert "a local build/file file:///root/wheels/" in found["package-added"]["what"]
-    assert found["cache-missing"]["fix"] == "invoke warmup"
+    assert found["cache-missing"]["fix"] == "remote warmup"
     assert "drafter/model.py" in found["checkout-edited"]["what"]
-    assert found["checkout-edited"]["fix"].startswith("invoke deploy")
+    assert found["checkout-edited"]["fix"].startswith("remote deploy")
     assert "notes.txt" in found["checkout-untracked"]["what"] and found["checkout-untracked"]["severity"] == "info"
     text = task(story, "doctor", "-c", str(CT), check=False)
-    assert text.returncode == 1 and "numpy 2.2.6 → 2.2.5" in text.stdout and "— invoke deploy" in text.stdout
+    assert text.returncode == 1 and "numpy 2.2.6 → 2.2.5" in text.stdout and "— remote deploy" in text.stdout
     # train's preflight reads the same facts and refuses, naming every problem at once.
     refused = task(story, "train", "-c", str(CT), check=False)
     assert refused.returncode != 0 and "3 problems, nothing was started" in refused.stderr, refused.stderr

@@ -51,7 +51,7 @@ def test_every_problem_of_the_story_is_named_at_once(spec):
     assert len(found) == 3, found
     assert found[0].startswith("checkout /root/dflash has edits (drafter/model.py)")
     assert "version differs: torch locked 2.11.0+cu128, installed 2.11.0+cu130" in found[1]
-    assert "extra package not in the spec: sglang==0.5.1" in found[1] and "`invoke deploy` rebuilds it" in found[1]
+    assert "extra package not in the spec: sglang==0.5.1" in found[1] and "`remote deploy` rebuilds it" in found[1]
     assert "is gone or empty although its warmups compiled into it" in found[2]
 
 
@@ -72,7 +72,7 @@ def test_gpus_torch_and_git(spec):
     raw = ready(spec)
     raw["torch"] = child({"torch_error": "ImportError: libcudnn.so.9: cannot open shared object file"})
     assert problems(raw, spec) == ["`import torch` fails in the venv (ImportError: libcudnn.so.9: cannot open "
-                                   "shared object file): `invoke deploy` rebuilds it"]
+                                   "shared object file): `remote deploy` rebuilds it"]
     raw = ready(spec)
     raw["gpus"] = {"rc": None, "out": "", "err": "timed out"}
     assert problems(raw, spec)[0].startswith("nvidia-smi did not answer within 10 s")
@@ -85,7 +85,7 @@ def test_gpus_torch_and_git(spec):
 def test_not_deployed_says_to_deploy(spec):
     raw = ready(spec)
     raw["venv"]["record"] = None
-    with pytest.raises(Exception, match="no deployed venv at /root/venv: run `invoke deploy` first"):
+    with pytest.raises(Exception, match="no deployed venv at /root/venv: run `remote deploy` first"):
         check(raw, spec)
 
 
@@ -156,5 +156,5 @@ def test_without_code_repo_the_checkout_head_is_the_commit(spec, tmp_path):
         wm.deployed_in(raw, spec)
     path = tmp_path / "with-repo.yaml"
     path.write_text(HOSTS + "code: {repo: /src/dflash}\n")
-    with pytest.raises(DeployError, match="run `invoke deploy` first"):
+    with pytest.raises(DeployError, match="run `remote deploy` first"):
         wm.deployed_in(raw, config.load(str(path)).container(200))

@@ -71,35 +71,35 @@ def check(raw: dict, spec: ContainerSpec) -> Preflight:
         problems.append(f"git fails in the checkout {spec.code.path}: {checkout.git_error}")
     elif checkout.head != commit:
         problems.append(f"checkout {spec.code.path} is at {(checkout.head or 'nothing')[:12]}, not the deployed "
-                        f"{commit[:12]}: run `invoke deploy`")
+                        f"{commit[:12]}: run `remote deploy`")
     elif checkout.edited:
         problems.append(f"checkout {spec.code.path} has edits ({', '.join(checkout.edited[:5])}): "
-                        "`invoke deploy` saves them as a patch and restores the commit")
+                        "`remote deploy` saves them as a patch and restores the commit")
     # The rule deploy rebuilds by: the venv exactly its lock.
     installed = (raw.get("venv") or {}).get("dists")
     drift = venvmod.drift(venvmod.parse_lock((venv.get("lock") or "").splitlines()), installed or {})
     if installed is None:
-        problems.append(f"the venv's interpreter does not run ({spec.venv.path}/bin/python): `invoke deploy` "
+        problems.append(f"the venv's interpreter does not run ({spec.venv.path}/bin/python): `remote deploy` "
                         "rebuilds it")
     elif drift:
         lines = drift.lines()
         problems.append(f"the venv differs from its lock ({'; '.join(lines[:5])}{'; …' if len(lines) > 5 else ''}): "
-                        "`invoke deploy` rebuilds it (`invoke doctor` says what changed since the last good run)")
+                        "`remote deploy` rebuilds it (`remote doctor` says what changed since the last good run)")
     folder = jobenv.compile_cache(spec, verify)
     if spec.warmup.command:
         recs = list(facts.warmups_of(raw))
         missing = wm.missing_in(recs, spec, state)
         if missing:
             problems.append("no warmup for this commit, venv, command and environment -- " + "; ".join(missing)
-                            + ": run `invoke warmup` (or `invoke train --warmup`); a cold cache is when threads race")
+                            + ": run `remote warmup` (or `remote train --warmup`); a cold cache is when threads race")
         elif wm.compiled(recs, spec, state) and \
                 not (raw.get("cache") or {}).get("filled", {}).get(folder.rsplit("/", 1)[-1]):
             problems.append(f"no warmup: the compile cache {folder} is gone or empty although its warmups "
-                            "compiled into it (deleted by hand?): run `invoke warmup` (or `invoke train --warmup`); "
+                            "compiled into it (deleted by hand?): run `remote warmup` (or `remote train --warmup`); "
                             "a cold cache is when threads race")
     torch = facts.torch_of(raw)
     if torch.error and verify.get("torch"):  # a venv deploy verified with torch in it
-        problems.append(f"`import torch` fails in the venv ({torch.error}): `invoke deploy` rebuilds it")
+        problems.append(f"`import torch` fails in the venv ({torch.error}): `remote deploy` rebuilds it")
     g = facts.gpus_of(raw)
     env = jobenv.user_env(spec)
     gpu_problem = facts.gpu_problem(torch, g, env)
@@ -165,8 +165,8 @@ def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = 
                            extra=env, timeout=60, label="launch")
     except CommandError as exc:
         if exc.exit_code == 5:
-            raise JobError(f"container {spec.ctid}: {exc.stderr_tail} -- `invoke stop` it, follow it with "
-                           "`invoke logs --follow`, or pass --force to start another") from None
+            raise JobError(f"container {spec.ctid}: {exc.stderr_tail} -- `remote stop` it, follow it with "
+                           "`remote logs --follow`, or pass --force to start another") from None
         raise JobError(f"launch failed: {exc}") from None
     return run_id, int(r.out.strip().splitlines()[-1]) if not ct.dry else 0
 
@@ -249,7 +249,7 @@ def describe_end(st: dict) -> str:
     if st["alive"]:
         return "still running"
     if st["lost"]:
-        left = f"; processes of it still run: {' '.join(map(str, st['orphans']))} (`invoke stop` ends them)" \
+        left = f"; processes of it still run: {' '.join(map(str, st['orphans']))} (`remote stop` ends them)" \
             if st["orphans"] else ""
         return ("LOST: it ended without an exit record (container restarted, or its wrapper was killed)" + left)
     return f"exited with status {st['exit']}"
@@ -304,7 +304,7 @@ def show_log(ct: Container, spec: ContainerSpec, run_id: str | None = None, *, f
     the job ends. Returns the run's final state."""
     st = state(ct, spec, run_id)
     if not st.get("run"):
-        raise JobError(f"container {spec.ctid} has no runs in {spec.train.run_dir}: start one with `invoke train`")
+        raise JobError(f"container {spec.ctid} has no runs in {spec.train.run_dir}: start one with `remote train`")
     watch = watch_for(spec)
     splitter = logs.LineSplitter()
 
@@ -350,8 +350,8 @@ def train(session: Session, ctid=None, *, force: bool = False, warmup: bool = Fa
     try:
         final = show_log(ct, spec, run_id, follow=True, echo=echo)
     except KeyboardInterrupt:
-        echo(f"\n-- stopped following; run {run_id} keeps running. `invoke logs --follow` resumes, "
-             "`invoke stop` ends it")
+        echo(f"\n-- stopped following; run {run_id} keeps running. `remote logs --follow` resumes, "
+             "`remote stop` ends it")
         return None
     if on_end is not None:
         on_end(session, ct, spec, final, echo=echo)
@@ -360,13 +360,13 @@ def train(session: Session, ctid=None, *, force: bool = False, warmup: bool = Fa
 
 def pull_run(session: Session, ctid, run_id: str | None, dest: str, *, progress: bool = True, echo=print) -> dict:
     """Bring a run's log, manifest and outputs (train.outputs, relative to the checkout) into dest/<run id>/:
-    streamed and verified like `invoke pull`."""
+    streamed and verified like `remote pull`."""
     spec = session.config.container(ctid)
     ct = session.container(spec.ctid)
     st = state(ct, spec, None if run_id in (None, "latest") else run_id)
     if not st.get("run"):
         raise JobError(f"container {spec.ctid} has no run {'' if run_id in (None, 'latest') else run_id + ' '}"
-                       f"in {spec.train.run_dir}: start one with `invoke train`")
+                       f"in {spec.train.run_dir}: start one with `remote train`")
     # The run id and the outputs come from the container (`current`, manifest.json): untrusted paths.
     root = Path(dest)
     root.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """Warnings about where compiling threads sit, said before a job starts (pure; never imports torch).
 
-Train's preflight and `invoke doctor` pass the devices of the threads that compile in one process
+Train's preflight and `remote doctor` pass the devices of the threads that compile in one process
 (a drafter list such as "0,1,0", or warmup.devices) and the venv's torch version. Two compiling
 threads on one device are what docs/gpu-race.md measured failing: the same dynamo cache entry is
 then looked up by two threads at once, and torch's lookup can miss it (a steady-state recompile).

@@ -80,7 +80,7 @@ SIGNATURES = [
     (re.compile(r"Detected that you are using FX to symbolically trace a dynamo-optimized function"),
      "compile race",
      "threads compiled at once (torch <= 2.13 shares the FX-tracing flag): wrap each device's first step in "
-     "remote_guard.CompileGuard and run `invoke warmup` (README: The compile race)"),
+     "remote_guard.CompileGuard and run `remote warmup` (README: The compile race)"),
     (re.compile(r"flex_attention called without torch\.compile"), "flex_attention uncompiled",
      "flex_attention runs its unfused eager path (5-7x slower): a compile fell back to eager -- look for a "
      "compile race or a recompile, and keep error_on_nested_fx_trace on"),
@@ -92,7 +92,7 @@ SIGNATURES = [
      "shapes or devices vary more than the recompile limit allows: keep shapes static (the guard does) or raise "
      "torch._dynamo.config.recompile_limit to devices x variants"),
     (re.compile(r"CUDA out of memory|torch\.OutOfMemoryError|CUDA error: out of memory"), "CUDA out of memory",
-     "the GPU ran out of memory: check for a leftover job (`invoke status`, nvidia-smi), then reduce batch or "
+     "the GPU ran out of memory: check for a leftover job (`remote status`, nvidia-smi), then reduce batch or "
      "sequence length"),
     (re.compile(r"torch\.distributed\.elastic\.multiprocessing\.errors\.ChildFailedError"), "a torchrun rank failed",
      "one rank died and torchrun stopped the others: the lines marked with that rank say why (exitcode -9 is a "

@@ -150,8 +150,8 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
     try:
         return follow_run(session, ids, run_id, echo=echo)
     except KeyboardInterrupt:
-        echo(f"\n-- stopped following; run {run_id} keeps running on {len(ids)} nodes. `invoke logs --follow` "
-             "resumes, `invoke stop` ends it on every node")
+        echo(f"\n-- stopped following; run {run_id} keeps running on {len(ids)} nodes. `remote logs --follow` "
+             "resumes, `remote stop` ends it on every node")
         return None
 
 

@@ -135,7 +135,7 @@ def deployed_in(raw: dict, spec: ContainerSpec) -> dict:
     """`deployed` over a probe's answer already read (any parts that include facts.DEPLOYED). Pure."""
     code, venv = facts.deployed_records(raw)
     if venv is None:
-        raise DeployError(f"container {spec.ctid} has no deployed venv at {spec.venv.path}: run `invoke deploy` first")
+        raise DeployError(f"container {spec.ctid} has no deployed venv at {spec.venv.path}: run `remote deploy` first")
     if code is None and not spec.code.repo:  # the code is the user's to put there: its HEAD is the commit
         checkout = raw.get("code") or {}
         if not checkout.get("exists"):
@@ -145,7 +145,7 @@ def deployed_in(raw: dict, spec: ContainerSpec) -> dict:
         code = {"commit": checkout.get("head"), "unmanaged": True}
     if code is None:
         raise DeployError(f"container {spec.ctid} has no deployed checkout at {spec.code.path}: "
-                          "run `invoke deploy` first")
+                          "run `remote deploy` first")
     return {"code": code, "venv": venv}
 
 
@@ -344,7 +344,7 @@ def import_cache(session: Session, ctid, path: str, echo=print) -> dict:
                 sidecar = json.loads(Path(d, BUNDLE_SIDECAR).read_text())
             except (OSError, ValueError):
                 raise WarmupError(f"{path}: not a compile-cache bundle (no {BUNDLE_SIDECAR}): make one with "
-                                  "`invoke warmup --export FILE`") from None
+                                  "`remote warmup --export FILE`") from None
             ours = _versions(verify)
             diff = {k: (sidecar["versions"].get(k), v) for k, v in ours.items() if sidecar["versions"].get(k) != v}
             if diff:

@@ -4,7 +4,7 @@ Kept in the container, `<run_dir>/known-good.json` (the latest) and `<run_dir>/k
 one, appended): it describes that container and sits beside the run it names, every controller (every
 teammate) reads the same one, and the facts probe reads it in the same round trip. doctor compares the
 facts of now with it. Written when `train` sees a run end with exit 0 and its rolling metric at or above
-the baseline (at or below for a lower-is-better metric), or by `invoke known-good --run ID`.
+the baseline (at or below for a lower-is-better metric), or by `remote known-good --run ID`.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def save(ct: Container, spec: ContainerSpec, record: dict) -> None:
               label="known-good history")
 
 
-def record_run(session: Session, ctid, run_id: str | None, *, how: str = "by hand (invoke known-good)") -> dict:
+def record_run(session: Session, ctid, run_id: str | None, *, how: str = "by hand (remote known-good)") -> dict:
     """Record run `run_id` (default: the latest) of a container as its known-good; it must have ended with
     exit status 0."""
     spec = session.config.container(ctid)

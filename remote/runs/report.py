@@ -97,7 +97,7 @@ font-size:12px}} .bad{{color:#c00}}</style></head><body>
  + rows + '</table>' if rows else '<p>None recorded.</p>'}
 <h2>Manifest</h2>
 <pre>{esc(json.dumps(m, indent=1))}</pre>
-<p><small>Written {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} by <code>invoke report</code>.</small></p>
+<p><small>Written {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} by <code>remote report</code>.</small></p>
 </body></html>
 """
 
@@ -116,7 +116,7 @@ def write(session: Session, ctid, run_id: str | None, dest: str | None) -> Path:
     st = jobs.state(ct, spec, run_id)
     if not st.get("run"):
         raise JobError(f"container {spec.ctid} has no run {run_id or ''} in {spec.train.run_dir}".replace("  ", " ")
-                       + ": start one with `invoke train`")
+                       + ": start one with `remote train`")
     from .knowngood import path_of
 
     kg_raw = ct.run(["cat", path_of(spec)], check=False, mutates=False, timeout=60).out
