@@ -55,6 +55,7 @@ KINDS = {
     "pct": cliparse.text_kind("CMD"),
     "command": cliparse.text_kind("STRING"),
     "limit": Kind(number(1, 100000, integer=True), "N"),
+    "backend": Kind(pattern(r"lxc|ns", "lxc or ns"), "BACKEND"),
 }
 
 TASKS: dict[str, cliparse.Spec] = {}  # "deploy", "lab up", ...: what `remote` knows, in --help order
@@ -569,7 +570,8 @@ def init(c, address, port=None, user=None, key_file=None, known_hosts=None, pct=
     given = {"port": port, "user": user, "pct": pct,
              "key_file": os.path.abspath(os.path.expanduser(key_file)) if key_file else None,
              "known_hosts": os.path.abspath(os.path.expanduser(known_hosts)) if known_hosts else None}
-    host = cfg.Host(name=hostsinit.host_name(address), address=address, port=port or 22, user=user or "root",
+    # Port and user not given: ~/.ssh/config's for the address, else 22 and root (as the hosts file will).
+    host = cfg.Host(name=hostsinit.host_name(address), address=address, port=port, user=user,
                     key_file=given["key_file"], known_hosts=given["known_hosts"], pct=pct or "pct")
     found = hostsinit.read_host(host)
     if not found:
@@ -708,7 +710,9 @@ def pull(c, src=None, dest=None, container=None, run=None, attempts=3, quiet=Fal
 @task(help={"host": "only this host's kept connection (default: every one of yours)", "hosts": HOSTS_HELP})
 @handled
 def disconnect(c, host=None, hosts=None):
-    """End kept connections now (each host's keeps the SSH connection and agents for control_persist seconds)."""
+    """End kept connections now.
+
+    Each host's kept connection holds the SSH connection and the agents for control_persist seconds."""
     from .transport import keeper
 
     config_file = cfg.find_file(hosts)

@@ -144,6 +144,7 @@ BAD = [
     (["push", "--attempts", "abc"], "--attempts: expected a whole number, got 'abc'"),
     (["runs", "--limit", "0"], "--limit: expected 1 to 100000"),
     (["lab", "up", "--port", "99999"], "--port: expected 1 to 65535"),
+    (["lab", "up", "--backend", "docker"], "--backend: expected lxc or ns, got 'docker'"),
     (["lab", "up", "--containers", "20"], "--containers: expected comma-separated container ids"),
     (["logs", "--run", "../../etc"], "--run: expected a run id"),
     (["pull", "--run", "a/b", "--dest", "x"], "--run: expected a run id"),

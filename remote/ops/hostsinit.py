@@ -70,7 +70,7 @@ def _clean(text: str) -> str:
 def render(host: cfg.Host, given: dict, containers: list[tuple[int, str, str]]) -> str:
     """The hosts file's text. `given`: the host keys the user passed (only those are written)."""
     q = json.dumps  # a JSON string is a YAML double-quoted scalar: any text, quoted once
-    who = f"{host.user}@{host.address}" + (f":{host.port}" if host.port != 22 else "")
+    who = (f"{host.user}@" if host.user else "") + host.address + (f":{host.port}" if host.port else "")
     ids = [c[0] for c in containers]
     lines = [
         f"# Hosts file for `remote`, written by `remote init` from {who} on {time.strftime('%Y-%m-%d')}.",

@@ -13,11 +13,13 @@ done
 n=${#ids[@]}
 start=$(( n > limit ? n - limit : 0 ))
 now=$(date +%s)
+live=$(live_runs "$run_dir" | tr ' \n' ': ')  # runs with a process of theirs, pid file or not (lib.sh)
 for id in "${ids[@]:start}"; do
   run=$run_dir/$id
   alive=0
   run_alive "$run" "$id" && alive=1
   echo "$marker"
+  echo "live=$live"
   echo "run=$id"
   echo "path=$run"
   echo "pid=$(head -c 32 "$run/pid" 2>/dev/null | tr -dc 0-9 || true)"
