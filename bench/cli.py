@@ -59,6 +59,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=15, help="runs of each command (interleaved)")
     args = ap.parse_args()
     remote = args.remote or find_remote()
+    if not os.access(remote, os.X_OK):
+        raise SystemExit(f"--remote {remote}: no such program")
     python = str(Path(remote).resolve().parent / "python")  # the interpreter the console script runs
     if not os.path.exists(python):
         python = sys.executable
