@@ -119,7 +119,7 @@ fact torch_cuda "$torch_cuda"
 echo "== $(date -u +%FT%TZ) torch $torch_version (dist $torch_dist, CUDA $torch_cuda) from $src_venv, base python $base_python"
 
 # -- lab, wheelhouse, hosts files --------------------------------------------------------------------------
-step lab-up remote lab.up --backend ns --containers "$ct" || exit 1
+step lab-up remote lab up --backend ns --containers "$ct" || exit 1
 # The driver's user-space libraries and nvidia-smi where the container's loader and PATH find them, as a
 # Proxmox GPU container has them installed; needed only where the host itself finds them through its
 # environment (LD_LIBRARY_PATH, a PATH entry that pct's PATH lacks).
@@ -262,5 +262,5 @@ step plain-push-data remote push -c "$ct" --hosts "$work/hosts-plain.yaml" --src
 step plain-warmup remote warmup -c "$ct" --hosts "$work/hosts-plain.yaml"
 step plain-train remote train -c "$ct" --hosts "$work/hosts-plain.yaml"
 
-step lab-down remote lab.down
+step lab-down remote lab down
 
