@@ -244,6 +244,16 @@ def _also_live(entry: dict | None) -> str:
     return f"; ALSO RUNNING: {live_text(entry['also_live'])}" if entry and entry.get("also_live") else ""
 
 
+def _watch_text(r: dict) -> str:
+    """The stall watch's and the wrapper's part of a status line (docs/watch.md)."""
+    g, s = r.get("gpu") or {}, r.get("stalled")
+    text = f", GPU util {g['util_pct']:g}%" if g.get("util_pct") is not None else ""
+    text += f", mem {g['mem_used_mib'] / 1024:.1f} GiB" if g.get("mem_used_mib") is not None else ""
+    if (r.get("attempts_max") or 0) > 1 and r.get("attempt"):
+        text += f", attempt {r['attempt']} of {r['attempts_max']}"
+    return text + (f", STALLED: no output for {s['seconds']:g} s (stacks in {s['stacks']})" if s else "")
+
+
 def _job_line(entry: dict | None) -> str:
     if not entry or "run" not in entry:
         return "" if not entry or "error" not in entry else f"  ({entry['error']})"
@@ -255,6 +265,7 @@ def _job_line(entry: dict | None) -> str:
                 if r["baseline"] and r["throughput"] is not None else "")
         text = f", job {r['id']} running {r['uptime_s']}s{tp}{base}"
         text += f" {r['spark']}" if r.get("spark") else ""
+        text += _watch_text(r)
     elif r.get("lost"):
         text = f", last run {r['id']} LOST (no exit record)" + (
             f"; its processes {r['orphans']} still run" if r.get("orphans") else "")
@@ -262,6 +273,7 @@ def _job_line(entry: dict | None) -> str:
         tp = f", last throughput {r['throughput']:.4g}{unit}" if r["throughput"] is not None else ""
         text = f", last run {r['id']} exited {r['exit']}{tp}"
         text += f" {r['spark']}" if r.get("spark") else ""
+        text += _watch_text(r)
     return text + (f" [{', '.join(r['problems'])}]" if r["problems"] else "")
 
 
@@ -686,7 +698,8 @@ def pull(c, src=None, dest=None, container=None, run=None, attempts=3, quiet=Fal
     """Copy a file or folder out of a container, or a run's outputs.
 
     Streamed, verified by sha256, resumed after a lost connection. With --run (an id, or `latest`):
-    the run's outputs (train.outputs), log and manifest, into DEST/<run id>/."""
+    the run's outputs (train.outputs), log, manifest, metrics.jsonl,
+    gpu.csv and stacks, into DEST/<run id>/."""
     from .ops import files
 
     if run:

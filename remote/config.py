@@ -88,6 +88,10 @@ class TrainSpec:
     outputs: tuple[str, ...] = ()  # a run's results, relative to the checkout (`remote pull --run`)
     master_port: int = 29500  # a multi-node run's rendezvous port on its first node ({master_port})
     rendezvous_timeout: int = 300  # seconds a multi-node run's nodes wait for each other before failing
+    stall: float | None = None  # seconds without a new log line (a metric value, with train.metric): stalled
+    on_stall: str = "warn"  # warn | stop | restart (docs/watch.md)
+    restarts: int = 0  # how many times a failed run is started again
+    restart_on: tuple[int, ...] = ()  # the exit statuses that restart it; () = any non-zero
 
 
 @dataclass(frozen=True)
@@ -355,13 +359,39 @@ def _train(s: _Section, base: TrainSpec) -> TrainSpec:
         outputs=s.strings("outputs", base.outputs),
         master_port=s.take("master_port", int, base.master_port, _range(1, 65535)),
         rendezvous_timeout=s.take("rendezvous_timeout", int, base.rendezvous_timeout, _range(1, 86400)),
+        stall=s.take("stall", float, base.stall, _range(1, 7 * 86400)),
+        on_stall=s.take("on_stall", str, base.on_stall, _one_of(ON_STALL)),
+        restarts=s.take("restarts", int, base.restarts, _range(0, 1000)),
+        restart_on=_exit_codes(s, base.restart_on),
     )
     s.done()
+    if spec.on_stall == "restart" and not spec.restarts:
+        raise ConfigError(s.file, s.key("on_stall"), "restart needs train.restarts: N (how many times a run may "
+                          "be started again, e.g. restarts: 3)")
+    if spec.on_stall != "warn" and spec.stall is None:
+        raise ConfigError(s.file, s.key("on_stall"), f"{spec.on_stall} needs train.stall: SECONDS (how long "
+                          "without output counts as stalled, e.g. stall: 600)")
     for i, out in enumerate(spec.outputs):
         if not out.strip() or ".." in Path(out).parts:
             raise ConfigError(s.file, f"{s.key('outputs')}[{i}]",
                               f"expected a path in the checkout (or absolute) without '..', got {out!r}")
     return spec
+
+
+ON_STALL = ("warn", "stop", "restart")
+
+
+def _one_of(choices: tuple[str, ...]) -> Callable[[Any], str | None]:
+    return lambda v: None if v in choices else f"expected one of {', '.join(choices)}, got {v!r}"
+
+
+def _exit_codes(s: _Section, base: tuple[int, ...]) -> tuple[int, ...]:
+    """`restart_on: [exit statuses]`, each 1 to 255 (0 is success, never restarted)."""
+    codes = s.take("restart_on", list, list(base))
+    for i, code in enumerate(codes):
+        if isinstance(code, bool) or not isinstance(code, int) or not 1 <= code <= 255:
+            raise ConfigError(s.file, f"{s.key('restart_on')}[{i}]", f"expected an exit status from 1 to 255, got {code!r}")
+    return tuple(codes)
 
 
 def _metric(s: _Section, base: MetricSpec | None) -> MetricSpec | None:

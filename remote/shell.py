@@ -1,4 +1,5 @@
-"""Shell that runs inside the container, kept as real files (remote/sh/*.sh, package data, shellcheck-clean).
+"""Shell that runs inside the container, kept as real files (remote/sh/*.sh, package data, shellcheck-clean;
+remote/sh/*.py: standard-library Python run there with python3 -I -S).
 
 `Container.script(load("name"), *args)` runs one with `bash -c` in strict mode; its arguments are
 $1.. and are never pasted into the text, so nothing is quoted twice.
@@ -19,3 +20,10 @@ def load(name: str) -> str:
 def with_lib(name: str) -> str:
     """remote/sh/<name>.sh preceded by lib.sh, the functions the job scripts share (one liveness rule)."""
     return load("lib") + "\n" + load(name)
+
+
+@functools.cache
+def load_python(name: str) -> str:
+    """The text of remote/sh/<name>.py: standard-library Python that runs in the container with the
+    system python3 -I -S (nothing of the user's venv), e.g. the job's watch."""
+    return resources.files(__package__).joinpath("sh", f"{name}.py").read_text()

@@ -142,7 +142,9 @@ def test_status_sparkline_and_the_report_of_a_run_against_the_known_good(story, 
     task(story, "report", "-c", str(CT), "--run", story["run"], "--dest", str(page))
     text = page.read_text()
     assert f"Run {story['run']}" in text and f"known-good run {second}" in text
-    assert text.count("<polyline") == 2 and "<script" not in text and "&quot;commit&quot;:" in text
+    # two runs over their samples, and this run's throughput over time (metrics.jsonl, no GPU here)
+    assert text.count("<polyline") == 3 and "<script" not in text and "&quot;commit&quot;:" in text
+    assert "throughput (Ktok/s)" in text and "GPU utilisation %" not in text
     assert "<td>0</td>" in text or "<td>1</td>" in text  # the warmups of this commit and venv, per device
     story["report"] = page
     # Without --dest: the user's reports folder, never the current one (which may be a checkout).

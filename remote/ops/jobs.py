@@ -19,7 +19,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import files, jobenv, layout, logs, oplock
+from . import files, jobenv, layout, logs, oplock, pyspy
+from .runwatch import EXIT_STALLED, parse_attempts, read_watch, stall_text, watch_settings
 from . import venv as venvmod
 from . import warmup as wm
 from .. import facts, shell
@@ -139,10 +140,11 @@ def new_run_id() -> str:
 
 def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = False,
            command: str | None = None, run_id: str | None = None, extra: dict | None = None,
-           env: dict | None = None) -> tuple[str, int]:
+           env: dict | None = None, echo=print) -> tuple[str, int]:
     """Start the job detached; returns (run id, pid). Refused while another job runs, unless forced.
     A multi-node run passes its one run id, its node's fields for the manifest (`extra`) and its node's
-    environment (`env`, under train.env)."""
+    environment (`env`, under train.env). The job's wrapper restarts it as train.restarts says, and the
+    watch beside it (stalls, metrics.jsonl, gpu.csv) gets py-spy pushed first when train.stall is set."""
     command = command or spec.train.command
     if not command:
         raise ConfigError("hosts file", "train.command", "set the training command to run")
@@ -156,12 +158,16 @@ def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = 
                 "outputs": list(spec.train.outputs), "checkout": spec.code.path,
                 "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "started_epoch": time.time(),
                 "metric": dataclasses.asdict(spec.train.metric) if spec.train.metric else None,
-                "baseline": spec.train.baseline, **(extra or {})}
+                "baseline": spec.train.baseline, "stall": spec.train.stall, "on_stall": spec.train.on_stall,
+                "restarts": spec.train.restarts, "restart_on": list(spec.train.restart_on), **(extra or {})}
+    py_spy = pyspy.ensure(ct, echo=echo) if spec.train.stall else None
     try:
         with oplock.hold(ct, "train"):  # not while a deploy swaps the venv or moves the checkout
             r = jobenv.run(ct, spec, verify, ["bash", "-c", shell.with_lib("launch"), "launch", spec.train.run_dir,
                                               run_id, "1" if force else "0", spec.code.path, command,
-                                              json.dumps(manifest, indent=1), shell.load("job")],
+                                              json.dumps(manifest, indent=1), shell.load("job"),
+                                              str(spec.train.restarts), " ".join(map(str, spec.train.restart_on)),
+                                              shell.load_python("watch"), json.dumps(watch_settings(spec, py_spy))],
                            extra=env, timeout=60, label="launch")
     except CommandError as exc:
         if exc.exit_code == 5:
@@ -195,12 +201,21 @@ def parse_state(text: str) -> dict:
         manifest_obj = json.loads(manifest) if manifest.strip() else None
     except ValueError:
         manifest_obj = None
+    watch = read_watch(fields.get("watch", ""))
+    attempts = parse_attempts(fields.get("attempts", "").replace(";", "\n"))
+    if isinstance(manifest_obj, dict) and attempts:
+        manifest_obj["attempts"] = attempts  # the wrapper's records are newer than the watch's copy
+    restarts = manifest_obj.get("restarts") if isinstance(manifest_obj, dict) else None
     return {"run": fields["run"], "path": fields["path"], "pid": int(fields["pid"]) if fields.get("pid", "").isdigit() else None,
             "alive": alive, "exit": int(exit_text) if exit_text.lstrip("-").isdigit() else None,
             # Not alive and no exit record: the wrapper vanished (container restart, OOM kill, a kill -9).
             "lost": not alive and not exit_text, "orphans": marked if not alive else [],
             "log_size": int(fields.get("log_size") or 0), "now": int(fields.get("now") or 0),
-            "manifest": manifest_obj, "tail": tail, "live": live}
+            "manifest": manifest_obj, "tail": tail, "live": live,
+            "stalled": watch.get("stalled"), "stalls": watch.get("stalls", 0), "gpu": watch.get("gpu"),
+            "attempts": attempts,
+            "attempt": attempts[-1]["attempt"] if attempts else None,  # state.sh sends the last 32 only
+            "attempts_max": restarts + 1 if isinstance(restarts, int) and not isinstance(restarts, bool) else None}
 
 
 def _live(text: str) -> list[dict]:
@@ -246,13 +261,17 @@ def unknown_run(spec: ContainerSpec, run_id: str, latest: list[str]) -> JobError
 
 
 def describe_end(st: dict) -> str:
+    attempt = (f" (attempt {st['attempt']} of {st['attempts_max']})"
+               if (st.get("attempts_max") or 0) > 1 and st.get("attempt") else "")
     if st["alive"]:
-        return "still running"
+        return (stall_text(st) + ", still running" if st.get("stalled") else "still running") + attempt
+    if st.get("stalled") and st["exit"] == EXIT_STALLED:
+        return f"{stall_text(st)}; ended by the stall watch (exit {EXIT_STALLED}){attempt}"
     if st["lost"]:
         left = f"; processes of it still run: {' '.join(map(str, st['orphans']))} (`remote stop` ends them)" \
             if st["orphans"] else ""
         return ("LOST: it ended without an exit record (container restarted, or its wrapper was killed)" + left)
-    return f"exited with status {st['exit']}"
+    return f"exited with status {st['exit']}{attempt}"
 
 
 def final_status(st: dict) -> int:
@@ -340,7 +359,7 @@ def train(session: Session, ctid=None, *, force: bool = False, warmup: bool = Fa
         pre = preflight(ct, spec, echo=echo)
     for note in pre.notes:
         echo(f"preflight: {note}")
-    run_id, pid = launch(ct, spec, pre, force=force)
+    run_id, pid = launch(ct, spec, pre, force=force, echo=echo)
     if session.dry:  # nothing was started: no pid to name
         echo(f"==> (dry run) run {run_id} would start in container {spec.ctid}; log {spec.train.run_dir}/{run_id}/log")
         return None
@@ -380,6 +399,11 @@ def pull_run(session: Session, ctid, run_id: str | None, dest: str, *, progress:
         echo(f"!! outputs in {st['path']}/manifest.json refused (not a list of paths): {str(outputs)[:200]}")
         outputs = []
     wanted = [(f"{st['path']}/log", "log"), (f"{st['path']}/manifest.json", "manifest.json")]
+    # What the watch and the wrapper left (remote/sh/watch.py, job.sh); absent ones are skipped quietly
+    # (no gpu.csv on a CPU container, no stacks without a stall).
+    optional = ["metrics.jsonl", "gpu.csv", "events.jsonl", "attempts"] + \
+        [f"stacks-{n}.txt" for n in range(1, st.get("stalls", 0) + 1)]
+    wanted += [(f"{st['path']}/{name}", name) for name in optional]
     wanted += [(out if out.startswith("/") else f"{spec.code.path}/{out}", f"outputs/{out.strip('/')}")
                for out in outputs]
     got, refused = {}, []
@@ -390,7 +414,9 @@ def pull_run(session: Session, ctid, run_id: str | None, dest: str, *, progress:
         except TransferError as exc:
             if rel in ("log", "manifest.json"):
                 raise
-            echo(f"!! output {src}: {exc}")
+            if rel in optional and "no such file" in str(exc):
+                continue
+            echo(f"!! {'' if rel in optional else 'output '}{src}: {exc}")
             refused.append(f"{rel}: {exc}")
             continue
         got[rel] = f"{stats.files} file(s), {stats.total} bytes"
@@ -439,7 +465,8 @@ def _container_job(session: Session, spec: ContainerSpec, known: str) -> dict:
                             "throughput": watch.last, "rolling": watch.rolling, "unit": watch.unit,
                             "higher_is_better": watch.higher_is_better, "baseline": spec.train.baseline,
                             "low": watch.low, "problems": [name for name, _, _ in watch.found],
-                            "spark": logs.sparkline(values)}
+                            "spark": logs.sparkline(values), "stalled": st["stalled"], "attempt": st["attempt"],
+                            "attempts_max": st["attempts_max"], "gpu": st["gpu"]}
             nodes = (st.get("manifest") or {}).get("nodes")
             if nodes:  # one node of a multi-node run
                 entry["run"]["nodes"], entry["run"]["node_rank"] = nodes, st["manifest"].get("node_rank")

@@ -20,21 +20,29 @@ from ..transport.pct import Container
 
 @dataclass(frozen=True)
 class Metric:
-    """A speed that a log line reports: group 1 of `pattern`, converted to `unit`."""
+    """A speed that a log line reports: group 1 of `pattern` (inverted first with `invert`, for a time per
+    iteration shown as a rate), times `scale`, in `unit`. Plain data, so the stall watch in the container
+    (remote/sh/watch.py) reads the same values from the same lines."""
 
     pattern: re.Pattern
     unit: str | None = None
     higher_is_better: bool = True
-    convert: Callable[[float], float] = float
+    scale: float = 1.0
+    invert: bool = False
 
     def parse(self, line: str) -> float | None:
         for m in self.pattern.finditer(line):
             try:
-                value = self.convert(float(m.group(1)))
+                value = float(m.group(1))
+                value = (1 / value if self.invert else value) * self.scale
             except (ValueError, IndexError, ZeroDivisionError):
                 continue
             return value
         return None
+
+    def describe(self) -> dict:
+        return {"pattern": self.pattern.pattern, "flags": int(self.pattern.flags & re.I), "unit": self.unit,
+                "scale": self.scale, "invert": self.invert}
 
 
 # The forms recognised when train.metric is not set. Each keeps the unit the log prints (train.baseline
@@ -48,7 +56,7 @@ BUILTIN_METRICS = [
     Metric(re.compile(r"tok(?:ens)?[_ ]?(?:per[_ ]sec(?:ond)?|/s)\s*[:=]\s*([\d.]+)", re.I), "tok/s"),
     Metric(re.compile(r"([\d.]+)\s*samples?\s*/\s*s(?:ec)?\b", re.I), "samples/s"),
     Metric(re.compile(r"(?<![\w.])([\d.]+)\s*it/s\b"), "it/s"),
-    Metric(re.compile(r"(?<![\w.])([\d.]+)\s*s/it\b"), "it/s", convert=lambda v: 1 / v),
+    Metric(re.compile(r"(?<![\w.])([\d.]+)\s*s/it\b"), "it/s", invert=True),
 ]
 
 

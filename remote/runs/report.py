@@ -18,6 +18,7 @@ from ..ops import files, jobs, logs
 from ..ops.logs import series, sparkline  # noqa: F401 -- the status line's pieces, also this page's
 from ..ops import warmup as wm
 from ..transport.session import Session
+from . import timeline as timeline_mod
 
 def _svg(runs: list[tuple[str, list[float], str]], baseline: float | None, unit: str | None,
          w: int = 880, h: int = 320) -> str:
@@ -60,9 +61,9 @@ def _svg(runs: list[tuple[str, list[float], str]], baseline: float | None, unit:
 
 
 def render(spec: ContainerSpec, run: dict, log_text, known_good: dict | None, kg_log,
-           warmups: list[dict]) -> str:
+           warmups: list[dict], timeline: "timeline_mod.Timeline | None" = None) -> str:
     """The HTML page. Pure: everything it shows is passed in (the logs as text, or as chunks of bytes read
-    once from files)."""
+    once from files; timeline: what the run's watch left, remote/sh/watch.py)."""
     values, watch = series(spec, log_text)
     kg_values = series(spec, kg_log)[0] if kg_log else []
     m = run.get("manifest") or {}
@@ -90,6 +91,8 @@ font-size:12px}} .bad{{color:#c00}}</style></head><body>
  + ' (commit ' + esc(str(known_good.get('commit') or '')[:12]) + ').' if known_good else 'No known-good run recorded.'}</p>
 <h2>Metric over the run</h2>
 {_svg(runs, spec.train.baseline if spec.train.baseline is not None else m.get('baseline'), watch.unit)}
+<h2>Over time: throughput, GPU utilisation and memory; stalls and restarts marked</h2>
+{timeline_mod.svg(timeline or timeline_mod.Timeline(), spec.train.baseline if spec.train.baseline is not None else m.get('baseline'))}
 <h2>Crash hints</h2>
 {'<ul class="bad">' + hints + '</ul>' if hints else '<p>None found in the log.</p>'}
 <h2>Warmups for this commit and venv</h2>
@@ -129,6 +132,10 @@ def write(session: Session, ctid, run_id: str | None, dest: str | None) -> Path:
                if r.get("commit") == m.get("commit") and r.get("venv_lock") == m.get("venv_lock_sha256")]
     path = Path(dest) if dest else reports_dir() / f"report-{spec.ctid}-{st['run']}.html"
     path.parent.mkdir(parents=True, exist_ok=True)
+    # What the run's watch left (metrics.jsonl, gpu.csv, events.jsonl): small files, read as they are.
+    left = {name: ct.run(["cat", f"{st['path']}/{name}"], check=False, mutates=False, timeout=120).out
+            for name in ("metrics.jsonl", "gpu.csv", "events.jsonl")}
+    tl = timeline_mod.parse(left["metrics.jsonl"], left["gpu.csv"], left["events.jsonl"], st.get("attempts"))
     # The logs come to local files (streamed, verified) and are read from there in chunks: a run's log
     # can be gigabytes, and only its metric values are kept.
     with tempfile.TemporaryDirectory(prefix="remote-report-") as d:
@@ -143,7 +150,7 @@ def write(session: Session, ctid, run_id: str | None, dest: str | None) -> Path:
                 kg_log = _chunks(Path(d) / "kg-log")
             except TransferError:  # the known-good run's folder is gone: the page shows it without its curve
                 kg_log = None
-        path.write_text(render(spec, st, _chunks(log), kg, kg_log, warmups))
+        path.write_text(render(spec, st, _chunks(log), kg, kg_log, warmups, tl))
     return path
 
 

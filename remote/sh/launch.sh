@@ -1,6 +1,7 @@
 # Start a training job detached, under the launch lock: refuse while any run is live (unless forced),
 # make the run folder, start the job as its own session (setsid) and point `current` at it.
-# $1 run_dir, $2 run id, $3 force (0|1), $4 checkout, $5 command, $6 manifest JSON, $7 the job wrapper.
+# $1 run_dir, $2 run id, $3 force (0|1), $4 checkout, $5 command, $6 manifest JSON, $7 the job wrapper;
+# $8.. go to the wrapper after its three (restarts, restart_on, the watch and its settings: job.sh).
 # The user's environment (train.env) was exported by withenv.sh before this runs; nothing here prints it.
 run_dir=$1 id=$2 force=$3 checkout=$4 command=$5 manifest=$6 job=$7
 mkdir -p "$run_dir"
@@ -19,7 +20,7 @@ printf '%s\n' "$manifest" > "$run/manifest.json"
 : > "$run/log"
 export REMOTE_RUN_ID=$id PET_LOG_DIR=$run/ranks
 # The job must not hold the launch lock (9>&-).
-setsid -f bash -c "$job" job "$run" "$checkout" "$command" < /dev/null > /dev/null 2>&1 9>&-
+setsid -f bash -c "$job" job "$run" "$checkout" "$command" "${@:8}" < /dev/null > /dev/null 2>&1 9>&-
 unset REMOTE_RUN_ID PET_LOG_DIR  # this shell is not the job's
 for _ in $(seq 100); do [ -s "$run/pid" ] && break; sleep 0.05; done
 # A loaded container may start the wrapper late: while a process of the run lives, it started.

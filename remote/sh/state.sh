@@ -21,6 +21,9 @@ echo "exit=$(cat "$run/exit" 2>/dev/null || true)"
 echo "log_size=$(stat -c %s "$run/log" 2>/dev/null || echo 0)"
 echo "now=$(date +%s)"
 echo "marked=$(marked "$id" | tr '\n' ' ')"
+# The watch's view (stalled, latest GPU rows) and the wrapper's attempts (job.sh, watch.py): one line each.
+echo "watch=$(head -c 4096 "$run/watch.json" 2>/dev/null | tr -d '\n' || true)"
+echo "attempts=$(tail -n 64 "$run/attempts" 2>/dev/null | tr '\n' ';' || true)"
 echo "--manifest--"
 cat "$run/manifest.json" 2>/dev/null || echo null
 echo "--tail--"

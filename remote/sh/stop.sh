@@ -3,6 +3,8 @@
 # carries the marker. No pid is signalled that was not verified to be this run's.
 run=$1 id=$2 grace=$3
 pid=$(cat "$run/pid" 2>/dev/null || true)
+# First, so that the wrapper starts no further attempt (a restart, or one waiting out its backoff).
+[ -e "$run/exit" ] || : > "$run/stop" 2>/dev/null || true
 leader=
 ours "$pid" "$id" && [ "$(ps -o pgid= -p "$pid" | tr -d ' ')" = "$pid" ] && leader=$pid
 signal() {

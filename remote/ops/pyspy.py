@@ -1,0 +1,97 @@
+"""py-spy for the stall watch: pinned, fetched once to the controller, pushed into the container as uv is.
+
+The watch (remote/sh/watch.py) dumps a stalled run's Python stacks with `py-spy dump`. The binary comes
+from PyPI's py-spy wheel (pip checks the wheel against the index's hash; the binary is checked against
+the wheel's RECORD), is cached on the controller beside uv, and lives in the container at
+<UV_HOME>/py-spy-<version>/py-spy, outside every venv: the user's venv and its lock stay exactly theirs.
+It is pushed again whenever its sha256 there differs. Where it cannot be had, the run starts anyway and
+the stacks file says so (the watch falls back to the kernel's view of each thread).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from . import files
+from .. import facts
+from ..errors import DeployError, RemoteError
+from ..transport.pct import Container
+
+PY_SPY_VERSION = "0.4.3"
+
+
+def container_path(version: str = PY_SPY_VERSION) -> str:
+    return f"{facts.UV_HOME}/py-spy-{version}/py-spy"
+
+
+def _from_wheel(version: str, machine: str) -> tuple[bytes, str]:
+    from .deploy import _record_hash  # deploy imports jobs, which imports this module
+
+    with tempfile.TemporaryDirectory() as d:
+        platforms = [f"--platform={p}_{machine}" for p in ("manylinux_2_17", "manylinux2014", "manylinux_2_5",
+                                                             "manylinux1")]
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                            *platforms, "-d", d, f"py-spy=={version}"], capture_output=True, text=True)
+        wheels = list(Path(d).glob("py_spy-*.whl"))
+        if r.returncode != 0 or not wheels:
+            raise DeployError(f"cannot download py-spy {version} for {machine} from the package index: "
+                              f"{r.stderr.strip()[-300:]}")
+        with zipfile.ZipFile(wheels[0]) as z:
+            name = next((n for n in z.namelist() if n.endswith(".data/scripts/py-spy")), None)
+            if name is None:
+                raise DeployError(f"py-spy wheel {wheels[0].name} holds no py-spy binary")
+            data = z.read(name)
+            record = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/RECORD"))).decode()
+    want = next((line.split(",")[1] for line in record.splitlines() if line.startswith(name + ",")), "")
+    if want != f"sha256={_record_hash(data)}":
+        raise DeployError(f"py-spy {version} wheel {wheels[0].name}: {name} does not match the wheel's RECORD")
+    return data, f"{wheels[0].name}, checked against its RECORD"
+
+
+def local_binary(machine: str, version: str = PY_SPY_VERSION) -> tuple[Path, str]:
+    """The py-spy binary for `machine`, cached on the controller (rechecked by its recorded sha256)."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "remote" / f"py-spy-{version}-{machine}"
+    binary, recorded = cache / "py-spy", cache / "py-spy.sha256"
+    try:
+        want = recorded.read_text().split()[0]
+        if files.sha256(binary.read_bytes()) == want:
+            return binary, want
+    except (OSError, IndexError):
+        pass
+    from .deploy import _write_atomic
+
+    cache.mkdir(parents=True, exist_ok=True)
+    data, origin = _from_wheel(version, machine)
+    digest = files.sha256(data)
+    _write_atomic(binary, data, 0o755)
+    _write_atomic(recorded, f"{digest}  {origin}\n".encode(), 0o644)
+    return binary, digest
+
+
+def ensure(ct: Container, *, echo=print) -> str | None:
+    """The pinned py-spy in the container, byte for byte (one round trip when it is there already); None,
+    with a line saying why, where it cannot be had: the watch then records the kernel's view only."""
+    path = container_path()
+    if ct.dry:
+        return path
+    try:
+        r = ct.run(["bash", "-c", 'uname -m; sha256sum -- "$1" 2>/dev/null || true', "pyspy", path],
+                   mutates=False, timeout=60, label="py-spy check")
+        lines = r.out.split()
+        machine, there = lines[0], lines[1:2]
+        binary, digest = local_binary(machine)
+        if there == [digest]:
+            return path
+        echo(f"==> installing py-spy {PY_SPY_VERSION} in the container for the stall watch "
+             f"({'its sha256 differs' if there else 'not there yet'}; verified)")
+        files.push_file(ct, binary, path, 0o755)
+        return path
+    except (RemoteError, OSError, IndexError) as exc:
+        echo(f"!! py-spy {PY_SPY_VERSION} cannot be had ({exc}): a stall's stacks file will hold the kernel's "
+             "view of each thread only")
+        return None
