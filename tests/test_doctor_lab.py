@@ -154,7 +154,7 @@ def test_status_sparkline_and_the_report_of_a_run_against_the_known_good(story, 
     r = subprocess.run([sys.executable, "-c", "from remote.cli import main; main()", "report", "-c", str(CT), "--run",
                         story["run"]], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     default = reports_dir() / f"report-{CT}-{story['run']}.html"
-    assert r.returncode == 0 and f"wrote {default}" in r.stdout and default.read_text().count("<polyline") == 2, r
+    assert r.returncode == 0 and f"wrote {default}" in r.stdout and default.read_text().count("<polyline") == 3, r
     assert list(tmp_path.glob("report-*")) == []
 
 
