@@ -16,6 +16,7 @@
     │   └── ContainerCommandNotFound
     ├── TransferError                a push or pull whose verification failed
     └── DeployError, WarmupError, JobError   feature-level failures
+                                       (UnknownRun: a --run the container lacks, exit 2)
 """
 
 from __future__ import annotations
@@ -125,6 +126,12 @@ class WarmupError(RemoteError):
 
 class JobError(RemoteError):
     """Launching, following or stopping a training job failed."""
+
+
+class UnknownRun(JobError):
+    """A run id (--run) that the container does not have: bad input, exit status 2."""
+
+    exit_code = 2
 
 
 class BusyError(RemoteError):

@@ -348,6 +348,7 @@ def test_an_unknown_run_is_named_with_the_latest_ids_the_container_gave():
     assert message == ("container 200 has no run 'nosuch' in /root/runs; the latest: 20261201-100000-aaaa, "
                        "20261201-110000-bbbb (`remote runs -c 200` lists them)")  # what is no run id is left out
     assert "has none" in str(unknown_run(spec, "nosuch", []))
+    assert unknown_run(spec, "nosuch", []).exit_code == 2  # bad input, as the README's exit-status table says
 
 
 def test_no_hint_the_tool_prints_says_invoke():

@@ -167,4 +167,4 @@ def test_known_good_by_hand_and_only_for_a_run_that_ended_well(story):
     history = in_ct(story, "wc -l < /root/runs/known-good.jsonl").split()[-1]
     assert int(history) == 3  # two automatic, one by hand
     bad = task(story, "known-good", "-c", str(CT), "--run", "no-such-run", check=False)
-    assert bad.returncode == 1 and "has no run no-such-run" in bad.stderr, bad.stderr
+    assert bad.returncode == 2 and "has no run 'no-such-run'" in bad.stderr, bad.stderr

@@ -25,7 +25,7 @@ from . import venv as venvmod
 from . import warmup as wm
 from .. import facts, shell
 from ..config import ContainerSpec
-from ..errors import CommandError, ConfigError, JobError, RemoteError, TransferError
+from ..errors import CommandError, ConfigError, JobError, RemoteError, TransferError, UnknownRun
 from ..transport.pct import Container
 from ..transport.session import HostState, Session
 
@@ -250,13 +250,13 @@ def state(ct: Container, spec: ContainerSpec, run_id: str | None = None) -> dict
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 
 
-def unknown_run(spec: ContainerSpec, run_id: str, latest: list[str]) -> JobError:
+def unknown_run(spec: ContainerSpec, run_id: str, latest: list[str]) -> UnknownRun:
     """The error for a run id that the container does not have, with the latest ones it has (what the
     container listed is kept only where it is a run id: it can hold anything)."""
     ids = [i for i in latest if RUN_ID.fullmatch(i)]
     have = f"the latest: {', '.join(ids)}" if ids else "it has none"
     shown = "".join(ch if ch.isprintable() else "?" for ch in run_id)
-    return JobError(f"container {spec.ctid} has no run {shown!r} in {spec.train.run_dir}; {have} "
+    return UnknownRun(f"container {spec.ctid} has no run {shown!r} in {spec.train.run_dir}; {have} "
                     f"(`remote runs -c {spec.ctid}` lists them)")
 
 
