@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import platform
 import subprocess
 import sys
@@ -105,21 +104,6 @@ def _record_hash(data: bytes) -> str:
     return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def _write_atomic(path: Path, data: bytes, mode: int) -> None:
-    """Write beside `path` and rename over it: a reader sees the old file or the whole new one."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def _installed_uv(version: str, machine: str) -> tuple[bytes, str] | None:
     """The uv installed next to this controller, when it is the same version and architecture and its
     bytes match its own distribution's RECORD."""
@@ -164,24 +148,10 @@ def _wheel_uv(version: str, machine: str) -> tuple[bytes, str]:
 
 
 def local_uv_binary(version: str, machine: str) -> tuple[Path, str]:
-    """The uv binary for the container's architecture, cached on the controller, and its sha256.
-
-    The sha256 of what was extracted (and checked) is recorded beside the binary, both written
-    atomically, and rechecked on every use: a torn or changed cache is fetched again."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "remote" / f"uv-{version}-{machine}"
-    binary, recorded = cache / "uv", cache / "uv.sha256"
-    try:
-        want = recorded.read_text().split()[0]
-        if files.sha256(binary.read_bytes()) == want:
-            return binary, want
-    except (OSError, IndexError):
-        pass
-    cache.mkdir(parents=True, exist_ok=True)
-    data, origin = _installed_uv(version, machine) or _wheel_uv(version, machine)
-    digest = files.sha256(data)
-    _write_atomic(binary, data, 0o755)
-    _write_atomic(recorded, f"{digest}  {origin}\n".encode(), 0o644)  # last: the binary is trusted from here
-    return binary, digest
+    """The uv binary for the container's architecture, cached on the controller, and its sha256
+    (files.cached_binary: rechecked on every use, fetched again when torn or changed)."""
+    return files.cached_binary("uv", version, machine,
+                               lambda: _installed_uv(version, machine) or _wheel_uv(version, machine))
 
 
 def probe(ct: Container, spec: ContainerSpec) -> dict:

@@ -28,6 +28,7 @@ import shutil
 import stat as statmod
 import sys
 import tarfile
+import tempfile
 import subprocess
 import time
 from dataclasses import dataclass
@@ -110,6 +111,43 @@ class ProgressPrinter:
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def cached_binary(name: str, version: str, machine: str, fetch: Callable[[], tuple[bytes, str]]) -> tuple[Path, str]:
+    """A program for the container's architecture (uv, py-spy) cached on the controller, and its sha256.
+
+    `fetch` returns its checked bytes and where they came from. The sha256 of what was fetched is recorded
+    beside the binary, both written atomically, and rechecked on every use: a torn or changed cache is
+    fetched again."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "remote" / f"{name}-{version}-{machine}"
+    binary, recorded = cache / name, cache / f"{name}.sha256"
+    try:
+        want = recorded.read_text().split()[0]
+        if sha256(binary.read_bytes()) == want:
+            return binary, want
+    except (OSError, IndexError):
+        pass
+    cache.mkdir(parents=True, exist_ok=True)
+    data, origin = fetch()
+    digest = sha256(data)
+    write_atomic(binary, data, 0o755)
+    write_atomic(recorded, f"{digest}  {origin}\n".encode(), 0o644)  # last: the binary is trusted from here
+    return binary, digest
+
+
+def write_atomic(path: Path, data: bytes, mode: int) -> None:
+    """Write beside `path` and rename over it: a reader sees the old file or the whole new one."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
 
 
 def file_sha256(path: str | os.PathLike, limit: int | None = None) -> str:

@@ -10,7 +10,6 @@ the stacks file says so (the watch falls back to the kernel's view of each threa
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import tempfile
@@ -54,23 +53,9 @@ def _from_wheel(version: str, machine: str) -> tuple[bytes, str]:
 
 
 def local_binary(machine: str, version: str = PY_SPY_VERSION) -> tuple[Path, str]:
-    """The py-spy binary for `machine`, cached on the controller (rechecked by its recorded sha256)."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "remote" / f"py-spy-{version}-{machine}"
-    binary, recorded = cache / "py-spy", cache / "py-spy.sha256"
-    try:
-        want = recorded.read_text().split()[0]
-        if files.sha256(binary.read_bytes()) == want:
-            return binary, want
-    except (OSError, IndexError):
-        pass
-    from .deploy import _write_atomic
-
-    cache.mkdir(parents=True, exist_ok=True)
-    data, origin = _from_wheel(version, machine)
-    digest = files.sha256(data)
-    _write_atomic(binary, data, 0o755)
-    _write_atomic(recorded, f"{digest}  {origin}\n".encode(), 0o644)
-    return binary, digest
+    """The py-spy binary for `machine`, cached on the controller (files.cached_binary: rechecked by its
+    recorded sha256)."""
+    return files.cached_binary("py-spy", version, machine, lambda: _from_wheel(version, machine))
 
 
 def ensure(ct: Container, *, echo=print) -> str | None:
