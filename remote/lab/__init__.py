@@ -205,16 +205,20 @@ class Lab:
             "",
         ])
 
-    def start_container(self, ctid: int, reap: bool = True) -> None:
-        """Start container `ctid` (idempotent); with reap=False its init never reaps orphans."""
-        ct = self.lxc / str(ctid)
+    @staticmethod
+    def _write_etc_hosts(ct: Path, ctid: int) -> None:
+        """As Proxmox does at every start: the container's own hostname on 127.0.1.1 and no other container's
+        name (nothing resolves those: a multi-node run reaches its nodes by `address`, never by name)."""
         (ct / "upper" / "etc").mkdir(parents=True, exist_ok=True)
-        # As Proxmox does at every start: the container's own hostname on 127.0.1.1 and no other container's
-        # name (nothing resolves those: a multi-node run reaches its nodes by `address`, never by name).
         hosts = ct / "upper" / "etc" / "hosts"
         keep = [line for line in hosts.read_text().splitlines() if line.split()[:1] != ["127.0.1.1"]] \
             if hosts.exists() else ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"]
         hosts.write_text("\n".join([*keep, f"127.0.1.1 lab{ctid}"]) + "\n")
+
+    def start_container(self, ctid: int, reap: bool = True) -> None:
+        """Start container `ctid` (idempotent); with reap=False its init never reaps orphans."""
+        ct = self.lxc / str(ctid)
+        self._write_etc_hosts(ct, ctid)
         (ct / "init.py").write_text(_INIT if reap else _INIT_NO_REAP)
         (ct / "config").write_text(self._container_config(ctid))
         if self.state(ctid) == "RUNNING":

@@ -123,12 +123,7 @@ class NsLab(Lab):
     def start_container(self, ctid: int, reap: bool = True) -> None:
         """Start container `ctid` (idempotent); with reap=False its PID 1 never reaps orphans."""
         ct = self.lxc / str(ctid)
-        (ct / "upper" / "etc").mkdir(parents=True, exist_ok=True)
-        # As Proxmox does at every start (and the LXC lab): its own hostname on 127.0.1.1, no other container's.
-        hosts = ct / "upper" / "etc" / "hosts"
-        keep = [line for line in hosts.read_text().splitlines() if line.split()[:1] != ["127.0.1.1"]] \
-            if hosts.exists() else ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"]
-        hosts.write_text("\n".join([*keep, f"127.0.1.1 lab{ctid}"]) + "\n")
+        self._write_etc_hosts(ct, ctid)  # as Proxmox does (and the LXC lab): its own name only
         (ct / "upper" / "etc" / "hostname").write_text(f"lab{ctid}\n")
         (ct / "config").write_text(self._container_config(ctid, reap))
         if self.state(ctid) == "RUNNING":
