@@ -66,26 +66,7 @@ def check(raw: dict, spec: ContainerSpec) -> Preflight:
     commit, venv = state["code"]["commit"], state["venv"]
     verify = venv.get("verify") or {}
     notes = [_verified(venv)]
-    problems = []
-    checkout = facts.checkout_of(raw, spec)
-    if checkout.git_error:
-        problems.append(f"git fails in the checkout {spec.code.path}: {checkout.git_error}")
-    elif checkout.head != commit:
-        problems.append(f"checkout {spec.code.path} is at {(checkout.head or 'nothing')[:12]}, not the deployed "
-                        f"{commit[:12]}: run `remote deploy`")
-    elif checkout.edited:
-        problems.append(f"checkout {spec.code.path} has edits ({', '.join(checkout.edited[:5])}): "
-                        "`remote deploy` saves them as a patch and restores the commit")
-    # The rule deploy rebuilds by: the venv exactly its lock.
-    installed = (raw.get("venv") or {}).get("dists")
-    drift = venvmod.drift(venvmod.parse_lock((venv.get("lock") or "").splitlines()), installed or {})
-    if installed is None:
-        problems.append(f"the venv's interpreter does not run ({spec.venv.path}/bin/python): `remote deploy` "
-                        "rebuilds it")
-    elif drift:
-        lines = drift.lines()
-        problems.append(f"the venv differs from its lock ({'; '.join(lines[:5])}{'; …' if len(lines) > 5 else ''}): "
-                        "`remote deploy` rebuilds it (`remote doctor` says what changed since the last good run)")
+    problems = wm.unlike_deployed(raw, spec, state, hints=True)
     folder = jobenv.compile_cache(spec, verify)
     if spec.warmup.command:
         recs = list(facts.warmups_of(raw))

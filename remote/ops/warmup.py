@@ -152,9 +152,13 @@ def deployed_in(raw: dict, spec: ContainerSpec) -> dict:
 WARMUP_PARTS = ("venv", "dists", "code")  # the deploy records, what is installed, the checkout's state
 
 
-def unlike_deployed(raw: dict, spec: ContainerSpec, state: dict) -> list[str]:
+def unlike_deployed(raw: dict, spec: ContainerSpec, state: dict, *, hints: bool = False) -> list[str]:
     """How the checkout and venv differ from what deploy made (edits, another HEAD, a package the lock does
-    not say): a warmup there would be recorded as the deployed commit's and lock's, and it is not. Pure."""
+    not say): a warmup there would be recorded as the deployed commit's and lock's, and it is not; train's
+    preflight refuses the same (with `hints`: each problem with the command that fixes it). Pure."""
+    def hint(text: str) -> str:
+        return text if hints else ""
+
     problems = []
     checkout = facts.checkout_of(raw, spec)
     commit = state["code"].get("commit") or ""
@@ -162,17 +166,22 @@ def unlike_deployed(raw: dict, spec: ContainerSpec, state: dict) -> list[str]:
         problems.append(f"git fails in the checkout {spec.code.path}: {checkout.git_error}")
     elif checkout.head != commit:
         problems.append(f"checkout {spec.code.path} is at {(checkout.head or 'nothing')[:12]}, not the deployed "
-                        f"{commit[:12]}")
+                        f"{commit[:12]}" + hint(": run `remote deploy`"))
     elif checkout.edited:
-        problems.append(f"checkout {spec.code.path} has edits ({', '.join(checkout.edited[:5])})")
+        problems.append(f"checkout {spec.code.path} has edits ({', '.join(checkout.edited[:5])})"
+                        + hint(": `remote deploy` saves them as a patch and restores the commit"))
+    # The rule deploy rebuilds by: the venv exactly its lock.
     installed = (raw.get("venv") or {}).get("dists")
     if installed is None:
-        problems.append(f"the venv's interpreter does not run ({spec.venv.path}/bin/python)")
+        problems.append(f"the venv's interpreter does not run ({spec.venv.path}/bin/python)"
+                        + hint(": `remote deploy` rebuilds it"))
     else:
         drift = venvmod.drift(venvmod.parse_lock((state["venv"].get("lock") or "").splitlines()), installed)
         if drift:
             lines = drift.lines()
-            problems.append(f"the venv differs from its lock ({'; '.join(lines[:5])}{'; …' if len(lines) > 5 else ''})")
+            problems.append(f"the venv differs from its lock ({'; '.join(lines[:5])}{'; …' if len(lines) > 5 else ''})"
+                            + hint(": `remote deploy` rebuilds it (`remote doctor` says what changed since the "
+                                   "last good run)"))
     return problems
 
 
