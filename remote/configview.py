@@ -1,5 +1,6 @@
 """`remote config`: the settings a container resolves to (the file's global sections with the container's
-own overrides applied), shown without connecting anywhere. train.env's values are never shown."""
+own overrides applied), shown without connecting anywhere. train.env's values and the credentials in index
+URLs are never shown."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import dataclasses
 import json
 
 from .config import Config, ContainerSpec
+from .naming import redact
 
 
 def resolved(config: Config, spec: ContainerSpec) -> dict:
@@ -14,6 +16,10 @@ def resolved(config: Config, spec: ContainerSpec) -> dict:
     data = dataclasses.asdict(spec)
     train = data["train"]
     train["env"] = {k: "(set, hidden)" for k, _ in spec.train.env}
+    venv = data["venv"]
+    venv["index_url"] = venv["index_url"] and redact(venv["index_url"])
+    venv["extra_index_urls"] = [redact(u) for u in venv["extra_index_urls"]]
+    venv["find_links"] = [redact(u) for u in venv["find_links"]]
     data["host"] = {k: v for k, v in data["host"].items() if k != "name"}
     return {"host_name": spec.host.name, **data,
             "groups": sorted(name for name, ids in config.groups.items() if spec.ctid in ids)}

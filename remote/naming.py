@@ -68,3 +68,10 @@ def compile_cache(spec, verify: Mapping | None) -> str:
     v = verify or {}
     return cache_subdir(spec.warmup.cache_dir, {"torch": v.get("torch") or "none", "cuda": v.get("cuda_build"),
                                                 "triton": v.get("triton")})
+
+
+def redact(url: str) -> str:
+    """A URL as it may be shown: its user and password (a private index's token) replaced."""
+    scheme, sep, rest = url.partition("://")
+    host, slash, path = rest.partition("/")
+    return f"{scheme}{sep}***@{host.rsplit('@', 1)[1]}{slash}{path}" if sep and "@" in host else url

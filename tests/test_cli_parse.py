@@ -302,6 +302,19 @@ def test_config_prints_the_resolved_settings_without_connecting(tmp_path, monkey
     assert [c["ctid"] for c in json.loads(capsys.readouterr().out)] == [200, 201]
 
 
+@pytest.mark.fault("remote config of a hosts file with a private index", promise="the index URLs' credentials are "
+                   "never printed (text or JSON): user and password replaced by ***")
+def test_config_never_prints_index_credentials(tmp_path, capsys):
+    path = tmp_path / "hosts.yaml"
+    path.write_text(UNREACHABLE + "venv:\n  index_url: https://bob:s3cretTOKEN@pypi.example/simple\n"
+                    "  extra_index_urls: [https://tok3n@more.example/simple]\n  packages: [torch==2.11.0]\n")
+    for argv in (["config", "--hosts", str(path), "-c", "200"], ["config", "--hosts", str(path), "-c", "200", "--json"]):
+        assert cli.run(argv) == 0
+        out = capsys.readouterr().out
+        assert "s3cret" not in out and "tok3n" not in out and "bob" not in out, out
+        assert "https://***@pypi.example/simple" in out and "https://***@more.example/simple" in out
+
+
 def test_the_default_container_applies_where_c_is_absent(tmp_path, monkeypatch):
     path = tmp_path / "hosts.yaml"
     path.write_text(UNREACHABLE + "default_container: 201\n")

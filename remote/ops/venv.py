@@ -25,7 +25,7 @@ from pathlib import Path
 from .. import shell
 from ..config import VenvSpec
 from ..errors import DeployError
-from ..naming import matches, normalize, parse_lock, parse_pins  # noqa: F401 -- also this module's names
+from ..naming import matches, normalize, parse_lock, parse_pins, redact  # noqa: F401 -- also this module's names
 
 GUARD_SOURCE = Path(__file__).resolve().parent.parent / "guard.py"
 
@@ -170,13 +170,6 @@ def requirements_in(spec: VenvSpec, requirements_text: str | None) -> str:
 
 def _has_credentials(url: str) -> bool:
     return "@" in url.split("://", 1)[-1].split("/", 1)[0]
-
-
-def redact(url: str) -> str:
-    """A URL as it may be shown: its user and password (a private index's token) replaced."""
-    scheme, sep, rest = url.partition("://")
-    host, slash, path = rest.partition("/")
-    return f"{scheme}{sep}***@{host.rsplit('@', 1)[1]}{slash}{path}" if sep and "@" in host else url
 
 
 def uv_index_env(spec: VenvSpec) -> dict[str, str]:
