@@ -465,7 +465,7 @@ def _containers(s: Session, container: str | None) -> list[int]:
 
 
 @task(help={"container": "container id(s), comma-separated (default: every container in the hosts file)",
-            "json": "print the findings and facts as JSON (schema in the README)", "hosts": HOSTS_HELP,
+            "json": "print the findings and facts as JSON (schema: docs/doctor.md)", "hosts": HOSTS_HELP,
             "fresh": "import torch again in each container even where an earlier probe's answer still holds"})
 @handled
 def doctor(c, container=None, json_=False, hosts=None, fresh=False):
@@ -681,6 +681,8 @@ def push(c, src=None, dest=None, container=None, attempts=3, quiet=False, dry=Fa
     from .ops import files
 
     _need(src=src, dest=dest)
+    if not (os.path.isfile(src) or os.path.isdir(src)):  # bad input: before anything connects
+        raise Exit(f"error: --src {src}: no such file or folder on this machine", code=2)
     with _session(hosts, dry) as s:
         ct = s.container(container)
         stats = files.push(ct, src, dest, attempts=int(attempts),

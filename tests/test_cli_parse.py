@@ -173,6 +173,8 @@ BAD = [
     (["status", "--hosts", "/nonexistent/hosts.yaml"], "/nonexistent/hosts.yaml: file not found"),
     (["shell", "-c", "pair"], "one container for a shell"),
     (["push", "-c", "200", "--src", "x"], "--dest required"),
+    (["push", "-c", "200", "--src", "/nonexistent/data", "--dest", "/root/data"],
+     "--src /nonexistent/data: no such file or folder on this machine"),
 ]
 
 

@@ -49,3 +49,17 @@ def test_a_changed_uv_in_the_container_is_pushed_again(deployed, lab_session, la
     local, digest = local_uv_binary(VERSION, platform.machine())
     assert ct.run(["sha256sum", path]).out.split()[0] == digest
     deploy(lab_session, 200, echo=lambda line: None)  # back to the session's spec
+
+
+def test_a_container_architecture_that_is_no_name_never_becomes_a_path(tmp_path, monkeypatch):
+    """uname -m comes from the container: a value like `x/../../..` must not make folders on the controller."""
+    from remote.errors import TransferError
+    from remote.ops import files
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    for machine in ("x/../../../escape", "..", "", "x86_64\nrm"):
+        with pytest.raises(TransferError, match="architecture"):
+            files.cached_binary("uv", "0.1", machine, lambda: (b"x", "test"))
+    assert not (tmp_path / "escape").exists() and not (tmp_path / "cache").exists()
+    path, _ = files.cached_binary("uv", "0.1", "x86_64", lambda: (b"x", "test"))
+    assert path.read_bytes() == b"x" and path.parent.parent == tmp_path / "cache" / "remote"

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import shutil
 import stat as statmod
 import sys
@@ -119,6 +120,8 @@ def cached_binary(name: str, version: str, machine: str, fetch: Callable[[], tup
     `fetch` returns its checked bytes and where they came from. The sha256 of what was fetched is recorded
     beside the binary, both written atomically, and rechecked on every use: a torn or changed cache is
     fetched again."""
+    if not re.fullmatch(r"[A-Za-z0-9_]{1,32}", machine):  # what the container said (uname -m): never a path
+        raise TransferError(f"the container's architecture {machine[:40]!r} is not one (from uname -m)")
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "remote" / f"{name}-{version}-{machine}"
     binary, recorded = cache / name, cache / f"{name}.sha256"
     try:

@@ -78,7 +78,7 @@ def render(host: cfg.Host, given: dict, containers: list[tuple[int, str, str]]) 
         "# until a task names it (-c ID). Next:",
         "#   1. fill in venv (what to install), code (your git repository) and train (how to train) below;",
         "#   2. `remote config -c ID` shows what a container resolves to, `remote deploy -c ID` makes it so.",
-        "# Every key: docs/hosts.md.",
+        "# Every key: docs/hosts-file.md in remote's repository.",
         "hosts:",
         f"  {host.name}:",
         f"    address: {q(host.address)}",
@@ -118,11 +118,11 @@ def render(host: cfg.Host, given: dict, containers: list[tuple[int, str, str]]) 
 def check_target(out: str, force: bool) -> None:
     """Refuse to overwrite a file unless forced: before anything connects."""
     path = Path(out)
+    if path.is_dir():
+        raise ConfigError(out, "", "is a folder: give --out a file name")
     if path.exists() and not force:
         raise ConfigError(out, "", "exists already: remote init never overwrites it (--force replaces it, "
                           "--out FILE writes another)")
-    if path.is_dir():
-        raise ConfigError(out, "", "is a folder: give --out a file name")
     if not path.resolve().parent.is_dir():
         raise ConfigError(out, "", f"its folder {path.parent} does not exist")
 

@@ -228,9 +228,6 @@ def state(ct: Container, spec: ContainerSpec, run_id: str | None = None) -> dict
     return st
 
 
-RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
-
-
 def unknown_run(spec: ContainerSpec, run_id: str, latest: list[str]) -> UnknownRun:
     """The error for a run id that the container does not have, with the latest ones it has (what the
     container listed is kept only where it is a run id: it can hold anything)."""
