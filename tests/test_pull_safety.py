@@ -49,6 +49,25 @@ def hostile_stream() -> io.BytesIO:
     return buf
 
 
+@pytest.mark.parametrize("order", ["dot-first", "dot-last"])
+def test_links_whose_text_stays_inside_but_lead_out_through_other_links_are_removed(tmp_path, order):
+    """`s -> .` and `t -> s/..`: t's text stays inside, but on disk it is DEST's parent; made in either order."""
+    root = tmp_path / "stage"
+    root.mkdir()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        pair = [("s", "."), ("t", "s/..")]
+        for name, link in pair if order == "dot-first" else pair[::-1]:
+            member(tar, name, type=tarfile.SYMTYPE, linkname=link)
+        member(tar, "ok", type=tarfile.SYMTYPE, linkname="s/ok.txt")
+    buf.seek(0)
+    refused = []
+    files._extract(buf, root, refused)
+    why = dict(refused)
+    assert "t" in why and "through other links" in why["t"], refused
+    assert not os.path.lexists(root / "t") and os.readlink(root / "s") == "." and os.readlink(root / "ok") == "s/ok.txt"
+
+
 @pytest.mark.fault("Hostile container: a pulled tree with .., absolute paths, links out, devices, setuid",
                    promise="nothing written outside DEST or through a symlink, no device/fifo/setuid file; each refused member named")
 def test_a_hostile_tar_stream_is_extracted_only_inside_the_destination(tmp_path):

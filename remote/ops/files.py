@@ -671,6 +671,7 @@ def _extract(fileobj, root: Path, refused: list[tuple[str, str]]) -> None:
     (path, why)) what could land outside it or is not a plain file, folder or link."""
     gone: set[str] = set()  # refused links and folders: nothing is extracted below them
     real: set[str] = set()  # folders found to be real folders made here (one never becomes a link later)
+    links: list[str] = []  # symlinks made here, resolved at the end
     with tarfile.open(fileobj=fileobj, mode="r|", errorlevel=2) as tar:
         for m in tar:
             name = os.path.normpath(m.name)
@@ -682,6 +683,17 @@ def _extract(fileobj, root: Path, refused: list[tuple[str, str]]) -> None:
                 gone.add(name)
             if why:
                 refused.append((name if not _outside(name) else m.name, why))
+            elif m.issym():
+                links.append(name)
+    # A link's text can stay inside while the links it passes through lead out (`s -> .`, `t -> s/..`),
+    # also through links made after it: each is resolved once everything is there, and removed if it leads out.
+    top = os.path.realpath(root)
+    for name in links:
+        target = root / name
+        if os.path.islink(target) and os.path.commonpath([top, os.path.realpath(target)]) != top:
+            refused.append((name, f"a symlink out of the destination (-> {os.readlink(target)}, through other "
+                                  "links), removed"))
+            target.unlink()
 
 
 def _parents(name: str):
