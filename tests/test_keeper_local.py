@@ -77,6 +77,23 @@ def test_socket_name_changes_with_every_part_of_the_host_entry(tmp_path):
     assert not keeper.socket_path(host, str(tmp_path / "other.yaml"), tmp_path).name.startswith(group)
 
 
+def test_a_known_hosts_file_named_in_an_included_ssh_config_retires_the_keeper_when_it_changes(tmp_path):
+    """A host key removed from a UserKnownHostsFile (named in an Include of ~/.ssh/config, for a jump host
+    too) must not leave a keeper that trusts it in use."""
+    host = dataclasses.replace(load(tmp_path).hosts["pve"], known_hosts=None)
+    file = str(tmp_path / "hosts.yaml")
+    ssh = tmp_path / "home" / ".ssh"
+    ssh.mkdir(parents=True)
+    (ssh / "config").write_text("Include conf.d/*\n")
+    (ssh / "conf.d").mkdir()
+    (ssh / "conf.d" / "pve").write_text("Host bastion\n  UserKnownHostsFile ~/.ssh/bastion_known\n")
+    (ssh / "bastion_known").write_text("bastion ssh-ed25519 AAAA\n")
+    before = keeper.socket_path(host, file, tmp_path)
+    assert keeper.socket_path(host, file, tmp_path) == before
+    (ssh / "bastion_known").write_text("")  # the key removed
+    assert keeper.socket_path(host, file, tmp_path) != before
+
+
 def test_sockets_live_in_a_private_runtime_folder(monkeypatch):
     run = os.environ["XDG_RUNTIME_DIR"]  # conftest's, short: a socket's path holds at most 107 bytes
     d = keeper.runtime_dir()

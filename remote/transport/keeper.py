@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import pickle
+import re
 import select
 import shlex
 import signal
@@ -45,7 +46,7 @@ from typing import Sequence
 
 from . import NotStarted, OutputCallback, Result, SshTransport, _check_argv
 from .. import errors
-from .sshconfig import CONFIG as SSH_CONFIG
+from . import sshconfig
 from ..config import Host
 from ..errors import CommandTimeout, ConnectError, TransportError
 
@@ -105,11 +106,23 @@ def _stamp(path: str | None) -> list | None:
     return st and [st.st_mtime_ns, st.st_size, st.st_ino]
 
 
+_FILE_KEYS = re.compile(r"\s*(userknownhostsfile|globalknownhostsfile|identityfile)\s*[\s=]\s*(.+)$", re.IGNORECASE)
+
+
 def _stamps(host: Host) -> list:
-    """The files a connection to `host` is made from besides the hosts file: its key, known_hosts and
-    ~/.ssh/config (which may name the address, port, user, keys and jump hosts: remote.transport.sshconfig)."""
-    known = host.known_hosts or os.path.expanduser("~/.ssh/known_hosts")
-    return [_stamp(host.key_file), _stamp(known), _stamp(os.path.expanduser(SSH_CONFIG))]
+    """The files a connection to `host` is made from besides the hosts file: ~/.ssh/config with its Includes
+    (which may name the address, port, user, keys and jump hosts: remote.transport.sshconfig), its key
+    files and every known_hosts file that config or the hosts file names, the jump hosts' too (a superset:
+    any of them changing retires the keeper, a removed host key first of all). Read without paramiko."""
+    home = os.path.expanduser("~")
+    text = sshconfig.read(home=home)
+    names = {host.key_file, host.known_hosts, *sshconfig.DEFAULT_KNOWN_HOSTS, *sshconfig.GLOBAL_KNOWN_HOSTS}
+    for line in text.splitlines():
+        m = _FILE_KEYS.match(line)
+        if m:
+            names.update(v.strip('"') for v in m.group(2).split())
+    files = sorted(sshconfig._expand_home(n, home) for n in names if n)
+    return [_digest(text), *([f, _stamp(f)] for f in files)]
 
 
 def group_of(config_file: str, host_name: str) -> str:
