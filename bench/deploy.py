@@ -1,6 +1,6 @@
-"""Deploy benchmarks against the lab (after `invoke lab.up` and one `invoke deploy`):
+"""Deploy benchmarks against the lab (after `remote lab up` and one `remote deploy`):
 
-1. no-op deploy wall time: the library call, and the whole `invoke deploy` command;
+1. no-op deploy wall time: the library call, and the whole `remote deploy` command;
 2. rebuilding the same venv from its lock, warm caches, uv vs pip, side by side in one run.
 
     python bench/deploy.py [--container 200] [--repeat 5]
@@ -49,18 +49,18 @@ def main() -> None:
     lib = []
     for _ in range(args.repeat):
         start = time.perf_counter()
-        with Session(cfg, agent=True) as s:  # a new connection (and agent) each time, as `invoke deploy` has
+        with Session(cfg, agent=True) as s:  # a new connection (and agent) each time, as `remote deploy` has
             summary = deploy(s, args.container, echo=lambda line: None)
         lib.append(time.perf_counter() - start)
-        assert summary.noop, "deploy was not a no-op: run `invoke deploy` once first\n" + summary.render()
+        assert summary.noop, "deploy was not a no-op: run `remote deploy` once first\n" + summary.render()
     cli = []
     for _ in range(args.repeat):
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "invoke", "deploy", "--container", str(args.container)], check=True,
+        subprocess.run([sys.executable, "-c", "from remote.cli import main; main()", "deploy", "--container", str(args.container)], check=True,
                        capture_output=True)
         cli.append(time.perf_counter() - start)
     print(f"no-op deploy, median of {args.repeat}: library {statistics.median(lib):.2f} s "
-          f"(min {min(lib):.2f}), `invoke deploy` {statistics.median(cli):.2f} s (min {min(cli):.2f})  [goal <= 1 s]")
+          f"(min {min(lib):.2f}), `remote deploy` {statistics.median(cli):.2f} s (min {min(cli):.2f})  [goal <= 1 s]")
 
     with Session(cfg) as s:
         ct = s.container(args.container, venv_on_path=False)

@@ -1,10 +1,10 @@
-"""doctor benchmark against the lab (after `invoke lab.up`, `invoke deploy` and `invoke warmup`):
+"""doctor benchmark against the lab (after `remote lab up`, `remote deploy` and `remote warmup`):
 
-1. the whole `invoke doctor --container N --json` command (process start included), on the healthy
+1. the whole `remote doctor --container N --json` command (process start included), on the healthy
    container and on a polluted one (an extra package installed by hand into its venv);
 2. round trips per container: the commands doctor's library call sends, counted at the transport.
 
-The pollution is undone at the end with `invoke deploy`.
+The pollution is undone at the end with `remote deploy`.
 
     python bench/doctor.py [--container 200] [--repeat 5] [--hosts hosts.yaml]
 """
@@ -49,7 +49,7 @@ class Counting:
 def cli(args, *extra) -> tuple[float, int, dict]:
     env = {**os.environ, **({"REMOTE_HOSTS_FILE": args.hosts} if args.hosts else {})}
     start = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "invoke", "doctor", "--container", str(args.container), "--json",
+    r = subprocess.run([sys.executable, "-c", "from remote.cli import main; main()", "doctor", "--container", str(args.container), "--json",
                         *extra], capture_output=True, text=True, env=env,
                        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     seconds = time.perf_counter() - start
@@ -106,7 +106,7 @@ def main() -> None:
     spec = cfg.container(args.container)
     healthy = measure(args, cfg, "healthy")
     if healthy["exit"] != 0:
-        raise SystemExit("the container is not healthy: run `invoke deploy && invoke warmup` first")
+        raise SystemExit("the container is not healthy: run `remote deploy && invoke warmup` first")
     uv = uv_path(spec.venv.uv_version)
     with Session(cfg, agent=False) as s:
         ct = s.container(spec.ctid)
@@ -118,7 +118,7 @@ def main() -> None:
         assert polluted["exit"] == 1
     finally:
         env = {**os.environ, **({"REMOTE_HOSTS_FILE": args.hosts} if args.hosts else {})}
-        subprocess.run([sys.executable, "-m", "invoke", "deploy", "--container", str(args.container)], check=True,
+        subprocess.run([sys.executable, "-c", "from remote.cli import main; main()", "deploy", "--container", str(args.container)], check=True,
                        capture_output=True, env=env)
     print("goal: <= 1.5 s per command, <= 2 round trips per container")
 
