@@ -106,7 +106,7 @@ def main() -> None:
     spec = cfg.container(args.container)
     healthy = measure(args, cfg, "healthy")
     if healthy["exit"] != 0:
-        raise SystemExit("the container is not healthy: run `remote deploy && invoke warmup` first")
+        raise SystemExit("the container is not healthy: run `remote deploy && remote warmup` first")
     uv = uv_path(spec.venv.uv_version)
     with Session(cfg, agent=False) as s:
         ct = s.container(spec.ctid)

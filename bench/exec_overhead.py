@@ -1,6 +1,6 @@
 """50 `true` commands in a lab container: the library vs. `ssh ... 'pct exec 200 -- true'` by hand.
 
-Run against a lab that is up (`invoke lab.up`), from the repository root:
+Run against a lab that is up (`remote lab up`), from the repository root:
     python bench/exec_overhead.py [--n 50] [--container 200]
 Prints each way's total and per-command time and the ratio, measured side by side in one run,
 plus a breakdown of where a by-hand command's time goes.

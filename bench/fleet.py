@@ -1,10 +1,10 @@
 """Fleet benchmarks on a lab of its own (8 containers on 2 look-alike hosts), side by side in one run:
 
-1. deploy of the same lock to 8 containers: all at once (`invoke deploy -c all`) vs one after another
-   (`invoke deploy -c ID` for each); each into its own venv and checkout folders, so both are real builds,
+1. deploy of the same lock to 8 containers: all at once (`remote deploy -c all`) vs one after another
+   (`remote deploy -c ID` for each); each into its own venv and checkout folders, so both are real builds,
    after one untimed deploy that warms uv's cache;
-2. `invoke status` of the 8 containers, the whole command;
-3. `invoke exec -c all true` against `invoke exec -c ID true`, whole commands.
+2. `remote status` of the 8 containers, the whole command;
+3. `remote exec -c all true` against `remote exec -c ID true`, whole commands.
 
     python bench/fleet.py [--repeat 3] [--ids 220-227]   # as root; brings its lab up in a temporary folder
                                                          # and down after; --ids: 8 container ids, 4 per host
@@ -93,11 +93,11 @@ def run(lab: Lab, d: Path, repeat: int, first: tuple[int, ...], second: tuple[in
     print(f"deploy of one lock to 8 containers on 2 hosts: one after another {serial:.1f} s, all at once "
           f"{parallel:.1f} s: {serial / parallel:.1f}x  [goal >= 3x]")
     status = [cmd("parallel", "status") for _ in range(repeat)]
-    print(f"`invoke status` of 8 containers, median of {repeat}: {statistics.median(status):.2f} s "
+    print(f"`remote status` of 8 containers, median of {repeat}: {statistics.median(status):.2f} s "
           f"(min {min(status):.2f})  [goal <= 1.5 s]")
     one = [cmd("parallel", "exec", "-c", str(first[0]), "true") for _ in range(repeat)]
     eight = [cmd("parallel", "exec", "-c", "all", "true") for _ in range(repeat)]
-    print(f"`invoke exec true`, median of {repeat}: 1 container {statistics.median(one):.2f} s, 8 containers "
+    print(f"`remote exec true`, median of {repeat}: 1 container {statistics.median(one):.2f} s, 8 containers "
           f"{statistics.median(eight):.2f} s: {statistics.median(eight) / statistics.median(one):.2f}x  [goal <= 2x]")
 
 

@@ -3,7 +3,7 @@ the SSH connection is killed 3 times; the follower must show every line once, so
 
     python bench/follow.py [--lines 100000] [--seconds 25] [--disconnects 3]
 
-Against the lab (`invoke lab.up`, `invoke deploy`): the lab's container and this machine share a
+Against the lab (`remote lab up`, `remote deploy`): the lab's container and this machine share a
 clock, so latency = time shown here - time the job wrote the line.
 """
 

@@ -3,7 +3,7 @@
     python bench/gpu_race.py run --mode noguard --runs 10 --parallel 4 --limit 170 --out DIR
     python bench/gpu_race.py run --mode guard --runs 10 ...
     python bench/gpu_race.py run --mode eager --runs 3 ...
-    python bench/gpu_race.py warmup --cache DIR           # what `invoke warmup` runs, per device
+    python bench/gpu_race.py warmup --cache DIR           # what `remote warmup` runs, per device
     python bench/gpu_race.py run --mode guard --cache DIR ...   # warm: runs share that cache
     python bench/gpu_race.py table DIR/*.jsonl          # the markdown table for docs/
 
@@ -48,7 +48,7 @@ def child_env(args, libdir: str, cache: Path | None) -> dict:
            "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
     for name in ("REMOTE_COMPILE_CACHE", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
         env.pop(name, None)
-    if cache is None:  # warm: the persistent cache, as `invoke warmup` and the training job see it
+    if cache is None:  # warm: the persistent cache, as `remote warmup` and the training job see it
         env["REMOTE_COMPILE_CACHE"] = str(Path(args.cache).resolve())
     else:
         env.update(TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"), TRITON_CACHE_DIR=str(cache / "triton"))
@@ -137,7 +137,7 @@ def cmd_run(args) -> None:
 
 
 def cmd_warmup(args) -> None:
-    """What `invoke warmup` runs: the warmup entry point once per device, one after another, same env."""
+    """What `remote warmup` runs: the warmup entry point once per device, one after another, same env."""
     libdir = install_guard(args)
     env = child_env(args, libdir, None)
     for device in dict.fromkeys(d for d in args.drafters.split(",") if d):
@@ -192,7 +192,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run")
-    warm = sub.add_parser("warmup", help="fill --cache the way `invoke warmup` does, one device at a time")
+    warm = sub.add_parser("warmup", help="fill --cache the way `remote warmup` does, one device at a time")
     for p in (run, warm):
         p.add_argument("--drafters", default="0,1,0", help="one thread per entry (warmup: each device once)")
         p.add_argument("--guard", help="a guard.py to install as remote_guard (default: this repository's)")
