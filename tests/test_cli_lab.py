@@ -135,7 +135,7 @@ def test_runs_lists_every_run_with_its_state_and_throughput(lab, hosts):
         assert found[1]["command"] == "python -m drafter.train --steps 1764590400" and found[1]["unit"] == "Ktok/s"
 
         r = remote("logs", "--run", "20261201-000000-zzzz", hosts=hosts)
-        assert r.returncode == 1
+        assert r.returncode == 2  # an unknown run is bad input
         assert (f"container {CT} has no run '20261201-000000-zzzz' in {RUN_DIR}; the latest: 20261201-090000-dddd, "
                 "20261201-100000-aaaa, 20261201-110000-bbbb, 20261201-120000-cccc") in r.stderr, r.stderr
         assert f"`remote runs -c {CT}` lists them" in r.stderr
