@@ -339,6 +339,22 @@ def _versions(verify: dict) -> dict:
     return {k: verify.get(k) for k in ("torch", "cuda_build", "triton", "gpu_name")}
 
 
+def _plain_members(tar: tarfile.TarFile, path: str) -> list[tarfile.TarInfo]:
+    """Every member of a bundle, where each is a plain file or folder inside the extraction folder (no
+    absolute path, no `..`, no link, device or fifo), without setuid/setgid bits: tarfile's "data" filter
+    for the Pythons that lack it."""
+    members = tar.getmembers()
+    for m in members:
+        name = os.path.normpath(m.name)
+        if os.path.isabs(m.name) or name == ".." or name.startswith("../") or not (m.isfile() or m.isdir()):
+            raise WarmupError(f"{path}: refusing a bundle with the member {m.name!r} (only plain files and "
+                              "folders inside it are imported)")
+        m.mode &= 0o777
+        m.uid = m.gid = 0
+        m.uname = m.gname = ""
+    return members
+
+
 def import_cache(session: Session, ctid, path: str, echo=print) -> dict:
     """Load a bundle made by export_cache into the container's cache folder; refuse one made for other
     versions. Its warmup records are kept where they match this commit, venv, command and environment."""
@@ -348,7 +364,10 @@ def import_cache(session: Session, ctid, path: str, echo=print) -> dict:
     verify = state["venv"].get("verify") or {}
     try:
         with tarfile.open(path, "r:*") as tar, tempfile.TemporaryDirectory() as d:
-            tar.extractall(d, filter="data")
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(d, filter="data")
+            else:  # Python before 3.11.4 (Debian 12's python3 is 3.11.2): the same rule, by hand
+                tar.extractall(d, members=_plain_members(tar, path))
             try:
                 sidecar = json.loads(Path(d, BUNDLE_SIDECAR).read_text())
             except (OSError, ValueError):
