@@ -194,7 +194,7 @@ def test_interrupted_command_is_killed_in_the_container(lab, hosts, rundir):
     marker = "313.25"
     proc = subprocess.Popen([sys.executable, "-c", "from remote.cli import main; main()", "exec", "-c", str(CT),
                              "--command", f"echo started; exec sleep {marker}"], env=env, stdout=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as from a terminal
     assert proc.stdout.readline() == "started\n"
     running = lambda: f"sleep {marker}" in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert running()

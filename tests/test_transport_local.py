@@ -82,8 +82,10 @@ def test_ctrl_c_reaches_the_child(tmp_path):
 
     marker, pidfile = tmp_path / "marker", tmp_path / "pid"
     root = str(Path(__file__).resolve().parent.parent)
+    # As from a terminal: Ctrl-C not ignored (a runner started with `&` by a non-interactive shell passes SIGINT
+    # on ignored, and Python then never raises KeyboardInterrupt).
     proc = subprocess.Popen([sys.executable, "-c", CTRL_C, root, str(marker), str(pidfile)],
-                            stderr=subprocess.PIPE)
+                            stderr=subprocess.PIPE, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     for _ in range(600):
         if pidfile.exists() and pidfile.read_text().strip():
             break
