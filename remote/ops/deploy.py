@@ -126,25 +126,32 @@ def _installed_uv(version: str, machine: str) -> tuple[bytes, str] | None:
     return None
 
 
-def _wheel_uv(version: str, machine: str) -> tuple[bytes, str]:
-    """The uv binary from PyPI's uv wheel: pip checks the wheel against the hash the index publishes,
-    and the binary is checked against the wheel's own RECORD."""
+def wheel_binary(project: str, version: str, machine: str, platforms: tuple[str, ...], *,
+                 context: str = "") -> tuple[bytes, str]:
+    """A program from its PyPI wheel (uv, py-spy: `<name>.data/scripts/<project>`): pip checks the wheel against
+    the hash the index publishes, and the binary is checked against the wheel's own RECORD."""
     with tempfile.TemporaryDirectory() as d:
         r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                            "--platform", f"manylinux_2_17_{machine}", "--platform", f"manylinux2014_{machine}",
-                            "-d", d, f"uv=={version}"], capture_output=True, text=True)
-        wheels = list(Path(d).glob("uv-*.whl"))
+                            *(f"--platform={p}_{machine}" for p in platforms), "-d", d, f"{project}=={version}"],
+                           capture_output=True, text=True)
+        wheels = list(Path(d).glob(f"{project.replace('-', '_')}-*.whl"))
         if r.returncode != 0 or not wheels:
-            raise DeployError(f"venv.uv_version: cannot download uv {version} for {machine} from the package index: "
+            raise DeployError(f"{context}cannot download {project} {version} for {machine} from the package index: "
                               f"{r.stderr.strip()[-300:]}")
         with zipfile.ZipFile(wheels[0]) as z:
-            name = next(n for n in z.namelist() if n.endswith(".data/scripts/uv"))
+            name = next((n for n in z.namelist() if n.endswith(f".data/scripts/{project}")), None)
+            if name is None:
+                raise DeployError(f"{project} wheel {wheels[0].name} holds no {project} binary")
             data = z.read(name)
             record = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/RECORD"))).decode()
     want = next((line.split(",")[1] for line in record.splitlines() if line.startswith(name + ",")), "")
     if want != f"sha256={_record_hash(data)}":
-        raise DeployError(f"uv {version} wheel {wheels[0].name}: {name} does not match the wheel's RECORD")
+        raise DeployError(f"{project} {version} wheel {wheels[0].name}: {name} does not match the wheel's RECORD")
     return data, f"{wheels[0].name}, checked against its RECORD"
+
+
+def _wheel_uv(version: str, machine: str) -> tuple[bytes, str]:
+    return wheel_binary("uv", version, machine, ("manylinux_2_17", "manylinux2014"), context="venv.uv_version: ")
 
 
 def local_uv_binary(version: str, machine: str) -> tuple[Path, str]:

@@ -10,15 +10,11 @@ the stacks file says so (the watch falls back to the kernel's view of each threa
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import tempfile
-import zipfile
 from pathlib import Path
 
 from . import files
 from .. import facts
-from ..errors import DeployError, RemoteError
+from ..errors import RemoteError
 from ..transport.pct import Container
 
 PY_SPY_VERSION = "0.4.3"
@@ -29,27 +25,9 @@ def container_path(version: str = PY_SPY_VERSION) -> str:
 
 
 def _from_wheel(version: str, machine: str) -> tuple[bytes, str]:
-    from .deploy import _record_hash  # deploy imports jobs, which imports this module
+    from .deploy import wheel_binary  # deploy imports jobs, which imports this module
 
-    with tempfile.TemporaryDirectory() as d:
-        platforms = [f"--platform={p}_{machine}" for p in ("manylinux_2_17", "manylinux2014", "manylinux_2_5",
-                                                             "manylinux1")]
-        r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                            *platforms, "-d", d, f"py-spy=={version}"], capture_output=True, text=True)
-        wheels = list(Path(d).glob("py_spy-*.whl"))
-        if r.returncode != 0 or not wheels:
-            raise DeployError(f"cannot download py-spy {version} for {machine} from the package index: "
-                              f"{r.stderr.strip()[-300:]}")
-        with zipfile.ZipFile(wheels[0]) as z:
-            name = next((n for n in z.namelist() if n.endswith(".data/scripts/py-spy")), None)
-            if name is None:
-                raise DeployError(f"py-spy wheel {wheels[0].name} holds no py-spy binary")
-            data = z.read(name)
-            record = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/RECORD"))).decode()
-    want = next((line.split(",")[1] for line in record.splitlines() if line.startswith(name + ",")), "")
-    if want != f"sha256={_record_hash(data)}":
-        raise DeployError(f"py-spy {version} wheel {wheels[0].name}: {name} does not match the wheel's RECORD")
-    return data, f"{wheels[0].name}, checked against its RECORD"
+    return wheel_binary("py-spy", version, machine, ("manylinux_2_17", "manylinux2014", "manylinux_2_5", "manylinux1"))
 
 
 def local_binary(machine: str, version: str = PY_SPY_VERSION) -> tuple[Path, str]:
