@@ -1,3 +1,51 @@
-"""remote: drive PyTorch training inside Proxmox LXC GPU containers over SSH."""
+"""remote: drive PyTorch training inside Proxmox LXC GPU containers over SSH.
+
+The public API (docs/library.md): `remote.open(hosts)` gives a Fleet; `fleet.container(id)` a Container
+with exec, push, pull, deploy, warmup, train (a Run), doctor (Findings). Errors are remote.errors' tree,
+importable from here. Names load on first use: `import remote` imports no transport, paramiko or yaml.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())  # a library: the application configures logging
+
+_API = ("open", "Fleet", "Group", "GroupResult", "Outcome", "Container", "Result", "Transfer", "DeployPlan",
+        "Warmup", "Run", "Stopped", "Finding", "Diagnosis")
+_ERRORS = ("RemoteError", "ConfigError", "TransportError", "HostKeyError", "AuthenticationError", "ConnectError",
+           "ConnectTimeout", "CommandError", "CommandTimeout", "PctError", "ContainerNotFound", "ContainerNotRunning",
+           "ContainerLocked", "ContainerCommandNotFound", "TransferError", "DeployError", "WarmupError", "JobError",
+           "UnknownRun", "BusyError")
+
+__all__ = ["__version__", *_API, *_ERRORS]
+
+if TYPE_CHECKING:
+    from .api import (Container, DeployPlan, Diagnosis, Finding, Fleet, Group, GroupResult, Outcome, Result, Run,
+                      Stopped, Transfer, Warmup, open)
+    from .errors import (AuthenticationError, BusyError, CommandError, CommandTimeout, ConfigError, ConnectError,
+                         ConnectTimeout, ContainerCommandNotFound, ContainerLocked, ContainerNotFound,
+                         ContainerNotRunning, DeployError, HostKeyError, JobError, PctError, RemoteError,
+                         TransferError, TransportError, UnknownRun, WarmupError)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        from . import api
+
+        value = getattr(api, name)
+    elif name in _ERRORS:
+        from . import errors
+
+        value = getattr(errors, name)
+    else:
+        raise AttributeError(f"module 'remote' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,168 +1,46 @@
 """The tasks: `remote ...` anywhere, `invoke ...` in this checkout (tasks.py), the same functions.
 
-Tasks stay thin: parse flags, load the hosts file, call one library function, print. Every
-RemoteError becomes a clean `Exit` with its message and exit status, never a traceback. `remote` parses
-its own command line (remote/cliparse.py) from the table that `@task` fills (TASKS); the invoke
-Collection (`ns`) is made from the same table on first use, so `remote` never imports invoke.
+Each task is three steps in one place: its options (the function's parameters, checked by
+remote/cliparse.py from remote/cli_table.py's KINDS), one call of the public API (remote.api, as a
+script would make it), and printing what came back (remote/cli_format.py). Every RemoteError becomes a
+clean `Exit` with its message and exit status, never a traceback. `remote` parses its own command line
+from the table that `@task` fills (TASKS); the invoke Collection (`ns`) is made from the same table on
+first use, so `remote` never imports invoke.
 
 To add a task: write `@task(help={...})` over `@handled` over a function `name(c, ..., hosts=None)` (add
-`@fleet_task` between them where `-c all` should run it on every container at once). Its options come
-from its parameters; a new option name needs its short letter in SHORT_FLAGS (or none) and, unless it
-is a flag or free text, its check in KINDS. Exit statuses: 0 ok, 1 failed (or the job's/command's own,
-where the task reports one), 2 bad input, 3 busy, 130 interrupted.
+`@fleet_task` between them where `-c all` should run it on every container at once) whose body opens
+`fleet_of(hosts, dry)`, calls one remote.api method and prints with a remote.cli_format function. Its
+options come from its parameters; a new option name needs its short letter in SHORT_FLAGS (or none) and,
+unless it is a flag or free text, its check in KINDS. Exit statuses: 0 ok, 1 failed (or the job's/command's
+own, where the task reports one), 2 bad input, 3 busy, 130 interrupted.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import json
 import os
 import sys
+from typing import Any
 
 from . import __version__
+from . import cli_format as fmt
 from . import cliparse
 from . import config as cfg
-from .cliparse import Kind, number, pattern
+from .cli_table import (CT_HELP, DEPRECATED, DRY_HELP, FAIL_FAST_HELP, HOSTS_HELP, KINDS, SHORT_FLAGS, TASKS,  # noqa: F401
+                        Exit, exit_status, fleet_of, fleet_task, handled, in_fleet_task, is_selection, task)
 from .errors import RemoteError
-from .ops import fleet
-
-# One meaning per short flag in every task; -h is only ever help, and flags not listed have none.
-SHORT_FLAGS = {"container": "c", "dry": "n", "json": "j", "timeout": "t", "allow-dirty": "a", "check": "k",
-               "force": "F", "warmup": "w", "detach": "d", "follow": "f", "run": "r", "grace": "g",
-               "parallel": "p", "export": "e", "import": "i"}
-
-# What each option's value must be, checked before anything connects (one meaning per name, as above).
-_IDS = r"[1-9][0-9]{2,8}(,[1-9][0-9]{2,8})*"
-KINDS = {
-    "container": Kind(pattern(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(,[A-Za-z0-9_][A-Za-z0-9_.-]*)*",
-                              "a container id, a comma list (200,201), a group or `all`"), "ID"),
-    "timeout": Kind(number(0.001, 7 * 86400, unit=" seconds"), "SECONDS"),
-    "grace": Kind(number(0, 3600, integer=True, unit=" seconds"), "SECONDS"),
-    "attempts": Kind(number(1, 100, integer=True), "N"),
-    "port": Kind(number(1, 65535, integer=True), "PORT"),
-    "run": Kind(pattern(r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", "a run id (`remote runs` lists them) or `latest`"),
-                "RUN"),
-    "containers": Kind(pattern(_IDS, "comma-separated container ids from 100 to 999999999"), "IDS"),
-    "second": Kind(pattern(_IDS, "comma-separated container ids from 100 to 999999999"), "IDS"),
-    "devices": Kind(pattern(r"[A-Za-z0-9:_.-]+(,[A-Za-z0-9:_.-]+)*", "comma-separated devices, e.g. 0,1"), "DEVICES"),
-    "hosts": cliparse.text_kind("FILE"),
-    "address": Kind(pattern(r"[A-Za-z0-9_.:\[\]%-]+", "a host name, IP address or ~/.ssh/config alias"), "ADDRESS"),
-    "user": Kind(pattern(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", "a user name"), "USER"),
-    "key-file": cliparse.text_kind("FILE"),
-    "known-hosts": cliparse.text_kind("FILE"),
-    "out": cliparse.text_kind("FILE"),
-    "pct": cliparse.text_kind("CMD"),
-    "command": cliparse.text_kind("STRING"),
-    "limit": Kind(number(1, 100000, integer=True), "N"),
-    "backend": Kind(pattern(r"lxc|ns", "lxc or ns"), "BACKEND"),
-}
-
-TASKS: dict[str, cliparse.Spec] = {}  # "deploy", "lab up", ...: what `remote` knows, in --help order
-
-
-class Exit(Exception):
-    """End the task with this exit status, and this message on stderr (what invoke's Exit was here)."""
-
-    def __init__(self, message: str | None = None, code: int = 1):
-        super().__init__(message or "")
-        self.message, self.code = message, code
-
-
-def task(*, name: str | None = None, help: dict | None = None, positional: str | None = None,
-         argv: str | None = None, usage: str = ""):
-    """Register a task in TASKS under `name` (default: the function's, `_` dropped); "lab up" is `up` of
-    the group `lab`. `positional`: the parameter a bare word fills; `argv`: the one `-- ARGV...` fills."""
-    def register(fn):
-        key = name or fn.__name__.rstrip("_").replace("_", "-")
-        TASKS[key] = cliparse.spec_of(fn, key, help or {}, short=SHORT_FLAGS, kinds=KINDS, positional=positional,
-                                      argv=argv, usage=usage)
-        fn.help = help or {}
-        return fn
-    return register
-
-
-HOSTS_HELP = "hosts file (default: $REMOTE_HOSTS_FILE, else ./hosts.yaml)"
-DRY_HELP = "print the exact remote commands instead of running them"
-CT_HELP = ("container id from the hosts file (default: default_container, $REMOTE_CONTAINER, or the only one); "
-           "a comma list (200,201), a group from `groups:` or `all` runs the task on each of them at once")
-FAIL_FAST_HELP = "with several containers: start no more of them after the first failure"
-
-
-def exit_status(exc: RemoteError) -> int:
-    """A library error's exit status: 2 bad input, 3 busy, else 1 (a command's own status never leaks out of
-    a failed step: only tasks that report one, exec, train and logs, exit with it)."""
-    return exc.exit_code if exc.exit_code in (2, 3) else 1
-
-
-def handled(fn):
-    """Turn library errors into a clean exit with the error's message and status."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except RemoteError as exc:
-            raise Exit(f"error: {exc}", code=exit_status(exc)) from None
-        except KeyboardInterrupt:
-            raise Exit("interrupted", code=130) from None
-
-    return wrapper
-
-
-def _session(hosts: str | None, dry: bool = False):
-    # Container commands go through one persistent agent per container (plain pct exec where it can't run).
-    from .transport.session import Session
-
-    shared = fleet.shared()
-    if shared is not None:  # one container of a fleet task: the fleet's session, closed by the fleet
-        return contextlib.nullcontext(shared)
-    return Session(cfg.load(hosts), dry=dry, agent=True, keep=True)
-
-
-def fleet_task(fn):
-    """With --container naming several containers (a list, a group, `all`): the task on each of them at
-    once (remote.ops.fleet), output lines prefixed `[id] `, a summary table, exit status from them all.
-    One id, or none: the task exactly as it is."""
-    import inspect
-
-    sig = inspect.signature(fn)
-
-    @functools.wraps(fn)
-    def wrapper(c, *args, fail_fast=False, **kwargs):
-        if not fleet.is_selection(kwargs.get("container")):
-            return fn(c, *args, **kwargs)
-        return handled(_run_fleet)(fn, c, args, kwargs, fail_fast)
-
-    wrapper.__signature__ = sig.replace(parameters=[
-        *sig.parameters.values(), inspect.Parameter("fail_fast", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=False)])
-    return wrapper
-
-
-def _run_fleet(fn, c, args, kwargs, fail_fast):
-    from .transport.session import Session
-
-    config = cfg.load(kwargs.get("hosts"))
-    ids = fleet.select(config, kwargs["container"])
-
-    def one(ctid: int) -> None:
-        mine = {**kwargs, "container": str(ctid)}
-        if fn.__name__ == "pull" and mine.get("dest"):  # never two containers' files in one place
-            mine["dest"] = os.path.join(mine["dest"], str(ctid))
-        fn(c, *args, **mine)
-
-    with Session(config, dry=bool(kwargs.get("dry")), agent=True, keep=True) as s, fleet.sharing(s, ids):
-        outcomes = fleet.run_each(config, ids, one, fail_fast=fail_fast)
-    print(fleet.render(outcomes))
-    code = fleet.exit_code(outcomes)
-    if code:
-        raise Exit(code=code)
 
 
 def _stream(kind: str, chunk: bytes) -> None:
     out = sys.stdout if kind == "stdout" else sys.stderr
     out.buffer.write(chunk)
     out.flush()
+
+
+def _deprecated(task_name: str, old: str, value: Any) -> None:
+    """An old option name that still works: say once, on stderr, which name to use."""
+    if value is not None:
+        print(f"warning: {task_name} --{old} is deprecated: use --{DEPRECATED[(task_name, old)]}", file=sys.stderr)
 
 
 @task(help={"json": "print machine-readable JSON", "hosts": HOSTS_HELP,
@@ -173,108 +51,11 @@ def status(c, json_=False, hosts=None, container=None):
 
     Each host's reachability; each container's state, running job (uptime, throughput) and last exit
     status, all containers at once; a venv lock that differs from its siblings'; multi-node runs once."""
-    from .ops.jobs import container_jobs, lock_outliers
-
-    with _session(hosts) as s:
-        hosts_ = fleet.inventory(s)  # every host at once
-        if container is not None:
-            chosen = set(fleet.select(s.config, container))
-            hosts_ = [type(h)(h.host, h.reachable, h.error, {k: v for k, v in h.containers.items() if k in chosen})
-                      for h in hosts_ if any(k in chosen for k in h.containers)]
-        jobs = container_jobs(s, hosts_)
-        outliers = lock_outliers(jobs, s.config)
-        kept = {h.host: s.kept_note(h.host) for h in hosts_}
-    for entry in jobs:
-        if entry["container"] in outliers:
-            entry["venv_lock_differs"] = outliers[entry["container"]]
-    if json_:
-        print(json.dumps({"hosts": [{"host": h.host, "reachable": h.reachable, "error": h.error, "kept": kept[h.host],
-                                     "containers": {str(k): v for k, v in h.containers.items()}} for h in hosts_],
-                          "containers": jobs}, indent=2))
-    else:
-        by_ct = {j["container"]: j for j in jobs}
-        for h in hosts_:
-            print(f"{h.host}: {'reachable' if h.reachable else 'UNREACHABLE'}"
-                  + (f" ({kept[h.host]})" if kept[h.host] else ""))
-            if h.error:
-                print("  " + h.error.replace("\n", "\n  "))
-            for ctid, state in h.containers.items():
-                print(f"  {ctid}: {state}" + _job_line(by_ct.get(ctid)) + _also_live(by_ct.get(ctid))
-                      + _lock_note(by_ct.get(ctid)))
-        for line in _multinode_lines(jobs):
-            print(line)
-    if not all(h.reachable for h in hosts_):
+    with fleet_of(hosts) as fleet:
+        data = fleet.status(container)
+    print(fmt.status_json(data) if json_ else "\n".join(fmt.status_lines(data)))
+    if not all(h["reachable"] for h in data["hosts"]):
         raise Exit(code=1)
-
-
-def _lock_note(entry: dict | None) -> str:
-    if not entry or not entry.get("venv_lock_differs"):
-        return ""
-    return (f"  !! venv lock {entry['venv_lock'][:12]} differs from its siblings' {entry['venv_lock_differs'][:12]}:"
-            " `remote deploy` them together")
-
-
-def _multinode_lines(jobs: list[dict]) -> list[str]:
-    """Each multi-node run once, with its nodes and what each is doing."""
-    runs: dict[str, list[dict]] = {}
-    for entry in jobs:
-        run = entry.get("run") or {}
-        if run.get("nodes"):
-            runs.setdefault(run["id"], []).append(entry)
-    lines = []
-    for run_id, entries in runs.items():
-        nodes = entries[0]["run"]["nodes"]
-        seen = {e["container"]: e["run"] for e in entries}
-        parts = []
-        for rank, ctid in enumerate(nodes):
-            r = seen.get(ctid)
-            what = ("not shown" if r is None else "running" if r["alive"] else
-                    "LOST" if r.get("lost") else f"exited {r['exit']}")
-            parts.append(f"{ctid} (node {rank}{', master' if rank == 0 else ''}): {what}")
-        alive = any(r["alive"] for r in seen.values())
-        lines.append(f"multi-node run {run_id} {'running' if alive else 'ended'} on {len(nodes)} nodes: "
-                     + "; ".join(parts))
-    return lines
-
-
-def _also_live(entry: dict | None) -> str:
-    """Live runs besides the latest (a `train --force` beside another, a wrapper without its pid file yet)."""
-    from .ops.jobs import live_text
-
-    return f"; ALSO RUNNING: {live_text(entry['also_live'])}" if entry and entry.get("also_live") else ""
-
-
-def _watch_text(r: dict) -> str:
-    """The stall watch's and the wrapper's part of a status line (docs/watch.md)."""
-    g, s = r.get("gpu") or {}, r.get("stalled")
-    text = f", GPU util {g['util_pct']:g}%" if g.get("util_pct") is not None else ""
-    text += f", mem {g['mem_used_mib'] / 1024:.1f} GiB" if g.get("mem_used_mib") is not None else ""
-    if (r.get("attempts_max") or 0) > 1 and r.get("attempt"):
-        text += f", attempt {r['attempt']} of {r['attempts_max']}"
-    return text + (f", STALLED: no output for {s['seconds']:g} s (stacks in {s['stacks']})" if s else "")
-
-
-def _job_line(entry: dict | None) -> str:
-    if not entry or "run" not in entry:
-        return "" if not entry or "error" not in entry else f"  ({entry['error']})"
-    r = entry["run"]
-    unit = f" {r['unit']}" if r.get("unit") else ""
-    if r["alive"]:
-        tp = f", {r['throughput']:.4g}{unit}" if r["throughput"] is not None else ", no throughput yet"
-        base = (f" vs baseline {r['baseline']:g}{unit}{' SLOW' if r['low'] else ''}"
-                if r["baseline"] and r["throughput"] is not None else "")
-        text = f", job {r['id']} running {r['uptime_s']}s{tp}{base}"
-        text += f" {r['spark']}" if r.get("spark") else ""
-        text += _watch_text(r)
-    elif r.get("lost"):
-        text = f", last run {r['id']} LOST (no exit record)" + (
-            f"; its processes {r['orphans']} still run" if r.get("orphans") else "")
-    else:
-        tp = f", last throughput {r['throughput']:.4g}{unit}" if r["throughput"] is not None else ""
-        text = f", last run {r['id']} exited {r['exit']}{tp}"
-        text += f" {r['spark']}" if r.get("spark") else ""
-        text += _watch_text(r)
-    return text + (f" [{', '.join(r['problems'])}]" if r["problems"] else "")
 
 
 @task(name="exec", positional="command", argv="command",
@@ -291,23 +72,9 @@ def exec_(c, command, container=None, timeout=None, dry=False, hosts=None):
     string as the one word after the task) runs a bash command line. Once deployed, the command runs
     in the checkout with the job's environment (venv, compile cache, train.env); its output streams
     back and `remote` exits with its status."""
-    from .ops import jobenv
-    from .errors import ContainerCommandNotFound, DeployError
-    from .ops.warmup import deployed
-
-    with _session(hosts, dry) as s:
-        spec = s.config.container(container)
-        ct = s.container(spec.ctid)
-        kwargs = dict(timeout=float(timeout) if timeout else None, check=False, on_output=_stream)
-        argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
-        try:
-            verify = deployed(ct, spec)["venv"].get("verify")
-        except (DeployError, ContainerCommandNotFound):
-            # Not deployed yet, or no venv.python to read the deploy records with (a fresh container, where
-            # this command may be what installs it): a plain command, from /root.
-            result = ct.run(argv, **kwargs)
-        else:
-            result = jobenv.run(ct, spec, verify, argv, cwd=spec.code.path, **kwargs)
+    with fleet_of(hosts, dry) as fleet:
+        result = fleet.container(container).exec(command if isinstance(command, str) else list(command),
+                                                 timeout=timeout, on_output=_stream)
     if result.exit_code:
         raise Exit(code=result.exit_code)
 
@@ -323,16 +90,10 @@ def deploy(c, container=None, allow_dirty=False, check=False, rollback=False, fo
     """Make the container's venv and checkout exactly what the hosts file pins.
 
     A no-op when they are."""
-    from .ops.deploy import deploy as run_deploy
-
-    with _session(hosts, dry) as s:
-        from .ops.deploy import LockOnce
-
-        lock = fleet.shared_value("deploy-lock", LockOnce) if fleet.shared() is not None else None
-        summary = run_deploy(s, container, allow_dirty=allow_dirty, check=check, rollback=rollback, force=force,
-                             lock=lock)
-    print(summary.render())
-    if check and (summary.changed or summary.drift):
+    with fleet_of(hosts, dry) as fleet:
+        plan = fleet.container(container).deploy(allow_dirty=allow_dirty, check=check, rollback=rollback, force=force)
+    print(plan.render())
+    if check and (plan.changed or plan.drift):
         raise Exit(code=1)
 
 
@@ -345,30 +106,18 @@ def deploy(c, container=None, allow_dirty=False, check=False, rollback=False, fo
 @handled
 def warmup(c, container=None, parallel=False, devices=None, export=None, import_=None, dry=False, hosts=None):
     """Compile the training into the persistent compile cache, one device at a time."""
-    from .ops import warmup as wm
-
-    with _session(hosts, dry) as s:
+    with fleet_of(hosts, dry) as fleet:
+        ct = fleet.container(container)
         if import_:
-            got = wm.import_cache(s, container, import_)
-            print(f"imported {got['files']} cache file(s) into {got['cache_dir']}; " + (
-                f"warmup recorded for {', '.join(got['warmups'])}" if got["warmups"] else
-                "the bundle's warmups were for another commit, venv, command or environment: run `remote warmup` "
-                "(it starts from the imported cache)"))
+            print(fmt.imported_line(ct.import_cache(import_)))
             return
         if export:
-            wm.export_cache(s, container, export)
+            ct.export_cache(export)
             print(f"wrote {export}")
             return
-        results = wm.warmup(s, container, parallel=parallel,
-                            devices=[d for d in devices.split(",") if d] if devices else None)
-    if dry:
-        return
-    new_files, new_bytes = sum(r.new_files for r in results), sum(r.new_bytes for r in results)
-    guard = (f"; guard: {sum(r.hits for r in results)} hits, {sum(r.misses for r in results)} misses"
-             if any(r.report for r in results) else "")
-    print(f"warmup done: {len(results)} device(s) in {sum(r.end - r.start for r in results):.1f}s; cache "
-          + (f"+{new_files} files, +{new_bytes / 2**20:.1f} MiB" if new_files or new_bytes else "nothing new (warm)")
-          + guard)
+        done = ct.warmup(parallel=parallel, devices=[d for d in devices.split(",") if d] if devices else None)
+    if not dry:
+        print(fmt.warmup_line(done))
 
 
 @task(help={"container": CT_HELP + "; several: one multi-node run across them (train.command formatted per node)",
@@ -379,23 +128,15 @@ def warmup(c, container=None, parallel=False, devices=None, export=None, import_
 def train(c, container=None, force=False, warmup=False, detach=False, dry=False, hosts=None):
     """Preflight, start the training job detached, then follow its log.
 
-    Ctrl-C stops following and leaves the job running."""
-    from .ops.jobs import final_status, train as run_train
-    from .runs.knowngood import after_run
-
-    if fleet.is_selection(container):  # one run across these containers (remote.ops.multinode)
-        from .ops import multinode
-
-        with _session(hosts, dry) as s:
-            result = multinode.train(s, fleet.select(s.config, container), force=force, warmup=warmup,
-                                     follow=not detach)
-        if result and multinode.final_status(result):
-            raise Exit(code=multinode.final_status(result))
-        return
-    with _session(hosts, dry) as s:
-        final = run_train(s, container, force=force, warmup=warmup, follow=not detach, on_end=after_run)
-    if final and not final["alive"] and final_status(final):
-        raise Exit(code=final_status(final))
+    Ctrl-C stops following and leaves the job running (exit status 130)."""
+    with fleet_of(hosts, dry) as fleet:
+        if is_selection(container):  # one run across these containers (a multi-node run)
+            code = fleet.train_nodes(container, force=force, warmup=warmup, follow=not detach)
+        else:
+            run = fleet.container(container).train(detach=detach or dry, force=force, warmup=warmup)
+            code = 0 if detach or dry else run.exit_code
+    if code:
+        raise Exit(code=code)
 
 
 @task(help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP,
@@ -406,22 +147,17 @@ def train(c, container=None, force=False, warmup=False, detach=False, dry=False,
 def logs(c, container=None, run=None, follow=False, hosts=None):
     """Print a run's log (what is there now; with --follow, until the job ends). Exits with the run's
     status once it has ended (1 when it was lost)."""
-    from .ops.jobs import final_status, show_log
-
-    with _session(hosts) as s:
-        spec = s.config.container(container)
-        if follow and fleet.shared() is None:  # a multi-node run: every node's log, merged
-            from .ops import multinode
-
-            run_id, nodes = multinode.nodes_of(s, spec.ctid, run)
-            if len(nodes) > 1:
-                result = multinode.follow_run(s, nodes, run_id)
-                if multinode.final_status(result):
-                    raise Exit(code=multinode.final_status(result))
+    with fleet_of(hosts) as fleet:
+        ct = fleet.container(container)
+        if follow and not in_fleet_task():  # a multi-node run: every node's log, merged
+            code = fleet.follow_nodes(ct.id, run)
+            if code is not None:
+                if code:
+                    raise Exit(code=code)
                 return
-        final = show_log(s.container(spec.ctid), spec, run, follow=follow)
-    if not final["alive"] and final_status(final):
-        raise Exit(code=final_status(final))
+        final = ct.log(run, follow=follow)
+    if not final["alive"] and (1 if final["lost"] else final["exit"] or 0):
+        raise Exit(code=1 if final["lost"] else final["exit"])
 
 
 @task(help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP,
@@ -433,35 +169,10 @@ def stop(c, container=None, run=None, grace=10, dry=False, hosts=None):
     """Stop a job and verify that nothing of it is left.
 
     TERM its process group, KILL after the grace period, then check by the run's marker."""
-    from .ops.jobs import stop as stop_job
-
-    with _session(hosts, dry) as s:
-        spec = s.config.container(container)
-        result = stop_job(s.container(spec.ctid), spec, run, grace=int(grace))
-        others = [n for n in result.get("nodes") or [] if n != spec.ctid and n in s.config.containers]
-        if others and fleet.shared() is None and not dry:  # a multi-node run: stop it on every node
-            from .ops.multinode import stop_nodes
-
-            for ctid, got in stop_nodes(s, others, result["run"], grace=int(grace)).items():
-                if isinstance(got, Exception):
-                    raise got
-                print(f"node {ctid}: " + ("stopped" if got["was_alive"] else "was not running")
-                      + ", verified: no process of it is left")
-    if dry:
-        return
-    for one in [*result.get("others", []), result]:  # without --run: every live run, not only the latest
-        if not one["was_alive"]:
-            print(f"run {one['run']} was not running (exit status {one['exit']}); no process of it is left")
-        else:
-            print(f"run {one['run']} stopped with SIG{one['signal']} (exit status {one['exit']}); "
-                  "verified: no process of it is left" + (", none on a GPU" if one.get("gpu_left") == [] else ""))
-
-
-def _containers(s: Session, container: str | None) -> list[int]:
-    """A comma-separated --container list (every configured container when empty); bad ids exit 2."""
-    if not container:
-        return list(s.config.containers)
-    return [s.config.container(c.strip()).ctid for c in str(container).split(",") if c.strip()]
+    with fleet_of(hosts, dry) as fleet:
+        stopped = fleet.container(container).stop(run, grace=int(grace), nodes=not in_fleet_task())
+    if not dry:
+        print("\n".join(fmt.stop_lines(stopped)))
 
 
 @task(help={"container": "container id(s), comma-separated (default: every container in the hosts file)",
@@ -473,17 +184,12 @@ def doctor(c, container=None, json_=False, hosts=None, fresh=False):
 
     Each finding says why it matters and the command that fixes it. Exit 0 healthy, 1 with findings,
     2 on bad input."""
-    from . import doctor as dr
-    from .transport.session import Session
-
-    # One probe per container: plain pct exec is one round trip, an agent would add its own start-up.
-    with Session(cfg.load(hosts), agent=False, keep=True) as s:
-        reports = dr.diagnose(s, _containers(s, container), fresh=fresh)
-    if json_:
-        print(json.dumps(dr.to_json(reports), indent=2))
-    else:
-        print("\n".join(r.render() for r in reports))
-    if not all(r.healthy for r in reports):
+    with fleet_of(hosts) as fleet:
+        ids = ([fleet.container(p.strip()).id for p in str(container).split(",") if p.strip()] if container
+               else fleet.ids)
+        found = fleet.doctor(ids, fresh=fresh)
+    print(fmt.doctor_json(found) if json_ else "\n".join(d.render() for d in found))
+    if not all(d.healthy for d in found):
         raise Exit(code=1)
 
 
@@ -494,27 +200,28 @@ def known_good(c, container=None, run=None, hosts=None):
 
     The run must have exited 0; train records one by itself when a run meets the baseline."""
     from .doctor import known_good_label
-    from .runs.knowngood import path_of, record_run
 
-    with _session(hosts) as s:
-        record = record_run(s, container, run)
-        where = path_of(s.config.container(container))
+    with fleet_of(hosts) as fleet:
+        ct = fleet.container(container)
+        record = ct.known_good(run)
     print(f"recorded {known_good_label(record)} (commit {str(record['commit'])[:12]}, torch {record['torch']}) "
-          f"in {where}")
+          f"in {ct.known_good_path()}")
 
 
 @task(help={"container": CT_HELP, "run": "run id (default: the latest)",
-            "dest": "the HTML file to write (default: ~/.local/share/remote/reports/report-<container>-<run>.html)", "hosts": HOSTS_HELP})
+            "out": "the HTML file to write (default: ~/.local/share/remote/reports/report-<container>-<run>.html)",
+            "dest": "deprecated: the old name of --out", "hosts": HOSTS_HELP})
 @handled
-def report(c, container=None, run=None, dest=None, hosts=None):
+def report(c, container=None, run=None, out=None, hosts=None, dest=None):
     """Write one self-contained HTML file of a run.
 
     Its metric over time against the baseline and the known-good run, its manifest, warmup times and
     any crash hints; it opens offline in any browser."""
-    from .runs.report import write
-
-    with _session(hosts) as s:
-        path = write(s, container, run, dest)
+    _deprecated("report", "dest", dest)
+    if out and dest and out != dest:
+        raise Exit(f"error: report: --out {out} and --dest {dest} (its old name) both given; give --out", code=2)
+    with fleet_of(hosts) as fleet:
+        path = fleet.container(container).report(run, out or dest)
     print(f"wrote {path}")
 
 
@@ -572,26 +279,16 @@ def init(c, address, port=None, user=None, key_file=None, known_hosts=None, pct=
 
     Connects to the host, reads `pct list` and each container's hostname (`pct config`), and writes a
     commented hosts file; an existing file is never overwritten without --force."""
-    from .ops import hostsinit
+    from . import api
 
-    out = out or cfg.find_file(None)
-    hostsinit.check_target(out, force)
     for flag, path in (("--key-file", key_file), ("--known-hosts", known_hosts)):
         if path and not os.path.isfile(os.path.expanduser(path)):
             raise Exit(f"error: {flag} {path}: no such file", code=2)
-    given = {"port": port, "user": user, "pct": pct,
-             "key_file": os.path.abspath(os.path.expanduser(key_file)) if key_file else None,
-             "known_hosts": os.path.abspath(os.path.expanduser(known_hosts)) if known_hosts else None}
-    # Port and user not given: ~/.ssh/config's for the address, else 22 and root (as the hosts file will).
-    host = cfg.Host(name=hostsinit.host_name(address), address=address, port=port, user=user,
-                    key_file=given["key_file"], known_hosts=given["known_hosts"], pct=pct or "pct")
-    found = hostsinit.read_host(host)
-    if not found:
-        raise Exit(f"error: `pct list` on {address} shows no containers: create one first (pct create), "
-                   "then run remote init again", code=1)
-    hostsinit.write(out, hostsinit.render(host, given, found), force)
-    print(f"wrote {out}: host {host.name} with container(s) {', '.join(str(f[0]) for f in found)}; fill in venv, "
-          f"code and train, then `remote config -c {found[0][0]}` and `remote deploy -c {found[0][0]}`")
+    wrote = api.write_hosts_file(address, out=out, port=port, user=user, key_file=key_file, known_hosts=known_hosts,
+                                 pct=pct, force=force)
+    first = wrote.containers[0][0]
+    print(f"wrote {wrote.path}: host {wrote.host} with container(s) {', '.join(str(f[0]) for f in wrote.containers)}; "
+          f"fill in venv, code and train, then `remote config -c {first}` and `remote deploy -c {first}`")
 
 
 @task(name="config", help={"container": "only these containers: an id, a comma list, a group or `all` "
@@ -603,22 +300,17 @@ def config_(c, container=None, json_=False, hosts=None):
 
     The hosts file's sections with the container's own overrides applied, as the tasks will use them;
     train.env's values are not shown."""
-    from . import configview
-
-    config = cfg.load(hosts)
-    if container is not None:
-        specs, why = [config.containers[i] for i in fleet.select(config, container)], f"--container {container}"
-    else:
-        try:
-            specs = [config.container(None)]
-            why = ("$REMOTE_CONTAINER" if os.environ.get(cfg.CONTAINER_VAR, "").strip() else
-                   "default_container" if config.default_container else "the only container")
-        except RemoteError:  # several, and none chosen: all of them
-            specs, why = list(config.containers.values()), "every container"
-    if json_:
-        print(json.dumps([configview.resolved(config, s) for s in specs], indent=2))
-    else:
-        print(configview.render(config, specs, why))
+    with fleet_of(hosts) as fleet:
+        if container is not None:
+            ids, why = fleet.select(container), f"--container {container}"
+        else:
+            try:
+                ids = [fleet.container(None).id]
+                why = ("$REMOTE_CONTAINER" if os.environ.get(cfg.CONTAINER_VAR, "").strip() else
+                       "default_container" if fleet.config.default_container else "the only container")
+            except RemoteError:  # several, and none chosen: all of them
+                ids, why = fleet.ids, "every container"
+        print(json.dumps(fleet.settings(ids), indent=2) if json_ else fleet.render_settings(ids, why))
 
 
 @task(help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP, "json": "print the runs as JSON",
@@ -627,12 +319,10 @@ def config_(c, container=None, json_=False, hosts=None):
 @handled
 def runs(c, container=None, json_=False, limit=20, hosts=None):
     """List a container's runs: id, start, state, exit status, throughput, command."""
-    from .runs.listing import list_runs, render
-
-    with _session(hosts) as s:
-        spec = s.config.container(container)
-        found = list_runs(s.container(spec.ctid), spec, limit=limit)
-    print(json.dumps(found, indent=2) if json_ else render(found, spec))
+    with fleet_of(hosts) as fleet:
+        ct = fleet.container(container)
+        found = ct.runs(limit=limit)
+    print(json.dumps(found, indent=2) if json_ else ct.render_runs(found))
 
 
 @task(help={"container": "container id from the hosts file (default: default_container, $REMOTE_CONTAINER, "
@@ -643,16 +333,13 @@ def shell(c, container=None, hosts=None):
 
     A real terminal (a pty there): the venv first on PATH, the compile cache and train.env set, as warmups
     and jobs have them. `exit` (or Ctrl-D) leaves it; remote exits with the shell's status."""
-    from .ops.interactive import open_shell
-    from .transport.session import Session
-
-    if fleet.is_selection(container):
+    if is_selection(container):
         raise Exit(f"error: --container: one container for a shell, got {container!r}", code=2)
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise Exit("error: remote shell needs a terminal on stdin and stdout; for a command, "
                    "use `remote exec -c ID -- CMD ARG...`", code=2)
-    with Session(cfg.load(hosts)) as s:  # a pty session of its own; no agent to start for one shell
-        code = open_shell(s, container)
+    with fleet_of(hosts) as fleet:
+        code = fleet.container(container).shell()
     if code:
         raise Exit(code=code)
 
@@ -663,6 +350,12 @@ def _need(**flags) -> None:
     missing = [f"--{name}" for name, value in flags.items() if not value]
     if missing:
         raise Exit(f"error: {' and '.join(missing)} required", code=2)
+
+
+def _progress(quiet: bool, dry: bool, label: str):
+    from . import api
+
+    return None if quiet or dry else api.progress_printer(label)
 
 
 XFER_HELP = {"container": CT_HELP, "fail_fast": FAIL_FAST_HELP, "dry": DRY_HELP, "hosts": HOSTS_HELP,
@@ -678,17 +371,14 @@ def push(c, src=None, dest=None, container=None, attempts=3, quiet=False, dry=Fa
     """Copy a local file or folder into a container.
 
     Streamed, verified by sha256, resumed after a lost connection."""
-    from .ops import files
-
     _need(src=src, dest=dest)
     if not (os.path.isfile(src) or os.path.isdir(src)):  # bad input: before anything connects
         raise Exit(f"error: --src {src}: no such file or folder on this machine", code=2)
-    with _session(hosts, dry) as s:
-        ct = s.container(container)
-        stats = files.push(ct, src, dest, attempts=int(attempts),
-                           progress=None if quiet or dry else files.ProgressPrinter(f"push {src}"))
+    with fleet_of(hosts, dry) as fleet:
+        done = fleet.container(container).push(src, dest, attempts=int(attempts),
+                                               on_bytes=_progress(quiet, dry, f"push {src}"))
     if not dry:
-        print(stats.render())
+        print(done.render())
 
 
 @task(help={**XFER_HELP, "src": "file or folder in the container", "dest": "local path (a folder's contents are "
@@ -702,24 +392,19 @@ def pull(c, src=None, dest=None, container=None, run=None, attempts=3, quiet=Fal
     Streamed, verified by sha256, resumed after a lost connection. With --run (an id, or `latest`):
     the run's outputs (train.outputs), log, manifest, metrics.jsonl,
     gpu.csv and stacks, into DEST/<run id>/."""
-    from .ops import files
-
     if run:
-        from .ops.jobs import pull_run
-
         _need(dest=dest)
-        with _session(hosts, dry) as s:
-            got = pull_run(s, container, run, dest, progress=not quiet)
+        with fleet_of(hosts, dry) as fleet:
+            got = fleet.container(container).pull_run(dest, run, on_bytes=not quiet)
         if not dry:
-            print(f"run {got['run']}: " + ", ".join(f"{k} ({v})" for k, v in got["pulled"].items()) + f" in {got['dest']}")
+            print(fmt.pulled_run_line(got))
         return
     _need(src=src, dest=dest)
-    with _session(hosts, dry) as s:
-        ct = s.container(container)
-        stats = files.pull(ct, src, dest, attempts=int(attempts),
-                           progress=None if quiet or dry else files.ProgressPrinter(f"pull {src}"))
+    with fleet_of(hosts, dry) as fleet:
+        done = fleet.container(container).pull(src, dest, attempts=int(attempts),
+                                               on_bytes=_progress(quiet, dry, f"pull {src}"))
     if not dry:
-        print(stats.render())
+        print(done.render())
 
 
 @task(help={"host": "only this host's kept connection (default: every one of yours)", "hosts": HOSTS_HELP})
@@ -728,12 +413,9 @@ def disconnect(c, host=None, hosts=None):
     """End kept connections now.
 
     Each host's kept connection holds the SSH connection and the agents for control_persist seconds."""
-    from .transport import keeper
+    from . import api
 
-    config_file = cfg.find_file(hosts)
-    if host is not None and host not in cfg.load(hosts).hosts:
-        raise Exit(f"error: {config_file}: --host: unknown host {host!r}", code=2)
-    pids = keeper.disconnect(config_file, host)
+    pids = api.disconnect(hosts, host)
     print(f"ended {len(pids)} kept connection(s)" + (f" (pid {', '.join(map(str, pids))})" if pids else ""))
 
 

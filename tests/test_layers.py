@@ -59,3 +59,39 @@ def test_facts_never_import_operations():
 def test_operations_never_import_what_reads_runs():
     assert offenders("ops", ("remote.runs", "remote.doctor", "remote.cli")) == {}
     assert offenders("transport", ("remote.facts", "remote.ops", "remote.runs", "remote.doctor", "remote.cli")) == {}
+
+
+def faces() -> list[Path]:
+    """The command line and the invoke collection: thin faces of the public API (remote.api)."""
+    return sorted(ROOT.glob("cli*.py")) + [ROOT / "invoke_tasks.py", ROOT / "tasks.py", ROOT.parent / "tasks.py"]
+
+
+def test_the_command_line_and_the_invoke_tasks_use_only_the_public_api():
+    """remote/cli*.py, the invoke collection and the checkout's tasks.py reach operations and the transport
+    only through remote.api: whatever they do, a script can do too."""
+    forbidden = ("remote.ops", "remote.transport")
+    bad = {}
+    for path in faces():
+        if not path.exists():
+            continue
+        found = sorted(m for m in imported_modules(path) if any(m == f or m.startswith(f + ".") for f in forbidden))
+        if found:
+            bad[path.name] = found
+    assert bad == {}
+    assert (ROOT / "cli_table.py").exists() and (ROOT / "cli_format.py").exists()
+
+
+def test_the_face_check_sees_an_operation_imported_by_the_command_line(tmp_path, monkeypatch):
+    pkg = tmp_path / "remote"
+    pkg.mkdir()
+    (pkg / "cli_extra.py").write_text("def f():\n    from .ops.jobs import stop\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", pkg)
+    with pytest.raises(AssertionError, match="cli_extra.py"):
+        test_the_command_line_and_the_invoke_tasks_use_only_the_public_api()
+
+
+def test_only_remote_fabric_imports_fabric():
+    """fabric is the dependency of remote.fabric alone (the `fabric` extra): nothing else imports it."""
+    users = {str(p.relative_to(ROOT.parent)) for p in ROOT.rglob("*.py")
+             if any(m == "fabric" or m.startswith("fabric.") for m in imported_modules(p))}
+    assert users <= {"remote/fabric.py"}

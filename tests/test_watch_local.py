@@ -14,7 +14,7 @@ import pytest
 from conftest import wait_until
 
 from remote import config, shell
-from remote.cli import _watch_text
+from remote.cli_format import _watch_text
 from remote.errors import ConfigError
 from remote.runs import timeline
 from remote.ops import jobs, logs
