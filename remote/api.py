@@ -161,7 +161,7 @@ class Stopped:
     signal: str | None
     exit_code: int | None
     gpu_left: tuple[int, ...] | None  # None where the GPUs could not be checked
-    others: tuple["Stopped", ...] = ()  # other live runs stopped with it (no run id given)
+    others: tuple[Stopped, ...] = ()  # other live runs stopped with it (no run id given)
 
 
 @dataclass
@@ -210,7 +210,7 @@ def _emitter(progress: Progress | None) -> Progress:
 
 
 def open(source: str | os.PathLike | Mapping[str, Any] | None = None, *, dry: bool = False,
-         progress: Progress | None = None, keep: bool = True) -> "Fleet":
+         progress: Progress | None = None, keep: bool = True) -> Fleet:
     """The fleet of a hosts file (a path; None: $REMOTE_HOSTS_FILE, else ./hosts.yaml) or of a config
     built in code (a dict in the hosts file's shape). Bad input raises ConfigError naming the file and key.
 
@@ -228,7 +228,10 @@ def open(source: str | os.PathLike | Mapping[str, Any] | None = None, *, dry: bo
 class Fleet:
     """The hosts and containers of one config, over one connection per host (closed with the fleet)."""
 
-    def __init__(self, config: "Config", *, dry: bool = False, progress: Progress | None = None, keep: bool = True):
+    config: Config
+    dry: bool
+
+    def __init__(self, config: Config, *, dry: bool = False, progress: Progress | None = None, keep: bool = True):
         self.config = config
         self.dry = dry
         self._emit = _emitter(progress)
@@ -239,7 +242,7 @@ class Fleet:
         self._lock = threading.Lock()
 
     # context manager
-    def __enter__(self) -> "Fleet":
+    def __enter__(self) -> Fleet:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -251,7 +254,7 @@ class Fleet:
             self._made = None
 
     @property
-    def _session(self) -> "Session":
+    def _session(self) -> Session:
         with self._lock:
             if self._made is None:
                 from .transport.session import Session
@@ -268,7 +271,7 @@ class Fleet:
         """Every configured container id, in the file's order."""
         return list(self.config.containers)
 
-    def container(self, ctid: int | str | None = None) -> "Container":
+    def container(self, ctid: int | str | None = None) -> Container:
         """The container `ctid` (None: default_container, $REMOTE_CONTAINER or the only one). An id the
         hosts file does not list raises ConfigError, naming the ones it does."""
         spec = self.config.container(ctid)
@@ -282,7 +285,7 @@ class Fleet:
             which = ",".join(str(w) for w in which)
         return fleetmod.select(self.config, which)
 
-    def containers(self, which: int | str | Sequence[int | str] = ALL) -> "Group":
+    def containers(self, which: int | str | Sequence[int | str] = ALL) -> Group:
         """Several containers at once, as `-c all` (a group, a comma list or a list of ids)."""
         return Group(self, [self.container(i) for i in self.select(which)])
 
@@ -390,20 +393,20 @@ class Group:
     """Several containers of a fleet: each call runs per container (at most `max_parallel` per host at
     once) and returns a GroupResult; one failing does not stop the others unless fail_fast."""
 
-    def __init__(self, fleet: Fleet, members: list["Container"]):
+    def __init__(self, fleet: Fleet, members: list[Container]):
         self.fleet, self.members = fleet, members
 
     @property
     def ids(self) -> list[int]:
         return [c.id for c in self.members]
 
-    def __iter__(self) -> Iterator["Container"]:
+    def __iter__(self) -> Iterator[Container]:
         return iter(self.members)
 
     def __len__(self) -> int:
         return len(self.members)
 
-    def map(self, fn: Callable[["Container"], T], *, fail_fast: bool = False,
+    def map(self, fn: Callable[[Container], T], *, fail_fast: bool = False,
             prefix_output: bool = False) -> GroupResult:
         """fn(container) for each member at once: a GroupResult of their values and errors. With fail_fast,
         containers not started yet are skipped after the first failure. prefix_output (for a command
@@ -453,7 +456,7 @@ class Group:
         return self.map(lambda c: c.pull(src, os.path.join(os.fspath(dest), str(c.id)), **kwargs))
 
 
-def _run_quiet(config: "Config", ids: list[int], fn: Callable[[int], None], *, fail_fast: bool,
+def _run_quiet(config: Config, ids: list[int], fn: Callable[[int], None], *, fail_fast: bool,
                progress: bool) -> list:
     """ops.fleet.run_each without its output routing (for scripts: nothing printed)."""
     from .ops.fleet import Outcome as FleetOutcome, _failure as failure
@@ -493,7 +496,10 @@ def _run_quiet(config: "Config", ids: list[int], fn: Callable[[int], None], *, f
 class Container:
     """One container of a fleet (`fleet.container(200)`)."""
 
-    def __init__(self, fleet: Fleet, spec: "ContainerSpec"):
+    fleet: Fleet
+    spec: ContainerSpec  # its settings, as the hosts file resolves them (remote.config)
+
+    def __init__(self, fleet: Fleet, spec: ContainerSpec):
         self.fleet, self.spec = fleet, spec
 
     def __repr__(self) -> str:
@@ -508,10 +514,10 @@ class Container:
         return self.spec.host.name
 
     @property
-    def _s(self) -> "Session":
+    def _s(self) -> Session:
         return self.fleet._session
 
-    def _ct(self, venv_on_path: bool = True) -> "_PctContainer":
+    def _ct(self, venv_on_path: bool = True) -> _PctContainer:
         return self._s.container(self.id, venv_on_path=venv_on_path)
 
     # -- commands ------------------------------------------------------------------------------------
@@ -606,7 +612,7 @@ class Container:
         return wm.import_cache(self._s, self.id, os.fspath(path), echo=self.fleet._emit)
 
     # -- runs ----------------------------------------------------------------------------------------
-    def train(self, *, detach: bool = True, force: bool = False, warmup: bool = False) -> "Run":
+    def train(self, *, detach: bool = True, force: bool = False, warmup: bool = False) -> Run:
         """Preflight, then start the training job detached: the Run. detach=False: follow its log (lines to
         the progress callback) until it ends, record a known-good where it meets the baseline, then return.
         Refused (BusyError) while a job runs there, unless force; JobError when the preflight fails."""
@@ -643,7 +649,7 @@ class Container:
             run._state = final
         return run
 
-    def run(self, run_id: str | None = None) -> "Run":
+    def run(self, run_id: str | None = None) -> Run:
         """A run of this container by id (None or "latest": the latest). UnknownRun when it has no such run."""
         from .ops import jobs
 
@@ -741,6 +747,8 @@ class Run:
     """A training run of a container: `.id`, `.state`, `.exit_code`; follow, wait, metrics, stop."""
 
     POLL = 1.0  # seconds between state reads in wait()
+    id: str  # the run id (its folder under train.run_dir)
+    container: Container
 
     def __init__(self, container: Container, run_id: str):
         self.container, self.id = container, run_id

@@ -131,7 +131,7 @@ def write(session: Session, ctid, run_id: str | None, dest: str | None) -> Path:
     warmups = [r for r in wm.records(ct, spec)
                if r.get("commit") == m.get("commit") and r.get("venv_lock") == m.get("venv_lock_sha256")]
     if not dest and not jobs.RUN_ID.fullmatch(st["run"]):  # the container's `current`: untrusted, never a path
-        raise JobError(f"container {spec.ctid}: its run id {st['run']!r} is not one remote makes; give --dest")
+        raise JobError(f"container {spec.ctid}: its run id {st['run']!r} is not one remote makes; give --out")
     path = Path(dest) if dest else reports_dir() / f"report-{spec.ctid}-{st['run']}.html"
     path.parent.mkdir(parents=True, exist_ok=True)
     # What the run's watch left (metrics.jsonl, gpu.csv, events.jsonl): small files, read as they are.
