@@ -505,6 +505,16 @@ class Container:
     def __repr__(self) -> str:
         return f"<remote.Container {self.id} on {self.host}>"
 
+    def __enter__(self) -> Container:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close its fleet's connections (a container made on its own, as remote.fabric makes one)."""
+        self.fleet.close()
+
     @property
     def id(self) -> int:
         return self.spec.ctid

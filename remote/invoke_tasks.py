@@ -33,6 +33,7 @@ def collection(tasks: dict, short_flags: dict[str, str], exit_type: type) -> Col
                         kwargs[param.name] = param.kind.convert(value)
                     except ValueError as exc:
                         raise InvokeExit(f"error: --{param.flag}: {exc}", code=2) from None
+            _from_config(c, spec, kwargs)
             try:
                 return spec.fn(c, *args, **kwargs)
             except exit_type as e:
@@ -54,3 +55,16 @@ def collection(tasks: dict, short_flags: dict[str, str], exit_type: type) -> Col
         else:
             ns.add_task(made)
     return ns
+
+
+def _from_config(c, spec, kwargs: dict) -> None:
+    """Options not given on the command line from invoke's configuration (`remote: {hosts: ..., container: ...}`
+    in invoke.yaml): a flag wins over it, and it over the environment."""
+    settings = getattr(getattr(c, "config", None), "get", lambda *a: None)("remote")
+    if not settings:
+        return
+    for key in ("hosts", "container"):
+        value = settings.get(key)
+        if value is not None and key in spec.params and kwargs.get(spec.params[key].name) is None:
+            param = spec.params[key]
+            kwargs[param.name] = param.kind.convert(str(value)) if param.kind else value

@@ -1,0 +1,125 @@
+"""remote for Fabric users: a remote.Container from your own `fabric.Connection` to the Proxmox host.
+
+    from fabric import Connection
+    import remote.fabric
+
+    c = Connection("pve1", user="root", connect_kwargs={"key_filename": "~/.ssh/pve"})
+    with remote.fabric.container(c, 200, hosts="hosts.yaml") as ct:   # hosts: the venv/code/train settings
+        ct.exec(["nvidia-smi"])
+    remote.fabric.exec(c, 200, ["python", "-c", "print(1)"])          # c-first helpers for a fabfile
+    remote.fabric.deploy(c, 200, hosts="hosts.yaml")
+
+The Connection gives where and how to log in (host, port, user, connect_timeout, connect_kwargs'
+key_filename); remote's own transport then connects. Fabric's Connection is never used to connect: it
+would add an unknown host key (its client's AutoAddPolicy), and remote never does. A host whose key is
+not in known_hosts (the hosts file's, `known_hosts=`, else ~/.ssh/known_hosts and ssh_config's
+UserKnownHostsFile) is refused with HostKeyError, whatever the Connection would do. Keys only: a
+Connection with a password or an in-memory pkey is refused (ConfigError), as is a `gateway` (write a
+ProxyJump for the host in ~/.ssh/config: remote verifies every hop's key).
+
+This is the only module of remote that imports fabric (tests/test_layers.py checks).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import TYPE_CHECKING, Any, Sequence
+
+from . import api
+from .errors import ConfigError
+
+if TYPE_CHECKING:
+    import fabric
+
+WHERE = "<fabric.Connection>"  # what errors name as the "file" of a config made from a Connection
+
+
+def _login(c: "fabric.Connection") -> dict[str, Any]:
+    """Where and how the Connection logs in, as hosts-file keys; what remote cannot honour is refused."""
+    kwargs = dict(getattr(c, "connect_kwargs", None) or {})
+    for secret in ("password", "passphrase", "pkey"):
+        if kwargs.get(secret):
+            raise ConfigError(WHERE, f"connect_kwargs.{secret}",
+                              "remote logs in with key files only (key_filename) or ssh-agent: drop it")
+    if getattr(c, "gateway", None) is not None:
+        raise ConfigError(WHERE, "gateway", f"not supported: add `Host {c.original_host}` with `ProxyJump JUMP` to "
+                          "~/.ssh/config instead (remote reads it and verifies every hop's host key)")
+    keys = kwargs.get("key_filename")
+    if isinstance(keys, (list, tuple)):
+        if len(keys) > 1:
+            raise ConfigError(WHERE, "connect_kwargs.key_filename", f"one key file, got {len(keys)}: {list(keys)}")
+        keys = keys[0] if keys else None
+    login: dict[str, Any] = {"address": c.host, "port": int(c.port), "user": c.user}
+    if keys:
+        login["key_file"] = os.path.abspath(os.path.expanduser(str(keys)))
+    if getattr(c, "connect_timeout", None):
+        login["connect_timeout"] = float(c.connect_timeout)
+    return login
+
+
+def fleet(c: "fabric.Connection", ids: Sequence[int | str] = (), *, hosts: str | os.PathLike | None = None,
+          known_hosts: str | os.PathLike | None = None, progress: api.Progress | None = None,
+          dry: bool = False) -> api.Fleet:
+    """A remote.Fleet on the host `c` connects to. With `hosts` (a hosts file): its containers and
+    settings, its host reached as `c` says (address, port, user, key; the file's known_hosts unless
+    `known_hosts` is given), so give a file of that one host. Without: the containers `ids`, with the
+    defaults (exec, push, pull and doctor work; deploy and train need a file's venv, code and train)."""
+    from . import config as cfg
+
+    login = _login(c)
+    if known_hosts is not None:
+        login["known_hosts"] = os.path.abspath(os.fspath(known_hosts))
+    if hosts is None:
+        name = str(c.original_host or c.host)
+        data = {"hosts": {name: login}, "containers": {int(i): {"host": name} for i in ids}}
+        config = cfg.parse(data, WHERE)
+    else:
+        config = cfg.load(os.fspath(hosts))
+    hosts_ = {n: dataclasses.replace(h, **{"known_hosts": h.known_hosts, **login}) for n, h in config.hosts.items()}
+    containers = {i: dataclasses.replace(s, host=hosts_[s.host.name]) for i, s in config.containers.items()}
+    config = dataclasses.replace(config, hosts=hosts_, containers=containers)
+    return api.Fleet(config, keep=False, dry=dry, progress=progress)
+
+
+def container(c: "fabric.Connection", ctid: int | str, *, hosts: str | os.PathLike | None = None,
+              known_hosts: str | os.PathLike | None = None, progress: api.Progress | None = None,
+              dry: bool = False) -> api.Container:
+    """Container `ctid` of the Proxmox host `c` connects to; closes its connection when used as a context
+    manager (`with remote.fabric.container(c, 200) as ct:`) or with ct.close()."""
+    return fleet(c, [ctid] if hosts is None else (), hosts=hosts, known_hosts=known_hosts, progress=progress,
+                 dry=dry).container(ctid)
+
+
+def exec(c: "fabric.Connection", ctid: int | str, argv: Sequence[str] | str, *,  # noqa: A001 (Container.exec, c first)
+         hosts: str | os.PathLike | None = None, known_hosts: str | os.PathLike | None = None,
+         timeout: float | None = None, check: bool = False) -> api.Result:
+    """Run argv in container `ctid` of `c`'s host (as Container.exec): its Result."""
+    with container(c, ctid, hosts=hosts, known_hosts=known_hosts) as ct:
+        return ct.exec(argv, timeout=timeout, check=check)
+
+
+def deploy(c: "fabric.Connection", ctid: int | str, *, hosts: str | os.PathLike,
+           known_hosts: str | os.PathLike | None = None, check: bool = False, force: bool = False,
+           progress: api.Progress | None = None) -> api.DeployPlan:
+    """Deploy container `ctid` of `c`'s host as the hosts file pins it (as Container.deploy)."""
+    with container(c, ctid, hosts=hosts, known_hosts=known_hosts, progress=progress) as ct:
+        return ct.deploy(check=check, force=force)
+
+
+def push(c: "fabric.Connection", ctid: int | str, src: str | os.PathLike, dest: str, *,
+         hosts: str | os.PathLike | None = None, known_hosts: str | os.PathLike | None = None) -> api.Transfer:
+    with container(c, ctid, hosts=hosts, known_hosts=known_hosts) as ct:
+        return ct.push(src, dest)
+
+
+def pull(c: "fabric.Connection", ctid: int | str, src: str, dest: str | os.PathLike, *,
+         hosts: str | os.PathLike | None = None, known_hosts: str | os.PathLike | None = None) -> api.Transfer:
+    with container(c, ctid, hosts=hosts, known_hosts=known_hosts) as ct:
+        return ct.pull(src, dest)
+
+
+def doctor(c: "fabric.Connection", ctid: int | str, *, hosts: str | os.PathLike | None = None,
+           known_hosts: str | os.PathLike | None = None) -> list[api.Finding]:
+    with container(c, ctid, hosts=hosts, known_hosts=known_hosts) as ct:
+        return ct.doctor()
