@@ -14,22 +14,59 @@ __version__ = "0.1.0"
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())  # a library: the application configures logging
 
-_API = ("open", "Fleet", "Group", "GroupResult", "Outcome", "Container", "Result", "Transfer", "DeployPlan",
-        "Warmup", "Run", "Stopped", "Finding", "Diagnosis")
-_ERRORS = ("RemoteError", "ConfigError", "TransportError", "HostKeyError", "AuthenticationError", "ConnectError",
-           "ConnectTimeout", "CommandError", "CommandTimeout", "PctError", "ContainerNotFound", "ContainerNotRunning",
-           "ContainerLocked", "ContainerCommandNotFound", "TransferError", "DeployError", "WarmupError", "JobError",
-           "UnknownRun", "BusyError")
-
-__all__ = ["__version__", *_API, *_ERRORS]
+__all__ = [
+    "__version__",
+    # the API (remote.api)
+    "open", "Fleet", "Group", "GroupResult", "Outcome", "Container", "Result", "Transfer", "DeployPlan", "Warmup",
+    "Run", "Stopped", "Finding", "Diagnosis",
+    # the exception tree (remote.errors)
+    "RemoteError", "ConfigError", "TransportError", "HostKeyError", "AuthenticationError", "ConnectError",
+    "ConnectTimeout", "CommandError", "CommandTimeout", "PctError", "ContainerNotFound", "ContainerNotRunning",
+    "ContainerLocked", "ContainerCommandNotFound", "TransferError", "DeployError", "WarmupError", "JobError",
+    "UnknownRun", "BusyError",
+]
+_ERRORS = frozenset(__all__[__all__.index("RemoteError"):])
+_API = frozenset(__all__[1:__all__.index("RemoteError")])
 
 if TYPE_CHECKING:
-    from .api import (Container, DeployPlan, Diagnosis, Finding, Fleet, Group, GroupResult, Outcome, Result, Run,
-                      Stopped, Transfer, Warmup, open)
-    from .errors import (AuthenticationError, BusyError, CommandError, CommandTimeout, ConfigError, ConnectError,
-                         ConnectTimeout, ContainerCommandNotFound, ContainerLocked, ContainerNotFound,
-                         ContainerNotRunning, DeployError, HostKeyError, JobError, PctError, RemoteError,
-                         TransferError, TransportError, UnknownRun, WarmupError)
+    from .api import (
+        Container,
+        DeployPlan,
+        Diagnosis,
+        Finding,
+        Fleet,
+        Group,
+        GroupResult,
+        Outcome,
+        Result,
+        Run,
+        Stopped,
+        Transfer,
+        Warmup,
+        open,
+    )
+    from .errors import (
+        AuthenticationError,
+        BusyError,
+        CommandError,
+        CommandTimeout,
+        ConfigError,
+        ConnectError,
+        ConnectTimeout,
+        ContainerCommandNotFound,
+        ContainerLocked,
+        ContainerNotFound,
+        ContainerNotRunning,
+        DeployError,
+        HostKeyError,
+        JobError,
+        PctError,
+        RemoteError,
+        TransferError,
+        TransportError,
+        UnknownRun,
+        WarmupError,
+    )
 
 
 def __getattr__(name: str) -> Any:

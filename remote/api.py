@@ -23,9 +23,10 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Generic, Iterator, Mapping, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .errors import ConfigError, JobError, RemoteError
 
@@ -358,7 +359,7 @@ class Fleet:
         from .ops import multinode
 
         run_id, nodes = multinode.nodes_of(self._session, ctid, run)
-        if len(nodes) < 2:
+        if len(nodes) < 2 or run_id is None:
             return None
         return multinode.final_status(multinode.follow_run(self._session, nodes, run_id))
 
@@ -459,7 +460,8 @@ class Group:
 def _run_quiet(config: Config, ids: list[int], fn: Callable[[int], None], *, fail_fast: bool,
                progress: bool) -> list:
     """ops.fleet.run_each without its output routing (for scripts: nothing printed)."""
-    from .ops.fleet import Outcome as FleetOutcome, _failure as failure
+    from .ops.fleet import Outcome as FleetOutcome
+    from .ops.fleet import _failure as failure
 
     limits = {name: threading.BoundedSemaphore(h.max_parallel) for name, h in config.hosts.items()}
     outcomes = {i: FleetOutcome(i, config.containers[i].host.name, "skipped") for i in ids}
@@ -699,8 +701,9 @@ class Container:
             from .ops.multinode import stop_nodes
 
             for ctid, one in stop_nodes(self._s, others, got["run"], grace=int(grace)).items():
-                if isinstance(one, Exception):
+                if isinstance(one, BaseException):
                     raise one
+                assert isinstance(one, dict)
                 self.fleet._emit(f"node {ctid}: " + ("stopped" if one["was_alive"] else "was not running")
                                  + ", verified: no process of it is left")
         return _stopped(got)
@@ -898,12 +901,12 @@ def write_hosts_file(address: str, *, out: str | os.PathLike | None = None, port
     for flag, path in (("--key-file", key_file), ("--known-hosts", known_hosts)):
         if path and not os.path.isfile(os.path.expanduser(path)):
             raise ConfigError(flag, "", f"{path}: no such file")
-    given = {"port": port, "user": user, "pct": pct,
-             "key_file": os.path.abspath(os.path.expanduser(key_file)) if key_file else None,
-             "known_hosts": os.path.abspath(os.path.expanduser(known_hosts)) if known_hosts else None}
+    key = os.path.abspath(os.path.expanduser(key_file)) if key_file else None
+    known = os.path.abspath(os.path.expanduser(known_hosts)) if known_hosts else None
+    given = {"port": port, "user": user, "pct": pct, "key_file": key, "known_hosts": known}
     # Port and user not given: ~/.ssh/config's for the address, else 22 and root (as the hosts file will).
     host = cfg.Host(name=hostsinit.host_name(address), address=address, port=port, user=user,
-                    key_file=given["key_file"], known_hosts=given["known_hosts"], pct=pct or "pct")
+                    key_file=key, known_hosts=known, pct=pct or "pct")
     found = hostsinit.read_host(host)
     if not found:
         raise RemoteError(f"`pct list` on {address} shows no containers: create one first (pct create), "

@@ -12,7 +12,8 @@ import contextlib
 import functools
 import inspect
 import os
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from . import cliparse
 from .cliparse import Kind, number, pattern
@@ -149,7 +150,7 @@ def fleet_task(fn: Callable) -> Callable:
 
 def _run_fleet(fn: Callable, c: Any, args: tuple, kwargs: dict, fail_fast: bool) -> None:
     from . import api
-    from .cli_format import group_table, group_exit_code
+    from .cli_format import group_exit_code, group_table
 
     def one(ct: Any) -> None:
         mine = {**kwargs, "container": str(ct.id)}

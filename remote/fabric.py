@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from . import api
 from .errors import ConfigError
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 WHERE = "<fabric.Connection>"  # what errors name as the "file" of a config made from a Connection
 
 
-def _login(c: "fabric.Connection") -> dict[str, Any]:
+def _login(c: fabric.Connection) -> dict[str, Any]:
     """Where and how the Connection logs in, as hosts-file keys; what remote cannot honour is refused."""
     kwargs = dict(getattr(c, "connect_kwargs", None) or {})
     for secret in ("password", "passphrase", "pkey"):
@@ -58,7 +59,7 @@ def _login(c: "fabric.Connection") -> dict[str, Any]:
     return login
 
 
-def fleet(c: "fabric.Connection", ids: Sequence[int | str] = (), *, hosts: str | os.PathLike | None = None,
+def fleet(c: fabric.Connection, ids: Sequence[int | str] = (), *, hosts: str | os.PathLike | None = None,
           known_hosts: str | os.PathLike | None = None, progress: api.Progress | None = None,
           dry: bool = False) -> api.Fleet:
     """A remote.Fleet on the host `c` connects to. With `hosts` (a hosts file): its containers and
@@ -82,7 +83,7 @@ def fleet(c: "fabric.Connection", ids: Sequence[int | str] = (), *, hosts: str |
     return api.Fleet(config, keep=False, dry=dry, progress=progress)
 
 
-def container(c: "fabric.Connection", ctid: int | str, *, hosts: str | os.PathLike | None = None,
+def container(c: fabric.Connection, ctid: int | str, *, hosts: str | os.PathLike | None = None,
               known_hosts: str | os.PathLike | None = None, progress: api.Progress | None = None,
               dry: bool = False) -> api.Container:
     """Container `ctid` of the Proxmox host `c` connects to; closes its connection when used as a context
@@ -91,7 +92,7 @@ def container(c: "fabric.Connection", ctid: int | str, *, hosts: str | os.PathLi
                  dry=dry).container(ctid)
 
 
-def exec(c: "fabric.Connection", ctid: int | str, argv: Sequence[str] | str, *,  # noqa: A001 (Container.exec, c first)
+def exec(c: fabric.Connection, ctid: int | str, argv: Sequence[str] | str, *,
          hosts: str | os.PathLike | None = None, known_hosts: str | os.PathLike | None = None,
          timeout: float | None = None, check: bool = False) -> api.Result:
     """Run argv in container `ctid` of `c`'s host (as Container.exec): its Result."""
@@ -99,7 +100,7 @@ def exec(c: "fabric.Connection", ctid: int | str, argv: Sequence[str] | str, *, 
         return ct.exec(argv, timeout=timeout, check=check)
 
 
-def deploy(c: "fabric.Connection", ctid: int | str, *, hosts: str | os.PathLike,
+def deploy(c: fabric.Connection, ctid: int | str, *, hosts: str | os.PathLike,
            known_hosts: str | os.PathLike | None = None, check: bool = False, force: bool = False,
            progress: api.Progress | None = None) -> api.DeployPlan:
     """Deploy container `ctid` of `c`'s host as the hosts file pins it (as Container.deploy)."""
@@ -107,19 +108,19 @@ def deploy(c: "fabric.Connection", ctid: int | str, *, hosts: str | os.PathLike,
         return ct.deploy(check=check, force=force)
 
 
-def push(c: "fabric.Connection", ctid: int | str, src: str | os.PathLike, dest: str, *,
+def push(c: fabric.Connection, ctid: int | str, src: str | os.PathLike, dest: str, *,
          hosts: str | os.PathLike | None = None, known_hosts: str | os.PathLike | None = None) -> api.Transfer:
     with container(c, ctid, hosts=hosts, known_hosts=known_hosts) as ct:
         return ct.push(src, dest)
 
 
-def pull(c: "fabric.Connection", ctid: int | str, src: str, dest: str | os.PathLike, *,
+def pull(c: fabric.Connection, ctid: int | str, src: str, dest: str | os.PathLike, *,
          hosts: str | os.PathLike | None = None, known_hosts: str | os.PathLike | None = None) -> api.Transfer:
     with container(c, ctid, hosts=hosts, known_hosts=known_hosts) as ct:
         return ct.pull(src, dest)
 
 
-def doctor(c: "fabric.Connection", ctid: int | str, *, hosts: str | os.PathLike | None = None,
+def doctor(c: fabric.Connection, ctid: int | str, *, hosts: str | os.PathLike | None = None,
            known_hosts: str | os.PathLike | None = None) -> list[api.Finding]:
     with container(c, ctid, hosts=hosts, known_hosts=known_hosts) as ct:
         return ct.doctor()

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 DEFAULTS = {"hosts": None, "container": None}
 
 
-def collection() -> "Collection":
+def collection() -> Collection:
     """A new Collection of every remote task (groups such as `lab` as sub-collections), configured with
     the `remote` settings above (all None: flags and the environment decide)."""
     from .cli import SHORT_FLAGS, TASKS, Exit
