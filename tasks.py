@@ -1,3 +1,5 @@
-"""Invoke entry point for this checkout: the same collection as the `remote` command."""
+"""Invoke entry point for this checkout: the same collection as the `remote` command (remote/tasks.py)."""
 
-from remote.cli import ns  # noqa: F401  (invoke looks for `ns`)
+from remote.tasks import collection
+
+ns = collection()

@@ -22,12 +22,27 @@ import os
 import sys
 from typing import Any
 
-from . import __version__
+from . import __version__, cliparse
 from . import cli_format as fmt
-from . import cliparse
 from . import config as cfg
-from .cli_table import (CT_HELP, DEPRECATED, DRY_HELP, FAIL_FAST_HELP, HOSTS_HELP, KINDS, SHORT_FLAGS, TASKS,  # noqa: F401
-                        Exit, exit_status, fleet_of, fleet_task, handled, in_fleet_task, is_selection, task)
+from .cli_table import (  # noqa: F401
+    CT_HELP,
+    DEPRECATED,
+    DRY_HELP,
+    FAIL_FAST_HELP,
+    HOSTS_HELP,
+    KINDS,
+    SHORT_FLAGS,
+    TASKS,
+    Exit,
+    exit_status,
+    fleet_of,
+    fleet_task,
+    handled,
+    in_fleet_task,
+    is_selection,
+    task,
+)
 from .errors import RemoteError
 
 

@@ -13,7 +13,7 @@ from invoke import Collection, Task
 from invoke import Exit as InvokeExit
 
 
-def collection(tasks: dict, short_flags: dict[str, str], exit_type: type) -> Collection:
+def collection(tasks: dict, short_flags: dict[str, str], exit_type: type[BaseException]) -> Collection:
     class RemoteTask(Task):
         """An Invoke task whose short flags come from SHORT_FLAGS instead of first letters."""
 
@@ -37,9 +37,9 @@ def collection(tasks: dict, short_flags: dict[str, str], exit_type: type) -> Col
             try:
                 return spec.fn(c, *args, **kwargs)
             except exit_type as e:
-                raise InvokeExit(e.message, code=e.code) from None
+                raise InvokeExit(getattr(e, "message", None), code=getattr(e, "code", 1)) from None
 
-        body.__signature__ = inspect.signature(spec.fn)
+        body.__signature__ = inspect.signature(spec.fn)  # type: ignore[attr-defined]
         return body
 
     ns = Collection()
