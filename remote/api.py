@@ -535,9 +535,10 @@ class Container:
 
     # -- commands ------------------------------------------------------------------------------------
     def exec(self, argv: Sequence[str] | str, *, timeout: float | None = None, check: bool = False,
-             on_output: OutputCallback | None = None) -> Result:
+             on_output: OutputCallback | None = None, job_env: bool = True) -> Result:
         """Run argv (a list: as it is, no shell; a str: a bash command line) in the container; once deployed,
-        in the checkout with the job's environment (venv, compile cache, train.env), else from /root.
+        in the checkout with the job's environment (venv, compile cache, train.env), else (or with
+        job_env=False) from /root with the venv first on PATH, as `pct exec` would.
 
         Returns the command's own exit status and output; with check, a non-zero one raises CommandError.
         `on_output(kind, chunk)` gets its output as it comes (then Result holds what was not streamed)."""
@@ -548,14 +549,14 @@ class Container:
         ct = self._ct()
         args = ["bash", "-c", argv] if isinstance(argv, str) else list(argv)
         kwargs: dict[str, Any] = dict(timeout=float(timeout) if timeout else None, check=check, on_output=on_output)
-        if self._deployed is None:  # read once per Container (deploy and warmup here read it again)
+        if job_env and self._deployed is None:  # read once per Container (deploy and warmup here read it again)
             try:
                 self._deployed = (True, deployed(ct, self.spec)["venv"].get("verify"))
             except (DeployError, ContainerCommandNotFound):
                 # Not deployed yet, or no venv.python to read the deploy records with (a fresh container, where
                 # this command may be what installs it): a plain command, from /root.
                 self._deployed = (False, None)
-        if self._deployed[0]:
+        if job_env and self._deployed is not None and self._deployed[0]:
             r = jobenv.run(ct, self.spec, self._deployed[1], args, cwd=self.spec.code.path, **kwargs)
         else:
             r = ct.run(args, **kwargs)
