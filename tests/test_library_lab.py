@@ -62,6 +62,29 @@ def test_the_whole_api_from_a_script_prints_nothing_of_its_own(quick_hosts, tmp_
     assert seen["progress_lines"] > 0  # the progress went to the script's callback, not to a terminal
 
 
+TRAIN = "python -m drafter.train --target-gpus 0 --drafter-gpus 0,1 --steps 200 --log-interval 0.5"
+
+
+@pytest.mark.fault("Run.follow across dropped connections", "Run.follow() resumes at the byte where a dropped "
+                   "connection stopped: every line once, in order, through the kept connection")
+def test_follow_resumes_across_dropped_connections(lab, lab_hosts):
+    import remote
+
+    hosts = load_config(lab_hosts, **{next(iter(QUICK)): QUICK[next(iter(QUICK))],
+                                      TRAIN: "for i in $(seq 0 1999); do echo $i; sleep 0.002; done"})
+    sshd = int((lab.dir / "sshd.pid").read_text())
+    lines: list[str] = []
+    progress: list[str] = []
+    with remote.open(hosts, progress=progress.append) as fleet:
+        run = fleet.container(CT).train(detach=True, force=True, warmup=True)
+        for line in run.follow():
+            lines.append(line)
+            if len(lines) in (300, 900, 1500):  # the job still prints: every SSH connection to the lab dropped
+                subprocess.run(["pkill", "-KILL", "-P", str(sshd)])
+        assert run.wait(timeout=120) == 0
+    assert lines == [str(i) for i in range(2000)]  # nothing lost, nothing repeated
+
+
 SCRIPT_STOPPED = """
 import sys, remote
 with remote.open(sys.argv[1]) as fleet:
