@@ -635,24 +635,11 @@ class Container:
         the progress callback) until it ends, record a known-good where it meets the baseline, then return.
         Refused (BusyError) while a job runs there, unless force; JobError when the preflight fails."""
         from .ops import jobs
-        from .ops import warmup as wm
 
         ct, spec, emit = self._ct(), self.spec, self.fleet._emit
-        try:
-            pre = jobs.preflight(ct, spec, echo=emit)
-        except JobError as exc:
-            if not (warmup and jobs.only_warmup_missing(exc)):
-                raise
-            wm.warmup(self._s, self.id, echo=emit)
-            pre = jobs.preflight(ct, spec, echo=emit)
-        for note in pre.notes:
-            emit(f"preflight: {note}")
-        run_id, pid = jobs.launch(ct, spec, pre, force=force, echo=emit)
-        where = f"log {spec.train.run_dir}/{run_id}/log"
+        run_id, _ = jobs.start(self._s, self.id, force=force, warmup=warmup, echo=emit)
         if self.fleet.dry:
-            emit(f"==> (dry run) run {run_id} would start in container {spec.ctid}; {where}")
             return Run(self, run_id)
-        emit(f"==> run {run_id} started (pid {pid} in container {spec.ctid}); {where}")
         run = Run(self, run_id)
         if not detach:
             try:

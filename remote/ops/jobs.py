@@ -322,10 +322,9 @@ def show_log(ct: Container, spec: ContainerSpec, run_id: str | None = None, *, f
     return final
 
 
-def train(session: Session, ctid=None, *, force: bool = False, warmup: bool = False, follow: bool = True,
-          on_end=None, echo=print) -> dict | None:
-    """Preflight, launch detached, then follow the log until the job ends (returns its state); then
-    on_end(session, ct, spec, final, echo=echo) (the CLI passes remote.runs.knowngood.after_run)."""
+def start(session: Session, ctid=None, *, force: bool = False, warmup: bool = False, echo=print) -> tuple[str, int | None]:
+    """Preflight (warming up first where only the warmup is missing and `warmup`), then launch detached:
+    (run id, pid; None in a dry run). What train does before it follows; remote.api's Container.train."""
     spec = session.config.container(ctid)
     ct = session.container(spec.ctid)
     try:
@@ -340,8 +339,18 @@ def train(session: Session, ctid=None, *, force: bool = False, warmup: bool = Fa
     run_id, pid = launch(ct, spec, pre, force=force, echo=echo)
     if session.dry:  # nothing was started: no pid to name
         echo(f"==> (dry run) run {run_id} would start in container {spec.ctid}; log {spec.train.run_dir}/{run_id}/log")
-        return None
+        return run_id, None
     echo(f"==> run {run_id} started (pid {pid} in container {spec.ctid}); log {spec.train.run_dir}/{run_id}/log")
+    return run_id, pid
+
+
+def train(session: Session, ctid=None, *, force: bool = False, warmup: bool = False, follow: bool = True,
+          on_end=None, echo=print) -> dict | None:
+    """Preflight, launch detached, then follow the log until the job ends (returns its state); then
+    on_end(session, ct, spec, final, echo=echo) (the CLI passes remote.runs.knowngood.after_run)."""
+    spec = session.config.container(ctid)
+    ct = session.container(spec.ctid)
+    run_id, _ = start(session, spec.ctid, force=force, warmup=warmup, echo=echo)
     if not follow or session.dry:
         return None
     try:
