@@ -9,27 +9,20 @@ in atomically, keeping the previous one for --rollback. A failed build leaves co
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
-import platform
-import subprocess
-import sys
-import tempfile
 import threading
 import time
-import zipfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
 from . import code as codemod
-from . import files, jobenv, jobs, oplock
+from . import fetched, files, jobenv, jobs, oplock
 from . import venv as venvmod
 from .logs import LineSplitter
 from .. import facts, shell
-from ..config import ContainerSpec
+from ..config import ContainerSpec, VenvSpec
 from ..errors import BusyError, CommandError, DeployError, RemoteError
 from ..transport.pct import Container
 from ..transport.session import Session
@@ -99,66 +92,10 @@ def _with_index_env(spec: ContainerSpec, argv: list[str]) -> list[str]:
     return ["bash", "-c", shell.load("withenv"), "withenv", *argv] if venvmod.uv_index_env(spec.venv) else argv
 
 
-def _record_hash(data: bytes) -> str:
-    """sha256 as a wheel's RECORD writes it (urlsafe base64, no padding)."""
-    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-
-
-def _installed_uv(version: str, machine: str) -> tuple[bytes, str] | None:
-    """The uv installed next to this controller, when it is the same version and architecture and its
-    bytes match its own distribution's RECORD."""
-    try:
-        import importlib.metadata as md
-
-        import uv as uv_pkg
-
-        found = Path(uv_pkg.find_uv_bin()).resolve()
-        out = subprocess.run([str(found), "--version"], capture_output=True, text=True).stdout.split()
-        if not (len(out) > 1 and out[1] == version and machine == platform.machine()):
-            return None
-        data = found.read_bytes()
-        recorded = [f.hash.value for f in md.distribution("uv").files or []
-                    if f.hash and f.hash.mode == "sha256" and Path(f.locate()).resolve() == found]
-        if recorded and recorded[0] == _record_hash(data):
-            return data, f"the installed uv {version} ({found}), checked against its RECORD"
-    except (ImportError, OSError, md.PackageNotFoundError):
-        pass
-    return None
-
-
-def wheel_binary(project: str, version: str, machine: str, platforms: tuple[str, ...], *,
-                 context: str = "") -> tuple[bytes, str]:
-    """A program from its PyPI wheel (uv, py-spy: `<name>.data/scripts/<project>`): pip checks the wheel against
-    the hash the index publishes, and the binary is checked against the wheel's own RECORD."""
-    with tempfile.TemporaryDirectory() as d:
-        r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                            *(f"--platform={p}_{machine}" for p in platforms), "-d", d, f"{project}=={version}"],
-                           capture_output=True, text=True)
-        wheels = list(Path(d).glob(f"{project.replace('-', '_')}-*.whl"))
-        if r.returncode != 0 or not wheels:
-            raise DeployError(f"{context}cannot download {project} {version} for {machine} from the package index: "
-                              f"{r.stderr.strip()[-300:]}")
-        with zipfile.ZipFile(wheels[0]) as z:
-            name = next((n for n in z.namelist() if n.endswith(f".data/scripts/{project}")), None)
-            if name is None:
-                raise DeployError(f"{project} wheel {wheels[0].name} holds no {project} binary")
-            data = z.read(name)
-            record = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/RECORD"))).decode()
-    want = next((line.split(",")[1] for line in record.splitlines() if line.startswith(name + ",")), "")
-    if want != f"sha256={_record_hash(data)}":
-        raise DeployError(f"{project} {version} wheel {wheels[0].name}: {name} does not match the wheel's RECORD")
-    return data, f"{wheels[0].name}, checked against its RECORD"
-
-
-def _wheel_uv(version: str, machine: str) -> tuple[bytes, str]:
-    return wheel_binary("uv", version, machine, ("manylinux_2_17", "manylinux2014"), context="venv.uv_version: ")
-
-
-def local_uv_binary(version: str, machine: str) -> tuple[Path, str]:
-    """The uv binary for the container's architecture, cached on the controller, and its sha256
-    (files.cached_binary: rechecked on every use, fetched again when torn or changed)."""
-    return files.cached_binary("uv", version, machine,
-                               lambda: _installed_uv(version, machine) or _wheel_uv(version, machine))
+def local_uv_binary(venv: VenvSpec, machine: str) -> tuple[Path, str]:
+    """The pinned uv binary for the container's architecture, cached on the controller, and its sha256
+    (remote.ops.fetched: a find_links wheel, the controller's own uv of that version, or the index)."""
+    return fetched.uv_binary(venv, machine)
 
 
 def probe(ct: Container, spec: ContainerSpec) -> dict:
@@ -393,7 +330,7 @@ def _cleanup(ct: Container, versions: str, names: list[str]) -> None:
 def _ensure_uv(ct: Container, spec: ContainerSpec, machine: str, echo) -> str:
     """The pinned uv in the container, byte for byte: pushed again when its sha256 differs from ours."""
     path = facts.uv_path(spec.venv.uv_version)
-    binary, digest = local_uv_binary(spec.venv.uv_version, machine)
+    binary, digest = local_uv_binary(spec.venv, machine)
     there = ct.run(["sha256sum", "--", path], check=False, mutates=False, timeout=120).out.split()
     if there[:1] == [digest]:
         return path

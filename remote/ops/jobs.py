@@ -141,7 +141,7 @@ def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = 
                 "metric": dataclasses.asdict(spec.train.metric) if spec.train.metric else None,
                 "baseline": spec.train.baseline, "stall": spec.train.stall, "on_stall": spec.train.on_stall,
                 "restarts": spec.train.restarts, "restart_on": list(spec.train.restart_on), **(extra or {})}
-    py_spy = pyspy.ensure(ct, echo=echo) if spec.train.stall else None
+    py_spy = pyspy.ensure(ct, echo=echo, venv=spec.venv) if spec.train.stall else None
     try:
         with oplock.hold(ct, "train"):  # not while a deploy swaps the venv or moves the checkout
             r = jobenv.run(ct, spec, verify, ["bash", "-c", shell.with_lib("launch"), "launch", spec.train.run_dir,
