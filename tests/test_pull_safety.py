@@ -12,6 +12,7 @@ import pytest
 
 from remote.errors import TransferError
 from remote.ops import files
+from remote.ops.files import staging, untar
 
 
 def member(tar, name, data=b"", **kw):
@@ -62,7 +63,7 @@ def test_links_whose_text_stays_inside_but_lead_out_through_other_links_are_remo
         member(tar, "ok", type=tarfile.SYMTYPE, linkname="s/ok.txt")
     buf.seek(0)
     refused = []
-    files._extract(buf, root, refused)
+    untar.extract(buf, root, refused)
     why = dict(refused)
     assert "t" in why and "through other links" in why["t"], refused
     assert not os.path.lexists(root / "t") and os.readlink(root / "s") == "." and os.readlink(root / "ok") == "s/ok.txt"
@@ -75,7 +76,7 @@ def test_a_hostile_tar_stream_is_extracted_only_inside_the_destination(tmp_path)
     root = tmp_path / "a" / "b" / "stage"
     root.mkdir(parents=True)
     refused = []
-    files._extract(hostile_stream(), root, refused)
+    untar.extract(hostile_stream(), root, refused)
     why = dict(refused)
     for name in ("../../escape", "sub/../../up", "/abs", "etc", "etc/owned", "out", "inner/through.txt", "dev", "blk", "fifo", "hl"):
         assert name in why, (name, refused)
@@ -104,7 +105,7 @@ def test_a_merge_never_writes_through_a_symlink_an_earlier_pull_left(tmp_path):
     (stage / "ckpt" / "model.pt").write_bytes(b"w")
     (stage / "top.txt").write_bytes(b"t")
     refused = []
-    files._move_into_place(stage, dest, refused)
+    staging.move_into_place(stage, dest, refused)
     assert not os.listdir(elsewhere)
     assert refused and refused[0][0] == "ckpt" and "symlink" in refused[0][1]
     assert (dest / "top.txt").read_bytes() == b"t" and not stage.exists()
@@ -137,12 +138,12 @@ def test_a_pull_merges_into_a_local_mount_point_and_a_mount_inside_dest(tmp_path
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(dest / "sub")], check=True)
     try:
         (dest / "sub" / "old").write_text("old\n")
-        stage = files._stage_for(dest)
+        stage = staging.stage_for(dest)
         assert stage.parent == dest  # inside the existing folder: on its filesystem
         (stage / "sub").mkdir(parents=True)
         (stage / "sub" / "new").write_text("new\n")
         (stage / "top").write_text("top\n")
-        files._move_into_place(stage, dest)
+        staging.move_into_place(stage, dest)
         assert (dest / "sub" / "new").read_text() == "new\n" and (dest / "sub" / "old").read_text() == "old\n"
         assert sorted(os.listdir(dest)) == ["sub", "top"] and sorted(os.listdir(dest / "sub")) == ["new", "old"]
     finally:
