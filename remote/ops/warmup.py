@@ -215,7 +215,7 @@ def run_device(ct: Container, spec: ContainerSpec, state: dict, device: str, ech
                    extra={"REMOTE_WARMUP_DEVICE": device}, cwd=spec.code.path, timeout=spec.warmup.timeout,
                    on_output=_prefixed(echo, device, lines), label=command)
     except CommandError as exc:
-        raise WarmupError(f"warmup of device {device} failed (exit {exc.exit_code}, output above): {command}") from None
+        raise WarmupError(f"warmup of device {device} failed (exit {exc.command_status}, output above): {command}") from None
     if ct.dry:
         return DeviceResult(device, start, start, {})
     stats = parse_cache_lines(lines)

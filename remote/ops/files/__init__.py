@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ...errors import TransferError
+from ...errors import TransferError, TransferPathError
 from ...shell import load
 from ...transport.pct import Container
 from . import onefile, tree
@@ -55,7 +55,7 @@ def push(ct: Container, src: str | os.PathLike, dest: str, *, progress: Progress
     if local.is_dir():
         return retrying(lambda: tree.push(ct, local, dest, progress, stall), attempts, sleep)
     if not local.is_file():
-        raise TransferError(f"cannot push {src}: no such file or folder")
+        raise TransferPathError(f"cannot push {src}: no such file or folder here")
     return retrying(lambda: onefile.push(ct, local, dest, progress, mode, stall), attempts, sleep)
 
 
@@ -74,8 +74,8 @@ def pull(ct: Container, src: str, dest: str | os.PathLike, *, progress: Progress
         if kind == "d":
             return tree.pull(ct, src, Path(dest), progress)
         if kind != "f":
-            raise TransferError(f"{ct.where}: cannot pull {src}: " + ("no such file or folder" if kind == "n" else
-                                                                      "not a regular file or folder"))
+            raise TransferPathError(f"{ct.where}: cannot pull {src}: " + (
+                "no such file or folder" if kind == "n" else "not a regular file or folder"))
         target = Path(dest)
         if target.is_dir() or str(dest).endswith("/"):
             target = target / os.path.basename(src.rstrip("/"))

@@ -8,7 +8,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Callable
 
-from ...errors import CommandError, ConnectError, TransferError
+from ...errors import ConnectError, TransferError
 from ...shell import load
 from ...transport.pct import Container
 
@@ -132,9 +132,13 @@ def _exit_status(stream) -> int | None:
         return None
 
 
-def check(ct: Container, script: str, code: int, err: str) -> None:
+def check(ct: Container, script: str, code: int, err: str, what: str = "") -> None:
+    """A transfer script that failed, as a TransferError: the script's own exit status (tar's 2 on a full
+    disk, say) is its `command_status`, never remote's exit status."""
     if code != 0:
-        raise CommandError(f"bash {script}.sh", code, err, ct.where)
+        tail = "\n".join(err.strip().splitlines()[-5:])
+        raise TransferError(f"{ct.where}: {what or script} failed in the container ({script}.sh exited {code})"
+                            + (f":\n{tail}" if tail else ""), command_status=code)
 
 
 def read_all(stream, limit: int) -> bytes:

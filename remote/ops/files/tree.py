@@ -5,12 +5,13 @@ before it is moved (or merged) into place: pushed (the controller's GNU tar make
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import tarfile
 import time
 from pathlib import Path
 
-from ...errors import ConnectError, TransferError
+from ...errors import ConnectError, TransferError, TransferPathError
 from ...shell import load
 from ...transport.pct import Container
 from .local import file_sha256
@@ -75,6 +76,7 @@ class Counter:
 # The controller's own GNU tar makes the streams it pushes (as fast as the container's). What it pulls is
 # extracted here in Python (`extract`), member by member: as root, tar would keep setuid bits and make
 # device nodes, and the container is not trusted.
+NOT_A_FOLDER = 4  # push_tree.sh's exit status when the destination is there and is not a folder
 _TAR_CREATE = ["tar", "-c", "-f", "-", "--sort=name", "--numeric-owner", "--owner=0", "--group=0"]
 
 
@@ -107,9 +109,16 @@ def push(ct: Container, root: Path, dest: str, progress: Progress | None,
                                 receive=lambda stream: got.extend(read_all(stream, limit=1 << 30)), stall=stall)
     finally:
         _end(tar)
-    if tar.returncode != 0:
-        raise TransferError(f"tar of {root} failed: {tar.stderr.read().decode('utf-8', 'replace').strip()}")
-    check(ct, "push_tree", code, err)
+    # The container's script ending early (a full disk, a destination that is a file) ends the local tar
+    # by a broken pipe: then the script's status says why. Else a local tar that failed is the cause.
+    if tar.returncode not in (0, -signal.SIGPIPE, -signal.SIGKILL) or (tar.returncode and not code):
+        raise TransferError(f"tar of {root} failed: {tar.stderr.read().decode('utf-8', 'replace').strip()}",
+                            command_status=tar.returncode)
+    if code == NOT_A_FOLDER:
+        raise TransferPathError(f"{ct.where}: cannot push the folder {root} to {dest}: {dest} is a file there, not "
+                                "a folder (give a folder as the destination, or remove that file); nothing was "
+                                "written", command_status=code)
+    check(ct, "push_tree", code, err, f"push of {root} to {dest} (nothing was moved into place)")
     # The stage is where the container put it: inside dest when dest is a folder (a mount point's own
     # filesystem), else beside it.
     stage, _, manifest = bytes(got).partition(b"\0")
@@ -150,6 +159,9 @@ def verify(ct: Container, want: dict[str, str], got: dict[str, str], what: str, 
 def pull(ct: Container, src: str, dest: Path, progress: Progress | None) -> TransferStats:
     start = time.monotonic()
     dest = Path(os.path.abspath(dest))
+    if os.path.lexists(dest) and not dest.is_dir():
+        raise TransferPathError(f"cannot pull the folder {src} to {dest}: {dest} is a file here, not a folder (give "
+                                "a folder as the destination, or remove that file); nothing was written")
     stage = stage_for(dest)
     remove(stage)
     stage.mkdir(parents=True)
@@ -182,7 +194,7 @@ def pull(ct: Container, src: str, dest: Path, progress: Progress | None) -> Tran
 
     try:
         code, err = run_stream(ct, "pull_tree", src, receive=receive)
-        check(ct, "pull_tree", code, err)
+        check(ct, "pull_tree", code, err, f"pull of {src} to {dest} (nothing was moved into place)")
         skipped = {name for name, why in refused if why != DROPPED}
         want = {k: v for k, v in parse_manifest(state["manifest"]).items() if k not in skipped}
         verify(ct, want, local_manifest(stage), f"pull of {src} to {dest}", lambda: None, dest)
