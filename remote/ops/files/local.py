@@ -73,3 +73,17 @@ def hash_prefix(path, limit: int | None):
             if left is not None:
                 left -= len(chunk)
     return h
+
+
+def umask() -> int:
+    """This process's umask, read without changing it (os.umask sets it: a moment's race with other threads)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import time
 from pathlib import Path
 
@@ -14,6 +15,9 @@ from ...transport.pct import Container
 from .local import file_sha256, hash_prefix
 from .stats import TransferStats, size
 from .stream import CHUNK, PARTIAL, STALL, Progress, check, probe, read_all, read_line, run_stream
+from .untar import file_mode
+
+HEADER = re.compile(r"(\d{1,20}) ([0-7]{1,6})\n")  # pull_file.sh's first line: "<size> <octal mode>"
 
 
 def push(ct: Container, local: Path, dest: str, progress: Progress | None, mode: int | None,
@@ -59,7 +63,7 @@ def push(ct: Container, local: Path, dest: str, progress: Progress | None, mode:
     code, err = run_stream(ct, "push_file", part, str(offset), str(max(1, int(stall / 2))), send=send,
                             receive=lambda stream: got.extend(read_all(stream, limit=4096)), stall=stall,
                             wait=stall + total / 10e6)
-    check(ct, "push_file", code, err)
+    check(ct, "push_file", code, err, f"push of {local} to {dest} (it was left as it was)")
     want, landed = h.hexdigest(), got.decode().strip()
     if offset + sent != total or landed != want:
         ct.run(["rm", "-f", "--", part])
@@ -86,14 +90,18 @@ def pull(ct: Container, src: str, target: Path, progress: Progress | None) -> Tr
         if kind == "f" and their_prefix == file_sha256(part, have):
             offset = have
     h = hashlib.sha256()
-    state = {"total": 0, "sent": 0}
+    state = {"total": 0, "sent": 0, "mode": 0o600}
 
     def receive(stream):
-        header = read_line(stream)
-        if not header.strip().isdigit():
+        header = HEADER.fullmatch(read_line(stream).decode("ascii", "replace"))
+        if not header:
             return  # the script failed before sending: its exit status and stderr say why
-        total = state["total"] = int(header)
-        with open(part, "r+b" if offset else "wb") as f:
+        total = state["total"] = int(header[1])
+        state["mode"] = int(header[2], 8)
+        # Owner-only while it arrives (a key pulled half-way is no more readable than the whole one).
+        fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | (0 if offset else os.O_TRUNC), 0o600)
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "r+b") as f:
             if offset:
                 for chunk in iter(lambda: f.read(min(CHUNK, offset - f.tell())), b""):
                     h.update(chunk)
@@ -106,14 +114,15 @@ def pull(ct: Container, src: str, target: Path, progress: Progress | None) -> Tr
                     progress(offset + state["sent"], total)
 
     code, err = run_stream(ct, "pull_file", src, str(offset), receive=receive)
-    check(ct, "pull_file", code, err)
+    check(ct, "pull_file", code, err, f"pull of {src} to {target} (it was left as it was)")
     want = err.splitlines()[-1].strip() if err else ""
     got = h.hexdigest()
     if offset + state["sent"] != state["total"] or got != want:
         part.unlink(missing_ok=True)
         raise TransferError(f"{ct.where}: pull of {src} to {target} did not verify (sha256 {got} != {want or 'missing'}): "
                             f"the partial file was removed and {target} left as it was")
-    os.chmod(part, 0o644)
+    # The container's mode by tarfile's data filter (no setuid/setgid, no group or world write), under the umask.
+    os.chmod(part, file_mode(state["mode"]))
     os.replace(part, target)
     return TransferStats("pull", "file", src, str(target), state["total"], state["sent"], 1,
                          time.monotonic() - start, offset, sha256=got)

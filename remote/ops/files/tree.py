@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import tarfile
 import time
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from .local import file_sha256
 from .staging import move_into_place, remove, stage_for
 from .stats import TransferStats
 from .stream import CHUNK, PARTIAL, STALL, Progress, check, read_all, read_line, run_stream
-from .untar import DROPPED, extract
+from .untar import DROPPED, TarError, extract
 
 
 def walk(root: Path):
@@ -184,7 +183,7 @@ def pull(ct: Container, src: str, dest: Path, progress: Progress | None) -> Tran
         reader = Reader(stream, counter)
         try:
             extract(reader, stage, refused)
-        except (tarfile.TarError, EOFError) as exc:  # a stream cut short or not a tar stream
+        except (TarError, EOFError) as exc:  # a stream cut short or not a tar stream
             if not stream.alive():
                 raise ConnectError(ct.transport.name, f"{ct.where}: connection lost during pull_tree") from None
             raise TransferError(f"{ct.where}: pull of {src}: its tar stream is broken ({exc}); nothing was moved "
