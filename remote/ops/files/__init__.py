@@ -84,6 +84,18 @@ def pull(ct: Container, src: str, dest: str | os.PathLike, *, progress: Progress
     return retrying(attempt, attempts, sleep)
 
 
+def pull_if_there(ct: Container, src: str, dest: str | os.PathLike, *, progress: Progress | None = None,
+                  attempts: int = 3, sleep: Callable[[float], None] = time.sleep) -> TransferStats | None:
+    """Pull the file `src` to exactly `dest` as `pull` does, in one streamed command; None (and nothing
+    written) when the container has no regular file there."""
+    try:
+        return retrying(lambda: onefile.pull(ct, src, Path(dest), progress), attempts, sleep)
+    except TransferError as exc:
+        if exc.command_status == onefile.NOT_A_FILE:
+            return None
+        raise
+
+
 # -- the earlier API, kept for its callers (deploy, warmup) ----------------------------------------------------
 
 def push_bytes(ct: Container, data: bytes, dest: str, mode: int = 0o644) -> None:

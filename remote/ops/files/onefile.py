@@ -17,6 +17,7 @@ from .stats import TransferStats, size
 from .stream import CHUNK, PARTIAL, STALL, Progress, check, probe, read_all, read_line, run_stream
 from .untar import file_mode
 
+NOT_A_FILE = 3  # pull_file.sh's exit status when there is no regular file at its path
 HEADER = re.compile(r"(\d{1,20}) ([0-7]{1,6})\n")  # pull_file.sh's first line: "<size> <octal mode>"
 
 
