@@ -92,7 +92,7 @@ FAIL_FAST_HELP = "with several containers: start no more of them after the first
 def exit_status(exc: RemoteError) -> int:
     """A library error's exit status: 2 bad input, 3 busy, else 1 (a command's own status never leaks out of
     a failed step: only tasks that report one, exec, train and logs, exit with it)."""
-    return exc.exit_code if exc.exit_code in (2, 3) else 1
+    return type(exc).exit_code if type(exc).exit_code in (2, 3) else 1
 
 
 def handled(fn):
@@ -354,6 +354,8 @@ def warmup(c, container=None, parallel=False, devices=None, export=None, import_
                 f"warmup recorded for {', '.join(got['warmups'])}" if got["warmups"] else
                 "the bundle's warmups were for another commit, venv, command or environment: run `remote warmup` "
                 "(it starts from the imported cache)"))
+            if got.get("refused"):
+                print(f"{len(got['refused'])} refused (not imported):\n" + "\n".join(f"  {r}" for r in got["refused"]))
             return
         if export:
             wm.export_cache(s, container, export)

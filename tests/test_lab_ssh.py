@@ -91,7 +91,7 @@ def test_exit_codes_are_the_commands_own(ct):
     assert ct.run(["bash", "-c", "kill -9 $$"], check=False).exit_code == 137
     with pytest.raises(CommandError) as e:
         ct.run(["bash", "-c", "echo bad >&2; exit 3"])
-    assert e.value.exit_code == 3 and e.value.stderr_tail == "bad"
+    assert e.value.command_status == 3 and e.value.stderr_tail == "bad"
 
 
 @pytest.mark.fault("Command past its timeout", promise="killed inside the container, CommandTimeout")

@@ -366,7 +366,7 @@ def _build(ct: Container, spec: ContainerSpec, state: dict, want: str, req_text,
                timeout=BUILD_TIMEOUT, on_output=_streamer(echo), label="venv build")
     except CommandError as exc:
         _discard(ct, versions, name)
-        raise DeployError(f"the venv build failed (exit {exc.exit_code}, output above); the current venv and "
+        raise DeployError(f"the venv build failed (exit {exc.command_status}, output above); the current venv and "
                           "checkout were left in place") from None
     if ct.dry:  # nothing was built: the verify and finalize steps would only read what is not there
         return target, None

@@ -151,7 +151,7 @@ def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = 
                                               shell.load_python("watch"), json.dumps(watch_settings(spec, py_spy))],
                            extra=env, timeout=60, label="launch")
     except CommandError as exc:
-        if exc.exit_code == 5:
+        if exc.command_status == 5:
             raise JobError(f"container {spec.ctid}: {exc.stderr_tail} -- `remote stop` it, follow it with "
                            "`remote logs --follow`, or pass --force to start another") from None
         raise JobError(f"launch failed: {exc}") from None

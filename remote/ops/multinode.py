@@ -71,7 +71,7 @@ def node_iface(session: Session, spec: ContainerSpec, file: str = "hosts file") 
         return session.container(spec.ctid).script(shell.load("node-iface"), spec.address, timeout=30,
                                                     mutates=False, label="node address").out.strip()
     except CommandError as exc:
-        if exc.exit_code != 4:
+        if exc.command_status != 4:
             raise
         raise ConfigError(file, f"containers.{spec.ctid}.address",
                           f"{spec.address} is not an address of container {spec.ctid} (it has: "

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import files, jobenv, oplock
+from .files import untar
 from . import venv as venvmod
 from .logs import LineSplitter
 from .. import facts, shell
@@ -215,7 +216,7 @@ def run_device(ct: Container, spec: ContainerSpec, state: dict, device: str, ech
                    extra={"REMOTE_WARMUP_DEVICE": device}, cwd=spec.code.path, timeout=spec.warmup.timeout,
                    on_output=_prefixed(echo, device, lines), label=command)
     except CommandError as exc:
-        raise WarmupError(f"warmup of device {device} failed (exit {exc.exit_code}, output above): {command}") from None
+        raise WarmupError(f"warmup of device {device} failed (exit {exc.command_status}, output above): {command}") from None
     if ct.dry:
         return DeviceResult(device, start, start, {})
     stats = parse_cache_lines(lines)
@@ -339,22 +340,6 @@ def _versions(verify: dict) -> dict:
     return {k: verify.get(k) for k in ("torch", "cuda_build", "triton", "gpu_name")}
 
 
-def _plain_members(tar: tarfile.TarFile, path: str) -> list[tarfile.TarInfo]:
-    """Every member of a bundle, where each is a plain file or folder inside the extraction folder (no
-    absolute path, no `..`, no link, device or fifo), without setuid/setgid bits: tarfile's "data" filter
-    for the Pythons that lack it."""
-    members = tar.getmembers()
-    for m in members:
-        name = os.path.normpath(m.name)
-        if os.path.isabs(m.name) or name == ".." or name.startswith("../") or not (m.isfile() or m.isdir()):
-            raise WarmupError(f"{path}: refusing a bundle with the member {m.name!r} (only plain files and "
-                              "folders inside it are imported)")
-        m.mode &= 0o777
-        m.uid = m.gid = 0
-        m.uname = m.gname = ""
-    return members
-
-
 def import_cache(session: Session, ctid, path: str, echo=print) -> dict:
     """Load a bundle made by export_cache into the container's cache folder; refuse one made for other
     versions. Its warmup records are kept where they match this commit, venv, command and environment."""
@@ -362,12 +347,11 @@ def import_cache(session: Session, ctid, path: str, echo=print) -> dict:
     ct = session.container(spec.ctid)
     state = deployed(ct, spec)
     verify = state["venv"].get("verify") or {}
+    refused: list[tuple[str, str]] = []
     try:
-        with tarfile.open(path, "r:*") as tar, tempfile.TemporaryDirectory() as d:
-            if hasattr(tarfile, "data_filter"):
-                tar.extractall(d, filter="data")
-            else:  # Python before 3.11.4 (Debian 12's python3 is 3.11.2): the same rule, by hand
-                tar.extractall(d, members=_plain_members(tar, path))
+        with open(path, "rb") as bundle, tempfile.TemporaryDirectory() as d:
+            # A bundle may come from anywhere: the pull's rule (tarfile's data filter, each refusal named).
+            untar.extract(bundle, Path(d), refused, mode="r|*")
             try:
                 sidecar = json.loads(Path(d, BUNDLE_SIDECAR).read_text())
             except (OSError, ValueError):
@@ -382,11 +366,12 @@ def import_cache(session: Session, ctid, path: str, echo=print) -> dict:
             folder = jobenv.compile_cache(spec, verify)
             with oplock.hold(ct, f"warmup --import {os.path.basename(path)}"):
                 count = files.push_tree(ct, d, folder)
-    except (OSError, tarfile.TarError) as exc:
+    except (OSError, EOFError, untar.TarError) as exc:
         raise WarmupError(f"{path}: cannot read the bundle: {exc}") from None
     wanted = {warmup_key(spec, state, dev)["key"] for dev in devices_of(spec)}
     latest = {r["key"]: r for r in sidecar.get("warmups", []) if r.get("key") in wanted}  # one per device
     kept = [{**r, "imported_from": os.path.basename(path)} for r in latest.values()]
     if kept:
         _record(ct, spec, kept)
-    return {"files": count, "cache_dir": folder, "warmups": [r["device"] for r in kept]}
+    return {"files": count, "cache_dir": folder, "warmups": [r["device"] for r in kept],
+            "refused": [f"{name}: {why}" for name, why in refused]}

@@ -134,13 +134,11 @@ def write(session: Session, ctid, run_id: str | None, dest: str | None) -> Path:
         raise JobError(f"container {spec.ctid}: its run id {st['run']!r} is not one remote makes; give --dest")
     path = Path(dest) if dest else reports_dir() / f"report-{spec.ctid}-{st['run']}.html"
     path.parent.mkdir(parents=True, exist_ok=True)
-    # What the run's watch left (metrics.jsonl, gpu.csv, events.jsonl): small files, read as they are.
-    left = {name: ct.run(["cat", f"{st['path']}/{name}"], check=False, mutates=False, timeout=120).out
-            for name in ("metrics.jsonl", "gpu.csv", "events.jsonl")}
-    tl = timeline_mod.parse(left["metrics.jsonl"], left["gpu.csv"], left["events.jsonl"], st.get("attempts"))
-    # The logs come to local files (streamed, verified) and are read from there in chunks: a run's log
-    # can be gigabytes, and only its metric values are kept.
+    # The logs and what the run's watch left come to local files (streamed, verified) and are read from
+    # there in chunks: a run's log can be gigabytes, its metrics.jsonl grows with it, and only the values
+    # are kept.
     with tempfile.TemporaryDirectory(prefix="remote-report-") as d:
+        tl = read_timeline(ct, st["path"], st.get("attempts"), Path(d))
         log = Path(d) / "log"
         files.pull(ct, f"{st['path']}/log", log)
         if not log.is_file():  # what the container has there is not a log
@@ -154,6 +152,19 @@ def write(session: Session, ctid, run_id: str | None, dest: str | None) -> Path:
                 kg_log = None
         path.write_text(render(spec, st, _chunks(log), kg, kg_log, warmups, tl))
     return path
+
+
+WATCH_FILES = ("metrics.jsonl", "gpu.csv", "events.jsonl")
+
+
+def read_timeline(ct, run_path: str, attempts: list[dict] | None, folder: Path) -> "timeline_mod.Timeline":
+    """The run over time from what its watch left (WATCH_FILES, each there or not): each pulled into
+    `folder` as the log is, in one streamed command, and read from there in chunks, never whole."""
+    got = {}
+    for name in WATCH_FILES:
+        local = folder / f"watch-{name}"
+        got[name] = _chunks(local) if files.pull_if_there(ct, f"{run_path}/{name}", local) else ()
+    return timeline_mod.parse(got["metrics.jsonl"], got["gpu.csv"], got["events.jsonl"], attempts)
 
 
 def _chunks(path: Path, size: int = 1 << 20):
