@@ -280,3 +280,99 @@ def test_container_probe_runs_without_torch_or_a_venv(tmp_path):
     assert (c.torch_cuda, c.torch_version) == ("13.0", "2.11.0+cu130")
     if not c.gpu:
         assert gpu.container_findings(c, 200) == []
+
+
+# -- where it shows: train's preflight, the known-good record and plain doctor, doctor --gpu's output ------------
+
+@pytest.fixture
+def spec(tmp_path):
+    from test_doctor import HOSTS
+
+    from remote import config
+
+    path = tmp_path / "hosts.yaml"
+    path.write_text(HOSTS)
+    return config.load(str(path)).container(200)
+
+
+def with_gpu(raw: dict, text: str) -> dict:
+    return {**raw, "gpu": {"rc": 0, "out": text, "err": ""}}
+
+
+def test_preflight_refuses_on_an_error_finding_with_its_fix(spec):
+    from test_preflight import problems, ready
+
+    found = problems(with_gpu(ready(spec), ct_text(nodes=GOOD_NODES[:2], init=999)), spec)
+    assert any("[container-uvm-missing]" in p and "/dev/nvidia-uvm" in p for p in found), found
+    assert any("cuInit(0) returned 999" in p for p in found), found
+
+
+def test_preflight_warns_on_a_pending_reboot_and_launches(spec):
+    from test_preflight import ready
+
+    from remote.ops.jobs import check
+
+    pre = check(with_gpu(ready(spec), ct_text()), spec, host(modinfo="580.105.08"))
+    assert any(n.startswith("!! ") and "[host-reboot-pending]" in n for n in pre.notes), pre.notes
+    assert not any("[host-reboot-pending]" in n for n in check(with_gpu(ready(spec), ct_text()), spec, host()).notes)
+
+
+def test_preflight_of_a_cpu_container_says_nothing_of_gpus(spec):
+    from test_preflight import ready
+
+    from remote.ops.jobs import check
+
+    cpu = ct_text(nodes=[], libs=None, smi={"missing": True}, proc="")
+    pre = check(with_gpu(ready(spec), cpu), spec, host(configs={200: data("pct-config-cpu.txt")}))
+    assert not any("[" in n and "]" in n and "!!" in n for n in pre.notes)
+
+
+def test_known_good_keeps_module_and_libraries_and_doctor_names_a_change(spec):
+    from test_doctor import COMMIT, healthy_raw
+
+    from remote import facts as fx
+    from remote.doctor import findings
+    from remote.runs.knowngood import make_record, watch_log
+
+    facts = fx.parse(with_gpu(healthy_raw(spec), ct_text()), spec, (1000.0, 1000.5))
+    watch = watch_log(spec, "step 1 | 22.0 Ktok/s\n")
+    rec = make_record(facts, spec, {"run": "r1", "manifest": {"commit": COMMIT}}, watch, "auto")
+    assert rec["host_module"] == "580.95.05"
+    assert rec["driver_libs"] == {"libcuda.so.1": "580.95.05", "libnvidia-ml.so.1": "580.95.05"}
+    raw = with_gpu(healthy_raw(spec), ct_text())
+    raw["known_good"] = {**raw["known_good"], "host_module": "580.95.05", "driver_libs": rec["driver_libs"]}
+    codes = lambda r: [f.code for f in findings(fx.parse(r, spec, (1000.0, 1000.5)), spec)]  # noqa: E731
+    assert "host-module-changed" not in codes(raw) and "driver-libs-changed" not in codes(raw)
+    upgraded = with_gpu(raw, ct_text(libs="580.105.08", proc=data("proc-driver-nvidia-version-open.txt")
+                                     .replace("580.95.05", "580.105.08")))
+    assert {"host-module-changed", "driver-libs-changed"} <= set(codes(upgraded))
+
+
+def test_doctor_gpu_render_and_json(spec):
+    from remote import gpudoctor
+
+    h = host(configs={200: data("pct-config-dev.txt"), 202: data("pct-config-cpu.txt")}, modinfo="580.105.08")
+    hosts = [gpudoctor.HostReport("pve1", h, gpu.host_findings(h, "pve1"))]
+    bad = ct(nodes=GOOD_NODES[:2], init=999)
+    cpu = ct(nodes=[], libs=None, smi={"missing": True}, proc="")
+    cts = [gpudoctor.ContainerReport(200, "pve1", bad, h.configs[200], gpu.findings(h, 200, bad, "pve1")),
+           gpudoctor.ContainerReport(202, "pve1", cpu, h.configs[202], gpu.findings(h, 202, cpu, "pve1"))]
+    text = gpudoctor.render(hosts, cts)
+    assert "host pve1: 1 finding(s) (NVIDIA module 580.95.05 (open), pve-container 5.2.3, pve-manager 8.3.0)" in text
+    assert "(host-reboot-pending)" in text and "(container-uvm-missing)" in text
+    assert "container 202 on pve1: no GPU configured (a CPU container)" in text
+    out = json.loads(json.dumps(gpudoctor.to_json(hosts, cts)))
+    assert out["schema"] == 1 and out["healthy"] is False
+    assert set(out["containers"][0]["findings"][0]) == {"kind", "severity", "message", "fix", "ctid", "host", "why"}
+    assert out["containers"][1]["findings"] == [] and out["containers"][1]["healthy"] and not out["containers"][1]["gpu"]
+
+
+def test_untrusted_text_is_made_printable_before_it_reaches_a_terminal(spec):
+    from remote import gpudoctor
+
+    evil = gpu.parse_container(ct_text(libs="575.57.08").replace('"file": "libcuda.so.575.57.08"',
+                                                                  '"file": "libcuda.so.575\\u001b[2J"'))
+    found = gpu.container_findings(evil, 200)
+    assert "\x1b" in found[0].message  # the data keeps what the container said; the terminal gets it escaped
+    text = gpudoctor.render([], [gpudoctor.ContainerReport(200, "pve1", evil, None, found)])
+    assert "\x1b" not in text and "\\x1b" in text

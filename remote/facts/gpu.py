@@ -20,7 +20,12 @@ import secrets
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 
+import dataclasses
+import shlex
+
 from .. import shell
+from ..errors import RemoteError
+from ..transport.pct import DEFAULT_PATH
 
 CONTAINER_SOURCE = resources.files("remote").joinpath("sh", "gpu_container.py").read_text()
 NVIDIA_MAJOR = 195  # nvidia0.., nvidiactl (255), nvidia-modeset (254): fixed; nvidia-uvm and nvidia-caps are dynamic
@@ -320,6 +325,29 @@ def host_argv(pct: list[str], ctids: list[int], mark: str | None = None) -> tupl
 def container_argv(venv: str) -> list[str]:
     """The container probe: the system python3 (the venv's may be broken), isolated, stdlib only."""
     return ["python3", "-I", "-S", "-c", CONTAINER_SOURCE, json.dumps({"venv": venv})]
+
+
+def read_host(session, host, ctids: list[int]) -> HostGpu:
+    """The host probe: one round trip (through the host's kept connection or mux when there is one)."""
+    argv, mark = host_argv(shlex.split(host.pct), ctids)
+    r = session.host_run(host, argv, deadline=60 + host.connect_timeout)
+    try:
+        return parse_host(r.out, mark)
+    except ValueError as exc:
+        raise RemoteError(f"the GPU host probe on {host.name} failed (exit {r.exit_code}): {exc}; "
+                          f"{r.err.strip()[-300:]}") from None
+
+
+def read_container(session, ctid: int) -> CtGpu:
+    """The container probe: one round trip, with the container's system python3."""
+    spec = session.config.container(ctid)
+    ct = dataclasses.replace(session.container(spec.ctid, venv_on_path=False), path=DEFAULT_PATH)
+    r = ct.run(container_argv(spec.venv.path), mutates=False, timeout=60, check=False, label="GPU probe")
+    try:
+        return parse_container(r.out)
+    except ValueError as exc:
+        raise RemoteError(f"container {ctid}: {exc} (exit {r.exit_code}; {r.err.strip()[-300:]})") from None
+
 
 
 # -- the findings ----------------------------------------------------------------------------------------------
