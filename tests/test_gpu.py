@@ -164,7 +164,8 @@ def test_host_uvm_not_loaded():
 
 
 def test_host_gpu_vfio():
-    h = host(proc="", sys_version="", modinfo="580.95.05", modules="", nodes="", lspci=data("lspci-vfio.txt"))
+    h = host(proc="", sys_version="", modinfo="580.95.05", modules="", nodes="", lspci=data("lspci-vfio.txt"),
+             smi=data("smi-no-driver.txt") + "rc=9")
     found = gpu.host_findings(h)
     assert kinds(found) == ["host-gpu-vfio"]
     assert "0000:01:00.0" in found[0].fix and "vfio-pci" in found[0].message
@@ -376,3 +377,13 @@ def test_untrusted_text_is_made_printable_before_it_reaches_a_terminal(spec):
     assert "\x1b" in found[0].message  # the data keeps what the container said; the terminal gets it escaped
     text = gpudoctor.render([], [gpudoctor.ContainerReport(200, "pve1", evil, None, found)])
     assert "\x1b" not in text and "\\x1b" in text
+
+
+def test_a_library_whose_version_is_unknown_is_no_missing_library():
+    text = ct_text().replace('"version": "580.95.05"', '"version": null')
+    assert everything(host(), gpu.parse_container(text)) == []
+
+
+def test_a_host_whose_proc_hides_the_module_takes_nvidia_smis_version():
+    h = host(proc="", sys_version="")
+    assert h.loaded == "580.95.05" and gpu.host_findings(h) == []

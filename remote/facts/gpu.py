@@ -276,6 +276,9 @@ def parse_host(text: str, mark: str) -> HostGpu:
     loaded, open_module = module_version(s.get("proc-version"))
     loaded = loaded or _version(s.get("sys-version"))
     smi, smi_error = parse_smi(s.get("smi", ""))
+    # Where /proc and /sys hide the module (a host that is itself a container), nvidia-smi's answer is the
+    # loaded module's version: it only answers when the module is loaded and matches its libraries.
+    loaded = loaded or next((_version(g.get("driver")) for g in smi if _version(g.get("driver"))), None)
     packages = {}
     for line in s.get("packages", "").splitlines():
         name, _, version = line.partition(" ")
@@ -526,7 +529,7 @@ def container_findings(ct: CtGpu, ctid: int, host: HostGpu | None = None, cfg: C
         add("container-uvm-missing", "/dev/nvidia-uvm is not in the container: nvidia-smi works but CUDA does not "
             "(cuInit 999, torch.cuda.is_available() False)", fix)
     libs = ct.lib_versions
-    if (ct.nodes or (cfg and cfg.gpu)) and not libs:
+    if (ct.nodes or (cfg and cfg.gpu)) and not any(ct.libs.values()):
         v = module or "<the host's module version>"
         add("no-driver-libs", "no NVIDIA driver library (libcuda.so.1, libnvidia-ml.so.1) is found by the container's "
             "loader: couldn't find libnvidia-ml.so", f"install the driver's user space of version {v} in the container "
