@@ -468,9 +468,10 @@ def _containers(s: Session, container: str | None) -> list[int]:
 
 @task(help={"container": "container id(s), comma-separated (default: every container in the hosts file)",
             "json": "print the findings and facts as JSON (schema: docs/doctor.md)", "hosts": HOSTS_HELP,
-            "fresh": "import torch again in each container even where an earlier probe's answer still holds"})
+            "fresh": "import torch again in each container even where an earlier probe's answer still holds",
+            "gpu": "check the hosts' NVIDIA driver and each container's GPU passthrough (docs/gpu-passthrough.md)"})
 @handled
-def doctor(c, container=None, json_=False, hosts=None, fresh=False):
+def doctor(c, container=None, json_=False, hosts=None, fresh=False, gpu=False):
     """Find what differs from what deploy made and from the last known-good run.
 
     Each finding says why it matters and the command that fixes it. Exit 0 healthy, 1 with findings,
@@ -478,6 +479,15 @@ def doctor(c, container=None, json_=False, hosts=None, fresh=False):
     from . import doctor as dr
     from .transport.session import Session
 
+    if gpu:  # remote.gpudoctor: one probe per host, one per container
+        from . import gpudoctor
+
+        with Session(cfg.load(hosts), agent=False, keep=True) as s:
+            found = gpudoctor.diagnose(s, fleet.select(s.config, container) if container else list(s.config.containers))
+        print(json.dumps(gpudoctor.to_json(*found), indent=2) if json_ else gpudoctor.render(*found))
+        if not gpudoctor.to_json(*found)["healthy"]:
+            raise Exit(code=1)
+        return
     # One probe per container: plain pct exec is one round trip, an agent would add its own start-up.
     with Session(cfg.load(hosts), agent=False, keep=True) as s:
         reports = dr.diagnose(s, _containers(s, container), fresh=fresh)

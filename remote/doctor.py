@@ -135,6 +135,21 @@ def findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
         add(Finding("driver-changed", "warning", f"driver {kg['driver']} → {g.driver}",
                     f"changed since {known_good_label(kg)}", "a new driver can change kernels' speed or support",
                     None))
+    gp = facts.gpu
+    if kg and gp is not None:  # the host's module and the container's driver libraries (remote.facts.gpu)
+        then, now = kg.get("host_module"), gp.proc_version
+        if then and now and then != now:
+            add(Finding("host-module-changed", "warning", f"the host's NVIDIA module {then} → {now}",
+                        f"changed since {known_good_label(kg)}", "a new kernel module changes what every GPU job "
+                        "runs on, and the container's libraries must match it", f"remote doctor --gpu -c {facts.ctid}"))
+        then_libs, now_libs = kg.get("driver_libs"), gp.lib_versions
+        if then_libs is not None and then_libs != now_libs:
+            def show(libs):
+                return ", ".join(f"{k} {v}" for k, v in sorted(libs.items())) or "none"
+            add(Finding("driver-libs-changed", "warning", f"the container's driver libraries: {show(now_libs)}",
+                        f"changed since {known_good_label(kg)}: it had {show(then_libs)}",
+                        "libraries of another version than the host's module fail (NVML: Driver/library version "
+                        "mismatch) or run other code", f"remote doctor --gpu -c {facts.ctid}"))
     if g.smi and not g.error:
         from .ops.jobenv import user_env
 

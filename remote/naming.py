@@ -75,3 +75,12 @@ def redact(url: str) -> str:
     scheme, sep, rest = url.partition("://")
     host, slash, path = rest.partition("/")
     return f"{scheme}{sep}***@{host.rsplit('@', 1)[1]}{slash}{path}" if sep and "@" in host else url
+
+
+_UNPRINTABLE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """Text a container or host supplied, safe for a terminal: C0 and C1 control characters (escape
+    sequences' ESC among them) but tab shown as visible escapes such as `\\x1b`."""
+    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))

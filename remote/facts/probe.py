@@ -68,7 +68,8 @@ CHILD_S = 120  # git, the venv's package list, the run's state
 TORCH_S = 150  # import torch (CUDA's initialisation included)
 TORCH_AFTER_HUNG_SMI_S = 20  # import torch when nvidia-smi hung: CUDA's initialisation hangs on that driver too
 ALL_PARTS = ("python", "venv", "dists", "torch", "uv", "lease", "code", "untracked", "cache", "warmups", "tmp",
-             "jobs", "run", "gpus", "disk", "known_good")
+             "jobs", "run", "gpus", "disk", "known_good", "gpu")
+GPU_S = 30  # the GPU passthrough probe (remote/sh/gpu_container.py): cuInit answers in well under a second
 
 
 def start(argv, cwd="/"):
@@ -303,6 +304,8 @@ def main():
         if kept is None:
             kids["torch"] = start([py, "-c", TORCH_SCRIPT])
 
+    if "gpu" in parts and arg.get("gpu_source"):  # the passthrough probe (remote.facts.gpu), its own child
+        kids["gpu"] = start([sys.executable, "-I", "-S", "-c", arg["gpu_source"], json.dumps({"venv": venv})])
     if "python" in parts:
         out["python"] = {"version": platform.python_version(), "executable": os.path.realpath(sys.executable),
                          "machine": platform.machine()}
@@ -334,7 +337,7 @@ def main():
     if "disk" in parts:
         out["disk"] = [free(p) for p in (venv, cache_dir, run_dir)]
 
-    done = {name: finish(child, t0 + (SMI_S if name in ("gpus", "apps", "smi") else CHILD_S))
+    done = {name: finish(child, t0 + (SMI_S if name in ("gpus", "apps", "smi") else GPU_S if name == "gpu" else CHILD_S))
             for name, child in kids.items() if name != "torch"}
     smi_hung = any(done.get(n, {}).get("rc", 0) is None for n in ("gpus", "apps", "smi"))
     torch_by = t0 + (TORCH_AFTER_HUNG_SMI_S if smi_hung else TORCH_S)
@@ -348,7 +351,7 @@ def main():
             out["torch"] = {**result, "cached": False}
         else:
             out["torch"] = None
-    for name in ("venv_run", "gpus", "apps", "smi", "run"):
+    for name in ("venv_run", "gpus", "apps", "smi", "run", "gpu"):
         if name in done:
             out[name] = done[name]
     if "venv" in out and "dists" in parts:

@@ -38,15 +38,37 @@ class Preflight:
     notes: list[str]
 
 
-def preflight(ct: Container, spec: ContainerSpec, *, echo=print) -> Preflight:
-    """Everything that must be true before a training job starts, read in one facts probe; every problem
-    found is named at once, each with how to fix it."""
+def preflight(ct: Container, spec: ContainerSpec, *, echo=print, host_gpu=None) -> Preflight:
+    """Everything that must be true before a training job starts, read in one facts probe (its GPU passthrough
+    part included); every problem found is named at once, each with how to fix it. `host_gpu`: a callable
+    that reads the host's GPU facts (remote.facts.gpu.read_host), run at the same time as the probe, for
+    the warnings only the host can give (a pending reboot); its failure is no problem of the run's."""
+    pending = None
+    if host_gpu is not None and not ct.dry:
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool = ThreadPoolExecutor(max_workers=1)
+        pending = pool.submit(host_gpu)
+        pool.shutdown(wait=False)
     raw = facts.read_raw(ct, spec, facts.DEPLOYED if ct.dry else facts.PREFLIGHT)[0]
     if ct.dry:
         state = wm.deployed_in(raw, spec)
         return Preflight(state["code"]["commit"], state["venv"], None,
                          [_verified(state["venv"]), "(dry run: the checks that read the container are skipped)"])
-    return check(raw, spec)
+    host = None
+    if pending is not None:
+        try:
+            host = pending.result(timeout=90)
+        except Exception as exc:  # noqa: BLE001 -- the host's part only warns: it never stops a launch
+            echo(f"preflight: !! the host's GPU facts could not be read: {exc}")
+    return check(raw, spec, host)
+
+
+def _host_gpu(session, spec: ContainerSpec):
+    """The host's GPU facts for this container's preflight (remote.facts.gpu.read_host), one round trip."""
+    from ..facts import gpu as gpufacts
+
+    return lambda: gpufacts.read_host(session, spec.host, [spec.ctid])
 
 
 def _verified(venv_record: dict) -> str:
@@ -60,13 +82,24 @@ def only_warmup_missing(exc: JobError) -> bool:
     return str(exc).startswith("no warmup")
 
 
-def check(raw: dict, spec: ContainerSpec) -> Preflight:
-    """Preflight over the probe's answer (parts facts.PREFLIGHT). Pure: tested as data."""
+def check(raw: dict, spec: ContainerSpec, host=None) -> Preflight:
+    """Preflight over the probe's answer (parts facts.PREFLIGHT) and, where read, the host's GPU facts
+    (remote.facts.gpu.HostGpu). Pure: tested as data."""
+    from ..facts import gpu as gpufacts
+
     state = wm.deployed_in(raw, spec)
     commit, venv = state["code"]["commit"], state["venv"]
     verify = venv.get("verify") or {}
     notes = [_verified(venv)]
     problems = wm.unlike_deployed(raw, spec, state, hints=True)
+    # The GPU passthrough: an error finding refuses the launch; a pending host reboot is a warning.
+    ct_gpu = facts.gpu_of(raw)
+    gpu_found = gpufacts.findings(host, spec.ctid, ct_gpu) if ct_gpu is not None else []
+    problems += [f"{f.message} [{f.kind}]: {f.fix}" for f in gpu_found if f.severity == "error"]
+    if host is not None and (ct_gpu is not None and ct_gpu.gpu or (host.configs.get(spec.ctid) or
+                                                                    gpufacts.CtConfig(0)).gpu):
+        notes += [f"!! {f.message} [{f.kind}]: {f.fix}" for f in gpufacts.host_findings(host, spec.host.name)
+                  if f.kind == "host-reboot-pending"]
     folder = jobenv.compile_cache(spec, verify)
     if spec.warmup.command:
         recs = list(facts.warmups_of(raw))
@@ -329,12 +362,12 @@ def train(session: Session, ctid=None, *, force: bool = False, warmup: bool = Fa
     spec = session.config.container(ctid)
     ct = session.container(spec.ctid)
     try:
-        pre = preflight(ct, spec, echo=echo)
+        pre = preflight(ct, spec, echo=echo, host_gpu=_host_gpu(session, spec))
     except JobError as exc:
         if not (warmup and only_warmup_missing(exc)):
             raise
         wm.warmup(session, spec.ctid, echo=echo)
-        pre = preflight(ct, spec, echo=echo)
+        pre = preflight(ct, spec, echo=echo, host_gpu=_host_gpu(session, spec))
     for note in pre.notes:
         echo(f"preflight: {note}")
     run_id, pid = launch(ct, spec, pre, force=force, echo=echo)

@@ -67,6 +67,9 @@ def make_record(facts: Facts, spec: ContainerSpec, run: dict, watch: logs.Watch,
         # Every installed package, when the venv is still the one the run used.
         "packages": {n: p.version for n, p in facts.venv.packages.items()} if same_lock else None,
         "driver": m.get("driver") or facts.gpus.driver, "cuda_driver": facts.gpus.cuda_driver,
+        # The host's loaded NVIDIA module and the container's driver libraries (remote.facts.gpu).
+        "host_module": facts.gpu.proc_version if facts.gpu else None,
+        "driver_libs": facts.gpu.lib_versions if facts.gpu else None,
         "gpu_names": [g["name"] for g in gpus] if gpus is not None else list(facts.gpus.names),
         "cache": {"fingerprint": folder.rsplit("/", 1)[-1],
                   "files": facts.cache.files if facts.cache.folder == folder else None,
