@@ -75,3 +75,10 @@ def redact(url: str) -> str:
     scheme, sep, rest = url.partition("://")
     host, slash, path = rest.partition("/")
     return f"{scheme}{sep}***@{host.rsplit('@', 1)[1]}{slash}{path}" if sep and "@" in host else url
+
+
+def printable(text: str) -> str:
+    """Text a container supplied, as it may go to a terminal: C0 and C1 control characters (all but \\t)
+    and DEL shown as visible escapes (`\\x1b`), so no escape sequence a container wrote reaches it."""
+    return "".join(f"\\x{ord(ch):02x}" if ch != "\t" and (ord(ch) < 0x20 or 0x7f <= ord(ch) < 0xa0) else ch
+                   for ch in text)

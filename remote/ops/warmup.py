@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import files, jobenv, oplock
+from . import passport as pp
 from . import venv as venvmod
 from .logs import LineSplitter
 from .. import facts, shell
@@ -46,6 +47,29 @@ def command_for(spec: ContainerSpec, device: str) -> str:
     """The warmup command for one device. Only `{device}` is replaced: `${VAR}` and other braces stay
     as they are for bash."""
     return spec.warmup.command.replace("{device}", device)
+
+
+def expected_passport(spec: ContainerSpec, state: dict) -> dict:
+    """The cache passport (remote/ops/passport.py) a warmup of this container would write now."""
+    verify = state["venv"].get("verify")
+    return pp.expected(verify, commit=state["code"].get("commit"), venv_lock=state["venv"].get("lock_sha256"),
+                       command=spec.warmup.command, devices=devices_of(spec),
+                       env={**jobenv.tool_env(spec, verify), **jobenv.user_env(spec)})
+
+
+def read_passport(ct: Container, folder: str) -> dict | None:
+    """The passport of a per-version cache folder, or None (none yet, or unreadable)."""
+    r = ct.run(["cat", f"{folder}/{pp.FILE}"], check=False, mutates=False, timeout=60)
+    return pp.parse(r.out) if r.exit_code == 0 else None
+
+
+def write_passport(ct: Container, folder: str, passport: dict) -> None:
+    """Write a folder's passport atomically (a reader sees the old one or the new one, whole)."""
+    files.push_bytes(ct, (json.dumps(passport, indent=1, sort_keys=True) + "\n").encode(), f"{folder}/{pp.FILE}")
+
+
+def stamp(passport: dict, ctid: int, **extra) -> dict:
+    return {**passport, "made_by": ctid, "made_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra}
 
 
 def warmup_key(spec: ContainerSpec, state: dict, device: str) -> dict:
@@ -252,7 +276,12 @@ def warmup(session: Session, ctid=None, *, parallel: bool = False, devices: list
     echo(f"==> warmup of {len(devices)} device(s) {'in parallel' if parallel and len(devices) > 1 else 'one at a time'}"
          f" at {state['code']['commit'][:12]}, torch {verify.get('torch')}, cache {jobenv.compile_cache(spec, verify)}")
     with oplock.hold(ct, "warmup"):  # one deploy, warmup or launch at a time per container
-        return _warm_devices(ct, spec, state, devices, parallel, echo)
+        results = _warm_devices(ct, spec, state, devices, parallel, echo)
+        if not ct.dry:  # what the folder's entries were made for, the devices warmed so far included
+            folder = jobenv.compile_cache(spec, verify)
+            new = {**expected_passport(spec, state), "devices": sorted({r.device for r in results})}
+            write_passport(ct, folder, stamp(pp.merged(read_passport(ct, folder), new), spec.ctid))
+        return results
 
 
 def _warm_devices(ct: Container, spec: ContainerSpec, state: dict, devices: list[str], parallel: bool,
@@ -325,7 +354,7 @@ def export_cache(session: Session, ctid, path: str, echo=print) -> int:
     folder = jobenv.compile_cache(spec, verify)
     with tempfile.TemporaryDirectory() as d:
         count = files.pull_tree(ct, folder, d)
-        sidecar = {"versions": _versions(verify), "cache": folder,
+        sidecar = {"versions": _versions(verify), "cache": folder, "passport": read_passport(ct, folder),
                    "warmups": [r for r in records(ct, spec) if r.get("venv_lock") == state["venv"].get("lock_sha256")]}
         Path(d, BUNDLE_SIDECAR).write_text(json.dumps(sidecar, indent=1))
         with tarfile.open(path, "w:gz") as tar:
@@ -378,10 +407,20 @@ def import_cache(session: Session, ctid, path: str, echo=print) -> dict:
             if diff:
                 raise WarmupError(f"{path}: refusing to import a compile cache made for another setup: " + ", ".join(
                     f"{k} {a} (bundle) != {b} (here)" for k, (a, b) in sorted(diff.items())))
+            theirs = pp.parse(json.dumps(sidecar.get("passport"))) if sidecar.get("passport") else None
+            if theirs is not None:  # a bundle made since passports: every field compared, each difference named
+                fields = pp.differences(theirs, expected_passport(spec, state))
+                if fields:
+                    raise WarmupError(f"{path}: refusing to import a compile cache made for another setup: "
+                                      + pp.describe(theirs, expected_passport(spec, state), fields, theirs="bundle"))
             os.unlink(Path(d, BUNDLE_SIDECAR))
+            if Path(d, pp.FILE).exists():  # written last, below, once every file is in place
+                os.unlink(Path(d, pp.FILE))
             folder = jobenv.compile_cache(spec, verify)
             with oplock.hold(ct, f"warmup --import {os.path.basename(path)}"):
                 count = files.push_tree(ct, d, folder)
+                if theirs is not None:
+                    write_passport(ct, folder, {**theirs, "imported_from": os.path.basename(path)})
     except (OSError, tarfile.TarError) as exc:
         raise WarmupError(f"{path}: cannot read the bundle: {exc}") from None
     wanted = {warmup_key(spec, state, dev)["key"] for dev in devices_of(spec)}
