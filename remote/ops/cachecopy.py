@@ -149,7 +149,9 @@ def _stream_copy(src_ct: Container, dst_ct: Container, src_folder: str, dst_fold
             while chunk := send.read(CHUNK):
                 if cut_after is not None and moved + len(chunk) > cut_after:
                     recv.write(chunk[:max(0, cut_after - moved)])
-                    raise TransferError(f"the link was cut after {cut_after} bytes (test)")
+                    recv.close_stdin()  # the stream ends there, mid-file, as when the link drops
+                    recv.wait(120)
+                    raise TransferError(f"the link was cut after {cut_after} bytes (test): {recv.error_text().strip()}")
                 recv.write(chunk)
                 moved += len(chunk)
             recv.close_stdin()
