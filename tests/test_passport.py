@@ -83,3 +83,14 @@ def test_the_passport_a_container_would_write_follows_its_hosts_file():
     assert "TORCHINDUCTOR_COORDINATE_DESCENT_TUNING" in base["env_keys"]
     assert pp.differences(base, wm.expected_passport(spec(devices=[0, 1, 2]), state)) == ["devices"]
     assert pp.differences(base, wm.expected_passport(spec(command="python w.py -d {device}"), state)) == ["command"]
+
+
+def test_remote_config_shows_what_of_the_passport_the_hosts_file_decides():
+    from remote import configview
+
+    c = config.parse({"hosts": {"h": {"address": "x"}}, "containers": {200: {"host": "h"}},
+                      "warmup": {"command": "python w.py --device {device}", "devices": [0, 1]},
+                      "train": {"env": {"TORCHINDUCTOR_MAX_AUTOTUNE": "1", "WANDB_API_KEY": "secret"}}}, "f")
+    text = configview.render(c, [c.containers[200]], "x")
+    assert "cache passport" in text and "devices: [0, 1]" in text
+    assert "TORCHINDUCTOR_MAX_AUTOTUNE" in text.split("cache passport", 1)[1] and "secret" not in text
