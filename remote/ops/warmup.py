@@ -35,6 +35,7 @@ from ..transport.session import Session
 
 REPORT_PREFIX = "REMOTE_WARMUP "  # remote_guard's report line (optional)
 CACHE_PREFIX = "REMOTE_CACHE "  # warmup.sh's before/after lines
+STATS_PREFIX = "REMOTE_STATS "  # warmup.sh's lines of torch's counters, one per process (the venv's hook)
 ALL = "all"  # the one "device" of a command without {device}
 BUNDLE_SIDECAR = "remote-cache.json"
 
@@ -90,14 +91,19 @@ class DeviceResult:
     before: tuple[int, int] = (0, 0)  # cache (files, bytes) before and after
     after: tuple[int, int] = (0, 0)
     key: dict = field(default_factory=dict)
+    stats: dict = field(default_factory=dict)  # torch's counters summed over the command's processes (any code)
+
+    @property
+    def counters(self) -> dict:
+        return self.report or self.stats
 
     @property
     def hits(self) -> int:
-        return self.report.get("fxgraph_hit", 0) + self.report.get("autograd_hit", 0)
+        return self.counters.get("fxgraph_hit", 0) + self.counters.get("autograd_hit", 0)
 
     @property
     def misses(self) -> int:
-        return self.report.get("fxgraph_miss", 0) + self.report.get("autograd_miss", 0)
+        return self.counters.get("fxgraph_miss", 0) + self.counters.get("autograd_miss", 0)
 
     @property
     def new_files(self) -> int:
@@ -115,7 +121,8 @@ class DeviceResult:
         gain = ("cache: nothing new (warm)" if self.warm else
                 f"cache: +{self.new_files} files, +{_size(self.new_bytes)} (now {self.after[0]} files, "
                 f"{_size(self.after[1])})")
-        guard = f"; guard: {self.hits} hits, {self.misses} misses" if self.report else ""
+        guard = (f"; guard: {self.hits} hits, {self.misses} misses" if self.report else
+                 f"; torch: {self.hits} hits, {self.misses} misses" if self.stats else "")
         return f"device {self.device}: {self.end - self.start:6.1f}s  {gain}{guard}"
 
     def record(self) -> dict:
@@ -138,6 +145,22 @@ def parse_report(output: str) -> dict | None:
         if line.startswith(REPORT_PREFIX):
             return json.loads(line[len(REPORT_PREFIX):])
     return None
+
+
+def parse_stats(lines: list[str]) -> dict:
+    """warmup.sh's REMOTE_STATS lines (one JSON object per process), summed; untrusted: non-numbers skipped."""
+    total: dict = {}
+    for line in lines:
+        if not line.startswith(STATS_PREFIX):
+            continue
+        try:
+            got = json.loads(line[len(STATS_PREFIX):])
+        except ValueError:
+            continue
+        for k, v in (got.items() if isinstance(got, dict) else ()):
+            if isinstance(v, int) and not isinstance(v, bool):
+                total[k] = total.get(k, 0) + v
+    return total
 
 
 def parse_cache_lines(lines: list[str]) -> dict[str, tuple[int, int]]:
@@ -221,7 +244,7 @@ def _prefixed(echo: Callable[[str], None], prefix: str, sink: list[str]):
                 echo(f"  [{prefix}] {head}")
                 line = sep + tail
             sink.append(line)
-            if not line.startswith((REPORT_PREFIX, CACHE_PREFIX)):
+            if not line.startswith((REPORT_PREFIX, CACHE_PREFIX, STATS_PREFIX)):
                 echo(f"  [{prefix}] {line}")
 
     return on_output
@@ -236,7 +259,9 @@ def run_device(ct: Container, spec: ContainerSpec, state: dict, device: str, ech
     try:
         jobenv.run(ct, spec, verify, ["bash", "-c", shell.load("warmup"), "warmup",
                                       jobenv.compile_cache(spec, verify), command],
-                   extra={"REMOTE_WARMUP_DEVICE": device}, cwd=spec.code.path, timeout=spec.warmup.timeout,
+                   extra={"REMOTE_WARMUP_DEVICE": device, "REMOTE_CACHE_STATS":
+                          f"{jobenv.compile_cache(spec, verify)}/tmp/warmup-stats-{device}-{os.getpid()}-{int(start)}"},
+                   cwd=spec.code.path, timeout=spec.warmup.timeout,
                    on_output=_prefixed(echo, device, lines), label=command)
     except CommandError as exc:
         raise WarmupError(f"warmup of device {device} failed (exit {exc.exit_code}, output above): {command}") from None
@@ -244,7 +269,8 @@ def run_device(ct: Container, spec: ContainerSpec, state: dict, device: str, ech
         return DeviceResult(device, start, start, {})
     stats = parse_cache_lines(lines)
     result = DeviceResult(device, start, time.time(), parse_report("\n".join(lines)) or {},
-                          stats.get("before", (0, 0)), stats.get("after", (0, 0)), warmup_key(spec, state, device))
+                          stats.get("before", (0, 0)), stats.get("after", (0, 0)), warmup_key(spec, state, device),
+                          parse_stats(lines))
     _record(ct, spec, [result.record()])
     echo("  " + result.line())
     return result
