@@ -14,7 +14,8 @@
 #   bash bench/gpu_cache.sh [RECORD.json]        (default docs/gpu-cache/<date>[-N].json)
 # Environment: SRC_VENV (the venv whose torch is deployed; default python3's), GPU_CACHE_WORK (scratch,
 # default /var/tmp/gpu-cache), STEPS (drafter steps per run, default 300), ITERS (plain, default 200),
-# PARTS ("drafter plain", the default, or one of them), BUDGET (seconds; later steps are skipped).
+# PARTS ("drafter plain", the default, or one of them), PAIRS (self-warmed/seeded runs of each, alternating;
+# each side's first step is their median; default 1), BUDGET (seconds; later steps are skipped).
 # Runs on a CPU machine too (a rehearsal: CPU torch, no GPU facts).
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -67,7 +68,8 @@ first_step() { grep -oE '(first steady step of every thread|first step done) [0-
 last_loss() { grep -oE 'loss [0-9.]+' "$1" | tail -n 1 | grep -oE '[0-9.]+'; }
 # The run's compile-cache counters (the venv's hook), summed over its processes: "fxgraph_hit fxgraph_miss".
 counters() {
-  remote exec -c "$1" --hosts "$2" --command 'cat /root/runs/current/cache-stats/*.json 2>/dev/null' 2>/dev/null |
+  # shellcheck disable=SC2016
+  remote exec -c "$1" --hosts "$2" --command 'for f in /root/runs/current/cache-stats/*.json; do cat "$f"; echo; done' 2>/dev/null |
     python3 -c '
 import json, sys
 t = {}
@@ -80,18 +82,33 @@ for line in sys.stdin:
 print(t.get("fxgraph_hit", 0), t.get("fxgraph_miss", 0))'
 }
 fresh() { remote exec -c "$1" --hosts "$2" --command 'rm -rf /root/.cache/torch-compile' > /dev/null 2>&1; }
-# measure KEY CT HOSTS: a train run; its first step, loss and counters as facts KEY_*
+# measure KEY CT HOSTS [N]: a train run (the Nth of KEY); its first step, loss and counters as facts KEY_*
 measure() {
-  local key=$1 ct=$2 hosts=$3
-  step "$key" remote train -c "$ct" --hosts "$hosts"
-  fact "${key}_first_s" "$(first_step "$logs/$key.log")"
-  fact "${key}_loss" "$(last_loss "$logs/$key.log")"
+  local key=$1 ct=$2 hosts=$3 n=${4:-1}
+  step "$key-$n" remote train -c "$ct" --hosts "$hosts"
+  first=$(first_step "$logs/$key-$n.log")
+  firsts[$key]="${firsts[$key]:-} $first"
+  fact "${key}_first_runs" "${firsts[$key]}"
+  fact "${key}_loss" "$(last_loss "$logs/$key-$n.log")"
   fact "${key}_counters" "$(counters "$ct" "$hosts")"
+}
+declare -A firsts
+pairs=${PAIRS:-1}  # self-warmed/seeded runs, alternating; each side's figure is the median
+# pair W SELF SEEDED HOSTS: PAIRS runs of each, alternating (A B, B A, ...)
+pair() {
+  local i
+  for i in $(seq 1 "$pairs"); do
+    if [ $((i % 2)) -eq 1 ]; then
+      measure "$2" $a "$4" "$i"; measure "$3" $b "$4" "$i"
+    else
+      measure "$3" $b "$4" "$i"; measure "$2" $a "$4" "$i"
+    fi
+  done
 }
 
 write_record() {
 python3 - "$work" "$record" "$date" <<'EOF'
-import json, os, sys
+import json, os, statistics, sys
 work, record, date = sys.argv[1:4]
 facts = dict(line.rstrip("\n").split("\t", 1) for line in open(f"{work}/facts.tsv") if "\t" in line)
 steps = [{"name": n, "ok": rc == "0", "seconds": round(float(s), 1)}
@@ -103,16 +120,19 @@ for w in ("drafter", "plain"):
     runs = {}
     for v in ("cold", "self", "seeded", "pre_self", "pre_seeded"):
         k = f"{w}_{v}"
-        if f"{k}_first_s" not in facts:
+        if f"{k}_first_runs" not in facts:
             continue
-        hit, miss = (facts.get(f"{k}_counters") or "- -").split()[:2]
-        runs[v] = {"first_step_s": num(f"{k}_first_s"), "loss": num(f"{k}_loss"),
+        firsts = sorted(float(x) for x in facts[f"{k}_first_runs"].split())
+        hit, miss = ((facts.get(f"{k}_counters") or "") + " - -").split()[:2]
+        runs[v] = {"first_step_s": round(statistics.median(firsts), 2) if firsts else None, "first_step_runs": firsts,
+                   "loss": num(f"{k}_loss"),
                    "fxgraph_hit": int(hit) if hit.isdigit() else None, "fxgraph_miss": int(miss) if miss.isdigit() else None}
     if not runs:
         continue
     f = lambda v: (runs.get(v) or {}).get("first_step_s")
     ratio = lambda x, y: round(f(x) / f(y), 3) if f(x) and f(y) else None
     out["workloads"][w] = {"runs": runs, "copy_s": num(f"{w}_copy_s"), "copied_files": facts.get(f"{w}_copied"),
+                           "tmp_files_not_copied": facts.get(f"{w}_tmp_files"),
                            "ratios": {"seeded_over_self": ratio("seeded", "self"), "seeded_over_cold": ratio("seeded", "cold"),
                                       "self_over_cold": ratio("self", "cold"),
                                       "pre_seeded_over_cold": ratio("pre_seeded", "cold"),
@@ -124,7 +144,7 @@ print(json.dumps({w: v["ratios"] for w, v in out["workloads"].items()}), "->", r
 EOF
 }
 trap write_record EXIT
-fact command "STEPS=$steps ITERS=$iters PARTS='$parts' bash bench/gpu_cache.sh"
+fact command "STEPS=$steps ITERS=$iters PAIRS=${PAIRS:-1} PARTS='$parts' bash bench/gpu_cache.sh"
 
 if command -v nvidia-smi > /dev/null; then
   fact gpu "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)"
@@ -213,18 +233,18 @@ workload() {
   measure "${w}_cold" $b "$work/$w-cold.yaml"
   fresh $b "$h"
   step "$w-warmup-a" remote warmup -c $a --hosts "$h"
-  measure "${w}_self" $a "$h"
   step "$w-seed-b" remote warmup -c $b --hosts "$h"
   fact "${w}_copy_s" "$(awk -F'\t' -v n="$w-seed-b" '$1 == n { print $3 }' "$work/steps.tsv")"
   fact "${w}_copied" "$(grep -oE 'copied [0-9]+ cache file' "$logs/$w-seed-b.log" | grep -oE '[0-9]+' | tail -n 1)"
-  measure "${w}_seeded" $b "$h"
+  # what the copy leaves out: the jobs' TMPDIR inside the folder
+  fact "${w}_tmp_files" "$(remote exec -c $a --hosts "$h" --command 'find /root/.cache/torch-compile/torch-*/tmp -type f | wc -l' 2>/dev/null | tail -n 1)"
+  pair "$w" "${w}_self" "${w}_seeded" "$h"
   step "$w-doctor-b" remote doctor -c $b --hosts "$h" --json
   # precompile: its own warmup (train.env differs: another passport), then seeded again
   fresh $a "$h"; fresh $b "$h"
   step "$w-pre-warmup-a" remote warmup -c $a --hosts "$work/$w-pre.yaml"
-  measure "${w}_pre_self" $a "$work/$w-pre.yaml"
   step "$w-pre-seed-b" remote warmup -c $b --hosts "$work/$w-pre.yaml"
-  measure "${w}_pre_seeded" $b "$work/$w-pre.yaml"
+  pair "$w" "${w}_pre_self" "${w}_pre_seeded" "$work/$w-pre.yaml"
 }
 for w in $parts; do workload "$w"; done
 step lab-down remote lab down

@@ -177,6 +177,7 @@ def _write_stats(folder: str) -> None:
         tmp = os.path.join(folder, f".{os.getpid()}.json.tmp")
         with open(tmp, "w") as f:
             json.dump(stats, f)
+            f.write("\n")
         os.replace(tmp, os.path.join(folder, f"{os.getpid()}.json"))
     except Exception:  # noqa: BLE001 -- never fail a job at its exit over a statistic
         pass

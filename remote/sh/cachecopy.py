@@ -6,8 +6,10 @@
 #   recv FOLDER   reads those frames; each file is written under FOLDER/.remote-incoming/, fsynced,
 #                 checked against its sha256, then linked into place: torch sees the whole file or
 #                 none, and an existing file is never replaced. Prints {"written", "bytes", "present"}.
-# The staging folder is not a path torch reads; what an interrupted copy left there is removed by the
+# Of tmp/ (the jobs' TMPDIR) only inductor's precompiled C++ headers are sent. The staging folder is not
+# a path torch reads; what an interrupted copy left there is removed by the
 # next recv (those files were never in place). Nothing in place is ever deleted.
+import glob
 import hashlib
 import json
 import os
@@ -20,12 +22,19 @@ SKIP = {STAGING, "tmp", "passport.json"}  # top level: staging, the jobs' TMPDIR
 CHUNK = 1 << 20
 
 
+def precompiled_header(parts):
+    """tmp/torchinductor_<user>/precompiled_headers/<name>: inductor's C++ precompiled headers, which it keeps
+    under the jobs' TMPDIR (tmp/) whatever its cache folder is; the one part of tmp/ that is a cache."""
+    return (len(parts) == 4 and parts[0] == "tmp" and parts[1].startswith("torchinductor_")
+            and parts[2] == "precompiled_headers")
+
+
 def inside(folder, rel):
     """The absolute path of `rel` in folder, or None when it is not a plain relative path in it."""
     if not isinstance(rel, str) or not rel or rel.startswith("/") or "\0" in rel:
         return None
     parts = rel.split("/")
-    if any(p in ("", ".", "..") for p in parts) or parts[0] in SKIP:
+    if any(p in ("", ".", "..") for p in parts) or (parts[0] in SKIP and not precompiled_header(parts)):
         return None
     return os.path.join(folder, *parts)
 
@@ -46,6 +55,13 @@ def list_(folder):
                 continue
             if stat.S_ISREG(st.st_mode):
                 files[rel] = st.st_size
+    for pch in sorted(glob.glob(os.path.join(glob.escape(folder), "tmp", "torchinductor_*", "precompiled_headers", "*"))):
+        try:
+            st = os.lstat(pch)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            files[os.path.relpath(pch, folder)] = st.st_size
     try:
         with open(os.path.join(folder, "passport.json")) as f:
             passport = f.read(1 << 20)
