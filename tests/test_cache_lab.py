@@ -3,6 +3,7 @@ that guards the copy, an interrupted copy, and the cache-missed finding of a see
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -24,11 +25,13 @@ CACHE = "/root/.cache/torch-compile"
 
 
 def cache_files(ct, base=CACHE) -> dict[str, str]:
-    """Every cache file of every per-version folder -> its sha256 (staging, tmp/ and the passport left out)."""
-    out = ct.run(["bash", "-c", f"cd {base} 2>/dev/null && find . -path '*/.remote-incoming' -prune -o "
-                                "-path './torch-*/tmp' -prune -o -type f ! -name passport.json ! -name warmups.jsonl "
-                                "-print0 | sort -z | xargs -0r sha256sum; true"]).out
-    return {line[66:]: line[:64] for line in out.splitlines()}
+    """Every cache file of every per-version folder -> its sha256: staging, the passport and tmp/ left out,
+    but for inductor's precompiled headers there (tmp/torchinductor_*/precompiled_headers/*)."""
+    out = ct.run(["bash", "-c", f"cd {base} 2>/dev/null && find . -type f -print0 | sort -z | xargs -0r sha256sum; "
+                                "true"]).out
+    keep = re.compile(r"\./torch-[^/]+/(?!tmp/|\.remote-incoming/|passport\.json$)"
+                      r"|\./torch-[^/]+/tmp/torchinductor_[^/]+/precompiled_headers/[^/]+$")
+    return {line[66:]: line[:64] for line in out.splitlines() if keep.match(line[66:])}
 
 
 def records(ct, base=CACHE):
