@@ -55,6 +55,7 @@ KINDS = {
     "pct": cliparse.text_kind("CMD"),
     "command": cliparse.text_kind("STRING"),
     "limit": Kind(number(1, 100000, integer=True), "N"),
+    "from": Kind(pattern(r"[1-9][0-9]{2,8}", "a container id"), "ID"),
     "backend": Kind(pattern(r"lxc|ns", "lxc or ns"), "BACKEND"),
 }
 
@@ -336,15 +337,41 @@ def deploy(c, container=None, allow_dirty=False, check=False, rollback=False, fo
         raise Exit(code=1)
 
 
-@task(help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP, "parallel": "run the devices' warmups as separate processes at once",
+@task(help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP + "; several: one warmup per group of containers "
+            "whose cache passports would match, its cache copied to the others",
+            "parallel": "run the devices' warmups as separate processes at once",
             "devices": "comma-separated devices (default: warmup.devices)",
             "export": "write the container's compile cache folder to this local bundle file (tar.gz); runs nothing",
             "import_": "load a bundle made by --export into the container's cache (refused if versions differ)",
             "dry": DRY_HELP, "hosts": HOSTS_HELP})
+@handled
+def warmup(c, container=None, parallel=False, devices=None, export=None, import_=None, dry=False, hosts=None,
+           fail_fast=False):
+    """Compile the training into the persistent compile cache, one device at a time.
+
+    Several containers: those whose cache passports would match are warmed once and the cache copied to
+    the rest (docs/compile-cache.md). One container without a warmup of its own: a matching cache of
+    another container of the hosts file is copied instead of compiling."""
+    if fleet.is_selection(container) and not (export or import_ or devices or dry):
+        from .ops import cachecopy
+        from .transport.session import Session
+
+        config = cfg.load(hosts)
+        ids = fleet.select(config, container)
+        with Session(config, agent=True, keep=True) as s, fleet.sharing(s, ids):
+            outcomes = cachecopy.warm_fleet(s, ids, fail_fast=fail_fast, parallel=parallel)
+        print(fleet.render(outcomes))
+        if fleet.exit_code(outcomes):
+            raise Exit(code=fleet.exit_code(outcomes))
+        return
+    return _warmup_each(c, container=container, parallel=parallel, devices=devices, export=export, import_=import_,
+                        dry=dry, hosts=hosts, fail_fast=fail_fast)
+
+
 @fleet_task
 @handled
-def warmup(c, container=None, parallel=False, devices=None, export=None, import_=None, dry=False, hosts=None):
-    """Compile the training into the persistent compile cache, one device at a time."""
+def _warmup_each(c, container=None, parallel=False, devices=None, export=None, import_=None, dry=False, hosts=None):
+    from .ops import cachecopy
     from .ops import warmup as wm
 
     with _session(hosts, dry) as s:
@@ -361,9 +388,14 @@ def warmup(c, container=None, parallel=False, devices=None, export=None, import_
             wm.export_cache(s, container, export)
             print(f"wrote {export}")
             return
-        results = wm.warmup(s, container, parallel=parallel,
-                            devices=[d for d in devices.split(",") if d] if devices else None)
+        if devices or fleet.shared() is not None:
+            results = wm.warmup(s, container, parallel=parallel, devices=[d for d in devices.split(",") if d] if devices else None)
+        else:
+            results = cachecopy.warmup_or_copy(s, container, parallel=parallel)
     if dry:
+        return
+    if isinstance(results, cachecopy.Copied):
+        print(f"warmup done: {results.line()}")
         return
     new_files, new_bytes = sum(r.new_files for r in results), sum(r.new_bytes for r in results)
     guard = (f"; guard: {sum(r.hits for r in results)} hits, {sum(r.misses for r in results)} misses"
@@ -371,6 +403,57 @@ def warmup(c, container=None, parallel=False, devices=None, export=None, import_
     print(f"warmup done: {len(results)} device(s) in {sum(r.end - r.start for r in results):.1f}s; cache "
           + (f"+{new_files} files, +{new_bytes / 2**20:.1f} MiB" if new_files or new_bytes else "nothing new (warm)")
           + guard)
+
+
+@task(name="cache list", help={"container": "containers to list (an id, a comma list, a group; default: all)",
+                          "json": "print JSON", "hosts": HOSTS_HELP})
+@handled
+def cache_(c, container=None, json_=False, hosts=None):
+    """List what each container's compile cache holds: its folder, files, size and passport (`remote cache`)."""
+    from .ops import cachecopy
+    from .transport.session import Session
+
+    config = cfg.load(hosts)
+    ids = fleet.select(config, container or "all")
+    with Session(config, agent=True, keep=True) as s:
+        rows = cachecopy.inventory(s, ids)
+    if json_:
+        print(json.dumps([{"container": c_, "error": str(r)} if isinstance(r, RemoteError) else
+                          {"container": r.ctid, "folder": r.folder, "files": len(r.files), "bytes": r.bytes,
+                           "passport": r.passport, "serves_itself": r.serves_itself} for c_, r in zip(ids, rows)],
+                         indent=1))
+        return
+    from .doctor import passport_line
+    from .naming import printable
+
+    for ctid, r in zip(ids, rows):
+        if isinstance(r, RemoteError):
+            print(f"{ctid}: cannot read its cache: {printable(str(r))}")
+            continue
+        print(f"{ctid}: {printable(r.folder)}: {len(r.files)} file(s), {r.bytes / 2**20:.1f} MiB")
+        print("    passport: " + (printable(passport_line(r.passport)) if r.passport else "none"))
+        if r.files:
+            print("    serves what it runs now: " + ("yes" if r.serves_itself else "no: " + cachecopy.pp.describe(
+                r.passport, r.want)))
+
+
+@task(name="cache copy", help={"from_": "the container whose compile cache is copied",
+                               "container": "the containers to copy it to (an id, a comma list, a group, `all`)",
+                               "fail_fast": FAIL_FAST_HELP, "hosts": HOSTS_HELP})
+@handled
+def cache_copy(c, from_, container=None, hosts=None, fail_fast=False):
+    """Copy one container's compile cache to others whose passports match: only the files they lack."""
+    from .ops import cachecopy
+    from .transport.session import Session
+
+    config = cfg.load(hosts)
+    src = config.container(from_).ctid
+    ids = [i for i in fleet.select(config, container) if i != src]
+    with Session(config, agent=True, keep=True) as s, fleet.sharing(s, [src, *ids]):
+        outcomes = fleet.run_each(config, ids, lambda ctid: cachecopy.copy(s, src, ctid), fail_fast=fail_fast)
+    print(fleet.render(outcomes))
+    if fleet.exit_code(outcomes):
+        raise Exit(code=fleet.exit_code(outcomes))
 
 
 @task(help={"container": CT_HELP + "; several: one multi-node run across them (train.command formatted per node)",

@@ -456,3 +456,28 @@ def test_the_report_reads_a_log_in_chunks_as_it_would_the_whole_text(spec):
     parts, w2 = logs.series(spec, chunks)
     assert parts == whole and len(whole) == 501 and whole[-1] == 9.0
     assert [f[0] for f in w2.found] == [f[0] for f in w1.found] == ["CUDA out of memory"]
+
+
+def test_a_warmed_cache_whose_run_still_compiled_is_cache_missed_naming_the_passport_field(spec):
+    from remote.ops import warmup as wm
+
+    raw = healthy_raw(spec)
+    fp = fx.parse(raw, spec, (1000.0, 1000.5))
+    state = {"code": fp.checkout.record, "venv": fp.venv.record}
+    passport = {**wm.expected_passport(spec, state), "copied_from": 201}
+    raw["cache"]["folders"][CACHE]["passport"] = json.dumps(passport)
+    raw["jobs"]["cache_stats"] = {"fxgraph_hit": 3, "fxgraph_miss": 0, "autograd_hit": 3, "autograd_miss": 0,
+                                  "processes": 1}
+    assert "cache-missed" not in codes(findings(fx.parse(raw, spec, (1000.0, 1000.5)), spec))  # all hits: fine
+    assert "cache-passport" in codes(findings(fx.parse(raw, spec, (1000.0, 1000.5)), spec))
+    raw["jobs"]["cache_stats"]["fxgraph_miss"] = 2
+    missed = [f for f in findings(fx.parse(raw, spec, (1000.0, 1000.5)), spec) if f.code == "cache-missed"]
+    assert missed and "2 FX-graph" in missed[0].what and "no passport field differs" in missed[0].why
+    assert "TORCH_LOGS=+torch._inductor.codecache" in missed[0].fix
+    # the cache was made for another GPU: that is what the finding says
+    raw["cache"]["folders"][CACHE]["passport"] = json.dumps({**passport, "gpu": "NVIDIA H100"})
+    missed = [f for f in findings(fx.parse(raw, spec, (1000.0, 1000.5)), spec) if f.code == "cache-missed"]
+    assert "GPU name NVIDIA H100 (cache) != None (here)" in missed[0].why
+    # no warmup for what runs now: that is cache-cold, not a miss of a warmed cache
+    raw["cache"]["warmups"] = ""
+    assert "cache-missed" not in codes(findings(fx.parse(raw, spec, (1000.0, 1000.5)), spec))

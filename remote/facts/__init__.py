@@ -109,6 +109,7 @@ class Cache:
     others: dict[str, dict]  # other version folders: name -> {files, bytes}
     warmups: tuple[dict, ...]
     tmp_artifacts: dict[str, dict]  # /tmp/torchinductor_* and ~/.triton/cache -> {files, bytes}
+    passport: dict | None = field(default=None, compare=False)  # what its entries were made for (ops/passport.py)
 
     @property
     def fingerprint(self) -> str:
@@ -139,6 +140,7 @@ class Jobs:
     marked: tuple[int, ...]  # every live process of any run
     manifest: dict | None = field(default=None, repr=False, compare=False)
     live: tuple[str, ...] = ()  # every live run (no exit record, a process of it alive), the latest or not
+    cache_stats: dict | None = field(default=None, compare=False)  # the latest run's compile-cache counters
 
 
 @dataclass(frozen=True)
@@ -384,7 +386,7 @@ def parse(raw: dict, spec: ContainerSpec, window: tuple[float, float], probe_sec
     # Present: something compiled in it (the jobs' TMPDIR inside is made before anything compiles).
     cache = Cache(rc.get("dir", spec.warmup.cache_dir), folder, compiled[0] > 0, compiled[0], compiled[1],
                   {k: v for k, v in folders.items() if k != name},
-                  warmups_of(raw), dict(raw.get("tmp_artifacts") or {}))
+                  warmups_of(raw), dict(raw.get("tmp_artifacts") or {}), _json_object(mine.get("passport")))
     rj = raw.get("jobs") or {}
     runs = rj.get("runs") or {}
     cur = runs.get(rj.get("current") or "", {})
@@ -397,7 +399,8 @@ def parse(raw: dict, spec: ContainerSpec, window: tuple[float, float], probe_sec
     orphans = {rid: tuple(r["marked"]) for rid, r in runs.items() if r.get("marked") and rid not in live}
     jobs = Jobs(rj.get("current"), alive, int(exit_text) if exit_text.lstrip("-").isdigit() else None,
                 bool(rj.get("current")) and cur.get("exists", False) and not alive and not exit_text, orphans,
-                tuple(sorted(p for r in runs.values() for p in r.get("marked", []))), rj.get("manifest"), live)
+                tuple(sorted(p for r in runs.values() for p in r.get("marked", []))), rj.get("manifest"), live,
+                rj.get("cache_stats") if isinstance(rj.get("cache_stats"), dict) else None)
     disk = tuple(Disk(d["path"], d.get("free"), d.get("total")) for d in raw.get("disk") or [])
     skew = clock_skew(raw.get("time_end", window[0]), *window)
     return Facts(spec.ctid, venv, torch, gpus_of(raw), cache, checkout_of(raw, spec), jobs, disk, round(skew, 3),
@@ -414,6 +417,15 @@ def gpu_of(raw: dict) -> gpu.CtGpu | None:
         return gpu.parse_container(child.get("out") or "")
     except ValueError:
         return None
+
+
+def _json_object(text: str | None) -> dict | None:
+    """A small JSON file's object (a passport), or None: missing, torn or not an object (untrusted)."""
+    try:
+        value = json.loads(text or "")
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _bytecode(path: str) -> bool:

@@ -231,6 +231,7 @@ def cache_folders(cache_dir):
                 # The tools make <folder>/tmp (the jobs' TMPDIR) before anything compiles: not a cache.
                 tmp = os.path.join(cache_dir, name, "tmp")
                 folders[name]["tmp"] = tree_size(tmp) if os.path.isdir(tmp) else {"files": 0, "bytes": 0}
+                folders[name]["passport"] = read(os.path.join(cache_dir, name, "passport.json"), 64 << 10)
     return folders
 
 
@@ -268,7 +269,24 @@ def jobs_part(run_dir):
                      "exit": (read(os.path.join(d, "exit")) or "").strip() or None,
                      "leader_alive": pid.isdigit() and marker(int(pid)) == rid, "marked": sorted(marked.get(rid, []))}
     return {"run_dir": run_dir, "current": os.path.basename(current) if current else None, "runs": runs,
-            "manifest": load(os.path.join(run_dir, os.path.basename(current), "manifest.json")) if current else None}
+            "manifest": load(os.path.join(run_dir, os.path.basename(current), "manifest.json")) if current else None,
+            "cache_stats": cache_stats(os.path.join(run_dir, os.path.basename(current), "cache-stats"))
+            if current else None}
+
+
+def cache_stats(folder):
+    """The compile-cache counters each process of a run left at its exit (remote_guard.stats_at_exit),
+    summed; None when none left any."""
+    total, n = {}, 0
+    for path in sorted(glob.glob(os.path.join(folder, "*.json")))[:1000]:
+        got = load(path)
+        if not isinstance(got, dict):
+            continue
+        n += 1
+        for k, v in got.items():
+            if isinstance(v, int) and not isinstance(v, bool):
+                total[k] = total.get(k, 0) + v
+    return {**total, "processes": n} if n else None
 
 
 def main():

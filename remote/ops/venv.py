@@ -37,6 +37,7 @@ try:
     import torch
     info["torch"] = torch.__version__
     info["cuda_build"] = torch.version.cuda
+    info["torch_git"] = getattr(torch.version, "git_version", None)
     info["cuda_available"] = torch.cuda.is_available()
     info["gpu_count"] = torch.cuda.device_count() if info["cuda_available"] else 0
     info["gpu_name"] = torch.cuda.get_device_name(0) if info["gpu_count"] else None

@@ -18,10 +18,10 @@ run=$run_dir/$id
 mkdir "$run"
 printf '%s\n' "$manifest" > "$run/manifest.json"
 : > "$run/log"
-export REMOTE_RUN_ID=$id PET_LOG_DIR=$run/ranks
+export REMOTE_RUN_ID=$id PET_LOG_DIR=$run/ranks REMOTE_CACHE_STATS=$run/cache-stats
 # The job must not hold the launch lock (9>&-).
 setsid -f bash -c "$job" job "$run" "$checkout" "$command" "${@:8}" < /dev/null > /dev/null 2>&1 9>&-
-unset REMOTE_RUN_ID PET_LOG_DIR  # this shell is not the job's
+unset REMOTE_RUN_ID PET_LOG_DIR REMOTE_CACHE_STATS  # this shell is not the job's
 for _ in $(seq 100); do [ -s "$run/pid" ] && break; sleep 0.05; done
 # A loaded container may start the wrapper late: while a process of the run lives, it started.
 started() { live_runs "$run_dir" | awk -v id="$id" '$1 == id { f = 1 } END { exit !f }'; }
