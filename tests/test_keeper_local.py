@@ -11,7 +11,7 @@ import pytest
 from remote import config
 from remote.config import Host
 from remote.errors import CommandTimeout, ConfigError, HostKeyError, TransportError
-from remote.transport import NotStarted, SshTransport, keeper
+from remote.transport import NotStarted, SshTransport, keeper, keepwire
 from remote.transport.session import Session
 
 HOSTS = """
@@ -107,7 +107,7 @@ def test_a_symlinked_runtime_folder_is_not_used(tmp_path, monkeypatch):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "remote").symlink_to(tmp_path / "elsewhere")
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
-    monkeypatch.setattr(keeper.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setattr(keepwire.tempfile, "gettempdir", lambda: str(tmp_path))
     assert keeper.runtime_dir() == tmp_path / f"remote-{os.geteuid()}"
 
 
