@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 CHUNK = 1 << 20
 PARTIAL = ".partial"  # suffix of the file or staging folder beside a destination
-STALL = 60.0  # seconds in which a push writes nothing: stalled, taken as a lost link (and retried)
+STALL = 60.0  # seconds in which a push writes nothing, or a pull reads nothing: stalled, taken as a lost link (and retried)
 Progress = Callable[[int, int], None]  # (bytes done, bytes in all)
 
 
@@ -190,10 +190,11 @@ def push(ct: Container, src: str | os.PathLike, dest: str, *, progress: Progress
 
 
 def pull(ct: Container, src: str, dest: str | os.PathLike, *, progress: Progress | None = None,
-         attempts: int = 3, sleep: Callable[[float], None] = time.sleep) -> TransferStats:
+         attempts: int = 3, sleep: Callable[[float], None] = time.sleep, stall: float = STALL) -> TransferStats:
     """Copy a file or folder of the container to the local `dest`, verified; retried (resumed) on a lost connection.
 
-    A file lands at `dest` (inside it when `dest` is a folder); a folder's contents are merged into `dest`."""
+    A file lands at `dest` (inside it when `dest` is a folder); a folder's contents are merged into `dest`.
+    No byte arriving for `stall` seconds is a lost link (a stopped sender, a link that never says so)."""
     if ct.dry:
         ct.echo(f"# pull {src} -> {dest}: a file through {PARTIAL} and a rename, a folder as one tar stream")
         ct.echo(ct.transport.describe(ct.script_argv(load("pull_file"), src, "0")))
@@ -202,14 +203,14 @@ def pull(ct: Container, src: str, dest: str | os.PathLike, *, progress: Progress
     def attempt() -> TransferStats:
         kind = _probe(ct, src, 0)[0]
         if kind == "d":
-            return _pull_tree(ct, src, Path(dest), progress)
+            return _pull_tree(ct, src, Path(dest), progress, stall)
         if kind != "f":
             raise TransferError(f"{ct.where}: cannot pull {src}: " + ("no such file or folder" if kind == "n" else
                                                                       "not a regular file or folder"))
         target = Path(dest)
         if target.is_dir() or str(dest).endswith("/"):
             target = target / os.path.basename(src.rstrip("/"))
-        return _pull_file(ct, src, target, progress)
+        return _pull_file(ct, src, target, progress, stall)
 
     return _retrying(attempt, attempts, sleep)
 
@@ -239,9 +240,10 @@ def _probe(ct: Container, *pairs: str | int) -> list[str]:
 
 
 class _Watched:
-    """A stream under a watch: when no byte is written for `limit` seconds (the far side stopped reading,
-    over a link that still answers heartbeats or one that never says it is gone), or the deadline set by
-    `allow` passes, the stream is closed, so that the blocked write or read ends and the retry starts."""
+    """A stream under a watch: when no byte is written or read for `limit` seconds (the far side stopped
+    reading or sending, over a link that still answers heartbeats or one that never says it is gone), or the
+    deadline set by `allow` passes, the stream is closed, so that the blocked write or read ends and the
+    retry starts."""
 
     def __init__(self, stream, limit: float | None):
         import threading
@@ -270,6 +272,12 @@ class _Watched:
         self.stream.write(data)
         self.last = time.monotonic()
 
+    def read(self, n: int) -> bytes:
+        chunk = self.stream.read(n)
+        if chunk:
+            self.last = time.monotonic()
+        return chunk
+
     def __getattr__(self, name):
         return getattr(self.stream, name)
 
@@ -278,8 +286,9 @@ def _run_stream(ct: Container, script: str, *args: str, send=None, receive=None,
                 wait: float | None = None) -> tuple[int, str]:
     """Run a transfer script: `send(stream)` writes stdin, `receive(stream)` reads stdout; (exit status, stderr).
 
-    Nothing written for `stall` seconds while sending, or no exit status within `wait` seconds after
-    the data, is a lost link (ConnectError: the caller's retry resumes), even where the link never says so."""
+    Nothing written for `stall` seconds while sending, or after it nothing read for `wait` seconds (no
+    output, no exit status), is a lost link (ConnectError: the caller's retry resumes), even where the link
+    never says so."""
     raw = ct.open_stream(load(script), *args)
     stream = _Watched(raw, stall)
 
@@ -302,7 +311,12 @@ def _run_stream(ct: Container, script: str, *args: str, send=None, receive=None,
         stream.allow(wait)
         raw.close_stdin()
         if receive is not None:
-            receive(raw)
+            try:
+                receive(stream)
+            except (ConnectError, TransferError):
+                if stream.stalled:
+                    raise lost("receiving") from None
+                raise
         if stream.stalled:
             raise lost("waiting for its result")
         code = raw.wait()
@@ -406,7 +420,7 @@ def _read_line(stream, limit: int = 4096) -> bytes:
     return bytes(line)
 
 
-def _pull_file(ct: Container, src: str, target: Path, progress: Progress | None) -> TransferStats:
+def _pull_file(ct: Container, src: str, target: Path, progress: Progress | None, stall: float = STALL) -> TransferStats:
     start = time.monotonic()
     target = Path(os.path.abspath(target))
     part = target.with_name(target.name + PARTIAL)
@@ -439,7 +453,7 @@ def _pull_file(ct: Container, src: str, target: Path, progress: Progress | None)
                 if progress:
                     progress(offset + state["sent"], total)
 
-    code, err = _run_stream(ct, "pull_file", src, str(offset), receive=receive)
+    code, err = _run_stream(ct, "pull_file", src, str(offset), receive=receive, wait=stall)
     _check(ct, "pull_file", code, err)
     want = err.splitlines()[-1].strip() if err else ""
     got = h.hexdigest()
@@ -582,7 +596,7 @@ def _verify(ct: Container, want: dict[str, str], got: dict[str, str], what: str,
                         f"the staging folder was removed and {dest} left as it was")
 
 
-def _pull_tree(ct: Container, src: str, dest: Path, progress: Progress | None) -> TransferStats:
+def _pull_tree(ct: Container, src: str, dest: Path, progress: Progress | None, stall: float = STALL) -> TransferStats:
     start = time.monotonic()
     dest = Path(os.path.abspath(dest))
     stage = _stage_for(dest)
@@ -616,7 +630,7 @@ def _pull_tree(ct: Container, src: str, dest: Path, progress: Progress | None) -
             pass  # tar's end-of-archive padding
 
     try:
-        code, err = _run_stream(ct, "pull_tree", src, receive=receive)
+        code, err = _run_stream(ct, "pull_tree", src, receive=receive, wait=stall)
         _check(ct, "pull_tree", code, err)
         skipped = {name for name, why in refused if why != DROPPED}
         want = {k: v for k, v in _parse_manifest(state["manifest"]).items() if k not in skipped}
