@@ -60,10 +60,11 @@ def push(ct: Container, src: str | os.PathLike, dest: str, *, progress: Progress
 
 
 def pull(ct: Container, src: str, dest: str | os.PathLike, *, progress: Progress | None = None,
-         attempts: int = 3, sleep: Callable[[float], None] = time.sleep) -> TransferStats:
+         attempts: int = 3, sleep: Callable[[float], None] = time.sleep, stall: float = STALL) -> TransferStats:
     """Copy a file or folder of the container to the local `dest`, verified; retried (resumed) on a lost connection.
 
-    A file lands at `dest` (inside it when `dest` is a folder); a folder's contents are merged into `dest`."""
+    A file lands at `dest` (inside it when `dest` is a folder); a folder's contents are merged into `dest`.
+    No byte arriving for `stall` seconds is a lost link (a stopped sender, a link that never says so)."""
     if ct.dry:
         ct.echo(f"# pull {src} -> {dest}: a file through {PARTIAL} and a rename, a folder as one tar stream")
         ct.echo(ct.transport.describe(ct.script_argv(load("pull_file"), src, "0")))
@@ -72,14 +73,14 @@ def pull(ct: Container, src: str, dest: str | os.PathLike, *, progress: Progress
     def attempt() -> TransferStats:
         kind = probe(ct, src, 0)[0]
         if kind == "d":
-            return tree.pull(ct, src, Path(dest), progress)
+            return tree.pull(ct, src, Path(dest), progress, stall)
         if kind != "f":
             raise TransferPathError(f"{ct.where}: cannot pull {src}: " + (
                 "no such file or folder" if kind == "n" else "not a regular file or folder"))
         target = Path(dest)
         if target.is_dir() or str(dest).endswith("/"):
             target = target / os.path.basename(src.rstrip("/"))
-        return onefile.pull(ct, src, target, progress)
+        return onefile.pull(ct, src, target, progress, stall)
 
     return retrying(attempt, attempts, sleep)
 

@@ -77,7 +77,7 @@ def push(ct: Container, local: Path, dest: str, progress: Progress | None, mode:
                          sha256=want)
 
 
-def pull(ct: Container, src: str, target: Path, progress: Progress | None) -> TransferStats:
+def pull(ct: Container, src: str, target: Path, progress: Progress | None, stall: float = STALL) -> TransferStats:
     start = time.monotonic()
     target = Path(os.path.abspath(target))
     part = target.with_name(target.name + PARTIAL)
@@ -114,7 +114,7 @@ def pull(ct: Container, src: str, target: Path, progress: Progress | None) -> Tr
                 if progress:
                     progress(offset + state["sent"], total)
 
-    code, err = run_stream(ct, "pull_file", src, str(offset), receive=receive)
+    code, err = run_stream(ct, "pull_file", src, str(offset), receive=receive, wait=stall)
     check(ct, "pull_file", code, err, f"pull of {src} to {target} (it was left as it was)")
     want = err.splitlines()[-1].strip() if err else ""
     got = h.hexdigest()

@@ -19,7 +19,7 @@ log = logging.getLogger("remote.ops.files")
 
 CHUNK = 1 << 20
 PARTIAL = ".partial"  # suffix of the file or staging folder beside a destination
-STALL = 60.0  # seconds in which a push writes nothing: stalled, taken as a lost link (and retried)
+STALL = 60.0  # seconds in which a push writes nothing, or a pull reads nothing: stalled, taken as a lost link (and retried)
 Progress = Callable[[int, int], None]  # (bytes done, bytes in all)
 
 
@@ -48,9 +48,10 @@ def probe(ct: Container, *pairs: str | int) -> list[str]:
 
 
 class Watched:
-    """A stream under a watch: when no byte is written for `limit` seconds (the far side stopped reading,
-    over a link that still answers heartbeats or one that never says it is gone), or the deadline set by
-    `allow` passes, the stream is closed, so that the blocked write or read ends and the retry starts."""
+    """A stream under a watch: when no byte is written or read for `limit` seconds (the far side stopped
+    reading or sending, over a link that still answers heartbeats or one that never says it is gone), or the
+    deadline set by `allow` passes, the stream is closed, so that the blocked write or read ends and the
+    retry starts."""
 
     def __init__(self, stream, limit: float | None):
         import threading
@@ -79,6 +80,12 @@ class Watched:
         self.stream.write(data)
         self.last = time.monotonic()
 
+    def read(self, n: int) -> bytes:
+        chunk = self.stream.read(n)
+        if chunk:
+            self.last = time.monotonic()
+        return chunk
+
     def __getattr__(self, name):
         return getattr(self.stream, name)
 
@@ -87,8 +94,8 @@ def run_stream(ct: Container, script: str, *args: str, send=None, receive=None, 
                 wait: float | None = None) -> tuple[int, str]:
     """Run a transfer script: `send(stream)` writes stdin, `receive(stream)` reads stdout; (exit status, stderr).
 
-    Nothing written for `stall` seconds while sending, or no exit status within `wait` seconds after
-    the data, is a lost link (ConnectError: the caller's retry resumes), even where the link never says so."""
+    Nothing written for `stall` seconds while sending, or after it nothing read for `wait` seconds (no
+    output, no exit status), is a lost link (ConnectError: the caller's retry resumes), even where the link never says so."""
     raw = ct.open_stream(load(script), *args)
     stream = Watched(raw, stall)
 
@@ -111,7 +118,12 @@ def run_stream(ct: Container, script: str, *args: str, send=None, receive=None, 
         stream.allow(wait)
         raw.close_stdin()
         if receive is not None:
-            receive(raw)
+            try:
+                receive(stream)
+            except (ConnectError, TransferError):
+                if stream.stalled:
+                    raise lost("receiving") from None
+                raise
         if stream.stalled:
             raise lost("waiting for its result")
         code = raw.wait()

@@ -155,7 +155,7 @@ def verify(ct: Container, want: dict[str, str], got: dict[str, str], what: str, 
                         f"the staging folder was removed and {dest} left as it was")
 
 
-def pull(ct: Container, src: str, dest: Path, progress: Progress | None) -> TransferStats:
+def pull(ct: Container, src: str, dest: Path, progress: Progress | None, stall: float = STALL) -> TransferStats:
     start = time.monotonic()
     dest = Path(os.path.abspath(dest))
     if os.path.lexists(dest) and not dest.is_dir():
@@ -192,7 +192,7 @@ def pull(ct: Container, src: str, dest: Path, progress: Progress | None) -> Tran
             pass  # tar's end-of-archive padding
 
     try:
-        code, err = run_stream(ct, "pull_tree", src, receive=receive)
+        code, err = run_stream(ct, "pull_tree", src, receive=receive, wait=stall)
         check(ct, "pull_tree", code, err, f"pull of {src} to {dest} (nothing was moved into place)")
         skipped = {name for name, why in refused if why != DROPPED}
         want = {k: v for k, v in parse_manifest(state["manifest"]).items() if k not in skipped}
