@@ -158,9 +158,9 @@ class LocalTransport:
 
         readers = [threading.Thread(target=pump, args=(n, s), daemon=True)
                    for n, s in (("stdout", proc.stdout), ("stderr", proc.stderr))]
-        for t in readers:
-            t.start()
-        try:
+        try:  # from the child's start: a Ctrl-C that comes while the readers start is passed on too
+            for t in readers:
+                t.start()
             if stdin is not None:
                 try:
                     proc.stdin.write(stdin)
