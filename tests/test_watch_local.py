@@ -140,7 +140,7 @@ def test_state_reads_the_watch_and_the_attempts_and_distrusts_them():
     assert "GPU util 97%" in line and "attempt 2 of 2" in line and "STALLED: no output for 300 s" in line
     st = jobs.parse_state('run=r1\npath=/x\nalive=1\nwatch={"stalled": {"seconds": 1, "stacks": "a\\u001b[2Jb"}}\n'
                           "--manifest--\nnull\n--tail--\n")
-    assert st["stalled"]["stacks"] == "a[2Jb"  # no terminal escape reaches the screen
+    assert st["stalled"]["stacks"] == "a\\x1b[2Jb"  # no terminal escape reaches the screen: shown visibly
     for bad in ("watch=[1]\n", "watch={not json\n", 'watch={"stalled": {"seconds": "x"}, "gpu": 3}\n'):
         st = jobs.parse_state("run=r1\npath=/x\nalive=1\n" + bad + "--manifest--\nnull\n--tail--\n")
         assert st["stalled"] is None and st["gpu"] is None and st["attempt"] is None

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ..naming import printable
 from ..errors import CommandError, ConnectError, TransferError
 from ..shell import load
 from ..transport.pct import Container
@@ -73,10 +74,10 @@ class TransferStats:
         what = f"{self.files} file(s)" if self.kind == "tree" else "1 file"
         resumed = f", resumed at {_size(self.resumed_from)}" if self.resumed_from else ""
         tries = f", {self.attempts} attempts" if self.attempts > 1 else ""
-        text = (f"{self.direction}ed {what}, {_size(self.total)}, {self.src} -> {self.dest} in {self.seconds:.1f}s "
-                f"({self.mb_per_s:.1f} MB/s{resumed}{tries}), verified by sha256")
-        if self.refused:
-            text += f"\n{len(self.refused)} refused (not written):\n" + "\n".join(f"  {r}" for r in self.refused)
+        text = printable(f"{self.direction}ed {what}, {_size(self.total)}, {self.src} -> {self.dest} in "
+                         f"{self.seconds:.1f}s ({self.mb_per_s:.1f} MB/s{resumed}{tries}), verified by sha256")
+        if self.refused:  # the container's member names and link targets: one line each, escapes shown
+            text += f"\n{len(self.refused)} refused (not written):\n" + "\n".join(f"  {printable(r)}" for r in self.refused)
         return text
 
 
@@ -578,7 +579,7 @@ def _verify(ct: Container, want: dict[str, str], got: dict[str, str], what: str,
         return
     bad = sorted(set(want) ^ set(got)) + sorted(n for n in set(want) & set(got) if want[n] != got[n])
     discard()
-    raise TransferError(f"{ct.where}: {what} did not verify ({len(bad)} file(s) differ: {', '.join(bad[:5])}): "
+    raise TransferError(f"{ct.where}: {what} did not verify ({len(bad)} file(s) differ: {', '.join(map(printable, bad[:5]))}): "
                         f"the staging folder was removed and {dest} left as it was")
 
 

@@ -25,6 +25,7 @@ from . import venv as venvmod
 from . import warmup as wm
 from .. import facts, shell
 from ..config import ContainerSpec
+from ..naming import printable
 from ..errors import CommandError, ConfigError, JobError, RemoteError, TransferError, UnknownRun
 from ..transport.pct import Container
 from ..transport.session import HostState, Session
@@ -212,7 +213,7 @@ def _live(text: str) -> list[dict]:
 
 def live_text(live: list[dict]) -> str:
     """Live runs for a message: `run A (pid 12), run B (starting)`."""
-    return ", ".join(f"run {r['run']} " + (f"(pid {r['pid']})" if r["pid"] else "(starting: no pid file yet)")
+    return ", ".join(f"run {printable(r['run'])} " + (f"(pid {r['pid']})" if r["pid"] else "(starting: no pid file yet)")
                      for r in live)
 
 
@@ -233,8 +234,7 @@ def unknown_run(spec: ContainerSpec, run_id: str, latest: list[str]) -> UnknownR
     container listed is kept only where it is a run id: it can hold anything)."""
     ids = [i for i in latest if RUN_ID.fullmatch(i)]
     have = f"the latest: {', '.join(ids)}" if ids else "it has none"
-    shown = "".join(ch if ch.isprintable() else "?" for ch in run_id)
-    return UnknownRun(f"container {spec.ctid} has no run {shown!r} in {spec.train.run_dir}; {have} "
+    return UnknownRun(f"container {spec.ctid} has no run '{printable(run_id)}' in {spec.train.run_dir}; {have} "
                     f"(`remote runs -c {spec.ctid}` lists them)")
 
 
@@ -316,7 +316,7 @@ def show_log(ct: Container, spec: ContainerSpec, run_id: str | None = None, *, f
     show(splitter.flush())
     final = state(ct, spec, st["run"])
     final["watch"] = watch
-    echo(f"-- run {final['run']}: {describe_end(final)}; {watch.summary()}")
+    echo(printable(f"-- run {final['run']}: {describe_end(final)}; {watch.summary()}"))
     for name, hint, _ in watch.found:
         echo(f"-- {name}: {hint}")
     return final
@@ -336,7 +336,7 @@ def train(session: Session, ctid=None, *, force: bool = False, warmup: bool = Fa
         wm.warmup(session, spec.ctid, echo=echo)
         pre = preflight(ct, spec, echo=echo)
     for note in pre.notes:
-        echo(f"preflight: {note}")
+        echo(printable(f"preflight: {note}"))
     run_id, pid = launch(ct, spec, pre, force=force, echo=echo)
     if session.dry:  # nothing was started: no pid to name
         echo(f"==> (dry run) run {run_id} would start in container {spec.ctid}; log {spec.train.run_dir}/{run_id}/log")
@@ -374,7 +374,7 @@ def pull_run(session: Session, ctid, run_id: str | None, dest: str, *, progress:
     target.mkdir(exist_ok=True)
     outputs = (st.get("manifest") or {}).get("outputs", list(spec.train.outputs))
     if not isinstance(outputs, list) or not all(isinstance(o, str) for o in outputs):
-        echo(f"!! outputs in {st['path']}/manifest.json refused (not a list of paths): {str(outputs)[:200]}")
+        echo(printable(f"!! outputs in {st['path']}/manifest.json refused (not a list of paths): {str(outputs)[:200]}"))
         outputs = []
     wanted = [(f"{st['path']}/log", "log"), (f"{st['path']}/manifest.json", "manifest.json")]
     # What the watch and the wrapper left (remote/sh/watch.py, job.sh); absent ones are skipped quietly
@@ -394,15 +394,15 @@ def pull_run(session: Session, ctid, run_id: str | None, dest: str, *, progress:
                 raise
             if rel in optional and "no such file" in str(exc):
                 continue
-            echo(f"!! {'' if rel in optional else 'output '}{src}: {exc}")
+            echo(printable(f"!! {'' if rel in optional else 'output '}{src}: {exc}"))
             refused.append(f"{rel}: {exc}")
             continue
         got[rel] = f"{stats.files} file(s), {stats.total} bytes"
         for why in stats.refused:
-            echo(f"!! {rel}/{why}")
+            echo(printable(f"!! {rel}/{why}"))
         refused += [f"{rel}/{why}" for why in stats.refused]
     if st["alive"]:
-        echo(f"-- run {st['run']} is still running: its outputs were pulled as they are now")
+        echo(printable(f"-- run {st['run']} is still running: its outputs were pulled as they are now"))
     return {"run": st["run"], "dest": str(target), "pulled": got, "refused": refused}
 
 

@@ -11,6 +11,7 @@ import json
 
 from . import logs
 from ..config import ContainerSpec
+from ..naming import printable
 
 
 def watch_settings(spec: ContainerSpec, py_spy: str | None) -> dict:
@@ -21,9 +22,9 @@ def watch_settings(spec: ContainerSpec, py_spy: str | None) -> dict:
             "metric_stall": spec.train.metric is not None, "gpu_every": 5, "grace": 10}
 
 
-def printable(value, limit: int) -> str:
-    """A string the container wrote, safe to print: no control characters (terminal escapes), bounded."""
-    return "".join(c for c in str(value if value is not None else "") if c.isprintable())[:limit]
+def shown(value, limit: int) -> str:
+    """A string the container wrote, bounded, then made safe to print (remote.naming.printable)."""
+    return printable(str(value if value is not None else "")[:limit])
 
 
 def read_watch(text: str) -> dict:
@@ -37,8 +38,8 @@ def read_watch(text: str) -> dict:
     stalled, gpu = data.get("stalled"), data.get("gpu")
     out = {}
     if isinstance(stalled, dict) and isinstance(stalled.get("seconds"), (int, float)):
-        out["stalled"] = {"seconds": stalled["seconds"], "stacks": printable(stalled.get("stacks"), 500),
-                          "action": printable(stalled.get("action"), 20),
+        out["stalled"] = {"seconds": stalled["seconds"], "stacks": shown(stalled.get("stacks"), 500),
+                          "action": shown(stalled.get("action"), 20),
                           "at": stalled.get("at") if isinstance(stalled.get("at"), (int, float)) else None}
     if isinstance(data.get("stalls"), int):
         out["stalls"] = max(0, min(data["stalls"], 1000))

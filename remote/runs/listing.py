@@ -12,6 +12,7 @@ import time
 
 from .. import shell
 from ..config import ContainerSpec
+from ..naming import printable
 from ..ops import jobs
 from ..transport.pct import Container
 
@@ -64,4 +65,4 @@ def render(runs: list[dict], spec: ContainerSpec) -> str:
 
 def _clean(text: str) -> str:
     """Printable on one line: a folder name or a command from the container can hold anything."""
-    return "".join(ch if ch.isprintable() else "?" for ch in text)
+    return printable(text)
