@@ -272,7 +272,8 @@ def _job_line(entry: dict | None) -> str:
             f"; its processes {r['orphans']} still run" if r.get("orphans") else "")
     else:
         tp = f", last throughput {r['throughput']:.4g}{unit}" if r["throughput"] is not None else ""
-        text = f", last run {r['id']} exited {r['exit']}{tp}"
+        ended = f"stopped by `remote stop` (exit {r['exit']})" if r.get("stopped") else f"exited {r['exit']}"
+        text = f", last run {r['id']} {ended}{tp}"
         text += f" {r['spark']}" if r.get("spark") else ""
         text += _watch_text(r)
     return text + (f" [{', '.join(r['problems'])}]" if r["problems"] else "")

@@ -192,6 +192,8 @@ def parse_state(text: str) -> dict:
             "alive": alive, "exit": int(exit_text) if exit_text.lstrip("-").isdigit() else None,
             # Not alive and no exit record: the wrapper vanished (container restart, OOM kill, a kill -9).
             "lost": not alive and not exit_text, "orphans": marked if not alive else [],
+            # Ended by `remote stop` (its mark, left before it signals): its 143 or 137 is no failure of its own.
+            "stopped": not alive and bool(exit_text) and fields.get("stopped") == "1",
             "log_size": int(fields.get("log_size") or 0), "now": int(fields.get("now") or 0),
             "manifest": manifest_obj, "tail": tail, "live": live,
             "stalled": watch.get("stalled"), "stalls": watch.get("stalls", 0), "gpu": watch.get("gpu"),
@@ -249,6 +251,8 @@ def describe_end(st: dict) -> str:
         left = f"; processes of it still run: {' '.join(map(str, st['orphans']))} (`remote stop` ends them)" \
             if st["orphans"] else ""
         return ("LOST: it ended without an exit record (container restarted, or its wrapper was killed)" + left)
+    if st.get("stopped"):
+        return f"stopped by `remote stop` (exit status {st['exit']}){attempt}"
     return f"exited with status {st['exit']}{attempt}"
 
 
@@ -438,7 +442,7 @@ def _container_job(session: Session, spec: ContainerSpec, known: str) -> dict:
             values, watch = logs.series(spec, st.pop("tail"), last_line=False)
             started = (st.get("manifest") or {}).get("started_epoch")
             entry["run"] = {"id": st["run"], "alive": st["alive"], "lost": st["lost"], "orphans": st["orphans"],
-                            "exit": st["exit"], "pid": st["pid"],
+                            "exit": st["exit"], "pid": st["pid"], "stopped": st["stopped"],
                             "uptime_s": round(st["now"] - started) if started and st["alive"] else None,
                             "throughput": watch.last, "rolling": watch.rolling, "unit": watch.unit,
                             "higher_is_better": watch.higher_is_better, "baseline": spec.train.baseline,

@@ -1,6 +1,6 @@
 """`remote runs`: every run a container holds under train.run_dir, read in one command (remote/sh/runs.sh).
 
-For each run: its id, start, state (running, exited, LOST), exit status, last throughput and command,
+For each run: its id, start, state (running, exited, stopped, LOST), exit status, last throughput and command,
 from what its folder holds (manifest.json, pid, exit, the log's tail; remote/ops/jobs.py says what
 they are). Everything there is the container's, so it is parsed as untrusted text.
 """
@@ -34,7 +34,7 @@ def describe(st: dict, spec: ContainerSpec) -> dict:
 
     manifest = st.get("manifest") if isinstance(st.get("manifest"), dict) else {}
     _, watch = series(spec, st.get("tail") or "", last_line=not st["alive"])
-    state = "running" if st["alive"] else "LOST" if st["lost"] else "exited"
+    state = "running" if st["alive"] else "LOST" if st["lost"] else "stopped" if st.get("stopped") else "exited"
     started = manifest.get("started_epoch")
     return {"id": st["run"], "started": _text(manifest.get("started_at")),
             "started_epoch": started if isinstance(started, (int, float)) else None,
