@@ -11,7 +11,9 @@ comes from the facts probe (remote/facts/probe.py).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
 import json
 import re
 import secrets
@@ -122,11 +124,12 @@ def new_run_id() -> str:
 
 def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = False,
            command: str | None = None, run_id: str | None = None, extra: dict | None = None,
-           env: dict | None = None, echo=print) -> tuple[str, int]:
+           env: dict | None = None, held: "oplock.Lease | None" = None, echo=print) -> tuple[str, int]:
     """Start the job detached; returns (run id, pid). Refused while another job runs, unless forced.
     A multi-node run passes its one run id, its node's fields for the manifest (`extra`) and its node's
     environment (`env`, under train.env). The job's wrapper restarts it as train.restarts says, and the
-    watch beside it (stalls, metrics.jsonl, gpu.csv) gets py-spy pushed first when train.stall is set."""
+    watch beside it (stalls, metrics.jsonl, gpu.csv) gets py-spy pushed first when train.stall is set.
+    `held`: the operation lease the caller took for its preflight (train does), else launch takes it."""
     command = command or spec.train.command
     if not command:
         raise ConfigError("hosts file", "train.command", "set the training command to run")
@@ -144,19 +147,39 @@ def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = 
                 "restarts": spec.train.restarts, "restart_on": list(spec.train.restart_on), **(extra or {})}
     py_spy = pyspy.ensure(ct, echo=echo) if spec.train.stall else None
     try:
-        with oplock.hold(ct, "train"):  # not while a deploy swaps the venv or moves the checkout
+        # Not while a deploy swaps the venv or moves the checkout: under the caller's lease (its preflight
+        # read what this run records), checked still ours, or one of its own.
+        with (contextlib.nullcontext(held) if held is not None else oplock.hold(ct, "train")) as lease:
+            lease.check()
             r = jobenv.run(ct, spec, verify, ["bash", "-c", shell.with_lib("launch"), "launch", spec.train.run_dir,
                                               run_id, "1" if force else "0", spec.code.path, command,
-                                              json.dumps(manifest, indent=1), shell.load("job"),
-                                              str(spec.train.restarts), " ".join(map(str, spec.train.restart_on)),
-                                              shell.load_python("watch"), json.dumps(watch_settings(spec, py_spy))],
+                                              json.dumps(manifest, indent=1), str(spec.train.restarts),
+                                              " ".join(map(str, spec.train.restart_on)),
+                                              json.dumps(watch_settings(spec, py_spy)),
+                                              *installed("job.sh", shell.load("job")),
+                                              *installed("watch.py", shell.load_python("watch"))],
                            extra=env, timeout=60, label="launch")
     except CommandError as exc:
+        if exc.exit_code == 7:
+            raise JobError(f"launch refused: {exc.stderr_tail} (the wrapper's file in the container; nothing was "
+                           "started)") from None
         if exc.exit_code == 5:
             raise JobError(f"container {spec.ctid}: {exc.stderr_tail} -- `remote stop` it, follow it with "
                            "`remote logs --follow`, or pass --force to start another") from None
         raise JobError(f"launch failed: {exc}") from None
     return run_id, int(r.out.strip().splitlines()[-1]) if not ct.dry else 0
+
+
+BIN = f"{facts.UV_HOME}/bin"  # the wrapper and the watch, as files: one per content, never rewritten in place
+
+
+def installed(name: str, text: str) -> tuple[str, str, str]:
+    """(path, sha256, text) of one of remote/sh's programs as launch.sh puts it in the container: named by its
+    content (`job-<sha12>.sh`), so `ps` there shows that short path, and a file a live wrapper runs from is
+    never rewritten by a launch of another version of remote; launch.sh checks it by sha256 before it runs."""
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    stem, dot, ext = name.rpartition(".")
+    return f"{BIN}/{stem}-{digest[:12]}{dot}{ext}", digest, text
 
 
 def _fields(text: str) -> dict[str, str]:
@@ -332,16 +355,23 @@ def train(session: Session, ctid=None, *, force: bool = False, warmup: bool = Fa
     on_end(session, ct, spec, final, echo=echo) (the CLI passes remote.runs.knowngood.after_run)."""
     spec = session.config.container(ctid)
     ct = session.container(spec.ctid)
+
+    def checked_launch() -> tuple[str, int]:
+        # Preflight and launch under one operation lease: no deploy from another controller can move the
+        # checkout or swap the venv between what preflight read and what the manifest records.
+        with oplock.hold(ct, "train") as held:
+            pre = preflight(ct, spec, echo=echo)
+            for note in pre.notes:
+                echo(printable(f"preflight: {note}"))
+            return launch(ct, spec, pre, force=force, held=held, echo=echo)
+
     try:
-        pre = preflight(ct, spec, echo=echo)
+        run_id, pid = checked_launch()
     except JobError as exc:
         if not (warmup and only_warmup_missing(exc)):
             raise
-        wm.warmup(session, spec.ctid, echo=echo)
-        pre = preflight(ct, spec, echo=echo)
-    for note in pre.notes:
-        echo(printable(f"preflight: {note}"))
-    run_id, pid = launch(ct, spec, pre, force=force, echo=echo)
+        wm.warmup(session, spec.ctid, echo=echo)  # takes the lease itself: ours was given back
+        run_id, pid = checked_launch()
     if session.dry:  # nothing was started: no pid to name
         echo(f"==> (dry run) run {run_id} would start in container {spec.ctid}; log {spec.train.run_dir}/{run_id}/log")
         return None

@@ -8,6 +8,7 @@ each file holds. Everything read here was written in the container: untrusted, c
 from __future__ import annotations
 
 import json
+import re
 
 from . import logs
 from ..config import ContainerSpec
@@ -49,14 +50,19 @@ def read_watch(text: str) -> dict:
     return out
 
 
+COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # what `git rev-parse HEAD` prints (sha1, sha256 repos)
+
+
 def parse_attempts(text: str) -> list[dict]:
-    """The wrapper's `start K EPOCH` / `end K EPOCH STATUS` lines (remote/sh/job.sh): one entry per attempt."""
+    """The wrapper's `start K EPOCH [COMMIT]` / `end K EPOCH STATUS` lines (remote/sh/job.sh): one entry per attempt."""
     out: dict[int, dict] = {}
     for line in text.splitlines():
         f = line.split()
         try:
-            if len(f) == 3 and f[0] == "start":
-                out[int(f[1])] = {"attempt": int(f[1]), "started": float(f[2]), "ended": None, "exit": None}
+            if len(f) in (3, 4) and f[0] == "start":  # the 4th: the commit the checkout had then (job.sh)
+                commit = f[3] if len(f) == 4 and COMMIT.fullmatch(f[3]) else None
+                out[int(f[1])] = {"attempt": int(f[1]), "started": float(f[2]), "ended": None, "exit": None,
+                                  "commit": commit}
             elif len(f) == 4 and f[0] == "end" and int(f[1]) in out:
                 out[int(f[1])].update(ended=float(f[2]), exit=int(f[3]))
         except ValueError:
