@@ -380,6 +380,8 @@ def _sync_code(ct: Container, spec: ContainerSpec, local: codemod.LocalCommit, r
             summary.saved.append(line.split(": ", 1)[1])
         elif line.startswith("replaced untracked: "):
             replaced.append(line.split(": ", 1)[1])
+        elif line.startswith("removed stale lock: "):  # an interrupted deploy's git left it (code-sync.sh)
+            summary.changed.append(line)
     if replaced:
         summary.changed.append(f"untracked paths in {spec.code.path} replaced by the commit (saved first, see below): "
                                + ", ".join(replaced))
