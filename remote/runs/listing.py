@@ -54,7 +54,7 @@ def render(runs: list[dict], spec: ContainerSpec) -> str:
     rows = [("RUN", "STARTED", "STATE", "EXIT", "THROUGHPUT", "COMMAND")]
     for r in runs:
         started = (time.strftime("%Y-%m-%d %H:%M", time.localtime(r["started_epoch"])) if r["started_epoch"]
-                   else (r["started"] or "-"))
+                   else _clean(r["started"] or "-"))
         tp = f"{r['throughput']:.4g}{' ' + r['unit'] if r['unit'] else ''}" if r["throughput"] is not None else "-"
         rows.append((_clean(r["id"]), started, r["state"], "-" if r["exit"] is None else str(r["exit"]), tp,
                      _clean(r["command"] or "-")))
