@@ -25,6 +25,7 @@ from . import cliparse
 from . import config as cfg
 from .cliparse import Kind, number, pattern
 from .errors import RemoteError
+from .naming import printable
 from .ops import fleet
 
 # One meaning per short flag in every task; -h is only ever help, and flags not listed have none.
@@ -103,8 +104,8 @@ def handled(fn):
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except RemoteError as exc:
-            raise Exit(f"error: {exc}", code=exit_status(exc)) from None
+        except RemoteError as exc:  # its message may quote a container: escapes shown, lines kept
+            raise Exit(f"error: {printable(str(exc), lines=True)}", code=exit_status(exc)) from None
         except KeyboardInterrupt:
             raise Exit("interrupted", code=130) from None
 
@@ -198,12 +199,12 @@ def status(c, json_=False, hosts=None, container=None):
             print(f"{h.host}: {'reachable' if h.reachable else 'UNREACHABLE'}"
                   + (f" ({kept[h.host]})" if kept[h.host] else ""))
             if h.error:
-                print("  " + h.error.replace("\n", "\n  "))
-            for ctid, state in h.containers.items():
-                print(f"  {ctid}: {state}" + _job_line(by_ct.get(ctid)) + _also_live(by_ct.get(ctid))
-                      + _lock_note(by_ct.get(ctid)))
+                print("  " + printable(h.error, lines=True).replace("\n", "\n  "))
+            for ctid, state in h.containers.items():  # run ids, states, errors: the container's and the host's
+                print(printable(f"  {ctid}: {state}" + _job_line(by_ct.get(ctid)) + _also_live(by_ct.get(ctid))
+                                + _lock_note(by_ct.get(ctid))))
         for line in _multinode_lines(jobs):
-            print(line)
+            print(printable(line))
     if not all(h.reachable for h in hosts_):
         raise Exit(code=1)
 
@@ -272,7 +273,8 @@ def _job_line(entry: dict | None) -> str:
             f"; its processes {r['orphans']} still run" if r.get("orphans") else "")
     else:
         tp = f", last throughput {r['throughput']:.4g}{unit}" if r["throughput"] is not None else ""
-        text = f", last run {r['id']} exited {r['exit']}{tp}"
+        ended = f"stopped by `remote stop` (exit {r['exit']})" if r.get("stopped") else f"exited {r['exit']}"
+        text = f", last run {r['id']} {ended}{tp}"
         text += f" {r['spark']}" if r.get("spark") else ""
         text += _watch_text(r)
     return text + (f" [{', '.join(r['problems'])}]" if r["problems"] else "")
@@ -377,12 +379,12 @@ def _warmup_each(c, container=None, parallel=False, devices=None, export=None, i
     with _session(hosts, dry) as s:
         if import_:
             got = wm.import_cache(s, container, import_)
-            print(f"imported {got['files']} cache file(s) into {got['cache_dir']}; " + (
+            print(printable(f"imported {got['files']} cache file(s) into {got['cache_dir']}; " + (
                 f"warmup recorded for {', '.join(got['warmups'])}" if got["warmups"] else
                 "the bundle's warmups were for another commit, venv, command or environment: run `remote warmup` "
-                "(it starts from the imported cache)"))
+                "(it starts from the imported cache)")))
             if got.get("refused"):
-                print(f"{len(got['refused'])} refused (not imported):\n" + "\n".join(f"  {r}" for r in got["refused"]))
+                print(f"{len(got['refused'])} refused (not imported):\n" + "\n".join(f"  {printable(r)}" for r in got["refused"]))
             return
         if export:
             wm.export_cache(s, container, export)
@@ -536,10 +538,10 @@ def stop(c, container=None, run=None, grace=10, dry=False, hosts=None):
         return
     for one in [*result.get("others", []), result]:  # without --run: every live run, not only the latest
         if not one["was_alive"]:
-            print(f"run {one['run']} was not running (exit status {one['exit']}); no process of it is left")
-        else:
-            print(f"run {one['run']} stopped with SIG{one['signal']} (exit status {one['exit']}); "
-                  "verified: no process of it is left" + (", none on a GPU" if one.get("gpu_left") == [] else ""))
+            print(printable(f"run {one['run']} was not running (exit status {one['exit']}); no process of it is left"))
+        else:  # the run id and the signal's name come from the container
+            print(printable(f"run {one['run']} stopped with SIG{one['signal']} (exit status {one['exit']}); "
+                            "verified: no process of it is left" + (", none on a GPU" if one.get("gpu_left") == [] else "")))
 
 
 def _containers(s: Session, container: str | None) -> list[int]:
@@ -594,8 +596,8 @@ def known_good(c, container=None, run=None, hosts=None):
     with _session(hosts) as s:
         record = record_run(s, container, run)
         where = path_of(s.config.container(container))
-    print(f"recorded {known_good_label(record)} (commit {str(record['commit'])[:12]}, torch {record['torch']}) "
-          f"in {where}")
+    print(printable(f"recorded {known_good_label(record)} (commit {str(record['commit'])[:12]}, torch "
+                    f"{record['torch']}) in {where}"))
 
 
 @task(help={"container": CT_HELP, "run": "run id (default: the latest)",
@@ -806,7 +808,8 @@ def pull(c, src=None, dest=None, container=None, run=None, attempts=3, quiet=Fal
         with _session(hosts, dry) as s:
             got = pull_run(s, container, run, dest, progress=not quiet)
         if not dry:
-            print(f"run {got['run']}: " + ", ".join(f"{k} ({v})" for k, v in got["pulled"].items()) + f" in {got['dest']}")
+            print(printable(f"run {got['run']}: " + ", ".join(f"{k} ({v})" for k, v in got["pulled"].items())
+                            + f" in {got['dest']}"))
         return
     _need(src=src, dest=dest)
     with _session(hosts, dry) as s:
@@ -885,7 +888,7 @@ def _call(call: cliparse.Call) -> int:
             print(e.message, file=sys.stderr)
         return e.code if isinstance(e.code, int) and 0 <= e.code <= 255 else 1
     except RemoteError as exc:  # a task without @handled
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {printable(str(exc), lines=True)}", file=sys.stderr)
         return exit_status(exc)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -897,7 +900,7 @@ def _call(call: cliparse.Call) -> int:
     except Exception as exc:  # a bug: say so in one line; REMOTE_DEBUG=1 shows where
         if os.environ.get("REMOTE_DEBUG"):
             raise
-        print(f"error: internal error in `remote {call.spec.name}`: {type(exc).__name__}: {exc}\n"
+        print(f"error: internal error in `remote {call.spec.name}`: {type(exc).__name__}: {printable(str(exc))}\n"
               "(a bug in remote: please report it; REMOTE_DEBUG=1 shows the traceback)", file=sys.stderr)
         return 1
     return 0

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from .facts import Facts, gather, gpu_problem
 from .config import ContainerSpec
 from .errors import RemoteError
+from .naming import printable
 from .ops import layout
 from .ops import passport as pp
 from .ops import venv as venvmod
@@ -38,7 +39,8 @@ class Finding:
     def render(self) -> str:
         since = f" ({self.since})" if self.since else ""
         fix = f" — {self.fix}" if self.fix else ""
-        return f"[{self.severity}] {self.what}{since}{fix}\n    why: {self.why}"
+        # what and since quote the container (versions, paths, names): each one line, escapes shown
+        return printable(f"[{self.severity}] {self.what}{since}{fix}") + "\n    why: " + printable(self.why)
 
 
 def known_good_label(kg: dict | None) -> str:
@@ -335,7 +337,7 @@ class Report:
     def render(self) -> str:
         head = f"container {self.ctid} on {self.host}: "
         if self.error:
-            return head + f"ERROR {self.error}"
+            return head + "ERROR " + printable(self.error, lines=True)
         bad = [f for f in self.findings if f.severity in UNHEALTHY]
         lines = [head + ("healthy" if not bad else f"{len(bad)} finding(s)")
                  + (f", against {known_good_label(self.facts.known_good)}" if self.facts and self.facts.known_good

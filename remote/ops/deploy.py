@@ -24,6 +24,7 @@ from .logs import LineSplitter
 from .. import facts, shell
 from ..config import ContainerSpec, VenvSpec
 from ..errors import BusyError, CommandError, DeployError, RemoteError
+from ..naming import printable
 from ..transport.pct import Container
 from ..transport.session import Session
 
@@ -58,7 +59,8 @@ class Summary:
             lines.append(f"  torch {t.get('torch')} (CUDA build {t.get('cuda_build') or 'none'}), triton "
                          f"{t.get('triton') or 'none'}, cuda available: {t.get('cuda_available')}, GPUs: "
                          f"{t.get('gpu_count')}" + (f" ({t['gpu_name']})" if t.get("gpu_name") else ""))
-        return "\n".join(lines)
+        # The torch and GPU strings, paths and names come from the container: one line each, escapes shown.
+        return "\n".join(map(printable, lines))
 
 
 class LockOnce:
@@ -110,7 +112,7 @@ def _streamer(echo: Callable[[str], None]) -> Callable[[str, bytes], None]:
 
     def on_output(kind: str, chunk: bytes) -> None:
         for line in splitters[kind].feed(chunk):
-            echo("    " + line)
+            echo(printable("    " + line))  # a build's output: not the job's, shown as one rule says
 
     return on_output
 
@@ -240,7 +242,7 @@ def _apply(ct: Container, spec: ContainerSpec, state: dict, plan: Plan, local: c
     so a failed build leaves both the old checkout and the old venv."""
     summary.drift = plan.venv.drift.lines()
     if plan.unfinished:
-        echo(f"==> cleaning up an interrupted deploy: {', '.join(plan.unfinished)}")
+        echo(printable(f"==> cleaning up an interrupted deploy: {', '.join(plan.unfinished)}"))
         _cleanup(ct, facts.versions_dir(spec), plan.unfinished)
         summary.changed.append("removed half-built venv(s) left by an interrupted deploy: "
                                + ", ".join(plan.unfinished))
@@ -250,15 +252,15 @@ def _apply(ct: Container, spec: ContainerSpec, state: dict, plan: Plan, local: c
         summary.kept.append(f"venv {state['venv']['real']} (spec {plan.want})")
         summary.torch = state["venv"]["record"].get("verify")
     else:
-        echo(f"==> venv: {plan.venv.reason}")
+        echo(printable(f"==> venv: {plan.venv.reason}"))
         for line in plan.venv.drift.lines():
-            echo(f"    {line}")
+            echo(printable(f"    {line}"))  # the container's package names and versions
         if plan.venv.action == "swap":
             target = f"{facts.versions_dir(spec)}/{plan.venv.reuse}"
             record = _read_record(ct, target)
             changed = None if ct.dry else _changed_since_built(ct, spec, target, record)
             if changed:  # a kept build is swapped back in only as it was verified
-                echo(f"    {plan.venv.reuse} is not as it was built ({changed}): building a new one instead")
+                echo(printable(f"    {plan.venv.reuse} is not as it was built ({changed}): building a new one instead"))
                 target, summary.torch = _build(ct, spec, state, plan.want, plan.req_text, plan.guard, echo, lock)
             else:
                 summary.torch = record.get("verify")
@@ -267,7 +269,7 @@ def _apply(ct: Container, spec: ContainerSpec, state: dict, plan: Plan, local: c
 
     held.check()
     if plan.code:
-        echo(f"==> code: {plan.code}")
+        echo(printable(f"==> code: {plan.code}"))
         _sync_code(ct, spec, local, state["code"].get("head"), summary)
     elif local:
         summary.kept.append(f"code at {local.commit[:12]}{' (dirty)' if local.dirty else ''}")
@@ -315,6 +317,8 @@ def _sync_code(ct: Container, spec: ContainerSpec, local: codemod.LocalCommit, r
             summary.saved.append(line.split(": ", 1)[1])
         elif line.startswith("replaced untracked: "):
             replaced.append(line.split(": ", 1)[1])
+        elif line.startswith("removed stale lock: "):  # an interrupted deploy's git left it (code-sync.sh)
+            summary.changed.append(line)
     if replaced:
         summary.changed.append(f"untracked paths in {spec.code.path} replaced by the commit (saved first, see below): "
                                + ", ".join(replaced))

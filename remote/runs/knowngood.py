@@ -14,6 +14,7 @@ import time
 
 from ..facts import Facts, gather
 from ..config import ContainerSpec
+from ..naming import printable
 from ..errors import JobError, RemoteError
 from ..ops import files, jobenv, jobs, logs
 from ..transport.pct import Container
@@ -115,7 +116,7 @@ def after_run(session: Session, ct: Container, spec: ContainerSpec, final: dict,
         record = make_record(facts, spec, final, watch, "auto: the run met the baseline")
         save(ct, spec, record)
     except RemoteError as exc:
-        echo(f"!! could not record run {final['run']} as known-good: {exc}")
+        echo(printable(f"!! could not record run {final['run']} as known-good: {exc}"))
         return None
     echo(f"-- run {final['run']} recorded as known-good ({logs.fmt(watch.rolling, watch.unit)}, baseline "
          f"{watch.baseline:g}) in {path_of(spec)}")

@@ -22,13 +22,15 @@ from . import timeline as timeline_mod
 
 def _svg(runs: list[tuple[str, list[float], str]], baseline: float | None, unit: str | None,
          w: int = 880, h: int = 320) -> str:
-    """A line chart: each run a polyline over its own sample index (scaled to the width), the baseline dashed."""
-    pad_l, pad_r, pad_t, pad_b = 64, 16, 16, 36
+    """A line chart: each run a polyline over its own sample index (scaled to the width), the baseline dashed;
+    the legend in a band of its own below the axis' label, never over the lines."""
+    pad_l, pad_r, pad_t, pad_b, row = 64, 16, 16, 36, 16
     allv = [v for _, vals, _ in runs for v in vals] + ([baseline] if baseline is not None else [])
     if not allv:
         return "<p>No metric values in the log.</p>"
     lo, hi = min(0.0, min(allv)), max(allv) * 1.1 or 1.0
     x0, x1, y0, y1 = pad_l, w - pad_r, h - pad_b, pad_t
+    h += 8 + row * len(runs)  # the legend's band: one row per run, below everything plotted
 
     def y(v: float) -> float:
         return y0 - (v - lo) / (hi - lo) * (y0 - y1)
@@ -40,7 +42,7 @@ def _svg(runs: list[tuple[str, list[float], str]], baseline: float | None, unit:
         v = lo + (hi - lo) * i / 4
         parts.append(f'<line x1="{x0}" x2="{x1}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#e4e4e4"/>'
                      f'<text x="{x0 - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:.3g}</text>')
-    parts.append(f'<text x="{(x0 + x1) / 2}" y="{h - 8}" text-anchor="middle">progress through the run '
+    parts.append(f'<text x="{(x0 + x1) / 2}" y="{y0 + pad_b - 8}" text-anchor="middle">progress through the run '
                  f'(metric samples) — {html.escape(unit or "")}</text>')
     if baseline is not None:
         parts.append(f'<line x1="{x0}" x2="{x1}" y1="{y(baseline):.1f}" y2="{y(baseline):.1f}" stroke="#c00" '
@@ -54,8 +56,9 @@ def _svg(runs: list[tuple[str, list[float], str]], baseline: float | None, unit:
         parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{pts}">'
                      f'<title>{html.escape(label)}</title></polyline>')
     for k, (label, vals, color) in enumerate(runs):
-        parts.append(f'<rect x="{x0 + 10}" y="{y1 + 8 + 16 * k}" width="12" height="3" fill="{color}"/>'
-                     f'<text x="{x0 + 28}" y="{y1 + 13 + 16 * k}">{html.escape(label)}</text>')
+        top = y0 + pad_b + 8 + row * k  # below the plot and its axis label
+        parts.append(f'<g class="legend"><rect x="{x0}" y="{top + 5}" width="12" height="3" fill="{color}"/>'
+                     f'<text x="{x0 + 18}" y="{top + 10}">{html.escape(label)}</text></g>')
     parts.append("</svg>")
     return "".join(parts)
 

@@ -6,6 +6,8 @@ import sys
 import time
 from dataclasses import dataclass
 
+from ...naming import printable
+
 
 @dataclass(frozen=True)
 class TransferStats:
@@ -32,10 +34,10 @@ class TransferStats:
         what = f"{self.files} file(s)" if self.kind == "tree" else "1 file"
         resumed = f", resumed at {size(self.resumed_from)}" if self.resumed_from else ""
         tries = f", {self.attempts} attempts" if self.attempts > 1 else ""
-        text = (f"{self.direction}ed {what}, {size(self.total)}, {self.src} -> {self.dest} in {self.seconds:.1f}s "
-                f"({self.mb_per_s:.1f} MB/s{resumed}{tries}), verified by sha256")
-        if self.refused:
-            text += f"\n{len(self.refused)} refused (not written):\n" + "\n".join(f"  {r}" for r in self.refused)
+        text = printable(f"{self.direction}ed {what}, {size(self.total)}, {self.src} -> {self.dest} in "
+                         f"{self.seconds:.1f}s ({self.mb_per_s:.1f} MB/s{resumed}{tries}), verified by sha256")
+        if self.refused:  # the container's member names and link targets: one line each, escapes shown
+            text += f"\n{len(self.refused)} refused (not written):\n" + "\n".join(f"  {printable(r)}" for r in self.refused)
         return text
 
 

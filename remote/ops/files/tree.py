@@ -10,6 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from ...naming import printable
 from ...errors import ConnectError, TransferError, TransferPathError
 from ...shell import load
 from ...transport.pct import Container
@@ -151,7 +152,7 @@ def verify(ct: Container, want: dict[str, str], got: dict[str, str], what: str, 
         return
     bad = sorted(set(want) ^ set(got)) + sorted(n for n in set(want) & set(got) if want[n] != got[n])
     discard()
-    raise TransferError(f"{ct.where}: {what} did not verify ({len(bad)} file(s) differ: {', '.join(bad[:5])}): "
+    raise TransferError(f"{ct.where}: {what} did not verify ({len(bad)} file(s) differ: {', '.join(map(printable, bad[:5]))}): "
                         f"the staging folder was removed and {dest} left as it was")
 
 
