@@ -406,3 +406,18 @@ def test_init_writes_each_containers_gpu_lines_as_comments_and_the_file_loads(tm
     hostsinit.write(str(tmp_path / "hosts.yaml"), text, False)  # loads back: the hostile line stayed a comment
     assert set(config.load(str(tmp_path / "hosts.yaml")).hosts) == {"pve"}
     assert "\x1b" not in text
+
+
+def test_a_container_given_one_gpu_of_several_lacks_nothing():
+    nodes = data("nodes-509.txt") + "/dev/nvidia1 character special file c3 1 0 0 666\n"
+    assert gpu.findings(host(nodes=nodes), 200, ct()) == []
+    none = data("pct-config-dev.txt").replace("dev0: /dev/nvidia0\n", "")
+    found = gpu.findings(host(nodes=nodes, configs={200: none}), 200, None)
+    assert kinds(found) == ["device-not-passed"] and "/dev/nvidia0" in found[0].message
+
+
+def test_a_cgroup_line_for_another_device_is_neither_gpu_nor_stale():
+    raw = data("pct-config-raw.txt").replace("c 511:* rwm", "c 509:* rwm") + "lxc.cgroup2.devices.allow: c 10:200 rwm\n"
+    assert gpu.findings(host(configs={201: raw}), 201, ct(), ) == []
+    tun = gpu.parse_pct_config(202, data("pct-config-cpu.txt") + "lxc.cgroup2.devices.allow: c 10:200 rwm\nrc=0")
+    assert not tun.gpu and tun.lines() == []
