@@ -114,7 +114,7 @@ def main():
     if args.once:
         print(json.dumps({"exit": runs[0][1], "seconds": round(runs[0][0], 3), "kinds": kinds_of(report),
                           "round_trips": round_trips(cfg, ids), "report": report}))
-        return
+        raise SystemExit(runs[0][1])  # doctor's own exit status: 1 when it found something
     with Session(cfg, agent=True, keep=True) as s:
         preflight_once(s, args.preflight, True)  # the agent and the kept connection start here, not in a sample
         a, b = [], []

@@ -387,3 +387,37 @@ def test_a_library_whose_version_is_unknown_is_no_missing_library():
 def test_a_host_whose_proc_hides_the_module_takes_nvidia_smis_version():
     h = host(proc="", sys_version="")
     assert h.loaded == "580.95.05" and gpu.host_findings(h) == []
+
+
+def test_init_writes_each_containers_gpu_lines_as_comments_and_the_file_loads(tmp_path):
+    from remote import config
+    from remote.ops import hostsinit
+
+    raw = gpu.parse_pct_config(201, data("pct-config-raw.txt") + "rc=0").lines()
+    dev = gpu.parse_pct_config(200, data("pct-config-dev.txt") + "rc=0").lines()
+    hostile = ["dev0: /dev/nvidia0\nhosts: {evil: {address: x}}\x1b[2J"]
+    h = config.Host(name="pve", address="10.0.0.1")
+    text = hostsinit.render(h, {}, [(200, "running", "trainer", dev), (201, "running", "gpu201", raw),
+                                    (202, "stopped", "web", []), (203, "running", "x", hostile)])
+    assert "    #   dev2: /dev/nvidia-uvm\n" in text and "    #   lxc.cgroup2.devices.allow: c 511:* rwm\n" in text
+    assert "#   lxc.mount.entry: /dev/nvidia-uvm dev/nvidia-uvm none bind,optional,create=file" in text
+    block_202 = text.split("  202:")[1].split("  203:")[0]
+    assert "GPU" not in block_202  # a CPU container: no GPU comment
+    hostsinit.write(str(tmp_path / "hosts.yaml"), text, False)  # loads back: the hostile line stayed a comment
+    assert set(config.load(str(tmp_path / "hosts.yaml")).hosts) == {"pve"}
+    assert "\x1b" not in text
+
+
+def test_a_container_given_one_gpu_of_several_lacks_nothing():
+    nodes = data("nodes-509.txt") + "/dev/nvidia1 character special file c3 1 0 0 666\n"
+    assert gpu.findings(host(nodes=nodes), 200, ct()) == []
+    none = data("pct-config-dev.txt").replace("dev0: /dev/nvidia0\n", "")
+    found = gpu.findings(host(nodes=nodes, configs={200: none}), 200, None)
+    assert kinds(found) == ["device-not-passed"] and "/dev/nvidia0" in found[0].message
+
+
+def test_a_cgroup_line_for_another_device_is_neither_gpu_nor_stale():
+    raw = data("pct-config-raw.txt").replace("c 511:* rwm", "c 509:* rwm") + "lxc.cgroup2.devices.allow: c 10:200 rwm\n"
+    assert gpu.findings(host(configs={201: raw}), 201, ct(), ) == []
+    tun = gpu.parse_pct_config(202, data("pct-config-cpu.txt") + "lxc.cgroup2.devices.allow: c 10:200 rwm\nrc=0")
+    assert not tun.gpu and tun.lines() == []

@@ -77,13 +77,13 @@ class CtConfig:
 
     @property
     def gpu(self) -> bool:
-        """Any NVIDIA passthrough configured."""
-        return bool(self.devs or self.mounts or any(_nvidia_allow(a) for a in self.allows))
+        """Any NVIDIA passthrough configured: a /dev/nvidia* devN or mount line, or the cgroup allowing major 195."""
+        return bool(self.devs or self.mounts or any(_allow_major(a) == NVIDIA_MAJOR for a in self.allows))
 
     def lines(self) -> list[str]:
         """The GPU lines as pct config prints them (what `remote init` writes as comments)."""
         out = [f"{key}: {path}" + "".join(f",{k}={v}" for k, v in opts.items()) for key, path, opts in self.devs]
-        out += [f"lxc.cgroup2.devices.allow: {a}" for a in self.allows if _nvidia_allow(a)]
+        out += [f"lxc.cgroup2.devices.allow: {a}" for a in self.allows if self.gpu and _nvidia_allow(a)]
         out += [f"lxc.mount.entry: {s} {t} none {','.join(o)}" for s, t, o in self.mounts]
         return out
 
@@ -355,10 +355,17 @@ def read_container(session, ctid: int) -> CtGpu:
 
 # -- the findings ----------------------------------------------------------------------------------------------
 
+def _allow_major(value: str) -> int | None:
+    """The character major a cgroup allow line names (`c 509:* rwm` -> 509), None for `a`, `b ..`, `c *:*`."""
+    m = re.fullmatch(r"\s*c\s+(\d+):(\*|\d+)\s+\S+\s*", value)
+    return int(m.group(1)) if m else None
+
+
 def _nvidia_allow(value: str) -> bool:
-    m = re.fullmatch(r"\s*([abc])\s+(\*|\d+):(\*|\d+)\s+\S+\s*", value)
-    return bool(m) and m.group(1) == "c" and m.group(2) != "*" and (
-        int(m.group(2)) == NVIDIA_MAJOR or int(m.group(2)) >= 234)
+    """A line that may be for an NVIDIA node: major 195, or a dynamic major (nvidia-uvm and nvidia-caps get
+    one from 234 up); tun (10), fuse (10), DRI (226) and the like are not."""
+    major = _allow_major(value)
+    return major is not None and (major == NVIDIA_MAJOR or major >= 234)
 
 
 def _allowed(allows: tuple[str, ...], node: Node) -> bool:
@@ -451,7 +458,12 @@ def config_findings(host: HostGpu, cfg: CtConfig, ct: CtGpu | None = None, name:
     c = cfg.ctid
     add = lambda kind, message, fix: out.append(GpuFinding(kind, SEVERITY[kind], message, fix, c, name))  # noqa: E731
     required = [n for n in host.nodes if REQUIRED.match(n.path)]
-    missing = [n.path for n in required if not _passed(cfg, n.path)]
+    # The control nodes are needed by every container; of the GPUs, at least one (a host's GPUs are often
+    # shared out between containers: one that gets GPU 0 of 8 lacks nothing).
+    gpus = [n.path for n in required if re.fullmatch(r"/dev/nvidia\d+", n.path)]
+    missing = [n.path for n in required if n.path not in gpus and not _passed(cfg, n.path)]
+    if gpus and not any(_passed(cfg, p) for p in gpus):
+        missing.insert(0, gpus[0])
     if missing:
         add("device-not-passed", f"{', '.join(missing)} exist(s) on the host but {_conf(c)} neither passes nor mounts "
             "it", _dev_fix(c, cfg, missing) + f"; or add `lxc.mount.entry: {missing[0]} {missing[0][1:]} none "
@@ -461,8 +473,7 @@ def config_findings(host: HostGpu, cfg: CtConfig, ct: CtGpu | None = None, name:
                if _passed(cfg, n.path) == "mount" and not _allowed(cfg.allows, n)]
     majors = set(host.majors.values())
     for n in mounted:
-        stale = [a for a in cfg.allows if re.fullmatch(r"\s*c\s+(\d+):\S+\s+\S+\s*", a)
-                 and int(a.split()[1].split(":")[0]) not in majors]
+        stale = [a for a in cfg.allows if _nvidia_allow(a) and _allow_major(a) not in majors]
         if stale:
             old = stale[0].strip()
             add("cgroup-major-stale", f"the cgroup allows `{old}` but {n.path} is major {n.major} on this host now "
