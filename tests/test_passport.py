@@ -94,3 +94,9 @@ def test_remote_config_shows_what_of_the_passport_the_hosts_file_decides():
     text = configview.render(c, [c.containers[200]], "x")
     assert "cache passport" in text and "devices: [0, 1]" in text
     assert "TORCHINDUCTOR_MAX_AUTOTUNE" in text.split("cache passport", 1)[1] and "secret" not in text
+
+
+def test_what_a_container_wrote_into_its_passport_reaches_no_terminal_raw():
+    evil = {**make(), "torch": "2.11\x1b[2J\x07"}
+    text = pp.describe(evil, make())
+    assert "\x1b" not in text and "\\x1b[2J\\x07" in text

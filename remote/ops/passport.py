@@ -22,6 +22,8 @@ import hashlib
 import json
 from typing import Mapping, Sequence
 
+from ..naming import printable  # a passport is what a container said: shown only through it
+
 FORMAT = 1
 FILE = "passport.json"  # in the per-version folder, beside inductor/ and triton/ (torch never reads it)
 # Compared, in this order, in every message. `devices` is a subset rule; the others are equality.
@@ -79,6 +81,10 @@ def describe(have: Mapping | None, want: Mapping, fields: Sequence[str] | None =
     """Each differing field with both values: `torch version 2.12.0 (cache) != 2.13.0 (here); …`."""
     if not have:
         return "no passport (a cache made before passports, or never warmed)"
+    return printable(_describe(have, want, fields, theirs, ours))
+
+
+def _describe(have: Mapping, want: Mapping, fields, theirs: str, ours: str) -> str:
     parts = []
     for name in fields if fields is not None else differences(have, want):
         if name == "devices":
