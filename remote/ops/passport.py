@@ -38,6 +38,12 @@ ENV_IGNORED = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHELASTIC_LOG_
                "TORCHELASTIC_ERROR_FILE")
 
 
+def devices_of(p: Mapping | None) -> list[str]:
+    """A passport's devices as strings; [] where a (hand-edited, untrusted) passport holds no list."""
+    d = (p or {}).get("devices")
+    return [str(x) for x in d] if isinstance(d, list) else []
+
+
 def _digest(value) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -69,7 +75,7 @@ def differences(have: Mapping | None, want: Mapping) -> list[str]:
     out = []
     for name in FIELDS:
         if name == "devices":
-            if not set(want.get("devices") or ()) <= set(have.get("devices") or ()):
+            if not set(devices_of(want)) <= set(devices_of(have)):
                 out.append(name)
         elif have.get(name) != want.get(name):
             out.append(name)
@@ -88,11 +94,12 @@ def _describe(have: Mapping, want: Mapping, fields, theirs: str, ours: str) -> s
     parts = []
     for name in fields if fields is not None else differences(have, want):
         if name == "devices":
-            lacking = sorted(set(want.get("devices") or ()) - set(have.get("devices") or ()))
-            parts.append(f"{LABELS[name]} {','.join(have.get('devices') or []) or 'none'} ({theirs}) lack "
+            lacking = sorted(set(devices_of(want)) - set(devices_of(have)))
+            parts.append(f"{LABELS[name]} {','.join(devices_of(have)) or 'none'} ({theirs}) lack "
                          f"{','.join(lacking)} ({ours})")
         elif name == "env":
-            a, b = have.get("env_keys") or {}, want.get("env_keys") or {}
+            a, b = have.get("env_keys"), want.get("env_keys")
+            a, b = (a if isinstance(a, dict) else {}), (b if isinstance(b, dict) else {})
             names = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
             parts.append(f"{LABELS[name]} differs ({', '.join(names) or 'digest'})")
         elif name in ("command", "venv_lock", "commit", "torch_git"):
@@ -124,15 +131,15 @@ def why_alone(ctid: int, passports: Mapping[int, Mapping]) -> str:
     _, nearest = min(others)
     text = describe(passports[nearest], mine, theirs=str(nearest), ours=str(ctid))
     if not text:  # it wants fewer devices than the nearest: the same passport it is not
-        theirs = ",".join(passports[nearest].get("devices") or [])
-        text = f"devices to warm {','.join(mine.get('devices') or []) or 'none'} ({ctid}) != {theirs} ({nearest})"
+        theirs = ",".join(devices_of(passports[nearest]))
+        text = f"devices to warm {','.join(devices_of(mine)) or 'none'} ({ctid}) != {theirs} ({nearest})"
     return f"unlike {nearest}: {text}"
 
 
 def merged(old: Mapping | None, new: Mapping) -> dict:
     """The passport after a warmup: `new`, with the devices an earlier warmup of the same passport warmed."""
     if old and not [f for f in differences(old, {**new, "devices": []}) if f != "devices"]:
-        return {**new, "devices": sorted(set(old.get("devices") or ()) | set(new.get("devices") or ()))}
+        return {**new, "devices": sorted(set(devices_of(old)) | set(devices_of(new)))}
     return dict(new)
 
 
