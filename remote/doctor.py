@@ -274,8 +274,10 @@ def passport_line(p: dict) -> str:
     """A passport in one line, as `remote cache` and doctor show it."""
     made = (f"copied from {p['copied_from']}" if p.get("copied_from") is not None
             else f"warmed by {p.get('made_by')}" if p.get("made_by") is not None else "")
-    return (f"torch {p.get('torch')} (git {str(p.get('torch_git'))[:10]}), CUDA {p.get('cuda')}, triton "
-            f"{p.get('triton')}, GPU {p.get('gpu')}, devices {','.join(map(str, p.get('devices') or [])) or '-'}, commit "
+    from .naming import printable  # what a container wrote
+
+    return printable(f"torch {p.get('torch')} (git {str(p.get('torch_git'))[:10]}), CUDA {p.get('cuda')}, triton "
+            f"{p.get('triton')}, GPU {p.get('gpu')}, devices {','.join(pp.devices_of(p)) or '-'}, commit "
             f"{str(p.get('commit'))[:12]}, lock {str(p.get('venv_lock'))[:12]}" + (f"; {made}" if made else ""))
 
 

@@ -94,3 +94,17 @@ def test_remote_config_shows_what_of_the_passport_the_hosts_file_decides():
     text = configview.render(c, [c.containers[200]], "x")
     assert "cache passport" in text and "devices: [0, 1]" in text
     assert "TORCHINDUCTOR_MAX_AUTOTUNE" in text.split("cache passport", 1)[1] and "secret" not in text
+
+
+def test_what_a_container_wrote_into_its_passport_reaches_no_terminal_raw():
+    evil = {**make(), "torch": "2.11\x1b[2J\x07"}
+    text = pp.describe(evil, make())
+    assert "\x1b" not in text and "\\x1b[2J\\x07" in text
+
+
+def test_a_hand_edited_passport_of_the_wrong_shape_is_a_difference_not_a_crash():
+    odd = {**make(), "devices": 5, "env_keys": "x"}
+    assert pp.differences(odd, make()) == ["devices"]
+    assert "devices warmed none (cache) lack 0,1 (here)" in pp.describe(odd, make())
+    from remote.doctor import passport_line
+    assert "devices -" in passport_line(odd)

@@ -22,6 +22,8 @@ import hashlib
 import json
 from typing import Mapping, Sequence
 
+from ..naming import printable  # a passport is what a container said: shown only through it
+
 FORMAT = 1
 FILE = "passport.json"  # in the per-version folder, beside inductor/ and triton/ (torch never reads it)
 # Compared, in this order, in every message. `devices` is a subset rule; the others are equality.
@@ -34,6 +36,12 @@ ENV_PREFIXES = ("TORCH", "INDUCTOR", "TRITON", "PYTORCH", "CUDA", "CUBLAS", "CUD
 # Where the cache and logs live, not what is compiled: two containers may keep their caches elsewhere.
 ENV_IGNORED = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE",
                "TORCHELASTIC_ERROR_FILE")
+
+
+def devices_of(p: Mapping | None) -> list[str]:
+    """A passport's devices as strings; [] where a (hand-edited, untrusted) passport holds no list."""
+    d = (p or {}).get("devices")
+    return [str(x) for x in d] if isinstance(d, list) else []
 
 
 def _digest(value) -> str:
@@ -67,7 +75,7 @@ def differences(have: Mapping | None, want: Mapping) -> list[str]:
     out = []
     for name in FIELDS:
         if name == "devices":
-            if not set(want.get("devices") or ()) <= set(have.get("devices") or ()):
+            if not set(devices_of(want)) <= set(devices_of(have)):
                 out.append(name)
         elif have.get(name) != want.get(name):
             out.append(name)
@@ -79,14 +87,19 @@ def describe(have: Mapping | None, want: Mapping, fields: Sequence[str] | None =
     """Each differing field with both values: `torch version 2.12.0 (cache) != 2.13.0 (here); …`."""
     if not have:
         return "no passport (a cache made before passports, or never warmed)"
+    return printable(_describe(have, want, fields, theirs, ours))
+
+
+def _describe(have: Mapping, want: Mapping, fields, theirs: str, ours: str) -> str:
     parts = []
     for name in fields if fields is not None else differences(have, want):
         if name == "devices":
-            lacking = sorted(set(want.get("devices") or ()) - set(have.get("devices") or ()))
-            parts.append(f"{LABELS[name]} {','.join(have.get('devices') or []) or 'none'} ({theirs}) lack "
+            lacking = sorted(set(devices_of(want)) - set(devices_of(have)))
+            parts.append(f"{LABELS[name]} {','.join(devices_of(have)) or 'none'} ({theirs}) lack "
                          f"{','.join(lacking)} ({ours})")
         elif name == "env":
-            a, b = have.get("env_keys") or {}, want.get("env_keys") or {}
+            a, b = have.get("env_keys"), want.get("env_keys")
+            a, b = (a if isinstance(a, dict) else {}), (b if isinstance(b, dict) else {})
             names = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
             parts.append(f"{LABELS[name]} differs ({', '.join(names) or 'digest'})")
         elif name in ("command", "venv_lock", "commit", "torch_git"):
@@ -118,15 +131,15 @@ def why_alone(ctid: int, passports: Mapping[int, Mapping]) -> str:
     _, nearest = min(others)
     text = describe(passports[nearest], mine, theirs=str(nearest), ours=str(ctid))
     if not text:  # it wants fewer devices than the nearest: the same passport it is not
-        theirs = ",".join(passports[nearest].get("devices") or [])
-        text = f"devices to warm {','.join(mine.get('devices') or []) or 'none'} ({ctid}) != {theirs} ({nearest})"
+        theirs = ",".join(devices_of(passports[nearest]))
+        text = f"devices to warm {','.join(devices_of(mine)) or 'none'} ({ctid}) != {theirs} ({nearest})"
     return f"unlike {nearest}: {text}"
 
 
 def merged(old: Mapping | None, new: Mapping) -> dict:
     """The passport after a warmup: `new`, with the devices an earlier warmup of the same passport warmed."""
     if old and not [f for f in differences(old, {**new, "devices": []}) if f != "devices"]:
-        return {**new, "devices": sorted(set(old.get("devices") or ()) | set(new.get("devices") or ()))}
+        return {**new, "devices": sorted(set(devices_of(old)) | set(devices_of(new)))}
     return dict(new)
 
 

@@ -429,8 +429,9 @@ def import_cache(session: Session, ctid, path: str, echo=print) -> dict:
             folder = jobenv.compile_cache(spec, verify)
             with oplock.hold(ct, f"warmup --import {os.path.basename(path)}"):
                 count = files.push_tree(ct, d, folder)
-                if theirs is not None:
+                if theirs is not None:  # the bundle's passport.json, in place last
                     write_passport(ct, folder, {**theirs, "imported_from": os.path.basename(path)})
+                    count += 1
     except (OSError, EOFError, untar.TarError) as exc:
         raise WarmupError(f"{path}: cannot read the bundle: {exc}") from None
     wanted = {warmup_key(spec, state, dev)["key"] for dev in devices_of(spec)}
