@@ -8,7 +8,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Callable
 
-from ...errors import ConnectError, TransferError
+from ...errors import CommandTimeout, ConnectError, TransferError
 from ...shell import load
 from ...transport.pct import Container
 
@@ -136,8 +136,6 @@ def run_stream(ct: Container, script: str, *args: str, send=None, receive=None, 
 
 
 def _exit_status(stream) -> int | None:
-    from ..errors import CommandTimeout
-
     try:
         return stream.wait(timeout=5)
     except CommandTimeout:
