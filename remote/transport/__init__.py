@@ -536,7 +536,10 @@ class ChannelStream:
         return not self.chan.closed and self.chan.get_transport().is_active()
 
     def close(self) -> None:
-        self.chan.close()
+        try:
+            self.chan.close()
+        except (OSError, EOFError):  # the connection is already gone: so is the channel
+            pass
 
 
 def _heartbeat(transport, name: str, every: float, silence: float) -> None:
