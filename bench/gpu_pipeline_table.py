@@ -39,7 +39,8 @@ def row(path: Path) -> str:
             f"{'yes' if replay.get('doctor_named') else 'no'}"
             + (f" (missed: {', '.join(named.get('missed', []))})" if named.get("missed") else "")
             + f" | {fmt(replay.get('baseline'))} / {fmt(replay.get('recovered'))} "
-            f"({fmt(ratios.get('recovered_over_baseline'), 3)}) | {gpu_after} |")
+            f"({fmt(ratios.get('recovered_over_baseline'), 3)})"
+            + (f", medians of {replay['median_of']}" if replay.get("median_of") else "") + f" | {gpu_after} |")
 
 
 def main() -> int:

@@ -18,7 +18,7 @@ __all__ = [
     "__version__",
     # the API (remote.api)
     "open", "Fleet", "Group", "GroupResult", "Outcome", "Container", "Result", "Transfer", "DeployPlan", "Warmup",
-    "Run", "Stopped", "Finding", "Diagnosis",
+    "Run", "Stopped", "Finding", "Diagnosis", "CacheCopy", "CacheHolding", "GpuReport",
     # the exception tree (remote.errors)
     "RemoteError", "ConfigError", "TransportError", "HostKeyError", "AuthenticationError", "ConnectError",
     "ConnectTimeout", "CommandError", "CommandTimeout", "PctError", "ContainerNotFound", "ContainerNotRunning",
@@ -30,11 +30,14 @@ _API = frozenset(__all__[1:__all__.index("RemoteError")])
 
 if TYPE_CHECKING:
     from .api import (
+        CacheCopy,
+        CacheHolding,
         Container,
         DeployPlan,
         Diagnosis,
         Finding,
         Fleet,
+        GpuReport,
         Group,
         GroupResult,
         Outcome,

@@ -151,6 +151,62 @@ class Warmup:
     hits: int
     misses: int
     guarded: bool  # the compile guard reported hits and misses
+    copied: CacheCopy | None = None  # no compile ran: a matching cache of another container was copied
+
+
+@dataclass(frozen=True)
+class CacheCopy:
+    """A compile cache copied from one container to another (only the files it lacked; sha256-verified)."""
+
+    src: int
+    dst: int
+    via: str  # "host <name>", "controller", "nothing to send" or "dry run"
+    files: int  # written now
+    bytes: int
+    present: int  # already there (skipped)
+    total: int  # files the source holds
+    seconds: float
+
+    def line(self) -> str:
+        return (f"copied {self.files} cache file(s), {self.bytes / 2**20:.1f} MiB, from {self.src} "
+                f"({self.present} already here, {self.total} in all; via {self.via}, {self.seconds:.1f}s); no compile ran")
+
+
+@dataclass(frozen=True)
+class CacheHolding:
+    """What a container's compile cache holds (`remote cache`): its folder, files, size and passport, or
+    why it could not be read (error)."""
+
+    container: int
+    folder: str = ""
+    files: int = 0
+    bytes: int = 0
+    passport: Mapping[str, Any] | None = None
+    serves_itself: bool = False  # made for exactly what the container runs now
+    mismatch: str = ""  # where it holds files but does not serve itself: how its passport differs
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class GpuReport:
+    """`doctor --gpu`: each host's NVIDIA driver and each container's GPU passthrough, as findings."""
+
+    hosts: tuple[Any, ...]
+    containers: tuple[Any, ...]
+
+    @property
+    def healthy(self) -> bool:
+        return bool(self.to_json()["healthy"])
+
+    def render(self) -> str:
+        from . import gpudoctor
+
+        return gpudoctor.render(list(self.hosts), list(self.containers))
+
+    def to_json(self) -> dict:
+        from . import gpudoctor
+
+        return gpudoctor.to_json(list(self.hosts), list(self.containers))
 
 
 @dataclass(frozen=True)
@@ -343,6 +399,63 @@ class Fleet:
         # One probe per container: plain pct exec is one round trip, an agent would add its own start-up.
         with Session(self.config, agent=False, keep=True, echo=self._emit) as s:
             return [_diagnosis(r) for r in dr.diagnose(s, ids, fresh=fresh)]
+
+    def doctor_gpu(self, which: int | str | Sequence[int | str] | None = None) -> GpuReport:
+        """The GPU part of doctor on these containers (default: every one) and their hosts: one probe per
+        host, one per container, all at once."""
+        from . import gpudoctor
+        from .transport.session import Session
+
+        with Session(self.config, agent=False, keep=True, echo=self._emit) as s:
+            hosts, cts = gpudoctor.diagnose(s, self.select(which) if which else list(self.config.containers))
+        return GpuReport(tuple(hosts), tuple(cts))
+
+    # -- compile caches ---------------------------------------------------------------------------
+    def caches(self, which: int | str | Sequence[int | str] | None = None) -> list[CacheHolding]:
+        """What each container's compile cache holds (default: every container), all at once."""
+        from .ops import cachecopy
+
+        ids = self.select(ALL if which is None else which)
+        out = []
+        for ctid, h in zip(ids, cachecopy.inventory(self._session, ids), strict=True):
+            if isinstance(h, RemoteError):
+                out.append(CacheHolding(ctid, error=str(h)))
+                continue
+            out.append(CacheHolding(h.ctid, h.folder, len(h.files), h.bytes, h.passport, h.serves_itself,
+                                    "" if h.serves_itself or not h.files else cachecopy.pp.describe(h.passport, h.want)))
+        return out
+
+    def copy_cache(self, src: int | str, which: int | str | Sequence[int | str] | None = None, *,
+                   fail_fast: bool = False, prefix_output: bool = False) -> GroupResult:
+        """src's compile cache into each of these containers (src itself left out) whose passport matches:
+        a GroupResult of CacheCopy (a mismatch fails that container with a WarmupError naming the fields)."""
+        ctid = self.config.container(src).ctid
+        ids = [i for i in self.select(which) if i != ctid]
+        group = Group(self, [self.container(i) for i in ids])
+        self._session.transport(self.config.containers[ctid].host)
+        return group.map(lambda ct: ct.copy_cache(ctid), fail_fast=fail_fast, prefix_output=prefix_output)
+
+    def warm_groups(self, which: int | str | Sequence[int | str] = ALL, *, fail_fast: bool = False,
+                    parallel: bool = False, prefix_output: bool = False) -> GroupResult:
+        """Warm several containers as `remote warmup -c LIST` does: one warmup per group of containers whose
+        cache passports would match, its cache copied to the rest; the others warmed on their own. A
+        GroupResult per container (values None; a failure's error is a WarmupError with its message)."""
+        from .errors import WarmupError
+        from .ops import cachecopy
+        from .ops import fleet as fleetmod
+
+        ids = self.select(which)
+        s = self._session
+        for i in ids:  # every host's transport made here, in one thread: Session's map is not locked
+            s.transport(self.config.containers[i].host)
+        with self._grouped():
+            outcomes = cachecopy.warm_fleet(s, ids, fail_fast=fail_fast, parallel=parallel, echo=self._emit,
+                                            runner=fleetmod.run_each if prefix_output else _run_quiet)
+        result = GroupResult()
+        for o in outcomes:
+            result[o.ctid] = Outcome(o.ctid, o.host, None, WarmupError(o.message) if o.result == "failed" else None,
+                                     o.seconds, o.result == "skipped", o.code, o.message)
+        return result
 
     def train_nodes(self, which: int | str | Sequence[int | str], *, force: bool = False, warmup: bool = False,
                     follow: bool = True) -> int:
@@ -606,14 +719,32 @@ class Container:
                           s.torch, s.seconds, s)
 
     def warmup(self, *, devices: Sequence[str] | None = None, parallel: bool = False) -> Warmup:
-        """Compile the training into the persistent compile cache, one device at a time (or in parallel)."""
+        """Compile the training into the persistent compile cache, one device at a time (or in parallel).
+        Without devices, outside a Group call, and with no warmup for what it runs now: where another
+        container of the hosts file holds a cache made for exactly that, it is copied instead (.copied)."""
+        from .ops import cachecopy
         from .ops import warmup as wm
 
-        results = wm.warmup(self._s, self.id, parallel=parallel, devices=list(devices) if devices else None,
-                            echo=self.fleet._emit)
+        if devices or self.fleet._groups:
+            results = wm.warmup(self._s, self.id, parallel=parallel, devices=list(devices) if devices else None,
+                                echo=self.fleet._emit)
+        else:
+            got = cachecopy.warmup_or_copy(self._s, self.id, parallel=parallel, echo=self.fleet._emit)
+            if isinstance(got, cachecopy.Copied):
+                done = _cache_copy(got)
+                return Warmup(self.id, (), done.seconds, done.files, done.bytes, 0, 0, False, done)
+            results = got
         return Warmup(self.id, tuple(r.device for r in results), sum(r.end - r.start for r in results),
                       sum(r.new_files for r in results), sum(r.new_bytes for r in results),
                       sum(r.hits for r in results), sum(r.misses for r in results), any(r.report for r in results))
+
+    def copy_cache(self, src: int | str) -> CacheCopy:
+        """Copy container src's compile cache into this one: only the files it lacks, sha256-verified;
+        refused (WarmupError, naming each field) unless src's passport is what this container needs."""
+        from .ops import cachecopy
+
+        return _cache_copy(cachecopy.copy(self._s, self.fleet.config.container(src).ctid, self.id,
+                                          echo=self.fleet._emit))
 
     def export_cache(self, path: str | os.PathLike) -> Path:
         """Write the container's compile cache folder to a local bundle (tar.gz)."""
@@ -624,7 +755,7 @@ class Container:
 
     def import_cache(self, path: str | os.PathLike) -> dict:
         """Load a bundle made by export_cache into the container's cache (refused if versions differ):
-        {"files", "cache_dir", "warmups"}."""
+        {"files", "cache_dir", "warmups", "refused"} (refused: the members not imported, with why)."""
         from .ops import warmup as wm
 
         return wm.import_cache(self._s, self.id, os.fspath(path), echo=self.fleet._emit)
@@ -734,6 +865,10 @@ class Container:
         facts = dr.gather(self._s.container(self.id, venv_on_path=False), self.spec, fresh=fresh)
         report = dr.Report(self.id, self.host, dr.findings(facts, self.spec), facts)
         return list(_diagnosis(report).findings)
+
+
+def _cache_copy(c: Any) -> CacheCopy:
+    return CacheCopy(c.src, c.dst, c.via, c.files, c.bytes, c.present, c.total, c.seconds)
 
 
 def _transfer(stats: Any) -> Transfer:
@@ -905,7 +1040,7 @@ def write_hosts_file(address: str, *, out: str | os.PathLike | None = None, port
         raise RemoteError(f"`pct list` on {address} shows no containers: create one first (pct create), "
                           "then run remote init again")
     hostsinit.write(target, hostsinit.render(host, given, found), force)
-    return HostsFile(target, host.name, tuple(found))
+    return HostsFile(target, host.name, tuple((c[0], c[1], c[2]) for c in found))
 
 
 def disconnect(hosts: str | os.PathLike | None = None, host: str | None = None) -> list[int]:

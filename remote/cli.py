@@ -44,6 +44,7 @@ from .cli_table import (  # noqa: F401
     task,
 )
 from .errors import RemoteError
+from .naming import printable
 
 
 def _stream(kind: str, chunk: bytes) -> None:
@@ -112,15 +113,35 @@ def deploy(c, container=None, allow_dirty=False, check=False, rollback=False, fo
         raise Exit(code=1)
 
 
-@task(help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP, "parallel": "run the devices' warmups as separate processes at once",
+@task(help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP + "; several: one warmup per group of containers "
+            "whose cache passports would match, its cache copied to the others",
+            "parallel": "run the devices' warmups as separate processes at once",
             "devices": "comma-separated devices (default: warmup.devices)",
             "export": "write the container's compile cache folder to this local bundle file (tar.gz); runs nothing",
             "import_": "load a bundle made by --export into the container's cache (refused if versions differ)",
             "dry": DRY_HELP, "hosts": HOSTS_HELP})
+@handled
+def warmup(c, container=None, parallel=False, devices=None, export=None, import_=None, dry=False, hosts=None,
+           fail_fast=False):
+    """Compile the training into the persistent compile cache, one device at a time.
+
+    Several containers: those whose cache passports would match are warmed once and the cache copied to
+    the rest (docs/compile-cache.md). One container without a warmup of its own: a matching cache of
+    another container of the hosts file is copied instead of compiling."""
+    if is_selection(container) and not (export or import_ or devices or dry) and not in_fleet_task():
+        with fleet_of(hosts) as fleet:
+            result = fleet.warm_groups(container, fail_fast=fail_fast, parallel=parallel, prefix_output=True)
+        print(fmt.group_table(result))
+        if fmt.group_exit_code(result):
+            raise Exit(code=fmt.group_exit_code(result))
+        return
+    return _warmup_each(c, container=container, parallel=parallel, devices=devices, export=export, import_=import_,
+                        dry=dry, hosts=hosts, fail_fast=fail_fast)
+
+
 @fleet_task
 @handled
-def warmup(c, container=None, parallel=False, devices=None, export=None, import_=None, dry=False, hosts=None):
-    """Compile the training into the persistent compile cache, one device at a time."""
+def _warmup_each(c, container=None, parallel=False, devices=None, export=None, import_=None, dry=False, hosts=None):
     with fleet_of(hosts, dry) as fleet:
         ct = fleet.container(container)
         if import_:
@@ -133,6 +154,29 @@ def warmup(c, container=None, parallel=False, devices=None, export=None, import_
         done = ct.warmup(parallel=parallel, devices=[d for d in devices.split(",") if d] if devices else None)
     if not dry:
         print(fmt.warmup_line(done))
+
+
+@task(name="cache list", help={"container": "containers to list (an id, a comma list, a group; default: all)",
+                               "json": "print JSON", "hosts": HOSTS_HELP})
+@handled
+def cache_(c, container=None, json_=False, hosts=None):
+    """List what each container's compile cache holds: its folder, files, size and passport (`remote cache`)."""
+    with fleet_of(hosts) as fleet:
+        rows = fleet.caches(container or "all")
+    print(fmt.caches_json(rows) if json_ else "\n".join(fmt.cache_lines(rows)))
+
+
+@task(name="cache copy", help={"from_": "the container whose compile cache is copied",
+                               "container": "the containers to copy it to (an id, a comma list, a group, `all`)",
+                               "fail_fast": FAIL_FAST_HELP, "hosts": HOSTS_HELP})
+@handled
+def cache_copy(c, from_, container=None, hosts=None, fail_fast=False):
+    """Copy one container's compile cache to others whose passports match: only the files they lack."""
+    with fleet_of(hosts) as fleet:
+        result = fleet.copy_cache(from_, container, fail_fast=fail_fast, prefix_output=True)
+    print(fmt.group_table(result))
+    if fmt.group_exit_code(result):
+        raise Exit(code=fmt.group_exit_code(result))
 
 
 @task(help={"container": CT_HELP + "; several: one multi-node run across them (train.command formatted per node)",
@@ -192,13 +236,21 @@ def stop(c, container=None, run=None, grace=10, dry=False, hosts=None):
 
 @task(help={"container": "container id(s), comma-separated (default: every container in the hosts file)",
             "json": "print the findings and facts as JSON (schema: docs/doctor.md)", "hosts": HOSTS_HELP,
-            "fresh": "import torch again in each container even where an earlier probe's answer still holds"})
+            "fresh": "import torch again in each container even where an earlier probe's answer still holds",
+            "gpu": "check the hosts' NVIDIA driver and each container's GPU passthrough (docs/gpu-passthrough.md)"})
 @handled
-def doctor(c, container=None, json_=False, hosts=None, fresh=False):
+def doctor(c, container=None, json_=False, hosts=None, fresh=False, gpu=False):
     """Find what differs from what deploy made and from the last known-good run.
 
     Each finding says why it matters and the command that fixes it. Exit 0 healthy, 1 with findings,
     2 on bad input."""
+    if gpu:  # one probe per host, one per container
+        with fleet_of(hosts) as fleet:
+            report = fleet.doctor_gpu(container)
+        print(json.dumps(report.to_json(), indent=2) if json_ else report.render())
+        if not report.healthy:
+            raise Exit(code=1)
+        return
     with fleet_of(hosts) as fleet:
         ids = ([fleet.container(p.strip()).id for p in str(container).split(",") if p.strip()] if container
                else fleet.ids)
@@ -219,8 +271,8 @@ def known_good(c, container=None, run=None, hosts=None):
     with fleet_of(hosts) as fleet:
         ct = fleet.container(container)
         record = ct.known_good(run)
-    print(f"recorded {known_good_label(record)} (commit {str(record['commit'])[:12]}, torch {record['torch']}) "
-          f"in {ct.known_good_path()}")
+    print(printable(f"recorded {known_good_label(record)} (commit {str(record['commit'])[:12]}, torch "
+                    f"{record['torch']}) in {ct.known_good_path()}"))
 
 
 @task(help={"container": CT_HELP, "run": "run id (default: the latest)",
@@ -487,7 +539,7 @@ def _call(call: cliparse.Call) -> int:
             print(e.message, file=sys.stderr)
         return e.code if isinstance(e.code, int) and 0 <= e.code <= 255 else 1
     except RemoteError as exc:  # a task without @handled
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {printable(str(exc), lines=True)}", file=sys.stderr)
         return exit_status(exc)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -499,7 +551,7 @@ def _call(call: cliparse.Call) -> int:
     except Exception as exc:  # a bug: say so in one line; REMOTE_DEBUG=1 shows where
         if os.environ.get("REMOTE_DEBUG"):
             raise
-        print(f"error: internal error in `remote {call.spec.name}`: {type(exc).__name__}: {exc}\n"
+        print(f"error: internal error in `remote {call.spec.name}`: {type(exc).__name__}: {printable(str(exc))}\n"
               "(a bug in remote: please report it; REMOTE_DEBUG=1 shows the traceback)", file=sys.stderr)
         return 1
     return 0

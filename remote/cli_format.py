@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .naming import printable
+
 
 def live_text(live: list[dict]) -> str:
     """Live runs for a message: `run A (pid 12), run B (starting)`."""
@@ -28,11 +30,11 @@ def status_lines(data: dict) -> list[str]:
         lines.append(f"{h['host']}: {'reachable' if h['reachable'] else 'UNREACHABLE'}"
                      + (f" ({h['kept']})" if h["kept"] else ""))
         if h["error"]:
-            lines.append("  " + h["error"].replace("\n", "\n  "))
-        for ctid, state in h["containers"].items():
-            lines.append(f"  {ctid}: {state}" + _job_line(by_ct.get(ctid)) + _also_live(by_ct.get(ctid))
-                         + _lock_note(by_ct.get(ctid)))
-    return lines + _multinode_lines(data["containers"])
+            lines.append("  " + printable(h["error"], lines=True).replace("\n", "\n  "))
+        for ctid, state in h["containers"].items():  # run ids, states, errors: the container's and the host's
+            lines.append(printable(f"  {ctid}: {state}" + _job_line(by_ct.get(ctid)) + _also_live(by_ct.get(ctid))
+                                   + _lock_note(by_ct.get(ctid))))
+    return lines + [printable(line) for line in _multinode_lines(data["containers"])]
 
 
 def _lock_note(entry: dict | None) -> str:
@@ -97,7 +99,8 @@ def _job_line(entry: dict | None) -> str:
             f"; its processes {r['orphans']} still run" if r.get("orphans") else "")
     else:
         tp = f", last throughput {r['throughput']:.4g}{unit}" if r["throughput"] is not None else ""
-        text = f", last run {r['id']} exited {r['exit']}{tp}"
+        ended = f"stopped by `remote stop` (exit {r['exit']})" if r.get("stopped") else f"exited {r['exit']}"
+        text = f", last run {r['id']} {ended}{tp}"
         text += f" {r['spark']}" if r.get("spark") else ""
         text += _watch_text(r)
     return text + (f" [{', '.join(r['problems'])}]" if r["problems"] else "")
@@ -110,14 +113,18 @@ def stop_lines(stopped: Any) -> list[str]:
     lines = []
     for one in [*stopped.others, stopped]:  # without --run: every live run, not only the latest
         if not one.was_alive:
-            lines.append(f"run {one.run} was not running (exit status {one.exit_code}); no process of it is left")
-        else:
-            lines.append(f"run {one.run} stopped with SIG{one.signal} (exit status {one.exit_code}); "
-                         "verified: no process of it is left" + (", none on a GPU" if one.gpu_left == () else ""))
+            lines.append(printable(f"run {one.run} was not running (exit status {one.exit_code}); "
+                                   "no process of it is left"))
+        else:  # the run id and the signal's name come from the container
+            lines.append(printable(f"run {one.run} stopped with SIG{one.signal} (exit status {one.exit_code}); "
+                                   "verified: no process of it is left"
+                                   + (", none on a GPU" if one.gpu_left == () else "")))
     return lines
 
 
 def warmup_line(w: Any) -> str:
+    if w.copied is not None:  # no warmup of its own: a matching cache of another container was copied
+        return f"warmup done: {w.copied.line()}"
     guard = f"; guard: {w.hits} hits, {w.misses} misses" if w.guarded else ""
     return (f"warmup done: {len(w.devices)} device(s) in {w.seconds:.1f}s; cache "
             + (f"+{w.new_files} files, +{w.new_bytes / 2**20:.1f} MiB" if w.new_files or w.new_bytes
@@ -125,14 +132,42 @@ def warmup_line(w: Any) -> str:
 
 
 def imported_line(got: dict) -> str:
-    return f"imported {got['files']} cache file(s) into {got['cache_dir']}; " + (
+    """warmup --import's result, and the bundle's members it refused (their names are the bundle's)."""
+    line = printable(f"imported {got['files']} cache file(s) into {got['cache_dir']}; " + (
         f"warmup recorded for {', '.join(got['warmups'])}" if got["warmups"] else
         "the bundle's warmups were for another commit, venv, command or environment: run `remote warmup` "
-        "(it starts from the imported cache)")
+        "(it starts from the imported cache)"))
+    if got.get("refused"):
+        line += f"\n{len(got['refused'])} refused (not imported):\n" + "\n".join(f"  {printable(r)}" for r in got["refused"])
+    return line
 
 
 def pulled_run_line(got: dict) -> str:
-    return f"run {got['run']}: " + ", ".join(f"{k} ({v})" for k, v in got["pulled"].items()) + f" in {got['dest']}"
+    return printable(f"run {got['run']}: " + ", ".join(f"{k} ({v})" for k, v in got["pulled"].items())
+                     + f" in {got['dest']}")
+
+
+def caches_json(rows: list) -> str:
+    """`remote cache --json`: each container's remote.api.CacheHolding (or its error)."""
+    return json.dumps([{"container": r.container, "error": r.error} if r.error is not None else
+                       {"container": r.container, "folder": r.folder, "files": r.files, "bytes": r.bytes,
+                        "passport": r.passport, "serves_itself": r.serves_itself} for r in rows], indent=1)
+
+
+def cache_lines(rows: list) -> list[str]:
+    """`remote cache`: each container's cache folder, files, size and passport (the container's text escaped)."""
+    from .doctor import passport_line
+
+    lines = []
+    for r in rows:
+        if r.error is not None:
+            lines.append(f"{r.container}: cannot read its cache: {printable(r.error)}")
+            continue
+        lines.append(f"{r.container}: {printable(r.folder)}: {r.files} file(s), {r.bytes / 2**20:.1f} MiB")
+        lines.append("    passport: " + (printable(passport_line(r.passport)) if r.passport else "none"))
+        if r.files:
+            lines.append("    serves what it runs now: " + ("yes" if r.serves_itself else "no: " + printable(r.mismatch)))
+    return lines
 
 
 def doctor_json(diagnoses: list) -> str:
@@ -151,7 +186,8 @@ def group_table(result: Any) -> str:
     for o in result.values():
         what = "ok" if o.ok else "skipped" if o.skipped else f"FAILED ({o.exit_code})"
         first = o.message.strip().splitlines()[0] if o.message.strip() else ""
-        rows.append((str(o.container), o.host, what, f"{o.seconds:.1f}s" if not o.skipped else "-", first[:100]))
+        rows.append((str(o.container), o.host, what, f"{o.seconds:.1f}s" if not o.skipped else "-",
+                     printable(first[:100])))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = ["  ".join(r[i].ljust(widths[i]) for i in range(4)) + (f"  {r[4]}" if r[4] else "") for r in rows]
     failed = sum(1 for o in result.values() if not o.ok and not o.skipped)

@@ -18,6 +18,7 @@ from typing import Any
 from . import cliparse
 from .cliparse import Kind, number, pattern
 from .errors import RemoteError
+from .naming import printable
 
 # One meaning per short flag in every task; -h is only ever help, and flags not listed have none.
 SHORT_FLAGS = {"container": "c", "dry": "n", "json": "j", "timeout": "t", "allow-dirty": "a", "check": "k",
@@ -47,6 +48,7 @@ KINDS = {
     "pct": cliparse.text_kind("CMD"),
     "command": cliparse.text_kind("STRING"),
     "limit": Kind(number(1, 100000, integer=True), "N"),
+    "from": Kind(pattern(r"[1-9][0-9]{2,8}", "a container id"), "ID"),
     "backend": Kind(pattern(r"lxc|ns", "lxc or ns"), "BACKEND"),
 }
 
@@ -87,7 +89,7 @@ FAIL_FAST_HELP = "with several containers: start no more of them after the first
 def exit_status(exc: RemoteError) -> int:
     """A library error's exit status: 2 bad input, 3 busy, else 1 (a command's own status never leaks out of
     a failed step: only tasks that report one, exec, train and logs, exit with it)."""
-    return exc.exit_code if exc.exit_code in (2, 3) else 1
+    return type(exc).exit_code if type(exc).exit_code in (2, 3) else 1
 
 
 def handled(fn: Callable) -> Callable:
@@ -97,8 +99,8 @@ def handled(fn: Callable) -> Callable:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except RemoteError as exc:
-            raise Exit(f"error: {exc}", code=exit_status(exc)) from None
+        except RemoteError as exc:  # its message may quote a container: escapes shown, lines kept
+            raise Exit(f"error: {printable(str(exc), lines=True)}", code=exit_status(exc)) from None
         except KeyboardInterrupt:
             raise Exit("interrupted", code=130) from None
 

@@ -195,6 +195,8 @@ class Parser:
             if tok in self.groups:
                 self.topic = tok
                 sub = self.head[i + 1] if i + 1 < len(self.head) else None
+                if (sub is None or f"{tok} {sub}" not in self.tasks) and f"{tok} list" in self.tasks:
+                    sub, i = "list", i - 1  # a group with a `list` task runs it where no task of it follows
                 if sub is None or f"{tok} {sub}" not in self.tasks:
                     subs = [s.name.split()[1] for s in self.tasks.values() if s.group == tok]
                     self._fail(f"`{tok}` needs one of: {', '.join(subs)}" + (f" (got {sub!r})" if sub else ""))

@@ -9,6 +9,7 @@ import json
 
 from .config import Config, ContainerSpec
 from .naming import redact
+from .ops import passport as pp
 
 
 def resolved(config: Config, spec: ContainerSpec) -> dict:
@@ -22,7 +23,17 @@ def resolved(config: Config, spec: ContainerSpec) -> dict:
     venv["find_links"] = [redact(u) for u in venv["find_links"]]
     data["host"] = {k: v for k, v in data["host"].items() if k != "name"}
     return {"host_name": spec.host.name, **data,
-            "groups": sorted(name for name, ids in config.groups.items() if spec.ctid in ids)}
+            "groups": sorted(name for name, ids in config.groups.items() if spec.ctid in ids),
+            "cache_passport": passport_inputs(spec)}
+
+
+def passport_inputs(spec: ContainerSpec) -> dict:
+    """What of a cache passport (remote/ops/passport.py) this file decides: the devices a warmup warms and
+    the inductor-relevant variables of the job's environment (names only). The torch, CUDA, triton and GPU
+    fields come from the deployed venv, the commit and lock from deploy: `remote cache` shows whole ones."""
+    devices = list(spec.warmup.devices) if "{device}" in (spec.warmup.command or "") else ["all"]
+    env = {"TORCHINDUCTOR_FX_GRAPH_CACHE": "1", "TORCHINDUCTOR_AUTOGRAD_CACHE": "1", **dict(spec.train.env)}
+    return {"devices": devices, "inductor_env": sorted(pp.compile_env(env))}
 
 
 def render(config: Config, specs: list[ContainerSpec], why: str) -> str:
@@ -46,6 +57,10 @@ def render(config: Config, specs: list[ContainerSpec], why: str) -> str:
                     out += [f"      {k}: {_scalar(v)}" for k, v in value.items()]
                 else:
                     out.append(f"    {key}: {_scalar(value)}")
+        cp = d["cache_passport"]
+        out.append("  cache passport (from this file; torch, CUDA, triton, GPU, commit, lock from deploy):")
+        out.append(f"    devices: {_scalar(cp['devices'])}")
+        out.append(f"    inductor_env: {_scalar(cp['inductor_env'])}")
     return "\n".join(out)
 
 

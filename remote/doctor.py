@@ -14,7 +14,9 @@ from dataclasses import asdict, dataclass
 from .facts import Facts, gather, gpu_problem
 from .config import ContainerSpec
 from .errors import RemoteError
+from .naming import printable
 from .ops import layout
+from .ops import passport as pp
 from .ops import venv as venvmod
 from .ops import warmup as wm
 from .transport.session import Session
@@ -37,7 +39,8 @@ class Finding:
     def render(self) -> str:
         since = f" ({self.since})" if self.since else ""
         fix = f" — {self.fix}" if self.fix else ""
-        return f"[{self.severity}] {self.what}{since}{fix}\n    why: {self.why}"
+        # what and since quote the container (versions, paths, names): each one line, escapes shown
+        return printable(f"[{self.severity}] {self.what}{since}{fix}") + "\n    why: " + printable(self.why)
 
 
 def known_good_label(kg: dict | None) -> str:
@@ -135,6 +138,21 @@ def findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
         add(Finding("driver-changed", "warning", f"driver {kg['driver']} → {g.driver}",
                     f"changed since {known_good_label(kg)}", "a new driver can change kernels' speed or support",
                     None))
+    gp = facts.gpu
+    if kg and gp is not None:  # the host's module and the container's driver libraries (remote.facts.gpu)
+        then, now = kg.get("host_module"), gp.proc_version
+        if then and now and then != now:
+            add(Finding("host-module-changed", "warning", f"the host's NVIDIA module {then} → {now}",
+                        f"changed since {known_good_label(kg)}", "a new kernel module changes what every GPU job "
+                        "runs on, and the container's libraries must match it", f"remote doctor --gpu -c {facts.ctid}"))
+        then_libs, now_libs = kg.get("driver_libs"), gp.lib_versions
+        if then_libs is not None and then_libs != now_libs:
+            def show(libs):
+                return ", ".join(f"{k} {v}" for k, v in sorted(libs.items())) or "none"
+            add(Finding("driver-libs-changed", "warning", f"the container's driver libraries: {show(now_libs)}",
+                        f"changed since {known_good_label(kg)}: it had {show(then_libs)}",
+                        "libraries of another version than the host's module fail (NVML: Driver/library version "
+                        "mismatch) or run other code", f"remote doctor --gpu -c {facts.ctid}"))
     if g.smi and not g.error:
         from .ops.jobenv import user_env
 
@@ -171,6 +189,8 @@ def findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
                             + "; ".join(missing), None,
                             "the first steps would compile from threads at once (the race); train's preflight "
                             "refuses", "remote warmup"))
+        if c.present and spec.warmup.command and co.record:
+            out.extend(cache_findings(facts, spec))
         if kg and kg_cache and kg_cache != c.fingerprint:
             add(Finding("cache-versions-changed", "warning", f"compile cache for {c.fingerprint}",
                         f"changed since {known_good_label(kg)}: it used {kg_cache}",
@@ -247,6 +267,53 @@ def findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
     return out
 
 
+HASH_DETAILS = "TORCH_LOGS=+torch._inductor.codecache"  # torch logs each FX graph's hash details at debug level
+
+
+def passport_line(p: dict) -> str:
+    """A passport in one line, as `remote cache` and doctor show it."""
+    made = (f"copied from {p['copied_from']}" if p.get("copied_from") is not None
+            else f"warmed by {p.get('made_by')}" if p.get("made_by") is not None else "")
+    from .naming import printable  # what a container wrote
+
+    return printable(f"torch {p.get('torch')} (git {str(p.get('torch_git'))[:10]}), CUDA {p.get('cuda')}, triton "
+            f"{p.get('triton')}, GPU {p.get('gpu')}, devices {','.join(pp.devices_of(p)) or '-'}, commit "
+            f"{str(p.get('commit'))[:12]}, lock {str(p.get('venv_lock'))[:12]}" + (f"; {made}" if made else ""))
+
+
+def cache_findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
+    """The compile cache's passport (info), and `cache-missed`: the latest run compiled although the cache
+    was warmed (or copied) for this commit, lock, command and environment. Pure."""
+    v, c, co, j = facts.venv, facts.cache, facts.checkout, facts.jobs
+    state = {"code": co.record, "venv": v.record}
+    want = wm.expected_passport(spec, state)
+    out = []
+    if c.passport:
+        out.append(Finding("cache-passport", "info", f"compile cache {c.fingerprint} made for "
+                           + passport_line(c.passport), None,
+                           "what its entries serve: a copy or an import is refused where a field differs", None))
+    st = j.cache_stats or {}
+    missed = st.get("fxgraph_miss", 0) + st.get("autograd_miss", 0)
+    warmed = not wm.missing_in(list(c.warmups), spec, state)
+    if missed and warmed:
+        seeded = [r.get("copied_from") for r in c.warmups if r.get("copied_from") is not None]
+        fields = pp.differences(c.passport, want) if c.passport else []
+        why = ("its passport differs from what this run needs: " + pp.describe(c.passport, want, fields)
+               if fields else
+               "no passport field differs: torch's cache key differed for a reason it does not record (code that "
+               "builds a different graph each run, other input shapes or dtypes, a config set in the code)")
+        out.append(Finding(
+            "cache-missed", "warning",
+            f"run {j.current} compiled on a {'seeded (copied from ' + str(seeded[-1]) + ')' if seeded else 'warmed'} "
+            f"cache: {st.get('fxgraph_miss', 0)} FX-graph and {st.get('autograd_miss', 0)} AOTAutograd miss(es), "
+            f"{st.get('fxgraph_hit', 0) + st.get('autograd_hit', 0)} hit(s) in {st.get('processes', 0)} process(es)",
+            None, why + "; a miss compiles (minutes on a GPU) and reopens the compile race",
+            f"see the key's parts: `remote exec -c {facts.ctid} -- env {HASH_DETAILS} "
+            f"<the warmup command>` and the same for the train command, then compare their `FX graph cache hash "
+            f"details` lines"))
+    return out
+
+
 def healthy(found: list[Finding]) -> bool:
     return not any(f.severity in UNHEALTHY for f in found)
 
@@ -272,7 +339,7 @@ class Report:
     def render(self) -> str:
         head = f"container {self.ctid} on {self.host}: "
         if self.error:
-            return head + f"ERROR {self.error}"
+            return head + "ERROR " + printable(self.error, lines=True)
         bad = [f for f in self.findings if f.severity in UNHEALTHY]
         lines = [head + ("healthy" if not bad else f"{len(bad)} finding(s)")
                  + (f", against {known_good_label(self.facts.known_good)}" if self.facts and self.facts.known_good

@@ -7,16 +7,21 @@
     │   ├── AuthenticationError      key refused
     │   ├── ConnectError             refused, reset, lost (retried)
     │   └── ConnectTimeout           no answer within connect_timeout (not retried: it would wait as long again)
-    ├── CommandError                 a command ran and failed (.exit_code, .stderr_tail)
+    ├── CommandError                 a command ran and failed (.command_status, .stderr_tail)
     │   └── CommandTimeout           it ran past its timeout and was killed where it ran
     ├── PctError                     pct itself failed, told apart from the command by stderr
     │   ├── ContainerNotFound
     │   ├── ContainerNotRunning
     │   ├── ContainerLocked
     │   └── ContainerCommandNotFound
-    ├── TransferError                a push or pull whose verification failed
+    ├── TransferError                a push or pull that did not arrive intact, or could not start
+    │   └── TransferPathError        a --src or --dest that is no file or folder of the kind needed (exit 2)
     └── DeployError, WarmupError, JobError   feature-level failures
                                        (UnknownRun: a --run the container lacks, exit 2)
+
+remote's exit status comes from the error's class alone (`exit_code`, a class attribute: 1, or 2 for bad
+input, 3 for busy); the exit status of a step that failed (tar's, a command's) is `command_status`, never
+remote's own: a command that exits 3 is no "busy", a tar that exits 2 on a full disk no "bad input".
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ from __future__ import annotations
 class RemoteError(Exception):
     """Base class: everything this library raises on purpose."""
 
-    exit_code = 1
+    exit_code = 1  # remote's exit status for this kind of error: per class, never per error
+    command_status: int | None = None  # the exit status of the step that failed, where one ran
 
 
 class ConfigError(RemoteError):
@@ -68,12 +74,12 @@ def _tail(text: str, lines: int = 20) -> str:
 
 
 class CommandError(RemoteError):
-    """A command ran and exited non-zero."""
+    """A command ran and exited non-zero: its own status is `command_status` (remote's stays 1)."""
 
-    def __init__(self, command: str, exit_code: int, stderr: str = "", where: str = ""):
-        self.command, self.exit_code, self.where = command, exit_code, where
+    def __init__(self, command: str, command_status: int, stderr: str = "", where: str = ""):
+        self.command, self.command_status, self.where = command, command_status, where
         self.stderr_tail = _tail(stderr)
-        msg = f"{where + ': ' if where else ''}command exited {exit_code}: {command}"
+        msg = f"{where + ': ' if where else ''}command exited {command_status}: {command}"
         if self.stderr_tail:
             msg += "\n" + self.stderr_tail
         super().__init__(msg)
@@ -113,7 +119,18 @@ class ContainerCommandNotFound(PctError):
 
 
 class TransferError(RemoteError):
-    """A file transfer did not arrive intact."""
+    """A file transfer did not arrive intact, or could not start (`command_status`: a transfer script's own)."""
+
+    def __init__(self, message: str, command_status: int | None = None):
+        self.command_status = command_status
+        super().__init__(message)
+
+
+class TransferPathError(TransferError):
+    """A transfer's --src or --dest names nothing of the kind it needs (no such file or folder, a folder
+    pushed onto a file): bad input, exit status 2; nothing was written."""
+
+    exit_code = 2
 
 
 class DeployError(RemoteError):

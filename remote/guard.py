@@ -146,6 +146,43 @@ def cache_counters() -> dict:
             "autograd_hit": aot.get("autograd_cache_hit", 0), "autograd_miss": aot.get("autograd_cache_miss", 0)}
 
 
+STATS_ENV = "REMOTE_CACHE_STATS"  # a folder: each process that used torch.compile writes its counters there
+
+
+def stats_at_exit() -> None:
+    """At exit, write this process's compile-cache counters to $REMOTE_CACHE_STATS/<pid>.json, where
+    torch's compiler was imported at all. The venv's remote_cache_stats.pth calls this at start-up
+    when the variable is set (a train run sets it to its run folder): any code's hits and misses are
+    seen, not only code that imports this module. Imports nothing heavy itself."""
+    import atexit
+
+    folder = os.environ.get(STATS_ENV)
+    if folder:
+        atexit.register(_write_stats, folder)
+
+
+def _write_stats(folder: str) -> None:
+    import sys
+
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is None:
+        return
+    try:
+        counters = utils.counters
+        ind, aot = counters.get("inductor", {}), counters.get("aot_autograd", {})
+        stats = {**cache_counters(), "fxgraph_bypass": ind.get("fxgraph_cache_bypass", 0),
+                 "autograd_bypass": aot.get("autograd_cache_bypass", 0),
+                 "graphs_compiled": counters.get("stats", {}).get("unique_graphs", 0)}
+        os.makedirs(folder, exist_ok=True)
+        tmp = os.path.join(folder, f".{os.getpid()}.json.tmp")
+        with open(tmp, "w") as f:
+            json.dump(stats, f)
+            f.write("\n")
+        os.replace(tmp, os.path.join(folder, f"{os.getpid()}.json"))
+    except Exception:  # noqa: BLE001 -- never fail a job at its exit over a statistic
+        pass
+
+
 def _fail_on_recompile() -> str:
     import torch
 

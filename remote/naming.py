@@ -6,6 +6,7 @@ remote.ops, so the read side never imports an operation.
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Mapping
 from urllib.parse import unquote, urlsplit
 
@@ -75,3 +76,39 @@ def redact(url: str) -> str:
     scheme, sep, rest = url.partition("://")
     host, slash, path = rest.partition("/")
     return f"{scheme}{sep}***@{host.rsplit('@', 1)[1]}{slash}{path}" if sep and "@" in host else url
+
+
+def _escape(ch: str) -> str:
+    n = ord(ch)
+    if 0xDC80 <= n <= 0xDCFF:  # a byte that was not UTF-8, kept by surrogateescape: shown as that byte
+        return f"\\x{n - 0xDC00:02x}"
+    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"
+
+
+def _shown(ch: str, keep: str) -> bool:
+    if ch in keep:
+        return True
+    # Cc: C0, DEL and C1 controls (every ESC/CSI/OSC sequence starts with one); Cf: bidi overrides and
+    # zero-width marks that reorder or hide text; Zl/Zp: line breaks; Cs: surrogates (bytes not UTF-8).
+    return not (ch < " " or "\x7f" <= ch <= "\x9f" or
+                (ch > "\x9f" and unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp")))
+
+
+def printable(text: "str | bytes", *, lines: bool = False) -> str:
+    """A value the container (or a host) supplied, safe to show on the user's terminal: every control
+    character but \\t (C0, DEL, C1: and so every ESC, CSI and OSC sequence, which can write the clipboard or
+    move the cursor to hide or forge a line) shown as a visible escape (`\\x1b`, `\\x07`, `\\x9b`), so are
+    the format characters that reorder or hide text (bidi overrides, zero-width marks) and line breaks;
+    bytes that are not UTF-8 are shown as `\\xNN`. With lines, newlines are kept (a message of several
+    lines); otherwise a value meant to be one line stays one. Printable text is returned unchanged.
+
+    The one terminal-safety rule: applied wherever a container's value is formatted for the terminal,
+    never to a job's own output (`logs`, `exec`), which stays raw as ssh's does."""
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8", "surrogateescape")
+    elif not isinstance(text, str):
+        text = str(text)
+    keep = "\t\n" if lines else "\t"
+    if text.isprintable():  # the common case: nothing to escape (isprintable is False for \t and \n too)
+        return text
+    return "".join(ch if _shown(ch, keep) else _escape(ch) for ch in text)

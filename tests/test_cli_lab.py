@@ -110,9 +110,12 @@ mk 20261201-120000-cccc 1764590400 '' 'step 1 22.0 Ktok/s\\n'
 setsid -f bash -c 'echo $$ > {d}/20261201-120000-cccc/pid; exec env REMOTE_RUN_ID=20261201-120000-cccc sleep 300' \
   </dev/null >/dev/null 2>&1
 for _ in $(seq 50); do [ "$(cat {d}/20261201-120000-cccc/pid)" != 999999 ] && break; sleep 0.1; done
+ln -sfn 20261201-120000-cccc {d}/current
 """
 
 
+@pytest.mark.fault("`current` link and a run ended by `remote stop` in `runs`",
+                   promise="the link is no run of its own; a stopped run shows as stopped, not as exited 143")
 def test_runs_lists_every_run_with_its_state_and_throughput(lab, hosts):
     r = remote("exec", "--", "bash", "-c", RUNS.format(d=RUN_DIR), hosts=hosts)
     assert r.returncode == 0, r.stderr
@@ -123,7 +126,7 @@ def test_runs_lists_every_run_with_its_state_and_throughput(lab, hosts):
         assert rows[0][:6] == ["RUN", "STARTED", "STATE", "EXIT", "THROUGHPUT", "COMMAND"]
         got = {row[0]: row for row in rows[1:]}
         assert list(got) == ["20261201-090000-dddd", "20261201-100000-aaaa", "20261201-110000-bbbb",
-                             "20261201-120000-cccc"]  # oldest first; .torchrun is no run
+                             "20261201-120000-cccc"]  # oldest first; .torchrun and the `current` link are no runs
         assert got["20261201-090000-dddd"][3:5] == ["LOST", "-"]
         assert got["20261201-100000-aaaa"][3:7] == ["exited", "0", "21.5", "Ktok/s"]
         assert got["20261201-110000-bbbb"][3:6] == ["exited", "3", "-"]
@@ -143,6 +146,10 @@ def test_runs_lists_every_run_with_its_state_and_throughput(lab, hosts):
     finally:
         stop = remote("stop", "--run", "20261201-120000-cccc", "--grace", "1", hosts=hosts)
     assert stop.returncode == 0 and "no process of it is left" in stop.stdout, stop.stdout + stop.stderr
+    found = json.loads(remote("runs", "--json", hosts=hosts).stdout)
+    assert [(x["id"], x["state"], x["exit"]) for x in found][-2:] == [
+        ("20261201-110000-bbbb", "exited", 3), ("20261201-120000-cccc", "stopped", 137)]  # not "exited 137"
+    assert "stopped by `remote stop` (exit 137)" in remote("status", hosts=hosts).stdout
 
 
 # -- shell, through a real terminal ---------------------------------------------------------------------------

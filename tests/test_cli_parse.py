@@ -374,3 +374,14 @@ def test_no_hint_the_tool_prints_says_invoke():
     found = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}" for p in sorted((ROOT / "remote").rglob("*"))
              if p.suffix in (".py", ".sh") for i, line in enumerate(p.read_text().splitlines(), 1) if hint.search(line)]
     assert found == []
+
+
+def test_cache_alone_lists_and_cache_copy_copies():
+    (call,) = parse("cache", "-c", "200,201")
+    assert call.spec.name == "cache list" and call.kwargs["container"] == "200,201"
+    (call,) = parse("cache")
+    assert call.spec.name == "cache list"
+    (call,) = parse("cache", "copy", "--from", "200", "-c", "201,202")
+    assert call.spec.name == "cache copy" and call.kwargs["from_"] == "200"
+    with pytest.raises(cliparse.Usage, match="--from"):
+        parse("cache", "copy", "--from", "x", "-c", "201")

@@ -39,7 +39,16 @@ def test_ci_runs_the_readmes_test_command_exactly():
     commands = [line for line in block.splitlines() if line.strip() and not line.startswith("#")]
     assert len(commands) == 2, commands
     ci = (ROOT / ".ci" / "run").read_text()
-    assert re.search(rf"^{re.escape(commands[1])} \|\| status=\$\?$", ci, re.M), (commands[1], ci)
+    # ... under the environment a fresh machine has: env -i, HOME, root's default PATH, nothing more of ours
+    assert re.search(r"^plain=\(env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "
+                     r"CI=true\)$", ci, re.M), ci
+    assert re.search(rf"^\"\$\{{plain\[@\]\}}\" bash -c '{re.escape(commands[1])}' \|\| status=\$\?$", ci, re.M), \
+        (commands[1], ci)
+    # what it passes through beside them reaches the package registries, and nothing else
+    passed = re.search(r"case \$name in\n(.*?)\)\n", ci, re.S).group(1)
+    names = {n.strip() for n in passed.replace("\\\n", " ").split("|")}
+    assert names and all(re.fullmatch(r"(?i)(https?|no|all)_proxy|PIP_\*|UV_\*|SSL_CERT_(FILE|DIR)|REQUESTS_CA_BUNDLE|"
+                                      r"CURL_CA_BUNDLE", n) for n in names), names
 
 
 def test_the_docs_tell_users_to_run_remote_not_invoke():

@@ -352,6 +352,47 @@ def test_sparkline_and_the_report_page(spec):
     assert "<script" not in page and page.count("http") == 1 and "http://www.w3.org/2000/svg" in page
 
 
+def test_the_reports_legend_lies_below_the_plotted_lines_and_inside_the_picture():
+    import xml.etree.ElementTree as ET
+
+    from remote.runs.report import _svg
+
+    ns = {"s": "http://www.w3.org/2000/svg"}
+    runs = [("run a", [21.0, 22.5, 22.4, 4.3], "#1565c0"), ("known-good run b", [21.5, 21.6, 21.4], "#2e7d32"),
+            ("run c", [30.0, 0.0], "#000")]
+    svg = ET.fromstring(_svg(runs, 21.5, "Ktok/s"))
+    height = float(svg.get("height"))
+    plotted = [float(p.split(",")[1]) for line in svg.iterfind("s:polyline", ns) for p in line.get("points").split()]
+    frame = svg.find("s:rect", ns)  # the plot's area: every line is inside it
+    bottom = float(frame.get("y")) + float(frame.get("height"))
+    assert max(plotted) <= bottom
+    label = max(float(t.get("y")) for t in svg.iterfind("s:text", ns) if "progress through the run" in (t.text or ""))
+    legend = svg.findall("s:g[@class='legend']", ns)
+    assert [g.find("s:text", ns).text for g in legend] == ["run a", "known-good run b", "run c"]
+    tops = []
+    for g in legend:
+        mark, text = g.find("s:rect", ns), g.find("s:text", ns)
+        top = min(float(mark.get("y")), float(text.get("y")) - 12)  # a 12 px font reaches 12 px above its baseline
+        assert top > label > bottom and float(text.get("y")) <= height, (top, label, bottom, height)
+        tops.append(top)
+    assert all(b - a >= 12 for a, b in zip(tops, tops[1:]))  # one row each, not on top of each other
+
+
+def test_a_run_ended_by_remote_stop_is_stopped_in_runs_and_the_report(spec):
+    from remote.ops import jobs
+    from remote.runs import listing
+    from remote.runs.report import render
+
+    text = "run=r1\npath=/root/runs/r1\nalive=0\nexit={}\nstopped={}\n--manifest--\n{{}}\n--tail--\nstep 1 | 21 Ktok/s\n"
+    st = jobs.parse_state(text.format(143, 1))
+    assert st["stopped"] and jobs.describe_end(st) == "stopped by `remote stop` (exit status 143)"
+    assert listing.describe(st, spec)["state"] == "stopped"
+    assert "stopped by `remote stop` (exit status 143)" in render(spec, st, "step 1 | 21 Ktok/s\n", None, None, [])
+    plain = jobs.parse_state(text.format(143, 0))  # no stop mark: the job's own 143
+    assert not plain["stopped"] and listing.describe(plain, spec)["state"] == "exited"
+    assert jobs.describe_end(plain) == "exited with status 143"
+
+
 def test_a_deleted_cache_is_gone_since_the_known_good(spec):
     raw = healthy_raw(spec)
     raw["cache"]["folders"] = {}
@@ -456,3 +497,28 @@ def test_the_report_reads_a_log_in_chunks_as_it_would_the_whole_text(spec):
     parts, w2 = logs.series(spec, chunks)
     assert parts == whole and len(whole) == 501 and whole[-1] == 9.0
     assert [f[0] for f in w2.found] == [f[0] for f in w1.found] == ["CUDA out of memory"]
+
+
+def test_a_warmed_cache_whose_run_still_compiled_is_cache_missed_naming_the_passport_field(spec):
+    from remote.ops import warmup as wm
+
+    raw = healthy_raw(spec)
+    fp = fx.parse(raw, spec, (1000.0, 1000.5))
+    state = {"code": fp.checkout.record, "venv": fp.venv.record}
+    passport = {**wm.expected_passport(spec, state), "copied_from": 201}
+    raw["cache"]["folders"][CACHE]["passport"] = json.dumps(passport)
+    raw["jobs"]["cache_stats"] = {"fxgraph_hit": 3, "fxgraph_miss": 0, "autograd_hit": 3, "autograd_miss": 0,
+                                  "processes": 1}
+    assert "cache-missed" not in codes(findings(fx.parse(raw, spec, (1000.0, 1000.5)), spec))  # all hits: fine
+    assert "cache-passport" in codes(findings(fx.parse(raw, spec, (1000.0, 1000.5)), spec))
+    raw["jobs"]["cache_stats"]["fxgraph_miss"] = 2
+    missed = [f for f in findings(fx.parse(raw, spec, (1000.0, 1000.5)), spec) if f.code == "cache-missed"]
+    assert missed and "2 FX-graph" in missed[0].what and "no passport field differs" in missed[0].why
+    assert "TORCH_LOGS=+torch._inductor.codecache" in missed[0].fix
+    # the cache was made for another GPU: that is what the finding says
+    raw["cache"]["folders"][CACHE]["passport"] = json.dumps({**passport, "gpu": "NVIDIA H100"})
+    missed = [f for f in findings(fx.parse(raw, spec, (1000.0, 1000.5)), spec) if f.code == "cache-missed"]
+    assert "GPU name NVIDIA H100 (cache) != None (here)" in missed[0].why
+    # no warmup for what runs now: that is cache-cold, not a miss of a warmed cache
+    raw["cache"]["warmups"] = ""
+    assert "cache-missed" not in codes(findings(fx.parse(raw, spec, (1000.0, 1000.5)), spec))

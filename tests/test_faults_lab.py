@@ -123,59 +123,99 @@ def test_a_disk_that_fills_up_during_the_venv_build_fails_the_deploy_and_changes
     assert ct.run(["readlink", "/root/venv"], check=False).out == before
 
 
-# Where the controller is SIGKILLed: (what is happening, the output line it waits for, then seconds more).
+# Where the controller is SIGKILLed: (what is happening, the output line it is stopped at). The controller
+# runs under PAUSE, which holds it at exactly that point and says so in a marker file: the kill lands there
+# however slow or fast the machine is (no timer).
 KILL_POINTS = [
-    ("probing", None, 1.0),
-    ("planned, nothing built", "==> venv:", 0.0),
-    ("the build started", "==> building venv", 0.0),
-    ("mid-build", "==> building venv", 0.3),
-    ("verifying the build", "    built in", 0.0),
-    ("swapped, not yet pruned", "now points to", 0.0),
+    ("probing", None),                                    # connected, the first probe about to go out
+    ("planned, nothing built", "==> venv:"),
+    ("the build started", "==> building venv"),
+    ("mid-build", "    installing "),                     # uv pip sync running in the container
+    ("verifying the build", "    built in"),
+    ("swapped, not yet pruned", "==> /root/venv now points to"),
 ]
 
+PAUSE = r"""
+import os, sys, time
+from pathlib import Path
 
-def kill_deploy_at(env: dict, pattern: str | None, delay: float):
-    """Run `deploy` as the command does; SIGKILL it `delay` s after a line starting with `pattern` (or after
-    start-up). Returns the process and the lines it printed."""
+marker, pattern = Path(os.environ["KILL_MARKER"]), os.environ["KILL_AT"]
+
+
+def pause():  # the kill point: say so, then wait for the SIGKILL
+    marker.write_text(pattern)
+    while True:
+        time.sleep(3600)
+
+
+if not pattern:
+    from remote.ops import deploy
+
+    deploy.probe = lambda *a, **kw: pause()
+else:
+    class Stopping:
+        def __init__(self, inner):
+            self.inner, self.line = inner, ""
+
+        def write(self, text):
+            n = self.inner.write(text)
+            self.inner.flush()
+            for part in text.splitlines(keepends=True):
+                self.line += part
+                if self.line.startswith(pattern):
+                    pause()
+                if self.line.endswith("\n"):
+                    self.line = ""
+            return n
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    sys.stdout = Stopping(sys.stdout)
+from remote.cli import program
+
+program.run()
+"""
+
+
+def kill_deploy_at(env: dict, pattern: str | None, marker):
+    """Run `deploy` as the command does, held at the first output line starting with `pattern` (at the first
+    probe when None); SIGKILL it there. Returns the process and the lines it printed."""
     import sys
 
-    proc = subprocess.Popen([sys.executable, "-c", "from remote.cli import program; program.run()", "deploy",
-                             "--container", "200"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    seen: list[str] = []
+    marker.unlink(missing_ok=True)
+    output = marker.with_name("deploy-output")
+    with open(output, "w") as out:  # a file, not a pipe: a held deploy never waits on its reader
+        proc = subprocess.Popen([sys.executable, "-c", PAUSE, "deploy", "--container", "200"],
+                                env={**env, "KILL_MARKER": str(marker), "KILL_AT": pattern or ""},
+                                stdout=out, stderr=subprocess.STDOUT, text=True)
     try:
-        if pattern is None:
-            time.sleep(delay)
-        else:
-            for line in proc.stdout:
-                seen.append(line.rstrip("\n"))
-                if line.startswith(pattern) or pattern in line:
-                    time.sleep(delay)
-                    break
+        wait_until(lambda: marker.exists() or proc.poll() is not None, 900)  # a hang guard, not a timer
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
         proc.wait()
-        seen += proc.stdout.read().splitlines()
-    return proc, seen
+    return proc, output.read_text().splitlines()
 
 
 @pytest.mark.fault("Controller SIGKILLed at 5 points of deploy",
                    promise="after each: a working venv, a clean checkout, the lease taken over after it expires, "
                            "the next deploy completes")
-def test_deploy_sigkilled_at_each_point_leaves_a_working_venv_and_the_next_deploy_completes(lab_hosts, deployed, ct):
+def test_deploy_sigkilled_at_each_point_leaves_a_working_venv_and_the_next_deploy_completes(lab_hosts, deployed, ct,
+                                                                                            tmp_path):
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
     head = ct.run(["git", "-C", "/root/dflash", "rev-parse", "HEAD"]).out
     killed = []
-    for n, (point, pattern, delay) in enumerate(KILL_POINTS):
+    for n, (point, pattern) in enumerate(KILL_POINTS):
         # A spec of its own each time (the same packages), so every deploy has a venv to build.
         hosts = load_config(lab_hosts, **{"packages: [torch==2.13.0+cpu, numpy==2.2.6]":
                                           f"packages: [torch==2.13.0+cpu, numpy==2.2.6, 'mpmath>=0.{n + 1}']"})
         env = {**os.environ, "REMOTE_HOSTS_FILE": str(hosts), "PYTHONPATH": str(root)}
         end = time.monotonic() + 120
         while True:  # the previous (killed) controller's lease blocks deploys until it expires
-            proc, seen = kill_deploy_at(env, pattern, delay)
+            proc, seen = kill_deploy_at(env, pattern, tmp_path / "killpoint")
             if proc.returncode == -signal.SIGKILL or not any("is busy" in line for line in seen):
                 break
             assert time.monotonic() < end, "\n".join(seen)

@@ -60,28 +60,38 @@ def test_logs_resume_after_the_server_side_of_ssh_is_killed(lab, ct, spec):
 
 
 @pytest.mark.fault("Controller SIGKILLed during train", promise="the job runs on and its record is complete")
-def test_the_job_survives_the_controller_being_killed(lab_hosts, lab_session):
+def test_the_job_survives_the_controller_being_killed(lab_hosts, deployed, lab_session, request):
+    """The job lives until the test says so (it waits for a file), so how long the reconnect takes under load
+    does not matter; `deployed`: train's preflight needs the deployed venv, whatever ran before."""
+    release = f"/root/release-{request.node.name}-{os.getpid()}"
+    job = (f"for i in $(seq 0 59); do echo $i; done; while [ ! -e {release} ]; do sleep 0.1; done; echo released")
     hosts = load_config(lab_hosts, **{"  command: python -m drafter.warmup --device {device}\n  devices: [0, 1]\n": "",
                                       "python -m drafter.train --target-gpus 0 --drafter-gpus 0,1 --steps 200 "
-                                      "--log-interval 0.5": "for i in $(seq 0 59); do echo $i; sleep 0.05; done"})
-    env = {**os.environ, "REMOTE_HOSTS_FILE": str(hosts), "PYTHONPATH": str(ROOT)}
+                                      "--log-interval 0.5": job})
+    env = {**os.environ, "REMOTE_HOSTS_FILE": str(hosts), "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-c", "from remote.cli import program; program.run()", "train",
                              "--container", "200", "--force"], env=env, stdout=subprocess.PIPE, text=True)
-    started = None
+    started, seen = None, []
     for line in proc.stdout:
+        seen.append(line)
         if line.startswith("==> run "):
             started = line.split()[2]
         if started and line.strip() == "5":
             break
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    assert started, "".join(seen)
     with Session(config.load(str(hosts))) as s:
         spec, ct = s.config.container(200), s.container(200)
-        assert state(ct, spec, started)["alive"]
-        wait_for(lambda: not state(ct, spec, started)["alive"], 60)
-        final = state(ct, spec, started)
-    assert final["exit"] == 0 and final["tail"].split() == [str(i) for i in range(60)]
-    assert final["manifest"]["command"].startswith("for i in") and final["manifest"]["commit"] != PRE.commit
+        assert state(ct, spec, started)["alive"]  # the controller is gone, the job is not
+        ct.run(["touch", release])
+        try:
+            wait_for(lambda: not state(ct, spec, started)["alive"], 120)  # a hang guard, not a speed goal
+            final = state(ct, spec, started)
+        finally:
+            ct.run(["rm", "-f", release])
+    assert final["exit"] == 0 and final["tail"].split() == [str(i) for i in range(60)] + ["released"]
+    assert final["manifest"]["command"] == job and final["manifest"]["commit"] != PRE.commit
 
 
 @pytest.mark.fault("Second train while one runs", promise="refused unless --force, naming the run")
@@ -225,3 +235,104 @@ def test_a_job_ends_cleanly_where_the_containers_init_does_not_reap(lab, deploye
         t.join(timeout=60)
         assert done, "following a finished job whose leader is a zombie did not return"
         assert done[0]["exit"] == 0 and lines[0] == "done"
+
+
+@pytest.mark.fault("`ps` in the container during a run",
+                   promise="the wrapper and the watch show as short commands from verified files, not whole scripts")
+def test_ps_shows_the_wrapper_and_the_watch_as_short_commands_from_verified_files(ct, spec):
+    from remote.ops.jobs import installed
+    from remote import shell
+
+    job, job_sha, _ = installed("job.sh", shell.load("job"))
+    watch, watch_sha, _ = installed("watch.py", shell.load_python("watch"))
+    ct.run(["rm", "-f", job, watch])  # put there by the launch itself
+    spec = dataclasses.replace(spec, train=dataclasses.replace(spec.train, run_dir="/root/runs-ps"))
+    run_id, pid = launch(ct, spec, PRE, command="sleep 300")
+    try:
+        wait_for(lambda: watch in ct.run(["ps", "-eo", "args"]).out, 30)
+        lines = [line for line in ct.run(["ps", "-eww", "-o", "args"]).out.splitlines()
+                 if run_id in line or job in line or watch in line or "sleep 300" in line]
+        run = f"{spec.train.run_dir}/{run_id}"
+        assert f"bash {job} {run} {spec.code.path} 0  {watch}" in lines, lines
+        assert any(line.endswith(f"-I -S {watch} {run} {run_id} {run}/watch-settings.json") for line in lines), lines
+        assert len(lines) >= 3 and all(len(line) <= 300 for line in lines), lines  # wrapper, watch, the job
+        assert ct.run(["sha256sum", job, watch]).out.split()[::2] == [job_sha, watch_sha]
+    finally:
+        stop(ct, spec, run_id, grace=2)
+
+
+@pytest.mark.fault("A changed wrapper file in the container",
+                   promise="launch rewrites it from remote's own and checks it by sha256 before it runs")
+def test_a_tampered_wrapper_file_is_replaced_and_verified_before_it_runs(ct, spec):
+    from remote.ops.jobs import installed
+    from remote import shell
+
+    job, job_sha, _ = installed("job.sh", shell.load("job"))
+    ct.script('mkdir -p "$(dirname "$1")" && echo "echo owned > /root/owned" > "$1"', job)
+    run_id, _ = launch(ct, spec, PRE, command="echo ran")
+    wait_for(lambda: not state(ct, spec, run_id)["alive"], 60)
+    assert state(ct, spec, run_id)["tail"].split() == ["ran"]
+    assert ct.run(["sha256sum", job]).out.split()[0] == job_sha
+    assert not ct.run(["test", "-e", "/root/owned"], check=False).ok
+
+
+@pytest.mark.fault("deploy --force moves the checkout under a run that restarts",
+                   promise="each attempt's commit is recorded in the manifest and a changed one named in the log")
+def test_a_restart_after_the_checkout_moved_records_the_commit_it_runs(ct, spec):
+    work = "/root/ck-attempts"
+    commits = ct.script(f"rm -rf {work} && git init -q {work} && cd {work} && "
+                        "for n in 1 2; do echo $n > f; git add f; "
+                        "git -c user.name=t -c user.email=t@t commit -qm $n; git rev-parse HEAD; done && "
+                        "git checkout -q HEAD~1").out.split()
+    moved = dataclasses.replace(spec, code=dataclasses.replace(spec.code, path=work),
+                                train=dataclasses.replace(spec.train, restarts=1, restart_on=()))
+    cmd = (f"if [ $REMOTE_RESTART = 0 ]; then touch {work}.started; "
+           f"while [ ! -e {work}.go ]; do sleep 0.1; done; exit 1; fi; git rev-parse HEAD")
+    run_id, _ = launch(ct, moved, dataclasses.replace(PRE, commit=commits[0]), command=cmd)
+    try:
+        wait_for(lambda: ct.run(["test", "-e", f"{work}.started"], check=False).ok, 30)
+        ct.script(f"git -C {work} checkout -q -f {commits[1]} && touch {work}.go")  # what deploy --force does
+        wait_for(lambda: not state(ct, moved, run_id)["alive"], 60)
+        final = state(ct, moved, run_id)
+    finally:
+        ct.run(["rm", "-rf", work, f"{work}.started", f"{work}.go"])
+    assert final["exit"] == 0
+    assert final["manifest"]["commit"] == commits[0]
+    assert [a["commit"] for a in final["manifest"]["attempts"]] == commits
+    assert f"-- attempt 2 runs commit {commits[1]}, not {commits[0]}" in final["tail"]
+    assert final["tail"].split()[-1] == commits[1]  # what the attempt ran is what its record says
+
+
+@pytest.mark.fault("A deploy from another controller between train's preflight and launch",
+                   promise="refused: preflight and launch hold one lease, so the manifest names the commit checked out")
+def test_train_holds_the_lease_from_preflight_to_launch(lab_hosts, deployed, monkeypatch):
+    from remote.errors import BusyError
+    from remote.ops import jobs, oplock
+
+    hosts = load_config(lab_hosts, **{"  command: python -m drafter.warmup --device {device}\n  devices: [0, 1]\n": "",
+                                      "python -m drafter.train --target-gpus 0 --drafter-gpus 0,1 --steps 200 "
+                                      "--log-interval 0.5": "sleep 300",
+                                      "  run_dir: /root/runs": "  run_dir: /root/runs-lease"})
+    tried = []
+    real_check = jobs.check
+
+    def check_then_another_controller(raw, spec):  # between what preflight read and the launch
+        pre = real_check(raw, spec)
+        try:
+            with oplock.hold(session.container(200), "deploy", holder="another controller"):
+                tried.append("got the lease")
+        except BusyError as exc:
+            tried.append(str(exc))
+        return pre
+
+    monkeypatch.setattr(jobs, "check", check_then_another_controller)
+    with Session(config.load(str(hosts)), agent=True) as session:
+        spec, ct = session.config.container(200), session.container(200)
+        final = jobs.train(session, 200, force=True, follow=False, echo=lambda s: None)
+        run = state(ct, spec)
+        try:
+            assert final is None and len(tried) == 1 and "busy: `train` held by" in tried[0], tried
+            head = ct.run(["git", "-C", spec.code.path, "rev-parse", "HEAD"]).out.strip()
+            assert run["manifest"]["commit"] == head
+        finally:
+            stop(ct, spec, run["run"], grace=2)

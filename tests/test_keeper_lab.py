@@ -226,3 +226,32 @@ def test_push_and_pull_go_through_the_keeper(lab, hosts, rundir, tmp_path):
     assert (tmp_path / "back").read_bytes() == data
     assert accepted(lab) - before == 1
     exec_in_ct(hosts, "rm /root/keeper-blob")
+
+
+@pytest.mark.fault("Slow reader of a large stream through the kept connection",
+                   promise="the controller holds at most its bounded buffer: the keeper's socket and the SSH window "
+                           "push back, nothing is held whole")
+def test_a_slow_reader_holds_only_a_bounded_buffer_through_the_keeper(lab, hosts, rundir):
+    from remote.transport.framing import BUFFER_LIMIT
+    from remote.transport.keepwire import CHUNK
+
+    transport = keeper.KeptTransport(config.load(str(hosts)).hosts["lab"], str(hosts))
+    size = 400 << 20
+    stream = transport.open_stream(["head", "-c", str(size), "/dev/zero"])
+    try:
+        got = len(stream.read(1 << 16))
+        # The reader pauses: the keeper goes on sending until this side's buffer is full, then waits.
+        assert wait_until(lambda: stream.buffered >= BUFFER_LIMIT, 30)
+        rss = transport.info()["rss_kb"]
+        peak = stream.buffered
+        for _ in range(20):  # still paused: what arrives stays bounded (unbounded, it would hold the stream)
+            time.sleep(0.05)
+            peak = max(peak, stream.buffered)
+        assert peak <= BUFFER_LIMIT + CHUNK
+        assert transport.info()["rss_kb"] - rss < 64 << 10  # nor does the keeper hold it: the SSH window pushes back
+        while chunk := stream.read(1 << 20):
+            got += len(chunk)
+            peak = max(peak, stream.buffered)
+        assert stream.wait(30) == 0 and got == size and peak <= BUFFER_LIMIT + CHUNK
+    finally:
+        stream.close()

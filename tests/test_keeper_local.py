@@ -11,7 +11,7 @@ import pytest
 from remote import config
 from remote.config import Host
 from remote.errors import CommandTimeout, ConfigError, HostKeyError, TransportError
-from remote.transport import NotStarted, SshTransport, keeper
+from remote.transport import NotStarted, SshTransport, keeper, keepwire
 from remote.transport.session import Session
 
 HOSTS = """
@@ -107,7 +107,7 @@ def test_a_symlinked_runtime_folder_is_not_used(tmp_path, monkeypatch):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "remote").symlink_to(tmp_path / "elsewhere")
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
-    monkeypatch.setattr(keeper.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setattr(keepwire.tempfile, "gettempdir", lambda: str(tmp_path))
     assert keeper.runtime_dir() == tmp_path / f"remote-{os.geteuid()}"
 
 
@@ -161,3 +161,61 @@ def test_the_agent_kills_a_command_whose_caller_went_away():
                          deadline=30).out == "on\n"
     finally:
         agent.close()
+
+
+def _no_peer_credentials(monkeypatch):
+    """A platform with neither SO_PEERCRED (Linux) nor getpeereid (macOS, the BSDs)."""
+    monkeypatch.delattr(keepwire.socket, "SO_PEERCRED", raising=False)
+    monkeypatch.setattr(keepwire, "_getpeereid", lambda: None)
+    monkeypatch.setattr(__import__("remote.transport.session").transport.session, "_NO_KEEPING_SAID", [])
+
+
+@pytest.mark.fault("No peer-credential call on the controller's platform",
+                   "no kept connection: every command connects directly, said in one line, never an internal error")
+def test_a_platform_without_peer_credentials_connects_directly_with_one_note(tmp_path, monkeypatch, caplog):
+    _no_peer_credentials(monkeypatch)
+    cfg = load(tmp_path)
+    with caplog.at_level("WARNING"):
+        first = Session(cfg, keep=True).transport(cfg.hosts["pve"])
+        second = Session(cfg, keep=True).transport(cfg.hosts["pve"])
+    assert type(first) is SshTransport and type(second) is SshTransport
+    notes = [r.getMessage() for r in caplog.records if "no kept connection" in r.getMessage()]
+    assert len(notes) == 1 and "connects directly" in notes[0]
+
+
+def test_without_peer_credentials_a_kept_socket_is_a_transport_error_not_a_crash(tmp_path, monkeypatch):
+    import socket
+
+    _no_peer_credentials(monkeypatch)
+    a, b = socket.socketpair(socket.AF_UNIX)
+    with a, b, pytest.raises(TransportError, match="control_persist: 0"):
+        keepwire.peer(a)
+
+
+def test_getpeereid_gives_the_peer_uid_where_so_peercred_is_missing(monkeypatch):
+    """macOS and the BSDs: the uid from getpeereid(3) (simulated: glibc has none), no pid."""
+    import ctypes
+    import socket
+
+    calls = []
+
+    def getpeereid(fd, uid, gid):
+        calls.append(fd)
+        ctypes.cast(uid, ctypes.POINTER(ctypes.c_uint32))[0] = 4242
+        return 0
+
+    monkeypatch.delattr(keepwire.socket, "SO_PEERCRED", raising=False)
+    monkeypatch.setattr(keepwire, "_getpeereid", lambda: getpeereid)
+    monkeypatch.setattr(keepwire.sys, "platform", "freebsd14")
+    assert keepwire.peer_credentials_supported()
+    a, b = socket.socketpair(socket.AF_UNIX)
+    with a, b:
+        assert keepwire.peer(a) == (None, 4242) and calls == [a.fileno()]
+
+
+def test_linux_peer_credentials_name_this_process():
+    import socket
+
+    a, b = socket.socketpair(socket.AF_UNIX)
+    with a, b:
+        assert keepwire.peer(a) == (os.getpid(), os.geteuid())

@@ -91,7 +91,7 @@ def test_exit_codes_are_the_commands_own(ct):
     assert ct.run(["bash", "-c", "kill -9 $$"], check=False).exit_code == 137
     with pytest.raises(CommandError) as e:
         ct.run(["bash", "-c", "echo bad >&2; exit 3"])
-    assert e.value.exit_code == 3 and e.value.stderr_tail == "bad"
+    assert e.value.command_status == 3 and e.value.stderr_tail == "bad"
 
 
 @pytest.mark.fault("Command past its timeout", promise="killed inside the container, CommandTimeout")
@@ -193,6 +193,34 @@ def test_changed_host_key_is_refused(lab, tmp_path):
     kh.write_text(f"[127.0.0.1]:{lab.port} " + " ".join(Path(f"{other}.pub").read_text().split()[:2]) + "\n")
     with pytest.raises(HostKeyError, match="CHANGED.*\n.*\n.*ssh-keygen -R"):
         SshTransport(_host(lab, known_hosts=str(kh)), sleep=lambda s: None).run(["true"])
+
+
+def _lab_key_line(lab) -> str:
+    return " ".join(lab.known_hosts.read_text().split()[1:3])
+
+
+@pytest.mark.fault("@cert-authority line in known_hosts", promise="skipped with one note that host certificates "
+                   "are not supported; the host's plain key still connects")
+def test_a_cert_authority_line_is_skipped_with_one_note(lab, tmp_path, caplog):
+    kh = tmp_path / "known_hosts"
+    kh.write_text(f"@cert-authority *.example.com {_lab_key_line(lab)}\n" + lab.known_hosts.read_text())
+    with caplog.at_level("WARNING", logger="remote.transport"):
+        for _ in range(2):
+            t = SshTransport(_host(lab, known_hosts=str(kh)), sleep=lambda s: None)
+            assert t.run(["true"]).ok
+            t.close()
+    notes = [r.getMessage() for r in caplog.records if "@cert-authority" in r.getMessage()]
+    assert len(notes) == 1 and "host certificates are not supported" in notes[0] and str(kh) in notes[0]
+
+
+@pytest.mark.fault("@revoked host key in known_hosts", promise="refused, the message names the file and line")
+def test_a_revoked_host_key_is_refused_naming_the_file_and_line(lab, tmp_path):
+    kh = tmp_path / "known_hosts"
+    kh.write_text(lab.known_hosts.read_text() + f"# revoked below\n@revoked * {_lab_key_line(lab)}\n")
+    sleeps = []
+    with pytest.raises(HostKeyError, match=f"REVOKED by {kh} line 3: refused"):
+        SshTransport(_host(lab, known_hosts=str(kh)), sleep=sleeps.append).run(["true"])
+    assert sleeps == []  # not retried
 
 
 @pytest.mark.fault("Key refused by the host", promise="AuthenticationError, not retried")

@@ -95,3 +95,93 @@ def test_only_remote_fabric_imports_fabric():
     users = {str(p.relative_to(ROOT.parent)) for p in ROOT.rglob("*.py")
              if any(m == "fabric" or m.startswith("fabric.") for m in imported_modules(p))}
     assert users <= {"remote/fabric.py"}
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module of remote/ -> the modules of remote/ it imports, anywhere in the file (lazy imports too).
+    `from X import a` is an import of X.a where that is a module, else of X (a name X defines)."""
+    files = {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+    graph = {}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                edges.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([node.module] if node.module else []))
+                for alias in node.names:
+                    edges.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in files else base)
+        graph[name] = {e for e in edges if e in files and e != name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every import circle: each group of modules that import each other (a strongly connected component
+    of more than one), as one path through it that ends where it began, sorted."""
+    index, low, stack, on, groups = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(set(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    out = []
+    for group in groups:
+        start = min(group)
+        path, seen = [start], {start}
+        while True:  # walk inside the group until the path closes
+            nxt = sorted(graph[path[-1]] & group)
+            back = start if start in nxt else None
+            if back and len(path) > 1 or not (set(nxt) - seen):
+                path.append(back or nxt[0])
+                break
+            step = min(set(nxt) - seen)
+            path.append(step)
+            seen.add(step)
+        out.append(path)
+    return sorted(out)
+
+
+def test_the_circle_finder_sees_lazy_and_relative_imports(tmp_path, monkeypatch):
+    pkg = tmp_path / "remote" / "t"
+    pkg.mkdir(parents=True)
+    (tmp_path / "remote" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("from .a import A\n")
+    (pkg / "a.py").write_text("A = 1\ndef f():\n    from .b import B\n")
+    (pkg / "b.py").write_text("from . import A\nB = 2\n")  # b -> the package -> a -> b
+    (pkg / "c.py").write_text("from . import a\n")  # a module of the package, not the package: no circle
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path / "remote")
+    assert circles(import_graph()) == [["remote.t", "remote.t.a", "remote.t.b", "remote.t"]]
+
+
+@pytest.mark.fault("Import circle in remote/", "tests/test_layers.py names every module of remote/ that imports "
+                   "itself through others (function-level imports included), and fails on it")
+def test_no_module_imports_itself_through_others():
+    found = circles(import_graph())
+    assert found == [], "import circles: " + "; ".join(" -> ".join(c) for c in found)

@@ -3,6 +3,7 @@ loads, the errors it raises on bad input, a fleet's result per container, and th
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import subprocess
@@ -155,8 +156,9 @@ def test_train_interrupted_while_following_exits_130(tmp_path, monkeypatch, caps
     path = tmp_path / "hosts.yaml"
     path.write_text(HOSTS)
     pre = jobs.Preflight("abc", {}, None, [])
-    monkeypatch.setattr(jobs, "preflight", lambda ct, spec, echo=print: pre)
-    monkeypatch.setattr(jobs, "launch", lambda ct, spec, p, force=False, echo=print: ("run-1", 42))
+    monkeypatch.setattr(jobs, "preflight", lambda ct, spec, echo=print, host_gpu=None: pre)
+    monkeypatch.setattr(jobs, "launch", lambda ct, spec, p, force=False, held=None, echo=print: ("run-1", 42))
+    monkeypatch.setattr(jobs.oplock, "hold", lambda ct, what: contextlib.nullcontext(None))  # no lease to take
 
     def following(*a, **k):
         raise KeyboardInterrupt

@@ -93,3 +93,51 @@ def test_a_tok_per_second_log_is_compared_in_its_own_unit():
         assert w.line(line) == []
     assert w.unit == "tok/s" and not w.low
     assert w.summary().endswith("vs baseline 12000 tok/s: 100% of its speed (ok)")
+
+
+class _Redraws:
+    """A container whose log is one progress bar redrawn (`\\r`, never `\\n`) `n` times, in chunks as
+    following streams them: follow.sh's output, made by a generator (nothing held whole)."""
+
+    where = "fake"
+
+    def __init__(self, n: int, tail: bytes = b""):
+        self.n, self.tail = n, tail
+
+    def script(self, *args, on_output, **kwargs):
+        def chunks():
+            for i in range(0, self.n, 50):
+                yield b"".join(f"\r{k % 101:3d}%|{'#' * (k % 40):<40}| {k}/{self.n} [12.5it/s]".encode()
+                               for k in range(i, min(i + 50, self.n)))
+            yield self.tail
+
+        for chunk in chunks():
+            on_output("stdout", chunk)
+        return type("R", (), {"exit_code": 0, "err": ""})()
+
+
+@pytest.mark.fault("A log that only redraws a progress bar (\\r without \\n)",
+                   promise="following keeps one bounded pending line (the latest redraw): memory stays flat")
+def test_following_a_log_of_redraws_keeps_one_bounded_pending_line():
+    splitter, seen, lines = logs.LineSplitter(), [], []
+
+    def on_bytes(chunk):
+        lines.extend(splitter.feed(chunk))
+        seen.append(len(splitter.pending))
+
+    n = 200_000  # about 14 MB of redraws
+    offset = logs.follow(_Redraws(n, tail=b"\rdone\n"), "/r", "r", on_bytes=on_bytes, follow_=False)
+    assert offset > 10_000_000 and len(seen) > n // 50
+    assert max(seen) <= 80  # one redraw, not the whole line of them
+    assert lines == ["done"] and splitter.pending == b""
+    splitter = logs.LineSplitter()
+    logs.follow(_Redraws(n), "/r", "r", on_bytes=lambda c: splitter.feed(c), follow_=False)
+    assert splitter.flush() == [f"100%|{'#' * 39:<40}| {n - 1}/{n} [12.5it/s]".replace("100%", f"{(n - 1) % 101:3d}%")]
+
+
+def test_a_line_without_any_break_is_capped_at_its_tail():
+    splitter = logs.LineSplitter(limit=1000)
+    for _ in range(100):
+        assert splitter.feed(b"x" * 999 + b"y") == []
+        assert len(splitter.pending) <= 1000
+    assert splitter.feed(b"\nnext") == ["x" * 999 + "y"] and splitter.pending == b"next"

@@ -219,3 +219,22 @@ def test_offline_deploy_from_a_wheelhouse_made_of_the_containers_venv(ns_lab, ns
     assert r.returncode != 0 and "venv.cuda 13.0 wants CUDA 13.0, torch 2.13.0+cpu reports CUDA none" in r.stderr, \
         r.stdout + r.stderr
     assert inside(ns_lab, "readlink /root/venv").stdout == before
+
+
+@pytest.mark.fault("The namespace lab's /sys", promise="read-only at every mount below it too (cgroups, securityfs, "
+                   "...), not only at its top: a container cannot write the host's /sys")
+def test_sys_is_read_only_at_every_mount_below_it_too(ns_lab):
+    r = inside(ns_lab, "awk '$5 == \"/sys\" || index($5, \"/sys/\") == 1 { print $5, $6 }' /proc/self/mountinfo")
+    mounts = dict(line.split(" ", 1) for line in r.stdout.splitlines())
+    assert "/sys" in mounts, r.stdout + r.stderr
+    if len(mounts) == 1:
+        pytest.skip("this machine has no mount below /sys to check")
+    assert {point: opts for point, opts in mounts.items() if "ro" not in opts.split(",")} == {}
+    # By trying: a folder in the host's cgroup tree (a cgroup, or a folder on its tmpfs) is a write.
+    probe = f"/sys/fs/cgroup/remote-ns-probe-{os.getpid()}"
+    try:
+        r = inside(ns_lab, f"mkdir {probe}")
+        assert r.returncode != 0 and "Read-only file system" in r.stderr, (r.returncode, r.stderr)
+    finally:
+        if os.path.isdir(probe):  # the container wrote the host's /sys: undo it
+            os.rmdir(probe)

@@ -4,7 +4,7 @@ them, and scripts/wheelhouse-from-venv on a small venv made here by real uv from
 import base64
 import hashlib
 import os
-import shutil
+import sys
 import subprocess
 import zipfile
 from pathlib import Path
@@ -14,6 +14,7 @@ import pytest
 from remote import config
 from remote.config import VenvSpec
 from remote.errors import ConfigError, DeployError
+from remote.ops import fetched
 from remote.ops import venv as venvmod
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,12 +96,12 @@ def make_wheel(folder: Path, name: str, version: str, requires=(), files=None, e
 
 def uv(*args, **kw):
     env = {**os.environ, "UV_NO_CONFIG": "1", "UV_PYTHON_DOWNLOADS": "never"}
-    return subprocess.run([shutil.which("uv"), *args], capture_output=True, text=True, env=env, **kw)
+    return subprocess.run([str(fetched.find_uv()), *args], capture_output=True, text=True, env=env, **kw)
 
 
 def venv_with(tmp_path: Path, name: str, links: Path, *reqs: str) -> Path:
     v = tmp_path / name
-    assert uv("venv", "-q", "--python", shutil.which("python3"), str(v)).returncode == 0
+    assert uv("venv", "-q", "--python", sys.executable, str(v)).returncode == 0
     r = uv("pip", "install", "-q", "--python", str(v / "bin" / "python"), "--no-index", "--offline",
            "--find-links", str(links), "--cache-dir", str(tmp_path / f"uvcache-{name}"), *reqs)
     assert r.returncode == 0, r.stderr

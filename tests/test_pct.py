@@ -84,7 +84,7 @@ def test_container_raises_pct_errors_and_command_errors():
     ct, t = ct_with(Expect(lambda a: inner_argv(a) == ("false",), 1, stderr="nope\n"))
     with pytest.raises(CommandError) as e:
         ct.run(["false"])
-    assert e.value.exit_code == 1 and e.value.stderr_tail == "nope"
+    assert e.value.command_status == 1 and e.value.stderr_tail == "nope"
     ct, t = ct_with(Expect(lambda a: True, 7))
     assert ct.run(["x"], check=False).exit_code == 7
     t.assert_done()

@@ -274,3 +274,24 @@ def test_a_bad_ssh_config_exits_2_in_status_and_exec(tmp_path, key_files):
                            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)})
         assert (r.returncode, r.stderr) == (2, "error: ~/.ssh/config: Host pve1: Port: expected a port from 1 to "
                                                "65535, got 'twenty-two'\n"), task
+
+
+def test_known_hosts_markers_are_read_not_fatal(tmp_path, key_files):
+    """paramiko's own reader raises on `@` lines (every connection failed with InvalidHostKey): the
+    @cert-authority line is skipped, the @revoked key kept apart, a garbled line skipped."""
+    from remote.transport import connect
+
+    key = " ".join(Path(key_files[0] + ".pub").read_text().split()[:2])
+    kh = tmp_path / "known_hosts"
+    kh.write_text(f"@cert-authority *.example.com {key}\nhost1 {key}\nhost2 ssh-ed25519 not-base64!\n"
+                  f"@revoked * {key}\n")
+    with pytest.raises(paramiko.hostkeys.InvalidHostKey):
+        paramiko.HostKeys(str(kh))  # what every connection did
+    entries, revoked = connect._read_known_hosts(str(kh))
+    assert [e.hostnames for e in entries] == [["host1"]]
+    assert [(e.hostnames, n) for e, n in revoked] == [(["*"], 4)]
+    target = connect.resolve_host(config.Host(name="h", address="host1", port=22, known_hosts=str(kh)), "")
+    client = connect.Client(target, [])
+    connect._load_known_hosts(client, target)
+    assert client.get_host_keys().lookup("host1") is None  # the revoked key is not accepted
+    assert connect.revoked_line(target, entries[0].key) == f"{kh} line 4"

@@ -110,3 +110,59 @@ def test_push_and_pull_of_a_folder_to_mount_points(lab_session, tmp_path, local_
         assert not (tmp_path / "mnt.partial").exists()
     finally:
         ct.script("umount /mnt/data 2>/dev/null || true; rm -rf /mnt/data")
+
+
+@pytest.mark.fault("Container-side stall mid-pull (a stopped sender, the link healthy)",
+                   promise="no byte for `stall` s is a lost link: the retry resumes from what landed and verifies, "
+                           "never a hang")
+def test_a_pull_whose_sender_stops_is_retried_and_completes(lab_session, tmp_path):
+    ct = lab_session.container(CT)
+    src = "/root/xfer-stall.bin"
+    ct.run(["sh", "-c", f"head -c {64 << 20} /dev/urandom > {src}"])
+    digest = ct.run(["sha256sum", src]).out.split()[0]
+    stopped: list[int] = []
+
+    def stop(done, total):  # the container's sender stops mid-stream; the link itself stays healthy
+        if done >= 4 << 20 and not stopped:
+            stopped.append(ct.run(["pkill", "-STOP", "-x", "dd"], check=False).exit_code)
+
+    outcome: list = []
+
+    def pull():
+        try:
+            outcome.append(files.pull(ct, src, tmp_path / "back.bin", progress=stop, stall=3, attempts=2,
+                                      sleep=lambda s: None))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            outcome.append(exc)
+
+    t = threading.Thread(target=pull, daemon=True)
+    t.start()
+    try:
+        t.join(timeout=120)
+        assert outcome, "the pull still hangs on a stopped sender"
+    finally:
+        ct.run(["pkill", "-KILL", "-x", "dd"], check=False)
+        ct.run(["rm", "-f", src])
+    stats = outcome[0]
+    assert isinstance(stats, files.TransferStats), stats
+    assert stopped == [0] and stats.attempts == 2 and stats.resumed_from > 0 and stats.sha256 == digest
+    assert hashlib.sha256((tmp_path / "back.bin").read_bytes()).hexdigest() == digest
+
+
+def test_a_stalled_pull_with_no_retry_left_names_the_stall(lab_session, tmp_path):
+    ct = lab_session.container(CT)
+    src = "/root/xfer-stall1.bin"
+    ct.run(["sh", "-c", f"head -c {64 << 20} /dev/urandom > {src}"])
+    stopped: list[int] = []
+
+    def stop(done, total):
+        if done >= 4 << 20 and not stopped:
+            stopped.append(ct.run(["pkill", "-STOP", "-x", "dd"], check=False).exit_code)
+
+    try:
+        with pytest.raises(files.ConnectError, match=r"nothing moved for 3s during pull_file .*taken as a lost link"):
+            files.pull(ct, src, tmp_path / "back.bin", progress=stop, stall=3, attempts=1)
+    finally:
+        ct.run(["pkill", "-KILL", "-x", "dd"], check=False)
+        ct.run(["rm", "-f", src])
+    assert stopped == [0]

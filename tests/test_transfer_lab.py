@@ -2,6 +2,7 @@
 
 import hashlib
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -297,3 +298,68 @@ def test_progress_is_throttled_and_ends_with_the_total():
     assert len(lines) == 2  # every 5 s when not a tty (one), and the end
     assert lines[0].startswith("push x: 500.0 MiB / 1000.0 MiB  50%")
     assert lines[-1] == "push x: 1000.0 MiB / 1000.0 MiB 100%  104.9 MB/s"
+
+
+def remote_cli(hosts, *args) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "REMOTE_HOSTS_FILE": str(hosts)}
+    r = subprocess.run([sys.executable, "-c", "from remote.cli import main; main()", *args], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert "Traceback" not in r.stderr, r.stderr
+    return r
+
+
+@pytest.mark.fault("A step's own exit status (tar's, a command's)",
+                   promise="never remote's: a failed step exits 1 (its status in the message and .command_status); "
+                           "only bad input exits 2 and only busy 3")
+def test_push_of_a_folder_onto_a_file_exits_2_and_onto_a_full_disk_1_never_3(ct, lab_hosts, tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    random_file(src / "big.bin", 2 << 20)
+    ct.script("umount /mnt/tiny 2>/dev/null || true; rm -rf /mnt/tiny /root/xfer/a-file.partial; "
+              "mkdir -p /mnt/tiny /root/xfer && mount -t tmpfs -o size=256k tmpfs /mnt/tiny && "
+              "echo keep > /root/xfer/a-file")
+    try:
+        r = remote_cli(lab_hosts, "push", "-c", "200", "--quiet", "--src", str(src), "--dest", "/root/xfer/a-file")
+        assert r.returncode == 2, (r.returncode, r.stderr)  # commit_tree.sh's exit 3 made it "busy"
+        assert "/root/xfer/a-file is a file there, not a folder" in r.stderr
+        assert ct.run(["cat", "/root/xfer/a-file"]).out == "keep\n" and not remote_exists(ct, "/root/xfer/a-file.partial")
+
+        r = remote_cli(lab_hosts, "push", "-c", "200", "--quiet", "--src", str(src), "--dest", "/mnt/tiny/out")
+        assert r.returncode == 1, (r.returncode, r.stderr)  # tar's exit 2 made it "bad input"
+        assert ("No space left on device" in r.stderr or "Wrote only" in r.stderr) and "push_tree.sh exited 2" in r.stderr
+        assert ct.run(["ls", "-A", "/mnt/tiny"]).out == ""  # the half-written stage went with the failed tar
+    finally:
+        ct.script("umount /mnt/tiny 2>/dev/null || true; rm -rf /mnt/tiny /root/xfer/a-file")
+
+
+@pytest.mark.fault("Pulled files' modes from the container (0777, 0600, setuid)",
+                   promise="the user's umask applies; nothing is created group- or world-writable; a 0600 file "
+                           "stays 0600; setuid/setgid dropped")
+def test_pulled_files_and_trees_get_the_containers_modes_under_the_users_umask(ct, tmp_path):
+    ct.script("rm -rf /root/xfer/modes && mkdir -p /root/xfer/modes/open /root/xfer/modes/private && "
+              "cd /root/xfer/modes && echo k > key && chmod 600 key && echo a > open/all.sh && "
+              "chmod 777 open open/all.sh && echo s > open/suid && chmod 4755 open/suid && "
+              "echo p > private/p && chmod 700 private && chmod 640 private/p")
+
+    def mode(path):
+        return stat.S_IMODE(os.lstat(path).st_mode)
+
+    old = os.umask(0o077)
+    try:
+        files.pull(ct, "/root/xfer/modes/key", tmp_path / "077" / "key")
+        files.pull(ct, "/root/xfer/modes/open/all.sh", tmp_path / "077" / "all.sh")
+        files.pull(ct, "/root/xfer/modes", tmp_path / "077" / "tree")
+        os.umask(0o022)
+        files.pull(ct, "/root/xfer/modes/key", tmp_path / "022" / "key")
+        files.pull(ct, "/root/xfer/modes/open/all.sh", tmp_path / "022" / "all.sh")
+        stats = files.pull(ct, "/root/xfer/modes", tmp_path / "022" / "tree")
+    finally:
+        os.umask(old)
+    assert [mode(tmp_path / "077" / n) for n in ("key", "all.sh")] == [0o600, 0o700]  # 0644 before
+    assert [mode(tmp_path / "022" / n) for n in ("key", "all.sh")] == [0o600, 0o755]
+    t77, t22 = tmp_path / "077" / "tree", tmp_path / "022" / "tree"
+    assert {n: mode(t77 / n) for n in ("key", "open", "open/all.sh", "open/suid", "private", "private/p")} == {
+        "key": 0o600, "open": 0o700, "open/all.sh": 0o700, "open/suid": 0o700, "private": 0o700, "private/p": 0o600}
+    assert {n: mode(t22 / n) for n in ("key", "open", "open/all.sh", "open/suid", "private", "private/p")} == {
+        "key": 0o600, "open": 0o755, "open/all.sh": 0o755, "open/suid": 0o755, "private": 0o700, "private/p": 0o640}
+    assert stats.refused == ("open/suid: setuid/setgid bit dropped",)

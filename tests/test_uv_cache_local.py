@@ -6,6 +6,7 @@ import platform
 
 import pytest
 
+from remote.config import VenvSpec
 from remote.ops.deploy import local_uv_binary
 
 VERSION = importlib.metadata.version("uv")  # the uv installed next to this controller (a dev dependency)
@@ -16,18 +17,18 @@ def cache_dir(tmp_path):
 
 
 def test_a_changed_or_torn_uv_cache_is_never_trusted(tmp_path):
-    path, digest = local_uv_binary(VERSION, platform.machine())
+    path, digest = local_uv_binary(VenvSpec(uv_version=VERSION), platform.machine())
     good = path.read_bytes()
     assert digest == hashlib.sha256(good).hexdigest() and path.parent == cache_dir(tmp_path)
     assert (path.parent / "uv.sha256").read_text().split()[0] == digest
     # Changed in place (a truncated copy, another version dropped there): fetched again.
     path.write_bytes(b"#!/bin/sh\necho not uv\n")
-    again, digest2 = local_uv_binary(VERSION, platform.machine())
+    again, digest2 = local_uv_binary(VenvSpec(uv_version=VERSION), platform.machine())
     assert again.read_bytes() == good and digest2 == digest
     # A binary without its recorded hash (a write interrupted before the record): fetched again, not trusted.
     (path.parent / "uv.sha256").unlink()
     path.write_bytes(good[: len(good) // 2])
-    again, _ = local_uv_binary(VERSION, platform.machine())
+    again, _ = local_uv_binary(VenvSpec(uv_version=VERSION), platform.machine())
     assert again.read_bytes() == good
     assert sorted(p.name for p in path.parent.iterdir()) == ["uv", "uv.sha256"]  # no temporary files left
 
@@ -46,7 +47,7 @@ def test_a_changed_uv_in_the_container_is_pushed_again(deployed, lab_session, la
     spec = load_config(lab_hosts, **{"numpy==2.2.6]": "numpy==2.2.6, idna==3.10]"})
     with Session(config.load(str(spec)), agent=True) as s:
         deploy(s, 200, echo=lambda line: None)
-    local, digest = local_uv_binary(VERSION, platform.machine())
+    local, digest = local_uv_binary(VenvSpec(uv_version=VERSION), platform.machine())
     assert ct.run(["sha256sum", path]).out.split()[0] == digest
     deploy(lab_session, 200, echo=lambda line: None)  # back to the session's spec
 

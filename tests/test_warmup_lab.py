@@ -2,7 +2,9 @@
 
 import io
 import json
+import os
 import tarfile
+import tempfile
 
 import pytest
 from conftest import load_config
@@ -102,6 +104,37 @@ def test_export_import_and_a_mismatched_bundle_is_refused(warmed, lab_session, t
     with pytest.raises(WarmupError, match=r"refusing to import a compile cache made for another setup: "
                                           r"gpu_name NVIDIA H200 \(bundle\) != None \(here\), torch 2.11.0\+cu128"):
         wm.import_cache(lab_session, 200, str(tampered), **quiet)
+
+
+@pytest.mark.fault("Hostile compile-cache bundle (warmup --import)",
+                   promise="read through the pull's tar policy (tarfile's data filter): nothing outside, no link out, "
+                           "device or setuid bit; each refused member named, the rest imported")
+def test_a_hostile_bundle_is_imported_without_what_a_pull_would_refuse(warmed, lab_session, tmp_path, ct):
+    bundle, hostile = tmp_path / "w" / "cache.tgz", tmp_path / "w" / "hostile.tgz"
+    bundle.parent.mkdir()
+    count = wm.export_cache(lab_session, 200, str(bundle), **quiet)
+    with tarfile.open(bundle) as src, tarfile.open(hostile, "w:gz") as dst:
+        for m in src.getmembers():
+            dst.addfile(m, src.extractfile(m) if m.isfile() else None)
+        for name, kind, link, mode in (("../escape", tarfile.REGTYPE, "", 0o644), ("/abs", tarfile.REGTYPE, "", 0o644),
+                                       ("evil", tarfile.SYMTYPE, "/etc", 0o777), ("evil/owned", tarfile.REGTYPE, "", 0o644),
+                                       ("dev", tarfile.CHRTYPE, "", 0o666), ("suid-x", tarfile.REGTYPE, "", 0o4755)):
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname, info.mode, info.size = kind, link, mode, 2 if kind == tarfile.REGTYPE else 0
+            dst.addfile(info, io.BytesIO(b"x\n") if kind == tarfile.REGTYPE else None)
+    try:
+        got = wm.import_cache(lab_session, 200, str(hostile), **quiet)  # refused whole before, on Debian's python3
+        refused = dict(r.split(": ", 1) for r in got["refused"])
+        assert set(refused) == {"../escape", "/abs", "evil", "evil/owned", "dev", "suid-x"}, got["refused"]
+        assert refused["suid-x"] == "setuid/setgid bit dropped" and refused["evil/owned"] == "below the refused evil"
+        assert got["files"] == count + 1  # suid-x, without its bit
+        folder = got["cache_dir"]
+        assert ct.run(["stat", "-c", "%a", f"{folder}/suid-x"]).out.strip() == "755"
+        assert ct.run(["bash", "-c", f"ls -A {folder} | grep -c -x -e evil -e dev -e abs -e escape"],
+                      check=False).out.strip() == "0"
+        assert not os.path.lexists(os.path.join(tempfile.gettempdir(), "escape"))  # beside the extraction folder
+    finally:
+        ct.run(["bash", "-c", f"rm -f {CACHE}/torch-*/suid-x"])
 
 
 def test_a_changed_command_or_env_asks_for_a_new_warmup(warmed, lab_session, lab_hosts, ct):

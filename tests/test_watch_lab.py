@@ -91,7 +91,7 @@ def test_a_stalled_job_is_caught_and_its_stacks_name_the_function_it_waits_in(ct
 
 def test_without_py_spy_the_stacks_file_says_so_and_holds_the_kernels_view(ct, spec, monkeypatch):
     monkeypatch.setattr(pyspy, "container_path", lambda version=None: "/nonexistent/py-spy")
-    monkeypatch.setattr(pyspy, "local_binary", lambda machine: (_ for _ in ()).throw(OSError("offline")))
+    monkeypatch.setattr(pyspy, "local_binary", lambda machine, **kw: (_ for _ in ()).throw(OSError("offline")))
     notes = []
     run_id, _ = launch(ct, with_train(spec, stall=3.0), PRE, command=staller(), echo=notes.append)
     try:

@@ -38,8 +38,11 @@ class Job:
         (self.run / "log").write_text("")
         (self.run / "manifest.json").write_text(json.dumps({"id": self.id, "restarts": restarts}))
         env = {**os.environ, "REMOTE_RUN_ID": self.id, "PATH": path or os.environ["PATH"]}
-        self.proc = subprocess.Popen(["setsid", "bash", "-c", shell.load("job"), "job", str(self.run), str(tmp_path),
-                                      command, str(restarts), restart_on, shell.load_python("watch"), settings(**watch)],
+        (self.run / "command").write_text(command + "\n")
+        (self.run / "watch-settings.json").write_text(settings(**watch))
+        sh = Path(shell.__file__).with_name("sh")  # started from their files, as launch.sh starts them
+        self.proc = subprocess.Popen(["setsid", "bash", str(sh / "job.sh"), str(self.run), str(tmp_path),
+                                      str(restarts), restart_on, str(sh / "watch.py")],
                                      env=env, stdin=subprocess.DEVNULL)
 
     def file(self, name) -> str:
@@ -128,10 +131,11 @@ def test_state_reads_the_watch_and_the_attempts_and_distrusts_them():
     head = ("run=r1\npath=/root/runs/r1\npid=12\nalive=0\nexit=124\nlog_size=10\nnow=100\nmarked=\n"
             'watch={"stalled": {"seconds": 300, "stacks": "/root/runs/r1/stacks-1.txt", "action": "stop", "at": 5},'
             ' "stalls": 1, "gpu": {"util_pct": 97, "mem_used_mib": 2048, "gpus": 1, "evil": "x"}}\n'
-            "attempts=start 1 10.5;end 1 20.5 3;start 2 22;end 2 40 124;junk;\n")
+            f"attempts=start 1 10.5 {'a' * 40};end 1 20.5 3;start 2 22 \x1b[2J;end 2 40 124;junk;\n")
     st = jobs.parse_state(head + '--manifest--\n{"restarts": 1}\n--tail--\n')
     assert st["attempt"] == 2 and st["attempts_max"] == 2 and st["stalls"] == 1
-    assert st["manifest"]["attempts"][0] == {"attempt": 1, "started": 10.5, "ended": 20.5, "exit": 3}
+    assert st["manifest"]["attempts"][0] == {"attempt": 1, "started": 10.5, "ended": 20.5, "exit": 3, "commit": "a" * 40}
+    assert st["manifest"]["attempts"][1]["commit"] is None  # what is no commit is not kept
     assert st["gpu"] == {"util_pct": 97, "mem_used_mib": 2048, "gpus": 1}
     assert jobs.describe_end(st) == ("STALLED: no output for 300 s; stacks in /root/runs/r1/stacks-1.txt; ended by "
                                      "the stall watch (exit 124) (attempt 2 of 2)")
@@ -140,7 +144,7 @@ def test_state_reads_the_watch_and_the_attempts_and_distrusts_them():
     assert "GPU util 97%" in line and "attempt 2 of 2" in line and "STALLED: no output for 300 s" in line
     st = jobs.parse_state('run=r1\npath=/x\nalive=1\nwatch={"stalled": {"seconds": 1, "stacks": "a\\u001b[2Jb"}}\n'
                           "--manifest--\nnull\n--tail--\n")
-    assert st["stalled"]["stacks"] == "a[2Jb"  # no terminal escape reaches the screen
+    assert st["stalled"]["stacks"] == "a\\x1b[2Jb"  # no terminal escape reaches the screen: shown visibly
     for bad in ("watch=[1]\n", "watch={not json\n", 'watch={"stalled": {"seconds": "x"}, "gpu": 3}\n'):
         st = jobs.parse_state("run=r1\npath=/x\nalive=1\n" + bad + "--manifest--\nnull\n--tail--\n")
         assert st["stalled"] is None and st["gpu"] is None and st["attempt"] is None

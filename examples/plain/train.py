@@ -12,6 +12,8 @@ import argparse
 import os
 import time
 
+STARTED = time.time()  # before torch is imported: the first step line counts from the process start
+
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -86,6 +88,8 @@ def main(argv=None) -> None:
         if args.sleep:
             time.sleep(args.sleep)
         t1 = time.time()
+        if it == 0 and master:  # compile (or a cache hit) and the first step: what a warm cache shortens
+            print(f"first step done {t1 - STARTED:.2f}s after process start", flush=True)
         if it % args.log_interval == 0 and master and it > 0:
             print(f"iter {it}: loss {loss.item():.4f}, time {(t1 - t0) * 1000:.2f}ms", flush=True)
         t0 = t1

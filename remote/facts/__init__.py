@@ -21,6 +21,7 @@ from ..config import ContainerSpec
 from ..errors import CommandError
 from .. import naming
 from ..transport.pct import DEFAULT_PATH, Container
+from . import gpu
 from .probe import SMI_S
 
 PROBE_SOURCE = resources.files(__package__).joinpath("probe.py").read_text()
@@ -108,6 +109,7 @@ class Cache:
     others: dict[str, dict]  # other version folders: name -> {files, bytes}
     warmups: tuple[dict, ...]
     tmp_artifacts: dict[str, dict]  # /tmp/torchinductor_* and ~/.triton/cache -> {files, bytes}
+    passport: dict | None = field(default=None, compare=False)  # what its entries were made for (ops/passport.py)
 
     @property
     def fingerprint(self) -> str:
@@ -138,6 +140,7 @@ class Jobs:
     marked: tuple[int, ...]  # every live process of any run
     manifest: dict | None = field(default=None, repr=False, compare=False)
     live: tuple[str, ...] = ()  # every live run (no exit record, a process of it alive), the latest or not
+    cache_stats: dict | None = field(default=None, compare=False)  # the latest run's compile-cache counters
 
 
 @dataclass(frozen=True)
@@ -160,6 +163,7 @@ class Facts:
     clock_skew_s: float  # container clock outside the controller's send..receive window (0: in step)
     known_good: dict | None
     probe_seconds: float = 0.0
+    gpu: gpu.CtGpu | None = None  # the GPU passthrough probe's answer (remote.facts.gpu), where it was asked
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -382,7 +386,7 @@ def parse(raw: dict, spec: ContainerSpec, window: tuple[float, float], probe_sec
     # Present: something compiled in it (the jobs' TMPDIR inside is made before anything compiles).
     cache = Cache(rc.get("dir", spec.warmup.cache_dir), folder, compiled[0] > 0, compiled[0], compiled[1],
                   {k: v for k, v in folders.items() if k != name},
-                  warmups_of(raw), dict(raw.get("tmp_artifacts") or {}))
+                  warmups_of(raw), dict(raw.get("tmp_artifacts") or {}), _json_object(mine.get("passport")))
     rj = raw.get("jobs") or {}
     runs = rj.get("runs") or {}
     cur = runs.get(rj.get("current") or "", {})
@@ -395,11 +399,33 @@ def parse(raw: dict, spec: ContainerSpec, window: tuple[float, float], probe_sec
     orphans = {rid: tuple(r["marked"]) for rid, r in runs.items() if r.get("marked") and rid not in live}
     jobs = Jobs(rj.get("current"), alive, int(exit_text) if exit_text.lstrip("-").isdigit() else None,
                 bool(rj.get("current")) and cur.get("exists", False) and not alive and not exit_text, orphans,
-                tuple(sorted(p for r in runs.values() for p in r.get("marked", []))), rj.get("manifest"), live)
+                tuple(sorted(p for r in runs.values() for p in r.get("marked", []))), rj.get("manifest"), live,
+                rj.get("cache_stats") if isinstance(rj.get("cache_stats"), dict) else None)
     disk = tuple(Disk(d["path"], d.get("free"), d.get("total")) for d in raw.get("disk") or [])
     skew = clock_skew(raw.get("time_end", window[0]), *window)
     return Facts(spec.ctid, venv, torch, gpus_of(raw), cache, checkout_of(raw, spec), jobs, disk, round(skew, 3),
-                 raw.get("known_good"), probe_seconds)
+                 raw.get("known_good"), probe_seconds, gpu_of(raw))
+
+
+def gpu_of(raw: dict) -> gpu.CtGpu | None:
+    """The GPU passthrough probe's answer in a facts probe (part "gpu"), or None where it was not asked or
+    did not answer."""
+    child = raw.get("gpu")
+    if not child or child.get("rc") is None:
+        return None
+    try:
+        return gpu.parse_container(child.get("out") or "")
+    except ValueError:
+        return None
+
+
+def _json_object(text: str | None) -> dict | None:
+    """A small JSON file's object (a passport), or None: missing, torn or not an object (untrusted)."""
+    try:
+        value = json.loads(text or "")
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _bytecode(path: str) -> bool:
@@ -416,9 +442,9 @@ UV_HOME = "/root/.local/share/remote"  # uv binaries live here, one folder per v
 # What each reader asks the probe for (remote/facts/probe.py's parts).
 DEPLOY = ("python", "venv", "dists", "uv", "lease", "code")
 DEPLOYED = ("venv", "code")  # the deploy records, nothing slow
-PREFLIGHT = ("venv", "dists", "code", "warmups", "gpus", "torch")
+PREFLIGHT = ("venv", "dists", "code", "warmups", "gpus", "torch", "gpu")
 STATUS = ("venv", "run")
-DOCTOR = ("venv", "dists", "torch", "code", "untracked", "cache", "tmp", "jobs", "gpus", "disk", "known_good")
+DOCTOR = ("venv", "dists", "torch", "code", "untracked", "cache", "tmp", "jobs", "gpus", "disk", "known_good", "gpu")
 
 
 def versions_dir(spec: ContainerSpec) -> str:
@@ -436,6 +462,8 @@ def probe_argv(spec: ContainerSpec, parts=DOCTOR, run_id: str | None = None, *, 
     arg = {"parts": list(parts), "fresh": fresh, "venv": spec.venv.path, "versions": versions_dir(spec),
            "uv": uv_path(spec.venv.uv_version), "checkout": spec.code.path, "cache_dir": spec.warmup.cache_dir,
            "run_dir": spec.train.run_dir, "lease": naming.LEASE}
+    if "gpu" in parts:  # remote/sh/gpu_container.py, run by the probe as a child of its own
+        arg["gpu_source"] = gpu.CONTAINER_SOURCE
     if "run" in parts:
         arg["state_script"], arg["run_id"] = "set -euo pipefail\n" + shell.with_lib("state"), run_id or ""
     return [spec.venv.python, "-c", PROBE_SOURCE, json.dumps(arg)]

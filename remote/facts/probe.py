@@ -68,7 +68,8 @@ CHILD_S = 120  # git, the venv's package list, the run's state
 TORCH_S = 150  # import torch (CUDA's initialisation included)
 TORCH_AFTER_HUNG_SMI_S = 20  # import torch when nvidia-smi hung: CUDA's initialisation hangs on that driver too
 ALL_PARTS = ("python", "venv", "dists", "torch", "uv", "lease", "code", "untracked", "cache", "warmups", "tmp",
-             "jobs", "run", "gpus", "disk", "known_good")
+             "jobs", "run", "gpus", "disk", "known_good", "gpu")
+GPU_S = 30  # the GPU passthrough probe (remote/sh/gpu_container.py): cuInit answers in well under a second
 
 
 def start(argv, cwd="/"):
@@ -230,6 +231,7 @@ def cache_folders(cache_dir):
                 # The tools make <folder>/tmp (the jobs' TMPDIR) before anything compiles: not a cache.
                 tmp = os.path.join(cache_dir, name, "tmp")
                 folders[name]["tmp"] = tree_size(tmp) if os.path.isdir(tmp) else {"files": 0, "bytes": 0}
+                folders[name]["passport"] = read(os.path.join(cache_dir, name, "passport.json"), 64 << 10)
     return folders
 
 
@@ -267,7 +269,24 @@ def jobs_part(run_dir):
                      "exit": (read(os.path.join(d, "exit")) or "").strip() or None,
                      "leader_alive": pid.isdigit() and marker(int(pid)) == rid, "marked": sorted(marked.get(rid, []))}
     return {"run_dir": run_dir, "current": os.path.basename(current) if current else None, "runs": runs,
-            "manifest": load(os.path.join(run_dir, os.path.basename(current), "manifest.json")) if current else None}
+            "manifest": load(os.path.join(run_dir, os.path.basename(current), "manifest.json")) if current else None,
+            "cache_stats": cache_stats(os.path.join(run_dir, os.path.basename(current), "cache-stats"))
+            if current else None}
+
+
+def cache_stats(folder):
+    """The compile-cache counters each process of a run left at its exit (remote_guard.stats_at_exit),
+    summed; None when none left any."""
+    total, n = {}, 0
+    for path in sorted(glob.glob(os.path.join(folder, "*.json")))[:1000]:
+        got = load(path)
+        if not isinstance(got, dict):
+            continue
+        n += 1
+        for k, v in got.items():
+            if isinstance(v, int) and not isinstance(v, bool):
+                total[k] = total.get(k, 0) + v
+    return {**total, "processes": n} if n else None
 
 
 def main():
@@ -303,6 +322,8 @@ def main():
         if kept is None:
             kids["torch"] = start([py, "-c", TORCH_SCRIPT])
 
+    if "gpu" in parts and arg.get("gpu_source"):  # the passthrough probe (remote.facts.gpu), its own child
+        kids["gpu"] = start([sys.executable, "-I", "-S", "-c", arg["gpu_source"], json.dumps({"venv": venv})])
     if "python" in parts:
         out["python"] = {"version": platform.python_version(), "executable": os.path.realpath(sys.executable),
                          "machine": platform.machine()}
@@ -334,7 +355,7 @@ def main():
     if "disk" in parts:
         out["disk"] = [free(p) for p in (venv, cache_dir, run_dir)]
 
-    done = {name: finish(child, t0 + (SMI_S if name in ("gpus", "apps", "smi") else CHILD_S))
+    done = {name: finish(child, t0 + (SMI_S if name in ("gpus", "apps", "smi") else GPU_S if name == "gpu" else CHILD_S))
             for name, child in kids.items() if name != "torch"}
     smi_hung = any(done.get(n, {}).get("rc", 0) is None for n in ("gpus", "apps", "smi"))
     torch_by = t0 + (TORCH_AFTER_HUNG_SMI_S if smi_hung else TORCH_S)
@@ -348,7 +369,7 @@ def main():
             out["torch"] = {**result, "cached": False}
         else:
             out["torch"] = None
-    for name in ("venv_run", "gpus", "apps", "smi", "run"):
+    for name in ("venv_run", "gpus", "apps", "smi", "run", "gpu"):
         if name in done:
             out[name] = done[name]
     if "venv" in out and "dists" in parts:

@@ -205,6 +205,16 @@ class Lab:
             "",
         ])
 
+    def _pve_conf(self, ctid: int) -> str:
+        """The container's Proxmox config as `pct config` reads it (the double's <ct>/pve.conf)."""
+        return f"arch: amd64\nhostname: lab{ctid}\nostype: debian\nrootfs: local:{ctid}/rootfs,size=8G\n"
+
+    def _write_pve_conf(self, ct: Path, ctid: int) -> None:
+        """Written once: what a test or a user adds to it (GPU lines) stays, as /etc/pve/lxc/<id>.conf does."""
+        conf = ct / "pve.conf"
+        if not conf.exists():
+            conf.write_text(self._pve_conf(ctid))
+
     @staticmethod
     def _write_etc_hosts(ct: Path, ctid: int) -> None:
         """As Proxmox does at every start: the container's own hostname on 127.0.1.1 and no other container's
@@ -221,6 +231,7 @@ class Lab:
         self._write_etc_hosts(ct, ctid)
         (ct / "init.py").write_text(_INIT if reap else _INIT_NO_REAP)
         (ct / "config").write_text(self._container_config(ctid))
+        self._write_pve_conf(ct, ctid)
         if self.state(ctid) == "RUNNING":
             return
         r = _run(["lxc-start", "-P", str(self.lxc), "-n", str(ctid)])

@@ -120,12 +120,23 @@ class NsLab(Lab):
     def _container_config(self, ctid: int, reap: bool = True) -> str:
         return f"hostname: lab{ctid}\nbackend: ns\nreap: {1 if reap else 0}\n"
 
+    def _pve_conf(self, ctid: int) -> str:
+        """As the LXC lab's, plus a `devN:` line for every NVIDIA node ns-init makes in the container's /dev
+        (what a Proxmox GPU container configured with `devN` passthrough has)."""
+        import glob
+        import stat
+
+        nodes = [n for n in sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/nvidia-caps/*"))
+                 if os.path.exists(n) and stat.S_ISCHR(os.stat(n).st_mode)]
+        return super()._pve_conf(ctid) + "".join(f"dev{i}: {n}\n" for i, n in enumerate(nodes))
+
     def start_container(self, ctid: int, reap: bool = True) -> None:
         """Start container `ctid` (idempotent); with reap=False its PID 1 never reaps orphans."""
         ct = self.lxc / str(ctid)
         self._write_etc_hosts(ct, ctid)  # as Proxmox does (and the LXC lab): its own name only
         (ct / "upper" / "etc" / "hostname").write_text(f"lab{ctid}\n")
         (ct / "config").write_text(self._container_config(ctid, reap))
+        self._write_pve_conf(ct, ctid)
         if self.state(ctid) == "RUNNING":
             return
         r = self._pct("start", str(ctid))

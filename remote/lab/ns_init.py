@@ -10,12 +10,13 @@ written inside the container lands there and survives a restart); every other re
 mounted on the host (a separate /opt, /usr/local/nvidia, a tmpfs /tmp, ...) gets an overlay of its own,
 or a read-only bind where overlay refuses it (so /tmp is the host's as the LXC lab's is, writes kept in
 the container); /run and /dev/shm are fresh tmpfs, /proc is the
-container's own, /sys the host's (read-only), /dev a tmpfs holding the host's standard character
+container's own, /sys the host's (read-only, every mount below it too), /dev a tmpfs holding the host's standard character
 devices and every /dev/nvidia* node (the GPUs). Then pivot_root, the hostname lab<vmid>, and
 CTDIR/init.pid written (this process's PID on the host): from then on the container is running.
 """
 
 import ctypes
+import errno
 import glob
 import os
 import signal
@@ -32,6 +33,8 @@ OWN_FILES = ("/etc/hosts", "/etc/hostname")  # the container's own, in its upper
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 MNT_DETACH = 2
 SYS_PIVOT_ROOT = 155  # x86_64
+SYS_MOUNT_SETATTR = 442  # the same on every architecture (Linux 5.12)
+AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -70,6 +73,27 @@ def host_mounts():
 
 def under(path, prefix):
     return path == prefix or path.startswith(prefix.rstrip("/") + "/")
+
+
+class MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64), ("propagation", ctypes.c_uint64),
+                ("userns_fd", ctypes.c_uint64)]
+
+
+def read_only_tree(path):
+    """Make the mount at `path` and every mount below it read-only. A bind's `remount,ro` changes only the
+    top one (MS_REC does not apply to a remount): mount_setattr(2) with AT_RECURSIVE does them all; on a
+    kernel before 5.12, each mount at or below `path` is remounted, top first."""
+    attr = MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
+    if libc.syscall(ctypes.c_long(SYS_MOUNT_SETATTR), ctypes.c_int(AT_FDCWD), ctypes.c_char_p(path.encode()),
+                    ctypes.c_uint(AT_RECURSIVE), ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr))) == 0:
+        return
+    err = ctypes.get_errno()
+    if err not in (errno.ENOSYS, errno.EINVAL):
+        raise OSError(err, f"mount_setattr {path}: {os.strerror(err)}")
+    for point, _ in host_mounts():
+        if under(point, path):
+            mount("-o", "remount,bind,ro", point)
 
 
 def overlay(lower, target, layers):
@@ -136,7 +160,7 @@ def build_root(ctdir, vmid, lab):
     mount("-t", "tmpfs", "-o", "mode=755", "nsrun", root + "/run")
     mount("-t", "proc", "-o", "nosuid,nodev,noexec", "proc", root + "/proc")
     mount("--rbind", "/sys", root + "/sys")
-    mount("-o", "remount,bind,ro", root + "/sys")
+    read_only_tree(root + "/sys")
     make_dev(root)
     return root
 

@@ -182,12 +182,34 @@ def cmd_stop(opts, positional):
         subprocess.run(["lxc-stop", "-P", LXC_PATH, "-n", vmid, "-k"], capture_output=True)
 
 
+def pve_conf(vmid):
+    """The container's Proxmox config (/etc/pve/lxc/<vmid>.conf on a real host): <LXC_PATH>/<vmid>/pve.conf."""
+    return os.path.join(LXC_PATH, vmid, "pve.conf")
+
+
+def config_lines(text):
+    """`pct config`'s answer from a Proxmox config's text: the current section's `key: value` lines sorted by
+    key (no digest), then its raw `lxc.*` lines in file order; snapshot sections (`[name]`) are not shown."""
+    keys, raw = [], []
+    for line in text.splitlines():
+        if line.startswith("["):
+            break
+        key, sep, value = line.partition(":")
+        if not sep or line.startswith("#") or key.strip() == "digest":
+            continue
+        (raw if key.startswith("lxc.") else keys).append((key.strip(), f"{key.strip()}: {value.strip()}"))
+    return [line for _, line in sorted(keys, key=lambda kv: kv[0])] + [line for _, line in raw]
+
+
 def cmd_config(opts, positional):
     vmid = vmid_of(positional)
     require_conf(vmid)
-    lines = [f"hostname: lab{vmid}", "arch: amd64", "ostype: debian"]
-    raw = [line.strip() for line in open(os.path.join(LXC_PATH, vmid, "config")) if line.startswith("lxc.")]
-    print("\n".join(sorted(lines) + raw))
+    try:
+        with open(pve_conf(vmid)) as f:
+            text = f.read()
+    except FileNotFoundError:  # a container made before the lab wrote Proxmox configs
+        text = f"arch: amd64\nhostname: lab{vmid}\nostype: debian\n"
+    print("\n".join(config_lines(text)))
 
 
 def cmd_push(opts, positional):

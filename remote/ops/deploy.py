@@ -9,28 +9,22 @@ in atomically, keeping the previous one for --rollback. A failed build leaves co
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
-import platform
-import subprocess
-import sys
-import tempfile
 import threading
 import time
-import zipfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
 from . import code as codemod
-from . import files, jobenv, jobs, oplock
+from . import fetched, files, jobenv, jobs, oplock
 from . import venv as venvmod
 from .logs import LineSplitter
 from .. import facts, shell
-from ..config import ContainerSpec
+from ..config import ContainerSpec, VenvSpec
 from ..errors import BusyError, CommandError, DeployError, RemoteError
+from ..naming import printable
 from ..transport.pct import Container
 from ..transport.session import Session
 
@@ -65,7 +59,8 @@ class Summary:
             lines.append(f"  torch {t.get('torch')} (CUDA build {t.get('cuda_build') or 'none'}), triton "
                          f"{t.get('triton') or 'none'}, cuda available: {t.get('cuda_available')}, GPUs: "
                          f"{t.get('gpu_count')}" + (f" ({t['gpu_name']})" if t.get("gpu_name") else ""))
-        return "\n".join(lines)
+        # The torch and GPU strings, paths and names come from the container: one line each, escapes shown.
+        return "\n".join(map(printable, lines))
 
 
 class LockOnce:
@@ -99,66 +94,10 @@ def _with_index_env(spec: ContainerSpec, argv: list[str]) -> list[str]:
     return ["bash", "-c", shell.load("withenv"), "withenv", *argv] if venvmod.uv_index_env(spec.venv) else argv
 
 
-def _record_hash(data: bytes) -> str:
-    """sha256 as a wheel's RECORD writes it (urlsafe base64, no padding)."""
-    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-
-
-def _installed_uv(version: str, machine: str) -> tuple[bytes, str] | None:
-    """The uv installed next to this controller, when it is the same version and architecture and its
-    bytes match its own distribution's RECORD."""
-    try:
-        import importlib.metadata as md
-
-        import uv as uv_pkg
-
-        found = Path(uv_pkg.find_uv_bin()).resolve()
-        out = subprocess.run([str(found), "--version"], capture_output=True, text=True).stdout.split()
-        if not (len(out) > 1 and out[1] == version and machine == platform.machine()):
-            return None
-        data = found.read_bytes()
-        recorded = [f.hash.value for f in md.distribution("uv").files or []
-                    if f.hash and f.hash.mode == "sha256" and Path(f.locate()).resolve() == found]
-        if recorded and recorded[0] == _record_hash(data):
-            return data, f"the installed uv {version} ({found}), checked against its RECORD"
-    except (ImportError, OSError, md.PackageNotFoundError):
-        pass
-    return None
-
-
-def wheel_binary(project: str, version: str, machine: str, platforms: tuple[str, ...], *,
-                 context: str = "") -> tuple[bytes, str]:
-    """A program from its PyPI wheel (uv, py-spy: `<name>.data/scripts/<project>`): pip checks the wheel against
-    the hash the index publishes, and the binary is checked against the wheel's own RECORD."""
-    with tempfile.TemporaryDirectory() as d:
-        r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                            *(f"--platform={p}_{machine}" for p in platforms), "-d", d, f"{project}=={version}"],
-                           capture_output=True, text=True)
-        wheels = list(Path(d).glob(f"{project.replace('-', '_')}-*.whl"))
-        if r.returncode != 0 or not wheels:
-            raise DeployError(f"{context}cannot download {project} {version} for {machine} from the package index: "
-                              f"{r.stderr.strip()[-300:]}")
-        with zipfile.ZipFile(wheels[0]) as z:
-            name = next((n for n in z.namelist() if n.endswith(f".data/scripts/{project}")), None)
-            if name is None:
-                raise DeployError(f"{project} wheel {wheels[0].name} holds no {project} binary")
-            data = z.read(name)
-            record = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/RECORD"))).decode()
-    want = next((line.split(",")[1] for line in record.splitlines() if line.startswith(name + ",")), "")
-    if want != f"sha256={_record_hash(data)}":
-        raise DeployError(f"{project} {version} wheel {wheels[0].name}: {name} does not match the wheel's RECORD")
-    return data, f"{wheels[0].name}, checked against its RECORD"
-
-
-def _wheel_uv(version: str, machine: str) -> tuple[bytes, str]:
-    return wheel_binary("uv", version, machine, ("manylinux_2_17", "manylinux2014"), context="venv.uv_version: ")
-
-
-def local_uv_binary(version: str, machine: str) -> tuple[Path, str]:
-    """The uv binary for the container's architecture, cached on the controller, and its sha256
-    (files.cached_binary: rechecked on every use, fetched again when torn or changed)."""
-    return files.cached_binary("uv", version, machine,
-                               lambda: _installed_uv(version, machine) or _wheel_uv(version, machine))
+def local_uv_binary(venv: VenvSpec, machine: str) -> tuple[Path, str]:
+    """The pinned uv binary for the container's architecture, cached on the controller, and its sha256
+    (remote.ops.fetched: a find_links wheel, the controller's own uv of that version, or the index)."""
+    return fetched.uv_binary(venv, machine)
 
 
 def probe(ct: Container, spec: ContainerSpec) -> dict:
@@ -173,7 +112,7 @@ def _streamer(echo: Callable[[str], None]) -> Callable[[str, bytes], None]:
 
     def on_output(kind: str, chunk: bytes) -> None:
         for line in splitters[kind].feed(chunk):
-            echo("    " + line)
+            echo(printable("    " + line))  # a build's output: not the job's, shown as one rule says
 
     return on_output
 
@@ -303,7 +242,7 @@ def _apply(ct: Container, spec: ContainerSpec, state: dict, plan: Plan, local: c
     so a failed build leaves both the old checkout and the old venv."""
     summary.drift = plan.venv.drift.lines()
     if plan.unfinished:
-        echo(f"==> cleaning up an interrupted deploy: {', '.join(plan.unfinished)}")
+        echo(printable(f"==> cleaning up an interrupted deploy: {', '.join(plan.unfinished)}"))
         _cleanup(ct, facts.versions_dir(spec), plan.unfinished)
         summary.changed.append("removed half-built venv(s) left by an interrupted deploy: "
                                + ", ".join(plan.unfinished))
@@ -313,15 +252,15 @@ def _apply(ct: Container, spec: ContainerSpec, state: dict, plan: Plan, local: c
         summary.kept.append(f"venv {state['venv']['real']} (spec {plan.want})")
         summary.torch = state["venv"]["record"].get("verify")
     else:
-        echo(f"==> venv: {plan.venv.reason}")
+        echo(printable(f"==> venv: {plan.venv.reason}"))
         for line in plan.venv.drift.lines():
-            echo(f"    {line}")
+            echo(printable(f"    {line}"))  # the container's package names and versions
         if plan.venv.action == "swap":
             target = f"{facts.versions_dir(spec)}/{plan.venv.reuse}"
             record = _read_record(ct, target)
             changed = None if ct.dry else _changed_since_built(ct, spec, target, record)
             if changed:  # a kept build is swapped back in only as it was verified
-                echo(f"    {plan.venv.reuse} is not as it was built ({changed}): building a new one instead")
+                echo(printable(f"    {plan.venv.reuse} is not as it was built ({changed}): building a new one instead"))
                 target, summary.torch = _build(ct, spec, state, plan.want, plan.req_text, plan.guard, echo, lock)
             else:
                 summary.torch = record.get("verify")
@@ -330,7 +269,7 @@ def _apply(ct: Container, spec: ContainerSpec, state: dict, plan: Plan, local: c
 
     held.check()
     if plan.code:
-        echo(f"==> code: {plan.code}")
+        echo(printable(f"==> code: {plan.code}"))
         _sync_code(ct, spec, local, state["code"].get("head"), summary)
     elif local:
         summary.kept.append(f"code at {local.commit[:12]}{' (dirty)' if local.dirty else ''}")
@@ -378,6 +317,8 @@ def _sync_code(ct: Container, spec: ContainerSpec, local: codemod.LocalCommit, r
             summary.saved.append(line.split(": ", 1)[1])
         elif line.startswith("replaced untracked: "):
             replaced.append(line.split(": ", 1)[1])
+        elif line.startswith("removed stale lock: "):  # an interrupted deploy's git left it (code-sync.sh)
+            summary.changed.append(line)
     if replaced:
         summary.changed.append(f"untracked paths in {spec.code.path} replaced by the commit (saved first, see below): "
                                + ", ".join(replaced))
@@ -393,7 +334,7 @@ def _cleanup(ct: Container, versions: str, names: list[str]) -> None:
 def _ensure_uv(ct: Container, spec: ContainerSpec, machine: str, echo) -> str:
     """The pinned uv in the container, byte for byte: pushed again when its sha256 differs from ours."""
     path = facts.uv_path(spec.venv.uv_version)
-    binary, digest = local_uv_binary(spec.venv.uv_version, machine)
+    binary, digest = local_uv_binary(spec.venv, machine)
     there = ct.run(["sha256sum", "--", path], check=False, mutates=False, timeout=120).out.split()
     if there[:1] == [digest]:
         return path
@@ -429,7 +370,7 @@ def _build(ct: Container, spec: ContainerSpec, state: dict, want: str, req_text,
                timeout=BUILD_TIMEOUT, on_output=_streamer(echo), label="venv build")
     except CommandError as exc:
         _discard(ct, versions, name)
-        raise DeployError(f"the venv build failed (exit {exc.exit_code}, output above); the current venv and "
+        raise DeployError(f"the venv build failed (exit {exc.command_status}, output above); the current venv and "
                           "checkout were left in place") from None
     if ct.dry:  # nothing was built: the verify and finalize steps would only read what is not there
         return target, None

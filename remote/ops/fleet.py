@@ -19,6 +19,7 @@ from typing import Callable, Iterator
 
 from ..config import Config
 from ..errors import ConfigError
+from ..naming import printable
 
 ALL = "all"
 PROGRESS_EVERY = 15.0  # seconds between progress lines (each container's current step) on stderr
@@ -205,7 +206,7 @@ def run_each(config: Config, ids: list[int], fn: Callable[[int], object], *, fai
                     if isinstance(stream, _Router):
                         stream.flush_pending()
                 if out.message and not out.ok:
-                    print(out.message)
+                    print(printable(out.message, lines=True))
                 _steps.pop(_local.prefix, None)
                 running.pop(ctid, None)
                 _local.prefix = None
@@ -240,7 +241,8 @@ def render(outcomes: list[Outcome]) -> str:
     for o in outcomes:
         result = {"ok": "ok", "skipped": "skipped"}.get(o.result, f"FAILED ({o.code})")
         first = o.message.strip().splitlines()[0] if o.message.strip() else ""
-        rows.append((str(o.ctid), o.host, result, f"{o.seconds:.1f}s" if o.result != "skipped" else "-", first[:100]))
+        rows.append((str(o.ctid), o.host, result, f"{o.seconds:.1f}s" if o.result != "skipped" else "-",
+                     printable(first[:100])))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = ["  ".join(r[i].ljust(widths[i]) for i in range(4)) + (f"  {r[4]}" if r[4] else "") for r in rows]
     failed = sum(1 for o in outcomes if o.result == "failed")

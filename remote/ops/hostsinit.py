@@ -30,26 +30,29 @@ def host_name(address: str) -> str:
     return name or "pve"
 
 
-def read_host(host: cfg.Host) -> list[tuple[int, str, str]]:
-    """(id, status, hostname) of every container on the host: one `pct list`, then `pct config` each."""
+def read_host(host: cfg.Host) -> list[tuple[int, str, str, list[str]]]:
+    """(id, status, hostname, GPU lines) of every container on the host: one `pct list`, then `pct config`
+    each (its NVIDIA `devN:`, cgroup and mount lines, remote.facts.gpu)."""
+    from ..facts.gpu import parse_pct_config
+
     transport = for_host(host)
     try:
         listed = _pct(transport, host, "list")
         found = parse_list(listed)
 
-        def hostname(ctid: int) -> str:
+        def config(ctid: int) -> tuple[str, list[str]]:
             try:
                 text = _pct(transport, host, "config", str(ctid))
             except RemoteError:
-                return ""
+                return "", []
             m = re.search(r"(?m)^hostname:\s*(\S+)", text)
-            return m.group(1) if m else ""
+            return (m.group(1) if m else ""), parse_pct_config(ctid, text).lines()
 
         with ThreadPoolExecutor(max_workers=8) as pool:
-            names = list(pool.map(hostname, found))
+            configs = list(pool.map(config, found))
     finally:
         transport.close()
-    return [(ctid, state, name) for (ctid, state), name in zip(found.items(), names)]
+    return [(ctid, state, name, gpu) for (ctid, state), (name, gpu) in zip(found.items(), configs)]
 
 
 def _pct(transport, host: cfg.Host, *args: str) -> str:
@@ -63,11 +66,16 @@ def _pct(transport, host: cfg.Host, *args: str) -> str:
     return result.out
 
 
+def _comment(text: str) -> str:
+    """A line from the host, safe inside a YAML comment: printable ASCII only, no line break."""
+    return re.sub(r"[^\x20-\x7e]", "?", text)[:200]
+
+
 def _clean(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "?", text)[:63]
 
 
-def render(host: cfg.Host, given: dict, containers: list[tuple[int, str, str]]) -> str:
+def render(host: cfg.Host, given: dict, containers: list[tuple[int, str, str, list[str]]]) -> str:
     """The hosts file's text. `given`: the host keys the user passed (only those are written)."""
     q = json.dumps  # a JSON string is a YAML double-quoted scalar: any text, quoted once
     who = (f"{host.user}@" if host.user else "") + host.address + (f":{host.port}" if host.port else "")
@@ -87,9 +95,11 @@ def render(host: cfg.Host, given: dict, containers: list[tuple[int, str, str]]) 
         if given.get(key) is not None:
             lines.append(f"    {key}: {q(given[key]) if isinstance(given[key], str) else given[key]}")
     lines += ["    # connect_timeout: 10   # seconds", "", "containers:"]
-    for ctid, state, name in containers:
+    for ctid, state, name, *gpu in containers:
         lines += [f"  {ctid}:" + (f"  # {_clean(name)}, {_clean(state)}" if name else f"  # {_clean(state)}"),
                   f"    host: {host.name}"]
+        if gpu and gpu[0]:  # its GPU passthrough as pct config shows it (`remote doctor --gpu` checks it)
+            lines += ["    # GPU (pct config):"] + [f"    #   {_comment(line)}" for line in gpu[0]]
     if len(ids) > 1:
         lines += [f"# default_container: {ids[0]}   # the container tasks use without -c (or $REMOTE_CONTAINER)"]
     lines += [

@@ -11,7 +11,9 @@ comes from the facts probe (remote/facts/probe.py).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
 import json
 import re
 import secrets
@@ -25,6 +27,7 @@ from . import venv as venvmod
 from . import warmup as wm
 from .. import facts, shell
 from ..config import ContainerSpec
+from ..naming import printable
 from ..errors import CommandError, ConfigError, JobError, RemoteError, TransferError, UnknownRun
 from ..transport.pct import Container
 from ..transport.session import HostState, Session
@@ -38,15 +41,37 @@ class Preflight:
     notes: list[str]
 
 
-def preflight(ct: Container, spec: ContainerSpec, *, echo=print) -> Preflight:
-    """Everything that must be true before a training job starts, read in one facts probe; every problem
-    found is named at once, each with how to fix it."""
+def preflight(ct: Container, spec: ContainerSpec, *, echo=print, host_gpu=None) -> Preflight:
+    """Everything that must be true before a training job starts, read in one facts probe (its GPU passthrough
+    part included); every problem found is named at once, each with how to fix it. `host_gpu`: a callable
+    that reads the host's GPU facts (remote.facts.gpu.read_host), run at the same time as the probe, for
+    the warnings only the host can give (a pending reboot); its failure is no problem of the run's."""
+    pending = None
+    if host_gpu is not None and not ct.dry:
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool = ThreadPoolExecutor(max_workers=1)
+        pending = pool.submit(host_gpu)
+        pool.shutdown(wait=False)
     raw = facts.read_raw(ct, spec, facts.DEPLOYED if ct.dry else facts.PREFLIGHT)[0]
     if ct.dry:
         state = wm.deployed_in(raw, spec)
         return Preflight(state["code"]["commit"], state["venv"], None,
                          [_verified(state["venv"]), "(dry run: the checks that read the container are skipped)"])
-    return check(raw, spec)
+    host = None
+    if pending is not None:
+        try:
+            host = pending.result(timeout=90)
+        except Exception as exc:  # noqa: BLE001 -- the host's part only warns: it never stops a launch
+            echo(f"preflight: !! the host's GPU facts could not be read: {exc}")
+    return check(raw, spec, host)
+
+
+def _host_gpu(session, spec: ContainerSpec):
+    """The host's GPU facts for this container's preflight (remote.facts.gpu.read_host), one round trip."""
+    from ..facts import gpu as gpufacts
+
+    return lambda: gpufacts.read_host(session, spec.host, [spec.ctid])
 
 
 def _verified(venv_record: dict) -> str:
@@ -60,13 +85,24 @@ def only_warmup_missing(exc: JobError) -> bool:
     return str(exc).startswith("no warmup")
 
 
-def check(raw: dict, spec: ContainerSpec) -> Preflight:
-    """Preflight over the probe's answer (parts facts.PREFLIGHT). Pure: tested as data."""
+def check(raw: dict, spec: ContainerSpec, host=None) -> Preflight:
+    """Preflight over the probe's answer (parts facts.PREFLIGHT) and, where read, the host's GPU facts
+    (remote.facts.gpu.HostGpu). Pure: tested as data."""
+    from ..facts import gpu as gpufacts
+
     state = wm.deployed_in(raw, spec)
     commit, venv = state["code"]["commit"], state["venv"]
     verify = venv.get("verify") or {}
     notes = [_verified(venv)]
     problems = wm.unlike_deployed(raw, spec, state, hints=True)
+    # The GPU passthrough: an error finding refuses the launch; a pending host reboot is a warning.
+    ct_gpu = facts.gpu_of(raw)
+    gpu_found = gpufacts.findings(host, spec.ctid, ct_gpu) if ct_gpu is not None else []
+    problems += [f"{f.message} [{f.kind}]: {f.fix}" for f in gpu_found if f.severity == "error"]
+    if host is not None and (ct_gpu is not None and ct_gpu.gpu or (host.configs.get(spec.ctid) or
+                                                                    gpufacts.CtConfig(0)).gpu):
+        notes += [f"!! {f.message} [{f.kind}]: {f.fix}" for f in gpufacts.host_findings(host, spec.host.name)
+                  if f.kind == "host-reboot-pending"]
     folder = jobenv.compile_cache(spec, verify)
     if spec.warmup.command:
         recs = list(facts.warmups_of(raw))
@@ -121,11 +157,12 @@ def new_run_id() -> str:
 
 def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = False,
            command: str | None = None, run_id: str | None = None, extra: dict | None = None,
-           env: dict | None = None, echo=print) -> tuple[str, int]:
+           env: dict | None = None, held: "oplock.Lease | None" = None, echo=print) -> tuple[str, int]:
     """Start the job detached; returns (run id, pid). Refused while another job runs, unless forced.
     A multi-node run passes its one run id, its node's fields for the manifest (`extra`) and its node's
     environment (`env`, under train.env). The job's wrapper restarts it as train.restarts says, and the
-    watch beside it (stalls, metrics.jsonl, gpu.csv) gets py-spy pushed first when train.stall is set."""
+    watch beside it (stalls, metrics.jsonl, gpu.csv) gets py-spy pushed first when train.stall is set.
+    `held`: the operation lease the caller took for its preflight (train does), else launch takes it."""
     command = command or spec.train.command
     if not command:
         raise ConfigError("hosts file", "train.command", "set the training command to run")
@@ -141,21 +178,41 @@ def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = 
                 "metric": dataclasses.asdict(spec.train.metric) if spec.train.metric else None,
                 "baseline": spec.train.baseline, "stall": spec.train.stall, "on_stall": spec.train.on_stall,
                 "restarts": spec.train.restarts, "restart_on": list(spec.train.restart_on), **(extra or {})}
-    py_spy = pyspy.ensure(ct, echo=echo) if spec.train.stall else None
+    py_spy = pyspy.ensure(ct, echo=echo, venv=spec.venv) if spec.train.stall else None
     try:
-        with oplock.hold(ct, "train"):  # not while a deploy swaps the venv or moves the checkout
+        # Not while a deploy swaps the venv or moves the checkout: under the caller's lease (its preflight
+        # read what this run records), checked still ours, or one of its own.
+        with (contextlib.nullcontext(held) if held is not None else oplock.hold(ct, "train")) as lease:
+            lease.check()
             r = jobenv.run(ct, spec, verify, ["bash", "-c", shell.with_lib("launch"), "launch", spec.train.run_dir,
                                               run_id, "1" if force else "0", spec.code.path, command,
-                                              json.dumps(manifest, indent=1), shell.load("job"),
-                                              str(spec.train.restarts), " ".join(map(str, spec.train.restart_on)),
-                                              shell.load_python("watch"), json.dumps(watch_settings(spec, py_spy))],
+                                              json.dumps(manifest, indent=1), str(spec.train.restarts),
+                                              " ".join(map(str, spec.train.restart_on)),
+                                              json.dumps(watch_settings(spec, py_spy)),
+                                              *installed("job.sh", shell.load("job")),
+                                              *installed("watch.py", shell.load_python("watch"))],
                            extra=env, timeout=60, label="launch")
     except CommandError as exc:
-        if exc.exit_code == 5:
+        if exc.command_status == 7:
+            raise JobError(f"launch refused: {exc.stderr_tail} (the wrapper's file in the container; nothing was "
+                           "started)") from None
+        if exc.command_status == 5:
             raise JobError(f"container {spec.ctid}: {exc.stderr_tail} -- `remote stop` it, follow it with "
                            "`remote logs --follow`, or pass --force to start another") from None
         raise JobError(f"launch failed: {exc}") from None
     return run_id, int(r.out.strip().splitlines()[-1]) if not ct.dry else 0
+
+
+BIN = f"{facts.UV_HOME}/bin"  # the wrapper and the watch, as files: one per content, never rewritten in place
+
+
+def installed(name: str, text: str) -> tuple[str, str, str]:
+    """(path, sha256, text) of one of remote/sh's programs as launch.sh puts it in the container: named by its
+    content (`job-<sha12>.sh`), so `ps` there shows that short path, and a file a live wrapper runs from is
+    never rewritten by a launch of another version of remote; launch.sh checks it by sha256 before it runs."""
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    stem, dot, ext = name.rpartition(".")
+    return f"{BIN}/{stem}-{digest[:12]}{dot}{ext}", digest, text
 
 
 def _fields(text: str) -> dict[str, str]:
@@ -191,6 +248,8 @@ def parse_state(text: str) -> dict:
             "alive": alive, "exit": int(exit_text) if exit_text.lstrip("-").isdigit() else None,
             # Not alive and no exit record: the wrapper vanished (container restart, OOM kill, a kill -9).
             "lost": not alive and not exit_text, "orphans": marked if not alive else [],
+            # Ended by `remote stop` (its mark, left before it signals): its 143 or 137 is no failure of its own.
+            "stopped": not alive and bool(exit_text) and fields.get("stopped") == "1",
             "log_size": int(fields.get("log_size") or 0), "now": int(fields.get("now") or 0),
             "manifest": manifest_obj, "tail": tail, "live": live,
             "stalled": watch.get("stalled"), "stalls": watch.get("stalls", 0), "gpu": watch.get("gpu"),
@@ -212,7 +271,7 @@ def _live(text: str) -> list[dict]:
 
 def live_text(live: list[dict]) -> str:
     """Live runs for a message: `run A (pid 12), run B (starting)`."""
-    return ", ".join(f"run {r['run']} " + (f"(pid {r['pid']})" if r["pid"] else "(starting: no pid file yet)")
+    return ", ".join(f"run {printable(r['run'])} " + (f"(pid {r['pid']})" if r["pid"] else "(starting: no pid file yet)")
                      for r in live)
 
 
@@ -233,8 +292,7 @@ def unknown_run(spec: ContainerSpec, run_id: str, latest: list[str]) -> UnknownR
     container listed is kept only where it is a run id: it can hold anything)."""
     ids = [i for i in latest if RUN_ID.fullmatch(i)]
     have = f"the latest: {', '.join(ids)}" if ids else "it has none"
-    shown = "".join(ch if ch.isprintable() else "?" for ch in run_id)
-    return UnknownRun(f"container {spec.ctid} has no run {shown!r} in {spec.train.run_dir}; {have} "
+    return UnknownRun(f"container {spec.ctid} has no run '{printable(run_id)}' in {spec.train.run_dir}; {have} "
                     f"(`remote runs -c {spec.ctid}` lists them)")
 
 
@@ -249,6 +307,8 @@ def describe_end(st: dict) -> str:
         left = f"; processes of it still run: {' '.join(map(str, st['orphans']))} (`remote stop` ends them)" \
             if st["orphans"] else ""
         return ("LOST: it ended without an exit record (container restarted, or its wrapper was killed)" + left)
+    if st.get("stopped"):
+        return f"stopped by `remote stop` (exit status {st['exit']}){attempt}"
     return f"exited with status {st['exit']}{attempt}"
 
 
@@ -316,7 +376,7 @@ def show_log(ct: Container, spec: ContainerSpec, run_id: str | None = None, *, f
     show(splitter.flush())
     final = state(ct, spec, st["run"])
     final["watch"] = watch
-    echo(f"-- run {final['run']}: {describe_end(final)}; {watch.summary()}")
+    echo(printable(f"-- run {final['run']}: {describe_end(final)}; {watch.summary()}"))
     for name, hint, _ in watch.found:
         echo(f"-- {name}: {hint}")
     return final
@@ -327,16 +387,23 @@ def start(session: Session, ctid=None, *, force: bool = False, warmup: bool = Fa
     (run id, pid; None in a dry run). What train does before it follows; remote.api's Container.train."""
     spec = session.config.container(ctid)
     ct = session.container(spec.ctid)
+
+    def checked_launch() -> tuple[str, int]:
+        # Preflight and launch under one operation lease: no deploy from another controller can move the
+        # checkout or swap the venv between what preflight read and what the manifest records.
+        with oplock.hold(ct, "train") as held:
+            pre = preflight(ct, spec, echo=echo, host_gpu=_host_gpu(session, spec))
+            for note in pre.notes:
+                echo(printable(f"preflight: {note}"))
+            return launch(ct, spec, pre, force=force, held=held, echo=echo)
+
     try:
-        pre = preflight(ct, spec, echo=echo)
+        run_id, pid = checked_launch()
     except JobError as exc:
         if not (warmup and only_warmup_missing(exc)):
             raise
-        wm.warmup(session, spec.ctid, echo=echo)
-        pre = preflight(ct, spec, echo=echo)
-    for note in pre.notes:
-        echo(f"preflight: {note}")
-    run_id, pid = launch(ct, spec, pre, force=force, echo=echo)
+        wm.warmup(session, spec.ctid, echo=echo)  # takes the lease itself: ours was given back
+        run_id, pid = checked_launch()
     if session.dry:  # nothing was started: no pid to name
         echo(f"==> (dry run) run {run_id} would start in container {spec.ctid}; log {spec.train.run_dir}/{run_id}/log")
         return run_id, None
@@ -383,7 +450,7 @@ def pull_run(session: Session, ctid, run_id: str | None, dest: str, *, progress:
     target.mkdir(exist_ok=True)
     outputs = (st.get("manifest") or {}).get("outputs", list(spec.train.outputs))
     if not isinstance(outputs, list) or not all(isinstance(o, str) for o in outputs):
-        echo(f"!! outputs in {st['path']}/manifest.json refused (not a list of paths): {str(outputs)[:200]}")
+        echo(printable(f"!! outputs in {st['path']}/manifest.json refused (not a list of paths): {str(outputs)[:200]}"))
         outputs = []
     wanted = [(f"{st['path']}/log", "log"), (f"{st['path']}/manifest.json", "manifest.json")]
     # What the watch and the wrapper left (remote/sh/watch.py, job.sh); absent ones are skipped quietly
@@ -403,15 +470,15 @@ def pull_run(session: Session, ctid, run_id: str | None, dest: str, *, progress:
                 raise
             if rel in optional and "no such file" in str(exc):
                 continue
-            echo(f"!! {'' if rel in optional else 'output '}{src}: {exc}")
+            echo(printable(f"!! {'' if rel in optional else 'output '}{src}: {exc}"))
             refused.append(f"{rel}: {exc}")
             continue
         got[rel] = f"{stats.files} file(s), {stats.total} bytes"
         for why in stats.refused:
-            echo(f"!! {rel}/{why}")
+            echo(printable(f"!! {rel}/{why}"))
         refused += [f"{rel}/{why}" for why in stats.refused]
     if st["alive"]:
-        echo(f"-- run {st['run']} is still running: its outputs were pulled as they are now")
+        echo(printable(f"-- run {st['run']} is still running: its outputs were pulled as they are now"))
     return {"run": st["run"], "dest": str(target), "pulled": got, "refused": refused}
 
 
@@ -447,7 +514,7 @@ def _container_job(session: Session, spec: ContainerSpec, known: str) -> dict:
             values, watch = logs.series(spec, st.pop("tail"), last_line=False)
             started = (st.get("manifest") or {}).get("started_epoch")
             entry["run"] = {"id": st["run"], "alive": st["alive"], "lost": st["lost"], "orphans": st["orphans"],
-                            "exit": st["exit"], "pid": st["pid"],
+                            "exit": st["exit"], "pid": st["pid"], "stopped": st["stopped"],
                             "uptime_s": round(st["now"] - started) if started and st["alive"] else None,
                             "throughput": watch.last, "rolling": watch.rolling, "unit": watch.unit,
                             "higher_is_better": watch.higher_is_better, "baseline": spec.train.baseline,

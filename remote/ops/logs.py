@@ -126,14 +126,24 @@ def collapse_cr(line: str) -> str:
     return parts[-1] if parts else ""
 
 
-class LineSplitter:
-    """Bytes in, complete lines out; keeps the partial last line between chunks."""
+PENDING_MAX = 1 << 20  # bytes of an unfinished line kept (the watch's cap too, remote/sh/watch.py)
 
-    def __init__(self):
+
+class LineSplitter:
+    """Bytes in, complete lines out; keeps the partial last line between chunks, bounded: of a line that
+    only redraws a progress bar (`\r` without `\n`, for hours) only the latest redraw is kept, and of a
+    line without either, its last PENDING_MAX bytes; so following costs the same however long it runs."""
+
+    def __init__(self, limit: int = PENDING_MAX):
         self.pending = b""
+        self.limit = limit
 
     def feed(self, chunk: bytes) -> list[str]:
-        *lines, self.pending = (self.pending + chunk).split(b"\n")
+        *lines, rest = (self.pending + chunk).split(b"\n")
+        cut = rest.rstrip(b"\r").rfind(b"\r")
+        if cut > 0:  # earlier redraws of the same line: only the last one is ever shown (collapse_cr)
+            rest = rest[cut:]
+        self.pending = rest if len(rest) <= self.limit else rest[-self.limit:]
         return [collapse_cr(line.decode("utf-8", "replace")) for line in lines]
 
     def flush(self) -> list[str]:

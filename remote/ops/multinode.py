@@ -22,6 +22,7 @@ from . import warmup as wm
 from .. import shell
 from ..config import ContainerSpec
 from ..errors import CommandError, ConfigError, JobError, RemoteError
+from ..naming import printable
 from ..transport.session import Session
 
 FIELDS = ("nnodes", "node_rank", "master_addr", "master_port", "node_addr", "run_id")
@@ -71,7 +72,7 @@ def node_iface(session: Session, spec: ContainerSpec, file: str = "hosts file") 
         return session.container(spec.ctid).script(shell.load("node-iface"), spec.address, timeout=30,
                                                     mutates=False, label="node address").out.strip()
     except CommandError as exc:
-        if exc.exit_code != 4:
+        if exc.command_status != 4:
             raise
         raise ConfigError(file, f"containers.{spec.ctid}.address",
                           f"{spec.address} is not an address of container {spec.ctid} (it has: "
@@ -125,7 +126,7 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
     pres, ifaces = [p for p, _ in checked], [i for _, i in checked]
     for ctid, pre in zip(ids, pres):
         for note in pre.notes:
-            echo(f"[{ctid}] preflight: {note}")
+            echo(printable(f"[{ctid}] preflight: {note}"))  # GPU names, versions: the container's
     started: list[tuple[int, int]] = []
     try:
         for spec, pre, v, iface in zip(specs, pres, values, ifaces):

@@ -1,8 +1,8 @@
 """py-spy for the stall watch: pinned, fetched once to the controller, pushed into the container as uv is.
 
 The watch (remote/sh/watch.py) dumps a stalled run's Python stacks with `py-spy dump`. The binary comes
-from PyPI's py-spy wheel (pip checks the wheel against the index's hash; the binary is checked against
-the wheel's RECORD), is cached on the controller beside uv, and lives in the container at
+from py-spy's wheel as uv's does (remote.ops.fetched: venv.find_links' folders, else the index with the
+sha256 it publishes; the binary is checked against the wheel's RECORD), is cached on the controller beside uv, and lives in the container at
 <UV_HOME>/py-spy-<version>/py-spy, outside every venv: the user's venv and its lock stay exactly theirs.
 It is pushed again whenever its sha256 there differs. Where it cannot be had, the run starts anyway and
 the stacks file says so (the watch falls back to the kernel's view of each thread).
@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import files
+from . import fetched, files
 from .. import facts
+from ..config import VenvSpec
 from ..errors import RemoteError
 from ..transport.pct import Container
 
@@ -24,21 +25,16 @@ def container_path(version: str = PY_SPY_VERSION) -> str:
     return f"{facts.UV_HOME}/py-spy-{version}/py-spy"
 
 
-def _from_wheel(version: str, machine: str) -> tuple[bytes, str]:
-    from .deploy import wheel_binary  # deploy imports jobs, which imports this module
-
-    return wheel_binary("py-spy", version, machine, ("manylinux_2_17", "manylinux2014", "manylinux_2_5", "manylinux1"))
-
-
-def local_binary(machine: str, version: str = PY_SPY_VERSION) -> tuple[Path, str]:
-    """The py-spy binary for `machine`, cached on the controller (files.cached_binary: rechecked by its
-    recorded sha256)."""
-    return files.cached_binary("py-spy", version, machine, lambda: _from_wheel(version, machine))
+def local_binary(machine: str, version: str = PY_SPY_VERSION, venv: VenvSpec | None = None) -> tuple[Path, str]:
+    """The py-spy binary for `machine`, cached on the controller (rechecked by its recorded sha256), from
+    the wheel folders and indexes of `venv` (PyPI when None)."""
+    return fetched.cached(fetched.PY_SPY, version, machine, fetched.Sources.of(venv))
 
 
-def ensure(ct: Container, *, echo=print) -> str | None:
+def ensure(ct: Container, *, echo=print, venv: VenvSpec | None = None) -> str | None:
     """The pinned py-spy in the container, byte for byte (one round trip when it is there already); None,
-    with a line saying why, where it cannot be had: the watch then records the kernel's view only."""
+    with a line saying why, where it cannot be had: the watch then records the kernel's view only. `venv`:
+    the container's venv spec, whose find_links, indexes and offline setting the wheel is fetched by."""
     path = container_path()
     if ct.dry:
         return path
@@ -47,7 +43,7 @@ def ensure(ct: Container, *, echo=print) -> str | None:
                    mutates=False, timeout=60, label="py-spy check")
         lines = r.out.split()
         machine, there = lines[0], lines[1:2]
-        binary, digest = local_binary(machine)
+        binary, digest = local_binary(machine, venv=venv)
         if there == [digest]:
             return path
         echo(f"==> installing py-spy {PY_SPY_VERSION} in the container for the stall watch "

@@ -8,9 +8,11 @@ each file holds. Everything read here was written in the container: untrusted, c
 from __future__ import annotations
 
 import json
+import re
 
 from . import logs
 from ..config import ContainerSpec
+from ..naming import printable
 
 
 def watch_settings(spec: ContainerSpec, py_spy: str | None) -> dict:
@@ -21,9 +23,9 @@ def watch_settings(spec: ContainerSpec, py_spy: str | None) -> dict:
             "metric_stall": spec.train.metric is not None, "gpu_every": 5, "grace": 10}
 
 
-def printable(value, limit: int) -> str:
-    """A string the container wrote, safe to print: no control characters (terminal escapes), bounded."""
-    return "".join(c for c in str(value if value is not None else "") if c.isprintable())[:limit]
+def shown(value, limit: int) -> str:
+    """A string the container wrote, bounded, then made safe to print (remote.naming.printable)."""
+    return printable(str(value if value is not None else "")[:limit])
 
 
 def read_watch(text: str) -> dict:
@@ -37,8 +39,8 @@ def read_watch(text: str) -> dict:
     stalled, gpu = data.get("stalled"), data.get("gpu")
     out = {}
     if isinstance(stalled, dict) and isinstance(stalled.get("seconds"), (int, float)):
-        out["stalled"] = {"seconds": stalled["seconds"], "stacks": printable(stalled.get("stacks"), 500),
-                          "action": printable(stalled.get("action"), 20),
+        out["stalled"] = {"seconds": stalled["seconds"], "stacks": shown(stalled.get("stacks"), 500),
+                          "action": shown(stalled.get("action"), 20),
                           "at": stalled.get("at") if isinstance(stalled.get("at"), (int, float)) else None}
     if isinstance(data.get("stalls"), int):
         out["stalls"] = max(0, min(data["stalls"], 1000))
@@ -48,14 +50,19 @@ def read_watch(text: str) -> dict:
     return out
 
 
+COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # what `git rev-parse HEAD` prints (sha1, sha256 repos)
+
+
 def parse_attempts(text: str) -> list[dict]:
-    """The wrapper's `start K EPOCH` / `end K EPOCH STATUS` lines (remote/sh/job.sh): one entry per attempt."""
+    """The wrapper's `start K EPOCH [COMMIT]` / `end K EPOCH STATUS` lines (remote/sh/job.sh): one entry per attempt."""
     out: dict[int, dict] = {}
     for line in text.splitlines():
         f = line.split()
         try:
-            if len(f) == 3 and f[0] == "start":
-                out[int(f[1])] = {"attempt": int(f[1]), "started": float(f[2]), "ended": None, "exit": None}
+            if len(f) in (3, 4) and f[0] == "start":  # the 4th: the commit the checkout had then (job.sh)
+                commit = f[3] if len(f) == 4 and COMMIT.fullmatch(f[3]) else None
+                out[int(f[1])] = {"attempt": int(f[1]), "started": float(f[2]), "ended": None, "exit": None,
+                                  "commit": commit}
             elif len(f) == 4 and f[0] == "end" and int(f[1]) in out:
                 out[int(f[1])].update(ended=float(f[2]), exit=int(f[3]))
         except ValueError:

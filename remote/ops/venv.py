@@ -37,6 +37,7 @@ try:
     import torch
     info["torch"] = torch.__version__
     info["cuda_build"] = torch.version.cuda
+    info["torch_git"] = getattr(torch.version, "git_version", None)
     info["cuda_available"] = torch.cuda.is_available()
     info["gpu_count"] = torch.cuda.device_count() if info["cuda_available"] else 0
     info["gpu_name"] = torch.cuda.get_device_name(0) if info["gpu_count"] else None
@@ -173,18 +174,21 @@ def _has_credentials(url: str) -> bool:
 
 
 def uv_index_env(spec: VenvSpec) -> dict[str, str]:
-    """Index URLs that carry credentials, as uv's environment variables: they travel on stdin
-    (remote/sh/withenv.sh), never in an argv (ps, `deploy -n`) or a message."""
+    """Index and find-links URLs that carry credentials, as uv's environment variables: they travel on stdin
+    (remote/sh/withenv.sh), never in an argv (ps, `deploy -n`) or a message. UV_FIND_LINKS is uv's
+    comma-separated list: all of find_links go there when any one of them has credentials."""
     env = {}
     if spec.index_url and _has_credentials(spec.index_url):
         env["UV_INDEX_URL"] = spec.index_url
     if any(_has_credentials(u) for u in spec.extra_index_urls):
         env["UV_EXTRA_INDEX_URL"] = " ".join(spec.extra_index_urls)
+    if any(_has_credentials(u) for u in spec.find_links):
+        env["UV_FIND_LINKS"] = ",".join(spec.find_links)
     return env
 
 
 def uv_index_args(spec: VenvSpec) -> list[str]:
-    """uv's index arguments; index URLs with credentials are left to uv_index_env. An offline spec gets
+    """uv's index arguments; URLs with credentials are left to uv_index_env. An offline spec gets
     --no-index --offline: the find_links folders and nothing else, no network access at all."""
     args = ["--no-index", "--offline"] if spec.offline else []
     secret = uv_index_env(spec)
@@ -192,7 +196,7 @@ def uv_index_args(spec: VenvSpec) -> list[str]:
         args += ["--index-url", spec.index_url]
     for url in spec.extra_index_urls if "UV_EXTRA_INDEX_URL" not in secret else ():
         args += ["--extra-index-url", url]
-    for link in spec.find_links:
+    for link in spec.find_links if "UV_FIND_LINKS" not in secret else ():
         args += ["--find-links", link]
     return args
 

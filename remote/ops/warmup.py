@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Callable
 
 from . import files, jobenv, oplock
+from . import passport as pp
+from .files import untar
 from . import venv as venvmod
 from .logs import LineSplitter
 from .. import facts, shell
@@ -34,6 +36,7 @@ from ..transport.session import Session
 
 REPORT_PREFIX = "REMOTE_WARMUP "  # remote_guard's report line (optional)
 CACHE_PREFIX = "REMOTE_CACHE "  # warmup.sh's before/after lines
+STATS_PREFIX = "REMOTE_STATS "  # warmup.sh's lines of torch's counters, one per process (the venv's hook)
 ALL = "all"  # the one "device" of a command without {device}
 BUNDLE_SIDECAR = "remote-cache.json"
 
@@ -46,6 +49,29 @@ def command_for(spec: ContainerSpec, device: str) -> str:
     """The warmup command for one device. Only `{device}` is replaced: `${VAR}` and other braces stay
     as they are for bash."""
     return spec.warmup.command.replace("{device}", device)
+
+
+def expected_passport(spec: ContainerSpec, state: dict) -> dict:
+    """The cache passport (remote/ops/passport.py) a warmup of this container would write now."""
+    verify = state["venv"].get("verify")
+    return pp.expected(verify, commit=state["code"].get("commit"), venv_lock=state["venv"].get("lock_sha256"),
+                       command=spec.warmup.command, devices=devices_of(spec),
+                       env={**jobenv.tool_env(spec, verify), **jobenv.user_env(spec)})
+
+
+def read_passport(ct: Container, folder: str) -> dict | None:
+    """The passport of a per-version cache folder, or None (none yet, or unreadable)."""
+    r = ct.run(["cat", f"{folder}/{pp.FILE}"], check=False, mutates=False, timeout=60)
+    return pp.parse(r.out) if r.exit_code == 0 else None
+
+
+def write_passport(ct: Container, folder: str, passport: dict) -> None:
+    """Write a folder's passport atomically (a reader sees the old one or the new one, whole)."""
+    files.push_bytes(ct, (json.dumps(passport, indent=1, sort_keys=True) + "\n").encode(), f"{folder}/{pp.FILE}")
+
+
+def stamp(passport: dict, ctid: int, **extra) -> dict:
+    return {**passport, "made_by": ctid, "made_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra}
 
 
 def warmup_key(spec: ContainerSpec, state: dict, device: str) -> dict:
@@ -66,14 +92,19 @@ class DeviceResult:
     before: tuple[int, int] = (0, 0)  # cache (files, bytes) before and after
     after: tuple[int, int] = (0, 0)
     key: dict = field(default_factory=dict)
+    stats: dict = field(default_factory=dict)  # torch's counters summed over the command's processes (any code)
+
+    @property
+    def counters(self) -> dict:
+        return self.report or self.stats
 
     @property
     def hits(self) -> int:
-        return self.report.get("fxgraph_hit", 0) + self.report.get("autograd_hit", 0)
+        return self.counters.get("fxgraph_hit", 0) + self.counters.get("autograd_hit", 0)
 
     @property
     def misses(self) -> int:
-        return self.report.get("fxgraph_miss", 0) + self.report.get("autograd_miss", 0)
+        return self.counters.get("fxgraph_miss", 0) + self.counters.get("autograd_miss", 0)
 
     @property
     def new_files(self) -> int:
@@ -91,7 +122,8 @@ class DeviceResult:
         gain = ("cache: nothing new (warm)" if self.warm else
                 f"cache: +{self.new_files} files, +{_size(self.new_bytes)} (now {self.after[0]} files, "
                 f"{_size(self.after[1])})")
-        guard = f"; guard: {self.hits} hits, {self.misses} misses" if self.report else ""
+        guard = (f"; guard: {self.hits} hits, {self.misses} misses" if self.report else
+                 f"; torch: {self.hits} hits, {self.misses} misses" if self.stats else "")
         return f"device {self.device}: {self.end - self.start:6.1f}s  {gain}{guard}"
 
     def record(self) -> dict:
@@ -114,6 +146,22 @@ def parse_report(output: str) -> dict | None:
         if line.startswith(REPORT_PREFIX):
             return json.loads(line[len(REPORT_PREFIX):])
     return None
+
+
+def parse_stats(lines: list[str]) -> dict:
+    """warmup.sh's REMOTE_STATS lines (one JSON object per process), summed; untrusted: non-numbers skipped."""
+    total: dict = {}
+    for line in lines:
+        if not line.startswith(STATS_PREFIX):
+            continue
+        try:
+            got = json.loads(line[len(STATS_PREFIX):])
+        except ValueError:
+            continue
+        for k, v in (got.items() if isinstance(got, dict) else ()):
+            if isinstance(v, int) and not isinstance(v, bool):
+                total[k] = total.get(k, 0) + v
+    return total
 
 
 def parse_cache_lines(lines: list[str]) -> dict[str, tuple[int, int]]:
@@ -197,7 +245,7 @@ def _prefixed(echo: Callable[[str], None], prefix: str, sink: list[str]):
                 echo(f"  [{prefix}] {head}")
                 line = sep + tail
             sink.append(line)
-            if not line.startswith((REPORT_PREFIX, CACHE_PREFIX)):
+            if not line.startswith((REPORT_PREFIX, CACHE_PREFIX, STATS_PREFIX)):
                 echo(f"  [{prefix}] {line}")
 
     return on_output
@@ -212,15 +260,18 @@ def run_device(ct: Container, spec: ContainerSpec, state: dict, device: str, ech
     try:
         jobenv.run(ct, spec, verify, ["bash", "-c", shell.load("warmup"), "warmup",
                                       jobenv.compile_cache(spec, verify), command],
-                   extra={"REMOTE_WARMUP_DEVICE": device}, cwd=spec.code.path, timeout=spec.warmup.timeout,
+                   extra={"REMOTE_WARMUP_DEVICE": device, "REMOTE_CACHE_STATS":
+                          f"{jobenv.compile_cache(spec, verify)}/tmp/warmup-stats-{device}-{os.getpid()}-{int(start)}"},
+                   cwd=spec.code.path, timeout=spec.warmup.timeout,
                    on_output=_prefixed(echo, device, lines), label=command)
     except CommandError as exc:
-        raise WarmupError(f"warmup of device {device} failed (exit {exc.exit_code}, output above): {command}") from None
+        raise WarmupError(f"warmup of device {device} failed (exit {exc.command_status}, output above): {command}") from None
     if ct.dry:
         return DeviceResult(device, start, start, {})
     stats = parse_cache_lines(lines)
     result = DeviceResult(device, start, time.time(), parse_report("\n".join(lines)) or {},
-                          stats.get("before", (0, 0)), stats.get("after", (0, 0)), warmup_key(spec, state, device))
+                          stats.get("before", (0, 0)), stats.get("after", (0, 0)), warmup_key(spec, state, device),
+                          parse_stats(lines))
     _record(ct, spec, [result.record()])
     echo("  " + result.line())
     return result
@@ -252,7 +303,12 @@ def warmup(session: Session, ctid=None, *, parallel: bool = False, devices: list
     echo(f"==> warmup of {len(devices)} device(s) {'in parallel' if parallel and len(devices) > 1 else 'one at a time'}"
          f" at {state['code']['commit'][:12]}, torch {verify.get('torch')}, cache {jobenv.compile_cache(spec, verify)}")
     with oplock.hold(ct, "warmup"):  # one deploy, warmup or launch at a time per container
-        return _warm_devices(ct, spec, state, devices, parallel, echo)
+        results = _warm_devices(ct, spec, state, devices, parallel, echo)
+        if not ct.dry:  # what the folder's entries were made for, the devices warmed so far included
+            folder = jobenv.compile_cache(spec, verify)
+            new = {**expected_passport(spec, state), "devices": sorted({r.device for r in results})}
+            write_passport(ct, folder, stamp(pp.merged(read_passport(ct, folder), new), spec.ctid))
+        return results
 
 
 def _warm_devices(ct: Container, spec: ContainerSpec, state: dict, devices: list[str], parallel: bool,
@@ -325,7 +381,7 @@ def export_cache(session: Session, ctid, path: str, echo=print) -> int:
     folder = jobenv.compile_cache(spec, verify)
     with tempfile.TemporaryDirectory() as d:
         count = files.pull_tree(ct, folder, d)
-        sidecar = {"versions": _versions(verify), "cache": folder,
+        sidecar = {"versions": _versions(verify), "cache": folder, "passport": read_passport(ct, folder),
                    "warmups": [r for r in records(ct, spec) if r.get("venv_lock") == state["venv"].get("lock_sha256")]}
         Path(d, BUNDLE_SIDECAR).write_text(json.dumps(sidecar, indent=1))
         with tarfile.open(path, "w:gz") as tar:
@@ -339,22 +395,6 @@ def _versions(verify: dict) -> dict:
     return {k: verify.get(k) for k in ("torch", "cuda_build", "triton", "gpu_name")}
 
 
-def _plain_members(tar: tarfile.TarFile, path: str) -> list[tarfile.TarInfo]:
-    """Every member of a bundle, where each is a plain file or folder inside the extraction folder (no
-    absolute path, no `..`, no link, device or fifo), without setuid/setgid bits: tarfile's "data" filter
-    for the Pythons that lack it."""
-    members = tar.getmembers()
-    for m in members:
-        name = os.path.normpath(m.name)
-        if os.path.isabs(m.name) or name == ".." or name.startswith("../") or not (m.isfile() or m.isdir()):
-            raise WarmupError(f"{path}: refusing a bundle with the member {m.name!r} (only plain files and "
-                              "folders inside it are imported)")
-        m.mode &= 0o777
-        m.uid = m.gid = 0
-        m.uname = m.gname = ""
-    return members
-
-
 def import_cache(session: Session, ctid, path: str, echo=print) -> dict:
     """Load a bundle made by export_cache into the container's cache folder; refuse one made for other
     versions. Its warmup records are kept where they match this commit, venv, command and environment."""
@@ -362,12 +402,11 @@ def import_cache(session: Session, ctid, path: str, echo=print) -> dict:
     ct = session.container(spec.ctid)
     state = deployed(ct, spec)
     verify = state["venv"].get("verify") or {}
+    refused: list[tuple[str, str]] = []
     try:
-        with tarfile.open(path, "r:*") as tar, tempfile.TemporaryDirectory() as d:
-            if hasattr(tarfile, "data_filter"):
-                tar.extractall(d, filter="data")
-            else:  # Python before 3.11.4 (Debian 12's python3 is 3.11.2): the same rule, by hand
-                tar.extractall(d, members=_plain_members(tar, path))
+        with open(path, "rb") as bundle, tempfile.TemporaryDirectory() as d:
+            # A bundle may come from anywhere: the pull's rule (tarfile's data filter, each refusal named).
+            untar.extract(bundle, Path(d), refused, mode="r|*")
             try:
                 sidecar = json.loads(Path(d, BUNDLE_SIDECAR).read_text())
             except (OSError, ValueError):
@@ -378,15 +417,27 @@ def import_cache(session: Session, ctid, path: str, echo=print) -> dict:
             if diff:
                 raise WarmupError(f"{path}: refusing to import a compile cache made for another setup: " + ", ".join(
                     f"{k} {a} (bundle) != {b} (here)" for k, (a, b) in sorted(diff.items())))
+            theirs = pp.parse(json.dumps(sidecar.get("passport"))) if sidecar.get("passport") else None
+            if theirs is not None:  # a bundle made since passports: every field compared, each difference named
+                fields = pp.differences(theirs, expected_passport(spec, state))
+                if fields:
+                    raise WarmupError(f"{path}: refusing to import a compile cache made for another setup: "
+                                      + pp.describe(theirs, expected_passport(spec, state), fields, theirs="bundle"))
             os.unlink(Path(d, BUNDLE_SIDECAR))
+            if Path(d, pp.FILE).exists():  # written last, below, once every file is in place
+                os.unlink(Path(d, pp.FILE))
             folder = jobenv.compile_cache(spec, verify)
             with oplock.hold(ct, f"warmup --import {os.path.basename(path)}"):
                 count = files.push_tree(ct, d, folder)
-    except (OSError, tarfile.TarError) as exc:
+                if theirs is not None:  # the bundle's passport.json, in place last
+                    write_passport(ct, folder, {**theirs, "imported_from": os.path.basename(path)})
+                    count += 1
+    except (OSError, EOFError, untar.TarError) as exc:
         raise WarmupError(f"{path}: cannot read the bundle: {exc}") from None
     wanted = {warmup_key(spec, state, dev)["key"] for dev in devices_of(spec)}
     latest = {r["key"]: r for r in sidecar.get("warmups", []) if r.get("key") in wanted}  # one per device
     kept = [{**r, "imported_from": os.path.basename(path)} for r in latest.values()]
     if kept:
         _record(ct, spec, kept)
-    return {"files": count, "cache_dir": folder, "warmups": [r["device"] for r in kept]}
+    return {"files": count, "cache_dir": folder, "warmups": [r["device"] for r in kept],
+            "refused": [f"{name}: {why}" for name, why in refused]}

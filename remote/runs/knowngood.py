@@ -14,6 +14,7 @@ import time
 
 from ..facts import Facts, gather
 from ..config import ContainerSpec
+from ..naming import printable
 from ..errors import JobError, RemoteError
 from ..ops import files, jobenv, jobs, logs
 from ..transport.pct import Container
@@ -67,6 +68,9 @@ def make_record(facts: Facts, spec: ContainerSpec, run: dict, watch: logs.Watch,
         # Every installed package, when the venv is still the one the run used.
         "packages": {n: p.version for n, p in facts.venv.packages.items()} if same_lock else None,
         "driver": m.get("driver") or facts.gpus.driver, "cuda_driver": facts.gpus.cuda_driver,
+        # The host's loaded NVIDIA module and the container's driver libraries (remote.facts.gpu).
+        "host_module": facts.gpu.proc_version if facts.gpu else None,
+        "driver_libs": facts.gpu.lib_versions if facts.gpu else None,
         "gpu_names": [g["name"] for g in gpus] if gpus is not None else list(facts.gpus.names),
         "cache": {"fingerprint": folder.rsplit("/", 1)[-1],
                   "files": facts.cache.files if facts.cache.folder == folder else None,
@@ -112,7 +116,7 @@ def after_run(session: Session, ct: Container, spec: ContainerSpec, final: dict,
         record = make_record(facts, spec, final, watch, "auto: the run met the baseline")
         save(ct, spec, record)
     except RemoteError as exc:
-        echo(f"!! could not record run {final['run']} as known-good: {exc}")
+        echo(printable(f"!! could not record run {final['run']} as known-good: {exc}"))
         return None
     echo(f"-- run {final['run']} recorded as known-good ({logs.fmt(watch.rolling, watch.unit)}, baseline "
          f"{watch.baseline:g}) in {path_of(spec)}")

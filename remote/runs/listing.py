@@ -1,6 +1,6 @@
 """`remote runs`: every run a container holds under train.run_dir, read in one command (remote/sh/runs.sh).
 
-For each run: its id, start, state (running, exited, LOST), exit status, last throughput and command,
+For each run: its id, start, state (running, exited, stopped, LOST), exit status, last throughput and command,
 from what its folder holds (manifest.json, pid, exit, the log's tail; remote/ops/jobs.py says what
 they are). Everything there is the container's, so it is parsed as untrusted text.
 """
@@ -12,6 +12,7 @@ import time
 
 from .. import shell
 from ..config import ContainerSpec
+from ..naming import printable
 from ..ops import jobs
 from ..transport.pct import Container
 
@@ -33,7 +34,7 @@ def describe(st: dict, spec: ContainerSpec) -> dict:
 
     manifest = st.get("manifest") if isinstance(st.get("manifest"), dict) else {}
     _, watch = series(spec, st.get("tail") or "", last_line=not st["alive"])
-    state = "running" if st["alive"] else "LOST" if st["lost"] else "exited"
+    state = "running" if st["alive"] else "LOST" if st["lost"] else "stopped" if st.get("stopped") else "exited"
     started = manifest.get("started_epoch")
     return {"id": st["run"], "started": _text(manifest.get("started_at")),
             "started_epoch": started if isinstance(started, (int, float)) else None,
@@ -53,7 +54,7 @@ def render(runs: list[dict], spec: ContainerSpec) -> str:
     rows = [("RUN", "STARTED", "STATE", "EXIT", "THROUGHPUT", "COMMAND")]
     for r in runs:
         started = (time.strftime("%Y-%m-%d %H:%M", time.localtime(r["started_epoch"])) if r["started_epoch"]
-                   else (r["started"] or "-"))
+                   else _clean(r["started"] or "-"))
         tp = f"{r['throughput']:.4g}{' ' + r['unit'] if r['unit'] else ''}" if r["throughput"] is not None else "-"
         rows.append((_clean(r["id"]), started, r["state"], "-" if r["exit"] is None else str(r["exit"]), tp,
                      _clean(r["command"] or "-")))
@@ -64,4 +65,4 @@ def render(runs: list[dict], spec: ContainerSpec) -> str:
 
 def _clean(text: str) -> str:
     """Printable on one line: a folder name or a command from the container can hold anything."""
-    return "".join(ch if ch.isprintable() else "?" for ch in text)
+    return printable(text)

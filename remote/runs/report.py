@@ -22,13 +22,15 @@ from . import timeline as timeline_mod
 
 def _svg(runs: list[tuple[str, list[float], str]], baseline: float | None, unit: str | None,
          w: int = 880, h: int = 320) -> str:
-    """A line chart: each run a polyline over its own sample index (scaled to the width), the baseline dashed."""
-    pad_l, pad_r, pad_t, pad_b = 64, 16, 16, 36
+    """A line chart: each run a polyline over its own sample index (scaled to the width), the baseline dashed;
+    the legend in a band of its own below the axis' label, never over the lines."""
+    pad_l, pad_r, pad_t, pad_b, row = 64, 16, 16, 36, 16
     allv = [v for _, vals, _ in runs for v in vals] + ([baseline] if baseline is not None else [])
     if not allv:
         return "<p>No metric values in the log.</p>"
     lo, hi = min(0.0, min(allv)), max(allv) * 1.1 or 1.0
     x0, x1, y0, y1 = pad_l, w - pad_r, h - pad_b, pad_t
+    h += 8 + row * len(runs)  # the legend's band: one row per run, below everything plotted
 
     def y(v: float) -> float:
         return y0 - (v - lo) / (hi - lo) * (y0 - y1)
@@ -40,7 +42,7 @@ def _svg(runs: list[tuple[str, list[float], str]], baseline: float | None, unit:
         v = lo + (hi - lo) * i / 4
         parts.append(f'<line x1="{x0}" x2="{x1}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#e4e4e4"/>'
                      f'<text x="{x0 - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:.3g}</text>')
-    parts.append(f'<text x="{(x0 + x1) / 2}" y="{h - 8}" text-anchor="middle">progress through the run '
+    parts.append(f'<text x="{(x0 + x1) / 2}" y="{y0 + pad_b - 8}" text-anchor="middle">progress through the run '
                  f'(metric samples) — {html.escape(unit or "")}</text>')
     if baseline is not None:
         parts.append(f'<line x1="{x0}" x2="{x1}" y1="{y(baseline):.1f}" y2="{y(baseline):.1f}" stroke="#c00" '
@@ -54,8 +56,9 @@ def _svg(runs: list[tuple[str, list[float], str]], baseline: float | None, unit:
         parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{pts}">'
                      f'<title>{html.escape(label)}</title></polyline>')
     for k, (label, vals, color) in enumerate(runs):
-        parts.append(f'<rect x="{x0 + 10}" y="{y1 + 8 + 16 * k}" width="12" height="3" fill="{color}"/>'
-                     f'<text x="{x0 + 28}" y="{y1 + 13 + 16 * k}">{html.escape(label)}</text>')
+        top = y0 + pad_b + 8 + row * k  # below the plot and its axis label
+        parts.append(f'<g class="legend"><rect x="{x0}" y="{top + 5}" width="12" height="3" fill="{color}"/>'
+                     f'<text x="{x0 + 18}" y="{top + 10}">{html.escape(label)}</text></g>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -134,13 +137,11 @@ def write(session: Session, ctid, run_id: str | None, dest: str | None) -> Path:
         raise JobError(f"container {spec.ctid}: its run id {st['run']!r} is not one remote makes; give --out")
     path = Path(dest) if dest else reports_dir() / f"report-{spec.ctid}-{st['run']}.html"
     path.parent.mkdir(parents=True, exist_ok=True)
-    # What the run's watch left (metrics.jsonl, gpu.csv, events.jsonl): small files, read as they are.
-    left = {name: ct.run(["cat", f"{st['path']}/{name}"], check=False, mutates=False, timeout=120).out
-            for name in ("metrics.jsonl", "gpu.csv", "events.jsonl")}
-    tl = timeline_mod.parse(left["metrics.jsonl"], left["gpu.csv"], left["events.jsonl"], st.get("attempts"))
-    # The logs come to local files (streamed, verified) and are read from there in chunks: a run's log
-    # can be gigabytes, and only its metric values are kept.
+    # The logs and what the run's watch left come to local files (streamed, verified) and are read from
+    # there in chunks: a run's log can be gigabytes, its metrics.jsonl grows with it, and only the values
+    # are kept.
     with tempfile.TemporaryDirectory(prefix="remote-report-") as d:
+        tl = read_timeline(ct, st["path"], st.get("attempts"), Path(d))
         log = Path(d) / "log"
         files.pull(ct, f"{st['path']}/log", log)
         if not log.is_file():  # what the container has there is not a log
@@ -154,6 +155,19 @@ def write(session: Session, ctid, run_id: str | None, dest: str | None) -> Path:
                 kg_log = None
         path.write_text(render(spec, st, _chunks(log), kg, kg_log, warmups, tl))
     return path
+
+
+WATCH_FILES = ("metrics.jsonl", "gpu.csv", "events.jsonl")
+
+
+def read_timeline(ct, run_path: str, attempts: list[dict] | None, folder: Path) -> "timeline_mod.Timeline":
+    """The run over time from what its watch left (WATCH_FILES, each there or not): each pulled into
+    `folder` as the log is, in one streamed command, and read from there in chunks, never whole."""
+    got = {}
+    for name in WATCH_FILES:
+        local = folder / f"watch-{name}"
+        got[name] = _chunks(local) if files.pull_if_there(ct, f"{run_path}/{name}", local) else ()
+    return timeline_mod.parse(got["metrics.jsonl"], got["gpu.csv"], got["events.jsonl"], attempts)
 
 
 def _chunks(path: Path, size: int = 1 << 20):

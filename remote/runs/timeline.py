@@ -1,7 +1,7 @@
 """A run over wall-clock time: the data the watch left in its run folder (remote/sh/watch.py, job.sh) read
 and drawn. metrics.jsonl (throughput), gpu.csv (utilisation, memory), events.jsonl (stalls) and the
 wrapper's attempts, as one SVG with the throughput on top and the GPU's utilisation and memory under it on
-the same time axis, stalls and restarts marked. Pure: text in, SVG out; everything read is untrusted
+the same time axis, stalls and restarts marked. Pure: text (or its bytes in chunks) in, SVG out; everything read is untrusted
 (a line that does not parse is skipped).
 """
 
@@ -11,6 +11,7 @@ import html
 import json
 import math
 from dataclasses import dataclass, field
+from typing import Iterable
 
 
 @dataclass
@@ -39,9 +40,34 @@ def _cell(s: str) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def parse(metrics: str = "", gpu: str = "", events: str = "", attempts: list[dict] | None = None) -> Timeline:
+MAX_LINE = 1 << 16  # a record longer than this is none the watch wrote: skipped, and never held whole
+
+
+def lines(data: "str | Iterable[bytes]"):
+    """The lines of a text, or of bytes read in chunks (a file read so is never held whole); a line longer
+    than MAX_LINE is skipped."""
+    if isinstance(data, str):
+        yield from data.splitlines()
+        return
+    pending, skipping = b"", False
+    for chunk in data:
+        *complete, pending = (pending + chunk).split(b"\n")
+        for line in complete:
+            if skipping:  # the end of a line already too long
+                skipping = False
+            elif len(line) <= MAX_LINE:
+                yield line.decode("utf-8", "replace")
+        if len(pending) > MAX_LINE:
+            pending, skipping = b"", True
+    if pending and not skipping:
+        yield pending.decode("utf-8", "replace")
+
+
+def parse(metrics: "str | Iterable[bytes]" = "", gpu: "str | Iterable[bytes]" = "",
+          events: "str | Iterable[bytes]" = "", attempts: list[dict] | None = None) -> Timeline:
+    """The timeline of what the watch left: each file as its text or as chunks of its bytes."""
     tl = Timeline(attempts=list(attempts or []))
-    for line in metrics.splitlines():
+    for line in lines(metrics):
         try:
             row = json.loads(line)
         except ValueError:
@@ -51,7 +77,7 @@ def parse(metrics: str = "", gpu: str = "", events: str = "", attempts: list[dic
             if isinstance(row.get("unit"), str):
                 tl.unit = row["unit"][:40]
     per_t: dict[float, list[tuple[float | None, float | None]]] = {}
-    for line in gpu.splitlines():
+    for line in lines(gpu):
         cells = line.split(",")
         if len(cells) != 7 or _cell(cells[0]) is None:
             continue  # the header, or a torn row
@@ -61,7 +87,7 @@ def parse(metrics: str = "", gpu: str = "", events: str = "", attempts: list[dic
         utils = [u for u, _ in rows if u is not None]
         mems = [m for _, m in rows if m is not None]
         tl.gpu.append((t, sum(utils) / len(utils) if utils else None, sum(mems) / 1024 if mems else None))
-    for line in events.splitlines():
+    for line in lines(events):
         try:
             ev = json.loads(line)
         except ValueError:

@@ -1,13 +1,27 @@
 # Move the checkout to exactly one commit, from a bundle, saving what was edited there first.
 # $1 checkout, $2 commit, $3 bundle file, $4 patches folder, $5 stamp, $6 record JSON, $7 the bundle's ref,
 # $8 the shallow clone's boundary commits the bundle holds (space-separated; empty for a whole history).
-# Prints "saved edits: <patch>" / "saved untracked files the commit replaces: <tar>" followed by one
+# Prints "removed stale lock: <file>" for a git lock an interrupted deploy left,
+# "saved edits: <patch>" / "saved untracked files the commit replaces: <tar>" followed by one
 # "replaced untracked: <path>" line per path; exit 3 when the bundle does not hold the commit, the untracked
 # paths it replaces cannot be saved, or the checkout is not clean afterwards.
 path=$1 commit=$2 bundle=$3 patches=$4 stamp=$5 record=$6 ref=$7
 mkdir -p "$path"
 cd "$path" || exit
 [ -d .git ] || { git init -q; echo "initialised a git repository in $path"; }
+# A git ended mid-write (an interrupted deploy: Ctrl-C or a lost link ends the step in flight) leaves its
+# lock files, and every later checkout here fails on them. This runs under the operation lease, so no
+# deploy writes here now: a lock that no process holds open is such a leftover, removed and named; one a
+# live process (a git run by hand) holds is left, and git says so below.
+for lock in index.lock HEAD.lock; do
+  lock=$(pwd -P)/$(git rev-parse --git-path "$lock")
+  [ -e "$lock" ] || continue
+  held=0
+  for fd in /proc/[0-9]*/fd/*; do
+    [ "$(readlink "$fd" 2>/dev/null)" = "$lock" ] && { held=1; break; }
+  done
+  [ "$held" = 1 ] || { rm -f -- "$lock"; echo "removed stale lock: $lock (no process holds it: left by an interrupted git)"; }
+done
 # From a shallow clone: the checkout is shallow at the same commits (those it lacks), or the fetch fails.
 for s in ${8-}; do
   git cat-file -e "$s^{commit}" 2>/dev/null || printf '%s\n' "$s" >> "$(git rev-parse --git-path shallow)"

@@ -1,8 +1,11 @@
-# The job's wrapper, leader of its own session: $1 run folder, $2 checkout, $3 command (bash), $4 restarts,
-# $5 restart_on (exit statuses, space-separated; empty: any non-zero), $6 the watch (remote/sh/watch.py;
-# empty: none), $7 its settings (JSON). Writes the pid file first and the exit record last (atomically),
-# whatever the command does. Each attempt sees REMOTE_RESTART=<k> (0 the first time); `stop` is final.
-run=$1 checkout=$2 command=$3 restarts=${4:-0} restart_on=${5:-} watch=${6:-} watch_conf=${7:-"{}"}
+# The job's wrapper, leader of its own session, started from its file in the container (launch.sh puts it
+# there, verified by sha256), so `ps` shows `bash .../job-<sha>.sh RUN ...`: $1 run folder, $2 checkout,
+# $3 restarts, $4 restart_on (exit statuses, space-separated; empty: any non-zero), $5 the watch's file
+# (remote/sh/watch.py; empty: none). The command (bash) is in $run/command, the watch's settings in
+# $run/watch-settings.json. Writes the pid file first and the exit record last (atomically), whatever the
+# command does. Each attempt sees REMOTE_RESTART=<k> (0 the first time) and is recorded with the commit the
+# checkout has then (a `deploy --force` may have moved it); `stop` is final.
+run=$1 checkout=$2 restarts=${3:-0} restart_on=${4:-} watch=${5:-}
 echo $$ > "$run/pid"
 stopped=0
 trap 'stopped=1; echo "[remote] got SIGTERM at $(date -Is)" >> "$run/log"' TERM
@@ -10,7 +13,7 @@ trap '' HUP
 cd "$checkout" || { echo 126 > "$run/exit"; exit 126; }
 watcher=
 if [ -n "$watch" ] && py=$(command -v python3); then
-  "$py" -I -S -c "$watch" "$run" "$REMOTE_RUN_ID" "$watch_conf" < /dev/null >> "$run/watch.log" 2>&1 &
+  "$py" -I -S "$watch" "$run" "$REMOTE_RUN_ID" "$run/watch-settings.json" < /dev/null >> "$run/watch.log" 2>&1 &
   watcher=$!
 fi
 # stop.sh leaves $run/stop before it signals: no attempt starts once it is there.
@@ -27,8 +30,15 @@ while :; do
   if [ "$k" -gt 0 ]; then
     echo "-- attempt $((k + 1)) of $((restarts + 1)) (previous exit $rc)" >> "$run/log"
   fi
-  echo "start $((k + 1)) $(date +%s.%N)" >> "$run/attempts"
-  REMOTE_RESTART=$k bash -c "$command" < /dev/null >> "$run/log" 2>&1 &
+  head=$(git -C "$checkout" rev-parse -q --verify HEAD 2>/dev/null) || head=-
+  if [ "$k" = 0 ]; then
+    first=$head
+  elif [ "$head" != "$first" ]; then
+    echo "-- attempt $((k + 1)) runs commit $head, not $first, which the run started with (the checkout moved:" \
+         "a \`deploy --force\` under the run?); the manifest's attempts record each one's commit" >> "$run/log"
+  fi
+  echo "start $((k + 1)) $(date +%s.%N) $head" >> "$run/attempts"
+  REMOTE_RESTART=$k bash -c "$(cat "$run/command")" < /dev/null >> "$run/log" 2>&1 &
   child=$!
   is_stopped && kill -TERM "$child" 2>/dev/null
   while :; do

@@ -1,9 +1,27 @@
 # Start a training job detached, under the launch lock: refuse while any run is live (unless forced),
 # make the run folder, start the job as its own session (setsid) and point `current` at it.
-# $1 run_dir, $2 run id, $3 force (0|1), $4 checkout, $5 command, $6 manifest JSON, $7 the job wrapper;
-# $8.. go to the wrapper after its three (restarts, restart_on, the watch and its settings: job.sh).
+# $1 run_dir, $2 run id, $3 force (0|1), $4 checkout, $5 command, $6 manifest JSON, $7 restarts,
+# $8 restart_on, $9 the watch's settings (JSON); then the wrapper (remote/sh/job.sh) and the watch
+# (remote/sh/watch.py; all three empty: none) as PATH SHA256 TEXT each: each is put at its PATH (named by
+# its content, so a running wrapper's file is never rewritten) unless it is there with that sha256, and
+# checked by sha256 before it runs, so `ps` shows `bash PATH RUN ...`, not the whole script.
 # The user's environment (train.env) was exported by withenv.sh before this runs; nothing here prints it.
-run_dir=$1 id=$2 force=$3 checkout=$4 command=$5 manifest=$6 job=$7
+run_dir=$1 id=$2 force=$3 checkout=$4 command=$5 manifest=$6 restarts=$7 restart_on=$8 watch_conf=$9
+job=${10} job_sha=${11} job_text=${12} watch=${13} watch_sha=${14} watch_text=${15}
+# install PATH SHA256 TEXT: TEXT at PATH unless it is there already; exit 7 when PATH does not verify.
+install() {
+  local got tmp
+  got=$(sha256sum < "$1" 2>/dev/null | cut -c1-64) || got=
+  if [ "$got" != "$2" ]; then
+    mkdir -p -- "$(dirname -- "$1")"
+    tmp=$(mktemp -- "$1.remote-XXXXXX")
+    printf '%s' "$3" > "$tmp" && chmod 644 -- "$tmp" && mv -f -- "$tmp" "$1"
+    got=$(sha256sum < "$1" | cut -c1-64)
+  fi
+  [ "$got" = "$2" ] || { echo "$1 does not verify (sha256 $got, not $2)" >&2; exit 7; }
+}
+install "$job" "$job_sha" "$job_text"
+[ -z "$watch" ] || install "$watch" "$watch_sha" "$watch_text"
 mkdir -p "$run_dir"
 exec 9>"$run_dir/.lock"
 flock -w 10 9 || { echo "another train is starting on this container" >&2; exit 4; }
@@ -17,11 +35,13 @@ fi
 run=$run_dir/$id
 mkdir "$run"
 printf '%s\n' "$manifest" > "$run/manifest.json"
+printf '%s\n' "$command" > "$run/command"
+printf '%s\n' "$watch_conf" > "$run/watch-settings.json"
 : > "$run/log"
-export REMOTE_RUN_ID=$id PET_LOG_DIR=$run/ranks
+export REMOTE_RUN_ID=$id PET_LOG_DIR=$run/ranks REMOTE_CACHE_STATS=$run/cache-stats
 # The job must not hold the launch lock (9>&-).
-setsid -f bash -c "$job" job "$run" "$checkout" "$command" "${@:8}" < /dev/null > /dev/null 2>&1 9>&-
-unset REMOTE_RUN_ID PET_LOG_DIR  # this shell is not the job's
+setsid -f bash "$job" "$run" "$checkout" "$restarts" "$restart_on" "$watch" < /dev/null > /dev/null 2>&1 9>&-
+unset REMOTE_RUN_ID PET_LOG_DIR REMOTE_CACHE_STATS  # this shell is not the job's
 for _ in $(seq 100); do [ -s "$run/pid" ] && break; sleep 0.05; done
 # A loaded container may start the wrapper late: while a process of the run lives, it started.
 started() { live_runs "$run_dir" | awk -v id="$id" '$1 == id { f = 1 } END { exit !f }'; }

@@ -7,6 +7,7 @@ run_dir=$1 limit=$2 marker=$3 tail_bytes=$4
 ids=()
 for d in "$run_dir"/*/; do
   d=${d%/}
+  [ ! -L "$d" ] || continue  # `current` (a link to the latest) is no run of its own
   [ -e "$d/manifest.json" ] || [ -e "$d/pid" ] || continue  # a run's folder
   ids+=("${d##*/}")
 done
@@ -25,6 +26,7 @@ for id in "${ids[@]:start}"; do
   echo "pid=$(head -c 32 "$run/pid" 2>/dev/null | tr -dc 0-9 || true)"
   echo "alive=$alive"
   echo "exit=$(head -c 32 "$run/exit" 2>/dev/null | tr -dc '0-9-' || true)"
+  echo "stopped=$([ -e "$run/stop" ] && echo 1 || echo 0)"  # stop.sh's mark: ended by `remote stop`
   echo "log_size=$(stat -c %s "$run/log" 2>/dev/null || echo 0)"
   echo "now=$now"
   echo "--manifest--"

@@ -18,6 +18,7 @@ echo "path=$run"
 echo "pid=$(cat "$run/pid" 2>/dev/null || true)"
 echo "alive=$alive"
 echo "exit=$(cat "$run/exit" 2>/dev/null || true)"
+echo "stopped=$([ -e "$run/stop" ] && echo 1 || echo 0)"  # stop.sh's mark: ended by `remote stop`
 echo "log_size=$(stat -c %s "$run/log" 2>/dev/null || echo 0)"
 echo "now=$(date +%s)"
 echo "marked=$(marked "$id" | tr '\n' ' ')"

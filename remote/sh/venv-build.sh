@@ -22,3 +22,7 @@ echo "installing $(grep -c '==' "$venv/remote-lock.txt") packages (uv pip sync).
 "$uv" pip sync --python "$venv/bin/python" "$@" "$venv/remote-lock.txt"
 site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 cp "$staging/guard.py" "$site/remote_guard.py"
+# Every process of the venv where REMOTE_CACHE_STATS is set leaves its compile-cache counters there at exit
+# (a train run sets it): nothing is imported where it is not set.
+echo 'import os; os.environ.get("REMOTE_CACHE_STATS") and __import__("remote_guard").stats_at_exit()' \
+  > "$site/remote_cache_stats.pth"

@@ -8,5 +8,12 @@ mkdir -p "$cache"
 echo "REMOTE_CACHE before $(stats)"
 rc=0
 bash -c "$command" </dev/null || rc=$?
+# torch's counters of every process of the command (the venv's remote_cache_stats.pth writes them here)
+if [ -n "${REMOTE_CACHE_STATS:-}" ] && [ -d "$REMOTE_CACHE_STATS" ]; then
+  for f in "$REMOTE_CACHE_STATS"/*.json; do
+    [ -f "$f" ] && echo "REMOTE_STATS $(head -c 4096 "$f")"
+  done
+  rm -rf -- "$REMOTE_CACHE_STATS"  # in the jobs' tmp/ folder: counters, not cache files
+fi
 echo "REMOTE_CACHE after $(stats)"
 exit "$rc"

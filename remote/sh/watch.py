@@ -13,7 +13,7 @@ Every second it looks at the run's log (one stat; new bytes read once) and:
     written to <run>/gpu.csv with the time they were read; nothing at all on a CPU container;
   - copies the wrapper's attempt records (<run>/attempts) into manifest.json's "attempts".
 It ends on TERM (the wrapper's, at the end of the run, or stop's) after a last read, or when the wrapper is
-gone. argv: run folder, run id, settings (JSON: stall, on_stall, py_spy, metrics, metric_stall, gpu_every,
+gone. argv: run folder, run id, settings (a JSON file, or JSON itself: stall, on_stall, py_spy, metrics, metric_stall, gpu_every,
 grace).
 """
 
@@ -379,8 +379,9 @@ def parse_attempts(text):
     for line in text.splitlines():
         f = line.split()
         try:
-            if f[0] == "start" and len(f) == 3:
-                out[int(f[1])] = {"attempt": int(f[1]), "started": float(f[2]), "ended": None, "exit": None}
+            if f[0] == "start" and len(f) in (3, 4):  # the 4th: the commit the checkout had (job.sh)
+                out[int(f[1])] = {"attempt": int(f[1]), "started": float(f[2]), "ended": None, "exit": None,
+                                  "commit": f[3] if len(f) == 4 and f[3] != "-" else None}
             elif f[0] == "end" and len(f) == 4 and int(f[1]) in out:
                 out[int(f[1])].update(ended=float(f[2]), exit=int(f[3]))
         except (IndexError, ValueError):
@@ -389,7 +390,11 @@ def parse_attempts(text):
 
 
 def main(argv):
-    run, run_id, conf = argv[1], argv[2], json.loads(argv[3])
+    run, run_id, conf = argv[1], argv[2], argv[3]
+    if not conf.lstrip().startswith("{"):  # the settings' file (job.sh passes $run/watch-settings.json)
+        with open(conf) as f:
+            conf = f.read()
+    conf = json.loads(conf)
     watch = Watch(run, run_id, conf)
 
     def stop(*_):

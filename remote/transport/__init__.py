@@ -27,6 +27,7 @@ from typing import Callable, Protocol, Sequence
 
 from ..config import Host
 from ..errors import CommandError, CommandTimeout, ConnectError, ConnectTimeout, TransportError
+from .framing import STDERR_TAIL
 
 log = logging.getLogger(__name__)
 
@@ -108,18 +109,6 @@ class Stream(Protocol):
     def close(self) -> None: ...
 
 
-def read_exact(stream: Stream, n: int) -> bytes:
-    """Exactly n bytes from a stream (a frame of the agent's or the mux's protocol); EOFError at its end."""
-    data = b""
-    while len(data) < n:
-        chunk = stream.read(n - len(data))
-        if not chunk:
-            raise EOFError
-        data += chunk
-    return data
-
-
-STDERR_TAIL = 1 << 16  # bytes of a stream's stderr kept for messages
 STREAM_WINDOW = 16 << 20  # SSH channel window of a stream: what may be in flight (and buffered) at once
 STREAM_PACKET = 1 << 18
 HEARTBEAT_EVERY = 5.0  # seconds between the SSH heartbeats of a connection
@@ -169,9 +158,9 @@ class LocalTransport:
 
         readers = [threading.Thread(target=pump, args=(n, s), daemon=True)
                    for n, s in (("stdout", proc.stdout), ("stderr", proc.stderr))]
-        for t in readers:
-            t.start()
-        try:
+        try:  # from the child's start: a Ctrl-C that comes while the readers start is passed on too
+            for t in readers:
+                t.start()
             if stdin is not None:
                 try:
                     proc.stdin.write(stdin)
@@ -547,7 +536,10 @@ class ChannelStream:
         return not self.chan.closed and self.chan.get_transport().is_active()
 
     def close(self) -> None:
-        self.chan.close()
+        try:
+            self.chan.close()
+        except (OSError, EOFError):  # the connection is already gone: so is the channel
+            pass
 
 
 def _heartbeat(transport, name: str, every: float, silence: float) -> None:

@@ -28,12 +28,12 @@ from __future__ import annotations
 import base64
 import json
 import queue
-import struct
 import threading
 import time
 from typing import Callable
 
-from . import NotStarted, OutputCallback, Result, read_exact
+from . import NotStarted, OutputCallback, Result
+from .framing import Frames
 from ..errors import CommandTimeout, ConnectError
 
 HANDSHAKE_TIMEOUT = 60.0  # seconds for the agent's first frame (pct exec and python3 start-up)
@@ -41,6 +41,7 @@ PING_EVERY = 5.0  # the controller pings the agent this often
 SILENCE = 15.0  # nothing heard from the agent this long: the link is gone (before the SSH heartbeat notices)
 WRITE_SLICE = 256 << 10  # a large frame goes out in slices this big, each one proof that the link moves
 AGENT_SILENCE = 60  # the agent's side: nothing from the controller this long, it kills its children and exits
+FRAMES = Frames(">I")  # the length, then JSON (the AGENT program's own framing)
 
 AGENT = r'''
 import base64, json, os, select, selectors, signal, struct, subprocess, sys, threading, time
@@ -223,11 +224,11 @@ class Agent:
 
     def _reader(self) -> None:
         try:
-            hello = json.loads(read_exact(self.stream, struct.unpack(">I", read_exact(self.stream, 4))[0]))
+            hello = json.loads(FRAMES.read(self.stream)[0])
             self._last_rx = time.monotonic()
             self._ready.put(None if "ready" in hello else str(hello))
             while True:
-                msg = json.loads(read_exact(self.stream, struct.unpack(">I", read_exact(self.stream, 4))[0]))
+                msg = json.loads(FRAMES.read(self.stream)[0])
                 self._last_rx = time.monotonic()
                 q = self._pending.get(msg["i"])
                 if q is not None:
@@ -252,8 +253,7 @@ class Agent:
 
     def _write(self, frame: dict) -> None:
         """Send one frame; any failure of the stream is a lost agent (ConnectError), whatever raised it."""
-        data = json.dumps(frame).encode()
-        view = memoryview(struct.pack(">I", len(data)) + data)
+        view = memoryview(FRAMES.pack(data=json.dumps(frame).encode()))
         try:
             with self._send_lock:  # one frame at a time; its slices in order
                 if len(view) <= WRITE_SLICE:  # pings and small requests: a buffer takes them, link or not

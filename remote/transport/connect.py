@@ -168,14 +168,80 @@ class _Refuse(paramiko.MissingHostKeyPolicy):
         raise _UnknownHostKey(hostname, key)
 
 
-def _load_known_hosts(client: paramiko.SSHClient, target: Target) -> None:
+_NOTED: set[str] = set()  # known_hosts files whose @cert-authority lines were noted (once per process)
+
+
+def _read_known_hosts(path: str) -> tuple[list[paramiko.hostkeys.HostKeyEntry], list[tuple]]:
+    """The entries of one known_hosts file, and its @revoked ones as (entry, line number). @cert-authority
+    lines are skipped with one note (host certificates are not supported); a line that is not a key
+    (a bad base64 field, an unknown type) is skipped, as ssh skips it."""
+    entries, revoked, authorities = [], [], 0
+    with open(path) as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            marker = None
+            if line.startswith("@"):
+                marker, _, line = line.partition(" ")
+                line = line.strip()
+                if marker == "@cert-authority":
+                    authorities += 1
+                    continue
+                if marker != "@revoked":
+                    log.warning("%s line %d: unknown marker %s: line skipped", path, lineno, marker)
+                    continue
+            try:
+                entry = paramiko.hostkeys.HostKeyEntry.from_line(line, lineno)
+            except (paramiko.SSHException, paramiko.hostkeys.InvalidHostKey, ValueError):
+                entry = None
+            if entry is None:
+                continue
+            if marker == "@revoked":
+                revoked.append((entry, lineno))
+            else:
+                entries.append(entry)
+    if authorities and path not in _NOTED:
+        _NOTED.add(path)
+        log.warning("note: %s has %d @cert-authority line%s: host certificates are not supported, so %s skipped "
+                    "(hosts need their plain host keys listed)", path, authorities, "s" * (authorities > 1),
+                    "they are" if authorities > 1 else "it is")
+    return entries, revoked
+
+
+def revoked_line(target: Target, key) -> str | None:
+    """`FILE line N` of an @revoked line with this key, or None. A revoked key is refused for every host,
+    whatever the line's host patterns (ssh applies them; revoking is meant for all)."""
     for path in target.known_hosts:
         try:
-            client.get_host_keys().load(path)
+            _, revoked = _read_known_hosts(path)
+        except (OSError, UnicodeDecodeError):
+            continue
+        for entry, lineno in revoked:
+            if entry.key == key:
+                return f"{path} line {lineno}"
+    return None
+
+
+def _load_known_hosts(client: paramiko.SSHClient, target: Target) -> None:
+    """Every key the known_hosts files give this host, less those an @revoked line names (paramiko's own
+    reader fails on any @ line): a revoked key offered is then refused, and _mapped says by which line."""
+    keys = client.get_host_keys()
+    entries, revoked = [], []
+    for path in target.known_hosts:
+        try:
+            got, gone = _read_known_hosts(path)
         except FileNotFoundError:
-            pass
-        except (OSError, UnicodeDecodeError, paramiko.SSHException) as exc:
+            continue
+        except (OSError, UnicodeDecodeError) as exc:
             raise HostKeyError(target.label, f"{target.label}: cannot read known_hosts {path}: {exc}") from None
+        entries += got
+        revoked += [entry for entry, _ in gone]
+    for entry in entries:
+        if any(entry.key == r.key for r in revoked):
+            continue
+        for name in entry.hostnames:
+            keys.add(name, entry.key.get_name(), entry.key)
 
 
 class _NoKey(paramiko.AuthenticationException):
@@ -299,6 +365,9 @@ def _mapped(exc: BaseException, t: Target, phase: str, heard: bytes, timeout: fl
     name = t.label
     via = f" through {t.via.label} ({t.via.alias})" if t.via else ""
     dest = f"{t.address}{via}"
+    if isinstance(exc, (_UnknownHostKey, paramiko.BadHostKeyException)) and (where := revoked_line(t, exc.key)):
+        return HostKeyError(name, f"{name}: {t.address} offered {exc.key.get_name()} {fingerprint(exc.key)}, a key "
+                                  f"REVOKED by {where}: refused. Ask the host's administrator for its new key.")
     if isinstance(exc, _UnknownHostKey):
         return HostKeyError(name, _unknown_key_message(t, exc.key))
     if isinstance(exc, paramiko.BadHostKeyException):

@@ -19,16 +19,15 @@ from __future__ import annotations
 
 import json
 import queue
-import struct
 import threading
 import time
 
-from . import Result, read_exact
-from ..errors import CommandTimeout, ConnectError
+from . import Result
+from .framing import BoundedStream, Frames
+from ..errors import ConnectError
 
 HANDSHAKE_TIMEOUT = 30.0  # seconds for the mux's first frame (the SSH session, the login shell, python3)
 MUX_SILENCE = 60  # the mux's side: unheard this long with no child left, it exits
-STDERR_TAIL = 1 << 16
 CHUNK = 1 << 20  # the largest payload of one frame
 
 MUX = r'''
@@ -188,11 +187,16 @@ finally:
         forget(i)
 '''
 
-HEAD = struct.Struct(">IcI")
+FRAMES = Frames(">IcI")  # stream id, kind, length (the MUX program's HEAD)
 
 
 class Mux:
-    """The controller's side of one host's mux: `open_stream(argv)` as a transport's, over one stream."""
+    """The controller's side of one host's mux: `open_stream(argv)` as a transport's, over one stream.
+
+    One reader thread feeds every stream; each holds a bounded buffer (remote.transport.framing), so a
+    stream whose consumer stops reading holds that reader, and with it the host's other streams, until it
+    reads again or is closed, as one SSH channel's window would: its consumers (the agents' readers,
+    `run`) read all the time."""
 
     def __init__(self, stream, where: str, *, handshake_timeout: float = HANDSHAKE_TIMEOUT):
         self.stream, self.where = stream, where
@@ -213,12 +217,10 @@ class Mux:
 
     def _reader(self) -> None:
         try:
-            i, kind, n = HEAD.unpack(read_exact(self.stream, HEAD.size))
-            read_exact(self.stream, n)
+            i, kind, _ = FRAMES.read(self.stream)
             self._ready.put(None if (i, kind) == (0, b"r") else f"unexpected first frame {kind!r}")
             while True:
-                i, kind, n = HEAD.unpack(read_exact(self.stream, HEAD.size))
-                data = read_exact(self.stream, n)
+                i, kind, data = FRAMES.read(self.stream)
                 s = self._streams.get(i)
                 if s is not None:
                     s._frame(kind, data)
@@ -248,7 +250,7 @@ class Mux:
             raise ConnectError(self.where, f"{self.where}: mux gone: {self.dead}")
         try:
             with self._write_lock:
-                self.stream.write(HEAD.pack(i, kind, len(data)) + data)
+                self.stream.write(FRAMES.pack(i, kind, data=data))
         except Exception as exc:
             self._lost(f"cannot write to the mux: {exc or type(exc).__name__}")
             raise ConnectError(self.where, f"{self.where}: mux gone: {self.dead}") from exc
@@ -266,17 +268,21 @@ class Mux:
         return s
 
     def run(self, argv, *, deadline: float | None = None) -> Result:
-        """A host command through the mux, collected as a transport's `run` does (output held here)."""
+        """A host command through the mux, collected as a transport's `run` does (read as it comes)."""
         start = time.monotonic()
         s = self.open_stream(argv)
+        out = bytearray()
         try:
             s.close_stdin()
-            code = s.wait(deadline)
+            left = lambda: None if deadline is None else deadline - (time.monotonic() - start)  # noqa: E731
+            while chunk := s.read(CHUNK, timeout=left()):
+                out += chunk
+            code = s.wait(left())
         finally:
             s.close()
         if code == -1:
             raise ConnectError(self.where, f"{self.where}: connection lost while running {argv[0]}: {self.dead}")
-        return Result(tuple(argv), code, bytes(s._buf), bytes(s._err), time.monotonic() - start)
+        return Result(tuple(argv), code, bytes(out), bytes(s._err), time.monotonic() - start)
 
     def alive(self) -> bool:
         if self.dead:
@@ -290,42 +296,26 @@ class Mux:
         self._lost("closed")
 
 
-class MuxStream:
-    """One child of the mux as a Stream (remote.transport.Stream): what it writes is held here until read."""
+class MuxStream(BoundedStream):
+    """One child of the mux as a Stream (remote.transport.Stream): what it writes is held here, bounded,
+    until read."""
 
     def __init__(self, mux: Mux, i: int):
+        super().__init__(mux.where)
         self.mux, self.i = mux, i
-        self._buf = bytearray()
-        self._err = bytearray()
-        self._code: int | None = None
-        self._closed = False
-        self._cond = threading.Condition()
 
     def _frame(self, kind: bytes, data: bytes) -> None:
-        with self._cond:
-            if kind == b"o":
-                self._buf += data
-            elif kind == b"e":
-                self._err += data
-                del self._err[:-STDERR_TAIL]
-            elif kind == b"x" and self._code is None:
-                self._code = int(data)
-                self.mux._streams.pop(self.i, None)
-            self._cond.notify_all()
+        if kind == b"o":
+            self.feed(data)
+        elif kind == b"e":
+            self.feed_err(data)
+        elif kind == b"x" and self.finish(int(data)):
+            self.mux._streams.pop(self.i, None)
 
     def write(self, data: bytes) -> None:
         view = memoryview(data)
         for start in range(0, len(view), CHUNK):
             self.mux._send(self.i, b"i", bytes(view[start:start + CHUNK]))
-
-    def read(self, n: int) -> bytes:
-        """Up to n bytes of stdout; b"" once the child has ended (or the mux is gone) and all was read."""
-        with self._cond:
-            while not self._buf and self._code is None and not self._closed:
-                self._cond.wait()
-            chunk = bytes(self._buf[:n])
-            del self._buf[:n]
-            return chunk
 
     def close_stdin(self) -> None:
         try:
@@ -333,32 +323,18 @@ class MuxStream:
         except ConnectError:
             pass
 
-    def wait(self, timeout: float | None = None) -> int:
-        """The exit status; -1 when the mux (its connection) was lost first."""
-        end = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            while self._code is None:
-                left = None if end is None else end - time.monotonic()
-                if left is not None and left <= 0:
-                    raise CommandTimeout("stream", timeout, self.error_text(), self.mux.where)
-                self._cond.wait(left)
-            return self._code
-
     def error_text(self) -> str:
-        text = bytes(self._err).decode("utf-8", "replace").strip()
+        text = super().error_text()
         if self._code == -1 and self.mux.dead and self.mux.dead != "closed":
             text = f"{text}\n{self.mux.dead}".strip()
         return text
 
     def alive(self) -> bool:
-        return not self._closed and self._code is None and self.mux.alive()
+        return super().alive() and self.mux.alive()
 
     def close(self) -> None:
-        with self._cond:
-            if self._closed:
-                return
-            self._closed = True
-            self._cond.notify_all()
+        if not super().close():
+            return
         if self._code is None:
             try:
                 self.mux._send(self.i, b"k")

@@ -3,6 +3,7 @@ in-container agents, started on demand, and on an SSH host the stream mux those 
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -14,8 +15,27 @@ from .. import config as cfg
 from ..errors import ConnectError, PctError, TransportError
 
 
+log = logging.getLogger(__name__)
+
 AGENT_RETRY_S = 10.0
 MUX_PYTHON = "/usr/bin/python3"
+
+
+_NO_KEEPING_SAID: list[bool] = []
+
+
+def _can_keep() -> bool:
+    """Whether kept connections work on this platform (it tells who is at the other end of a Unix socket);
+    where not, every command connects itself, said once per process."""
+    from .keepwire import peer_credentials_supported
+
+    if peer_credentials_supported():
+        return True
+    if not _NO_KEEPING_SAID:
+        _NO_KEEPING_SAID.append(True)
+        log.warning("note: no kept connection on this platform (it has neither SO_PEERCRED nor getpeereid to check "
+                    "who is at the other end of its socket): each command connects directly")
+    return False
 
 
 @dataclass
@@ -34,7 +54,8 @@ class Session:
 
     def transport(self, host: cfg.Host) -> Transport:
         if host.name not in self._transports:
-            if self.keep and not host.local and host.control_persist > 0 and self.transport_factory is for_host:
+            if self.keep and not host.local and host.control_persist > 0 and self.transport_factory is for_host \
+                    and _can_keep():
                 from .keeper import KeptTransport
 
                 self._transports[host.name] = KeptTransport(host, self.config.file)

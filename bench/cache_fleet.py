@@ -1,0 +1,122 @@
+"""Compile-cache fleet benchmarks on a lab of its own (4 containers, the demo drafter, CPU torch), in one run:
+
+1. `remote warmup -c A` of one cold container, against `remote warmup -c A,B,C` of three identical cold
+   containers (one warmup, its cache copied to the other two)  [goal <= 1.3x];
+2. the north star: a fresh container (no venv, no checkout, no cache) to its first steady training step
+   with `remote deploy warmup train -c D` while A is warm: seconds from the command's start to the first
+   throughput line it prints (the drafter logs one per interval after its first steps)  [goal <= 30 s].
+
+    python bench/cache_fleet.py [--ids 250-253]   # as root; brings its lab up in a temporary folder and down
+                                                  # after (LXC ids are system-wide: pick free ones)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from remote.lab import Lab  # noqa: E402
+
+IDS = "250-253"
+WHEELS = Path(tempfile.gettempdir()) / "remote-test-wheels"  # the test labs' wheel folder, shared
+SECTIONS = """
+venv:
+  packages: [torch==2.13.0+cpu, numpy==2.2.6]
+  find_links: [{wheels}]
+  requirements: requirements.txt
+code:
+  repo: {repo}
+  path: /root/dflash
+warmup:
+  command: python -m drafter.warmup --device {{device}}
+  devices: [0, 1]
+  cache_dir: /root/.cache/torch-compile
+train:
+  command: python -m drafter.train --target-gpus 0 --drafter-gpus 0,1 --steps 60 --log-interval 0.5
+  run_dir: /root/runs
+"""
+ASIDE = 'cd /root/.cache/torch-compile 2>/dev/null || exit 0; for d in torch-*; do [ -e "$d" ] && mv "$d" "aside-$d-$$"; done; ' \
+        '[ -e warmups.jsonl ] && mv warmups.jsonl "aside-warmups-$$.jsonl"; true'
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def parse_ids(text: str) -> tuple[int, ...]:
+    ids: list[int] = []
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        ids += range(int(low), int(high or low) + 1)
+    if len(ids) != 4 or len(set(ids)) != 4:
+        raise SystemExit(f"--ids: 4 different container ids, got {ids}")
+    return tuple(ids)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ids", default=IDS, help=f"4 container ids, a range or a comma list (default {IDS})")
+    args = ap.parse_args()
+    ids = parse_ids(args.ids)
+    with tempfile.TemporaryDirectory(prefix="cache-bench-") as d:
+        lab = Lab(dir=Path(d) / "lab", port=free_port(), wheels_dir=WHEELS)
+        lab.up(ids)
+        try:
+            run(lab, Path(d), ids)
+        finally:
+            lab.down(purge=True)
+
+
+def run(lab: Lab, d: Path, ids: tuple[int, ...]) -> None:
+    a, b, c, fresh = ids
+    hosts = d / "hosts.yaml"
+    hosts.write_text(lab.hosts_yaml(ids) + SECTIONS.format(repo=lab.demo_repo(), wheels=WHEELS))
+    env = {**os.environ, "REMOTE_HOSTS_FILE": str(hosts), "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+
+    def cmd(*argv: str, until: str | None = None) -> tuple[float, float | None, str]:
+        """Run `remote ARGV`: (seconds in all, seconds to the first output line matching `until`, output)."""
+        start = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-c", "from remote.cli import main; main()", *argv], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        seen, lines = None, []
+        for line in proc.stdout:
+            lines.append(line)
+            if seen is None and until and re.search(until, line):
+                seen = time.perf_counter() - start
+        proc.wait()
+        took = time.perf_counter() - start
+        if proc.returncode != 0:
+            raise SystemExit(f"{' '.join(argv)} failed:\n{''.join(lines)[-4000:]}")
+        return took, seen, "".join(lines)
+
+    cmd("deploy", "-c", f"{a},{b},{c}")
+    one, _, _ = cmd("warmup", "-c", str(a))
+    for ct in (a, b, c):
+        cmd("exec", "-c", str(ct), "--command", ASIDE)  # cold again, all three: nothing deleted, set aside
+    three, _, out = cmd("warmup", "-c", f"{a},{b},{c}")
+    copied = len(re.findall(r"copied \d+ cache file", out))
+    print(f"warmup of 1 cold container {one:.1f} s; of 3 identical cold containers {three:.1f} s "
+          f"({copied} by copy): {three / one:.2f}x  [goal <= 1.3x]")
+    total, first, out = cmd("deploy", "warmup", "train", "-c", str(fresh), until=r"Ktok/s")
+    via = "by copy" if "copying it instead of compiling" in out else "by its own warmup"
+    print(f"a fresh container to its first steady step (`remote deploy warmup train -c {fresh}`, {a} warm, cache "
+          f"{via}): {first:.1f} s (the whole command {total:.1f} s)  [goal <= 30 s]")
+    for line in out.splitlines():
+        if re.match(r"(\[\d+\] )?(==> |warmup done|  copied|deploy|.*built in)", line):
+            print("   ", line[:160])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""`doctor --gpu`: the host's NVIDIA driver and each container's GPU passthrough, every failure with its fix.
+
+One host probe per host (remote/sh/gpu-host.sh, which also reads each selected container's `pct config`)
+and one container probe per container (remote/sh/gpu_container.py), all at once; the findings are
+remote.facts.gpu's, pure. A CPU container (no NVIDIA line in its config, no node, no driver library) is
+reported as such, with no finding. The library returns reports; the command line prints them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from .errors import RemoteError
+from .facts import gpu
+from .naming import printable
+from .transport.session import Session
+
+SCHEMA_VERSION = 1
+WHY = {"host-no-driver": "no container on this host can use a GPU",
+       "host-reboot-pending": "a reboot or a driver reload brings another module: a long run can die then, and "
+                              "libraries upgraded with it no longer match the loaded one",
+       "host-uvm-not-loaded": "CUDA needs /dev/nvidia-uvm; nvidia-smi works without it",
+       "host-gpu-vfio": "a GPU bound to vfio-pci is kept for a VM; nvidia-smi cannot see it",
+       "driver-lib-mismatch": "NVML and CUDA refuse to run when the libraries and the module differ",
+       "container-uvm-missing": "without it cuInit returns 999 and torch sees no GPU",
+       "device-not-passed": "CUDA opens every GPU node; a node the container lacks is a GPU it cannot use",
+       "cgroup-major-stale": "the nvidia-uvm major is dynamic: a line written for another boot denies the node",
+       "mount-optional-missing": "`optional` skips a node that is missing at start, without a word",
+       "no-driver-libs": "torch and nvidia-smi load libcuda and libnvidia-ml from the container",
+       "cuda-init-failed": "no CUDA program can start",
+       "device-permission": "a node that cannot be opened is a GPU the job cannot use",
+       "mig-caps-missing": "MIG instances are opened through /dev/nvidia-caps",
+       "persistence-off": "without persistence the driver is torn down between jobs"}
+
+
+@dataclass
+class HostReport:
+    host: str
+    facts: gpu.HostGpu | None
+    findings: list[gpu.GpuFinding] = field(default_factory=list)
+    error: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def healthy(self) -> bool:
+        return self.error is None and not self.findings
+
+
+@dataclass
+class ContainerReport:
+    ctid: int
+    host: str
+    facts: gpu.CtGpu | None
+    config: gpu.CtConfig | None
+    findings: list[gpu.GpuFinding] = field(default_factory=list)
+    error: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def gpu(self) -> bool:
+        return bool((self.facts and self.facts.gpu) or (self.config and self.config.gpu))
+
+    @property
+    def healthy(self) -> bool:
+        return self.error is None and not any(f.severity == "error" or f.severity == "warning" for f in self.findings)
+
+
+def diagnose(session: Session, ctids: list[int]) -> tuple[list[HostReport], list[ContainerReport]]:
+    """Every host of the selected containers once, every container once, all at once."""
+    import time
+
+    by_host: dict[str, list[int]] = {}
+    for ctid in ctids:
+        spec = session.config.container(ctid)
+        by_host.setdefault(spec.host.name, []).append(spec.ctid)
+        session.container(spec.ctid, venv_on_path=False)  # each host's transport made here, in one thread
+
+    def timed(fn, *args):
+        t0 = time.monotonic()
+        try:
+            return fn(*args), None, time.monotonic() - t0
+        except RemoteError as exc:
+            return None, str(exc), time.monotonic() - t0
+
+    with ThreadPoolExecutor(max_workers=min(32, len(by_host) + len(ctids)) or 1) as pool:
+        hosts = {name: pool.submit(timed, gpu.read_host, session, session.config.hosts[name], ids)
+                 for name, ids in by_host.items()}
+        cts = {ctid: pool.submit(timed, gpu.read_container, session, ctid) for ctid in ctids}
+        host_reports = []
+        for name, fut in hosts.items():
+            facts, error, secs = fut.result()
+            host_reports.append(HostReport(name, facts, gpu.host_findings(facts, name) if facts else [], error,
+                                           round(secs, 3)))
+        got = {h.host: h.facts for h in host_reports}
+        ct_reports = []
+        for ctid, fut in cts.items():
+            facts, error, secs = fut.result()
+            name = session.config.container(ctid).host.name
+            h = got.get(name)
+            ct_reports.append(ContainerReport(ctid, name, facts, h.configs.get(ctid) if h else None,
+                                              gpu.findings(h, ctid, facts, name) if (facts or h) else [], error,
+                                              round(secs, 3)))
+    return host_reports, ct_reports
+
+
+def _render_finding(f: gpu.GpuFinding) -> str:
+    return (f"  [{f.severity}] {printable(f.message)} ({f.kind}) — {printable(f.fix)}\n"
+            f"      why: {WHY.get(f.kind, '')}")
+
+
+def render(hosts: list[HostReport], cts: list[ContainerReport]) -> str:
+    lines = []
+    for h in hosts:
+        if h.error:
+            lines.append(f"host {h.host}: ERROR {printable(h.error)}")
+            continue
+        f = h.facts
+        module = f"NVIDIA module {f.loaded}" + (" (open)" if f.open_module else "") if f.loaded else "no NVIDIA module"
+        pve = ", ".join(f"{k} {v}" for k, v in sorted(f.packages.items()))
+        lines.append(f"host {h.host}: " + ("healthy" if h.healthy else f"{len(h.findings)} finding(s)")
+                     + f" ({printable(module)}{', ' + printable(pve) if pve else ''})")
+        lines += [_render_finding(x) for x in h.findings]
+    for c in cts:
+        head = f"container {c.ctid} on {c.host}: "
+        if c.error and not c.findings:
+            lines.append(head + f"ERROR {printable(c.error)}")
+            continue
+        if not c.gpu and not c.findings:
+            lines.append(head + "no GPU configured (a CPU container)")
+            continue
+        libs = c.facts.lib_versions if c.facts else {}
+        what = ", ".join(f"{k} {v}" for k, v in sorted(libs.items()))
+        if c.facts and c.facts.cuda_init is not None:
+            what += f"{', ' if what else ''}cuInit {c.facts.cuda_init}"
+        lines.append(head + ("healthy" if c.healthy else f"{len(c.findings)} finding(s)")
+                     + (f" ({printable(what)})" if what else ""))
+        lines += [_render_finding(x) for x in c.findings]
+    return "\n".join(lines)
+
+
+def to_json(hosts: list[HostReport], cts: list[ContainerReport]) -> dict:
+    """docs/gpu-passthrough.md#json documents this."""
+    def finding(f):
+        return {**f.to_dict(), "why": WHY.get(f.kind)}
+
+    return {"schema": SCHEMA_VERSION, "healthy": all(h.healthy for h in hosts) and all(c.healthy for c in cts),
+            "hosts": [{"host": h.host, "healthy": h.healthy, "error": h.error, "seconds": h.seconds,
+                       "facts": dataclasses.asdict(h.facts) if h.facts else None,
+                       "findings": [finding(f) for f in h.findings]} for h in hosts],
+            "containers": [{"container": c.ctid, "host": c.host, "healthy": c.healthy, "gpu": c.gpu, "error": c.error,
+                            "seconds": c.seconds, "facts": dataclasses.asdict(c.facts) if c.facts else None,
+                            "config": dataclasses.asdict(c.config) if c.config else None,
+                            "findings": [finding(f) for f in c.findings]} for c in cts]}

@@ -1,0 +1,338 @@
+"""Warm once, copy to the rest: a compile cache folder copied between containers whose passports match.
+
+    look(session, ctid) -> Holding          what a container's cache holds and what it would need
+    copy(session, src, dst) -> Copied       only the files dst lacks, streamed, sha256-checked, each
+                                            linked into place whole (remote/sh/cachecopy.py), under
+                                            dst's operation lease; host to host where both share one
+    find_source(session, ctid) -> int|None  a container of the hosts file whose cache serves ctid
+    plan(session, ids) -> Plan              the containers grouped by the passport their warmup would
+                                            write: one leader per group, why each other one is alone
+    warm_fleet(session, ids) -> [Outcome]   each leader warmed, then its cache copied to its group
+
+A copy refuses a source whose passport differs from what the target would write (remote/ops/passport.py
+names each field). What it copies lands as torch would have written it: a file appears whole or not at
+all, and no file in place is replaced or deleted. The target's warmup records say `copied_from`, keyed
+like a warmup of its own (commit, lock, command, environment), so train's preflight accepts them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from . import fleet, jobenv, oplock
+from . import passport as pp
+from . import warmup as wm
+from .. import shell
+from ..errors import RemoteError, TransferError, WarmupError
+from ..transport.pct import DEFAULT_PATH, Container
+from ..transport.session import Session
+
+CHUNK = 1 << 20
+
+
+class CacheMismatch(WarmupError):
+    """The source's passport does not match what the target needs; `fields` names the differences."""
+
+    def __init__(self, message: str, fields: list[str]):
+        super().__init__(message)
+        self.fields = fields
+
+
+@dataclass
+class Holding:
+    """One container's cache: its folder, its passport (None: none yet), its files, what it would need."""
+
+    ctid: int
+    host: str
+    folder: str
+    passport: dict | None
+    files: dict[str, int]
+    want: dict  # the passport its own warmup would write now
+    state: dict = field(repr=False)
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.files.values())
+
+    @property
+    def serves_itself(self) -> bool:
+        """Its cache was made for exactly what it runs now (and holds something)."""
+        return bool(self.files) and not pp.differences(self.passport, self.want)
+
+
+@dataclass
+class Copied:
+    src: int
+    dst: int
+    via: str  # "host <name>" or "controller"
+    files: int  # written now
+    bytes: int
+    present: int  # already there (skipped)
+    total: int  # files the source holds
+    seconds: float
+
+    def line(self) -> str:
+        return (f"copied {self.files} cache file(s), {self.bytes / 2**20:.1f} MiB, from {self.src} "
+                f"({self.present} already here, {self.total} in all; via {self.via}, {self.seconds:.1f}s); no compile ran")
+
+
+def _system(ct: Container) -> Container:
+    return dataclasses.replace(ct, path=DEFAULT_PATH)  # the system python3, never the venv's
+
+
+def look(session: Session, ctid) -> Holding:
+    """What container ctid's cache holds (files, passport) and the passport it would need."""
+    spec = session.config.container(ctid)
+    ct = session.container(spec.ctid)
+    state = wm.deployed(ct, spec)
+    folder = jobenv.compile_cache(spec, state["venv"].get("verify"))
+    r = _system(ct).script(shell.load("cachecopy"), shell.load_python("cachecopy"), "list", folder, mutates=False,
+                           timeout=300, label="list the compile cache")
+    try:
+        listing = json.loads(r.out)
+        found = {str(k): int(v) for k, v in dict(listing.get("files") or {}).items()}
+    except (ValueError, TypeError, AttributeError):
+        raise WarmupError(f"container {spec.ctid}: the cache listing of {folder} is not JSON: {r.out[:200]!r}") from None
+    return Holding(spec.ctid, spec.host.name, folder, pp.parse(listing.get("passport")), found, wm.expected_passport(spec, state),
+                   state)
+
+
+def check(src: Holding, dst: Holding) -> None:
+    """CacheMismatch unless src's cache was made for exactly what dst needs."""
+    if not src.files:
+        raise CacheMismatch(f"container {src.ctid} holds no compile cache in {src.folder}: warm it up first", ["files"])
+    fields = pp.differences(src.passport, dst.want)
+    if fields:
+        raise CacheMismatch(f"refusing to copy the compile cache of {src.ctid} to {dst.ctid}, made for another setup: "
+                            + pp.describe(src.passport, dst.want, fields, theirs=str(src.ctid), ours=str(dst.ctid)),
+                            fields)
+
+
+def _relay_host(src_ct: Container, dst_ct: Container, sender: list[str], receiver: list[str]):
+    argv = ["bash", "-c", shell.load("relay"), "relay", str(len(sender)), *sender, *receiver]
+    return src_ct.transport.open_stream(argv)
+
+
+def _stream_copy(src_ct: Container, dst_ct: Container, src_folder: str, dst_folder: str, wanted: list[str], *,
+                 same_host: bool, cut_after: int | None = None) -> tuple[dict, str]:
+    """Send `wanted` from src to dst; returns the receiver's summary and how it went. `cut_after`: drop
+    both ends after that many bytes (the link cut, for tests)."""
+    code = shell.load_python("cachecopy")
+    src_ct, dst_ct = _system(src_ct), _system(dst_ct)
+    request = (json.dumps(wanted) + "\n").encode()
+    if same_host and cut_after is None:
+        sender = src_ct.script_argv(shell.load("cachecopy"), code, "send", src_folder)
+        receiver = dst_ct.script_argv(shell.load("cachecopy"), code, "recv", dst_folder)
+        stream = _relay_host(src_ct, dst_ct, sender, receiver)
+        try:
+            stream.write(request)
+            stream.close_stdin()
+            out = b""
+            while chunk := stream.read(CHUNK):
+                out += chunk
+            rc = stream.wait()
+            err = stream.error_text()
+        finally:
+            stream.close()
+        via = f"host {src_ct.transport.name}"
+    else:
+        send = src_ct.open_stream(shell.load("cachecopy"), code, "send", src_folder)
+        recv = dst_ct.open_stream(shell.load("cachecopy"), code, "recv", dst_folder)
+        moved = 0
+        try:
+            send.write(request)
+            send.close_stdin()
+            while chunk := send.read(CHUNK):
+                if cut_after is not None and moved + len(chunk) > cut_after:
+                    recv.write(chunk[:max(0, cut_after - moved)])
+                    recv.close_stdin()  # the stream ends there, mid-file, as when the link drops
+                    recv.wait(120)
+                    raise TransferError(f"the link was cut after {cut_after} bytes (test): {recv.error_text().strip()}")
+                recv.write(chunk)
+                moved += len(chunk)
+            recv.close_stdin()
+            out = b""
+            while chunk := recv.read(CHUNK):
+                out += chunk
+            rc, err = recv.wait(), recv.error_text()
+            if send.wait() != 0:
+                rc, err = rc or 1, err + send.error_text()
+        finally:
+            send.close()
+            recv.close()
+        via = "controller"
+    if rc != 0:
+        raise TransferError(f"the cache copy into {dst_folder} failed (exit {rc}): {err.strip()[-400:]}")
+    try:
+        summary = json.loads(out.decode().strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise TransferError(f"the cache copy into {dst_folder} printed no summary: {out[-200:]!r}") from None
+    if summary.get("failed_checksum"):
+        raise TransferError(f"the cache copy into {dst_folder}: {summary['failed_checksum']} file(s) did not verify "
+                            "(sha256) and were not put in place; run the copy again")
+    return summary, via
+
+
+def copy(session: Session, src, dst, *, echo: Callable[[str], None] = print, src_holding: Holding | None = None,
+         cut_after: int | None = None, via_controller: bool = False) -> Copied:
+    """Copy src's compile cache into dst: refused (CacheMismatch, naming each field) unless src's
+    passport is what dst needs; only the files dst lacks; records dst's warmups as copied."""
+    start = time.time()
+    s = src_holding or look(session, src)
+    d = look(session, dst)
+    check(s, d)
+    wanted = sorted(p for p in s.files if p not in d.files)
+    sspec, dspec = session.config.container(s.ctid), session.config.container(d.ctid)
+    src_ct, dst_ct = session.container(s.ctid), session.container(d.ctid)
+    echo(f"==> copying {len(wanted)} of {len(s.files)} cache file(s) ({sum(s.files[p] for p in wanted) / 2**20:.1f} MiB) "
+         f"from {s.ctid} into {d.folder}")
+    with oplock.hold(dst_ct, f"cache copy --from {s.ctid}"):
+        if dst_ct.dry:
+            return Copied(s.ctid, d.ctid, "dry run", 0, 0, 0, len(s.files), 0.0)
+        if wanted:
+            summary, via = _stream_copy(src_ct, dst_ct, s.folder, d.folder, wanted,
+                                        same_host=sspec.host.name == dspec.host.name and not via_controller,
+                                        cut_after=cut_after)
+        else:
+            summary, via = {"written": 0, "bytes": 0, "present": 0}, "nothing to send"
+        wm.write_passport(dst_ct, d.folder, {**s.passport, "copied_from": s.ctid,
+                                             "copied_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        end = time.time()
+        total = len(set(d.files) | set(s.files))
+        recs = [{"device": dev, **wm.warmup_key(dspec, d.state, dev), "start": start, "end": end,
+                 "seconds": round(end - start, 3), "new_files": summary.get("written", 0), "cache_files": total,
+                 "new_bytes": summary.get("bytes", 0), "hits": 0, "misses": 0, "copied_from": s.ctid}
+                for dev in wm.devices_of(dspec)]
+        wm._record(dst_ct, dspec, recs)
+    result = Copied(s.ctid, d.ctid, via, summary.get("written", 0), summary.get("bytes", 0),
+                    summary.get("present", 0) + len(s.files) - len(wanted), len(s.files), time.time() - start)
+    echo("  " + result.line())
+    return result
+
+
+# -- finding a source, grouping ----------------------------------------------------------------------------
+
+def _alike(a, b) -> bool:
+    """Whether two containers' hosts-file entries could make the same passport (cheap, before any probe)."""
+    return a.venv == b.venv and a.warmup == b.warmup and a.train.env == b.train.env
+
+
+def find_source(session: Session, ctid, *, exclude: tuple[int, ...] = ()) -> Holding | None:
+    """A container of the hosts file whose cache serves ctid (its passport is exactly what ctid's warmup
+    would write), the fullest of them; None when none does. Unreachable or undeployed ones are passed over."""
+    spec = session.config.container(ctid)
+    me = look(session, spec.ctid)
+    candidates = [c for c, other in session.config.containers.items()
+                  if c != spec.ctid and c not in exclude and _alike(other, spec)]
+    if not candidates:
+        return None
+
+    def one(c):
+        try:
+            return look(session, c)
+        except RemoteError:
+            return None
+
+    found = [h for h in fleet.map_each(session.config, candidates, one)
+             if h is not None and h.files and not pp.differences(h.passport, me.want)]
+    return max(found, key=lambda h: len(h.files)) if found else None
+
+
+@dataclass
+class Plan:
+    leaders: dict[int, list[int]]  # leader -> the others of its group
+    alone: dict[int, str]  # a container warmed on its own -> why
+    holdings: dict[int, Holding]
+
+
+def plan(session: Session, ids: list[int]) -> Plan:
+    """Group the containers by the passport their warmup would write; a group's leader is one whose cache
+    already serves it (then nothing compiles), else the first. A container that cannot be looked at
+    (not deployed, unreachable) is warmed on its own, and its warmup says why."""
+    def one(c):
+        try:
+            return look(session, c)
+        except RemoteError as exc:
+            return exc
+
+    looked = dict(zip(ids, fleet.map_each(session.config, ids, one)))
+    holdings = {c: h for c, h in looked.items() if isinstance(h, Holding)}
+    alone = {c: f"its cache could not be read: {h}" for c, h in looked.items() if not isinstance(h, Holding)}
+    leaders: dict[int, list[int]] = {}
+    wants = {c: h.want for c, h in holdings.items()}
+    for members in pp.groups(wants):
+        if len(members) == 1:
+            alone[members[0]] = pp.why_alone(members[0], wants) if len(wants) > 1 else "the only one selected"
+            continue
+        ready = [c for c in members if holdings[c].serves_itself]
+        leader = max(ready, key=lambda c: len(holdings[c].files)) if ready else members[0]
+        leaders[leader] = [c for c in members if c != leader]
+    return Plan(leaders, alone, holdings)
+
+
+def warm_fleet(session: Session, ids: list[int], *, fail_fast: bool = False, parallel: bool = False,
+               echo: Callable[[str], None] = print, runner: Callable = fleet.run_each) -> list[fleet.Outcome]:
+    """`remote warmup -c 200,201,202`: one warmup per group of containers that would write the same
+    passport, then its cache copied to the rest of the group; the others warmed on their own. runner: how
+    the containers run at once (fleet.run_each: output lines prefixed `[id] `; remote.api's quiet one)."""
+    p = plan(session, ids)
+    for leader, rest in p.leaders.items():
+        echo(f"==> warming {leader} for {', '.join(map(str, [leader, *rest]))} (same passport), then copying its cache")
+    for c, why in p.alone.items():
+        echo(f"==> {c} is warmed on its own: {why}")
+    first = [c for c in ids if c in p.leaders or c in p.alone]
+    failed: set[int] = set()
+
+    def warm(c: int) -> None:
+        try:
+            wm.warmup(session, c, parallel=parallel, echo=echo)
+        except BaseException:
+            failed.add(c)
+            raise
+
+    outcomes = {o.ctid: o for o in runner(session.config, first, warm, fail_fast=fail_fast, progress=True)}
+    followers = {c: leader for leader, rest in p.leaders.items() for c in rest}
+
+    def follow(c: int) -> None:
+        leader = followers[c]
+        if leader in failed:
+            raise WarmupError(f"not copied: the warmup of {leader}, which was to serve it, failed")
+        copy(session, leader, c, echo=echo)
+
+    order = [c for c in ids if c in followers]
+    if order and not (fail_fast and failed):
+        outcomes.update({o.ctid: o for o in runner(session.config, order, follow, fail_fast=fail_fast, progress=True)})
+    for c in ids:
+        outcomes.setdefault(c, fleet.Outcome(c, session.config.containers[c].host.name, "skipped"))
+    return [outcomes[c] for c in ids]
+
+
+def inventory(session: Session, ids: list[int]) -> list[Holding | RemoteError]:
+    """`remote cache`: what each container's cache holds (or why it could not be read)."""
+    def one(c):
+        try:
+            return look(session, c)
+        except RemoteError as exc:
+            return exc
+
+    return fleet.map_each(session.config, ids, one)
+
+
+def warmup_or_copy(session: Session, ctid, *, parallel: bool = False, echo: Callable[[str], None] = print):
+    """`remote warmup -c 201`: where 201 has no warmup for what it runs now and another container of the
+    hosts file holds a cache made for exactly that, copy it (a Copied); otherwise warm up (DeviceResults)."""
+    spec = session.config.container(ctid)
+    ct = session.container(spec.ctid)
+    if not ct.dry and spec.warmup.command:
+        state = wm.deployed(ct, spec)
+        if wm.missing_warmups(ct, spec, state):
+            src = find_source(session, spec.ctid)
+            if src is not None:
+                echo(f"==> container {src.ctid} holds a compile cache made for exactly this (same passport): "
+                     "copying it instead of compiling")
+                return copy(session, src.ctid, spec.ctid, src_holding=src, echo=echo)
+    return wm.warmup(session, spec.ctid, parallel=parallel, echo=echo)

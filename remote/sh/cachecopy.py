@@ -1,0 +1,176 @@
+# The container's side of a compile-cache copy (remote/ops/cachecopy.py), standard library only:
+#   list FOLDER   one JSON object: the passport's text and {relative path: size} of every cache file
+#   send FOLDER   reads a JSON list of relative paths (one line) on stdin, writes each file as a frame:
+#                 a JSON header line {"path", "size", "mode"}, the bytes, a line with their sha256;
+#                 then {"end": true}. A path that is not a plain file inside FOLDER is skipped.
+#   recv FOLDER   reads those frames; each file is written under FOLDER/.remote-incoming/, fsynced,
+#                 checked against its sha256, then linked into place: torch sees the whole file or
+#                 none, and an existing file is never replaced. Prints {"written", "bytes", "present"}.
+# Of tmp/ (the jobs' TMPDIR) only inductor's precompiled C++ headers are sent. The staging folder is not
+# a path torch reads; what an interrupted copy left there is removed by the
+# next recv (those files were never in place). Nothing in place is ever deleted.
+import glob
+import hashlib
+import json
+import os
+import shutil
+import stat
+import sys
+
+STAGING = ".remote-incoming"
+SKIP = {STAGING, "tmp", "passport.json"}  # top level: staging, the jobs' TMPDIR, the passport
+CHUNK = 1 << 20
+
+
+def precompiled_header(parts):
+    """tmp/torchinductor_<user>/precompiled_headers/<name>: inductor's C++ precompiled headers, which it keeps
+    under the jobs' TMPDIR (tmp/) whatever its cache folder is; the one part of tmp/ that is a cache."""
+    return (len(parts) == 4 and parts[0] == "tmp" and parts[1].startswith("torchinductor_")
+            and parts[2] == "precompiled_headers")
+
+
+def inside(folder, rel):
+    """The absolute path of `rel` in folder, or None when it is not a plain relative path in it."""
+    if not isinstance(rel, str) or not rel or rel.startswith("/") or "\0" in rel:
+        return None
+    parts = rel.split("/")
+    if any(p in ("", ".", "..") for p in parts) or (parts[0] in SKIP and not precompiled_header(parts)):
+        return None
+    return os.path.join(folder, *parts)
+
+
+def list_(folder):
+    files = {}
+    for root, dirs, names in os.walk(folder):
+        rel_root = os.path.relpath(root, folder)
+        if rel_root == ".":
+            dirs[:] = [d for d in dirs if d not in SKIP]
+        for n in names:
+            rel = n if rel_root == "." else f"{rel_root}/{n}"
+            if rel_root == "." and n in SKIP:
+                continue
+            try:
+                st = os.lstat(os.path.join(root, n))
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                files[rel] = st.st_size
+    for pch in sorted(glob.glob(os.path.join(glob.escape(folder), "tmp", "torchinductor_*", "precompiled_headers", "*"))):
+        try:
+            st = os.lstat(pch)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            files[os.path.relpath(pch, folder)] = st.st_size
+    try:
+        with open(os.path.join(folder, "passport.json")) as f:
+            passport = f.read(1 << 20)
+    except OSError:
+        passport = None
+    json.dump({"passport": passport, "files": files}, sys.stdout)
+
+
+def send(folder):
+    wanted = json.loads(sys.stdin.readline() or "[]")
+    out = sys.stdout.buffer
+    for rel in wanted:
+        path = inside(folder, rel)
+        if path is None:
+            continue
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue  # gone since the listing (torch never deletes, but a user may)
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            out.write((json.dumps({"path": rel, "size": st.st_size, "mode": st.st_mode & 0o755}) + "\n").encode())
+            h, left = hashlib.sha256(), st.st_size
+            while left > 0:
+                chunk = f.read(min(CHUNK, left))
+                if not chunk:  # shrank while read: pad, and the receiver's sha256 check refuses it
+                    chunk = b"\0" * min(CHUNK, left)
+                    h.update(b"torn")
+                h.update(chunk)
+                out.write(chunk)
+                left -= len(chunk)
+            out.write((h.hexdigest() + "\n").encode())
+    out.write(b'{"end": true}\n')
+    out.flush()
+
+
+def read_exact(inp, n):
+    data = inp.read(n)
+    if len(data) != n:
+        raise EOFError
+    return data
+
+
+def recv(folder):
+    inp = sys.stdin.buffer
+    staging = os.path.join(folder, STAGING)
+    shutil.rmtree(staging, ignore_errors=True)  # an interrupted copy's leftovers: never in place
+    os.makedirs(staging)
+    written = size = present = bad = 0
+    n = 0
+    try:
+        while True:
+            line = inp.readline()
+            if not line:
+                raise EOFError
+            head = json.loads(line)
+            if head.get("end"):
+                break
+            dest = inside(folder, head["path"])
+            if dest is None:
+                raise ValueError(f"refusing the path {head['path']!r}")
+            n += 1
+            part = os.path.join(staging, f"{n}.part")
+            h, left = hashlib.sha256(), int(head["size"])
+            with open(part, "wb") as f:
+                while left > 0:
+                    chunk = inp.read(min(CHUNK, left))
+                    if not chunk:
+                        raise EOFError
+                    h.update(chunk)
+                    f.write(chunk)
+                    left -= len(chunk)
+                f.flush()
+                os.fsync(f.fileno())
+            want = inp.readline().strip().decode()
+            if want != h.hexdigest():
+                os.unlink(part)
+                bad += 1
+                continue
+            os.chmod(part, (int(head.get("mode", 0o644)) & 0o755) | 0o600)
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            try:
+                os.link(part, dest)  # atomic, and never over an existing file
+                written += 1
+                size += int(head["size"])
+            except FileExistsError:
+                present += 1
+            os.unlink(part)
+    except EOFError:
+        print(json.dumps({"error": "the stream ended in the middle of a file (the link was cut?)", "written": written}),
+              file=sys.stderr)
+        sys.exit(3)
+    os.rmdir(staging)
+    print(json.dumps({"written": written, "bytes": size, "present": present, "failed_checksum": bad}))
+
+
+def main():
+    mode, folder = sys.argv[1], sys.argv[2]
+    if mode == "list":
+        list_(folder)
+    elif mode == "send":
+        send(folder)
+    elif mode == "recv":
+        os.makedirs(folder, exist_ok=True)
+        recv(folder)
+    else:
+        sys.exit(f"cachecopy: unknown mode {mode!r}")
+
+
+main()
