@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import inspect
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 HELP = ("-h", "--help")
 SHARED = ("container", "hosts", "dry", "fail-fast")  # given anywhere, they apply to every task of the chain

@@ -212,7 +212,7 @@ def _fresh_copy(fn: types.FunctionType) -> types.FunctionType:
 class PerThreadCompiled:
     """What CompileGuard.compile returns: each calling thread runs its own compiled copy of `fn`."""
 
-    def __init__(self, guard: "CompileGuard", fn: types.FunctionType, kwargs: dict):
+    def __init__(self, guard: CompileGuard, fn: types.FunctionType, kwargs: dict):
         self.guard, self.fn, self.kwargs = guard, fn, kwargs
         self._local = threading.local()
         self.copies = 0  # how many threads compiled a copy (one code object, one entry list each)

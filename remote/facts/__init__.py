@@ -12,14 +12,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from importlib import resources
-from typing import Mapping
 
-from .. import shell
+from .. import naming, shell
 from ..config import ContainerSpec
 from ..errors import CommandError
-from .. import naming
 from ..transport.pct import DEFAULT_PATH, Container
 from . import gpu
 from .probe import SMI_S

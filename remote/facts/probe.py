@@ -333,7 +333,7 @@ def main():
         out["uv"] = os.access(arg["uv"], os.X_OK)
     if "lease" in parts:
         text = read(arg["lease"])
-        out["lease"] = None if text is None else text + "now=%d\n" % time.time()
+        out["lease"] = None if text is None else text + f"now={int(time.time())}\n"
     if "code" in parts:
         out["code"] = {"path": checkout, "exists": os.path.isdir(checkout), "git": is_repo, "has_git": has_git,
                        "head": None, "status": None, "untracked": [],

@@ -36,12 +36,11 @@ import zipfile
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Callable
 
-from . import files
 from ..config import VenvSpec
 from ..errors import DeployError
 from ..naming import normalize, redact
+from . import files
 
 PYPI = "https://pypi.org/simple"
 TIMEOUT = 30.0  # seconds: each connect and each read of the index and of the wheel
@@ -70,7 +69,7 @@ class Sources:
     timeout: float = TIMEOUT
 
     @classmethod
-    def of(cls, venv: VenvSpec | None, timeout: float = TIMEOUT) -> "Sources":
+    def of(cls, venv: VenvSpec | None, timeout: float = TIMEOUT) -> Sources:
         if venv is None:
             return cls(timeout=timeout)
         indexes = [u for u in (venv.index_url, *venv.extra_index_urls) if u]
@@ -337,7 +336,9 @@ def cached(program: Program, version: str, machine: str, sources: Sources, *,
            context: str = "") -> tuple[Path, str]:
     """The binary, cached on the controller, and its sha256 (files.cached_binary: rechecked on every use,
     fetched again when torn or changed)."""
-    fetcher: Callable[[], tuple[bytes, str]] = lambda: fetch(program, version, machine, sources, context=context)
+    def fetcher() -> tuple[bytes, str]:
+        return fetch(program, version, machine, sources, context=context)
+
     return files.cached_binary(program.project, version, machine, fetcher)
 
 

@@ -14,8 +14,8 @@ import io
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 from ..config import Config
 from ..errors import ConfigError
@@ -327,7 +327,8 @@ def inventory(session) -> list:
     import dataclasses
 
     from ..errors import RemoteError
-    from ..transport.session import HostState, inventory as one_host_at_a_time
+    from ..transport.session import HostState
+    from ..transport.session import inventory as one_host_at_a_time
 
     names = list(session.config.hosts)
     for name in names:  # the transports made here, in one thread: Session's map is not locked

@@ -20,9 +20,9 @@ import secrets
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from .. import shell
 from ..errors import BusyError, CommandError, RemoteError

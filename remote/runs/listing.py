@@ -59,7 +59,7 @@ def render(runs: list[dict], spec: ContainerSpec) -> str:
         rows.append((_clean(r["id"]), started, r["state"], "-" if r["exit"] is None else str(r["exit"]), tp,
                      _clean(r["command"] or "-")))
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:5], widths)) + "  " + row[5] for row in rows]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:5], widths, strict=True)) + "  " + row[5] for row in rows]
     return "\n".join(line.rstrip() for line in lines)
 
 

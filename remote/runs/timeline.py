@@ -10,8 +10,8 @@ from __future__ import annotations
 import html
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 
 @dataclass
@@ -43,7 +43,7 @@ def _cell(s: str) -> float | None:
 MAX_LINE = 1 << 16  # a record longer than this is none the watch wrote: skipped, and never held whole
 
 
-def lines(data: "str | Iterable[bytes]"):
+def lines(data: str | Iterable[bytes]):
     """The lines of a text, or of bytes read in chunks (a file read so is never held whole); a line longer
     than MAX_LINE is skipped."""
     if isinstance(data, str):
@@ -63,8 +63,8 @@ def lines(data: "str | Iterable[bytes]"):
         yield pending.decode("utf-8", "replace")
 
 
-def parse(metrics: "str | Iterable[bytes]" = "", gpu: "str | Iterable[bytes]" = "",
-          events: "str | Iterable[bytes]" = "", attempts: list[dict] | None = None) -> Timeline:
+def parse(metrics: str | Iterable[bytes] = "", gpu: str | Iterable[bytes] = "",
+          events: str | Iterable[bytes] = "", attempts: list[dict] | None = None) -> Timeline:
     """The timeline of what the watch left: each file as its text or as chunks of its bytes."""
     tl = Timeline(attempts=list(attempts or []))
     for line in lines(metrics):

@@ -18,12 +18,12 @@ import os
 import select
 import shlex
 import signal
-import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 from ..config import Host
 from ..errors import CommandError, CommandTimeout, ConnectError, ConnectTimeout, TransportError
@@ -60,7 +60,7 @@ class Result:
     def err(self) -> str:
         return self.stderr.decode("utf-8", "replace")
 
-    def check(self, where: str = "") -> "Result":
+    def check(self, where: str = "") -> Result:
         """Raise CommandError unless the command succeeded."""
         if self.exit_code != 0:
             raise CommandError(shlex.join(self.argv), self.exit_code, self.err, where)
@@ -75,7 +75,7 @@ class Transport(Protocol):
     def run(self, argv: Sequence[str], *, stdin: bytes | None = None, deadline: float | None = None,
             on_output: OutputCallback | None = None) -> Result: ...
 
-    def open_stream(self, argv: Sequence[str]) -> "Stream":
+    def open_stream(self, argv: Sequence[str]) -> Stream:
         """Start argv with its stdin and stdout as byte streams (transfers, the in-container agent)."""
         ...
 
@@ -185,7 +185,7 @@ class LocalTransport:
         code = 128 - code if code < 0 else code
         return Result(argv, code, b"".join(chunks["stdout"]), b"".join(chunks["stderr"]), time.monotonic() - start)
 
-    def open_stream(self, argv: Sequence[str]) -> "LocalStream":
+    def open_stream(self, argv: Sequence[str]) -> LocalStream:
         argv = _check_argv(argv)
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -450,7 +450,7 @@ class SshTransport:
             raise ConnectError(self.name, f"{self.name}: connection lost while running {_short(command)}")
         return Result(argv, code, b"".join(out), b"".join(err), time.monotonic() - start)
 
-    def open_stream(self, argv: Sequence[str], *, window: int = STREAM_WINDOW) -> "ChannelStream":
+    def open_stream(self, argv: Sequence[str], *, window: int = STREAM_WINDOW) -> ChannelStream:
         """A command with its stdin and stdout as byte streams (transfers, the in-container agent).
 
         The channel's window bounds what is in flight (and buffered here) at once; paramiko's
@@ -553,7 +553,7 @@ def _heartbeat(transport, name: str, every: float, silence: float) -> None:
         time.sleep(every)
         answered = threading.Event()
 
-        def ask() -> None:
+        def ask(answered: threading.Event) -> None:
             try:
                 transport.global_request("keepalive@openssh.com", wait=True)
             except Exception:  # the connection went meanwhile: the loop's next check ends it
@@ -561,7 +561,7 @@ def _heartbeat(transport, name: str, every: float, silence: float) -> None:
             finally:
                 answered.set()
 
-        threading.Thread(target=ask, daemon=True, name=f"ssh-keepalive-{name}").start()
+        threading.Thread(target=ask, args=(answered,), daemon=True, name=f"ssh-keepalive-{name}").start()
         if not answered.wait(silence) and transport.is_active():
             log.warning("%s: no answer from the SSH server in %gs; closing the connection (a silent link?)",
                         name, silence)

@@ -30,11 +30,11 @@ import json
 import queue
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
+from ..errors import CommandTimeout, ConnectError
 from . import NotStarted, OutputCallback, Result
 from .framing import Frames
-from ..errors import CommandTimeout, ConnectError
 
 HANDSHAKE_TIMEOUT = 60.0  # seconds for the agent's first frame (pct exec and python3 start-up)
 PING_EVERY = 5.0  # the controller pings the agent this often

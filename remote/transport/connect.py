@@ -25,13 +25,12 @@ import logging
 import os
 import socket
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import paramiko
 
 from ..config import Host
-from ..errors import (AuthenticationError, ConnectError, ConnectTimeout, HostKeyError, RemoteError,
-                      TransportError)
+from ..errors import AuthenticationError, ConnectError, ConnectTimeout, HostKeyError, RemoteError, TransportError
 from . import sshconfig
 from .sshconfig import Target
 
@@ -46,7 +45,7 @@ _wire.disabled = True  # nor any handler at all (pytest 9.2's log capture, say, 
 class Client(paramiko.SSHClient):
     """An SSHClient that also closes the jump hosts it was reached through."""
 
-    def __init__(self, target: Target, jumps: list["Client"]):
+    def __init__(self, target: Target, jumps: list[Client]):
         super().__init__()
         self.target, self.jumps = target, jumps
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import struct
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from ..errors import CommandTimeout
 

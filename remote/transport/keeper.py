@@ -40,15 +40,25 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
-from . import OutputCallback, Result, SshTransport, _check_argv
 from ..config import Host
 from ..errors import CommandTimeout, ConnectError, TransportError
+from . import OutputCallback, Result, SshTransport, _check_argv
 from .framing import BoundedStream
-from .keepwire import (CHUNK, group_of, pack_error, peer, peer_credentials_supported, recv, runtime_dir, send,
-                       socket_path, unpack_error)
+from .keepwire import (
+    CHUNK,
+    group_of,
+    pack_error,
+    peer,
+    peer_credentials_supported,
+    recv,
+    runtime_dir,
+    send,
+    socket_path,
+    unpack_error,
+)
 
 __all__ = ["KeptTransport", "disconnect", "pack_error", "peer_credentials_supported", "runtime_dir", "socket_path",
            "unpack_error"]
@@ -132,7 +142,7 @@ class KeptTransport:
                 if kind != b"a":
                     raise _Refused(f"unexpected first frame {kind!r}")
                 return sock
-            except socket.timeout:
+            except TimeoutError:
                 sock.close()
                 self._replace_stuck()
             except (OSError, EOFError, _Refused):  # it exited before taking the request: nothing ran
@@ -190,7 +200,7 @@ class KeptTransport:
             answer = json.loads(line)
         except ValueError:
             raise ConnectError(self.name, f"{self.name}: the kept connection did not start: "
-                                          f"{self._log_tail() or 'no answer in %gs' % wait}") from None
+                                          f"{self._log_tail() or f'no answer in {wait:g}s'}") from None
         if "error" in answer:
             raise unpack_error(answer["error"])
 
@@ -225,7 +235,7 @@ class KeptTransport:
                     if "error" in answer:
                         raise unpack_error(answer["error"])
                     return Result(argv, answer["code"], b"".join(out), b"".join(err), time.monotonic() - start)
-        except socket.timeout:
+        except TimeoutError:
             raise CommandTimeout(shlex.join(argv), deadline or 0, b"".join(err).decode("utf-8", "replace"),
                                  self.name) from None
         except (OSError, EOFError) as exc:
@@ -239,10 +249,10 @@ class KeptTransport:
         argv = _check_argv(argv)
         return self._call({"op": "run", "stream_output": on_output is not None}, argv, stdin, on_output, deadline)
 
-    def agent(self, ctid: int) -> "KeptAgent":
+    def agent(self, ctid: int) -> KeptAgent:
         return KeptAgent(self, int(ctid))
 
-    def open_stream(self, argv: Sequence[str]) -> "KeptStream":
+    def open_stream(self, argv: Sequence[str]) -> KeptStream:
         argv = _check_argv(argv)
         return KeptStream(self._request({"op": "stream", "argv": list(argv)}), self.name)
 

@@ -25,11 +25,11 @@ import threading
 import time
 from pathlib import Path
 
-from . import NotStarted, SshTransport
 from .. import config as cfg
 from .. import errors
 from ..config import ContainerSpec, Host
 from ..errors import TransportError
+from . import NotStarted, SshTransport
 from .keepwire import CHUNK, _stamp, _stamps, pack_error, peer, recv, send, socket_path
 from .pct import PctExec
 from .session import Session

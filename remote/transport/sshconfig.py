@@ -37,14 +37,14 @@ class Target:
     identities_from: str  # "key_file", "IdentityFile" or "default": what to say when none works
     agent: bool  # also try the keys of ssh-agent
     known_hosts: tuple[str, ...]  # every file whose keys are accepted (missing files hold none)
-    via: "Target | None" = None
+    via: Target | None = None
 
     @property
     def address(self) -> str:
         """host or [host]:port, as known_hosts and ssh-keygen -R spell it."""
         return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
 
-    def hops(self) -> list["Target"]:
+    def hops(self) -> list[Target]:
         """The jump hosts, outermost first."""
         chain, hop = [], self.via
         while hop is not None:

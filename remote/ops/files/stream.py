@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ...errors import CommandTimeout, ConnectError, TransferError
 from ...shell import load

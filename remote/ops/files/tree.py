@@ -10,8 +10,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from ...naming import printable
 from ...errors import ConnectError, TransferError, TransferPathError
+from ...naming import printable
 from ...shell import load
 from ...transport.pct import Container
 from .local import file_sha256
@@ -212,7 +212,7 @@ def pull(ct: Container, src: str, dest: Path, progress: Progress | None, stall: 
 class Reader:
     """A transfer stream as a file object for tarfile, counting what passes for progress."""
 
-    def __init__(self, stream, counter: "Counter"):
+    def __init__(self, stream, counter: Counter):
         self.stream, self.counter = stream, counter
 
     def read(self, n: int = CHUNK) -> bytes:
