@@ -373,9 +373,9 @@ def parse(raw: dict, spec: ContainerSpec, window: tuple[float, float], probe_sec
     venv, torch = venv_of(raw, spec), torch_of(raw)
     verify = venv.record.get("verify") or {}
     # The cache folder named after what runs now (the live torch), as the tools would compute it.
-    live = {"torch": torch.version or verify.get("torch"), "cuda_build": torch.cuda_build if torch.version
+    running = {"torch": torch.version or verify.get("torch"), "cuda_build": torch.cuda_build if torch.version
             else verify.get("cuda_build"), "triton": torch.triton if torch.version else verify.get("triton")}
-    folder = naming.compile_cache(spec, live)
+    folder = naming.compile_cache(spec, running)
     rc = raw.get("cache") or {}
     name = folder.rsplit("/", 1)[-1]
     folders = rc.get("folders") or {}

@@ -232,7 +232,7 @@ def _request(url: str, accept: str | None = None) -> urllib.request.Request:
     if parts.username is not None:
         token = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
         headers["Authorization"] = "Basic " + base64.b64encode(token.encode()).decode()
-        netloc = parts.hostname + (f":{parts.port}" if parts.port else "")
+        netloc = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
         url = urllib.parse.urlunsplit(parts._replace(netloc=netloc))
     return urllib.request.Request(url, headers=headers)
 
@@ -279,7 +279,7 @@ def _download(url: str, want: str, dest: Path, timeout: float) -> None:
                           "publishes (a changed or corrupted download): nothing was used")
 
 
-def _from_index(program: Program, version: str, machine: str, sources: Sources) -> tuple[bytes, str] | None:
+def _from_index(program: Program, version: str, machine: str, sources: Sources) -> tuple[bytes, str]:
     errors = []
     for index in sources.index_urls:
         try:

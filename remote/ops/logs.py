@@ -236,7 +236,8 @@ class Watch:
             return "no throughput reported"
         text = f"throughput last {fmt(self.last, self.unit)}, rolling {fmt(self.rolling, self.unit)}"
         if self.baseline:
-            verdict = "SLOW" if self.slow(self.rolling) else "ok"
+            rolling = self.rolling  # not None: `last` is in the window
+            verdict = "SLOW" if rolling is not None and self.slow(rolling) else "ok"
             ratio = self.speed_ratio
             share = f"{ratio:.0%} of its speed" if ratio is not None else "no ratio to it"
             text += (f" vs baseline {fmt(self.baseline, self.unit)}: {share} ({verdict}"

@@ -58,6 +58,7 @@ def node_env(spec: ContainerSpec, iface: str, master: bool) -> dict[str, str]:
     """A node's environment: torchrun publishes its address, not its hostname (PET_* are torchrun's flags'
     environment form), gloo and NCCL use the interface holding it, and the rendezvous gives up in time."""
     t = spec.train.rendezvous_timeout
+    assert spec.address, "plan_nodes checks every node's address first"
     return {"PET_LOCAL_ADDR": spec.address, "GLOO_SOCKET_IFNAME": iface, "NCCL_SOCKET_IFNAME": iface,
             # join_timeout: c10d's rendezvous; timeout: the static one (torchrun's default backend).
             # is_host: c10d guesses whether it serves the rendezvous store by resolving its own hostname,
@@ -68,6 +69,7 @@ def node_env(spec: ContainerSpec, iface: str, master: bool) -> dict[str, str]:
 def node_iface(session: Session, spec: ContainerSpec, file: str = "hosts file") -> str:
     """The interface of container spec.ctid that holds its configured address; a ConfigError naming the
     key when none does (the other nodes could not reach it there)."""
+    assert spec.address, "plan_nodes checks every node's address first"
     try:
         return session.container(spec.ctid).script(shell.load("node-iface"), spec.address, timeout=30,
                                                     mutates=False, label="node address").out.strip()
@@ -130,6 +132,7 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
     started: list[tuple[int, int]] = []
     try:
         for spec, pre, v, iface in zip(specs, pres, values, ifaces, strict=True):
+            assert spec.train.command, "checked before the preflight"
             command = node_command(spec.train.command, v)
             extra = {"nodes": ids, "node_rank": v["node_rank"], "master_addr": v["master_addr"],
                      "master_port": v["master_port"], "node_addr": v["node_addr"], "iface": iface}

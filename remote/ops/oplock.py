@@ -39,7 +39,7 @@ def default_holder() -> str:
 
 def parse(text: str) -> dict[str, str]:
     """The lease file's key=value lines (and the script's now=) -> a dict."""
-    out = {}
+    out: dict[str, str] = {}
     for line in text.splitlines():
         key, sep, value = line.partition("=")
         if sep and key.isidentifier():

@@ -32,7 +32,8 @@ def describe(st: dict, spec: ContainerSpec) -> dict:
     """One run as `runs` shows it, from parse_state's answer."""
     from .report import series
 
-    manifest = st.get("manifest") if isinstance(st.get("manifest"), dict) else {}
+    got = st.get("manifest")
+    manifest: dict = got if isinstance(got, dict) else {}
     _, watch = series(spec, st.get("tail") or "", last_line=not st["alive"])
     state = "running" if st["alive"] else "LOST" if st["lost"] else "stopped" if st.get("stopped") else "exited"
     started = manifest.get("started_epoch")

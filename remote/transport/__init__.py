@@ -161,7 +161,7 @@ class LocalTransport:
         try:  # from the child's start: a Ctrl-C that comes while the readers start is passed on too
             for t in readers:
                 t.start()
-            if stdin is not None:
+            if stdin is not None and proc.stdin is not None:  # a pipe, with stdin given
                 try:
                     proc.stdin.write(stdin)
                 except BrokenPipeError:
@@ -192,7 +192,7 @@ class LocalTransport:
                                     bufsize=0, start_new_session=True)
         except OSError as exc:
             raise TransportError(self.name, f"{self.name}: cannot run {argv[0]}: {exc}") from None
-        return LocalStream(proc)
+        return LocalStream(proc, argv)
 
     def close(self) -> None:
         pass
@@ -221,14 +221,16 @@ def _interrupt(proc: subprocess.Popen, grace: float = 5.0) -> None:
 class LocalStream:
     """A local child's stdin/stdout as a stream; stderr collected (a bounded tail) by a thread."""
 
-    def __init__(self, proc: subprocess.Popen):
-        self.proc = proc
+    def __init__(self, proc: subprocess.Popen[bytes], argv: Sequence[str]):
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None  # all three PIPE
+        self.proc, self.argv = proc, argv
+        self._stdin, self._stdout, self._stderr = proc.stdin, proc.stdout, proc.stderr
         self._err = bytearray()
         self._errors = threading.Thread(target=self._drain_stderr, daemon=True)
         self._errors.start()
 
     def _drain_stderr(self) -> None:
-        for chunk in iter(lambda: self.proc.stderr.read(65536), b""):
+        for chunk in iter(lambda: self._stderr.read(65536), b""):
             self._err += chunk
             del self._err[:-STDERR_TAIL]
 
@@ -236,19 +238,19 @@ class LocalStream:
         view = memoryview(data)
         try:
             while view:
-                view = view[self.proc.stdin.write(view):]
+                view = view[self._stdin.write(view):]
         except (OSError, ValueError) as exc:  # the child closed its stdin or exited
-            raise ConnectError("local", f"the local command {self.proc.args[0]} stopped reading: {exc}") from exc
+            raise ConnectError("local", f"the local command {self.argv[0]} stopped reading: {exc}") from exc
 
     def read(self, n: int) -> bytes:
         try:
-            return os.read(self.proc.stdout.fileno(), n)
+            return os.read(self._stdout.fileno(), n)
         except (OSError, ValueError):
             return b""
 
     def close_stdin(self) -> None:
         try:
-            self.proc.stdin.close()
+            self._stdin.close()
         except OSError:
             pass
 
@@ -256,7 +258,7 @@ class LocalStream:
         try:
             code = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise CommandTimeout(shlex.join(self.proc.args), timeout or 0, self.error_text()) from None
+            raise CommandTimeout(shlex.join(self.argv), timeout or 0, self.error_text()) from None
         except KeyboardInterrupt:
             _interrupt(self.proc)
             raise
@@ -271,7 +273,7 @@ class LocalStream:
 
     def close(self) -> None:
         """Close our ends; a child still running after that is killed (nobody is left to talk to it)."""
-        for f in (self.proc.stdin, self.proc.stdout):
+        for f in (self._stdin, self._stdout):
             try:
                 f.close()
             except OSError:
@@ -321,7 +323,7 @@ class SshTransport:
         self.host = host
         self.heartbeat_every, self.heartbeat_silence = heartbeat_every, heartbeat_silence
         self.name = host.name
-        self._conn = None
+        self._conn: _Connection | None = None
         self._lock = threading.Lock()
         self._attempts, self._max_wait, self._sleep = attempts, max_wait, sleep
         self._reached = False  # connected at least once
@@ -371,6 +373,7 @@ class SshTransport:
                 raise
             self._reached = True
             transport = client.get_transport()
+            assert transport is not None  # connected just now
             transport.set_keepalive(15)
             threading.Thread(target=_heartbeat, args=(transport, self.name, self.heartbeat_every,
                                                       self.heartbeat_silence),
@@ -439,6 +442,7 @@ class SshTransport:
         except CommandTimeout:
             raise
         except _CallbackFailed as failed:
+            assert failed.__cause__ is not None  # raised `from` the callback's exception
             raise failed.__cause__ from None
         except (OSError, EOFError) as exc:
             self.close()
@@ -521,7 +525,7 @@ class ChannelStream:
         while not self.chan.exit_status_ready():
             if self.chan.closed or not self.chan.get_transport().is_active():
                 return -1
-            if end is not None and time.monotonic() > end:
+            if end is not None and timeout is not None and time.monotonic() > end:
                 raise CommandTimeout("stream", timeout, self.error_text(), self.where)
             self.chan.status_event.wait(0.2)
             self._drain_stderr()

@@ -323,6 +323,7 @@ class Agent:
                 try:
                     msg = q.get(timeout=left)
                 except queue.Empty:
+                    assert deadline is not None  # q.get without a timeout never raises Empty
                     raise CommandTimeout(" ".join(argv), deadline, b"".join(err).decode("utf-8", "replace"),
                                          self.where) from None
                 if msg is None:

@@ -332,12 +332,13 @@ class MuxStream(BoundedStream):
     def alive(self) -> bool:
         return super().alive() and self.mux.alive()
 
-    def close(self) -> None:
+    def close(self) -> bool:
         if not super().close():
-            return
+            return False
         if self._code is None:
             try:
                 self.mux._send(self.i, b"k")
             except ConnectError:
                 pass
         self.mux._streams.pop(self.i, None)
+        return True

@@ -191,10 +191,13 @@ class KeptTransport:
                                     stdout=subprocess.PIPE, stderr=logf, cwd="/", start_new_session=True)
         try:
             wait = self.host.connect_timeout * 4 + START_SLACK
-            ready, _, _ = select.select([proc.stdout], [], [], wait)
-            line = proc.stdout.readline() if ready else b""
+            out = proc.stdout
+            assert out is not None  # PIPE
+            ready, _, _ = select.select([out], [], [], wait)
+            line = out.readline() if ready else b""
         finally:
-            proc.stdout.close()
+            if proc.stdout is not None:
+                proc.stdout.close()
             proc.wait()  # the first process only forks the keeper and exits
         try:
             answer = json.loads(line)
@@ -339,13 +342,14 @@ class KeptStream(BoundedStream):
             text = f"{text}\n{self._error.get('message', '')}".strip()
         return text
 
-    def close(self) -> None:
-        super().close()
+    def close(self) -> bool:
+        closed = super().close()
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
         self.sock.close()
+        return closed
 
 
 def _unlink_if_ours(path: Path) -> None:
@@ -383,7 +387,9 @@ def disconnect(config_file: str | None = None, host: str | None = None, where: P
     """End keepers now: those of `host` in `config_file`, or every keeper of this user. Returns their pids,
     each gone (or killed) before this returns."""
     where = where or runtime_dir()
-    pattern = f"{group_of(config_file, host)}-*.sock" if host else "*.sock"
+    if host and config_file is None:
+        raise ValueError("disconnect: a host is named in a hosts file: give config_file with host")
+    pattern = f"{group_of(config_file, host)}-*.sock" if host and config_file is not None else "*.sock"
     pids = [pid for path in sorted(where.glob(pattern)) if (pid := _quit(path, graceful=False))]
     end = time.monotonic() + wait
     for pid in pids:

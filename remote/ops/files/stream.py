@@ -37,7 +37,8 @@ def retrying(attempt: Callable[[], TransferStats], attempts: int, sleep) -> Tran
     for n, state in enumerate(retry, 1):
         with state:
             stats = attempt()
-        if not state.retry_state.outcome.failed:
+        outcome = state.retry_state.outcome  # set when the `with` ends
+        if outcome is not None and not outcome.failed:
             return dataclasses.replace(stats, attempts=n)
     raise AssertionError("unreachable")
 
