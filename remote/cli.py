@@ -56,6 +56,8 @@ KINDS = {
     "command": cliparse.text_kind("STRING"),
     "limit": Kind(number(1, 100000, integer=True), "N"),
     "backend": Kind(pattern(r"lxc|ns", "lxc or ns"), "BACKEND"),
+    "sudoers": Kind(pattern(r"[a-z_][a-z0-9_.-]*\$?", "a user name of the Proxmox host"), "USER"),
+    "snapshot": Kind(pattern(r"[A-Za-z][A-Za-z0-9_-]{0,39}", "a snapshot name (`remote snapshots` lists them)"), "NAME"),
 }
 
 TASKS: dict[str, cliparse.Spec] = {}  # "deploy", "lab up", ...: what `remote` knows, in --help order
@@ -565,14 +567,29 @@ def lab_down(c, purge=False):
             "known_hosts": "known_hosts file holding the host's key (default ~/.ssh/known_hosts)",
             "pct": "how to run pct there (default `pct`; e.g. 'sudo -n /usr/sbin/pct')",
             "out": "the file to write (default: $REMOTE_HOSTS_FILE, else ./hosts.yaml)",
-            "force": "replace the file if it exists"})
+            "force": "replace the file if it exists",
+            "sudoers": "instead: print the sudoers drop-in that lets USER run what remote needs (sudo: true)",
+            "hosts": "with --sudoers: the hosts file whose `pct` paths the rule names (default /usr/sbin/pct)"})
 @handled
-def init(c, address, port=None, user=None, key_file=None, known_hosts=None, pct=None, out=None, force=False):
+def init(c, address=None, port=None, user=None, key_file=None, known_hosts=None, pct=None, out=None, force=False,
+         sudoers=None, hosts=None):
     """Write a hosts file listing every container of a Proxmox host, ready to fill in.
 
     Connects to the host, reads `pct list` and each container's hostname (`pct config`), and writes a
-    commented hosts file; an existing file is never overwritten without --force."""
+    commented hosts file; an existing file is never overwritten without --force. With --sudoers USER:
+    prints a sudoers drop-in for /etc/sudoers.d/ instead (stdout holds only the drop-in)."""
     from .ops import hostsinit
+
+    if sudoers:
+        from . import sudo
+
+        paths = [sudo.pct_path(h.pct_path or "pct") for h in cfg.load(hosts).hosts.values()] if hosts else []
+        sys.stdout.write(sudo.sudoers(sudoers, paths))
+        print(f"# check it before installing: visudo -cf FILE (then install -m 0440 FILE /etc/sudoers.d/remote)",
+              file=sys.stderr)
+        return
+    if not address:
+        raise Exit("error: init needs --address ADDRESS", code=2)
 
     out = out or cfg.find_file(None)
     hostsinit.check_target(out, force)
@@ -722,6 +739,52 @@ def pull(c, src=None, dest=None, container=None, run=None, attempts=3, quiet=Fal
         print(stats.render())
 
 
+ONE_CT_HELP = "container id from the hosts file (default: default_container, $REMOTE_CONTAINER, or the only one)"
+
+
+@task(help={"container": ONE_CT_HELP, "json": "print the snapshots as JSON", "hosts": HOSTS_HELP})
+@handled
+def snapshots(c, container=None, json_=False, hosts=None):
+    """List the container's Proxmox snapshots: name, time, description, and which are remote's own."""
+    from dataclasses import asdict
+
+    from .naming import printable
+    from .ops import snapshots as snaps
+
+    with _session(hosts) as s:
+        found = snaps.list_snapshots(s, container)
+    if json_:
+        print(json.dumps([{**asdict(x), "ours": x.ours} for x in found], indent=2))
+        return
+    if not found:
+        print("no snapshots")
+    for x in found:
+        print(f"{'remote' if x.ours else '      '}  {x.name:<40}  {x.time}  {printable(x.description)}")
+
+
+@task(help={"container": ONE_CT_HELP, "snapshot": "the snapshot (default: the newest of remote's own)",
+            "force": "roll back even while a run is live (the container is killed, and the run with it)",
+            "hosts": HOSTS_HELP})
+@handled
+def rollback(c, container=None, snapshot=None, force=False, hosts=None):
+    """Roll the whole container back to a Proxmox snapshot (`pct rollback`), then start it again.
+
+    Refused while a run is live unless --force. Mount points are not part of a snapshot: what lives on
+    one (run folders, the known-good record, where configured so) stays as it is."""
+    from .naming import printable
+    from .ops import snapshots as snaps
+
+    with _session(hosts) as s:
+        done = snaps.rollback(s, container, snapshot=snapshot, force=force, echo=print)
+    print(f"rolled back container {done.ctid} to {done.snapshot.name} ({done.snapshot.time}, "
+          f"{printable(done.snapshot.description) or 'no description'})"
+          + ("; started again" if done.started else ""))
+    for line in done.restored:
+        print(f"  restored: {line}")
+    for line in done.kept:
+        print(f"  kept:     {line}")
+
+
 @task(help={"host": "only this host's kept connection (default: every one of yours)", "hosts": HOSTS_HELP})
 @handled
 def disconnect(c, host=None, hosts=None):
@@ -749,7 +812,7 @@ def __getattr__(name: str):
 
 # The order of `remote --help`: the way in, the daily loop, then the rest (tasks not named here follow).
 HELP_ORDER = ("init", "config", "status", "deploy", "warmup", "train", "logs", "runs", "stop", "exec", "shell",
-              "push", "pull", "doctor", "known-good", "report")
+              "push", "pull", "doctor", "known-good", "report", "snapshots", "rollback")
 
 FOOTER = ("Hosts file: --hosts FILE, else $REMOTE_HOSTS_FILE, else ./hosts.yaml (`remote init` writes one). "
           "Exit status: 0 ok; 1 failed (exec, train and logs: the command's or the job's own status); "

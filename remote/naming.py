@@ -75,3 +75,10 @@ def redact(url: str) -> str:
     scheme, sep, rest = url.partition("://")
     host, slash, path = rest.partition("/")
     return f"{scheme}{sep}***@{host.rsplit('@', 1)[1]}{slash}{path}" if sep and "@" in host else url
+
+
+def printable(text: str) -> str:
+    """Text a container supplied, safe for a terminal: C0 and C1 control characters but \\t (and so every
+    escape sequence) shown as visible escapes such as `\\x1b`."""
+    return "".join(ch if ch == "\t" or not (ord(ch) < 0x20 or 0x7f <= ord(ch) < 0xa0) else f"\\x{ord(ch):02x}"
+                   for ch in text)

@@ -168,9 +168,10 @@ class Lab:
         source = (source.replace('LXC_PATH = "/var/lib/remote-lab/lxc"', f"LXC_PATH = {str(self.lxc)!r}")
                   .replace('LOCK_DIR = "/var/lib/remote-lab/lock"', f"LOCK_DIR = {str(self.dir / 'lock')!r}")
                   .replace('NODE = "lab"', f"NODE = {self.node!r}"))  # NsLab sets BACKEND and NS_INIT
-        target = self.dir / "bin" / "pct"
-        target.write_text(f"#!{_system_python()}\n" + source)
-        target.chmod(0o755)
+        for name in ("pct", "pvesm"):  # one double, its pvesm side answering `pvesm status`
+            target = self.dir / "bin" / name
+            target.write_text(f"#!{_system_python()}\n" + source)
+            target.chmod(0o755)
 
     def sshd_running(self) -> bool:
         return _alive(self.dir / "sshd.pid")
@@ -231,6 +232,12 @@ class Lab:
                 return
             time.sleep(0.1)
         raise LabError(f"container {ctid} did not reach RUNNING (log: {ct / 'lxc.log'})")
+
+    def set_storage(self, ctid: int, storage: str) -> None:
+        """The storage container `ctid`'s rootfs lives on, for the pct double (`local`: a directory storage,
+        no snapshots; `local-zfs`, `local-lvm`: snapshots)."""
+        (self.lxc / str(ctid)).mkdir(parents=True, exist_ok=True)
+        (self.lxc / str(ctid) / "storage").write_text(storage + "\n")
 
     def state(self, ctid: int) -> str:
         return _run(["lxc-info", "-P", str(self.lxc), "-n", str(ctid), "-sH"]).stdout.strip() or "STOPPED"

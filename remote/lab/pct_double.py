@@ -24,12 +24,14 @@ BACKEND = "lxc"  # or "ns": <LXC_PATH>/<vmid>/init.pid is the container's PID 1,
 NS_INIT = "/var/lib/remote-lab/bin/ns-init"
 CLEAR_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # lxc-attach --clear-env's
 
-COMMANDS = ["config", "exec", "list", "pull", "push", "shutdown", "start", "status", "stop"]
+COMMANDS = ["config", "delsnapshot", "exec", "list", "listsnapshot", "pull", "push", "rollback", "shutdown", "snapshot",
+            "start", "status", "stop"]
 USAGE = "USAGE: pct <COMMAND> [ARGS] [OPTIONS]\n"
 BOOLEAN = {"exec": {"keep-env"}, "start": {"debug"}, "stop": {"skiplock", "overrule-shutdown"}, "list": set(),
-           "status": {"verbose"}, "config": {"current"}, "shutdown": {"forceStop"}, "push": set(), "pull": set()}
+           "status": {"verbose"}, "config": {"current"}, "shutdown": {"forceStop"}, "push": set(), "pull": set(),
+           "snapshot": set(), "listsnapshot": set(), "delsnapshot": {"force"}, "rollback": {"start"}}
 VALUED = {"push": {"perms", "user", "group"}, "pull": {"perms", "user", "group"}, "shutdown": {"timeout"},
-          "stop": set(), "config": {"snapshot"}}
+          "stop": set(), "config": {"snapshot"}, "snapshot": {"description"}}
 
 
 def die(message, code=255):
@@ -185,7 +187,7 @@ def cmd_stop(opts, positional):
 def cmd_config(opts, positional):
     vmid = vmid_of(positional)
     require_conf(vmid)
-    lines = [f"hostname: lab{vmid}", "arch: amd64", "ostype: debian"]
+    lines = [f"hostname: lab{vmid}", "arch: amd64", "ostype: debian", rootfs_line(vmid)]
     raw = [line.strip() for line in open(os.path.join(LXC_PATH, vmid, "config")) if line.startswith("lxc.")]
     print("\n".join(sorted(lines) + raw))
 
@@ -227,6 +229,211 @@ def cmd_pull(opts, positional):
     except OSError as exc:
         sys.stderr.write(f"failed to open {src}: {exc.strerror}\n")
         sys.exit(0)
+
+
+# -- storages and snapshots -------------------------------------------------------------------------------
+# Each container's rootfs lives on one storage: <LXC_PATH>/<vmid>/storage names it (default "local", a
+# directory storage, as a fresh Proxmox VE install's). A snapshot is a copy of the container's writable
+# layer (upper/) in <LXC_PATH>/<vmid>/snapshots/<name>/, with its time and description; a rollback puts
+# that copy back while the container is stopped. Run as `pvesm` (the lab installs it under that name too)
+# it answers `pvesm status` from the same table.
+
+STORAGES = {  # name -> type, as /etc/pve/storage.cfg would say
+    "local": "dir", "local-zfs": "zfspool", "local-lvm": "lvmthin", "ceph": "rbd", "nfs-share": "nfs",
+}
+SNAPSHOT_TYPES = {"zfspool", "lvmthin", "rbd", "btrfs"}
+RESERVED = {"current", "vzdump"}
+
+
+def storage_of(vmid):
+    try:
+        with open(os.path.join(LXC_PATH, vmid, "storage")) as f:
+            return f.read().strip() or "local"
+    except OSError:
+        return "local"
+
+
+def rootfs_line(vmid):
+    store = storage_of(vmid)
+    kind = STORAGES.get(store, "dir")
+    volume = f"subvol-{vmid}-disk-0" if kind == "zfspool" else (f"vm-{vmid}-disk-0" if kind in ("lvmthin", "rbd")
+                                                               else f"{vmid}/vm-{vmid}-disk-0.raw")
+    return f"rootfs: {store}:{volume},size=8G"
+
+
+def snap_dir(vmid, name=None):
+    base = os.path.join(LXC_PATH, vmid, "snapshots")
+    return base if name is None else os.path.join(base, name)
+
+
+def snapshots(vmid):
+    """name -> {"time": epoch, "description": text, "parent": name or None}."""
+    import json
+
+    found = {}
+    base = snap_dir(vmid)
+    for name in (os.listdir(base) if os.path.isdir(base) else []):
+        try:
+            with open(os.path.join(base, name, "meta.json")) as f:
+                found[name] = json.load(f)
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def parent_of_current(vmid):
+    try:
+        with open(os.path.join(LXC_PATH, vmid, "snapparent")) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def set_parent(vmid, name):
+    with open(os.path.join(LXC_PATH, vmid, "snapparent"), "w") as f:
+        f.write(name or "")
+
+
+def snapname_of(positional):
+    if len(positional) < 2:
+        param_error("snapname", "property is missing and it is not optional")
+    name = positional[1]
+    if len(name) > 40:
+        param_error("snapname", "value may only be 40 characters long")
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", name):
+        param_error("snapname", f"invalid format - invalid configuration ID '{name}'")
+    return name
+
+
+def _copy_tree(src, dest):
+    r = subprocess.run(["cp", "-a", "--reflink=auto", src, dest], capture_output=True, text=True)
+    if r.returncode != 0:
+        die(f"snapshot copy failed: {r.stderr.strip()}\n")
+
+
+def cmd_snapshot(opts, positional):
+    import json
+
+    vmid = vmid_of(positional)
+    name = snapname_of(positional)
+    require_conf(vmid)
+    if name in RESERVED:
+        die(f"unable to use snapshot name '{name}' (reserved name)\n")
+    lock(vmid)
+    if STORAGES.get(storage_of(vmid)) not in SNAPSHOT_TYPES:
+        die("snapshot feature is not available\n")
+    if name in snapshots(vmid):
+        die(f"snapshot name '{name}' already used\n")
+    target = snap_dir(vmid, name)
+    os.makedirs(target + ".partial", exist_ok=True)
+    upper = os.path.join(LXC_PATH, vmid, "upper")
+    if os.path.isdir(upper):
+        _copy_tree(upper, os.path.join(target + ".partial", "upper"))
+    meta = {"time": int(time.time()), "description": opts.get("description"), "parent": parent_of_current(vmid)}
+    with open(os.path.join(target + ".partial", "meta.json"), "w") as f:
+        json.dump(meta, f)
+    os.rename(target + ".partial", target)
+    set_parent(vmid, name)
+
+
+def cmd_listsnapshot(opts, positional):
+    vmid = vmid_of(positional)
+    require_conf(vmid)
+    snaps = snapshots(vmid)
+    current = parent_of_current(vmid)
+    children = {}
+    for name, meta in sorted(snaps.items(), key=lambda kv: (kv[1].get("time", 0), kv[0])):
+        children.setdefault(meta.get("parent") if meta.get("parent") in snaps else None, []).append(name)
+    children.setdefault(current if current in snaps else None, []).append("current")
+    width = max([len(n) for n in snaps] + [len("current")]) + 1
+
+    def show(name, depth):
+        pad = " " * depth
+        if name == "current":
+            print(f"{pad}`-> {'current':<{width - depth}}  You are here!")
+            return
+        meta = snaps[name]
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(meta.get("time", 0)))
+        text = (meta.get("description") or "no-description").splitlines()[0] if meta.get("description") else "no-description"
+        print(f"{pad}`-> {name:<{width - depth}}  {when}  {text}")
+        for child in children.get(name, []):
+            show(child, depth + 1)
+
+    for root in children.get(None, []):
+        show(root, 0)
+
+
+def cmd_delsnapshot(opts, positional):
+    vmid = vmid_of(positional)
+    name = snapname_of(positional)
+    require_conf(vmid)
+    lock(vmid)
+    snaps = snapshots(vmid)
+    if name not in snaps:
+        die(f"snapshot '{name}' does not exist\n")
+    for other, meta in snaps.items():  # its children now hang from its parent
+        if meta.get("parent") == name:
+            _set_meta_parent(vmid, other, snaps[name].get("parent"))
+    if parent_of_current(vmid) == name:
+        set_parent(vmid, snaps[name].get("parent"))
+    shutil.rmtree(snap_dir(vmid, name))
+
+
+def _set_meta_parent(vmid, name, parent):
+    import json
+
+    path = os.path.join(snap_dir(vmid, name), "meta.json")
+    with open(path) as f:
+        meta = json.load(f)
+    meta["parent"] = parent
+    with open(path, "w") as f:
+        json.dump(meta, f)
+
+
+def cmd_rollback(opts, positional):
+    vmid = vmid_of(positional)
+    name = snapname_of(positional)
+    require_conf(vmid)
+    lock(vmid)
+    snaps = snapshots(vmid)
+    if name not in snaps:
+        die(f"snapshot '{name}' does not exist\n")
+    store = storage_of(vmid)
+    if STORAGES.get(store) == "zfspool":  # zfs rolls back only to the most recent snapshot
+        newest = max(snaps, key=lambda n: (snaps[n].get("time", 0), n))
+        if newest != name:
+            die(f"can't rollback, '{name}' is not most recent snapshot on '{rootfs_line(vmid).split()[1].split(',')[0]}'\n")
+    if state(vmid) == "running":  # a kill, not a shutdown
+        if BACKEND == "ns":
+            ns_stop(vmid)
+        else:
+            subprocess.run(["lxc-stop", "-P", LXC_PATH, "-n", vmid, "-k"], capture_output=True)
+    upper = os.path.join(LXC_PATH, vmid, "upper")
+    saved = os.path.join(snap_dir(vmid, name), "upper")
+    if os.path.isdir(upper + ".old"):
+        shutil.rmtree(upper + ".old")
+    if os.path.isdir(upper):
+        os.rename(upper, upper + ".old")
+    if os.path.isdir(saved):
+        _copy_tree(saved, upper)
+    else:
+        os.makedirs(upper)
+    shutil.rmtree(upper + ".old", ignore_errors=True)
+    set_parent(vmid, name)
+    if opts.get("start"):
+        r = ns_start(vmid) if BACKEND == "ns" else subprocess.run(["lxc-start", "-P", LXC_PATH, "-n", vmid],
+                                                                  capture_output=True, text=True)
+        if r.returncode != 0:
+            die(f"startup for container '{vmid}' failed\n{r.stderr}")
+
+
+def pvesm(argv):
+    """`pvesm status`: Name, Type, Status, Total, Used, Available, % of each storage."""
+    if argv[:1] != ["status"]:
+        die(f"ERROR: unknown command 'pvesm {' '.join(argv[:1])}'\nUSAGE: pvesm <COMMAND> [ARGS] [OPTIONS]\n")
+    print(f"{'Name':<14}{'Type':>9}{'Status':>11}{'Total':>17}{'Used':>17}{'Available':>17}{'%':>9}")
+    for name, kind in STORAGES.items():
+        print(f"{name:<14}{kind:>9}{'active':>11}{'102626232':>17}{'10485760':>17}{'92140472':>17}{'10.22%':>9}")
 
 
 # -- the namespace backend ---------------------------------------------------------------------------------
@@ -338,6 +545,8 @@ def main(argv):
     os.environ["PATH"] = "/sbin:/bin:/usr/sbin:/usr/bin"
     if os.geteuid() != 0:
         die("please run as root\n")
+    if os.path.basename(sys.argv[0]) == "pvesm":
+        return pvesm(argv)
     if not argv:
         die("ERROR: no command specified\n" + USAGE)
     matches = [c for c in COMMANDS if c.startswith(argv[0])]

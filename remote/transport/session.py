@@ -11,11 +11,12 @@ from typing import Callable
 from . import Result, Transport, for_host
 from .pct import DEFAULT_PATH, Container, parse_list, pct_argv
 from .. import config as cfg
+from ..sudo import program
 from ..errors import ConnectError, PctError, TransportError
 
 
 AGENT_RETRY_S = 10.0
-MUX_PYTHON = "/usr/bin/python3"
+MUX_PYTHON = program("python3").path  # remote.sudo.PROGRAMS: the one list of host programs
 
 
 @dataclass
