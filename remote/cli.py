@@ -565,14 +565,15 @@ def lab_down(c, purge=False):
             "port": "its SSH port (default 22)", "user": "the user to log in as (default root)",
             "key_file": "private key to log in with (default: ssh-agent)",
             "known_hosts": "known_hosts file holding the host's key (default ~/.ssh/known_hosts)",
-            "pct": "how to run pct there (default `pct`; e.g. 'sudo -n /usr/sbin/pct')",
+            "pct": "how to run pct there (default `pct`; with --sudo: its exact path, default /usr/sbin/pct)",
             "out": "the file to write (default: $REMOTE_HOSTS_FILE, else ./hosts.yaml)",
             "force": "replace the file if it exists",
+            "sudo": "log in as a non-root user whose sudo rule allows pct (writes `sudo: true`; see --sudoers)",
             "sudoers": "instead: print the sudoers drop-in that lets USER run what remote needs (sudo: true)",
             "hosts": "with --sudoers: the hosts file whose `pct` paths the rule names (default /usr/sbin/pct)"})
 @handled
 def init(c, address=None, port=None, user=None, key_file=None, known_hosts=None, pct=None, out=None, force=False,
-         sudoers=None, hosts=None):
+         sudo=False, sudoers=None, hosts=None):
     """Write a hosts file listing every container of a Proxmox host, ready to fill in.
 
     Connects to the host, reads `pct list` and each container's hostname (`pct config`), and writes a
@@ -580,11 +581,11 @@ def init(c, address=None, port=None, user=None, key_file=None, known_hosts=None,
     prints a sudoers drop-in for /etc/sudoers.d/ instead (stdout holds only the drop-in)."""
     from .ops import hostsinit
 
-    if sudoers:
-        from . import sudo
+    from . import sudo as sudomod
 
-        paths = [sudo.pct_path(h.pct_path or "pct") for h in cfg.load(hosts).hosts.values()] if hosts else []
-        sys.stdout.write(sudo.sudoers(sudoers, paths))
+    if sudoers:
+        paths = [sudomod.pct_path(h.pct_path or "pct") for h in cfg.load(hosts).hosts.values()] if hosts else []
+        sys.stdout.write(sudomod.sudoers(sudoers, paths))
         print(f"# check it before installing: visudo -cf FILE (then install -m 0440 FILE /etc/sudoers.d/remote)",
               file=sys.stderr)
         return
@@ -596,12 +597,13 @@ def init(c, address=None, port=None, user=None, key_file=None, known_hosts=None,
     for flag, path in (("--key-file", key_file), ("--known-hosts", known_hosts)):
         if path and not os.path.isfile(os.path.expanduser(path)):
             raise Exit(f"error: {flag} {path}: no such file", code=2)
-    given = {"port": port, "user": user, "pct": pct,
+    given = {"port": port, "user": user, "pct": pct, "sudo": True if sudo else None,
              "key_file": os.path.abspath(os.path.expanduser(key_file)) if key_file else None,
              "known_hosts": os.path.abspath(os.path.expanduser(known_hosts)) if known_hosts else None}
     # Port and user not given: ~/.ssh/config's for the address, else 22 and root (as the hosts file will).
     host = cfg.Host(name=hostsinit.host_name(address), address=address, port=port, user=user,
-                    key_file=given["key_file"], known_hosts=given["known_hosts"], pct=pct or "pct")
+                    key_file=given["key_file"], known_hosts=given["known_hosts"],
+                    pct=sudomod.pct_command(pct or "pct", sudo), sudo=sudo, pct_path=pct or "pct")
     found = hostsinit.read_host(host)
     if not found:
         raise Exit(f"error: `pct list` on {address} shows no containers: create one first (pct create), "

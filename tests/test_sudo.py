@@ -135,3 +135,15 @@ def test_storage_support_read_from_config_and_pvesm():
     kept, restored = snaps.where_things_live(spec, config)
     assert [k.split(" (")[0] for k in kept] == ["run folders", "the known-good record"]
     assert "the venv (/root/venv)" in restored
+
+
+def test_init_with_sudo_writes_a_file_whose_host_runs_pct_through_sudo():
+    import yaml
+
+    from remote.ops import hostsinit
+
+    h = cfg.Host(name="pve1", address="pve1", user="trainer", pct=sudo.pct_command("pct", True), sudo=True)
+    text = hostsinit.render(h, {"user": "trainer", "sudo": True}, [(200, "running", "gpu")])
+    assert "    sudo: true\n" in text
+    loaded = cfg.parse(yaml.safe_load(text), "hosts.yaml").hosts["pve1"]
+    assert loaded.sudo and loaded.pct == "sudo -n /usr/sbin/pct" and loaded.user == "trainer"

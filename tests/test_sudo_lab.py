@@ -156,8 +156,25 @@ def root_processes_outside_the_rule(uid: int, allowed: list[str]) -> list[str]:
     return bad
 
 
+def trainers_files(uid: int) -> set[str]:
+    """Files of trainer's where a staged copy would be: the shared temp folders and trainer's home."""
+    found = set()
+    for top in ("/tmp", "/var/tmp", "/dev/shm", pwd.getpwuid(uid).pw_dir):
+        for dirpath, dirs, files in os.walk(top):
+            dirs[:] = [d for d in dirs if not d.startswith(("remote-sudo-lab-", "pytest-of-"))]
+            for name in files + dirs:
+                path = os.path.join(dirpath, name)
+                try:
+                    if os.lstat(path).st_uid == uid:
+                        found.add(path)
+                except OSError:
+                    pass
+    return found
+
+
 def test_every_task_runs_as_a_user_limited_to_the_drop_in(sudo_lab, hosts, trainer, tmp_path):
     rule = sudo.rule_of(DROP_IN.read_text(), USER)
+    files_before = trainers_files(trainer.pw_uid)
     r = task(hosts, "deploy", "-c", str(CT))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "snapshot remote-" in r.stdout  # local-zfs: a snapshot before the first (changing) deploy
@@ -186,6 +203,7 @@ def test_every_task_runs_as_a_user_limited_to_the_drop_in(sudo_lab, hosts, train
     r = task(hosts, "exec", "-c", str(CT), "--command", "id -un")
     assert r.returncode == 0 and r.stdout == "root\n", r.stdout + r.stderr
     assert root_processes_outside_the_rule(trainer.pw_uid, rule) == []
+    assert trainers_files(trainer.pw_uid) - files_before == set()  # nothing staged on the host, pushed or pulled
 
 
 def test_snapshots_auto_one_per_changing_deploy_none_for_a_no_op_three_kept_anothers_untouched(sudo_lab, hosts):
@@ -296,3 +314,28 @@ def test_a_rule_without_one_program_names_it(sudo_lab, hosts):
         assert in_ct(sudo_lab, "git", "-C", "/root/dflash", "rev-parse", "HEAD") == head
     finally:
         install_rule(good)
+
+
+def test_the_pct_doubles_snapshots_follow_proxmoxs_rules(sudo_lab):
+    ct = str(CT)
+    r = lab_pct(sudo_lab, "snapshot", ct, "current")
+    assert r.returncode == 255 and r.stderr == "unable to use snapshot name 'current' (reserved name)\n"
+    r = lab_pct(sudo_lab, "snapshot", ct, "x" * 41)
+    assert r.returncode == 255 and "snapname: value may only be 40 characters long" in r.stderr
+    assert lab_pct(sudo_lab, "snapshot", ct, "rules-1").returncode == 0
+    r = lab_pct(sudo_lab, "snapshot", ct, "rules-1")
+    assert r.returncode == 255 and r.stderr == "snapshot name 'rules-1' already used\n"
+    r = lab_pct(sudo_lab, "delsnapshot", ct, "no-such")
+    assert r.returncode == 255 and r.stderr == "snapshot 'no-such' does not exist\n"
+    assert lab_pct(sudo_lab, "listsnapshot", ct).stdout.splitlines()[-1].strip().startswith("`-> current")
+    # A rollback kills a running container and starts it again only with --start 1.
+    assert lab_pct(sudo_lab, "rollback", ct, "rules-1").returncode == 0
+    assert lab_pct(sudo_lab, "status", ct).stdout == "status: stopped\n"
+    assert lab_pct(sudo_lab, "start", ct).returncode == 0
+    assert lab_pct(sudo_lab, "delsnapshot", ct, "rules-1").returncode == 0
+    sudo_lab.set_storage(CT, "local")
+    try:
+        r = lab_pct(sudo_lab, "snapshot", ct, "rules-2")
+        assert r.returncode == 255 and r.stderr == "snapshot feature is not available\n"
+    finally:
+        sudo_lab.set_storage(CT, "local-zfs")

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from . import Result, Transport, for_host
-from .pct import DEFAULT_PATH, Container, parse_list, pct_argv
+from .pct import DEFAULT_PATH, Container, classify, parse_list, pct_argv
 from .. import config as cfg
 from ..sudo import program
 from ..errors import ConnectError, PctError, TransportError
@@ -180,7 +180,8 @@ def inventory(session: Session) -> list[HostState]:
         try:
             result = session.host_run(host, pct_argv(host.pct, "list"), deadline=60)
             if result.exit_code != 0:
-                raise PctError(0, f"`pct list` failed on {host.name}: {result.err.strip()}")
+                raise classify(result.err, result.exit_code, 0, host.name) or \
+                    PctError(0, f"`pct list` failed on {host.name}: {result.err.strip()}")
             found = parse_list(result.out)
             states.append(HostState(host.name, True, None, {c: found.get(c, "missing") for c in wanted}))
         except (TransportError, PctError) as exc:
