@@ -2,12 +2,14 @@
 
 As root, on a machine with sudo, under the lab lock, from the repository root:
     flock /tmp/remote-lab.lock python bench/sudo.py [--rounds 7]
-Brings up a lab (one container on a ZFS-like storage of the pct double), a `trainer` user whose sudo rule
+Brings up a lab (one container on the pct double's local-btrfs storage), a `trainer` user whose sudo rule
 is `remote init --sudoers trainer`'s drop-in, deploys once, then alternates, as `remote` runs in its own
 process with its kept connection warm:
   - a no-op `remote deploy` as root and as trainer with sudo: true (goal: sudo adds <= 10%);
   - a warm `remote exec -- true`, the same two ways (goal: <= 10%);
-  - a changing deploy (a new commit: the code is synced) with deploy.snapshot always and never (goal: <= 2 s).
+  - a changing deploy (a new commit: the code is synced) with deploy.snapshot always and never (goal: <= 2 s),
+    the snapshot a btrfs subvolume snapshot as Proxmox takes on a BTRFS storage;
+  - the double's own `pct snapshot` (what the storage costs, apart from remote's round trips).
 Medians; the user and the lab are removed at the end.
 """
 
@@ -77,7 +79,7 @@ def main() -> None:
     lab = Lab(dir=Path(tempfile.mkdtemp(prefix="remote-bench-sudo-", dir="/var/tmp")), port=free_port(),
               wheels_dir=Path(args.wheels))
     lab.dir.chmod(0o755)
-    lab.set_storage(CT, "local-zfs")
+    lab.set_storage(CT, "local-btrfs")
     try:
         lab.up((CT,))
         base = lab.hosts_yaml((CT,)) + SECTIONS.format(wheels=lab.wheels, repo=lab.dir / "dflash")
@@ -114,6 +116,16 @@ def main() -> None:
             times["change never"].append(remote(never, "deploy", "-c", str(CT)))
             commit(lab.dir / "dflash")
             times["change always"].append(remote(always, "deploy", "-c", str(CT)))
+        pct = str(lab.dir / "bin" / "pct")
+        for i in range(3):  # the double's own part: copying the writable layer (a ZFS snapshot is O(1))
+            start = time.perf_counter()
+            subprocess.run([pct, "snapshot", str(CT), f"bench-{i}"], check=True, capture_output=True)
+            times.setdefault("double snapshot", []).append(time.perf_counter() - start)
+            subprocess.run([pct, "delsnapshot", str(CT), f"bench-{i}"], check=True, capture_output=True)
+        upper = lab.upper(CT)
+        size = subprocess.run(["du", "-sm", str(upper)], capture_output=True, text=True).stdout.split()[0]
+        count = sum(len(f) for _, _, f in os.walk(upper))
+        print(f"the container's writable layer: {size} MiB in {count} files")
         med = {k: statistics.median(v) for k, v in times.items()}
         for k, v in times.items():
             print(f"{k:14s} median {med[k]:.3f}s  ({', '.join(f'{x:.3f}' for x in v)})")

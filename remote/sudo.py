@@ -51,8 +51,10 @@ def program(name: str) -> HostProgram:
 
 
 def pct_path(pct: str) -> str:
-    """The exact path of pct that a sudo rule names, from the hosts file's `pct` key."""
-    return program("pct").path if pct == "pct" else pct
+    """The exact path of pct that a sudo rule names, from the hosts file's `pct` key (of an older file's
+    `sudo -n /usr/sbin/pct`, its last absolute path)."""
+    paths = [w for w in shlex.split(pct) if w.startswith("/")]
+    return paths[-1] if paths else program("pct").path
 
 
 def program_path(name: str, pct: str = "pct", exact: bool = True) -> str:

@@ -147,3 +147,9 @@ def test_init_with_sudo_writes_a_file_whose_host_runs_pct_through_sudo():
     assert "    sudo: true\n" in text
     loaded = cfg.parse(yaml.safe_load(text), "hosts.yaml").hosts["pve1"]
     assert loaded.sudo and loaded.pct == "sudo -n /usr/sbin/pct" and loaded.user == "trainer"
+
+
+def test_the_drop_in_takes_pct_from_an_older_files_sudo_command_line():
+    assert sudo.pct_path("sudo -n /usr/local/sbin/pct") == "/usr/local/sbin/pct"
+    assert sudo.pct_path("pct") == "/usr/sbin/pct"
+    assert sudo.rule_of(sudo.sudoers("ops", [sudo.pct_path("sudo -n /opt/pct")]), "ops")[0] == "/opt/pct"

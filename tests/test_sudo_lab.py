@@ -69,7 +69,7 @@ def sudo_lab(trainer):
     lab = Lab(dir=Path(tempfile.mkdtemp(prefix="remote-sudo-lab-", dir="/var/tmp")), port=free_port(),
               wheels_dir=LAB_WHEELS)
     lab.dir.chmod(0o755)  # trainer's sshd reads the authorized keys (public) in there; the client key stays 0600
-    lab.set_storage(CT, "local-zfs")
+    lab.set_storage(CT, "local-btrfs")
     try:
         lab.up((CT,))
         yield lab
@@ -177,7 +177,7 @@ def test_every_task_runs_as_a_user_limited_to_the_drop_in(sudo_lab, hosts, train
     files_before = trainers_files(trainer.pw_uid)
     r = task(hosts, "deploy", "-c", str(CT))
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "snapshot remote-" in r.stdout  # local-zfs: a snapshot before the first (changing) deploy
+    assert "snapshot remote-" in r.stdout  # local-btrfs: a snapshot before the first (changing) deploy
     # The kept connection holds the mux and the agent now: trainer's processes, pct through the rule only.
     sessions = [p for p in Path("/proc").iterdir() if p.name.isdigit() and p.stat().st_uid == trainer.pw_uid]
     assert sessions, "no process of trainer's: the tasks did not log in as trainer"
@@ -264,7 +264,7 @@ def test_a_storage_without_snapshots_is_noted_and_the_deploy_done_and_always_ref
         assert r.returncode == 1 and "deploy.snapshot is always" in r.stderr, r.stdout + r.stderr
         assert in_ct(sudo_lab, "git", "-C", "/root/dflash", "rev-parse", "HEAD").strip() == commit != head
     finally:
-        sudo_lab.set_storage(CT, "local-zfs")
+        sudo_lab.set_storage(CT, "local-btrfs")
 
 
 @pytest.mark.fault("non-root host user without sudo", "pct's `please run as root` names `sudo: true` and the drop-in")
@@ -338,4 +338,4 @@ def test_the_pct_doubles_snapshots_follow_proxmoxs_rules(sudo_lab):
         r = lab_pct(sudo_lab, "snapshot", ct, "rules-2")
         assert r.returncode == 255 and r.stderr == "snapshot feature is not available\n"
     finally:
-        sudo_lab.set_storage(CT, "local-zfs")
+        sudo_lab.set_storage(CT, "local-btrfs")

@@ -5,7 +5,8 @@ Installed by the lab as <lab>/bin/pct with LXC_PATH, LOCK_DIR, NODE and BACKEND 
 nothing from `remote` and runs on the system Python. Option parsing, messages and exit codes
 follow pve-container 6.1.10: Getopt permute mode until a bare `--`, boolean options that take
 an optional value, no shell for exec (it becomes lxc-attach), PATH reset before anything runs,
-push/pull under the config lock and exit 0 when the copy itself fails.
+push/pull under the config lock and exit 0 when the copy itself fails. Snapshots (snapshot, listsnapshot,
+delsnapshot, rollback) follow Proxmox's rules and messages over each container's storage (below).
 """
 
 import fcntl
@@ -233,13 +234,16 @@ def cmd_pull(opts, positional):
 
 # -- storages and snapshots -------------------------------------------------------------------------------
 # Each container's rootfs lives on one storage: <LXC_PATH>/<vmid>/storage names it (default "local", a
-# directory storage, as a fresh Proxmox VE install's). A snapshot is a copy of the container's writable
-# layer (upper/) in <LXC_PATH>/<vmid>/snapshots/<name>/, with its time and description; a rollback puts
-# that copy back while the container is stopped. Run as `pvesm` (the lab installs it under that name too)
-# it answers `pvesm status` from the same table.
+# directory storage, as a fresh Proxmox VE install's). On "local-btrfs" the container's writable layer is a
+# real btrfs subvolume (<LXC_PATH>/<vmid>/vol/layer, on a btrfs image the lab mounts at vol/): a snapshot is
+# `btrfs subvolume snapshot -r`, as Proxmox's btrfs storage takes it, and a rollback a writable snapshot of
+# it put in the layer's place while the container is stopped. On the other snapshot-capable storages
+# (zfspool, lvmthin, rbd) the layer is copied (`cp -a`: the same result, slower). Run as `pvesm` (the lab
+# installs it under that name too) it answers `pvesm status` from the same table.
 
 STORAGES = {  # name -> type, as /etc/pve/storage.cfg would say
-    "local": "dir", "local-zfs": "zfspool", "local-lvm": "lvmthin", "ceph": "rbd", "nfs-share": "nfs",
+    "local": "dir", "local-zfs": "zfspool", "local-lvm": "lvmthin", "local-btrfs": "btrfs", "ceph": "rbd",
+    "nfs-share": "nfs",
 }
 SNAPSHOT_TYPES = {"zfspool", "lvmthin", "rbd", "btrfs"}
 RESERVED = {"current", "vzdump"}
@@ -256,14 +260,34 @@ def storage_of(vmid):
 def rootfs_line(vmid):
     store = storage_of(vmid)
     kind = STORAGES.get(store, "dir")
-    volume = f"subvol-{vmid}-disk-0" if kind == "zfspool" else (f"vm-{vmid}-disk-0" if kind in ("lvmthin", "rbd")
-                                                               else f"{vmid}/vm-{vmid}-disk-0.raw")
+    volume = {"zfspool": f"subvol-{vmid}-disk-0", "lvmthin": f"vm-{vmid}-disk-0", "rbd": f"vm-{vmid}-disk-0",
+              "btrfs": f"{vmid}/subvol-{vmid}-disk-0.subvol"}.get(kind, f"{vmid}/vm-{vmid}-disk-0.raw")
     return f"rootfs: {store}:{volume},size=8G"
 
 
+def vol(vmid):
+    """The btrfs volume of a container on local-btrfs (the lab mounts it), else None."""
+    path = os.path.join(LXC_PATH, vmid, "vol")
+    return path if os.path.ismount(path) else None
+
+
+def upper_of(vmid):
+    """The writable layer. On local-btrfs it is vol/layer/upper: the subvolume vol/layer holds it and the
+    overlay's work folder beside it (LXC puts that in the layer's parent; a rename between two subvolumes
+    is a cross-device one, which overlayfs cannot do)."""
+    v = vol(vmid)
+    return os.path.join(v, "layer", "upper") if v else os.path.join(LXC_PATH, vmid, "upper")
+
+
 def snap_dir(vmid, name=None):
-    base = os.path.join(LXC_PATH, vmid, "snapshots")
+    base = os.path.join(vol(vmid) or os.path.join(LXC_PATH, vmid), "snapshots")
     return base if name is None else os.path.join(base, name)
+
+
+def btrfs(*args):
+    r = subprocess.run(["btrfs", *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        die(f"btrfs {' '.join(args[:2])} failed: {r.stderr.strip()}\n")
 
 
 def snapshots(vmid):
@@ -326,8 +350,10 @@ def cmd_snapshot(opts, positional):
         die(f"snapshot name '{name}' already used\n")
     target = snap_dir(vmid, name)
     os.makedirs(target + ".partial", exist_ok=True)
-    upper = os.path.join(LXC_PATH, vmid, "upper")
-    if os.path.isdir(upper):
+    upper = upper_of(vmid)
+    if vol(vmid):
+        btrfs("subvolume", "snapshot", "-r", os.path.dirname(upper), os.path.join(target + ".partial", "layer"))
+    elif os.path.isdir(upper):
         _copy_tree(upper, os.path.join(target + ".partial", "upper"))
     meta = {"time": int(time.time()), "description": opts.get("description"), "parent": parent_of_current(vmid)}
     with open(os.path.join(target + ".partial", "meta.json"), "w") as f:
@@ -376,7 +402,16 @@ def cmd_delsnapshot(opts, positional):
             _set_meta_parent(vmid, other, snaps[name].get("parent"))
     if parent_of_current(vmid) == name:
         set_parent(vmid, snaps[name].get("parent"))
+    for layer in ("layer", "upper"):
+        _remove_layer(os.path.join(snap_dir(vmid, name), layer))
     shutil.rmtree(snap_dir(vmid, name))
+
+
+def _remove_layer(path):
+    if os.path.isdir(path) and os.stat(path).st_ino == 256:  # a btrfs subvolume's root
+        btrfs("subvolume", "delete", path)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _set_meta_parent(vmid, name, parent):
@@ -408,17 +443,26 @@ def cmd_rollback(opts, positional):
             ns_stop(vmid)
         else:
             subprocess.run(["lxc-stop", "-P", LXC_PATH, "-n", vmid, "-k"], capture_output=True)
-    upper = os.path.join(LXC_PATH, vmid, "upper")
-    saved = os.path.join(snap_dir(vmid, name), "upper")
-    if os.path.isdir(upper + ".old"):
-        shutil.rmtree(upper + ".old")
+    upper = upper_of(vmid)
+    if vol(vmid):  # the whole subvolume (the layer and the overlay's work folder) from the snapshot's
+        upper = os.path.dirname(upper)
+        saved = os.path.join(snap_dir(vmid, name), "layer")
+    else:
+        saved = os.path.join(snap_dir(vmid, name), "upper")
+    _remove_layer(upper + ".old")
     if os.path.isdir(upper):
         os.rename(upper, upper + ".old")
-    if os.path.isdir(saved):
+    if vol(vmid):
+        btrfs("subvolume", "snapshot", saved, upper)
+    elif os.path.isdir(saved):
         _copy_tree(saved, upper)
     else:
         os.makedirs(upper)
-    shutil.rmtree(upper + ".old", ignore_errors=True)
+    _remove_layer(upper + ".old")
+    # A Proxmox container's /run is a tmpfs: no snapshot holds what was there, and it starts empty. The lab's
+    # /run is in the writable layer, so it is emptied here (an operation lease or kept answer of the
+    # moment the snapshot was taken is gone, as on a host).
+    shutil.rmtree(os.path.join(upper_of(vmid), "run"), ignore_errors=True)
     set_parent(vmid, name)
     if opts.get("start"):
         r = ns_start(vmid) if BACKEND == "ns" else subprocess.run(["lxc-start", "-P", LXC_PATH, "-n", vmid],
