@@ -58,6 +58,8 @@ KINDS = {
     "limit": Kind(number(1, 100000, integer=True), "N"),
     "from": Kind(pattern(r"[1-9][0-9]{2,8}", "a container id"), "ID"),
     "backend": Kind(pattern(r"lxc|ns", "lxc or ns"), "BACKEND"),
+    "sudoers": Kind(pattern(r"[a-z_][a-z0-9_.-]*\$?", "a user name of the Proxmox host"), "USER"),
+    "snapshot": Kind(pattern(r"[A-Za-z][A-Za-z0-9_-]{0,39}", "a snapshot name (`remote snapshots` lists them)"), "NAME"),
 }
 
 TASKS: dict[str, cliparse.Spec] = {}  # "deploy", "lab up", ...: what `remote` knows, in --help order
@@ -660,28 +662,45 @@ def lab_down(c, purge=False):
             "port": "its SSH port (default 22)", "user": "the user to log in as (default root)",
             "key_file": "private key to log in with (default: ssh-agent)",
             "known_hosts": "known_hosts file holding the host's key (default ~/.ssh/known_hosts)",
-            "pct": "how to run pct there (default `pct`; e.g. 'sudo -n /usr/sbin/pct')",
+            "pct": "how to run pct there (default `pct`; with --sudo: its exact path, default /usr/sbin/pct)",
             "out": "the file to write (default: $REMOTE_HOSTS_FILE, else ./hosts.yaml)",
-            "force": "replace the file if it exists"})
+            "force": "replace the file if it exists",
+            "sudo": "log in as a non-root user whose sudo rule allows pct (writes `sudo: true`; see --sudoers)",
+            "sudoers": "instead: print the sudoers drop-in that lets USER run what remote needs (sudo: true)",
+            "hosts": "with --sudoers: the hosts file whose `pct` paths the rule names (default /usr/sbin/pct)"})
 @handled
-def init(c, address, port=None, user=None, key_file=None, known_hosts=None, pct=None, out=None, force=False):
+def init(c, address=None, port=None, user=None, key_file=None, known_hosts=None, pct=None, out=None, force=False,
+         sudo=False, sudoers=None, hosts=None):
     """Write a hosts file listing every container of a Proxmox host, ready to fill in.
 
     Connects to the host, reads `pct list` and each container's hostname (`pct config`), and writes a
-    commented hosts file; an existing file is never overwritten without --force."""
+    commented hosts file; an existing file is never overwritten without --force. With --sudoers USER:
+    prints a sudoers drop-in for /etc/sudoers.d/ instead (stdout holds only the drop-in)."""
     from .ops import hostsinit
+
+    from . import sudo as sudomod
+
+    if sudoers:
+        paths = [sudomod.pct_path(h.pct_path or "pct") for h in cfg.load(hosts).hosts.values()] if hosts else []
+        sys.stdout.write(sudomod.sudoers(sudoers, paths))
+        print(f"# check it before installing: visudo -cf FILE (then install -m 0440 FILE /etc/sudoers.d/remote)",
+              file=sys.stderr)
+        return
+    if not address:
+        raise Exit("error: init needs --address ADDRESS", code=2)
 
     out = out or cfg.find_file(None)
     hostsinit.check_target(out, force)
     for flag, path in (("--key-file", key_file), ("--known-hosts", known_hosts)):
         if path and not os.path.isfile(os.path.expanduser(path)):
             raise Exit(f"error: {flag} {path}: no such file", code=2)
-    given = {"port": port, "user": user, "pct": pct,
+    given = {"port": port, "user": user, "pct": pct, "sudo": True if sudo else None,
              "key_file": os.path.abspath(os.path.expanduser(key_file)) if key_file else None,
              "known_hosts": os.path.abspath(os.path.expanduser(known_hosts)) if known_hosts else None}
     # Port and user not given: ~/.ssh/config's for the address, else 22 and root (as the hosts file will).
     host = cfg.Host(name=hostsinit.host_name(address), address=address, port=port, user=user,
-                    key_file=given["key_file"], known_hosts=given["known_hosts"], pct=pct or "pct")
+                    key_file=given["key_file"], known_hosts=given["known_hosts"],
+                    pct=sudomod.pct_command(pct or "pct", sudo), sudo=sudo, pct_path=pct or "pct")
     found = hostsinit.read_host(host)
     if not found:
         raise Exit(f"error: `pct list` on {address} shows no containers: create one first (pct create), "
@@ -820,6 +839,52 @@ def pull(c, src=None, dest=None, container=None, run=None, attempts=3, quiet=Fal
         print(stats.render())
 
 
+ONE_CT_HELP = "container id from the hosts file (default: default_container, $REMOTE_CONTAINER, or the only one)"
+
+
+@task(help={"container": ONE_CT_HELP, "json": "print the snapshots as JSON", "hosts": HOSTS_HELP})
+@handled
+def snapshots(c, container=None, json_=False, hosts=None):
+    """List the container's Proxmox snapshots: name, time, description, and which are remote's own."""
+    from dataclasses import asdict
+
+    from .naming import printable
+    from .ops import snapshots as snaps
+
+    with _session(hosts) as s:
+        found = snaps.list_snapshots(s, container)
+    if json_:
+        print(json.dumps([{**asdict(x), "ours": x.ours} for x in found], indent=2))
+        return
+    if not found:
+        print("no snapshots")
+    for x in found:
+        print(f"{'remote' if x.ours else '      '}  {x.name:<40}  {x.time}  {printable(x.description)}")
+
+
+@task(help={"container": ONE_CT_HELP, "snapshot": "the snapshot (default: the newest of remote's own)",
+            "force": "roll back even while a run is live (the container is killed, and the run with it)",
+            "hosts": HOSTS_HELP})
+@handled
+def rollback(c, container=None, snapshot=None, force=False, hosts=None):
+    """Roll the whole container back to a Proxmox snapshot (`pct rollback`), then start it again.
+
+    Refused while a run is live unless --force. Mount points are not part of a snapshot: what lives on
+    one (run folders, the known-good record, where configured so) stays as it is."""
+    from .naming import printable
+    from .ops import snapshots as snaps
+
+    with _session(hosts) as s:
+        done = snaps.rollback(s, container, snapshot=snapshot, force=force, echo=print)
+    print(f"rolled back container {done.ctid} to {done.snapshot.name} ({done.snapshot.time}, "
+          f"{printable(done.snapshot.description) or 'no description'})"
+          + ("; started again" if done.started else ""))
+    for line in done.restored:
+        print(f"  restored: {line}")
+    for line in done.kept:
+        print(f"  kept:     {line}")
+
+
 @task(help={"host": "only this host's kept connection (default: every one of yours)", "hosts": HOSTS_HELP})
 @handled
 def disconnect(c, host=None, hosts=None):
@@ -847,7 +912,7 @@ def __getattr__(name: str):
 
 # The order of `remote --help`: the way in, the daily loop, then the rest (tasks not named here follow).
 HELP_ORDER = ("init", "config", "status", "deploy", "warmup", "train", "logs", "runs", "stop", "exec", "shell",
-              "push", "pull", "doctor", "known-good", "report")
+              "push", "pull", "doctor", "known-good", "report", "snapshots", "rollback")
 
 FOOTER = ("Hosts file: --hosts FILE, else $REMOTE_HOSTS_FILE, else ./hosts.yaml (`remote init` writes one). "
           "Exit status: 0 ok; 1 failed (exec, train and logs: the command's or the job's own status); "
