@@ -19,6 +19,7 @@ __all__ = [
     # the API (remote.api)
     "open", "Fleet", "Group", "GroupResult", "Outcome", "Container", "Result", "Transfer", "DeployPlan", "Warmup",
     "Run", "Stopped", "Finding", "Diagnosis", "CacheCopy", "CacheHolding", "GpuReport",
+    "Snapshot", "RolledBack",
     # the exception tree (remote.errors)
     "RemoteError", "ConfigError", "TransportError", "HostKeyError", "AuthenticationError", "ConnectError",
     "ConnectTimeout", "CommandError", "CommandTimeout", "PctError", "ContainerNotFound", "ContainerNotRunning",
@@ -42,7 +43,9 @@ if TYPE_CHECKING:
         GroupResult,
         Outcome,
         Result,
+        RolledBack,
         Run,
+        Snapshot,
         Stopped,
         Transfer,
         Warmup,

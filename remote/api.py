@@ -188,6 +188,30 @@ class CacheHolding:
 
 
 @dataclass(frozen=True)
+class Snapshot:
+    """A Proxmox snapshot of a container: name, time (the host's local time, as pct prints it),
+    description; ours: made by remote's deploy (the only ones remote ever deletes)."""
+
+    name: str
+    time: str
+    description: str
+    ours: bool
+    depth: int = 0  # its place in pct's tree (0: a snapshot of the current state's line)
+
+
+@dataclass(frozen=True)
+class RolledBack:
+    """A container rolled back to a snapshot: what was restored (in its rootfs) and what was kept as it
+    was (on mount points), and whether it was started again."""
+
+    container: int
+    snapshot: Snapshot
+    started: bool
+    kept: tuple[str, ...]
+    restored: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class GpuReport:
     """`doctor --gpu`: each host's NVIDIA driver and each container's GPU passthrough, as findings."""
 
@@ -856,6 +880,21 @@ class Container:
 
         return pull_run(self._s, self.id, run_id, os.fspath(dest), progress=on_bytes, echo=self.fleet._emit)
 
+    # -- Proxmox snapshots ---------------------------------------------------------------------------
+    def snapshots(self) -> list[Snapshot]:
+        """The container's Proxmox snapshots (`pct listsnapshot`), oldest first."""
+        from .ops import snapshots as snaps
+
+        return [_snapshot(x) for x in snaps.list_snapshots(self._s, self.id)]
+
+    def rollback(self, snapshot: str | None = None, *, force: bool = False) -> RolledBack:
+        """Roll the whole container back to a snapshot (default: the newest of remote's own), then start it
+        again. BusyError while a run is live unless force; an unknown snapshot is a bad input (exit 2)."""
+        from .ops import snapshots as snaps
+
+        done = snaps.rollback(self._s, self.id, snapshot=snapshot, force=force, echo=self.fleet._emit)
+        return RolledBack(done.ctid, _snapshot(done.snapshot), done.started, tuple(done.kept), tuple(done.restored))
+
     # -- health --------------------------------------------------------------------------------------
     def doctor(self, *, fresh: bool = False) -> list[Finding]:
         """What differs from what deploy made and from the last known-good run (empty: healthy). A container
@@ -865,6 +904,10 @@ class Container:
         facts = dr.gather(self._s.container(self.id, venv_on_path=False), self.spec, fresh=fresh)
         report = dr.Report(self.id, self.host, dr.findings(facts, self.spec), facts)
         return list(_diagnosis(report).findings)
+
+
+def _snapshot(x: Any) -> Snapshot:
+    return Snapshot(x.name, x.time, x.description, x.ours, x.depth)
 
 
 def _cache_copy(c: Any) -> CacheCopy:
@@ -1017,11 +1060,13 @@ class HostsFile:
 
 def write_hosts_file(address: str, *, out: str | os.PathLike | None = None, port: int | None = None,
                      user: str | None = None, key_file: str | None = None, known_hosts: str | None = None,
-                     pct: str | None = None, force: bool = False) -> HostsFile:
+                     pct: str | None = None, force: bool = False, sudo: bool = False) -> HostsFile:
     """Connect to a Proxmox host, read `pct list` and each container's hostname, and write a commented
     hosts file listing them (never over an existing file without force). ConfigError for a missing
-    key or known_hosts file; RemoteError when the host shows no containers."""
+    key or known_hosts file; RemoteError when the host shows no containers. sudo: log in as a non-root user
+    whose sudo rule allows pct (the file says `sudo: true`; sudoers_dropin() prints that rule)."""
     from . import config as cfg
+    from . import sudo as sudomod
     from .ops import hostsinit
 
     target = os.fspath(out) if out is not None else cfg.find_file(None)
@@ -1031,16 +1076,28 @@ def write_hosts_file(address: str, *, out: str | os.PathLike | None = None, port
             raise ConfigError(flag, "", f"{path}: no such file")
     key = os.path.abspath(os.path.expanduser(key_file)) if key_file else None
     known = os.path.abspath(os.path.expanduser(known_hosts)) if known_hosts else None
-    given = {"port": port, "user": user, "pct": pct, "key_file": key, "known_hosts": known}
+    given = {"port": port, "user": user, "pct": pct, "sudo": True if sudo else None, "key_file": key,
+             "known_hosts": known}
     # Port and user not given: ~/.ssh/config's for the address, else 22 and root (as the hosts file will).
     host = cfg.Host(name=hostsinit.host_name(address), address=address, port=port, user=user,
-                    key_file=key, known_hosts=known, pct=pct or "pct")
+                    key_file=key, known_hosts=known, pct=sudomod.pct_command(pct or "pct", sudo), sudo=sudo,
+                    pct_path=pct or "pct")
     found = hostsinit.read_host(host)
     if not found:
         raise RemoteError(f"`pct list` on {address} shows no containers: create one first (pct create), "
                           "then run remote init again")
     hostsinit.write(target, hostsinit.render(host, given, found), force)
     return HostsFile(target, host.name, tuple((c[0], c[1], c[2]) for c in found))
+
+
+def sudoers_dropin(user: str, hosts: str | os.PathLike | None = None) -> str:
+    """The sudoers drop-in (for /etc/sudoers.d/) that lets `user` run what remote needs on a `sudo: true`
+    host: the host programs at their exact paths (pct's from the hosts file's hosts, when one is given)."""
+    from . import config as cfg
+    from . import sudo as sudomod
+
+    paths = [sudomod.pct_path(h.pct_path or "pct") for h in cfg.load(hosts).hosts.values()] if hosts else []
+    return sudomod.sudoers(user, paths)
 
 
 def disconnect(hosts: str | os.PathLike | None = None, host: str | None = None) -> list[int]:

@@ -337,22 +337,34 @@ def lab_down(c, purge=False):
             "port": "its SSH port (default 22)", "user": "the user to log in as (default root)",
             "key_file": "private key to log in with (default: ssh-agent)",
             "known_hosts": "known_hosts file holding the host's key (default ~/.ssh/known_hosts)",
-            "pct": "how to run pct there (default `pct`; e.g. 'sudo -n /usr/sbin/pct')",
+            "pct": "how to run pct there (default `pct`; with --sudo: its exact path, default /usr/sbin/pct)",
             "out": "the file to write (default: $REMOTE_HOSTS_FILE, else ./hosts.yaml)",
-            "force": "replace the file if it exists"})
+            "force": "replace the file if it exists",
+            "sudo": "log in as a non-root user whose sudo rule allows pct (writes `sudo: true`; see --sudoers)",
+            "sudoers": "instead: print the sudoers drop-in that lets USER run what remote needs (sudo: true)",
+            "hosts": "with --sudoers: the hosts file whose `pct` paths the rule names (default /usr/sbin/pct)"})
 @handled
-def init(c, address, port=None, user=None, key_file=None, known_hosts=None, pct=None, out=None, force=False):
+def init(c, address=None, port=None, user=None, key_file=None, known_hosts=None, pct=None, out=None, force=False,
+         sudo=False, sudoers=None, hosts=None):
     """Write a hosts file listing every container of a Proxmox host, ready to fill in.
 
     Connects to the host, reads `pct list` and each container's hostname (`pct config`), and writes a
-    commented hosts file; an existing file is never overwritten without --force."""
+    commented hosts file; an existing file is never overwritten without --force. With --sudoers USER:
+    prints a sudoers drop-in for /etc/sudoers.d/ instead (stdout holds only the drop-in)."""
     from . import api
 
+    if sudoers:
+        sys.stdout.write(api.sudoers_dropin(sudoers, hosts))
+        print("# check it before installing: visudo -cf FILE (then install -m 0440 FILE /etc/sudoers.d/remote)",
+              file=sys.stderr)
+        return
+    if not address:
+        raise Exit("error: init needs --address ADDRESS", code=2)
     for flag, path in (("--key-file", key_file), ("--known-hosts", known_hosts)):
         if path and not os.path.isfile(os.path.expanduser(path)):
             raise Exit(f"error: {flag} {path}: no such file", code=2)
     wrote = api.write_hosts_file(address, out=out, port=port, user=user, key_file=key_file, known_hosts=known_hosts,
-                                 pct=pct, force=force)
+                                 pct=pct, force=force, sudo=sudo)
     first = wrote.containers[0][0]
     print(f"wrote {wrote.path}: host {wrote.host} with container(s) {', '.join(str(f[0]) for f in wrote.containers)}; "
           f"fill in venv, code and train, then `remote config -c {first}` and `remote deploy -c {first}`")
@@ -474,6 +486,32 @@ def pull(c, src=None, dest=None, container=None, run=None, attempts=3, quiet=Fal
         print(done.render())
 
 
+ONE_CT_HELP = "container id from the hosts file (default: default_container, $REMOTE_CONTAINER, or the only one)"
+
+
+@task(help={"container": ONE_CT_HELP, "json": "print the snapshots as JSON", "hosts": HOSTS_HELP})
+@handled
+def snapshots(c, container=None, json_=False, hosts=None):
+    """List the container's Proxmox snapshots: name, time, description, and which are remote's own."""
+    with fleet_of(hosts) as fleet:
+        found = fleet.container(container).snapshots()
+    print(fmt.snapshots_json(found) if json_ else "\n".join(fmt.snapshot_lines(found)))
+
+
+@task(help={"container": ONE_CT_HELP, "snapshot": "the snapshot (default: the newest of remote's own)",
+            "force": "roll back even while a run is live (the container is killed, and the run with it)",
+            "hosts": HOSTS_HELP})
+@handled
+def rollback(c, container=None, snapshot=None, force=False, hosts=None):
+    """Roll the whole container back to a Proxmox snapshot (`pct rollback`), then start it again.
+
+    Refused while a run is live unless --force. Mount points are not part of a snapshot: what lives on
+    one (run folders, the known-good record, where configured so) stays as it is."""
+    with fleet_of(hosts) as fleet:
+        done = fleet.container(container).rollback(snapshot, force=force)
+    print("\n".join(fmt.rollback_lines(done)))
+
+
 @task(help={"host": "only this host's kept connection (default: every one of yours)", "hosts": HOSTS_HELP})
 @handled
 def disconnect(c, host=None, hosts=None):
@@ -498,7 +536,7 @@ def __getattr__(name: str):
 
 # The order of `remote --help`: the way in, the daily loop, then the rest (tasks not named here follow).
 HELP_ORDER = ("init", "config", "status", "deploy", "warmup", "train", "logs", "runs", "stop", "exec", "shell",
-              "push", "pull", "doctor", "known-good", "report")
+              "push", "pull", "doctor", "known-good", "report", "snapshots", "rollback")
 
 FOOTER = ("Hosts file: --hosts FILE, else $REMOTE_HOSTS_FILE, else ./hosts.yaml (`remote init` writes one). "
           "Exit status: 0 ok; 1 failed (exec, train and logs: the command's or the job's own status); "

@@ -170,6 +170,25 @@ def cache_lines(rows: list) -> list[str]:
     return lines
 
 
+def snapshots_json(found: list) -> str:
+    return json.dumps([{"name": x.name, "time": x.time, "description": x.description, "depth": x.depth, "ours": x.ours}
+                       for x in found], indent=2)
+
+
+def snapshot_lines(found: list) -> list[str]:
+    """`remote snapshots`: one line each, remote's own marked (the description is the host's text)."""
+    if not found:
+        return ["no snapshots"]
+    return [f"{'remote' if x.ours else '      '}  {x.name:<40}  {x.time}  {printable(x.description)}" for x in found]
+
+
+def rollback_lines(done: Any) -> list[str]:
+    """`remote rollback`: the snapshot rolled back to, then what was restored and what was kept."""
+    return ([f"rolled back container {done.container} to {done.snapshot.name} ({done.snapshot.time}, "
+             f"{printable(done.snapshot.description) or 'no description'})" + ("; started again" if done.started else "")]
+            + [f"  restored: {line}" for line in done.restored] + [f"  kept:     {line}" for line in done.kept])
+
+
 def doctor_json(diagnoses: list) -> str:
     from .doctor import SCHEMA_VERSION
 

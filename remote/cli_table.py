@@ -50,6 +50,8 @@ KINDS = {
     "limit": Kind(number(1, 100000, integer=True), "N"),
     "from": Kind(pattern(r"[1-9][0-9]{2,8}", "a container id"), "ID"),
     "backend": Kind(pattern(r"lxc|ns", "lxc or ns"), "BACKEND"),
+    "sudoers": Kind(pattern(r"[a-z_][a-z0-9_.-]*\$?", "a user name of the Proxmox host"), "USER"),
+    "snapshot": Kind(pattern(r"[A-Za-z][A-Za-z0-9_-]{0,39}", "a snapshot name (`remote snapshots` lists them)"), "NAME"),
 }
 
 # Old option names still accepted where they shipped: (task, old flag) -> the one name per meaning now.

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import inspect
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, NoReturn
 
 HELP = ("-h", "--help")
 SHARED = ("container", "hosts", "dry", "fail-fast")  # given anywhere, they apply to every task of the chain
@@ -214,7 +215,7 @@ class Parser:
         self._finish(rest)
         return self.calls
 
-    def _fail(self, message: str) -> None:
+    def _fail(self, message: str) -> NoReturn:
         """Bad input; but help asked for later on the line wins (help in every position)."""
         if any(t in HELP for t in self.head):
             raise Help(self.topic)
@@ -238,11 +239,11 @@ class Parser:
         for j, letter in enumerate(letters):
             if letter == "h":
                 raise Help(self.topic)
-            param = self.shorts.get(letter)
-            if param is None:
+            short = self.shorts.get(letter)
+            if short is None:
                 self._fail(f"unknown option -{letter}" + (f" in {tok!r}" if len(letters) > 1 else "")
                            + self._options_hint())
-            param = self._resolve(param.flag, f"-{letter}")
+            param = self._resolve(short.flag, f"-{letter}")
             if not param.takes_value:
                 self._apply(param, True)
                 continue

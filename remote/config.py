@@ -33,7 +33,9 @@ class Host:
     key_file: str | None = None
     known_hosts: str | None = None
     connect_timeout: float = 10.0
-    pct: str = "pct"
+    pct: str = "pct"  # how pct is called there: with sudo, `sudo -n <pct_path>` (remote.sudo)
+    sudo: bool = False  # every program remote runs as root there goes through `sudo -n` at its exact path
+    pct_path: str | None = None  # the `pct` key as written (the path a sudo rule names)
     local: bool = False  # run on this machine (the controller is the Proxmox host)
     max_parallel: int = 4  # containers of this host that a fleet task works on at once
     control_persist: float = 60.0  # seconds a kept connection waits for the next command; 0: none (transport.keeper)
@@ -94,6 +96,15 @@ class TrainSpec:
     restart_on: tuple[int, ...] = ()  # the exit statuses that restart it; () = any non-zero
 
 
+SNAPSHOT_MODES = ("auto", "always", "never")
+
+
+@dataclass(frozen=True)
+class DeploySpec:
+    snapshot: str = "auto"  # auto: a Proxmox snapshot before a changing deploy where the storage can take one
+    keep_snapshots: int = 3  # remote's own snapshots kept per container (older ones of remote's deleted)
+
+
 @dataclass(frozen=True)
 class ContainerSpec:
     ctid: int
@@ -102,6 +113,7 @@ class ContainerSpec:
     code: CodeSpec = field(default_factory=CodeSpec)
     warmup: WarmupSpec = field(default_factory=WarmupSpec)
     train: TrainSpec = field(default_factory=TrainSpec)
+    deploy: DeploySpec = field(default_factory=DeploySpec)
     address: str | None = None  # where other containers reach this one (a multi-node run's {master_addr})
 
 
@@ -256,7 +268,15 @@ def _regex(v: str) -> str | None:
 
 
 def _host(s: _Section, name: str) -> Host:
+    from .sudo import pct_command
+
     local = s.take("local", bool, False)
+    raw_pct = s.take("pct", str, "pct", _nonempty)
+    sudo = s.take("sudo", bool, False)
+    if sudo and (raw_pct != "pct" and not raw_pct.startswith("/") or len(raw_pct.split()) != 1
+                 or "sudo" in raw_pct.split("/")[-1]):
+        raise ConfigError(s.file, s.key("pct"), f"with sudo: true, pct is the exact path of pct on the host "
+                          f"(e.g. /usr/sbin/pct, the default), got {raw_pct!r}: remote adds `sudo -n` itself")
     host = Host(
         name=name,
         # The controller is the host itself: nothing to connect to.
@@ -266,7 +286,9 @@ def _host(s: _Section, name: str) -> Host:
         key_file=_expand(s.take("key_file", str, None), s.file),
         known_hosts=_expand(s.take("known_hosts", str, None), s.file),
         connect_timeout=s.take("connect_timeout", float, 10.0, _range(0.1, 600)),
-        pct=s.take("pct", str, "pct", _nonempty),
+        pct=pct_command(raw_pct, sudo),
+        sudo=sudo,
+        pct_path=raw_pct,
         local=local,
         max_parallel=s.take("max_parallel", int, 4, _range(1, 256)),
         control_persist=s.take("control_persist", float, 60.0, _range(0, 86400)),
@@ -408,8 +430,18 @@ def _metric(s: _Section, base: MetricSpec | None) -> MetricSpec | None:
     return spec
 
 
+def _deploy(s: _Section, base: DeploySpec) -> DeploySpec:
+    spec = DeploySpec(
+        snapshot=s.take("snapshot", str, base.snapshot,
+                        lambda v: None if v in SNAPSHOT_MODES else f"expected one of {', '.join(SNAPSHOT_MODES)}, got {v!r}"),
+        keep_snapshots=s.take("keep_snapshots", int, base.keep_snapshots, _range(1, 100)),
+    )
+    s.done()
+    return spec
+
+
 _FEATURES = {"venv": (_venv, VenvSpec), "code": (_code, CodeSpec),
-             "warmup": (_warmup, WarmupSpec), "train": (_train, TrainSpec)}
+             "warmup": (_warmup, WarmupSpec), "train": (_train, TrainSpec), "deploy": (_deploy, DeploySpec)}
 
 
 def parse(data: Any, file: str) -> Config:

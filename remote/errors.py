@@ -102,6 +102,15 @@ class PctError(RemoteError):
         super().__init__(message)
 
 
+class HostPermissionError(PctError):
+    """pct could not run as the login user: not root and no `sudo: true`, or sudo refused (a password wanted,
+    a program the rule does not allow)."""
+
+
+class SnapshotError(RemoteError):
+    """A Proxmox snapshot could not be taken, listed, deleted or rolled back to."""
+
+
 class ContainerNotFound(PctError):
     pass
 

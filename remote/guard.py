@@ -46,7 +46,7 @@ def versions() -> dict:
     """torch, its CUDA build, triton and the GPU name: what compile caches depend on."""
     import importlib.metadata as md
 
-    import torch
+    import torch  # type: ignore[import-not-found]  # in the container only: the controller has no torch
 
     triton = None
     for name in ("triton", "pytorch-triton"):
@@ -68,7 +68,7 @@ def cache_subdir(base: str, v: dict | None = None) -> str:
 
 def fx_flag_is_global() -> bool:
     """True where the FX-tracing flag is a module global shared by all threads (torch <= 2.13)."""
-    import torch.fx._symbolic_trace as st
+    import torch.fx._symbolic_trace as st  # type: ignore[import-not-found]  # in the container only
 
     return isinstance(getattr(st, "_is_fx_tracing_flag", None), bool)
 
@@ -139,7 +139,7 @@ def configure(devices: int = 1, variants: int = 1, cache_dir: str | None = None)
 
 def cache_counters() -> dict:
     """Compile-cache hits and misses so far in this process (inductor FX graphs and AOTAutograd)."""
-    from torch._dynamo.utils import counters
+    from torch._dynamo.utils import counters  # type: ignore[import-not-found]  # in the container only
 
     ind, aot = counters.get("inductor", {}), counters.get("aot_autograd", {})
     return {"fxgraph_hit": ind.get("fxgraph_cache_hit", 0), "fxgraph_miss": ind.get("fxgraph_cache_miss", 0),
@@ -212,7 +212,7 @@ def _fresh_copy(fn: types.FunctionType) -> types.FunctionType:
 class PerThreadCompiled:
     """What CompileGuard.compile returns: each calling thread runs its own compiled copy of `fn`."""
 
-    def __init__(self, guard: "CompileGuard", fn: types.FunctionType, kwargs: dict):
+    def __init__(self, guard: CompileGuard, fn: types.FunctionType, kwargs: dict):
         self.guard, self.fn, self.kwargs = guard, fn, kwargs
         self._local = threading.local()
         self.copies = 0  # how many threads compiled a copy (one code object, one entry list each)

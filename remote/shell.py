@@ -14,7 +14,7 @@ from importlib import resources
 @functools.cache
 def load(name: str) -> str:
     """The text of remote/sh/<name>.sh."""
-    return resources.files(__package__).joinpath("sh", f"{name}.sh").read_text()
+    return resources.files(__package__).joinpath("sh").joinpath(f"{name}.sh").read_text()
 
 
 def with_lib(name: str) -> str:
@@ -26,4 +26,4 @@ def with_lib(name: str) -> str:
 def load_python(name: str) -> str:
     """The text of remote/sh/<name>.py: standard-library Python that runs in the container with the
     system python3 -I -S (nothing of the user's venv), e.g. the job's watch."""
-    return resources.files(__package__).joinpath("sh", f"{name}.py").read_text()
+    return resources.files(__package__).joinpath("sh").joinpath(f"{name}.py").read_text()

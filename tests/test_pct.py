@@ -2,7 +2,7 @@ import pytest
 
 from remote.ops import files
 from remote.errors import (CommandError, CommandTimeout, ContainerCommandNotFound, ContainerLocked,
-                           ContainerNotFound, ContainerNotRunning, PctError, TransferError)
+                           ContainerNotFound, ContainerNotRunning, HostPermissionError, PctError, TransferError)
 from remote.transport.pct import Container, classify, exec_argv, parse_list, parse_status, pct_argv
 from remote.lab.testing import Expect, FakeTransport, inner_argv
 
@@ -38,7 +38,9 @@ def test_exec_argv_rejects(bad, err):
     ('lxc-attach: 200: ../src/lxc/attach.c: lxc_attach_run_command: 1841 No such file or directory - '
      'Failed to exec "nvidia-smi"\n', 127, ContainerCommandNotFound),
     ("env: 'nvidia-smi': No such file or directory\n", 127, ContainerCommandNotFound),
-    ("please run as root\n", 255, PctError),
+    ("please run as root\n", 255, HostPermissionError),
+    ("sudo: a password is required\n", 1, HostPermissionError),
+    ("bash: line 1: sudo: command not found\n", 127, HostPermissionError),
     ("bash: line 1: pct: command not found\n", 127, PctError),
     ("Unknown option: la\n400 unable to parse option\n", 255, PctError),
 ])

@@ -12,14 +12,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from importlib import resources
-from typing import Mapping
 
-from .. import shell
+from .. import naming, shell
 from ..config import ContainerSpec
 from ..errors import CommandError
-from .. import naming
 from ..transport.pct import DEFAULT_PATH, Container
 from . import gpu
 from .probe import SMI_S
@@ -374,9 +373,9 @@ def parse(raw: dict, spec: ContainerSpec, window: tuple[float, float], probe_sec
     venv, torch = venv_of(raw, spec), torch_of(raw)
     verify = venv.record.get("verify") or {}
     # The cache folder named after what runs now (the live torch), as the tools would compute it.
-    live = {"torch": torch.version or verify.get("torch"), "cuda_build": torch.cuda_build if torch.version
+    running = {"torch": torch.version or verify.get("torch"), "cuda_build": torch.cuda_build if torch.version
             else verify.get("cuda_build"), "triton": torch.triton if torch.version else verify.get("triton")}
-    folder = naming.compile_cache(spec, live)
+    folder = naming.compile_cache(spec, running)
     rc = raw.get("cache") or {}
     name = folder.rsplit("/", 1)[-1]
     folders = rc.get("folders") or {}

@@ -254,7 +254,7 @@ def jobs_part(run_dir):
     except OSError:
         pass
     runs = {}
-    marked = {}
+    marked: dict[str, list[int]] = {}
     for e in glob.glob("/proc/[0-9]*"):
         pid = int(e[6:])
         if pid == os.getpid():
@@ -264,10 +264,10 @@ def jobs_part(run_dir):
             marked.setdefault(m, []).append(pid)
     for rid in sorted(set(marked) | ({os.path.basename(current)} if current else set())):
         d = os.path.join(run_dir, rid)
-        pid = (read(os.path.join(d, "pid")) or "").strip()
-        runs[rid] = {"exists": os.path.isdir(d), "pid": int(pid) if pid.isdigit() else None,
+        leader = (read(os.path.join(d, "pid")) or "").strip()
+        runs[rid] = {"exists": os.path.isdir(d), "pid": int(leader) if leader.isdigit() else None,
                      "exit": (read(os.path.join(d, "exit")) or "").strip() or None,
-                     "leader_alive": pid.isdigit() and marker(int(pid)) == rid, "marked": sorted(marked.get(rid, []))}
+                     "leader_alive": leader.isdigit() and marker(int(leader)) == rid, "marked": sorted(marked.get(rid, []))}
     return {"run_dir": run_dir, "current": os.path.basename(current) if current else None, "runs": runs,
             "manifest": load(os.path.join(run_dir, os.path.basename(current), "manifest.json")) if current else None,
             "cache_stats": cache_stats(os.path.join(run_dir, os.path.basename(current), "cache-stats"))
@@ -277,7 +277,8 @@ def jobs_part(run_dir):
 def cache_stats(folder):
     """The compile-cache counters each process of a run left at its exit (remote_guard.stats_at_exit),
     summed; None when none left any."""
-    total, n = {}, 0
+    total: dict[str, int] = {}
+    n = 0
     for path in sorted(glob.glob(os.path.join(folder, "*.json")))[:1000]:
         got = load(path)
         if not isinstance(got, dict):
@@ -297,7 +298,7 @@ def main():
     real = os.path.realpath(venv) if os.path.lexists(venv) else None
     has_git = "code" in parts and shutil.which("git") is not None
     is_repo = os.path.isdir(os.path.join(checkout, ".git"))
-    out = {"time": time.time(), "parts": sorted(parts)}
+    out: dict = {"time": time.time(), "parts": sorted(parts)}
     t0 = out["time"]
     # The slow children first, all at once.
     kids = {}
@@ -333,7 +334,7 @@ def main():
         out["uv"] = os.access(arg["uv"], os.X_OK)
     if "lease" in parts:
         text = read(arg["lease"])
-        out["lease"] = None if text is None else text + "now=%d\n" % time.time()
+        out["lease"] = None if text is None else text + f"now={int(time.time())}\n"
     if "code" in parts:
         out["code"] = {"path": checkout, "exists": os.path.isdir(checkout), "git": is_repo, "has_git": has_git,
                        "head": None, "status": None, "untracked": [],

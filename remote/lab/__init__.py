@@ -4,7 +4,8 @@ Everything lives under one folder (default /var/lib/remote-lab, or $REMOTE_LAB_D
     ssh/      host key, client key, authorized_keys, known_hosts, sshd_config
     bin/pct   the pct double (remote/lab/pct_double.py), first on the sshd session's PATH
     wheels/   the pinned CPU torch wheel the lab's hosts files install (remote/lab/wheels.py)
-    lxc/<id>/ each container: config, and `upper/` holding everything written inside it
+    lxc/<id>/ each container: config, and `upper/` holding everything written inside it (on local-btrfs:
+              vol/layer/upper, in a subvolume of a btrfs image mounted at vol/, and vol/snapshots/)
 Containers take this machine's root as a read-only lower layer (overlay), use the host network
 and need no image: they start in about a second and see the host's Python, git and wheels.
 """
@@ -168,9 +169,10 @@ class Lab:
         source = (source.replace('LXC_PATH = "/var/lib/remote-lab/lxc"', f"LXC_PATH = {str(self.lxc)!r}")
                   .replace('LOCK_DIR = "/var/lib/remote-lab/lock"', f"LOCK_DIR = {str(self.dir / 'lock')!r}")
                   .replace('NODE = "lab"', f"NODE = {self.node!r}"))  # NsLab sets BACKEND and NS_INIT
-        target = self.dir / "bin" / "pct"
-        target.write_text(f"#!{_system_python()}\n" + source)
-        target.chmod(0o755)
+        for name in ("pct", "pvesm"):  # one double, its pvesm side answering `pvesm status`
+            target = self.dir / "bin" / name
+            target.write_text(f"#!{_system_python()}\n" + source)
+            target.chmod(0o755)
 
     def sshd_running(self) -> bool:
         return _alive(self.dir / "sshd.pid")
@@ -193,7 +195,7 @@ class Lab:
         ct = self.lxc / str(ctid)
         return "\n".join([
             f"lxc.uts.name = lab{ctid}",
-            f"lxc.rootfs.path = overlay:/:{ct / 'upper'}",
+            f"lxc.rootfs.path = overlay:/:{self.upper(ctid)}",
             "lxc.net.0.type = none",
             "lxc.mount.auto = proc:mixed sys:ro cgroup:mixed",
             "lxc.autodev = 1",
@@ -215,12 +217,44 @@ class Lab:
         if not conf.exists():
             conf.write_text(self._pve_conf(ctid))
 
-    @staticmethod
-    def _write_etc_hosts(ct: Path, ctid: int) -> None:
+    def upper(self, ctid: int) -> Path:
+        """The container's writable layer: on local-btrfs a btrfs subvolume on the container's own volume."""
+        ct = self.lxc / str(ctid)
+        return ct / "vol" / "layer" / "upper" if os.path.ismount(ct / "vol") else ct / "upper"
+
+    def _btrfs_volume(self, ctid: int) -> None:
+        """For a container on local-btrfs: a btrfs image mounted at lxc/<id>/vol/ (made once, 8 GiB sparse)
+        and its writable layer in a subvolume there (vol/layer/upper, the overlay's work folder beside it),
+        so the pct double snapshots it as Proxmox's btrfs storage does."""
+        ct = self.lxc / str(ctid)
+        storage = ct / "storage"
+        if not storage.exists() or storage.read_text().strip() != "local-btrfs" or os.path.ismount(ct / "vol"):
+            return
+        if not shutil.which("mkfs.btrfs", path=_sbin_path()) or not shutil.which("btrfs", path=_sbin_path()):
+            raise LabError("a container on local-btrfs needs btrfs-progs: apt-get install btrfs-progs")
+        image = ct / "btrfs.img"
+        if not image.exists():
+            with open(image, "wb") as f:
+                f.truncate(8 << 30)
+            _run(["mkfs.btrfs", "-q", str(image)]).check_returncode()
+        (ct / "vol").mkdir(exist_ok=True)
+        r = _run(["mount", "-o", "loop", str(image), str(ct / "vol")])
+        if r.returncode != 0:
+            raise LabError(f"cannot mount the btrfs volume of container {ctid}: {r.stderr.strip()}")
+        if not (ct / "vol" / "layer").exists():  # the layer and the overlay's work folder: one subvolume
+            _run(["btrfs", "subvolume", "create", str(ct / "vol" / "layer")]).check_returncode()
+            (ct / "vol" / "layer" / "upper").mkdir()
+
+    def _unmount_volumes(self) -> None:
+        for ctid in self.containers():
+            if os.path.ismount(self.lxc / str(ctid) / "vol"):
+                _run(["umount", str(self.lxc / str(ctid) / "vol")])
+
+    def _write_etc_hosts(self, ct: Path, ctid: int) -> None:
         """As Proxmox does at every start: the container's own hostname on 127.0.1.1 and no other container's
         name (nothing resolves those: a multi-node run reaches its nodes by `address`, never by name)."""
-        (ct / "upper" / "etc").mkdir(parents=True, exist_ok=True)
-        hosts = ct / "upper" / "etc" / "hosts"
+        (self.upper(ctid) / "etc").mkdir(parents=True, exist_ok=True)
+        hosts = self.upper(ctid) / "etc" / "hosts"
         keep = [line for line in hosts.read_text().splitlines() if line.split()[:1] != ["127.0.1.1"]] \
             if hosts.exists() else ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"]
         hosts.write_text("\n".join([*keep, f"127.0.1.1 lab{ctid}"]) + "\n")
@@ -228,6 +262,7 @@ class Lab:
     def start_container(self, ctid: int, reap: bool = True) -> None:
         """Start container `ctid` (idempotent); with reap=False its init never reaps orphans."""
         ct = self.lxc / str(ctid)
+        self._btrfs_volume(ctid)
         self._write_etc_hosts(ct, ctid)
         (ct / "init.py").write_text(_INIT if reap else _INIT_NO_REAP)
         (ct / "config").write_text(self._container_config(ctid))
@@ -242,6 +277,13 @@ class Lab:
                 return
             time.sleep(0.1)
         raise LabError(f"container {ctid} did not reach RUNNING (log: {ct / 'lxc.log'})")
+
+    def set_storage(self, ctid: int, storage: str) -> None:
+        """The storage container `ctid`'s rootfs lives on, for the pct double (`local`: a directory storage,
+        no snapshots; `local-btrfs`: a btrfs volume of its own, snapshots as cheap as Proxmox's; `local-zfs`,
+        `local-lvm`: snapshots by copying). Set before the container starts: local-btrfs takes effect then."""
+        (self.lxc / str(ctid)).mkdir(parents=True, exist_ok=True)
+        (self.lxc / str(ctid) / "storage").write_text(storage + "\n")
 
     def state(self, ctid: int) -> str:
         return _run(["lxc-info", "-P", str(self.lxc), "-n", str(ctid), "-sH"]).stdout.strip() or "STOPPED"
@@ -293,6 +335,7 @@ class Lab:
         for ctid in self.containers():
             if self.state(ctid) == "RUNNING":
                 _run(["lxc-stop", "-P", str(self.lxc), "-n", str(ctid), "-k"])
+        self._unmount_volumes()
         self._stop_sshd()
         if purge and self.dir.exists():
             shutil.rmtree(self.dir)

@@ -5,7 +5,8 @@ Installed by the lab as <lab>/bin/pct with LXC_PATH, LOCK_DIR, NODE and BACKEND 
 nothing from `remote` and runs on the system Python. Option parsing, messages and exit codes
 follow pve-container 6.1.10: Getopt permute mode until a bare `--`, boolean options that take
 an optional value, no shell for exec (it becomes lxc-attach), PATH reset before anything runs,
-push/pull under the config lock and exit 0 when the copy itself fails.
+push/pull under the config lock and exit 0 when the copy itself fails. Snapshots (snapshot, listsnapshot,
+delsnapshot, rollback) follow Proxmox's rules and messages over each container's storage (below).
 """
 
 import fcntl
@@ -24,12 +25,14 @@ BACKEND = "lxc"  # or "ns": <LXC_PATH>/<vmid>/init.pid is the container's PID 1,
 NS_INIT = "/var/lib/remote-lab/bin/ns-init"
 CLEAR_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # lxc-attach --clear-env's
 
-COMMANDS = ["config", "exec", "list", "pull", "push", "shutdown", "start", "status", "stop"]
+COMMANDS = ["config", "delsnapshot", "exec", "list", "listsnapshot", "pull", "push", "rollback", "shutdown", "snapshot",
+            "start", "status", "stop"]
 USAGE = "USAGE: pct <COMMAND> [ARGS] [OPTIONS]\n"
 BOOLEAN = {"exec": {"keep-env"}, "start": {"debug"}, "stop": {"skiplock", "overrule-shutdown"}, "list": set(),
-           "status": {"verbose"}, "config": {"current"}, "shutdown": {"forceStop"}, "push": set(), "pull": set()}
+           "status": {"verbose"}, "config": {"current"}, "shutdown": {"forceStop"}, "push": set(), "pull": set(),
+           "snapshot": set(), "listsnapshot": set(), "delsnapshot": {"force"}, "rollback": {"start"}}
 VALUED = {"push": {"perms", "user", "group"}, "pull": {"perms", "user", "group"}, "shutdown": {"timeout"},
-          "stop": set(), "config": {"snapshot"}}
+          "stop": set(), "config": {"snapshot"}, "snapshot": {"description"}}
 
 
 def die(message, code=255):
@@ -209,6 +212,8 @@ def cmd_config(opts, positional):
             text = f.read()
     except FileNotFoundError:  # a container made before the lab wrote Proxmox configs
         text = f"arch: amd64\nhostname: lab{vmid}\nostype: debian\n"
+    # The rootfs volume is on the storage the lab set for the container (snapshot support follows from it).
+    text = rootfs_line(vmid) + "\n" + "\n".join(line for line in text.splitlines() if not line.startswith("rootfs:"))
     print("\n".join(config_lines(text)))
 
 
@@ -249,6 +254,254 @@ def cmd_pull(opts, positional):
     except OSError as exc:
         sys.stderr.write(f"failed to open {src}: {exc.strerror}\n")
         sys.exit(0)
+
+
+# -- storages and snapshots -------------------------------------------------------------------------------
+# Each container's rootfs lives on one storage: <LXC_PATH>/<vmid>/storage names it (default "local", a
+# directory storage, as a fresh Proxmox VE install's). On "local-btrfs" the container's writable layer is a
+# real btrfs subvolume (<LXC_PATH>/<vmid>/vol/layer, on a btrfs image the lab mounts at vol/): a snapshot is
+# `btrfs subvolume snapshot -r`, as Proxmox's btrfs storage takes it, and a rollback a writable snapshot of
+# it put in the layer's place while the container is stopped. On the other snapshot-capable storages
+# (zfspool, lvmthin, rbd) the layer is copied (`cp -a`: the same result, slower). Run as `pvesm` (the lab
+# installs it under that name too) it answers `pvesm status` from the same table.
+
+STORAGES = {  # name -> type, as /etc/pve/storage.cfg would say
+    "local": "dir", "local-zfs": "zfspool", "local-lvm": "lvmthin", "local-btrfs": "btrfs", "ceph": "rbd",
+    "nfs-share": "nfs",
+}
+SNAPSHOT_TYPES = {"zfspool", "lvmthin", "rbd", "btrfs"}
+RESERVED = {"current", "vzdump"}
+
+
+def storage_of(vmid):
+    try:
+        with open(os.path.join(LXC_PATH, vmid, "storage")) as f:
+            return f.read().strip() or "local"
+    except OSError:
+        return "local"
+
+
+def rootfs_line(vmid):
+    store = storage_of(vmid)
+    kind = STORAGES.get(store, "dir")
+    volume = {"zfspool": f"subvol-{vmid}-disk-0", "lvmthin": f"vm-{vmid}-disk-0", "rbd": f"vm-{vmid}-disk-0",
+              "btrfs": f"{vmid}/subvol-{vmid}-disk-0.subvol"}.get(kind, f"{vmid}/vm-{vmid}-disk-0.raw")
+    return f"rootfs: {store}:{volume},size=8G"
+
+
+def vol(vmid):
+    """The btrfs volume of a container on local-btrfs (the lab mounts it), else None."""
+    path = os.path.join(LXC_PATH, vmid, "vol")
+    return path if os.path.ismount(path) else None
+
+
+def upper_of(vmid):
+    """The writable layer. On local-btrfs it is vol/layer/upper: the subvolume vol/layer holds it and the
+    overlay's work folder beside it (LXC puts that in the layer's parent; a rename between two subvolumes
+    is a cross-device one, which overlayfs cannot do)."""
+    v = vol(vmid)
+    return os.path.join(v, "layer", "upper") if v else os.path.join(LXC_PATH, vmid, "upper")
+
+
+def snap_dir(vmid, name=None):
+    base = os.path.join(vol(vmid) or os.path.join(LXC_PATH, vmid), "snapshots")
+    return base if name is None else os.path.join(base, name)
+
+
+def btrfs(*args):
+    r = subprocess.run(["btrfs", *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        die(f"btrfs {' '.join(args[:2])} failed: {r.stderr.strip()}\n")
+
+
+def snapshots(vmid):
+    """name -> {"time": epoch, "description": text, "parent": name or None}."""
+    import json
+
+    found = {}
+    base = snap_dir(vmid)
+    for name in (os.listdir(base) if os.path.isdir(base) else []):
+        try:
+            with open(os.path.join(base, name, "meta.json")) as f:
+                found[name] = json.load(f)
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def parent_of_current(vmid):
+    try:
+        with open(os.path.join(LXC_PATH, vmid, "snapparent")) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def set_parent(vmid, name):
+    with open(os.path.join(LXC_PATH, vmid, "snapparent"), "w") as f:
+        f.write(name or "")
+
+
+def snapname_of(positional):
+    if len(positional) < 2:
+        param_error("snapname", "property is missing and it is not optional")
+    name = positional[1]
+    if len(name) > 40:
+        param_error("snapname", "value may only be 40 characters long")
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", name):
+        param_error("snapname", f"invalid format - invalid configuration ID '{name}'")
+    return name
+
+
+def _copy_tree(src, dest):
+    r = subprocess.run(["cp", "-a", "--reflink=auto", src, dest], capture_output=True, text=True)
+    if r.returncode != 0:
+        die(f"snapshot copy failed: {r.stderr.strip()}\n")
+
+
+def cmd_snapshot(opts, positional):
+    import json
+
+    vmid = vmid_of(positional)
+    name = snapname_of(positional)
+    require_conf(vmid)
+    if name in RESERVED:
+        die(f"unable to use snapshot name '{name}' (reserved name)\n")
+    lock(vmid)
+    if STORAGES.get(storage_of(vmid)) not in SNAPSHOT_TYPES:
+        die("snapshot feature is not available\n")
+    if name in snapshots(vmid):
+        die(f"snapshot name '{name}' already used\n")
+    target = snap_dir(vmid, name)
+    os.makedirs(target + ".partial", exist_ok=True)
+    upper = upper_of(vmid)
+    if vol(vmid):
+        btrfs("subvolume", "snapshot", "-r", os.path.dirname(upper), os.path.join(target + ".partial", "layer"))
+    elif os.path.isdir(upper):
+        _copy_tree(upper, os.path.join(target + ".partial", "upper"))
+    meta = {"time": int(time.time()), "description": opts.get("description"), "parent": parent_of_current(vmid)}
+    with open(os.path.join(target + ".partial", "meta.json"), "w") as f:
+        json.dump(meta, f)
+    os.rename(target + ".partial", target)
+    set_parent(vmid, name)
+
+
+def cmd_listsnapshot(opts, positional):
+    vmid = vmid_of(positional)
+    require_conf(vmid)
+    snaps = snapshots(vmid)
+    current = parent_of_current(vmid)
+    children = {}
+    for name, meta in sorted(snaps.items(), key=lambda kv: (kv[1].get("time", 0), kv[0])):
+        children.setdefault(meta.get("parent") if meta.get("parent") in snaps else None, []).append(name)
+    children.setdefault(current if current in snaps else None, []).append("current")
+    width = max([len(n) for n in snaps] + [len("current")]) + 1
+
+    def show(name, depth):
+        pad = " " * depth
+        if name == "current":
+            print(f"{pad}`-> {'current':<{width - depth}}  You are here!")
+            return
+        meta = snaps[name]
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(meta.get("time", 0)))
+        text = (meta.get("description") or "no-description").splitlines()[0] if meta.get("description") else "no-description"
+        print(f"{pad}`-> {name:<{width - depth}}  {when}  {text}")
+        for child in children.get(name, []):
+            show(child, depth + 1)
+
+    for root in children.get(None, []):
+        show(root, 0)
+
+
+def cmd_delsnapshot(opts, positional):
+    vmid = vmid_of(positional)
+    name = snapname_of(positional)
+    require_conf(vmid)
+    lock(vmid)
+    snaps = snapshots(vmid)
+    if name not in snaps:
+        die(f"snapshot '{name}' does not exist\n")
+    for other, meta in snaps.items():  # its children now hang from its parent
+        if meta.get("parent") == name:
+            _set_meta_parent(vmid, other, snaps[name].get("parent"))
+    if parent_of_current(vmid) == name:
+        set_parent(vmid, snaps[name].get("parent"))
+    for layer in ("layer", "upper"):
+        _remove_layer(os.path.join(snap_dir(vmid, name), layer))
+    shutil.rmtree(snap_dir(vmid, name))
+
+
+def _remove_layer(path):
+    if os.path.isdir(path) and os.stat(path).st_ino == 256:  # a btrfs subvolume's root
+        btrfs("subvolume", "delete", path)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _set_meta_parent(vmid, name, parent):
+    import json
+
+    path = os.path.join(snap_dir(vmid, name), "meta.json")
+    with open(path) as f:
+        meta = json.load(f)
+    meta["parent"] = parent
+    with open(path, "w") as f:
+        json.dump(meta, f)
+
+
+def cmd_rollback(opts, positional):
+    vmid = vmid_of(positional)
+    name = snapname_of(positional)
+    require_conf(vmid)
+    lock(vmid)
+    snaps = snapshots(vmid)
+    if name not in snaps:
+        die(f"snapshot '{name}' does not exist\n")
+    store = storage_of(vmid)
+    if STORAGES.get(store) == "zfspool":  # zfs rolls back only to the most recent snapshot
+        newest = max(snaps, key=lambda n: (snaps[n].get("time", 0), n))
+        if newest != name:
+            die(f"can't rollback, '{name}' is not most recent snapshot on '{rootfs_line(vmid).split()[1].split(',')[0]}'\n")
+    if state(vmid) == "running":  # a kill, not a shutdown
+        if BACKEND == "ns":
+            ns_stop(vmid)
+        else:
+            subprocess.run(["lxc-stop", "-P", LXC_PATH, "-n", vmid, "-k"], capture_output=True)
+    upper = upper_of(vmid)
+    if vol(vmid):  # the whole subvolume (the layer and the overlay's work folder) from the snapshot's
+        upper = os.path.dirname(upper)
+        saved = os.path.join(snap_dir(vmid, name), "layer")
+    else:
+        saved = os.path.join(snap_dir(vmid, name), "upper")
+    _remove_layer(upper + ".old")
+    if os.path.isdir(upper):
+        os.rename(upper, upper + ".old")
+    if vol(vmid):
+        btrfs("subvolume", "snapshot", saved, upper)
+    elif os.path.isdir(saved):
+        _copy_tree(saved, upper)
+    else:
+        os.makedirs(upper)
+    _remove_layer(upper + ".old")
+    # A Proxmox container's /run is a tmpfs: no snapshot holds what was there, and it starts empty. The lab's
+    # /run is in the writable layer, so it is emptied here (an operation lease or kept answer of the
+    # moment the snapshot was taken is gone, as on a host).
+    shutil.rmtree(os.path.join(upper_of(vmid), "run"), ignore_errors=True)
+    set_parent(vmid, name)
+    if opts.get("start"):
+        r = ns_start(vmid) if BACKEND == "ns" else subprocess.run(["lxc-start", "-P", LXC_PATH, "-n", vmid],
+                                                                  capture_output=True, text=True)
+        if r.returncode != 0:
+            die(f"startup for container '{vmid}' failed\n{r.stderr}")
+
+
+def pvesm(argv):
+    """`pvesm status`: Name, Type, Status, Total, Used, Available, % of each storage."""
+    if argv[:1] != ["status"]:
+        die(f"ERROR: unknown command 'pvesm {' '.join(argv[:1])}'\nUSAGE: pvesm <COMMAND> [ARGS] [OPTIONS]\n")
+    print(f"{'Name':<14}{'Type':>9}{'Status':>11}{'Total':>17}{'Used':>17}{'Available':>17}{'%':>9}")
+    for name, kind in STORAGES.items():
+        print(f"{name:<14}{kind:>9}{'active':>11}{'102626232':>17}{'10485760':>17}{'92140472':>17}{'10.22%':>9}")
 
 
 # -- the namespace backend ---------------------------------------------------------------------------------
@@ -360,6 +613,8 @@ def main(argv):
     os.environ["PATH"] = "/sbin:/bin:/usr/sbin:/usr/bin"
     if os.geteuid() != 0:
         die("please run as root\n")
+    if os.path.basename(sys.argv[0]) == "pvesm":
+        return pvesm(argv)
     if not argv:
         die("ERROR: no command specified\n" + USAGE)
     matches = [c for c in COMMANDS if c.startswith(argv[0])]

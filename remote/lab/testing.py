@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 from ..transport import Result
 
@@ -51,7 +51,7 @@ class FakeTransport:
                 on_output("stderr", err)
         return Result(argv, exp.exit_code, out, err, 0.0)
 
-    def open_stream(self, argv) -> "FakeStream":
+    def open_stream(self, argv) -> FakeStream:
         """The next expected command as a stream: its stdout to read, what is written kept in `.written`."""
         result = self.run(argv)
         return FakeStream(result.stdout, result.stderr, result.exit_code)

@@ -204,9 +204,26 @@ def deploy(session: Session, ctid=None, *, allow_dirty: bool = False, check: boo
         _refuse_running_job(ct, spec, force, summary, echo)
         # Probed again under the lease: nothing else changes the container while this plan is carried out.
         state = probe(ct, spec)
-        _apply(ct, spec, state, make_plan(spec, state, local), local, held, summary, echo, lock)
+        plan = make_plan(spec, state, local)
+        if not plan.empty:  # a Proxmox snapshot before the first change (deploy.snapshot)
+            _snapshot(session, spec, ct, local.commit if local else f"venv spec {plan.want}", summary, echo)
+            held.check()
+        _apply(ct, spec, state, plan, local, held, summary, echo, lock)
     summary.seconds = time.monotonic() - start
     return summary
+
+
+def _snapshot(session: Session, spec: ContainerSpec, ct: Container, what: str, summary: Summary, echo) -> None:
+    from . import snapshots
+
+    taken = snapshots.before_deploy(session, spec, ct, what, echo)
+    if taken.name:
+        summary.changed.append(f"snapshot {taken.name} before the deploy (`remote rollback -c {spec.ctid}` returns "
+                               "the whole container to it)")
+        summary.changed += [f"deleted remote's older snapshot {name} (deploy.keep_snapshots: "
+                            f"{spec.deploy.keep_snapshots})" for name in taken.deleted]
+    elif spec.deploy.snapshot != "never":
+        echo(f"==> {taken.note}; deploying without one")
 
 
 @contextmanager

@@ -36,12 +36,11 @@ import zipfile
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Callable
 
-from . import files
 from ..config import VenvSpec
 from ..errors import DeployError
 from ..naming import normalize, redact
+from . import files
 
 PYPI = "https://pypi.org/simple"
 TIMEOUT = 30.0  # seconds: each connect and each read of the index and of the wheel
@@ -70,7 +69,7 @@ class Sources:
     timeout: float = TIMEOUT
 
     @classmethod
-    def of(cls, venv: VenvSpec | None, timeout: float = TIMEOUT) -> "Sources":
+    def of(cls, venv: VenvSpec | None, timeout: float = TIMEOUT) -> Sources:
         if venv is None:
             return cls(timeout=timeout)
         indexes = [u for u in (venv.index_url, *venv.extra_index_urls) if u]
@@ -233,7 +232,7 @@ def _request(url: str, accept: str | None = None) -> urllib.request.Request:
     if parts.username is not None:
         token = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
         headers["Authorization"] = "Basic " + base64.b64encode(token.encode()).decode()
-        netloc = parts.hostname + (f":{parts.port}" if parts.port else "")
+        netloc = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
         url = urllib.parse.urlunsplit(parts._replace(netloc=netloc))
     return urllib.request.Request(url, headers=headers)
 
@@ -280,7 +279,7 @@ def _download(url: str, want: str, dest: Path, timeout: float) -> None:
                           "publishes (a changed or corrupted download): nothing was used")
 
 
-def _from_index(program: Program, version: str, machine: str, sources: Sources) -> tuple[bytes, str] | None:
+def _from_index(program: Program, version: str, machine: str, sources: Sources) -> tuple[bytes, str]:
     errors = []
     for index in sources.index_urls:
         try:
@@ -337,7 +336,9 @@ def cached(program: Program, version: str, machine: str, sources: Sources, *,
            context: str = "") -> tuple[Path, str]:
     """The binary, cached on the controller, and its sha256 (files.cached_binary: rechecked on every use,
     fetched again when torn or changed)."""
-    fetcher: Callable[[], tuple[bytes, str]] = lambda: fetch(program, version, machine, sources, context=context)
+    def fetcher() -> tuple[bytes, str]:
+        return fetch(program, version, machine, sources, context=context)
+
     return files.cached_binary(program.project, version, machine, fetcher)
 
 

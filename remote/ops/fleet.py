@@ -14,8 +14,8 @@ import io
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 from ..config import Config
 from ..errors import ConfigError
@@ -105,7 +105,7 @@ class _Router(io.TextIOBase):
         return self.real.fileno()
 
     @property
-    def encoding(self):
+    def encoding(self):  # type: ignore[override]  # read-only in io.TextIOBase too; typeshed declares an attribute
         return getattr(self.real, "encoding", "utf-8")
 
 
@@ -317,6 +317,7 @@ def map_each(config: Config, ids: list[int], fn: Callable[[int], object]) -> lis
     for ctid in ids:
         ok, value = results[ctid]
         if not ok:
+            assert isinstance(value, BaseException)  # worker stores (False, exc) only
             raise value
     return [results[ctid][1] for ctid in ids]
 
@@ -327,7 +328,8 @@ def inventory(session) -> list:
     import dataclasses
 
     from ..errors import RemoteError
-    from ..transport.session import HostState, inventory as one_host_at_a_time
+    from ..transport.session import HostState
+    from ..transport.session import inventory as one_host_at_a_time
 
     names = list(session.config.hosts)
     for name in names:  # the transports made here, in one thread: Session's map is not locked
@@ -346,13 +348,16 @@ def inventory(session) -> list:
         except BaseException as exc:  # noqa: BLE001 -- re-raised in the caller's thread below
             return exc
 
-    results: dict[str, list] = {}
+    results: dict[str, list | BaseException] = {}
     threads = [threading.Thread(target=lambda n=n: results.__setitem__(n, one(n)), daemon=True) for n in names]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    states = []
     for n in names:
-        if isinstance(results[n], BaseException):
-            raise results[n]
-    return [state for n in names for state in results[n]]
+        got = results[n]
+        if isinstance(got, BaseException):
+            raise got
+        states.extend(got)
+    return states

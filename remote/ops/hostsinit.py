@@ -91,9 +91,10 @@ def render(host: cfg.Host, given: dict, containers: list[tuple[int, str, str, li
         f"  {host.name}:",
         f"    address: {q(host.address)}",
     ]
-    for key in ("port", "user", "key_file", "known_hosts", "pct"):
+    for key in ("port", "user", "key_file", "known_hosts", "pct", "sudo"):
         if given.get(key) is not None:
-            lines.append(f"    {key}: {q(given[key]) if isinstance(given[key], str) else given[key]}")
+            value = given[key]
+            lines.append(f"    {key}: {q(value) if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else value}")
     lines += ["    # connect_timeout: 10   # seconds", "", "containers:"]
     for ctid, state, name, *gpu in containers:
         lines += [f"  {ctid}:" + (f"  # {_clean(name)}, {_clean(state)}" if name else f"  # {_clean(state)}"),

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 
-from . import jobenv
 from .. import shell
 from ..errors import ContainerCommandNotFound, DeployError
 from ..transport.pct import exec_argv
 from ..transport.session import Session
 from ..transport.tty import interactive
+from . import jobenv
 
 
 def open_shell(session: Session, ctid, *, echo=print) -> int:

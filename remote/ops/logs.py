@@ -11,12 +11,13 @@ from __future__ import annotations
 import re
 import time
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 from .. import shell
 from ..errors import ConnectError, TransportError
 from ..transport.pct import Container
+
 
 @dataclass(frozen=True)
 class Metric:
@@ -235,7 +236,8 @@ class Watch:
             return "no throughput reported"
         text = f"throughput last {fmt(self.last, self.unit)}, rolling {fmt(self.rolling, self.unit)}"
         if self.baseline:
-            verdict = "SLOW" if self.slow(self.rolling) else "ok"
+            rolling = self.rolling  # not None: `last` is in the window
+            verdict = "SLOW" if rolling is not None and self.slow(rolling) else "ok"
             ratio = self.speed_ratio
             share = f"{ratio:.0%} of its speed" if ratio is not None else "no ratio to it"
             text += (f" vs baseline {fmt(self.baseline, self.unit)}: {share} ({verdict}"
@@ -255,7 +257,7 @@ def follow(ct: Container, run: str, run_id: str, *, offset: int = 0, on_bytes: C
     while True:
         got = [0]
 
-        def on_output(kind: str, chunk: bytes) -> None:
+        def on_output(kind: str, chunk: bytes, got: list[int] = got) -> None:  # this attempt's count
             if kind == "stdout":
                 got[0] += len(chunk)
                 on_bytes(chunk)
@@ -288,13 +290,13 @@ def follow(ct: Container, run: str, run_id: str, *, offset: int = 0, on_bytes: C
 BARS = "▁▂▃▄▅▆▇█"
 
 
-def watch_for(spec) -> "Watch":
+def watch_for(spec) -> Watch:
     """The metric watch of a container's train spec (metric, baseline, tolerance)."""
     return Watch(metrics=compile_metric(spec.train.metric), baseline=spec.train.baseline,
                  tolerance=spec.train.tolerance)
 
 
-def series(spec, text: "str | Iterable[bytes]", *, last_line: bool = True) -> tuple[list[float], "Watch"]:
+def series(spec, text: str | Iterable[bytes], *, last_line: bool = True) -> tuple[list[float], Watch]:
     """Every metric value of a log (its text, or its bytes in chunks: a log read from a file is never held
     whole), in order, and the watch that read it (unit, direction, crash hints). Without last_line, an
     unfinished last line (a log still being written) is left out."""

@@ -15,15 +15,15 @@ once and `stop` on one node stops them all.
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
-from . import fleet, jobs
-from . import warmup as wm
 from .. import shell
 from ..config import ContainerSpec
 from ..errors import CommandError, ConfigError, JobError, RemoteError
 from ..naming import printable
 from ..transport.session import Session
+from . import fleet, jobs
+from . import warmup as wm
 
 FIELDS = ("nnodes", "node_rank", "master_addr", "master_port", "node_addr", "run_id")
 # What torchrun and the collectives print when the nodes never met (a timeout, an unreachable store).
@@ -58,6 +58,7 @@ def node_env(spec: ContainerSpec, iface: str, master: bool) -> dict[str, str]:
     """A node's environment: torchrun publishes its address, not its hostname (PET_* are torchrun's flags'
     environment form), gloo and NCCL use the interface holding it, and the rendezvous gives up in time."""
     t = spec.train.rendezvous_timeout
+    assert spec.address, "plan_nodes checks every node's address first"
     return {"PET_LOCAL_ADDR": spec.address, "GLOO_SOCKET_IFNAME": iface, "NCCL_SOCKET_IFNAME": iface,
             # join_timeout: c10d's rendezvous; timeout: the static one (torchrun's default backend).
             # is_host: c10d guesses whether it serves the rendezvous store by resolving its own hostname,
@@ -68,6 +69,7 @@ def node_env(spec: ContainerSpec, iface: str, master: bool) -> dict[str, str]:
 def node_iface(session: Session, spec: ContainerSpec, file: str = "hosts file") -> str:
     """The interface of container spec.ctid that holds its configured address; a ConfigError naming the
     key when none does (the other nodes could not reach it there)."""
+    assert spec.address, "plan_nodes checks every node's address first"
     try:
         return session.container(spec.ctid).script(shell.load("node-iface"), spec.address, timeout=30,
                                                     mutates=False, label="node address").out.strip()
@@ -120,16 +122,17 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
             return exc
 
     checked = fleet.map_each(session.config, ids, check_node)
-    failed = [(ctid, p) for ctid, p in zip(ids, checked) if isinstance(p, BaseException)]
+    failed = [(ctid, p) for ctid, p in zip(ids, checked, strict=True) if isinstance(p, BaseException)]
     if failed:
         raise JobError("preflight failed, nothing was started: " + "; ".join(f"container {c}: {e}" for c, e in failed))
     pres, ifaces = [p for p, _ in checked], [i for _, i in checked]
-    for ctid, pre in zip(ids, pres):
+    for ctid, pre in zip(ids, pres, strict=True):
         for note in pre.notes:
             echo(printable(f"[{ctid}] preflight: {note}"))  # GPU names, versions: the container's
     started: list[tuple[int, int]] = []
     try:
-        for spec, pre, v, iface in zip(specs, pres, values, ifaces):
+        for spec, pre, v, iface in zip(specs, pres, values, ifaces, strict=True):
+            assert spec.train.command, "checked before the preflight"
             command = node_command(spec.train.command, v)
             extra = {"nodes": ids, "node_rank": v["node_rank"], "master_addr": v["master_addr"],
                      "master_port": v["master_port"], "node_addr": v["node_addr"], "iface": iface}
@@ -166,7 +169,7 @@ def stop_nodes(session: Session, ids: list[int], run_id: str, grace: int = 10) -
         except RemoteError as exc:
             return exc
 
-    return dict(zip(ids, fleet.map_each(session.config, ids, one)))
+    return dict(zip(ids, fleet.map_each(session.config, ids, one), strict=True))
 
 
 def follow_run(session: Session, ids: list[int], run_id: str, *, echo: Callable[[str], None] = print) -> dict:
@@ -196,10 +199,10 @@ def follow_run(session: Session, ids: list[int], run_id: str, *, echo: Callable[
                     session.container(c), session.config.container(c), run_id))
             except RemoteError:
                 continue  # a lost connection: the followers reconnect; look again next time
-            bad = [(c, st) for c, st in zip(ids, states) if not st["alive"] and jobs.final_status(st)]
+            bad = [(c, st) for c, st in zip(ids, states, strict=True) if not st["alive"] and jobs.final_status(st)]
             if bad:
                 ctid, st = first_to_end(session, bad)
-                others = [c for c, s in zip(ids, states) if s["alive"] or s["orphans"]]
+                others = [c for c, s in zip(ids, states, strict=True) if s["alive"] or s["orphans"]]
                 failure.append((ctid, f"node {ctid} {jobs.describe_end(st)}" + met(ctid, st)))
                 echo(f"!! node {ctid} {jobs.describe_end(st)}: stopping the run on every node"
                      + (f" ({', '.join(map(str, others))} would wait in a collective)" if others else ""))

@@ -20,9 +20,9 @@ import secrets
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from .. import shell
 from ..errors import BusyError, CommandError, RemoteError
@@ -39,7 +39,7 @@ def default_holder() -> str:
 
 def parse(text: str) -> dict[str, str]:
     """The lease file's key=value lines (and the script's now=) -> a dict."""
-    out = {}
+    out: dict[str, str] = {}
     for line in text.splitlines():
         key, sep, value = line.partition("=")
         if sep and key.isidentifier():

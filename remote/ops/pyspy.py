@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import fetched, files
 from .. import facts
 from ..config import VenvSpec
 from ..errors import RemoteError
 from ..transport.pct import Container
+from . import fetched, files
 
 PY_SPY_VERSION = "0.4.3"
 

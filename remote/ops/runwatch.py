@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import re
 
-from . import logs
 from ..config import ContainerSpec
 from ..naming import printable
+from . import logs
 
 
 def watch_settings(spec: ContainerSpec, py_spy: str | None) -> dict:

@@ -231,8 +231,9 @@ def expected_cuda(spec: VenvSpec) -> tuple[str, str] | None:
             return want, f"torch=={pin}"
     if spec.index_url:
         m = re.search(r"/(cu\d+|cpu)/*$", spec.index_url)
-        if m and _cuda_tag(m.group(1)):
-            return _cuda_tag(m.group(1)), f"index_url {redact(spec.index_url)}"
+        want = _cuda_tag(m.group(1)) if m else None
+        if want:
+            return want, f"index_url {redact(spec.index_url)}"
     return None
 
 

@@ -12,14 +12,13 @@ from __future__ import annotations
 import json
 import time
 
-from ..facts import Facts, gather
 from ..config import ContainerSpec
-from ..naming import printable
 from ..errors import JobError, RemoteError
+from ..facts import Facts, gather
+from ..naming import printable
 from ..ops import files, jobenv, jobs, logs
 from ..transport.pct import Container
 from ..transport.session import Session
-
 
 LOG_TAIL = 1 << 20  # bytes of a run's log read for its rolling metric (the last few values are all it needs)
 

@@ -32,7 +32,8 @@ def describe(st: dict, spec: ContainerSpec) -> dict:
     """One run as `runs` shows it, from parse_state's answer."""
     from .report import series
 
-    manifest = st.get("manifest") if isinstance(st.get("manifest"), dict) else {}
+    got = st.get("manifest")
+    manifest: dict = got if isinstance(got, dict) else {}
     _, watch = series(spec, st.get("tail") or "", last_line=not st["alive"])
     state = "running" if st["alive"] else "LOST" if st["lost"] else "stopped" if st.get("stopped") else "exited"
     started = manifest.get("started_epoch")
@@ -59,7 +60,7 @@ def render(runs: list[dict], spec: ContainerSpec) -> str:
         rows.append((_clean(r["id"]), started, r["state"], "-" if r["exit"] is None else str(r["exit"]), tp,
                      _clean(r["command"] or "-")))
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:5], widths)) + "  " + row[5] for row in rows]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:5], widths, strict=True)) + "  " + row[5] for row in rows]
     return "\n".join(line.rstrip() for line in lines)
 
 

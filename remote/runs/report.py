@@ -15,10 +15,11 @@ from pathlib import Path
 from ..config import ContainerSpec
 from ..errors import JobError, TransferError
 from ..ops import files, jobs, logs
-from ..ops.logs import series, sparkline  # noqa: F401 -- the status line's pieces, also this page's
 from ..ops import warmup as wm
+from ..ops.logs import series, sparkline  # noqa: F401 -- the status line's pieces, also this page's
 from ..transport.session import Session
 from . import timeline as timeline_mod
+
 
 def _svg(runs: list[tuple[str, list[float], str]], baseline: float | None, unit: str | None,
          w: int = 880, h: int = 320) -> str:
@@ -55,7 +56,7 @@ def _svg(runs: list[tuple[str, list[float], str]], baseline: float | None, unit:
         pts = " ".join(f"{x0 + (x1 - x0) * i / n:.1f},{y(v):.1f}" for i, v in enumerate(vals))
         parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{pts}">'
                      f'<title>{html.escape(label)}</title></polyline>')
-    for k, (label, vals, color) in enumerate(runs):
+    for k, (label, _vals, color) in enumerate(runs):
         top = y0 + pad_b + 8 + row * k  # below the plot and its axis label
         parts.append(f'<g class="legend"><rect x="{x0}" y="{top + 5}" width="12" height="3" fill="{color}"/>'
                      f'<text x="{x0 + 18}" y="{top + 10}">{html.escape(label)}</text></g>')
@@ -64,7 +65,7 @@ def _svg(runs: list[tuple[str, list[float], str]], baseline: float | None, unit:
 
 
 def render(spec: ContainerSpec, run: dict, log_text, known_good: dict | None, kg_log,
-           warmups: list[dict], timeline: "timeline_mod.Timeline | None" = None) -> str:
+           warmups: list[dict], timeline: timeline_mod.Timeline | None = None) -> str:
     """The HTML page. Pure: everything it shows is passed in (the logs as text, or as chunks of bytes read
     once from files; timeline: what the run's watch left, remote/sh/watch.py)."""
     values, watch = series(spec, log_text)
@@ -160,7 +161,7 @@ def write(session: Session, ctid, run_id: str | None, dest: str | None) -> Path:
 WATCH_FILES = ("metrics.jsonl", "gpu.csv", "events.jsonl")
 
 
-def read_timeline(ct, run_path: str, attempts: list[dict] | None, folder: Path) -> "timeline_mod.Timeline":
+def read_timeline(ct, run_path: str, attempts: list[dict] | None, folder: Path) -> timeline_mod.Timeline:
     """The run over time from what its watch left (WATCH_FILES, each there or not): each pulled into
     `folder` as the log is, in one streamed command, and read from there in chunks, never whole."""
     got = {}

@@ -10,8 +10,8 @@ from __future__ import annotations
 import html
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 
 @dataclass
@@ -43,7 +43,7 @@ def _cell(s: str) -> float | None:
 MAX_LINE = 1 << 16  # a record longer than this is none the watch wrote: skipped, and never held whole
 
 
-def lines(data: "str | Iterable[bytes]"):
+def lines(data: str | Iterable[bytes]):
     """The lines of a text, or of bytes read in chunks (a file read so is never held whole); a line longer
     than MAX_LINE is skipped."""
     if isinstance(data, str):
@@ -63,8 +63,8 @@ def lines(data: "str | Iterable[bytes]"):
         yield pending.decode("utf-8", "replace")
 
 
-def parse(metrics: "str | Iterable[bytes]" = "", gpu: "str | Iterable[bytes]" = "",
-          events: "str | Iterable[bytes]" = "", attempts: list[dict] | None = None) -> Timeline:
+def parse(metrics: str | Iterable[bytes] = "", gpu: str | Iterable[bytes] = "",
+          events: str | Iterable[bytes] = "", attempts: list[dict] | None = None) -> Timeline:
     """The timeline of what the watch left: each file as its text or as chunks of its bytes."""
     tl = Timeline(attempts=list(attempts or []))
     for line in lines(metrics):
@@ -161,12 +161,12 @@ def svg(tl: Timeline, baseline: float | None = None, w: int = 880) -> str:
                      f'<title>STALLED: no output for {secs:g} s</title></line>'
                      f'<text x="{x(t) + 3:.1f}" y="{pad_t + 28}" fill="#c00">stall</text>')
     for a in tl.attempts[1:]:
-        t = _num(a.get("started"))
-        if t is None:
+        started = _num(a.get("started"))
+        if started is None:
             continue
-        parts.append(f'<line x1="{x(t):.1f}" x2="{x(t):.1f}" y1="{pad_t}" y2="{bottom}" stroke="#ef6c00" '
+        parts.append(f'<line x1="{x(started):.1f}" x2="{x(started):.1f}" y1="{pad_t}" y2="{bottom}" stroke="#ef6c00" '
                      f'stroke-dasharray="4 3" stroke-width="2"><title>attempt {a.get("attempt")}</title></line>'
-                     f'<text x="{x(t) + 3:.1f}" y="{pad_t + 42}" fill="#ef6c00">attempt {html.escape(str(a.get("attempt")))}'
+                     f'<text x="{x(started) + 3:.1f}" y="{pad_t + 42}" fill="#ef6c00">attempt {html.escape(str(a.get("attempt")))}'
                      "</text>")
     parts.append(f'<text x="{(x0 + x1) / 2}" y="{h - 8}" text-anchor="middle">seconds since the run\'s first record '
                  f'(0 to {span:.0f} s)</text></svg>')

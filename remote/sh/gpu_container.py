@@ -43,7 +43,7 @@ def nodes():
 
 def ldconfig_paths():
     """soname -> paths, in the order of ld.so's cache (the order the loader tries them)."""
-    found = {}
+    found: dict = {}  # soname -> [path, ...]
     for prog in ("/sbin/ldconfig", "/usr/sbin/ldconfig", "ldconfig"):
         try:
             text = subprocess.run([prog, "-p"], capture_output=True, text=True, timeout=10).stdout
@@ -78,7 +78,7 @@ def versioned(path):
 def libraries():
     cache = ldconfig_paths()
     ld_path = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
-    out = {}
+    out: dict = {}  # soname -> its paths, or None
     for soname in LIBS:
         candidates = [os.path.join(d, soname) for d in ld_path] + cache.get(soname, [])
         path = next((p for p in candidates if os.path.exists(p)), None)
@@ -97,7 +97,7 @@ def cuda(lib):
         cu = ctypes.CDLL(lib["path"])
     except OSError as exc:
         return {"loaded": False, "error": str(exc)[-300:]}
-    info = {"loaded": True}
+    info: dict = {"loaded": True}
     v = ctypes.c_int(0)
     info["driver_version_rc"] = cu.cuDriverGetVersion(ctypes.byref(v))
     info["driver_version"] = v.value

@@ -106,7 +106,7 @@ def dump_stacks(path, pids, py_spy, stalled_s):
     if not have_spy:
         out.append(f"# py-spy is not available ({py_spy or 'not pushed: train.stall unset'}): "
                    "the kernel's view of each thread only")
-    spies = {}  # every py-spy at once: a run of 8 ranks takes as long as its slowest, not their sum
+    spies: dict = {}  # pid -> Popen or OSError; every py-spy at once: a run of 8 ranks takes as long as its slowest, not their sum
     for pid in pids:
         if have_spy and looks_python(pid):
             try:
@@ -197,8 +197,7 @@ class Watch:
         for raw in lines:
             text = raw.decode("utf-8", "replace")
             if "\r" in text:
-                text = [p for p in text.split("\r") if p][-1:] or [""]
-                text = text[0]
+                text = ([p for p in text.split("\r") if p][-1:] or [""])[0]
             if text.startswith("-- attempt "):
                 progressed = True
                 continue

@@ -18,12 +18,12 @@ import os
 import select
 import shlex
 import signal
-import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 from ..config import Host
 from ..errors import CommandError, CommandTimeout, ConnectError, ConnectTimeout, TransportError
@@ -60,7 +60,7 @@ class Result:
     def err(self) -> str:
         return self.stderr.decode("utf-8", "replace")
 
-    def check(self, where: str = "") -> "Result":
+    def check(self, where: str = "") -> Result:
         """Raise CommandError unless the command succeeded."""
         if self.exit_code != 0:
             raise CommandError(shlex.join(self.argv), self.exit_code, self.err, where)
@@ -75,7 +75,7 @@ class Transport(Protocol):
     def run(self, argv: Sequence[str], *, stdin: bytes | None = None, deadline: float | None = None,
             on_output: OutputCallback | None = None) -> Result: ...
 
-    def open_stream(self, argv: Sequence[str]) -> "Stream":
+    def open_stream(self, argv: Sequence[str]) -> Stream:
         """Start argv with its stdin and stdout as byte streams (transfers, the in-container agent)."""
         ...
 
@@ -161,7 +161,7 @@ class LocalTransport:
         try:  # from the child's start: a Ctrl-C that comes while the readers start is passed on too
             for t in readers:
                 t.start()
-            if stdin is not None:
+            if stdin is not None and proc.stdin is not None:  # a pipe, with stdin given
                 try:
                     proc.stdin.write(stdin)
                 except BrokenPipeError:
@@ -185,14 +185,14 @@ class LocalTransport:
         code = 128 - code if code < 0 else code
         return Result(argv, code, b"".join(chunks["stdout"]), b"".join(chunks["stderr"]), time.monotonic() - start)
 
-    def open_stream(self, argv: Sequence[str]) -> "LocalStream":
+    def open_stream(self, argv: Sequence[str]) -> LocalStream:
         argv = _check_argv(argv)
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     bufsize=0, start_new_session=True)
         except OSError as exc:
             raise TransportError(self.name, f"{self.name}: cannot run {argv[0]}: {exc}") from None
-        return LocalStream(proc)
+        return LocalStream(proc, argv)
 
     def close(self) -> None:
         pass
@@ -221,14 +221,16 @@ def _interrupt(proc: subprocess.Popen, grace: float = 5.0) -> None:
 class LocalStream:
     """A local child's stdin/stdout as a stream; stderr collected (a bounded tail) by a thread."""
 
-    def __init__(self, proc: subprocess.Popen):
-        self.proc = proc
+    def __init__(self, proc: subprocess.Popen[bytes], argv: Sequence[str]):
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None  # all three PIPE
+        self.proc, self.argv = proc, argv
+        self._stdin, self._stdout, self._stderr = proc.stdin, proc.stdout, proc.stderr
         self._err = bytearray()
         self._errors = threading.Thread(target=self._drain_stderr, daemon=True)
         self._errors.start()
 
     def _drain_stderr(self) -> None:
-        for chunk in iter(lambda: self.proc.stderr.read(65536), b""):
+        for chunk in iter(lambda: self._stderr.read(65536), b""):
             self._err += chunk
             del self._err[:-STDERR_TAIL]
 
@@ -236,19 +238,19 @@ class LocalStream:
         view = memoryview(data)
         try:
             while view:
-                view = view[self.proc.stdin.write(view):]
+                view = view[self._stdin.write(view):]
         except (OSError, ValueError) as exc:  # the child closed its stdin or exited
-            raise ConnectError("local", f"the local command {self.proc.args[0]} stopped reading: {exc}") from exc
+            raise ConnectError("local", f"the local command {self.argv[0]} stopped reading: {exc}") from exc
 
     def read(self, n: int) -> bytes:
         try:
-            return os.read(self.proc.stdout.fileno(), n)
+            return os.read(self._stdout.fileno(), n)
         except (OSError, ValueError):
             return b""
 
     def close_stdin(self) -> None:
         try:
-            self.proc.stdin.close()
+            self._stdin.close()
         except OSError:
             pass
 
@@ -256,7 +258,7 @@ class LocalStream:
         try:
             code = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise CommandTimeout(shlex.join(self.proc.args), timeout or 0, self.error_text()) from None
+            raise CommandTimeout(shlex.join(self.argv), timeout or 0, self.error_text()) from None
         except KeyboardInterrupt:
             _interrupt(self.proc)
             raise
@@ -271,7 +273,7 @@ class LocalStream:
 
     def close(self) -> None:
         """Close our ends; a child still running after that is killed (nobody is left to talk to it)."""
-        for f in (self.proc.stdin, self.proc.stdout):
+        for f in (self._stdin, self._stdout):
             try:
                 f.close()
             except OSError:
@@ -321,7 +323,7 @@ class SshTransport:
         self.host = host
         self.heartbeat_every, self.heartbeat_silence = heartbeat_every, heartbeat_silence
         self.name = host.name
-        self._conn = None
+        self._conn: _Connection | None = None
         self._lock = threading.Lock()
         self._attempts, self._max_wait, self._sleep = attempts, max_wait, sleep
         self._reached = False  # connected at least once
@@ -371,6 +373,7 @@ class SshTransport:
                 raise
             self._reached = True
             transport = client.get_transport()
+            assert transport is not None  # connected just now
             transport.set_keepalive(15)
             threading.Thread(target=_heartbeat, args=(transport, self.name, self.heartbeat_every,
                                                       self.heartbeat_silence),
@@ -439,6 +442,7 @@ class SshTransport:
         except CommandTimeout:
             raise
         except _CallbackFailed as failed:
+            assert failed.__cause__ is not None  # raised `from` the callback's exception
             raise failed.__cause__ from None
         except (OSError, EOFError) as exc:
             self.close()
@@ -450,7 +454,7 @@ class SshTransport:
             raise ConnectError(self.name, f"{self.name}: connection lost while running {_short(command)}")
         return Result(argv, code, b"".join(out), b"".join(err), time.monotonic() - start)
 
-    def open_stream(self, argv: Sequence[str], *, window: int = STREAM_WINDOW) -> "ChannelStream":
+    def open_stream(self, argv: Sequence[str], *, window: int = STREAM_WINDOW) -> ChannelStream:
         """A command with its stdin and stdout as byte streams (transfers, the in-container agent).
 
         The channel's window bounds what is in flight (and buffered here) at once; paramiko's
@@ -521,7 +525,7 @@ class ChannelStream:
         while not self.chan.exit_status_ready():
             if self.chan.closed or not self.chan.get_transport().is_active():
                 return -1
-            if end is not None and time.monotonic() > end:
+            if end is not None and timeout is not None and time.monotonic() > end:
                 raise CommandTimeout("stream", timeout, self.error_text(), self.where)
             self.chan.status_event.wait(0.2)
             self._drain_stderr()
@@ -553,7 +557,7 @@ def _heartbeat(transport, name: str, every: float, silence: float) -> None:
         time.sleep(every)
         answered = threading.Event()
 
-        def ask() -> None:
+        def ask(answered: threading.Event) -> None:
             try:
                 transport.global_request("keepalive@openssh.com", wait=True)
             except Exception:  # the connection went meanwhile: the loop's next check ends it
@@ -561,7 +565,7 @@ def _heartbeat(transport, name: str, every: float, silence: float) -> None:
             finally:
                 answered.set()
 
-        threading.Thread(target=ask, daemon=True, name=f"ssh-keepalive-{name}").start()
+        threading.Thread(target=ask, args=(answered,), daemon=True, name=f"ssh-keepalive-{name}").start()
         if not answered.wait(silence) and transport.is_active():
             log.warning("%s: no answer from the SSH server in %gs; closing the connection (a silent link?)",
                         name, silence)

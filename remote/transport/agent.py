@@ -30,11 +30,11 @@ import json
 import queue
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
+from ..errors import CommandTimeout, ConnectError
 from . import NotStarted, OutputCallback, Result
 from .framing import Frames
-from ..errors import CommandTimeout, ConnectError
 
 HANDSHAKE_TIMEOUT = 60.0  # seconds for the agent's first frame (pct exec and python3 start-up)
 PING_EVERY = 5.0  # the controller pings the agent this often
@@ -323,6 +323,7 @@ class Agent:
                 try:
                     msg = q.get(timeout=left)
                 except queue.Empty:
+                    assert deadline is not None  # q.get without a timeout never raises Empty
                     raise CommandTimeout(" ".join(argv), deadline, b"".join(err).decode("utf-8", "replace"),
                                          self.where) from None
                 if msg is None:

@@ -25,13 +25,12 @@ import logging
 import os
 import socket
 import time
-from typing import Callable
+from collections.abc import Callable, Iterator
 
 import paramiko
 
 from ..config import Host
-from ..errors import (AuthenticationError, ConnectError, ConnectTimeout, HostKeyError, RemoteError,
-                      TransportError)
+from ..errors import AuthenticationError, ConnectError, ConnectTimeout, HostKeyError, RemoteError, TransportError
 from . import sshconfig
 from .sshconfig import Target
 
@@ -46,7 +45,7 @@ _wire.disabled = True  # nor any handler at all (pytest 9.2's log capture, say, 
 class Client(paramiko.SSHClient):
     """An SSHClient that also closes the jump hosts it was reached through."""
 
-    def __init__(self, target: Target, jumps: list["Client"]):
+    def __init__(self, target: Target, jumps: list[Client]):
         super().__init__()
         self.target, self.jumps = target, jumps
 
@@ -100,7 +99,9 @@ def connect(host: Host, *, ssh_config: str | None = None) -> Client:
 
 def _connect(target: Target, timeout: float) -> Client:
     jumps: list[Client] = []
-    sock = peer = client = None
+    sock: paramiko.Channel | socket.socket | None = None
+    peer: _Peer | None = None
+    client: Client | None = None
     phase = "tcp"
     try:
         if target.via is not None:
@@ -109,7 +110,9 @@ def _connect(target: Target, timeout: float) -> Client:
             except TransportError as exc:
                 raise type(exc)(target.label, f"{target.label}: {exc}") from exc
             phase = "channel"
-            sock = jumps[-1].get_transport().open_channel(
+            hop = jumps[-1].get_transport()
+            assert hop is not None  # connected just now
+            sock = hop.open_channel(
                 "direct-tcpip", (target.hostname, target.port), ("127.0.0.1", 0), timeout=timeout)
         else:
             sock = socket.create_connection((target.hostname, target.port), timeout=timeout)
@@ -119,7 +122,9 @@ def _connect(target: Target, timeout: float) -> Client:
         client.set_missing_host_key_policy(_Refuse())
         _load_known_hosts(client, target)
         # start_client waits timeout + 2: the greeting's own timeout (banner_timeout) fires first and says so.
-        client.connect(target.hostname, target.port, username=target.user, sock=peer, timeout=timeout + 2,
+        # sock: _Peer stands in for the socket (paramiko calls only what a socket has), hence the ignore.
+        client.connect(target.hostname, target.port, username=target.user, sock=peer,  # type: ignore[arg-type]
+                       timeout=timeout + 2,
                        banner_timeout=timeout, auth_timeout=timeout, channel_timeout=timeout,
                        transport_factory=_fast_cipher_transport, auth_strategy=_Keys(target))
         return client
@@ -149,7 +154,7 @@ class _Peer:
         data = self._sock.recv(n)
         self.heard += data[:self.KEEP - len(self.heard)]
         if len(self.heard) >= self.KEEP:
-            self.recv = self._sock.recv  # enough kept: from now on paramiko reads the socket directly
+            self.recv = self._sock.recv  # type: ignore[method-assign]  # enough kept: from now on paramiko reads the socket directly
         return data
 
     def __getattr__(self, name):
@@ -261,16 +266,22 @@ class _Keys(paramiko.auth_strategy.AuthStrategy):
     ssh-agent's; else ssh-agent's, then ~/.ssh/id_ed25519, id_ecdsa, id_rsa. Each outcome is kept."""
 
     def __init__(self, target: Target):
-        super().__init__(ssh_config=None)
-        self.target, self.tried = target, []
+        super().__init__(ssh_config=None)  # type: ignore[arg-type]  # unused: authenticate below is this class's own
+        self.target = target
+        self.tried: list[str] = []
+
+    def get_sources(self) -> Iterator[paramiko.auth_strategy.AuthSource]:
+        """Not used: authenticate picks and tries the keys itself (AuthStrategy's own raises the same)."""
+        raise NotImplementedError
 
     def authenticate(self, transport):
         t = self.target
-        files = [("file", p) for p in t.identities]
-        agent = [("agent", None)] if t.agent else []
+        files: list[tuple[str, str | None]] = [("file", p) for p in t.identities]
+        agent: list[tuple[str, str | None]] = [("agent", None)] if t.agent else []
         order = agent + files if t.identities_from == "default" else files + agent
         for kind, path in order:
-            if kind == "agent" and self._agent(transport) or kind == "file" and self._file(transport, path):
+            if kind == "agent" and self._agent(transport) or \
+                    kind == "file" and path is not None and self._file(transport, path):
                 return []
         raise _NoKey(self.tried)
 
@@ -348,7 +359,7 @@ _ERRNO_WORDS = {errno.ECONNREFUSED: "connection refused (is sshd running, and on
 def _timed_out(exc: BaseException) -> bool:
     """Whether a wait ran out: a socket timeout anywhere in the chain (paramiko's banner error wraps one, and
     is raised again in our thread with it as context), or paramiko's own words for one."""
-    seen = exc
+    seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, (socket.timeout, TimeoutError)):
             return True
@@ -364,6 +375,7 @@ def _mapped(exc: BaseException, t: Target, phase: str, heard: bytes, timeout: fl
     """paramiko's and the socket's exceptions as the library's, most specific first."""
     name = t.label
     via = f" through {t.via.label} ({t.via.alias})" if t.via else ""
+    jump = t.via.label if t.via else "the jump host"  # the channel's phase: there is one
     dest = f"{t.address}{via}"
     if isinstance(exc, (_UnknownHostKey, paramiko.BadHostKeyException)) and (where := revoked_line(t, exc.key)):
         return HostKeyError(name, f"{name}: {t.address} offered {exc.key.get_name()} {fingerprint(exc.key)}, a key "
@@ -388,9 +400,9 @@ def _mapped(exc: BaseException, t: Target, phase: str, heard: bytes, timeout: fl
                               "(is the port right? `ssh -p PORT HOST` says the same)")
     if isinstance(exc, paramiko.ChannelException):
         if exc.code == 1:  # OPEN_ADMINISTRATIVELY_PROHIBITED
-            return TransportError(name, f"{name}: {t.via.label} refused to forward to {t.address} "
+            return TransportError(name, f"{name}: {jump} refused to forward to {t.address} "
                                   f"(administratively prohibited: its sshd needs AllowTcpForwarding yes)")
-        return ConnectError(name, f"{name}: {t.via.label} could not reach {t.address}: {exc.text or exc}")
+        return ConnectError(name, f"{name}: {jump} could not reach {t.address}: {exc.text or exc}")
     if isinstance(exc, socket.gaierror):
         return TransportError(name, f"{name}: cannot resolve {t.hostname!r}: {exc.strerror} (a typo, or a Host "
                               "alias that ~/.ssh/config does not have?)")
@@ -398,7 +410,7 @@ def _mapped(exc: BaseException, t: Target, phase: str, heard: bytes, timeout: fl
         if phase == "tcp":
             why = f"no answer to the TCP connection within {timeout:g} s (host down, or a firewall dropping it?)"
         elif phase == "channel":
-            why = f"{t.via.label} did not open a channel to it within {timeout:g} s"
+            why = f"{jump} did not open a channel to it within {timeout:g} s"
         elif not heard:
             why = (f"the connection was accepted but no SSH greeting came within {timeout:g} s "
                    "(not an SSH server, the wrong port, or an sshd too busy to answer?)")

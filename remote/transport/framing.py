@@ -18,7 +18,7 @@ from __future__ import annotations
 import struct
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from ..errors import CommandTimeout
 
@@ -101,7 +101,7 @@ class BoundedStream:
         with self._cond:
             while not self._buf and self._code is None and not self._closed:
                 left = None if end is None else end - time.monotonic()
-                if left is not None and left <= 0:
+                if timeout is not None and left is not None and left <= 0:
                     raise CommandTimeout("stream", timeout, self.error_text(), self.where)
                 self._cond.wait(left)
             chunk = bytes(self._buf[:n])
@@ -116,7 +116,7 @@ class BoundedStream:
         with self._cond:
             while self._code is None:
                 left = None if end is None else end - time.monotonic()
-                if left is not None and left <= 0:
+                if timeout is not None and left is not None and left <= 0:
                     raise CommandTimeout("stream", timeout, self.error_text(), self.where)
                 self._cond.wait(left)
             return self._code

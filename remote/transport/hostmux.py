@@ -22,9 +22,9 @@ import queue
 import threading
 import time
 
+from ..errors import ConnectError
 from . import Result
 from .framing import BoundedStream, Frames
-from ..errors import ConnectError
 
 HANDSHAKE_TIMEOUT = 30.0  # seconds for the mux's first frame (the SSH session, the login shell, python3)
 MUX_SILENCE = 60  # the mux's side: unheard this long with no child left, it exits
@@ -255,7 +255,7 @@ class Mux:
             self._lost(f"cannot write to the mux: {exc or type(exc).__name__}")
             raise ConnectError(self.where, f"{self.where}: mux gone: {self.dead}") from exc
 
-    def open_stream(self, argv) -> "MuxStream":
+    def open_stream(self, argv) -> MuxStream:
         """Start argv on the host (no shell, the mux's environment) with its stdin and stdout as a Stream."""
         with self._lock:
             i, self._next = self._next, self._next + 1
@@ -332,12 +332,13 @@ class MuxStream(BoundedStream):
     def alive(self) -> bool:
         return super().alive() and self.mux.alive()
 
-    def close(self) -> None:
+    def close(self) -> bool:
         if not super().close():
-            return
+            return False
         if self._code is None:
             try:
                 self.mux._send(self.i, b"k")
             except ConnectError:
                 pass
         self.mux._streams.pop(self.i, None)
+        return True

@@ -40,15 +40,25 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
-from . import OutputCallback, Result, SshTransport, _check_argv
 from ..config import Host
 from ..errors import CommandTimeout, ConnectError, TransportError
+from . import OutputCallback, Result, SshTransport, _check_argv
 from .framing import BoundedStream
-from .keepwire import (CHUNK, group_of, pack_error, peer, peer_credentials_supported, recv, runtime_dir, send,
-                       socket_path, unpack_error)
+from .keepwire import (
+    CHUNK,
+    group_of,
+    pack_error,
+    peer,
+    peer_credentials_supported,
+    recv,
+    runtime_dir,
+    send,
+    socket_path,
+    unpack_error,
+)
 
 __all__ = ["KeptTransport", "disconnect", "pack_error", "peer_credentials_supported", "runtime_dir", "socket_path",
            "unpack_error"]
@@ -132,7 +142,7 @@ class KeptTransport:
                 if kind != b"a":
                     raise _Refused(f"unexpected first frame {kind!r}")
                 return sock
-            except socket.timeout:
+            except TimeoutError:
                 sock.close()
                 self._replace_stuck()
             except (OSError, EOFError, _Refused):  # it exited before taking the request: nothing ran
@@ -181,16 +191,19 @@ class KeptTransport:
                                     stdout=subprocess.PIPE, stderr=logf, cwd="/", start_new_session=True)
         try:
             wait = self.host.connect_timeout * 4 + START_SLACK
-            ready, _, _ = select.select([proc.stdout], [], [], wait)
-            line = proc.stdout.readline() if ready else b""
+            out = proc.stdout
+            assert out is not None  # PIPE
+            ready, _, _ = select.select([out], [], [], wait)
+            line = out.readline() if ready else b""
         finally:
-            proc.stdout.close()
+            if proc.stdout is not None:
+                proc.stdout.close()
             proc.wait()  # the first process only forks the keeper and exits
         try:
             answer = json.loads(line)
         except ValueError:
             raise ConnectError(self.name, f"{self.name}: the kept connection did not start: "
-                                          f"{self._log_tail() or 'no answer in %gs' % wait}") from None
+                                          f"{self._log_tail() or f'no answer in {wait:g}s'}") from None
         if "error" in answer:
             raise unpack_error(answer["error"])
 
@@ -225,7 +238,7 @@ class KeptTransport:
                     if "error" in answer:
                         raise unpack_error(answer["error"])
                     return Result(argv, answer["code"], b"".join(out), b"".join(err), time.monotonic() - start)
-        except socket.timeout:
+        except TimeoutError:
             raise CommandTimeout(shlex.join(argv), deadline or 0, b"".join(err).decode("utf-8", "replace"),
                                  self.name) from None
         except (OSError, EOFError) as exc:
@@ -239,10 +252,10 @@ class KeptTransport:
         argv = _check_argv(argv)
         return self._call({"op": "run", "stream_output": on_output is not None}, argv, stdin, on_output, deadline)
 
-    def agent(self, ctid: int) -> "KeptAgent":
+    def agent(self, ctid: int) -> KeptAgent:
         return KeptAgent(self, int(ctid))
 
-    def open_stream(self, argv: Sequence[str]) -> "KeptStream":
+    def open_stream(self, argv: Sequence[str]) -> KeptStream:
         argv = _check_argv(argv)
         return KeptStream(self._request({"op": "stream", "argv": list(argv)}), self.name)
 
@@ -329,13 +342,14 @@ class KeptStream(BoundedStream):
             text = f"{text}\n{self._error.get('message', '')}".strip()
         return text
 
-    def close(self) -> None:
-        super().close()
+    def close(self) -> bool:
+        closed = super().close()
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
         self.sock.close()
+        return closed
 
 
 def _unlink_if_ours(path: Path) -> None:
@@ -373,7 +387,9 @@ def disconnect(config_file: str | None = None, host: str | None = None, where: P
     """End keepers now: those of `host` in `config_file`, or every keeper of this user. Returns their pids,
     each gone (or killed) before this returns."""
     where = where or runtime_dir()
-    pattern = f"{group_of(config_file, host)}-*.sock" if host else "*.sock"
+    if host and config_file is None:
+        raise ValueError("disconnect: a host is named in a hosts file: give config_file with host")
+    pattern = f"{group_of(config_file, host)}-*.sock" if host and config_file is not None else "*.sock"
     pids = [pid for path in sorted(where.glob(pattern)) if (pid := _quit(path, graceful=False))]
     end = time.monotonic() + wait
     for pid in pids:

@@ -25,11 +25,11 @@ import threading
 import time
 from pathlib import Path
 
-from . import NotStarted, SshTransport
 from .. import config as cfg
 from .. import errors
 from ..config import ContainerSpec, Host
 from ..errors import TransportError
+from . import NotStarted, SshTransport
 from .keepwire import CHUNK, _stamp, _stamps, pack_error, peer, recv, send, socket_path
 from .pct import PctExec
 from .session import Session
@@ -65,7 +65,9 @@ class Keeper:
         self._seen: tuple | None = None  # the hosts file's stamp when its entry was last compared
         self.session = Session(cfg.Config(file="(keeper)", hosts={host.name: host}, containers={}), agent=True,
                                transport_factory=QuietSsh)
-        self.transport = self.session.transport(host)
+        transport = self.session.transport(host)
+        assert isinstance(transport, QuietSsh)  # transport_factory=QuietSsh: the session makes one of those
+        self.transport = transport
         self.started = time.time()
         self.active = 0
         self.last = time.monotonic()
@@ -102,7 +104,8 @@ class Keeper:
 
     def _loop(self, listener: socket.socket, ino: int) -> None:
         while True:
-            ready, _, _ = select.select([listener, self._wake_r], [], [], self._tick)
+            waiting: list[socket.socket | int] = [listener, self._wake_r]
+            ready, _, _ = select.select(waiting, [], [], self._tick)
             if self._wake_r in ready:
                 os.read(self._wake_r, 64)
             if listener in ready:
@@ -207,7 +210,7 @@ class Keeper:
 
     def _command(self, conn: socket.socket, req: dict, lock: threading.Lock) -> dict:
         """A host command (`run`) or a container command (`ct`), its output sent as it comes."""
-        stdin = self._stdin(conn)
+        stdin: bytes | None = self._stdin(conn)
         if not req.get("stdin"):
             stdin = None
         argv = req["argv"]

@@ -18,11 +18,11 @@ import tempfile
 import threading
 from pathlib import Path
 
-from . import NotStarted, sshconfig
-from .framing import Frames
 from .. import errors
 from ..config import Host
 from ..errors import TransportError
+from . import NotStarted, sshconfig
+from .framing import Frames
 
 FRAMES = Frames(">cI")  # kind, length
 CHUNK = 1 << 18  # the largest payload of a data frame

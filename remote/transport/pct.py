@@ -15,8 +15,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Protocol, Sequence
 
+from .. import sudo as sudomod
 from ..errors import (CommandError, CommandTimeout, ContainerCommandNotFound, ContainerLocked, ContainerNotFound,
-                     ContainerNotRunning, PctError)
+                     ContainerNotRunning, HostPermissionError, PctError)
 from . import NotStarted, OutputCallback, Result, Stream, Transport
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -70,8 +71,16 @@ _PCT_ERRORS: list[tuple[re.Pattern, type, bool, str]] = [
     # The same failure reported by our own wrappers (env, timeout) inside the container.
     (re.compile(r"(?m)^(env|timeout): (failed to run command )?'(?P<prog>[^']*)': (No such file|Permission denied)"),
      ContainerCommandNotFound, True, "container {ctid}: cannot execute {prog!r} there: is it installed, and on PATH?"),
-    (re.compile(r"(?m)^please run as root"), PctError, False,
-     "pct on {host} must run as root: set hosts.{host}.pct to e.g. 'sudo -n /usr/sbin/pct' or connect as root"),
+    (re.compile(r"(?m)^please run as root"), HostPermissionError, False,
+     "pct on {host} must run as root and the login user is not: set `sudo: true` for hosts.{host} in the hosts "
+     "file, with the sudo rule that `remote init --sudoers USER` prints (a drop-in for /etc/sudoers.d/), or log "
+     "in as root"),
+    (sudomod.PASSWORD, HostPermissionError, False,
+     "sudo on {host} would ask for a password (remote runs `sudo -n`, never a prompt): the rule needs NOPASSWD; "
+     "`remote init --sudoers USER` prints the drop-in"),
+    (sudomod.NOT_SUDO, HostPermissionError, True,
+     "sudo is not installed on {host} (hosts.{host}.sudo is true): apt-get install sudo there, then install the "
+     "drop-in that `remote init --sudoers USER` prints"),
     (re.compile(r"(?m)^\S+: (line )?\d+: \S*pct: (command )?not found|^\S+: \S*pct: No such file or directory"),
      PctError, True, "pct was not found on {host}: is it a Proxmox host? set hosts.{host}.pct to its full path"),
     (re.compile(r"(?m)^(ERROR: unknown command 'pct|400 Parameter verification failed|400 unable to parse option)"),
@@ -181,7 +190,7 @@ class Container:
                         raise
         pct_error = classify(result.err, result.exit_code, self.ctid, self.transport.name)
         if pct_error:
-            raise pct_error
+            raise self._refine(pct_error, ["exec", str(self.ctid)])
         shown = label or shlex.join(argv)
         if timeout is not None and result.exit_code in (124, 137) and time.monotonic() - start >= timeout:
             raise CommandTimeout(shown, timeout, result.err, self.where)
@@ -212,8 +221,18 @@ class Container:
         result = self._host_run(pct_argv(self.pct, *args), mutates=mutates, deadline=deadline)
         pct_error = classify(result.err, result.exit_code, self.ctid, self.transport.name)
         if pct_error:
-            raise pct_error
+            raise self._refine(pct_error, list(args[:2]))
         return result
+
+    def _refine(self, error: PctError, args: list[str]) -> PctError:
+        """sudo's 'a password is required' is also what `sudo -n` says for a program its rule does not
+        allow: `sudo -n -l` tells the two apart, and the message names which."""
+        argv = pct_argv(self.pct, *args)
+        if isinstance(error, HostPermissionError) and sudomod.sudo_failure(argv, error.stderr_tail) == "password":
+            user = getattr(getattr(self.transport, "host", None), "user", None)
+            return HostPermissionError(self.ctid, sudomod.diagnose(self.transport.run, argv, self.transport.name, user),
+                                       error.stderr_tail)
+        return error
 
     def status(self) -> str:
         """'running' or 'stopped'."""

@@ -10,15 +10,16 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from . import Result, Transport, for_host
-from .pct import DEFAULT_PATH, Container, parse_list, pct_argv
+from .pct import DEFAULT_PATH, Container, classify, parse_list, pct_argv
 from .. import config as cfg
+from ..sudo import program
 from ..errors import ConnectError, PctError, TransportError
 
 
 log = logging.getLogger(__name__)
 
 AGENT_RETRY_S = 10.0
-MUX_PYTHON = "/usr/bin/python3"
+MUX_PYTHON = program("python3").path  # remote.sudo.PROGRAMS: the one list of host programs
 
 
 _NO_KEEPING_SAID: list[bool] = []
@@ -200,7 +201,8 @@ def inventory(session: Session) -> list[HostState]:
         try:
             result = session.host_run(host, pct_argv(host.pct, "list"), deadline=60)
             if result.exit_code != 0:
-                raise PctError(0, f"`pct list` failed on {host.name}: {result.err.strip()}")
+                raise classify(result.err, result.exit_code, 0, host.name) or \
+                    PctError(0, f"`pct list` failed on {host.name}: {result.err.strip()}")
             found = parse_list(result.out)
             states.append(HostState(host.name, True, None, {c: found.get(c, "missing") for c in wanted}))
         except (TransportError, PctError) as exc:

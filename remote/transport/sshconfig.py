@@ -37,16 +37,17 @@ class Target:
     identities_from: str  # "key_file", "IdentityFile" or "default": what to say when none works
     agent: bool  # also try the keys of ssh-agent
     known_hosts: tuple[str, ...]  # every file whose keys are accepted (missing files hold none)
-    via: "Target | None" = None
+    via: Target | None = None
 
     @property
     def address(self) -> str:
         """host or [host]:port, as known_hosts and ssh-keygen -R spell it."""
         return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
 
-    def hops(self) -> list["Target"]:
+    def hops(self) -> list[Target]:
         """The jump hosts, outermost first."""
-        chain, hop = [], self.via
+        chain: list[Target] = []
+        hop = self.via
         while hop is not None:
             chain.insert(0, hop)
             hop = hop.via
@@ -112,6 +113,8 @@ def resolve(host: Host, text: str = "", *, home: str | None = None, local_user: 
     except paramiko.ssh_exception.ConfigParseError as exc:
         raise ConfigError(source, "", f"{exc} (fix the line, or move the file aside to try without it)") from None
     opts = _lookup(parsed, host.address, source)
+    known: tuple[str, ...]
+    identities: tuple[str, ...]
     if host.known_hosts:
         known = (host.known_hosts,)
     else:
@@ -176,7 +179,7 @@ _HOP = re.compile(r"^(?:ssh://)?(?:(?P<user>[^@]+)@)?(?:\[(?P<v6>[^\]]+)\]|(?P<h
 def _jumps(parsed, spec: str, home: str, local_user: str, source: str, extra_known: tuple[str, ...],
            seen: tuple[str, ...]) -> Target:
     """ProxyJump `a,b`: reach b through a (a's own ProxyJump applies, b's is replaced by a), as ssh -J does."""
-    via = None
+    via: Target | None = None
     for i, hop_spec in enumerate(s.strip() for s in spec.split(",")):
         m = _HOP.match(hop_spec)
         if not m:
@@ -204,6 +207,7 @@ def _jumps(parsed, spec: str, home: str, local_user: str, source: str, extra_kno
         elif via is not None:
             hop = _replace(hop, via=via)
         via, seen = hop, (*seen, alias)
+    assert via is not None  # spec.split(",") has one hop at least, and each is a Target or raised
     return via
 
 

@@ -14,10 +14,10 @@ import shlex
 import signal
 import subprocess
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
-from . import LocalTransport, _check_argv
 from ..errors import ConnectError
+from . import LocalTransport, _check_argv
 
 
 def interactive(transport, argv: Sequence[str]) -> int:

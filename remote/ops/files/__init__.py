@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ...errors import TransferError, TransferPathError
 from ...shell import load
@@ -40,7 +40,6 @@ from .local import cached_binary, file_sha256, sha256, write_atomic  # noqa: F40
 from .staging import inside  # noqa: F401
 from .stats import ProgressPrinter, TransferStats  # noqa: F401
 from .stream import CHUNK, PARTIAL, STALL, Progress, probe, retrying  # noqa: F401
-
 
 # -- the public entry points -------------------------------------------------------------------------------
 

@@ -6,8 +6,8 @@ import hashlib
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ...errors import TransferError
 from .stream import CHUNK

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ...errors import CommandTimeout, ConnectError, TransferError
 from ...shell import load
@@ -36,7 +37,8 @@ def retrying(attempt: Callable[[], TransferStats], attempts: int, sleep) -> Tran
     for n, state in enumerate(retry, 1):
         with state:
             stats = attempt()
-        if not state.retry_state.outcome.failed:
+        outcome = state.retry_state.outcome  # set when the `with` ends
+        if outcome is not None and not outcome.failed:
             return dataclasses.replace(stats, attempts=n)
     raise AssertionError("unreachable")
 

@@ -10,8 +10,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from ...naming import printable
 from ...errors import ConnectError, TransferError, TransferPathError
+from ...naming import printable
 from ...shell import load
 from ...transport.pct import Container
 from .local import file_sha256
@@ -97,9 +97,11 @@ def push(ct: Container, root: Path, dest: str, progress: Progress | None,
     # up as a mismatch, never as a silent difference.
     want = local_manifest(root)
     tar = subprocess.Popen([*_TAR_CREATE, "-C", str(root), "."], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    tar_out, tar_err = tar.stdout, tar.stderr
+    assert tar_out is not None and tar_err is not None  # both PIPE
 
     def send(stream):
-        for chunk in iter(lambda: tar.stdout.read(CHUNK), b""):
+        for chunk in iter(lambda: tar_out.read(CHUNK), b""):
             stream.write(chunk)
             counter(len(chunk))
 
@@ -112,7 +114,7 @@ def push(ct: Container, root: Path, dest: str, progress: Progress | None,
     # The container's script ending early (a full disk, a destination that is a file) ends the local tar
     # by a broken pipe: then the script's status says why. Else a local tar that failed is the cause.
     if tar.returncode not in (0, -signal.SIGPIPE, -signal.SIGKILL) or (tar.returncode and not code):
-        raise TransferError(f"tar of {root} failed: {tar.stderr.read().decode('utf-8', 'replace').strip()}",
+        raise TransferError(f"tar of {root} failed: {tar_err.read().decode('utf-8', 'replace').strip()}",
                             command_status=tar.returncode)
     if code == NOT_A_FOLDER:
         raise TransferPathError(f"{ct.where}: cannot push the folder {root} to {dest}: {dest} is a file there, not "
@@ -121,8 +123,8 @@ def push(ct: Container, root: Path, dest: str, progress: Progress | None,
     check(ct, "push_tree", code, err, f"push of {root} to {dest} (nothing was moved into place)")
     # The stage is where the container put it: inside dest when dest is a folder (a mount point's own
     # filesystem), else beside it.
-    stage, _, manifest = bytes(got).partition(b"\0")
-    stage = os.fsdecode(stage)
+    stage_bytes, _, manifest = bytes(got).partition(b"\0")
+    stage = os.fsdecode(stage_bytes)
     if stage not in (dest + PARTIAL, f"{dest}/.remote-push{PARTIAL}"):
         raise TransferError(f"{ct.where}: push of {root} to {dest}: unexpected staging folder {stage!r}")
     verify(ct, want, parse_manifest(manifest), f"push of {root} to {dest}",
@@ -212,7 +214,7 @@ def pull(ct: Container, src: str, dest: Path, progress: Progress | None, stall: 
 class Reader:
     """A transfer stream as a file object for tarfile, counting what passes for progress."""
 
-    def __init__(self, stream, counter: "Counter"):
+    def __init__(self, stream, counter: Counter):
         self.stream, self.counter = stream, counter
 
     def read(self, n: int = CHUNK) -> bytes:

@@ -31,7 +31,7 @@ def _tar_module():
     if sys.version_info >= (3, 11, 5) or (3, 10, 13) <= sys.version_info < (3, 11):
         return tarfile
     try:
-        from backports import tarfile as backport
+        from backports import tarfile as backport  # type: ignore[import-untyped]  # backports.tarfile ships no py.typed
     except ImportError:
         if hasattr(tarfile, "data_filter"):  # a distribution's python that has the filter backported
             return tarfile

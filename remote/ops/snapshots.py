@@ -1,0 +1,278 @@
+"""Proxmox snapshots of a container: one before each deploy that changes something, `snapshots`, `rollback`.
+
+A snapshot covers the container's rootfs (and volume mount points on a storage that can snapshot),
+never a bind mount. Whether the rootfs can take one comes from `pct config ID` (the rootfs line names
+its storage, `rootfs: local-zfs:subvol-200-disk-0,size=32G`) and `pvesm status` (the storage's type):
+ZFS (zfspool), LVM-thin (lvmthin), Ceph RBD (rbd) and BTRFS (btrfs) can; directory, NFS, CIFS and thick
+LVM cannot. `pvesm status` rather than /etc/pve/storage.cfg: the file is readable only by root and
+www-data, `pvesm status` is one program a sudo rule can allow with exactly that argument.
+
+remote's own snapshots are named `remote-<YYYYMMDD>-<n>` with the description `before deploy of
+<commit>`; only those are ever deleted (the newest deploy.keep_snapshots of them are kept).
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .. import sudo
+from ..config import ContainerSpec
+from ..errors import BusyError, HostPermissionError, PctError, RemoteError, SnapshotError
+from ..transport.pct import Container, classify
+from ..transport.session import Session
+
+SNAPSHOT_TYPES = ("zfspool", "lvmthin", "rbd", "btrfs")
+OURS = re.compile(r"remote-(\d{8})-(\d+)")
+DESCRIPTION = "before deploy of "
+ROLLBACK_DEADLINE = 1800.0  # seconds: copying a large rootfs back on slow storage
+
+
+class UnknownSnapshot(SnapshotError):
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    name: str
+    time: str  # as pct prints it: the host's local time, YYYY-MM-DD HH:MM:SS
+    description: str
+    depth: int = 0
+
+    @property
+    def ours(self) -> bool:
+        """Made by remote's deploy (the only ones remote ever deletes)."""
+        return bool(OURS.fullmatch(self.name)) and self.description.startswith(DESCRIPTION)
+
+    @property
+    def order(self) -> tuple:
+        m = OURS.fullmatch(self.name)
+        return (m.group(1), int(m.group(2))) if m else ("", 0)
+
+
+@dataclass(frozen=True)
+class Support:
+    storage: str | None
+    type: str | None
+    supported: bool
+    reason: str  # one line: why not, or which storage
+
+
+_LINE = re.compile(r"^(?P<indent>\s*)`-> (?P<name>\S+)\s+(?:(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\s+(?P<desc>.*?)"
+                   r"|(?P<here>You are here!))\s*$")
+
+
+def parse_listsnapshot(text: str) -> list[Snapshot]:
+    """`pct listsnapshot`'s tree, one line per snapshot; `current` (You are here!) left out."""
+    found = []
+    for line in text.splitlines():
+        m = _LINE.match(line)
+        if not m or m.group("here") or m.group("name") == "current":
+            continue
+        desc = m.group("desc") or ""
+        found.append(Snapshot(m.group("name"), m.group("time"), "" if desc == "no-description" else desc,
+                              len(m.group("indent"))))
+    return found
+
+
+def parse_pvesm_status(text: str) -> dict[str, str]:
+    """`pvesm status`: storage name -> type (the header's Name and Type columns)."""
+    types = {}
+    for line in text.splitlines()[1:]:
+        parts = line.split()
+        if len(parts) >= 2:
+            types[parts[0]] = parts[1]
+    return types
+
+
+def config_lines(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and not key.startswith("lxc."):
+            out[key.strip()] = value.strip()
+    return out
+
+
+def rootfs_storage(config_text: str) -> str | None:
+    """The storage of the rootfs volume (`rootfs: local-zfs:subvol-200-disk-0,size=8G` -> local-zfs)."""
+    volume = config_lines(config_text).get("rootfs", "").split(",")[0]
+    return volume.split(":", 1)[0] if ":" in volume else None
+
+
+def mount_points(config_text: str) -> list[str]:
+    """The container paths of its mount points (`mp0: /srv/data,mp=/data` -> /data): outside the rootfs."""
+    paths = []
+    for key, value in config_lines(config_text).items():
+        if re.fullmatch(r"mp\d+", key):
+            m = re.search(r"(?:^|,)mp=([^,]+)", value)
+            if m:
+                paths.append(m.group(1).rstrip("/") or "/")
+    return paths
+
+
+def _host_program(session: Session, ct: Container, spec: ContainerSpec, name: str, *args: str) -> str:
+    argv = sudo.host_argv(spec.host, name, *args)
+    result = session.host_run(spec.host, argv, deadline=60)
+    if result.exit_code != 0:
+        error = classify(result.err, result.exit_code, spec.ctid, spec.host.name)
+        if isinstance(error, HostPermissionError):
+            if sudo.sudo_failure(argv, result.err) == "password":
+                raise HostPermissionError(spec.ctid, sudo.diagnose(lambda a: session.host_run(spec.host, a, deadline=60),
+                                                                   argv, spec.host.name, spec.host.user), result.err)
+            raise error
+        raise SnapshotError(f"{ct.where}: `{name} {' '.join(args)}` failed: {result.err.strip() or result.exit_code}")
+    return result.out
+
+
+def support(session: Session, spec: ContainerSpec, ct: Container | None = None) -> Support:
+    """Whether the container's rootfs can take a snapshot: its storage from `pct config`, the type from `pvesm status`."""
+    ct = ct or session.container(spec.ctid)
+    config = ct._pct("config", str(spec.ctid), mutates=False)
+    config.check(ct.where)
+    storage = rootfs_storage(config.out)
+    if storage is None:
+        return Support(None, None, False, f"container {spec.ctid}: `pct config` names no rootfs storage")
+    types = parse_pvesm_status(_host_program(session, ct, spec, "pvesm", "status"))
+    kind = types.get(storage)
+    if kind is None:
+        return Support(storage, None, False, f"storage {storage} of container {spec.ctid}'s rootfs is not in "
+                                             "`pvesm status` (disabled, or not on this node)")
+    if kind not in SNAPSHOT_TYPES:
+        return Support(storage, kind, False, f"container {spec.ctid}'s rootfs is on storage {storage} ({kind}), which "
+                                             "cannot take snapshots (ZFS, LVM-thin, Ceph RBD and BTRFS can)")
+    return Support(storage, kind, True, f"storage {storage} ({kind})")
+
+
+def list_snapshots(session: Session, ctid=None) -> list[Snapshot]:
+    spec = session.config.container(ctid)
+    ct = session.container(spec.ctid)
+    result = ct._pct("listsnapshot", str(spec.ctid), mutates=False)
+    result.check(ct.where)
+    return parse_listsnapshot(result.out)
+
+
+def next_name(existing: list[Snapshot], today: datetime.date) -> str:
+    day = today.strftime("%Y%m%d")
+    taken = [int(m.group(2)) for s in existing if (m := OURS.fullmatch(s.name)) and m.group(1) == day]
+    return f"remote-{day}-{max(taken, default=0) + 1}"
+
+
+def to_delete(existing: list[Snapshot], keep: int) -> list[Snapshot]:
+    """remote's own snapshots beyond the newest `keep`, oldest first; never another's."""
+    ours = sorted((s for s in existing if s.ours), key=lambda s: s.order)
+    return ours[:-keep] if keep > 0 else ours
+
+
+@dataclass
+class Taken:
+    name: str | None = None
+    note: str | None = None  # why none was taken
+    deleted: list[str] = field(default_factory=list)
+
+
+def before_deploy(session: Session, spec: ContainerSpec, ct: Container, what: str,
+                  echo: Callable[[str], None] = lambda _: None, today: datetime.date | None = None) -> Taken:
+    """deploy.snapshot: take `remote-<date>-<n>` before the deploy's changing steps (auto: where the storage
+    can; always: refuse where it cannot), then delete remote's own beyond deploy.keep_snapshots."""
+    mode = spec.deploy.snapshot
+    if mode == "never":
+        return Taken(note="deploy.snapshot is never")
+    how = support(session, spec, ct)
+    if not how.supported:
+        if mode == "always":
+            raise SnapshotError(f"{ct.where}: deploy.snapshot is always, but {how.reason}: nothing was changed "
+                                "(set deploy.snapshot: auto to deploy without one)")
+        return Taken(note=f"no snapshot: {how.reason}")
+    existing = list_snapshots(session, spec.ctid)
+    name = next_name(existing, today or datetime.datetime.now(datetime.timezone.utc).date())
+    echo(f"==> snapshot {name} ({how.reason})")
+    result = ct._pct("snapshot", str(spec.ctid), name, "--description", f"{DESCRIPTION}{what}", mutates=True,
+                     deadline=ROLLBACK_DEADLINE)
+    if result.exit_code != 0:
+        raise SnapshotError(f"{ct.where}: `pct snapshot {spec.ctid} {name}` failed: {result.err.strip()}: nothing "
+                            "was changed (deploy.snapshot: never deploys without one)")
+    taken = Taken(name=name)
+    if not ct.dry:
+        for old in to_delete(list_snapshots(session, spec.ctid), spec.deploy.keep_snapshots):
+            r = ct._pct("delsnapshot", str(spec.ctid), old.name, mutates=True, deadline=ROLLBACK_DEADLINE)
+            if r.exit_code == 0:
+                taken.deleted.append(old.name)
+            else:
+                echo(f"    could not delete the old snapshot {old.name}: {r.err.strip()}")
+    return taken
+
+
+@dataclass(frozen=True)
+class RolledBack:
+    ctid: int
+    snapshot: Snapshot
+    started: bool
+    kept: tuple[str, ...]  # what lives outside the rootfs (a mount point): as it was before the rollback
+    restored: tuple[str, ...]  # what lives in the rootfs: as it was when the snapshot was taken
+
+
+def _places(spec: ContainerSpec) -> list[tuple[str, str]]:
+    run_dir = spec.train.run_dir.rstrip("/")
+    return [("run folders", run_dir), ("the known-good record", f"{run_dir}/known-good.json"),
+            ("the compile cache", spec.warmup.cache_dir), ("the venv", spec.venv.path), ("the checkout", spec.code.path)]
+
+
+def where_things_live(spec: ContainerSpec, config_text: str) -> tuple[list[str], list[str]]:
+    """(kept, restored): each of remote's places on a mount point (outside the rootfs: a rollback leaves it)
+    or in the rootfs (a rollback returns it to the snapshot)."""
+    mounts = mount_points(config_text)
+    kept, restored = [], []
+    for what, path in _places(spec):
+        inside = next((m for m in mounts if path == m or path.startswith(m.rstrip("/") + "/")), None)
+        (kept if inside else restored).append(f"{what} ({path}{', on mount point ' + inside if inside else ''})")
+    return kept, restored
+
+
+def rollback(session: Session, ctid=None, *, snapshot: str | None = None, force: bool = False,
+             echo: Callable[[str], None] = lambda _: None, timeout: float = 120) -> RolledBack:
+    """`pct rollback` to `snapshot` (default: the newest of remote's), refused while a run is live unless
+    `force`; a running container is started again and waited for until it answers a command."""
+    from . import jobs
+
+    spec = session.config.container(ctid)
+    ct = session.container(spec.ctid)
+    existing = list_snapshots(session, spec.ctid)
+    if snapshot is None:
+        ours = sorted((s for s in existing if s.ours), key=lambda s: s.order)
+        if not ours:
+            raise UnknownSnapshot(f"{ct.where}: no snapshot of remote's to roll back to (`remote snapshots -c "
+                                  f"{spec.ctid}` lists them; --snapshot NAME picks another's)")
+        chosen = ours[-1]
+    else:
+        chosen = next((s for s in existing if s.name == snapshot), None)
+        if chosen is None:
+            names = ", ".join(s.name for s in existing) or "none"
+            raise UnknownSnapshot(f"{ct.where}: --snapshot {snapshot}: no such snapshot (there: {names})")
+    running = ct.status() == "running"
+    if running:
+        live = jobs.state(ct, spec).get("live") or []
+        if live and not force:
+            raise BusyError(spec.ctid, f"container {spec.ctid}: {jobs.live_text(live)} still running; a rollback "
+                                       "kills the container. `remote stop` first, or pass --force",
+                            {"run": live[-1]["run"], "pid": live[-1]["pid"], "live": live})
+        if live:
+            echo(f"==> --force: rolling back while {jobs.live_text(live)} runs (it is killed)")
+    config = ct._pct("config", str(spec.ctid), mutates=False)
+    kept, restored = where_things_live(spec, config.out if config.ok else "")
+    echo(f"==> pct rollback {spec.ctid} {chosen.name}" + (" (the container is stopped, then started again)"
+                                                          if running else ""))
+    result = ct._pct("rollback", str(spec.ctid), chosen.name, "--start", "1" if running else "0", mutates=True,
+                     deadline=ROLLBACK_DEADLINE)
+    if result.exit_code != 0:
+        raise SnapshotError(f"{ct.where}: `pct rollback {spec.ctid} {chosen.name}` failed: "
+                            f"{result.err.strip() or result.exit_code}")
+    if running and not ct.dry:
+        ct.wait_running(timeout=timeout)
+        try:
+            ct.run(["true"], timeout=timeout, mutates=False)
+        except (PctError, RemoteError) as exc:
+            raise SnapshotError(f"{ct.where}: rolled back to {chosen.name}, but the container does not answer: {exc}")
+    return RolledBack(spec.ctid, chosen, running, tuple(kept), tuple(restored))

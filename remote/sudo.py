@@ -1,0 +1,174 @@
+"""The programs remote runs on a Proxmox host, and `sudo: true`: a login user limited to them.
+
+PROGRAMS is the one list of what remote runs on a host: `remote init --sudoers USER` prints the
+sudoers drop-in from it, `host_argv` builds every host command from it, and a test compares the two.
+On a host with `sudo: true` each program marked `root` runs as `sudo -n <exact path> ARGS...`: never a
+shell, never `sudo sh -c`, and `-n` so that a rule that wants a password fails at once instead of
+waiting on a prompt nobody sees. Programs not marked `root` run as the login user (the stream mux is a
+`python3 -I -S -c` of the standard library; its children are `sudo -n pct ...`).
+
+No file is staged on the host: container files travel on a `pct exec` command's stdin and stdout
+(remote.ops.files), never through `pct push`/`pull` and a host-side copy.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+SUDO = ("sudo", "-n")
+
+
+@dataclass(frozen=True)
+class HostProgram:
+    name: str
+    path: str  # where a Proxmox VE host has it (pct's own path comes from the hosts file's `pct` key)
+    args: tuple[str, ...] | None  # the only arguments the sudo rule allows; None: any
+    root: bool  # runs through `sudo -n` on a host with `sudo: true`
+    why: str
+
+
+PROGRAMS: tuple[HostProgram, ...] = (
+    HostProgram("pct", "/usr/sbin/pct", None, True,
+                "every container command (pct exec), status, start, stop, config, list and the snapshots"),
+    HostProgram("pvesm", "/usr/sbin/pvesm", ("status",), True,
+                "the storages' types: whether a container's rootfs can take a snapshot (deploy.snapshot)"),
+    HostProgram("python3", "/usr/bin/python3", None, False,
+                "the host's stream mux (remote.transport.hostmux), as the login user"),
+    # The host-side GPU probe (doctor --gpu) adds its programs here: modinfo, nvidia-smi and lspci read
+    # /proc and /sys as the login user (root=False); only a program that must run as root gets root=True
+    # (and so a line in the drop-in). Its `pct config` is pct's, already allowed.
+)
+
+
+def program(name: str) -> HostProgram:
+    for p in PROGRAMS:
+        if p.name == name:
+            return p
+    raise KeyError(name)
+
+
+def pct_path(pct: str) -> str:
+    """The exact path of pct that a sudo rule names, from the hosts file's `pct` key (of an older file's
+    `sudo -n /usr/sbin/pct`, its last absolute path)."""
+    paths = [w for w in shlex.split(pct) if w.startswith("/")]
+    return paths[-1] if paths else program("pct").path
+
+
+def program_path(name: str, pct: str = "pct", exact: bool = True) -> str:
+    """A program's path on a host. pct's comes from the hosts file's `pct` key; Proxmox's other root
+    programs are looked for beside it (a Proxmox VE host has them all in /usr/sbin; the lab in its bin
+    folder). Not `exact` (no sudo) with a bare `pct`: bare names, found on the login shell's PATH as pct is."""
+    p = program(name)
+    if name == "pct":
+        return pct_path(pct) if exact else pct
+    if not p.root:
+        return p.path
+    if pct == "pct":
+        return p.path if exact else p.name
+    return pct.rsplit("/", 1)[0] + "/" + p.path.rsplit("/", 1)[1] if "/" in pct else p.name
+
+
+def pct_command(pct: str, sudo: bool) -> str:
+    """What `Host.pct` holds: how pct is called on the host (a command line for pct_argv)."""
+    return shlex.join([*SUDO, pct_path(pct)]) if sudo else pct
+
+
+def host_argv(host, name: str, *args: str) -> list[str]:
+    """The argv that runs host program `name` on `host` (a config.Host), through sudo where it asks for it."""
+    p = program(name)
+    if name == "pct":
+        return [*shlex.split(host.pct), *args]
+    if p.args is not None and tuple(args) != p.args:
+        raise ValueError(f"{name} {shlex.join(args)}: the sudo rule allows only {name} {shlex.join(p.args)}")
+    sudo = bool(getattr(host, "sudo", False))
+    raw = getattr(host, "pct_path", None) or (host.pct if len(shlex.split(host.pct)) == 1 else "pct")
+    path = program_path(name, raw, exact=sudo)
+    return [*SUDO, path, *args] if (p.root and sudo) else [path, *args]
+
+
+def rule_commands(pct_paths: Iterable[str]) -> list[str]:
+    """The commands of the sudo rule: each root program at its exact path, with its only arguments."""
+    commands: list[str] = []
+    for pct in dict.fromkeys(pct_paths) or [program("pct").path]:
+        for p in PROGRAMS:
+            if not p.root:
+                continue
+            path = program_path(p.name, pct)
+            command = path + ("" if p.args is None else " " + " ".join(_escape(a) for a in p.args))
+            if command not in commands:
+                commands.append(command)
+    return commands
+
+
+def _escape(arg: str) -> str:
+    # sudoers command arguments: `,`, `:`, `=`, `\` and spaces must be escaped
+    return re.sub(r"([,:=\\ ])", r"\\\1", arg)
+
+
+USER_RE = re.compile(r"[a-z_][a-z0-9_.-]*\$?")
+
+
+def sudoers(user: str, pct_paths: Sequence[str] = ()) -> str:
+    """A drop-in for /etc/sudoers.d/: `user` may run exactly remote's root programs, without a password."""
+    if not USER_RE.fullmatch(user):
+        raise ValueError(f"{user!r} is not a user name sudo accepts")
+    commands = rule_commands(pct_paths)
+    lines = [
+        f"# remote: what {user} may run as root on this Proxmox host (remote init --sudoers {user}).",
+        f"# Install: remote init --sudoers {user} > remote.sudoers; visudo -cf remote.sudoers &&",
+        "#          install -m 0440 -o root -g root remote.sudoers /etc/sudoers.d/remote",
+        f"# Then set `sudo: true` and `user: {user}` for this host in the hosts file.",
+        "# Each program at its exact path; nothing else, no shell. remote runs them as `sudo -n PROGRAM ...`.",
+        *[f"#   {p.name}: {p.why}" for p in PROGRAMS if p.root],
+        f"Defaults:{user} !requiretty",
+        f"{user} ALL=(root) NOPASSWD: " + ", ".join(commands),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def rule_of(text: str, user: str) -> list[str]:
+    """The commands a drop-in allows `user` (for the tests and doctor: what the rule says)."""
+    for line in text.splitlines():
+        m = re.fullmatch(rf"{re.escape(user)}\s+ALL=\(root\)\s+NOPASSWD:\s*(.+)", line.strip())
+        if m:
+            return [c.strip() for c in re.split(r"(?<!\\),", m.group(1))]
+    return []
+
+
+# -- failures ------------------------------------------------------------------------------------------
+
+PASSWORD = re.compile(r"(?m)^sudo: (a password is required|a terminal is required)")
+NOT_SUDO = re.compile(r"(?m)^sudo: (\S+: )?command not found|^\S+: (line \d+: )?sudo: (command )?not found")
+
+
+def sudo_failure(argv: Sequence[str], stderr: str) -> str | None:
+    """'password' (or not allowed: told apart by `diagnose`), 'missing' (no sudo on the host), else None."""
+    if tuple(argv[:2]) != SUDO:
+        return None
+    if PASSWORD.search(stderr):
+        return "password"
+    if NOT_SUDO.search(stderr):
+        return "missing"
+    return None
+
+
+def diagnose(run, argv: Sequence[str], host: str, user: str | None) -> str:
+    """Why `sudo -n argv...` failed with 'a password is required': `sudo -n -l` of the same command says
+    whether the rule lacks that program (it exits 1, silent, where the user has a NOPASSWD rule) or
+    wants a password for everything. `run(argv) -> Result` on the same host."""
+    who = user or "the login user"
+    program = argv[2] if len(argv) > 2 else "?"
+    command = " ".join(argv[2:4]) if len(argv) > 3 and not argv[3].startswith("-") else program
+    try:
+        listed = run([*SUDO, "-l", *argv[2:]])
+    except Exception:  # the diagnosis is a courtesy: the failure itself is reported either way
+        listed = None
+    drop_in = f"`remote init --sudoers {user or 'USER'}` prints the drop-in for /etc/sudoers.d/"
+    if listed is not None and listed.exit_code != 0 and not PASSWORD.search(listed.err):
+        return (f"sudo on {host} does not allow {who} to run {command} ({program}): the sudo rule lacks it; "
+                f"{drop_in} (every program remote runs, at its exact path)")
+    return (f"sudo on {host} wants a password for {who} to run {program} (remote runs `sudo -n`, never a "
+            f"prompt): the rule needs NOPASSWD; {drop_in}")
