@@ -1096,7 +1096,7 @@ def sudoers_dropin(user: str, hosts: str | os.PathLike | None = None) -> str:
     from . import config as cfg
     from . import sudo as sudomod
 
-    paths = [sudomod.pct_path(h.pct_path or "pct") for h in cfg.load(hosts).hosts.values()] if hosts else []
+    paths = [sudomod.pct_path(h.pct_path or "pct") for h in cfg.load(os.fspath(hosts)).hosts.values()] if hosts else []
     return sudomod.sudoers(user, paths)
 
 
