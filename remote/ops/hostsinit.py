@@ -52,7 +52,7 @@ def read_host(host: cfg.Host) -> list[tuple[int, str, str, list[str]]]:
             configs = list(pool.map(config, found))
     finally:
         transport.close()
-    return [(ctid, state, name, gpu) for (ctid, state), (name, gpu) in zip(found.items(), configs)]
+    return [(ctid, state, name, gpu) for (ctid, state), (name, gpu) in zip(found.items(), configs, strict=True)]
 
 
 def _pct(transport, host: cfg.Host, *args: str) -> str:
@@ -75,7 +75,7 @@ def _clean(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "?", text)[:63]
 
 
-def render(host: cfg.Host, given: dict, containers: list[tuple[int, str, str]]) -> str:
+def render(host: cfg.Host, given: dict, containers: list[tuple[int, str, str, list[str]]]) -> str:
     """The hosts file's text. `given`: the host keys the user passed (only those are written)."""
     q = json.dumps  # a JSON string is a YAML double-quoted scalar: any text, quoted once
     who = (f"{host.user}@" if host.user else "") + host.address + (f":{host.port}" if host.port else "")
