@@ -10,9 +10,10 @@ from __future__ import annotations
 import functools
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .errors import ConfigError
 
@@ -195,7 +196,8 @@ class _Section:
             data = {}
         if not isinstance(data, dict):
             raise ConfigError(file, path or "(top level)", f"expected a mapping, got {_kind(data)}")
-        self.file, self.path, self.data, self.seen = file, path, data, set()
+        self.file, self.path, self.data = file, path, data
+        self.seen: set[object] = set()  # keys read (YAML keys need not be strings)
 
     def key(self, name: str) -> str:
         return f"{self.path}.{name}" if self.path else str(name)
@@ -214,7 +216,7 @@ class _Section:
         if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
             expected = " or ".join(k.__name__.replace("str", "string") for k in kinds)
             raise ConfigError(self.file, self.key(name), f"expected {expected}, got {_kind(value)} {value!r}")
-        if isinstance(value, _Number) and str not in kinds:  # a plain number where a number is meant
+        if isinstance(value, (_Int, _Float)) and str not in kinds:  # a plain number where a number is meant
             value = float(value) if isinstance(value, float) else int(value)
         if check and (problem := check(value)):
             raise ConfigError(self.file, self.key(name), problem)
@@ -227,7 +229,7 @@ class _Section:
                 raise ConfigError(self.file, f"{self.key(name)}[{i}]", f"expected a string, got {_kind(item)}")
         return tuple(_text(v) for v in value)
 
-    def section(self, name: str) -> "_Section":
+    def section(self, name: str) -> _Section:
         self.seen.add(name)
         return _Section(self.file, self.key(name), self.data.get(name))
 
@@ -440,7 +442,7 @@ def _deploy(s: _Section, base: DeploySpec) -> DeploySpec:
     return spec
 
 
-_FEATURES = {"venv": (_venv, VenvSpec), "code": (_code, CodeSpec),
+_FEATURES: dict[str, tuple[Callable[[_Section, Any], Any], Callable[[], Any]]] = {"venv": (_venv, VenvSpec), "code": (_code, CodeSpec),
              "warmup": (_warmup, WarmupSpec), "train": (_train, TrainSpec), "deploy": (_deploy, DeploySpec)}
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
-from .facts import Facts, gather, gpu_problem
 from .config import ContainerSpec
 from .errors import RemoteError
+from .facts import Facts, gather, gpu_problem
 from .naming import printable
 from .ops import layout
 from .ops import passport as pp
@@ -125,8 +125,8 @@ def findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
                         f"{why} wants {want}", _since(kg, (kg or {}).get("cuda_build"), got),
                         "a CUDA build the driver does not support fails at the first kernel, or runs another "
                         "kernel set", "remote deploy"))
-    if t.cuda_build and g.cuda_driver and _cuda_tuple(t.cuda_build) and _cuda_tuple(g.cuda_driver) \
-            and _cuda_tuple(t.cuda_build) > _cuda_tuple(g.cuda_driver):
+    built, supported = _cuda_tuple(t.cuda_build), _cuda_tuple(g.cuda_driver)
+    if built and supported and built > supported:
         add(Finding("driver-too-old", "error", f"torch is built for CUDA {t.cuda_build} but driver {g.driver} "
                     f"supports CUDA up to {g.cuda_driver}", _since(kg, (kg or {}).get("driver"), g.driver),
                     "torch.cuda.is_available() is False or the first kernel fails",

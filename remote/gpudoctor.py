@@ -113,10 +113,10 @@ def _render_finding(f: gpu.GpuFinding) -> str:
 def render(hosts: list[HostReport], cts: list[ContainerReport]) -> str:
     lines = []
     for h in hosts:
-        if h.error:
-            lines.append(f"host {h.host}: ERROR {printable(h.error)}")
-            continue
         f = h.facts
+        if h.error or f is None:  # timed() gives the facts or the error
+            lines.append(f"host {h.host}: ERROR {printable(h.error or '')}")
+            continue
         module = f"NVIDIA module {f.loaded}" + (" (open)" if f.open_module else "") if f.loaded else "no NVIDIA module"
         pve = ", ".join(f"{k} {v}" for k, v in sorted(f.packages.items()))
         lines.append(f"host {h.host}: " + ("healthy" if h.healthy else f"{len(h.findings)} finding(s)")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import Mapping
+from collections.abc import Mapping
 from urllib.parse import unquote, urlsplit
 
 from .guard import cache_subdir  # a pure function: the one naming rule shared with remote_guard
@@ -94,7 +94,7 @@ def _shown(ch: str, keep: str) -> bool:
                 (ch > "\x9f" and unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp")))
 
 
-def printable(text: "str | bytes", *, lines: bool = False) -> str:
+def printable(text: str | bytes, *, lines: bool = False) -> str:
     """A value the container (or a host) supplied, safe to show on the user's terminal: every control
     character but \\t (C0, DEL, C1: and so every ESC, CSI and OSC sequence, which can write the clipboard or
     move the cursor to hide or forge a line) shown as a visible escape (`\\x1b`, `\\x07`, `\\x9b`), so are

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 SUDO = ("sudo", "-n")
 

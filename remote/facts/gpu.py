@@ -14,20 +14,19 @@ parsed, never run, and the command line shows it through remote.naming.printable
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import secrets
+import shlex
 from dataclasses import asdict, dataclass, field
 from importlib import resources
-
-import dataclasses
-import shlex
 
 from .. import shell
 from ..errors import RemoteError
 from ..transport.pct import DEFAULT_PATH
 
-CONTAINER_SOURCE = resources.files("remote").joinpath("sh", "gpu_container.py").read_text()
+CONTAINER_SOURCE = resources.files("remote").joinpath("sh").joinpath("gpu_container.py").read_text()
 NVIDIA_MAJOR = 195  # nvidia0.., nvidiactl (255), nvidia-modeset (254): fixed; nvidia-uvm and nvidia-caps are dynamic
 REQUIRED = re.compile(r"^/dev/(nvidia\d+|nvidiactl|nvidia-uvm)$")  # what CUDA opens
 CUDA_ERRORS = {0: "CUDA_SUCCESS", 3: "CUDA_ERROR_NOT_INITIALIZED", 34: "CUDA_ERROR_STUB_LIBRARY",
@@ -196,7 +195,9 @@ def parse_nodes(text: str) -> tuple[Node, ...]:
 def parse_lspci(text: str) -> tuple[Pci, ...]:
     """`lspci -nnk -d 10de:` blocks: the slot line, then indented `Kernel driver in use:`."""
     out: list[Pci] = []
-    slot = name = driver = None
+    slot: str | None = None
+    name = ""
+    driver: str | None = None
     for line in text.splitlines() + [""]:
         if line and not line[0].isspace():
             if slot:

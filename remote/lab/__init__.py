@@ -88,7 +88,7 @@ class Lab:
     def __post_init__(self):
         self.dir = Path(self.dir)
 
-    def second(self) -> "Lab":
+    def second(self) -> Lab:
         """A second look-alike Proxmox host: its own folder, sshd (on port + 1), keys and pct node.
         Container ids must differ from the first host's (LXC names them system-wide)."""
         return Lab(dir=self.dir / SECOND, port=self.port + 1, node="lab2")

@@ -156,9 +156,9 @@ def cmd_status(opts, positional):
 def cmd_list(opts, positional):
     ids = sorted((d for d in os.listdir(LXC_PATH) if conf_exists(d)), key=int) if os.path.isdir(LXC_PATH) else []
     if ids:
-        print("%-10s %-10s %-12s %-20s" % ("VMID", "Status", "Lock", "Name"))
+        print(f"{'VMID':<10} {'Status':<10} {'Lock':<12} {'Name':<20}")
         for vmid in ids:
-            print("%-10s %-10s %-12s %-20s" % (vmid, state(vmid), "", f"lab{vmid}"))
+            print(f"{vmid:<10} {state(vmid):<10} {'':<12} {'lab' + vmid:<20}")
 
 
 def cmd_start(opts, positional):
@@ -193,7 +193,8 @@ def pve_conf(vmid):
 def config_lines(text):
     """`pct config`'s answer from a Proxmox config's text: the current section's `key: value` lines sorted by
     key (no digest), then its raw `lxc.*` lines in file order; snapshot sections (`[name]`) are not shown."""
-    keys, raw = [], []
+    keys: list[tuple[str, str]] = []
+    raw: list[tuple[str, str]] = []
     for line in text.splitlines():
         if line.startswith("["):
             break
@@ -391,7 +392,7 @@ def cmd_listsnapshot(opts, positional):
     require_conf(vmid)
     snaps = snapshots(vmid)
     current = parent_of_current(vmid)
-    children = {}
+    children: dict[str | None, list[str]] = {}
     for name, meta in sorted(snaps.items(), key=lambda kv: (kv[1].get("time", 0), kv[0])):
         children.setdefault(meta.get("parent") if meta.get("parent") in snaps else None, []).append(name)
     children.setdefault(current if current in snaps else None, []).append("current")

@@ -20,16 +20,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
-from . import fleet, jobenv, oplock
-from . import passport as pp
-from . import warmup as wm
 from .. import shell
 from ..errors import RemoteError, TransferError, WarmupError
 from ..transport.pct import DEFAULT_PATH, Container
 from ..transport.session import Session
+from . import fleet, jobenv, oplock
+from . import passport as pp
+from . import warmup as wm
 
 CHUNK = 1 << 20
 
@@ -199,6 +199,7 @@ def copy(session: Session, src, dst, *, echo: Callable[[str], None] = print, src
                                         cut_after=cut_after)
         else:
             summary, via = {"written": 0, "bytes": 0, "present": 0}, "nothing to send"
+        assert s.passport is not None  # check(s, d) refuses a source without one
         wm.write_passport(dst_ct, d.folder, {**s.passport, "copied_from": s.ctid,
                                              "copied_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         end = time.time()
@@ -259,7 +260,7 @@ def plan(session: Session, ids: list[int]) -> Plan:
         except RemoteError as exc:
             return exc
 
-    looked = dict(zip(ids, fleet.map_each(session.config, ids, one)))
+    looked = dict(zip(ids, fleet.map_each(session.config, ids, one), strict=True))
     holdings = {c: h for c, h in looked.items() if isinstance(h, Holding)}
     alone = {c: f"its cache could not be read: {h}" for c, h in looked.items() if not isinstance(h, Holding)}
     leaders: dict[int, list[int]] = {}

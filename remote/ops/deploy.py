@@ -12,21 +12,21 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
 
-from . import code as codemod
-from . import fetched, files, jobenv, jobs, oplock
-from . import venv as venvmod
-from .logs import LineSplitter
 from .. import facts, shell
 from ..config import ContainerSpec, VenvSpec
 from ..errors import BusyError, CommandError, DeployError, RemoteError
 from ..naming import printable
 from ..transport.pct import Container
 from ..transport.session import Session
+from . import code as codemod
+from . import fetched, files, jobenv, jobs, oplock
+from . import venv as venvmod
+from .logs import LineSplitter
 
 BUILD_TIMEOUT = 3 * 3600
 # Never download Pythons, ignore stray uv.toml files, and trust the container's CA store (proxies).
@@ -173,7 +173,7 @@ def deploy(session: Session, ctid=None, *, allow_dirty: bool = False, check: boo
     local = codemod.resolve(spec.code.repo, spec.code.ref, allow_dirty) if spec.code.repo else None
     state = probe(ct, spec)
     lease = oplock.parse(state["lease"]) if state.get("lease") else None
-    if not check and oplock.live_foreign(lease):  # another deploy, warmup or launch is changing it now
+    if not check and lease is not None and oplock.live_foreign(lease):  # another deploy, warmup or launch is changing it now
         raise oplock.busy_error(spec.ctid, lease)
     if rollback:
         _check_interpreter(spec, state)
@@ -285,7 +285,7 @@ def _apply(ct: Container, spec: ContainerSpec, state: dict, plan: Plan, local: c
             target, summary.torch = _build(ct, spec, state, plan.want, plan.req_text, plan.guard, echo, lock)
 
     held.check()
-    if plan.code:
+    if plan.code and local is not None:  # make_plan asks for a sync only with a local commit
         echo(printable(f"==> code: {plan.code}"))
         _sync_code(ct, spec, local, state["code"].get("head"), summary)
     elif local:
@@ -398,8 +398,8 @@ def _build(ct: Container, spec: ContainerSpec, state: dict, want: str, req_text,
     except DeployError:
         _discard(ct, versions, name)
         raise
-    lock = files.pull_bytes(ct, f"{target}/remote-lock.txt").decode()
-    record = {"spec_hash": want, "lock": lock, "lock_sha256": files.sha256(lock.encode()), "verify": info,
+    lock_text = files.pull_bytes(ct, f"{target}/remote-lock.txt").decode()
+    record = {"spec_hash": want, "lock": lock_text, "lock_sha256": files.sha256(lock_text.encode()), "verify": info,
               "uv": spec.venv.uv_version, "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "packages": list(spec.venv.packages)}
     # Written atomically (temp file + rename): from this moment the build is finished and may be used.

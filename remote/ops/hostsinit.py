@@ -52,7 +52,7 @@ def read_host(host: cfg.Host) -> list[tuple[int, str, str, list[str]]]:
             configs = list(pool.map(config, found))
     finally:
         transport.close()
-    return [(ctid, state, name, gpu) for (ctid, state), (name, gpu) in zip(found.items(), configs)]
+    return [(ctid, state, name, gpu) for (ctid, state), (name, gpu) in zip(found.items(), configs, strict=True)]
 
 
 def _pct(transport, host: cfg.Host, *args: str) -> str:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import datetime
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from .. import sudo
 from ..config import ContainerSpec
@@ -224,7 +224,8 @@ def where_things_live(spec: ContainerSpec, config_text: str) -> tuple[list[str],
     """(kept, restored): each of remote's places on a mount point (outside the rootfs: a rollback leaves it)
     or in the rootfs (a rollback returns it to the snapshot)."""
     mounts = mount_points(config_text)
-    kept, restored = [], []
+    kept: list[str] = []
+    restored: list[str] = []
     for what, path in _places(spec):
         inside = next((m for m in mounts if path == m or path.startswith(m.rstrip("/") + "/")), None)
         (kept if inside else restored).append(f"{what} ({path}{', on mount point ' + inside if inside else ''})")
@@ -247,10 +248,11 @@ def rollback(session: Session, ctid=None, *, snapshot: str | None = None, force:
                                   f"{spec.ctid}` lists them; --snapshot NAME picks another's)")
         chosen = ours[-1]
     else:
-        chosen = next((s for s in existing if s.name == snapshot), None)
-        if chosen is None:
+        named = next((s for s in existing if s.name == snapshot), None)
+        if named is None:
             names = ", ".join(s.name for s in existing) or "none"
             raise UnknownSnapshot(f"{ct.where}: --snapshot {snapshot}: no such snapshot (there: {names})")
+        chosen = named
     running = ct.status() == "running"
     if running:
         live = jobs.state(ct, spec).get("live") or []
@@ -274,5 +276,5 @@ def rollback(session: Session, ctid=None, *, snapshot: str | None = None, force:
         try:
             ct.run(["true"], timeout=timeout, mutates=False)
         except (PctError, RemoteError) as exc:
-            raise SnapshotError(f"{ct.where}: rolled back to {chosen.name}, but the container does not answer: {exc}")
+            raise SnapshotError(f"{ct.where}: rolled back to {chosen.name}, but the container does not answer: {exc}") from exc
     return RolledBack(spec.ctid, chosen, running, tuple(kept), tuple(restored))

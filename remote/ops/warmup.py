@@ -19,20 +19,20 @@ import tarfile
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
-from . import files, jobenv, oplock
-from . import passport as pp
-from .files import untar
-from . import venv as venvmod
-from .logs import LineSplitter
 from .. import facts, shell
 from ..config import ContainerSpec
 from ..errors import CommandError, ConfigError, DeployError, WarmupError
 from ..transport.pct import Container
 from ..transport.session import Session
+from . import files, jobenv, oplock
+from . import passport as pp
+from . import venv as venvmod
+from .files import untar
+from .logs import LineSplitter
 
 REPORT_PREFIX = "REMOTE_WARMUP "  # remote_guard's report line (optional)
 CACHE_PREFIX = "REMOTE_CACHE "  # warmup.sh's before/after lines
@@ -48,7 +48,9 @@ def devices_of(spec: ContainerSpec) -> list[str]:
 def command_for(spec: ContainerSpec, device: str) -> str:
     """The warmup command for one device. Only `{device}` is replaced: `${VAR}` and other braces stay
     as they are for bash."""
-    return spec.warmup.command.replace("{device}", device)
+    command = spec.warmup.command
+    assert command is not None, "command_for: callers check spec.warmup.command first"
+    return command.replace("{device}", device)
 
 
 def expected_passport(spec: ContainerSpec, state: dict) -> dict:
@@ -132,7 +134,7 @@ class DeviceResult:
                 "new_bytes": self.new_bytes, "hits": self.hits, "misses": self.misses}
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

@@ -106,7 +106,9 @@ class Stream(Protocol):
 
     def alive(self) -> bool: ...
 
-    def close(self) -> None: ...
+    def close(self) -> object:
+        """Stop it; what it returns (a bounded stream: whether it was still open) is not part of the contract."""
+        ...
 
 
 STREAM_WINDOW = 16 << 20  # SSH channel window of a stream: what may be in flight (and buffered) at once

@@ -12,12 +12,21 @@ from __future__ import annotations
 import re
 import shlex
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Protocol, Sequence
+from typing import Protocol
 
 from .. import sudo as sudomod
-from ..errors import (CommandError, CommandTimeout, ContainerCommandNotFound, ContainerLocked, ContainerNotFound,
-                     ContainerNotRunning, HostPermissionError, PctError)
+from ..errors import (
+    CommandError,
+    CommandTimeout,
+    ContainerCommandNotFound,
+    ContainerLocked,
+    ContainerNotFound,
+    ContainerNotRunning,
+    HostPermissionError,
+    PctError,
+)
 from . import NotStarted, OutputCallback, Result, Stream, Transport
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -6,15 +6,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, cast
 
+from .. import config as cfg
+from ..errors import ConnectError, PctError, TransportError
+from ..sudo import program
 from . import Result, Transport, for_host
 from .pct import DEFAULT_PATH, Container, classify, parse_list, pct_argv
-from .. import config as cfg
-from ..sudo import program
-from ..errors import ConnectError, PctError, TransportError
 
+if TYPE_CHECKING:
+    from .keeper import KeptTransport
 
 log = logging.getLogger(__name__)
 
@@ -94,12 +97,12 @@ class Session:
     def _agent_for(self, spec: cfg.ContainerSpec):
         """The container's agent, started (or restarted after a lost connection) on demand; None when it
         cannot run there, and then commands go through plain `pct exec`, which reports pct's errors."""
-        from .agent import AGENT, AGENT_SILENCE, Agent
         from ..errors import RemoteError
+        from .agent import AGENT, AGENT_SILENCE, Agent
 
         transport = self.transport(spec.host)
         if getattr(transport, "kept", False):  # the keeper holds the agent, started there on first use
-            return transport.agent(spec.ctid)
+            return cast("KeptTransport", transport).agent(spec.ctid)
 
         def start():
             if not hasattr(transport, "open_stream"):  # a test double without streams: plain pct exec
@@ -114,7 +117,7 @@ class Session:
                 except (RemoteError, OSError):
                     # The mux ended under this start (its idle exit, a lost session): once more on a session
                     # of its own. Anything else: no agent, plain pct exec says what is wrong.
-                    if through is not mux or mux.alive():
+                    if through is transport or mux.alive():
                         return None
             return None
 
@@ -159,7 +162,7 @@ class Session:
     def kept_note(self, host_name: str) -> str | None:
         """`kept connection, pid N, up Ts` when the host's keeper is alive (what `remote status` shows)."""
         transport = self._transports.get(host_name)
-        info = transport.info() if getattr(transport, "kept", False) else None
+        info = cast("KeptTransport", transport).info() if getattr(transport, "kept", False) else None
         if not info:
             return None
         return f"kept connection: pid {info['pid']}, up {time.time() - info['since']:.0f}s, " \
@@ -178,7 +181,7 @@ class Session:
             t.close()
         self._transports.clear()
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc) -> None:
