@@ -21,16 +21,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import files, jobenv, layout, logs, oplock, pyspy
-from .runwatch import EXIT_STALLED, parse_attempts, read_watch, stall_text, watch_settings
-from . import venv as venvmod
-from . import warmup as wm
 from .. import facts, shell
 from ..config import ContainerSpec
-from ..naming import printable
 from ..errors import CommandError, ConfigError, JobError, RemoteError, TransferError, UnknownRun
+from ..naming import printable
 from ..transport.pct import Container
 from ..transport.session import HostState, Session
+from . import files, jobenv, layout, logs, oplock, pyspy
+from . import warmup as wm
+from .runwatch import EXIT_STALLED, parse_attempts, read_watch, stall_text, watch_settings
 
 
 @dataclass(frozen=True)
@@ -157,7 +156,7 @@ def new_run_id() -> str:
 
 def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = False,
            command: str | None = None, run_id: str | None = None, extra: dict | None = None,
-           env: dict | None = None, held: "oplock.Lease | None" = None, echo=print) -> tuple[str, int]:
+           env: dict | None = None, held: oplock.Lease | None = None, echo=print) -> tuple[str, int]:
     """Start the job detached; returns (run id, pid). Refused while another job runs, unless forced.
     A multi-node run passes its one run id, its node's fields for the manifest (`extra`) and its node's
     environment (`env`, under train.env). The job's wrapper restarts it as train.restarts says, and the
