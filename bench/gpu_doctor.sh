@@ -15,8 +15,9 @@
 # Usage (as root, in a checkout of remote whose controller packages python3 imports):
 #   bash bench/gpu_doctor.sh [RECORD.json]
 # Environment: SRC_VENV (the venv whose torch is deployed; default python3's), GPU_DOCTOR_WORK (scratch, default
-# /var/tmp/gpu-doctor); on a machine without a package index, PIP_FIND_LINKS=DIR PIP_NO_INDEX=1 with uv's and
-# py-spy's wheels in DIR (deploy takes uv from its wheel through pip). On a CPU machine the same script is a rehearsal: no GPU nodes, so no finding is expected.
+# /var/tmp/gpu-doctor). On a machine without a package index the deploy takes uv from the controller's own uv
+# of the pinned version (remote/ops/fetched.py), so nothing else is needed. On a CPU machine the same script
+# is a rehearsal: no GPU nodes, so no finding is expected.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 date=$(date -u +%Y-%m-%d)
