@@ -316,8 +316,8 @@ def test_train_holds_the_lease_from_preflight_to_launch(lab_hosts, deployed, mon
     tried = []
     real_check = jobs.check
 
-    def check_then_another_controller(raw, spec):  # between what preflight read and the launch
-        pre = real_check(raw, spec)
+    def check_then_another_controller(raw, spec, *args, **kwargs):  # between what preflight read and the launch
+        pre = real_check(raw, spec, *args, **kwargs)
         try:
             with oplock.hold(session.container(200), "deploy", holder="another controller"):
                 tried.append("got the lease")

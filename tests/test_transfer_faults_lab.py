@@ -9,6 +9,7 @@ import time
 import pytest
 from conftest import LAB_CONTAINERS, sshd_serving
 
+from remote.errors import ConnectError
 from remote.ops import files
 
 pytestmark = pytest.mark.lab
@@ -160,7 +161,7 @@ def test_a_stalled_pull_with_no_retry_left_names_the_stall(lab_session, tmp_path
             stopped.append(ct.run(["pkill", "-STOP", "-x", "dd"], check=False).exit_code)
 
     try:
-        with pytest.raises(files.ConnectError, match=r"nothing moved for 3s during pull_file .*taken as a lost link"):
+        with pytest.raises(ConnectError, match=r"nothing moved for 3s during pull_file .*taken as a lost link"):
             files.pull(ct, src, tmp_path / "back.bin", progress=stop, stall=3, attempts=1)
     finally:
         ct.run(["pkill", "-KILL", "-x", "dd"], check=False)
