@@ -120,7 +120,9 @@ def start(hosts, two):
 
 
 def test_a_rank_killed_on_one_node_ends_the_run_on_both(two):
-    hosts = hosts_file(two, "--steps 100000 --sleep 0.2", 29613)
+    # A second between steps: the other node's ranks, asleep when the kill lands, reach the next collective
+    # (and fail) well after the killed rank's torchrun has ended, so the node that failed first is clear.
+    hosts = hosts_file(two, "--steps 100000 --sleep 1", 29613)
     run_id = start(hosts, two)
     ranks = task(hosts, "exec", "-c", "212", f"for p in $(grep -lx 'REMOTE_RUN_ID={run_id}' --null-data "
                  "/proc/[0-9]*/environ | cut -d/ -f3); do tr '\\0' '\\n' < /proc/$p/environ | grep -qx RANK=3 "
