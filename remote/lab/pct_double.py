@@ -405,7 +405,7 @@ def cmd_listsnapshot(opts, positional):
             return
         meta = snaps[name]
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(meta.get("time", 0)))
-        text = (meta.get("description") or "no-description").splitlines()[0] if meta.get("description") else "no-description"
+        text = (meta.get("description") or "no-description").splitlines()[0]
         print(f"{pad}`-> {name:<{width - depth}}  {when}  {text}")
         for child in children.get(name, []):
             show(child, depth + 1)
@@ -415,13 +415,7 @@ def cmd_listsnapshot(opts, positional):
 
 
 def cmd_delsnapshot(opts, positional):
-    vmid = vmid_of(positional)
-    name = snapname_of(positional)
-    require_conf(vmid)
-    lock(vmid)
-    snaps = snapshots(vmid)
-    if name not in snaps:
-        die(f"snapshot '{name}' does not exist\n")
+    vmid, name, snaps = _existing_snapshot(positional)
     for other, meta in snaps.items():  # its children now hang from its parent
         if meta.get("parent") == name:
             _set_meta_parent(vmid, other, snaps[name].get("parent"))
@@ -430,6 +424,18 @@ def cmd_delsnapshot(opts, positional):
     for layer in ("layer", "upper"):
         _remove_layer(os.path.join(snap_dir(vmid, name), layer))
     shutil.rmtree(snap_dir(vmid, name))
+
+
+def _existing_snapshot(positional):
+    """`pct delsnapshot|rollback ID NAME`'s checks, in Proxmox's order: (vmid, name, the snapshots), locked."""
+    vmid = vmid_of(positional)
+    name = snapname_of(positional)
+    require_conf(vmid)
+    lock(vmid)
+    snaps = snapshots(vmid)
+    if name not in snaps:
+        die(f"snapshot '{name}' does not exist\n")
+    return vmid, name, snaps
 
 
 def _remove_layer(path):
@@ -451,13 +457,7 @@ def _set_meta_parent(vmid, name, parent):
 
 
 def cmd_rollback(opts, positional):
-    vmid = vmid_of(positional)
-    name = snapname_of(positional)
-    require_conf(vmid)
-    lock(vmid)
-    snaps = snapshots(vmid)
-    if name not in snaps:
-        die(f"snapshot '{name}' does not exist\n")
+    vmid, name, snaps = _existing_snapshot(positional)
     store = storage_of(vmid)
     if STORAGES.get(store) == "zfspool":  # zfs rolls back only to the most recent snapshot
         newest = max(snaps, key=lambda n: (snaps[n].get("time", 0), n))
