@@ -119,7 +119,7 @@ class Diagnosis:
 
 @dataclass(frozen=True)
 class DeployPlan:
-    """What a deploy changed (applied) or would change (check=True): data, never printed."""
+    """What a deploy changed (applied) or would change (check=True, or a dry run): data, never printed."""
 
     container: int
     applied: bool
@@ -739,7 +739,7 @@ class Container:
         lock = self.fleet._shared_value("deploy-lock", LockOnce)  # one resolved lock for the fleet's deploys
         s = deploy(self._s, self.id, allow_dirty=allow_dirty, check=check, rollback=rollback, force=force,
                    echo=self.fleet._emit, lock=lock)
-        return DeployPlan(s.ctid, not check, tuple(s.changed), tuple(s.kept), tuple(s.saved), tuple(s.drift),
+        return DeployPlan(s.ctid, not (check or s.dry), tuple(s.changed), tuple(s.kept), tuple(s.saved), tuple(s.drift),
                           s.torch, s.seconds, s)
 
     def warmup(self, *, devices: Sequence[str] | None = None, parallel: bool = False) -> Warmup:
