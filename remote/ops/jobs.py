@@ -178,6 +178,8 @@ def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = 
                 "baseline": spec.train.baseline, "stall": spec.train.stall, "on_stall": spec.train.on_stall,
                 "restarts": spec.train.restarts, "restart_on": list(spec.train.restart_on), **(extra or {})}
     py_spy = pyspy.ensure(ct, echo=echo, venv=spec.venv) if spec.train.stall else None
+    if not ct.dry:  # the id before the job starts: a Ctrl-C from here on still knows which run it may have left
+        echo(f"==> run {run_id} starting in container {spec.ctid}")
     try:
         # Not while a deploy swaps the venv or moves the checkout: under the caller's lease (its preflight
         # read what this run records), checked still ours, or one of its own.
@@ -191,6 +193,12 @@ def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = 
                                               *installed("job.sh", shell.load("job")),
                                               *installed("watch.py", shell.load_python("watch"))],
                            extra=env, timeout=60, label="launch")
+    except KeyboardInterrupt:
+        ref = f"-c {spec.ctid} --run {run_id}"
+        echo(f"-- interrupted while run {run_id} was starting in container {spec.ctid}: it may be running. "
+             f"`remote status -c {spec.ctid}` says whether it is, `remote logs {ref} --follow` follows it, "
+             f"`remote stop {ref}` ends it")
+        raise
     except CommandError as exc:
         if exc.command_status == 7:
             raise JobError(f"launch refused: {exc.stderr_tail} (the wrapper's file in the container; nothing was "
