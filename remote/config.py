@@ -207,7 +207,7 @@ class _Section:
         self.seen.add(name)
         if name not in self.data or self.data[name] is None:
             if default is _MISSING:
-                raise ConfigError(self.file, self.key(name), "required key is missing")
+                raise ConfigError(self.file, self.key(name), "required key is missing" + self._typo_of(name))
             return default
         value = self.data[name]
         kinds = kind if isinstance(kind, tuple) else (kind,)
@@ -221,6 +221,15 @@ class _Section:
         if check and (problem := check(value)):
             raise ConfigError(self.file, self.key(name), problem)
         return value
+
+    def _typo_of(self, name: str) -> str:
+        """A key beside a missing one that reads like a typo of it (`hots` for `host`): named, since the
+        missing key is the error that shows and the unknown key would only be found after it."""
+        import difflib
+
+        others = [str(k) for k in self.data if k not in self.seen and isinstance(k, (str, int))]
+        close = difflib.get_close_matches(name, others, n=1, cutoff=0.6)
+        return f" (unknown key {self.key(close[0])} beside it: a typo of {name}?)" if close else ""
 
     def strings(self, name: str, default: tuple = ()) -> tuple[str, ...]:
         value = self.take(name, list, default=list(default))
