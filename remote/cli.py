@@ -513,7 +513,7 @@ def rollback(c, container=None, snapshot=None, force=False, hosts=None):
     print("\n".join(fmt.rollback_lines(done)))
 
 
-@task(help={"host": "only this host's kept connection (default: every one of yours)", "hosts": HOSTS_HELP})
+@task(help={"host": "only this host's kept connection (default: every host's of the hosts file)", "hosts": HOSTS_HELP})
 @handled
 def disconnect(c, host=None, hosts=None):
     """End kept connections now.
