@@ -303,16 +303,20 @@ def lab_up(c, containers="200", port=None, second=None, backend=None):
 
     With --second, a second look-alike host as well; with --backend ns, namespace containers and the pct
     double only."""
-    from .lab import DEFAULT_PORT
+    from .lab import DEFAULT_PORT, EXAMPLES
     from .lab.ns import open_lab
 
     lab = open_lab(backend=backend, port=int(port or DEFAULT_PORT))
     ids = [int(x) for x in str(containers).split(",") if x.strip()]
     more = [int(x) for x in str(second or "").split(",") if x.strip()]
     lab.up(ids, second=more)
+    if not EXAMPLES.is_dir():
+        print(f"note: no demo repository ({lab.dir / 'dflash'}): the demo drafter comes with a checkout of remote "
+              "(examples/), not with an install; point code.repo at your own project, or run `remote lab up` "
+              "from a checkout")
     if lab.backend == "ns":
         print(f"lab up (namespaces, no sshd): containers {', '.join(map(str, ids))} running ({lab.dir}); "
-              f"hosts file: {lab.dir / 'hosts.yaml'}")
+              f"hosts file: {lab.dir / 'hosts.yaml'}" + (" (deploys the demo drafter)" if EXAMPLES.is_dir() else ""))
         return
     print(f"lab up: sshd on 127.0.0.1:{lab.port}, containers {', '.join(map(str, ids))} running ({lab.dir})")
     if more:
