@@ -181,7 +181,7 @@ def test_deploy_killed_mid_install_leaves_the_old_venv_working(deployed, lab_ses
     deploy(lab_session, 200, **quiet)  # back to the session's spec (a swap to the kept build or a rebuild)
 
 
-@pytest.mark.fault("--dry deploy", "prints the commands it would run and reads as what would change "
+@pytest.mark.fault("--dry deploy", promise="prints the commands it would run and reads as what would change "
                    "(`would make N change(s)`, `would:`), never as done; nothing changes")
 def test_dry_run_prints_the_commands_and_changes_nothing(deployed, lab_hosts, ct):
     before = ct.run(["readlink", "/root/venv"]).out

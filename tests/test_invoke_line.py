@@ -43,7 +43,7 @@ def invoke(tmp_path, monkeypatch, capsys, *argv: str, extra: bool = False) -> tu
 
 
 @pytest.mark.fault("--dry or --container once on an invoke line",
-                   "applies to every task of the line, as with `remote`; a line a task of which has no --dry, or "
+                   promise="applies to every task of the line, as with `remote`; a line a task of which has no --dry, or "
                    "that names two containers for a task given none, is refused naming the flag, nothing run")
 def test_container_given_once_applies_to_every_task_of_the_line(tmp_path, monkeypatch, capsys):
     code, out, err = invoke(tmp_path, monkeypatch, capsys, "config", "--container", "201", "config")

@@ -182,7 +182,7 @@ def test_disconnect_leaves_none(lab, hosts, rundir):
 
 
 @pytest.mark.fault("remote disconnect with another hosts file's kept connections",
-                   "ends only this hosts file's hosts' keepers; another file's keeper, and the command it runs, "
+                   promise="ends only this hosts file's hosts' keepers; another file's keeper, and the command it runs, "
                    "are left alone")
 def test_disconnect_ends_only_this_hosts_files_keepers(lab, hosts, rundir, tmp_path):
     other = tmp_path / "other" / "hosts.yaml"  # another project's file: the same host, its own keeper

@@ -96,7 +96,7 @@ def test_both_exec_paths_serve_a_local_host(local_hosts, agent):
 
 
 @pytest.mark.fault("--dry or --container once on an invoke line",
-                   "applies to every task of the line, as with `remote`; a line a task of which has no --dry, or "
+                   promise="applies to every task of the line, as with `remote`; a line a task of which has no --dry, or "
                    "that names two containers for a task given none, is refused naming the flag, nothing run")
 def test_a_dry_invoke_line_changes_nothing_in_the_container(lab, local_hosts):
     """`invoke deploy warmup train --container 200 --dry` in the checkout: invoke binds --dry and --container to

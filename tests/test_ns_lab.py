@@ -157,7 +157,7 @@ def task(hosts: Path, *args: str, timeout: float = 900) -> subprocess.CompletedP
 
 
 @pytest.mark.fault("the namespace lab's hosts file for a new user",
-                   "`remote lab up --backend ns` writes a hosts file that deploys, warms up and trains the demo as "
+                   promise="`remote lab up --backend ns` writes a hosts file that deploys, warms up and trains the demo as "
                    "it is; without a demo repository (a tool-only install) it says so, and so does `lab up`")
 def test_deploy_train_and_stop_through_the_namespace_lab(ns_lab, ns_hosts):
     """The story's tasks with no SSH and no LXC, from the hosts file the lab wrote: deploy, exec in the job
