@@ -17,7 +17,7 @@ UserKnownHostsFile) is refused with HostKeyError, whatever the Connection would 
 Connection with a password or an in-memory pkey is refused (ConfigError), as is a `gateway` (write a
 ProxyJump for the host in ~/.ssh/config: remote verifies every hop's key).
 
-This is the only module of remote that imports fabric (tests/test_layers.py checks).
+This is the only module of remote that imports fabric (tests/unit/test_layers.py checks).
 """
 
 from __future__ import annotations
