@@ -1,4 +1,7 @@
-"""Test guards and the lab fixture.
+"""Test guards, the tier markers and the lab fixture.
+
+Tiers: every test gets the marker of its folder (tests/unit, tests/local, tests/lab, tests/newcomer; see
+support.TIERS); tests/unit/test_tiers.py checks that no file names another tier's marker.
 
 Guards: no test reads the real ~/.ssh/config or the user's hosts file ($HOME points at a temporary
 folder and $REMOTE_HOSTS_FILE is unset unless a test sets it). The `lab` fixture brings up a
@@ -16,7 +19,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's remote before an installed one
 
-from support import LAB_CONTAINERS, LAB_SECTIONS, LAB_WHEELS, free_port  # noqa: E402
+from support import LAB_CONTAINERS, LAB_SECTIONS, LAB_WHEELS, free_port, tier_of  # noqa: E402
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        tier = tier_of(item.path)
+        if tier is not None:
+            item.add_marker(tier)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -17,6 +17,22 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+TESTS = ROOT / "tests"
+
+# The tiers, one folder each, whose name is also the marker every test in it gets (conftest.py applies it):
+# unit: no lab and no process but python; local: real processes on this machine (sshd on loopback, bash,
+# uv, a pty, mounts), no LXC; lab: a real sshd and LXC containers (the `lab` fixture); newcomer: a fresh
+# clone set up as a new user would. `pytest -m "not lab and not newcomer"` runs unit and local.
+TIERS = ("unit", "local", "lab", "newcomer")
+
+
+def tier_of(path: Path) -> str | None:
+    """The tier of a test file: the tier folder it lies in directly under tests/ (None elsewhere)."""
+    try:
+        parts = Path(path).resolve().relative_to(TESTS).parts
+    except ValueError:
+        return None
+    return parts[0] if len(parts) > 1 and parts[0] in TIERS else None
 
 
 def free_port() -> int:

@@ -33,25 +33,6 @@ def test_a_changed_or_torn_uv_cache_is_never_trusted(tmp_path):
     assert sorted(p.name for p in path.parent.iterdir()) == ["uv", "uv.sha256"]  # no temporary files left
 
 
-@pytest.mark.lab
-def test_a_changed_uv_in_the_container_is_pushed_again(deployed, lab_session, lab_hosts, ct):
-    from support import load_config
-
-    from remote import config
-    from remote.ops.deploy import deploy
-    from remote.facts import uv_path
-    from remote.transport.session import Session
-
-    path = uv_path(VERSION)
-    ct.script('printf "#!/bin/sh\\nexit 1\\n" > "$1" && chmod 755 "$1"', path)  # still executable: X_OK passes
-    spec = load_config(lab_hosts, **{"numpy==2.2.6]": "numpy==2.2.6, idna==3.10]"})
-    with Session(config.load(str(spec)), agent=True) as s:
-        deploy(s, 200, echo=lambda line: None)
-    local, digest = local_uv_binary(VenvSpec(uv_version=VERSION), platform.machine())
-    assert ct.run(["sha256sum", path]).out.split()[0] == digest
-    deploy(lab_session, 200, echo=lambda line: None)  # back to the session's spec
-
-
 def test_a_container_architecture_that_is_no_name_never_becomes_a_path(tmp_path, monkeypatch):
     """uname -m comes from the container: a value like `x/../../..` must not make folders on the controller."""
     from remote.errors import TransferError

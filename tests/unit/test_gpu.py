@@ -7,8 +7,6 @@ written when it was 511), `stat` lines of the host's nodes. Each test changes on
 """
 
 import json
-import os
-import stat
 import subprocess
 from pathlib import Path
 
@@ -255,21 +253,6 @@ def test_every_kind_is_tested_here():
 
 
 # -- the probes as programs ------------------------------------------------------------------------------------
-
-def test_host_probe_script_runs_and_parses(tmp_path):
-    """The real remote/sh/gpu-host.sh on this machine, with a pct that prints a GPU container's config."""
-    pct = tmp_path / "pct"
-    pct.write_text(f"#!/bin/sh\n[ \"$1\" = config ] && [ \"$2\" = 200 ] && cat {DATA / 'pct-config-dev.txt'} && exit 0\n"
-                   "echo \"Configuration file 'nodes/x/lxc/$2.conf' does not exist\" >&2; exit 2\n")
-    pct.chmod(0o755)
-    argv, mark = gpu.host_argv([str(pct)], [200, 999])
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    h = gpu.parse_host(r.stdout, mark)
-    assert [p for _, p, _ in h.configs[200].devs][:1] == ["/dev/nvidia0"]
-    assert h.configs[999].error and "does not exist" in h.configs[999].error
-    if not os.path.exists("/proc/driver/nvidia/version"):  # a CPU machine: the container is configured, no driver
-        assert kinds(gpu.host_findings(h)) == ["host-no-driver"]
-
 
 def test_container_probe_runs_without_torch_or_a_venv(tmp_path):
     venv = tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "torch"
