@@ -1,4 +1,4 @@
-"""`remote`'s own command line (remote/cliparse.py over remote/cli.py's task table).
+"""`remote`'s own command line (remote/cli/parse.py over remote/cli/table.py's task table).
 
 What a user types is checked here as `remote` would see it: help in every position connects nowhere,
 bad input exits 2 with the flag named and no traceback, only the tasks' options exist, --dry means the
@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from remote import cli, cliparse
+from remote import cli
 from remote import config as cfg
 from remote.cli import SHORT_FLAGS, TASKS
+from remote.cli import parse as cliparse
 
 ROOT = Path(__file__).resolve().parent.parent
 UNREACHABLE = """hosts:
@@ -117,7 +118,7 @@ def test_group_help_and_version(nothing_connects, capsys):
     assert cli.run(["lab", "--help"]) == 0
     assert capsys.readouterr().out.startswith("Usage: remote lab up|down")
     assert cli.run(["--version"]) == 0
-    assert capsys.readouterr().out == f"remote {cli.__version__}\n"
+    assert capsys.readouterr().out == f"remote {cli.tasks.__version__}\n"
 
 
 def test_help_imports_neither_ssh_nor_invoke_nor_yaml():
@@ -260,7 +261,7 @@ def test_a_failed_steps_command_status_never_leaks_out(hosts, monkeypatch, capsy
     from remote.errors import BusyError, CommandError, ConfigError
 
     def failing(exc):
-        @cli.handled
+        @cli.table.handled
         def fn(c, **k):
             raise exc
         return cliparse.Spec("deploy", fn, "Deploy.", TASKS["deploy"].params)
@@ -354,8 +355,7 @@ def test_a_local_host_needs_no_address(tmp_path):
 
 
 def test_an_unknown_run_is_named_with_the_latest_ids_the_container_gave():
-    from remote.ops.jobs import parse_state
-    from remote.ops.jobs import unknown_run
+    from remote.ops.jobs import parse_state, unknown_run
 
     st = parse_state("run=\nlatest=20261201-100000-aaaa 20261201-110000-bbbb ../x \x1b[2J \n")
     spec = cfg.parse({"hosts": {"h": {"address": "a"}}, "containers": {200: {"host": "h"}}}, "h.yaml").containers[200]

@@ -63,11 +63,11 @@ def test_operations_never_import_what_reads_runs():
 
 def faces() -> list[Path]:
     """The command line and the invoke collection: thin faces of the public API (remote.api)."""
-    return sorted(ROOT.glob("cli*.py")) + [ROOT / "invoke_tasks.py", ROOT / "tasks.py", ROOT.parent / "tasks.py"]
+    return sorted((ROOT / "cli").rglob("*.py")) + [ROOT / "tasks.py", ROOT.parent / "tasks.py"]
 
 
 def test_the_command_line_and_the_invoke_tasks_use_only_the_public_api():
-    """remote/cli*.py, the invoke collection and the checkout's tasks.py reach operations and the transport
+    """remote/cli/ (the invoke collection with it) and the checkout's tasks.py reach operations and the transport
     only through remote.api: whatever they do, a script can do too."""
     forbidden = ("remote.ops", "remote.transport")
     bad = {}
@@ -78,15 +78,17 @@ def test_the_command_line_and_the_invoke_tasks_use_only_the_public_api():
         if found:
             bad[path.name] = found
     assert bad == {}
-    assert (ROOT / "cli_table.py").exists() and (ROOT / "cli_format.py").exists()
+    assert (ROOT / "cli" / "table.py").exists() and (ROOT / "cli" / "format.py").exists()
 
 
 def test_the_face_check_sees_an_operation_imported_by_the_command_line(tmp_path, monkeypatch):
     pkg = tmp_path / "remote"
-    pkg.mkdir()
-    (pkg / "cli_extra.py").write_text("def f():\n    from .ops.jobs import stop\n")
+    (pkg / "cli").mkdir(parents=True)
+    (pkg / "cli" / "extra.py").write_text("def f():\n    from ..ops.jobs import stop\n")
+    for name in ("table.py", "format.py"):
+        (pkg / "cli" / name).write_text("")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", pkg)
-    with pytest.raises(AssertionError, match="cli_extra.py"):
+    with pytest.raises(AssertionError, match="extra.py"):
         test_the_command_line_and_the_invoke_tasks_use_only_the_public_api()
 
 

@@ -1,15 +1,15 @@
 """The tasks: `remote ...` anywhere, `invoke ...` in this checkout (tasks.py), the same functions.
 
 Each task is three steps in one place: its options (the function's parameters, checked by
-remote/cliparse.py from remote/cli_table.py's KINDS), one call of the public API (remote.api, as a
-script would make it), and printing what came back (remote/cli_format.py). Every RemoteError becomes a
+remote/cli/parse.py from remote/cli/table.py's KINDS), one call of the public API (remote.api, as a
+script would make it), and printing what came back (remote/cli/format.py). Every RemoteError becomes a
 clean `Exit` with its message and exit status, never a traceback. `remote` parses its own command line
-from the table that `@task` fills (TASKS); the invoke Collection (`ns`) is made from the same table on
-first use, so `remote` never imports invoke.
+from the table that `@task` fills (TASKS); the invoke Collection (remote/cli/invoke.py) is made from the
+same table on first use, so `remote` never imports invoke.
 
 To add a task: write `@task(help={...})` over `@handled` over a function `name(c, ..., hosts=None)` (add
 `@fleet_task` between them where `-c all` should run it on every container at once) whose body opens
-`fleet_of(hosts, dry)`, calls one remote.api method and prints with a remote.cli_format function. Its
+`fleet_of(hosts, dry)`, calls one remote.api method and prints with a remote/cli/format.py function. Its
 options come from its parameters; a new option name needs its short letter in SHORT_FLAGS (or none) and,
 unless it is a flag or free text, its check in KINDS. Exit statuses: 0 ok, 1 failed (or the job's/command's
 own, where the task reports one), 2 bad input, 3 busy, 130 interrupted.
@@ -22,10 +22,13 @@ import os
 import sys
 from typing import Any
 
-from . import __version__, cliparse
-from . import cli_format as fmt
-from . import config as cfg
-from .cli_table import (  # noqa: F401
+from .. import __version__
+from .. import config as cfg
+from ..errors import RemoteError
+from ..naming import printable
+from . import format as fmt
+from . import parse as cliparse
+from .table import (  # noqa: F401
     CT_HELP,
     DEPRECATED,
     DRY_HELP,
@@ -43,8 +46,6 @@ from .cli_table import (  # noqa: F401
     is_selection,
     task,
 )
-from .errors import RemoteError
-from .naming import printable
 
 
 def _stream(kind: str, chunk: bytes) -> None:
@@ -266,7 +267,7 @@ def known_good(c, container=None, run=None, hosts=None):
     """Record a finished run and the container's facts as its known-good, for doctor.
 
     The run must have exited 0; train records one by itself when a run meets the baseline."""
-    from .doctor import known_good_label
+    from ..doctor import known_good_label
 
     with fleet_of(hosts) as fleet:
         ct = fleet.container(container)
@@ -303,8 +304,8 @@ def lab_up(c, containers="200", port=None, second=None, backend=None):
 
     With --second, a second look-alike host as well; with --backend ns, namespace containers and the pct
     double only."""
-    from .lab import DEFAULT_PORT
-    from .lab.ns import open_lab
+    from ..lab import DEFAULT_PORT
+    from ..lab.ns import open_lab
 
     lab = open_lab(backend=backend, port=int(port or DEFAULT_PORT))
     ids = [int(x) for x in str(containers).split(",") if x.strip()]
@@ -324,7 +325,7 @@ def lab_up(c, containers="200", port=None, second=None, backend=None):
 @handled
 def lab_down(c, purge=False):
     """Stop the local lab's containers and sshd."""
-    from .lab.ns import open_lab
+    from ..lab.ns import open_lab
 
     lab = open_lab()
     lab.down(purge=purge)
@@ -351,7 +352,7 @@ def init(c, address=None, port=None, user=None, key_file=None, known_hosts=None,
     Connects to the host, reads `pct list` and each container's hostname (`pct config`), and writes a
     commented hosts file; an existing file is never overwritten without --force. With --sudoers USER:
     prints a sudoers drop-in for /etc/sudoers.d/ instead (stdout holds only the drop-in)."""
-    from . import api
+    from .. import api
 
     if sudoers:
         sys.stdout.write(api.sudoers_dropin(sudoers, hosts))
@@ -432,7 +433,7 @@ def _need(**flags) -> None:
 
 
 def _progress(quiet: bool, dry: bool, label: str):
-    from . import api
+    from .. import api
 
     return None if quiet or dry else api.progress_printer(label)
 
@@ -518,20 +519,10 @@ def disconnect(c, host=None, hosts=None):
     """End kept connections now.
 
     Each host's kept connection holds the SSH connection and the agents for control_persist seconds."""
-    from . import api
+    from .. import api
 
     pids = api.disconnect(hosts, host)
     print(f"ended {len(pids)} kept connection(s)" + (f" (pid {', '.join(map(str, pids))})" if pids else ""))
-
-
-def __getattr__(name: str):
-    """`ns`, the invoke Collection of the same tasks (tasks.py, `invoke ...` in a checkout): made on first use."""
-    if name == "ns":
-        from .invoke_tasks import collection
-
-        globals()["ns"] = value = collection(TASKS, SHORT_FLAGS, Exit)
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # The order of `remote --help`: the way in, the daily loop, then the rest (tasks not named here follow).

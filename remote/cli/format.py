@@ -1,5 +1,5 @@
 """What the command line prints: remote.api's data as text (status, stop, warmup, doctor, a fleet's
-summary table). Pure functions, no I/O: each task in remote/cli.py calls the API, then one of these.
+summary table). Pure functions, no I/O: each task in remote/cli/tasks.py calls the API, then one of these.
 """
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .naming import printable
+from ..naming import printable
 
 
 def live_text(live: list[dict]) -> str:
@@ -156,7 +156,7 @@ def caches_json(rows: list) -> str:
 
 def cache_lines(rows: list) -> list[str]:
     """`remote cache`: each container's cache folder, files, size and passport (the container's text escaped)."""
-    from .doctor import passport_line
+    from ..doctor import passport_line
 
     lines = []
     for r in rows:
@@ -190,7 +190,7 @@ def rollback_lines(done: Any) -> list[str]:
 
 
 def doctor_json(diagnoses: list) -> str:
-    from .doctor import SCHEMA_VERSION
+    from ..doctor import SCHEMA_VERSION
 
     return json.dumps({"schema": SCHEMA_VERSION, "healthy": all(d.healthy for d in diagnoses),
                        "containers": [d.to_dict() for d in diagnoses]}, indent=2)
