@@ -73,7 +73,7 @@ def _also_live(entry: dict | None) -> str:
 
 
 def _watch_text(r: dict) -> str:
-    """The stall watch's and the wrapper's part of a status line (docs/watch.md)."""
+    """The stall watch's and the wrapper's part of a status line (docs/guide/watch.md)."""
     g, s = r.get("gpu") or {}, r.get("stalled")
     text = f", GPU util {g['util_pct']:g}%" if g.get("util_pct") is not None else ""
     text += f", mem {g['mem_used_mib'] / 1024:.1f} GiB" if g.get("mem_used_mib") is not None else ""

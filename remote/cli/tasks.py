@@ -127,7 +127,7 @@ def warmup(c, container=None, parallel=False, devices=None, export=None, import_
     """Compile the training into the persistent compile cache, one device at a time.
 
     Several containers: those whose cache passports would match are warmed once and the cache copied to
-    the rest (docs/compile-cache.md). One container without a warmup of its own: a matching cache of
+    the rest (docs/guide/compile-cache.md). One container without a warmup of its own: a matching cache of
     another container of the hosts file is copied instead of compiling."""
     if is_selection(container) and not (export or import_ or devices or dry) and not in_fleet_task():
         with fleet_of(hosts) as fleet:
@@ -236,9 +236,9 @@ def stop(c, container=None, run=None, grace=10, dry=False, hosts=None):
 
 
 @task(help={"container": "container id(s), comma-separated (default: every container in the hosts file)",
-            "json": "print the findings and facts as JSON (schema: docs/doctor.md)", "hosts": HOSTS_HELP,
+            "json": "print the findings and facts as JSON (schema: docs/guide/doctor.md)", "hosts": HOSTS_HELP,
             "fresh": "import torch again in each container even where an earlier probe's answer still holds",
-            "gpu": "check the hosts' NVIDIA driver and each container's GPU passthrough (docs/gpu-passthrough.md)"})
+            "gpu": "check the hosts' NVIDIA driver and each container's GPU passthrough (docs/guide/gpu-passthrough.md)"})
 @handled
 def doctor(c, container=None, json_=False, hosts=None, fresh=False, gpu=False):
     """Find what differs from what deploy made and from the last known-good run.
