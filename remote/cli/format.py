@@ -156,7 +156,7 @@ def caches_json(rows: list) -> str:
 
 def cache_lines(rows: list) -> list[str]:
     """`remote cache`: each container's cache folder, files, size and passport (the container's text escaped)."""
-    from ..doctor import passport_line
+    from ..api import passport_line
 
     lines = []
     for r in rows:
@@ -190,10 +190,9 @@ def rollback_lines(done: Any) -> list[str]:
 
 
 def doctor_json(diagnoses: list) -> str:
-    from ..doctor import SCHEMA_VERSION
+    from ..api import doctor_document
 
-    return json.dumps({"schema": SCHEMA_VERSION, "healthy": all(d.healthy for d in diagnoses),
-                       "containers": [d.to_dict() for d in diagnoses]}, indent=2)
+    return json.dumps(doctor_document(diagnoses), indent=2)
 
 
 # -- a fleet: one line per container ----------------------------------------------------------------------

@@ -23,7 +23,6 @@ import sys
 from typing import Any
 
 from .. import __version__
-from .. import config as cfg
 from ..errors import RemoteError
 from ..naming import printable
 from . import format as fmt
@@ -267,7 +266,7 @@ def known_good(c, container=None, run=None, hosts=None):
     """Record a finished run and the container's facts as its known-good, for doctor.
 
     The run must have exited 0; train records one by itself when a run meets the baseline."""
-    from ..doctor import known_good_label
+    from ..api import known_good_label
 
     with fleet_of(hosts) as fleet:
         ct = fleet.container(container)
@@ -386,7 +385,7 @@ def config_(c, container=None, json_=False, hosts=None):
         else:
             try:
                 ids = [fleet.container(None).id]
-                why = ("$REMOTE_CONTAINER" if os.environ.get(cfg.CONTAINER_VAR, "").strip() else
+                why = ("$REMOTE_CONTAINER" if os.environ.get("REMOTE_CONTAINER", "").strip() else
                        "default_container" if fleet.config.default_container else "the only container")
             except RemoteError:  # several, and none chosen: all of them
                 ids, why = fleet.ids, "every container"
