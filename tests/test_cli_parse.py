@@ -283,6 +283,18 @@ def test_a_bug_is_one_line_and_exit_1_not_a_traceback(hosts, monkeypatch, capsys
     assert "internal error in `remote deploy`: KeyError" in err and "Traceback" not in err
 
 
+
+def test_a_local_file_error_naming_a_containers_path_is_escaped(hosts, monkeypatch, capsys):
+    """An OSError that reaches the command line with a path a container chose prints it escaped, never raw."""
+    def failing(c, **k):
+        raise OSError(36, "File name too long", "/tmp/out/\x1b]0;owned\x07" + "n" * 300)
+
+    monkeypatch.setitem(TASKS, "deploy", cliparse.Spec("deploy", failing, "Deploy.", TASKS["deploy"].params))
+    assert cli.run(["deploy"]) == 1
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err
+    assert err.startswith("error: File name too long: /tmp/out/\\x1b]0;owned\\x07nnn")
+
 # -- config: the settings a container resolves to, without connecting ---------------------------------------
 
 def test_config_prints_the_resolved_settings_without_connecting(tmp_path, monkeypatch, capsys):

@@ -573,8 +573,8 @@ def _call(call: cliparse.Call) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except OSError as exc:  # a local file: --dest in a folder that does not exist, a full disk
-        where = f": {exc.filename}" if exc.filename else ""
-        print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
+        where = f": {exc.filename}" if exc.filename else ""  # a path may come from a container: escaped
+        print(f"error: {printable(f'{exc.strerror or exc}{where}')}", file=sys.stderr)
         return 1
     except Exception as exc:  # a bug: say so in one line; REMOTE_DEBUG=1 shows where
         if os.environ.get("REMOTE_DEBUG"):
