@@ -10,7 +10,7 @@
 #             libcuda.so.<other>, a link to the real one, in an ld.so.conf.d entry sorted first): doctor --gpu
 #             must name driver-lib-mismatch; put back;
 # healthy again after each. Every step's exit status, seconds, the kinds doctor named and its round trips
-# go to the record (default docs/gpu-doctor/<date>.json).
+# go to the record (default docs/evidence/gpu-doctor/<date>.json).
 #
 # Usage (as root, in a checkout of remote whose controller packages python3 imports):
 #   bash bench/gpu_doctor.sh [RECORD.json]

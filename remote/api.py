@@ -1117,3 +1117,27 @@ def progress_printer(label: str) -> Callable[[int, int], None]:
     from .ops import files
 
     return files.ProgressPrinter(label)
+
+
+# -- text the command line shows: one definition each, shared with the library's own messages ------------
+
+def known_good_label(record: Mapping[str, Any] | None) -> str:
+    """A known-good record as doctor names it: `known-good run ID, VALUE UNIT` ("" for none)."""
+    from .doctor import known_good_label as label
+
+    return label(dict(record) if record else None)
+
+
+def passport_line(passport: Mapping[str, Any]) -> str:
+    """A compile cache's passport in one line (escaped), as `remote cache` and doctor show it."""
+    from .doctor import passport_line as line
+
+    return line(dict(passport))
+
+
+def doctor_document(diagnoses: Sequence[Diagnosis]) -> dict[str, Any]:
+    """`remote doctor --json` (docs/guide/doctor.md): the schema's version, whether all are healthy, each container's."""
+    from .doctor import SCHEMA_VERSION
+
+    return {"schema": SCHEMA_VERSION, "healthy": all(d.healthy for d in diagnoses),
+            "containers": [d.to_dict() for d in diagnoses]}

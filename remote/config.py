@@ -92,7 +92,7 @@ class TrainSpec:
     master_port: int = 29500  # a multi-node run's rendezvous port on its first node ({master_port})
     rendezvous_timeout: int = 300  # seconds a multi-node run's nodes wait for each other before failing
     stall: float | None = None  # seconds without a new log line (a metric value, with train.metric): stalled
-    on_stall: str = "warn"  # warn | stop | restart (docs/watch.md)
+    on_stall: str = "warn"  # warn | stop | restart (docs/guide/watch.md)
     restarts: int = 0  # how many times a failed run is started again
     restart_on: tuple[int, ...] = ()  # the exit statuses that restart it; () = any non-zero
 

@@ -86,7 +86,7 @@ def render(host: cfg.Host, given: dict, containers: list[tuple[int, str, str, li
         "# until a task names it (-c ID). Next:",
         "#   1. fill in venv (what to install), code (your git repository) and train (how to train) below;",
         "#   2. `remote config -c ID` shows what a container resolves to, `remote deploy -c ID` makes it so.",
-        "# Every key: docs/hosts-file.md in remote's repository.",
+        "# Every key: docs/reference/hosts-file.md in remote's repository.",
         "hosts:",
         f"  {host.name}:",
         f"    address: {q(host.address)}",

@@ -389,7 +389,7 @@ def _mapped(exc: BaseException, t: Target, phase: str, heard: bytes, timeout: fl
             "This can be a reinstalled host or an attack. If you know why it changed, remove the old key\n"
             f"  ssh-keygen -R '{t.address}' -f {kh}\n"
             f"It now offers {exc.key.get_name()} {fingerprint(exc.key)} (recorded: {fingerprint(exc.expected_key)}); "
-            "check that on the host itself, then add it as for a new host (docs/ssh.md)."))
+            "check that on the host itself, then add it as for a new host (docs/guide/ssh.md)."))
     if isinstance(exc, _NoKey):
         return AuthenticationError(name, _no_key_message(t, exc.tried))
     if isinstance(exc, paramiko.AuthenticationException):
