@@ -69,6 +69,9 @@ class WarmupSpec:
     devices: tuple[str, ...] = ()
     cache_dir: str = "/root/.cache/torch-compile"
     timeout: float = 1800.0
+    # copy a cache another container made for exactly this instead of compiling: that trusts its jobs'
+    # code (inductor entries are Python and .so files this container loads); false: always compile here
+    copy_from_others: bool = True
 
 
 @dataclass(frozen=True)
@@ -354,6 +357,7 @@ def _warmup(s: _Section, base: WarmupSpec) -> WarmupSpec:
         devices=s.strings("devices", base.devices),
         cache_dir=s.take("cache_dir", str, base.cache_dir, _abspath),
         timeout=s.take("timeout", float, base.timeout, _range(1, 86400)),
+        copy_from_others=s.take("copy_from_others", bool, base.copy_from_others),
     )
     s.done()
     if spec.command and "{device}" in spec.command and not spec.devices:

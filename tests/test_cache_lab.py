@@ -144,3 +144,36 @@ def test_no_task_deleted_a_cache_file(fleet_warm, lab_session):
     for c in (A, B):
         now = cache_files(lab_session.container(c))
         assert set(before[c]) <= set(now), sorted(set(before[c]) - set(now))[:5]
+
+
+@pytest.mark.fault("A compile-cache copy from a container whose job made symlinks",
+                   "nothing whose real path leaves the cache folder is listed, sent or written: a cache folder "
+                   "linked to /root/.ssh sends no key")
+@pytest.mark.parametrize("via_controller", [False, True], ids=["host-relay", "controller"])
+def test_a_job_that_links_the_precompiled_headers_to_ssh_sends_no_key(fleet_warm, lab_session, lab_hosts,
+                                                                      via_controller):
+    fresh = f"/root/.cache/torch-compile-links-{int(via_controller)}"
+    other = load_config(lab_hosts, **{f"  {B}:\n": f"  {B}:\n    warmup:\n      cache_dir: {fresh}\n"})
+    with Session(config.load(str(other)), agent=True) as s:
+        cta, ctb = s.container(A), s.container(B)
+        folder = cachecopy.look(s, A).folder
+        # what a job in A can do: its TMPDIR is the cache's tmp/
+        cta.run(["bash", "-c", "mkdir -p /root/.ssh && echo PRIVATE-KEY > /root/.ssh/id_remote_test && "
+                               f"mkdir -p {folder}/tmp/torchinductor_job && "
+                               f"ln -sfn /root/.ssh {folder}/tmp/torchinductor_job/precompiled_headers"])
+        try:
+            assert not any("id_remote_test" in p for p in cachecopy.look(s, A).files)
+            done = cachecopy.copy(s, A, B, via_controller=via_controller, **quiet)
+            assert done.files > 0
+            found = ctb.run(["bash", "-c", f"grep -rl PRIVATE-KEY {fresh} /root/.ssh 2>/dev/null; true"]).out
+            assert found == "", found
+        finally:
+            cta.run(["bash", "-c", f"rm -rf {folder}/tmp/torchinductor_job /root/.ssh/id_remote_test"])
+            ctb.run(["rm", "-rf", fresh])
+
+
+def test_copy_from_others_false_warms_that_container_on_its_own(fleet_warm, lab_hosts):
+    other = load_config(lab_hosts, **{f"  {B}:\n": f"  {B}:\n    warmup:\n      copy_from_others: false\n"})
+    with Session(config.load(str(other)), agent=True) as s:
+        p = cachecopy.plan(s, [A, B])
+        assert p.leaders == {} and "copy_from_others is false" in p.alone[B]
