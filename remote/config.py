@@ -40,6 +40,17 @@ class Host:
     local: bool = False  # run on this machine (the controller is the Proxmox host)
     max_parallel: int = 4  # containers of this host that a fleet task works on at once
     control_persist: float = 60.0  # seconds a kept connection waits for the next command; 0: none (transport.keeper)
+    # "": all from the hosts file; else remote.fabric's words: "fabric.Connection", plus "key_filename" when
+    # the key came from its connect_kwargs and "no-hosts-file" when no hosts file was given
+    given_by: str = ""
+
+
+def setting(host: Host, key: str) -> str:
+    """Where the user sets `key` of `host`: the hosts file's hosts.NAME.KEY, or, for a host made from a
+    Fabric Connection without a hosts file, a hosts file to pass."""
+    if "no-hosts-file" in host.given_by.split():
+        return f"`{key}` under this host in a hosts file passed as hosts= (a fabric.Connection has no {key})"
+    return f"hosts.{host.name}.{key}"
 
 
 @dataclass(frozen=True)

@@ -117,7 +117,7 @@ def _host_program(session: Session, ct: Container, spec: ContainerSpec, name: st
     argv = sudo.host_argv(spec.host, name, *args)
     result = session.host_run(spec.host, argv, deadline=60)
     if result.exit_code != 0:
-        error = classify(result.err, result.exit_code, spec.ctid, spec.host.name)
+        error = classify(result.err, result.exit_code, spec.ctid, spec.host)
         if isinstance(error, HostPermissionError):
             if sudo.sudo_failure(argv, result.err) == "password":
                 raise HostPermissionError(spec.ctid, sudo.diagnose(lambda a: session.host_run(spec.host, a, deadline=60),
