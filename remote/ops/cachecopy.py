@@ -183,14 +183,16 @@ def copy(session: Session, src, dst, *, echo: Callable[[str], None] = print, src
     passport is what dst needs; only the files dst lacks; records dst's warmups as copied."""
     start = time.time()
     s = src_holding or look(session, src)
-    d = look(session, dst)
-    check(s, d)
-    wanted = sorted(p for p in s.files if p not in d.files)
-    sspec, dspec = session.config.container(s.ctid), session.config.container(d.ctid)
-    src_ct, dst_ct = session.container(s.ctid), session.container(d.ctid)
-    echo(f"==> copying {len(wanted)} of {len(s.files)} cache file(s) ({sum(s.files[p] for p in wanted) / 2**20:.1f} MiB) "
-         f"from {s.ctid} into {d.folder}")
-    with oplock.hold(dst_ct, f"cache copy --from {s.ctid}"):
+    dspec = session.config.container(dst)
+    sspec, dst_ct, src_ct = session.config.container(s.ctid), session.container(dspec.ctid), session.container(s.ctid)
+    # What dst holds, and so what to send, is read under dst's lease: a deploy or warmup of another
+    # controller cannot change it between the decision and the copy.
+    with oplock.hold(dst_ct, f"cache copy --from {s.ctid}") as lease:
+        d = look(session, dspec.ctid)
+        check(s, d)
+        wanted = sorted(p for p in s.files if p not in d.files)
+        echo(f"==> copying {len(wanted)} of {len(s.files)} cache file(s) "
+             f"({sum(s.files[p] for p in wanted) / 2**20:.1f} MiB) from {s.ctid} into {d.folder}")
         if dst_ct.dry:
             return Copied(s.ctid, d.ctid, "dry run", 0, 0, 0, len(s.files), 0.0)
         if wanted:
@@ -200,6 +202,7 @@ def copy(session: Session, src, dst, *, echo: Callable[[str], None] = print, src
         else:
             summary, via = {"written": 0, "bytes": 0, "present": 0}, "nothing to send"
         assert s.passport is not None  # check(s, d) refuses a source without one
+        lease.verify()  # a copy that lost its lease says nothing: no passport, no warmup records
         wm.write_passport(dst_ct, d.folder, {**s.passport, "copied_from": s.ctid,
                                              "copied_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         end = time.time()
