@@ -34,6 +34,9 @@ def commands(monkeypatch):
     return seen
 
 
+@pytest.mark.fault("A one-off `remote exec` with no kept connection",
+                   "one container command, no probe first: in the checkout with the job's environment once "
+                   "deployed, plainly from /root before (bench/oneoff.py: cold vs by hand)")
 def test_exec_in_a_deployed_container_is_one_command_with_the_job_environment(deployed, lab_hosts, lab_session,
                                                                                 commands):
     spec = lab_session.config.container(A)
@@ -49,6 +52,9 @@ def test_exec_in_a_deployed_container_is_one_command_with_the_job_environment(de
     assert "REMOTE_JOB_VARS" not in got["env"]
 
 
+@pytest.mark.fault("A one-off `remote exec` with no kept connection",
+                   "one container command, no probe first: in the checkout with the job's environment once "
+                   "deployed, plainly from /root before (bench/oneoff.py: cold vs by hand)")
 def test_exec_before_a_deploy_is_one_plain_command_from_root(lab_hosts, commands):
     other = load_config(lab_hosts, **{"venv:\n": "venv:\n  path: /root/not-deployed-venv\n"})
     with remote.Fleet(config.load(str(other)), keep=False) as fleet:
