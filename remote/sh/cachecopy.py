@@ -196,7 +196,10 @@ def main():
         send(folder)
     elif mode == "recv":
         os.makedirs(folder, exist_ok=True)
-        recv(folder)
+        try:
+            recv(folder)
+        except ValueError as exc:  # a refused path: said, not a traceback
+            sys.exit(f"cachecopy: {exc}")
     else:
         sys.exit(f"cachecopy: unknown mode {mode!r}")
 
