@@ -21,6 +21,7 @@ from remote import config  # noqa: E402
 from remote.ops.deploy import UV_ENV, deploy  # noqa: E402
 from remote.facts import uv_path  # noqa: E402
 from remote.transport.session import Session  # noqa: E402
+from remote.target import resolve as target_of
 
 # In the container: time one fresh venv built from the deployed lock, by uv and by pip. Each tool
 # runs once untimed first, so both caches are warm, as on a second deploy.
@@ -50,7 +51,7 @@ def main() -> None:
     for _ in range(args.repeat):
         start = time.perf_counter()
         with Session(cfg, agent=True) as s:  # a new connection (and agent) each time, as `remote deploy` has
-            summary = deploy(s, args.container, echo=lambda line: None)
+            summary = deploy(target_of(s, args.container), echo=lambda line: None)
         lib.append(time.perf_counter() - start)
         assert summary.noop, "deploy was not a no-op: run `remote deploy` once first\n" + summary.render()
     cli = []

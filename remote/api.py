@@ -51,6 +51,7 @@ from .results import (
 
 if TYPE_CHECKING:  # imported where used: `import remote` loads no transport, no yaml
     from .config import Config, ContainerSpec
+    from .target import Target
     from .transport.pct import Container as _PctContainer
     from .transport.session import Session
 
@@ -253,8 +254,9 @@ class Fleet:
     def container(self, ctid: int | str | None = None) -> Container:
         """The container `ctid` (None: default_container, $REMOTE_CONTAINER or the only one). An id the
         hosts file does not list raises ConfigError, naming the ones it does."""
-        spec = self.config.container(ctid)
-        return Container(self, spec)
+        from .target import spec_of
+
+        return Container(self, spec_of(self.config, ctid))
 
     def select(self, which: int | str | Sequence[int | str] | None = ALL) -> list[int]:
         """The container ids `which` names: an id, a comma list, a group from `groups:`, `all`, or a list."""
@@ -533,6 +535,16 @@ class Container:
 
     def __init__(self, fleet: Fleet, spec: ContainerSpec):
         self.fleet, self.spec = fleet, spec
+        self._made: Target | None = None
+
+    @property
+    def _target(self) -> Target:
+        """The container resolved on the fleet's session (made on first use: reading settings connects nothing)."""
+        if self._made is None:
+            from .target import Target
+
+            self._made = Target(self.fleet._session, self.spec, self.fleet._emit)
+        return self._made
 
     def __repr__(self) -> str:
         return f"<remote.Container {self.id} on {self.host}>"
@@ -560,7 +572,7 @@ class Container:
         return self.fleet._session
 
     def _ct(self, venv_on_path: bool = True) -> _PctContainer:
-        return self._s.container(self.id, venv_on_path=venv_on_path)
+        return self._target.ct if venv_on_path else self._target.system
 
     # -- commands ------------------------------------------------------------------------------------
     def exec(self, argv: Sequence[str] | str, *, timeout: float | None = None, check: bool = False,
@@ -586,7 +598,7 @@ class Container:
         from .transport.session import Session
 
         with Session(self.fleet.config) as s:  # a pty session of its own; no agent to start for one shell
-            return open_shell(s, self.id, echo=self.fleet._emit)
+            return open_shell(dataclasses.replace(self._target, session=s), echo=self.fleet._emit)
 
     # -- files ---------------------------------------------------------------------------------------
     def push(self, src: str | os.PathLike, dest: str, *, attempts: int = 3,
@@ -617,7 +629,7 @@ class Container:
         from .ops.deploy import LockOnce, deploy
 
         lock = self.fleet._shared_value("deploy-lock", LockOnce)  # one resolved lock for the fleet's deploys
-        s = deploy(self._s, self.id, allow_dirty=allow_dirty, check=check, rollback=rollback, force=force,
+        s = deploy(self._target, allow_dirty=allow_dirty, check=check, rollback=rollback, force=force,
                    echo=self.fleet._emit, lock=lock)
         return DeployPlan(s.ctid, not check, tuple(s.changed), tuple(s.kept), tuple(s.saved), tuple(s.drift),
                           s.torch, s.seconds, s)
@@ -630,10 +642,10 @@ class Container:
         from .ops import warmup as wm
 
         if devices or self.fleet._groups:
-            results = wm.warmup(self._s, self.id, parallel=parallel, devices=list(devices) if devices else None,
+            results = wm.warmup(self._target, parallel=parallel, devices=list(devices) if devices else None,
                                 echo=self.fleet._emit)
         else:
-            got = cachecopy.warmup_or_copy(self._s, self.id, parallel=parallel, echo=self.fleet._emit)
+            got = cachecopy.warmup_or_copy(self._target, parallel=parallel, echo=self.fleet._emit)
             if isinstance(got, CacheCopy):
                 return Warmup(self.id, (), got.seconds, got.files, got.bytes, 0, 0, False, got)
             results = got
@@ -646,13 +658,13 @@ class Container:
         refused (WarmupError, naming each field) unless src's passport is what this container needs."""
         from .ops import cachecopy
 
-        return cachecopy.copy(self._s, self.fleet.config.container(src).ctid, self.id, echo=self.fleet._emit)
+        return cachecopy.copy(self.fleet.container(src)._target, self._target, echo=self.fleet._emit)
 
     def export_cache(self, path: str | os.PathLike) -> Path:
         """Write the container's compile cache folder to a local bundle (tar.gz)."""
         from .ops import warmup as wm
 
-        wm.export_cache(self._s, self.id, os.fspath(path), echo=self.fleet._emit)
+        wm.export_cache(self._target, os.fspath(path), echo=self.fleet._emit)
         return Path(path)
 
     def import_cache(self, path: str | os.PathLike) -> ImportedCache:
@@ -660,7 +672,7 @@ class Container:
         .refused: the members not imported, with why."""
         from .ops import warmup as wm
 
-        return wm.import_cache(self._s, self.id, os.fspath(path), echo=self.fleet._emit)
+        return wm.import_cache(self._target, os.fspath(path), echo=self.fleet._emit)
 
     # -- runs ----------------------------------------------------------------------------------------
     def train(self, *, detach: bool = True, force: bool = False, warmup: bool = False) -> Run:
@@ -670,7 +682,7 @@ class Container:
         from .ops import jobs
 
         ct, spec, emit = self._ct(), self.spec, self.fleet._emit
-        run_id, _ = jobs.start(self._s, self.id, force=force, warmup=warmup, echo=emit)
+        run_id, _ = jobs.start(self._target, force=force, warmup=warmup, echo=emit)
         if self.fleet.dry:
             return Run(self, run_id)
         run = Run(self, run_id)
@@ -738,7 +750,7 @@ class Container:
         """Record a finished run and the container's facts as its known-good (for doctor): the record."""
         from .runs.knowngood import record_run
 
-        return record_run(self._s, self.id, run_id)
+        return record_run(self._target, run_id)
 
     def known_good_path(self) -> str:
         from .runs.knowngood import path_of
@@ -749,28 +761,28 @@ class Container:
         """Write one self-contained HTML file of a run: its path."""
         from .runs.report import write
 
-        return write(self._s, self.id, run_id, os.fspath(out) if out is not None else None)
+        return write(self._target, run_id, os.fspath(out) if out is not None else None)
 
     def pull_run(self, dest: str | os.PathLike, run_id: str | None = None, *,
                  on_bytes: bool = False) -> PulledRun:
         """A run's outputs, log, manifest and watch files into dest/<run id>/."""
         from .ops.jobs import pull_run
 
-        return pull_run(self._s, self.id, run_id, os.fspath(dest), progress=on_bytes, echo=self.fleet._emit)
+        return pull_run(self._target, run_id, os.fspath(dest), progress=on_bytes, echo=self.fleet._emit)
 
     # -- Proxmox snapshots ---------------------------------------------------------------------------
     def snapshots(self) -> list[Snapshot]:
         """The container's Proxmox snapshots (`pct listsnapshot`), oldest first."""
         from .ops import snapshots as snaps
 
-        return snaps.list_snapshots(self._s, self.id)
+        return snaps.list_snapshots(self._target)
 
     def rollback(self, snapshot: str | None = None, *, force: bool = False) -> RolledBack:
         """Roll the whole container back to a snapshot (default: the newest of remote's own), then start it
         again. BusyError while a run is live unless force; an unknown snapshot is a bad input (exit 2)."""
         from .ops import snapshots as snaps
 
-        return snaps.rollback(self._s, self.id, snapshot=snapshot, force=force, echo=self.fleet._emit)
+        return snaps.rollback(self._target, snapshot=snapshot, force=force, echo=self.fleet._emit)
 
     # -- health --------------------------------------------------------------------------------------
     def doctor(self, *, fresh: bool = False) -> list[Finding]:
@@ -778,7 +790,7 @@ class Container:
         that cannot be probed raises (ContainerNotRunning, TransportError, ...)."""
         from . import doctor as dr
 
-        facts = dr.gather(self._s.container(self.id, venv_on_path=False), self.spec, fresh=fresh)
+        facts = dr.gather(self._target.system, self.spec, fresh=fresh)
         report = dr.Report(self.id, self.host, dr.findings(facts, self.spec), facts)
         return list(_diagnosis(report).findings)
 

@@ -20,6 +20,7 @@ from .ops import passport as pp
 from .ops import venv as venvmod
 from .ops import warmup as wm
 from .results import Finding
+from .target import resolve
 from .transport.session import Session
 
 SCHEMA_VERSION = 1
@@ -349,7 +350,7 @@ def diagnose(session: Session, ctids: list[int], *, fresh: bool = False) -> list
         session.container(ctid, venv_on_path=False)
 
     def one(ctid: int) -> Report:
-        spec = session.config.container(ctid)
+        spec = resolve(session, ctid).spec
         try:
             facts = gather(session.container(spec.ctid, venv_on_path=False), spec, fresh=fresh)
         except RemoteError as exc:

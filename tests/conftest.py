@@ -20,6 +20,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's remote before an installed one
 
 from support import LAB_CONTAINERS, LAB_SECTIONS, LAB_WHEELS, free_port, tier_of  # noqa: E402
+from remote.target import resolve as target_of
 
 
 def pytest_collection_modifyitems(config, items):
@@ -102,6 +103,6 @@ def deployed(lab_session):
     """Container 200 deployed with the demo drafter and the pinned CPU torch."""
     from remote.ops.deploy import deploy
 
-    summary = deploy(lab_session, 200, echo=lambda s: None)
+    summary = deploy(target_of(lab_session, 200), echo=lambda s: None)
     assert summary.torch["torch"] == "2.13.0+cpu", summary.render()
     return summary

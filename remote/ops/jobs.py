@@ -26,6 +26,7 @@ from ..config import ContainerSpec
 from ..errors import CommandError, ConfigError, JobError, RemoteError, TransferError, UnknownRun
 from ..naming import printable
 from ..results import ContainerStatus, JobStatus, PulledRun, RunStatus, Stopped
+from ..target import Target
 from ..transport.pct import Container
 from ..transport.session import HostState, Session
 from . import files, jobenv, layout, logs, oplock, pyspy
@@ -398,11 +399,10 @@ def show_log(ct: Container, spec: ContainerSpec, run_id: str | None = None, *, f
     return final
 
 
-def start(session: Session, ctid=None, *, force: bool = False, warmup: bool = False, echo=print) -> tuple[str, int | None]:
+def start(t: Target, *, force: bool = False, warmup: bool = False, echo=print) -> tuple[str, int | None]:
     """Preflight (warming up first where only the warmup is missing and `warmup`), then launch detached:
     (run id, pid; None in a dry run). What train does before it follows; remote.api's Container.train."""
-    spec = session.config.container(ctid)
-    ct = session.container(spec.ctid)
+    session, spec, ct = t.session, t.spec, t.ct
 
     def checked_launch() -> tuple[str, int]:
         # Preflight and launch under one operation lease: no deploy from another controller can move the
@@ -418,7 +418,7 @@ def start(session: Session, ctid=None, *, force: bool = False, warmup: bool = Fa
     except JobError as exc:
         if not (warmup and only_warmup_missing(exc)):
             raise
-        wm.warmup(session, spec.ctid, echo=echo)  # takes the lease itself: ours was given back
+        wm.warmup(t, echo=echo)  # takes the lease itself: ours was given back
         run_id, pid = checked_launch()
     if session.dry:  # nothing was started: no pid to name
         echo(f"==> (dry run) run {run_id} would start in container {spec.ctid}; log {spec.train.run_dir}/{run_id}/log")
@@ -427,13 +427,12 @@ def start(session: Session, ctid=None, *, force: bool = False, warmup: bool = Fa
     return run_id, pid
 
 
-def train(session: Session, ctid=None, *, force: bool = False, warmup: bool = False, follow: bool = True,
+def train(t: Target, *, force: bool = False, warmup: bool = False, follow: bool = True,
           on_end=None, echo=print) -> dict | None:
     """Preflight, launch detached, then follow the log until the job ends (returns its state); then
     on_end(session, ct, spec, final, echo=echo) (the CLI passes remote.runs.knowngood.after_run)."""
-    spec = session.config.container(ctid)
-    ct = session.container(spec.ctid)
-    run_id, _ = start(session, spec.ctid, force=force, warmup=warmup, echo=echo)
+    session, spec, ct = t.session, t.spec, t.ct
+    run_id, _ = start(t, force=force, warmup=warmup, echo=echo)
     if not follow or session.dry:
         return None
     try:
@@ -447,11 +446,10 @@ def train(session: Session, ctid=None, *, force: bool = False, warmup: bool = Fa
     return final
 
 
-def pull_run(session: Session, ctid, run_id: str | None, dest: str, *, progress: bool = True, echo=print) -> PulledRun:
+def pull_run(t: Target, run_id: str | None, dest: str, *, progress: bool = True, echo=print) -> PulledRun:
     """Bring a run's log, manifest and outputs (train.outputs, relative to the checkout) into dest/<run id>/:
     streamed and verified like `remote pull`."""
-    spec = session.config.container(ctid)
-    ct = session.container(spec.ctid)
+    spec, ct = t.spec, t.ct
     st = state(ct, spec, None if run_id in (None, "latest") else run_id)
     if not st.get("run"):
         raise JobError(f"container {spec.ctid} has no run {'' if run_id in (None, 'latest') else run_id + ' '}"

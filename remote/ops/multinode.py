@@ -21,6 +21,7 @@ from .. import shell
 from ..config import ContainerSpec
 from ..errors import CommandError, ConfigError, JobError, RemoteError
 from ..naming import printable
+from ..target import resolve
 from ..transport.session import Session
 from . import fleet, jobs
 from . import warmup as wm
@@ -91,7 +92,7 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
           echo: Callable[[str], None] = print) -> dict | None:
     """Preflight every node, then start one run on all of them; follow until it ends (returns
     follow_run's result), or None when not following."""
-    specs = [session.config.container(i) for i in ids]
+    specs = [resolve(session, i).spec for i in ids]
     for i in ids:  # each host's transport made here, before the threads ask for it
         session.container(i)
     run_id = jobs.new_run_id()
@@ -101,13 +102,13 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
             raise ConfigError(session.config.file, "train.command", "set the training command to run")
 
     def check(ctid: int):
-        spec, ct = session.config.container(ctid), session.container(ctid)
+        spec, ct = resolve(session, ctid).spec, session.container(ctid)
         try:
             return jobs.preflight(ct, spec, echo=echo)
         except JobError as exc:
             if not (warmup and jobs.only_warmup_missing(exc)):
                 return exc
-            wm.warmup(session, ctid, echo=echo)
+            wm.warmup(resolve(session, ctid, echo=echo), echo=echo)
             return jobs.preflight(ct, spec, echo=echo)
         except RemoteError as exc:
             return exc
@@ -117,7 +118,7 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
         if isinstance(pre, BaseException):
             return pre
         try:
-            return pre, node_iface(session, session.config.container(ctid), session.config.file)
+            return pre, node_iface(session, resolve(session, ctid).spec, session.config.file)
         except RemoteError as exc:
             return exc
 
@@ -165,7 +166,7 @@ def stop_nodes(session: Session, ids: list[int], run_id: str, grace: int = 10) -
         session.container(i)
     def one(ctid: int):
         try:
-            return jobs.stop(session.container(ctid), session.config.container(ctid), run_id, grace=grace)
+            return jobs.stop(session.container(ctid), resolve(session, ctid).spec, run_id, grace=grace)
         except RemoteError as exc:
             return exc
 
@@ -180,14 +181,14 @@ def follow_run(session: Session, ids: list[int], run_id: str, *, echo: Callable[
         session.container(i)
     finals: dict[int, dict] = {}
     done = threading.Event()
-    master = session.config.container(ids[0])
+    master = resolve(session, ids[0]).spec
 
     def met(ctid: int, st: dict) -> str:
         """Why, when the nodes never met: the run ended at its rendezvous, not in training."""
         if not rendezvous_failed(st):
             return ""
         return (f": the nodes did not meet at {master.address}:{master.train.master_port} within "
-                f"train.rendezvous_timeout ({session.config.container(ctid).train.rendezvous_timeout} s) -- "
+                f"train.rendezvous_timeout ({resolve(session, ctid).spec.train.rendezvous_timeout} s) -- "
                 "every node must reach that address and port, and torchrun's --nnodes must be the number of "
                 "containers listed ({nnodes})")
     failure: list[tuple[int, str]] = []
@@ -196,7 +197,7 @@ def follow_run(session: Session, ids: list[int], run_id: str, *, echo: Callable[
         while not done.wait(POLL_S):
             try:
                 states = fleet.map_each(session.config, ids, lambda c: jobs.state(
-                    session.container(c), session.config.container(c), run_id))
+                    session.container(c), resolve(session, c).spec, run_id))
             except RemoteError:
                 continue  # a lost connection: the followers reconnect; look again next time
             bad = [(c, st) for c, st in zip(ids, states, strict=True) if not st["alive"] and jobs.final_status(st)]
@@ -212,7 +213,7 @@ def follow_run(session: Session, ids: list[int], run_id: str, *, echo: Callable[
                 return
 
     def one(ctid: int) -> None:
-        spec = session.config.container(ctid)
+        spec = resolve(session, ctid).spec
         finals[ctid] = jobs.show_log(session.container(ctid), spec, run_id, follow=True)
 
     guard = threading.Thread(target=watchdog, daemon=True)
@@ -262,7 +263,7 @@ def final_status(result: dict) -> int:
 
 def nodes_of(session: Session, ctid, run_id: str | None) -> tuple[str | None, list[int]]:
     """The run (latest, or run_id) of container ctid and its nodes ([] for a single-node run)."""
-    spec = session.config.container(ctid)
+    spec = resolve(session, ctid).spec
     st = jobs.state(session.container(spec.ctid), spec, run_id)
     nodes = (st.get("manifest") or {}).get("nodes") or []
     return st.get("run"), [int(n) for n in nodes if int(n) in session.config.containers]

@@ -15,6 +15,7 @@ from remote.ops.deploy import deploy
 from remote.errors import WarmupError
 from remote.ops.jobs import stop, train
 from remote.transport.session import Session
+from remote.target import resolve as target_of
 
 pytestmark = pytest.mark.lab
 quiet = dict(echo=lambda s: None)
@@ -31,8 +32,8 @@ def warmed(deployed, lab_session):
     # as a test may, so that the first warmup starts cold.
     aside = f'for d in {CACHE}/torch-*; do [ -e "$d" ] && mv "$d" "$d.aside-$$"; done; true'
     lab_session.container(200).run(["bash", "-c", aside])
-    first = wm.warmup(lab_session, 200, **quiet)
-    second = wm.warmup(lab_session, 200, **quiet)
+    first = wm.warmup(target_of(lab_session, 200), **quiet)
+    second = wm.warmup(target_of(lab_session, 200), **quiet)
     return first, second
 
 
@@ -50,13 +51,13 @@ def test_cold_then_warm(warmed):
 
 
 def test_parallel_warmups_are_separate_processes_and_all_succeed(warmed, lab_session):
-    results = wm.warmup(lab_session, 200, parallel=True, **quiet)
+    results = wm.warmup(target_of(lab_session, 200), parallel=True, **quiet)
     assert sorted(r.device for r in results) == ["0", "1"] and all(r.report["sealed"] for r in results)
 
 
 def test_training_threads_after_the_guard_compile_nothing_new(warmed, lab_session):
     lines = []
-    final = train(lab_session, 200, echo=lines.append)
+    final = train(target_of(lab_session, 200), echo=lines.append)
     assert final["exit"] == 0, "\n".join(lines)
     guard = json.loads(next(l for l in lines if "REMOTE_GUARD" in l).split("REMOTE_GUARD ", 1)[1])
     assert guard["sealed"] and guard["fxgraph_miss"] == 0 and guard["autograd_miss"] == 0, guard
@@ -67,12 +68,12 @@ def test_training_threads_after_the_guard_compile_nothing_new(warmed, lab_sessio
 def test_the_cache_survives_deploy_train_stop_and_a_venv_rebuild(warmed, lab_session, lab_hosts, ct):
     before = cache_files(ct)
     assert any("inductor" in f for f in before)
-    train(lab_session, 200, follow=False, **quiet)
+    train(target_of(lab_session, 200), follow=False, **quiet)
     stop(ct, lab_session.config.container(200), grace=2)
     rebuilt = load_config(lab_hosts, **{"numpy==2.2.6]": "numpy==2.2.6, mpmath==1.3.0]"})
     with Session(config.load(str(rebuilt))) as s:
-        assert any("venv" in c for c in deploy(s, 200, **quiet).changed)
-    deploy(lab_session, 200, **quiet)
+        assert any("venv" in c for c in deploy(target_of(s, 200), **quiet).changed)
+    deploy(target_of(lab_session, 200), **quiet)
     assert before <= cache_files(ct)
 
 
@@ -163,7 +164,7 @@ def test_a_warmup_of_an_edited_checkout_or_a_polluted_venv_is_refused(deployed, 
     try:
         with pytest.raises(WarmupError, match=r"checkout /root/dflash has edits \(drafter/__init__.py\).*"
                                               r"`remote deploy` restores it"):
-            wm.warmup(lab_session, 200, **quiet)
+            wm.warmup(target_of(lab_session, 200), **quiet)
     finally:
         ct.run(["git", "-C", "/root/dflash", "checkout", "--", "drafter/__init__.py"])
     site = ct.run(["/root/venv/bin/python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).out.strip()
@@ -172,7 +173,7 @@ def test_a_warmup_of_an_edited_checkout_or_a_polluted_venv_is_refused(deployed, 
                           f'> {info}/METADATA && printf "pip\\n" > {info}/INSTALLER'])
     try:
         with pytest.raises(WarmupError, match=r"extra package not in the spec: intruder==1.0"):
-            wm.warmup(lab_session, 200, **quiet)
+            wm.warmup(target_of(lab_session, 200), **quiet)
     finally:
         ct.run(["rm", "-rf", info])
     assert ct.run(["bash", "-c", f"cat {CACHE}/warmups.jsonl 2>/dev/null; true"]).out == before
