@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import ConfigError, JobError, RemoteError
+from .events import Sink
 from .results import (
     CacheCopy,
     Finding,
@@ -62,6 +63,7 @@ OutputCallback = Callable[[str, bytes], None]  # ("stdout" | "stderr", chunk), a
 T = TypeVar("T")
 
 ALL = "all"
+PROGRESS_EVERY = 15.0  # seconds between a group's progress lines (prefix_output)
 
 
 # -- what calls return ---------------------------------------------------------------------------------
@@ -181,28 +183,43 @@ class GpuReport:
 
 # -- the fleet: a hosts file, one connection per host --------------------------------------------------
 
-def _emitter(progress: Progress | None) -> Progress:
-    def emit(line: str) -> None:
+class _Emitter:
+    """Where a fleet's operations report: each line to `logging`, to `progress` as text, to `events` as its
+    typed event (remote.events); and the step each container is at, for a group's progress line."""
+
+    def __init__(self, progress: Progress | None, events: Sink | None):
+        self.progress, self.events = progress, events
+        self.steps: dict[int, str] = {}
+
+    def __call__(self, line: str) -> None:
+        from .events import StepStarted, event_of
+
         log.info("%s", line)
-        if progress is not None:
-            progress(line)
-    return emit
+        event = event_of(line)
+        if isinstance(event, StepStarted) and event.container is not None:
+            self.steps[event.container] = event.step
+        if self.progress is not None:
+            self.progress(line)
+        if self.events is not None:
+            self.events(event)
 
 
 def open(source: str | os.PathLike | Mapping[str, Any] | None = None, *, dry: bool = False,
-         progress: Progress | None = None, keep: bool = True) -> Fleet:
+         progress: Progress | None = None, keep: bool = True, events: Sink | None = None) -> Fleet:
     """The fleet of a hosts file (a path; None: $REMOTE_HOSTS_FILE, else ./hosts.yaml) or of a config
     built in code (a dict in the hosts file's shape). Bad input raises ConfigError naming the file and key.
 
     `dry`: mutating commands are described through `progress` instead of run. `keep`: SSH hosts through
-    their kept connection (as the command line does), so the next process connects at once."""
+    their kept connection (as the command line does), so the next process connects at once. `progress`
+    gets each line of progress as text, `events` as a typed event (remote.events); without either, nothing
+    of it leaves the library but `logging`."""
     from . import config as cfg
 
     if isinstance(source, Mapping):
         config = cfg.parse(dict(source), "<dict>")
     else:
         config = cfg.load(os.fspath(source) if source is not None else None)
-    return Fleet(config, dry=dry, progress=progress, keep=keep)
+    return Fleet(config, dry=dry, progress=progress, keep=keep, events=events)
 
 
 class Fleet:
@@ -211,10 +228,11 @@ class Fleet:
     config: Config
     dry: bool
 
-    def __init__(self, config: Config, *, dry: bool = False, progress: Progress | None = None, keep: bool = True):
+    def __init__(self, config: Config, *, dry: bool = False, progress: Progress | None = None, keep: bool = True,
+                 events: Sink | None = None):
         self.config = config
         self.dry = dry
-        self._emit = _emitter(progress)
+        self._emit = _Emitter(progress, events)
         self._keep = keep
         self._made: Session | None = None  # made on first use: a fleet that only reads its config connects nothing
         self._shared: dict = {}
@@ -292,6 +310,30 @@ class Fleet:
                 self._shared[key] = factory()
             return self._shared[key]
 
+    def _watching(self, prefix_output: bool) -> dict[str, Any]:
+        """What a group call does as its containers end and while they run, for a command line
+        (prefix_output): a failure's message reported in its container's thread (so it is marked with it),
+        and every PROGRESS_EVERY seconds a line of what each container is doing. Without it: nothing."""
+        if not prefix_output:
+            return {}
+        from .naming import printable
+
+        last = [time.monotonic()]
+
+        def on_done(o: Outcome[Any]) -> None:
+            if o.error is not None and o.message:
+                self._emit(printable(o.message, lines=True))
+
+        def on_tick(running: dict[int, float]) -> None:
+            now = time.monotonic()
+            if now - last[0] < PROGRESS_EVERY:
+                return
+            last[0] = now
+            self._emit("-- in progress: " + "; ".join(
+                f"{c}: {self._emit.steps.get(c, 'started')[:60]} ({now - since:.0f}s)" for c, since in sorted(running.items())))
+
+        return {"on_done": on_done, "on_tick": on_tick}
+
     # -- the fleet at a glance ------------------------------------------------------------------
     def status(self, which: int | str | Sequence[int | str] | None = None) -> FleetStatus:
         """Each host reachable or not, each container's state and its latest run (the data of `remote status`)."""
@@ -363,20 +405,15 @@ class Fleet:
         GroupResult per container (values None; a failure's error is a WarmupError with its message)."""
         from .errors import WarmupError
         from .ops import cachecopy
-        from .ops import fleet as fleetmod
 
         ids = self.select(which)
         s = self._session
-        for i in ids:  # every host's transport made here, in one thread: Session's map is not locked
-            s.transport(self.config.containers[i].host)
         with self._grouped():
-            outcomes = cachecopy.warm_fleet(s, ids, fail_fast=fail_fast, parallel=parallel, echo=self._emit,
-                                            runner=fleetmod.run_each if prefix_output else _run_quiet)
-        result: GroupResult[None] = GroupResult()
-        for o in outcomes:
-            result[o.ctid] = Outcome(o.ctid, o.host, None, WarmupError(o.message) if o.result == "failed" else None,
-                                     o.seconds, o.result == "skipped", o.code, o.message)
-        return result
+            got = cachecopy.warm_fleet(s, ids, fail_fast=fail_fast, parallel=parallel, echo=self._emit,
+                                       **self._watching(prefix_output))
+        # a failure's error is a WarmupError with its message (the exception of a warmup or a copy, worded)
+        return GroupResult({c: dataclasses.replace(o, error=WarmupError(o.message)) if o.error is not None else o
+                            for c, o in got.items()})
 
     def train_nodes(self, which: int | str | Sequence[int | str], *, force: bool = False, warmup: bool = False,
                     follow: bool = True) -> int:
@@ -384,7 +421,8 @@ class Fleet:
         until it ends: its exit status (0 when detached)."""
         from .ops import multinode
 
-        result = multinode.train(self._session, self.select(which), force=force, warmup=warmup, follow=follow)
+        result = multinode.train(self._session, self.select(which), force=force, warmup=warmup, follow=follow,
+                                 echo=self._emit)
         return multinode.final_status(result) if result else 0
 
     def follow_nodes(self, ctid: int, run: str | None = None) -> int | None:
@@ -395,7 +433,7 @@ class Fleet:
         run_id, nodes = multinode.nodes_of(self._session, ctid, run)
         if len(nodes) < 2 or run_id is None:
             return None
-        return multinode.final_status(multinode.follow_run(self._session, nodes, run_id))
+        return multinode.final_status(multinode.follow_run(self._session, nodes, run_id, echo=self._emit))
 
     def disconnect(self, host: str | None = None) -> list[int]:
         """End this hosts file's kept connections now (one host's, or every one): the pids ended."""
@@ -445,29 +483,12 @@ class Group:
         containers not started yet are skipped after the first failure. prefix_output (for a command
         line): what fn prints goes out line by line with `[id] ` in front, a progress line every 15 s on
         stderr; without it nothing is printed."""
-        from .ops import fleet as fleetmod
+        from . import executor
 
         by_id = {c.id: c for c in self.members}
-        for c in self.members:  # every host's transport made here, in one thread: Session's map is not locked
-            self.fleet._session.transport(c.spec.host)
-        values: dict[int, Any] = {}
-        errors: dict[int, BaseException] = {}
-
-        def one(ctid: int) -> None:
-            try:
-                values[ctid] = fn(by_id[ctid])
-            except BaseException as exc:  # noqa: BLE001 -- recorded as this container's outcome
-                errors[ctid] = exc
-                raise
-
-        runner = fleetmod.run_each if prefix_output else _run_quiet
         with self.fleet._grouped():
-            outcomes = runner(self.fleet.config, self.ids, one, fail_fast=fail_fast, progress=prefix_output)
-        result: GroupResult[T] = GroupResult()
-        for o in outcomes:
-            result[o.ctid] = Outcome(o.ctid, o.host, values.get(o.ctid), errors.get(o.ctid), o.seconds,
-                                     o.result == "skipped", o.code, o.message)
-        return result
+            return executor.each(self.fleet.config, self.ids, lambda ctid: fn(by_id[ctid]), fail_fast=fail_fast,
+                                 **self.fleet._watching(prefix_output))
 
     def exec(self, argv: Sequence[str] | str, **kwargs: Any) -> GroupResult[Result]:
         return self.map(lambda c: c.exec(argv, **kwargs))
@@ -487,42 +508,6 @@ class Group:
     def pull(self, src: str, dest: str | os.PathLike, **kwargs: Any) -> GroupResult[Transfer]:
         """Each container's files into dest/<id>/: never two containers' files in one place."""
         return self.map(lambda c: c.pull(src, os.path.join(os.fspath(dest), str(c.id)), **kwargs))
-
-
-def _run_quiet(config: Config, ids: list[int], fn: Callable[[int], None], *, fail_fast: bool,
-               progress: bool) -> list:
-    """ops.fleet.run_each without its output routing (for scripts: nothing printed)."""
-    from .ops.fleet import Outcome as FleetOutcome
-    from .ops.fleet import _failure as failure
-
-    limits = {name: threading.BoundedSemaphore(h.max_parallel) for name, h in config.hosts.items()}
-    outcomes = {i: FleetOutcome(i, config.containers[i].host.name, "skipped") for i in ids}
-    stop = threading.Event()
-
-    def worker(ctid: int) -> None:
-        out = outcomes[ctid]
-        with limits[out.host]:
-            if stop.is_set():
-                return
-            start = time.monotonic()
-            try:
-                fn(ctid)
-                out.result = "ok"
-            except BaseException as exc:  # noqa: BLE001 -- kept in the GroupResult
-                out.result = "failed"
-                out.code, out.message = (130, "interrupted") if isinstance(exc, KeyboardInterrupt) else failure(exc)
-                if fail_fast:
-                    stop.set()
-            finally:
-                out.seconds = time.monotonic() - start
-
-    threads = [threading.Thread(target=worker, args=(i,), daemon=True, name=f"remote-{i}") for i in ids]
-    for t in threads:
-        t.start()
-    for t in threads:
-        while t.is_alive():
-            t.join(0.2)
-    return [outcomes[i] for i in ids]
 
 
 # -- one container ---------------------------------------------------------------------------------------
@@ -977,11 +962,20 @@ def disconnect(hosts: str | os.PathLike | None = None, host: str | None = None) 
     return keeper.disconnect(config_file, host)
 
 
-def progress_printer(label: str) -> Callable[[int, int], None]:
-    """An on_bytes callback for push/pull that draws progress on stderr (for a command line, not a library)."""
+def progress_printer(label: str, stream: Any = None) -> Callable[[int, int], None]:
+    """An on_bytes callback for push/pull that draws progress on stderr, or on `stream` (for a command line,
+    not a library)."""
     from .ops import files
 
-    return files.ProgressPrinter(label)
+    return files.ProgressPrinter(label, stream)
+
+
+def current_container() -> int | None:
+    """The container whose part of a group call this thread runs (None outside one): a command line marks
+    what it prints with it."""
+    from .events import CONTAINER
+
+    return CONTAINER.get()
 
 
 # -- text the command line shows: one definition each, shared with the library's own messages ------------

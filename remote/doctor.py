@@ -344,7 +344,7 @@ class Report:
 def diagnose(session: Session, ctids: list[int], *, fresh: bool = False) -> list[Report]:
     """One report per container, all containers at once (bounded per host); a container that cannot be
     probed is a report with its error. `fresh`: ask torch again rather than use a kept answer."""
-    from .ops import fleet
+    from . import executor
 
     for ctid in ctids:  # each host's transport made here, in one thread: threads would each make their own
         session.container(ctid, venv_on_path=False)
@@ -357,7 +357,7 @@ def diagnose(session: Session, ctids: list[int], *, fresh: bool = False) -> list
             return Report(spec.ctid, spec.host.name, [], None, str(exc))
         return Report(spec.ctid, spec.host.name, findings(facts, spec), facts)
 
-    return fleet.map_each(session.config, ctids, one)
+    return executor.values(session.config, ctids, one)
 
 
 def to_json(reports: list[Report]) -> dict:

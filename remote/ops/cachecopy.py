@@ -23,14 +23,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .. import shell
+from .. import executor, shell
 from ..errors import RemoteError, TransferError, WarmupError
+from ..events import quiet
 from ..naming import copied_line
-from ..results import CacheCopy
+from ..results import CacheCopy, GroupResult, Outcome
 from ..target import Target, resolve
 from ..transport.pct import DEFAULT_PATH, Container
 from ..transport.session import Session
-from . import fleet, jobenv, oplock
+from . import jobenv, oplock
 from . import passport as pp
 from . import warmup as wm
 
@@ -163,7 +164,7 @@ def _stream_copy(src_ct: Container, dst_ct: Container, src_folder: str, dst_fold
     return summary, via
 
 
-def copy(src: Target, dst: Target, *, echo: Callable[[str], None] = print, src_holding: Holding | None = None,
+def copy(src: Target, dst: Target, *, echo: Callable[[str], None] = quiet, src_holding: Holding | None = None,
          cut_after: int | None = None, via_controller: bool = False) -> CacheCopy:
     """Copy src's compile cache into dst: refused (CacheMismatch, naming each field) unless src's
     passport is what dst needs; only the files dst lacks; records dst's warmups as copied."""
@@ -227,7 +228,7 @@ def find_source(t: Target, *, exclude: tuple[int, ...] = ()) -> Holding | None:
         except RemoteError:
             return None
 
-    found = [h for h in fleet.map_each(session.config, candidates, one)
+    found = [h for h in executor.values(session.config, candidates, one)
              if h is not None and h.files and not pp.differences(h.passport, me.want)]
     return max(found, key=lambda h: len(h.files)) if found else None
 
@@ -249,7 +250,7 @@ def plan(session: Session, ids: list[int]) -> Plan:
         except RemoteError as exc:
             return exc
 
-    looked = dict(zip(ids, fleet.map_each(session.config, ids, one), strict=True))
+    looked = dict(zip(ids, executor.values(session.config, ids, one), strict=True))
     holdings = {c: h for c, h in looked.items() if isinstance(h, Holding)}
     alone = {c: f"its cache could not be read: {h}" for c, h in looked.items() if not isinstance(h, Holding)}
     leaders: dict[int, list[int]] = {}
@@ -268,10 +269,11 @@ def plan(session: Session, ids: list[int]) -> Plan:
 
 
 def warm_fleet(session: Session, ids: list[int], *, fail_fast: bool = False, parallel: bool = False,
-               echo: Callable[[str], None] = print, runner: Callable = fleet.run_each) -> list[fleet.Outcome]:
+               echo: Callable[[str], None] = quiet, on_done: Callable[[Outcome[None]], None] | None = None,
+               on_tick: Callable[[dict[int, float]], None] | None = None) -> GroupResult[None]:
     """`remote warmup -c 200,201,202`: one warmup per group of containers that would write the same
-    passport, then its cache copied to the rest of the group; the others warmed on their own. runner: how
-    the containers run at once (fleet.run_each: output lines prefixed `[id] `; remote.api's quiet one)."""
+    passport, then its cache copied to the rest of the group; the others warmed on their own (at once,
+    through remote.executor: on_done and on_tick are its)."""
     p = plan(session, ids)
     for leader, rest in p.leaders.items():
         echo(f"==> warming {leader} for {', '.join(map(str, [leader, *rest]))} (same passport), then copying its cache "
@@ -288,7 +290,7 @@ def warm_fleet(session: Session, ids: list[int], *, fail_fast: bool = False, par
             failed.add(c)
             raise
 
-    outcomes = {o.ctid: o for o in runner(session.config, first, warm, fail_fast=fail_fast, progress=True)}
+    outcomes = dict(executor.each(session.config, first, warm, fail_fast=fail_fast, on_done=on_done, on_tick=on_tick))
     followers = {c: leader for leader, rest in p.leaders.items() for c in rest}
 
     def follow(c: int) -> None:
@@ -296,13 +298,16 @@ def warm_fleet(session: Session, ids: list[int], *, fail_fast: bool = False, par
         if leader in failed:
             raise WarmupError(f"not copied: the warmup of {leader}, which was to serve it, failed")
         copy(resolve(session, leader), resolve(session, c), echo=echo)
+        return None
 
     order = [c for c in ids if c in followers]
     if order and not (fail_fast and failed):
-        outcomes.update({o.ctid: o for o in runner(session.config, order, follow, fail_fast=fail_fast, progress=True)})
+        outcomes.update(executor.each(session.config, order, follow, fail_fast=fail_fast, on_done=on_done,
+                                      on_tick=on_tick))
+    result: GroupResult[None] = GroupResult()
     for c in ids:
-        outcomes.setdefault(c, fleet.Outcome(c, session.config.containers[c].host.name, "skipped"))
-    return [outcomes[c] for c in ids]
+        result[c] = outcomes.get(c) or Outcome(c, session.config.containers[c].host.name, skipped=True)
+    return result
 
 
 def inventory(session: Session, ids: list[int]) -> list[Holding | RemoteError]:
@@ -313,10 +318,10 @@ def inventory(session: Session, ids: list[int]) -> list[Holding | RemoteError]:
         except RemoteError as exc:
             return exc
 
-    return fleet.map_each(session.config, ids, one)
+    return executor.values(session.config, ids, one)
 
 
-def warmup_or_copy(t: Target, *, parallel: bool = False, echo: Callable[[str], None] = print):
+def warmup_or_copy(t: Target, *, parallel: bool = False, echo: Callable[[str], None] = quiet):
     """`remote warmup -c 201`: where 201 has no warmup for what it runs now and another container of the
     hosts file holds a cache made for exactly that, copy it (a CacheCopy); otherwise warm up (DeviceResults)."""
     spec, ct = t.spec, t.ct

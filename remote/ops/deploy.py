@@ -20,6 +20,7 @@ from pathlib import Path
 from .. import facts, shell
 from ..config import ContainerSpec, VenvSpec
 from ..errors import BusyError, CommandError, DeployError, RemoteError
+from ..events import quiet
 from ..naming import printable
 from ..target import Target
 from ..transport.pct import Container
@@ -159,7 +160,7 @@ def make_plan(spec: ContainerSpec, state: dict, local: codemod.LocalCommit | Non
 
 
 def deploy(t: Target, *, allow_dirty: bool = False, check: bool = False, rollback: bool = False,
-           force: bool = False, echo: Callable[[str], None] = print, lease_ttl: float = oplock.TTL,
+           force: bool = False, echo: Callable[[str], None] = quiet, lease_ttl: float = oplock.TTL,
            lock: LockOnce | None = None) -> Summary:
     """Bring the container to the configured commit and venv; a no-op when both already match.
     `lock`, shared by the deploys of several containers, makes them all install the one lock it resolves.

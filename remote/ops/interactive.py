@@ -12,13 +12,14 @@ import os
 
 from .. import shell
 from ..errors import ContainerCommandNotFound, DeployError
+from ..events import quiet
 from ..target import Target
 from ..transport.pct import exec_argv
 from ..transport.tty import interactive
 from . import jobenv
 
 
-def open_shell(t: Target, *, echo=print) -> int:
+def open_shell(t: Target, *, echo=quiet) -> int:
     """Run the shell until it exits; its exit status."""
     from .warmup import deployed
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from .. import facts, shell
 from ..config import ContainerSpec
 from ..errors import CommandError, ConfigError, JobError, RemoteError, TransferError, UnknownRun
+from ..events import quiet
 from ..naming import printable
 from ..results import ContainerStatus, JobStatus, PulledRun, RunStatus, Stopped
 from ..target import Target
@@ -42,7 +43,7 @@ class Preflight:
     notes: list[str]
 
 
-def preflight(ct: Container, spec: ContainerSpec, *, echo=print, host_gpu=None) -> Preflight:
+def preflight(ct: Container, spec: ContainerSpec, *, echo=quiet, host_gpu=None) -> Preflight:
     """Everything that must be true before a training job starts, read in one facts probe (its GPU passthrough
     part included); every problem found is named at once, each with how to fix it. `host_gpu`: a callable
     that reads the host's GPU facts (remote.facts.gpu.read_host), run at the same time as the probe, for
@@ -162,7 +163,7 @@ def new_run_id() -> str:
 
 def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = False,
            command: str | None = None, run_id: str | None = None, extra: dict | None = None,
-           env: dict | None = None, held: oplock.Lease | None = None, echo=print) -> tuple[str, int]:
+           env: dict | None = None, held: oplock.Lease | None = None, echo=quiet) -> tuple[str, int]:
     """Start the job detached; returns (run id, pid). Refused while another job runs, unless forced.
     A multi-node run passes its one run id, its node's fields for the manifest (`extra`) and its node's
     environment (`env`, under train.env). The job's wrapper restarts it as train.restarts says, and the
@@ -373,7 +374,7 @@ watch_for = logs.watch_for
 
 
 def show_log(ct: Container, spec: ContainerSpec, run_id: str | None = None, *, follow: bool = False,
-             echo=print) -> dict:
+             echo=quiet) -> dict:
     """Print a run's log (collapsed progress bars, throughput warnings, crash hints); with follow, until
     the job ends. Returns the run's final state."""
     st = state(ct, spec, run_id)
@@ -399,7 +400,7 @@ def show_log(ct: Container, spec: ContainerSpec, run_id: str | None = None, *, f
     return final
 
 
-def start(t: Target, *, force: bool = False, warmup: bool = False, echo=print) -> tuple[str, int | None]:
+def start(t: Target, *, force: bool = False, warmup: bool = False, echo=quiet) -> tuple[str, int | None]:
     """Preflight (warming up first where only the warmup is missing and `warmup`), then launch detached:
     (run id, pid; None in a dry run). What train does before it follows; remote.api's Container.train."""
     session, spec, ct = t.session, t.spec, t.ct
@@ -428,7 +429,7 @@ def start(t: Target, *, force: bool = False, warmup: bool = False, echo=print) -
 
 
 def train(t: Target, *, force: bool = False, warmup: bool = False, follow: bool = True,
-          on_end=None, echo=print) -> dict | None:
+          on_end=None, echo=quiet) -> dict | None:
     """Preflight, launch detached, then follow the log until the job ends (returns its state); then
     on_end(session, ct, spec, final, echo=echo) (the CLI passes remote.runs.knowngood.after_run)."""
     session, spec, ct = t.session, t.spec, t.ct
@@ -446,7 +447,7 @@ def train(t: Target, *, force: bool = False, warmup: bool = False, follow: bool 
     return final
 
 
-def pull_run(t: Target, run_id: str | None, dest: str, *, progress: bool = True, echo=print) -> PulledRun:
+def pull_run(t: Target, run_id: str | None, dest: str, *, progress: bool = True, echo=quiet) -> PulledRun:
     """Bring a run's log, manifest and outputs (train.outputs, relative to the checkout) into dest/<run id>/:
     streamed and verified like `remote pull`."""
     spec, ct = t.spec, t.ct
@@ -499,11 +500,11 @@ def pull_run(t: Target, run_id: str | None, dest: str, *, progress: bool = True,
 def container_jobs(session: Session, hosts: list[HostState]) -> list[ContainerStatus]:
     """Per container of a reachable host: its state (as `inventory` found it) and its latest run
     (alive or lost, uptime, throughput with its unit, exit status)."""
-    from . import fleet
+    from .. import executor
 
     known = {ctid: state for host in hosts if host.reachable for ctid, state in host.containers.items()}
     # Every container at once (bounded per host), over each host's one connection.
-    return fleet.map_each(session.config, list(known),
+    return executor.values(session.config, list(known),
                           lambda ctid: _container_job(session, session.config.containers[ctid], known[ctid]))
 
 

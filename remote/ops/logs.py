@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from .. import shell
 from ..errors import ConnectError, TransportError
+from ..events import quiet
 from ..results import Metric as MetricValue
 from ..transport.pct import Container
 
@@ -248,7 +249,7 @@ class Watch:
 
 def follow(ct: Container, run: str, run_id: str, *, offset: int = 0, on_bytes: Callable[[bytes], None],
            follow_: bool = True, slice_seconds: int = 300, reconnect: Callable[[], None] | None = None,
-           max_reconnects: int = 20, sleep=time.sleep, echo=print) -> int:
+           max_reconnects: int = 20, sleep=time.sleep, echo=quiet) -> int:
     """Stream the log of `run` (a run folder) from byte `offset`; returns the final offset.
 
     With follow_, keeps streaming until the run ends (remote/sh/lib.sh: no exit record and a live leader

@@ -17,13 +17,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from .. import shell
+from .. import executor, shell
 from ..config import ContainerSpec
 from ..errors import CommandError, ConfigError, JobError, RemoteError
+from ..events import quiet
 from ..naming import printable
 from ..target import resolve
 from ..transport.session import Session
-from . import fleet, jobs
+from . import jobs
 from . import warmup as wm
 
 FIELDS = ("nnodes", "node_rank", "master_addr", "master_port", "node_addr", "run_id")
@@ -89,7 +90,7 @@ def rendezvous_failed(st: dict) -> bool:
 
 
 def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool = False, follow: bool = True,
-          echo: Callable[[str], None] = print) -> dict | None:
+          echo: Callable[[str], None] = quiet) -> dict | None:
     """Preflight every node, then start one run on all of them; follow until it ends (returns
     follow_run's result), or None when not following."""
     specs = [resolve(session, i).spec for i in ids]
@@ -122,7 +123,7 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
         except RemoteError as exc:
             return exc
 
-    checked = fleet.map_each(session.config, ids, check_node)
+    checked = executor.values(session.config, ids, check_node)
     failed = [(ctid, p) for ctid, p in zip(ids, checked, strict=True) if isinstance(p, BaseException)]
     if failed:
         raise JobError("preflight failed, nothing was started: " + "; ".join(f"container {c}: {e}" for c, e in failed))
@@ -170,10 +171,10 @@ def stop_nodes(session: Session, ids: list[int], run_id: str, grace: int = 10) -
         except RemoteError as exc:
             return exc
 
-    return dict(zip(ids, fleet.map_each(session.config, ids, one), strict=True))
+    return dict(zip(ids, executor.values(session.config, ids, one), strict=True))
 
 
-def follow_run(session: Session, ids: list[int], run_id: str, *, echo: Callable[[str], None] = print) -> dict:
+def follow_run(session: Session, ids: list[int], run_id: str, *, echo: Callable[[str], None] = quiet) -> dict:
     """Every node's log merged (lines marked `[id] `) until the run ends on all of them; the first node that
     fails (or is lost) has the run stopped on every other node. Returns {run, nodes: ctid -> final state,
     failed: the node that failed first, or None}."""
@@ -196,7 +197,7 @@ def follow_run(session: Session, ids: list[int], run_id: str, *, echo: Callable[
     def watchdog() -> None:
         while not done.wait(POLL_S):
             try:
-                states = fleet.map_each(session.config, ids, lambda c: jobs.state(
+                states = executor.values(session.config, ids, lambda c: jobs.state(
                     session.container(c), resolve(session, c).spec, run_id))
             except RemoteError:
                 continue  # a lost connection: the followers reconnect; look again next time
@@ -214,18 +215,18 @@ def follow_run(session: Session, ids: list[int], run_id: str, *, echo: Callable[
 
     def one(ctid: int) -> None:
         spec = resolve(session, ctid).spec
-        finals[ctid] = jobs.show_log(session.container(ctid), spec, run_id, follow=True)
+        finals[ctid] = jobs.show_log(session.container(ctid), spec, run_id, follow=True, echo=echo)
 
     guard = threading.Thread(target=watchdog, daemon=True)
     guard.start()
     try:
-        outcomes = fleet.run_each(session.config, ids, one, progress=False)
+        outcomes = executor.each(session.config, ids, one)
     finally:
         done.set()
         guard.join(timeout=60)
-    for o in outcomes:
-        if not o.ok and o.ctid not in finals:
-            raise JobError(f"following container {o.ctid} failed: {o.message}")
+    for o in outcomes.values():
+        if not o.ok and o.container not in finals:
+            raise JobError(f"following container {o.container} failed: {o.message}")
     ends = "; ".join(f"{c}: {jobs.describe_end(finals[c])}" for c in ids)
     bad = [(c, finals[c]) for c in ids if jobs.final_status(finals[c])]
     if not failure and bad:  # every node ended before the watchdog looked: name the first that failed

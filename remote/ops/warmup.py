@@ -26,6 +26,7 @@ from pathlib import Path
 from .. import facts, shell
 from ..config import ContainerSpec
 from ..errors import CommandError, ConfigError, DeployError, WarmupError
+from ..events import quiet
 from ..results import ImportedCache
 from ..target import Target
 from ..transport.pct import Container
@@ -287,7 +288,7 @@ def _record(ct: Container, spec: ContainerSpec, records: list[dict]) -> None:
 
 
 def warmup(t: Target, *, parallel: bool = False, devices: list[str] | None = None,
-           echo: Callable[[str], None] = print) -> list[DeviceResult]:
+           echo: Callable[[str], None] = quiet) -> list[DeviceResult]:
     """Warm the compile cache for each configured device; returns per-device results (also recorded)."""
     spec = t.spec
     if not spec.warmup.command:
@@ -375,7 +376,7 @@ def compiled(recs: list[dict], spec: ContainerSpec, state: dict) -> bool:
     return any(r.get("key") in keys and (r.get("new_files") or r.get("cache_files")) for r in recs)
 
 
-def export_cache(t: Target, path: str, echo=print) -> int:
+def export_cache(t: Target, path: str, echo=quiet) -> int:
     """Write the container's per-version compile cache folder (and its warmup records) to a local tar.gz."""
     spec, ct = t.spec, t.ct
     state = deployed(ct, spec)
@@ -397,7 +398,7 @@ def _versions(verify: dict) -> dict:
     return {k: verify.get(k) for k in ("torch", "cuda_build", "triton", "gpu_name")}
 
 
-def import_cache(t: Target, path: str, echo=print) -> ImportedCache:
+def import_cache(t: Target, path: str, echo=quiet) -> ImportedCache:
     """Load a bundle made by export_cache into the container's cache folder; refuse one made for other
     versions. Its warmup records are kept where they match this commit, venv, command and environment."""
     spec, ct = t.spec, t.ct

@@ -14,6 +14,7 @@ import time
 
 from ..config import ContainerSpec
 from ..errors import JobError, RemoteError
+from ..events import quiet
 from ..facts import Facts, gather
 from ..naming import printable
 from ..ops import files, jobenv, jobs, logs
@@ -106,7 +107,7 @@ def record_run(t: Target, run_id: str | None, *, how: str = "by hand (remote kno
                      record)
 
 
-def after_run(session: Session, ct: Container, spec: ContainerSpec, final: dict, echo=print) -> dict | None:
+def after_run(session: Session, ct: Container, spec: ContainerSpec, final: dict, echo=quiet) -> dict | None:
     """Called by `train` when the run it followed ends: record it as known-good when it met the baseline."""
     watch = final.get("watch")
     if final.get("alive") or final.get("lost") or final.get("exit") != 0 or watch is None \

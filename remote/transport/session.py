@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, cast
 
 from .. import config as cfg
 from ..errors import ConnectError, PctError, TransportError
+from ..events import quiet
 from ..sudo import program
 from . import Result, Transport, for_host
 from .pct import DEFAULT_PATH, Container, classify, parse_list, pct_argv
@@ -46,7 +47,7 @@ def _can_keep() -> bool:
 class Session:
     config: cfg.Config
     dry: bool = False
-    echo: Callable[[str], None] = print
+    echo: Callable[[str], None] = quiet
     transport_factory: Callable[[cfg.Host], Transport] = for_host
     agent: bool = False  # run container commands through one persistent in-container agent each
     keep: bool = False  # SSH hosts through their kept connection (remote.transport.keeper), as the CLI does
