@@ -63,6 +63,7 @@ OutputCallback = Callable[[str, bytes], None]  # ("stdout" | "stderr", chunk), a
 T = TypeVar("T")
 
 ALL = "all"
+FOLLOW_SLICE_S = 5  # Run.follow: seconds a log slice waits in the container, so a follower left ends soon after
 PROGRESS_EVERY = 15.0  # seconds between a group's progress lines (prefix_output)
 
 
@@ -849,7 +850,8 @@ class Run:
         def pump() -> None:
             try:
                 logs.follow(ct, st.path, self.id, offset=offset, on_bytes=on_bytes, follow_=True,
-                            reconnect=ct.transport.close, echo=self.container.fleet._emit)
+                            slice_seconds=FOLLOW_SLICE_S, reconnect=ct.transport.close,
+                            echo=self.container.fleet._emit, stop=done.is_set)
                 for line in splitter.flush():
                     lines.put(line)
                 lines.put(None)

@@ -243,3 +243,25 @@ def astuple_of(value):
     import dataclasses
 
     return tuple(getattr(value, f.name) for f in dataclasses.fields(value))
+
+
+@pytest.mark.fault("Threads asking a session for a host's transport at once", "one transport is made and shared: "
+                   "no second SSH connection that nothing closes")
+def test_threads_asking_for_a_hosts_transport_at_once_get_the_one_transport(cfg):
+    from remote.transport.session import Session
+
+    made = []
+
+    def factory(host):
+        time.sleep(0.05)  # a connection takes a while: every thread asks before the first is made
+        made.append(host.name)
+        return object()
+
+    session = Session(cfg, transport_factory=factory)
+    got: list = []
+    threads = [threading.Thread(target=lambda: got.append(session.transport(cfg.hosts["a"]))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert made == ["a"] and len({id(t) for t in got}) == 1
