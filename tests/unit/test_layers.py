@@ -166,6 +166,22 @@ def test_nothing_in_the_library_imports_the_lab_or_the_command_line():
     assert users == {}
 
 
+def test_the_api_reaches_the_operations_never_the_transport():
+    """remote/api/ (the public API) reaches what runs commands through the operations only (a session from
+    remote.ops.session), never remote.transport; and no module of it is over 500 lines (one noun each)."""
+    assert offenders("api", ("remote.transport", "remote.lab", "remote.cli")) == {}
+    long = {p.name: n for p in sorted((ROOT / "api").glob("*.py")) if (n := len(p.read_text().splitlines())) > 500}
+    assert long == {}
+
+
+OVER_700_TODAY = {"remote/facts/gpu.py"}  # the GPU doctor's node checks (issue 34 item 3): to be split
+
+
+def test_no_module_of_the_library_is_over_700_lines():
+    long = {str(p.relative_to(ROOT.parent)) for p in sorted(ROOT.rglob("*.py")) if len(p.read_text().splitlines()) > 700}
+    assert long <= OVER_700_TODAY, f"over 700 lines: {sorted(long - OVER_700_TODAY)}"
+
+
 def test_the_shared_vocabulary_sits_below_the_operations():
     """remote.results (what operations return), remote.events (their progress), remote.target (a container
     resolved once) and remote.executor (work on many containers) sit below the operations: they import no

@@ -42,9 +42,9 @@ def public_api() -> str:
                     if not f.name.startswith("_"):
                         lines.append(f"  field {f.name}: {f.type}")
             else:
-                for attr, kind_ in vars(obj).get("__annotations__", {}).items():
+                for attr, kind_ in own_and_inherited(obj, "__annotations__").items():
                     lines.append(f"  attribute {attr}: {kind_}")
-            for attr, value in sorted(vars(obj).items()):
+            for attr, value in sorted(own_and_inherited(obj).items()):
                 if attr.startswith("_"):
                     continue
                 if isinstance(value, property):
@@ -56,6 +56,16 @@ def public_api() -> str:
         else:
             lines.append(f"{name} = {type(obj).__name__}")
     return "\n".join(lines) + "\n"
+
+
+def own_and_inherited(cls: type, attr: str | None = None) -> dict:
+    """A class's namespace (or one mapping of it, such as __annotations__) merged over its bases' in remote
+    (remote.api.Fleet's methods are partly FleetBase's): what a user of the class sees."""
+    merged: dict = {}
+    for klass in reversed(cls.__mro__):
+        if klass is cls or klass.__module__.startswith("remote"):
+            merged.update(vars(klass) if attr is None else vars(klass).get(attr, {}))
+    return merged
 
 
 def test_the_public_names_and_signatures_are_the_snapshot():
