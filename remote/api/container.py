@@ -10,7 +10,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,7 @@ from ..results import (
     State,
     Stopped,
 )
+from . import checks
 from .values import DeployPlan, Transfer, Warmup, _diagnosis, _transfer
 
 if TYPE_CHECKING:
@@ -97,16 +98,20 @@ class Container:
         in the checkout with the job's environment (venv, compile cache, train.env), else (or with
         job_env=False) from /root with the venv first on PATH, as `pct exec` would.
 
-        Returns the command's own exit status and output; with check, a non-zero one raises CommandError.
-        `on_output(kind, chunk)` gets its output as it comes (then Result holds what was not streamed)."""
+        Returns the command's own exit status and output; with check, a non-zero one raises CommandError
+        naming argv as given. `on_output(kind, chunk)` gets its output as it comes (then Result holds what
+        was not streamed). A wrong argument is a TypeError or ValueError, before anything runs."""
         from ..ops import jobenv
 
+        args = checks.argv(argv)
+        kwargs: dict[str, Any] = dict(timeout=checks.seconds("timeout", timeout), check=False, on_output=on_output)
+        checks.flag("check", check)
         ct = self._ct()
-        args = ["bash", "-c", argv] if isinstance(argv, str) else list(argv)
-        kwargs: dict[str, Any] = dict(timeout=float(timeout) if timeout else None, check=check, on_output=on_output)
         # Deployed or not, and the job's environment, are decided in the container: one command, no probe first.
-        r = jobenv.run_as_deployed(ct, self.spec, args, **kwargs) if job_env else ct.run(args, **kwargs)
-        return dataclasses.replace(r, argv=tuple(args))  # the user's argv, not the wrapper that ran it
+        r = jobenv.run_as_deployed(ct, self.spec, args, **kwargs) if checks.flag("job_env", job_env) \
+            else ct.run(args, **kwargs)
+        r = dataclasses.replace(r, argv=tuple(args))  # the user's argv, not the wrapper that ran it
+        return r.check(f"container {self.id}") if check else r
 
     def shell(self) -> int:
         """An interactive shell in the container (needs a terminal): its exit status."""
@@ -124,6 +129,8 @@ class Container:
         from ..errors import TransferError
         from ..ops import files
 
+        src, dest = checks.path("src", src), checks.text("dest", dest)
+        checks.count("attempts", attempts)
         if not (os.path.isfile(src) or os.path.isdir(src)):
             raise TransferError(f"cannot push {os.fspath(src)}: no such file or folder on this machine")
         return _transfer(files.push(self._ct(), src, dest, attempts=attempts, progress=on_bytes))
@@ -133,6 +140,9 @@ class Container:
         """Copy a file or folder out of the container: streamed, verified by sha256, resumed after a lost
         connection; tar members that would land outside `dest` are refused (Transfer.refused)."""
         from ..ops import files
+
+        src, dest = checks.text("src", src), checks.path("dest", dest)
+        checks.count("attempts", attempts)
 
         return _transfer(files.pull(self._ct(), src, dest, attempts=attempts, progress=on_bytes))
 
@@ -157,6 +167,8 @@ class Container:
         from ..ops import cachecopy
         from ..ops import warmup as wm
 
+        devices = checks.words("devices", devices)
+        checks.flag("parallel", parallel)
         if devices or self.fleet._groups:
             results = wm.warmup(self._target, parallel=parallel, devices=list(devices) if devices else None,
                                 echo=self.fleet._emit)
@@ -193,14 +205,27 @@ class Container:
         return wm.import_cache(self._target, os.fspath(path), echo=self.fleet._emit)
 
     # -- runs ----------------------------------------------------------------------------------------
-    def train(self, *, detach: bool = True, force: bool = False, warmup: bool = False) -> Run:
+    def train(self, *, detach: bool = True, force: bool = False, warmup: bool = False, command: str | None = None,
+              env: Mapping[str, str] | None = None, args: Sequence[str] = ()) -> Run:
         """Preflight, then start the training job detached: the Run. detach=False: follow its log (lines to
         the progress callback) until it ends, record a known-good where it meets the baseline, then return.
-        Refused (BusyError) while a job runs there, unless force; JobError when the preflight fails."""
+        Refused (BusyError, exit status 3) while a job runs there, unless force; JobError when the preflight
+        fails. For this run only: `command` instead of train.command, `env` on top of train.env, `args`
+        appended to the command (each quoted)."""
+        import shlex
+
         from ..ops import jobs
 
+        for name, value in (("detach", detach), ("force", force), ("warmup", warmup)):
+            checks.flag(name, value)
+        extra = checks.words("args", list(args) if isinstance(args, tuple) else args) or []
+        base = checks.text("command", command) if command is not None else self.spec.train.command
+        if extra and not base:
+            raise ValueError("args: there is no command to append them to (train.command is not set; give command=)")
+        run_command = f"{base} {shlex.join(extra)}" if extra else command
+        run_env = checks.environment("env", env)
         ct, spec, emit = self._ct(), self.spec, self.fleet._emit
-        run_id, _ = jobs.start(self._target, force=force, warmup=warmup, echo=emit)
+        run_id, _ = jobs.start(self._target, force=force, warmup=warmup, echo=emit, command=run_command, env=run_env)
         if self.fleet.dry:
             return Run(self, run_id)
         run = Run(self, run_id)
@@ -232,6 +257,7 @@ class Container:
         """The latest runs: id, start, state, exit status, throughput, command (newest first)."""
         from ..runs.listing import list_runs
 
+        limit = checks.count("limit", limit)
         return list_runs(self._ct(), self.spec, limit=limit)
 
     def render_runs(self, found: list[RunSummary]) -> str:
@@ -400,14 +426,18 @@ class Run:
         self._state = None
 
     def wait(self, timeout: float | None = None) -> int:
-        """Block until the job ends: its exit status (1 when it was lost). JobError after `timeout` seconds."""
+        """Block until the job ends: its exit status (1 when it was lost). JobTimeout (a JobError and a
+        TimeoutError) after `timeout` seconds."""
+        from ..errors import JobTimeout
+
+        timeout = checks.seconds("timeout", timeout)
         end = None if timeout is None else time.monotonic() + timeout
         while True:
             code = self.exit_code
             if code is not None:
                 return code
             if end is not None and time.monotonic() >= end:
-                raise JobError(f"run {self.id} in container {self.container.id} still running after {timeout:g}s")
+                raise JobTimeout(f"run {self.id} in container {self.container.id} still running after {timeout:g}s")
             time.sleep(self.POLL)
 
     def metrics(self) -> list[Metric]:

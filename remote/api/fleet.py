@@ -25,7 +25,12 @@ def open(source: str | os.PathLike | Mapping[str, Any] | None = None, *, dry: bo
     gets each line of progress as text, `events` as a typed event (remote.events); without either, nothing
     of it leaves the library but `logging`."""
     from .. import config as cfg
+    from . import checks
 
+    for name, value in (("dry", dry), ("keep", keep)):
+        checks.flag(name, value)
+    if source is not None and not isinstance(source, (str, os.PathLike, Mapping)):
+        raise TypeError(f"source: expected a hosts file's path, a dict in its shape, or None; got {type(source).__name__}")
     if isinstance(source, Mapping):
         config = cfg.parse(dict(source), "<dict>")
     else:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from .. import facts, shell
 from ..config import ContainerSpec
-from ..errors import CommandError, ConfigError, JobError, RemoteError, TransferError, UnknownRun
+from ..errors import BusyError, CommandError, ConfigError, JobError, RemoteError, TransferError, UnknownRun
 from ..events import quiet
 from ..naming import printable
 from ..results import ContainerStatus, JobStatus, PulledRun, RunStatus, Stopped
@@ -202,9 +202,9 @@ def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = 
         if exc.command_status == 7:
             raise JobError(f"launch refused: {exc.stderr_tail} (the wrapper's file in the container; nothing was "
                            "started)") from None
-        if exc.command_status == 5:
-            raise JobError(f"container {spec.ctid}: {exc.stderr_tail} -- `remote stop` it, follow it with "
-                           "`remote logs --follow`, or pass --force to start another") from None
+        if exc.command_status == 5:  # a job runs there: busy (exit 3), as deploy's refusal is
+            raise BusyError(spec.ctid, f"container {spec.ctid}: {exc.stderr_tail} -- `remote stop` it, follow it "
+                            "with `remote logs --follow`, or pass --force to start another") from None
         raise JobError(f"launch failed: {exc}") from None
     return run_id, int(r.out.strip().splitlines()[-1]) if not ct.dry else 0
 
@@ -400,9 +400,11 @@ def show_log(ct: Container, spec: ContainerSpec, run_id: str | None = None, *, f
     return final
 
 
-def start(t: Target, *, force: bool = False, warmup: bool = False, echo=quiet) -> tuple[str, int | None]:
+def start(t: Target, *, force: bool = False, warmup: bool = False, echo=quiet, command: str | None = None,
+          env: dict[str, str] | None = None) -> tuple[str, int | None]:
     """Preflight (warming up first where only the warmup is missing and `warmup`), then launch detached:
-    (run id, pid; None in a dry run). What train does before it follows; remote.api's Container.train."""
+    (run id, pid; None in a dry run). What train does before it follows; remote.api's Container.train.
+    `command` and `env`: this run's, instead of train.command and on top of train.env."""
     session, spec, ct = t.session, t.spec, t.ct
 
     def checked_launch() -> tuple[str, int]:
@@ -412,7 +414,7 @@ def start(t: Target, *, force: bool = False, warmup: bool = False, echo=quiet) -
             pre = preflight(ct, spec, echo=echo, host_gpu=_host_gpu(session, spec))
             for note in pre.notes:
                 echo(printable(f"preflight: {note}"))
-            return launch(ct, spec, pre, force=force, held=held, echo=echo)
+            return launch(ct, spec, pre, force=force, held=held, echo=echo, command=command, env=env)
 
     try:
         run_id, pid = checked_launch()

@@ -167,7 +167,8 @@ def test_train_interrupted_while_following_exits_130(tmp_path, monkeypatch, caps
     path.write_text(HOSTS)
     pre = jobs.Preflight("abc", {}, None, [])
     monkeypatch.setattr(jobs, "preflight", lambda ct, spec, echo=print, host_gpu=None: pre)
-    monkeypatch.setattr(jobs, "launch", lambda ct, spec, p, force=False, held=None, echo=print: ("run-1", 42))
+    monkeypatch.setattr(jobs, "launch", lambda ct, spec, p, force=False, held=None, echo=print, command=None, env=None:
+                        ("run-1", 42))
     monkeypatch.setattr(jobs.oplock, "hold", lambda ct, what: contextlib.nullcontext(None))  # no lease to take
 
     def following(*a, **k):
@@ -195,3 +196,37 @@ def test_report_takes_out_and_still_its_old_dest(tmp_path, monkeypatch, capsys):
     assert got == ["a.html", "b.html"]
     assert cli.run(["report", "-c", "200", "--dest", "b.html", "--out", "c.html", "--hosts", str(path)]) == 2
     assert "give --out" in capsys.readouterr().err and got == ["a.html", "b.html"]
+
+
+@pytest.mark.fault("Wrong argument types or values given to the API", "a TypeError or ValueError naming the "
+                   "argument, raised before anything connects (never a lost connection, never a traceback from "
+                   "deep inside)")
+def test_wrong_arguments_are_type_and_value_errors_before_anything_connects(tmp_path):
+    path = tmp_path / "hosts.yaml"
+    path.write_text(HOSTS)
+    with pytest.raises(TypeError, match="source"):
+        remote.open(123)  # type: ignore[arg-type]
+    with remote.open(path) as fleet:
+        ct = fleet.container(200)
+        for call, error, words in (
+                (lambda: ct.exec(["echo", 5]), TypeError, "argv: every item must be a str, got 5"),
+                (lambda: ct.exec(123), TypeError, "argv: expected a str"),
+                (lambda: ct.exec([]), ValueError, "argv: an empty argv"),
+                (lambda: ct.exec("true", timeout="5"), TypeError, "timeout"),
+                (lambda: ct.push(5, "/root/x"), TypeError, "src: expected a path"),
+                (lambda: ct.pull("/root/x", 5), TypeError, "dest: expected a path"),
+                (lambda: ct.warmup(devices=5), TypeError, "devices: expected a list of str"),
+                (lambda: ct.warmup(devices="0,1"), TypeError, "devices: expected a list of str"),
+                (lambda: ct.train(detach="no"), TypeError, "detach: expected True or False"),
+                (lambda: ct.train(env={"A": 1}), TypeError, "env: expected a mapping of str to str"),
+                (lambda: ct.train(args="--steps 3"), TypeError, "args: expected a list of str"),
+                (lambda: ct.runs(limit=-1), ValueError, "limit: expected at least 1, got -1"),
+                (lambda: ct.runs(limit="5"), TypeError, "limit: expected an int")):
+            with pytest.raises(error, match=__import__("re").escape(words)):
+                call()
+        assert fleet._made is None or not fleet._made._transports  # nothing connected
+
+
+def test_a_timeout_waiting_for_a_run_is_a_job_timeout_and_a_timeout_error():
+    assert issubclass(remote.JobTimeout, remote.JobError) and issubclass(remote.JobTimeout, TimeoutError)
+    assert remote.JobTimeout.exit_code == remote.JobError.exit_code
