@@ -680,8 +680,8 @@ class Container:
         Returns the command's own exit status and output; with check, a non-zero one raises CommandError.
         `on_output(kind, chunk)` gets its output as it comes (then Result holds what was not streamed)."""
         from .errors import ContainerCommandNotFound, DeployError
+        from .facts import deployed
         from .ops import jobenv
-        from .ops.warmup import deployed
 
         ct = self._ct()
         args = ["bash", "-c", argv] if isinstance(argv, str) else list(argv)
