@@ -22,9 +22,9 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 date=$(date -u +%Y-%m-%d)
 record=${1:-}
 if [ -z "$record" ]; then
-  record=$repo/docs/gpu-cache/$date.json
+  record=$repo/docs/evidence/gpu-cache/$date.json
   n=2
-  while [ -e "$record" ]; do record=$repo/docs/gpu-cache/$date-$n.json; n=$((n + 1)); done
+  while [ -e "$record" ]; do record=$repo/docs/evidence/gpu-cache/$date-$n.json; n=$((n + 1)); done
 fi
 work=${GPU_CACHE_WORK:-/var/tmp/gpu-cache}
 steps=${STEPS:-300}

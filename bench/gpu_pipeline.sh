@@ -19,9 +19,9 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 date=$(date -u +%Y-%m-%d)
 record=${1:-}
 if [ -z "$record" ]; then  # docs/evidence/gpu-pipeline/<date>.json, or <date>-2.json, ... when that day has one
-  record=$repo/docs/gpu-pipeline/$date.json
+  record=$repo/docs/evidence/gpu-pipeline/$date.json
   n=2
-  while [ -e "$record" ]; do record=$repo/docs/gpu-pipeline/$date-$n.json; n=$((n + 1)); done
+  while [ -e "$record" ]; do record=$repo/docs/evidence/gpu-pipeline/$date-$n.json; n=$((n + 1)); done
 fi
 work=${GPU_PIPELINE_WORK:-/var/tmp/gpu-pipeline}
 steps=${STEPS:-400}

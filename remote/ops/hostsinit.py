@@ -58,7 +58,7 @@ def read_host(host: cfg.Host) -> list[tuple[int, str, str, list[str]]]:
 def _pct(transport, host: cfg.Host, *args: str) -> str:
     argv = pct_argv(host.pct, *args)
     result = transport.run(argv, deadline=60 + host.connect_timeout)
-    error = classify(result.err, result.exit_code, int(args[1]) if len(args) > 1 else 0, host.name)
+    error = classify(result.err, result.exit_code, int(args[1]) if len(args) > 1 else 0, host)
     if error:
         raise error
     if result.exit_code:
