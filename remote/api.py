@@ -119,7 +119,7 @@ class Diagnosis:
 
 @dataclass(frozen=True)
 class DeployPlan:
-    """What a deploy changed (applied) or would change (check=True): data, never printed."""
+    """What a deploy changed (applied) or would change (check=True, or a dry run): data, never printed."""
 
     container: int
     applied: bool
@@ -726,7 +726,7 @@ class Container:
         lock = self.fleet._shared_value("deploy-lock", LockOnce)  # one resolved lock for the fleet's deploys
         s = deploy(self._s, self.id, allow_dirty=allow_dirty, check=check, rollback=rollback, force=force,
                    echo=self.fleet._emit, lock=lock)
-        return DeployPlan(s.ctid, not check, tuple(s.changed), tuple(s.kept), tuple(s.saved), tuple(s.drift),
+        return DeployPlan(s.ctid, not (check or s.dry), tuple(s.changed), tuple(s.kept), tuple(s.saved), tuple(s.drift),
                           s.torch, s.seconds, s)
 
     def warmup(self, *, devices: Sequence[str] | None = None, parallel: bool = False) -> Warmup:
@@ -1079,12 +1079,16 @@ def write_hosts_file(address: str, *, out: str | os.PathLike | None = None, port
 
 def sudoers_dropin(user: str, hosts: str | os.PathLike | None = None) -> str:
     """The sudoers drop-in (for /etc/sudoers.d/) that lets `user` run what remote needs on a `sudo: true`
-    host: the host programs at their exact paths (pct's from the hosts file's hosts, when one is given)."""
+    host: the host programs at their exact paths, each with only the arguments remote gives it (pct's path
+    from the hosts file's hosts, and only its containers, when one is given)."""
     from . import config as cfg
     from . import sudo as sudomod
 
-    paths = [sudomod.pct_path(h.pct_path or "pct") for h in cfg.load(os.fspath(hosts)).hosts.values()] if hosts else []
-    return sudomod.sudoers(user, paths)
+    if not hosts:
+        return sudomod.sudoers(user)
+    config = cfg.load(os.fspath(hosts))
+    return sudomod.sudoers(user, [sudomod.pct_path(h.pct_path or "pct") for h in config.hosts.values()],
+                           sorted(config.containers))
 
 
 def disconnect(hosts: str | os.PathLike | None = None, host: str | None = None) -> list[int]:
