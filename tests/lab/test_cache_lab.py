@@ -11,7 +11,7 @@ import pytest
 from support import LAB_CONTAINERS, load_config
 
 from remote import config, doctor
-from remote.errors import TransferError
+from remote.errors import BusyError, TransferError
 from remote.ops import cachecopy
 from remote.ops import warmup as wm
 from remote.ops.deploy import deploy
@@ -144,3 +144,80 @@ def test_no_task_deleted_a_cache_file(fleet_warm, lab_session):
     for c in (A, B):
         now = cache_files(lab_session.container(c))
         assert set(before[c]) <= set(now), sorted(set(before[c]) - set(now))[:5]
+
+
+@pytest.mark.fault("A compile-cache copy from a container whose job made symlinks",
+                   "nothing whose real path leaves the cache folder is listed, sent or written: a cache folder "
+                   "linked to /root/.ssh sends no key")
+@pytest.mark.parametrize("via_controller", [False, True], ids=["host-relay", "controller"])
+def test_a_job_that_links_the_precompiled_headers_to_ssh_sends_no_key(fleet_warm, lab_session, lab_hosts,
+                                                                      via_controller):
+    fresh = f"/root/.cache/torch-compile-links-{int(via_controller)}"
+    other = load_config(lab_hosts, **{f"  {B}:\n": f"  {B}:\n    warmup:\n      cache_dir: {fresh}\n"})
+    with Session(config.load(str(other)), agent=True) as s:
+        cta, ctb = s.container(A), s.container(B)
+        folder = cachecopy.look(s, A).folder
+        # what a job in A can do: its TMPDIR is the cache's tmp/
+        cta.run(["bash", "-c", "mkdir -p /root/.ssh && echo PRIVATE-KEY > /root/.ssh/id_remote_test && "
+                               f"mkdir -p {folder}/tmp/torchinductor_job && "
+                               f"ln -sfn /root/.ssh {folder}/tmp/torchinductor_job/precompiled_headers"])
+        try:
+            assert not any("id_remote_test" in p for p in cachecopy.look(s, A).files)
+            done = cachecopy.copy(s, A, B, via_controller=via_controller, **quiet)
+            assert done.files > 0
+            found = ctb.run(["bash", "-c", f"grep -rl PRIVATE-KEY {fresh} /root/.ssh 2>/dev/null; true"]).out
+            assert found == "", found
+        finally:
+            cta.run(["bash", "-c", f"rm -rf {folder}/tmp/torchinductor_job /root/.ssh/id_remote_test"])
+            ctb.run(["rm", "-rf", fresh])
+
+
+def test_copy_from_others_false_warms_that_container_on_its_own(fleet_warm, lab_hosts):
+    other = load_config(lab_hosts, **{f"  {B}:\n": f"  {B}:\n    warmup:\n      copy_from_others: false\n"})
+    with Session(config.load(str(other)), agent=True) as s:
+        p = cachecopy.plan(s, [A, B])
+        assert p.leaders == {} and "copy_from_others is false" in p.alone[B]
+
+
+LEASE_RACE = ("A compile-cache copy racing another controller",
+              "what to copy is read under the target's lease; a copy whose lease was taken over writes no "
+              "passport and no warmup record")
+
+
+@pytest.mark.fault(*LEASE_RACE)
+def test_a_copy_reads_the_target_under_its_lease_and_writes_no_passport_once_it_lost_it(fleet_warm, lab_hosts,
+                                                                                       monkeypatch):
+    from remote.naming import LEASE
+    from remote.ops import oplock
+
+    fresh = "/root/.cache/torch-compile-lease"
+    other = load_config(lab_hosts, **{f"  {B}:\n": f"  {B}:\n    warmup:\n      cache_dir: {fresh}\n"})
+    with Session(config.load(str(other)), agent=True) as s:
+        ctb = s.container(B)
+        seen = {}
+        real_look, real_stream = cachecopy.look, cachecopy._stream_copy
+
+        def look(session, ctid):
+            if ctid == B:  # the target's holding: is its lease ours while it is read?
+                seen["lease"] = ctb.run(["bash", "-c", f"cat {LEASE} 2>/dev/null; true"]).out
+            return real_look(session, ctid)
+
+        def stream_then_taken_over(*args, **kw):
+            got = real_stream(*args, **kw)
+            # another controller takes the lease over (as after an expiry) before the passport is written
+            ctb.run(["bash", "-c", f"flock {LEASE}.flock sed -i 's/^token=.*/token=0123456789abcdef/; "
+                                   "s/^holder=.*/holder=elsewhere pid 7/' "
+                                   f"{LEASE}"])
+            return got
+
+        monkeypatch.setattr(cachecopy, "look", look)
+        monkeypatch.setattr(cachecopy, "_stream_copy", stream_then_taken_over)
+        try:
+            with pytest.raises(BusyError, match="lost the operation lease.*elsewhere pid 7"):
+                cachecopy.copy(s, A, B, **quiet)
+            assert f"holder={oplock.default_holder()}" in seen["lease"] and "cache copy --from" in seen["lease"]
+            folders = ctb.run(["bash", "-c", f"ls {fresh}"]).out.split()
+            assert folders and not ctb.run(["bash", "-c", f"ls {fresh}/*/passport.json 2>/dev/null; true"]).out
+            assert records(ctb, fresh) == []
+        finally:
+            ctb.run(["rm", "-rf", fresh, LEASE])

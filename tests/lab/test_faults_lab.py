@@ -1,4 +1,4 @@
-"""Lab tier: rows of docs/reliability.md that no other test checks: a dropped connection mid-deploy, a
+"""Lab tier: rows of docs/evidence/reliability.md that no other test checks: a dropped connection mid-deploy, a
 container stopped under a job, pct's config lock held, the disk filling up during a venv build."""
 
 from __future__ import annotations

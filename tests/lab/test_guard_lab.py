@@ -5,7 +5,7 @@ deterministic (one thread holds FX tracing open while another calls a compiled f
 shows that the guard's serialized first steps remove it; the others check what the guard
 promises: non-overlapping first steps, a seal that makes later compiles fail loudly, a refusal
 to continue with the flag stuck, no hang when one device's first step fails, and two threads on
-one device that each walk their own dynamo cache list (docs/gpu-race.md: sharing one list is
+one device that each walk their own dynamo cache list (docs/evidence/gpu-race.md: sharing one list is
 what made 3 threads over 2 GPUs recompile in steady state).
 """
 

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from remote import shell
 
 CODE = shell.load_python("cachecopy")
@@ -74,3 +76,42 @@ def test_a_file_whose_sha256_does_not_match_is_not_put_in_place(tmp_path):
     r = run("recv", dst, bad)
     assert r.returncode == 0 and json.loads(r.stdout)["failed_checksum"] == 1
     assert tree(dst) == []
+
+
+SYMLINKS = ("A compile-cache copy from a container whose job made symlinks",
+            "nothing whose real path leaves the cache folder is listed, sent or written: a cache folder linked "
+            "to /root/.ssh sends no key")
+
+
+@pytest.mark.fault(*SYMLINKS)
+def test_a_symlinked_folder_in_the_source_cache_sends_nothing_from_outside(tmp_path):
+    src, dst, ssh = tmp_path / "src", tmp_path / "dst", tmp_path / "ssh"
+    make(src)
+    ssh.mkdir()
+    (ssh / "id_ed25519").write_bytes(b"PRIVATE KEY")
+    # a job in the source made inductor's precompiled-headers folder, and a folder of the cache, links out
+    evil = src / "tmp" / "torchinductor_job"
+    evil.mkdir()
+    (evil / "precompiled_headers").symlink_to(ssh)
+    (src / "inductor" / "out").symlink_to(ssh)
+    listed = json.loads(run("list", src).stdout)["files"]
+    assert not any("id_ed25519" in p for p in listed), listed
+    # a sender asked for them anyway (the listing is the controller's; a swap after it): nothing sent
+    wanted = ["tmp/torchinductor_job/precompiled_headers/id_ed25519", "inductor/out/id_ed25519", "inductor/ab/key"]
+    stream = run("send", src, (json.dumps(wanted) + "\n").encode()).stdout
+    assert b"PRIVATE KEY" not in stream
+    r = run("recv", dst, stream)
+    assert r.returncode == 0 and tree(dst) == ["inductor/ab/key"], r.stderr
+
+
+@pytest.mark.fault(*SYMLINKS)
+def test_recv_writes_nothing_through_a_symlinked_folder_of_the_target(tmp_path):
+    src, dst, outside = tmp_path / "src", tmp_path / "dst", tmp_path / "outside"
+    make(src)
+    outside.mkdir()
+    (dst / "inductor").mkdir(parents=True)
+    (dst / "inductor" / "ab").symlink_to(outside)
+    stream = run("send", src, (json.dumps(["inductor/ab/key"]) + "\n").encode()).stdout
+    r = run("recv", dst, stream)
+    assert r.returncode != 0 and b"symlink" in r.stderr
+    assert list(outside.iterdir()) == []

@@ -43,7 +43,10 @@ def make_wheel(folder: Path, binary: bytes = BINARY, recorded: bytes | None = No
 class Index:
     """A simple-API index on loopback: /simple/uv/ (JSON or HTML) and /files/<wheel>; counts every request."""
 
-    def __init__(self, wheel: Path, *, sha256: str | None = None, html: bool = False):
+    def __init__(self, wheel: Path, *, sha256: str | None = None, html: bool = False, host: str = "127.0.0.1",
+                 require: str | None = None, redirect: str | None = None):
+        """`require`: the Authorization every request must carry (else 401); `redirect`: the project page
+        answers 302 to this URL."""
         self.wheel, self.requests, self.auth = wheel, [], []
         self.sha256 = sha256 or hashlib.sha256(wheel.read_bytes()).hexdigest()
         index = self
@@ -55,7 +58,16 @@ class Index:
             def do_GET(self):
                 index.requests.append(self.path)
                 index.auth.append(self.headers.get("Authorization"))
-                if self.path == "/simple/uv/":
+                if require is not None and self.headers.get("Authorization") != require:
+                    self.send_error(401)
+                    return
+                if redirect is not None and self.path == "/simple/uv/":  # moved: /moved/uv/ is the same page
+                    self.send_response(302)
+                    self.send_header("Location", redirect)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                if self.path in ("/simple/uv/", "/moved/uv/"):
                     if html:
                         body = (f'<html><body><a href="../../files/{WHEEL}#sha256={index.sha256}">{WHEEL}</a>'
                                 "</body></html>").encode()
@@ -75,8 +87,8 @@ class Index:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/simple"
+        self.server = http.server.ThreadingHTTPServer((host, 0), Handler)
+        self.url = f"http://{host}:{self.server.server_address[1]}/simple"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self):
@@ -199,3 +211,57 @@ def test_only_the_wheel_of_the_exact_version_and_architecture_matches():
     assert not fetched.wheel_matches(WHEEL.replace("uv-", "uvx-"), fetched.UV, VERSION, MACHINE)
     assert fetched.wheel_matches(f"py_spy-0.4.3-py2.py3-none-manylinux_2_5_{MACHINE}.manylinux1_{MACHINE}.whl",
                                  fetched.PY_SPY, "0.4.3", MACHINE)
+
+
+def basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+CREDENTIALS = ("Credentials of a private index",
+               "sent only to the index's own scheme, host and port (its wheel URLs included), dropped on a "
+               "redirect anywhere else; a password with an unencoded `/` or `@` is a credential: never in an "
+               "argv or a message")
+
+
+@pytest.mark.fault(*CREDENTIALS)
+@pytest.mark.parametrize("elsewhere", ["another-host", "another-port"])
+def test_a_redirect_away_from_the_index_never_carries_its_credentials(served, elsewhere):
+    other = served(host="127.0.0.2" if elsewhere == "another-host" else "127.0.0.1")
+    index = served(redirect=other.url + "/uv/")
+    url = index.url.replace("http://", "http://alice:s3cret@")
+    data, _ = fetched.fetch(fetched.UV, VERSION, MACHINE, sources(url))
+    assert data == BINARY
+    assert index.auth == [basic("alice", "s3cret")]  # the index itself got them ...
+    assert other.requests == ["/simple/uv/", f"/files/{WHEEL}"] and other.auth == [None, None]  # ... nobody else
+
+
+@pytest.mark.fault(*CREDENTIALS)
+@pytest.mark.parametrize("html", [False, True], ids=["pep691-json", "pep503-html"])
+def test_a_private_index_gets_its_credentials_for_its_page_its_redirects_and_its_wheels(served, html):
+    """An index that answers 401 without them: the page, a redirect within its origin (/simple/uv/ ->
+    /moved/uv/) and the wheel URL resolved against the page all carry them."""
+    index = served(html=html, require=basic("alice", "s3cret"), redirect="/moved/uv/")
+    data, _ = fetched.fetch(fetched.UV, VERSION, MACHINE, sources(index.url.replace("http://", "http://alice:s3cret@")))
+    assert data == BINARY and index.requests == ["/simple/uv/", "/moved/uv/", f"/files/{WHEEL}"]
+    assert index.auth == [basic("alice", "s3cret")] * 3
+
+
+@pytest.mark.fault(*CREDENTIALS)
+def test_a_password_with_a_slash_is_a_credential_sent_as_a_header_and_never_shown(served, tmp_path):
+    index = served(require=basic("alice", "pa/ss@word"))
+    url = index.url.replace("http://", "http://alice:pa/ss@word@")
+    data, origin = fetched.fetch(fetched.UV, VERSION, MACHINE, sources(url))
+    assert data == BINARY and "pa/ss" not in origin and "alice" not in origin
+    assert index.auth == [basic("alice", "pa/ss@word")] * 2
+    wrong = served(sha256="1" * 64, require=basic("alice", "pa/ss@word"))
+    with pytest.raises(DeployError) as e:
+        fetched.fetch(fetched.UV, VERSION, MACHINE, sources(wrong.url.replace("http://", "http://alice:pa/ss@word@")))
+    assert "pa/ss" not in str(e.value) and "word" not in str(e.value) and "alice" not in str(e.value)
+    # uv in the container: the URL goes to its environment (stdin), percent-encoded as uv parses it; no argv
+    from remote.ops import venv
+
+    spec = VenvSpec(index_url=url, find_links=(url.replace("/simple", "/links"),))
+    assert not any("pa/ss" in a or "pa%2Fss" in a for a in venv.uv_index_args(spec))
+    env = venv.uv_index_env(spec)
+    assert env["UV_INDEX_URL"] == index.url.replace("http://", "http://alice:pa%2Fss%40word@")
+    assert env["UV_FIND_LINKS"].startswith("http://alice:pa%2Fss%40word@127.0.0.1:")

@@ -283,3 +283,44 @@ def test_a_link_with_an_empty_name_never_replaces_the_destination(tmp_path, link
     assert root.is_dir() and not root.is_symlink() and sorted(os.listdir(root)) == ["after.txt"]
     assert len(refused) == 1 and refused[0][0] == ".", refused
     assert sorted(os.listdir(tmp_path)) == ["stage"]
+
+
+HOSTILE_NAME = "\x1b]0;owned\x07" + "n" * 300  # a terminal title escape, and a name too long for any filesystem
+
+
+def hostile_name_stream() -> io.BytesIO:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        member(tar, "./ok.txt", b"fine\n", mode=0o640)
+        member(tar, HOSTILE_NAME, b"x")
+    buf.seek(0)
+    return buf
+
+
+@pytest.mark.fault("A pulled member this machine cannot write (a name of 300+ characters with escapes)",
+                   promise="a TransferError naming the member, escaped and cut short; never an OSError with the "
+                           "raw name on the terminal; nothing moved into the destination")
+def test_a_member_that_cannot_be_written_is_a_transfer_error_naming_it_escaped(tmp_path):
+    with pytest.raises(TransferError) as caught:
+        untar.extract(hostile_name_stream(), tmp_path, [])
+    message = str(caught.value)
+    assert "\x1b" not in message and "\x07" not in message
+    assert "\\x1b]0;owned\\x07" in message and "(310 characters)" in message and "too long" in message
+    assert len(message) < 250
+
+
+def test_a_pull_of_a_tree_with_such_a_member_moves_nothing_and_names_it(tmp_path):
+    """Through files.pull, as `remote pull` runs it: the container's folder as a tar stream (fake transport)."""
+    from remote.lab.testing import Expect, FakeTransport
+    from remote.transport.pct import Container
+
+    tar = hostile_name_stream().getvalue()
+    t = FakeTransport([Expect(lambda a: True, 0, b"d 0 -\n"),  # xfer_probe: a folder
+                       Expect(lambda a: True, 0, b"0 %d\n" % len(tar) + tar)])  # pull_tree: no manifest, the tar
+    dest = tmp_path / "out"
+    with pytest.raises(TransferError) as caught:
+        files.pull(Container(t, 200), "/root/results", dest, sleep=lambda s: None)
+    message = str(caught.value)
+    assert "\x1b" not in message and "\\x1b]0;owned" in message
+    assert "pull of /root/results" in message and f"nothing was moved into {dest}" in message
+    assert not dest.exists() and [p for p in os.listdir(tmp_path) if p.startswith("out")] == []  # no staging left

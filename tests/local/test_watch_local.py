@@ -14,10 +14,10 @@ import pytest
 from support import wait_until
 
 from remote import config, shell
-from remote.cli_format import _watch_text
+from remote.cli.format import _watch_text
 from remote.errors import ConfigError
-from remote.runs import timeline
 from remote.ops import jobs, logs
+from remote.runs import timeline
 
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 

@@ -1,4 +1,4 @@
-"""`remote`'s own command line (remote/cliparse.py over remote/cli.py's task table).
+"""`remote`'s own command line (remote/cli/parse.py over remote/cli/table.py's task table).
 
 What a user types is checked here as `remote` would see it: help in every position connects nowhere,
 bad input exits 2 with the flag named and no traceback, only the tasks' options exist, --dry means the
@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from remote import cli, cliparse
+from remote import cli
 from remote import config as cfg
 from remote.cli import SHORT_FLAGS, TASKS
+from remote.cli import parse as cliparse
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 UNREACHABLE = """hosts:
@@ -117,7 +118,7 @@ def test_group_help_and_version(nothing_connects, capsys):
     assert cli.run(["lab", "--help"]) == 0
     assert capsys.readouterr().out.startswith("Usage: remote lab up|down")
     assert cli.run(["--version"]) == 0
-    assert capsys.readouterr().out == f"remote {cli.__version__}\n"
+    assert capsys.readouterr().out == f"remote {cli.tasks.__version__}\n"
 
 
 def test_help_imports_neither_ssh_nor_invoke_nor_yaml():
@@ -260,7 +261,7 @@ def test_a_failed_steps_command_status_never_leaks_out(hosts, monkeypatch, capsy
     from remote.errors import BusyError, CommandError, ConfigError
 
     def failing(exc):
-        @cli.handled
+        @cli.table.handled
         def fn(c, **k):
             raise exc
         return cliparse.Spec("deploy", fn, "Deploy.", TASKS["deploy"].params)
@@ -281,6 +282,18 @@ def test_a_bug_is_one_line_and_exit_1_not_a_traceback(hosts, monkeypatch, capsys
     err = capsys.readouterr().err
     assert "internal error in `remote deploy`: KeyError" in err and "Traceback" not in err
 
+
+
+def test_a_local_file_error_naming_a_containers_path_is_escaped(hosts, monkeypatch, capsys):
+    """An OSError that reaches the command line with a path a container chose prints it escaped, never raw."""
+    def failing(c, **k):
+        raise OSError(36, "File name too long", "/tmp/out/\x1b]0;owned\x07" + "n" * 300)
+
+    monkeypatch.setitem(TASKS, "deploy", cliparse.Spec("deploy", failing, "Deploy.", TASKS["deploy"].params))
+    assert cli.run(["deploy"]) == 1
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err
+    assert err.startswith("error: File name too long: /tmp/out/\\x1b]0;owned\\x07nnn")
 
 # -- config: the settings a container resolves to, without connecting ---------------------------------------
 
@@ -354,8 +367,7 @@ def test_a_local_host_needs_no_address(tmp_path):
 
 
 def test_an_unknown_run_is_named_with_the_latest_ids_the_container_gave():
-    from remote.ops.jobs import parse_state
-    from remote.ops.jobs import unknown_run
+    from remote.ops.jobs import parse_state, unknown_run
 
     st = parse_state("run=\nlatest=20261201-100000-aaaa 20261201-110000-bbbb ../x \x1b[2J \n")
     spec = cfg.parse({"hosts": {"h": {"address": "a"}}, "containers": {200: {"host": "h"}}}, "h.yaml").containers[200]

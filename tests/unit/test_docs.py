@@ -1,15 +1,19 @@
-"""The README and docs/ as a newcomer reads them: short, links that lead somewhere, and CI running the
-README's own test command."""
+"""The README and docs/ as a newcomer reads them: short, links that lead somewhere, an index of every page
+by reader (docs/README.md), a reference that names every public name, and CI running the README's own
+test command."""
 
 from __future__ import annotations
 
+import inspect
 import re
-from pathlib import Path
 
 from support import ROOT
 
 README = ROOT / "README.md"
-PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = ROOT / "docs"
+PAGES = [README, *sorted(DOCS.rglob("*.md"))]
+SHELVES = ("guide", "reference", "internals", "evidence")  # the four readers: docs/README.md
+
 
 
 def test_the_readme_stays_short():
@@ -32,6 +36,56 @@ def test_every_relative_link_leads_to_a_file_and_heading_that_exist():
                 if anchor not in slugs:
                     broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
     assert broken == []
+
+
+def test_the_docs_are_on_four_shelves_and_the_index_links_every_page():
+    """docs/ holds the index and four folders by reader; docs/README.md links every page and record folder,
+    and the README links the index."""
+    loose = sorted(p.name for p in DOCS.iterdir() if p.name != "README.md" and p.name not in SHELVES)
+    assert loose == [], f"docs/ pages outside guide/, reference/, internals/, evidence/: {loose}"
+    index = (DOCS / "README.md").read_text()
+    linked = {(DOCS / t.partition("#")[0]).resolve() for t in re.findall(r"\]\(([^)\s]+)\)", index)}
+    unlinked = [str(p.relative_to(DOCS)) for shelf in SHELVES for p in sorted((DOCS / shelf).iterdir())
+                if p.resolve() not in linked]
+    assert unlinked == [], f"pages or record folders docs/README.md does not link: {unlinked}"
+    assert "](docs/README.md)" in README.read_text()
+
+
+def test_the_reference_names_every_public_name_and_member():
+    """docs/reference/library.md names each name of remote.__all__ and each public method, property and
+    field of its classes (checked against the code, so a new name cannot go undocumented)."""
+    import remote
+
+    text = (DOCS / "reference" / "library.md").read_text()
+    missing = []
+    for name in remote.__all__:
+        obj = getattr(remote, name)
+        members = []
+        if inspect.isclass(obj) and not issubclass(obj, BaseException):
+            members = [a for a, v in vars(obj).items() if not a.startswith("_")
+                       and (isinstance(v, property) or inspect.isfunction(v))]
+            members += [f for f in getattr(obj, "__dataclass_fields__", {}) if not f.startswith("_")]
+        for word in [name, *members]:
+            if not re.search(rf"\b{re.escape(word)}\b", text):
+                missing.append(name if word == name else f"{name}.{word}")
+    assert missing == [], f"public names docs/reference/library.md does not mention: {sorted(set(missing))}"
+
+
+def test_the_name_check_sees_an_undocumented_method(monkeypatch):
+    import remote
+
+    class Extra:
+        def brand_new_method_nobody_documented(self):
+            pass
+
+    monkeypatch.setattr(remote, "__all__", [*remote.__all__, "Extra"])
+    monkeypatch.setattr(remote, "Extra", Extra, raising=False)
+    try:
+        test_the_reference_names_every_public_name_and_member()
+    except AssertionError as e:
+        assert "Extra" in str(e) and "brand_new_method_nobody_documented" in str(e)
+    else:
+        raise AssertionError("an undocumented public name went unseen")
 
 
 def test_ci_runs_the_readmes_test_command_exactly():

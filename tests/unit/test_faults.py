@@ -1,4 +1,4 @@
-"""Bad inputs, by the hundred: malformed hosts files and fuzzed argv (rows of docs/reliability.md)."""
+"""Bad inputs, by the hundred: malformed hosts files and fuzzed argv (rows of docs/evidence/reliability.md)."""
 
 from __future__ import annotations
 

@@ -143,7 +143,7 @@ def test_a_lock_that_differs_from_its_siblings_is_named(cfg):
 
 
 def test_status_shows_a_multi_node_run_once_with_its_nodes():
-    from remote.cli_format import _multinode_lines
+    from remote.cli.format import _multinode_lines
 
     run = {"id": "R", "nodes": [200, 300], "alive": True, "exit": None}
     jobs = [{"container": 200, "run": {**run, "node_rank": 0}}, {"container": 300, "run": {**run, "node_rank": 1,

@@ -190,9 +190,13 @@ def test_driver_lib_mismatch_after_a_host_upgrade_says_reboot():
 
 def test_container_uvm_missing_with_cuinit_999():
     found = everything(host(), ct(nodes=GOOD_NODES[:2], init=999))
-    assert kinds(found) == ["container-uvm-missing", "cuda-init-failed"]
-    assert found[0].fix.startswith("pct reboot 200")  # its config passes the node: it was not there at start
-    assert "999" in found[1].message
+    assert kinds(found) == ["container-uvm-missing", "container-node-missing", "cuda-init-failed"]
+    assert [f.node for f in found[:2]] == ["/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
+    assert "(the host's is 509:0, nvidia-uvm)" in found[0].message
+    # its config passes the node (dev2): it was not there at start, or was removed since
+    assert found[0].fix.startswith("pct reboot 200: its config's `dev2: /dev/nvidia-uvm` makes the host's node (509:0)")
+    assert "999" in found[2].message and "/dev/nvidia-uvm missing, /dev/nvidia-uvm-tools missing (above)" in found[2].message
+    assert "doctor" not in found[2].fix
 
 
 def test_device_not_passed():
@@ -347,7 +351,8 @@ def test_doctor_gpu_render_and_json(spec):
     assert "container 202 on pve1: no GPU configured (a CPU container)" in text
     out = json.loads(json.dumps(gpudoctor.to_json(hosts, cts)))
     assert out["schema"] == 1 and out["healthy"] is False
-    assert set(out["containers"][0]["findings"][0]) == {"kind", "severity", "message", "fix", "ctid", "host", "why"}
+    assert set(out["containers"][0]["findings"][0]) == {"kind", "severity", "message", "fix", "ctid", "host", "node",
+                                                            "why"}
     assert out["containers"][1]["findings"] == [] and out["containers"][1]["healthy"] and not out["containers"][1]["gpu"]
 
 

@@ -63,11 +63,11 @@ def test_operations_never_import_what_reads_runs():
 
 def faces() -> list[Path]:
     """The command line and the invoke collection: thin faces of the public API (remote.api)."""
-    return sorted(ROOT.glob("cli*.py")) + [ROOT / "invoke_tasks.py", ROOT / "tasks.py", ROOT.parent / "tasks.py"]
+    return sorted((ROOT / "cli").rglob("*.py")) + [ROOT / "tasks.py", ROOT.parent / "tasks.py"]
 
 
 def test_the_command_line_and_the_invoke_tasks_use_only_the_public_api():
-    """remote/cli*.py, the invoke collection and the checkout's tasks.py reach operations and the transport
+    """remote/cli/ (the invoke collection with it) and the checkout's tasks.py reach operations and the transport
     only through remote.api: whatever they do, a script can do too."""
     forbidden = ("remote.ops", "remote.transport")
     bad = {}
@@ -78,16 +78,104 @@ def test_the_command_line_and_the_invoke_tasks_use_only_the_public_api():
         if found:
             bad[path.name] = found
     assert bad == {}
-    assert (ROOT / "cli_table.py").exists() and (ROOT / "cli_format.py").exists()
+    assert (ROOT / "cli" / "table.py").exists() and (ROOT / "cli" / "format.py").exists()
 
 
 def test_the_face_check_sees_an_operation_imported_by_the_command_line(tmp_path, monkeypatch):
     pkg = tmp_path / "remote"
-    pkg.mkdir()
-    (pkg / "cli_extra.py").write_text("def f():\n    from .ops.jobs import stop\n")
+    (pkg / "cli").mkdir(parents=True)
+    (pkg / "cli" / "extra.py").write_text("def f():\n    from ..ops.jobs import stop\n")
+    for name in ("table.py", "format.py"):
+        (pkg / "cli" / name).write_text("")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", pkg)
-    with pytest.raises(AssertionError, match="cli_extra.py"):
+    with pytest.raises(AssertionError, match="extra.py"):
         test_the_command_line_and_the_invoke_tasks_use_only_the_public_api()
+
+
+# What the command line may import of remote: the API and the words it speaks (its errors, its result and
+# event types, the escaping of what a container says). Nothing of ops, transport, facts, config or doctor.
+CLI_MAY_IMPORT = ("remote.api", "remote.errors", "remote.results", "remote.events", "remote.naming")
+
+
+def lazy_imports(path: Path) -> set[int]:
+    """The line numbers of the imports a file makes inside a function (run only when it is called)."""
+    lines = set()
+    for fn in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            lines.update(n.lineno for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom)))
+    return lines
+
+
+def cli_offenders() -> dict[str, list[str]]:
+    """Each module of remote/cli/ -> what it imports of remote beyond the API and its words (the lab only
+    inside a function: `remote lab ...`)."""
+    bad = {}
+    for path in sorted((ROOT / "cli").rglob("*.py")):
+        lazy = lazy_imports(path)
+        found = []
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                base = node.module or ""
+                if node.level:  # remote/cli/x.py: level 1 is remote.cli, level 2 is remote
+                    base = ".".join(["remote", "cli"][:3 - node.level] + ([node.module] if node.module else []))
+                names = [f"{base}.{a.name}" if base in ("remote", "remote.cli") else base for a in node.names]
+            for name in names:
+                if not (name == "remote" or name.startswith("remote.")) or name.startswith("remote.cli"):
+                    continue
+                if name in ("remote.__version__",) or any(name == m or name.startswith(m + ".") for m in CLI_MAY_IMPORT):
+                    continue
+                if (name == "remote.lab" or name.startswith("remote.lab.")) and node.lineno in lazy:
+                    continue
+                found.append(name)
+        if found:
+            bad[str(path.relative_to(ROOT.parent))] = sorted(set(found))
+    return bad
+
+
+def test_the_command_line_imports_only_the_api_and_its_errors():
+    """remote/cli/ is a client like any script: remote.api, remote.errors (and the result, event and
+    escaping modules the API speaks with); the lab only inside the `remote lab ...` tasks."""
+    assert cli_offenders() == {}
+
+
+def test_the_cli_check_sees_config_doctor_and_an_eager_lab(tmp_path, monkeypatch):
+    pkg = tmp_path / "remote" / "cli"
+    pkg.mkdir(parents=True)
+    (pkg / "x.py").write_text("from .. import config as cfg\nfrom ..lab import Lab\nfrom ..api import open\n"
+                              "def f():\n    from ..doctor import passport_line\n    from ..lab.ns import open_lab\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path / "remote")
+    assert cli_offenders() == {"remote/cli/x.py": ["remote.config", "remote.doctor", "remote.lab"]}
+
+
+def test_nothing_in_the_library_imports_the_lab_or_the_command_line():
+    """The lab (the pct double, the ns lab, the unit tiers' FakeTransport) and remote.testing are clients:
+    no module of the library imports them, so `import remote` can never load them."""
+    users = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT)
+        if rel.parts[0] in ("lab", "cli") or rel.name == "testing.py" and len(rel.parts) == 1 or rel == Path("tasks.py"):
+            continue  # the clients themselves (remote/tasks.py: the deprecated alias of remote.cli.collection)
+        found = sorted(m for m in imported_modules(path)
+                       if any(m == f or m.startswith(f + ".") for f in ("remote.lab", "remote.cli", "remote.testing")))
+        if found:
+            users[str(rel)] = found
+    assert users == {}
+
+
+def test_importing_the_library_loads_neither_the_lab_nor_the_command_line():
+    """What `import remote` and the API load, read from sys.modules in a fresh interpreter."""
+    import subprocess
+
+    code = ("import sys, remote, remote.api, remote.errors; remote.open; remote.Fleet; "
+            "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] == 'remote')))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT.parent, check=True)
+    loaded = r.stdout.split()
+    assert "remote.api" in loaded
+    assert [m for m in loaded if m.startswith(("remote.lab", "remote.cli", "remote.testing"))] == []
 
 
 def test_only_remote_fabric_imports_fabric():

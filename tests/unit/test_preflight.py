@@ -67,8 +67,14 @@ def test_a_warmup_that_compiled_nothing_does_not_ask_for_a_cache(spec):
 def test_gpus_torch_and_git(spec):
     raw = ready(spec)
     raw["torch"] = child({**json.loads(raw["torch"]["out"]), "device_count": 1})
-    assert problems(raw, spec) == ["nvidia-smi lists 2 GPU(s) but torch sees 1: check that the venv's CUDA build "
-                                   "(12.8) suits the driver (570.86, up to CUDA 12.8)"]
+    # A 12.8 build on a driver that supports 12.8 suits it: no hint that it might not (issue 34).
+    assert problems(raw, spec) == ["nvidia-smi lists 2 GPU(s) but torch sees 1: the venv's CUDA build (12.8) suits "
+                                   "the driver (570.86, up to CUDA 12.8): check the container's GPU nodes against the "
+                                   "host's (`remote doctor --gpu` compares each)"]
+    raw["torch"] = child({**json.loads(raw["torch"]["out"]), "cuda_build": "13.0"})
+    assert problems(raw, spec) == ["nvidia-smi lists 2 GPU(s) but torch sees 1: the venv's CUDA build (13.0) is newer "
+                                   "than the driver (570.86) supports (up to CUDA 12.8): pin a torch build for this "
+                                   "driver (venv.packages), then remote deploy"]
     raw = ready(spec)
     raw["torch"] = child({"torch_error": "ImportError: libcudnn.so.9: cannot open shared object file"})
     assert problems(raw, spec) == ["`import torch` fails in the venv (ImportError: libcudnn.so.9: cannot open "

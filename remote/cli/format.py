@@ -1,5 +1,5 @@
 """What the command line prints: remote.api's data as text (status, stop, warmup, doctor, a fleet's
-summary table). Pure functions, no I/O: each task in remote/cli.py calls the API, then one of these.
+summary table). Pure functions, no I/O: each task in remote/cli/tasks.py calls the API, then one of these.
 """
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .naming import printable
+from ..naming import printable
 
 
 def live_text(live: list[dict]) -> str:
@@ -73,7 +73,7 @@ def _also_live(entry: dict | None) -> str:
 
 
 def _watch_text(r: dict) -> str:
-    """The stall watch's and the wrapper's part of a status line (docs/watch.md)."""
+    """The stall watch's and the wrapper's part of a status line (docs/guide/watch.md)."""
     g, s = r.get("gpu") or {}, r.get("stalled")
     text = f", GPU util {g['util_pct']:g}%" if g.get("util_pct") is not None else ""
     text += f", mem {g['mem_used_mib'] / 1024:.1f} GiB" if g.get("mem_used_mib") is not None else ""
@@ -156,7 +156,7 @@ def caches_json(rows: list) -> str:
 
 def cache_lines(rows: list) -> list[str]:
     """`remote cache`: each container's cache folder, files, size and passport (the container's text escaped)."""
-    from .doctor import passport_line
+    from ..api import passport_line
 
     lines = []
     for r in rows:
@@ -190,10 +190,9 @@ def rollback_lines(done: Any) -> list[str]:
 
 
 def doctor_json(diagnoses: list) -> str:
-    from .doctor import SCHEMA_VERSION
+    from ..api import doctor_document
 
-    return json.dumps({"schema": SCHEMA_VERSION, "healthy": all(d.healthy for d in diagnoses),
-                       "containers": [d.to_dict() for d in diagnoses]}, indent=2)
+    return json.dumps(doctor_document(diagnoses), indent=2)
 
 
 # -- a fleet: one line per container ----------------------------------------------------------------------

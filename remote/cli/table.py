@@ -1,7 +1,7 @@
 """The command line's task table: what a task is (`@task`), its options' short letters and checks, how a
 library error becomes an exit status, and `-c all` (a task per container at once, through remote.api).
 
-remote/cli.py holds the tasks (parse -> one remote.api call -> format), remote/cli_format.py what they
+remote/cli/tasks.py holds the tasks (parse -> one remote.api call -> format), remote/cli/format.py what they
 print. Exit statuses: 0 ok, 1 failed (or the job's/command's own, where the task reports one), 2 bad
 input, 3 busy, 130 interrupted.
 """
@@ -15,10 +15,10 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from . import cliparse
-from .cliparse import Kind, number, pattern
-from .errors import RemoteError
-from .naming import printable
+from ..errors import RemoteError
+from ..naming import printable
+from . import parse as cliparse
+from .parse import Kind, number, pattern
 
 # One meaning per short flag in every task; -h is only ever help, and flags not listed have none.
 SHORT_FLAGS = {"container": "c", "dry": "n", "json": "j", "timeout": "t", "allow-dirty": "a", "check": "k",
@@ -123,7 +123,7 @@ def fleet_of(hosts: str | None, dry: bool = False) -> contextlib.AbstractContext
     """The fleet a task runs on: the `-c all` task's (closed by it), else its own, printing its progress."""
     if _current:
         return contextlib.nullcontext(_current[-1])
-    from . import api
+    from .. import api
 
     return api.open(hosts, dry=dry, progress=print)
 
@@ -153,8 +153,8 @@ def fleet_task(fn: Callable) -> Callable:
 
 
 def _run_fleet(fn: Callable, c: Any, args: tuple, kwargs: dict, fail_fast: bool) -> None:
-    from . import api
-    from .cli_format import group_exit_code, group_table
+    from .. import api
+    from .format import group_exit_code, group_table
 
     def one(ct: Any) -> None:
         mine = {**kwargs, "container": str(ct.id)}

@@ -1,4 +1,4 @@
-"""The `remote` command line: a parser, help and dispatch over the task table of remote/cli.py.
+"""The `remote` command line: a parser, help and dispatch over the task table of remote/cli/table.py.
 
     remote [--version] [-h] TASK [OPTIONS] [TASK [OPTIONS]]... [-- ARGV...]
 

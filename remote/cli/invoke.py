@@ -1,7 +1,22 @@
-"""The invoke Collection of the tasks in remote/cli.py's table, for `invoke ...` in a checkout (tasks.py).
+"""remote's tasks as an invoke Collection: `invoke ...` in a checkout (tasks.py), and for a user's own tasks.py:
 
-Made on first use of `remote.cli.ns`, so that `remote` itself never imports invoke. Each task is the
-same function; our `Exit` becomes invoke's, and short flags come from SHORT_FLAGS, not first letters.
+    from invoke import Collection
+    from remote.cli import collection
+
+    ns = Collection()
+    ns.add_collection(collection(), "gpu")      # invoke gpu.deploy -c 200, invoke gpu.logs -f, ...
+
+The tasks are the command line's (remote/cli/tasks.py), with the same options and checks: each task is the
+same function; our `Exit` becomes invoke's, and short flags come from SHORT_FLAGS, not first letters. Made on
+first use, so that `remote` itself never imports invoke. Settings come from invoke's configuration as well as
+from flags and the environment: an `invoke.yaml` beside the tasks.py (or ~/.invoke.yaml, or
+$INVOKE_REMOTE_HOSTS) with
+
+    remote:
+      hosts: hosts.yaml        # the hosts file, when --hosts is not given
+      container: 200           # the container, when -c is not given
+
+A flag wins over the configuration, which wins over $REMOTE_HOSTS_FILE / $REMOTE_CONTAINER.
 """
 
 from __future__ import annotations
@@ -12,8 +27,21 @@ import inspect
 from invoke import Collection, Task
 from invoke import Exit as InvokeExit
 
+DEFAULTS = {"hosts": None, "container": None}
 
-def collection(tasks: dict, short_flags: dict[str, str], exit_type: type[BaseException]) -> Collection:
+
+def collection() -> Collection:
+    """A new Collection of every remote task (groups such as `lab` as sub-collections), configured with
+    the `remote` settings above (all None: flags and the environment decide)."""
+    from .table import SHORT_FLAGS, TASKS, Exit
+    from .tasks import run  # noqa: F401  (fills TASKS)
+
+    ns = build(TASKS, SHORT_FLAGS, Exit)
+    ns.configure({"remote": dict(DEFAULTS)})
+    return ns
+
+
+def build(tasks: dict, short_flags: dict[str, str], exit_type: type[BaseException]) -> Collection:
     class RemoteTask(Task):
         """An Invoke task whose short flags come from SHORT_FLAGS instead of first letters."""
 

@@ -1,15 +1,15 @@
 """The tasks: `remote ...` anywhere, `invoke ...` in this checkout (tasks.py), the same functions.
 
 Each task is three steps in one place: its options (the function's parameters, checked by
-remote/cliparse.py from remote/cli_table.py's KINDS), one call of the public API (remote.api, as a
-script would make it), and printing what came back (remote/cli_format.py). Every RemoteError becomes a
+remote/cli/parse.py from remote/cli/table.py's KINDS), one call of the public API (remote.api, as a
+script would make it), and printing what came back (remote/cli/format.py). Every RemoteError becomes a
 clean `Exit` with its message and exit status, never a traceback. `remote` parses its own command line
-from the table that `@task` fills (TASKS); the invoke Collection (`ns`) is made from the same table on
-first use, so `remote` never imports invoke.
+from the table that `@task` fills (TASKS); the invoke Collection (remote/cli/invoke.py) is made from the
+same table on first use, so `remote` never imports invoke.
 
 To add a task: write `@task(help={...})` over `@handled` over a function `name(c, ..., hosts=None)` (add
 `@fleet_task` between them where `-c all` should run it on every container at once) whose body opens
-`fleet_of(hosts, dry)`, calls one remote.api method and prints with a remote.cli_format function. Its
+`fleet_of(hosts, dry)`, calls one remote.api method and prints with a remote/cli/format.py function. Its
 options come from its parameters; a new option name needs its short letter in SHORT_FLAGS (or none) and,
 unless it is a flag or free text, its check in KINDS. Exit statuses: 0 ok, 1 failed (or the job's/command's
 own, where the task reports one), 2 bad input, 3 busy, 130 interrupted.
@@ -22,10 +22,12 @@ import os
 import sys
 from typing import Any
 
-from . import __version__, cliparse
-from . import cli_format as fmt
-from . import config as cfg
-from .cli_table import (  # noqa: F401
+from .. import __version__
+from ..errors import RemoteError
+from ..naming import printable
+from . import format as fmt
+from . import parse as cliparse
+from .table import (  # noqa: F401
     CT_HELP,
     DEPRECATED,
     DRY_HELP,
@@ -43,8 +45,6 @@ from .cli_table import (  # noqa: F401
     is_selection,
     task,
 )
-from .errors import RemoteError
-from .naming import printable
 
 
 def _stream(kind: str, chunk: bytes) -> None:
@@ -126,7 +126,7 @@ def warmup(c, container=None, parallel=False, devices=None, export=None, import_
     """Compile the training into the persistent compile cache, one device at a time.
 
     Several containers: those whose cache passports would match are warmed once and the cache copied to
-    the rest (docs/compile-cache.md). One container without a warmup of its own: a matching cache of
+    the rest (docs/guide/compile-cache.md). One container without a warmup of its own: a matching cache of
     another container of the hosts file is copied instead of compiling."""
     if is_selection(container) and not (export or import_ or devices or dry) and not in_fleet_task():
         with fleet_of(hosts) as fleet:
@@ -235,9 +235,9 @@ def stop(c, container=None, run=None, grace=10, dry=False, hosts=None):
 
 
 @task(help={"container": "container id(s), comma-separated (default: every container in the hosts file)",
-            "json": "print the findings and facts as JSON (schema: docs/doctor.md)", "hosts": HOSTS_HELP,
+            "json": "print the findings and facts as JSON (schema: docs/guide/doctor.md)", "hosts": HOSTS_HELP,
             "fresh": "import torch again in each container even where an earlier probe's answer still holds",
-            "gpu": "check the hosts' NVIDIA driver and each container's GPU passthrough (docs/gpu-passthrough.md)"})
+            "gpu": "check the hosts' NVIDIA driver and each container's GPU passthrough (docs/guide/gpu-passthrough.md)"})
 @handled
 def doctor(c, container=None, json_=False, hosts=None, fresh=False, gpu=False):
     """Find what differs from what deploy made and from the last known-good run.
@@ -266,7 +266,7 @@ def known_good(c, container=None, run=None, hosts=None):
     """Record a finished run and the container's facts as its known-good, for doctor.
 
     The run must have exited 0; train records one by itself when a run meets the baseline."""
-    from .doctor import known_good_label
+    from ..api import known_good_label
 
     with fleet_of(hosts) as fleet:
         ct = fleet.container(container)
@@ -303,8 +303,8 @@ def lab_up(c, containers="200", port=None, second=None, backend=None):
 
     With --second, a second look-alike host as well; with --backend ns, namespace containers and the pct
     double only."""
-    from .lab import DEFAULT_PORT
-    from .lab.ns import open_lab
+    from ..lab import DEFAULT_PORT
+    from ..lab.ns import open_lab
 
     lab = open_lab(backend=backend, port=int(port or DEFAULT_PORT))
     ids = [int(x) for x in str(containers).split(",") if x.strip()]
@@ -324,7 +324,7 @@ def lab_up(c, containers="200", port=None, second=None, backend=None):
 @handled
 def lab_down(c, purge=False):
     """Stop the local lab's containers and sshd."""
-    from .lab.ns import open_lab
+    from ..lab.ns import open_lab
 
     lab = open_lab()
     lab.down(purge=purge)
@@ -351,7 +351,7 @@ def init(c, address=None, port=None, user=None, key_file=None, known_hosts=None,
     Connects to the host, reads `pct list` and each container's hostname (`pct config`), and writes a
     commented hosts file; an existing file is never overwritten without --force. With --sudoers USER:
     prints a sudoers drop-in for /etc/sudoers.d/ instead (stdout holds only the drop-in)."""
-    from . import api
+    from .. import api
 
     if sudoers:
         sys.stdout.write(api.sudoers_dropin(sudoers, hosts))
@@ -385,7 +385,7 @@ def config_(c, container=None, json_=False, hosts=None):
         else:
             try:
                 ids = [fleet.container(None).id]
-                why = ("$REMOTE_CONTAINER" if os.environ.get(cfg.CONTAINER_VAR, "").strip() else
+                why = ("$REMOTE_CONTAINER" if os.environ.get("REMOTE_CONTAINER", "").strip() else
                        "default_container" if fleet.config.default_container else "the only container")
             except RemoteError:  # several, and none chosen: all of them
                 ids, why = fleet.ids, "every container"
@@ -432,7 +432,7 @@ def _need(**flags) -> None:
 
 
 def _progress(quiet: bool, dry: bool, label: str):
-    from . import api
+    from .. import api
 
     return None if quiet or dry else api.progress_printer(label)
 
@@ -518,20 +518,10 @@ def disconnect(c, host=None, hosts=None):
     """End kept connections now.
 
     Each host's kept connection holds the SSH connection and the agents for control_persist seconds."""
-    from . import api
+    from .. import api
 
     pids = api.disconnect(hosts, host)
     print(f"ended {len(pids)} kept connection(s)" + (f" (pid {', '.join(map(str, pids))})" if pids else ""))
-
-
-def __getattr__(name: str):
-    """`ns`, the invoke Collection of the same tasks (tasks.py, `invoke ...` in a checkout): made on first use."""
-    if name == "ns":
-        from .invoke_tasks import collection
-
-        globals()["ns"] = value = collection(TASKS, SHORT_FLAGS, Exit)
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # The order of `remote --help`: the way in, the daily loop, then the rest (tasks not named here follow).
@@ -583,8 +573,8 @@ def _call(call: cliparse.Call) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except OSError as exc:  # a local file: --dest in a folder that does not exist, a full disk
-        where = f": {exc.filename}" if exc.filename else ""
-        print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
+        where = f": {exc.filename}" if exc.filename else ""  # a path may come from a container: escaped
+        print(f"error: {printable(f'{exc.strerror or exc}{where}')}", file=sys.stderr)
         return 1
     except Exception as exc:  # a bug: say so in one line; REMOTE_DEBUG=1 shows where
         if os.environ.get("REMOTE_DEBUG"):
