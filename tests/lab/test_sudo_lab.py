@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from support import LAB_SECTIONS, LAB_WHEELS, free_port
+from support import LAB_SECTIONS, LAB_WHEELS, free_port, provide_wheels
 
 from remote import sudo
 
@@ -73,7 +73,8 @@ def sudo_lab(trainer):
     lab.dir.chmod(0o755)  # trainer's sshd reads the authorized keys (public) in there; the client key stays 0600
     lab.set_storage(CT, "local-btrfs")
     try:
-        lab.up((CT,))
+        provide_wheels(lab)  # under the lock the other labs take (support.py)
+        lab.up((CT,), wheels=False)
         yield lab
     finally:
         from remote.transport import keeper
