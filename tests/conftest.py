@@ -19,14 +19,34 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's remote before an installed one
 
-from support import LAB_CONTAINERS, LAB_SECTIONS, LAB_WHEELS, free_port, tier_of  # noqa: E402
+from support import LAB_CONTAINERS, LAB_SECTIONS, OWN_LAB_MODULES, new_lab, tier_of  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
+    spread = config.pluginmanager.hasplugin("xdist")
     for item in items:
         tier = tier_of(item.path)
         if tier is not None:
             item.add_marker(tier)
+        if spread:
+            # Under `-n N --dist loadgroup` (the README's command): the lab tier runs on one worker, in order (one
+            # lab: its LXC ids and containers are machine-wide, and its tests share the session's deploys), so
+            # does the newcomer tier; every other file runs whole on one worker (its module fixtures once), beside
+            # them. The modules of support.OWN_LAB_MODULES (containers of their own on a lab of their own) run on
+            # another worker beside the session lab's. The lab tier, mostly waiting on containers, sets the pace.
+            item.add_marker(pytest.mark.xdist_group(group_of(item, tier)))
+
+
+def group_of(item, tier: str | None) -> str:
+    if tier == "lab" and item.path.name in OWN_LAB_MODULES:
+        names = set(item.fixturenames)  # the closure: own_lab is there where the module's `lab` returns it
+        shared = {"lab_session", "lab_hosts", "ct", "deployed"} & names | ({"lab"} - names if "own_lab" in names
+                                                                            else {"lab"} & names)
+        if shared:  # the session lab runs on another worker: this test would start a second one there
+            raise pytest.UsageError(f"{item.nodeid} is in support.OWN_LAB_MODULES but uses the session lab's "
+                                    f"{sorted(shared)}: give its module a `lab` fixture that returns own_lab")
+        return "lab-own"
+    return tier if tier in ("lab", "newcomer") else str(item.path)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -60,10 +80,16 @@ def _isolated(monkeypatch, tmp_path):
 
 @pytest.fixture(scope="session")
 def lab(tmp_path_factory):
-    from remote.lab import Lab
+    lab = new_lab(tmp_path_factory.mktemp("lab"), LAB_CONTAINERS)
+    yield lab
+    lab.down(purge=True)
 
-    lab = Lab(dir=tmp_path_factory.mktemp("lab"), port=free_port(), wheels_dir=LAB_WHEELS)
-    lab.up(LAB_CONTAINERS)
+
+@pytest.fixture(scope="session")
+def own_lab(tmp_path_factory):
+    """A lab with none of the session lab's containers, for the modules of support.OWN_LAB_MODULES: each starts
+    containers of its own there (ids no other module uses), so they run beside the session lab's modules."""
+    lab = new_lab(tmp_path_factory.mktemp("own-lab"), ())
     yield lab
     lab.down(purge=True)
 

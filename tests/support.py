@@ -46,6 +46,29 @@ def free_port() -> int:
 LAB_CONTAINERS = tuple(int(i) for i in os.environ.get("REMOTE_TEST_LAB_IDS", "200,201").split(","))
 
 
+# Lab modules whose containers (ids of their own, on a lab of their own: conftest's own_lab) no other module
+# touches: under xdist they run on one worker beside the session lab's modules (conftest.group_of).
+OWN_LAB_MODULES = ("test_any_code_lab.py", "test_doctor_lab.py", "test_fleet_lab.py", "test_sudo_lab.py")
+
+
+def new_lab(folder: Path, containers, **kw):
+    """A lab in `folder` on a free port, up with `containers`; the torch wheel is placed under a lock, as two
+    test processes (xdist workers) may bring up labs at once."""
+    from remote.lab import Lab
+
+    lab = Lab(dir=folder, port=free_port(), wheels_dir=LAB_WHEELS, **kw)
+    provide_wheels(lab)
+    lab.up(containers, wheels=False)
+    return lab
+
+
+def provide_wheels(lab) -> None:
+    LAB_WHEELS.parent.mkdir(parents=True, exist_ok=True)
+    with open(LAB_WHEELS.with_name(LAB_WHEELS.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        lab.provide_wheels()
+
+
 # The test labs' wheel folder: one for every session (a hard link to a configured wheel, or one download).
 LAB_WHEELS = Path(tempfile.gettempdir()) / "remote-test-wheels"
 

@@ -27,6 +27,7 @@ from .. import facts, shell
 from ..config import ContainerSpec
 from ..errors import CommandError, ConfigError, WarmupError
 from ..facts import deployed, deployed_in  # read with the facts probe (an exec needs them, not this module)
+from ..results import ImportedCache
 from ..transport.pct import Container
 from ..transport.session import Session
 from . import files, jobenv, oplock
@@ -374,7 +375,7 @@ def _versions(verify: dict) -> dict:
     return {k: verify.get(k) for k in ("torch", "cuda_build", "triton", "gpu_name")}
 
 
-def import_cache(session: Session, ctid, path: str, echo=print) -> dict:
+def import_cache(session: Session, ctid, path: str, echo=print) -> ImportedCache:
     """Load a bundle made by export_cache into the container's cache folder; refuse one made for other
     versions. Its warmup records are kept where they match this commit, venv, command and environment."""
     spec = session.config.container(ctid)
@@ -418,5 +419,5 @@ def import_cache(session: Session, ctid, path: str, echo=print) -> dict:
     kept = [{**r, "imported_from": os.path.basename(path)} for r in latest.values()]
     if kept:
         _record(ct, spec, kept)
-    return {"files": count, "cache_dir": folder, "warmups": [r["device"] for r in kept],
-            "refused": [f"{name}: {why}" for name, why in refused]}
+    return ImportedCache(count, folder, tuple(r["device"] for r in kept),
+                         tuple(f"{name}: {why}" for name, why in refused))
