@@ -19,28 +19,29 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's remote before an installed one
 
-from support import LAB_CONTAINERS, LAB_SECTIONS, OWN_LAB_CONTAINERS, OWN_LAB_MODULES, new_lab, tier_of  # noqa: E402
+from support import (LAB_CONTAINERS, LAB_SECTIONS, OWN_LAB_CONTAINERS, OWN_LAB_MODULES, new_lab,  # noqa: E402
+                     tier_of, work_unit)
 
 
 def pytest_collection_modifyitems(config, items):
-    spread = config.pluginmanager.hasplugin("xdist")
     for item in items:
         tier = tier_of(item.path)
         if tier is not None:
             item.add_marker(tier)
-        if spread:
-            # Under `-n N --dist loadgroup` (the README's command): the lab tier runs on one worker, in order (one
-            # lab: its LXC ids and containers are machine-wide, and its tests share the session's deploys), so
-            # does the newcomer tier; every other file runs whole on one worker (its module fixtures once), beside
-            # them. The modules of support.OWN_LAB_MODULES (containers of their own on a lab of their own) run on
-            # another worker beside the session lab's. The lab tier, mostly waiting on containers, sets the pace.
-            item.add_marker(pytest.mark.xdist_group(group_of(item, tier)))
 
 
-def group_of(item, tier: str | None) -> str:
-    if tier == "lab" and item.path.name in OWN_LAB_MODULES:
-        return "lab-own"
-    return tier if tier in ("lab", "newcomer") else str(item.path)
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under `-n N` (the README's command): the session lab's modules run on one worker, in order (its LXC
+    ids are machine-wide, and they share its deploys), support.OWN_LAB_MODULES on another (own_lab), the
+    newcomer tier on one, and every other file whole on any worker (its module fixtures once), beside them."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByTier(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid.split("::", 1)[0])
+
+    return ByTier(config, log)
 
 
 @pytest.fixture(scope="session", autouse=True)

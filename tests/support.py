@@ -54,6 +54,16 @@ OWN_LAB_MODULES = ("test_agent_lab.py", "test_any_code_lab.py", "test_doctor_lab
 OWN_LAB_CONTAINERS = (232, 233)
 
 
+def work_unit(path: str) -> str:
+    """The xdist work unit of a test file (its path from the repository's root; conftest's scheduler): the
+    session lab's modules one unit, run in order on one worker; OWN_LAB_MODULES another; the newcomer tier
+    one; every other file its own."""
+    tier = tier_of(ROOT / path)
+    if tier == "lab":
+        return "lab-own" if Path(path).name in OWN_LAB_MODULES else "lab"
+    return "newcomer" if tier == "newcomer" else path
+
+
 def lab_ids(test_file: str) -> tuple[int, ...]:
     """The container ids of the lab a test module runs on (conftest's `lab` fixture gives it that lab)."""
     return OWN_LAB_CONTAINERS if Path(test_file).name in OWN_LAB_MODULES else LAB_CONTAINERS
