@@ -15,7 +15,7 @@
 #             removed: doctor --gpu must name the node (container-node-wrong or container-node-missing, with the
 #             host's numbers and a fix that is not itself), `remote train` must refuse naming it;
 # healthy again after each. Every step's exit status, seconds, the kinds doctor named and its round trips
-# go to the record (default docs/gpu-doctor/<date>.json).
+# go to the record (default docs/evidence/gpu-doctor/<date>.json).
 #
 # Usage (as root, in a checkout of remote whose controller packages python3 imports):
 #   bash bench/gpu_doctor.sh [RECORD.json]
@@ -26,7 +26,7 @@
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 date=$(date -u +%Y-%m-%d)
-record=${1:-$repo/docs/gpu-doctor/$date.json}
+record=${1:-$repo/docs/evidence/gpu-doctor/$date.json}
 work=${GPU_DOCTOR_WORK:-/var/tmp/gpu-doctor}
 src_venv=${SRC_VENV:-$(python3 -c 'import sys; print(sys.prefix)')}
 ct=200

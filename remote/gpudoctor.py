@@ -148,7 +148,7 @@ def render(hosts: list[HostReport], cts: list[ContainerReport]) -> str:
 
 
 def to_json(hosts: list[HostReport], cts: list[ContainerReport]) -> dict:
-    """docs/gpu-passthrough.md#json documents this."""
+    """docs/guide/gpu-passthrough.md#json documents this."""
     def finding(f):
         return {**f.to_dict(), "why": WHY.get(f.kind)}
 

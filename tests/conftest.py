@@ -1,4 +1,7 @@
-"""Test guards and the lab fixture.
+"""Test guards, the tier markers and the lab fixture.
+
+Tiers: every test gets the marker of its folder (tests/unit, tests/local, tests/lab, tests/newcomer; see
+support.TIERS); tests/unit/test_tiers.py checks that no file names another tier's marker.
 
 Guards: no test reads the real ~/.ssh/config or the user's hosts file ($HOME points at a temporary
 folder and $REMOTE_HOSTS_FILE is unset unless a test sets it). The `lab` fixture brings up a
@@ -9,18 +12,41 @@ fails loudly, never skips, when the machine cannot run it: .ci/run installs what
 from __future__ import annotations
 
 import os
-import re
-import socket
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's remote before an installed one
+
+from support import LAB_CONTAINERS, LAB_SECTIONS, OWN_LAB_MODULES, new_lab, tier_of  # noqa: E402
+
+
+def pytest_collection_modifyitems(config, items):
+    spread = config.pluginmanager.hasplugin("xdist")
+    for item in items:
+        tier = tier_of(item.path)
+        if tier is not None:
+            item.add_marker(tier)
+        if spread:
+            # Under `-n N --dist loadgroup` (the README's command): the lab tier runs on one worker, in order (one
+            # lab: its LXC ids and containers are machine-wide, and its tests share the session's deploys), so
+            # does the newcomer tier; every other file runs whole on one worker (its module fixtures once), beside
+            # them. The modules of support.OWN_LAB_MODULES (containers of their own on a lab of their own) run on
+            # another worker beside the session lab's. The lab tier, mostly waiting on containers, sets the pace.
+            item.add_marker(pytest.mark.xdist_group(group_of(item, tier)))
+
+
+def group_of(item, tier: str | None) -> str:
+    if tier == "lab" and item.path.name in OWN_LAB_MODULES:
+        names = set(item.fixturenames)  # the closure: own_lab is there where the module's `lab` returns it
+        shared = {"lab_session", "lab_hosts", "ct", "deployed"} & names | ({"lab"} - names if "own_lab" in names
+                                                                            else {"lab"} & names)
+        if shared:  # the session lab runs on another worker: this test would start a second one there
+            raise pytest.UsageError(f"{item.nodeid} is in support.OWN_LAB_MODULES but uses the session lab's "
+                                    f"{sorted(shared)}: give its module a `lab` fixture that returns own_lab")
+        return "lab-own"
+    return tier if tier in ("lab", "newcomer") else str(item.path)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -52,48 +78,20 @@ def _isolated(monkeypatch, tmp_path):
     (tmp_path / "home").mkdir()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-# LXC ids are system-wide: two labs on one machine need other ids (REMOTE_TEST_LAB_IDS=230,231). Tests that
-# take theirs from here run with either; the others still name 200 and 201.
-LAB_CONTAINERS = tuple(int(i) for i in os.environ.get("REMOTE_TEST_LAB_IDS", "200,201").split(","))
-
-
 @pytest.fixture(scope="session")
 def lab(tmp_path_factory):
-    from remote.lab import Lab
-
-    lab = Lab(dir=tmp_path_factory.mktemp("lab"), port=free_port(), wheels_dir=LAB_WHEELS)
-    lab.up(LAB_CONTAINERS)
+    lab = new_lab(tmp_path_factory.mktemp("lab"), LAB_CONTAINERS)
     yield lab
     lab.down(purge=True)
 
 
-# The test labs' wheel folder: one for every session (a hard link to a configured wheel, or one download).
-LAB_WHEELS = Path(tempfile.gettempdir()) / "remote-test-wheels"
-
-LAB_SECTIONS = """
-venv:
-  packages: [torch==2.13.0+cpu, numpy==2.2.6]
-  find_links: [""" + str(LAB_WHEELS) + """]
-  requirements: requirements.txt
-code:
-  repo: {repo}
-  path: /root/dflash
-warmup:
-  command: python -m drafter.warmup --device {{device}}
-  devices: [0, 1]
-  cache_dir: /root/.cache/torch-compile
-train:
-  command: python -m drafter.train --target-gpus 0 --drafter-gpus 0,1 --steps 200 --log-interval 0.5
-  run_dir: /root/runs
-  baseline: 21.5
-  tolerance: 0.2
-"""
+@pytest.fixture(scope="session")
+def own_lab(tmp_path_factory):
+    """A lab with none of the session lab's containers, for the modules of support.OWN_LAB_MODULES: each starts
+    containers of its own there (ids no other module uses), so they run beside the session lab's modules."""
+    lab = new_lab(tmp_path_factory.mktemp("own-lab"), ())
+    yield lab
+    lab.down(purge=True)
 
 
 @pytest.fixture(scope="session")
@@ -125,24 +123,6 @@ def ct(lab_session):
     return lab_session.container(200)
 
 
-class CountingTransport:
-    """Wraps a transport and records every command, to assert how many round trips a step takes."""
-
-    def __init__(self, inner):
-        self.inner, self.calls = inner, []
-        self.name = inner.name
-
-    def run(self, argv, **kw):
-        self.calls.append(list(argv))
-        return self.inner.run(argv, **kw)
-
-    def describe(self, argv):
-        return self.inner.describe(argv)
-
-    def close(self):
-        self.inner.close()
-
-
 @pytest.fixture(scope="session")
 def deployed(lab_session):
     """Container 200 deployed with the demo drafter and the pinned CPU torch."""
@@ -151,35 +131,3 @@ def deployed(lab_session):
     summary = deploy(lab_session, 200, echo=lambda s: None)
     assert summary.torch["torch"] == "2.13.0+cpu", summary.render()
     return summary
-
-
-def load_config(path, **edits):
-    """The lab's hosts file with `edits` applied as YAML text replacements, saved beside it."""
-    text = Path(path).read_text()
-    for old, new in edits.items():
-        assert old in text, old
-        text = text.replace(old, new)
-    out = Path(path).with_name(f"hosts-{abs(hash(text))}.yaml")
-    out.write_text(text)
-    return out
-
-
-def wait_until(predicate, timeout=30.0) -> bool:
-    """Poll predicate every 0.1 s; whether it came true within timeout (a hang guard, not a speed check)."""
-    end = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.1)
-    return True
-
-
-def sshd_serving(session, lab) -> list[int]:
-    """The lab sshd processes that hold this session's connection (found by its client port)."""
-    t = session.transport(session.config.hosts["lab"])
-    port = t._conn.client.get_transport().sock.getsockname()[1]
-    out = subprocess.run(["ss", "-Htnp", "state", "established", f"( sport = :{lab.port} and dport = :{port} )"],
-                         capture_output=True, text=True, check=True).stdout
-    pids = sorted({int(p) for p in re.findall(r"pid=(\d+)", out)})
-    assert pids, f"no sshd found for port {port}: {out!r}"
-    return pids
