@@ -11,8 +11,6 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
-from .guard import cache_subdir  # a pure function: the one naming rule shared with remote_guard
-
 LEASE = "/run/remote/ops.lock"  # the operation lease (remote.ops.oplock) that the facts probe reads
 
 
@@ -67,6 +65,8 @@ def matches(locked: str, installed: str) -> bool:
 
 def compile_cache(spec, verify: Mapping | None) -> str:
     """The per-version compile cache folder: <warmup.cache_dir>/torch-<v>-cuda-<v>-triton-<v>."""
+    from .guard import cache_subdir  # the one naming rule shared with remote_guard (here: the CLI needs no guard)
+
     v = verify or {}
     return cache_subdir(spec.warmup.cache_dir, {"torch": v.get("torch") or "none", "cuda": v.get("cuda_build"),
                                                 "triton": v.get("triton")})

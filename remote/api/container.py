@@ -157,7 +157,7 @@ class Container:
         lock = self.fleet._shared_value("deploy-lock", LockOnce)  # one resolved lock for the fleet's deploys
         s = deploy(self._target, allow_dirty=allow_dirty, check=check, rollback=rollback, force=force,
                    echo=self.fleet._emit, lock=lock)
-        return DeployPlan(s.ctid, not check, tuple(s.changed), tuple(s.kept), tuple(s.saved), tuple(s.drift),
+        return DeployPlan(s.ctid, not (check or s.dry), tuple(s.changed), tuple(s.kept), tuple(s.saved), tuple(s.drift),
                           s.torch, s.seconds, s)
 
     def warmup(self, *, devices: Sequence[str] | None = None, parallel: bool = False) -> Warmup:

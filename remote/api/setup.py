@@ -56,12 +56,16 @@ def write_hosts_file(address: str, *, out: str | os.PathLike | None = None, port
 
 def sudoers_dropin(user: str, hosts: str | os.PathLike | None = None) -> str:
     """The sudoers drop-in (for /etc/sudoers.d/) that lets `user` run what remote needs on a `sudo: true`
-    host: the host programs at their exact paths (pct's from the hosts file's hosts, when one is given)."""
+    host: the host programs at their exact paths, each with only the arguments remote gives it (pct's path
+    from the hosts file's hosts, and only its containers, when one is given)."""
     from .. import config as cfg
     from .. import sudo as sudomod
 
-    paths = [sudomod.pct_path(h.pct_path or "pct") for h in cfg.load(os.fspath(hosts)).hosts.values()] if hosts else []
-    return sudomod.sudoers(user, paths)
+    if not hosts:
+        return sudomod.sudoers(user)
+    config = cfg.load(os.fspath(hosts))
+    return sudomod.sudoers(user, [sudomod.pct_path(h.pct_path or "pct") for h in config.hosts.values()],
+                           sorted(config.containers))
 
 
 def disconnect(hosts: str | os.PathLike | None = None, host: str | None = None) -> list[int]:

@@ -52,7 +52,7 @@ class Diagnosis:
 
 @dataclass(frozen=True)
 class DeployPlan:
-    """What a deploy changed (applied) or would change (check=True): data, never printed."""
+    """What a deploy changed (applied) or would change (check=True, or a dry run): data, never printed."""
 
     container: int
     applied: bool

@@ -375,7 +375,8 @@ def lab_down(c, purge=False):
             "force": "replace the file if it exists",
             "sudo": "log in as a non-root user whose sudo rule allows pct (writes `sudo: true`; see --sudoers)",
             "sudoers": "instead: print the sudoers drop-in that lets USER run what remote needs (sudo: true)",
-            "hosts": "with --sudoers: the hosts file whose `pct` paths the rule names (default /usr/sbin/pct)"})
+            "hosts": "with --sudoers: the hosts file whose `pct` paths and containers the rule names (default: "
+                     "/usr/sbin/pct, any container)"})
 @handled
 def init(c, address=None, port=None, user=None, key_file=None, known_hosts=None, pct=None, out=None, force=False,
          sudo=False, sudoers=None, hosts=None):

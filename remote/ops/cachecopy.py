@@ -1,13 +1,13 @@
 """Warm once, copy to the rest: a compile cache folder copied between containers whose passports match.
 
-    look(session, ctid) -> Holding          what a container's cache holds and what it would need
-    copy(session, src, dst) -> CacheCopy       only the files dst lacks, streamed, sha256-checked, each
+    look(target) -> Holding                 what a container's cache holds and what it would need
+    copy(src, dst) -> CacheCopy             only the files dst lacks, streamed, sha256-checked, each
                                             linked into place whole (remote/sh/cachecopy.py), under
                                             dst's operation lease; host to host where both share one
-    find_source(session, ctid) -> int|None  a container of the hosts file whose cache serves ctid
+    find_source(target) -> Holding|None     a container of the hosts file whose cache serves it
     plan(session, ids) -> Plan              the containers grouped by the passport their warmup would
                                             write: one leader per group, why each other one is alone
-    warm_fleet(session, ids) -> [Outcome]   each leader warmed, then its cache copied to its group
+    warm_fleet(session, ids) -> GroupResult each leader warmed, then its cache copied to its group
 
 A copy refuses a source whose passport differs from what the target would write (remote/ops/passport.py
 names each field). What it copies lands as torch would have written it: a file appears whole or not at

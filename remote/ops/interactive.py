@@ -21,7 +21,7 @@ from . import jobenv
 
 def open_shell(t: Target, *, echo=quiet) -> int:
     """Run the shell until it exits; its exit status."""
-    from .warmup import deployed
+    from ..facts import deployed
 
     session, spec, ct = t.session, t.spec, t.ct
     try:

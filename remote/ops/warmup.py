@@ -25,8 +25,9 @@ from pathlib import Path
 
 from .. import facts, shell
 from ..config import ContainerSpec
-from ..errors import CommandError, ConfigError, DeployError, WarmupError
+from ..errors import CommandError, ConfigError, WarmupError
 from ..events import quiet
+from ..facts import deployed, deployed_in  # read with the facts probe (an exec needs them, not this module)
 from ..results import ImportedCache
 from ..target import Target
 from ..transport.pct import Container
@@ -175,30 +176,6 @@ def parse_cache_lines(lines: list[str]) -> dict[str, tuple[int, int]]:
             when, files_, size = line[len(CACHE_PREFIX):].split()
             out[when] = (int(files_), int(size))
     return out
-
-
-def deployed(ct: Container, spec: ContainerSpec) -> dict:
-    """The deployed commit and venv record, read with the facts probe, or a DeployError saying to deploy
-    first."""
-    return deployed_in(facts.read_raw(ct, spec, facts.DEPLOYED)[0], spec)
-
-
-def deployed_in(raw: dict, spec: ContainerSpec) -> dict:
-    """`deployed` over a probe's answer already read (any parts that include facts.DEPLOYED). Pure."""
-    code, venv = facts.deployed_records(raw)
-    if venv is None:
-        raise DeployError(f"container {spec.ctid} has no deployed venv at {spec.venv.path}: run `remote deploy` first")
-    if code is None and not spec.code.repo:  # the code is the user's to put there: its HEAD is the commit
-        checkout = raw.get("code") or {}
-        if not checkout.get("exists"):
-            raise DeployError(f"container {spec.ctid} has no checkout at {spec.code.path} and code.repo is not set: "
-                              "set code.repo in the hosts file for `remote deploy` to ship it, or put the code "
-                              "there yourself")
-        code = {"commit": checkout.get("head"), "unmanaged": True}
-    if code is None:
-        raise DeployError(f"container {spec.ctid} has no deployed checkout at {spec.code.path}: "
-                          "run `remote deploy` first")
-    return {"code": code, "venv": venv}
 
 
 WARMUP_PARTS = ("venv", "dists", "code")  # the deploy records, what is installed, the checkout's state

@@ -79,13 +79,13 @@ def test_the_cache_survives_deploy_train_stop_and_a_venv_rebuild(warmed, lab_ses
 
 def test_export_import_and_a_mismatched_bundle_is_refused(warmed, lab_session, tmp_path, ct):
     bundle = tmp_path / "cache.tgz"
-    count = wm.export_cache(lab_session, 200, str(bundle), **quiet)
+    count = wm.export_cache(target_of(lab_session, 200), str(bundle), **quiet)
     assert count == len([f for f in cache_files(ct) if f.startswith("./torch-2.13.0+cpu-")
                          and ".aside-" not in f])  # the per-version folder
     spec = lab_session.config.container(200)
     ct.run(["bash", "-c", f"mv {CACHE}/warmups.jsonl {CACHE}/warmups.jsonl.bak"])  # as on a fresh container
     try:
-        got = wm.import_cache(lab_session, 200, str(bundle), **quiet)
+        got = wm.import_cache(target_of(lab_session, 200), str(bundle), **quiet)
         assert got.files == count and got.cache_dir.startswith(CACHE + "/torch-2.13.0+cpu-")
         assert sorted(got.warmups) == ["0", "1"]  # same commit, venv, command and env: train needs no new warmup
         state = wm.deployed(ct, spec)
@@ -104,7 +104,7 @@ def test_export_import_and_a_mismatched_bundle_is_refused(warmed, lab_session, t
             dst.addfile(m, io.BytesIO(data) if data is not None else None)
     with pytest.raises(WarmupError, match=r"refusing to import a compile cache made for another setup: "
                                           r"gpu_name NVIDIA H200 \(bundle\) != None \(here\), torch 2.11.0\+cu128"):
-        wm.import_cache(lab_session, 200, str(tampered), **quiet)
+        wm.import_cache(target_of(lab_session, 200), str(tampered), **quiet)
 
 
 @pytest.mark.fault("Hostile compile-cache bundle (warmup --import)",
@@ -113,7 +113,7 @@ def test_export_import_and_a_mismatched_bundle_is_refused(warmed, lab_session, t
 def test_a_hostile_bundle_is_imported_without_what_a_pull_would_refuse(warmed, lab_session, tmp_path, ct):
     bundle, hostile = tmp_path / "w" / "cache.tgz", tmp_path / "w" / "hostile.tgz"
     bundle.parent.mkdir()
-    count = wm.export_cache(lab_session, 200, str(bundle), **quiet)
+    count = wm.export_cache(target_of(lab_session, 200), str(bundle), **quiet)
     with tarfile.open(bundle) as src, tarfile.open(hostile, "w:gz") as dst:
         for m in src.getmembers():
             dst.addfile(m, src.extractfile(m) if m.isfile() else None)
@@ -124,7 +124,7 @@ def test_a_hostile_bundle_is_imported_without_what_a_pull_would_refuse(warmed, l
             info.type, info.linkname, info.mode, info.size = kind, link, mode, 2 if kind == tarfile.REGTYPE else 0
             dst.addfile(info, io.BytesIO(b"x\n") if kind == tarfile.REGTYPE else None)
     try:
-        got = wm.import_cache(lab_session, 200, str(hostile), **quiet)  # refused whole before, on Debian's python3
+        got = wm.import_cache(target_of(lab_session, 200), str(hostile), **quiet)  # refused whole before, on Debian's python3
         refused = dict(r.split(": ", 1) for r in got.refused)
         assert set(refused) == {"../escape", "/abs", "evil", "evil/owned", "dev", "suid-x"}, got.refused
         assert refused["suid-x"] == "setuid/setgid bit dropped" and refused["evil/owned"] == "below the refused evil"
