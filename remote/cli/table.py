@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..errors import RemoteError
+from ..errors import ConfigError, RemoteError
 from ..naming import printable
 from . import parse as cliparse
 from .parse import Kind, number, pattern
@@ -104,11 +104,20 @@ def handled(fn: Callable) -> Callable:
         try:
             return fn(*args, **kwargs)
         except RemoteError as exc:  # its message may quote a container: escapes shown, lines kept
+            exc = cli_words(exc)
             raise Exit(f"error: {printable(str(exc), lines=True)}", code=exit_status(exc)) from None
         except KeyboardInterrupt:
             raise Exit("interrupted", code=130) from None
 
     return wrapper
+
+
+def cli_words(exc: RemoteError) -> RemoteError:
+    """A library error in the command line's words: the container argument is -c/--container here."""
+    if isinstance(exc, ConfigError) and (exc.key == "container" or "(the container argument)" in exc.message):
+        return ConfigError(exc.file, "--container" if exc.key == "container" else exc.key,
+                           exc.message.replace("name one (the container argument)", "pass --container"))
+    return exc
 
 
 # -- printing: `[id] ` in front of each line of a container's part of a `-c all` task ---------------------

@@ -6,7 +6,7 @@ container ids. Running work on many containers at once is remote.executor's (one
 
 from __future__ import annotations
 
-from ..config import Config
+from ..config import CONTAINER_KEY, Config
 from ..errors import ConfigError
 
 ALL = "all"
@@ -35,11 +35,11 @@ def select(config: Config, value) -> list[int]:
             found = [config.container(part).ctid]  # unknown ids are refused there, with the known ones
         else:
             known = ", ".join(["all", *config.groups])
-            raise ConfigError(config.file, "--container",
+            raise ConfigError(config.file, CONTAINER_KEY,
                               f"{part!r} is neither a container id nor a group (groups: {known})")
         ids += [i for i in found if i not in ids]
     if not ids:
-        raise ConfigError(config.file, "--container", f"no container selected by {value!r}")
+        raise ConfigError(config.file, CONTAINER_KEY, f"no container selected by {value!r}")
     return ids
 
 

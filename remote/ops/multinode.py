@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 
 from .. import executor, shell
-from ..config import ContainerSpec
+from ..config import CONTAINER_KEY, ContainerSpec
 from ..errors import CommandError, ConfigError, JobError, RemoteError
 from ..events import quiet
 from ..naming import printable
@@ -50,7 +50,7 @@ def plan_nodes(specs: list[ContainerSpec], run_id: str, file: str = "hosts file"
                               "every container of a multi-node run needs the address the others reach it at "
                               "(its IP on the network the nodes share)")
     if len({s.ctid for s in specs}) != len(specs):
-        raise ConfigError(file, "--container", "a container is listed twice")
+        raise ConfigError(file, CONTAINER_KEY, "a container is listed twice")
     return [{"nnodes": len(specs), "node_rank": rank, "master_addr": first.address,
              "master_port": first.train.master_port, "node_addr": spec.address, "run_id": run_id}
             for rank, spec in enumerate(specs)]

@@ -230,3 +230,20 @@ def test_wrong_arguments_are_type_and_value_errors_before_anything_connects(tmp_
 def test_a_timeout_waiting_for_a_run_is_a_job_timeout_and_a_timeout_error():
     assert issubclass(remote.JobTimeout, remote.JobError) and issubclass(remote.JobTimeout, TimeoutError)
     assert remote.JobTimeout.exit_code == remote.JobError.exit_code
+
+
+def test_the_library_speaks_of_the_container_argument_and_the_command_line_of_its_flag(tmp_path):
+    """No `--container` in the library's messages (a script has no flag); the command line still says it."""
+    path = tmp_path / "hosts.yaml"
+    path.write_text(HOSTS)
+    with remote.open(path) as fleet:
+        for call, words in ((lambda: fleet.container("two hundred"), "container: expected a container id"),
+                            (lambda: fleet.container(999), "container: container 999 is not in this file"),
+                            (lambda: fleet.container(None), "name one (the container argument)"),
+                            (lambda: fleet.select("nogroup"), "container: 'nogroup' is neither")):
+            with pytest.raises(remote.ConfigError) as exc:
+                call()
+            assert words in str(exc.value) and "--container" not in str(exc.value)
+    r = subprocess.run([sys.executable, "-c", "from remote.cli import main; main()", "deploy", "--hosts", str(path)],
+                       capture_output=True, text=True, env={**os.environ, "REMOTE_CONTAINER": ""})
+    assert r.returncode == 2 and "pass --container" in r.stderr, r.stderr
