@@ -344,11 +344,13 @@ class Run:
 
     POLL = 1.0  # seconds between state reads in wait()
     id: str  # the run id (its folder under train.run_dir)
+    offset: int  # the log's byte just past the last line follow() gave (0 before it gave any)
     container: Container
 
     def __init__(self, container: Container, run_id: str):
         self.container, self.id = container, run_id
         self._state: RunStatus | None = None
+        self.offset = 0  # the log's byte just past the last line follow() gave
 
     def __repr__(self) -> str:
         return f"<remote.Run {self.id} in {self.container.id}>"
@@ -378,16 +380,19 @@ class Run:
         return st.exit_code
 
     def follow(self, *, offset: int = 0) -> Iterator[str]:
-        """The log's lines from `offset` until the job ends, as they come; a dropped connection is
+        """The log's lines from byte `offset` until the job ends, as they come; a dropped connection is
         re-established and the log resumes at the byte where it stopped. Breaking out stops following
-        (the job runs on)."""
+        (the job runs on). `run.offset` is then the byte just past the last line given: follow(offset=
+        run.offset), in this process or another, resumes with the next line."""
         from ..ops import logs
 
+        offset = checks.count("offset", offset, minimum=0)
         ct = self.container._ct()
         st = self._st()
         lines: queue.Queue = queue.Queue()
         done = threading.Event()
         splitter = logs.LineSplitter()
+        fed = [offset]  # bytes of the log read so far
 
         class Closed(Exception):
             pass
@@ -395,8 +400,10 @@ class Run:
         def on_bytes(chunk: bytes) -> None:
             if done.is_set():
                 raise Closed()
-            for line in splitter.feed(chunk):
-                lines.put(line)
+            ends = [fed[0] + i + 1 for i, byte in enumerate(chunk) if byte == 0x0A]  # each line's end
+            fed[0] += len(chunk)
+            for line, end in zip(splitter.feed(chunk), ends, strict=True):
+                lines.put((line, end))
 
         def pump() -> None:
             try:
@@ -404,7 +411,7 @@ class Run:
                             slice_seconds=FOLLOW_SLICE_S, reconnect=ct.transport.close,
                             echo=self.container.fleet._emit, stop=done.is_set)
                 for line in splitter.flush():
-                    lines.put(line)
+                    lines.put((line, fed[0]))
                 lines.put(None)
             except BaseException as exc:  # noqa: BLE001 -- raised in the reader's thread
                 lines.put(exc)
@@ -420,7 +427,8 @@ class Run:
                     break
                 if isinstance(item, BaseException):
                     raise item
-                yield item
+                line, self.offset = item
+                yield line
         finally:
             done.set()
         self._state = None

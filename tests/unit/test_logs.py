@@ -189,3 +189,44 @@ def test_a_follow_whose_reader_stopped_ends_its_thread(monkeypatch):
     calls = ct.calls
     time.sleep(0.1)
     assert ct.calls == calls
+
+
+class ChunkedLog:
+    """A container whose job wrote `log` and has ended: the follow script sends it from the offset asked, in
+    chunks that cut lines anywhere, and exits 0 (the job is over)."""
+
+    def __init__(self, log: bytes):
+        self.log, self.asked = log, []
+        self.transport = type("T", (), {"close": lambda self: None})()
+
+    def script(self, *args, on_output=None, **kwargs):
+        from remote.results import Result
+
+        offset = int(args[2])  # follow.sh's arguments: log, offset, run, run id, slice
+        self.asked.append(offset)
+        rest = self.log[offset:]
+        for i in range(0, len(rest), 3):
+            on_output("stdout", rest[i:i + 3])
+        return Result(("bash",), 0, b"", b"", 0.01)
+
+
+def test_follow_gives_the_offset_to_resume_from(monkeypatch):
+    from remote import api
+    from remote.results import RunStatus
+
+    ct = ChunkedLog("first line\nsécond\nthird\n".encode())
+    monkeypatch.setattr(api.Container, "_ct", lambda self, venv_on_path=True: ct)
+    container = api.Container.__new__(api.Container)
+    container.fleet = type("F", (), {"_emit": staticmethod(lambda line: None)})()
+    run = api.Run(container, "20261202-000000-aaaa")
+    run._state = RunStatus("20261202-000000-aaaa", "/root/runs/x", alive=True)
+    seen = []
+    for line in run.follow():
+        seen.append((line, run.offset))
+        if line == "sécond":
+            break
+    assert seen == [("first line", 11), ("sécond", 19)]  # é is two bytes
+    run._state = RunStatus("20261202-000000-aaaa", "/root/runs/x", alive=True)
+    assert list(run.follow(offset=run.offset)) == ["third"] and ct.asked[-1] == 19 and run.offset == 25
+    with pytest.raises(ValueError, match="offset"):
+        next(run.follow(offset=-1))
