@@ -352,7 +352,7 @@ def diagnose(session: Session, ctids: list[int], *, fresh: bool = False) -> list
     def one(ctid: int) -> Report:
         spec = resolve(session, ctid).spec
         try:
-            facts = gather(session.container(spec.ctid, venv_on_path=False), spec, fresh=fresh)
+            facts = gather(session.container_for(spec, venv_on_path=False), spec, fresh=fresh)
         except RemoteError as exc:
             return Report(spec.ctid, spec.host.name, [], None, str(exc))
         return Report(spec.ctid, spec.host.name, findings(facts, spec), facts)

@@ -80,7 +80,7 @@ def diagnose(session: Session, ctids: list[int]) -> tuple[list[HostReport], list
     for ctid in ctids:
         spec = resolve(session, ctid).spec
         by_host.setdefault(spec.host.name, []).append(spec.ctid)
-        session.container(spec.ctid, venv_on_path=False)  # each host's transport made here, in one thread
+        session.container_for(spec, venv_on_path=False)  # each host's transport made here, in one thread
 
     def timed(fn, *args):
         t0 = time.monotonic()

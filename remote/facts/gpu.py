@@ -405,7 +405,7 @@ def read_host(session, host, ctids: list[int]) -> HostGpu:
 def read_container(session, ctid: int) -> CtGpu:
     """The container probe: one round trip, with the container's system python3."""
     spec = resolve(session, ctid).spec
-    ct = dataclasses.replace(session.container(spec.ctid, venv_on_path=False), path=DEFAULT_PATH)
+    ct = dataclasses.replace(session.container_for(spec, venv_on_path=False), path=DEFAULT_PATH)
     r = ct.run(container_argv(spec.venv.path), mutates=False, timeout=60, check=False, label="GPU probe")
     try:
         return parse_container(r.out)

@@ -519,7 +519,7 @@ def _container_job(session: Session, spec: ContainerSpec, known: str) -> Contain
         return entry
     try:
         # One round trip: the run's state (state.sh, inside the probe) and the venv's deploy record.
-        raw = facts.read_raw(session.container(spec.ctid), spec, facts.STATUS)[0]
+        raw = facts.read_raw(session.container_for(spec), spec, facts.STATUS)[0]
         if raw["run"].get("rc") != 0:  # bash failed in it, or could not start (`missing`)
             why = raw["run"].get("err", "").strip() or raw["run"].get("missing", "")
             raise JobError(f"reading the run state failed: {why[-300:]}")

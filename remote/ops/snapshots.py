@@ -126,7 +126,7 @@ def _host_program(session: Session, ct: Container, spec: ContainerSpec, name: st
 
 def support(session: Session, spec: ContainerSpec, ct: Container | None = None) -> Support:
     """Whether the container's rootfs can take a snapshot: its storage from `pct config`, the type from `pvesm status`."""
-    ct = ct or session.container(spec.ctid)
+    ct = ct or session.container_for(spec)
     config = ct._pct("config", str(spec.ctid), mutates=False)
     config.check(ct.where)
     storage = rootfs_storage(config.out)

@@ -114,7 +114,7 @@ def after_run(session: Session, ct: Container, spec: ContainerSpec, final: dict,
             or not meets_baseline(watch):
         return None
     try:
-        facts = gather(session.container(spec.ctid, venv_on_path=False), spec)
+        facts = gather(session.container_for(spec, venv_on_path=False), spec)
         record = make_record(facts, spec, final, watch, "auto: the run met the baseline")
         save(ct, spec, record)
     except RemoteError as exc:
