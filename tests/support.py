@@ -46,9 +46,27 @@ def free_port() -> int:
 LAB_CONTAINERS = tuple(int(i) for i in os.environ.get("REMOTE_TEST_LAB_IDS", "200,201").split(","))
 
 
-# Lab modules whose containers (ids of their own, on a lab of their own: conftest's own_lab) no other module
-# touches: under xdist they run on one worker beside the session lab's modules (conftest.group_of).
-OWN_LAB_MODULES = ("test_any_code_lab.py", "test_doctor_lab.py", "test_fleet_lab.py", "test_sudo_lab.py")
+# The lab modules that run on conftest's own_lab (containers OWN_LAB_CONTAINERS, and ids of their own that no
+# other module uses), not on the session lab: under xdist, one worker runs them beside the session lab's
+# modules (conftest.group_of). A module here takes its container ids from lab_ids(__file__).
+OWN_LAB_MODULES = ("test_agent_lab.py", "test_any_code_lab.py", "test_doctor_lab.py", "test_fleet_lab.py",
+                   "test_sudo_lab.py", "test_transfer_faults_lab.py", "test_watch_lab.py")
+OWN_LAB_CONTAINERS = (232, 233)
+
+
+def work_unit(path: str) -> str:
+    """The xdist work unit of a test file (its path from the repository's root; conftest's scheduler): the
+    session lab's modules one unit, run in order on one worker; OWN_LAB_MODULES another; the newcomer tier
+    one; every other file its own."""
+    tier = tier_of(ROOT / path)
+    if tier == "lab":
+        return "lab-own" if Path(path).name in OWN_LAB_MODULES else "lab"
+    return "newcomer" if tier == "newcomer" else path
+
+
+def lab_ids(test_file: str) -> tuple[int, ...]:
+    """The container ids of the lab a test module runs on (conftest's `lab` fixture gives it that lab)."""
+    return OWN_LAB_CONTAINERS if Path(test_file).name in OWN_LAB_MODULES else LAB_CONTAINERS
 
 
 def new_lab(folder: Path, containers, **kw):

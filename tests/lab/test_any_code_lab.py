@@ -42,12 +42,6 @@ train:
 
 
 @pytest.fixture(scope="module")
-def lab(own_lab):
-    """This module's containers live on conftest's own_lab (not the session lab): it runs beside the others."""
-    return own_lab
-
-
-@pytest.fixture(scope="module")
 def plain(lab, tmp_path_factory):
     """Container 202 with a hosts file for the plain repository, and a local dataset made by its prepare.py."""
     lab.start_container(CT)

@@ -26,12 +26,6 @@ HOSTS = LAB_SECTIONS.replace("--log-interval 0.5", "--log-interval 0.2").replace
 
 
 @pytest.fixture(scope="module")
-def lab(own_lab):
-    """This module's containers live on conftest's own_lab (not the session lab): it runs beside the others."""
-    return own_lab
-
-
-@pytest.fixture(scope="module")
 def story(lab, tmp_path_factory):
     """Container 204, a hosts file for the demo drafter, and the wheels that pollute the venv (downloaded
     on the controller, pip's cache serves them again)."""

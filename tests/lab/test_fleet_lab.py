@@ -37,12 +37,6 @@ train:
 
 
 @pytest.fixture(scope="module")
-def lab(own_lab):
-    """This module's containers live on conftest's own_lab (not the session lab): it runs beside the others."""
-    return own_lab
-
-
-@pytest.fixture(scope="module")
 def two(lab, tmp_path_factory):
     lab.up(FIRST, second=SECOND)
     d = tmp_path_factory.mktemp("fleet")

@@ -232,12 +232,12 @@ def sudo_allows(*argv: str) -> bool:
                    "file's containers; `sudo -l` says no to push, pull, set, enter, mount, destroy, create, restore, "
                    "unlock, resize, migrate and to other arguments")
 def test_sudo_itself_refuses_every_pct_command_line_remote_does_not_run(sudo_lab, hosts):
-    from test_sudo import NOT_ALLOWED
+    from test_sudo import EXAMPLE_CT, NOT_ALLOWED
 
     pct = str(sudo_lab.dir / "bin" / "pct")
     ct = str(CT)
     for line in [*NOT_ALLOWED, f"exec {CT + 1} --keep-env 0 -- id", f"config {CT + 1}", f"status {CT + 1}"]:
-        args = line.replace("200", ct).split()
+        args = line.replace(str(EXAMPLE_CT), ct).split()
         assert not sudo_allows(pct, *args), f"sudo lets {USER} run pct {line}"
     assert not sudo_allows(str(sudo_lab.dir / "bin" / "pvesm"), "set", "local", "--disable", "1")
     for line in [f"exec {ct} --keep-env 0 -- env -C /root HOME=/root bash -c 'set -e; id' remote",

@@ -1,7 +1,7 @@
 """Lab tier: the watch beside a job (stalls, stacks, on_stall), bounded restarts, metrics.jsonl and gpu.csv.
 
 Real container (the lab's LXC), real job wrapper and watch (remote/sh/job.sh, watch.py), real py-spy pushed
-by `launch` as uv is. Container ids come from conftest.LAB_CONTAINERS.
+by `launch` as uv is. Container ids come from support.lab_ids.
 """
 
 import dataclasses
@@ -10,14 +10,14 @@ import re
 import time
 
 import pytest
-from support import LAB_CONTAINERS, wait_until
+from support import lab_ids, wait_until
 
 from remote.ops import pyspy
 from remote.ops.jobs import (EXIT_STALLED, Preflight, describe_end, final_status, launch, pull_run, state,
                              stop)
 
 pytestmark = pytest.mark.lab
-CT = LAB_CONTAINERS[0]
+CT = lab_ids(__file__)[0]  # on conftest's own_lab (support.OWN_LAB_MODULES)
 PRE = Preflight(commit="0" * 40, venv={"verify": {"torch": "2.13.0+cpu"}, "lock_sha256": "x"}, gpus=None, notes=[])
 
 def staller(stall_until=99):

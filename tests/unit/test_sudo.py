@@ -254,6 +254,7 @@ def test_the_command_lines_remote_builds_are_allowed_and_no_other():
     assert sudo.allows("pct", ["exec", "201", "--keep-env", "0", "--", "id"])  # a drop-in made without a hosts file
 
 
+EXAMPLE_CT = 200  # the container id in NOT_ALLOWED's lines (the lab test puts its own in its place)
 NOT_ALLOWED = [
     "push 200 /etc/shadow /root/s", "pull 200 /tmp/x /etc/sudoers.d/zz", "set 200 -mp0 /,mp=/host", "enter 200",
     "mount 200", "unmount 200", "destroy 200", "create 999 local:vztmpl/x.tar.zst", "restore 999 /tmp/backup.tar",
