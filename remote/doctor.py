@@ -19,6 +19,8 @@ from .ops import layout
 from .ops import passport as pp
 from .ops import venv as venvmod
 from .ops import warmup as wm
+from .results import Finding
+from .target import resolve
 from .transport.session import Session
 
 SCHEMA_VERSION = 1
@@ -27,20 +29,11 @@ CLOCK_SKEW_MAX_S = 5.0
 UNHEALTHY = ("error", "warning")
 
 
-@dataclass(frozen=True)
-class Finding:
-    code: str  # stable identifier, e.g. package-changed
-    severity: str  # error | warning | info
-    what: str
-    since: str | None  # against the known-good record, when it tells
-    why: str
-    fix: str | None  # the command that fixes it
-
-    def render(self) -> str:
-        since = f" ({self.since})" if self.since else ""
-        fix = f" — {self.fix}" if self.fix else ""
-        # what and since quote the container (versions, paths, names): each one line, escapes shown
-        return printable(f"[{self.severity}] {self.what}{since}{fix}") + "\n    why: " + printable(self.why)
+def render_finding(f: Finding) -> str:
+    since = f" ({f.since})" if f.since else ""
+    fix = f" — {f.fix}" if f.fix else ""
+    # what and since quote the container (versions, paths, names): each one line, escapes shown
+    return printable(f"[{f.severity}] {f.what}{since}{fix}") + "\n    why: " + printable(f.why)
 
 
 def known_good_label(kg: dict | None) -> str:
@@ -258,7 +251,7 @@ def findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
     # The compile-race layout of the training command (train's preflight warns the same).
     for note in layout.compile_layout_notes(layout.devices_from_command(spec.train.command), t.version):
         add(Finding("compile-layout", "warning", note, None, "threads that compile on one device race",
-                    "see docs/compile-race.md"))
+                    "see docs/internals/compile-race.md"))
 
     if not kg:
         add(Finding("no-known-good", "info", "no known-good run recorded", None,
@@ -344,27 +337,27 @@ class Report:
         lines = [head + ("healthy" if not bad else f"{len(bad)} finding(s)")
                  + (f", against {known_good_label(self.facts.known_good)}" if self.facts and self.facts.known_good
                     else "")]
-        lines += ["  " + f.render().replace("\n", "\n  ") for f in self.findings]
+        lines += ["  " + render_finding(f).replace("\n", "\n  ") for f in self.findings]
         return "\n".join(lines)
 
 
 def diagnose(session: Session, ctids: list[int], *, fresh: bool = False) -> list[Report]:
     """One report per container, all containers at once (bounded per host); a container that cannot be
     probed is a report with its error. `fresh`: ask torch again rather than use a kept answer."""
-    from .ops import fleet
+    from . import executor
 
     for ctid in ctids:  # each host's transport made here, in one thread: threads would each make their own
         session.container(ctid, venv_on_path=False)
 
     def one(ctid: int) -> Report:
-        spec = session.config.container(ctid)
+        spec = resolve(session, ctid).spec
         try:
-            facts = gather(session.container(spec.ctid, venv_on_path=False), spec, fresh=fresh)
+            facts = gather(session.container_for(spec, venv_on_path=False), spec, fresh=fresh)
         except RemoteError as exc:
             return Report(spec.ctid, spec.host.name, [], None, str(exc))
         return Report(spec.ctid, spec.host.name, findings(facts, spec), facts)
 
-    return fleet.map_each(session.config, ctids, one)
+    return executor.values(session.config, ctids, one)
 
 
 def to_json(reports: list[Report]) -> dict:

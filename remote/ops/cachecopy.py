@@ -1,13 +1,13 @@
 """Warm once, copy to the rest: a compile cache folder copied between containers whose passports match.
 
-    look(session, ctid) -> Holding          what a container's cache holds and what it would need
-    copy(session, src, dst) -> Copied       only the files dst lacks, streamed, sha256-checked, each
+    look(target) -> Holding                 what a container's cache holds and what it would need
+    copy(src, dst) -> CacheCopy             only the files dst lacks, streamed, sha256-checked, each
                                             linked into place whole (remote/sh/cachecopy.py), under
                                             dst's operation lease; host to host where both share one
-    find_source(session, ctid) -> int|None  a container of the hosts file whose cache serves ctid
+    find_source(target) -> Holding|None     a container of the hosts file whose cache serves it
     plan(session, ids) -> Plan              the containers grouped by the passport their warmup would
                                             write: one leader per group, why each other one is alone
-    warm_fleet(session, ids) -> [Outcome]   each leader warmed, then its cache copied to its group
+    warm_fleet(session, ids) -> GroupResult each leader warmed, then its cache copied to its group
 
 A copy refuses a source whose passport differs from what the target would write (remote/ops/passport.py
 names each field). What it copies lands as torch would have written it: a file appears whole or not at
@@ -23,11 +23,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .. import shell
+from .. import executor, shell
 from ..errors import RemoteError, TransferError, WarmupError
+from ..events import quiet
+from ..naming import copied_line
+from ..results import CacheCopy, GroupResult, Outcome
+from ..target import Target, resolve
 from ..transport.pct import DEFAULT_PATH, Container
 from ..transport.session import Session
-from . import fleet, jobenv, oplock
+from . import jobenv, oplock
 from . import passport as pp
 from . import warmup as wm
 
@@ -64,30 +68,13 @@ class Holding:
         return bool(self.files) and not pp.differences(self.passport, self.want)
 
 
-@dataclass
-class Copied:
-    src: int
-    dst: int
-    via: str  # "host <name>" or "controller"
-    files: int  # written now
-    bytes: int
-    present: int  # already there (skipped)
-    total: int  # files the source holds
-    seconds: float
-
-    def line(self) -> str:
-        return (f"copied {self.files} cache file(s), {self.bytes / 2**20:.1f} MiB, from {self.src} "
-                f"({self.present} already here, {self.total} in all; via {self.via}, {self.seconds:.1f}s); no compile ran")
-
-
 def _system(ct: Container) -> Container:
     return dataclasses.replace(ct, path=DEFAULT_PATH)  # the system python3, never the venv's
 
 
-def look(session: Session, ctid) -> Holding:
-    """What container ctid's cache holds (files, passport) and the passport it would need."""
-    spec = session.config.container(ctid)
-    ct = session.container(spec.ctid)
+def look(t: Target) -> Holding:
+    """What the container's cache holds (files, passport) and the passport it would need."""
+    spec, ct = t.spec, t.ct
     state = wm.deployed(ct, spec)
     folder = jobenv.compile_cache(spec, state["venv"].get("verify"))
     r = _system(ct).script(shell.load("cachecopy"), shell.load_python("cachecopy"), "list", folder, mutates=False,
@@ -177,22 +164,23 @@ def _stream_copy(src_ct: Container, dst_ct: Container, src_folder: str, dst_fold
     return summary, via
 
 
-def copy(session: Session, src, dst, *, echo: Callable[[str], None] = print, src_holding: Holding | None = None,
-         cut_after: int | None = None, via_controller: bool = False) -> Copied:
+def copy(src: Target, dst: Target, *, echo: Callable[[str], None] = quiet, src_holding: Holding | None = None,
+         cut_after: int | None = None, via_controller: bool = False) -> CacheCopy:
     """Copy src's compile cache into dst: refused (CacheMismatch, naming each field) unless src's
     passport is what dst needs; only the files dst lacks; records dst's warmups as copied."""
     start = time.time()
-    s = src_holding or look(session, src)
-    d = look(session, dst)
-    check(s, d)
-    wanted = sorted(p for p in s.files if p not in d.files)
-    sspec, dspec = session.config.container(s.ctid), session.config.container(d.ctid)
-    src_ct, dst_ct = session.container(s.ctid), session.container(d.ctid)
-    echo(f"==> copying {len(wanted)} of {len(s.files)} cache file(s) ({sum(s.files[p] for p in wanted) / 2**20:.1f} MiB) "
-         f"from {s.ctid} into {d.folder}")
-    with oplock.hold(dst_ct, f"cache copy --from {s.ctid}"):
+    s = src_holding or look(src)
+    sspec, dspec, dst_ct, src_ct = src.spec, dst.spec, dst.ct, src.ct
+    # What dst holds, and so what to send, is read under dst's lease: a deploy or warmup of another
+    # controller cannot change it between the decision and the copy.
+    with oplock.hold(dst_ct, f"cache copy --from {s.ctid}") as lease:
+        d = look(dst)
+        check(s, d)
+        wanted = sorted(p for p in s.files if p not in d.files)
+        echo(f"==> copying {len(wanted)} of {len(s.files)} cache file(s) "
+             f"({sum(s.files[p] for p in wanted) / 2**20:.1f} MiB) from {s.ctid} into {d.folder}")
         if dst_ct.dry:
-            return Copied(s.ctid, d.ctid, "dry run", 0, 0, 0, len(s.files), 0.0)
+            return CacheCopy(s.ctid, d.ctid, "dry run", 0, 0, 0, len(s.files), 0.0)
         if wanted:
             summary, via = _stream_copy(src_ct, dst_ct, s.folder, d.folder, wanted,
                                         same_host=sspec.host.name == dspec.host.name and not via_controller,
@@ -200,6 +188,7 @@ def copy(session: Session, src, dst, *, echo: Callable[[str], None] = print, src
         else:
             summary, via = {"written": 0, "bytes": 0, "present": 0}, "nothing to send"
         assert s.passport is not None  # check(s, d) refuses a source without one
+        lease.verify()  # a copy that lost its lease says nothing: no passport, no warmup records
         wm.write_passport(dst_ct, d.folder, {**s.passport, "copied_from": s.ctid,
                                              "copied_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         end = time.time()
@@ -209,9 +198,9 @@ def copy(session: Session, src, dst, *, echo: Callable[[str], None] = print, src
                  "new_bytes": summary.get("bytes", 0), "hits": 0, "misses": 0, "copied_from": s.ctid}
                 for dev in wm.devices_of(dspec)]
         wm._record(dst_ct, dspec, recs)
-    result = Copied(s.ctid, d.ctid, via, summary.get("written", 0), summary.get("bytes", 0),
+    result = CacheCopy(s.ctid, d.ctid, via, summary.get("written", 0), summary.get("bytes", 0),
                     summary.get("present", 0) + len(s.files) - len(wanted), len(s.files), time.time() - start)
-    echo("  " + result.line())
+    echo("  " + copied_line(result))
     return result
 
 
@@ -219,14 +208,15 @@ def copy(session: Session, src, dst, *, echo: Callable[[str], None] = print, src
 
 def _alike(a, b) -> bool:
     """Whether two containers' hosts-file entries could make the same passport (cheap, before any probe)."""
-    return a.venv == b.venv and a.warmup == b.warmup and a.train.env == b.train.env
+    same_warmup = dataclasses.replace(a.warmup, copy_from_others=True) == dataclasses.replace(b.warmup, copy_from_others=True)
+    return a.venv == b.venv and same_warmup and a.train.env == b.train.env
 
 
-def find_source(session: Session, ctid, *, exclude: tuple[int, ...] = ()) -> Holding | None:
-    """A container of the hosts file whose cache serves ctid (its passport is exactly what ctid's warmup
-    would write), the fullest of them; None when none does. Unreachable or undeployed ones are passed over."""
-    spec = session.config.container(ctid)
-    me = look(session, spec.ctid)
+def find_source(t: Target, *, exclude: tuple[int, ...] = ()) -> Holding | None:
+    """A container of the hosts file whose cache serves t (its passport is exactly what t's warmup would
+    write), the fullest of them; None when none does. Unreachable or undeployed ones are passed over."""
+    session, spec = t.session, t.spec
+    me = look(t)
     candidates = [c for c, other in session.config.containers.items()
                   if c != spec.ctid and c not in exclude and _alike(other, spec)]
     if not candidates:
@@ -234,11 +224,11 @@ def find_source(session: Session, ctid, *, exclude: tuple[int, ...] = ()) -> Hol
 
     def one(c):
         try:
-            return look(session, c)
+            return look(resolve(session, c))
         except RemoteError:
             return None
 
-    found = [h for h in fleet.map_each(session.config, candidates, one)
+    found = [h for h in executor.values(session.config, candidates, one)
              if h is not None and h.files and not pp.differences(h.passport, me.want)]
     return max(found, key=lambda h: len(h.files)) if found else None
 
@@ -256,15 +246,18 @@ def plan(session: Session, ids: list[int]) -> Plan:
     (not deployed, unreachable) is warmed on its own, and its warmup says why."""
     def one(c):
         try:
-            return look(session, c)
+            return look(resolve(session, c))
         except RemoteError as exc:
             return exc
 
-    looked = dict(zip(ids, fleet.map_each(session.config, ids, one), strict=True))
+    looked = dict(zip(ids, executor.values(session.config, ids, one), strict=True))
     holdings = {c: h for c, h in looked.items() if isinstance(h, Holding)}
     alone = {c: f"its cache could not be read: {h}" for c, h in looked.items() if not isinstance(h, Holding)}
     leaders: dict[int, list[int]] = {}
     wants = {c: h.want for c, h in holdings.items()}
+    for c in [c for c in wants if not session.config.containers[c].warmup.copy_from_others]:
+        del wants[c]
+        alone[c] = "warmup.copy_from_others is false: it compiles its own cache"
     for members in pp.groups(wants):
         if len(members) == 1:
             alone[members[0]] = pp.why_alone(members[0], wants) if len(wants) > 1 else "the only one selected"
@@ -276,13 +269,15 @@ def plan(session: Session, ids: list[int]) -> Plan:
 
 
 def warm_fleet(session: Session, ids: list[int], *, fail_fast: bool = False, parallel: bool = False,
-               echo: Callable[[str], None] = print, runner: Callable = fleet.run_each) -> list[fleet.Outcome]:
+               echo: Callable[[str], None] = quiet, on_done: Callable[[Outcome[None]], None] | None = None,
+               on_tick: Callable[[dict[int, float]], None] | None = None) -> GroupResult[None]:
     """`remote warmup -c 200,201,202`: one warmup per group of containers that would write the same
-    passport, then its cache copied to the rest of the group; the others warmed on their own. runner: how
-    the containers run at once (fleet.run_each: output lines prefixed `[id] `; remote.api's quiet one)."""
+    passport, then its cache copied to the rest of the group; the others warmed on their own (at once,
+    through remote.executor: on_done and on_tick are its)."""
     p = plan(session, ids)
     for leader, rest in p.leaders.items():
-        echo(f"==> warming {leader} for {', '.join(map(str, [leader, *rest]))} (same passport), then copying its cache")
+        echo(f"==> warming {leader} for {', '.join(map(str, [leader, *rest]))} (same passport), then copying its cache "
+             f"from {leader} (trusting its jobs' code; warmup.copy_from_others: false to compile each)")
     for c, why in p.alone.items():
         echo(f"==> {c} is warmed on its own: {why}")
     first = [c for c in ids if c in p.leaders or c in p.alone]
@@ -290,50 +285,53 @@ def warm_fleet(session: Session, ids: list[int], *, fail_fast: bool = False, par
 
     def warm(c: int) -> None:
         try:
-            wm.warmup(session, c, parallel=parallel, echo=echo)
+            wm.warmup(resolve(session, c, echo=echo), parallel=parallel, echo=echo)
         except BaseException:
             failed.add(c)
             raise
 
-    outcomes = {o.ctid: o for o in runner(session.config, first, warm, fail_fast=fail_fast, progress=True)}
+    outcomes = dict(executor.each(session.config, first, warm, fail_fast=fail_fast, on_done=on_done, on_tick=on_tick))
     followers = {c: leader for leader, rest in p.leaders.items() for c in rest}
 
     def follow(c: int) -> None:
         leader = followers[c]
         if leader in failed:
             raise WarmupError(f"not copied: the warmup of {leader}, which was to serve it, failed")
-        copy(session, leader, c, echo=echo)
+        copy(resolve(session, leader), resolve(session, c), echo=echo)
+        return None
 
     order = [c for c in ids if c in followers]
     if order and not (fail_fast and failed):
-        outcomes.update({o.ctid: o for o in runner(session.config, order, follow, fail_fast=fail_fast, progress=True)})
+        outcomes.update(executor.each(session.config, order, follow, fail_fast=fail_fast, on_done=on_done,
+                                      on_tick=on_tick))
+    result: GroupResult[None] = GroupResult()
     for c in ids:
-        outcomes.setdefault(c, fleet.Outcome(c, session.config.containers[c].host.name, "skipped"))
-    return [outcomes[c] for c in ids]
+        result[c] = outcomes.get(c) or Outcome(c, session.config.containers[c].host.name, skipped=True)
+    return result
 
 
 def inventory(session: Session, ids: list[int]) -> list[Holding | RemoteError]:
     """`remote cache`: what each container's cache holds (or why it could not be read)."""
     def one(c):
         try:
-            return look(session, c)
+            return look(resolve(session, c))
         except RemoteError as exc:
             return exc
 
-    return fleet.map_each(session.config, ids, one)
+    return executor.values(session.config, ids, one)
 
 
-def warmup_or_copy(session: Session, ctid, *, parallel: bool = False, echo: Callable[[str], None] = print):
+def warmup_or_copy(t: Target, *, parallel: bool = False, echo: Callable[[str], None] = quiet):
     """`remote warmup -c 201`: where 201 has no warmup for what it runs now and another container of the
-    hosts file holds a cache made for exactly that, copy it (a Copied); otherwise warm up (DeviceResults)."""
-    spec = session.config.container(ctid)
-    ct = session.container(spec.ctid)
-    if not ct.dry and spec.warmup.command:
+    hosts file holds a cache made for exactly that, copy it (a CacheCopy); otherwise warm up (DeviceResults)."""
+    spec, ct = t.spec, t.ct
+    if not ct.dry and spec.warmup.command and spec.warmup.copy_from_others:
         state = wm.deployed(ct, spec)
         if wm.missing_warmups(ct, spec, state):
-            src = find_source(session, spec.ctid)
+            src = find_source(t)
             if src is not None:
                 echo(f"==> container {src.ctid} holds a compile cache made for exactly this (same passport): "
-                     "copying it instead of compiling")
-                return copy(session, src.ctid, spec.ctid, src_holding=src, echo=echo)
-    return wm.warmup(session, spec.ctid, parallel=parallel, echo=echo)
+                     f"copying it instead of compiling; this trusts {src.ctid}'s jobs (the cache holds code "
+                     f"{spec.ctid} will load; warmup.copy_from_others: false compiles here instead)")
+                return copy(resolve(t.session, src.ctid), t, src_holding=src, echo=echo)
+    return wm.warmup(t, parallel=parallel, echo=echo)

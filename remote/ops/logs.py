@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 from .. import shell
 from ..errors import ConnectError, TransportError
+from ..events import quiet
+from ..results import Metric as MetricValue
 from ..transport.pct import Container
 
 
@@ -89,7 +91,7 @@ SIGNATURES = [
     (re.compile(r"Detected that you are using FX to symbolically trace a dynamo-optimized function"),
      "compile race",
      "threads compiled at once (torch <= 2.13 shares the FX-tracing flag): wrap each device's first step in "
-     "remote_guard.CompileGuard and run `remote warmup` (docs/compile-race.md)"),
+     "remote_guard.CompileGuard and run `remote warmup` (docs/internals/compile-race.md)"),
     (re.compile(r"flex_attention called without torch\.compile"), "flex_attention uncompiled",
      "flex_attention runs its unfused eager path (5-7x slower): a compile fell back to eager -- look for a "
      "compile race or a recompile, and keep error_on_nested_fx_trace on"),
@@ -247,14 +249,17 @@ class Watch:
 
 def follow(ct: Container, run: str, run_id: str, *, offset: int = 0, on_bytes: Callable[[bytes], None],
            follow_: bool = True, slice_seconds: int = 300, reconnect: Callable[[], None] | None = None,
-           max_reconnects: int = 20, sleep=time.sleep, echo=print) -> int:
+           max_reconnects: int = 20, sleep=time.sleep, echo=quiet, stop: Callable[[], bool] | None = None) -> int:
     """Stream the log of `run` (a run folder) from byte `offset`; returns the final offset.
 
     With follow_, keeps streaming until the run ends (remote/sh/lib.sh: no exit record and a live leader
     of its own); a dropped connection is re-established and streaming resumes at the byte where it
-    stopped. Without, prints what is there and returns, even while the job runs."""
+    stopped. Without, prints what is there and returns, even while the job runs. `stop()` true: return
+    before the next slice (a follower whose reader has gone: its thread ends, it does not poll on)."""
     failures = 0
     while True:
+        if stop is not None and stop():
+            return offset
         got = [0]
 
         def on_output(kind: str, chunk: bytes, got: list[int] = got) -> None:  # this attempt's count
@@ -288,6 +293,31 @@ def follow(ct: Container, run: str, run_id: str, *, offset: int = 0, on_bytes: C
 
 
 BARS = "▁▂▃▄▅▆▇█"
+
+
+def parse_metrics(text: str) -> list[MetricValue]:
+    """A run's metrics.jsonl: one value per line that is a JSON object (others skipped: the file is the
+    container's); t, value and unit where they are numbers and text."""
+    import json
+
+    out = []
+    for line in text.splitlines():
+        try:
+            got = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(got, dict):
+            continue
+        t, value, unit = got.get("t"), got.get("value"), got.get("unit")
+        number = lambda v: float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None  # noqa: E731
+        out.append(MetricValue(number(t), number(value), unit if isinstance(unit, str) else None, got))
+    return out
+
+
+def read_metrics(ct: Container, run_path: str) -> list[MetricValue]:
+    """The run's metrics.jsonl, read now ([] before its first value)."""
+    r = ct.run(["cat", f"{run_path}/metrics.jsonl"], check=False, mutates=False, timeout=120)
+    return parse_metrics(r.out)
 
 
 def watch_for(spec) -> Watch:
