@@ -18,8 +18,8 @@ $INVOKE_REMOTE_HOSTS) with
 
 A flag wins over the configuration, which wins over $REMOTE_HOSTS_FILE / $REMOTE_CONTAINER.
 
-invoke binds a flag to the task it follows: in `invoke deploy warmup train --container 200 --dry` only
-train would be given --dry, and deploy and warmup would run for real. So the shared flags of remote's
+invoke binds a flag to the task it follows: on an invoke line of `deploy warmup train --container 200
+--dry` only train would be given --dry, and deploy and warmup would run for real. So the shared flags of remote's
 command line (--container, --hosts, --dry, --fail-fast) apply to every task of the line, as `remote deploy
 warmup train -c 200 --dry` does, and a line that cannot be run so (a task without --dry in a dry line,
 two containers for a task given none) is refused, the flag named, before its first task runs.
@@ -139,7 +139,7 @@ def _params(task) -> dict[str, tuple[str, Any]]:
 
 
 def _core_dry(c) -> bool:
-    """invoke's own --dry (`invoke deploy known-good --dry`: a flag the last task lacks is invoke's), which
+    """invoke's own --dry (`deploy known-good --dry` on an invoke line: a flag the last task lacks is invoke's), which
     only echoes `c.run` commands: for remote's tasks, a dry run of the line all the same."""
     try:
         return bool(c.config.run.dry)
