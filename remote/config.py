@@ -20,6 +20,8 @@ from .errors import ConfigError
 
 ENV_VAR = "REMOTE_HOSTS_FILE"
 CONTAINER_VAR = "REMOTE_CONTAINER"  # the container a task works on when --container is absent
+CONTAINER_KEY = "container"  # the library's word for the container argument (the command line says --container)
+CHOOSE = "the container argument"  # how to name one, in the library's words
 DEFAULT_FILE = "hosts.yaml"
 UV_VERSION = "0.13.9"  # the uv bootstrapped inside containers; pinned so deploys are reproducible
 
@@ -155,14 +157,14 @@ class Config:
             if len(self.containers) == 1:
                 return next(iter(self.containers.values()))
             raise ConfigError(self.file, "containers",
-                              f"several containers configured ({_ids(self.containers)}): pass --container, "
+                              f"several containers configured ({_ids(self.containers)}): name one ({CHOOSE}), "
                               f"or set default_container: in the file (or ${CONTAINER_VAR})")
         try:
             key = int(ctid)
         except (TypeError, ValueError):
-            raise ConfigError(self.file, "--container", f"expected a container id, got {ctid!r}") from None
+            raise ConfigError(self.file, CONTAINER_KEY, f"expected a container id, got {ctid!r}") from None
         if key not in self.containers:
-            raise ConfigError(self.file, "--container",
+            raise ConfigError(self.file, CONTAINER_KEY,
                               f"container {key} is not in this file (known: {_ids(self.containers)})")
         return self.containers[key]
 

@@ -13,6 +13,7 @@ from remote.cli import run as cli_run
 from remote.errors import ConfigError, HostPermissionError
 from remote.lab.testing import Expect, FakeTransport
 from remote.ops import snapshots as snaps
+from remote.target import resolve
 from remote.transport.pct import Container
 from remote.transport.session import MUX_PYTHON
 
@@ -214,8 +215,13 @@ class PctSession:
         self.config = cfg.parse({"hosts": {"pve1": {"address": "pve1", "user": "trainer", "sudo": True}},
                                  "containers": {200: {"host": "pve1"}}}, "hosts.yaml")
 
+    echo = staticmethod(lambda line: None)
+
     def container(self, ctid, **_):
         return Container(self.t, int(ctid), pct=self.config.hosts["pve1"].pct)
+
+    def container_for(self, spec, venv_on_path=True):
+        return self.container(spec.ctid)
 
     def host_run(self, host, argv, deadline=None):
         return self.t.run(argv)
@@ -236,8 +242,8 @@ def test_the_command_lines_remote_builds_are_allowed_and_no_other():
     ct.start()
     ct.stop()
     snaps.before_deploy(session, spec, ct, "0123456789ab", today=datetime.date(2026, 12, 1))
-    snaps.rollback(session, 200)
-    snaps.rollback(session, 200, snapshot="before-upgrade")
+    snaps.rollback(resolve(session, 200))
+    snaps.rollback(resolve(session, 200), snapshot="before-upgrade")
     subcommands = set()
     for argv in t.argv:
         assert argv[:2] == ("sudo", "-n"), argv
