@@ -115,7 +115,7 @@ def test_the_real_probe_names_a_node_bound_to_dev_null_and_one_of_a_stale_major(
     """remote/sh/gpu_container.py in a mount namespace whose /dev holds /dev/nvidia0 bound to /dev/null, a
     /dev/nvidia-uvm of the stale major 511 and a right /dev/nvidiactl; compared with a host whose nvidia-uvm
     is 509 (tests/data/gpu), each wrong node is named with what it is and what it should be."""
-    from test_gpu import host
+    from support import gpu_host as host
 
     argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", PLANT, "plant", *gpu.container_argv(str(tmp_path))]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
