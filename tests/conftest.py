@@ -23,6 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout
 from support import (LAB_CONTAINERS, LAB_SECTIONS, OWN_LAB_CONTAINERS, OWN_LAB_MODULES, new_lab,  # noqa: E402
                      tier_of, work_unit)
 
+from remote.target import resolve as target_of  # noqa: E402
+
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
@@ -157,7 +159,7 @@ def deployed(lab, lab_session, _per_lab):
     from remote.ops.deploy import deploy
 
     def make():
-        summary = deploy(lab_session, ids_of(lab)[0], echo=lambda s: None)
+        summary = deploy(target_of(lab_session, ids_of(lab)[0]), echo=lambda s: None)
         assert summary.torch["torch"] == "2.13.0+cpu", summary.render()
         return summary
 
