@@ -103,7 +103,22 @@ def _job_line(entry: dict | None) -> str:
         text = f", last run {r['id']} {ended}{tp}"
         text += f" {r['spark']}" if r.get("spark") else ""
         text += _watch_text(r)
-    return text + (f" [{', '.join(r['problems'])}]" if r["problems"] else "")
+    return text + _compile_text(r) + (f" [{', '.join(r['problems'])}]" if r["problems"] else "")
+
+
+def _compile_text(r: dict) -> str:
+    """The compile watch's counts (remote.runs.compile): `; compile: 2 compiles, 7 recompiles, ...`."""
+    c = r.get("compile")
+    if not c:
+        return ""
+    def n(count: int, word: str) -> str:
+        return f"{count} {word}{'' if count == 1 else 'es' if word.endswith('h') else 's'}"
+
+    text = (f"; compile: {n(c['compiles'], 'compile')}, {n(c['recompiles'], 'recompile')}, "
+            f"{n(c['graph_breaks'], 'graph break')}, {n(c['eager_fallbacks'], 'eager fallback')}")
+    if c.get("steady_at") is not None:
+        text += f", {c['steady_seconds']:.1f} s compiling after the first steady step"
+    return text
 
 
 # -- the other tasks' results ---------------------------------------------------------------------------

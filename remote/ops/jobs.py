@@ -27,7 +27,7 @@ from ..errors import CommandError, ConfigError, JobError, RemoteError, TransferE
 from ..naming import printable
 from ..transport.pct import Container
 from ..transport.session import HostState, Session
-from . import files, jobenv, layout, logs, oplock, pyspy
+from . import compilelog, files, jobenv, layout, logs, oplock, pyspy
 from . import warmup as wm
 from .runwatch import EXIT_STALLED, parse_attempts, read_watch, stall_text, watch_settings
 
@@ -520,6 +520,9 @@ def _container_job(session: Session, spec: ContainerSpec, known: str) -> dict:
                             "low": watch.low, "problems": [name for name, _, _ in watch.found],
                             "spark": logs.sparkline(values), "stalled": st["stalled"], "attempt": st["attempt"],
                             "attempts_max": st["attempts_max"], "gpu": st["gpu"]}
+            health = compilelog.from_probe(raw.get("compile"))
+            if health and (raw.get("compile") or {}).get("run") == st["run"]:
+                entry["run"]["compile"] = health.to_dict()
             nodes = (st.get("manifest") or {}).get("nodes")
             if nodes:  # one node of a multi-node run
                 entry["run"]["nodes"], entry["run"]["node_rank"] = nodes, st["manifest"].get("node_rank")
