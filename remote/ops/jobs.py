@@ -354,6 +354,46 @@ def _stop_one(ct: Container, spec: ContainerSpec, st: dict, grace: int) -> dict:
 watch_for = logs.watch_for
 
 
+class CompileNotices:
+    """The compile watch's lines as `train` and `logs` receive them (remote.ops.logs.follow's on_compile):
+    one `!!` line the first time each kind of event happens after the first steady step, and each function
+    that starts running eagerly. Events come before the steady step's time is known: those wait for it."""
+
+    MAX_WAITING = 200
+
+    def __init__(self, echo=print):
+        self.echo, self.notices = echo, compilelog.Notices()
+        self.steady: float | None = None
+        self.waiting: list[compilelog.CompileEvent] = []
+
+    def line(self, text: str) -> None:
+        if text.startswith('{"steady"'):
+            try:
+                got = json.loads(text).get("steady")
+                t = got.get("t") if isinstance(got, dict) else None
+            except (ValueError, AttributeError):
+                t = None
+            if isinstance(t, (int, float)) and self.steady is None:
+                self.steady = float(t)
+                waiting, self.waiting = self.waiting, []
+                for ev in waiting:
+                    self._take(ev)
+            return
+        ev = compilelog.parse_line(text)
+        if ev is None:
+            return
+        if self.steady is None and ev.kind != "eager-fallback":
+            if len(self.waiting) < self.MAX_WAITING:
+                self.waiting.append(ev)
+            return
+        self._take(ev)
+
+    def _take(self, ev) -> None:
+        note = self.notices.take(ev, self.steady is not None and ev.t > self.steady)
+        if note:
+            self.echo(note)
+
+
 def show_log(ct: Container, spec: ContainerSpec, run_id: str | None = None, *, follow: bool = False,
              echo=print) -> dict:
     """Print a run's log (collapsed progress bars, throughput warnings, crash hints); with follow, until
@@ -370,8 +410,9 @@ def show_log(ct: Container, spec: ContainerSpec, run_id: str | None = None, *, f
             for note in watch.line(line):
                 echo(note)
 
+    compiled = CompileNotices(echo)
     logs.follow(ct, st["path"], st["run"], on_bytes=lambda chunk: show(splitter.feed(chunk)), follow_=follow,
-                reconnect=ct.transport.close, echo=echo)
+                reconnect=ct.transport.close, echo=echo, on_compile=compiled.line)
     show(splitter.flush())
     final = state(ct, spec, st["run"])
     final["watch"] = watch

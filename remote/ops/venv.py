@@ -28,6 +28,8 @@ from ..errors import DeployError
 from ..naming import matches, normalize, parse_lock, parse_pins, redact  # noqa: F401 -- also this module's names
 
 GUARD_SOURCE = Path(__file__).resolve().parent.parent / "guard.py"
+# The compile watch (issue 33): installed beside the guard as remote_compilewatch, with its .pth line.
+WATCH_SOURCE = Path(__file__).resolve().parent.parent / "sh" / "compilewatch.py"
 
 # Runs with the new venv's interpreter: what was installed and what torch sees.
 VERIFY = r'''
