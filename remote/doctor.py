@@ -15,7 +15,7 @@ from .config import ContainerSpec
 from .errors import RemoteError
 from .facts import Facts, gather, gpu_problem
 from .naming import printable
-from .ops import layout
+from .ops import compilelog, layout
 from .ops import passport as pp
 from .ops import venv as venvmod
 from .ops import warmup as wm
@@ -259,6 +259,10 @@ def findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
     for note in layout.compile_layout_notes(layout.devices_from_command(spec.train.command), t.version):
         add(Finding("compile-layout", "warning", note, None, "threads that compile on one device race",
                     "see docs/compile-race.md"))
+
+    # The latest run's compile health (the compile watch's compile.jsonl, remote/ops/compilelog.py).
+    for cf in compilelog.findings(compilelog.from_probe(j.compile), j.current):
+        add(Finding(cf.name, cf.severity, cf.text, None, cf.hint, "see docs/compile-health.md"))
 
     if not kg:
         add(Finding("no-known-good", "info", "no known-good run recorded", None,

@@ -495,7 +495,7 @@ def pull_run(session: Session, ctid, run_id: str | None, dest: str, *, progress:
     wanted = [(f"{st['path']}/log", "log"), (f"{st['path']}/manifest.json", "manifest.json")]
     # What the watch and the wrapper left (remote/sh/watch.py, job.sh); absent ones are skipped quietly
     # (no gpu.csv on a CPU container, no stacks without a stall).
-    optional = ["metrics.jsonl", "gpu.csv", "events.jsonl", "attempts"] + \
+    optional = ["metrics.jsonl", "gpu.csv", "events.jsonl", "attempts", "compile.jsonl"] + \
         [f"stacks-{n}.txt" for n in range(1, st.get("stalls", 0) + 1)]
     wanted += [(f"{st['path']}/{name}", name) for name in optional]
     wanted += [(out if out.startswith("/") else f"{spec.code.path}/{out}", f"outputs/{out.strip('/')}")
