@@ -19,7 +19,7 @@ __all__ = [
     # the API (remote.api)
     "open", "Fleet", "Group", "GroupResult", "Outcome", "Container", "Result", "Transfer", "DeployPlan", "Warmup",
     "Run", "Stopped", "Finding", "Diagnosis", "CacheCopy", "CacheHolding", "GpuReport",
-    "Snapshot", "RolledBack",
+    "Snapshot", "RolledBack", "CompileEvent", "CompileHealth",
     # the exception tree (remote.errors)
     "RemoteError", "ConfigError", "TransportError", "HostKeyError", "AuthenticationError", "ConnectError",
     "ConnectTimeout", "CommandError", "CommandTimeout", "PctError", "ContainerNotFound", "ContainerNotRunning",
@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from .api import (
         CacheCopy,
         CacheHolding,
+        CompileEvent,
+        CompileHealth,
         Container,
         DeployPlan,
         Diagnosis,

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .errors import ConfigError, JobError, RemoteError
+from .ops.compilelog import CompileEvent, CompileHealth  # noqa: F401 -- the types Run.compile() gives
 
 if TYPE_CHECKING:  # imported where used: `import remote` loads no transport, no yaml
     from .config import Config, ContainerSpec
@@ -1039,6 +1040,24 @@ class Run:
             if isinstance(value, dict):
                 out.append(value)
         return out
+
+    COMPILE_READ = 16 << 20  # bytes of compile.jsonl read (the watch bounds what it writes)
+
+    def compile(self) -> CompileHealth:
+        """The run's compile health from its compile.jsonl (the compile watch, docs/compile-health.md): counts
+        of compiles, recompiles, graph breaks and eager fallbacks, seconds compiling after the first steady
+        step, and `.events`, each a CompileEvent (time, process, function, kind, torch's reason, seconds)."""
+        from .ops import compilelog
+
+        st = self._st()
+        ct = self.container._ct()
+        text = {name: ct.run(["head", "-c", str(self.COMPILE_READ), f"{st['path']}/{name}"], check=False,
+                             mutates=False, timeout=120).out for name in ("compile.jsonl", "metrics.jsonl")}
+        return compilelog.summarize(text["compile.jsonl"].splitlines(), compilelog.steady_at(text["metrics.jsonl"]))
+
+    def compile_events(self) -> list[CompileEvent]:
+        """The run's compile events, oldest first (Run.compile().events)."""
+        return list(self.compile().events)
 
     def stop(self, *, grace: int = 10) -> Stopped:
         """TERM the job, KILL after `grace` s, and verify that nothing of it is left."""

@@ -281,7 +281,7 @@ def passport_line(p: dict) -> str:
     from .naming import printable  # what a container wrote
 
     return printable(f"torch {p.get('torch')} (git {str(p.get('torch_git'))[:10]}), CUDA {p.get('cuda')}, triton "
-            f"{p.get('triton')}, GPU {p.get('gpu')}, devices {','.join(pp.devices_of(p)) or '-'}, commit "
+            f"{p.get('triton')}, GPU {p.get('gpu')} {p.get('capability') or ''}, driver {p.get('driver') or '-'}, devices {','.join(pp.devices_of(p)) or '-'}, commit "
             f"{str(p.get('commit'))[:12]}, lock {str(p.get('venv_lock'))[:12]}" + (f"; {made}" if made else ""))
 
 
