@@ -321,7 +321,7 @@ def compile_part(run_dir, run_id):
                         break
     except OSError:
         pass
-    keep = collections.deque(maxlen=COMPILE_KEEP)
+    keep: collections.deque = collections.deque(maxlen=COMPILE_KEEP)
     totals = {}
     size = 0
     try:

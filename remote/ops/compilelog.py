@@ -89,7 +89,7 @@ def parse_line(line: str) -> CompileEvent | None:
         return None
     if not isinstance(d, dict) or d.get("kind") not in KINDS or _num(d.get("t")) is None:
         return None
-    cache = d.get("cache") if isinstance(d.get("cache"), dict) else {}
+    cache: dict = d["cache"] if isinstance(d.get("cache"), dict) else {}
     return CompileEvent(
         t=float(d["t"]), kind=d["kind"], fn=_str(d.get("fn"), 200), file=_str(d.get("file"), 400),
         line=_int(d.get("line")), n=max(1, _int(d.get("n")) or 1),
@@ -190,8 +190,8 @@ def summarize(lines: Iterable[str], steady: float | None = None, limit: int = 20
             totals[tot[0]] = tot[1]
     events = events[-limit:]
     summed: Counter = Counter()
-    for tot in totals.values():
-        summed.update(tot)
+    for per_process in totals.values():
+        summed.update(per_process)
     for kind in KINDS:  # a line without totals still counts
         seen = sum(1 for e in events if e.kind == kind and e.pid not in totals)
         summed[kind] += seen

@@ -376,8 +376,8 @@ class CompileNotices:
             if isinstance(t, (int, float)) and self.steady is None:
                 self.steady = float(t)
                 waiting, self.waiting = self.waiting, []
-                for ev in waiting:
-                    self._take(ev)
+                for early in waiting:
+                    self._take(early)
             return
         ev = compilelog.parse_line(text)
         if ev is None:
