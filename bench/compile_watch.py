@@ -130,7 +130,7 @@ def planted(device: str, steps: int) -> dict:
         evs = events(path)
         ends = [b for _, b in res["times"]]
 
-        def step_of(t: float) -> int:
+        def step_of(t: float, ends: list = ends) -> int:
             return next((i for i, end in enumerate(ends) if t <= end), len(ends))
 
         named = [{"kind": e["kind"], "fn": e.get("fn"), "line": e.get("line"), "n": e.get("n"), "why": e.get("why"),
@@ -179,7 +179,7 @@ def main() -> None:
     result: dict = {"python": sys.version.split()[0], "device": args.device, "torch": torch.__version__}
     if args.device == "cuda":
         result["gpu"] = torch.cuda.get_device_name(0)
-        result["capability"] = "sm_%d%d" % torch.cuda.get_device_capability(0)
+        result["capability"] = "sm_{}{}".format(*torch.cuda.get_device_capability(0))
     parts = [("startup", lambda: startup(max(10, args.rounds * 2))),
              ("planted", lambda: planted(args.device, args.planted_steps)),
              ("visibility", lambda: visibility(args.device)),
