@@ -26,12 +26,13 @@ error inside the hook is swallowed.
 
 from __future__ import annotations
 
-import json
+import _thread
 import os
-import re
 import sys
-import threading
 import time
+
+# json, re and threading are imported when the first event comes (torch has imported them by then): a
+# process that never compiles pays only for this file.
 
 ENV = "REMOTE_COMPILE_WATCH"
 KINDS = ("compile", "recompile", "graph-break", "eager-fallback")
@@ -39,7 +40,7 @@ FULL = 16  # events written in full per (function, kind); then only the 2^k-th
 MAX_LINES = 2000  # per process; then only totals at exit
 REASON_MAX = 600  # characters of torch's text kept per event
 
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()
 _state: dict = {}
 
 
@@ -121,15 +122,17 @@ def _cache(utils) -> dict:
             "autograd_hit": aot.get("autograd_cache_hit", 0), "autograd_miss": aot.get("autograd_cache_miss", 0)}
 
 
-_SOURCE = re.compile(r"\s+#\s*(.*?)\s+#\s*(\S+:\d+)(?: in \S+)?\s*$")
+_SOURCE = r"\s+#\s*(.*?)\s+#\s*(\S+:\d+)(?: in \S+)?\s*$"
 
 
 def guard_text(reason: str) -> tuple[str, str | None]:
     """torch's recompile reason -> (the failed guard, the source line it names): `0/3: G['K'] == 3.0   # x * K
     # train.py:11 in f` -> ("G['K'] == 3.0", "train.py:11")."""
+    import re
+
     first = (reason or "").strip().splitlines()[0] if (reason or "").strip() else ""
     first = re.sub(r"^\d+/\d+:\s*", "", first)
-    m = _SOURCE.search(first)
+    m = re.search(_SOURCE, first)
     if m:
         return first[:m.start()].strip(), m.group(2)
     return first.strip(), None
@@ -188,6 +191,8 @@ def _seconds(m) -> float:
 
 
 def _on_metrics(m, utils) -> None:
+    import threading
+
     with _lock:
         for ev in _events(m, utils):
             _state["seconds"] += ev.get("seconds") or 0.0
@@ -211,6 +216,8 @@ def _totals() -> dict:
 
 
 def _write(record: dict) -> None:
+    import json
+
     line = (json.dumps(record, default=str) + "\n").encode()
     fd = os.open(_state["path"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -222,6 +229,8 @@ def _write(record: dict) -> None:
 
 
 def _at_exit() -> None:
+    import threading
+
     try:
         with _lock:
             if _state.get("unwritten"):
