@@ -14,20 +14,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchlab import ROOT, hosts_file, private_lab
 
-import remote  # noqa: E402
-from remote.lab import Lab  # noqa: E402
+import remote
 
-ROOT = Path(__file__).resolve().parent.parent
 HOSTS = """
 venv:
   packages: [torch==2.13.0+cpu, numpy==2.2.6]
@@ -46,15 +41,9 @@ def main() -> None:
     ap.add_argument("--out")
     args = ap.parse_args()
     d = Path(tempfile.mkdtemp(prefix="bench-compile-status-"))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    lab = Lab(dir=d / "lab", port=port)
-    lab.up([args.container])
-    try:
+    with private_lab([args.container]) as lab:
         repo = lab._example_repo("plant", {"train.py": ROOT / "tests" / "data" / "compile_health" / "train.py"})
-        hosts = d / "hosts.yaml"
-        hosts.write_text(lab.hosts_yaml((args.container,)) + HOSTS.format(wheels=lab.wheels, repo=repo))
+        hosts = hosts_file(lab, d / "hosts.yaml", [args.container], HOSTS, wheels=lab.wheels, repo=repo)
         with remote.open(hosts) as fleet:
             ct = fleet.container(args.container)
             ct.deploy()
@@ -66,12 +55,13 @@ def main() -> None:
                 st = fleet.status(args.container)
                 t1 = time.time()
                 calls.append(t1 - t0)
-                r = next(c for c in st["containers"] if c["container"] == args.container).get("run") or {}
-                c = r.get("compile") or {}
-                for kind, key in (("recompile", "recompiles"), ("eager-fallback", "eager_fallbacks")):
-                    for n in range(1, int(c.get(key) or 0) + 1):
+                job = next(c for c in st.containers if c.container == args.container).run
+                health = job.compile if job is not None else None
+                for kind, count in (("recompile", health.recompiles if health else 0),
+                                    ("eager-fallback", health.eager_fallbacks if health else 0)):
+                    for n in range(1, count + 1):
                         seen.setdefault((kind, n), t1)
-                if not r.get("alive") and r:
+                if job is not None and not job.alive:
                     break
             events = [e for e in run.compile().events if e.kind in ("recompile", "eager-fallback")]
             counts: dict[str, int] = {}
@@ -81,8 +71,6 @@ def main() -> None:
                 shown = seen.get((e.kind, counts[e.kind]))
                 if shown is not None:
                     lags.append({"kind": e.kind, "n": counts[e.kind], "latency_s": round(shown - e.t, 3)})
-    finally:
-        lab.down(purge=True)
     result = {"events": len(events), "measured": lags,
               "max_latency_s": max((x["latency_s"] for x in lags), default=None),
               "median_latency_s": statistics.median([x["latency_s"] for x in lags]) if lags else None,

@@ -1,6 +1,6 @@
 """remote: drive PyTorch training inside Proxmox LXC GPU containers over SSH.
 
-The public API (docs/library.md): `remote.open(hosts)` gives a Fleet; `fleet.container(id)` a Container
+The public API (docs/reference/library.md): `remote.open(hosts)` gives a Fleet; `fleet.container(id)` a Container
 with exec, push, pull, deploy, warmup, train (a Run), doctor (Findings). Errors are remote.errors' tree,
 importable from here. Names load on first use: `import remote` imports no transport, paramiko or yaml.
 """
@@ -19,7 +19,10 @@ __all__ = [
     # the API (remote.api)
     "open", "Fleet", "Group", "GroupResult", "Outcome", "Container", "Result", "Transfer", "DeployPlan", "Warmup",
     "Run", "Stopped", "Finding", "Diagnosis", "CacheCopy", "CacheHolding", "GpuReport",
-    "Snapshot", "RolledBack", "CompileEvent", "CompileHealth",
+    "Snapshot", "RolledBack",
+    # typed values (remote.results), returned by the API
+    "State", "RunStatus", "RunSummary", "Metric", "KnownGood", "PulledRun", "ImportedCache", "FleetStatus",
+    "HostStatus", "ContainerStatus", "JobStatus", "CompileEvent", "CompileHealth",
     # the exception tree (remote.errors)
     "RemoteError", "ConfigError", "TransportError", "HostKeyError", "AuthenticationError", "ConnectError",
     "ConnectTimeout", "CommandError", "CommandTimeout", "PctError", "ContainerNotFound", "ContainerNotRunning",
@@ -27,14 +30,13 @@ __all__ = [
     "UnknownRun", "BusyError",
 ]
 _ERRORS = frozenset(__all__[__all__.index("RemoteError"):])
-_API = frozenset(__all__[1:__all__.index("RemoteError")])
+_API = frozenset(__all__[1:__all__.index("State")])
+_RESULTS = frozenset(__all__[__all__.index("State"):__all__.index("RemoteError")])
 
 if TYPE_CHECKING:
     from .api import (
         CacheCopy,
         CacheHolding,
-        CompileEvent,
-        CompileHealth,
         Container,
         DeployPlan,
         Diagnosis,
@@ -75,6 +77,21 @@ if TYPE_CHECKING:
         UnknownRun,
         WarmupError,
     )
+    from .results import (
+        CompileEvent,
+        CompileHealth,
+        ContainerStatus,
+        FleetStatus,
+        HostStatus,
+        ImportedCache,
+        JobStatus,
+        KnownGood,
+        Metric,
+        PulledRun,
+        RunStatus,
+        RunSummary,
+        State,
+    )
 
 
 def __getattr__(name: str) -> Any:
@@ -82,6 +99,10 @@ def __getattr__(name: str) -> Any:
         from . import api
 
         value = getattr(api, name)
+    elif name in _RESULTS:
+        from . import results
+
+        value = getattr(results, name)
     elif name in _ERRORS:
         from . import errors
 

@@ -19,6 +19,7 @@ from .ops import compilelog, layout
 from .ops import passport as pp
 from .ops import venv as venvmod
 from .ops import warmup as wm
+from .results import Finding
 from .transport.session import Session
 
 SCHEMA_VERSION = 1
@@ -27,20 +28,11 @@ CLOCK_SKEW_MAX_S = 5.0
 UNHEALTHY = ("error", "warning")
 
 
-@dataclass(frozen=True)
-class Finding:
-    code: str  # stable identifier, e.g. package-changed
-    severity: str  # error | warning | info
-    what: str
-    since: str | None  # against the known-good record, when it tells
-    why: str
-    fix: str | None  # the command that fixes it
-
-    def render(self) -> str:
-        since = f" ({self.since})" if self.since else ""
-        fix = f" — {self.fix}" if self.fix else ""
-        # what and since quote the container (versions, paths, names): each one line, escapes shown
-        return printable(f"[{self.severity}] {self.what}{since}{fix}") + "\n    why: " + printable(self.why)
+def render_finding(f: Finding) -> str:
+    since = f" ({f.since})" if f.since else ""
+    fix = f" — {f.fix}" if f.fix else ""
+    # what and since quote the container (versions, paths, names): each one line, escapes shown
+    return printable(f"[{f.severity}] {f.what}{since}{fix}") + "\n    why: " + printable(f.why)
 
 
 def known_good_label(kg: dict | None) -> str:
@@ -258,11 +250,11 @@ def findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
     # The compile-race layout of the training command (train's preflight warns the same).
     for note in layout.compile_layout_notes(layout.devices_from_command(spec.train.command), t.version):
         add(Finding("compile-layout", "warning", note, None, "threads that compile on one device race",
-                    "see docs/compile-race.md"))
+                    "see docs/internals/compile-race.md"))
 
     # The latest run's compile health (the compile watch's compile.jsonl, remote/ops/compilelog.py).
     for cf in compilelog.findings(compilelog.from_probe(j.compile), j.current):
-        add(Finding(cf.name, cf.severity, cf.text, None, cf.hint, "see docs/compile-health.md"))
+        add(Finding(cf.name, cf.severity, cf.text, None, cf.hint, "see docs/guide/compile-health.md"))
 
     if not kg:
         add(Finding("no-known-good", "info", "no known-good run recorded", None,
@@ -348,7 +340,7 @@ class Report:
         lines = [head + ("healthy" if not bad else f"{len(bad)} finding(s)")
                  + (f", against {known_good_label(self.facts.known_good)}" if self.facts and self.facts.known_good
                     else "")]
-        lines += ["  " + f.render().replace("\n", "\n  ") for f in self.findings]
+        lines += ["  " + render_finding(f).replace("\n", "\n  ") for f in self.findings]
         return "\n".join(lines)
 
 

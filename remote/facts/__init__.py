@@ -15,13 +15,16 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from importlib import resources
+from typing import TYPE_CHECKING
 
 from .. import naming, shell
 from ..config import ContainerSpec
-from ..errors import CommandError
+from ..errors import CommandError, DeployError
 from ..transport.pct import DEFAULT_PATH, Container
-from . import gpu
 from .probe import SMI_S
+
+if TYPE_CHECKING:  # remote.facts.gpu is imported where a GPU part is read: an exec needs none of it
+    from . import gpu
 
 PROBE_SOURCE = resources.files(__package__).joinpath("probe.py").read_text()
 
@@ -258,16 +261,32 @@ def gpu_problem(torch: Torch, gpus: Gpus, env: Mapping[str, str]) -> tuple[str, 
         return None
     n = len(gpus.gpus)
     if torch.device_count != n:
+        built, supported = _cuda_tuple(torch.cuda_build), _cuda_tuple(gpus.cuda_driver)
+        if built and supported and built > supported:
+            hint = (f"the venv's CUDA build ({torch.cuda_build}) is newer than the driver ({gpus.driver}) supports "
+                    f"(up to CUDA {gpus.cuda_driver}): pin a torch build for this driver (venv.packages), then remote "
+                    "deploy")
+        else:
+            hint = ((f"the venv's CUDA build ({torch.cuda_build}) suits the driver ({gpus.driver}, up to CUDA "
+                     f"{gpus.cuda_driver}): " if built and supported else "")
+                    + "check the container's GPU nodes against the host's (`remote doctor --gpu` compares each)")
         return (f"nvidia-smi lists {n} GPU(s) but torch sees {torch.device_count}"
-                + (" (torch.cuda.is_available() is False)" if not torch.cuda_available else ""),
-                f"check that the venv's CUDA build ({torch.cuda_build}) suits the driver ({gpus.driver}, up to "
-                f"CUDA {gpus.cuda_driver})")
+                + (" (torch.cuda.is_available() is False)" if not torch.cuda_available else ""), hint)
     cvd = env.get("CUDA_VISIBLE_DEVICES")
     if cvd is not None and visible_count(list(gpus.gpus), env) != len([d for d in cvd.split(",") if d.strip()]):
         listed = ", ".join(f"{g['index']}" + (f" ({g['uuid']})" if g.get("uuid") else "") for g in gpus.gpus)
         return (f"CUDA_VISIBLE_DEVICES={cvd} in train.env names a device nvidia-smi does not list (it lists "
                 f"{listed})", "fix CUDA_VISIBLE_DEVICES in train.env")
     return None
+
+
+def _cuda_tuple(v: str | None) -> tuple[int, ...] | None:
+    """`13.0` -> (13, 0); None for anything else."""
+    import re
+
+    if not v or not re.fullmatch(r"\d+(\.\d+)*", v):
+        return None
+    return tuple(int(x) for x in v.split(".")[:2])
 
 
 def gpus_of(raw: dict) -> Gpus:
@@ -277,7 +296,10 @@ def gpus_of(raw: dict) -> Gpus:
     if q.get("rc") is None:  # it hung: a driver in trouble, not a machine without GPUs
         return Gpus(True, (), None, None, (), f"nvidia-smi did not answer within {SMI_S} s (a hung GPU driver?)")
     if q.get("rc") != 0:
-        return Gpus(True, (), None, None, (), f"nvidia-smi failed: {q.get('err', '').strip()[-300:]}")
+        # nvidia-smi prints its errors on stdout (`Failed to initialize NVML: Unknown Error`).
+        said = (str(q.get("err") or "").strip() + "\n" + str(q.get("out") or "").strip()).strip()
+        return Gpus(True, (), None, None, (), f"nvidia-smi failed (exit {q.get('rc')}): {said[-300:]}" if said else
+                    f"nvidia-smi failed (exit {q.get('rc')}) and printed nothing")
     try:
         gpus = parse_gpus(q["out"])
     except ValueError as exc:  # an odd nvidia-smi is a finding, not a crash
@@ -414,6 +436,8 @@ def gpu_of(raw: dict) -> gpu.CtGpu | None:
     child = raw.get("gpu")
     if not child or child.get("rc") is None:
         return None
+    from . import gpu
+
     try:
         return gpu.parse_container(child.get("out") or "")
     except ValueError:
@@ -422,6 +446,8 @@ def gpu_of(raw: dict) -> gpu.CtGpu | None:
 
 def _json_object(text: str | None) -> dict | None:
     """A small JSON file's object (a passport), or None: missing, torn or not an object (untrusted)."""
+    if not isinstance(text, (str, bytes)):  # the probe's answer held another JSON type
+        return None
     try:
         value = json.loads(text or "")
     except ValueError:
@@ -465,6 +491,8 @@ def probe_argv(spec: ContainerSpec, parts=DOCTOR, run_id: str | None = None, *, 
            "uv": uv_path(spec.venv.uv_version), "checkout": spec.code.path, "cache_dir": spec.warmup.cache_dir,
            "run_dir": spec.train.run_dir, "lease": naming.LEASE}
     if "gpu" in parts:  # remote/sh/gpu_container.py, run by the probe as a child of its own
+        from . import gpu
+
         arg["gpu_source"] = gpu.CONTAINER_SOURCE
     if "run" in parts:
         arg["state_script"], arg["run_id"] = "set -euo pipefail\n" + shell.with_lib("state"), run_id or ""
@@ -492,3 +520,27 @@ def gather(ct: Container, spec: ContainerSpec, *, fresh: bool = False) -> Facts:
     """Every fact of the container, in one round trip."""
     raw, window = read_raw(ct, spec, fresh=fresh)
     return parse(raw, spec, window, round(window[1] - window[0], 3))
+
+
+def deployed(ct: Container, spec: ContainerSpec) -> dict:
+    """The deployed commit and venv record, read with the facts probe, or a DeployError saying to deploy
+    first."""
+    return deployed_in(read_raw(ct, spec, DEPLOYED)[0], spec)
+
+
+def deployed_in(raw: dict, spec: ContainerSpec) -> dict:
+    """`deployed` over a probe's answer already read (any parts that include facts.DEPLOYED). Pure."""
+    code, venv = deployed_records(raw)
+    if venv is None:
+        raise DeployError(f"container {spec.ctid} has no deployed venv at {spec.venv.path}: run `remote deploy` first")
+    if code is None and not spec.code.repo:  # the code is the user's to put there: its HEAD is the commit
+        checkout = raw.get("code") or {}
+        if not checkout.get("exists"):
+            raise DeployError(f"container {spec.ctid} has no checkout at {spec.code.path} and code.repo is not set: "
+                              "set code.repo in the hosts file for `remote deploy` to ship it, or put the code "
+                              "there yourself")
+        code = {"commit": checkout.get("head"), "unmanaged": True}
+    if code is None:
+        raise DeployError(f"container {spec.ctid} has no deployed checkout at {spec.code.path}: "
+                          "run `remote deploy` first")
+    return {"code": code, "venv": venv}

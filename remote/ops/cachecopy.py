@@ -1,7 +1,7 @@
 """Warm once, copy to the rest: a compile cache folder copied between containers whose passports match.
 
     look(session, ctid) -> Holding          what a container's cache holds and what it would need
-    copy(session, src, dst) -> Copied       only the files dst lacks, streamed, sha256-checked, each
+    copy(session, src, dst) -> CacheCopy       only the files dst lacks, streamed, sha256-checked, each
                                             linked into place whole (remote/sh/cachecopy.py), under
                                             dst's operation lease; host to host where both share one
     find_source(session, ctid) -> int|None  a container of the hosts file whose cache serves ctid
@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 
 from .. import shell
 from ..errors import RemoteError, TransferError, WarmupError
+from ..naming import copied_line
+from ..results import CacheCopy
 from ..transport.pct import DEFAULT_PATH, Container
 from ..transport.session import Session
 from . import fleet, jobenv, oplock
@@ -62,22 +64,6 @@ class Holding:
     def serves_itself(self) -> bool:
         """Its cache was made for exactly what it runs now (and holds something)."""
         return bool(self.files) and not pp.differences(self.passport, self.want)
-
-
-@dataclass
-class Copied:
-    src: int
-    dst: int
-    via: str  # "host <name>" or "controller"
-    files: int  # written now
-    bytes: int
-    present: int  # already there (skipped)
-    total: int  # files the source holds
-    seconds: float
-
-    def line(self) -> str:
-        return (f"copied {self.files} cache file(s), {self.bytes / 2**20:.1f} MiB, from {self.src} "
-                f"({self.present} already here, {self.total} in all; via {self.via}, {self.seconds:.1f}s); no compile ran")
 
 
 def _system(ct: Container) -> Container:
@@ -178,21 +164,23 @@ def _stream_copy(src_ct: Container, dst_ct: Container, src_folder: str, dst_fold
 
 
 def copy(session: Session, src, dst, *, echo: Callable[[str], None] = print, src_holding: Holding | None = None,
-         cut_after: int | None = None, via_controller: bool = False) -> Copied:
+         cut_after: int | None = None, via_controller: bool = False) -> CacheCopy:
     """Copy src's compile cache into dst: refused (CacheMismatch, naming each field) unless src's
     passport is what dst needs; only the files dst lacks; records dst's warmups as copied."""
     start = time.time()
     s = src_holding or look(session, src)
-    d = look(session, dst)
-    check(s, d)
-    wanted = sorted(p for p in s.files if p not in d.files)
-    sspec, dspec = session.config.container(s.ctid), session.config.container(d.ctid)
-    src_ct, dst_ct = session.container(s.ctid), session.container(d.ctid)
-    echo(f"==> copying {len(wanted)} of {len(s.files)} cache file(s) ({sum(s.files[p] for p in wanted) / 2**20:.1f} MiB) "
-         f"from {s.ctid} into {d.folder}")
-    with oplock.hold(dst_ct, f"cache copy --from {s.ctid}"):
+    dspec = session.config.container(dst)
+    sspec, dst_ct, src_ct = session.config.container(s.ctid), session.container(dspec.ctid), session.container(s.ctid)
+    # What dst holds, and so what to send, is read under dst's lease: a deploy or warmup of another
+    # controller cannot change it between the decision and the copy.
+    with oplock.hold(dst_ct, f"cache copy --from {s.ctid}") as lease:
+        d = look(session, dspec.ctid)
+        check(s, d)
+        wanted = sorted(p for p in s.files if p not in d.files)
+        echo(f"==> copying {len(wanted)} of {len(s.files)} cache file(s) "
+             f"({sum(s.files[p] for p in wanted) / 2**20:.1f} MiB) from {s.ctid} into {d.folder}")
         if dst_ct.dry:
-            return Copied(s.ctid, d.ctid, "dry run", 0, 0, 0, len(s.files), 0.0)
+            return CacheCopy(s.ctid, d.ctid, "dry run", 0, 0, 0, len(s.files), 0.0)
         if wanted:
             summary, via = _stream_copy(src_ct, dst_ct, s.folder, d.folder, wanted,
                                         same_host=sspec.host.name == dspec.host.name and not via_controller,
@@ -200,6 +188,7 @@ def copy(session: Session, src, dst, *, echo: Callable[[str], None] = print, src
         else:
             summary, via = {"written": 0, "bytes": 0, "present": 0}, "nothing to send"
         assert s.passport is not None  # check(s, d) refuses a source without one
+        lease.verify()  # a copy that lost its lease says nothing: no passport, no warmup records
         wm.write_passport(dst_ct, d.folder, {**s.passport, "copied_from": s.ctid,
                                              "copied_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         end = time.time()
@@ -209,9 +198,9 @@ def copy(session: Session, src, dst, *, echo: Callable[[str], None] = print, src
                  "new_bytes": summary.get("bytes", 0), "hits": 0, "misses": 0, "copied_from": s.ctid}
                 for dev in wm.devices_of(dspec)]
         wm._record(dst_ct, dspec, recs)
-    result = Copied(s.ctid, d.ctid, via, summary.get("written", 0), summary.get("bytes", 0),
+    result = CacheCopy(s.ctid, d.ctid, via, summary.get("written", 0), summary.get("bytes", 0),
                     summary.get("present", 0) + len(s.files) - len(wanted), len(s.files), time.time() - start)
-    echo("  " + result.line())
+    echo("  " + copied_line(result))
     return result
 
 
@@ -219,7 +208,8 @@ def copy(session: Session, src, dst, *, echo: Callable[[str], None] = print, src
 
 def _alike(a, b) -> bool:
     """Whether two containers' hosts-file entries could make the same passport (cheap, before any probe)."""
-    return a.venv == b.venv and a.warmup == b.warmup and a.train.env == b.train.env
+    same_warmup = dataclasses.replace(a.warmup, copy_from_others=True) == dataclasses.replace(b.warmup, copy_from_others=True)
+    return a.venv == b.venv and same_warmup and a.train.env == b.train.env
 
 
 def find_source(session: Session, ctid, *, exclude: tuple[int, ...] = ()) -> Holding | None:
@@ -265,6 +255,9 @@ def plan(session: Session, ids: list[int]) -> Plan:
     alone = {c: f"its cache could not be read: {h}" for c, h in looked.items() if not isinstance(h, Holding)}
     leaders: dict[int, list[int]] = {}
     wants = {c: h.want for c, h in holdings.items()}
+    for c in [c for c in wants if not session.config.containers[c].warmup.copy_from_others]:
+        del wants[c]
+        alone[c] = "warmup.copy_from_others is false: it compiles its own cache"
     for members in pp.groups(wants):
         if len(members) == 1:
             alone[members[0]] = pp.why_alone(members[0], wants) if len(wants) > 1 else "the only one selected"
@@ -282,7 +275,8 @@ def warm_fleet(session: Session, ids: list[int], *, fail_fast: bool = False, par
     the containers run at once (fleet.run_each: output lines prefixed `[id] `; remote.api's quiet one)."""
     p = plan(session, ids)
     for leader, rest in p.leaders.items():
-        echo(f"==> warming {leader} for {', '.join(map(str, [leader, *rest]))} (same passport), then copying its cache")
+        echo(f"==> warming {leader} for {', '.join(map(str, [leader, *rest]))} (same passport), then copying its cache "
+             f"from {leader} (trusting its jobs' code; warmup.copy_from_others: false to compile each)")
     for c, why in p.alone.items():
         echo(f"==> {c} is warmed on its own: {why}")
     first = [c for c in ids if c in p.leaders or c in p.alone]
@@ -325,15 +319,16 @@ def inventory(session: Session, ids: list[int]) -> list[Holding | RemoteError]:
 
 def warmup_or_copy(session: Session, ctid, *, parallel: bool = False, echo: Callable[[str], None] = print):
     """`remote warmup -c 201`: where 201 has no warmup for what it runs now and another container of the
-    hosts file holds a cache made for exactly that, copy it (a Copied); otherwise warm up (DeviceResults)."""
+    hosts file holds a cache made for exactly that, copy it (a CacheCopy); otherwise warm up (DeviceResults)."""
     spec = session.config.container(ctid)
     ct = session.container(spec.ctid)
-    if not ct.dry and spec.warmup.command:
+    if not ct.dry and spec.warmup.command and spec.warmup.copy_from_others:
         state = wm.deployed(ct, spec)
         if wm.missing_warmups(ct, spec, state):
             src = find_source(session, spec.ctid)
             if src is not None:
                 echo(f"==> container {src.ctid} holds a compile cache made for exactly this (same passport): "
-                     "copying it instead of compiling")
+                     f"copying it instead of compiling; this trusts {src.ctid}'s jobs (the cache holds code "
+                     f"{spec.ctid} will load; warmup.copy_from_others: false compiles here instead)")
                 return copy(session, src.ctid, spec.ctid, src_holding=src, echo=echo)
     return wm.warmup(session, spec.ctid, parallel=parallel, echo=echo)

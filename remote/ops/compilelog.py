@@ -11,7 +11,7 @@ events mean:
 
 "After the first steady step" is after the time the run's second throughput value was reported (its first
 value includes the first compile): <run>/metrics.jsonl holds each value's time (remote/sh/watch.py).
-docs/compile-health.md has each event, each finding and what to do about it.
+docs/guide/compile-health.md has each event, each finding and what to do about it.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ import json
 import os
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..naming import printable
+from ..results import CompileEvent, CompileHealth
 
 KINDS = ("compile", "recompile", "graph-break", "eager-fallback")
 WHY = ("recompile-limit", "suppressed-error", "nested-fx-trace")
@@ -40,45 +41,6 @@ def _int(v) -> int | None:
 
 def _num(v) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
-@dataclass(frozen=True)
-class CompileEvent:
-    """One line of compile.jsonl: what torch did to one function, when, in which process."""
-
-    t: float
-    kind: str  # one of KINDS
-    fn: str | None = None
-    file: str | None = None
-    line: int | None = None
-    n: int = 1  # this kind's count for this function (recompile #3)
-    why: str | None = None  # eager-fallback only: one of WHY
-    reason: str | None = None  # torch's text: the failed guard, the break reason, the error
-    where: str | None = None  # the source line torch names in its reason (file:line)
-    seconds: float = 0.0
-    rank: int | None = None
-    pid: int | None = None
-    thread: str | None = None
-    compile_id: str | None = None
-    cache: Mapping[str, int] = field(default_factory=dict, compare=False)
-
-    @property
-    def function(self) -> str:
-        """`f (train.py:12)`: the function and where it starts."""
-        place = f"{os.path.basename(self.file)}:{self.line}" if self.file and self.line is not None else None
-        return f"{self.fn or '?'}" + (f" ({place})" if place else "")
-
-    def describe(self) -> str:
-        """One line, as `train` prints it: `recompile #3 of f (train.py:12): guard failed: k == 2.0`."""
-        what = {"recompile": f"recompile #{self.n} of", "graph-break": "graph break in",
-                "eager-fallback": "running eagerly:", "compile": "compile of"}.get(self.kind, self.kind)
-        why = f" ({self.why})" if self.kind == "eager-fallback" and self.why else ""
-        text = f"{what} {self.function}{why}"
-        if self.reason:
-            text += f": {self.reason}"
-        if self.where and self.kind != "graph-break":
-            text += f" at {self.where}"
-        return printable(text)
 
 
 def parse_line(line: str) -> CompileEvent | None:
@@ -127,47 +89,30 @@ def steady_at(metrics_text: str) -> float | None:
     return None
 
 
-@dataclass(frozen=True)
-class CompileHealth:
-    """A run's compile events summed: for `status`, `doctor`, `report` and the library's Run."""
+def describe(ev: CompileEvent) -> str:
+    """One line, as `train` prints it: `recompile #3 of f (train.py:12): guard failed: k == 2.0`."""
+    what = {"recompile": f"recompile #{ev.n} of", "graph-break": "graph break in",
+            "eager-fallback": "running eagerly:", "compile": "compile of"}.get(ev.kind, ev.kind)
+    why = f" ({ev.why})" if ev.kind == "eager-fallback" and ev.why else ""
+    text = f"{what} {ev.function}{why}"
+    if ev.reason:
+        text += f": {ev.reason}"
+    if ev.where and ev.kind != "graph-break":
+        text += f" at {ev.where}"
+    return printable(text)
 
-    compiles: int = 0
-    recompiles: int = 0
-    graph_breaks: int = 0
-    eager_fallbacks: int = 0
-    seconds: float = 0.0  # compiling, all processes, the whole run
-    steady_at: float | None = None  # the first steady step's time (None: not reached or unknown)
-    steady_seconds: float = 0.0  # compiling after the first steady step
-    steady_counts: Mapping[str, int] = field(default_factory=dict)  # kind -> events after the first steady step
-    events: tuple[CompileEvent, ...] = ()  # the events read (bounded), oldest first
-    processes: int = 0
 
-    def __bool__(self) -> bool:
-        return bool(self.events) or self.processes > 0
+def health_line(h: CompileHealth) -> str:
+    """`compile: 3 compiles, 7 recompiles, 1 graph break, 1 eager fallback; 2.1 s compiling after the first
+    steady step`."""
+    def n(count: int, word: str) -> str:
+        return f"{count} {word}{'' if count == 1 else 's'}"
 
-    def counts(self) -> dict[str, int]:
-        return {"compile": self.compiles, "recompile": self.recompiles, "graph-break": self.graph_breaks,
-                "eager-fallback": self.eager_fallbacks}
-
-    def to_dict(self) -> dict:
-        return {"compiles": self.compiles, "recompiles": self.recompiles, "graph_breaks": self.graph_breaks,
-                "eager_fallbacks": self.eager_fallbacks, "seconds": round(self.seconds, 3),
-                "steady_at": self.steady_at, "steady_seconds": round(self.steady_seconds, 3),
-                "steady_counts": dict(self.steady_counts), "processes": self.processes}
-
-    def line(self) -> str:
-        """`compile: 3 compiles, 7 recompiles, 1 graph break, 1 eager fallback, 2.1 s after the first steady step`."""
-        def n(count: int, word: str) -> str:
-            return f"{count} {word}{'' if count == 1 else 's' if not word.endswith('h') else 'es'}"
-
-        parts = [n(self.compiles, "compile"), n(self.recompiles, "recompile"), n(self.graph_breaks, "graph break"),
-                 n(self.eager_fallbacks, "eager fallback")]
-        after = (f"{self.steady_seconds:.1f} s compiling after the first steady step" if self.steady_at is not None
-                 else "no steady step yet")
-        return "compile: " + ", ".join(parts) + f"; {after}"
-
-    def after_steady(self) -> list[CompileEvent]:
-        return [e for e in self.events if self.steady_at is not None and e.t > self.steady_at]
+    parts = [n(h.compiles, "compile"), n(h.recompiles, "recompile"), n(h.graph_breaks, "graph break"),
+             n(h.eager_fallbacks, "eager fallback")]
+    after = (f"{h.steady_seconds:.1f} s compiling after the first steady step" if h.steady_at is not None
+             else "no steady step yet")
+    return "compile: " + ", ".join(parts) + f"; {after}"
 
 
 def summarize(lines: Iterable[str], steady: float | None = None, limit: int = 2000) -> CompileHealth:
@@ -230,14 +175,14 @@ class Notices:
             if key in self.eager:
                 return None
             self.eager.add(key)
-            return f"!! {ev.describe()}"
+            return f"!! {describe(ev)}"
         if not steady or ev.kind in self.kinds:
             return None
         self.kinds.add(ev.kind)
-        return f"!! {ev.describe()}" + ("  (after the first steady step)" if ev.kind == "compile" else "")
+        return f"!! {describe(ev)}" + ("  (after the first steady step)" if ev.kind == "compile" else "")
 
 
-# What to do, per finding (docs/compile-health.md says more).
+# What to do, per finding (docs/guide/compile-health.md says more).
 HINTS = {
     "recompiling": "a guard fails each step: make the value a tensor or mark it dynamic "
                    "(torch._dynamo.mark_dynamic, or torch.compile(dynamic=True) for shapes); the guard's source line "

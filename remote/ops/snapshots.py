@@ -13,6 +13,7 @@ remote's own snapshots are named `remote-<YYYYMMDD>-<n>` with the description `b
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import re
 from collections.abc import Callable
@@ -21,8 +22,10 @@ from dataclasses import dataclass, field
 from .. import sudo
 from ..config import ContainerSpec
 from ..errors import BusyError, HostPermissionError, PctError, RemoteError, SnapshotError
+from ..results import RolledBack, Snapshot
 from ..transport.pct import Container, classify
 from ..transport.session import Session
+from . import oplock
 
 SNAPSHOT_TYPES = ("zfspool", "lvmthin", "rbd", "btrfs")
 OURS = re.compile(r"remote-(\d{8})-(\d+)")
@@ -34,22 +37,14 @@ class UnknownSnapshot(SnapshotError):
     exit_code = 2
 
 
-@dataclass(frozen=True)
-class Snapshot:
-    name: str
-    time: str  # as pct prints it: the host's local time, YYYY-MM-DD HH:MM:SS
-    description: str
-    depth: int = 0
+def is_ours(name: str, description: str) -> bool:
+    """Made by remote's deploy (the only ones remote ever deletes)."""
+    return bool(OURS.fullmatch(name)) and description.startswith(DESCRIPTION)
 
-    @property
-    def ours(self) -> bool:
-        """Made by remote's deploy (the only ones remote ever deletes)."""
-        return bool(OURS.fullmatch(self.name)) and self.description.startswith(DESCRIPTION)
 
-    @property
-    def order(self) -> tuple:
-        m = OURS.fullmatch(self.name)
-        return (m.group(1), int(m.group(2))) if m else ("", 0)
+def _order(s: Snapshot) -> tuple:
+    m = OURS.fullmatch(s.name)
+    return (m.group(1), int(m.group(2))) if m else ("", 0)
 
 
 @dataclass(frozen=True)
@@ -72,7 +67,8 @@ def parse_listsnapshot(text: str) -> list[Snapshot]:
         if not m or m.group("here") or m.group("name") == "current":
             continue
         desc = m.group("desc") or ""
-        found.append(Snapshot(m.group("name"), m.group("time"), "" if desc == "no-description" else desc,
+        desc = "" if desc == "no-description" else desc
+        found.append(Snapshot(m.group("name"), m.group("time"), desc, is_ours(m.group("name"), desc),
                               len(m.group("indent"))))
     return found
 
@@ -117,7 +113,7 @@ def _host_program(session: Session, ct: Container, spec: ContainerSpec, name: st
     argv = sudo.host_argv(spec.host, name, *args)
     result = session.host_run(spec.host, argv, deadline=60)
     if result.exit_code != 0:
-        error = classify(result.err, result.exit_code, spec.ctid, spec.host.name)
+        error = classify(result.err, result.exit_code, spec.ctid, spec.host)
         if isinstance(error, HostPermissionError):
             if sudo.sudo_failure(argv, result.err) == "password":
                 raise HostPermissionError(spec.ctid, sudo.diagnose(lambda a: session.host_run(spec.host, a, deadline=60),
@@ -162,7 +158,7 @@ def next_name(existing: list[Snapshot], today: datetime.date) -> str:
 
 def to_delete(existing: list[Snapshot], keep: int) -> list[Snapshot]:
     """remote's own snapshots beyond the newest `keep`, oldest first; never another's."""
-    ours = sorted((s for s in existing if s.ours), key=lambda s: s.order)
+    ours = sorted((s for s in existing if s.ours), key=_order)
     return ours[:-keep] if keep > 0 else ours
 
 
@@ -205,15 +201,6 @@ def before_deploy(session: Session, spec: ContainerSpec, ct: Container, what: st
     return taken
 
 
-@dataclass(frozen=True)
-class RolledBack:
-    ctid: int
-    snapshot: Snapshot
-    started: bool
-    kept: tuple[str, ...]  # what lives outside the rootfs (a mount point): as it was before the rollback
-    restored: tuple[str, ...]  # what lives in the rootfs: as it was when the snapshot was taken
-
-
 def _places(spec: ContainerSpec) -> list[tuple[str, str]]:
     run_dir = spec.train.run_dir.rstrip("/")
     return [("run folders", run_dir), ("the known-good record", f"{run_dir}/known-good.json"),
@@ -236,13 +223,12 @@ def rollback(session: Session, ctid=None, *, snapshot: str | None = None, force:
              echo: Callable[[str], None] = lambda _: None, timeout: float = 120) -> RolledBack:
     """`pct rollback` to `snapshot` (default: the newest of remote's), refused while a run is live unless
     `force`; a running container is started again and waited for until it answers a command."""
-    from . import jobs
 
     spec = session.config.container(ctid)
     ct = session.container(spec.ctid)
     existing = list_snapshots(session, spec.ctid)
     if snapshot is None:
-        ours = sorted((s for s in existing if s.ours), key=lambda s: s.order)
+        ours = sorted((s for s in existing if s.ours), key=_order)
         if not ours:
             raise UnknownSnapshot(f"{ct.where}: no snapshot of remote's to roll back to (`remote snapshots -c "
                                   f"{spec.ctid}` lists them; --snapshot NAME picks another's)")
@@ -254,6 +240,16 @@ def rollback(session: Session, ctid=None, *, snapshot: str | None = None, force:
             raise UnknownSnapshot(f"{ct.where}: --snapshot {snapshot}: no such snapshot (there: {names})")
         chosen = named
     running = ct.status() == "running"
+    # The operation lease of a running container (a stopped one runs no deploy): held from the run check
+    # to the rollback, so no deploy, warmup or launch of another controller starts in between.
+    with oplock.hold(ct, f"rollback to {chosen.name}") if running else contextlib.nullcontext() as lease:
+        return _rollback(session, spec, ct, chosen, running, lease, force=force, echo=echo, timeout=timeout)
+
+
+def _rollback(session: Session, spec: ContainerSpec, ct: Container, chosen: Snapshot, running: bool,
+              lease: oplock.Lease | None, *, force: bool, echo: Callable[[str], None], timeout: float) -> RolledBack:
+    from . import jobs
+
     if running:
         live = jobs.state(ct, spec).get("live") or []
         if live and not force:
@@ -266,6 +262,8 @@ def rollback(session: Session, ctid=None, *, snapshot: str | None = None, force:
     kept, restored = where_things_live(spec, config.out if config.ok else "")
     echo(f"==> pct rollback {spec.ctid} {chosen.name}" + (" (the container is stopped, then started again)"
                                                           if running else ""))
+    if lease is not None:
+        lease.verify()  # still ours: nothing of another controller's started since the check
     result = ct._pct("rollback", str(spec.ctid), chosen.name, "--start", "1" if running else "0", mutates=True,
                      deadline=ROLLBACK_DEADLINE)
     if result.exit_code != 0:

@@ -75,7 +75,7 @@ def _compile_section(tl: timeline_mod.Timeline | None) -> str:
     health = compilelog.summarize(lines, steady)
     found = "".join(f"<li><b>{html.escape(f.name)}</b>: {html.escape(f.text)}<br><i>{html.escape(f.hint)}</i></li>"
                     for f in compilelog.findings(health))
-    return (f"<p>{html.escape(health.line())} (the ticks at the top of the timeline).</p>"
+    return (f"<p>{html.escape(compilelog.health_line(health))} (the ticks at the top of the timeline).</p>"
             + (f'<ul class="bad">{found}</ul>' if found else "<p>No recompiles, graph breaks or eager fallbacks "
                "after the first steady step.</p>"))
 

@@ -13,7 +13,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..ops.compilelog import CompileEvent, parse_line
+from ..ops.compilelog import describe, parse_line
+from ..results import CompileEvent
 
 
 @dataclass
@@ -182,7 +183,7 @@ def svg(tl: Timeline, baseline: float | None = None, w: int = 880) -> str:
         color = COMPILE_COLORS.get(e.kind, "#777")
         parts.append(f'<line class="compile {e.kind}" x1="{x(e.t):.1f}" x2="{x(e.t):.1f}" y1="{pad_t}" '
                      f'y2="{pad_t + (10 if e.kind == "compile" else 22)}" stroke="{color}" stroke-width="2">'
-                     f'<title>{html.escape(e.describe())} ({e.seconds:.2f} s)</title></line>')
+                     f'<title>{html.escape(describe(e))} ({e.seconds:.2f} s)</title></line>')
     if tl.compiles:
         legend = " ".join(f'<tspan fill="{c}">&#9646; {k}</tspan>' for k, c in COMPILE_COLORS.items())
         parts.append(f'<text x="{x1 - 4}" y="{pad_t + 36}" text-anchor="end" font-size="11">{legend}</text>')

@@ -1,4 +1,4 @@
-"""The whole public API from a plain script, as a user would write it (tests/test_library_lab.py runs it).
+"""The whole public API from a plain script, as a user would write it (tests/lab/test_library_lab.py runs it).
 
 argv: HOSTS CTID WORKDIR. Prints one JSON object of what it saw; the library itself must print nothing."""
 
@@ -40,7 +40,7 @@ with remote.open(hosts, progress=lines_seen.append) as fleet:
     seen["follow"] = followed
     seen["wait"] = run.wait(timeout=120)
     seen["state"] = run.state
-    seen["metrics"] = [m.get("value") for m in run.metrics()]
+    seen["metrics"] = [m.value for m in run.metrics()]
     ct.exec(["touch", "/root/apitest/hold"], check=True)
     long = ct.train(detach=True, force=True)  # a second one, that waits: to stop
     first = next(iter(long.follow()))

@@ -1,0 +1,269 @@
+"""`sudo: true`: the one program list, the drop-in printed from it, the argv built from it, sudo's failures;
+the snapshot helpers as data (remote.ops.snapshots)."""
+
+import datetime
+import re
+import shlex
+
+import pytest
+
+from remote import config as cfg
+from remote import sudo
+from remote.cli import run as cli_run
+from remote.errors import ConfigError, HostPermissionError
+from remote.lab.testing import Expect, FakeTransport
+from remote.ops import snapshots as snaps
+from remote.transport.pct import Container
+from remote.transport.session import MUX_PYTHON
+
+
+def host(**keys):
+    return cfg.parse({"hosts": {"pve1": {"address": "pve1", **keys}}, "containers": {200: {"host": "pve1"}}},
+                     "hosts.yaml").hosts["pve1"]
+
+
+def test_the_drop_in_allows_exactly_the_root_programs_of_the_list():
+    rule = sudo.rule_of(sudo.sudoers("trainer", ["/usr/sbin/pct"]), "trainer")
+    assert rule[0] == "/usr/sbin/pct ^exec [1-9][0-9]* --keep-env 0 -- .+$"
+    assert "/usr/sbin/pct list" in rule and "/usr/sbin/pvesm status" in rule
+    assert len(rule) == len([p for p in sudo.PROGRAMS if p.root])  # one command per form: no pct with any arguments
+    assert all(" " in r for r in rule)  # every program with its arguments
+    assert not any(p.path in " ".join(rule) for p in sudo.PROGRAMS if not p.root)  # the mux's python3: never root
+    # Every root command remote builds for a sudo host is one the rule allows, at its exact path.
+    h = host(sudo=True, user="trainer")
+    argv = sudo.host_argv(h, "pvesm", "status")
+    assert argv == ["sudo", "-n", "/usr/sbin/pvesm", "status"] and "/usr/sbin/pvesm status" in rule
+    assert MUX_PYTHON == sudo.program("python3").path
+
+
+def test_the_drop_in_names_the_hosts_files_pct_and_programs_beside_it():
+    text = sudo.sudoers("trainer", ["/opt/pve/bin/pct", "/usr/sbin/pct"])
+    rule = sudo.rule_of(text, "trainer")
+    assert [r.split(" ")[0] for r in rule] == ["/opt/pve/bin/pct"] * 10 + ["/opt/pve/bin/pvesm"] \
+        + ["/usr/sbin/pct"] * 10 + ["/usr/sbin/pvesm"]
+    assert all(line.startswith(("#", "Defaults:trainer ", "trainer ", "    /")) for line in text.splitlines())
+    with pytest.raises(ValueError):
+        sudo.sudoers("bad user;id")
+
+
+@pytest.mark.fault("init --sudoers", "`remote init --sudoers USER` prints only the drop-in on stdout (advice on stderr "
+                   "or as # comments), so `> /etc/sudoers.d/remote` works")
+def test_init_sudoers_prints_only_the_drop_in(tmp_path, capsys):
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text("hosts:\n  pve1: {address: pve1, sudo: true, pct: /srv/lab/bin/pct}\ncontainers:\n  200: {host: pve1}\n")
+    assert cli_run(["init", "--sudoers", "trainer", "--hosts", str(hosts)]) == 0
+    out, err = capsys.readouterr()
+    assert out == sudo.sudoers("trainer", ["/srv/lab/bin/pct"], [200])
+    assert "visudo -cf" in out + err
+    rule = sudo.rule_of(out, "trainer")
+    assert rule[0] == "/srv/lab/bin/pct ^exec (200) --keep-env 0 -- .+$" and rule[-1] == "/srv/lab/bin/pvesm status"
+
+
+def test_a_sudo_host_calls_pct_through_sudo_n_at_its_exact_path():
+    assert host(sudo=True).pct == "sudo -n /usr/sbin/pct"
+    assert host(sudo=True, pct="/opt/bin/pct").pct == "sudo -n /opt/bin/pct"
+    assert host().pct == "pct" and sudo.host_argv(host(), "pvesm", "status") == ["pvesm", "status"]
+    with pytest.raises(ValueError):  # nothing but the one argument the rule allows
+        sudo.host_argv(host(sudo=True), "pvesm", "set", "local")
+
+
+@pytest.mark.fault("sudo: true with a pct command line", "hosts.NAME.pct must be pct's exact path with sudo: true "
+                   "(remote adds `sudo -n`): exit 2 naming the key")
+@pytest.mark.parametrize("pct", ["sudo -n /usr/sbin/pct", "bin/pct", "/usr/bin/sudo"])
+def test_sudo_with_a_pct_that_is_no_exact_path_is_refused(pct):
+    with pytest.raises(ConfigError, match=r"hosts\.pve1\.pct: with sudo: true, pct is the exact path"):
+        host(sudo=True, pct=pct)
+
+
+def sudo_container(t):
+    return Container(t, 200, pct="sudo -n /usr/sbin/pct")
+
+
+@pytest.mark.fault("sudo rule without a program", "a program the sudo rule does not allow is named (told apart from "
+                   "a rule that wants a password by `sudo -n -l`)")
+def test_a_program_the_rule_lacks_is_named():
+    t = FakeTransport([Expect(lambda a: a[:4] == ("sudo", "-n", "/usr/sbin/pct", "status"), 1,
+                              stderr="sudo: a password is required\n"),
+                       Expect(("sudo", "-n", "-l", "/usr/sbin/pct", "status", "200"), 1)])
+    with pytest.raises(HostPermissionError, match=r"does not allow .* /usr/sbin/pct status.*the sudo rule lacks it"):
+        sudo_container(t).status()
+    t.assert_done()
+
+
+@pytest.mark.fault("sudo wants a password", "a sudo rule that wants a password fails at once (`sudo -n`, never a "
+                   "prompt), named, with the drop-in to install")
+def test_a_rule_that_wants_a_password_is_named():
+    t = FakeTransport([Expect(lambda a: a[:3] == ("sudo", "-n", "/usr/sbin/pct"), 1,
+                              stderr="sudo: a password is required\n"),
+                       Expect(lambda a: a[:3] == ("sudo", "-n", "-l"), 1, stderr="sudo: a password is required\n")])
+    with pytest.raises(HostPermissionError, match=r"wants a password .*NOPASSWD.*init --sudoers"):
+        sudo_container(t).run(["true"])
+
+
+@pytest.mark.fault("non-root host user without sudo", "pct's `please run as root` names `sudo: true` and the drop-in")
+def test_please_run_as_root_names_the_key_and_the_drop_in():
+    t = FakeTransport([Expect(lambda a: a[0] == "pct", 255, stderr="please run as root\n")])
+    with pytest.raises(HostPermissionError, match=r"`sudo: true` for hosts\.fake .*remote init --sudoers"):
+        Container(t, 200).status()
+
+
+LISTING = """\
+`-> before-upgrade          2026-11-30 10:00:00  by hand
+ `-> remote-20261201-1      2026-12-01 09:00:00  before deploy of 1111111111aa
+  `-> remote-20261201-2     2026-12-01 09:30:00  before deploy of 2222222222bb
+   `-> remote-20261201-3    2026-12-01 10:00:00  before deploy of 3333333333cc
+    `-> remote-20261201-4   2026-12-01 11:00:00  before deploy of 4444444444dd
+     `-> remote-20261201-9x 2026-12-01 11:30:00  no-description
+      `-> current           You are here!
+"""
+
+
+def test_listsnapshot_parsed_and_only_remotes_own_pruned():
+    found = snaps.parse_listsnapshot(LISTING)
+    assert [s.name for s in found][:2] == ["before-upgrade", "remote-20261201-1"]
+    assert [s.ours for s in found] == [False, True, True, True, True, False]
+    assert found[-1].description == ""
+    assert [s.name for s in snaps.to_delete(found, 3)] == ["remote-20261201-1"]
+    assert snaps.next_name(found, datetime.date(2026, 12, 1)) == "remote-20261201-5"
+    assert snaps.next_name(found, datetime.date(2026, 12, 2)) == "remote-20261202-1"
+
+
+def test_storage_support_read_from_config_and_pvesm():
+    config = "arch: amd64\nmp0: /srv/runs,mp=/root/runs\nrootfs: local-zfs:subvol-200-disk-0,size=8G\nlxc.foo: 1\n"
+    assert snaps.rootfs_storage(config) == "local-zfs"
+    assert snaps.mount_points(config) == ["/root/runs"]
+    pvesm = "Name  Type  Status  Total  Used  Available  %\nlocal  dir  active 1 1 1 1%\nlocal-zfs zfspool active 1 1 1 1%\n"
+    assert snaps.parse_pvesm_status(pvesm) == {"local": "dir", "local-zfs": "zfspool"}
+    spec = cfg.parse({"hosts": {"a": {"address": "a"}}, "containers": {200: {"host": "a"}}}, "h.yaml").containers[200]
+    kept, restored = snaps.where_things_live(spec, config)
+    assert [k.split(" (")[0] for k in kept] == ["run folders", "the known-good record"]
+    assert "the venv (/root/venv)" in restored
+
+
+def test_init_with_sudo_writes_a_file_whose_host_runs_pct_through_sudo():
+    import yaml
+
+    from remote.ops import hostsinit
+
+    h = cfg.Host(name="pve1", address="pve1", user="trainer", pct=sudo.pct_command("pct", True), sudo=True)
+    text = hostsinit.render(h, {"user": "trainer", "sudo": True}, [(200, "running", "gpu")])
+    assert "    sudo: true\n" in text
+    loaded = cfg.parse(yaml.safe_load(text), "hosts.yaml").hosts["pve1"]
+    assert loaded.sudo and loaded.pct == "sudo -n /usr/sbin/pct" and loaded.user == "trainer"
+
+
+def test_the_drop_in_takes_pct_from_an_older_files_sudo_command_line():
+    assert sudo.pct_path("sudo -n /usr/local/sbin/pct") == "/usr/local/sbin/pct"
+    assert sudo.pct_path("pct") == "/usr/sbin/pct"
+    assert sudo.rule_of(sudo.sudoers("ops", [sudo.pct_path("sudo -n /opt/pct")]), "ops")[0].startswith("/opt/pct ^exec ")
+
+
+# -- the rule allows what remote runs, and nothing else of pct's -----------------------------------------------
+
+def pct_subcommands_in_the_code() -> set[str]:
+    """Every pct subcommand remote's code names where it builds a pct command line."""
+    from pathlib import Path
+
+    root = Path(sudo.__file__).parent
+    found: set[str] = set()
+    for f in root.rglob("*.py"):
+        if "lab" in f.relative_to(root).parts:  # the lab's own pct double and its setup run as root, not through sudo
+            continue
+        text = f.read_text()
+        found |= set(re.findall(r"_pct\(\s*(?:[a-z_.]+,\s*)*\"([a-z]+)\"", text))
+        found |= set(re.findall(r"pct_argv\([^,()]+,\s*\"([a-z]+)\"", text))
+    found |= set(re.findall(r'"\$\{pct\[@\]\}" ([a-z]+)', (root / "sh" / "gpu-host.sh").read_text()))
+    return found
+
+
+def test_every_pct_subcommand_in_the_code_is_in_the_rule():
+    allowed = {p.args[0] for p in sudo.PROGRAMS if p.name == "pct" and p.args}
+    found = pct_subcommands_in_the_code()
+    assert {"exec", "status", "config", "list", "snapshot", "delsnapshot", "listsnapshot", "rollback"} <= found
+    assert found <= allowed, f"pct {found - allowed} runs without a line in remote.sudo.PROGRAMS"
+
+
+class PctHost:
+    """A host answering pct as Proxmox does, just enough for the snapshot and lifecycle paths; every argv kept."""
+
+    name = "pve1"
+
+    def __init__(self, running: bool = False):
+        self.argv: list[tuple[str, ...]] = []
+        self.running = running
+
+    def describe(self, argv) -> str:
+        return shlex.join(argv)
+
+    def run(self, argv, *, stdin=None, deadline=None, on_output=None):
+        from remote.transport import Result
+
+        argv = tuple(argv)
+        self.argv.append(argv)
+        words = argv[2:] if argv[:2] == ("sudo", "-n") else argv
+        out = {"status": f"status: {'running' if self.running else 'stopped'}\n", "listsnapshot": LISTING,
+               "config": "rootfs: local-zfs:subvol-200-disk-0,size=8G\n",
+               "status-pvesm": "Name Type Status\nlocal-zfs zfspool active\n"}
+        key = "status-pvesm" if words[0].endswith("pvesm") else words[1] if len(words) > 1 else ""
+        return Result(argv, 0, out.get(key, "").encode(), b"", 0.0)
+
+
+class PctSession:
+    def __init__(self, t: PctHost):
+        self.t = t
+        self.config = cfg.parse({"hosts": {"pve1": {"address": "pve1", "user": "trainer", "sudo": True}},
+                                 "containers": {200: {"host": "pve1"}}}, "hosts.yaml")
+
+    def container(self, ctid, **_):
+        return Container(self.t, int(ctid), pct=self.config.hosts["pve1"].pct)
+
+    def host_run(self, host, argv, deadline=None):
+        return self.t.run(argv)
+
+
+@pytest.mark.fault("sudo rule allows only remote's pct command lines",
+                   "the drop-in allows each pct subcommand remote runs with its fixed arguments, on the hosts "
+                   "file's containers; `sudo -l` says no to push, pull, set, enter, mount, destroy, create, restore, "
+                   "unlock, resize, migrate and to other arguments")
+def test_the_command_lines_remote_builds_are_allowed_and_no_other():
+    t = PctHost()
+    session = PctSession(t)
+    spec = session.config.containers[200]
+    ct = session.container(200)
+    ct.run(["echo", "hi"], timeout=5)
+    ct.script("echo \"$1\"", "x", env={"A": "1"})
+    ct.status()
+    ct.start()
+    ct.stop()
+    snaps.before_deploy(session, spec, ct, "0123456789ab", today=datetime.date(2026, 12, 1))
+    snaps.rollback(session, 200)
+    snaps.rollback(session, 200, snapshot="before-upgrade")
+    subcommands = set()
+    for argv in t.argv:
+        assert argv[:2] == ("sudo", "-n"), argv
+        name = argv[2].rsplit("/", 1)[-1]
+        assert sudo.allows(name, argv[3:], [200]), shlex.join(argv)
+        subcommands.add(argv[3])
+    assert subcommands == {"exec", "status", "start", "stop", "config", "listsnapshot", "snapshot", "delsnapshot",
+                           "rollback"}  # (pvesm's `status` among them)
+    assert ("sudo", "-n", "/usr/sbin/pct", "delsnapshot", "200", "remote-20261201-1") in t.argv  # remote's own only
+    # Nothing else of pct's: the subcommands remote never runs, and other arguments to those it does.
+    for args in NOT_ALLOWED:
+        assert not sudo.allows("pct", args.split(), [200]), args
+    assert not sudo.allows("pct", ["exec", "201", "--keep-env", "0", "--", "id"], [200])
+    assert sudo.allows("pct", ["exec", "201", "--keep-env", "0", "--", "id"])  # a drop-in made without a hosts file
+
+
+EXAMPLE_CT = 200  # the container id in NOT_ALLOWED's lines (the lab test puts its own in its place)
+NOT_ALLOWED = [
+    "push 200 /etc/shadow /root/s", "pull 200 /tmp/x /etc/sudoers.d/zz", "set 200 -mp0 /,mp=/host", "enter 200",
+    "mount 200", "unmount 200", "destroy 200", "create 999 local:vztmpl/x.tar.zst", "restore 999 /tmp/backup.tar",
+    "unlock 200", "resize 200 rootfs +1G", "migrate 200 pve2", "clone 200 999", "template 200", "console 200",
+    "fsck 200", "move-volume 200 rootfs local", "reboot 200", "shutdown 200", "suspend 200", "resume 200",
+    "pending 200", "df 200", "cpusets", "rescan", "remote-migrate 200", "fstrim 200", "help",
+    "exec 200 -- id", "exec 200 --keep-env 1 -- id", "exec 200 --keep-env 0 --", "ex 200 --keep-env 0 -- id",
+    "status 200 --verbose", "config 200 --current", "config 200 --snapshot x", "list --full", "start 200 --debug 1",
+    "stop 200 --skiplock 1", "snapshot 200 mine --description before deploy of x", "snapshot 200 remote-20261201-1",
+    "delsnapshot 200 before-upgrade", "delsnapshot 200 remote-20261201-1 --force 1", "rollback 200 x --start 1 --y",
+    "rollback 200 x", "listsnapshot 200 --x", "status 0200", "status abc",
+]
