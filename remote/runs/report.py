@@ -76,8 +76,8 @@ def _compile_section(tl: timeline_mod.Timeline | None) -> str:
     found = "".join(f"<li><b>{html.escape(f.name)}</b>: {html.escape(f.text)}<br><i>{html.escape(f.hint)}</i></li>"
                     for f in compilelog.findings(health))
     return (f"<p>{html.escape(compilelog.health_line(health))} (the ticks at the top of the timeline).</p>"
-            + (f'<ul class="bad">{found}</ul>' if found else "<p>No recompiles, graph breaks or eager fallbacks "
-               "after the first steady step.</p>"))
+            + (f'<ul class="bad">{found}</ul>' if found else "<p>No recompile or compile after the first steady "
+               "step, no graph break, no eager fallback.</p>"))
 
 
 def render(spec: ContainerSpec, run: dict, log_text, known_good: dict | None, kg_log,
