@@ -10,8 +10,9 @@ steady=
 emit_compile() {
   local f=$run/compile.jsonl size
   [ -n "$cpos" ] || return 0
-  if [ -z "$steady" ] && [ -s "$run/metrics.jsonl" ]; then
-    steady=$(sed -n 2p "$run/metrics.jsonl")  # the second value: the first one includes the first compile
+  # The second value (the first one's step includes the first compile), once its line is whole.
+  if [ -z "$steady" ] && [ -s "$run/metrics.jsonl" ] && [ "$(head -n 2 "$run/metrics.jsonl" | wc -l)" -ge 2 ]; then
+    steady=$(sed -n 2p "$run/metrics.jsonl")
     [ -z "$steady" ] || printf '{"steady": %s}\n' "$steady" >&2
   fi
   [ -e "$f" ] || return 0
