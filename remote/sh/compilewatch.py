@@ -12,7 +12,8 @@ calls with each frame's CompilationMetrics (torch 2.11 to 2.14 all call it, from
   - `recompile`: a further compile of it, with torch's reason (the guard that failed, `recompile_reason`);
   - `graph-break`: the frame was split (`restart_reasons`: torch's break reason text);
   - `eager-fallback`: the function runs its Python code from now on: the recompile limit was reached,
-    or a compile error was swallowed by `suppress_errors`.
+    or a compile error was swallowed by `suppress_errors`; or a call ran it uncompiled because FX tracing
+    was in progress with `error_on_nested_fx_trace = False` (torch.fx's is_fx_symbolic_tracing, wrapped).
 
 Each event is one JSON line, appended with one write and flushed:
     {"t", "rank", "pid", "thread", "kind", "why", "fn", "file", "line", "reason", "where", "seconds",
@@ -51,11 +52,15 @@ def install(path: str | None = None) -> bool:
         return False
     _state.update(path=path, counts={}, totals={k: 0 for k in KINDS}, seconds=0.0, lines=0, unwritten=0,
                   frames={}, last_reason={})
-    utils = sys.modules.get("torch._dynamo.utils")
-    if utils is not None:
-        _wrap(utils)
-    else:
-        sys.meta_path.insert(0, _Finder())
+    wanted = {}
+    for name, wrap in (("torch._dynamo.utils", _wrap), ("torch.fx._symbolic_trace", _wrap_fx)):
+        module = sys.modules.get(name)
+        if module is not None:
+            wrap(module)
+        else:
+            wanted[name] = wrap
+    if wanted:
+        sys.meta_path.insert(0, _Finder(wanted))
     import atexit
 
     atexit.register(_at_exit)
@@ -63,26 +68,35 @@ def install(path: str | None = None) -> bool:
 
 
 class _Finder:
-    """Waits for torch._dynamo.utils to be imported, then wraps its hook; a finder that finds nothing."""
+    """Waits for the modules it wraps to be imported, then wraps them; a finder that finds nothing itself."""
+
+    def __init__(self, wanted: dict):
+        self.wanted = dict(wanted)  # module name -> what wraps it once it ran
 
     def find_spec(self, name, path=None, target=None):
-        if name != "torch._dynamo.utils":
+        wrap = self.wanted.pop(name, None)
+        if wrap is None:
             return None
-        sys.meta_path.remove(self)
-        try:
-            import importlib.util
+        import importlib.util
 
+        if self in sys.meta_path:  # not asked again about this name, nor about anything find_spec imports
+            sys.meta_path.remove(self)
+        try:
             spec = importlib.util.find_spec(name)
         finally:
-            pass
+            if self.wanted:
+                sys.meta_path.insert(0, self)
         if spec is None or spec.loader is None:
             return spec
         loader = spec.loader
         inner = loader.exec_module
 
-        def exec_module(module, inner=inner):
+        def exec_module(module, inner=inner, wrap=wrap):
             inner(module)
-            _wrap(module)
+            try:
+                wrap(module)
+            except Exception:  # noqa: BLE001 -- the watch never fails an import
+                pass
 
         try:
             loader.exec_module = exec_module  # type: ignore[method-assign]
@@ -105,6 +119,48 @@ def _wrap(utils) -> None:
 
     log_compilation_event._remote_watch = True  # type: ignore[attr-defined]
     utils.log_compilation_event = log_compilation_event
+
+
+def _wrap_fx(st) -> None:
+    """A compiled function called while FX tracing is in progress runs its Python code when torch's
+    error_on_nested_fx_trace is False (the compile race, docs/internals/compile-race.md): no compile record
+    says so. Dynamo asks torch.fx._symbolic_trace.is_fx_symbolic_tracing() first (it takes the function when
+    torch.compile wraps one); the wrapper answers the same and, when the answer sends the call to eager, names
+    the function (once per function; then counts)."""
+    original = getattr(st, "is_fx_symbolic_tracing", None)
+    if original is None or getattr(original, "_remote_watch", False):
+        return
+
+    def is_fx_symbolic_tracing(*args, **kwargs):
+        tracing = original(*args, **kwargs)
+        if tracing:
+            try:
+                _nested(sys._getframe(1))
+            except Exception:  # noqa: BLE001 -- the watch never fails a call
+                pass
+        return tracing
+
+    is_fx_symbolic_tracing._remote_watch = True  # type: ignore[attr-defined]
+    st.is_fx_symbolic_tracing = is_fx_symbolic_tracing
+
+
+def _nested(frame) -> None:
+    if not frame.f_code.co_filename.endswith("eval_frame.py"):
+        return
+    config = sys.modules.get("torch._dynamo.config")
+    if config is None or getattr(config, "error_on_nested_fx_trace", True) or \
+            getattr(config, "force_compile_during_fx_trace", False):
+        return
+    fn = frame.f_locals.get("fn")
+    code = getattr(fn, "__code__", None)
+    import threading
+
+    with _lock:
+        _record("eager-fallback", {"fn": getattr(fn, "__name__", None), "file": getattr(code, "co_filename", None),
+                                   "line": getattr(code, "co_firstlineno", None), "why": "nested-fx-trace",
+                                   "reason": "called while FX tracing was in progress, with "
+                                             "error_on_nested_fx_trace=False: ran uncompiled", "seconds": 0.0},
+                threading, sys.modules.get("torch._dynamo.utils"))
 
 
 def _rank():
@@ -197,18 +253,22 @@ def _on_metrics(m, utils) -> None:
         for ev in _events(m, utils):
             _state["seconds"] += ev.get("seconds") or 0.0
             kind = ev.pop("kind")
-            if kind is None:
-                continue
-            key = (kind, ev.get("fn"), ev.get("file"), ev.get("line"))
-            n = _state["counts"][key] = _state["counts"].get(key, 0) + 1
-            _state["totals"][kind] += 1
-            if (n > FULL and n & (n - 1)) or _state["lines"] >= MAX_LINES:
-                _state["unwritten"] += 1
-                continue
-            ev["reason"] = str(ev.get("reason") or "")[:REASON_MAX] or None
-            _write({"t": round(time.time(), 3), "rank": _rank(), "pid": os.getpid(),
-                    "thread": threading.current_thread().name, "kind": kind, "n": n, **ev,
-                    "cache": _cache(utils), "totals": _totals()})
+            if kind is not None:
+                _record(kind, ev, threading, utils)
+
+
+def _record(kind: str, ev: dict, threading, utils) -> None:
+    """Count one event (under _lock) and write it unless the bound says only its count."""
+    key = (kind, ev.get("fn"), ev.get("file"), ev.get("line"))
+    n = _state["counts"][key] = _state["counts"].get(key, 0) + 1
+    _state["totals"][kind] += 1
+    if (n > FULL and n & (n - 1)) or _state["lines"] >= MAX_LINES:
+        _state["unwritten"] += 1
+        return
+    ev["reason"] = str(ev.get("reason") or "")[:REASON_MAX] or None
+    _write({"t": round(time.time(), 3), "rank": _rank(), "pid": os.getpid(),
+            "thread": threading.current_thread().name, "kind": kind, "n": n, **ev,
+            "cache": _cache(utils) if utils is not None else None, "totals": _totals()})
 
 
 def _totals() -> dict:

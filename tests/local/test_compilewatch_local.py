@@ -139,6 +139,27 @@ for _ in range(3):
     assert ev.why == "suppressed-error" and ev.reason.startswith("BackendCompilerFailed")
 
 
+def test_a_call_during_fx_tracing_that_runs_uncompiled_is_an_eager_fallback(torch_python, tmp_path):
+    """The compile race's silent form: with error_on_nested_fx_trace = False, a compiled function called while
+    FX tracing is in progress runs its Python code, and torch records no compile (docs/internals/compile-race.md)."""
+    out = tmp_path / "compile.jsonl"
+    run(torch_python, r'''
+import torch.fx
+torch._dynamo.config.error_on_nested_fx_trace = False
+f = torch.compile(lambda x: torch.sin(x) * 2, backend="eager")
+def traced(x):
+    return f(x) + 1
+torch.fx.symbolic_trace(traced)
+''', out)
+    h = compilelog.summarize(lines(out))
+    assert [(e.kind, e.why, e.fn) for e in h.events] == [("eager-fallback", "nested-fx-trace", "<lambda>")]
+    out2 = tmp_path / "loud.jsonl"  # torch's default: the error is raised, nothing runs eagerly
+    r = subprocess.run([torch_python, "-c", PRELUDE + "import torch.fx\nf = torch.compile(lambda x: x * 2, "
+                        "backend='eager')\ntry:\n    torch.fx.symbolic_trace(lambda x: f(x))\nexcept RuntimeError:\n"
+                        "    pass\n"], env={**os.environ, "REMOTE_COMPILE_WATCH": str(out2)}, capture_output=True)
+    assert r.returncode == 0 and lines(out2) == []
+
+
 def test_a_steady_run_names_only_its_first_compiles(torch_python, tmp_path):
     out = tmp_path / "compile.jsonl"
     run(torch_python, r'''
