@@ -92,6 +92,42 @@ def events(path: str) -> list[dict]:
         return []
 
 
+PER_CALL = r'''
+import json, sys, time
+import torch
+import torch.fx._symbolic_trace as st
+wrapped = st.is_fx_symbolic_tracing
+assert getattr(wrapped, "_remote_watch", False), "the watch is not installed"
+with_watch = torch.compile(lambda x: x + 1, backend="eager")  # takes the wrapped function, as Dynamo does
+original = wrapped.__closure__[0].cell_contents if wrapped.__closure__ else None
+st.is_fx_symbolic_tracing = original
+without = torch.compile(lambda x: x + 1, backend="eager")  # takes torch's own
+st.is_fx_symbolic_tracing = wrapped
+x = torch.ones(1)
+with_watch(x); without(x)
+on, off = [], []
+for r in range(int(sys.argv[1])):
+    for f, into in ((with_watch, on), (without, off)) if r % 2 == 0 else ((without, off), (with_watch, on)):
+        t0 = time.perf_counter()
+        for _ in range(2000):
+            f(x)
+        into.append((time.perf_counter() - t0) / 2000)
+on.sort(); off.sort()
+print(json.dumps({"with_us": on[len(on) // 2] * 1e6, "without_us": off[len(off) // 2] * 1e6}))
+'''
+
+
+def per_call(rounds: int) -> dict:
+    """What the watch adds to each call of a compiled function in steady state (its is_fx_symbolic_tracing
+    wrapper), in one process, interleaved: the figure that holds whatever the machine's load."""
+    env = {**os.environ, "REMOTE_COMPILE_WATCH": os.path.join(tempfile.gettempdir(), "bench-per-call.jsonl")}
+    r = subprocess.run([sys.executable, "-c", PER_CALL, str(rounds)], env=env, check=True, capture_output=True,
+                       text=True)
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    return {"with_us": round(got["with_us"], 3), "without_us": round(got["without_us"], 3),
+            "added_us": round(got["with_us"] - got["without_us"], 3), "rounds": rounds, "calls_per_round": 2000}
+
+
 def startup(rounds: int) -> dict:
     on, off = [], []
     for _ in range(rounds):
@@ -170,6 +206,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--planted-steps", type=int, default=12)
+    ap.add_argument("--only", help="comma-separated parts to run (per_call, startup, planted, visibility, step)")
     ap.add_argument("--out")
     args = ap.parse_args()
     if args.install:
@@ -180,11 +217,15 @@ def main() -> None:
     if args.device == "cuda":
         result["gpu"] = torch.cuda.get_device_name(0)
         result["capability"] = "sm_{}{}".format(*torch.cuda.get_device_capability(0))
-    parts = [("startup", lambda: startup(max(10, args.rounds * 2))),
+    parts = [("per_call", lambda: per_call(40)),
+             ("startup", lambda: startup(max(10, args.rounds * 2))),
              ("planted", lambda: planted(args.device, args.planted_steps)),
              ("visibility", lambda: visibility(args.device)),
              ("step", lambda: step_cost(args.device, args.rounds, args.steps))]
+    only = set(args.only.split(",")) if args.only else None
     for name, part in parts:  # each part saved as it ends: a run cut short keeps what it measured
+        if only is not None and name not in only:
+            continue
         result[name] = part()
         text = json.dumps(result, indent=1)
         if args.out:

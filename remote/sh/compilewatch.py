@@ -131,8 +131,8 @@ def _wrap_fx(st) -> None:
     if original is None or getattr(original, "_remote_watch", False):
         return
 
-    def is_fx_symbolic_tracing(*args, **kwargs):
-        tracing = original(*args, **kwargs)
+    def is_fx_symbolic_tracing():  # torch's takes no argument; each compiled call pays one Python call here
+        tracing = original()
         if tracing:
             try:
                 _nested(sys._getframe(1))
