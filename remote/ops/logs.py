@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from .. import shell
 from ..errors import ConnectError, TransportError
+from ..events import quiet
 from ..results import Metric as MetricValue
 from ..transport.pct import Container
 
@@ -258,18 +259,21 @@ class Watch:
 
 def follow(ct: Container, run: str, run_id: str, *, offset: int = 0, on_bytes: Callable[[bytes], None],
            follow_: bool = True, slice_seconds: int = 300, reconnect: Callable[[], None] | None = None,
-           max_reconnects: int = 20, sleep=time.sleep, echo=print,
+           max_reconnects: int = 20, sleep=time.sleep, echo=quiet, stop: Callable[[], bool] | None = None,
            on_compile: Callable[[str], None] | None = None) -> int:
     """Stream the log of `run` (a run folder) from byte `offset`; returns the final offset.
 
     With follow_, keeps streaming until the run ends (remote/sh/lib.sh: no exit record and a live leader
     of its own); a dropped connection is re-established and streaming resumes at the byte where it
-    stopped. Without, prints what is there and returns, even while the job runs. With on_compile, each
-    line of the run's compile.jsonl (and the first steady step's `{"steady": ...}` line) is passed to it,
-    each once (remote/sh/follow.sh sends them on stderr)."""
+    stopped. Without, prints what is there and returns, even while the job runs. `stop()` true: return
+    before the next slice (a follower whose reader has gone: its thread ends, it does not poll on). With
+    on_compile, each line of the run's compile.jsonl (and the first steady step's `{"steady": ...}` line) is
+    passed to it, each once (remote/sh/follow.sh sends them on stderr)."""
     failures = 0
     compiled = [0]  # bytes of compile.jsonl received (whole lines only), across slices and reconnects
     while True:
+        if stop is not None and stop():
+            return offset
         got = [0]
         errs = LineSplitter()
 
