@@ -235,7 +235,7 @@ def sudo_allows(*argv: str) -> bool:
                    "file's containers; `sudo -l` says no to push, pull, set, enter, mount, destroy, create, restore, "
                    "unlock, resize, migrate and to other arguments")
 def test_sudo_itself_refuses_every_pct_command_line_remote_does_not_run(sudo_lab, hosts):
-    from test_sudo import EXAMPLE_CT, NOT_ALLOWED
+    from support import EXAMPLE_CT, NOT_ALLOWED
 
     pct = str(sudo_lab.dir / "bin" / "pct")
     ct = str(CT)

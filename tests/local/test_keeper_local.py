@@ -132,6 +132,29 @@ def test_disconnect_with_no_keepers_ends_nothing(tmp_path):
     assert not (tmp_path / "stale.sock").exists()
 
 
+@pytest.mark.fault("remote disconnect with another hosts file's kept connections",
+                   promise="ends only this hosts file's hosts' keepers; another file's keeper, and the command it "
+                           "runs, are left alone")
+def test_disconnect_of_a_hosts_file_touches_only_its_own_hosts_sockets(tmp_path):
+    """One file's sockets are found by their name alone (the file is not read): a socket of another file's,
+    even for the same host, is left where it is. (Stale files here: disconnect removes those it asks.)"""
+    mine, other = tmp_path / "a" / "hosts.yaml", tmp_path / "b" / "hosts.yaml"
+    for path in (mine, other):
+        path.parent.mkdir()
+        path.write_text(HOSTS.format(extra=""))
+    run = tmp_path / "run"
+    run.mkdir()
+    host = load(tmp_path).hosts["pve"]
+    made = [keepwire.socket_path(dataclasses.replace(host, name=n), str(f), where=run)
+            for f in (mine, other) for n in ("pve", "pve2")]
+    for path in made:
+        path.write_text("")
+    assert keeper.disconnect(str(mine), where=run) == []
+    assert sorted(p.name for p in run.iterdir()) == sorted(p.name for p in made[2:])  # only the other file's left
+    assert keeper.disconnect(str(other), "pve", where=run) == []
+    assert [p.name for p in run.iterdir()] == [made[3].name]  # one host's of that file
+
+
 def test_the_agent_kills_a_command_whose_caller_went_away():
     """What the keeper does when a client leaves mid-command (Ctrl-C): that command's process group is
     killed in the container, and the agent goes on serving the others."""

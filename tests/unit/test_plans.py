@@ -268,3 +268,17 @@ def test_the_venv_verify_is_not_shadowed_by_a_folder_where_it_runs(tmp_path):
     out = subprocess.run(venv.verify_argv(sys.executable), cwd=tmp_path, capture_output=True, text=True,
                          check=True).stdout
     assert json.loads(out)["torch"] != "shadow"
+
+
+@pytest.mark.fault("--dry deploy", promise="prints the commands it would run and reads as what would change "
+                   "(`would make N change(s)`, `would:`), never as done; nothing changes")
+def test_a_dry_deploys_summary_says_would():
+    from remote.ops.deploy import Summary
+
+    dry = Summary(200, changed=["venv /root/venv -> /root/venv.versions/abc"], dry=True).render()
+    assert dry.splitlines()[0].startswith("deploy 200 (dry run, nothing changed): would make 1 change(s) (")
+    assert "  would:   venv /root/venv -> /root/venv.versions/abc" in dry and "changed" not in dry.replace(
+        "nothing changed", "")
+    assert Summary(200, dry=True).render().startswith("deploy 200 (dry run, nothing changed): nothing would change")
+    done = Summary(200, changed=["venv /root/venv -> x"]).render()
+    assert done.startswith("deploy 200: 1 change(s) (") and "  changed: venv" in done  # a real deploy as before

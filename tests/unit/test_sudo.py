@@ -6,6 +6,7 @@ import re
 import shlex
 
 import pytest
+from support import NOT_ALLOWED  # shared with tests/lab/test_sudo_lab.py
 
 from remote import config as cfg
 from remote import sudo
@@ -260,16 +261,3 @@ def test_the_command_lines_remote_builds_are_allowed_and_no_other():
     assert sudo.allows("pct", ["exec", "201", "--keep-env", "0", "--", "id"])  # a drop-in made without a hosts file
 
 
-EXAMPLE_CT = 200  # the container id in NOT_ALLOWED's lines (the lab test puts its own in its place)
-NOT_ALLOWED = [
-    "push 200 /etc/shadow /root/s", "pull 200 /tmp/x /etc/sudoers.d/zz", "set 200 -mp0 /,mp=/host", "enter 200",
-    "mount 200", "unmount 200", "destroy 200", "create 999 local:vztmpl/x.tar.zst", "restore 999 /tmp/backup.tar",
-    "unlock 200", "resize 200 rootfs +1G", "migrate 200 pve2", "clone 200 999", "template 200", "console 200",
-    "fsck 200", "move-volume 200 rootfs local", "reboot 200", "shutdown 200", "suspend 200", "resume 200",
-    "pending 200", "df 200", "cpusets", "rescan", "remote-migrate 200", "fstrim 200", "help",
-    "exec 200 -- id", "exec 200 --keep-env 1 -- id", "exec 200 --keep-env 0 --", "ex 200 --keep-env 0 -- id",
-    "status 200 --verbose", "config 200 --current", "config 200 --snapshot x", "list --full", "start 200 --debug 1",
-    "stop 200 --skiplock 1", "snapshot 200 mine --description before deploy of x", "snapshot 200 remote-20261201-1",
-    "delsnapshot 200 before-upgrade", "delsnapshot 200 remote-20261201-1 --force 1", "rollback 200 x --start 1 --y",
-    "rollback 200 x", "listsnapshot 200 --x", "status 0200", "status abc",
-]

@@ -80,3 +80,16 @@ def test_xdist_work_units_keep_each_lab_on_one_worker():
     assert {unit for path, unit in units.items() if tier_of(ROOT / path) == "newcomer"} == {"newcomer"}
     others = [path for path in units if tier_of(ROOT / path) in ("unit", "local")]
     assert all(units[path] == path for path in others) and len(others) > 40
+
+
+def test_a_test_module_is_imported_only_from_its_own_folder():
+    """A tier runs alone (`pytest tests/lab`): what another tier's test module holds comes from support.py."""
+    crossing = []
+    for p in all_test_files():
+        for node in ast.walk(ast.parse(p.read_text())):
+            names = ([node.module] if isinstance(node, ast.ImportFrom) and node.module else
+                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            for name in names:
+                if name.startswith("test_") and not (p.parent / f"{name}.py").is_file():
+                    crossing.append(f"{p.relative_to(ROOT)}:{node.lineno} imports {name}")
+    assert crossing == [], crossing
