@@ -22,7 +22,7 @@ __all__ = [
     "Snapshot", "RolledBack",
     # typed values (remote.results), returned by the API
     "State", "RunStatus", "RunSummary", "Metric", "KnownGood", "PulledRun", "ImportedCache", "FleetStatus",
-    "HostStatus", "ContainerStatus", "JobStatus",
+    "HostStatus", "ContainerStatus", "JobStatus", "CompileEvent", "CompileHealth",
     # the exception tree (remote.errors)
     "RemoteError", "ConfigError", "TransportError", "HostKeyError", "AuthenticationError", "ConnectError",
     "ConnectTimeout", "CommandError", "CommandTimeout", "PctError", "ContainerNotFound", "ContainerNotRunning",
@@ -79,6 +79,8 @@ if TYPE_CHECKING:
         WarmupError,
     )
     from .results import (
+        CompileEvent,
+        CompileHealth,
         ContainerStatus,
         FleetStatus,
         HostStatus,

@@ -15,7 +15,7 @@ from .config import ContainerSpec
 from .errors import RemoteError
 from .facts import Facts, gather, gpu_problem
 from .naming import printable
-from .ops import layout
+from .ops import compilelog, layout
 from .ops import passport as pp
 from .ops import venv as venvmod
 from .ops import warmup as wm
@@ -253,6 +253,10 @@ def findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
         add(Finding("compile-layout", "warning", note, None, "threads that compile on one device race",
                     "see docs/internals/compile-race.md"))
 
+    # The latest run's compile health (the compile watch's compile.jsonl, remote/ops/compilelog.py).
+    for cf in compilelog.findings(compilelog.from_probe(j.compile), j.current):
+        add(Finding(cf.name, cf.severity, cf.text, None, cf.hint, "see docs/guide/compile-health.md"))
+
     if not kg:
         add(Finding("no-known-good", "info", "no known-good run recorded", None,
                     "findings cannot say what changed since the last good run",
@@ -270,7 +274,7 @@ def passport_line(p: dict) -> str:
     from .naming import printable  # what a container wrote
 
     return printable(f"torch {p.get('torch')} (git {str(p.get('torch_git'))[:10]}), CUDA {p.get('cuda')}, triton "
-            f"{p.get('triton')}, GPU {p.get('gpu')}, devices {','.join(pp.devices_of(p)) or '-'}, commit "
+            f"{p.get('triton')}, GPU {p.get('gpu')} {p.get('capability') or ''}, driver {p.get('driver') or '-'}, devices {','.join(pp.devices_of(p)) or '-'}, commit "
             f"{str(p.get('commit'))[:12]}, lock {str(p.get('venv_lock'))[:12]}" + (f"; {made}" if made else ""))
 
 

@@ -43,7 +43,7 @@ EXPORT_ENV = "REMOTE_EXPORT_CACHE"  # where a warmup writes this process's cache
 
 
 def versions() -> dict:
-    """torch, its CUDA build, triton and the GPU name: what compile caches depend on."""
+    """torch, its CUDA build, triton, the GPU's name and capability, the driver: what compile caches depend on."""
     import importlib.metadata as md
 
     import torch  # type: ignore[import-not-found]  # in the container only: the controller has no torch
@@ -56,7 +56,21 @@ def versions() -> dict:
         except md.PackageNotFoundError:
             pass
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    return {"torch": torch.__version__, "cuda": torch.version.cuda, "triton": triton, "gpu": gpu}
+    # The compute capability and the driver's major version: an import across capabilities is refused
+    # (Triton's kernels are built for one; a warm cache copied from sm_120 to sm_121 ran garbled, vLLM #41871).
+    capability = "sm_{}{}".format(*torch.cuda.get_device_capability(0)) if gpu else None
+    return {"torch": torch.__version__, "cuda": torch.version.cuda, "triton": triton, "gpu": gpu,
+            "capability": capability, "driver": driver_major()}
+
+
+def driver_major() -> str | None:
+    """The NVIDIA kernel module's major version (`580` of 580.159.04), or None without one."""
+    try:
+        with open("/proc/driver/nvidia/version") as f:
+            found = re.search(r"Kernel Module(?: for \w+)?\s+(\d+)\.", f.read())
+    except OSError:
+        return None
+    return found.group(1) if found else None
 
 
 def cache_subdir(base: str, v: dict | None = None) -> str:

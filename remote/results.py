@@ -10,14 +10,16 @@ JSON). Below the operations and the transport: this module imports only remote.e
     Metric        one value of metrics.jsonl         KnownGood     a run recorded as known-good
     PulledRun     a run's files brought home         ImportedCache a compile-cache bundle loaded
     HostStatus, ContainerStatus, JobStatus, FleetStatus           `status`: hosts, containers, their jobs
+    CompileEvent  one line of compile.jsonl          CompileHealth a run's compile events summed
     Outcome, GroupResult                                           one call on many containers
 """
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
 from .errors import CommandError
@@ -258,6 +260,61 @@ class PulledRun:
     refused: tuple[str, ...]  # what was not written, each "<name>: <why>"
 
 
+# -- compile health (the compile watch's compile.jsonl, read by remote/ops/compilelog.py) --------------------
+
+@dataclass(frozen=True)
+class CompileEvent:
+    """One line of compile.jsonl (docs/guide/compile-health.md): what torch did to one function, when, in which process."""
+
+    t: float
+    kind: str  # one of KINDS
+    fn: str | None = None
+    file: str | None = None
+    line: int | None = None
+    n: int = 1  # this kind's count for this function (recompile #3)
+    why: str | None = None  # eager-fallback only: one of WHY
+    reason: str | None = None  # torch's text: the failed guard, the break reason, the error
+    where: str | None = None  # the source line torch names in its reason (file:line)
+    seconds: float = 0.0
+    rank: int | None = None
+    pid: int | None = None
+    thread: str | None = None
+    compile_id: str | None = None
+    cache: Mapping[str, int] = field(default_factory=dict, compare=False)
+
+    @property
+    def function(self) -> str:
+        """`f (train.py:12)`: the function and where it starts."""
+        place = f"{os.path.basename(self.file)}:{self.line}" if self.file and self.line is not None else None
+        return f"{self.fn or '?'}" + (f" ({place})" if place else "")
+
+
+@dataclass(frozen=True)
+class CompileHealth:
+    """A run's compile events summed: for `status`, `doctor`, `report` and the library's Run."""
+
+    compiles: int = 0
+    recompiles: int = 0
+    graph_breaks: int = 0
+    eager_fallbacks: int = 0
+    seconds: float = 0.0  # compiling, all processes, the whole run
+    steady_at: float | None = None  # the first steady step's time (None: not reached or unknown)
+    steady_seconds: float = 0.0  # compiling after the first steady step
+    steady_counts: Mapping[str, int] = field(default_factory=dict)  # kind -> events after the first steady step
+    events: tuple[CompileEvent, ...] = ()  # the events read (bounded), oldest first
+    processes: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.events) or self.processes > 0
+
+    def counts(self) -> dict[str, int]:
+        return {"compile": self.compiles, "recompile": self.recompiles, "graph-break": self.graph_breaks,
+                "eager-fallback": self.eager_fallbacks}
+
+    def after_steady(self) -> list[CompileEvent]:
+        return [e for e in self.events if self.steady_at is not None and e.t > self.steady_at]
+
+
 # -- the fleet at a glance ------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -286,6 +343,7 @@ class JobStatus:
     gpu: Mapping[str, Any] | None
     nodes: tuple[int, ...] | None = None  # one node of a multi-node run: every node's container
     node_rank: int | None = None
+    compile: CompileHealth | None = None  # the compile watch's counts (docs/guide/compile-health.md)
 
     @property
     def state(self) -> State:

@@ -4,9 +4,10 @@ Tiers: every test gets the marker of its folder (tests/unit, tests/local, tests/
 support.TIERS); tests/unit/test_tiers.py checks that no file names another tier's marker.
 
 Guards: no test reads the real ~/.ssh/config or the user's hosts file ($HOME points at a temporary
-folder and $REMOTE_HOSTS_FILE is unset unless a test sets it). The `lab` fixture brings up a
-private lab (its own folder, port and containers) once per session and tears it down after; it
-fails loudly, never skips, when the machine cannot run it: .ci/run installs what it needs.
+folder and $REMOTE_HOSTS_FILE is unset unless a test sets it). The `lab` fixture is the module's lab:
+a private lab (its own folder, port and containers) brought up once per session and torn down after
+(the session lab, or own_lab for support.OWN_LAB_MODULES); it fails loudly, never skips, when the
+machine cannot run it: .ci/run installs what it needs.
 """
 
 from __future__ import annotations

@@ -216,8 +216,41 @@ def read_until_exit(proc, fd, timeout=180.0) -> str:
     return out.decode("utf-8", "replace")
 
 
-# pct command lines the sudo rule of `remote init --sudoers` must refuse (tests/unit/test_sudo.py checks the
-# rule's own regular expressions, tests/lab/test_sudo_lab.py asks the real sudo).
+# -- GPU probe samples (tests/data/gpu): a healthy Proxmox host's gpu-host.sh output, any section replaced --------
+
+GPU_DATA = TESTS / "data" / "gpu"
+GPU_MARK = "@@gpu-test"
+
+
+def gpu_sample(name: str) -> str:
+    return (GPU_DATA / name).read_text()
+
+
+def gpu_host_text(*, proc=None, sys_version="580.95.05", modinfo="580.95.05", modules="nvidia_uvm\nnvidia_drm\nnvidia_modeset\nnvidia",
+              devices=None, nodes=None, lspci=None, persistenced="running", smi=None, configs=None, end=True) -> str:
+    """What remote/sh/gpu-host.sh prints on a healthy Proxmox host, with any section replaced."""
+    proc = gpu_sample("proc-driver-nvidia-version-open.txt") if proc is None else proc
+    smi = "0, 00000000:01:00.0, Enabled, [N/A], 580.95.05\nrc=0" if smi is None else smi
+    configs = {200: gpu_sample("pct-config-dev.txt")} if configs is None else configs
+    parts = [("kernel", "6.8.12-4-pve"), ("packages", "pve-container 5.2.3\npve-manager 8.3.0"),
+             ("proc-version", proc), ("sys-version", sys_version), ("modinfo", modinfo), ("modules", modules),
+             ("devices", gpu_sample("proc-devices-uvm509.txt") if devices is None else devices),
+             ("nodes", gpu_sample("nodes-509.txt") if nodes is None else nodes),
+             ("lspci", gpu_sample("lspci-nvidia.txt") if lspci is None else lspci), ("persistenced", persistenced),
+             ("smi", smi)]
+    parts += [(f"pct-config {c}", text + "rc=0") for c, text in configs.items()]
+    out = "".join(f"{GPU_MARK} {name}\n{body.rstrip()}\n" if body else f"{GPU_MARK} {name}\n" for name, body in parts)
+    return out + (f"{GPU_MARK} end\n" if end else "")
+
+
+def gpu_host(**kw):
+    from remote.facts import gpu
+
+    return gpu.parse_host(gpu_host_text(**kw), GPU_MARK)
+
+
+# -- sudo: pct command lines the drop-in must refuse (tests/unit/test_sudo.py, tests/lab/test_sudo_lab.py) ---------
+
 EXAMPLE_CT = 200  # the container id in NOT_ALLOWED's lines (the lab test puts its own in its place)
 NOT_ALLOWED = [
     "push 200 /etc/shadow /root/s", "pull 200 /tmp/x /etc/sudoers.d/zz", "set 200 -mp0 /,mp=/host", "enter 200",

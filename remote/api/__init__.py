@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from ..results import (
     CacheCopy,
+    CompileEvent,
+    CompileHealth,
     ContainerStatus,
     Finding,
     FleetStatus,
@@ -64,7 +66,8 @@ from .setup import (
 from .values import CacheHolding, DeployPlan, Diagnosis, GpuReport, Transfer, Warmup
 
 __all__ = [
-    "ALL", "FOLLOW_SLICE_S", "PROGRESS_EVERY", "CacheCopy", "CacheHolding", "Container", "ContainerStatus",
+    "ALL", "FOLLOW_SLICE_S", "PROGRESS_EVERY", "CacheCopy", "CacheHolding", "CompileEvent", "CompileHealth",
+    "Container", "ContainerStatus",
     "DeployPlan", "Diagnosis", "Finding", "Fleet", "FleetBase", "FleetStatus", "GpuReport", "Group", "GroupResult",
     "HostStatus", "HostsFile", "ImportedCache", "JobStatus", "KnownGood", "Metric", "Outcome", "OutputCallback",
     "Progress", "PulledRun", "Result", "RolledBack", "Run", "RunStatus", "RunSummary", "Snapshot", "State", "Stopped",

@@ -49,6 +49,18 @@ class _Emitter:
         if self.events is not None:
             self.events(event)
 
+    def ended(self, o: Outcome[Any]) -> None:
+        """A container's part of a group call ended: Done or Failed to the events callback (text has its
+        summary table instead)."""
+        from ..events import Done, Failed
+
+        if self.events is None or o.skipped:
+            return
+        if o.error is None:
+            self.events(Done(o.container, f"container {o.container}: done in {o.seconds:.1f}s", o.seconds))
+        else:
+            self.events(Failed(o.container, o.message, o.exit_code, o.seconds))
+
 
 class FleetBase:
     """What a fleet is without its containers' handles: its config, its session (one connection per host),
@@ -125,14 +137,16 @@ class FleetBase:
     def _watching(self, prefix_output: bool) -> dict[str, Any]:
         """What a group call does as its containers end and while they run, for a command line
         (prefix_output): a failure's message reported in its container's thread (so it is marked with it),
-        and every PROGRESS_EVERY seconds a line of what each container is doing. Without it: nothing."""
+        and every PROGRESS_EVERY seconds a line of what each container is doing. Without it: only each
+        container's Done or Failed event, to the events callback."""
         if not prefix_output:
-            return {}
+            return {"on_done": self._emit.ended}
         from ..naming import printable
 
         last = [time.monotonic()]
 
         def on_done(o: Outcome[Any]) -> None:
+            self._emit.ended(o)
             if o.error is not None and o.message:
                 self._emit(printable(o.message, lines=True))
 

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 from ..errors import JobError
 from ..results import (
     CacheCopy,
+    CompileEvent,
+    CompileHealth,
     Finding,
     ImportedCache,
     KnownGood,
@@ -454,6 +456,24 @@ class Run:
         from ..ops.logs import read_metrics
 
         return read_metrics(self.container._ct(), self._st().path)
+
+    COMPILE_READ = 16 << 20  # bytes of compile.jsonl read (the watch bounds what it writes)
+
+    def compile(self) -> CompileHealth:
+        """The run's compile health from its compile.jsonl (the compile watch, docs/guide/compile-health.md):
+        counts of compiles, recompiles, graph breaks and eager fallbacks, seconds compiling after the first
+        steady step, and `.events`, each a CompileEvent (time, process, function, kind, torch's reason)."""
+        from ..ops import compilelog
+
+        path = self._st().path
+        ct = self.container._ct()
+        text = {name: ct.run(["head", "-c", str(self.COMPILE_READ), f"{path}/{name}"], check=False,
+                             mutates=False, timeout=120).out for name in ("compile.jsonl", "metrics.jsonl")}
+        return compilelog.summarize(text["compile.jsonl"].splitlines(), compilelog.steady_at(text["metrics.jsonl"]))
+
+    def compile_events(self) -> list[CompileEvent]:
+        """The run's compile events, oldest first (Run.compile().events)."""
+        return list(self.compile().events)
 
     def stop(self, *, grace: int = 10) -> Stopped:
         """TERM the job, KILL after `grace` s, and verify that nothing of it is left."""

@@ -26,6 +26,14 @@ def status_dict(status: Any) -> dict:
             "containers": [_container_dict(c) for c in status.containers]}
 
 
+def compile_dict(h: Any) -> dict:
+    """A remote.results.CompileHealth in `status --json`: its counts, without the events."""
+    return {"compiles": h.compiles, "recompiles": h.recompiles, "graph_breaks": h.graph_breaks,
+            "eager_fallbacks": h.eager_fallbacks, "seconds": round(h.seconds, 3), "steady_at": h.steady_at,
+            "steady_seconds": round(h.steady_seconds, 3), "steady_counts": dict(h.steady_counts),
+            "processes": h.processes}
+
+
 def _container_dict(c: Any) -> dict:
     entry: dict = {"container": c.container, "host": c.host, "state": c.state}
     if c.also_live:
@@ -38,6 +46,10 @@ def _container_dict(c: Any) -> dict:
             run["nodes"] = list(c.run.nodes)
         else:
             del run["nodes"], run["node_rank"]
+        if c.run.compile:
+            run["compile"] = compile_dict(c.run.compile)
+        else:
+            del run["compile"]
         entry["run"] = run
     if c.probed:
         entry["venv_lock"] = c.venv_lock
@@ -144,7 +156,22 @@ def _job_line(entry: dict | None) -> str:
         text = f", last run {r['id']} {ended}{tp}"
         text += f" {r['spark']}" if r.get("spark") else ""
         text += _watch_text(r)
-    return text + (f" [{', '.join(r['problems'])}]" if r["problems"] else "")
+    return text + _compile_text(r) + (f" [{', '.join(r['problems'])}]" if r["problems"] else "")
+
+
+def _compile_text(r: dict) -> str:
+    """The compile watch's counts (compile_dict): `; compile: 2 compiles, 7 recompiles, ...`."""
+    c = r.get("compile")
+    if not c:
+        return ""
+    def n(count: int, word: str) -> str:
+        return f"{count} {word}{'' if count == 1 else 'es' if word.endswith('h') else 's'}"
+
+    text = (f"; compile: {n(c['compiles'], 'compile')}, {n(c['recompiles'], 'recompile')}, "
+            f"{n(c['graph_breaks'], 'graph break')}, {n(c['eager_fallbacks'], 'eager fallback')}")
+    if c.get("steady_at") is not None:
+        text += f", {c['steady_seconds']:.1f} s compiling after the first steady step"
+    return text
 
 
 # -- the other tasks' results ---------------------------------------------------------------------------

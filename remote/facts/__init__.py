@@ -143,6 +143,7 @@ class Jobs:
     manifest: dict | None = field(default=None, repr=False, compare=False)
     live: tuple[str, ...] = ()  # every live run (no exit record, a process of it alive), the latest or not
     cache_stats: dict | None = field(default=None, compare=False)  # the latest run's compile-cache counters
+    compile: dict | None = field(default=None, compare=False)  # the latest run's compile watch (probe's part)
 
 
 @dataclass(frozen=True)
@@ -421,7 +422,8 @@ def parse(raw: dict, spec: ContainerSpec, window: tuple[float, float], probe_sec
     jobs = Jobs(rj.get("current"), alive, int(exit_text) if exit_text.lstrip("-").isdigit() else None,
                 bool(rj.get("current")) and cur.get("exists", False) and not alive and not exit_text, orphans,
                 tuple(sorted(p for r in runs.values() for p in r.get("marked", []))), rj.get("manifest"), live,
-                rj.get("cache_stats") if isinstance(rj.get("cache_stats"), dict) else None)
+                rj.get("cache_stats") if isinstance(rj.get("cache_stats"), dict) else None,
+                raw.get("compile") if isinstance(raw.get("compile"), dict) else None)
     disk = tuple(Disk(d["path"], d.get("free"), d.get("total")) for d in raw.get("disk") or [])
     skew = clock_skew(raw.get("time_end", window[0]), *window)
     return Facts(spec.ctid, venv, torch, gpus_of(raw), cache, checkout_of(raw, spec), jobs, disk, round(skew, 3),
@@ -468,8 +470,9 @@ UV_HOME = "/root/.local/share/remote"  # uv binaries live here, one folder per v
 DEPLOY = ("python", "venv", "dists", "uv", "lease", "code")
 DEPLOYED = ("venv", "code")  # the deploy records, nothing slow
 PREFLIGHT = ("venv", "dists", "code", "warmups", "gpus", "torch", "gpu")
-STATUS = ("venv", "run")
-DOCTOR = ("venv", "dists", "torch", "code", "untracked", "cache", "tmp", "jobs", "gpus", "disk", "known_good", "gpu")
+STATUS = ("venv", "run", "compile")
+DOCTOR = ("venv", "dists", "torch", "code", "untracked", "cache", "tmp", "jobs", "gpus", "disk", "known_good", "gpu",
+          "compile")
 
 
 def versions_dir(spec: ContainerSpec) -> str:
@@ -493,6 +496,8 @@ def probe_argv(spec: ContainerSpec, parts=DOCTOR, run_id: str | None = None, *, 
         arg["gpu_source"] = gpu.CONTAINER_SOURCE
     if "run" in parts:
         arg["state_script"], arg["run_id"] = "set -euo pipefail\n" + shell.with_lib("state"), run_id or ""
+    if "compile" in parts:
+        arg["run_id"] = run_id or ""
     return [spec.venv.python, "-c", PROBE_SOURCE, json.dumps(arg)]
 
 

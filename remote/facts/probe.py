@@ -13,6 +13,7 @@ most of a probe's time, and its answer does not change while none of those does.
 answer is never kept: it is asked again each time. `fresh` in the argument ignores what is kept.
 """
 
+import collections
 import glob
 import hashlib
 import json
@@ -68,7 +69,7 @@ CHILD_S = 120  # git, the venv's package list, the run's state
 TORCH_S = 150  # import torch (CUDA's initialisation included)
 TORCH_AFTER_HUNG_SMI_S = 20  # import torch when nvidia-smi hung: CUDA's initialisation hangs on that driver too
 ALL_PARTS = ("python", "venv", "dists", "torch", "uv", "lease", "code", "untracked", "cache", "warmups", "tmp",
-             "jobs", "run", "gpus", "disk", "known_good", "gpu")
+             "jobs", "run", "gpus", "disk", "known_good", "gpu", "compile")
 GPU_S = 30  # the GPU passthrough probe (remote/sh/gpu_container.py): cuInit answers in well under a second
 
 
@@ -290,6 +291,61 @@ def cache_stats(folder):
     return {**total, "processes": n} if n else None
 
 
+COMPILE_READ = 8 << 20  # bytes of a run's compile.jsonl read (the watch bounds what it writes)
+COMPILE_KEEP = 400  # lines returned: the latest that are not a plain first compile, and every totals line
+
+
+def compile_part(run_dir, run_id):
+    """A run's compile watch (remote_compilewatch): the lines that matter (recompiles, graph breaks, eager
+    fallbacks, anything after the first steady step), each process's latest totals, and the first steady
+    step's time (the second value in metrics.jsonl). Lines are returned as text: the controller parses them."""
+    if not run_id:
+        try:
+            run_id = os.path.basename(os.readlink(os.path.join(run_dir, "current")))
+        except OSError:
+            return None
+    run = os.path.join(run_dir, os.path.basename(run_id))
+    steady = None
+    seen = 0
+    try:
+        with open(os.path.join(run, "metrics.jsonl"), errors="replace") as f:
+            for line in f:
+                try:
+                    t = json.loads(line).get("t")
+                except (ValueError, AttributeError):
+                    continue
+                if isinstance(t, (int, float)):
+                    seen += 1
+                    if seen == 2:
+                        steady = t
+                        break
+    except OSError:
+        pass
+    keep: collections.deque = collections.deque(maxlen=COMPILE_KEEP)
+    totals = {}
+    size = 0
+    try:
+        with open(os.path.join(run, "compile.jsonl"), "rb") as f:
+            data = f.read(COMPILE_READ)
+        size = len(data)
+    except OSError:
+        data = b""
+    for raw in data.decode("utf-8", "replace").splitlines():
+        try:
+            d = json.loads(raw)
+        except ValueError:
+            continue
+        if not isinstance(d, dict) or len(raw) > 4096:
+            continue
+        if d.get("totals") is not None:
+            totals[str(d.get("pid"))] = raw
+        t = d.get("t")
+        if d.get("kind") != "compile" or (steady is not None and isinstance(t, (int, float)) and t > steady):
+            keep.append(raw)
+    return {"run": os.path.basename(run_id), "steady_at": steady, "lines": list(keep),
+            "totals": list(totals.values())[:256], "bytes": size}
+
+
 def main():
     arg = json.loads(sys.argv[1])
     parts = set(arg.get("parts") or ALL_PARTS)
@@ -351,6 +407,8 @@ def main():
         out["tmp_artifacts"] = {p: tree_size(p, 20000) for p in tmp}
     if "jobs" in parts:
         out["jobs"] = jobs_part(run_dir)
+    if "compile" in parts:
+        out["compile"] = compile_part(run_dir, arg.get("run_id") or "")
     if "known_good" in parts:
         out["known_good"] = load(os.path.join(run_dir, "known-good.json"))
     if "disk" in parts:

@@ -160,7 +160,9 @@ def make_plan(spec: ContainerSpec, state: dict, local: codemod.LocalCommit | Non
             raise DeployError(f"venv.requirements: {spec.venv.requirements} is not in commit {local.commit[:12]}")
     guard = venvmod.GUARD_SOURCE.read_bytes()
     py = f"{state['python']['version']} {state['python']['executable']}"
-    want = venvmod.spec_hash(spec.venv, py, req_text, guard)
+    # The watch is part of what a venv holds: a new watch builds a new venv (the guard's bytes stay first,
+    # so the hash of a venv made before the watch existed is not the hash of one with it).
+    want = venvmod.spec_hash(spec.venv, py, req_text, guard + venvmod.WATCH_SOURCE.read_bytes())
     return Plan(want, req_text, guard, venvmod.plan(spec.venv, want, state),
                 codemod.needs_sync(local, state["code"]) if local else None, list(state["venv"].get("unfinished", [])))
 
@@ -380,6 +382,7 @@ def _build(ct: Container, spec: ContainerSpec, state: dict, want: str, req_text,
     staging = f"{target}.building"
     files.push_bytes(ct, venvmod.requirements_in(spec.venv, req_text).encode(), f"{staging}/spec.in")
     files.push_bytes(ct, guard, f"{staging}/guard.py")
+    files.push_bytes(ct, venvmod.WATCH_SOURCE.read_bytes(), f"{staging}/compilewatch.py")
     if lock is not None and not ct.dry:
         text = lock.get(want, lambda: _resolve_lock(ct, spec, state, uv, f"{staging}/spec.in"))
         files.push_bytes(ct, text.encode(), f"{staging}/lock.txt")

@@ -30,7 +30,7 @@ from ..results import ContainerStatus, JobStatus, PulledRun, RunStatus, Stopped
 from ..target import Target
 from ..transport.pct import Container
 from ..transport.session import HostState, Session
-from . import files, jobenv, layout, logs, oplock, pyspy
+from . import compilelog, files, jobenv, layout, logs, oplock, pyspy
 from . import warmup as wm
 from .runwatch import EXIT_STALLED, parse_attempts, read_watch, stall_text, watch_settings
 
@@ -381,6 +381,46 @@ def _stop_one(ct: Container, spec: ContainerSpec, st: dict, grace: int) -> Stopp
 watch_for = logs.watch_for
 
 
+class CompileNotices:
+    """The compile watch's lines as `train` and `logs` receive them (remote.ops.logs.follow's on_compile):
+    one `!!` line the first time each kind of event happens after the first steady step, and each function
+    that starts running eagerly. Events come before the steady step's time is known: those wait for it."""
+
+    MAX_WAITING = 200
+
+    def __init__(self, echo=print):
+        self.echo, self.notices = echo, compilelog.Notices()
+        self.steady: float | None = None
+        self.waiting: list[compilelog.CompileEvent] = []
+
+    def line(self, text: str) -> None:
+        if text.startswith('{"steady"'):
+            try:
+                got = json.loads(text).get("steady")
+                t = got.get("t") if isinstance(got, dict) else None
+            except (ValueError, AttributeError):
+                t = None
+            if isinstance(t, (int, float)) and self.steady is None:
+                self.steady = float(t)
+                waiting, self.waiting = self.waiting, []
+                for early in waiting:
+                    self._take(early)
+            return
+        ev = compilelog.parse_line(text)
+        if ev is None:
+            return
+        if self.steady is None and ev.kind != "eager-fallback":
+            if len(self.waiting) < self.MAX_WAITING:
+                self.waiting.append(ev)
+            return
+        self._take(ev)
+
+    def _take(self, ev) -> None:
+        note = self.notices.take(ev, self.steady is not None and ev.t > self.steady)
+        if note:
+            self.echo(note)
+
+
 def show_log(ct: Container, spec: ContainerSpec, run_id: str | None = None, *, follow: bool = False,
              echo=quiet) -> dict:
     """Print a run's log (collapsed progress bars, throughput warnings, crash hints); with follow, until
@@ -397,8 +437,9 @@ def show_log(ct: Container, spec: ContainerSpec, run_id: str | None = None, *, f
             for note in watch.line(line):
                 echo(note)
 
+    compiled = CompileNotices(echo)
     logs.follow(ct, st["path"], st["run"], on_bytes=lambda chunk: show(splitter.feed(chunk)), follow_=follow,
-                reconnect=ct.transport.close, echo=echo)
+                reconnect=ct.transport.close, echo=echo, on_compile=compiled.line)
     show(splitter.flush())
     final = state(ct, spec, st["run"])
     final["watch"] = watch
@@ -480,7 +521,7 @@ def pull_run(t: Target, run_id: str | None, dest: str, *, progress: bool = True,
     wanted = [(f"{st['path']}/log", "log"), (f"{st['path']}/manifest.json", "manifest.json")]
     # What the watch and the wrapper left (remote/sh/watch.py, job.sh); absent ones are skipped quietly
     # (no gpu.csv on a CPU container, no stacks without a stall).
-    optional = ["metrics.jsonl", "gpu.csv", "events.jsonl", "attempts"] + \
+    optional = ["metrics.jsonl", "gpu.csv", "events.jsonl", "attempts", "compile.jsonl"] + \
         [f"stacks-{n}.txt" for n in range(1, st.get("stalls", 0) + 1)]
     wanted += [(f"{st['path']}/{name}", name) for name in optional]
     wanted += [(out if out.startswith("/") else f"{spec.code.path}/{out}", f"outputs/{out.strip('/')}")
@@ -545,7 +586,10 @@ def _container_job(session: Session, spec: ContainerSpec, known: str) -> Contain
                 tuple(name for name, _, _ in watch.found), logs.sparkline(values), st["stalled"], st["attempt"],
                 st["attempts_max"], st["gpu"],
                 # one node of a multi-node run
-                tuple(nodes) if nodes else None, manifest.get("node_rank") if nodes else None))
+                tuple(nodes) if nodes else None, manifest.get("node_rank") if nodes else None,
+                # the compile watch's counts (remote/ops/compilelog.py), where the probe read this run's
+                compilelog.from_probe(raw.get("compile")) if (raw.get("compile") or {}).get("run") == st["run"]
+                else None))
         lock = ((raw.get("venv") or {}).get("record") or {}).get("lock_sha256")
         entry = dataclasses.replace(entry, probed=True, venv_lock=lock)
     except RemoteError as exc:

@@ -169,6 +169,8 @@ class Watch:
     low: bool = False  # currently slower than the threshold ("low" speed, whatever the direction)
     metric: Metric | None = None
     found: list = field(default_factory=list)  # (name, hint, line)
+    first: float | None = None  # the first value: its step includes the first compile, so it is not steady
+    seen: int = 0  # metric values read
 
     @property
     def unit(self) -> str | None:
@@ -186,7 +188,11 @@ class Watch:
 
     @property
     def rolling(self) -> float | None:
-        return sum(self.values) / len(self.values) if self.values else None
+        """The mean of the last few values from the first steady step on (the first value left out); the
+        first value alone where the log has only one."""
+        if not self.values:
+            return self.first
+        return sum(self.values) / len(self.values)
 
     def slow(self, value: float) -> bool:
         t = self.threshold
@@ -219,8 +225,12 @@ class Watch:
             notes.append(f"!! {sig[0]}: {sig[1]}")
         value = self._parse(text)
         if value is not None:
-            self.values.append(value)
+            self.seen += 1
             self.last = value
+            if self.seen == 1:  # the rolling figure starts at the first steady step: the first value's step
+                self.first = value  # compiled (nanoGPT's iteration 0: 4451 ms against a steady 14 ms)
+                return notes
+            self.values.append(value)
             if self.slow(value) and not self.low:
                 self.low = True
                 above, sign = ("below", "-") if self.higher_is_better else ("above", "+")
@@ -249,28 +259,40 @@ class Watch:
 
 def follow(ct: Container, run: str, run_id: str, *, offset: int = 0, on_bytes: Callable[[bytes], None],
            follow_: bool = True, slice_seconds: int = 300, reconnect: Callable[[], None] | None = None,
-           max_reconnects: int = 20, sleep=time.sleep, echo=quiet, stop: Callable[[], bool] | None = None) -> int:
+           max_reconnects: int = 20, sleep=time.sleep, echo=quiet, stop: Callable[[], bool] | None = None,
+           on_compile: Callable[[str], None] | None = None) -> int:
     """Stream the log of `run` (a run folder) from byte `offset`; returns the final offset.
 
     With follow_, keeps streaming until the run ends (remote/sh/lib.sh: no exit record and a live leader
     of its own); a dropped connection is re-established and streaming resumes at the byte where it
     stopped. Without, prints what is there and returns, even while the job runs. `stop()` true: return
-    before the next slice (a follower whose reader has gone: its thread ends, it does not poll on)."""
+    before the next slice (a follower whose reader has gone: its thread ends, it does not poll on). With
+    on_compile, each line of the run's compile.jsonl (and the first steady step's `{"steady": ...}` line) is
+    passed to it, each once (remote/sh/follow.sh sends them on stderr)."""
     failures = 0
+    compiled = [0]  # bytes of compile.jsonl received (whole lines only), across slices and reconnects
     while True:
         if stop is not None and stop():
             return offset
         got = [0]
+        errs = LineSplitter()
 
-        def on_output(kind: str, chunk: bytes, got: list[int] = got) -> None:  # this attempt's count
-            if kind == "stdout":
+        def on_output(kind: str, chunk: bytes, got: list[int] = got, errs: LineSplitter = errs) -> None:
+            if kind == "stdout":  # this attempt's count
                 got[0] += len(chunk)
                 on_bytes(chunk)
+            elif on_compile is not None:
+                for line in errs.feed(chunk):
+                    if line.startswith('{"t"') or line.startswith('{"steady"'):
+                        if line.startswith('{"t"'):
+                            compiled[0] += len(line.encode()) + 1
+                        on_compile(line)
 
         try:
+            extra = [str(compiled[0])] if on_compile is not None else []
             r = ct.script(shell.with_lib("follow"), f"{run}/log", str(offset), run, run_id,
-                          str(slice_seconds if follow_ else 0), on_output=on_output, check=False, mutates=False,
-                          label="follow the log")
+                          str(slice_seconds if follow_ else 0), *extra, on_output=on_output, check=False,
+                          mutates=False, label="follow the log")
             offset += got[0]
             failures = 0
         except (ConnectError, TransportError) as exc:
@@ -283,10 +305,11 @@ def follow(ct: Container, run: str, run_id: str, *, offset: int = 0, on_bytes: C
             if reconnect:
                 reconnect()
             continue
+        err = "\n".join(line for line in r.err.splitlines() if not line.startswith("{")).strip()
         if r.exit_code == 3:
-            raise TransportError(ct.where, r.err.strip())
+            raise TransportError(ct.where, err)
         if r.exit_code not in (0, 124):
-            raise TransportError(ct.where, f"following {run}/log failed (exit {r.exit_code}): {r.err.strip()}")
+            raise TransportError(ct.where, f"following {run}/log failed (exit {r.exit_code}): {err}")
         if not follow_ or r.exit_code == 0:
             return offset
         # 124: the slice ended while the job runs on; continue from the new offset

@@ -7,7 +7,7 @@ serves `cuda:1`. The NVIDIA driver is not in the key. A passport records each of
 can know, plus the commit, venv lock and warmup command of the warmup that filled the folder:
 
     {"format": 1, "torch": "2.11.0+cu130", "torch_git": "…", "cuda": "13.0", "triton": "3.6.0",
-     "gpu": "NVIDIA H200", "devices": ["0", "1"], "env": "<digest>", "env_keys": {NAME: <digest>},
+     "gpu": "NVIDIA H200", "capability": "sm_90", "driver": "580", "devices": ["0", "1"], "env": "<digest>", "env_keys": {NAME: <digest>},
      "commit": "…", "venv_lock": "…", "command": "<digest>", "made_by": 200, "made_at": "…"}
 
 `expected(...)` is the passport a container's warmup would write (from deploy's records and the hosts
@@ -27,15 +27,20 @@ from ..naming import printable  # a passport is what a container said: shown onl
 FORMAT = 1
 FILE = "passport.json"  # in the per-version folder, beside inductor/ and triton/ (torch never reads it)
 # Compared, in this order, in every message. `devices` is a subset rule; the others are equality.
-FIELDS = ("torch", "torch_git", "cuda", "triton", "gpu", "env", "commit", "venv_lock", "command", "devices")
+FIELDS = ("torch", "torch_git", "cuda", "triton", "gpu", "capability", "driver", "env", "commit", "venv_lock",
+          "command", "devices")
 LABELS = {"torch": "torch version", "torch_git": "torch git version", "cuda": "CUDA build", "triton": "triton",
-          "gpu": "GPU name", "env": "inductor environment", "commit": "commit", "venv_lock": "venv lock",
+          "gpu": "GPU name", "capability": "compute capability", "driver": "NVIDIA driver major version",
+          "env": "inductor environment", "commit": "commit", "venv_lock": "venv lock",
           "command": "warmup command", "devices": "devices warmed"}
 # The environment variables that can change what inductor and triton compile (and so its cache key).
 ENV_PREFIXES = ("TORCH", "INDUCTOR", "TRITON", "PYTORCH", "CUDA", "CUBLAS", "CUDNN", "NVIDIA_TF32")
 # Where the cache and logs live, not what is compiled: two containers may keep their caches elsewhere.
 ENV_IGNORED = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE",
                "TORCHELASTIC_ERROR_FILE")
+# Nothing derived from a path enters a field that must match: a variable that names a place (a home, a
+# folder, a file) says where things are, not what is compiled; two containers may keep them elsewhere.
+ENV_PLACE_SUFFIXES = ("_DIR", "_HOME", "_PATH", "_ROOT", "_FILE", "_PREFIX", "_CACHE")
 
 
 def devices_of(p: Mapping | None) -> list[str]:
@@ -52,7 +57,7 @@ def compile_env(env: Mapping[str, str]) -> dict[str, str]:
     """The inductor-relevant part of a job's environment: each name with a digest of its value (values can
     be secrets; a passport never holds one)."""
     return {k: _digest(v) for k, v in sorted(env.items())
-            if k.startswith(ENV_PREFIXES) and k not in ENV_IGNORED}
+            if k.startswith(ENV_PREFIXES) and k not in ENV_IGNORED and not k.endswith(ENV_PLACE_SUFFIXES)}
 
 
 def expected(verify: Mapping | None, *, commit: str | None, venv_lock: str | None, command: str | None,
@@ -61,7 +66,8 @@ def expected(verify: Mapping | None, *, commit: str | None, venv_lock: str | Non
     v = verify or {}
     keys = compile_env(env)
     return {"format": FORMAT, "torch": v.get("torch"), "torch_git": v.get("torch_git"), "cuda": v.get("cuda_build"),
-            "triton": v.get("triton"), "gpu": v.get("gpu_name"), "devices": sorted({str(d) for d in devices}),
+            "triton": v.get("triton"), "gpu": v.get("gpu_name"), "capability": v.get("gpu_capability"),
+            "driver": v.get("driver_major"), "devices": sorted({str(d) for d in devices}),
             "env": _digest(keys), "env_keys": keys, "commit": commit, "venv_lock": venv_lock,
             "command": _digest(command or "")}
 
@@ -144,7 +150,7 @@ def merged(old: Mapping | None, new: Mapping) -> dict:
 
 
 # What each field of a passport file must hold (None allowed everywhere: an older record lacks fields).
-STRINGS = ("torch", "torch_git", "cuda", "triton", "gpu", "env", "commit", "venv_lock", "command", "made_at",
+STRINGS = ("torch", "torch_git", "cuda", "triton", "gpu", "capability", "driver", "env", "commit", "venv_lock", "command", "made_at",
            "copied_at", "imported_from")
 INTS = ("made_by", "copied_from")
 

@@ -28,6 +28,8 @@ from ..errors import DeployError
 from ..naming import has_userinfo, matches, normalize, parse_lock, parse_pins, redact, with_encoded_userinfo  # noqa: F401 -- also this module's names
 
 GUARD_SOURCE = Path(__file__).resolve().parent.parent / "guard.py"
+# The compile watch (issue 33): installed beside the guard as remote_compilewatch, with its .pth line.
+WATCH_SOURCE = Path(__file__).resolve().parent.parent / "sh" / "compilewatch.py"
 
 # Runs with the new venv's interpreter: what was installed and what torch sees.
 VERIFY = r'''
@@ -41,9 +43,19 @@ try:
     info["cuda_available"] = torch.cuda.is_available()
     info["gpu_count"] = torch.cuda.device_count() if info["cuda_available"] else 0
     info["gpu_name"] = torch.cuda.get_device_name(0) if info["gpu_count"] else None
+    # The compute capability (sm_XY) and the NVIDIA driver's major version: Triton's kernels are built for
+    # one capability, and a warm cache copied across capabilities can run garbled (vLLM #41871).
+    info["gpu_capability"] = "sm_%d%d" % torch.cuda.get_device_capability(0) if info["gpu_count"] else None
 except ImportError as exc:
     info["torch"] = None
     info["torch_error"] = str(exc)
+try:
+    with open("/proc/driver/nvidia/version") as f:
+        import re
+        found = re.search(r"Kernel Module(?: for \w+)?\s+(\d+)\.", f.read())
+    info["driver_major"] = found.group(1) if found else None
+except OSError:
+    info["driver_major"] = None
 for name in ("triton", "pytorch-triton"):
     try:
         info["triton"] = m.version(name)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..config import ContainerSpec
 from ..errors import JobError, TransferError
-from ..ops import files, jobs, logs
+from ..ops import compilelog, files, jobs, logs
 from ..ops import warmup as wm
 from ..ops.logs import series, sparkline  # noqa: F401 -- the status line's pieces, also this page's
 from ..target import Target
@@ -64,6 +64,22 @@ def _svg(runs: list[tuple[str, list[float], str]], baseline: float | None, unit:
     return "".join(parts)
 
 
+def _compile_section(tl: timeline_mod.Timeline | None) -> str:
+    """The compile watch's counts and findings (remote/ops/compilelog.py); its events are on the timeline."""
+    if not tl or not tl.compiles:
+        return "<p>No compile.jsonl for this run (nothing compiled, or a venv deployed before the watch).</p>"
+    steady = tl.metrics[1][0] if len(tl.metrics) > 1 else None
+    lines = [json.dumps({"t": e.t, "kind": e.kind, "fn": e.fn, "file": e.file, "line": e.line, "n": e.n, "why": e.why,
+                         "reason": e.reason, "where": e.where, "seconds": e.seconds, "pid": e.pid})
+             for e in tl.compiles]
+    health = compilelog.summarize(lines, steady)
+    found = "".join(f"<li><b>{html.escape(f.name)}</b>: {html.escape(f.text)}<br><i>{html.escape(f.hint)}</i></li>"
+                    for f in compilelog.findings(health))
+    return (f"<p>{html.escape(compilelog.health_line(health))} (the ticks at the top of the timeline).</p>"
+            + (f'<ul class="bad">{found}</ul>' if found else "<p>No recompile or compile after the first steady "
+               "step, no graph break, no eager fallback.</p>"))
+
+
 def render(spec: ContainerSpec, run: dict, log_text, known_good: dict | None, kg_log,
            warmups: list[dict], timeline: timeline_mod.Timeline | None = None) -> str:
     """The HTML page. Pure: everything it shows is passed in (the logs as text, or as chunks of bytes read
@@ -97,6 +113,8 @@ font-size:12px}} .bad{{color:#c00}}</style></head><body>
 {_svg(runs, spec.train.baseline if spec.train.baseline is not None else m.get('baseline'), watch.unit)}
 <h2>Over time: throughput, GPU utilisation and memory; stalls and restarts marked</h2>
 {timeline_mod.svg(timeline or timeline_mod.Timeline(), spec.train.baseline if spec.train.baseline is not None else m.get('baseline'))}
+<h2>Compile health</h2>
+{_compile_section(timeline)}
 <h2>Crash hints</h2>
 {'<ul class="bad">' + hints + '</ul>' if hints else '<p>None found in the log.</p>'}
 <h2>Warmups for this commit and venv</h2>
@@ -157,7 +175,7 @@ def write(t: Target, run_id: str | None, dest: str | None) -> Path:
     return path
 
 
-WATCH_FILES = ("metrics.jsonl", "gpu.csv", "events.jsonl")
+WATCH_FILES = ("metrics.jsonl", "gpu.csv", "events.jsonl", "compile.jsonl")
 
 
 def read_timeline(ct, run_path: str, attempts: list[dict] | None, folder: Path) -> timeline_mod.Timeline:
@@ -167,7 +185,8 @@ def read_timeline(ct, run_path: str, attempts: list[dict] | None, folder: Path) 
     for name in WATCH_FILES:
         local = folder / f"watch-{name}"
         got[name] = _chunks(local) if files.pull_if_there(ct, f"{run_path}/{name}", local) else ()
-    return timeline_mod.parse(got["metrics.jsonl"], got["gpu.csv"], got["events.jsonl"], attempts)
+    return timeline_mod.parse(got["metrics.jsonl"], got["gpu.csv"], got["events.jsonl"], attempts,
+                              got["compile.jsonl"])
 
 
 def _chunks(path: Path, size: int = 1 << 20):

@@ -13,6 +13,9 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from ..ops.compilelog import describe, parse_line
+from ..results import CompileEvent
+
 
 @dataclass
 class Timeline:
@@ -21,9 +24,10 @@ class Timeline:
     gpu: list[tuple[float, float | None, float | None]] = field(default_factory=list)  # (t, util %, mem GiB)
     stalls: list[tuple[float, float]] = field(default_factory=list)  # (t, seconds without output)
     attempts: list[dict] = field(default_factory=list)  # wrapper records: attempt, started, ended, exit
+    compiles: list[CompileEvent] = field(default_factory=list)  # the compile watch's events (compile.jsonl)
 
     def __bool__(self) -> bool:
-        return bool(self.metrics or self.gpu)
+        return bool(self.metrics or self.gpu or self.compiles)
 
 
 def _num(v) -> float | None:
@@ -63,10 +67,21 @@ def lines(data: str | Iterable[bytes]):
         yield pending.decode("utf-8", "replace")
 
 
+MAX_COMPILES = 400  # compile events drawn (the latest)
+
+
 def parse(metrics: str | Iterable[bytes] = "", gpu: str | Iterable[bytes] = "",
-          events: str | Iterable[bytes] = "", attempts: list[dict] | None = None) -> Timeline:
+          events: str | Iterable[bytes] = "", attempts: list[dict] | None = None,
+          compiles: str | Iterable[bytes] = "") -> Timeline:
     """The timeline of what the watch left: each file as its text or as chunks of its bytes."""
     tl = Timeline(attempts=list(attempts or []))
+    for line in lines(compiles):
+        ev = parse_line(line)
+        if ev is not None:
+            tl.compiles.append(ev)
+            if len(tl.compiles) > 2 * MAX_COMPILES:
+                del tl.compiles[:MAX_COMPILES]
+    tl.compiles = tl.compiles[-MAX_COMPILES:]
     for line in lines(metrics):
         try:
             row = json.loads(line)
@@ -97,6 +112,9 @@ def parse(metrics: str | Iterable[bytes] = "", gpu: str | Iterable[bytes] = "",
     return tl
 
 
+COMPILE_COLORS = {"compile": "#9e9e9e", "recompile": "#ef6c00", "graph-break": "#6a1b9a", "eager-fallback": "#c00"}
+
+
 def _poly(points: list[tuple[float, float]], color: str, title: str) -> str:
     pts = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
     return (f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{pts}"><title>{html.escape(title)}'
@@ -109,6 +127,7 @@ def svg(tl: Timeline, baseline: float | None = None, w: int = 880) -> str:
         return "<p>No metrics.jsonl or gpu.csv for this run (a run started before the watch, or not pulled).</p>"
     times = [t for t, _ in tl.metrics] + [t for t, _, _ in tl.gpu] + [t for t, _ in tl.stalls]
     times += [a["started"] for a in tl.attempts if _num(a.get("started")) is not None]
+    times += [e.t for e in tl.compiles]
     t0, t1 = min(times), max(times)
     span = (t1 - t0) or 1.0
     pad_l, pad_r = 64, 56
@@ -160,6 +179,14 @@ def svg(tl: Timeline, baseline: float | None = None, w: int = 880) -> str:
         parts.append(f'<line x1="{x(t):.1f}" x2="{x(t):.1f}" y1="{pad_t}" y2="{bottom}" stroke="#c00" stroke-width="2">'
                      f'<title>STALLED: no output for {secs:g} s</title></line>'
                      f'<text x="{x(t) + 3:.1f}" y="{pad_t + 28}" fill="#c00">stall</text>')
+    for e in tl.compiles:  # a tick per compile event along the throughput panel's top, coloured by kind
+        color = COMPILE_COLORS.get(e.kind, "#777")
+        parts.append(f'<line class="compile {e.kind}" x1="{x(e.t):.1f}" x2="{x(e.t):.1f}" y1="{pad_t}" '
+                     f'y2="{pad_t + (10 if e.kind == "compile" else 22)}" stroke="{color}" stroke-width="2">'
+                     f'<title>{html.escape(describe(e))} ({e.seconds:.2f} s)</title></line>')
+    if tl.compiles:
+        legend = " ".join(f'<tspan fill="{c}">&#9646; {k}</tspan>' for k, c in COMPILE_COLORS.items())
+        parts.append(f'<text x="{x1 - 4}" y="{pad_t + 36}" text-anchor="end" font-size="11">{legend}</text>')
     for a in tl.attempts[1:]:
         started = _num(a.get("started"))
         if started is None:

@@ -26,3 +26,8 @@ cp "$staging/guard.py" "$site/remote_guard.py"
 # (a train run sets it): nothing is imported where it is not set.
 echo 'import os; os.environ.get("REMOTE_CACHE_STATS") and __import__("remote_guard").stats_at_exit()' \
   > "$site/remote_cache_stats.pth"
+# The compile watch: where REMOTE_COMPILE_WATCH is set (a train run sets it to <run>/compile.jsonl), every
+# compile, recompile, graph break and eager fallback of the process is written there as it happens.
+cp "$staging/compilewatch.py" "$site/remote_compilewatch.py"
+echo 'import os; os.environ.get("REMOTE_COMPILE_WATCH") and __import__("remote_compilewatch").install()' \
+  > "$site/remote_compile_watch.pth"

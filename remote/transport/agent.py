@@ -34,7 +34,7 @@ from collections.abc import Callable
 
 from ..errors import CommandTimeout, ConnectError
 from . import NotStarted, OutputCallback, Result
-from .framing import Frames
+from .framing import SERVE, Frames, Link
 
 HANDSHAKE_TIMEOUT = 60.0  # seconds for the agent's first frame (pct exec and python3 start-up)
 PING_EVERY = 5.0  # the controller pings the agent this often
@@ -43,18 +43,14 @@ WRITE_SLICE = 256 << 10  # a large frame goes out in slices this big, each one p
 AGENT_SILENCE = 60  # the agent's side: nothing from the controller this long, it kills its children and exits
 FRAMES = Frames(">I")  # the length, then JSON (the AGENT program's own framing)
 
-AGENT = r'''
-import base64, json, os, select, selectors, signal, struct, subprocess, sys, threading, time
+AGENT = SERVE + r'''
+import base64, json, select, struct, subprocess, threading  # and SERVE's: os, selectors, signal, sys, time
 GRACE = 5
-# Nothing from the controller (its pings included) for this long, or a write that cannot go out for this
-# long: the controller is gone (a killed process, a silent link). Then every child is killed, as on EOF.
-SILENCE = float(sys.argv[1]) if len(sys.argv) > 1 else 60.0
-sel = selectors.DefaultSelector()
+# SILENCE (SERVE's): nothing from the controller (its pings included) for this long, or a write that cannot
+# go out for this long: the controller is gone (a killed process, a silent link). Then every child is
+# killed, as on EOF.
 lock = threading.Lock()
 procs = {}
-
-class Gone(Exception):
-    pass
 
 def send(obj):
     data = json.dumps(obj).encode()
@@ -116,80 +112,59 @@ def kill_all():
         except OSError:
             pass
 
-def main():
-    os.set_blocking(0, False)
-    os.set_blocking(1, False)
-    sel.register(0, selectors.EVENT_READ, None)
-    buf = b""
-    last_in = time.monotonic()
-    send({"i": 0, "ready": os.getpid()})
-    while True:
-        # Poll often while a command has a deadline or has closed its pipes and is still to be reaped.
-        busy = any(p["deadline"] is not None or p["open"] == 0 for p in procs.values())
-        for key, _ in sel.select(0.1 if busy else 1.0):
-            if key.data is None:
-                try:
-                    chunk = os.read(0, 1 << 16)
-                except BlockingIOError:
-                    continue
-                if not chunk:
-                    return
-                last_in = time.monotonic()
-                buf += chunk
-                while len(buf) >= 4 and len(buf) >= 4 + struct.unpack(">I", buf[:4])[0]:
-                    n = struct.unpack(">I", buf[:4])[0]
-                    req = json.loads(buf[4:4 + n]); buf = buf[4 + n:]
-                    if "ping" in req:
-                        send({"i": 0, "pong": req["ping"]})
-                    elif "kill" in req:  # its caller went away: the command goes too
-                        p = procs.get(req["kill"])
-                        if p is not None:
-                            try: os.killpg(p["p"].pid, signal.SIGKILL)
-                            except OSError: pass
-                    else:
-                        start(req)
-                continue
-            i, k = key.data
-            chunk = os.read(key.fileobj.fileno(), 1 << 16)
-            if chunk:
-                send({"i": i, "k": k, "d": base64.b64encode(chunk).decode()})
-            else:
-                sel.unregister(key.fileobj); key.fileobj.close()
-                procs[i]["open"] -= 1
-        now = time.monotonic()
-        for i, p in list(procs.items()):
-            # A child that closed both pipes may run on: its result waits for its exit (or its timeout),
-            # never blocking the other commands.
-            if p["open"] == 0 and p["p"].poll() is not None:
-                finish(i)
-            elif p["deadline"] is None:
-                continue
-            elif p["term"] is None and now > p["deadline"]:
-                p["term"] = now
-                try: os.killpg(p["p"].pid, signal.SIGTERM)
-                except OSError: pass
-            elif p["term"] is not None and not p["killed"] and now > p["term"] + GRACE:
-                p["killed"] = True
+def wait():
+    # Poll often while a command has a deadline or has closed its pipes and is still to be reaped.
+    busy = any(p["deadline"] is not None or p["open"] == 0 for p in procs.values())
+    return 0.1 if busy else 1.0
+
+def on_input(buf):
+    while len(buf) >= 4 and len(buf) >= 4 + struct.unpack(">I", buf[:4])[0]:
+        n = struct.unpack(">I", buf[:4])[0]
+        req = json.loads(buf[4:4 + n]); buf = buf[4 + n:]
+        if "ping" in req:
+            send({"i": 0, "pong": req["ping"]})
+        elif "kill" in req:  # its caller went away: the command goes too
+            p = procs.get(req["kill"])
+            if p is not None:
                 try: os.killpg(p["p"].pid, signal.SIGKILL)
                 except OSError: pass
-        if now - last_in > SILENCE:
-            return
+        else:
+            start(req)
+    return buf
 
-def bye(*_):
-    raise SystemExit(0)
+def on_pipe(key):
+    i, k = key.data
+    chunk = os.read(key.fileobj.fileno(), 1 << 16)
+    if chunk:
+        send({"i": i, "k": k, "d": base64.b64encode(chunk).decode()})
+    else:
+        sel.unregister(key.fileobj); key.fileobj.close()
+        procs[i]["open"] -= 1
 
-signal.signal(signal.SIGHUP, bye)
-signal.signal(signal.SIGTERM, bye)
-try:
-    main()
-except (OSError, Gone):
-    pass  # stdout closed (EPIPE) or stalled: the controller is gone
-finally:
-    kill_all()
+def after(last_in):
+    now = time.monotonic()
+    for i, p in list(procs.items()):
+        # A child that closed both pipes may run on: its result waits for its exit (or its timeout),
+        # never blocking the other commands.
+        if p["open"] == 0 and p["p"].poll() is not None:
+            finish(i)
+        elif p["deadline"] is None:
+            continue
+        elif p["term"] is None and now > p["deadline"]:
+            p["term"] = now
+            try: os.killpg(p["p"].pid, signal.SIGTERM)
+            except OSError: pass
+        elif p["term"] is not None and not p["killed"] and now > p["term"] + GRACE:
+            p["killed"] = True
+            try: os.killpg(p["p"].pid, signal.SIGKILL)
+            except OSError: pass
+    return now - last_in > SILENCE
+
+run(lambda: serve(lambda: send({"i": 0, "ready": os.getpid()}), on_input, on_pipe, after, wait, 1 << 16), kill_all)
 '''
 
 
-class Agent:
+class Agent(Link):
     """The controller's side: one stream to one container's agent, shared by all threads.
 
     A heartbeat thread pings the agent every `ping_every` seconds; nothing heard from it (pongs,
@@ -197,48 +172,34 @@ class Agent:
     connection open with nobody behind it): the agent is declared dead, its stream closed, and every
     waiting command gets ConnectError, which the callers' reconnect and resume paths handle."""
 
+    noun = "agent"
+
     def __init__(self, stream, where: str, *, handshake_timeout: float = HANDSHAKE_TIMEOUT,
                  ping_every: float = PING_EVERY, silence: float = SILENCE):
-        self.stream, self.where = stream, where
+        super().__init__(stream, where)
         self.ping_every, self.silence = ping_every, silence
         self._send_lock = threading.Lock()
         self._pending: dict[int, queue.Queue] = {}
         self._next = 1
         self._ids = threading.Lock()
         self._state = threading.Lock()
-        self.dead: str | None = None
         self.silent = False  # it died of silence: the connection under it is useless too
         self._closed = threading.Event()
         self._last_rx = time.monotonic()
         self._last_tx = 0.0  # when a slice of a write last went out (a large request passing)
-        self._ready: queue.Queue = queue.Queue()
-        threading.Thread(target=self._reader, daemon=True, name=f"agent-{where}").start()
-        try:
-            first = self._ready.get(timeout=handshake_timeout)
-        except queue.Empty:
-            first = f"no answer in {handshake_timeout:g}s"
-        if first is not None:
-            self._lost(first)
-            raise ConnectError(where, f"{where}: the agent did not start: {first}")
+        self._start("the agent", handshake_timeout)
         threading.Thread(target=self._heartbeat, daemon=True, name=f"agent-heartbeat-{where}").start()
 
-    def _reader(self) -> None:
-        try:
-            hello = json.loads(FRAMES.read(self.stream)[0])
+    def _read_frames(self) -> None:
+        hello = json.loads(FRAMES.read(self.stream)[0])
+        self._last_rx = time.monotonic()
+        self._ready.put(None if "ready" in hello else str(hello))
+        while True:
+            msg = json.loads(FRAMES.read(self.stream)[0])
             self._last_rx = time.monotonic()
-            self._ready.put(None if "ready" in hello else str(hello))
-            while True:
-                msg = json.loads(FRAMES.read(self.stream)[0])
-                self._last_rx = time.monotonic()
-                q = self._pending.get(msg["i"])
-                if q is not None:
-                    q.put(msg)
-        except Exception as exc:  # EOF, a lost connection, a garbled frame: the agent is gone either way
-            try:
-                text = self.stream.error_text()
-            except Exception:
-                text = ""
-            self._lost(text or f"agent stream ended ({type(exc).__name__})")
+            q = self._pending.get(msg["i"])
+            if q is not None:
+                q.put(msg)
 
     def _lost(self, reason: str, silent: bool = False) -> None:
         """Declare the agent dead (once): wake every waiting command, close the stream."""
@@ -336,14 +297,6 @@ class Agent:
                     on_output("stdout" if msg["k"] == "o" else "stderr", chunk)
         finally:
             self._pending.pop(i, None)
-
-    def alive(self) -> bool:
-        if self.dead:
-            return False
-        try:
-            return bool(self.stream.alive())
-        except Exception:
-            return False
 
     def close(self) -> None:
         self._closed.set()

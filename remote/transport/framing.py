@@ -11,19 +11,71 @@ of its stderr, and its exit status. It holds at most `limit` bytes of stdout (pl
 thread that would go beyond waits until the consumer has read, so it stops reading its own source, and the
 push back reaches the sender (the keeper's socket fills, then its SSH channel's window): a slow reader
 never has a stream held whole in this process.
+
+Two of the protocols run a helper program at the far end (AGENT in a container, MUX on a host): both
+programs start with SERVE, the loop they share, and `Link` is the controller's side both build on.
 """
 
 from __future__ import annotations
 
+import queue
 import struct
 import threading
 import time
 from collections.abc import Callable
 
-from ..errors import CommandTimeout
+from ..errors import CommandTimeout, ConnectError
 
 STDERR_TAIL = 1 << 16  # bytes of a stream's stderr kept for messages
 BUFFER_LIMIT = 4 << 20  # stdout bytes a BoundedStream holds before its reader waits for the consumer
+
+
+# The start of both helper programs' text (python3 -I -S -c, stdlib only). `serve` reads stdin into
+# `on_input(buf) -> what it left` (a part frame), hands a ready child's pipe to `on_pipe(key)`, and
+# after each wake calls `after(last_in)` (when stdin last said anything), which tends the children and
+# says whether to end; it ends at stdin's EOF too. `run` ends quietly when the controller is gone and
+# always calls `cleanup`. SILENCE is the program's first argument.
+SERVE = r'''
+import os, selectors, signal, sys, time
+SILENCE = float(sys.argv[1]) if len(sys.argv) > 1 else 60.0
+sel = selectors.DefaultSelector()
+
+class Gone(Exception):
+    pass
+
+def serve(hello, on_input, on_pipe, after, wait, size):
+    os.set_blocking(0, False)
+    os.set_blocking(1, False)
+    sel.register(0, selectors.EVENT_READ, None)
+    buf = b""
+    last_in = time.monotonic()
+    hello()
+    while True:
+        for key, _ in sel.select(wait()):
+            if key.data is None:
+                try:
+                    chunk = os.read(0, size)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    return
+                last_in = time.monotonic()
+                buf = on_input(buf + chunk)
+                continue
+            on_pipe(key)
+        if after(last_in):
+            return
+
+def run(main, cleanup):
+    signal.signal(signal.SIGHUP, lambda *_: sys.exit(0))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        main()
+    except (OSError, Gone):
+        pass  # stdout closed (EPIPE) or stalled: the controller is gone
+    finally:
+        cleanup()
+'''
 
 
 def read_exact(source, n: int) -> bytes:
@@ -136,3 +188,54 @@ class BoundedStream:
             self._buf.clear()
             self._cond.notify_all()
             return True
+
+
+class Link:
+    """The controller's side of a helper program answering in frames over one stream (the agent, the host's
+    stream mux): `_start` runs the reader thread and waits for the program's first frame; a stream that
+    fails or ends makes the link `dead` (why) through the subclass's `_lost`, which wakes its callers."""
+
+    noun = "link"  # in messages and thread names: "agent stream ended (EOFError)", "agent-pve1/200"
+
+    def __init__(self, stream, where: str):
+        self.stream, self.where = stream, where
+        self.dead: str | None = None
+        self._ready: queue.Queue = queue.Queue()  # the handshake: None (ready), or why not
+
+    def _start(self, what: str, timeout: float) -> None:
+        """Start the reader and wait for the handshake; without one, the link is lost and ConnectError says
+        that `what` did not start."""
+        threading.Thread(target=self._reader, daemon=True, name=f"{self.noun}-{self.where}").start()
+        try:
+            first = self._ready.get(timeout=timeout)
+        except queue.Empty:
+            first = f"no answer in {timeout:g}s"
+        if first is not None:
+            self._lost(first)
+            raise ConnectError(self.where, f"{self.where}: {what} did not start: {first}")
+
+    def _reader(self) -> None:
+        try:
+            self._read_frames()
+        except Exception as exc:  # EOF, a lost connection, a garbled frame: the program is gone either way
+            try:
+                text = self.stream.error_text()
+            except Exception:
+                text = ""
+            self._lost(text or f"{self.noun} stream ended ({type(exc).__name__})")
+
+    def _read_frames(self) -> None:
+        """Read frames until the stream fails (it raises); the first one answers `_ready`."""
+        raise NotImplementedError
+
+    def _lost(self, reason: str) -> None:
+        """Declare the link dead (once) with `reason`, wake whoever waits on it, close the stream."""
+        raise NotImplementedError
+
+    def alive(self) -> bool:
+        if self.dead:
+            return False
+        try:
+            return bool(self.stream.alive())
+        except Exception:
+            return False

@@ -18,27 +18,21 @@ when its own SSH channel closes.
 from __future__ import annotations
 
 import json
-import queue
 import threading
 import time
 
 from ..errors import ConnectError
 from . import Result
-from .framing import BoundedStream, Frames
+from .framing import SERVE, BoundedStream, Frames, Link
 
 HANDSHAKE_TIMEOUT = 30.0  # seconds for the mux's first frame (the SSH session, the login shell, python3)
 MUX_SILENCE = 60  # the mux's side: unheard this long with no child left, it exits
 CHUNK = 1 << 20  # the largest payload of one frame
 
-MUX = r'''
-import json, os, select, selectors, signal, struct, subprocess, sys, time
-SILENCE = float(sys.argv[1]) if len(sys.argv) > 1 else 60.0
+MUX = SERVE + r'''
+import json, select, struct, subprocess  # and SERVE's: os, selectors, signal, sys, time
 HEAD = struct.Struct(">IcI")
-sel = selectors.DefaultSelector()
 kids = {}  # id -> {"p": Popen, "open": pipes still open, "pending": bytes for its stdin, "eof": close stdin after}
-
-class Gone(Exception):
-    pass
 
 def send(i, kind, data=b""):
     data = memoryview(HEAD.pack(i, kind, len(data)) + data)
@@ -127,70 +121,54 @@ def handle(i, kind, data):
     elif kind == b"k":
         forget(i)
 
-def main():
-    os.set_blocking(0, False)
-    os.set_blocking(1, False)
-    sel.register(0, selectors.EVENT_READ, None)
-    buf = b""
-    last_in = time.monotonic()
-    send(0, b"r", str(os.getpid()).encode())
-    while True:
-        waiting = any(k["open"] == 0 for k in kids.values())
-        for key, _ in sel.select(0.05 if waiting else 1.0):
-            if key.data is None:
-                try:
-                    chunk = os.read(0, 1 << 18)
-                except BlockingIOError:
-                    continue
-                if not chunk:
-                    return
-                last_in = time.monotonic()
-                buf += chunk
-                while len(buf) >= HEAD.size:
-                    i, kind, n = HEAD.unpack_from(buf)
-                    if len(buf) < HEAD.size + n:
-                        break
-                    data, buf = buf[HEAD.size:HEAD.size + n], buf[HEAD.size + n:]
-                    handle(i, kind, data)
-                continue
-            i, kind = key.data
-            if i not in kids:
-                continue
-            if kind == b"i":
-                flush_stdin(i)
-                continue
-            try:
-                chunk = os.read(key.fileobj.fileno(), 1 << 16)
-            except BlockingIOError:
-                continue
-            if chunk:
-                send(i, kind, chunk)
-            else:
-                sel.unregister(key.fileobj)
-                kids[i]["open"] -= 1
-        for i, k in list(kids.items()):
-            if k["open"] == 0 and k["p"].poll() is not None:
-                code = k["p"].returncode
-                forget(i)
-                send(i, b"x", str(128 - code if code < 0 else code).encode())
-        if not kids and time.monotonic() - last_in > SILENCE:
-            return
+def wait():
+    return 0.05 if any(k["open"] == 0 for k in kids.values()) else 1.0
 
-signal.signal(signal.SIGHUP, lambda *_: sys.exit(0))
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-try:
-    main()
-except (OSError, Gone):
-    pass  # stdout closed (EPIPE) or stalled: the controller is gone
-finally:
+def on_input(buf):
+    while len(buf) >= HEAD.size:
+        i, kind, n = HEAD.unpack_from(buf)
+        if len(buf) < HEAD.size + n:
+            break
+        data, buf = buf[HEAD.size:HEAD.size + n], buf[HEAD.size + n:]
+        handle(i, kind, data)
+    return buf
+
+def on_pipe(key):
+    i, kind = key.data
+    if i not in kids:
+        return
+    if kind == b"i":
+        flush_stdin(i)
+        return
+    try:
+        chunk = os.read(key.fileobj.fileno(), 1 << 16)
+    except BlockingIOError:
+        return
+    if chunk:
+        send(i, kind, chunk)
+    else:
+        sel.unregister(key.fileobj)
+        kids[i]["open"] -= 1
+
+def after(last_in):
+    for i, k in list(kids.items()):
+        if k["open"] == 0 and k["p"].poll() is not None:
+            code = k["p"].returncode
+            forget(i)
+            send(i, b"x", str(128 - code if code < 0 else code).encode())
+    return not kids and time.monotonic() - last_in > SILENCE
+
+def forget_all():
     for i in list(kids):
         forget(i)
+
+run(lambda: serve(lambda: send(0, b"r", str(os.getpid()).encode()), on_input, on_pipe, after, wait, 1 << 18), forget_all)
 '''
 
 FRAMES = Frames(">IcI")  # stream id, kind, length (the MUX program's HEAD)
 
 
-class Mux:
+class Mux(Link):
     """The controller's side of one host's mux: `open_stream(argv)` as a transport's, over one stream.
 
     One reader thread feeds every stream; each holds a bounded buffer (remote.transport.framing), so a
@@ -198,38 +176,24 @@ class Mux:
     reads again or is closed, as one SSH channel's window would: its consumers (the agents' readers,
     `run`) read all the time."""
 
+    noun = "mux"
+
     def __init__(self, stream, where: str, *, handshake_timeout: float = HANDSHAKE_TIMEOUT):
-        self.stream, self.where = stream, where
-        self.dead: str | None = None
+        super().__init__(stream, where)
         self._streams: dict[int, MuxStream] = {}
         self._next = 1
         self._lock = threading.Lock()  # ids, the streams' map, `dead`
         self._write_lock = threading.Lock()  # frames go out whole; a write blocked on a dead link holds only this
-        self._ready: queue.Queue = queue.Queue()
-        threading.Thread(target=self._reader, daemon=True, name=f"mux-{where}").start()
-        try:
-            first = self._ready.get(timeout=handshake_timeout)
-        except queue.Empty:
-            first = f"no answer in {handshake_timeout:g}s"
-        if first is not None:
-            self._lost(first)
-            raise ConnectError(where, f"{where}: the host's stream mux did not start: {first}")
+        self._start("the host's stream mux", handshake_timeout)
 
-    def _reader(self) -> None:
-        try:
-            i, kind, _ = FRAMES.read(self.stream)
-            self._ready.put(None if (i, kind) == (0, b"r") else f"unexpected first frame {kind!r}")
-            while True:
-                i, kind, data = FRAMES.read(self.stream)
-                s = self._streams.get(i)
-                if s is not None:
-                    s._frame(kind, data)
-        except Exception as exc:  # EOF, a lost connection, a garbled frame: the mux is gone either way
-            try:
-                text = self.stream.error_text()
-            except Exception:
-                text = ""
-            self._lost(text or f"mux stream ended ({type(exc).__name__})")
+    def _read_frames(self) -> None:
+        i, kind, _ = FRAMES.read(self.stream)
+        self._ready.put(None if (i, kind) == (0, b"r") else f"unexpected first frame {kind!r}")
+        while True:
+            i, kind, data = FRAMES.read(self.stream)
+            s = self._streams.get(i)
+            if s is not None:
+                s._frame(kind, data)
 
     def _lost(self, reason: str) -> None:
         with self._lock:
@@ -283,14 +247,6 @@ class Mux:
         if code == -1:
             raise ConnectError(self.where, f"{self.where}: connection lost while running {argv[0]}: {self.dead}")
         return Result(tuple(argv), code, bytes(out), bytes(s._err), time.monotonic() - start)
-
-    def alive(self) -> bool:
-        if self.dead:
-            return False
-        try:
-            return bool(self.stream.alive())
-        except Exception:
-            return False
 
     def close(self) -> None:
         self._lost("closed")

@@ -14,34 +14,10 @@ import pytest
 
 from remote.facts import gpu
 
-DATA = Path(__file__).parent.parent / "data" / "gpu"
-MARK = "@@gpu-test"
-
-
-def data(name: str) -> str:
-    return (DATA / name).read_text()
-
-
-def host_text(*, proc=None, sys_version="580.95.05", modinfo="580.95.05", modules="nvidia_uvm\nnvidia_drm\nnvidia_modeset\nnvidia",
-              devices=None, nodes=None, lspci=None, persistenced="running", smi=None, configs=None, end=True) -> str:
-    """What remote/sh/gpu-host.sh prints on a healthy Proxmox host, with any section replaced."""
-    proc = data("proc-driver-nvidia-version-open.txt") if proc is None else proc
-    smi = "0, 00000000:01:00.0, Enabled, [N/A], 580.95.05\nrc=0" if smi is None else smi
-    configs = {200: data("pct-config-dev.txt")} if configs is None else configs
-    parts = [("kernel", "6.8.12-4-pve"), ("packages", "pve-container 5.2.3\npve-manager 8.3.0"),
-             ("proc-version", proc), ("sys-version", sys_version), ("modinfo", modinfo), ("modules", modules),
-             ("devices", data("proc-devices-uvm509.txt") if devices is None else devices),
-             ("nodes", data("nodes-509.txt") if nodes is None else nodes),
-             ("lspci", data("lspci-nvidia.txt") if lspci is None else lspci), ("persistenced", persistenced),
-             ("smi", smi)]
-    parts += [(f"pct-config {c}", text + "rc=0") for c, text in configs.items()]
-    out = "".join(f"{MARK} {name}\n{body.rstrip()}\n" if body else f"{MARK} {name}\n" for name, body in parts)
-    return out + (f"{MARK} end\n" if end else "")
-
-
-def host(**kw) -> gpu.HostGpu:
-    return gpu.parse_host(host_text(**kw), MARK)
-
+from support import GPU_MARK as MARK  # noqa: E402  (the samples and the host probe's text: shared with tests/lab)
+from support import gpu_host as host  # noqa: E402
+from support import gpu_host_text as host_text  # noqa: E402
+from support import gpu_sample as data  # noqa: E402
 
 GOOD_NODES = [("/dev/nvidia0", 195, 0), ("/dev/nvidiactl", 195, 255), ("/dev/nvidia-uvm", 509, 0),
               ("/dev/nvidia-uvm-tools", 509, 1)]

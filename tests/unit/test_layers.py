@@ -174,8 +174,8 @@ def test_the_api_reaches_the_operations_never_the_transport():
     assert long == {}
 
 
-# To be split: the GPU doctor's node checks (issue 34 item 3), the hosts file's loader since cluster: and node:.
-OVER_700_TODAY = {"remote/facts/gpu.py", "remote/config.py"}
+# To be split: the hosts file's loader since cluster: and node:.
+OVER_700_TODAY = {"remote/config.py"}
 
 
 def test_no_module_of_the_library_is_over_700_lines():

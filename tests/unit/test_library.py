@@ -247,3 +247,34 @@ def test_the_library_speaks_of_the_container_argument_and_the_command_line_of_it
     r = subprocess.run([sys.executable, "-c", "from remote.cli import main; main()", "deploy", "--hosts", str(path)],
                        capture_output=True, text=True, env={**os.environ, "REMOTE_CONTAINER": ""})
     assert r.returncode == 2 and "pass --container" in r.stderr, r.stderr
+
+
+def test_a_group_reports_typed_events_each_marked_with_its_container(tmp_path, capfd):
+    """Progress through one sink (remote.events): each container's lines as events marked with it, its end as
+    Done or Failed; nothing reaches file descriptors 1 or 2."""
+    from remote.events import Done, Failed, Note, Output, StepStarted, event_of
+
+    assert isinstance(event_of("==> venv: build", 200), StepStarted) and event_of("==> venv: build", 200).step == \
+        "venv: build"
+    assert event_of("!! slow", 200).level == "warning" and event_of("-- note", 200).level == "info"
+    assert isinstance(event_of("plain", 200), Output) and event_of("plain").container is None
+    path = tmp_path / "hosts.yaml"
+    path.write_text(HOSTS)
+    got: list = []
+    with remote.open(path, events=got.append) as fleet:
+        def work(ct):
+            ct.fleet._emit(f"==> working on {ct.id}")
+            ct.fleet._emit(f"!! careful {ct.id}")
+            if ct.id == 201:
+                raise remote.JobError("it broke")
+            return ct.id
+
+        result = fleet.containers("all").map(work)
+    assert result.succeeded == {200: 200} and isinstance(result.failed[201], remote.JobError)
+    by = {(type(e).__name__, e.container) for e in got}
+    assert {("StepStarted", 200), ("StepStarted", 201), ("Note", 200), ("Note", 201), ("Done", 200),
+            ("Failed", 201)} <= by
+    failed = next(e for e in got if isinstance(e, Failed))
+    assert failed.line == "it broke" and failed.exit_code == 1
+    assert all(isinstance(e, (StepStarted, Note, Done, Failed)) for e in got)
+    assert capfd.readouterr() == ("", "")

@@ -53,12 +53,28 @@ def test_a_lower_is_better_metric_is_slow_only_when_it_rises():
 def test_one_run_keeps_the_unit_it_started_with():
     w = logs.Watch(baseline=20)
     w.line("21.0 Ktok/s")
+    w.line("22.0 Ktok/s")
     w.line("eval: 300 samples/s")  # another form later in the run does not mix into the rolling value
-    assert w.unit == "Ktok/s" and list(w.values) == [21.0]
+    assert w.unit == "Ktok/s" and list(w.values) == [22.0]
+
+
+def test_the_rolling_figure_starts_at_the_first_steady_step():
+    """nanoGPT through remote: iteration 0's compile (4451 ms) made the rolling figure 4451 ms/iter while every
+    later iteration took 14 ms; the first value is the compile's, not the run's speed (issue 33)."""
+    from remote.config import MetricSpec
+
+    w = logs.Watch(metrics=logs.compile_metric(MetricSpec(r"time ([\d.]+)ms", "ms/iter", False)), baseline=15)
+    assert w.line("iter 0: loss 10.9, time 4451.00ms") == []  # not "slow": its step compiled
+    assert w.rolling == 4451.0  # the only value so far
+    for i in range(1, 6):
+        assert w.line(f"iter {i}: loss 4.3, time 13.95ms") == []
+    assert w.rolling == pytest.approx(13.95) and w.first == 4451.0 and not w.low
+    assert "rolling 13.95 ms/iter" in w.summary() and "(ok, lower is better)" in w.summary()
 
 
 def test_low_throughput_is_flagged_at_the_first_low_reading():
     w = logs.Watch(baseline=21.5, tolerance=0.2)
+    assert w.line("step 0 | 1.1 Ktok/s") == []  # the first step compiled: not a reading of the run's speed
     assert w.line("step 1 | 21.3 Ktok/s") == []
     notes = w.line("step 2 | 4.3 Ktok/s")
     assert len(notes) == 1 and "throughput 4.3 Ktok/s is below 17.2 Ktok/s (baseline 21.5 - 20%)" in notes[0]
@@ -89,7 +105,7 @@ def test_a_rolling_metric_of_zero_is_summarised():
                    "in: 12000 tok/s against a baseline of 12000 is ok, not 12 Ktok/s against 12000")
 def test_a_tok_per_second_log_is_compared_in_its_own_unit():
     w = logs.Watch(baseline=12000, tolerance=0.2)
-    for line in ("step 1 | 11800 tok/s", "step 2 | 12100 tok/s"):
+    for line in ("step 1 | 11800 tok/s", "step 2 | 12100 tok/s", "step 3 | 11900 tok/s"):
         assert w.line(line) == []
     assert w.unit == "tok/s" and not w.low
     assert w.summary().endswith("vs baseline 12000 tok/s: 100% of its speed (ok)")

@@ -112,6 +112,29 @@ def test_a_hand_edited_passport_of_the_wrong_shape_is_a_difference_not_a_crash()
     assert "devices -" in passport_line(odd)
 
 
+def test_a_cache_made_on_another_compute_capability_or_driver_major_is_a_difference():
+    """Triton builds kernels for one capability: a warm cache copied from sm_120 to sm_121 gave garbled outputs
+    (vLLM #41871). The capability and the driver's major version are passport fields (issue 33)."""
+    here = make(verify={**VERIFY, "gpu_capability": "sm_121", "driver_major": "580"})
+    there = make(verify={**VERIFY, "gpu_capability": "sm_120", "driver_major": "580"})
+    assert pp.differences(there, here) == ["capability"]
+    assert "compute capability sm_120 (cache) != sm_121 (here)" in pp.describe(there, here)
+    newer_driver = make(verify={**VERIFY, "gpu_capability": "sm_121", "driver_major": "590"})
+    assert pp.differences(newer_driver, here) == ["driver"]
+    # a passport written before these fields existed cannot vouch for them where they are known
+    old = {k: v for k, v in here.items() if k not in ("capability", "driver")}
+    assert pp.differences(old, here) == ["capability", "driver"]
+
+
+def test_nothing_derived_from_a_path_enters_a_field_that_must_match():
+    a = make(env={"TORCH_HOME": "/root/.cache/torch", "TRITON_HOME": "/root", "CUDA_HOME": "/usr/local/cuda",
+                  "TORCHINDUCTOR_DUMP_PATH": "/tmp/x", "TORCHINDUCTOR_MAX_AUTOTUNE": "1"})
+    b = make(env={"TORCH_HOME": "/home/u/.cache/torch", "TRITON_HOME": "/home/u", "CUDA_HOME": "/opt/cuda",
+                  "TORCHINDUCTOR_DUMP_PATH": "/var/y", "TORCHINDUCTOR_MAX_AUTOTUNE": "1"})
+    assert pp.differences(a, b) == [] and set(a["env_keys"]) == {"TORCHINDUCTOR_MAX_AUTOTUNE"}
+    assert "/root" not in json.dumps(a)
+
+
 @pytest.mark.fault("A passport answered with wrong JSON types (not a string, a non-string field)",
                    promise="read as no passport: that container's cache is not trusted, and no command crashes")
 @pytest.mark.parametrize("answer", [{"format": 1}, ["x"], 5, True,

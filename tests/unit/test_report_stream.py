@@ -58,7 +58,8 @@ def test_a_large_metrics_file_is_streamed_and_read_in_bounded_chunks(tmp_path):
     metrics = ("\n".join(rows) + "\n").encode()
     assert len(metrics) > 8 * CHUNK
     gpu = b"t,index,util,mem_used,mem_total,power,temp\n1000.0,0,93,1024,81920,300,60\n1001.0,0,95,2048,81920,300,61\n"
-    t = CountingTransport([pulled("metrics.jsonl", metrics), pulled("gpu.csv", gpu), pulled("events.jsonl", None)])
+    t = CountingTransport([pulled("metrics.jsonl", metrics), pulled("gpu.csv", gpu), pulled("events.jsonl", None),
+                           pulled("compile.jsonl", None)])
     tl = report.read_timeline(Container(t, 200), RUN, [{"attempt": 1, "started": 1000.0}], tmp_path)
     t.assert_done()
     assert not any(inner_argv(argv)[0] == "cat" for argv, _ in t.calls)  # no command reads it whole

@@ -6,8 +6,7 @@ import re
 import shlex
 
 import pytest
-
-from support import EXAMPLE_CT, NOT_ALLOWED
+from support import NOT_ALLOWED  # shared with tests/lab/test_sudo_lab.py
 
 from remote import config as cfg
 from remote import sudo
@@ -260,3 +259,5 @@ def test_the_command_lines_remote_builds_are_allowed_and_no_other():
         assert not sudo.allows("pct", args.split(), [200]), args
     assert not sudo.allows("pct", ["exec", "201", "--keep-env", "0", "--", "id"], [200])
     assert sudo.allows("pct", ["exec", "201", "--keep-env", "0", "--", "id"])  # a drop-in made without a hosts file
+
+

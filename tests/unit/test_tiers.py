@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import ast
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 from support import OWN_LAB_MODULES, ROOT, TESTS, TIERS, tier_of, work_unit
@@ -60,17 +58,6 @@ def test_a_test_gets_the_marker_of_its_folder(request):
     assert all(request.node.get_closest_marker(t) is None for t in TIERS if t != "unit")
 
 
-def test_ci_s_expression_selects_the_unit_and_local_folders_whole():
-    """.ci/run's second run, `-m "not lab and not newcomer"`: every file of tests/unit and tests/local, nothing
-    of tests/lab or tests/newcomer (the markers come from the folders)."""
-    r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "not lab and not newcomer",
-                        "tests"], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    files = {line.split("::")[0] for line in r.stdout.splitlines() if "::" in line}
-    assert files == {str(p.relative_to(ROOT)) for p in all_test_files() if tier_of(p) in ("unit", "local")}
-    assert "deselected" in r.stdout.splitlines()[-1]  # the lab and newcomer tests were collected, then left out
-
-
 def test_the_own_lab_modules_exist_and_use_their_labs_ids():
     """A module of support.OWN_LAB_MODULES runs on conftest's own_lab (under xdist beside the session lab's
     modules): it must not reach for the session lab's containers."""
@@ -93,3 +80,16 @@ def test_xdist_work_units_keep_each_lab_on_one_worker():
     assert {unit for path, unit in units.items() if tier_of(ROOT / path) == "newcomer"} == {"newcomer"}
     others = [path for path in units if tier_of(ROOT / path) in ("unit", "local")]
     assert all(units[path] == path for path in others) and len(others) > 40
+
+
+def test_a_test_module_is_imported_only_from_its_own_folder():
+    """A tier runs alone (`pytest tests/lab`): what another tier's test module holds comes from support.py."""
+    crossing = []
+    for p in all_test_files():
+        for node in ast.walk(ast.parse(p.read_text())):
+            names = ([node.module] if isinstance(node, ast.ImportFrom) and node.module else
+                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            for name in names:
+                if name.startswith("test_") and not (p.parent / f"{name}.py").is_file():
+                    crossing.append(f"{p.relative_to(ROOT)}:{node.lineno} imports {name}")
+    assert crossing == [], crossing

@@ -1,0 +1,255 @@
+"""A run's compile health, read from the `compile.jsonl` the compile watch writes (remote/sh/compilewatch.py).
+
+Pure functions over untrusted text (every line was written inside the container): each field is checked
+for its type and bounded, every string shown goes through remote.naming.printable. What a run's compile
+events mean:
+
+  compile         the first compile of a function
+  recompile       a further compile of it; `reason` is torch's (the guard that failed)
+  graph-break     the function's graph was split; `reason` is torch's break reason
+  eager-fallback  the function runs its Python code from now on; `why`: recompile-limit, suppressed-error
+
+"After the first steady step" is after the time the run's second throughput value was reported (its first
+value includes the first compile): <run>/metrics.jsonl holds each value's time (remote/sh/watch.py).
+docs/guide/compile-health.md has each event, each finding and what to do about it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from ..naming import printable
+from ..results import CompileEvent, CompileHealth
+
+KINDS = ("compile", "recompile", "graph-break", "eager-fallback")
+WHY = ("recompile-limit", "suppressed-error", "nested-fx-trace")
+FILE = "compile.jsonl"
+TEXT_MAX = 600
+
+
+def _str(v, limit: int = TEXT_MAX) -> str | None:
+    return printable(str(v)[:limit]) if isinstance(v, str) and v else None
+
+
+def _int(v) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _num(v) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def parse_line(line: str) -> CompileEvent | None:
+    """One line of compile.jsonl -> an event; None for a torn, foreign or `totals` line."""
+    try:
+        d = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(d, dict) or d.get("kind") not in KINDS or _num(d.get("t")) is None:
+        return None
+    cache: dict = d["cache"] if isinstance(d.get("cache"), dict) else {}
+    return CompileEvent(
+        t=float(d["t"]), kind=d["kind"], fn=_str(d.get("fn"), 200), file=_str(d.get("file"), 400),
+        line=_int(d.get("line")), n=max(1, _int(d.get("n")) or 1),
+        why=d.get("why") if d.get("why") in WHY else None, reason=_str(d.get("reason")),
+        where=_str(d.get("where"), 400), seconds=max(0.0, _num(d.get("seconds")) or 0.0), rank=_int(d.get("rank")),
+        pid=_int(d.get("pid")), thread=_str(d.get("thread"), 100), compile_id=_str(d.get("compile_id"), 40),
+        cache={k: v for k, v in cache.items() if isinstance(k, str) and _int(v) is not None})
+
+
+def totals_of(line: str) -> tuple[int, dict[str, float]] | None:
+    """(pid, its totals) from any line that carries them: every event line and the last `totals` line."""
+    try:
+        d = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(d, dict) or _int(d.get("pid")) is None or not isinstance(d.get("totals"), dict):
+        return None
+    tot = {k: float(v) for k, v in d["totals"].items() if k in (*KINDS, "seconds") and _num(v) is not None}
+    return d["pid"], tot
+
+
+def steady_at(metrics_text: str) -> float | None:
+    """The time of the first steady step: the second throughput value in metrics.jsonl (the first includes the
+    first compile); None before the run reported two."""
+    seen = 0
+    for line in metrics_text.splitlines():
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(d, dict) and _num(d.get("t")) is not None:
+            seen += 1
+            if seen == 2:
+                return float(d["t"])
+    return None
+
+
+def describe(ev: CompileEvent) -> str:
+    """One line, as `train` prints it: `recompile #3 of f (train.py:12): guard failed: k == 2.0`."""
+    what = {"recompile": f"recompile #{ev.n} of", "graph-break": "graph break in",
+            "eager-fallback": "running eagerly:", "compile": "compile of"}.get(ev.kind, ev.kind)
+    why = f" ({ev.why})" if ev.kind == "eager-fallback" and ev.why else ""
+    text = f"{what} {ev.function}{why}"
+    if ev.reason:
+        text += f": {ev.reason}"
+    if ev.where and ev.kind != "graph-break":
+        text += f" at {ev.where}"
+    return printable(text)
+
+
+def health_line(h: CompileHealth) -> str:
+    """`compile: 3 compiles, 7 recompiles, 1 graph break, 1 eager fallback; 2.1 s compiling after the first
+    steady step`."""
+    def n(count: int, word: str) -> str:
+        return f"{count} {word}{'' if count == 1 else 's'}"
+
+    parts = [n(h.compiles, "compile"), n(h.recompiles, "recompile"), n(h.graph_breaks, "graph break"),
+             n(h.eager_fallbacks, "eager fallback")]
+    after = (f"{h.steady_seconds:.1f} s compiling after the first steady step" if h.steady_at is not None
+             else "no steady step yet")
+    return "compile: " + ", ".join(parts) + f"; {after}"
+
+
+def summarize(lines: Iterable[str], steady: float | None = None, limit: int = 2000) -> CompileHealth:
+    """compile.jsonl's lines (any number: only the last `limit` events are kept) -> the run's health. Counts
+    come from each process's latest totals (the file is bounded: a process writes totals, not every event)."""
+    events: list[CompileEvent] = []
+    totals: dict[int, dict[str, float]] = {}
+    seen_lines: set[int] = set()
+    for line in lines:
+        if hash(line) in seen_lines:  # the probe sends a process's latest line again with the totals
+            continue
+        seen_lines.add(hash(line))
+        ev = parse_line(line)
+        if ev is not None:
+            events.append(ev)
+            if len(events) > 2 * limit:
+                del events[:limit]
+        tot = totals_of(line)
+        if tot is not None:
+            totals[tot[0]] = tot[1]
+    events = events[-limit:]
+    summed: Counter = Counter()
+    for per_process in totals.values():
+        summed.update(per_process)
+    for kind in KINDS:  # a line without totals still counts
+        seen = sum(1 for e in events if e.kind == kind and e.pid not in totals)
+        summed[kind] += seen
+    after = [e for e in events if steady is not None and e.t > steady]
+    return CompileHealth(
+        compiles=int(summed["compile"]), recompiles=int(summed["recompile"]), graph_breaks=int(summed["graph-break"]),
+        eager_fallbacks=int(summed["eager-fallback"]),
+        seconds=float(summed["seconds"]) + sum(e.seconds for e in events if e.pid not in totals),
+        steady_at=steady, steady_seconds=sum(e.seconds for e in after),
+        steady_counts=dict(Counter(e.kind for e in after)), events=tuple(events), processes=len(totals))
+
+
+def read_run(folder: str) -> CompileHealth:
+    """A pulled run folder's compile health (compile.jsonl and metrics.jsonl in it)."""
+    def text(name: str) -> str:
+        try:
+            with open(os.path.join(folder, name), encoding="utf-8", errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    return summarize(text(FILE).splitlines(), steady_at(text("metrics.jsonl")))
+
+
+class Notices:
+    """What `train` and `logs -f` print: one line the first time each kind of event happens after the first
+    steady step, and each function that starts running eagerly (whenever it happens)."""
+
+    def __init__(self) -> None:
+        self.kinds: set[str] = set()
+        self.eager: set[tuple] = set()
+
+    def take(self, ev: CompileEvent, steady: bool) -> str | None:
+        if ev.kind == "eager-fallback":
+            key = (ev.fn, ev.file, ev.line)
+            if key in self.eager:
+                return None
+            self.eager.add(key)
+            return f"!! {describe(ev)}"
+        if not steady or ev.kind in self.kinds:
+            return None
+        self.kinds.add(ev.kind)
+        return f"!! {describe(ev)}" + ("  (after the first steady step)" if ev.kind == "compile" else "")
+
+
+# What to do, per finding (docs/guide/compile-health.md says more).
+HINTS = {
+    "recompiling": "a guard fails each step: make the value a tensor or mark it dynamic "
+                   "(torch._dynamo.mark_dynamic, or torch.compile(dynamic=True) for shapes); the guard's source line "
+                   "is named above; TORCH_LOGS=recompiles shows every reason",
+    "graph-breaks": "each break splits the graph and costs fusion: remove the call at that line (a print, .item(), "
+                    "an unsupported call) or move it out of the compiled function; torch.compile(fullgraph=True) "
+                    "turns each break into an error that names it",
+    "eager-fallback": "the function runs uncompiled (slow): for recompile-limit fix the recompiles first (or raise "
+                      "torch._dynamo.config.recompile_limit); for suppressed-error unset "
+                      "torch._dynamo.config.suppress_errors to see the error, and keep error_on_nested_fx_trace on",
+    "compile-in-steady-state": "something compiled after the first steady step (a new shape at evaluation, a new "
+                               "batch size, a new code path): run that shape in the first steps or in `remote warmup`, "
+                               "or pad shapes to a few sizes",
+}
+
+
+@dataclass(frozen=True)
+class CompileFinding:
+    name: str
+    severity: str  # "warning"
+    text: str
+    hint: str
+
+
+def _top(events: list[CompileEvent], n: int = 3) -> str:
+    seen = Counter((e.function, e.reason or "?") for e in events)
+    return "; ".join(f"{fn}: {reason} ({count}x)" for (fn, reason), count in seen.most_common(n))
+
+
+def findings(h: CompileHealth, run: str | None = None) -> list[CompileFinding]:
+    """The doctor's compile findings for a run: recompiling, graph-breaks, eager-fallback,
+    compile-in-steady-state."""
+    out = []
+    of = f"run {run}" if run else "the run"
+    after = h.after_steady()
+    steady_known = h.steady_at is not None
+    recompiles = [e for e in (after if steady_known else h.events) if e.kind == "recompile"]
+    if recompiles:
+        first = recompiles[0]
+        when = "after the first steady step" if steady_known else "(no steady step known)"
+        out.append(CompileFinding(
+            "recompiling", "warning",
+            f"{of} recompiled {len(recompiles)} time(s) {when}: {_top(recompiles)}"
+            + (f"; guard at {first.where}" if first.where else ""), HINTS["recompiling"]))
+    breaks = [e for e in h.events if e.kind == "graph-break"]
+    if breaks:
+        out.append(CompileFinding("graph-breaks", "warning",
+                                  f"{of} has {h.graph_breaks or len(breaks)} graph break(s): {_top(breaks)}",
+                                  HINTS["graph-breaks"]))
+    eager = [e for e in h.events if e.kind == "eager-fallback"]
+    if eager:
+        names = "; ".join(sorted({f"{e.function} ({e.why or 'unknown'}): {e.reason or '?'}" for e in eager})[:5])
+        out.append(CompileFinding("eager-fallback", "warning", f"{of}: {len(eager)} function(s) run eagerly: {names}",
+                                  HINTS["eager-fallback"]))
+    if steady_known and any(e.kind in ("compile", "recompile") for e in after):
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(h.steady_counts.items()))
+        out.append(CompileFinding("compile-in-steady-state", "warning",
+                                  f"{of} spent {h.steady_seconds:.1f} s compiling after its first steady step "
+                                  f"({kinds})", HINTS["compile-in-steady-state"]))
+    return out
+
+
+def from_probe(part: Mapping | None) -> CompileHealth:
+    """The facts probe's `compile` part (remote/facts/probe.py's compile_part: the lines that matter and each
+    process's latest totals line, as the container wrote them) -> the run's health."""
+    if not isinstance(part, Mapping):
+        return CompileHealth()
+    lines = [x for x in part.get("lines") or [] if isinstance(x, str)] if isinstance(part.get("lines"), list) else []
+    tots = [x for x in part.get("totals") or [] if isinstance(x, str)] if isinstance(part.get("totals"), list) else []
+    return summarize([*lines, *tots], _num(part.get("steady_at")))

@@ -1,0 +1,150 @@
+"""Unit tier: reading a run's compile.jsonl (remote.ops.compilelog) and what train, status, doctor and the
+report make of it. The lines are what the compile watch writes; every one is untrusted input."""
+
+from __future__ import annotations
+
+import json
+
+from remote.ops import compilelog
+from remote.ops.jobs import CompileNotices
+from remote.runs import timeline
+
+
+def ev(t, kind, fn="f", n=1, **kw):
+    return json.dumps({"t": t, "kind": kind, "fn": fn, "file": "/root/dflash/train.py", "line": 12, "n": n,
+                       "pid": kw.pop("pid", 100), "thread": "MainThread", "seconds": kw.pop("seconds", 0.5),
+                       **kw})
+
+
+def with_totals(lines: list[str]) -> list[str]:
+    """Each line with its process's running totals, as the watch writes them."""
+    tot: dict = {"compile": 0, "recompile": 0, "graph-break": 0, "eager-fallback": 0, "seconds": 0.0}
+    out = []
+    for line in lines:
+        d = json.loads(line)
+        tot[d["kind"]] += 1
+        tot["seconds"] += d["seconds"]
+        out.append(json.dumps({**d, "totals": dict(tot)}))
+    return out
+
+
+RUN = with_totals([
+    ev(10, "compile", seconds=20.0),
+    ev(12, "recompile", n=1, reason="guard failed: G['K'] == 0.0", where="train.py:14"),
+    ev(31, "recompile", n=2, reason="guard failed: G['K'] == 1.0", where="train.py:14"),
+    ev(32, "graph-break", fn="g", reason="Call to `torch._dynamo.graph_break()`", seconds=0.0),
+    ev(40, "eager-fallback", why="recompile-limit", reason="recompile limit reached; last guard failed: G['K'] == 6.0"),
+    ev(41, "compile", fn="evaluate", seconds=3.0)])
+STEADY = 30.0  # the run's second throughput value
+
+
+def test_a_run_is_summed_and_split_at_its_first_steady_step():
+    h = compilelog.summarize(RUN, STEADY)
+    assert (h.compiles, h.recompiles, h.graph_breaks, h.eager_fallbacks) == (2, 2, 1, 1)
+    assert h.steady_counts == {"recompile": 1, "graph-break": 1, "eager-fallback": 1, "compile": 1}
+    assert h.steady_seconds == 0.5 + 0.0 + 0.5 + 3.0
+    assert compilelog.health_line(h) == ("compile: 2 compiles, 2 recompiles, 1 graph break, 1 eager fallback; 4.0 s compiling after "
+                        "the first steady step")
+
+
+def test_each_event_reads_as_one_line_with_torchs_reason():
+    h = compilelog.summarize(RUN)
+    assert compilelog.describe(h.events[2]) == "recompile #2 of f (train.py:12): guard failed: G['K'] == 1.0 at train.py:14"
+    assert compilelog.describe(h.events[3]) == "graph break in g (train.py:12): Call to `torch._dynamo.graph_break()`"
+    assert compilelog.describe(h.events[4]).startswith("running eagerly: f (train.py:12) (recompile-limit): recompile limit")
+
+
+def test_untrusted_lines_are_checked_field_by_field():
+    bad = ["not json", "[1, 2]", json.dumps({"t": "soon", "kind": "recompile"}), json.dumps({"t": 1, "kind": "rm -rf"}),
+           json.dumps({"t": 1, "kind": "recompile", "fn": "f\x1b[2Jx", "line": "12", "n": True, "seconds": -5,
+                       "why": "because", "reason": "r" * 5000})]
+    h = compilelog.summarize(bad)
+    assert len(h.events) == 1
+    e = h.events[0]
+    assert "\x1b" not in (e.fn or "") and e.line is None and e.n == 1 and e.seconds == 0.0 and e.why is None
+    assert len(e.reason or "") <= compilelog.TEXT_MAX + 50
+
+
+def test_the_totals_count_what_the_bounded_file_did_not_write():
+    lines = [ev(1, "recompile", n=16, totals={"compile": 1, "recompile": 16, "seconds": 9.0}),
+             json.dumps({"t": 99, "kind": "totals", "pid": 100, "totals": {"compile": 1, "recompile": 1000000,
+                                                                           "seconds": 4000.0}}),
+             ev(5, "compile", pid=200, totals={"compile": 1, "seconds": 2.0})]
+    h = compilelog.summarize(lines)
+    assert h.recompiles == 1000000 and h.compiles == 2 and h.seconds == 4002.0 and h.processes == 2
+
+
+def test_the_first_steady_step_is_the_second_throughput_value():
+    metrics = '{"t": 5, "value": 0.3}\nnot json\n{"t": 9.5, "value": 21.0}\n{"t": 10, "value": 21.1}\n'
+    assert compilelog.steady_at(metrics) == 9.5
+    assert compilelog.steady_at('{"t": 5, "value": 0.3}\n') is None
+
+
+def test_doctor_names_each_finding_with_what_to_do():
+    found = {f.name: f for f in compilelog.findings(compilelog.summarize(RUN, STEADY), "r1")}
+    assert set(found) == {"recompiling", "graph-breaks", "eager-fallback", "compile-in-steady-state"}
+    assert "recompiled 1 time(s) after the first steady step" in found["recompiling"].text
+    assert "guard failed: G['K'] == 1.0" in found["recompiling"].text and "train.py:14" in found["recompiling"].text
+    assert "mark it dynamic" in found["recompiling"].hint
+    assert "fullgraph=True" in found["graph-breaks"].hint and "graph_break()" in found["graph-breaks"].text
+    assert "recompile-limit" in found["eager-fallback"].text and "recompile_limit" in found["eager-fallback"].hint
+    assert "4.0 s compiling" in found["compile-in-steady-state"].text
+
+
+def test_a_steady_run_has_no_findings():
+    assert compilelog.findings(compilelog.summarize([ev(10, "compile", seconds=20.0)], STEADY)) == []
+    assert compilelog.findings(compilelog.summarize([])) == []
+
+
+def test_the_probes_part_is_read_like_the_file():
+    part = {"run": "r1", "steady_at": STEADY, "lines": RUN[1:], "totals": [RUN[-1]]}
+    h = compilelog.from_probe(part)
+    assert (h.compiles, h.recompiles) == (2, 2) and h.steady_at == STEADY and h.seconds == 24.5
+    assert compilelog.from_probe({"lines": "nope", "steady_at": "x"}) == compilelog.CompileHealth()
+    assert compilelog.from_probe(None) == compilelog.CompileHealth()
+
+
+def test_train_prints_one_line_per_kind_after_the_first_steady_step_and_each_eager_function():
+    printed: list[str] = []
+    n = CompileNotices(printed.append)
+    for line in RUN[:2]:  # before the steady step's time is known: they wait, then are judged by their time
+        n.line(line)
+    assert printed == []
+    n.line(json.dumps({"steady": {"t": STEADY, "value": 21.0}}))
+    assert printed == []  # both happened before the first steady step
+    for line in RUN[2:]:
+        n.line(line)
+    n.line(ev(50, "recompile", n=3, reason="guard failed: G['K'] == 2.0"))  # a kind already shown: silent
+    n.line(ev(51, "eager-fallback", fn="h", why="suppressed-error", reason="BackendCompilerFailed: x"))
+    assert printed == [
+        "!! recompile #2 of f (train.py:12): guard failed: G['K'] == 1.0 at train.py:14",
+        "!! graph break in g (train.py:12): Call to `torch._dynamo.graph_break()`",
+        "!! running eagerly: f (train.py:12) (recompile-limit): recompile limit reached; last guard failed: "
+        "G['K'] == 6.0",
+        "!! compile of evaluate (train.py:12)  (after the first steady step)",
+        "!! running eagerly: h (train.py:12) (suppressed-error): BackendCompilerFailed: x",
+    ]
+
+
+def test_an_eager_fallback_is_printed_at_once_even_before_the_steady_step():
+    printed: list[str] = []
+    n = CompileNotices(printed.append)
+    n.line(RUN[4])
+    assert len(printed) == 1 and printed[0].startswith("!! running eagerly: f")
+
+
+def test_the_report_timeline_draws_each_event():
+    tl = timeline.parse('{"t": 5, "value": 1.0}\n{"t": 30, "value": 21.0}\n', compiles="\n".join(RUN))
+    svg = timeline.svg(tl)
+    assert len(tl.compiles) == 6
+    assert svg.count('class="compile recompile"') == 2 and svg.count('class="compile eager-fallback"') == 1
+    assert "recompile #2 of f (train.py:12): guard failed: G[&#x27;K&#x27;] == 1.0" in svg
+
+
+def test_status_shows_the_counts_per_run():
+    from remote.cli import format as cli_format
+
+    r = {"compile": cli_format.compile_dict(compilelog.summarize(RUN, STEADY))}
+    assert cli_format._compile_text(r) == ("; compile: 2 compiles, 2 recompiles, 1 graph break, 1 eager fallback, "
+                                           "4.0 s compiling after the first steady step")
+    assert cli_format._compile_text({}) == ""
