@@ -93,6 +93,22 @@ def test_keeper_is_reused_by_ten_commands(lab, hosts, rundir):
     assert f"lab: reachable (kept connection: pid {keepers(rundir)[0]}" in status.stdout
 
 
+@pytest.mark.parametrize("first", [("status", "-c", str(CT)), ("status",), ("doctor", "-c", str(CT)),
+                                   ("exec", "-c", str(CT), "--", "true")], ids=" ".join)
+def test_the_first_command_leaves_the_keeper_the_next_reuses(lab, hosts, rundir, first):
+    """Each command that reaches the host leaves its kept connection (bench/oneoff.py --exec-only starts with
+    `remote status -c ID`, then waits for it), and `remote exec` after it runs through that one: the same keeper,
+    one SSH connection for both."""
+    before = accepted(lab)
+    remote(hosts, *first, check=first[0] != "doctor")  # doctor of a container never deployed finds errors
+    kept = info(hosts)
+    assert kept is not None, f"no kept connection after remote {' '.join(first)}"
+    assert keepers(rundir) == [kept["pid"]]
+    assert remote(hosts, "exec", "-c", str(CT), "--", "echo", "reused").stdout == "reused\n"
+    assert info(hosts)["pid"] == kept["pid"] and keepers(rundir) == [kept["pid"]]
+    assert accepted(lab) - before == 1
+
+
 @pytest.mark.fault("Kept connection killed", promise="the next command starts another and succeeds")
 def test_killed_keeper_is_replaced(lab, hosts, rundir):
     exec_in_ct(hosts)

@@ -80,3 +80,42 @@ def test_lab_and_hosts_file_setup_live_in_benchlab():
         if defs or labs:
             repeated[p.name] = (sorted(defs), labs)
     assert repeated == {}, f"use bench/benchlab.py (private_lab, hosts_file, free_port, parse_ids): {repeated}"
+
+
+def remote_imported_before_the_checkout(tree: ast.Module) -> list[int]:
+    """Lines of module-level imports of remote that come before the benchmark puts its own checkout first on
+    sys.path (`sys.path.insert(0, ...)`, or importing benchlab, which does it): such an import takes whatever
+    remote is found first, e.g. an editable install of another checkout."""
+    early = []
+    for node in tree.body:
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) \
+                and ast.unparse(node.value.func) == "sys.path.insert":
+            return early
+        if isinstance(node, ast.If):  # benchlab: `if str(ROOT) not in sys.path: sys.path.insert(0, ...)`
+            if any(isinstance(n, ast.Call) and ast.unparse(n.func) == "sys.path.insert" for n in ast.walk(node)):
+                return early
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        if "benchlab" in names:
+            return early
+        if any(n == "remote" or n.startswith("remote.") for n in names):
+            early.append(node.lineno)
+    return early
+
+
+def test_benchmarks_import_their_own_checkouts_remote():
+    """A benchmark times its checkout's `remote` commands (PYTHONPATH=ROOT); what it computes in its own process
+    (a keeper's socket name, a config) must come from that same checkout. bench/oneoff.py imported remote.target
+    before putting ROOT first, so with the project venv's editable install of another checkout it looked for
+    the kept connection under that checkout's socket name and gave up: no kept connection within 60s."""
+    early = {p.name: lines for p in bench_files() if (lines := remote_imported_before_the_checkout(ast.parse(p.read_text())))}
+    assert early == {}, f"import remote only after sys.path.insert(0, ROOT) (or `from benchlab import ...`): {early}"
+
+
+def test_the_checkout_first_check_sees_an_early_import():
+    early = ast.parse("import sys\nfrom remote.target import resolve\nsys.path.insert(0, ROOT)\nfrom remote import config\n")
+    late = ast.parse("import sys\nsys.path.insert(0, ROOT)\nfrom remote.target import resolve\n")
+    via_benchlab = ast.parse("from benchlab import ROOT\nimport remote\n")
+    assert remote_imported_before_the_checkout(early) == [2]
+    assert remote_imported_before_the_checkout(late) == []
+    assert remote_imported_before_the_checkout(via_benchlab) == []
