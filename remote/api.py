@@ -410,7 +410,10 @@ class Fleet:
         for entry in jobs:
             if entry["container"] in outliers:
                 entry["venv_lock_differs"] = outliers[entry["container"]]
+        for entry in jobs:  # the node that holds it (a cluster's containers: as its guest list says)
+            entry["node"] = s.config.hosts[entry["host"]].node_name if entry.get("host") in s.config.hosts else None
         return {"hosts": [{"host": h.host, "reachable": h.reachable, "error": h.error, "kept": s.kept_note(h.host),
+                           "node": s.config.hosts[h.host].node_name, "cluster": s.config.hosts[h.host].cluster,
                            "containers": dict(h.containers)} for h in hosts_],
                 "containers": jobs}
 

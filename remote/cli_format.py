@@ -27,7 +27,8 @@ def status_lines(data: dict) -> list[str]:
     by_ct = {j["container"]: j for j in data["containers"]}
     lines = []
     for h in data["hosts"]:
-        lines.append(f"{h['host']}: {'reachable' if h['reachable'] else 'UNREACHABLE'}"
+        where = (f" (node {h['node']} of cluster {h['cluster']})" if h.get("cluster") else "")
+        lines.append(f"{h['host']}{where}: {'reachable' if h['reachable'] else 'UNREACHABLE'}"
                      + (f" ({h['kept']})" if h["kept"] else ""))
         if h["error"]:
             lines.append("  " + printable(h["error"], lines=True).replace("\n", "\n  "))

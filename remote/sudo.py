@@ -35,6 +35,8 @@ PROGRAMS: tuple[HostProgram, ...] = (
                 "every container command (pct exec), status, start, stop, config, list and the snapshots"),
     HostProgram("pvesm", "/usr/sbin/pvesm", ("status",), True,
                 "the storages' types: whether a container's rootfs can take a snapshot (deploy.snapshot)"),
+    HostProgram("pvesh", "/usr/bin/pvesh", ("get", "/cluster/resources", "--type", "vm", "--output-format", "json"), True,
+                "a cluster's guest list: which node holds each container (remote.cluster, hosts with cluster:)"),
     HostProgram("python3", "/usr/bin/python3", None, False,
                 "the host's stream mux (remote.transport.hostmux), as the login user"),
     # The host-side GPU probe (doctor --gpu) adds its programs here: modinfo, nvidia-smi and lspci read
@@ -68,6 +70,8 @@ def program_path(name: str, pct: str = "pct", exact: bool = True) -> str:
         return p.path
     if pct == "pct":
         return p.path if exact else p.name
+    if pct == program("pct").path:  # Proxmox VE's own layout: pvesh is in /usr/bin, pct and pvesm in /usr/sbin
+        return p.path
     return pct.rsplit("/", 1)[0] + "/" + p.path.rsplit("/", 1)[1] if "/" in pct else p.name
 
 

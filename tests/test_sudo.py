@@ -37,8 +37,9 @@ def test_the_drop_in_allows_exactly_the_root_programs_of_the_list():
 
 def test_the_drop_in_names_the_hosts_files_pct_and_programs_beside_it():
     text = sudo.sudoers("trainer", ["/opt/pve/bin/pct", "/usr/sbin/pct"])
-    assert sudo.rule_of(text, "trainer") == ["/opt/pve/bin/pct", "/opt/pve/bin/pvesm status", "/usr/sbin/pct",
-                                             "/usr/sbin/pvesm status"]
+    guests = "pvesh get /cluster/resources --type vm --output-format json"  # a cluster's guest list (remote.cluster)
+    assert sudo.rule_of(text, "trainer") == ["/opt/pve/bin/pct", "/opt/pve/bin/pvesm status", f"/opt/pve/bin/{guests}",
+                                             "/usr/sbin/pct", "/usr/sbin/pvesm status", f"/usr/bin/{guests}"]
     assert all(line.startswith(("#", "Defaults:trainer ", "trainer ")) for line in text.splitlines())
     with pytest.raises(ValueError):
         sudo.sudoers("bad user;id")
@@ -53,7 +54,8 @@ def test_init_sudoers_prints_only_the_drop_in(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert out == sudo.sudoers("trainer", ["/srv/lab/bin/pct"])
     assert "visudo -cf" in out + err
-    assert sudo.rule_of(out, "trainer") == ["/srv/lab/bin/pct", "/srv/lab/bin/pvesm status"]
+    assert sudo.rule_of(out, "trainer") == ["/srv/lab/bin/pct", "/srv/lab/bin/pvesm status",
+                                            "/srv/lab/bin/pvesh get /cluster/resources --type vm --output-format json"]
 
 
 def test_a_sudo_host_calls_pct_through_sudo_n_at_its_exact_path():
