@@ -94,7 +94,8 @@ def hosts(sudo_lab) -> Path:
     path = hosts_file(sudo_lab, "hosts.yaml")
     r = task(path, "init", "--sudoers", USER, "--hosts", str(path))
     assert r.returncode == 0, r.stderr
-    assert sudo.rule_of(r.stdout, USER) == [f"{sudo_lab.dir}/bin/pct", f"{sudo_lab.dir}/bin/pvesm status"]
+    assert sudo.rule_of(r.stdout, USER) == [f"{sudo_lab.dir}/bin/pct", f"{sudo_lab.dir}/bin/pvesm status",
+                                           f"{sudo_lab.dir}/bin/pvesh get /cluster/resources --type vm --output-format json"]
     install_rule(r.stdout)
     return path
 
