@@ -1,5 +1,5 @@
-"""Invoke entry point for this checkout: the same collection as the `remote` command (remote/tasks.py)."""
+"""Invoke entry point for this checkout: the same collection as the `remote` command (remote/cli/invoke.py)."""
 
-from remote.tasks import collection
+from remote.cli import collection
 
 ns = collection()

@@ -11,7 +11,7 @@
 # task of remote ever does).
 #
 # Usage (as root, in a checkout of remote, its controller packages importable by python3):
-#   bash bench/gpu_cache.sh [RECORD.json]        (default docs/gpu-cache/<date>[-N].json)
+#   bash bench/gpu_cache.sh [RECORD.json]        (default docs/evidence/gpu-cache/<date>[-N].json)
 # Environment: SRC_VENV (the venv whose torch is deployed; default python3's), GPU_CACHE_WORK (scratch,
 # default /var/tmp/gpu-cache), STEPS (drafter steps per run, default 300), ITERS (plain, default 200),
 # PARTS ("drafter plain", the default, or one of them), PAIRS (self-warmed/seeded runs of each, alternating;
@@ -22,9 +22,9 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 date=$(date -u +%Y-%m-%d)
 record=${1:-}
 if [ -z "$record" ]; then
-  record=$repo/docs/gpu-cache/$date.json
+  record=$repo/docs/evidence/gpu-cache/$date.json
   n=2
-  while [ -e "$record" ]; do record=$repo/docs/gpu-cache/$date-$n.json; n=$((n + 1)); done
+  while [ -e "$record" ]; do record=$repo/docs/evidence/gpu-cache/$date-$n.json; n=$((n + 1)); done
 fi
 work=${GPU_CACHE_WORK:-/var/tmp/gpu-cache}
 steps=${STEPS:-300}

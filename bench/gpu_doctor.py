@@ -11,7 +11,7 @@
 
     python bench/gpu_doctor.py [--hosts hosts.yaml] [--containers 200,201] [--preflight 200] [--repeat 7]
 
-Prints one JSON object (the figures docs/benchmarks.md quotes).
+Prints one JSON object (the figures docs/evidence/benchmarks.md quotes).
 """
 
 from __future__ import annotations

@@ -9,8 +9,13 @@
 #   mismatch: a driver library of another version found first by the container's loader (libcuda.so.1 ->
 #             libcuda.so.<other>, a link to the real one, in an ld.so.conf.d entry sorted first): doctor --gpu
 #             must name driver-lib-mismatch; put back;
+#   four planted node faults (issue 34), each with /dev made read-only (so nothing, nvidia-modprobe included,
+#             re-creates the node) and put back by restarting the container: /dev/nvidia-uvm bound to /dev/null,
+#             /dev/nvidia-uvm re-made with a stale major (511:0), /dev/nvidia0 bound to /dev/null, /dev/nvidiactl
+#             removed: doctor --gpu must name the node (container-node-wrong or container-node-missing, with the
+#             host's numbers and a fix that is not itself), `remote train` must refuse naming it;
 # healthy again after each. Every step's exit status, seconds, the kinds doctor named and its round trips
-# go to the record (default docs/gpu-doctor/<date>.json).
+# go to the record (default docs/evidence/gpu-doctor/<date>.json).
 #
 # Usage (as root, in a checkout of remote whose controller packages python3 imports):
 #   bash bench/gpu_doctor.sh [RECORD.json]
@@ -21,7 +26,7 @@
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 date=$(date -u +%Y-%m-%d)
-record=${1:-$repo/docs/gpu-doctor/$date.json}
+record=${1:-$repo/docs/evidence/gpu-doctor/$date.json}
 work=${GPU_DOCTOR_WORK:-/var/tmp/gpu-doctor}
 src_venv=${SRC_VENV:-$(python3 -c 'import sys; print(sys.prefix)')}
 ct=200
@@ -54,11 +59,16 @@ if name.startswith("doctor-") and start >= 0:  # bench/gpu_doctor.py --once: kin
         got = json.loads(text[start:].splitlines()[0])
         entry.update(kinds=got["kinds"], round_trips=got["round_trips"], doctor_seconds=got["seconds"],
                      doctor_exit=got["exit"])
-    except (ValueError, KeyError, IndexError):
+        entry["findings"] = [{k: f.get(k) for k in ("kind", "node", "message", "fix")}
+                             for c in got["report"]["containers"] for f in c["findings"]]
+    except (ValueError, KeyError, IndexError, TypeError):
         pass
 if name.startswith("train-"):
-    entry["named"] = sorted({k for k in ("container-uvm-missing", "cuda-init-failed", "driver-lib-mismatch")
-                             if f"[{k}]" in text})
+    import re
+    entry["named"] = sorted(set(re.findall(r"\[((?:container|cuda|device|host|driver|cgroup|mount|no|mig)-[a-z-]+)\]",
+                                           text)))
+    entry["tail"] = text.strip().splitlines()[-6:] if text.strip() else []
+if name.endswith("-make") or name == "uvm-remove":
     entry["tail"] = text.strip().splitlines()[-3:] if text.strip() else []
 print(json.dumps(entry))
 PY
@@ -136,6 +146,22 @@ step doctor-lib-mismatch "$gpu_want" doctor
 step mismatch-restore 0 pct exec "$ct" --keep-env 0 -- bash -c \
   'rm -rf /opt/other-nvidia /etc/ld.so.conf.d/00-other-nvidia.conf && ldconfig && ldconfig -p | grep "libcuda.so.1 " || true'
 step doctor-healthy-3 0 doctor
+
+# -- four planted node faults, each put back by restarting the container (its /dev made again) ---------------
+# node_fault NAME SCRIPT: plant (as root in the container), doctor --gpu and train must name it, put back.
+node_fault() {
+  step "$1-make" 0 pct exec "$ct" --keep-env 0 -- sh -c "set -e; $2; mount -o remount,ro /dev; ls -ln /dev | grep nvidia"
+  step "doctor-$1" "$gpu_want" doctor
+  step "train-$1" "$gpu_want" remote train -c "$ct"
+  step "$1-restore" 0 bash -c "'$lab/bin/pct' stop $ct && '$lab/bin/pct' start $ct"
+  step "doctor-healthy-$1" 0 doctor
+}
+if [ -e /dev/nvidia-uvm ] || [ "$gpu_want" = 1 ]; then
+  node_fault uvm-null 'mount --bind /dev/null /dev/nvidia-uvm'
+  node_fault uvm-stale 'rm -f /dev/nvidia-uvm; mknod -m 666 /dev/nvidia-uvm c 511 0'
+  node_fault gpu-null 'mount --bind /dev/null /dev/nvidia0'
+  node_fault ctl-removed 'rm -f /dev/nvidiactl'
+fi
 step train-healthy-2 0 remote train -c "$ct"
 step lab-down 0 remote lab down
 

@@ -8,8 +8,8 @@
 # launched by `remote train` against the same command launched by hand in the container.
 #
 # Usage (as root, in a checkout of remote, its controller packages importable by python3):
-#   bash bench/gpu_pipeline.sh [RECORD.json]    (default docs/gpu-pipeline/<date>[-N].json)
-# then `python3 bench/gpu_pipeline_table.py` adds it to docs/gpu-pipeline.md's table.
+#   bash bench/gpu_pipeline.sh [RECORD.json]    (default docs/evidence/gpu-pipeline/<date>[-N].json)
+# then `python3 bench/gpu_pipeline_table.py` adds it to docs/evidence/gpu-pipeline.md's table.
 # Environment: SRC_VENV (the venv whose torch is deployed; default python3's), GPU_PIPELINE_WORK (scratch,
 # default /var/tmp/gpu-pipeline), STEPS (drafter steps per run, default 400), RUNS (runs on each side of the
 # known-good/recovered comparison, each side's figure their median; default 3). Runs on a CPU machine too
@@ -18,10 +18,10 @@ set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 date=$(date -u +%Y-%m-%d)
 record=${1:-}
-if [ -z "$record" ]; then  # docs/gpu-pipeline/<date>.json, or <date>-2.json, ... when that day has one
-  record=$repo/docs/gpu-pipeline/$date.json
+if [ -z "$record" ]; then  # docs/evidence/gpu-pipeline/<date>.json, or <date>-2.json, ... when that day has one
+  record=$repo/docs/evidence/gpu-pipeline/$date.json
   n=2
-  while [ -e "$record" ]; do record=$repo/docs/gpu-pipeline/$date-$n.json; n=$((n + 1)); done
+  while [ -e "$record" ]; do record=$repo/docs/evidence/gpu-pipeline/$date-$n.json; n=$((n + 1)); done
 fi
 work=${GPU_PIPELINE_WORK:-/var/tmp/gpu-pipeline}
 steps=${STEPS:-400}

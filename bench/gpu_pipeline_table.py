@@ -1,4 +1,4 @@
-"""Rewrite the table of runs in docs/gpu-pipeline.md from the records in docs/gpu-pipeline/*.json
+"""Rewrite the table of runs in docs/evidence/gpu-pipeline.md from the records in docs/evidence/gpu-pipeline/*.json
 (written by bench/gpu_pipeline.sh). Usage: python3 bench/gpu_pipeline_table.py"""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "gpu-pipeline.md"
+DOC = ROOT / "docs" / "evidence" / "gpu-pipeline.md"
 BEGIN, END = "<!-- runs: begin (bench/gpu_pipeline_table.py) -->", "<!-- runs: end -->"
 HEAD = ("| record | GPU | driver | torch | steps ok | first step cold / warm (ratio) | throughput tool / by hand "
         "(ratio) | doctor named | known-good / recovered (ratio) | GPU after stop |\n"
@@ -45,7 +45,7 @@ def row(path: Path) -> str:
 
 def main() -> int:
     # <date>.json, then <date>-2.json, ...: in the order they ran.
-    records = sorted((ROOT / "docs" / "gpu-pipeline").glob("*.json"),
+    records = sorted((ROOT / "docs" / "evidence" / "gpu-pipeline").glob("*.json"),
                      key=lambda p: (p.stem[:10], int(p.stem[11:] or 1) if p.stem[11:].isdigit() else 0))
     table = "\n".join([BEGIN, HEAD, *(row(p) for p in records), END])
     text = DOC.read_text()

@@ -1,4 +1,4 @@
-"""The public API's own numbers, side by side in one run (docs/benchmarks.md):
+"""The public API's own numbers, side by side in one run (docs/evidence/benchmarks.md):
 
 - `python -c 'import remote'` and `python -c 'import remote; remote.open'` against `python -c pass`
   (whole processes, interleaved, medians). Goal: `import remote` ≤ 0.1 s. Needs no lab.

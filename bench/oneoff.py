@@ -4,7 +4,9 @@ idle kept connection costs (CPU over a quiet spell, memory).
 
 Run against a lab that is up, with a deployed container (`remote deploy -c ID` first), from the repository root:
     python bench/oneoff.py --hosts hosts.yaml --container 200 [--rounds 7] [--idle 20] [--exec-only]
-(--exec-only: warm and cold `remote exec` beside the command by hand, no deploy needed.) A cold command
+(--exec-only: warm and cold `remote exec` beside the command by hand, no deploy needed. --baseline DIR: a
+cold `remote exec` of another checkout of remote (e.g. `git worktree add /tmp/base main`) in the same
+rounds, with keepers of its own, so two trees compare side by side on a shared machine.) A cold command
 connects itself while its keeper starts in the background; each round waits for that keeper before its
 warm commands, so warm is always warm.
 Each round runs every command once, in turn, so load on the machine falls on all of them alike; medians
@@ -38,6 +40,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--idle", type=float, default=20.0, help="seconds of a quiet keeper to measure its CPU")
     ap.add_argument("--exec-only", action="store_true", help="only warm and cold exec and the command by hand")
+    ap.add_argument("--baseline", help="another checkout of remote whose cold exec runs in the same rounds")
     args = ap.parse_args()
     cfg = config.load(args.hosts)
     h = cfg.container(args.container).host
@@ -62,8 +65,15 @@ def main() -> None:
             sys.exit(f"failed: {' '.join(argv[3:] if argv[0] == sys.executable else argv)}\n{r.stdout}{r.stderr}")
         return took
 
-    def disconnect() -> None:
-        subprocess.run([*remote, "disconnect"], env=env, capture_output=True, check=True)
+    def disconnect(e: dict = env) -> None:
+        subprocess.run([*remote, "disconnect"], env=e, capture_output=True, check=True)
+
+    base_env = None
+    if args.baseline:
+        base_tmp = os.path.join(tmp, "baseline")
+        os.makedirs(base_tmp, mode=0o700)
+        base_env = {**env, "XDG_RUNTIME_DIR": base_tmp, "PYTHONPYCACHEPREFIX": os.path.join(base_tmp, "pycache"),
+                    "PYTHONPATH": os.path.abspath(args.baseline)}
 
     try:
         # `exec -c ID -- argv` where the CLI has it, else `--command`.
@@ -75,6 +85,10 @@ def main() -> None:
         cases = {"warm exec": [], "warm status": [], "warm no-op deploy": [], "cold exec": [], "by hand": []}
         if args.exec_only:
             del cases["warm status"], cases["warm no-op deploy"]
+        if base_env is not None:
+            cases["cold exec, baseline"] = []
+            probe_b = subprocess.run([*remote, "exec", "-c", ct, "--", "true"], env=base_env, capture_output=True)
+            _wait_keeper_in(args.baseline, args.hosts, h.name, base_env)  # its byte-code cache warmed too
         for _ in range(args.rounds):
             cases["warm exec"].append(timed(exec_argv))
             if not args.exec_only:
@@ -84,6 +98,15 @@ def main() -> None:
             cases["cold exec"].append(timed(exec_argv))
             cases["by hand"].append(timed(ssh))
             _wait_keeper(args.hosts, h.name, env)  # the cold command's keeper, for the next round's warm ones
+            if base_env is not None:
+                disconnect(base_env)
+                argv_b = [*remote, "exec", "-c", ct, *(["--", "true"] if probe_b.returncode == 0 else ["--command", "true"])]
+                start = time.perf_counter()
+                r = subprocess.run(argv_b, env=base_env, capture_output=True, text=True)
+                cases["cold exec, baseline"].append(time.perf_counter() - start)
+                if r.returncode != 0:
+                    sys.exit(f"failed: the baseline's cold exec\n{r.stdout}{r.stderr}")
+                _wait_keeper_in(args.baseline, args.hosts, h.name, base_env)
         med = {k: statistics.median(v) for k, v in cases.items()}
         goals = {"warm exec": 0.3, "warm status": 0.4, "warm no-op deploy": 0.5}
         print(f"one-off commands, container {ct} on {h.name}, medians of {args.rounds} rounds (s):")
@@ -91,6 +114,9 @@ def main() -> None:
             goal = f"  (goal <= {goals[k]:g} s)" if k in goals else ""
             print(f"  {k:<18} {v:6.3f}  [{min(cases[k]):.3f} .. {max(cases[k]):.3f}]{goal}")
         print(f"  cold exec / by hand: {med['cold exec'] / med['by hand']:.2f}x  (goal <= 1.5x)")
+        if base_env is not None:
+            print(f"  baseline ({args.baseline}) cold exec / by hand: {med['cold exec, baseline'] / med['by hand']:.2f}x; "
+                  f"cold exec / baseline's: {med['cold exec'] / med['cold exec, baseline']:.2f}x")
         print(f"  `{' '.join(ssh)}`")
         if args.exec_only:
             return
@@ -123,6 +149,8 @@ def main() -> None:
               f"(goal < 0.1%), RSS {rss / 1024:.1f} MB, PSS {pss / 1024:.1f} MB (goal < 30 MB)")
     finally:
         disconnect()
+        if base_env is not None:
+            disconnect(base_env)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -151,6 +179,25 @@ def _wait_keeper(hosts: str, name: str, env: dict, timeout: float = 60.0) -> Non
             os.environ.pop("XDG_RUNTIME_DIR")
         else:
             os.environ["XDG_RUNTIME_DIR"] = saved
+
+
+WAIT_KEEPER = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from remote import config
+from remote.transport.keeper import KeptTransport
+kept, end = KeptTransport(config.load(sys.argv[2]).hosts[sys.argv[3]], sys.argv[2]), time.monotonic() + 60
+while kept.info() is None:
+    if time.monotonic() > end:
+        sys.exit("no kept connection within 60s")
+    time.sleep(0.05)
+"""
+
+
+def _wait_keeper_in(tree: str, hosts: str, name: str, env: dict) -> None:
+    """_wait_keeper with another checkout's code (its keeper's socket is named by its own rule)."""
+    subprocess.run([sys.executable, "-c", WAIT_KEEPER, os.path.abspath(tree), os.path.abspath(hosts), name], env=env,
+                   check=True)
 
 
 def _noop_deploy(hosts: str, ctid: int, session_kwargs: dict, env: dict) -> float:

@@ -1,6 +1,6 @@
 """remote: drive PyTorch training inside Proxmox LXC GPU containers over SSH.
 
-The public API (docs/library.md): `remote.open(hosts)` gives a Fleet; `fleet.container(id)` a Container
+The public API (docs/reference/library.md): `remote.open(hosts)` gives a Fleet; `fleet.container(id)` a Container
 with exec, push, pull, deploy, warmup, train (a Run), doctor (Findings). Errors are remote.errors' tree,
 importable from here. Names load on first use: `import remote` imports no transport, paramiko or yaml.
 """

@@ -643,7 +643,6 @@ class Container:
 
     def __init__(self, fleet: Fleet, spec: ContainerSpec):
         self.fleet, self.spec = fleet, spec
-        self._deployed: tuple[bool, Any] | None = None  # (deployed?, its venv's verify record), read on first exec
 
     def __repr__(self) -> str:
         return f"<remote.Container {self.id} on {self.host}>"
@@ -682,24 +681,13 @@ class Container:
 
         Returns the command's own exit status and output; with check, a non-zero one raises CommandError.
         `on_output(kind, chunk)` gets its output as it comes (then Result holds what was not streamed)."""
-        from .errors import ContainerCommandNotFound, DeployError
         from .ops import jobenv
-        from .ops.warmup import deployed
 
         ct = self._ct()
         args = ["bash", "-c", argv] if isinstance(argv, str) else list(argv)
         kwargs: dict[str, Any] = dict(timeout=float(timeout) if timeout else None, check=check, on_output=on_output)
-        if job_env and self._deployed is None:  # read once per Container (deploy and warmup here read it again)
-            try:
-                self._deployed = (True, deployed(ct, self.spec)["venv"].get("verify"))
-            except (DeployError, ContainerCommandNotFound):
-                # Not deployed yet, or no venv.python to read the deploy records with (a fresh container, where
-                # this command may be what installs it): a plain command, from /root.
-                self._deployed = (False, None)
-        if job_env and self._deployed is not None and self._deployed[0]:
-            r = jobenv.run(ct, self.spec, self._deployed[1], args, cwd=self.spec.code.path, **kwargs)
-        else:
-            r = ct.run(args, **kwargs)
+        # Deployed or not, and the job's environment, are decided in the container: one command, no probe first.
+        r = jobenv.run_as_deployed(ct, self.spec, args, **kwargs) if job_env else ct.run(args, **kwargs)
         return Result(tuple(args), r.exit_code, r.stdout, r.stderr, r.duration)
 
     def shell(self) -> int:
@@ -738,7 +726,6 @@ class Container:
         there, unless force."""
         from .ops.deploy import LockOnce, deploy
 
-        self._deployed = None
         lock = self.fleet._shared_value("deploy-lock", LockOnce)  # one resolved lock for the fleet's deploys
         s = deploy(self._s, self.id, allow_dirty=allow_dirty, check=check, rollback=rollback, force=force,
                    echo=self.fleet._emit, lock=lock)
@@ -1120,3 +1107,27 @@ def progress_printer(label: str) -> Callable[[int, int], None]:
     from .ops import files
 
     return files.ProgressPrinter(label)
+
+
+# -- text the command line shows: one definition each, shared with the library's own messages ------------
+
+def known_good_label(record: Mapping[str, Any] | None) -> str:
+    """A known-good record as doctor names it: `known-good run ID, VALUE UNIT` ("" for none)."""
+    from .doctor import known_good_label as label
+
+    return label(dict(record) if record else None)
+
+
+def passport_line(passport: Mapping[str, Any]) -> str:
+    """A compile cache's passport in one line (escaped), as `remote cache` and doctor show it."""
+    from .doctor import passport_line as line
+
+    return line(dict(passport))
+
+
+def doctor_document(diagnoses: Sequence[Diagnosis]) -> dict[str, Any]:
+    """`remote doctor --json` (docs/guide/doctor.md): the schema's version, whether all are healthy, each container's."""
+    from .doctor import SCHEMA_VERSION
+
+    return {"schema": SCHEMA_VERSION, "healthy": all(d.healthy for d in diagnoses),
+            "containers": [d.to_dict() for d in diagnoses]}

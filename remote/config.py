@@ -42,11 +42,22 @@ class Host:
     control_persist: float = 60.0  # seconds a kept connection waits for the next command; 0: none (transport.keeper)
     cluster: str | None = None  # the Proxmox cluster this host is a node of (remote.cluster); None: a host of its own
     node: str | None = None  # its Proxmox node name where it differs from the entry's name
+    # "": all from the hosts file; else remote.fabric's words: "fabric.Connection", plus "key_filename" when
+    # the key came from its connect_kwargs and "no-hosts-file" when no hosts file was given
+    given_by: str = ""
 
     @property
     def node_name(self) -> str:
         """The Proxmox node this host is (what the cluster's guest list names)."""
         return self.node or self.name
+
+
+def setting(host: Host, key: str) -> str:
+    """Where the user sets `key` of `host`: the hosts file's hosts.NAME.KEY, or, for a host made from a
+    Fabric Connection without a hosts file, a hosts file to pass."""
+    if "no-hosts-file" in host.given_by.split():
+        return f"`{key}` under this host in a hosts file passed as hosts= (a fabric.Connection has no {key})"
+    return f"hosts.{host.name}.{key}"
 
 
 @dataclass(frozen=True)
@@ -76,6 +87,9 @@ class WarmupSpec:
     devices: tuple[str, ...] = ()
     cache_dir: str = "/root/.cache/torch-compile"
     timeout: float = 1800.0
+    # copy a cache another container made for exactly this instead of compiling: that trusts its jobs'
+    # code (inductor entries are Python and .so files this container loads); false: always compile here
+    copy_from_others: bool = True
 
 
 @dataclass(frozen=True)
@@ -99,7 +113,7 @@ class TrainSpec:
     master_port: int = 29500  # a multi-node run's rendezvous port on its first node ({master_port})
     rendezvous_timeout: int = 300  # seconds a multi-node run's nodes wait for each other before failing
     stall: float | None = None  # seconds without a new log line (a metric value, with train.metric): stalled
-    on_stall: str = "warn"  # warn | stop | restart (docs/watch.md)
+    on_stall: str = "warn"  # warn | stop | restart (docs/guide/watch.md)
     restarts: int = 0  # how many times a failed run is started again
     restart_on: tuple[int, ...] = ()  # the exit statuses that restart it; () = any non-zero
 
@@ -389,6 +403,7 @@ def _warmup(s: _Section, base: WarmupSpec) -> WarmupSpec:
         devices=s.strings("devices", base.devices),
         cache_dir=s.take("cache_dir", str, base.cache_dir, _abspath),
         timeout=s.take("timeout", float, base.timeout, _range(1, 86400)),
+        copy_from_others=s.take("copy_from_others", bool, base.copy_from_others),
     )
     s.done()
     if spec.command and "{device}" in spec.command and not spec.devices:

@@ -258,7 +258,7 @@ def findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
     # The compile-race layout of the training command (train's preflight warns the same).
     for note in layout.compile_layout_notes(layout.devices_from_command(spec.train.command), t.version):
         add(Finding("compile-layout", "warning", note, None, "threads that compile on one device race",
-                    "see docs/compile-race.md"))
+                    "see docs/internals/compile-race.md"))
 
     if not kg:
         add(Finding("no-known-good", "info", "no known-good run recorded", None,

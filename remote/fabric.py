@@ -17,7 +17,7 @@ UserKnownHostsFile) is refused with HostKeyError, whatever the Connection would 
 Connection with a password or an in-memory pkey is refused (ConfigError), as is a `gateway` (write a
 ProxyJump for the host in ~/.ssh/config: remote verifies every hop's key).
 
-This is the only module of remote that imports fabric (tests/test_layers.py checks).
+This is the only module of remote that imports fabric (tests/unit/test_layers.py checks).
 """
 
 from __future__ import annotations
@@ -59,27 +59,58 @@ def _login(c: fabric.Connection) -> dict[str, Any]:
     return login
 
 
-def fleet(c: fabric.Connection, ids: Sequence[int | str] = (), *, hosts: str | os.PathLike | None = None,
-          known_hosts: str | os.PathLike | None = None, progress: api.Progress | None = None,
-          dry: bool = False) -> api.Fleet:
-    """A remote.Fleet on the host `c` connects to. With `hosts` (a hosts file): its containers and
-    settings, its host reached as `c` says (address, port, user, key; the file's known_hosts unless
-    `known_hosts` is given), so give a file of that one host. Without: the containers `ids`, with the
-    defaults (exec, push, pull and doctor work; deploy and train need a file's venv, code and train)."""
+def _matches(host: Any, c: fabric.Connection) -> bool:
+    """Is the hosts file's `host` the one the Connection reaches (its name, or its address and port)?"""
+    names = {str(n) for n in (getattr(c, "original_host", None), c.host) if n}
+    return host.name in names or (host.address in names and host.port in (None, int(c.port)))
+
+
+def _config(c: fabric.Connection, ids: Sequence[int | str], hosts: str | os.PathLike | None,
+            known_hosts: str | os.PathLike | None) -> tuple[Any, str]:
+    """The config, with the Connection's login applied to the one host it reaches, and that host's name.
+    The hosts file's other hosts keep their own settings."""
     from . import config as cfg
 
     login = _login(c)
     if known_hosts is not None:
         login["known_hosts"] = os.path.abspath(os.fspath(known_hosts))
+    given = ["fabric.Connection"] + (["key_filename"] if "key_file" in login else [])
+    reached = str(getattr(c, "original_host", None) or c.host)
     if hosts is None:
-        name = str(c.original_host or c.host)
-        data = {"hosts": {name: login}, "containers": {int(i): {"host": name} for i in ids}}
-        config = cfg.parse(data, WHERE)
+        data = {"hosts": {reached: login}, "containers": {int(i): {"host": reached} for i in ids}}
+        config, name = cfg.parse(data, WHERE), reached
+        given.append("no-hosts-file")
     else:
         config = cfg.load(os.fspath(hosts))
-    hosts_ = {n: dataclasses.replace(h, **{"known_hosts": h.known_hosts, **login}) for n, h in config.hosts.items()}
+        matched = [n for n, h in config.hosts.items() if _matches(h, c)]
+        if not matched and len(config.hosts) == 1:
+            matched = list(config.hosts)  # a file of that one host, whatever it calls it
+        if len(matched) != 1:
+            raise ConfigError(config.file, "hosts", f"the Connection reaches {reached}, which is "
+                              + ("none" if not matched else "more than one") + " of this file's hosts ("
+                              + ", ".join(f"{n}: {h.address}" for n, h in config.hosts.items())
+                              + ") by name or address: connect to one of them by its name or address")
+        name = matched[0]
+    host = config.hosts[name]
+    if host.local:
+        raise ConfigError(config.file, f"hosts.{name}.local", f"true: remote runs pct on this machine for {name}, so the "
+                          f"Connection to {reached} would be ignored: drop `local: true` to reach {name} through "
+                          "the Connection, or use remote.Fleet without Fabric to run here")
+    host = dataclasses.replace(host, **{"known_hosts": host.known_hosts, **login}, given_by=" ".join(given))
+    hosts_ = {**config.hosts, name: host}
     containers = {i: dataclasses.replace(s, host=hosts_[s.host.name]) for i, s in config.containers.items()}
-    config = dataclasses.replace(config, hosts=hosts_, containers=containers)
+    return dataclasses.replace(config, hosts=hosts_, containers=containers), name
+
+
+def fleet(c: fabric.Connection, ids: Sequence[int | str] = (), *, hosts: str | os.PathLike | None = None,
+          known_hosts: str | os.PathLike | None = None, progress: api.Progress | None = None,
+          dry: bool = False) -> api.Fleet:
+    """A remote.Fleet on the host `c` connects to. With `hosts` (a hosts file): its containers and
+    settings, the host `c` reaches (the one whose name or address is `c`'s host; a file's only host) logged
+    into as `c` says (address, port, user, key; the file's known_hosts unless `known_hosts` is given); its
+    other hosts as the file says. Without: the containers `ids`, with the defaults (exec, push, pull and
+    doctor work; deploy and train need a file's venv, code and train)."""
+    config, _ = _config(c, ids, hosts, known_hosts)
     return api.Fleet(config, keep=False, dry=dry, progress=progress)
 
 
@@ -87,9 +118,16 @@ def container(c: fabric.Connection, ctid: int | str, *, hosts: str | os.PathLike
               known_hosts: str | os.PathLike | None = None, progress: api.Progress | None = None,
               dry: bool = False) -> api.Container:
     """Container `ctid` of the Proxmox host `c` connects to; closes its connection when used as a context
-    manager (`with remote.fabric.container(c, 200) as ct:`) or with ct.close()."""
-    return fleet(c, [ctid] if hosts is None else (), hosts=hosts, known_hosts=known_hosts, progress=progress,
-                 dry=dry).container(ctid)
+    manager (`with remote.fabric.container(c, 200) as ct:`) or with ct.close(). A container the hosts file
+    puts on another host is refused (ConfigError naming both), never run on `c`'s host."""
+    config, name = _config(c, [ctid] if hosts is None else (), hosts, known_hosts)
+    spec = config.container(ctid)
+    if spec.host.name != name:
+        raise ConfigError(config.file, f"containers.{spec.ctid}.host",
+                          f"container {spec.ctid} is on {spec.host.name} ({spec.host.address}), but the Connection "
+                          f"reaches {name} ({getattr(c, 'original_host', None) or c.host}): pass a Connection to "
+                          f"{spec.host.name}")
+    return api.Fleet(config, keep=False, dry=dry, progress=progress).container(ctid)
 
 
 def exec(c: fabric.Connection, ctid: int | str, argv: Sequence[str] | str, *,

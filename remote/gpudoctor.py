@@ -32,7 +32,11 @@ WHY = {"host-no-driver": "no container on this host can use a GPU",
        "cuda-init-failed": "no CUDA program can start",
        "device-permission": "a node that cannot be opened is a GPU the job cannot use",
        "mig-caps-missing": "MIG instances are opened through /dev/nvidia-caps",
-       "persistence-off": "without persistence the driver is torn down between jobs"}
+       "persistence-off": "without persistence the driver is torn down between jobs",
+       "container-node-missing": "CUDA opens /dev/nvidiactl and the GPU's node; a node the container lacks fails "
+                                 "cuInit, whatever nvidia-smi says",
+       "container-node-wrong": "a node with other numbers than the host's (a bind of /dev/null, a stale major) "
+                               "is another device: CUDA fails on it"}
 
 
 @dataclass
@@ -99,8 +103,11 @@ def diagnose(session: Session, ctids: list[int]) -> tuple[list[HostReport], list
             facts, error, secs = fut.result()
             name = session.config.container(ctid).host.name
             h = got.get(name)
-            ct_reports.append(ContainerReport(ctid, name, facts, h.configs.get(ctid) if h else None,
-                                              gpu.findings(h, ctid, facts, name) if (facts or h) else [], error,
+            try:
+                found = gpu.findings(h, ctid, facts, name) if (facts or h) else []
+            except (ValueError, TypeError, AttributeError, KeyError) as exc:  # one container's answer, not a crash
+                found, error = [], f"container {ctid}: its GPU facts could not be read: {exc}"
+            ct_reports.append(ContainerReport(ctid, name, facts, h.configs.get(ctid) if h else None, found, error,
                                               round(secs, 3)))
     return host_reports, ct_reports
 
@@ -141,7 +148,7 @@ def render(hosts: list[HostReport], cts: list[ContainerReport]) -> str:
 
 
 def to_json(hosts: list[HostReport], cts: list[ContainerReport]) -> dict:
-    """docs/gpu-passthrough.md#json documents this."""
+    """docs/guide/gpu-passthrough.md#json documents this."""
     def finding(f):
         return {**f.to_dict(), "why": WHY.get(f.kind)}
 

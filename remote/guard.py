@@ -16,7 +16,7 @@ Installed into the container's venv as `remote_guard` by `deploy`; it imports no
    on one device), one can hit it and move it to the front while the other's walk is behind it:
    that walk ends without seeing it, a miss, and dynamo recompiles in steady state (torch 2.11
    labels this BACKEND_MATCH). Hence: each thread compiles its own copy of the function (its own
-   code object, its own entry list), so no two threads ever walk one list. docs/gpu-race.md has
+   code object, its own entry list), so no two threads ever walk one list. docs/evidence/gpu-race.md has
    the measurements.
 
 Use:
@@ -251,7 +251,7 @@ class CompileGuard:
 
         Dynamo keys its cache on the code object, and its lookup is not safe when two threads hit
         the same entry (the module docstring says why): on 2 H200s, 3 threads over 2 GPUs sharing one
-        compiled function missed in steady state in 13 of 40 cold runs (docs/gpu-race.md). So each thread that calls the
+        compiled function missed in steady state in 13 of 40 cold runs (docs/evidence/gpu-race.md). So each thread that calls the
         result gets a copy of `fn` with a code object of its own, compiled on its first call (inside
         its first step, under the lock); the inductor and AOTAutograd caches make the second copy on
         a device cheap. `fn` must be a plain function (pass each device's module in as an argument).

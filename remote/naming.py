@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Mapping
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from .guard import cache_subdir  # a pure function: the one naming rule shared with remote_guard
 
@@ -71,11 +71,62 @@ def compile_cache(spec, verify: Mapping | None) -> str:
                                                 "triton": v.get("triton")})
 
 
+def split_userinfo(url: str) -> tuple[str | None, str | None, str]:
+    """(user, password, the URL without them) of `url`, user and password percent-decoded; (None, None, url)
+    where it carries none. Robust to what people paste: a password with an unencoded `@` (the last `@`
+    before the host ends the user part) or `/` (a base64 token): text before the first `/` with a `:` whose
+    right side is no port, and an `@` after that `/`, is `user:password@host`."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return None, None, url
+    end = min((i for i in (rest.find("?"), rest.find("#")) if i >= 0), default=len(rest))
+    head = rest[:end]
+    slash = head.find("/")
+    authority = head if slash < 0 else head[:slash]
+    if "@" in authority:
+        at = authority.rfind("@")
+    elif slash >= 0 and "@" in head[slash:] and _password_with_slash(authority):
+        nxt = head.find("/", head.index("@", slash))
+        at = head.rfind("@", 0, nxt if nxt >= 0 else len(head))
+    else:
+        return None, None, url
+    user, colon, password = rest[:at].partition(":")
+    return (unquote(user), unquote(password) if colon else None,
+            f"{scheme}{sep}{rest[at + 1:]}")
+
+
+def _password_with_slash(authority: str) -> bool:
+    """Is `authority` (the text before a URL's first `/`) `user:start-of-a-password` rather than host:port?"""
+    host, colon, port = authority.rpartition(":")
+    if not colon or "]" in port:  # no `:`, or an IPv6 literal
+        return False
+    if port.isdigit() and len(port) <= 5 and int(port) <= 65535:
+        return not ("." in host or host == "localhost" or host.startswith("["))  # a host name with a port
+    return True
+
+
+def has_userinfo(url: str) -> bool:
+    return split_userinfo(url)[0] is not None
+
+
+def with_encoded_userinfo(url: str) -> str:
+    """`url` with its user and password percent-encoded (what uv and urllib parse: a `/` or `@` in a password
+    becomes %2F, %40)."""
+    user, password, bare = split_userinfo(url)
+    if user is None:
+        return url
+    scheme, _, rest = bare.partition("://")
+    secret = quote(user, safe="") + (":" + quote(password, safe="") if password is not None else "")
+    return f"{scheme}://{secret}@{rest}"
+
+
 def redact(url: str) -> str:
     """A URL as it may be shown: its user and password (a private index's token) replaced."""
-    scheme, sep, rest = url.partition("://")
-    host, slash, path = rest.partition("/")
-    return f"{scheme}{sep}***@{host.rsplit('@', 1)[1]}{slash}{path}" if sep and "@" in host else url
+    user, _, bare = split_userinfo(url)
+    if user is None:
+        return url
+    scheme, _, rest = bare.partition("://")
+    return f"{scheme}://***@{rest}"
 
 
 def _escape(ch: str) -> str:

@@ -1,24 +1,11 @@
-"""remote's tasks as an invoke Collection, for a user's own tasks.py:
+"""Deprecated: remote's invoke Collection moved to `remote.cli.collection()` (remote/cli/invoke.py).
 
-    from invoke import Collection
-    from remote.tasks import collection
-
-    ns = Collection()
-    ns.add_collection(collection(), "gpu")      # invoke gpu.deploy -c 200, invoke gpu.logs -f, ...
-
-The tasks are the command line's (remote/cli.py), with the same options and checks. Settings come from
-invoke's configuration as well as from flags and the environment: an `invoke.yaml` beside the tasks.py
-(or ~/.invoke.yaml, or $INVOKE_REMOTE_HOSTS) with
-
-    remote:
-      hosts: hosts.yaml        # the hosts file, when --hosts is not given
-      container: 200           # the container, when -c is not given
-
-A flag wins over the configuration, which wins over $REMOTE_HOSTS_FILE / $REMOTE_CONTAINER.
+`from remote.tasks import collection` keeps working, with a DeprecationWarning naming the new place.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -28,11 +15,9 @@ DEFAULTS = {"hosts": None, "container": None}
 
 
 def collection() -> Collection:
-    """A new Collection of every remote task (groups such as `lab` as sub-collections), configured with
-    the `remote` settings above (all None: flags and the environment decide)."""
-    from .cli import SHORT_FLAGS, TASKS, Exit
-    from .invoke_tasks import collection as build
+    """Deprecated: use `from remote.cli import collection`."""
+    warnings.warn("remote.tasks.collection is deprecated: use `from remote.cli import collection`",
+                  DeprecationWarning, stacklevel=2)
+    from .cli import collection as make
 
-    ns = build(TASKS, SHORT_FLAGS, Exit)
-    ns.configure({"remote": dict(DEFAULTS)})
-    return ns
+    return make()

@@ -19,7 +19,7 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "fault(row, promise): a row of docs/reliability.md that this test checks")
+    config.addinivalue_line("markers", "fault(row, promise): a row of docs/evidence/reliability.md that this test checks")
     config._fault = {}
 
 

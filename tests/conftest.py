@@ -1,4 +1,7 @@
-"""Test guards and the lab fixture.
+"""Test guards, the tier markers and the lab fixture.
+
+Tiers: every test gets the marker of its folder (tests/unit, tests/local, tests/lab, tests/newcomer; see
+support.TIERS); tests/unit/test_tiers.py checks that no file names another tier's marker.
 
 Guards: no test reads the real ~/.ssh/config or the user's hosts file ($HOME points at a temporary
 folder and $REMOTE_HOSTS_FILE is unset unless a test sets it). The `lab` fixture brings up a
@@ -9,18 +12,21 @@ fails loudly, never skips, when the machine cannot run it: .ci/run installs what
 from __future__ import annotations
 
 import os
-import re
-import socket
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's remote before an installed one
+
+from support import LAB_CONTAINERS, LAB_SECTIONS, LAB_WHEELS, free_port, tier_of  # noqa: E402
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        tier = tier_of(item.path)
+        if tier is not None:
+            item.add_marker(tier)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -52,17 +58,6 @@ def _isolated(monkeypatch, tmp_path):
     (tmp_path / "home").mkdir()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-# LXC ids are system-wide: two labs on one machine need other ids (REMOTE_TEST_LAB_IDS=230,231). Tests that
-# take theirs from here run with either; the others still name 200 and 201.
-LAB_CONTAINERS = tuple(int(i) for i in os.environ.get("REMOTE_TEST_LAB_IDS", "200,201").split(","))
-
-
 @pytest.fixture(scope="session")
 def lab(tmp_path_factory):
     from remote.lab import Lab
@@ -71,29 +66,6 @@ def lab(tmp_path_factory):
     lab.up(LAB_CONTAINERS)
     yield lab
     lab.down(purge=True)
-
-
-# The test labs' wheel folder: one for every session (a hard link to a configured wheel, or one download).
-LAB_WHEELS = Path(tempfile.gettempdir()) / "remote-test-wheels"
-
-LAB_SECTIONS = """
-venv:
-  packages: [torch==2.13.0+cpu, numpy==2.2.6]
-  find_links: [""" + str(LAB_WHEELS) + """]
-  requirements: requirements.txt
-code:
-  repo: {repo}
-  path: /root/dflash
-warmup:
-  command: python -m drafter.warmup --device {{device}}
-  devices: [0, 1]
-  cache_dir: /root/.cache/torch-compile
-train:
-  command: python -m drafter.train --target-gpus 0 --drafter-gpus 0,1 --steps 200 --log-interval 0.5
-  run_dir: /root/runs
-  baseline: 21.5
-  tolerance: 0.2
-"""
 
 
 @pytest.fixture(scope="session")
@@ -125,24 +97,6 @@ def ct(lab_session):
     return lab_session.container(200)
 
 
-class CountingTransport:
-    """Wraps a transport and records every command, to assert how many round trips a step takes."""
-
-    def __init__(self, inner):
-        self.inner, self.calls = inner, []
-        self.name = inner.name
-
-    def run(self, argv, **kw):
-        self.calls.append(list(argv))
-        return self.inner.run(argv, **kw)
-
-    def describe(self, argv):
-        return self.inner.describe(argv)
-
-    def close(self):
-        self.inner.close()
-
-
 @pytest.fixture(scope="session")
 def deployed(lab_session):
     """Container 200 deployed with the demo drafter and the pinned CPU torch."""
@@ -151,35 +105,3 @@ def deployed(lab_session):
     summary = deploy(lab_session, 200, echo=lambda s: None)
     assert summary.torch["torch"] == "2.13.0+cpu", summary.render()
     return summary
-
-
-def load_config(path, **edits):
-    """The lab's hosts file with `edits` applied as YAML text replacements, saved beside it."""
-    text = Path(path).read_text()
-    for old, new in edits.items():
-        assert old in text, old
-        text = text.replace(old, new)
-    out = Path(path).with_name(f"hosts-{abs(hash(text))}.yaml")
-    out.write_text(text)
-    return out
-
-
-def wait_until(predicate, timeout=30.0) -> bool:
-    """Poll predicate every 0.1 s; whether it came true within timeout (a hang guard, not a speed check)."""
-    end = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.1)
-    return True
-
-
-def sshd_serving(session, lab) -> list[int]:
-    """The lab sshd processes that hold this session's connection (found by its client port)."""
-    t = session.transport(session.config.hosts["lab"])
-    port = t._conn.client.get_transport().sock.getsockname()[1]
-    out = subprocess.run(["ss", "-Htnp", "state", "established", f"( sport = :{lab.port} and dport = :{port} )"],
-                         capture_output=True, text=True, check=True).stdout
-    pids = sorted({int(p) for p in re.findall(r"pid=(\d+)", out)})
-    assert pids, f"no sshd found for port {port}: {out!r}"
-    return pids

@@ -5,7 +5,7 @@ The hosts file comes from invoke.yaml (`remote: {hosts: ...}`), unless --hosts i
 
 from invoke import Collection, task
 
-from remote.tasks import collection
+from remote.cli import collection
 
 
 @task

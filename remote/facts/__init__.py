@@ -257,16 +257,32 @@ def gpu_problem(torch: Torch, gpus: Gpus, env: Mapping[str, str]) -> tuple[str, 
         return None
     n = len(gpus.gpus)
     if torch.device_count != n:
+        built, supported = _cuda_tuple(torch.cuda_build), _cuda_tuple(gpus.cuda_driver)
+        if built and supported and built > supported:
+            hint = (f"the venv's CUDA build ({torch.cuda_build}) is newer than the driver ({gpus.driver}) supports "
+                    f"(up to CUDA {gpus.cuda_driver}): pin a torch build for this driver (venv.packages), then remote "
+                    "deploy")
+        else:
+            hint = ((f"the venv's CUDA build ({torch.cuda_build}) suits the driver ({gpus.driver}, up to CUDA "
+                     f"{gpus.cuda_driver}): " if built and supported else "")
+                    + "check the container's GPU nodes against the host's (`remote doctor --gpu` compares each)")
         return (f"nvidia-smi lists {n} GPU(s) but torch sees {torch.device_count}"
-                + (" (torch.cuda.is_available() is False)" if not torch.cuda_available else ""),
-                f"check that the venv's CUDA build ({torch.cuda_build}) suits the driver ({gpus.driver}, up to "
-                f"CUDA {gpus.cuda_driver})")
+                + (" (torch.cuda.is_available() is False)" if not torch.cuda_available else ""), hint)
     cvd = env.get("CUDA_VISIBLE_DEVICES")
     if cvd is not None and visible_count(list(gpus.gpus), env) != len([d for d in cvd.split(",") if d.strip()]):
         listed = ", ".join(f"{g['index']}" + (f" ({g['uuid']})" if g.get("uuid") else "") for g in gpus.gpus)
         return (f"CUDA_VISIBLE_DEVICES={cvd} in train.env names a device nvidia-smi does not list (it lists "
                 f"{listed})", "fix CUDA_VISIBLE_DEVICES in train.env")
     return None
+
+
+def _cuda_tuple(v: str | None) -> tuple[int, ...] | None:
+    """`13.0` -> (13, 0); None for anything else."""
+    import re
+
+    if not v or not re.fullmatch(r"\d+(\.\d+)*", v):
+        return None
+    return tuple(int(x) for x in v.split(".")[:2])
 
 
 def gpus_of(raw: dict) -> Gpus:
@@ -276,7 +292,10 @@ def gpus_of(raw: dict) -> Gpus:
     if q.get("rc") is None:  # it hung: a driver in trouble, not a machine without GPUs
         return Gpus(True, (), None, None, (), f"nvidia-smi did not answer within {SMI_S} s (a hung GPU driver?)")
     if q.get("rc") != 0:
-        return Gpus(True, (), None, None, (), f"nvidia-smi failed: {q.get('err', '').strip()[-300:]}")
+        # nvidia-smi prints its errors on stdout (`Failed to initialize NVML: Unknown Error`).
+        said = (str(q.get("err") or "").strip() + "\n" + str(q.get("out") or "").strip()).strip()
+        return Gpus(True, (), None, None, (), f"nvidia-smi failed (exit {q.get('rc')}): {said[-300:]}" if said else
+                    f"nvidia-smi failed (exit {q.get('rc')}) and printed nothing")
     try:
         gpus = parse_gpus(q["out"])
     except ValueError as exc:  # an odd nvidia-smi is a finding, not a crash
@@ -420,6 +439,8 @@ def gpu_of(raw: dict) -> gpu.CtGpu | None:
 
 def _json_object(text: str | None) -> dict | None:
     """A small JSON file's object (a passport), or None: missing, torn or not an object (untrusted)."""
+    if not isinstance(text, (str, bytes)):  # the probe's answer held another JSON type
+        return None
     try:
         value = json.loads(text or "")
     except ValueError:

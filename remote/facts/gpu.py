@@ -39,7 +39,8 @@ SEVERITY = {"host-no-driver": "error", "host-reboot-pending": "warning", "host-u
             "host-gpu-vfio": "error", "driver-lib-mismatch": "error", "container-uvm-missing": "error",
             "device-not-passed": "error", "cgroup-major-stale": "error", "mount-optional-missing": "error",
             "no-driver-libs": "error", "cuda-init-failed": "error", "device-permission": "error",
-            "mig-caps-missing": "error", "persistence-off": "warning"}
+            "mig-caps-missing": "error", "persistence-off": "warning", "container-node-missing": "error",
+            "container-node-wrong": "error"}
 KINDS = tuple(SEVERITY)
 
 
@@ -54,7 +55,12 @@ class Node:
     gid: int = 0
     mode: int = 0o666
     char: bool = True
-    open_errno: int | None = None  # the container probe's open(O_RDWR): None opened, 1 EPERM, 13 EACCES
+    open_errno: int | None = None  # the container probe's open(O_RDWR): None opened, 1 EPERM, 13 EACCES, 6 ENXIO
+    mount: str | None = None  # in a container: the root of what is mounted on the node (`/null`), if anything
+
+    @property
+    def numbers(self) -> str:
+        return f"{self.major}:{self.minor}"
 
 
 @dataclass(frozen=True)
@@ -102,6 +108,7 @@ class HostGpu:
     smi: tuple[dict, ...]  # index, bus, persistence, mig, driver
     smi_error: str | None
     configs: dict[int, CtConfig] = field(default_factory=dict)
+    drivers: dict[int, tuple[str, ...]] = field(default_factory=dict)  # every character major of /proc/devices
 
     @property
     def uvm_major(self) -> int | None:
@@ -130,6 +137,7 @@ class CtGpu:
     cuda_driver: str | None  # cuDriverGetVersion, as "13.0"
     torch_cuda: str | None  # the venv's torch CUDA build (torch/version.py)
     torch_version: str | None = None
+    drivers: dict[int, tuple[str, ...]] = field(default_factory=dict)  # /proc/devices as the container reads it
 
     def node(self, path: str) -> Node | None:
         return next((n for n in self.nodes if n.path == path), None)
@@ -151,6 +159,7 @@ class GpuFinding:
     fix: str  # what to paste, or do
     ctid: int | None = None  # None: about the host itself
     host: str | None = None
+    node: str | None = None  # the device node it is about (/dev/nvidiactl), where it is about one
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -177,6 +186,16 @@ def parse_devices(text: str) -> dict[str, int]:
         m = re.fullmatch(r"\s*(\d+)\s+(nvidia\S*)\s*", line)
         if m:
             out.setdefault(m.group(2), int(m.group(1)))
+    return out
+
+
+def parse_char_devices(text: str) -> dict[int, tuple[str, ...]]:
+    """Every character major of /proc/devices with the names its driver registered (`4: (tty, ttyS)`)."""
+    out: dict[int, tuple[str, ...]] = {}
+    for line in text.split("Block devices:")[0].splitlines():
+        m = re.fullmatch(r"\s*(\d+)\s+(\S.*?)\s*", line)
+        if m:
+            out[int(m.group(1))] = out.get(int(m.group(1)), ()) + (m.group(2),)
     return out
 
 
@@ -289,33 +308,73 @@ def parse_host(text: str, mark: str) -> HostGpu:
     return HostGpu((s.get("kernel") or "").strip() or None, packages, loaded, open_module,
                    _version(s.get("modinfo")), tuple(s.get("modules", "").split()), parse_devices(s.get("devices", "")),
                    parse_nodes(s.get("nodes", "")), parse_lspci(s.get("lspci", "")),
-                   "running" in s.get("persistenced", ""), smi, smi_error, configs)
+                   "running" in s.get("persistenced", ""), smi, smi_error, configs,
+                   parse_char_devices(s.get("devices", "")))
+
+
+def _typed(value, types, where: str, *, none: bool = True):
+    """`value` where it is one of `types` (None too where `none`), else ValueError naming `where` and what it
+    was: the probe's answer is untrusted, and a wrong type is one container's error, not a crash."""
+    types = types if isinstance(types, tuple) else (types,)
+    if (value is None and none) or (isinstance(value, types) and (bool in types or not isinstance(value, bool))):
+        return value
+    want = " or ".join(t.__name__ for t in types)
+    raise ValueError(f"the container's GPU probe gave {where} as {type(value).__name__} "
+                     f"{json.dumps(value)[:60]}, not {want}")
+
+
+def _node(n, i: int) -> Node | None:
+    where = f"nodes[{i}]"
+    _typed(n, dict, where, none=False)
+    path = _typed(n.get("path"), str, where + ".path", none=False)
+    if n.get("dir") or "major" not in n:
+        return None
+    get = lambda key, default: _typed(n.get(key, default), int, f"{where}.{key}", none=False)  # noqa: E731
+    return Node(path, get("major", 0), get("minor", 0), get("uid", 0), get("gid", 0), get("mode", 0o666),
+                bool(_typed(n.get("char", True), bool, where + ".char", none=False)),
+                _typed(n.get("open"), int, where + ".open"), _typed(n.get("mount"), str, where + ".mount"))
+
+
+def _lib(soname, lib) -> dict | None:
+    _typed(lib, dict, f"libs[{json.dumps(soname)}]")
+    if lib is not None:
+        for key in ("path", "file", "version"):
+            _typed(lib.get(key), str, f"libs[{json.dumps(soname)}].{key}")
+    return lib
 
 
 def parse_container(text: str) -> CtGpu:
     """remote/sh/gpu_container.py's output (two JSON lines; the second, cuInit's, may be missing when the
-    driver crashed the probe) -> CtGpu. Pure. Raises ValueError when there is no JSON."""
+    driver crashed the probe) -> CtGpu. Pure. Raises ValueError when there is no JSON, or a value of the
+    wrong type (the probe's answer is untrusted: a container may print anything)."""
     lines = [line for line in text.splitlines() if line.startswith("{")]
     if not lines:
         raise ValueError("the container's GPU probe printed no JSON: " + repr(text[-300:]))
-    raw = json.loads(lines[0])
-    cu = (json.loads(lines[1]) if len(lines) > 1 else {}).get("cuda") or {
+    raw = _typed(json.loads(lines[0]), dict, "its answer", none=False)
+    second = _typed(json.loads(lines[1]), dict, "cuInit's answer", none=False) if len(lines) > 1 else {}
+    cu = _typed(second.get("cuda"), dict, "cuda") or {
         "loaded": False, "error": "the probe ended in cuInit (the driver crashed it?)"}
-    nodes = tuple(Node(n["path"], int(n["major"]), int(n["minor"]), int(n.get("uid", 0)), int(n.get("gid", 0)),
-                       int(n.get("mode", 0o666)), bool(n.get("char", True)), n.get("open"))
-                  for n in raw.get("nodes") or [] if not n.get("dir") and "major" in n)
-    smi = raw.get("smi") or {}
+    nodes = tuple(n for n in (_node(x, i) for i, x in enumerate(_typed(raw.get("nodes"), list, "nodes") or []))
+                  if n is not None)
+    libs = {_typed(k, str, "a library name", none=False): _lib(k, v)
+            for k, v in (_typed(raw.get("libs"), dict, "libs") or {}).items()}
+    smi = _typed(raw.get("smi"), dict, "smi") or {}
+    out, err = _typed(smi.get("out"), str, "smi.out") or "", _typed(smi.get("err"), str, "smi.err") or ""
+    rc = _typed(smi.get("rc"), int, "smi.rc")
     driver = error = None
     if not smi.get("missing"):
-        if smi.get("rc") == 0:
-            driver = _version((smi.get("out") or "").strip().splitlines()[0] if smi.get("out", "").strip() else "")
+        if rc == 0:
+            driver = _version(out.strip().splitlines()[0] if out.strip() else "")
         else:
-            error = ((smi.get("out") or "") + (smi.get("err") or "")).strip()[-300:] or "nvidia-smi failed"
-    v = cu.get("driver_version") or 0
-    torch = raw.get("torch") or {}
-    return CtGpu(nodes, dict(raw.get("libs") or {}), module_version(raw.get("proc_version"))[0], driver, error,
-                 bool(smi.get("missing")), bool(cu.get("loaded")), cu.get("error"), cu.get("init"),
-                 f"{v // 1000}.{v % 1000 // 10}" if v else None, torch.get("cuda"), torch.get("version"))
+            error = (out + err).strip()[-300:] or (f"nvidia-smi exited {rc}" if rc is not None else "nvidia-smi failed")
+    v = _typed(cu.get("driver_version"), int, "cuda.driver_version") or 0
+    torch = _typed(raw.get("torch"), dict, "torch") or {}
+    devices = _typed(raw.get("devices"), str, "devices") or ""
+    return CtGpu(nodes, libs, module_version(_typed(raw.get("proc_version"), str, "proc_version"))[0], driver, error,
+                 bool(smi.get("missing")), bool(cu.get("loaded")), _typed(cu.get("error"), str, "cuda.error"),
+                 _typed(cu.get("init"), int, "cuda.init"), f"{v // 1000}.{v % 1000 // 10}" if v else None,
+                 _typed(torch.get("cuda"), str, "torch.cuda"), _typed(torch.get("version"), str, "torch.version"),
+                 parse_char_devices(devices))
 
 
 # -- the commands --------------------------------------------------------------------------------------------
@@ -398,11 +457,6 @@ def _conf(ctid: int) -> str:
     return f"/etc/pve/lxc/{ctid}.conf"
 
 
-def _dev_fix(ctid: int, cfg: CtConfig, paths: list[str]) -> str:
-    sets = " ".join(f"-{_free_dev(cfg, i)} {p}" for i, p in enumerate(paths))
-    return f"pct set {ctid} {sets} (PVE >= 8.1, as root@pam), then pct reboot {ctid}"
-
-
 def host_findings(host: HostGpu, name: str | None = None) -> list[GpuFinding]:
     """What is wrong on the host itself; nothing when no container there is configured for a GPU and the host
     has no driver loaded (a CPU host)."""
@@ -457,7 +511,8 @@ def config_findings(host: HostGpu, cfg: CtConfig, ct: CtGpu | None = None, name:
     if not cfg.gpu or not host.loaded:
         return out
     c = cfg.ctid
-    add = lambda kind, message, fix: out.append(GpuFinding(kind, SEVERITY[kind], message, fix, c, name))  # noqa: E731
+    add = lambda kind, message, fix, node=None: out.append(  # noqa: E731
+        GpuFinding(kind, SEVERITY[kind], message, fix, c, name, node))
     required = [n for n in host.nodes if REQUIRED.match(n.path)]
     # The control nodes are needed by every container; of the GPUs, at least one (a host's GPUs are often
     # shared out between containers: one that gets GPU 0 of 8 lacks nothing).
@@ -465,28 +520,33 @@ def config_findings(host: HostGpu, cfg: CtConfig, ct: CtGpu | None = None, name:
     missing = [n.path for n in required if n.path not in gpus and not _passed(cfg, n.path)]
     if gpus and not any(_passed(cfg, p) for p in gpus):
         missing.insert(0, gpus[0])
-    if missing:
-        add("device-not-passed", f"{', '.join(missing)} exist(s) on the host but {_conf(c)} neither passes nor mounts "
-            "it", _dev_fix(c, cfg, missing) + f"; or add `lxc.mount.entry: {missing[0]} {missing[0][1:]} none "
-            "bind,optional,create=file` and its cgroup allow line")
+    for i, path in enumerate(missing):  # one finding per node, each with a devN of its own
+        n = host.node(path)
+        dev = _free_dev(cfg, i)
+        add("device-not-passed", f"{path} ({_what(n, host.drivers)}) exists on the host but {_conf(c)} neither passes "
+            "nor mounts it", f"pct set {c} -{dev} {path} (PVE >= 8.1, as root@pam), then pct reboot {c}; or add "
+            f"`{_mount_line(path)}` and `lxc.cgroup2.devices.allow: c {n.major if n else '<major>'}:* rwm`",
+            node=path)
     # Raw lxc keys: every node passed by a mount entry must be allowed by a cgroup line with today's major.
     mounted = [n for n in required + [n for n in host.nodes if n.path.startswith("/dev/nvidia-caps/")]
                if _passed(cfg, n.path) == "mount" and not _allowed(cfg.allows, n)]
-    majors = set(host.majors.values())
     for n in mounted:
-        stale = [a for a in cfg.allows if _nvidia_allow(a) and _allow_major(a) not in majors]
+        stale = [a for a in cfg.allows if _stale_allow(a, host, ct)]
         if stale:
             old = stale[0].strip()
+            owner = host.drivers.get(_allow_major(old) or -1)
             add("cgroup-major-stale", f"the cgroup allows `{old}` but {n.path} is major {n.major} on this host now "
-                f"(majors change at a reboot or a driver update)",
+                f"(majors change at a reboot or a driver update; major {_allow_major(old)} belongs to "
+                + (f"{', '.join(owner)} now, the container's NVIDIA node still carries it)" if owner else
+                   "no driver now)"),
                 f"in {_conf(c)} replace `lxc.cgroup2.devices.allow: {old}` with `lxc.cgroup2.devices.allow: "
                 f"c {n.major}:* rwm`, or use `{_free_dev(cfg)}: {n.path}` (PVE >= 8.1, set as root@pam), then "
-                f"pct reboot {c}")
+                f"pct reboot {c}", node=n.path)
         else:
             add("cgroup-major-stale", f"{n.path} (major {n.major}) is mounted into the container but no "
                 "lxc.cgroup2.devices.allow line allows its major: opening it fails with EPERM",
                 f"add `lxc.cgroup2.devices.allow: c {n.major}:* rwm` to {_conf(c)}, or use "
-                f"`{_free_dev(cfg)}: {n.path}` (PVE >= 8.1, set as root@pam), then pct reboot {c}")
+                f"`{_free_dev(cfg)}: {n.path}` (PVE >= 8.1, set as root@pam), then pct reboot {c}", node=n.path)
         break  # one line fixes every node of that major; the next probe names what is left
     for src, _, opts in cfg.mounts:
         if "optional" in opts and not host.node(src) and REQUIRED.match(src) and not src.startswith("/dev/nvidia-caps"):
@@ -513,6 +573,145 @@ def config_findings(host: HostGpu, cfg: CtConfig, ct: CtGpu | None = None, name:
     return out
 
 
+GPU_NODE = re.compile(r"/dev/nvidia(\d+)")
+KNOWN_NODES = {(1, 3): "/dev/null", (1, 5): "/dev/zero", (1, 7): "/dev/full", (1, 8): "/dev/random",
+               (1, 9): "/dev/urandom", (5, 0): "/dev/tty"}
+ERRNO = {1: "EPERM", 2: "ENOENT", 6: "ENXIO", 13: "EACCES", 19: "ENODEV", 30: "EROFS"}
+PURPOSE = {"/dev/nvidiactl": "the driver's control node: nvidia-smi and CUDA open it first",
+           "/dev/nvidia-uvm": "nvidia-smi works without it but CUDA does not (cuInit 999, torch.cuda.is_available() "
+                              "False)",
+           "/dev/nvidia-uvm-tools": "profilers (CUPTI, Nsight) open it"}
+
+
+def _what(node: Node | None, drivers: dict[int, tuple[str, ...]]) -> str:
+    """A node's numbers and whose they are: `195:255, nvidia`, `1:3, /dev/null`, `511:0, a major no driver has`."""
+    if node is None:
+        return "missing"
+    if not node.char:
+        return "not a character device"
+    names = drivers.get(node.major)
+    who = KNOWN_NODES.get((node.major, node.minor)) or (names[0] if names else
+                                                         "a major no driver has now" if drivers else None)
+    return node.numbers + (f", {who}" if who else "")
+
+
+def _mount_line(path: str) -> str:
+    return f"lxc.mount.entry: {path} {path[1:]} none bind,optional,create=file"
+
+
+def _stale_allow(value: str, host: HostGpu, ct: CtGpu | None) -> bool:
+    """Whether a cgroup allow line is a stale NVIDIA one: its major belongs to no driver now (/proc/devices
+    read in full), or it was an NVIDIA major (the container's own /dev/nvidia* node still carries it while
+    the host's has another). A line for any other live device (hidraw, tun, a serial adapter) is never stale."""
+    major = _allow_major(value)
+    if major is None or major == NVIDIA_MAJOR or not host.drivers:
+        return False
+    names = host.drivers.get(major)
+    if names is None:
+        return True
+    if any(n.startswith("nvidia") for n in names):
+        return False  # an NVIDIA major now: it allows that node
+    return any(x.path.startswith("/dev/nvidia") and x.major == major and (h := host.node(x.path)) is not None
+               and h.major != major for x in (ct.nodes if ct else ()))
+
+
+def _want(path: str, host: HostGpu | None, ct: CtGpu) -> Node | None:
+    """What a container's node should be: the host's node; without the host's facts, NVIDIA's fixed numbers
+    (195:N, 195:255) and nvidia-uvm's major from the container's /proc/devices."""
+    if host is not None and host.nodes:
+        return host.node(path)
+    m = GPU_NODE.fullmatch(path)
+    if m or path == "/dev/nvidiactl":
+        return Node(path, NVIDIA_MAJOR, int(m.group(1)) if m else 255)
+    uvm = next((major for major, names in ct.drivers.items() if "nvidia-uvm" in names), None)
+    if uvm is not None and path in ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"):
+        return Node(path, uvm, int(path.endswith("-tools")))
+    return None
+
+
+def _node_fix(ctid: int, cfg: CtConfig | None, path: str, want: Node | None, have: Node | None, i: int = 0) -> str:
+    """The fix for one wrong or missing node, computed from the host's node and the container's config: the
+    config line that makes the node at start (then pct reboot), or the line to add, with today's major."""
+    major = str(want.major) if want else "<its major in the host's /proc/devices>"
+    allow = f"lxc.cgroup2.devices.allow: c {major}:* rwm"
+    how = _passed(cfg, path) if cfg else None
+    numbers = f" ({want.numbers})" if want else ""
+    if cfg and how == "dev":
+        key = next(k for k, p, _ in cfg.devs if p == path)
+        fix = f"pct reboot {ctid}: its config's `{key}: {path}` makes the host's node{numbers} at start"
+    elif cfg and how == "mount":
+        src, tgt, opts = next(m for m in cfg.mounts if m[0] == path or path.startswith(m[0].rstrip("/") + "/"))
+        fix = (f"pct reboot {ctid}: its config's `lxc.mount.entry: {src} {tgt} none {','.join(opts)}` binds the host's "
+               f"node{numbers} at start, with `{allow}`")
+    else:
+        dev = _free_dev(cfg, i) if cfg else f"dev{i}"
+        fix = (f"pass the host's node{numbers} in {_conf(ctid)}: `{dev}: {path}` (`pct set {ctid} -{dev} {path}`, "
+               f"PVE >= 8.1, as root@pam), or `{_mount_line(path)}` with `{allow}`; then pct reboot {ctid}")
+    if have is not None and have.mount is not None:
+        fix = f"in the container `umount {path}` (what is mounted on it hides the node), or " + fix
+    return fix
+
+
+def node_findings(ct: CtGpu, ctid: int, host: HostGpu | None = None, cfg: CtConfig | None = None,
+                  name: str | None = None) -> list[GpuFinding]:
+    """Each node the container needs against the host's (major:minor, character device, opens): one finding
+    per wrong or missing node, naming it, what it is and what it should be. Needed: /dev/nvidiactl,
+    /dev/nvidia-uvm, every GPU node the container has or its config passes (one at least),
+    /dev/nvidia-uvm-tools and /dev/nvidia-caps/* where it has them or its config passes them."""
+    out: list[GpuFinding] = []
+    have = {n.path for n in ct.nodes}
+    passed = {p for _, p, _ in cfg.devs} | {src for src, _, _ in cfg.mounts} if cfg else set()
+    if not any(p.startswith("/dev/nvidia") for p in have) and not (cfg and cfg.gpu):
+        return out
+    drivers = (host.drivers if host and host.drivers else ct.drivers)
+    gpus = sorted({p for p in have | passed if GPU_NODE.fullmatch(p)}, key=lambda p: int(p[11:]))
+    if not gpus:
+        first = next((n.path for n in (host.nodes if host else ()) if GPU_NODE.fullmatch(n.path)), "/dev/nvidia0")
+        gpus = [first]
+    needed = ["/dev/nvidiactl", "/dev/nvidia-uvm", *gpus]
+    needed += [p for p in ("/dev/nvidia-uvm-tools",) if p in have or p in passed]
+    needed += sorted(p for p in have if p.startswith("/dev/nvidia-caps/"))
+    missing_fix = 0
+    for path in needed:
+        want, node = _want(path, host, ct), ct.node(path)
+        purpose = PURPOSE.get(path) or ("the GPU itself: CUDA sees no device without it" if GPU_NODE.fullmatch(path)
+                                        else "MIG instances are opened through it")
+        should = (f"the host's is {_what(want, drivers)}" if host is not None and host.nodes else
+                  f"it should be {_what(want, drivers)}") if want else None
+        if node is None:
+            if want is None and (path != "/dev/nvidia-uvm" or host is not None):
+                continue  # the host lacks it too: its own finding says so
+            kind = "container-uvm-missing" if path == "/dev/nvidia-uvm" else "container-node-missing"
+            out.append(GpuFinding(kind, SEVERITY[kind], f"{path} is not in the container" +
+                                  (f" ({should})" if should else "") + f": {purpose}",
+                                  _node_fix(ctid, cfg, path, want, None, missing_fix), ctid, name, path))
+            missing_fix += 1
+            continue
+        wrong = not node.char or (want is not None and (node.major, node.minor) != (want.major, want.minor))
+        if not wrong:
+            continue
+        opens = f"; opening it fails with {ERRNO.get(node.open_errno, f'errno {node.open_errno}')}" \
+            if node.open_errno is not None else ""
+        over = f", with {node.mount} mounted on it" if node.mount is not None else ""
+        out.append(GpuFinding("container-node-wrong", SEVERITY["container-node-wrong"],
+                              f"{path} in the container is {_what(node, drivers)}{over}"
+                              + (f"; {should}" if should else "") + f"{opens}: {purpose}",
+                              _node_fix(ctid, cfg, path, want, node), ctid, name, path))
+    return out
+
+
+CUDA_CAUSE = {999: "usually /dev/nvidia-uvm missing, not the host's, or not allowed",
+              803: "the libraries and the module differ", 34: "a stub libcuda is found first",
+              35: "the driver is older than this libcuda"}
+CUDA_FIX = {999: "on the host: `dmesg | grep -iE 'NVRM|Xid'` names the driver's error; with no GPU process running, "
+                 "reload it (`rmmod nvidia_uvm && modprobe nvidia-uvm`); then pct reboot {ctid}",
+            100: "on the host: `nvidia-smi -L` must list the GPU this container's node names; check that nothing "
+                 "sets CUDA_VISIBLE_DEVICES to an empty or unknown id in the container; then pct reboot {ctid}",
+            34: "remove the stub libcuda (a CUDA toolkit's stubs/ folder on LD_LIBRARY_PATH or in "
+                "/etc/ld.so.conf.d), then `ldconfig`",
+            803: "install the driver's user space of the host module's version in the container, then `ldconfig`"}
+
+
 def container_findings(ct: CtGpu, ctid: int, host: HostGpu | None = None, cfg: CtConfig | None = None,
                        name: str | None = None) -> list[GpuFinding]:
     """What a container sees wrong; with the host's facts the fixes name the host's versions and majors.
@@ -520,26 +719,13 @@ def container_findings(ct: CtGpu, ctid: int, host: HostGpu | None = None, cfg: C
     out: list[GpuFinding] = []
     if not ct.gpu and not (cfg and cfg.gpu):
         return out
-    add = lambda kind, message, fix: out.append(GpuFinding(kind, SEVERITY[kind], message, fix, ctid, name))  # noqa: E731
+    add = lambda kind, message, fix, node=None: out.append(  # noqa: E731
+        GpuFinding(kind, SEVERITY[kind], message, fix, ctid, name, node))
     module = (host.loaded if host else None) or ct.proc_version
     if host is not None and not host.loaded:
         return out  # host-no-driver says it all
-    ctl = ct.node("/dev/nvidiactl")
-    gpus = [n for n in ct.nodes if re.fullmatch(r"/dev/nvidia\d+", n.path)]
-    uvm_host = host.node("/dev/nvidia-uvm") if host else None
-    if (ctl or gpus) and not ct.node("/dev/nvidia-uvm") and not (host and not uvm_host):
-        if cfg and _passed(cfg, "/dev/nvidia-uvm"):
-            fix = f"pct reboot {ctid} (its config passes /dev/nvidia-uvm; the node was not there when it started)"
-        elif cfg:
-            fix = _dev_fix(ctid, cfg, ["/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"])
-        else:
-            major = host.uvm_major if host else None
-            fix = (f"pass /dev/nvidia-uvm into {_conf(ctid)}: `dev0: /dev/nvidia-uvm` (PVE >= 8.1, set as root@pam) or "
-                   f"`lxc.mount.entry: /dev/nvidia-uvm dev/nvidia-uvm none bind,optional,create=file` with "
-                   f"`lxc.cgroup2.devices.allow: c {major or '<nvidia-uvm major in /proc/devices>'}:* rwm`; then "
-                   f"pct reboot {ctid}")
-        add("container-uvm-missing", "/dev/nvidia-uvm is not in the container: nvidia-smi works but CUDA does not "
-            "(cuInit 999, torch.cuda.is_available() False)", fix)
+    out += node_findings(ct, ctid, host, cfg, name)
+    named = {f.node for f in out}
     libs = ct.lib_versions
     if (ct.nodes or (cfg and cfg.gpu)) and not any(ct.libs.values()):
         v = module or "<the host's module version>"
@@ -560,7 +746,7 @@ def container_findings(ct: CtGpu, ctid: int, host: HostGpu | None = None, cfg: C
                    "version's libraries, then `ldconfig`")
         add("driver-lib-mismatch", f"the container's driver libraries ({have}) are not the host's loaded module "
             f"{module}: Failed to initialize NVML: Driver/library version mismatch", fix)
-    denied = [n for n in ct.nodes if n.open_errno in (1, 13) and REQUIRED.match(n.path)]
+    denied = [n for n in ct.nodes if n.open_errno in (1, 13) and REQUIRED.match(n.path) and n.path not in named]
     if denied:
         n = denied[0]
         if n.open_errno == 1:
@@ -572,14 +758,24 @@ def container_findings(ct: CtGpu, ctid: int, host: HostGpu | None = None, cfg: C
                    "make the host's nodes 0666 (`options nvidia NVreg_DeviceFileMode=0666`)")
             what = f"its mode {n.mode:o}, owner {n.uid}:{n.gid} (unmapped in an unprivileged container) deny it (EACCES)"
         if not any(f.kind == "device-permission" for f in out):
-            add("device-permission", f"permission denied opening {n.path} in the container: {what}", fix)
+            add("device-permission", f"permission denied opening {n.path} in the container: {what}", fix, n.path)
     if ct.cuda_loaded and ct.cuda_init not in (None, 0):
         code = ct.cuda_init
-        cause = {999: "usually /dev/nvidia-uvm missing or not allowed", 803: "the libraries and the module differ",
-                 100: "no GPU node passed", 34: "a stub libcuda is found first"}.get(code, "see the other findings")
-        add("cuda-init-failed", f"cuInit(0) returned {code} ({CUDA_ERRORS.get(code, 'CUDA error')}): {cause}",
-            "fix the findings above, then check again with `remote doctor --gpu -c " + str(ctid) + "`"
-            if len(out) else f"check the host's driver (`remote doctor --gpu -c {ctid}`) and pct reboot {ctid}")
+        nodes = [f"{f.node} {'wrong' if f.kind == 'container-node-wrong' else 'missing'}" for f in out
+                 if f.node and f.kind in ("container-node-wrong", "container-node-missing", "container-uvm-missing")]
+        if nodes:  # the node findings above are the cause: name them, never a guess
+            cause = ", ".join(nodes) + " (above)"
+        elif code == 100:
+            cause = ("no GPU node (/dev/nvidia0..) in the container" if not any(GPU_NODE.fullmatch(n.path)
+                                                                               for n in ct.nodes)
+                     else "the container's GPU nodes are the host's, yet CUDA sees no device")
+        else:
+            cause = CUDA_CAUSE.get(code) or ("see the other findings" if out else
+                                             "the container's nodes and libraries match the host's")
+        fix = ("fix the findings above: they are its cause" if out else
+               CUDA_FIX.get(code, "on the host: `dmesg | grep -iE 'NVRM|Xid'` names the driver's error; then pct "
+                                  "reboot {ctid}").format(ctid=ctid))
+        add("cuda-init-failed", f"cuInit(0) returned {code} ({CUDA_ERRORS.get(code, 'CUDA error')}): {cause}", fix)
     return out
 
 
@@ -588,9 +784,10 @@ def findings(host: HostGpu | None, ctid: int, ct: CtGpu | None, name: str | None
     cfg = host.configs.get(ctid) if host else None
     out = config_findings(host, cfg, ct, name) if host and cfg else []
     if ct is not None:
-        seen = {f.kind for f in out}
+        # The config's finding about a node says it first: the container's about the same node is left out.
+        seen, nodes = {f.kind for f in out}, {f.node for f in out if f.node}
         out += [f for f in container_findings(ct, ctid, host, cfg, name)
-                if f.kind not in seen or f.kind == "cuda-init-failed"]
+                if f.kind == "cuda-init-failed" or (f.kind not in seen and f.node not in nodes)]
     return out
 
 

@@ -183,14 +183,16 @@ def copy(session: Session, src, dst, *, echo: Callable[[str], None] = print, src
     passport is what dst needs; only the files dst lacks; records dst's warmups as copied."""
     start = time.time()
     s = src_holding or look(session, src)
-    d = look(session, dst)
-    check(s, d)
-    wanted = sorted(p for p in s.files if p not in d.files)
-    sspec, dspec = session.config.container(s.ctid), session.config.container(d.ctid)
-    src_ct, dst_ct = session.container(s.ctid), session.container(d.ctid)
-    echo(f"==> copying {len(wanted)} of {len(s.files)} cache file(s) ({sum(s.files[p] for p in wanted) / 2**20:.1f} MiB) "
-         f"from {s.ctid} into {d.folder}")
-    with oplock.hold(dst_ct, f"cache copy --from {s.ctid}"):
+    dspec = session.config.container(dst)
+    sspec, dst_ct, src_ct = session.config.container(s.ctid), session.container(dspec.ctid), session.container(s.ctid)
+    # What dst holds, and so what to send, is read under dst's lease: a deploy or warmup of another
+    # controller cannot change it between the decision and the copy.
+    with oplock.hold(dst_ct, f"cache copy --from {s.ctid}") as lease:
+        d = look(session, dspec.ctid)
+        check(s, d)
+        wanted = sorted(p for p in s.files if p not in d.files)
+        echo(f"==> copying {len(wanted)} of {len(s.files)} cache file(s) "
+             f"({sum(s.files[p] for p in wanted) / 2**20:.1f} MiB) from {s.ctid} into {d.folder}")
         if dst_ct.dry:
             return Copied(s.ctid, d.ctid, "dry run", 0, 0, 0, len(s.files), 0.0)
         if wanted:
@@ -200,6 +202,7 @@ def copy(session: Session, src, dst, *, echo: Callable[[str], None] = print, src
         else:
             summary, via = {"written": 0, "bytes": 0, "present": 0}, "nothing to send"
         assert s.passport is not None  # check(s, d) refuses a source without one
+        lease.verify()  # a copy that lost its lease says nothing: no passport, no warmup records
         wm.write_passport(dst_ct, d.folder, {**s.passport, "copied_from": s.ctid,
                                              "copied_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         end = time.time()
@@ -219,7 +222,8 @@ def copy(session: Session, src, dst, *, echo: Callable[[str], None] = print, src
 
 def _alike(a, b) -> bool:
     """Whether two containers' hosts-file entries could make the same passport (cheap, before any probe)."""
-    return a.venv == b.venv and a.warmup == b.warmup and a.train.env == b.train.env
+    same_warmup = dataclasses.replace(a.warmup, copy_from_others=True) == dataclasses.replace(b.warmup, copy_from_others=True)
+    return a.venv == b.venv and same_warmup and a.train.env == b.train.env
 
 
 def find_source(session: Session, ctid, *, exclude: tuple[int, ...] = ()) -> Holding | None:
@@ -265,6 +269,9 @@ def plan(session: Session, ids: list[int]) -> Plan:
     alone = {c: f"its cache could not be read: {h}" for c, h in looked.items() if not isinstance(h, Holding)}
     leaders: dict[int, list[int]] = {}
     wants = {c: h.want for c, h in holdings.items()}
+    for c in [c for c in wants if not session.config.containers[c].warmup.copy_from_others]:
+        del wants[c]
+        alone[c] = "warmup.copy_from_others is false: it compiles its own cache"
     for members in pp.groups(wants):
         if len(members) == 1:
             alone[members[0]] = pp.why_alone(members[0], wants) if len(wants) > 1 else "the only one selected"
@@ -282,7 +289,8 @@ def warm_fleet(session: Session, ids: list[int], *, fail_fast: bool = False, par
     the containers run at once (fleet.run_each: output lines prefixed `[id] `; remote.api's quiet one)."""
     p = plan(session, ids)
     for leader, rest in p.leaders.items():
-        echo(f"==> warming {leader} for {', '.join(map(str, [leader, *rest]))} (same passport), then copying its cache")
+        echo(f"==> warming {leader} for {', '.join(map(str, [leader, *rest]))} (same passport), then copying its cache "
+             f"from {leader} (trusting its jobs' code; warmup.copy_from_others: false to compile each)")
     for c, why in p.alone.items():
         echo(f"==> {c} is warmed on its own: {why}")
     first = [c for c in ids if c in p.leaders or c in p.alone]
@@ -328,12 +336,13 @@ def warmup_or_copy(session: Session, ctid, *, parallel: bool = False, echo: Call
     hosts file holds a cache made for exactly that, copy it (a Copied); otherwise warm up (DeviceResults)."""
     spec = session.config.container(ctid)
     ct = session.container(spec.ctid)
-    if not ct.dry and spec.warmup.command:
+    if not ct.dry and spec.warmup.command and spec.warmup.copy_from_others:
         state = wm.deployed(ct, spec)
         if wm.missing_warmups(ct, spec, state):
             src = find_source(session, spec.ctid)
             if src is not None:
                 echo(f"==> container {src.ctid} holds a compile cache made for exactly this (same passport): "
-                     "copying it instead of compiling")
+                     f"copying it instead of compiling; this trusts {src.ctid}'s jobs (the cache holds code "
+                     f"{spec.ctid} will load; warmup.copy_from_others: false compiles here instead)")
                 return copy(session, src.ctid, spec.ctid, src_holding=src, echo=echo)
     return wm.warmup(session, spec.ctid, parallel=parallel, echo=echo)

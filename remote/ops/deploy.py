@@ -402,6 +402,9 @@ def _build(ct: Container, spec: ContainerSpec, state: dict, want: str, req_text,
     record = {"spec_hash": want, "lock": lock_text, "lock_sha256": files.sha256(lock_text.encode()), "verify": info,
               "uv": spec.venv.uv_version, "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "packages": list(spec.venv.packages)}
+    # The per-version compile cache folder's name, where `remote exec` reads it in the container (jobenv).
+    files.push_bytes(ct, jobenv.compile_cache(spec, info).rsplit("/", 1)[-1].encode() + b"\n",
+                     f"{target}/{jobenv.CACHE_FOLDER_FILE}")
     # Written atomically (temp file + rename): from this moment the build is finished and may be used.
     files.push_bytes(ct, json.dumps(record, indent=1).encode(), f"{target}/remote-venv.json")
     ct.run(["rm", "-rf", "--", staging])

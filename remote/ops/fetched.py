@@ -39,7 +39,7 @@ from pathlib import Path
 
 from ..config import VenvSpec
 from ..errors import DeployError
-from ..naming import normalize, redact
+from ..naming import normalize, redact, split_userinfo
 from . import files
 
 PYPI = "https://pypi.org/simple"
@@ -223,26 +223,66 @@ class _Links(HTMLParser):
             self._href = None
 
 
-def _request(url: str, accept: str | None = None) -> urllib.request.Request:
-    """A request for `url` whose user and password (a private index's token) go into a header, not the URL."""
+@dataclass(frozen=True)
+class _Credential:
+    """A private index's user and password, as a Basic header sent to the index's own origin only."""
+
+    origin: tuple[str, str, int]  # scheme, host, port
+    header: str
+
+
+def _origin(url: str) -> tuple[str, str, int]:
     parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    return scheme, (parts.hostname or "").lower(), parts.port or {"http": 80, "https": 443}.get(scheme, 0)
+
+
+def _credential(url: str) -> tuple[str, _Credential | None]:
+    """`url` without its user and password, and those as a credential for its origin (None without)."""
+    user, password, bare = split_userinfo(url)
+    if user is None:
+        return url, None
+    token = base64.b64encode(f"{user}:{password or ''}".encode()).decode()
+    return bare, _Credential(_origin(bare), "Basic " + token)
+
+
+class _Redirects(urllib.request.HTTPRedirectHandler):
+    """urllib copies every header to a redirect's target, Authorization included, whatever its host or
+    scheme: here the credential goes only where the new URL is the index's own scheme, host and port."""
+
+    def __init__(self, credential: _Credential | None):
+        self.credential = credential
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None:
+            new.remove_header("Authorization")
+            if self.credential is not None and _origin(new.full_url) == self.credential.origin:
+                new.add_unredirected_header("Authorization", self.credential.header)
+        return new
+
+
+def _open(url: str, credential: _Credential | None, timeout: float, accept: str | None = None):
+    """GET `url` (no user or password in it), with the credential where `url` is on its origin, following
+    redirects with it only while they stay there."""
+    url, own = _credential(url)  # a URL that carries its own (a file link the index wrote so) uses those
+    credential = own or credential
     headers = {"User-Agent": "remote (fetched programs)"}
     if accept:
         headers["Accept"] = accept
-    if parts.username is not None:
-        token = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
-        headers["Authorization"] = "Basic " + base64.b64encode(token.encode()).decode()
-        netloc = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
-        url = urllib.parse.urlunsplit(parts._replace(netloc=netloc))
-    return urllib.request.Request(url, headers=headers)
+    request = urllib.request.Request(url, headers=headers)
+    if credential is not None and _origin(url) == credential.origin:
+        request.add_unredirected_header("Authorization", credential.header)
+    return urllib.request.build_opener(_Redirects(credential)).open(request, timeout=timeout)
 
 
-def _files(index: str, program: Program, timeout: float) -> list[tuple[str, str, str | None]]:
-    """(filename, absolute URL, published sha256) of every file on the project's page of `index`; [] when
-    the index has no such project."""
+def _files(index: str, credential: _Credential | None, program: Program,
+           timeout: float) -> list[tuple[str, str, str | None]]:
+    """(filename, absolute URL, published sha256) of every file on the project's page of `index` (a URL
+    without user or password); [] when the index has no such project."""
     page = f"{index.rstrip('/')}/{normalize(program.project)}/"
     try:
-        with urllib.request.urlopen(_request(page, ACCEPT), timeout=timeout) as r:
+        with _open(page, credential, timeout, ACCEPT) as r:
             body, kind, where = r.read(16 << 20), r.headers.get("Content-Type", ""), r.geturl()
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
@@ -263,11 +303,11 @@ def _files(index: str, program: Program, timeout: float) -> list[tuple[str, str,
     return out
 
 
-def _download(url: str, want: str, dest: Path, timeout: float) -> None:
+def _download(url: str, credential: _Credential | None, want: str, dest: Path, timeout: float) -> None:
     """`url` into `dest`, whose sha256 must be `want`; each read within `timeout`, the whole within DEADLINE."""
     end = time.monotonic() + DEADLINE
     h, size = hashlib.sha256(), 0
-    with urllib.request.urlopen(_request(url), timeout=timeout) as r, open(dest, "wb") as f:
+    with _open(url, credential, timeout) as r, open(dest, "wb") as f:
         while chunk := r.read(1 << 20):
             size += len(chunk)
             if size > MAX_WHEEL or time.monotonic() > end:
@@ -282,8 +322,9 @@ def _download(url: str, want: str, dest: Path, timeout: float) -> None:
 def _from_index(program: Program, version: str, machine: str, sources: Sources) -> tuple[bytes, str]:
     errors = []
     for index in sources.index_urls:
+        bare, credential = _credential(index)
         try:
-            candidates = [(n, u, d) for n, u, d in _files(index, program, sources.timeout)
+            candidates = [(n, u, d) for n, u, d in _files(bare, credential, program, sources.timeout)
                           if wheel_matches(n, program, version, machine)]
         except (OSError, ValueError, KeyError, TypeError) as exc:  # URLError, timeouts, a page that is no index
             errors.append(f"{redact(index)}: {_reason(exc)}")
@@ -298,7 +339,7 @@ def _from_index(program: Program, version: str, machine: str, sources: Sources) 
         with tempfile.TemporaryDirectory() as d:
             wheel = Path(d) / name.replace("/", "_")
             try:
-                _download(url, digest, wheel, sources.timeout)
+                _download(url, credential, digest, wheel, sources.timeout)
             except OSError as exc:
                 errors.append(f"{redact(index)}: {name}: {_reason(exc)}")
                 continue

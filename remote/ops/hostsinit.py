@@ -58,7 +58,7 @@ def read_host(host: cfg.Host) -> list[tuple[int, str, str, list[str]]]:
 def _pct(transport, host: cfg.Host, *args: str) -> str:
     argv = pct_argv(host.pct, *args)
     result = transport.run(argv, deadline=60 + host.connect_timeout)
-    error = classify(result.err, result.exit_code, int(args[1]) if len(args) > 1 else 0, host.name)
+    error = classify(result.err, result.exit_code, int(args[1]) if len(args) > 1 else 0, host)
     if error:
         raise error
     if result.exit_code:
@@ -86,7 +86,7 @@ def render(host: cfg.Host, given: dict, containers: list[tuple[int, str, str, li
         "# until a task names it (-c ID). Next:",
         "#   1. fill in venv (what to install), code (your git repository) and train (how to train) below;",
         "#   2. `remote config -c ID` shows what a container resolves to, `remote deploy -c ID` makes it so.",
-        "# Every key: docs/hosts-file.md in remote's repository.",
+        "# Every key: docs/reference/hosts-file.md in remote's repository.",
         "hosts:",
         f"  {host.name}:",
         f"    address: {q(host.address)}",

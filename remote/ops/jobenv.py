@@ -24,7 +24,11 @@ RANK_PREFIX = "[rank${rank}]: "
 
 def tool_env(spec: ContainerSpec, verify: Mapping | None) -> dict[str, str]:
     """What the tools set for every process: the venv, unbuffered output, and the compile caches."""
-    cache = compile_cache(spec, verify)
+    return tool_env_at(spec, compile_cache(spec, verify))
+
+
+def tool_env_at(spec: ContainerSpec, cache: str) -> dict[str, str]:
+    """tool_env with the per-version compile cache folder `cache`."""
     return {
         "VIRTUAL_ENV": spec.venv.path,
         "PYTHONUNBUFFERED": "1",
@@ -62,6 +66,21 @@ def describe(spec: ContainerSpec, verify: Mapping | None) -> dict[str, str]:
 
 def stdin_for(env: Mapping[str, str]) -> bytes:
     return b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items())
+
+
+CACHE_MARK = "@REMOTE_CACHE_FOLDER@"  # stands for the per-version folder's name until the container says it
+CACHE_FOLDER_FILE = "remote-cache-folder"  # in each venv deploy builds: that name (remote/sh/jobexec.sh)
+
+
+def run_as_deployed(ct: Container, spec: ContainerSpec, argv: Sequence[str], **kwargs) -> Result:
+    """`remote exec`'s command in ONE container command (remote/sh/jobexec.sh): where deploy has run (its
+    records are there), in the checkout with the job's environment, the per-version cache folder read
+    from the venv; elsewhere plainly from /root. No probe before it: a cold exec pays one `pct exec`."""
+    env = tool_env_at(spec, f"{spec.warmup.cache_dir.rstrip('/')}/{CACHE_MARK}")
+    env["REMOTE_JOB_VARS"] = " ".join(env)
+    return ct.run(["bash", "-c", shell.load("jobexec"), "jobexec", spec.venv.path, spec.code.path,
+                   "1" if spec.code.repo else "0", CACHE_MARK, *argv], env=env, stdin=stdin_for(user_env(spec)),
+                  **kwargs)
 
 
 def run(ct: Container, spec: ContainerSpec, verify: Mapping | None, argv: Sequence[str], *,

@@ -120,13 +120,17 @@ def check(raw: dict, spec: ContainerSpec, host=None) -> Preflight:
     g = facts.gpus_of(raw)
     env = jobenv.user_env(spec)
     gpu_problem = facts.gpu_problem(torch, g, env)
+    # Where the GPU findings above name the node or library at fault, they are the fix: no second guess.
+    explained = any(f.severity == "error" for f in gpu_found)
     if g.error:
-        problems.append(f"{g.error}: check the container's GPU passthrough and the host driver")
+        problems.append(f"{g.error}: " + ("the GPU findings above are why" if explained else
+                                          "check the container's GPU passthrough and the host driver"))
     elif g.smi and not g.gpus:
-        problems.append("nvidia-smi lists no GPUs: check the container's GPU passthrough (lxc.cgroup2.devices.allow, "
-                        "mount entries) and the host driver")
+        problems.append("nvidia-smi lists no GPUs: " + ("the GPU findings above are why" if explained else
+                        "check the container's GPU passthrough (lxc.cgroup2.devices.allow, mount entries) and the "
+                        "host driver"))
     elif gpu_problem:
-        problems.append("{}: {}".format(*gpu_problem))
+        problems.append(f"{gpu_problem[0]}: " + ("the GPU findings above are why" if explained else gpu_problem[1]))
     if problems:
         raise JobError(problems[0] if len(problems) == 1 else
                        f"{len(problems)} problems, nothing was started:\n" + "\n".join(f"  - {p}" for p in problems))

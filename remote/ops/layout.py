@@ -2,7 +2,7 @@
 
 Train's preflight and `remote doctor` pass the devices of the threads that compile in one process
 (a drafter list such as "0,1,0", or warmup.devices) and the venv's torch version. Two compiling
-threads on one device are what docs/gpu-race.md measured failing: the same dynamo cache entry is
+threads on one device are what docs/evidence/gpu-race.md measured failing: the same dynamo cache entry is
 then looked up by two threads at once, and torch's lookup can miss it (a steady-state recompile).
 """
 
@@ -12,7 +12,7 @@ import re
 import shlex
 from collections import Counter
 
-# What docs/gpu-race.md measured on 2 x H200 with torch 2.11.0+cu130 (3 threads over 2 GPUs).
+# What docs/evidence/gpu-race.md measured on 2 x H200 with torch 2.11.0+cu130 (3 threads over 2 GPUs).
 MEASURED_TORCH = "2.11"
 SAFE_LAYOUT = "one compiling thread per device"
 GUARDED = ("remote_guard: CompileGuard.compile (each thread compiles its own copy) with every thread's "
@@ -70,5 +70,5 @@ def compile_layout_notes(devices, torch_version: str | None) -> list[str]:
     else:
         notes.append(f"torch {torch_version} was not measured with this layout (measured: {MEASURED_TORCH}); "
                      f"known safe: {SAFE_LAYOUT}, or several per device through {GUARDED}, "
-                     "until docs/gpu-race.md has a row for this version.")
+                     "until docs/evidence/gpu-race.md has a row for this version.")
     return notes

@@ -89,7 +89,7 @@ SIGNATURES = [
     (re.compile(r"Detected that you are using FX to symbolically trace a dynamo-optimized function"),
      "compile race",
      "threads compiled at once (torch <= 2.13 shares the FX-tracing flag): wrap each device's first step in "
-     "remote_guard.CompileGuard and run `remote warmup` (docs/compile-race.md)"),
+     "remote_guard.CompileGuard and run `remote warmup` (docs/internals/compile-race.md)"),
     (re.compile(r"flex_attention called without torch\.compile"), "flex_attention uncompiled",
      "flex_attention runs its unfused eager path (5-7x slower): a compile fell back to eager -- look for a "
      "compile race or a recompile, and keep error_on_nested_fx_trace on"),

@@ -87,6 +87,16 @@ class Lease:
             raise BusyError(self.ct.ctid, f"container {self.ct.ctid}: lost the operation lease ({self.lost}); "
                                           "stopped before changing anything further")
 
+    def verify(self) -> None:
+        """check(), after asking the container now (a renewal): BusyError when another controller took the
+        lease over since the last renewal. Before a step that must not run without it (a passport written,
+        a rollback), not only the background renewer's last word."""
+        if self.lost is None and not self.ct.dry:
+            r = self._run("renew")
+            if r.exit_code == 4:
+                self.lost = "another controller took it over: " + (parse(r.out).get("holder") or "?")
+        self.check()
+
     def _run(self, action: str, *args: str):
         seconds = str(max(1, round(self.ttl)))
         return self.ct.script(shell.load("oplock"), action, self.path, self.token, seconds, *args, timeout=60,

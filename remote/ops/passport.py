@@ -143,10 +143,31 @@ def merged(old: Mapping | None, new: Mapping) -> dict:
     return dict(new)
 
 
-def parse(text: str | None) -> dict | None:
-    """A passport file's text -> a dict, or None (missing, torn, or not a passport)."""
+# What each field of a passport file must hold (None allowed everywhere: an older record lacks fields).
+STRINGS = ("torch", "torch_git", "cuda", "triton", "gpu", "env", "commit", "venv_lock", "command", "made_at",
+           "copied_at", "imported_from")
+INTS = ("made_by", "copied_from")
+
+
+def well_typed(p: Mapping) -> bool:
+    """Whether every field a passport holds has the type remote writes (untrusted: a container wrote it)."""
+    if any(p.get(k) is not None and not isinstance(p[k], str) for k in STRINGS):
+        return False
+    if any(p.get(k) is not None and (not isinstance(p[k], int) or isinstance(p[k], bool)) for k in INTS):
+        return False
+    d, keys = p.get("devices"), p.get("env_keys")
+    if d is not None and not (isinstance(d, list) and all(isinstance(x, (str, int)) for x in d)):
+        return False
+    return keys is None or (isinstance(keys, dict) and all(isinstance(v, str) for v in keys.values()))
+
+
+def parse(text) -> dict | None:
+    """A passport file's text -> a dict, or None (missing, torn, not a passport, or a field of another type
+    than remote writes). Anything but a string (a probe that answered with another JSON type) is None too."""
+    if not isinstance(text, (str, bytes)):
+        return None
     try:
         p = json.loads(text or "")
     except ValueError:
         return None
-    return p if isinstance(p, dict) and p.get("format") == FORMAT else None
+    return p if isinstance(p, dict) and p.get("format") == FORMAT and well_typed(p) else None

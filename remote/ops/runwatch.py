@@ -1,7 +1,7 @@
 """What the watch beside a run leaves, as the controller reads it, and what it is told at launch.
 
 The container side is remote/sh/job.sh (attempts: restarts, REMOTE_RESTART, backoff, a final stop) and
-remote/sh/watch.py (stalls with their stacks, metrics.jsonl, gpu.csv, watch.json); docs/watch.md says what
+remote/sh/watch.py (stalls with their stacks, metrics.jsonl, gpu.csv, watch.json); docs/guide/watch.md says what
 each file holds. Everything read here was written in the container: untrusted, checked field by field.
 """
 

@@ -13,6 +13,7 @@ remote's own snapshots are named `remote-<YYYYMMDD>-<n>` with the description `b
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import re
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from ..config import ContainerSpec
 from ..errors import BusyError, HostPermissionError, PctError, RemoteError, SnapshotError
 from ..transport.pct import Container, classify
 from ..transport.session import Session
+from . import oplock
 
 SNAPSHOT_TYPES = ("zfspool", "lvmthin", "rbd", "btrfs")
 OURS = re.compile(r"remote-(\d{8})-(\d+)")
@@ -117,7 +119,7 @@ def _host_program(session: Session, ct: Container, spec: ContainerSpec, name: st
     argv = sudo.host_argv(spec.host, name, *args)
     result = session.host_run(spec.host, argv, deadline=60)
     if result.exit_code != 0:
-        error = classify(result.err, result.exit_code, spec.ctid, spec.host.name)
+        error = classify(result.err, result.exit_code, spec.ctid, spec.host)
         if isinstance(error, HostPermissionError):
             if sudo.sudo_failure(argv, result.err) == "password":
                 raise HostPermissionError(spec.ctid, sudo.diagnose(lambda a: session.host_run(spec.host, a, deadline=60),
@@ -246,7 +248,6 @@ def rollback(session: Session, ctid=None, *, snapshot: str | None = None, force:
              echo: Callable[[str], None] = lambda _: None, timeout: float = 120) -> RolledBack:
     """`pct rollback` to `snapshot` (default: the newest of remote's), refused while a run is live unless
     `force`; a running container is started again and waited for until it answers a command."""
-    from . import jobs
 
     spec = session.config.container(ctid)
     ct = session.container(spec.ctid)
@@ -264,6 +265,16 @@ def rollback(session: Session, ctid=None, *, snapshot: str | None = None, force:
             raise UnknownSnapshot(f"{ct.where}: --snapshot {snapshot}: no such snapshot (there: {names})")
         chosen = named
     running = ct.status() == "running"
+    # The operation lease of a running container (a stopped one runs no deploy): held from the run check
+    # to the rollback, so no deploy, warmup or launch of another controller starts in between.
+    with oplock.hold(ct, f"rollback to {chosen.name}") if running else contextlib.nullcontext() as lease:
+        return _rollback(session, spec, ct, chosen, running, lease, force=force, echo=echo, timeout=timeout)
+
+
+def _rollback(session: Session, spec: ContainerSpec, ct: Container, chosen: Snapshot, running: bool,
+              lease: oplock.Lease | None, *, force: bool, echo: Callable[[str], None], timeout: float) -> RolledBack:
+    from . import jobs
+
     if running:
         live = jobs.state(ct, spec).get("live") or []
         if live and not force:
@@ -276,6 +287,8 @@ def rollback(session: Session, ctid=None, *, snapshot: str | None = None, force:
     kept, restored = where_things_live(spec, config.out if config.ok else "")
     echo(f"==> pct rollback {spec.ctid} {chosen.name}" + (" (the container is stopped, then started again)"
                                                           if running else ""))
+    if lease is not None:
+        lease.verify()  # still ours: nothing of another controller's started since the check
     result = ct._pct("rollback", str(spec.ctid), chosen.name, "--start", "1" if running else "0", mutates=True,
                      deadline=ROLLBACK_DEADLINE)
     if result.exit_code != 0:

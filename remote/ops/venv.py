@@ -25,7 +25,7 @@ from pathlib import Path
 from .. import shell
 from ..config import VenvSpec
 from ..errors import DeployError
-from ..naming import matches, normalize, parse_lock, parse_pins, redact  # noqa: F401 -- also this module's names
+from ..naming import has_userinfo, matches, normalize, parse_lock, parse_pins, redact, with_encoded_userinfo  # noqa: F401 -- also this module's names
 
 GUARD_SOURCE = Path(__file__).resolve().parent.parent / "guard.py"
 
@@ -170,7 +170,7 @@ def requirements_in(spec: VenvSpec, requirements_text: str | None) -> str:
 
 
 def _has_credentials(url: str) -> bool:
-    return "@" in url.split("://", 1)[-1].split("/", 1)[0]
+    return has_userinfo(url)  # a password with an unencoded `/` or `@` included
 
 
 def uv_index_env(spec: VenvSpec) -> dict[str, str]:
@@ -179,11 +179,11 @@ def uv_index_env(spec: VenvSpec) -> dict[str, str]:
     comma-separated list: all of find_links go there when any one of them has credentials."""
     env = {}
     if spec.index_url and _has_credentials(spec.index_url):
-        env["UV_INDEX_URL"] = spec.index_url
+        env["UV_INDEX_URL"] = with_encoded_userinfo(spec.index_url)
     if any(_has_credentials(u) for u in spec.extra_index_urls):
-        env["UV_EXTRA_INDEX_URL"] = " ".join(spec.extra_index_urls)
+        env["UV_EXTRA_INDEX_URL"] = " ".join(with_encoded_userinfo(u) for u in spec.extra_index_urls)
     if any(_has_credentials(u) for u in spec.find_links):
-        env["UV_FIND_LINKS"] = ",".join(spec.find_links)
+        env["UV_FIND_LINKS"] = ",".join(with_encoded_userinfo(u) for u in spec.find_links)
     return env
 
 

@@ -2,7 +2,9 @@
 #   list FOLDER   one JSON object: the passport's text and {relative path: size} of every cache file
 #   send FOLDER   reads a JSON list of relative paths (one line) on stdin, writes each file as a frame:
 #                 a JSON header line {"path", "size", "mode"}, the bytes, a line with their sha256;
-#                 then {"end": true}. A path that is not a plain file inside FOLDER is skipped.
+#                 then {"end": true}. A path that is not a plain file inside FOLDER is skipped: every
+#                 component is opened without following a symlink (a job may have made a folder of
+#                 the cache a link to /root/.ssh), and nothing whose real path leaves FOLDER is read.
 #   recv FOLDER   reads those frames; each file is written under FOLDER/.remote-incoming/, fsynced,
 #                 checked against its sha256, then linked into place: torch sees the whole file or
 #                 none, and an existing file is never replaced. Prints {"written", "bytes", "present"}.
@@ -39,6 +41,28 @@ def inside(folder, rel):
     return os.path.join(folder, *parts)
 
 
+def real_inside(folder, rel):
+    """Is FOLDER/rel's real path FOLDER's own real path + rel (no component a symlink, nothing outside)?"""
+    real = os.path.realpath(folder)
+    return os.path.realpath(os.path.join(real, rel)) == os.path.join(real, rel)
+
+
+def open_inside(folder, rel):
+    """A read fd of the plain file FOLDER/rel, each component opened with O_NOFOLLOW relative to the one
+    before (no symlink can be swapped in between a check and the open); OSError otherwise. O_NONBLOCK: a
+    FIFO put there does not hang the send."""
+    parts = rel.split("/")
+    fd = os.open(os.path.realpath(folder), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in parts[:-1]:
+            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        return os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
 def list_(folder):
     files = {}
     for root, dirs, names in os.walk(folder):
@@ -56,6 +80,8 @@ def list_(folder):
             if stat.S_ISREG(st.st_mode):
                 files[rel] = st.st_size
     for pch in sorted(glob.glob(os.path.join(glob.escape(folder), "tmp", "torchinductor_*", "precompiled_headers", "*"))):
+        if not real_inside(folder, os.path.relpath(pch, folder)):
+            continue  # glob follows links: a precompiled_headers (or tmp) that is a link leads out
         try:
             st = os.lstat(pch)
         except OSError:
@@ -78,9 +104,9 @@ def send(folder):
         if path is None:
             continue
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            fd = open_inside(folder, rel)
         except OSError:
-            continue  # gone since the listing (torch never deletes, but a user may)
+            continue  # gone since the listing (torch never deletes, but a user may), or a link
         with os.fdopen(fd, "rb") as f:
             st = os.fstat(f.fileno())
             if not stat.S_ISREG(st.st_mode):
@@ -145,6 +171,8 @@ def recv(folder):
                 continue
             os.chmod(part, (int(head.get("mode", 0o644)) & 0o755) | 0o600)
             os.makedirs(os.path.dirname(dest), exist_ok=True)
+            if not real_inside(folder, head["path"]):  # a folder of ours that is a link leading out
+                raise ValueError(f"refusing the path {head['path']!r}: a folder of it is a symlink")
             try:
                 os.link(part, dest)  # atomic, and never over an existing file
                 written += 1
@@ -168,7 +196,10 @@ def main():
         send(folder)
     elif mode == "recv":
         os.makedirs(folder, exist_ok=True)
-        recv(folder)
+        try:
+            recv(folder)
+        except ValueError as exc:  # a refused path: said, not a traceback
+            sys.exit(f"cachecopy: {exc}")
     else:
         sys.exit(f"cachecopy: unknown mode {mode!r}")
 

@@ -1,8 +1,8 @@
 """The GPU container probe (remote.facts.gpu): run in the container with its system python3 -I -S, stdlib only.
 
 One argument, JSON: {"venv": path}. Prints one JSON object: the /dev/nvidia* nodes (major:minor, owner,
-mode, whether they open), the driver libraries the loader finds (libcuda.so.1, libnvidia-ml.so.1: the
-versioned file name each resolves to), the kernel module's version as /proc shows it here, nvidia-smi's
+mode, whether they open, what is mounted on them), /proc/devices (which driver has which major), the
+driver libraries the loader finds (libcuda.so.1, libnvidia-ml.so.1: the versioned file name each resolves to), the kernel module's version as /proc shows it here, nvidia-smi's
 driver version (or its error text), cuDriverGetVersion and cuInit(0) through ctypes (no torch: it works
 when the venv is broken), and the CUDA build of the venv's torch read from its torch/version.py (never
 imported). Read-only: it opens device nodes and closes them, loads libcuda, writes nothing.
@@ -20,8 +20,21 @@ LIBS = ("libcuda.so.1", "libnvidia-ml.so.1")
 VERSIONED = re.compile(r"^lib[\w-]+\.so\.(\d+\.\d+(?:\.\d+)?)$")
 
 
+def mount_points():
+    """Mount point -> the mounted filesystem's root (`/null` for a bind of a devtmpfs's null), from mountinfo."""
+    out = {}
+    text = read("/proc/self/mountinfo", 1 << 20) or ""
+    for line in text.splitlines():
+        f = line.split(" ")
+        if len(f) > 4:
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), f[4])
+            out[point] = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), f[3])
+    return out
+
+
 def nodes():
     out = []
+    mounts = mount_points()
     for path in sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/nvidia-caps/*")):
         try:
             st = os.stat(path)
@@ -36,7 +49,9 @@ def nodes():
             os.close(os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0)))
             node["open"] = None
         except OSError as exc:
-            node["open"] = exc.errno  # EPERM: the cgroup denies it; EACCES: its mode and owner
+            node["open"] = exc.errno  # EPERM: the cgroup denies it; EACCES: its mode and owner; ENXIO: no driver
+        if path in mounts:  # something is mounted on it: a config's mount entry, or a bind over the node
+            node["mount"] = mounts[path]
         out.append(node)
     return out
 
@@ -120,10 +135,10 @@ def smi():
     return {"rc": r.returncode, "out": r.stdout[-2000:], "err": r.stderr[-2000:]}
 
 
-def read(path):
+def read(path, size=4096):
     try:
         with open(path, errors="replace") as f:
-            return f.read(4096)
+            return f.read(size)
     except OSError:
         return None
 
@@ -141,6 +156,7 @@ def main():
     arg = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
     libs = libraries()
     out = {"nodes": nodes(), "libs": libs, "proc_version": read("/proc/driver/nvidia/version"), "smi": smi(),
+           "devices": read("/proc/devices", 1 << 16),
            "torch": torch_build(arg.get("venv") or "/root/venv")}
     sys.stdout.write(json.dumps(out) + "\n")
     sys.stdout.flush()

@@ -286,7 +286,8 @@ class _Keys(paramiko.auth_strategy.AuthStrategy):
         raise _NoKey(self.tried)
 
     def _file(self, transport, path: str) -> bool:
-        label = _tilde(path) if self.target.identities_from != "key_file" else f"key_file {path}"
+        label = {"key_file": f"key_file {path}", "connect_kwargs": f"connect_kwargs key_filename {path}"}.get(
+            self.target.identities_from, _tilde(path))
         if not os.path.exists(path):
             self.tried.append(f"{label}: no such file")
             return False
@@ -389,7 +390,7 @@ def _mapped(exc: BaseException, t: Target, phase: str, heard: bytes, timeout: fl
             "This can be a reinstalled host or an attack. If you know why it changed, remove the old key\n"
             f"  ssh-keygen -R '{t.address}' -f {kh}\n"
             f"It now offers {exc.key.get_name()} {fingerprint(exc.key)} (recorded: {fingerprint(exc.expected_key)}); "
-            "check that on the host itself, then add it as for a new host (docs/ssh.md)."))
+            "check that on the host itself, then add it as for a new host (docs/guide/ssh.md)."))
     if isinstance(exc, _NoKey):
         return AuthenticationError(name, _no_key_message(t, exc.tried))
     if isinstance(exc, paramiko.AuthenticationException):
@@ -448,7 +449,10 @@ def _unknown_key_message(t: Target, key) -> str:
 def _no_key_message(t: Target, tried: list[str]) -> str:
     lines = [f"{t.label}: {t.user}@{t.address} accepted none of the keys tried:"]
     lines += [f"  {line}" for line in tried] or ["  (no key to try)"]
-    if t.label.startswith("jump host"):
+    if t.identities_from == "connect_kwargs":
+        todo = ("fix key_filename in the Connection's connect_kwargs, or load the key into ssh-agent (ssh-add) and "
+                "drop key_filename")
+    elif t.label.startswith("jump host"):
         todo = f"name its key with IdentityFile under `Host {t.alias}` in ~/.ssh/config, or load it into ssh-agent"
     else:
         todo = (f"set hosts.{t.label}.key_file in the hosts file, load the key into ssh-agent (ssh-add), or name it "

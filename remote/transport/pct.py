@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from .. import sudo as sudomod
+from ..config import Host, setting
 from ..errors import (
     CommandError,
     CommandTimeout,
@@ -91,22 +92,25 @@ _PCT_ERRORS: list[tuple[re.Pattern, type, bool, str]] = [
      "sudo is not installed on {host} (hosts.{host}.sudo is true): apt-get install sudo there, then install the "
      "drop-in that `remote init --sudoers USER` prints"),
     (re.compile(r"(?m)^\S+: (line )?\d+: \S*pct: (command )?not found|^\S+: \S*pct: No such file or directory"),
-     PctError, True, "pct was not found on {host}: is it a Proxmox host? set hosts.{host}.pct to its full path"),
+     PctError, True, "pct was not found on {host}: is it a Proxmox host? set {pct_setting} to its full path"),
     (re.compile(r"(?m)^(ERROR: unknown command 'pct|400 Parameter verification failed|400 unable to parse option)"),
      PctError, False, "pct on {host} rejected the command line (a bug in remote, please report): {first}"),
 ]
 
 
-def classify(stderr: str, exit_code: int, ctid: int, host: str) -> PctError | None:
-    """The PctError that stderr shows pct raised, or None when the command itself ran."""
+def classify(stderr: str, exit_code: int, ctid: int, host: str | Host) -> PctError | None:
+    """The PctError that stderr shows pct raised, or None when the command itself ran. `host`: its name,
+    or the Host (then a fix names where its settings come from: a hosts file or a Fabric Connection)."""
     if exit_code == 0 or not stderr:
         return None
+    pct_setting = setting(host, "pct") if isinstance(host, Host) else f"hosts.{host}.pct"
+    host = host.name if isinstance(host, Host) else host
     head = "\n".join(stderr.lstrip().splitlines()[:3])
     for pattern, cls, exec_failure, template in _PCT_ERRORS:
         m = pattern.search(head)
         if m and (exit_code in (126, 127) or not exec_failure):
             first = head.splitlines()[0]
-            return cls(ctid, template.format(ctid=ctid, host=host, first=first, **m.groupdict()), stderr)
+            return cls(ctid, template.format(ctid=ctid, host=host, first=first, pct_setting=pct_setting, **m.groupdict()), stderr)
     return None
 
 
@@ -209,7 +213,7 @@ class Container:
                 except NotStarted:
                     if not again:  # the agent died unseen since its last command; a new one (or pct exec) runs it
                         raise
-        pct_error = classify(result.err, result.exit_code, self.ctid, self.transport.name)
+        pct_error = classify(result.err, result.exit_code, self.ctid, getattr(self.transport, "host", None) or self.transport.name)
         if pct_error and self._moved(pct_error):
             return self.run(argv, env=env, cwd=cwd, timeout=timeout, stdin=stdin, check=check, on_output=on_output,
                             mutates=mutates, label=label)
@@ -243,7 +247,7 @@ class Container:
     # -- lifecycle (host-side pct commands) ----------------------------------------------------
     def _pct(self, *args: str, mutates: bool, deadline: float = 120) -> Result:
         result = self._host_run(pct_argv(self.pct, *args), mutates=mutates, deadline=deadline)
-        pct_error = classify(result.err, result.exit_code, self.ctid, self.transport.name)
+        pct_error = classify(result.err, result.exit_code, self.ctid, getattr(self.transport, "host", None) or self.transport.name)
         if pct_error and self._moved(pct_error):
             return self._pct(*args, mutates=mutates, deadline=deadline)
         if pct_error:

@@ -222,7 +222,7 @@ def inventory(session: Session) -> list[HostState]:
         try:
             result = session.host_run(host, pct_argv(host.pct, "list"), deadline=60)
             if result.exit_code != 0:
-                raise classify(result.err, result.exit_code, 0, host.name) or \
+                raise classify(result.err, result.exit_code, 0, host) or \
                     PctError(0, f"`pct list` failed on {host.name}: {result.err.strip()}")
             found = parse_list(result.out)
             states.append(HostState(host.name, True, None, {c: found.get(c, "missing") for c in wanted}))

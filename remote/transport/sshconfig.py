@@ -34,7 +34,7 @@ class Target:
     port: int
     user: str
     identities: tuple[str, ...]  # key files to try, in order
-    identities_from: str  # "key_file", "IdentityFile" or "default": what to say when none works
+    identities_from: str  # "key_file", "connect_kwargs" (a Fabric Connection's), "IdentityFile" or "default"
     agent: bool  # also try the keys of ssh-agent
     known_hosts: tuple[str, ...]  # every file whose keys are accepted (missing files hold none)
     via: Target | None = None
@@ -120,7 +120,7 @@ def resolve(host: Host, text: str = "", *, home: str | None = None, local_user: 
     else:
         known = _known_hosts(opts, home)
     if host.key_file:
-        identities, origin = (host.key_file,), "key_file"
+        identities, origin = (host.key_file,), "connect_kwargs" if "key_filename" in host.given_by.split() else "key_file"
     elif "identityfile" in opts:
         identities, origin = tuple(_expand_home(p, home) for p in opts["identityfile"]), "IdentityFile"
     else:

@@ -191,6 +191,8 @@ def pull(ct: Container, src: str, dest: Path, progress: Progress | None, stall: 
                 raise ConnectError(ct.transport.name, f"{ct.where}: connection lost during pull_tree") from None
             raise TransferError(f"{ct.where}: pull of {src}: its tar stream is broken ({exc}); nothing was moved "
                                 f"into {dest}") from None
+        except TransferError as exc:  # a member this machine cannot write (untar.extract names it, escaped)
+            raise TransferError(f"{ct.where}: pull of {src}: {exc}; nothing was moved into {dest}") from None
         for _ in iter(lambda: reader.read(CHUNK), b""):
             pass  # tar's end-of-archive padding
 

@@ -1,6 +1,8 @@
 """A tar stream the container sent (untrusted), extracted into a fresh folder member by member: nothing
 lands outside it, nothing is written through a symlink, no device node, fifo or setuid/setgid bit, no
-group- or world-writable mode; each member refused is named, and the rest goes on.
+group- or world-writable mode; each member refused is named, and the rest goes on. A member this machine
+cannot write (a name too long for its filesystem, a full disk) stops the extraction with a TransferError
+naming it, escaped: no OSError carries a container's file name to the terminal.
 
 The policy is tarfile's `data` filter (PEP 706), applied to each member and wrapped so that a refusal is
 recorded and the extraction goes on. Around it, what the filter leaves open: an absolute path is refused
@@ -22,6 +24,8 @@ import sys
 import tarfile
 from pathlib import Path
 
+from ...errors import TransferError
+from ...naming import printable
 from .local import umask as current_umask
 from .staging import outside
 from .stream import CHUNK
@@ -61,7 +65,11 @@ def extract(fileobj, root: Path, refused: Refused, *, mode: str = "r|", umask: i
             if name == "." and m.isdir():
                 continue
             above = next((p for p in _parents(name) if p in gone), None)
-            why = f"below the refused {above}" if above else _extract_member(tar, m, root, name, real, mask)
+            try:
+                why = f"below the refused {above}" if above else _extract_member(tar, m, root, name, real, mask)
+            except OSError as exc:  # a name this filesystem cannot hold, a full disk: the member named, escaped
+                raise TransferError(f"the member {shown(m.name)} cannot be written here: "
+                                    f"{exc.strerror or type(exc).__name__}") from None
             if why and why != DROPPED:
                 gone.add(name)
             if why:
@@ -77,6 +85,12 @@ def extract(fileobj, root: Path, refused: Refused, *, mode: str = "r|", umask: i
             refused.append((name, f"a symlink out of the destination (-> {os.readlink(target)}, through other "
                                   "links), removed"))
             target.unlink()
+
+
+def shown(name: str, limit: int = 120) -> str:
+    """A member's name as a message shows it: escaped (the container chose it), and cut short when long."""
+    cut = name if len(name) <= limit else f"{name[:limit]}... ({len(name)} characters)"
+    return printable(cut)
 
 
 def file_mode(mode: int, umask: int | None = None) -> int:

@@ -1,4 +1,4 @@
-"""The whole public API from a plain script, as a user would write it (tests/test_library_lab.py runs it).
+"""The whole public API from a plain script, as a user would write it (tests/lab/test_library_lab.py runs it).
 
 argv: HOSTS CTID WORKDIR. Prints one JSON object of what it saw; the library itself must print nothing."""
 

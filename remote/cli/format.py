@@ -1,0 +1,223 @@
+"""What the command line prints: remote.api's data as text (status, stop, warmup, doctor, a fleet's
+summary table). Pure functions, no I/O: each task in remote/cli/tasks.py calls the API, then one of these.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..naming import printable
+
+
+def live_text(live: list[dict]) -> str:
+    """Live runs for a message: `run A (pid 12), run B (starting)`."""
+    return ", ".join(f"run {r['run']} " + (f"(pid {r['pid']})" if r["pid"] else "(starting: no pid file yet)")
+                     for r in live)
+
+
+# -- status ------------------------------------------------------------------------------------------
+
+def status_json(data: dict) -> str:
+    return json.dumps({"hosts": [{**h, "containers": {str(k): v for k, v in h["containers"].items()}}
+                                 for h in data["hosts"]], "containers": data["containers"]}, indent=2)
+
+
+def status_lines(data: dict) -> list[str]:
+    by_ct = {j["container"]: j for j in data["containers"]}
+    lines = []
+    for h in data["hosts"]:
+        where = (f" (node {h['node']} of cluster {h['cluster']})" if h.get("cluster") else "")
+        lines.append(f"{h['host']}{where}: {'reachable' if h['reachable'] else 'UNREACHABLE'}"
+                     + (f" ({h['kept']})" if h["kept"] else ""))
+        if h["error"]:
+            lines.append("  " + printable(h["error"], lines=True).replace("\n", "\n  "))
+        for ctid, state in h["containers"].items():  # run ids, states, errors: the container's and the host's
+            lines.append(printable(f"  {ctid}: {state}" + _job_line(by_ct.get(ctid)) + _also_live(by_ct.get(ctid))
+                                   + _lock_note(by_ct.get(ctid))))
+    return lines + [printable(line) for line in _multinode_lines(data["containers"])]
+
+
+def _lock_note(entry: dict | None) -> str:
+    if not entry or not entry.get("venv_lock_differs"):
+        return ""
+    return (f"  !! venv lock {entry['venv_lock'][:12]} differs from its siblings' {entry['venv_lock_differs'][:12]}:"
+            " `remote deploy` them together")
+
+
+def _multinode_lines(jobs: list[dict]) -> list[str]:
+    """Each multi-node run once, with its nodes and what each is doing."""
+    runs: dict[str, list[dict]] = {}
+    for entry in jobs:
+        run = entry.get("run") or {}
+        if run.get("nodes"):
+            runs.setdefault(run["id"], []).append(entry)
+    lines = []
+    for run_id, entries in runs.items():
+        nodes = entries[0]["run"]["nodes"]
+        seen = {e["container"]: e["run"] for e in entries}
+        parts = []
+        for rank, ctid in enumerate(nodes):
+            r = seen.get(ctid)
+            what = ("not shown" if r is None else "running" if r["alive"] else
+                    "LOST" if r.get("lost") else f"exited {r['exit']}")
+            parts.append(f"{ctid} (node {rank}{', master' if rank == 0 else ''}): {what}")
+        alive = any(r["alive"] for r in seen.values())
+        lines.append(f"multi-node run {run_id} {'running' if alive else 'ended'} on {len(nodes)} nodes: "
+                     + "; ".join(parts))
+    return lines
+
+
+def _also_live(entry: dict | None) -> str:
+    """Live runs besides the latest (a `train --force` beside another, a wrapper without its pid file yet)."""
+    return f"; ALSO RUNNING: {live_text(entry['also_live'])}" if entry and entry.get("also_live") else ""
+
+
+def _watch_text(r: dict) -> str:
+    """The stall watch's and the wrapper's part of a status line (docs/guide/watch.md)."""
+    g, s = r.get("gpu") or {}, r.get("stalled")
+    text = f", GPU util {g['util_pct']:g}%" if g.get("util_pct") is not None else ""
+    text += f", mem {g['mem_used_mib'] / 1024:.1f} GiB" if g.get("mem_used_mib") is not None else ""
+    if (r.get("attempts_max") or 0) > 1 and r.get("attempt"):
+        text += f", attempt {r['attempt']} of {r['attempts_max']}"
+    return text + (f", STALLED: no output for {s['seconds']:g} s (stacks in {s['stacks']})" if s else "")
+
+
+def _job_line(entry: dict | None) -> str:
+    if not entry or "run" not in entry:
+        return "" if not entry or "error" not in entry else f"  ({entry['error']})"
+    r = entry["run"]
+    unit = f" {r['unit']}" if r.get("unit") else ""
+    if r["alive"]:
+        tp = f", {r['throughput']:.4g}{unit}" if r["throughput"] is not None else ", no throughput yet"
+        base = (f" vs baseline {r['baseline']:g}{unit}{' SLOW' if r['low'] else ''}"
+                if r["baseline"] and r["throughput"] is not None else "")
+        text = f", job {r['id']} running {r['uptime_s']}s{tp}{base}"
+        text += f" {r['spark']}" if r.get("spark") else ""
+        text += _watch_text(r)
+    elif r.get("lost"):
+        text = f", last run {r['id']} LOST (no exit record)" + (
+            f"; its processes {r['orphans']} still run" if r.get("orphans") else "")
+    else:
+        tp = f", last throughput {r['throughput']:.4g}{unit}" if r["throughput"] is not None else ""
+        ended = f"stopped by `remote stop` (exit {r['exit']})" if r.get("stopped") else f"exited {r['exit']}"
+        text = f", last run {r['id']} {ended}{tp}"
+        text += f" {r['spark']}" if r.get("spark") else ""
+        text += _watch_text(r)
+    return text + (f" [{', '.join(r['problems'])}]" if r["problems"] else "")
+
+
+# -- the other tasks' results ---------------------------------------------------------------------------
+
+def stop_lines(stopped: Any) -> list[str]:
+    """A remote.api.Stopped (and the other live runs stopped with it) as `remote stop` reports it."""
+    lines = []
+    for one in [*stopped.others, stopped]:  # without --run: every live run, not only the latest
+        if not one.was_alive:
+            lines.append(printable(f"run {one.run} was not running (exit status {one.exit_code}); "
+                                   "no process of it is left"))
+        else:  # the run id and the signal's name come from the container
+            lines.append(printable(f"run {one.run} stopped with SIG{one.signal} (exit status {one.exit_code}); "
+                                   "verified: no process of it is left"
+                                   + (", none on a GPU" if one.gpu_left == () else "")))
+    return lines
+
+
+def warmup_line(w: Any) -> str:
+    if w.copied is not None:  # no warmup of its own: a matching cache of another container was copied
+        return f"warmup done: {w.copied.line()}"
+    guard = f"; guard: {w.hits} hits, {w.misses} misses" if w.guarded else ""
+    return (f"warmup done: {len(w.devices)} device(s) in {w.seconds:.1f}s; cache "
+            + (f"+{w.new_files} files, +{w.new_bytes / 2**20:.1f} MiB" if w.new_files or w.new_bytes
+               else "nothing new (warm)") + guard)
+
+
+def imported_line(got: dict) -> str:
+    """warmup --import's result, and the bundle's members it refused (their names are the bundle's)."""
+    line = printable(f"imported {got['files']} cache file(s) into {got['cache_dir']}; " + (
+        f"warmup recorded for {', '.join(got['warmups'])}" if got["warmups"] else
+        "the bundle's warmups were for another commit, venv, command or environment: run `remote warmup` "
+        "(it starts from the imported cache)"))
+    if got.get("refused"):
+        line += f"\n{len(got['refused'])} refused (not imported):\n" + "\n".join(f"  {printable(r)}" for r in got["refused"])
+    return line
+
+
+def pulled_run_line(got: dict) -> str:
+    return printable(f"run {got['run']}: " + ", ".join(f"{k} ({v})" for k, v in got["pulled"].items())
+                     + f" in {got['dest']}")
+
+
+def caches_json(rows: list) -> str:
+    """`remote cache --json`: each container's remote.api.CacheHolding (or its error)."""
+    return json.dumps([{"container": r.container, "error": r.error} if r.error is not None else
+                       {"container": r.container, "folder": r.folder, "files": r.files, "bytes": r.bytes,
+                        "passport": r.passport, "serves_itself": r.serves_itself} for r in rows], indent=1)
+
+
+def cache_lines(rows: list) -> list[str]:
+    """`remote cache`: each container's cache folder, files, size and passport (the container's text escaped)."""
+    from ..api import passport_line
+
+    lines = []
+    for r in rows:
+        if r.error is not None:
+            lines.append(f"{r.container}: cannot read its cache: {printable(r.error)}")
+            continue
+        lines.append(f"{r.container}: {printable(r.folder)}: {r.files} file(s), {r.bytes / 2**20:.1f} MiB")
+        lines.append("    passport: " + (printable(passport_line(r.passport)) if r.passport else "none"))
+        if r.files:
+            lines.append("    serves what it runs now: " + ("yes" if r.serves_itself else "no: " + printable(r.mismatch)))
+    return lines
+
+
+def snapshots_json(found: list) -> str:
+    return json.dumps([{"name": x.name, "time": x.time, "description": x.description, "depth": x.depth, "ours": x.ours}
+                       for x in found], indent=2)
+
+
+def snapshot_lines(found: list) -> list[str]:
+    """`remote snapshots`: one line each, remote's own marked (the description is the host's text)."""
+    if not found:
+        return ["no snapshots"]
+    return [f"{'remote' if x.ours else '      '}  {x.name:<40}  {x.time}  {printable(x.description)}" for x in found]
+
+
+def rollback_lines(done: Any) -> list[str]:
+    """`remote rollback`: the snapshot rolled back to, then what was restored and what was kept."""
+    return ([f"rolled back container {done.container} to {done.snapshot.name} ({done.snapshot.time}, "
+             f"{printable(done.snapshot.description) or 'no description'})" + ("; started again" if done.started else "")]
+            + [f"  restored: {line}" for line in done.restored] + [f"  kept:     {line}" for line in done.kept])
+
+
+def doctor_json(diagnoses: list) -> str:
+    from ..api import doctor_document
+
+    return json.dumps(doctor_document(diagnoses), indent=2)
+
+
+# -- a fleet: one line per container ----------------------------------------------------------------------
+
+def group_table(result: Any) -> str:
+    """The summary table of a remote.api.GroupResult: container, host, result, time (and the first line of
+    each failure)."""
+    rows = [("container", "host", "result", "time", "")]
+    for o in result.values():
+        what = "ok" if o.ok else "skipped" if o.skipped else f"FAILED ({o.exit_code})"
+        first = o.message.strip().splitlines()[0] if o.message.strip() else ""
+        rows.append((str(o.container), o.host, what, f"{o.seconds:.1f}s" if not o.skipped else "-",
+                     printable(first[:100])))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = ["  ".join(r[i].ljust(widths[i]) for i in range(4)) + (f"  {r[4]}" if r[4] else "") for r in rows]
+    failed = sum(1 for o in result.values() if not o.ok and not o.skipped)
+    skipped = sum(1 for o in result.values() if o.skipped)
+    lines.append(f"{len(result) - failed - skipped} ok, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def group_exit_code(result: Any) -> int:
+    """0 when every container succeeded; else the status they failed with when they agree, otherwise 1."""
+    codes = {o.exit_code for o in result.values() if not o.ok and not o.skipped}
+    if not codes and all(o.ok for o in result.values()):
+        return 0
+    return codes.pop() if len(codes) == 1 else 1

@@ -1,0 +1,179 @@
+"""The command line's task table: what a task is (`@task`), its options' short letters and checks, how a
+library error becomes an exit status, and `-c all` (a task per container at once, through remote.api).
+
+remote/cli/tasks.py holds the tasks (parse -> one remote.api call -> format), remote/cli/format.py what they
+print. Exit statuses: 0 ok, 1 failed (or the job's/command's own, where the task reports one), 2 bad
+input, 3 busy, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ..errors import RemoteError
+from ..naming import printable
+from . import parse as cliparse
+from .parse import Kind, number, pattern
+
+# One meaning per short flag in every task; -h is only ever help, and flags not listed have none.
+SHORT_FLAGS = {"container": "c", "dry": "n", "json": "j", "timeout": "t", "allow-dirty": "a", "check": "k",
+               "force": "F", "warmup": "w", "detach": "d", "follow": "f", "run": "r", "grace": "g",
+               "parallel": "p", "export": "e", "import": "i"}
+
+# What each option's value must be, checked before anything connects (one meaning per name, as above).
+_IDS = r"[1-9][0-9]{2,8}(,[1-9][0-9]{2,8})*"
+KINDS = {
+    "container": Kind(pattern(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(,[A-Za-z0-9_][A-Za-z0-9_.-]*)*",
+                              "a container id, a comma list (200,201), a group or `all`"), "ID"),
+    "timeout": Kind(number(0.001, 7 * 86400, unit=" seconds"), "SECONDS"),
+    "grace": Kind(number(0, 3600, integer=True, unit=" seconds"), "SECONDS"),
+    "attempts": Kind(number(1, 100, integer=True), "N"),
+    "port": Kind(number(1, 65535, integer=True), "PORT"),
+    "run": Kind(pattern(r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", "a run id (`remote runs` lists them) or `latest`"),
+                "RUN"),
+    "containers": Kind(pattern(_IDS, "comma-separated container ids from 100 to 999999999"), "IDS"),
+    "second": Kind(pattern(_IDS, "comma-separated container ids from 100 to 999999999"), "IDS"),
+    "devices": Kind(pattern(r"[A-Za-z0-9:_.-]+(,[A-Za-z0-9:_.-]+)*", "comma-separated devices, e.g. 0,1"), "DEVICES"),
+    "hosts": cliparse.text_kind("FILE"),
+    "address": Kind(pattern(r"[A-Za-z0-9_.:\[\]%-]+", "a host name, IP address or ~/.ssh/config alias"), "ADDRESS"),
+    "user": Kind(pattern(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", "a user name"), "USER"),
+    "key-file": cliparse.text_kind("FILE"),
+    "known-hosts": cliparse.text_kind("FILE"),
+    "out": cliparse.text_kind("FILE"),
+    "pct": cliparse.text_kind("CMD"),
+    "command": cliparse.text_kind("STRING"),
+    "limit": Kind(number(1, 100000, integer=True), "N"),
+    "from": Kind(pattern(r"[1-9][0-9]{2,8}", "a container id"), "ID"),
+    "backend": Kind(pattern(r"lxc|ns", "lxc or ns"), "BACKEND"),
+    "sudoers": Kind(pattern(r"[a-z_][a-z0-9_.-]*\$?", "a user name of the Proxmox host"), "USER"),
+    "snapshot": Kind(pattern(r"[A-Za-z][A-Za-z0-9_-]{0,39}", "a snapshot name (`remote snapshots` lists them)"), "NAME"),
+}
+
+# Old option names still accepted where they shipped: (task, old flag) -> the one name per meaning now.
+DEPRECATED = {("report", "dest"): "out"}
+
+TASKS: dict[str, cliparse.Spec] = {}  # "deploy", "lab up", ...: what `remote` knows, in --help order
+
+
+class Exit(Exception):
+    """End the task with this exit status, and this message on stderr (what invoke's Exit was here)."""
+
+    def __init__(self, message: str | None = None, code: int = 1):
+        super().__init__(message or "")
+        self.message, self.code = message, code
+
+
+def task(*, name: str | None = None, help: dict | None = None, positional: str | None = None,
+         argv: str | None = None, usage: str = "") -> Callable[[Callable], Callable]:
+    """Register a task in TASKS under `name` (default: the function's, `_` dropped); "lab up" is `up` of
+    the group `lab`. `positional`: the parameter a bare word fills; `argv`: the one `-- ARGV...` fills."""
+    def register(fn: Callable) -> Callable:
+        key = name or fn.__name__.rstrip("_").replace("_", "-")
+        TASKS[key] = cliparse.spec_of(fn, key, help or {}, short=SHORT_FLAGS, kinds=KINDS, positional=positional,
+                                      argv=argv, usage=usage)
+        fn.help = help or {}  # type: ignore[attr-defined]
+        return fn
+    return register
+
+
+HOSTS_HELP = "hosts file (default: $REMOTE_HOSTS_FILE, else ./hosts.yaml)"
+DRY_HELP = "print the exact remote commands instead of running them"
+CT_HELP = ("container id from the hosts file (default: default_container, $REMOTE_CONTAINER, or the only one); "
+           "a comma list (200,201), a group from `groups:` or `all` runs the task on each of them at once")
+FAIL_FAST_HELP = "with several containers: start no more of them after the first failure"
+
+
+def exit_status(exc: RemoteError) -> int:
+    """A library error's exit status: 2 bad input, 3 busy, else 1 (a command's own status never leaks out of
+    a failed step: only tasks that report one, exec, train and logs, exit with it)."""
+    return type(exc).exit_code if type(exc).exit_code in (2, 3) else 1
+
+
+def handled(fn: Callable) -> Callable:
+    """Turn library errors into a clean exit with the error's message and status."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except RemoteError as exc:  # its message may quote a container: escapes shown, lines kept
+            raise Exit(f"error: {printable(str(exc), lines=True)}", code=exit_status(exc)) from None
+        except KeyboardInterrupt:
+            raise Exit("interrupted", code=130) from None
+
+    return wrapper
+
+
+# -- the fleet a task uses: its own, or the one of the `-c all` task it is a part of -----------------------
+
+_current: list = []  # the remote.api.Fleet of the fleet task in progress
+
+
+def in_fleet_task() -> bool:
+    """True inside one container's part of a `-c all` task."""
+    return bool(_current)
+
+
+def fleet_of(hosts: str | None, dry: bool = False) -> contextlib.AbstractContextManager:
+    """The fleet a task runs on: the `-c all` task's (closed by it), else its own, printing its progress."""
+    if _current:
+        return contextlib.nullcontext(_current[-1])
+    from .. import api
+
+    return api.open(hosts, dry=dry, progress=print)
+
+
+def is_selection(value: object) -> bool:
+    """True when a --container value names several containers (a list, a group, `all`), not one id."""
+    if value is None or isinstance(value, int):
+        return False
+    return not str(value).strip().isdigit()
+
+
+def fleet_task(fn: Callable) -> Callable:
+    """With --container naming several containers (a list, a group, `all`): the task on each of them at
+    once (remote.api.Group.map), output lines prefixed `[id] `, a summary table, exit status from them all.
+    One id, or none: the task exactly as it is."""
+    sig = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def wrapper(c: Any, *args: Any, fail_fast: bool = False, **kwargs: Any) -> Any:
+        if not is_selection(kwargs.get("container")):
+            return fn(c, *args, **kwargs)
+        return handled(_run_fleet)(fn, c, args, kwargs, fail_fast)
+
+    wrapper.__signature__ = sig.replace(parameters=[  # type: ignore[attr-defined]
+        *sig.parameters.values(), inspect.Parameter("fail_fast", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=False)])
+    return wrapper
+
+
+def _run_fleet(fn: Callable, c: Any, args: tuple, kwargs: dict, fail_fast: bool) -> None:
+    from .. import api
+    from .format import group_exit_code, group_table
+
+    def one(ct: Any) -> None:
+        mine = {**kwargs, "container": str(ct.id)}
+        if fn.__name__ == "pull" and mine.get("dest"):  # never two containers' files in one place
+            mine["dest"] = os.path.join(mine["dest"], str(ct.id))
+        fn(c, *args, **mine)
+
+    with api.open(kwargs.get("hosts"), dry=bool(kwargs.get("dry")), progress=print) as fleet, _sharing(fleet):
+        result = fleet.containers(kwargs["container"]).map(one, fail_fast=fail_fast, prefix_output=True)
+    print(group_table(result))
+    code = group_exit_code(result)
+    if code:
+        raise Exit(code=code)
+
+
+@contextlib.contextmanager
+def _sharing(fleet: Any) -> Iterator[None]:
+    _current.append(fleet)
+    try:
+        yield
+    finally:
+        _current.remove(fleet)

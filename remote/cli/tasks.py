@@ -1,0 +1,607 @@
+"""The tasks: `remote ...` anywhere, `invoke ...` in this checkout (tasks.py), the same functions.
+
+Each task is three steps in one place: its options (the function's parameters, checked by
+remote/cli/parse.py from remote/cli/table.py's KINDS), one call of the public API (remote.api, as a
+script would make it), and printing what came back (remote/cli/format.py). Every RemoteError becomes a
+clean `Exit` with its message and exit status, never a traceback. `remote` parses its own command line
+from the table that `@task` fills (TASKS); the invoke Collection (remote/cli/invoke.py) is made from the
+same table on first use, so `remote` never imports invoke.
+
+To add a task: write `@task(help={...})` over `@handled` over a function `name(c, ..., hosts=None)` (add
+`@fleet_task` between them where `-c all` should run it on every container at once) whose body opens
+`fleet_of(hosts, dry)`, calls one remote.api method and prints with a remote/cli/format.py function. Its
+options come from its parameters; a new option name needs its short letter in SHORT_FLAGS (or none) and,
+unless it is a flag or free text, its check in KINDS. Exit statuses: 0 ok, 1 failed (or the job's/command's
+own, where the task reports one), 2 bad input, 3 busy, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+from .. import __version__
+from ..errors import RemoteError
+from ..naming import printable
+from . import format as fmt
+from . import parse as cliparse
+from .table import (  # noqa: F401
+    CT_HELP,
+    DEPRECATED,
+    DRY_HELP,
+    FAIL_FAST_HELP,
+    HOSTS_HELP,
+    KINDS,
+    SHORT_FLAGS,
+    TASKS,
+    Exit,
+    exit_status,
+    fleet_of,
+    fleet_task,
+    handled,
+    in_fleet_task,
+    is_selection,
+    task,
+)
+
+
+def _stream(kind: str, chunk: bytes) -> None:
+    out = sys.stdout if kind == "stdout" else sys.stderr
+    out.buffer.write(chunk)
+    out.flush()
+
+
+def _deprecated(task_name: str, old: str, value: Any) -> None:
+    """An old option name that still works: say once, on stderr, which name to use."""
+    if value is not None:
+        print(f"warning: {task_name} --{old} is deprecated: use --{DEPRECATED[(task_name, old)]}", file=sys.stderr)
+
+
+@task(help={"json": "print machine-readable JSON", "hosts": HOSTS_HELP,
+            "container": "only these containers: an id, a comma list, a group or `all` (default: all)"})
+@handled
+def status(c, json_=False, hosts=None, container=None):
+    """Hosts, containers and their jobs at a glance.
+
+    Each host's reachability; each container's state, running job (uptime, throughput) and last exit
+    status, all containers at once; a venv lock that differs from its siblings'; multi-node runs once."""
+    with fleet_of(hosts) as fleet:
+        data = fleet.status(container)
+    print(fmt.status_json(data) if json_ else "\n".join(fmt.status_lines(data)))
+    if not all(h["reachable"] for h in data["hosts"]):
+        raise Exit(code=1)
+
+
+@task(name="exec", positional="command", argv="command",
+      help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP,
+            "command": "a shell command line to run inside the container (bash -c); or the argv after `--`, run as is",
+                         "timeout": "seconds before the command is killed inside the container",
+                         "dry": DRY_HELP, "hosts": HOSTS_HELP})
+@fleet_task
+@handled
+def exec_(c, command, container=None, timeout=None, dry=False, hosts=None):
+    """Run a command in a container, in the checkout with the job's environment.
+
+    `remote exec -c ID -- CMD ARG...` runs that argv as it is (no shell); `--command STRING` (or the
+    string as the one word after the task) runs a bash command line. Once deployed, the command runs
+    in the checkout with the job's environment (venv, compile cache, train.env); its output streams
+    back and `remote` exits with its status."""
+    with fleet_of(hosts, dry) as fleet:
+        result = fleet.container(container).exec(command if isinstance(command, str) else list(command),
+                                                 timeout=timeout, on_output=_stream)
+    if result.exit_code:
+        raise Exit(code=result.exit_code)
+
+
+@task(help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP, "allow_dirty": "ship uncommitted changes of the local tree (recorded as dirty)",
+            "check": "only report what would change and any hand-installed or changed packages (exit 1 if any)",
+            "rollback": "switch the venv back to the previous build",
+            "force": "deploy even while a training job runs there (the venv it uses is never deleted)",
+            "dry": DRY_HELP, "hosts": HOSTS_HELP})
+@fleet_task
+@handled
+def deploy(c, container=None, allow_dirty=False, check=False, rollback=False, force=False, dry=False, hosts=None):
+    """Make the container's venv and checkout exactly what the hosts file pins.
+
+    A no-op when they are."""
+    with fleet_of(hosts, dry) as fleet:
+        plan = fleet.container(container).deploy(allow_dirty=allow_dirty, check=check, rollback=rollback, force=force)
+    print(plan.render())
+    if check and (plan.changed or plan.drift):
+        raise Exit(code=1)
+
+
+@task(help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP + "; several: one warmup per group of containers "
+            "whose cache passports would match, its cache copied to the others",
+            "parallel": "run the devices' warmups as separate processes at once",
+            "devices": "comma-separated devices (default: warmup.devices)",
+            "export": "write the container's compile cache folder to this local bundle file (tar.gz); runs nothing",
+            "import_": "load a bundle made by --export into the container's cache (refused if versions differ)",
+            "dry": DRY_HELP, "hosts": HOSTS_HELP})
+@handled
+def warmup(c, container=None, parallel=False, devices=None, export=None, import_=None, dry=False, hosts=None,
+           fail_fast=False):
+    """Compile the training into the persistent compile cache, one device at a time.
+
+    Several containers: those whose cache passports would match are warmed once and the cache copied to
+    the rest (docs/guide/compile-cache.md). One container without a warmup of its own: a matching cache of
+    another container of the hosts file is copied instead of compiling."""
+    if is_selection(container) and not (export or import_ or devices or dry) and not in_fleet_task():
+        with fleet_of(hosts) as fleet:
+            result = fleet.warm_groups(container, fail_fast=fail_fast, parallel=parallel, prefix_output=True)
+        print(fmt.group_table(result))
+        if fmt.group_exit_code(result):
+            raise Exit(code=fmt.group_exit_code(result))
+        return
+    return _warmup_each(c, container=container, parallel=parallel, devices=devices, export=export, import_=import_,
+                        dry=dry, hosts=hosts, fail_fast=fail_fast)
+
+
+@fleet_task
+@handled
+def _warmup_each(c, container=None, parallel=False, devices=None, export=None, import_=None, dry=False, hosts=None):
+    with fleet_of(hosts, dry) as fleet:
+        ct = fleet.container(container)
+        if import_:
+            print(fmt.imported_line(ct.import_cache(import_)))
+            return
+        if export:
+            ct.export_cache(export)
+            print(f"wrote {export}")
+            return
+        done = ct.warmup(parallel=parallel, devices=[d for d in devices.split(",") if d] if devices else None)
+    if not dry:
+        print(fmt.warmup_line(done))
+
+
+@task(name="cache list", help={"container": "containers to list (an id, a comma list, a group; default: all)",
+                               "json": "print JSON", "hosts": HOSTS_HELP})
+@handled
+def cache_(c, container=None, json_=False, hosts=None):
+    """List what each container's compile cache holds: its folder, files, size and passport (`remote cache`)."""
+    with fleet_of(hosts) as fleet:
+        rows = fleet.caches(container or "all")
+    print(fmt.caches_json(rows) if json_ else "\n".join(fmt.cache_lines(rows)))
+
+
+@task(name="cache copy", help={"from_": "the container whose compile cache is copied",
+                               "container": "the containers to copy it to (an id, a comma list, a group, `all`)",
+                               "fail_fast": FAIL_FAST_HELP, "hosts": HOSTS_HELP})
+@handled
+def cache_copy(c, from_, container=None, hosts=None, fail_fast=False):
+    """Copy one container's compile cache to others whose passports match: only the files they lack."""
+    with fleet_of(hosts) as fleet:
+        result = fleet.copy_cache(from_, container, fail_fast=fail_fast, prefix_output=True)
+    print(fmt.group_table(result))
+    if fmt.group_exit_code(result):
+        raise Exit(code=fmt.group_exit_code(result))
+
+
+@task(help={"container": CT_HELP + "; several: one multi-node run across them (train.command formatted per node)",
+            "force": "start even if a job is already running there",
+            "warmup": "run the warmup first when the preflight finds it missing",
+            "detach": "do not follow the log after starting", "dry": DRY_HELP, "hosts": HOSTS_HELP})
+@handled
+def train(c, container=None, force=False, warmup=False, detach=False, dry=False, hosts=None):
+    """Preflight, start the training job detached, then follow its log.
+
+    Ctrl-C stops following and leaves the job running (exit status 130)."""
+    with fleet_of(hosts, dry) as fleet:
+        if is_selection(container):  # one run across these containers (a multi-node run)
+            code = fleet.train_nodes(container, force=force, warmup=warmup, follow=not detach)
+        else:
+            run = fleet.container(container).train(detach=detach or dry, force=force, warmup=warmup)
+            code = 0 if detach or dry else run.exit_code
+    if code:
+        raise Exit(code=code)
+
+
+@task(help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP,
+            "run": "run id (default: every live run, and the latest's leftovers)", "follow": "keep printing until the job ends",
+            "hosts": HOSTS_HELP})
+@fleet_task
+@handled
+def logs(c, container=None, run=None, follow=False, hosts=None):
+    """Print a run's log (what is there now; with --follow, until the job ends). Exits with the run's
+    status once it has ended (1 when it was lost)."""
+    with fleet_of(hosts) as fleet:
+        ct = fleet.container(container)
+        if follow and not in_fleet_task():  # a multi-node run: every node's log, merged
+            code = fleet.follow_nodes(ct.id, run)
+            if code is not None:
+                if code:
+                    raise Exit(code=code)
+                return
+        final = ct.log(run, follow=follow)
+    if not final["alive"] and (1 if final["lost"] else final["exit"] or 0):
+        raise Exit(code=1 if final["lost"] else final["exit"])
+
+
+@task(help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP,
+            "run": "run id (default: every live run, and the latest's leftovers)",
+            "grace": "seconds between TERM and KILL (default 10)", "dry": DRY_HELP, "hosts": HOSTS_HELP})
+@fleet_task
+@handled
+def stop(c, container=None, run=None, grace=10, dry=False, hosts=None):
+    """Stop a job and verify that nothing of it is left.
+
+    TERM its process group, KILL after the grace period, then check by the run's marker."""
+    with fleet_of(hosts, dry) as fleet:
+        stopped = fleet.container(container).stop(run, grace=int(grace), nodes=not in_fleet_task())
+    if not dry:
+        print("\n".join(fmt.stop_lines(stopped)))
+
+
+@task(help={"container": "container id(s), comma-separated (default: every container in the hosts file)",
+            "json": "print the findings and facts as JSON (schema: docs/guide/doctor.md)", "hosts": HOSTS_HELP,
+            "fresh": "import torch again in each container even where an earlier probe's answer still holds",
+            "gpu": "check the hosts' NVIDIA driver and each container's GPU passthrough (docs/guide/gpu-passthrough.md)"})
+@handled
+def doctor(c, container=None, json_=False, hosts=None, fresh=False, gpu=False):
+    """Find what differs from what deploy made and from the last known-good run.
+
+    Each finding says why it matters and the command that fixes it. Exit 0 healthy, 1 with findings,
+    2 on bad input."""
+    if gpu:  # one probe per host, one per container
+        with fleet_of(hosts) as fleet:
+            report = fleet.doctor_gpu(container)
+        print(json.dumps(report.to_json(), indent=2) if json_ else report.render())
+        if not report.healthy:
+            raise Exit(code=1)
+        return
+    with fleet_of(hosts) as fleet:
+        ids = ([fleet.container(p.strip()).id for p in str(container).split(",") if p.strip()] if container
+               else fleet.ids)
+        found = fleet.doctor(ids, fresh=fresh)
+    print(fmt.doctor_json(found) if json_ else "\n".join(d.render() for d in found))
+    if not all(d.healthy for d in found):
+        raise Exit(code=1)
+
+
+@task(name="known-good", help={"container": CT_HELP, "run": "run id (default: the latest)", "hosts": HOSTS_HELP})
+@handled
+def known_good(c, container=None, run=None, hosts=None):
+    """Record a finished run and the container's facts as its known-good, for doctor.
+
+    The run must have exited 0; train records one by itself when a run meets the baseline."""
+    from ..api import known_good_label
+
+    with fleet_of(hosts) as fleet:
+        ct = fleet.container(container)
+        record = ct.known_good(run)
+    print(printable(f"recorded {known_good_label(record)} (commit {str(record['commit'])[:12]}, torch "
+                    f"{record['torch']}) in {ct.known_good_path()}"))
+
+
+@task(help={"container": CT_HELP, "run": "run id (default: the latest)",
+            "out": "the HTML file to write (default: ~/.local/share/remote/reports/report-<container>-<run>.html)",
+            "dest": "deprecated: the old name of --out", "hosts": HOSTS_HELP})
+@handled
+def report(c, container=None, run=None, out=None, hosts=None, dest=None):
+    """Write one self-contained HTML file of a run.
+
+    Its metric over time against the baseline and the known-good run, its manifest, warmup times and
+    any crash hints; it opens offline in any browser."""
+    _deprecated("report", "dest", dest)
+    if out and dest and out != dest:
+        raise Exit(f"error: report: --out {out} and --dest {dest} (its old name) both given; give --out", code=2)
+    with fleet_of(hosts) as fleet:
+        path = fleet.container(container).report(run, out or dest)
+    print(f"wrote {path}")
+
+
+@task(name="lab up", help={"containers": "comma-separated container ids (default 200)",
+                       "port": "sshd port on 127.0.0.1 (default 2222)",
+                       "second": "comma-separated container ids on a second look-alike host, lab2 (sshd on port + 1)",
+                       "backend": "lxc (sshd + LXC containers) or ns (Linux namespaces, no sshd: the host is "
+                                  "`local: true`); default: lxc where it is installed, else ns"})
+@handled
+def lab_up(c, containers="200", port=None, second=None, backend=None):
+    """Start the local lab: sshd on loopback, LXC containers, the pct double.
+
+    With --second, a second look-alike host as well; with --backend ns, namespace containers and the pct
+    double only."""
+    from ..lab import DEFAULT_PORT
+    from ..lab.ns import open_lab
+
+    lab = open_lab(backend=backend, port=int(port or DEFAULT_PORT))
+    ids = [int(x) for x in str(containers).split(",") if x.strip()]
+    more = [int(x) for x in str(second or "").split(",") if x.strip()]
+    lab.up(ids, second=more)
+    if lab.backend == "ns":
+        print(f"lab up (namespaces, no sshd): containers {', '.join(map(str, ids))} running ({lab.dir}); "
+              f"hosts file: {lab.dir / 'hosts.yaml'}")
+        return
+    print(f"lab up: sshd on 127.0.0.1:{lab.port}, containers {', '.join(map(str, ids))} running ({lab.dir})")
+    if more:
+        print(f"lab2 up: sshd on 127.0.0.1:{lab.port + 1}, containers {', '.join(map(str, more))} running "
+              f"({lab.second().dir})")
+
+
+@task(name="lab down", help={"purge": "also delete the containers' files (venvs, checkouts, compile caches)"})
+@handled
+def lab_down(c, purge=False):
+    """Stop the local lab's containers and sshd."""
+    from ..lab.ns import open_lab
+
+    lab = open_lab()
+    lab.down(purge=purge)
+    print("lab down" + (" and purged" if purge else " (container files kept; --purge deletes them)"))
+
+
+# -- a way in: init, config, runs, shell -------------------------------------------------------------------
+
+@task(help={"address": "the Proxmox host: a host name, an IP address or a ~/.ssh/config alias",
+            "port": "its SSH port (default 22)", "user": "the user to log in as (default root)",
+            "key_file": "private key to log in with (default: ssh-agent)",
+            "known_hosts": "known_hosts file holding the host's key (default ~/.ssh/known_hosts)",
+            "pct": "how to run pct there (default `pct`; with --sudo: its exact path, default /usr/sbin/pct)",
+            "out": "the file to write (default: $REMOTE_HOSTS_FILE, else ./hosts.yaml)",
+            "force": "replace the file if it exists",
+            "sudo": "log in as a non-root user whose sudo rule allows pct (writes `sudo: true`; see --sudoers)",
+            "sudoers": "instead: print the sudoers drop-in that lets USER run what remote needs (sudo: true)",
+            "hosts": "with --sudoers: the hosts file whose `pct` paths the rule names (default /usr/sbin/pct)"})
+@handled
+def init(c, address=None, port=None, user=None, key_file=None, known_hosts=None, pct=None, out=None, force=False,
+         sudo=False, sudoers=None, hosts=None):
+    """Write a hosts file listing every container of a Proxmox host, ready to fill in.
+
+    Connects to the host, reads `pct list` and each container's hostname (`pct config`), and writes a
+    commented hosts file; an existing file is never overwritten without --force. With --sudoers USER:
+    prints a sudoers drop-in for /etc/sudoers.d/ instead (stdout holds only the drop-in)."""
+    from .. import api
+
+    if sudoers:
+        sys.stdout.write(api.sudoers_dropin(sudoers, hosts))
+        print("# check it before installing: visudo -cf FILE (then install -m 0440 FILE /etc/sudoers.d/remote)",
+              file=sys.stderr)
+        return
+    if not address:
+        raise Exit("error: init needs --address ADDRESS", code=2)
+    for flag, path in (("--key-file", key_file), ("--known-hosts", known_hosts)):
+        if path and not os.path.isfile(os.path.expanduser(path)):
+            raise Exit(f"error: {flag} {path}: no such file", code=2)
+    wrote = api.write_hosts_file(address, out=out, port=port, user=user, key_file=key_file, known_hosts=known_hosts,
+                                 pct=pct, force=force, sudo=sudo)
+    first = wrote.containers[0][0]
+    print(f"wrote {wrote.path}: host {wrote.host} with container(s) {', '.join(str(f[0]) for f in wrote.containers)}; "
+          f"fill in venv, code and train, then `remote config -c {first}` and `remote deploy -c {first}`")
+
+
+@task(name="config", help={"container": "only these containers: an id, a comma list, a group or `all` "
+                                        "(default: the one tasks use without -c, else all)",
+                           "json": "print the settings as JSON", "hosts": HOSTS_HELP})
+@handled
+def config_(c, container=None, json_=False, hosts=None):
+    """Print the settings a container resolves to, without connecting anywhere.
+
+    The hosts file's sections with the container's own overrides applied, as the tasks will use them;
+    train.env's values are not shown."""
+    with fleet_of(hosts) as fleet:
+        if container is not None:
+            ids, why = fleet.select(container), f"--container {container}"
+        else:
+            try:
+                ids = [fleet.container(None).id]
+                why = ("$REMOTE_CONTAINER" if os.environ.get("REMOTE_CONTAINER", "").strip() else
+                       "default_container" if fleet.config.default_container else "the only container")
+            except RemoteError:  # several, and none chosen: all of them
+                ids, why = fleet.ids, "every container"
+        print(json.dumps(fleet.settings(ids), indent=2) if json_ else fleet.render_settings(ids, why))
+
+
+@task(help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP, "json": "print the runs as JSON",
+            "limit": "show the latest N runs (default 20)", "hosts": HOSTS_HELP})
+@fleet_task
+@handled
+def runs(c, container=None, json_=False, limit=20, hosts=None):
+    """List a container's runs: id, start, state, exit status, throughput, command."""
+    with fleet_of(hosts) as fleet:
+        ct = fleet.container(container)
+        found = ct.runs(limit=limit)
+    print(json.dumps(found, indent=2) if json_ else ct.render_runs(found))
+
+
+@task(help={"container": "container id from the hosts file (default: default_container, $REMOTE_CONTAINER, "
+                         "or the only one)", "hosts": HOSTS_HELP})
+@handled
+def shell(c, container=None, hosts=None):
+    """Open a shell in a container, in the checkout with the job's environment.
+
+    A real terminal (a pty there): the venv first on PATH, the compile cache and train.env set, as warmups
+    and jobs have them. `exit` (or Ctrl-D) leaves it; remote exits with the shell's status."""
+    if is_selection(container):
+        raise Exit(f"error: --container: one container for a shell, got {container!r}", code=2)
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise Exit("error: remote shell needs a terminal on stdin and stdout; for a command, "
+                   "use `remote exec -c ID -- CMD ARG...`", code=2)
+    with fleet_of(hosts) as fleet:
+        code = fleet.container(container).shell()
+    if code:
+        raise Exit(code=code)
+
+
+# -- push / pull: data in, results out ---------------------------------------------------------------------
+
+def _need(**flags) -> None:
+    missing = [f"--{name}" for name, value in flags.items() if not value]
+    if missing:
+        raise Exit(f"error: {' and '.join(missing)} required", code=2)
+
+
+def _progress(quiet: bool, dry: bool, label: str):
+    from .. import api
+
+    return None if quiet or dry else api.progress_printer(label)
+
+
+XFER_HELP = {"container": CT_HELP, "fail_fast": FAIL_FAST_HELP, "dry": DRY_HELP, "hosts": HOSTS_HELP,
+             "attempts": "tries after a lost connection, each resuming what the last left (default 3)",
+             "quiet": "no progress on stderr"}
+
+
+@task(help={**XFER_HELP, "src": "local file or folder", "dest": "path in the container (a folder's contents are "
+                                                                 "merged into it; a file lands inside an existing folder)"})
+@fleet_task
+@handled
+def push(c, src=None, dest=None, container=None, attempts=3, quiet=False, dry=False, hosts=None):
+    """Copy a local file or folder into a container.
+
+    Streamed, verified by sha256, resumed after a lost connection."""
+    _need(src=src, dest=dest)
+    if not (os.path.isfile(src) or os.path.isdir(src)):  # bad input: before anything connects
+        raise Exit(f"error: --src {src}: no such file or folder on this machine", code=2)
+    with fleet_of(hosts, dry) as fleet:
+        done = fleet.container(container).push(src, dest, attempts=int(attempts),
+                                               on_bytes=_progress(quiet, dry, f"push {src}"))
+    if not dry:
+        print(done.render())
+
+
+@task(help={**XFER_HELP, "src": "file or folder in the container", "dest": "local path (a folder's contents are "
+                                                                           "merged into it; a file lands inside an existing folder)",
+            "run": "pull this run's outputs, log and manifest instead of --src (a run id, or `latest`)"})
+@fleet_task
+@handled
+def pull(c, src=None, dest=None, container=None, run=None, attempts=3, quiet=False, dry=False, hosts=None):
+    """Copy a file or folder out of a container, or a run's outputs.
+
+    Streamed, verified by sha256, resumed after a lost connection. With --run (an id, or `latest`):
+    the run's outputs (train.outputs), log, manifest, metrics.jsonl,
+    gpu.csv and stacks, into DEST/<run id>/."""
+    if run:
+        _need(dest=dest)
+        with fleet_of(hosts, dry) as fleet:
+            got = fleet.container(container).pull_run(dest, run, on_bytes=not quiet)
+        if not dry:
+            print(fmt.pulled_run_line(got))
+        return
+    _need(src=src, dest=dest)
+    with fleet_of(hosts, dry) as fleet:
+        done = fleet.container(container).pull(src, dest, attempts=int(attempts),
+                                               on_bytes=_progress(quiet, dry, f"pull {src}"))
+    if not dry:
+        print(done.render())
+
+
+ONE_CT_HELP = "container id from the hosts file (default: default_container, $REMOTE_CONTAINER, or the only one)"
+
+
+@task(help={"container": ONE_CT_HELP, "json": "print the snapshots as JSON", "hosts": HOSTS_HELP})
+@handled
+def snapshots(c, container=None, json_=False, hosts=None):
+    """List the container's Proxmox snapshots: name, time, description, and which are remote's own."""
+    with fleet_of(hosts) as fleet:
+        found = fleet.container(container).snapshots()
+    print(fmt.snapshots_json(found) if json_ else "\n".join(fmt.snapshot_lines(found)))
+
+
+@task(help={"container": ONE_CT_HELP, "snapshot": "the snapshot (default: the newest of remote's own)",
+            "force": "roll back even while a run is live (the container is killed, and the run with it)",
+            "hosts": HOSTS_HELP})
+@handled
+def rollback(c, container=None, snapshot=None, force=False, hosts=None):
+    """Roll the whole container back to a Proxmox snapshot (`pct rollback`), then start it again.
+
+    Refused while a run is live unless --force. Mount points are not part of a snapshot: what lives on
+    one (run folders, the known-good record, where configured so) stays as it is."""
+    with fleet_of(hosts) as fleet:
+        done = fleet.container(container).rollback(snapshot, force=force)
+    print("\n".join(fmt.rollback_lines(done)))
+
+
+@task(help={"host": "only this host's kept connection (default: every one of yours)", "hosts": HOSTS_HELP})
+@handled
+def disconnect(c, host=None, hosts=None):
+    """End kept connections now.
+
+    Each host's kept connection holds the SSH connection and the agents for control_persist seconds."""
+    from .. import api
+
+    pids = api.disconnect(hosts, host)
+    print(f"ended {len(pids)} kept connection(s)" + (f" (pid {', '.join(map(str, pids))})" if pids else ""))
+
+
+# The order of `remote --help`: the way in, the daily loop, then the rest (tasks not named here follow).
+HELP_ORDER = ("init", "config", "status", "deploy", "warmup", "train", "logs", "runs", "stop", "exec", "shell",
+              "push", "pull", "doctor", "known-good", "report", "snapshots", "rollback")
+
+FOOTER = ("Hosts file: --hosts FILE, else $REMOTE_HOSTS_FILE, else ./hosts.yaml (`remote init` writes one). "
+          "Exit status: 0 ok; 1 failed (exec, train and logs: the command's or the job's own status); "
+          "2 bad input; 3 busy; 130 interrupted.")
+
+
+def run(argv: list[str]) -> int:
+    """Parse argv, check every value, run the tasks in order; the exit status (printing what went wrong)."""
+    try:
+        calls = cliparse.Parser(TASKS).parse(argv)
+    except cliparse.Help as h:
+        if h.topic is None:
+            text = cliparse.program_help(TASKS, __version__, FOOTER, HELP_ORDER)
+        elif h.topic in TASKS:
+            text = cliparse.task_help(TASKS[h.topic])
+        else:
+            text = cliparse.group_help(TASKS, h.topic)
+        sys.stdout.write(text)
+        return 0 if any(a in cliparse.HELP for a in argv) else 2
+    except cliparse.Version:
+        print(f"remote {__version__}")
+        return 0
+    except cliparse.Usage as u:
+        print(f"error: {u}", file=sys.stderr)
+        return 2
+    for call in calls:
+        code = _call(call)
+        if code:
+            return code
+    return 0
+
+
+def _call(call: cliparse.Call) -> int:
+    try:
+        call.spec.fn(None, **call.kwargs)
+    except Exit as e:
+        if e.message:
+            print(e.message, file=sys.stderr)
+        return e.code if isinstance(e.code, int) and 0 <= e.code <= 255 else 1
+    except RemoteError as exc:  # a task without @handled
+        print(f"error: {printable(str(exc), lines=True)}", file=sys.stderr)
+        return exit_status(exc)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except OSError as exc:  # a local file: --dest in a folder that does not exist, a full disk
+        where = f": {exc.filename}" if exc.filename else ""  # a path may come from a container: escaped
+        print(f"error: {printable(f'{exc.strerror or exc}{where}')}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # a bug: say so in one line; REMOTE_DEBUG=1 shows where
+        if os.environ.get("REMOTE_DEBUG"):
+            raise
+        print(f"error: internal error in `remote {call.spec.name}`: {type(exc).__name__}: {printable(str(exc))}\n"
+              "(a bug in remote: please report it; REMOTE_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 1
+    return 0
+
+
+class Program:
+    """What `remote` runs (kept as `program.run()` for the tests that start it so)."""
+
+    def run(self, argv: list[str] | None = None, exit: bool = True) -> int:
+        code = run(sys.argv[1:] if argv is None else list(argv))
+        sys.stdout.flush()
+        if exit:
+            sys.exit(code)
+        return code
+
+
+program = Program()
+
+
+def main() -> None:
+    """The `remote` console script: the same tasks, anywhere. A closed pipe (`remote ... | head`) ends it quietly."""
+    import signal
+
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    program.run()

@@ -1,0 +1,183 @@
+"""Fleets without a lab: selection against the hosts file, the runner's bounds, prefixes, summary and
+exit status, and a multi-node run's per-node command."""
+
+import re
+import sys
+import threading
+import time
+
+import pytest
+
+from remote import config
+from remote.ops import fleet, multinode
+from remote.errors import ConfigError, JobError
+
+HOSTS = """
+hosts:
+  a: {address: 10.0.0.1, max_parallel: 2}
+  b: {address: 10.0.0.2}
+groups: {drafters: [200, 201], lab: [300]}
+train: {command: 'torchrun --nnodes {nnodes} --node-rank {node_rank} --rdzv-endpoint {master_addr}:{master_port} x.py --id {run_id} ${HOME}'}
+containers:
+  200: {host: a, address: 10.0.1.200}
+  201: {host: a, address: 10.0.1.201}
+  202: {host: a}
+  300: {host: b, train: {master_port: 29612}}
+"""
+
+
+@pytest.fixture
+def cfg(tmp_path):
+    p = tmp_path / "hosts.yaml"
+    p.write_text(HOSTS)
+    return config.load(str(p))
+
+
+def test_selection_ids_lists_groups_and_all(cfg):
+    assert fleet.select(cfg, "201") == [201]
+    assert fleet.select(cfg, "300,200,300") == [300, 200]
+    assert fleet.select(cfg, "drafters") == [200, 201]
+    assert fleet.select(cfg, "lab,drafters") == [300, 200, 201]
+    assert fleet.select(cfg, "all") == [200, 201, 202, 300]
+    assert [fleet.is_selection(v) for v in (None, "200", 200, "200,201", "all", "lab")] == [
+        False, False, False, True, True, True]
+    with pytest.raises(ConfigError, match="'nope' is neither a container id nor a group"):
+        fleet.select(cfg, "200,nope")
+    with pytest.raises(ConfigError, match=r"container 999 is not in this file \(known: 200, 201, 202, 300\)"):
+        fleet.select(cfg, "200,999")
+
+
+def test_new_keys_are_read_and_validated(cfg, tmp_path):
+    assert cfg.hosts["a"].max_parallel == 2 and cfg.hosts["b"].max_parallel == 4
+    assert cfg.containers[200].address == "10.0.1.200" and cfg.containers[202].address is None
+    assert cfg.containers[200].train.master_port == 29500 and cfg.containers[300].train.master_port == 29612
+    assert cfg.containers[200].train.rendezvous_timeout == 300
+    assert cfg.groups == {"drafters": (200, 201), "lab": (300,)}
+    for bad, where in [("groups: {drafters: [200, 999]}", "groups.drafters[1]: unknown container 999"),
+                       ("groups: {all: [200]}", "groups.all: group names are words"),
+                       ("groups: {g: []}", "groups.g: expected a list of container ids"),
+                       ("groups: {g: 200}", "groups.g: expected list"),
+                       ("groups: {g: [two]}", "groups.g[0]: expected a container id")]:
+        p = tmp_path / "bad.yaml"
+        p.write_text(HOSTS.replace("groups: {drafters: [200, 201], lab: [300]}", bad))
+        with pytest.raises(ConfigError, match=__import__("re").escape(where)):
+            config.load(str(p))
+    p = tmp_path / "bad2.yaml"
+    p.write_text(HOSTS.replace("max_parallel: 2", "max_parallel: 0"))
+    with pytest.raises(ConfigError, match="hosts.a.max_parallel: expected a value from 1 to 256"):
+        config.load(str(p))
+
+
+def test_runner_bounds_each_host_prefixes_lines_and_carries_failures_through(cfg, capsys):
+    active: dict[str, int] = {"a": 0, "b": 0}
+    peak: dict[str, int] = {"a": 0, "b": 0}
+    lock = threading.Lock()
+
+    def work(ctid):
+        host = cfg.containers[ctid].host.name
+        with lock:
+            active[host] += 1
+            peak[host] = max(peak[host], active[host])
+        print("==> working\npartial", end="")
+        sys.stdout.buffer.write(" line\n".encode())
+        time.sleep(0.2)
+        with lock:
+            active[host] -= 1
+        if ctid == 201:
+            raise JobError("it broke")
+
+    outcomes = fleet.run_each(cfg, [200, 201, 202, 300], work, progress=False)
+    out = capsys.readouterr().out
+    assert peak["a"] == 2  # max_parallel of host a, although three of its containers were selected
+    for ctid in (200, 201, 202, 300):
+        assert f"[{ctid}] ==> working\n" in out and f"[{ctid}] partial line\n" in out
+    assert "[201] it broke\n" in out
+    assert [(o.ctid, o.result) for o in outcomes] == [(200, "ok"), (201, "failed"), (202, "ok"), (300, "ok")]
+    assert fleet.exit_code(outcomes) == 1
+    table = fleet.render(outcomes)
+    assert table.splitlines()[0].split() == ["container", "host", "result", "time"]
+    assert "201        a     FAILED (1)" in table and "it broke" in table and table.endswith("3 ok, 1 failed")
+    assert fleet.exit_code([o for o in outcomes if o.ok]) == 0
+
+
+def test_fail_fast_starts_nothing_after_the_first_failure(cfg, capsys):
+    def work(ctid):
+        raise JobError("it broke")
+
+    outcomes = fleet.run_each(cfg, [200, 201, 202], work, fail_fast=True, progress=False)
+    # host a runs two at once: the third is never started once one failed
+    assert [o.result for o in outcomes].count("skipped") >= 1
+    assert fleet.exit_code(outcomes) == 1
+    assert "skipped" in fleet.render(outcomes)
+
+
+def test_per_node_command_and_the_master(cfg):
+    specs = [cfg.containers[200], cfg.containers[201]]
+    values = multinode.plan_nodes(specs, "R1")
+    assert [v["node_rank"] for v in values] == [0, 1]
+    assert {v["master_addr"] for v in values} == {"10.0.1.200"} and values[0]["master_port"] == 29500
+    cmd = multinode.node_command(specs[1].train.command, values[1])
+    assert cmd == "torchrun --nnodes 2 --node-rank 1 --rdzv-endpoint 10.0.1.200:29500 x.py --id R1 ${HOME}"
+    assert [v["node_addr"] for v in values] == ["10.0.1.200", "10.0.1.201"]
+    assert multinode.node_command("--local-addr {node_addr}", values[1]) == "--local-addr 10.0.1.201"
+    with pytest.raises(ConfigError, match="containers.202.address: every container of a multi-node run needs"):
+        multinode.plan_nodes([cfg.containers[200], cfg.containers[202]], "R2")
+
+
+def test_each_node_publishes_its_own_address_and_uses_its_interface(cfg):
+    env = multinode.node_env(cfg.containers[201], "eth1", master=False)
+    assert env == {"PET_LOCAL_ADDR": "10.0.1.201", "GLOO_SOCKET_IFNAME": "eth1", "NCCL_SOCKET_IFNAME": "eth1",
+                   "PET_RDZV_CONF": "join_timeout=300,timeout=300,is_host=0"}
+    # The master serves the rendezvous store: its hostname resolves to 127.0.1.1, so c10d cannot tell.
+    assert multinode.node_env(cfg.containers[200], "eth0", master=True)["PET_RDZV_CONF"].endswith(",is_host=1")
+
+
+def test_a_lock_that_differs_from_its_siblings_is_named(cfg):
+    from remote.ops.jobs import lock_outliers
+
+    entries = [{"container": 200, "venv_lock": "aaa"}, {"container": 201, "venv_lock": "aaa"},
+               {"container": 202, "venv_lock": "bbb"}, {"container": 300, "venv_lock": "ccc"}]
+    # all four have the same venv settings here: the lock most of them have is the siblings'
+    assert lock_outliers(entries, cfg) == {202: "aaa", 300: "aaa"}
+    assert lock_outliers(entries[:2], cfg) == {}
+
+
+def test_status_shows_a_multi_node_run_once_with_its_nodes():
+    from remote.cli.format import _multinode_lines
+
+    run = {"id": "R", "nodes": [200, 300], "alive": True, "exit": None}
+    jobs = [{"container": 200, "run": {**run, "node_rank": 0}}, {"container": 300, "run": {**run, "node_rank": 1,
+                                                                                            "alive": False, "exit": 1}},
+            {"container": 201, "run": {"id": "S", "alive": False, "exit": 0}}]
+    assert _multinode_lines(jobs) == ["multi-node run R running on 2 nodes: 200 (node 0, master): running; "
+                                      "300 (node 1): exited 1"]
+
+
+@pytest.mark.fault("A host's `pct list` past its deadline", "status shows that host unreachable with the reason "
+                   "and its containers unknown; the other hosts as usual, never a KeyError")
+def test_inventory_carries_a_host_whose_pct_list_timed_out(cfg):
+    from remote.errors import CommandTimeout
+    from remote.lab.testing import Expect, FakeTransport
+    from remote.transport.session import Session
+
+    fakes = {"a": FakeTransport([Expect(lambda argv: True, stdout="VMID Status Lock Name\n200 running lab200\n")]),
+             "b": FakeTransport([Expect(lambda argv: True, raises=CommandTimeout("pct list", 60, "", "b"))])}
+    session = Session(cfg, transport_factory=lambda host: fakes[host.name], agent=False)
+    states = {h.host: h for h in fleet.inventory(session)}
+    assert states["a"].reachable and states["a"].containers == {200: "running", 201: "missing", 202: "missing"}
+    assert not states["b"].reachable and states["b"].containers == {300: "unknown"}
+    assert states["b"].error == "`pct list` on b: b: timed out after 60s and was killed: pct list"
+
+
+@pytest.mark.fault("A fleet command that failed without output", "its row names the exit status, never an empty "
+                   "reason (`FAILED (1) ... Exit:`)")
+def test_a_failure_without_a_message_names_its_exit_status(cfg):
+    from invoke import Exit
+
+    def work(ctid):
+        raise Exit(code=3)  # exec's way out after a command that printed nothing
+
+    outcomes = fleet.run_each(cfg, [200], work, progress=False)
+    assert (outcomes[0].code, outcomes[0].message) == (3, "exited with status 3")
+    assert re.search(r"FAILED \(3\)\s+[\d.]+s\s+exited with status 3$", fleet.render(outcomes).splitlines()[1])
+    assert fleet._failure(JobError("it broke")) == (1, "it broke")

@@ -1,0 +1,411 @@
+"""GPU passthrough facts and findings as data: the host probe's and the container probe's output in, findings out.
+
+The fixtures in tests/data/gpu/ are written from the real formats: an open kernel module's
+/proc/driver/nvidia/version, nvidia-smi's mismatch and no-driver texts, `pct config` with `devN` lines and
+with raw `lxc.*` lines, `lspci -nnk` with vfio-pci, /proc/devices with nvidia-uvm at major 509 (a config
+written when it was 511), `stat` lines of the host's nodes. Each test changes one thing.
+"""
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from remote.facts import gpu
+
+DATA = Path(__file__).parent.parent / "data" / "gpu"
+MARK = "@@gpu-test"
+
+
+def data(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+def host_text(*, proc=None, sys_version="580.95.05", modinfo="580.95.05", modules="nvidia_uvm\nnvidia_drm\nnvidia_modeset\nnvidia",
+              devices=None, nodes=None, lspci=None, persistenced="running", smi=None, configs=None, end=True) -> str:
+    """What remote/sh/gpu-host.sh prints on a healthy Proxmox host, with any section replaced."""
+    proc = data("proc-driver-nvidia-version-open.txt") if proc is None else proc
+    smi = "0, 00000000:01:00.0, Enabled, [N/A], 580.95.05\nrc=0" if smi is None else smi
+    configs = {200: data("pct-config-dev.txt")} if configs is None else configs
+    parts = [("kernel", "6.8.12-4-pve"), ("packages", "pve-container 5.2.3\npve-manager 8.3.0"),
+             ("proc-version", proc), ("sys-version", sys_version), ("modinfo", modinfo), ("modules", modules),
+             ("devices", data("proc-devices-uvm509.txt") if devices is None else devices),
+             ("nodes", data("nodes-509.txt") if nodes is None else nodes),
+             ("lspci", data("lspci-nvidia.txt") if lspci is None else lspci), ("persistenced", persistenced),
+             ("smi", smi)]
+    parts += [(f"pct-config {c}", text + "rc=0") for c, text in configs.items()]
+    out = "".join(f"{MARK} {name}\n{body.rstrip()}\n" if body else f"{MARK} {name}\n" for name, body in parts)
+    return out + (f"{MARK} end\n" if end else "")
+
+
+def host(**kw) -> gpu.HostGpu:
+    return gpu.parse_host(host_text(**kw), MARK)
+
+
+GOOD_NODES = [("/dev/nvidia0", 195, 0), ("/dev/nvidiactl", 195, 255), ("/dev/nvidia-uvm", 509, 0),
+              ("/dev/nvidia-uvm-tools", 509, 1)]
+
+
+def ct_text(*, nodes=GOOD_NODES, libs="580.95.05", smi=None, init=0, proc=None, torch_cuda="13.0", opened=None) -> str:
+    """What remote/sh/gpu_container.py prints in a healthy GPU container, with any part replaced."""
+    opened = opened or {}
+    libmap = {so: None if libs is None else {"path": f"/usr/lib/x86_64-linux-gnu/{so}",
+                                              "file": so.replace(".so.1", f".so.{libs}"), "version": libs}
+              for so in ("libcuda.so.1", "libnvidia-ml.so.1")}
+    first = {"nodes": [{"path": p, "char": True, "major": a, "minor": b, "uid": 0, "gid": 0, "mode": 0o666,
+                        "open": opened.get(p)} for p, a, b in nodes],
+             "libs": libmap, "proc_version": data("proc-driver-nvidia-version-open.txt") if proc is None else proc,
+             "smi": smi if smi is not None else {"rc": 0, "out": "580.95.05\n", "err": ""},
+             "torch": {"path": "/root/venv/lib/python3.11/site-packages/torch/version.py", "cuda": torch_cuda,
+                       "version": "2.11.0+cu130"}}
+    cuda = {"loaded": libs is not None, "driver_version": 13000 if libs else 0, "driver_version_rc": 0}
+    if libs is None:
+        cuda["error"] = "libcuda.so.1 not found by the loader"
+    else:
+        cuda["init"] = init
+    return json.dumps(first) + "\n" + json.dumps({"cuda": cuda}) + "\n"
+
+
+def ct(**kw) -> gpu.CtGpu:
+    return gpu.parse_container(ct_text(**kw))
+
+
+def kinds(found) -> list[str]:
+    return [f.kind for f in found]
+
+
+def everything(h: gpu.HostGpu, c: gpu.CtGpu | None, ctid=200) -> list[gpu.GpuFinding]:
+    return gpu.host_findings(h) + gpu.findings(h, ctid, c)
+
+
+# -- parsers ------------------------------------------------------------------------------------------------
+
+def test_open_module_version_parsed():
+    version, is_open = gpu.module_version(data("proc-driver-nvidia-version-open.txt"))
+    assert (version, is_open) == ("580.95.05", True)
+
+
+def test_host_parsed_from_real_formats():
+    h = host()
+    assert h.loaded == "580.95.05" and h.open_module and h.on_disk == "580.95.05"
+    assert h.uvm_major == 509 and h.majors["nvidia"] == 195 and h.majors["nvidia-caps"] == 236
+    assert h.node("/dev/nvidia-uvm") == gpu.Node("/dev/nvidia-uvm", 509, 0, 0, 0, 0o666)
+    assert [p.driver for p in h.pci] == ["nvidia"]
+    assert h.packages == {"pve-container": "5.2.3", "pve-manager": "8.3.0"}
+    cfg = h.configs[200]
+    assert [p for _, p, _ in cfg.devs] == ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
+    assert cfg.unprivileged and cfg.gpu
+
+
+def test_raw_lxc_config_parsed():
+    cfg = gpu.parse_pct_config(201, data("pct-config-raw.txt") + "rc=0")
+    assert cfg.allows == ("c 195:* rwm", "c 511:* rwm")
+    assert cfg.mounts[2] == ("/dev/nvidia-uvm", "dev/nvidia-uvm", ("bind", "optional", "create=file"))
+    assert not cfg.devs and not cfg.unprivileged
+    assert cfg.lines()[0] == "lxc.cgroup2.devices.allow: c 195:* rwm"
+
+
+def test_a_cut_short_host_output_is_an_error_not_a_healthy_host():
+    with pytest.raises(ValueError, match="ended early"):
+        gpu.parse_host(host_text(end=False), MARK)
+
+
+def test_a_forged_section_line_without_the_mark_is_data():
+    # A container's config cannot open a section: the mark is a fresh random token per probe.
+    forged = data("pct-config-cpu.txt") + "@@gpu-other end\ndev0: /dev/nvidia0\n"
+    cfg = host(configs={202: forged}).configs[202]
+    assert [p for _, p, _ in cfg.devs] == ["/dev/nvidia0"]
+
+
+# -- healthy and CPU ------------------------------------------------------------------------------------------
+
+def test_healthy_dev_passthrough_gives_nothing():
+    assert everything(host(), ct()) == []
+
+
+def test_healthy_raw_passthrough_with_todays_majors_gives_nothing():
+    raw = data("pct-config-raw.txt").replace("c 511:* rwm", "c 509:* rwm")
+    assert everything(host(configs={201: raw}), ct(), 201) == []
+
+
+def test_cpu_container_gives_nothing_even_on_a_host_without_a_driver():
+    cpu = ct(nodes=[], libs=None, smi={"missing": True}, proc="", torch_cuda=None)
+    assert gpu.findings(host(configs={202: data("pct-config-cpu.txt")}), 202, cpu) == []
+    bare = host(proc="", sys_version="", modinfo="", modules="", devices="", nodes="", lspci="", persistenced="",
+                smi="", configs={202: data("pct-config-cpu.txt")})
+    assert gpu.host_findings(bare) == [] and gpu.findings(bare, 202, cpu) == []
+    assert gpu.container_findings(cpu, 202) == []
+
+
+# -- one test per kind --------------------------------------------------------------------------------------
+
+def test_host_no_driver():
+    h = host(proc="", sys_version="", modinfo="", modules="", nodes="", devices="", smi=data("smi-no-driver.txt") + "rc=9")
+    found = gpu.host_findings(h)
+    assert kinds(found) == ["host-no-driver"]
+    assert "6.8.12-4-pve" in found[0].fix and "200" in found[0].message
+
+
+def test_host_reboot_pending():
+    found = gpu.host_findings(host(modinfo="580.105.08"))
+    assert kinds(found) == ["host-reboot-pending"] and found[0].severity == "warning"
+    assert "580.95.05" in found[0].message and "580.105.08" in found[0].message
+
+
+def test_host_uvm_not_loaded():
+    nodes = "\n".join(line for line in data("nodes-509.txt").splitlines() if "uvm" not in line)
+    devices = data("proc-devices-uvm509.txt").replace("509 nvidia-uvm\n", "")
+    found = gpu.host_findings(host(modules="nvidia_drm\nnvidia_modeset\nnvidia", nodes=nodes, devices=devices))
+    assert kinds(found) == ["host-uvm-not-loaded"]
+    assert "modprobe nvidia-uvm" in found[0].fix
+
+
+def test_host_gpu_vfio():
+    h = host(proc="", sys_version="", modinfo="580.95.05", modules="", nodes="", lspci=data("lspci-vfio.txt"),
+             smi=data("smi-no-driver.txt") + "rc=9")
+    found = gpu.host_findings(h)
+    assert kinds(found) == ["host-gpu-vfio"]
+    assert "0000:01:00.0" in found[0].fix and "vfio-pci" in found[0].message
+
+
+def test_persistence_off():
+    found = gpu.host_findings(host(persistenced="", smi="0, 00000000:01:00.0, Disabled, [N/A], 580.95.05\nrc=0"))
+    assert kinds(found) == ["persistence-off"] and found[0].severity == "warning"
+
+
+def test_driver_lib_mismatch():
+    found = everything(host(), ct(libs="575.57.08", smi={"rc": 18, "out": data("smi-mismatch.txt"), "err": ""}, init=803))
+    assert kinds(found) == ["driver-lib-mismatch", "cuda-init-failed"]
+    assert "libcuda.so.575.57.08" in found[0].message and "580.95.05" in found[0].fix
+    assert "803" in found[1].message
+
+
+def test_driver_lib_mismatch_after_a_host_upgrade_says_reboot():
+    # apt upgraded the driver (libraries and module on disk: 580.105.08); the old module stays loaded.
+    found = everything(host(modinfo="580.105.08"), ct(libs="580.105.08"))
+    assert "host-reboot-pending" in kinds(found) and "driver-lib-mismatch" in kinds(found)
+    assert next(f for f in found if f.kind == "driver-lib-mismatch").fix.startswith("reboot the host")
+
+
+def test_container_uvm_missing_with_cuinit_999():
+    found = everything(host(), ct(nodes=GOOD_NODES[:2], init=999))
+    assert kinds(found) == ["container-uvm-missing", "container-node-missing", "cuda-init-failed"]
+    assert [f.node for f in found[:2]] == ["/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
+    assert "(the host's is 509:0, nvidia-uvm)" in found[0].message
+    # its config passes the node (dev2): it was not there at start, or was removed since
+    assert found[0].fix.startswith("pct reboot 200: its config's `dev2: /dev/nvidia-uvm` makes the host's node (509:0)")
+    assert "999" in found[2].message and "/dev/nvidia-uvm missing, /dev/nvidia-uvm-tools missing (above)" in found[2].message
+    assert "doctor" not in found[2].fix
+
+
+def test_device_not_passed():
+    cfg = data("pct-config-dev.txt").replace("dev2: /dev/nvidia-uvm\n", "")
+    found = gpu.findings(host(configs={200: cfg}), 200, None)
+    assert kinds(found) == ["device-not-passed"]
+    assert "/dev/nvidia-uvm" in found[0].message and "pct set 200 -dev2 /dev/nvidia-uvm" in found[0].fix
+
+
+def test_cgroup_major_stale():
+    found = gpu.findings(host(configs={201: data("pct-config-raw.txt")}), 201, None)
+    assert kinds(found) == ["cgroup-major-stale"]
+    assert "509" in found[0].message and "511" in found[0].message
+    assert "replace `lxc.cgroup2.devices.allow: c 511:* rwm` with `lxc.cgroup2.devices.allow: c 509:* rwm`" in found[0].fix
+    assert "/etc/pve/lxc/201.conf" in found[0].fix and "dev0: /dev/nvidia-uvm" in found[0].fix
+
+
+def test_mount_optional_missing():
+    nodes = "\n".join(line for line in data("nodes-509.txt").splitlines() if "uvm" not in line)
+    raw = data("pct-config-raw.txt").replace("c 511:* rwm", "c 509:* rwm")
+    found = gpu.findings(host(nodes=nodes, configs={201: raw}), 201, None)
+    assert "mount-optional-missing" in kinds(found)
+    assert "nvidia-modprobe -u -c=0" in next(f for f in found if f.kind == "mount-optional-missing").fix
+
+
+def test_no_driver_libs():
+    found = everything(host(), ct(libs=None, smi={"missing": True}))
+    assert kinds(found) == ["no-driver-libs"]
+    assert "NVIDIA-Linux-x86_64-580.95.05.run --no-kernel-module" in found[0].fix
+
+
+def test_cuda_init_failed_alone():
+    found = everything(host(), ct(init=100))
+    assert kinds(found) == ["cuda-init-failed"] and "100 (CUDA_ERROR_NO_DEVICE)" in found[0].message
+
+
+def test_device_permission_in_the_container():
+    found = everything(host(), ct(opened={"/dev/nvidia0": 13}))
+    assert kinds(found) == ["device-permission"] and "EACCES" in found[0].message
+    assert "mode=0666" in found[0].fix
+
+
+def test_device_permission_from_the_hosts_modes_in_an_unprivileged_container():
+    nodes = data("nodes-509.txt").replace(" 0 0 666", " 0 44 660")
+    raw = data("pct-config-raw.txt").replace("c 511:* rwm", "c 509:* rwm") + "unprivileged: 1\n"
+    found = gpu.findings(host(nodes=nodes, configs={201: raw}), 201, None)
+    assert kinds(found) == ["device-permission"] and "660" in found[0].message
+
+
+def test_mig_caps_missing():
+    found = everything(host(smi="0, 00000000:01:00.0, Enabled, Enabled, 580.95.05\nrc=0"), ct())
+    assert kinds(found) == ["mig-caps-missing"] and "c 236:* rwm" in found[0].fix
+
+
+def test_every_kind_is_tested_here():
+    source = Path(__file__).read_text()
+    assert [k for k in gpu.KINDS if f"def test_{k.replace('-', '_')}" not in source] == []
+
+
+# -- the probes as programs ------------------------------------------------------------------------------------
+
+def test_container_probe_runs_without_torch_or_a_venv(tmp_path):
+    venv = tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "torch"
+    venv.mkdir(parents=True)
+    (venv / "version.py").write_text("from typing import Optional\n__version__ = '2.11.0+cu130'\n"
+                                     "cuda: Optional[str] = '13.0'\n")
+    r = subprocess.run(gpu.container_argv(str(tmp_path / "venv")), capture_output=True, text=True, timeout=60)
+    c = gpu.parse_container(r.stdout)
+    assert (c.torch_cuda, c.torch_version) == ("13.0", "2.11.0+cu130")
+    if not c.gpu:
+        assert gpu.container_findings(c, 200) == []
+
+
+# -- where it shows: train's preflight, the known-good record and plain doctor, doctor --gpu's output ------------
+
+@pytest.fixture
+def spec(tmp_path):
+    from test_doctor import HOSTS
+
+    from remote import config
+
+    path = tmp_path / "hosts.yaml"
+    path.write_text(HOSTS)
+    return config.load(str(path)).container(200)
+
+
+def with_gpu(raw: dict, text: str) -> dict:
+    return {**raw, "gpu": {"rc": 0, "out": text, "err": ""}}
+
+
+def test_preflight_refuses_on_an_error_finding_with_its_fix(spec):
+    from test_preflight import problems, ready
+
+    found = problems(with_gpu(ready(spec), ct_text(nodes=GOOD_NODES[:2], init=999)), spec)
+    assert any("[container-uvm-missing]" in p and "/dev/nvidia-uvm" in p for p in found), found
+    assert any("cuInit(0) returned 999" in p for p in found), found
+
+
+def test_preflight_warns_on_a_pending_reboot_and_launches(spec):
+    from test_preflight import ready
+
+    from remote.ops.jobs import check
+
+    pre = check(with_gpu(ready(spec), ct_text()), spec, host(modinfo="580.105.08"))
+    assert any(n.startswith("!! ") and "[host-reboot-pending]" in n for n in pre.notes), pre.notes
+    assert not any("[host-reboot-pending]" in n for n in check(with_gpu(ready(spec), ct_text()), spec, host()).notes)
+
+
+def test_preflight_of_a_cpu_container_says_nothing_of_gpus(spec):
+    from test_preflight import ready
+
+    from remote.ops.jobs import check
+
+    cpu = ct_text(nodes=[], libs=None, smi={"missing": True}, proc="")
+    pre = check(with_gpu(ready(spec), cpu), spec, host(configs={200: data("pct-config-cpu.txt")}))
+    assert not any("[" in n and "]" in n and "!!" in n for n in pre.notes)
+
+
+def test_known_good_keeps_module_and_libraries_and_doctor_names_a_change(spec):
+    from test_doctor import COMMIT, healthy_raw
+
+    from remote import facts as fx
+    from remote.doctor import findings
+    from remote.runs.knowngood import make_record, watch_log
+
+    facts = fx.parse(with_gpu(healthy_raw(spec), ct_text()), spec, (1000.0, 1000.5))
+    watch = watch_log(spec, "step 1 | 22.0 Ktok/s\n")
+    rec = make_record(facts, spec, {"run": "r1", "manifest": {"commit": COMMIT}}, watch, "auto")
+    assert rec["host_module"] == "580.95.05"
+    assert rec["driver_libs"] == {"libcuda.so.1": "580.95.05", "libnvidia-ml.so.1": "580.95.05"}
+    raw = with_gpu(healthy_raw(spec), ct_text())
+    raw["known_good"] = {**raw["known_good"], "host_module": "580.95.05", "driver_libs": rec["driver_libs"]}
+    codes = lambda r: [f.code for f in findings(fx.parse(r, spec, (1000.0, 1000.5)), spec)]  # noqa: E731
+    assert "host-module-changed" not in codes(raw) and "driver-libs-changed" not in codes(raw)
+    upgraded = with_gpu(raw, ct_text(libs="580.105.08", proc=data("proc-driver-nvidia-version-open.txt")
+                                     .replace("580.95.05", "580.105.08")))
+    assert {"host-module-changed", "driver-libs-changed"} <= set(codes(upgraded))
+
+
+def test_doctor_gpu_render_and_json(spec):
+    from remote import gpudoctor
+
+    h = host(configs={200: data("pct-config-dev.txt"), 202: data("pct-config-cpu.txt")}, modinfo="580.105.08")
+    hosts = [gpudoctor.HostReport("pve1", h, gpu.host_findings(h, "pve1"))]
+    bad = ct(nodes=GOOD_NODES[:2], init=999)
+    cpu = ct(nodes=[], libs=None, smi={"missing": True}, proc="")
+    cts = [gpudoctor.ContainerReport(200, "pve1", bad, h.configs[200], gpu.findings(h, 200, bad, "pve1")),
+           gpudoctor.ContainerReport(202, "pve1", cpu, h.configs[202], gpu.findings(h, 202, cpu, "pve1"))]
+    text = gpudoctor.render(hosts, cts)
+    assert "host pve1: 1 finding(s) (NVIDIA module 580.95.05 (open), pve-container 5.2.3, pve-manager 8.3.0)" in text
+    assert "(host-reboot-pending)" in text and "(container-uvm-missing)" in text
+    assert "container 202 on pve1: no GPU configured (a CPU container)" in text
+    out = json.loads(json.dumps(gpudoctor.to_json(hosts, cts)))
+    assert out["schema"] == 1 and out["healthy"] is False
+    assert set(out["containers"][0]["findings"][0]) == {"kind", "severity", "message", "fix", "ctid", "host", "node",
+                                                            "why"}
+    assert out["containers"][1]["findings"] == [] and out["containers"][1]["healthy"] and not out["containers"][1]["gpu"]
+
+
+def test_untrusted_text_is_made_printable_before_it_reaches_a_terminal(spec):
+    from remote import gpudoctor
+
+    evil = gpu.parse_container(ct_text(libs="575.57.08").replace('"file": "libcuda.so.575.57.08"',
+                                                                  '"file": "libcuda.so.575\\u001b[2J"'))
+    found = gpu.container_findings(evil, 200)
+    assert "\x1b" in found[0].message  # the data keeps what the container said; the terminal gets it escaped
+    text = gpudoctor.render([], [gpudoctor.ContainerReport(200, "pve1", evil, None, found)])
+    assert "\x1b" not in text and "\\x1b" in text
+
+
+def test_a_library_whose_version_is_unknown_is_no_missing_library():
+    text = ct_text().replace('"version": "580.95.05"', '"version": null')
+    assert everything(host(), gpu.parse_container(text)) == []
+
+
+def test_a_host_whose_proc_hides_the_module_takes_nvidia_smis_version():
+    h = host(proc="", sys_version="")
+    assert h.loaded == "580.95.05" and gpu.host_findings(h) == []
+
+
+def test_init_writes_each_containers_gpu_lines_as_comments_and_the_file_loads(tmp_path):
+    from remote import config
+    from remote.ops import hostsinit
+
+    raw = gpu.parse_pct_config(201, data("pct-config-raw.txt") + "rc=0").lines()
+    dev = gpu.parse_pct_config(200, data("pct-config-dev.txt") + "rc=0").lines()
+    hostile = ["dev0: /dev/nvidia0\nhosts: {evil: {address: x}}\x1b[2J"]
+    h = config.Host(name="pve", address="10.0.0.1")
+    text = hostsinit.render(h, {}, [(200, "running", "trainer", dev), (201, "running", "gpu201", raw),
+                                    (202, "stopped", "web", []), (203, "running", "x", hostile)])
+    assert "    #   dev2: /dev/nvidia-uvm\n" in text and "    #   lxc.cgroup2.devices.allow: c 511:* rwm\n" in text
+    assert "#   lxc.mount.entry: /dev/nvidia-uvm dev/nvidia-uvm none bind,optional,create=file" in text
+    block_202 = text.split("  202:")[1].split("  203:")[0]
+    assert "GPU" not in block_202  # a CPU container: no GPU comment
+    hostsinit.write(str(tmp_path / "hosts.yaml"), text, False)  # loads back: the hostile line stayed a comment
+    assert set(config.load(str(tmp_path / "hosts.yaml")).hosts) == {"pve"}
+    assert "\x1b" not in text
+
+
+def test_a_container_given_one_gpu_of_several_lacks_nothing():
+    nodes = data("nodes-509.txt") + "/dev/nvidia1 character special file c3 1 0 0 666\n"
+    assert gpu.findings(host(nodes=nodes), 200, ct()) == []
+    none = data("pct-config-dev.txt").replace("dev0: /dev/nvidia0\n", "")
+    found = gpu.findings(host(nodes=nodes, configs={200: none}), 200, None)
+    assert kinds(found) == ["device-not-passed"] and "/dev/nvidia0" in found[0].message
+
+
+def test_a_cgroup_line_for_another_device_is_neither_gpu_nor_stale():
+    raw = data("pct-config-raw.txt").replace("c 511:* rwm", "c 509:* rwm") + "lxc.cgroup2.devices.allow: c 10:200 rwm\n"
+    assert gpu.findings(host(configs={201: raw}), 201, ct(), ) == []
+    tun = gpu.parse_pct_config(202, data("pct-config-cpu.txt") + "lxc.cgroup2.devices.allow: c 10:200 rwm\nrc=0")
+    assert not tun.gpu and tun.lines() == []

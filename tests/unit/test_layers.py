@@ -1,0 +1,275 @@
+"""The package's layers, read statically (ast, nothing imported): facts (the read side) never import
+operations, and nothing below remote.runs, remote.doctor and the CLI imports them."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent.parent / "remote"
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module a file imports (relative imports resolved against its package), lazy ones included."""
+    package = ".".join(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if path.name != "__init__.py":
+        package = package.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")
+            if node.level:
+                base = base[:len(base) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)  # `from .. import ops`
+    return found
+
+
+def offenders(folder: str, forbidden: tuple[str, ...]) -> dict[str, list[str]]:
+    out = {}
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        bad = sorted(m for m in imported_modules(path) if any(m == f or m.startswith(f + ".") for f in forbidden))
+        if bad:
+            out[str(path.relative_to(ROOT.parent))] = bad
+    return out
+
+
+def test_the_import_reader_sees_relative_lazy_and_package_imports(tmp_path, monkeypatch):
+    pkg = tmp_path / "remote" / "facts"
+    pkg.mkdir(parents=True)
+    (pkg / "x.py").write_text("def f():\n    from ..ops import jobs\nfrom .. import ops\nimport remote.ops.venv\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path / "remote")
+    assert {"remote.ops", "remote.ops.jobs", "remote.ops.venv"} <= imported_modules(pkg / "x.py")
+
+
+@pytest.mark.fault("facts import no operation", "no module of remote/facts imports remote/ops (or what sits above "
+                   "it): the read side that operations plan from has no circle with them")
+def test_facts_never_import_operations():
+    assert offenders("facts", ("remote.ops", "remote.runs", "remote.doctor", "remote.cli")) == {}
+
+
+def test_operations_never_import_what_reads_runs():
+    assert offenders("ops", ("remote.runs", "remote.doctor", "remote.cli")) == {}
+    assert offenders("transport", ("remote.facts", "remote.ops", "remote.runs", "remote.doctor", "remote.cli")) == {}
+
+
+def faces() -> list[Path]:
+    """The command line and the invoke collection: thin faces of the public API (remote.api)."""
+    return sorted((ROOT / "cli").rglob("*.py")) + [ROOT / "tasks.py", ROOT.parent / "tasks.py"]
+
+
+def test_the_command_line_and_the_invoke_tasks_use_only_the_public_api():
+    """remote/cli/ (the invoke collection with it) and the checkout's tasks.py reach operations and the transport
+    only through remote.api: whatever they do, a script can do too."""
+    forbidden = ("remote.ops", "remote.transport")
+    bad = {}
+    for path in faces():
+        if not path.exists():
+            continue
+        found = sorted(m for m in imported_modules(path) if any(m == f or m.startswith(f + ".") for f in forbidden))
+        if found:
+            bad[path.name] = found
+    assert bad == {}
+    assert (ROOT / "cli" / "table.py").exists() and (ROOT / "cli" / "format.py").exists()
+
+
+def test_the_face_check_sees_an_operation_imported_by_the_command_line(tmp_path, monkeypatch):
+    pkg = tmp_path / "remote"
+    (pkg / "cli").mkdir(parents=True)
+    (pkg / "cli" / "extra.py").write_text("def f():\n    from ..ops.jobs import stop\n")
+    for name in ("table.py", "format.py"):
+        (pkg / "cli" / name).write_text("")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", pkg)
+    with pytest.raises(AssertionError, match="extra.py"):
+        test_the_command_line_and_the_invoke_tasks_use_only_the_public_api()
+
+
+# What the command line may import of remote: the API and the words it speaks (its errors, its result and
+# event types, the escaping of what a container says). Nothing of ops, transport, facts, config or doctor.
+CLI_MAY_IMPORT = ("remote.api", "remote.errors", "remote.results", "remote.events", "remote.naming")
+
+
+def lazy_imports(path: Path) -> set[int]:
+    """The line numbers of the imports a file makes inside a function (run only when it is called)."""
+    lines = set()
+    for fn in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            lines.update(n.lineno for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom)))
+    return lines
+
+
+def cli_offenders() -> dict[str, list[str]]:
+    """Each module of remote/cli/ -> what it imports of remote beyond the API and its words (the lab only
+    inside a function: `remote lab ...`)."""
+    bad = {}
+    for path in sorted((ROOT / "cli").rglob("*.py")):
+        lazy = lazy_imports(path)
+        found = []
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                base = node.module or ""
+                if node.level:  # remote/cli/x.py: level 1 is remote.cli, level 2 is remote
+                    base = ".".join(["remote", "cli"][:3 - node.level] + ([node.module] if node.module else []))
+                names = [f"{base}.{a.name}" if base in ("remote", "remote.cli") else base for a in node.names]
+            for name in names:
+                if not (name == "remote" or name.startswith("remote.")) or name.startswith("remote.cli"):
+                    continue
+                if name in ("remote.__version__",) or any(name == m or name.startswith(m + ".") for m in CLI_MAY_IMPORT):
+                    continue
+                if (name == "remote.lab" or name.startswith("remote.lab.")) and node.lineno in lazy:
+                    continue
+                found.append(name)
+        if found:
+            bad[str(path.relative_to(ROOT.parent))] = sorted(set(found))
+    return bad
+
+
+def test_the_command_line_imports_only_the_api_and_its_errors():
+    """remote/cli/ is a client like any script: remote.api, remote.errors (and the result, event and
+    escaping modules the API speaks with); the lab only inside the `remote lab ...` tasks."""
+    assert cli_offenders() == {}
+
+
+def test_the_cli_check_sees_config_doctor_and_an_eager_lab(tmp_path, monkeypatch):
+    pkg = tmp_path / "remote" / "cli"
+    pkg.mkdir(parents=True)
+    (pkg / "x.py").write_text("from .. import config as cfg\nfrom ..lab import Lab\nfrom ..api import open\n"
+                              "def f():\n    from ..doctor import passport_line\n    from ..lab.ns import open_lab\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path / "remote")
+    assert cli_offenders() == {"remote/cli/x.py": ["remote.config", "remote.doctor", "remote.lab"]}
+
+
+def test_nothing_in_the_library_imports_the_lab_or_the_command_line():
+    """The lab (the pct double, the ns lab, the unit tiers' FakeTransport) and remote.testing are clients:
+    no module of the library imports them, so `import remote` can never load them."""
+    users = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT)
+        if rel.parts[0] in ("lab", "cli") or rel.name == "testing.py" and len(rel.parts) == 1 or rel == Path("tasks.py"):
+            continue  # the clients themselves (remote/tasks.py: the deprecated alias of remote.cli.collection)
+        found = sorted(m for m in imported_modules(path)
+                       if any(m == f or m.startswith(f + ".") for f in ("remote.lab", "remote.cli", "remote.testing")))
+        if found:
+            users[str(rel)] = found
+    assert users == {}
+
+
+def test_importing_the_library_loads_neither_the_lab_nor_the_command_line():
+    """What `import remote` and the API load, read from sys.modules in a fresh interpreter."""
+    import subprocess
+
+    code = ("import sys, remote, remote.api, remote.errors; remote.open; remote.Fleet; "
+            "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] == 'remote')))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT.parent, check=True)
+    loaded = r.stdout.split()
+    assert "remote.api" in loaded
+    assert [m for m in loaded if m.startswith(("remote.lab", "remote.cli", "remote.testing"))] == []
+
+
+def test_only_remote_fabric_imports_fabric():
+    """fabric is the dependency of remote.fabric alone (the `fabric` extra): nothing else imports it."""
+    users = {str(p.relative_to(ROOT.parent)) for p in ROOT.rglob("*.py")
+             if any(m == "fabric" or m.startswith("fabric.") for m in imported_modules(p))}
+    assert users <= {"remote/fabric.py"}
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module of remote/ -> the modules of remote/ it imports, anywhere in the file (lazy imports too).
+    `from X import a` is an import of X.a where that is a module, else of X (a name X defines)."""
+    files = {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+    graph = {}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                edges.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([node.module] if node.module else []))
+                for alias in node.names:
+                    edges.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in files else base)
+        graph[name] = {e for e in edges if e in files and e != name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every import circle: each group of modules that import each other (a strongly connected component
+    of more than one), as one path through it that ends where it began, sorted."""
+    index, low, stack, on, groups = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(set(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    out = []
+    for group in groups:
+        start = min(group)
+        path, seen = [start], {start}
+        while True:  # walk inside the group until the path closes
+            nxt = sorted(graph[path[-1]] & group)
+            back = start if start in nxt else None
+            if back and len(path) > 1 or not (set(nxt) - seen):
+                path.append(back or nxt[0])
+                break
+            step = min(set(nxt) - seen)
+            path.append(step)
+            seen.add(step)
+        out.append(path)
+    return sorted(out)
+
+
+def test_the_circle_finder_sees_lazy_and_relative_imports(tmp_path, monkeypatch):
+    pkg = tmp_path / "remote" / "t"
+    pkg.mkdir(parents=True)
+    (tmp_path / "remote" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("from .a import A\n")
+    (pkg / "a.py").write_text("A = 1\ndef f():\n    from .b import B\n")
+    (pkg / "b.py").write_text("from . import A\nB = 2\n")  # b -> the package -> a -> b
+    (pkg / "c.py").write_text("from . import a\n")  # a module of the package, not the package: no circle
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path / "remote")
+    assert circles(import_graph()) == [["remote.t", "remote.t.a", "remote.t.b", "remote.t"]]
+
+
+@pytest.mark.fault("Import circle in remote/", "tests/unit/test_layers.py names every module of remote/ that imports "
+                   "itself through others (function-level imports included), and fails on it")
+def test_no_module_imports_itself_through_others():
+    found = circles(import_graph())
+    assert found == [], "import circles: " + "; ".join(" -> ".join(c) for c in found)

@@ -1,0 +1,187 @@
+"""The public Python API (remote.api) without the lab: its names and signatures, what `import remote`
+loads, the errors it raises on bad input, a fleet's result per container, and that it prints nothing."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import remote
+from remote import cli
+
+SNAPSHOT = Path(__file__).parent.parent / "data" / "public_api.txt"
+
+HOSTS = """hosts:
+  nowhere: {address: 192.0.2.1, connect_timeout: 1}
+containers:
+  200: {host: nowhere}
+  201: {host: nowhere}
+train: {command: python t.py}
+"""
+
+
+def public_api() -> str:
+    """Every public name of `remote` and, for classes, their public methods and properties, with signatures."""
+    lines = []
+    for name in sorted(remote.__all__):
+        obj = getattr(remote, name)
+        if inspect.isclass(obj):
+            kind = "exception" if issubclass(obj, BaseException) else "class"
+            bases = ", ".join(b.__name__ for b in obj.__bases__)
+            lines.append(f"{kind} {name}({bases})")
+            if kind == "exception":
+                continue
+            if hasattr(obj, "__dataclass_fields__"):
+                for f in obj.__dataclass_fields__.values():
+                    if not f.name.startswith("_"):
+                        lines.append(f"  field {f.name}: {f.type}")
+            else:
+                for attr, kind_ in vars(obj).get("__annotations__", {}).items():
+                    lines.append(f"  attribute {attr}: {kind_}")
+            for attr, value in sorted(vars(obj).items()):
+                if attr.startswith("_"):
+                    continue
+                if isinstance(value, property):
+                    lines.append(f"  property {attr}")
+                elif inspect.isfunction(value):
+                    lines.append(f"  def {attr}{inspect.signature(value)}")
+        elif callable(obj):
+            lines.append(f"def {name}{inspect.signature(obj)}")
+        else:
+            lines.append(f"{name} = {type(obj).__name__}")
+    return "\n".join(lines) + "\n"
+
+
+def test_the_public_names_and_signatures_are_the_snapshot():
+    """A change to a public name or signature is a visible change: this snapshot changes with it
+    (regenerate: REMOTE_API_SNAPSHOT=write pytest tests/unit/test_library.py -k snapshot)."""
+    now = public_api()
+    if os.environ.get("REMOTE_API_SNAPSHOT") == "write":
+        SNAPSHOT.write_text(now)
+    assert now == SNAPSHOT.read_text()
+
+
+def test_the_contract_names_are_public():
+    for name in ("open", "Fleet", "Container", "Group", "GroupResult", "Result", "Transfer", "Run", "Finding",
+                 "RemoteError", "ConfigError", "ContainerNotRunning", "JobError", "UnknownRun", "BusyError"):
+        assert name in remote.__all__ and getattr(remote, name) is not None
+    assert remote.ConfigError is __import__("remote.errors").errors.ConfigError
+    with pytest.raises(AttributeError):
+        remote.no_such_name  # noqa: B018
+
+
+def test_import_remote_loads_no_transport_paramiko_or_yaml():
+    code = ("import sys, remote; remote.RemoteError; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('paramiko', 'yaml', 'invoke', 'fabric') "
+            "or m.startswith(('remote.transport', 'remote.ops', 'remote.api'))))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == "[]", r.stdout
+
+
+def test_a_fleet_that_only_reads_its_config_connects_nothing_and_prints_nothing(tmp_path, capsys):
+    path = tmp_path / "hosts.yaml"
+    path.write_text(HOSTS)
+    with remote.open(path) as fleet:
+        assert fleet.ids == [200, 201] and fleet.select("all") == [200, 201]
+        assert [c.id for c in fleet.containers([201])] == [201]
+        assert fleet.container(200).host == "nowhere"
+        assert fleet._made is None
+    assert capsys.readouterr() == ("", "")
+
+
+def test_bad_input_raises_the_documented_errors(tmp_path, capsys):
+    with pytest.raises(remote.ConfigError, match="missing.yaml"):
+        remote.open(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("hosts: {}\n")
+    with pytest.raises(remote.ConfigError, match="bad.yaml: hosts"):
+        remote.open(bad)
+    with pytest.raises(remote.ConfigError, match="<dict>"):
+        remote.open({"hosts": {}})
+    with remote.open({"hosts": {"h": {"address": "192.0.2.1"}}, "containers": {"200": {"host": "h"}}}) as fleet:
+        with pytest.raises(remote.ConfigError, match="999"):
+            fleet.container(999)
+        with pytest.raises(remote.ConfigError, match="nogroup"):
+            fleet.containers("nogroup")
+    assert capsys.readouterr() == ("", "")
+
+
+def test_a_group_returns_a_result_per_container_and_prints_nothing(tmp_path, capsys):
+    path = tmp_path / "hosts.yaml"
+    path.write_text(HOSTS)
+
+    def work(ct):
+        if ct.id == 201:
+            raise remote.BusyError(201, "busy: another deploy")
+        print("never shown")  # a library call that printed would be seen
+        return ct.id * 2
+
+    with remote.open(path) as fleet:
+        import contextlib
+        import io
+
+        sink = io.StringIO()
+        with contextlib.redirect_stdout(sink):
+            result = fleet.containers("all").map(work)
+    assert isinstance(result, remote.GroupResult)
+    assert result.succeeded == {200: 400}
+    assert list(result.failed) == [201] and isinstance(result.failed[201], remote.BusyError)
+    assert result[201].exit_code == 3 and not result.ok
+    assert capsys.readouterr() == ("", "")
+
+
+def test_fail_fast_skips_the_containers_not_started(tmp_path):
+    path = tmp_path / "hosts.yaml"
+    path.write_text(HOSTS.replace("connect_timeout: 1}", "connect_timeout: 1, max_parallel: 1}"))
+
+    def work(ct):
+        raise remote.JobError("no")
+
+    with remote.open(path) as fleet:
+        result = fleet.containers("all").map(work, fail_fast=True)
+    assert result[200].error is not None and result[201].skipped and not result[201].ok
+
+
+@pytest.mark.fault("train interrupted while following", "Ctrl-C while `remote train` follows the log stops "
+                   "following, says the job keeps running, and exits 130 (the README's status), not 0")
+def test_train_interrupted_while_following_exits_130(tmp_path, monkeypatch, capsys):
+    from remote.ops import jobs
+
+    path = tmp_path / "hosts.yaml"
+    path.write_text(HOSTS)
+    pre = jobs.Preflight("abc", {}, None, [])
+    monkeypatch.setattr(jobs, "preflight", lambda ct, spec, echo=print, host_gpu=None: pre)
+    monkeypatch.setattr(jobs, "launch", lambda ct, spec, p, force=False, held=None, echo=print: ("run-1", 42))
+    monkeypatch.setattr(jobs.oplock, "hold", lambda ct, what: contextlib.nullcontext(None))  # no lease to take
+
+    def following(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(jobs, "show_log", following)
+    assert cli.run(["train", "-c", "200", "--hosts", str(path)]) == 130
+    out, err = capsys.readouterr()
+    assert "run run-1 started" in out and "keeps running" in out and err.strip() == "interrupted"
+    # Detached, the same start is exit 0, and nothing followed.
+    assert cli.run(["train", "-c", "200", "--detach", "--hosts", str(path)]) == 0
+
+
+@pytest.mark.fault("report --dest (deprecated)", "report's file is --out, as init's; the shipped --dest still "
+                   "works, with a warning naming --out; both, differing, is bad input (exit 2)")
+def test_report_takes_out_and_still_its_old_dest(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "hosts.yaml"
+    path.write_text(HOSTS)
+    got = []
+    monkeypatch.setattr(remote.api.Container, "report", lambda self, run=None, out=None: got.append(out) or Path(out))
+    assert cli.run(["report", "-c", "200", "--out", "a.html", "--hosts", str(path)]) == 0
+    assert capsys.readouterr().err == ""
+    assert cli.run(["report", "-c", "200", "--dest", "b.html", "--hosts", str(path)]) == 0
+    assert "--dest is deprecated: use --out" in capsys.readouterr().err
+    assert got == ["a.html", "b.html"]
+    assert cli.run(["report", "-c", "200", "--dest", "b.html", "--out", "c.html", "--hosts", str(path)]) == 2
+    assert "give --out" in capsys.readouterr().err and got == ["a.html", "b.html"]

@@ -1,0 +1,166 @@
+"""Train's preflight as data: the facts probe's answer in, notes or every problem at once out."""
+
+import json
+
+import pytest
+from test_doctor import COMMIT, HOSTS, child, healthy_raw
+
+from remote import config
+from remote.errors import JobError
+from remote.ops.jobs import check, only_warmup_missing
+
+
+@pytest.fixture
+def spec(tmp_path):
+    path = tmp_path / "hosts.yaml"
+    path.write_text(HOSTS)
+    return config.load(str(path)).container(200)
+
+
+def ready(spec):
+    """A deployed, warmed container as preflight reads it (parts facts.PREFLIGHT)."""
+    raw = healthy_raw(spec)
+    raw["venv"]["dists"] = {n: d["version"] for n, d in json.loads(raw["venv_run"]["out"])["dists"].items()}
+    folder = next(iter(raw["cache"]["folders"]))
+    raw["cache"]["filled"] = {folder: True}
+    warmups = [dict(json.loads(line), new_files=40) for line in raw["cache"]["warmups"].splitlines()]
+    raw["cache"]["warmups"] = "".join(json.dumps(w) + "\n" for w in warmups)
+    return raw
+
+
+def problems(raw, spec) -> list[str]:
+    with pytest.raises(JobError) as exc:
+        check(raw, spec)
+    text = str(exc.value)
+    return [line[4:] for line in text.splitlines()[1:]] if "problems, nothing was started" in text else [text]
+
+
+def test_a_ready_container_passes_with_its_notes(spec):
+    pre = check(ready(spec), spec)
+    assert pre.commit == COMMIT and [g["name"] for g in pre.gpus] == ["H200", "H200"]
+    assert f"checkout clean at {COMMIT[:12]}" in pre.notes and "warmup done for 5, 6" in pre.notes
+    assert any(n.startswith("2 GPU(s): H200, driver 570.86; torch sees 2") for n in pre.notes)
+
+
+def test_every_problem_of_the_story_is_named_at_once(spec):
+    raw = ready(spec)
+    raw["code"]["status"] = " M drafter/model.py\n"  # a hack in the model code
+    raw["venv"]["dists"].update(torch="2.11.0+cu130", sglang="0.5.1")  # the polluted venv
+    raw["cache"]["filled"] = {}  # the deleted cache, its warmups still recorded
+    found = problems(raw, spec)
+    assert len(found) == 3, found
+    assert found[0].startswith("checkout /root/dflash has edits (drafter/model.py)")
+    assert "version differs: torch locked 2.11.0+cu128, installed 2.11.0+cu130" in found[1]
+    assert "extra package not in the spec: sglang==0.5.1" in found[1] and "`remote deploy` rebuilds it" in found[1]
+    assert "is gone or empty although its warmups compiled into it" in found[2]
+
+
+def test_a_warmup_that_compiled_nothing_does_not_ask_for_a_cache(spec):
+    """A warmup command without torch.compile leaves the cache empty: that is not a deleted cache."""
+    raw = ready(spec)
+    raw["cache"]["filled"] = {}
+    warmups = [dict(json.loads(line), new_files=0, cache_files=0) for line in raw["cache"]["warmups"].splitlines()]
+    raw["cache"]["warmups"] = "".join(json.dumps(w) + "\n" for w in warmups)
+    assert check(raw, spec).notes
+
+
+def test_gpus_torch_and_git(spec):
+    raw = ready(spec)
+    raw["torch"] = child({**json.loads(raw["torch"]["out"]), "device_count": 1})
+    # A 12.8 build on a driver that supports 12.8 suits it: no hint that it might not (issue 34).
+    assert problems(raw, spec) == ["nvidia-smi lists 2 GPU(s) but torch sees 1: the venv's CUDA build (12.8) suits "
+                                   "the driver (570.86, up to CUDA 12.8): check the container's GPU nodes against the "
+                                   "host's (`remote doctor --gpu` compares each)"]
+    raw["torch"] = child({**json.loads(raw["torch"]["out"]), "cuda_build": "13.0"})
+    assert problems(raw, spec) == ["nvidia-smi lists 2 GPU(s) but torch sees 1: the venv's CUDA build (13.0) is newer "
+                                   "than the driver (570.86) supports (up to CUDA 12.8): pin a torch build for this "
+                                   "driver (venv.packages), then remote deploy"]
+    raw = ready(spec)
+    raw["torch"] = child({"torch_error": "ImportError: libcudnn.so.9: cannot open shared object file"})
+    assert problems(raw, spec) == ["`import torch` fails in the venv (ImportError: libcudnn.so.9: cannot open "
+                                   "shared object file): `remote deploy` rebuilds it"]
+    raw = ready(spec)
+    raw["gpus"] = {"rc": None, "out": "", "err": "timed out"}
+    assert problems(raw, spec)[0].startswith("nvidia-smi did not answer within 10 s")
+    raw = ready(spec)
+    raw["code"].update(head=None, git_error="fatal: detected dubious ownership in repository at '/root/dflash'")
+    assert problems(raw, spec) == ["git fails in the checkout /root/dflash: fatal: detected dubious ownership in "
+                                   "repository at '/root/dflash'"]
+
+
+def test_not_deployed_says_to_deploy(spec):
+    raw = ready(spec)
+    raw["venv"]["record"] = None
+    with pytest.raises(Exception, match="no deployed venv at /root/venv: run `remote deploy` first"):
+        check(raw, spec)
+
+
+def test_a_venv_whose_interpreter_does_not_run(spec):
+    raw = ready(spec)
+    raw["venv"]["dists"] = None
+    raw["venv_run"] = {"rc": 1, "out": "", "err": "error while loading shared libraries"}
+    found = problems(raw, spec)
+    assert any("the venv's interpreter does not run" in p for p in found), found
+
+
+def test_train_warmup_warms_only_where_the_warmup_is_all_that_is_missing(spec):
+    raw = ready(spec)
+    raw["cache"]["warmups"] = ""
+    with pytest.raises(JobError) as alone:
+        check(raw, spec)
+    assert only_warmup_missing(alone.value)
+    raw["venv"]["dists"]["sglang"] = "0.5.1"  # and a polluted venv: no warmup into it
+    with pytest.raises(JobError) as both:
+        check(raw, spec)
+    assert not only_warmup_missing(both.value) and "no warmup" in str(both.value)
+
+
+def test_what_a_warmup_would_misrecord_is_named(spec):
+    from remote.ops import warmup as wm
+
+    raw = ready(spec)
+    state = wm.deployed_in(raw, spec)
+    assert wm.unlike_deployed(raw, spec, state) == []
+    raw["code"]["status"] = " M drafter/model.py\n"
+    raw["venv"]["dists"].update(sglang="0.5.1")
+    found = wm.unlike_deployed(raw, spec, state)
+    assert found[0] == "checkout /root/dflash has edits (drafter/model.py)"
+    assert "extra package not in the spec: sglang==0.5.1" in found[1]
+    raw["code"]["status"], raw["code"]["head"] = "", "f" * 40
+    assert wm.unlike_deployed(raw, spec, state)[0].startswith("checkout /root/dflash is at ffffffffffff, not")
+
+
+@pytest.mark.fault("Facts probe's interpreter", "the probe runs with the system python whatever the caller's "
+                   "PATH (preflight, status, warmup and exec put the venv first): a broken venv cannot hide itself")
+def test_the_probe_runs_with_the_system_python_not_the_venvs(spec):
+    from remote import facts
+    from remote.lab.testing import Expect, FakeTransport
+    from remote.transport.pct import DEFAULT_PATH, Container
+
+    seen = []
+    t = FakeTransport([Expect(lambda argv: seen.append(argv) or True, stdout='{"parts": []}')])
+    ct = Container(t, 200, path=f"{spec.venv.path}/bin:{DEFAULT_PATH}")  # as session.container() makes it
+    facts.read_raw(ct, spec, facts.DEPLOYED)
+    assert f"PATH={DEFAULT_PATH}" in seen[0] and spec.venv.python in seen[0]
+    assert not any(a.startswith("PATH=") and spec.venv.path in a for a in seen[0])
+
+
+@pytest.mark.fault("No code.repo (the code put there by hand)", "warmup and train take the checkout's HEAD as its "
+                   "commit instead of asking for a deploy that would never ship code")
+def test_without_code_repo_the_checkout_head_is_the_commit(spec, tmp_path):
+    from remote.errors import DeployError
+    from remote.ops import warmup as wm
+
+    raw = ready(spec)
+    raw["code"]["record"] = None  # deploy never synced it: there is no code.repo to ship
+    assert not spec.code.repo
+    state = wm.deployed_in(raw, spec)
+    assert state["code"]["commit"] == raw["code"]["head"] == COMMIT
+    assert check(raw, spec).commit == COMMIT
+    raw["code"]["exists"] = False
+    with pytest.raises(DeployError, match="no checkout at /root/dflash and code.repo is not set: set code.repo"):
+        wm.deployed_in(raw, spec)
+    path = tmp_path / "with-repo.yaml"
+    path.write_text(HOSTS + "code: {repo: /src/dflash}\n")
+    with pytest.raises(DeployError, match="run `remote deploy` first"):
+        wm.deployed_in(raw, config.load(str(path)).container(200))
