@@ -151,3 +151,18 @@ def test_quorum_lost_snapshot_always_refuses_auto_goes_on_and_exec_works(cl):
         assert task(auto, "exec", "-c", "273", "--", "test", "-e", "/root/plain").returncode == 0
     finally:
         cl.set_quorum("pve1", True)
+
+
+def test_init_on_a_cluster_node_writes_every_node_and_container(cl):
+    out = cl.dir / "hosts-init.yaml"
+    r = task(out, "init", "--address", cl.ip("pve1"), "--port", str(cl.port), "--key-file", str(cl.key_file),
+             "--known-hosts", str(cl.known_hosts), "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    from remote import config
+
+    c = config.load(str(out))
+    assert {h.node_name: (h.address, h.cluster) for h in c.hosts.values()} == {
+        "pve1": (cl.ip("pve1"), "labcluster"), "pve2": (cl.ip("pve2"), "labcluster")}
+    assert {ctid: s.host.node_name for ctid, s in c.containers.items()} == {ctid: cl.owner(ctid) for ctid in PLACEMENT}
+    r = task(out, "exec", "-c", "271", "--", "hostname")
+    assert r.returncode == 0 and r.stdout.strip() == "lab271" and "is on" not in r.stderr, r.stdout + r.stderr
