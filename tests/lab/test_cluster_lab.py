@@ -29,7 +29,7 @@ code:
   repo: {repo}
   path: /root/plain
 train:
-  command: python3 -c "import time; [print(f'step {{i}} 10 it/s', flush=True) or time.sleep(0.2) for i in range(3000)]"
+  command: python3 -c "import time; time.sleep(900)"
   run_dir: /root/runs
 """
 
@@ -166,3 +166,25 @@ def test_init_on_a_cluster_node_writes_every_node_and_container(cl):
     assert {ctid: s.host.node_name for ctid, s in c.containers.items()} == {ctid: cl.owner(ctid) for ctid in PLACEMENT}
     r = task(out, "exec", "-c", "271", "--", "hostname")
     assert r.returncode == 0 and r.stdout.strip() == "lab271" and "is on" not in r.stderr, r.stdout + r.stderr
+
+
+PLANT = """import json, sys
+path = "/root/venv/remote-venv.json"
+record = json.load(open(path))
+record["verify"]["dists"]["nvidia-nccl-cu12"] = sys.argv[1]
+json.dump(record, open(path, "w"))
+"""
+
+
+def test_a_multi_node_launch_across_nodes_is_refused_on_a_planted_nccl_difference(cl):
+    hosts = hosts_file(cl, "hosts-gate.yaml", {270: None, 271: None})
+    r = task(hosts, "deploy", "-c", "270,271")
+    assert r.returncode == 0, r.stdout + r.stderr
+    for ctid, version in ((270, "2.26.2"), (271, "2.21.5")):  # what two venvs built apart can hold
+        assert task(hosts, "exec", "-c", str(ctid), "--", "python3", "-c", PLANT, version).returncode == 0
+    r = task(hosts, "train", "-c", "270,271", "--detach")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "nothing was started" in r.stderr
+    assert "NCCL: nvidia-nccl-cu12 2.26.2 on 270 (pve1); nvidia-nccl-cu12 2.21.5 on 271 (pve2)" in r.stderr, r.stderr
+    runs = task(hosts, "exec", "-c", "271", "--", "sh", "-c", "ls /root/runs 2>/dev/null | wc -l")
+    assert runs.stdout.strip() == "0", runs.stdout

@@ -145,3 +145,22 @@ def test_sudo_rule_allows_exactly_the_guest_list_read():
     assert "/usr/bin/pvesh get /cluster/resources --type vm --output-format json" in sudo.rule_commands([])
     with pytest.raises(ValueError):
         sudo.host_argv(sudo_host, "pvesh", "get", "/access/users")
+
+
+def test_the_multi_node_gate_names_each_differing_field_and_its_nodes():
+    from remote.ops.jobs import Preflight
+    from remote.ops.multinode import gate_fields, mismatches
+
+    def pre(torch="2.11.0+cu128", nccl="2.26.2", driver="580.65.06", commit="a" * 40):
+        venv = {"lock_sha256": "f" * 64, "verify": {"torch": torch, "cuda_build": "12.8",
+                                                   "dists": {"torch": torch, "nvidia-nccl-cu12": nccl}}}
+        return Preflight(commit, venv, [{"driver": driver}], [])
+
+    same = {200: ("pve1", gate_fields(pre())), 201: ("pve2", gate_fields(pre(driver="580.82.07")))}
+    assert mismatches(same) == []  # the driver's major version is what must match
+    differ = {200: ("pve1", gate_fields(pre())), 201: ("pve2", gate_fields(pre(torch="2.10.0+cu128", nccl="2.21.5"))),
+              202: ("pve2", gate_fields(pre(driver="570.1")))}
+    assert mismatches(differ) == [
+        "torch: 2.11.0+cu128 on 200 (pve1), 202 (pve2); 2.10.0+cu128 on 201 (pve2)",
+        "NCCL: nvidia-nccl-cu12 2.26.2 on 200 (pve1), 202 (pve2); nvidia-nccl-cu12 2.21.5 on 201 (pve2)",
+        "driver major: 580 on 200 (pve1), 201 (pve2); 570 on 202 (pve2)"]
