@@ -663,7 +663,8 @@ class Container:
 
     @property
     def host(self) -> str:
-        return self.spec.host.name
+        """The host entry it is reached through: in a cluster, the node holding it (its guest list read once)."""
+        return self._s.config.containers[self.id].host.name if self.spec.cluster else self.spec.host.name
 
     @property
     def _s(self) -> Session:

@@ -96,7 +96,9 @@ def _job_line(entry: dict | None) -> str:
         text += f" {r['spark']}" if r.get("spark") else ""
         text += _watch_text(r)
     elif r.get("lost"):
-        text = f", last run {r['id']} LOST (no exit record)" + (
+        moved = (f": the container moved from node {r['moved_from']} since it started (a restart migration kills "
+                 "every process in it; `remote train` starts it again here)") if r.get("moved_from") else ""
+        text = f", last run {r['id']} LOST (no exit record{moved})" + (
             f"; its processes {r['orphans']} still run" if r.get("orphans") else "")
     else:
         tp = f", last throughput {r['throughput']:.4g}{unit}" if r["throughput"] is not None else ""

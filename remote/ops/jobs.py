@@ -175,6 +175,7 @@ def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = 
                 "venv_lock_sha256": pre.venv.get("lock_sha256"), "torch": verify.get("torch"),
                 "cuda_build": verify.get("cuda_build"), "triton": verify.get("triton"),
                 "driver": pre.gpus[0]["driver"] if pre.gpus else None, "gpus": pre.gpus, "command": command,
+                "node": spec.host.node_name,  # where it started: a cluster's container may move (a restart migration)
                 "env": jobenv.describe(spec, verify), "compile_cache": jobenv.compile_cache(spec, verify),
                 "outputs": list(spec.train.outputs), "checkout": spec.code.path,
                 "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "started_epoch": time.time(),
@@ -524,6 +525,9 @@ def _container_job(session: Session, spec: ContainerSpec, known: str) -> dict:
                             "low": watch.low, "problems": [name for name, _, _ in watch.found],
                             "spark": logs.sparkline(values), "stalled": st["stalled"], "attempt": st["attempt"],
                             "attempts_max": st["attempts_max"], "gpu": st["gpu"]}
+            started_on = (st.get("manifest") or {}).get("node")
+            if st["lost"] and spec.cluster and isinstance(started_on, str) and started_on != spec.host.node_name:
+                entry["run"]["moved_from"] = printable(started_on)[:64]  # a migration killed it (restart mode)
             nodes = (st.get("manifest") or {}).get("nodes")
             if nodes:  # one node of a multi-node run
                 entry["run"]["nodes"], entry["run"]["node_rank"] = nodes, st["manifest"].get("node_rank")

@@ -133,6 +133,9 @@ def test_a_restart_migration_under_a_live_run_is_reported_lost_on_the_new_node(c
     assert "272 is on pve1, not pve2 (the hosts file's host): using pve1" in r.stderr
     entry = data["containers"][0]
     assert entry["node"] == "pve1" and entry["run"]["alive"] is False and entry["run"]["lost"], entry
+    assert entry["run"]["moved_from"] == "pve2", entry  # the migration named: the run started on pve2
+    r = task(hosts, "status", "-c", "272")
+    assert "LOST (no exit record: the container moved from node pve2 since it started" in r.stdout, r.stdout
     r = task(hosts, "deploy", "-c", "272")  # venv and checkout travelled with the rootfs: nothing to do
     assert r.returncode == 0 and "nothing to do, everything verified" in r.stdout, r.stdout + r.stderr
 
