@@ -145,7 +145,12 @@ class Lookup:
                                    f"/cluster/resources`) needs root: log in as root, or set `sudo: true` with the "
                                    f"rule `remote init --sudoers USER` prints (it allows exactly that read): {err[:200]}")
             problems.append(f"{host.name}: pvesh exited {result.exit_code}: {err[:200]}")
-        raise ClusterError(f"cannot read cluster {cluster}'s guest list on any of its hosts: " + "; ".join(problems))
+        if any("pvesh exited" in p for p in problems):
+            raise ClusterError(f"cannot read cluster {cluster}'s guest list on any of its hosts: " + "; ".join(problems))
+        # No node answers: each container stays on its hint, where the command reports the host unreachable.
+        self._echo(f"cluster {cluster}: no node answered for its guest list ({'; '.join(problems)[:300]}): using "
+                   "the hosts file's hosts")
+        return {}
 
     def place(self, spec: ContainerSpec) -> Placement:
         """Container `spec` on its node (read from its cluster's list, once), its note said once."""
@@ -213,7 +218,9 @@ def has_clusters(config: Config) -> bool:
 
 def resolving(config: Config, run: Runner, echo: Callable[[str], None] | None = None) -> Config:
     """`config` whose containers of a cluster resolve to the host of the node holding them, on first use."""
-    if not has_clusters(config) or isinstance(config.containers, Containers):
+    if isinstance(config.containers, Containers):  # another session's view: this one reads its own lists
+        config = config.containers.lookup.config
+    if not has_clusters(config):
         return config
     lookup = Lookup(config, run, echo)
     return replace(config, containers=Containers(config.containers, lookup))

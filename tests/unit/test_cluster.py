@@ -164,3 +164,22 @@ def test_the_multi_node_gate_names_each_differing_field_and_its_nodes():
         "torch: 2.11.0+cu128 on 200 (pve1), 202 (pve2); 2.10.0+cu128 on 201 (pve2)",
         "NCCL: nvidia-nccl-cu12 2.26.2 on 200 (pve1), 202 (pve2); nvidia-nccl-cu12 2.21.5 on 201 (pve2)",
         "driver major: 580 on 200 (pve1), 201 (pve2); 570 on 202 (pve2)"]
+
+
+def test_no_node_answering_leaves_the_hints_and_a_refused_read_is_named(capsys):
+    from remote.errors import ConnectError
+    from remote.lab.testing import CountingTransport
+
+    def down(argv):
+        raise ConnectError("pve1", "connection refused")
+
+    with Session(load(), transport_factory=lambda h: CountingTransport(h.name, down)) as s:
+        assert s.config.containers[201].host.name == "pve1"  # its hint: the command then says it is unreachable
+    assert "no node answered for its guest list" in capsys.readouterr().err
+
+    def refused(argv):
+        return 255, "", "Unable to load access control list: Permission denied\n"
+
+    with Session(load(), transport_factory=lambda h: CountingTransport(h.name, refused)) as s:
+        with pytest.raises(cluster.ClusterError, match="needs root"):
+            s.container(200)
