@@ -71,6 +71,8 @@ def test_resolve_follows_a_wrong_hint_with_one_line():
     assert cluster.resolve(c, c.containers[202], {}).node is None  # not in the list: the hint stays
 
 
+@pytest.mark.fault("a cluster's container on a node the hosts file lacks", "exit 2 naming the node, the cluster and "
+                   "the keys to add (a host with cluster: and node:), never a traceback")
 def test_a_node_the_file_lacks_is_named_with_the_key_to_add():
     c = load()
     with pytest.raises(ConfigError) as e:
@@ -106,6 +108,8 @@ def test_one_list_read_per_cluster_and_commands_on_the_holding_node(capsys):
     assert capsys.readouterr().err.splitlines() == ["201 is on pve2, not pve1 (the hosts file's host): using gpu-b"]
 
 
+@pytest.mark.fault("a container migrated between the guest-list read and its command", "Proxmox's 'does not exist' "
+                   "triggers one re-read and the command goes on on the new node")
 def test_does_not_exist_after_the_list_rereads_it_once_and_follows():
     fake = FakeCluster({200: "pve1"})
     with session(fake) as s:
@@ -166,6 +170,8 @@ def test_the_multi_node_gate_names_each_differing_field_and_its_nodes():
         "driver major: 580 on 200 (pve1), 201 (pve2); 570 on 202 (pve2)"]
 
 
+@pytest.mark.fault("no node of a cluster answers, or pvesh refuses the guest list", "each container stays on its "
+                   "hint (one line said); a refused read names root or the sudo rule")
 def test_no_node_answering_leaves_the_hints_and_a_refused_read_is_named(capsys):
     from remote.errors import ConnectError
     from remote.lab.testing import CountingTransport
