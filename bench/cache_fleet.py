@@ -15,20 +15,14 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from remote.lab import Lab  # noqa: E402
+from benchlab import ROOT, WHEELS, hosts_file, parse_ids, private_lab
 
 IDS = "250-253"
-WHEELS = Path(tempfile.gettempdir()) / "remote-test-wheels"  # the test labs' wheel folder, shared
 SECTIONS = """
 venv:
   packages: [torch==2.13.0+cpu, numpy==2.2.6]
@@ -49,40 +43,18 @@ ASIDE = 'cd /root/.cache/torch-compile 2>/dev/null || exit 0; for d in torch-*; 
         '[ -e warmups.jsonl ] && mv warmups.jsonl "aside-warmups-$$.jsonl"; true'
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def parse_ids(text: str) -> tuple[int, ...]:
-    ids: list[int] = []
-    for part in text.split(","):
-        low, _, high = part.partition("-")
-        ids += range(int(low), int(high or low) + 1)
-    if len(ids) != 4 or len(set(ids)) != 4:
-        raise SystemExit(f"--ids: 4 different container ids, got {ids}")
-    return tuple(ids)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ids", default=IDS, help=f"4 container ids, a range or a comma list (default {IDS})")
     args = ap.parse_args()
-    ids = parse_ids(args.ids)
-    with tempfile.TemporaryDirectory(prefix="cache-bench-") as d:
-        lab = Lab(dir=Path(d) / "lab", port=free_port(), wheels_dir=WHEELS)
-        lab.up(ids)
-        try:
-            run(lab, Path(d), ids)
-        finally:
-            lab.down(purge=True)
+    ids = parse_ids(args.ids, 4)
+    with private_lab(ids) as lab:
+        run(lab, lab.dir.parent, ids)
 
 
-def run(lab: Lab, d: Path, ids: tuple[int, ...]) -> None:
+def run(lab, d: Path, ids: tuple[int, ...]) -> None:
     a, b, c, fresh = ids
-    hosts = d / "hosts.yaml"
-    hosts.write_text(lab.hosts_yaml(ids) + SECTIONS.format(repo=lab.demo_repo(), wheels=WHEELS))
+    hosts = hosts_file(lab, d / "hosts.yaml", ids, SECTIONS, repo=lab.demo_repo(), wheels=WHEELS)
     env = {**os.environ, "REMOTE_HOSTS_FILE": str(hosts), "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
 
     def cmd(*argv: str, until: str | None = None) -> tuple[float, float | None, str]:

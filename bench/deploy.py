@@ -17,10 +17,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from remote import config  # noqa: E402
-from remote.ops.deploy import UV_ENV, deploy  # noqa: E402
+import remote  # noqa: E402
 from remote.facts import uv_path  # noqa: E402
-from remote.transport.session import Session  # noqa: E402
+from remote.ops.deploy import UV_ENV  # noqa: E402  (a constant: how deploy runs uv)
 
 # In the container: time one fresh venv built from the deployed lock, by uv and by pip. Each tool
 # runs once untimed first, so both caches are warm, as on a second deploy.
@@ -43,16 +42,13 @@ def main() -> None:
     ap.add_argument("--container", type=int, default=200)
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
-    cfg = config.load()
-    spec = cfg.container(args.container)
-
     lib = []
     for _ in range(args.repeat):
         start = time.perf_counter()
-        with Session(cfg, agent=True) as s:  # a new connection (and agent) each time, as `remote deploy` has
-            summary = deploy(s, args.container, echo=lambda line: None)
+        with remote.open() as fleet:  # a new fleet (connection and agent) each time, as `remote deploy` has
+            plan = fleet.container(args.container).deploy()
         lib.append(time.perf_counter() - start)
-        assert summary.noop, "deploy was not a no-op: run `remote deploy` once first\n" + summary.render()
+        assert plan.noop, "deploy was not a no-op: run `remote deploy` once first\n" + plan.render()
     cli = []
     for _ in range(args.repeat):
         start = time.perf_counter()
@@ -62,12 +58,16 @@ def main() -> None:
     print(f"no-op deploy, median of {args.repeat}: library {statistics.median(lib):.2f} s "
           f"(min {min(lib):.2f}), `remote deploy` {statistics.median(cli):.2f} s (min {min(cli):.2f})  [goal <= 1 s]")
 
-    with Session(cfg) as s:
-        ct = s.container(args.container, venv_on_path=False)
-        py = ct.run(["python3", "-c", "import os, sys; print(os.path.realpath(sys.executable))"]).out.strip()
+    with remote.open() as fleet:
+        ct = fleet.container(args.container)
+        spec = ct.spec
+        system = ["env", "PATH=/usr/bin:/bin"]  # the container's own python3 and tools, not the venv's
+        py = ct.exec([*system, "python3", "-c", "import os, sys; print(os.path.realpath(sys.executable))"],
+                     check=True, job_env=False).stdout.decode().strip()
         links = [a for link in spec.venv.find_links for a in ("--find-links", link)]
-        out = ct.script("export PATH=/usr/bin:/bin; " + REBUILD, uv_path(spec.venv.uv_version), py, *links,
-                        env=UV_ENV, timeout=3600).out
+        out = ct.exec([*system, *(f"{k}={v}" for k, v in UV_ENV.items()), "bash", "-c", REBUILD, "rebuild",
+                       uv_path(spec.venv.uv_version), py, *links], check=True, job_env=False,
+                      timeout=3600).stdout.decode()
     times = dict(line.split() for line in out.splitlines())
     uv_s, pip_s = float(times["uv"]), float(times["pip"])
     print(f"rebuild of the same locked venv, warm caches: uv {uv_s:.2f} s, pip {pip_s:.2f} s, "

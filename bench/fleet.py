@@ -13,19 +13,10 @@
 from __future__ import annotations
 
 import argparse
-import os
-import socket
 import statistics
-import subprocess
-import sys
-import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from remote.lab import Lab  # noqa: E402
+from benchlab import hosts_file, parse_ids, private_lab, remote_cli
 
 IDS = "220-227"  # LXC ids are system-wide: another lab on this machine needs other ids (--ids)
 SECTIONS = """
@@ -39,53 +30,22 @@ code:
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def parse_ids(text: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """`220-227` or `220,221,...`: 8 ids, the first 4 on the first host, the others on the second."""
-    ids: list[int] = []
-    for part in text.split(","):
-        low, _, high = part.partition("-")
-        ids += range(int(low), int(high or low) + 1)
-    if len(ids) != 8 or len(set(ids)) != 8:
-        raise SystemExit(f"--ids: 8 different container ids, got {ids}")
-    return tuple(ids[:4]), tuple(ids[4:])
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--ids", default=IDS, help=f"8 container ids, a range or a comma list (default {IDS})")
     args = ap.parse_args()
-    first, second = parse_ids(args.ids)
-    with tempfile.TemporaryDirectory(prefix="fleet-bench-") as d:
-        lab = Lab(dir=Path(d) / "lab", port=free_port())
-        lab.up(first, second=second)
-        try:
-            run(lab, Path(d), args.repeat, first, second)
-        finally:
-            lab.down(purge=True)
+    ids = parse_ids(args.ids, 8)
+    first, second = ids[:4], ids[4:]  # the first 4 on the first host, the others on the second
+    with private_lab(first, second=second, wheels=None) as lab:
+        run(lab, lab.dir.parent, args.repeat, first, second)
 
 
-def run(lab: Lab, d: Path, repeat: int, first: tuple[int, ...], second: tuple[int, ...]) -> None:
-    def hosts(tag: str) -> Path:
-        p = d / f"hosts-{tag}.yaml"
-        p.write_text(lab.hosts_yaml(first, second=second) + SECTIONS.format(repo=lab.plain_repo(), tag=tag, wheels=lab.wheels))
-        return p
-
+def run(lab, d: Path, repeat: int, first: tuple[int, ...], second: tuple[int, ...]) -> None:
     def cmd(tag: str, *argv: str) -> float:
-        env = {**os.environ, "REMOTE_HOSTS_FILE": str(hosts(tag)), "PYTHONPATH": str(ROOT)}
-        start = time.perf_counter()
-        r = subprocess.run([sys.executable, "-c", "from remote.cli import main; main()", *argv], env=env,
-                           capture_output=True, text=True)
-        took = time.perf_counter() - start
-        if r.returncode != 0:
-            raise SystemExit(f"{' '.join(argv)} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
-        return took
+        hosts = hosts_file(lab, d / f"hosts-{tag}.yaml", first, SECTIONS, second=second, repo=lab.plain_repo(),
+                           tag=tag, wheels=lab.wheels)
+        return remote_cli(hosts, *argv)[0]
 
     cmd("warm", "deploy", "-c", str(first[0]))  # uv's cache and the controller's uv binary, warm for both
     serial = sum(cmd("serial", "deploy", "-c", str(c)) for c in (*first, *second))

@@ -18,18 +18,13 @@ from __future__ import annotations
 import argparse
 import os
 import pwd
-import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from remote.lab import Lab  # noqa: E402
+from benchlab import private_lab, remote_cli
 
 CT, USER = 244, "trainer"
 DROP_IN = Path("/etc/sudoers.d/remote-bench-trainer")
@@ -43,21 +38,8 @@ code:
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def remote(hosts: Path, *args: str) -> float:
-    env = {**os.environ, "REMOTE_HOSTS_FILE": str(hosts), "PYTHONPATH": str(ROOT)}
-    start = time.perf_counter()
-    r = subprocess.run([sys.executable, "-c", "from remote.cli import program; program.run()", *args], env=env,
-                       capture_output=True, text=True)
-    took = time.perf_counter() - start
-    if r.returncode != 0:
-        raise SystemExit(f"remote {' '.join(args)} failed: {r.stdout}{r.stderr}")
-    return took
+    return remote_cli(hosts, *args)[0]
 
 
 def commit(repo: Path) -> None:
@@ -76,72 +58,77 @@ def main() -> None:
     except KeyError:
         subprocess.run(["useradd", "-m", "-s", "/bin/bash", "-p", "*", USER], check=True)
         made = True
-    lab = Lab(dir=Path(tempfile.mkdtemp(prefix="remote-bench-sudo-", dir="/var/tmp")), port=free_port(),
-              wheels_dir=Path(args.wheels))
-    lab.dir.chmod(0o755)
-    lab.set_storage(CT, "local-btrfs")
+
+    def prepare(lab) -> None:
+        lab.dir.chmod(0o755)  # trainer's sshd reads the authorized keys (public) in there
+        lab.set_storage(CT, "local-btrfs")
+
     try:
-        lab.up((CT,))
-        base = lab.hosts_yaml((CT,)) + SECTIONS.format(wheels=lab.wheels, repo=lab.dir / "dflash")
-        as_root = lab.dir / "root.yaml"
-        as_root.write_text(base)
-        as_trainer = lab.dir / "trainer.yaml"
-        as_trainer.write_text(base.replace("    user: root\n", f"    user: {USER}\n    sudo: true\n"
-                                           f"    pct: {lab.dir / 'bin' / 'pct'}\n"))
-        rule = subprocess.run([sys.executable, "-c", "from remote.cli import program; program.run()", "init",
-                               "--sudoers", USER, "--hosts", str(as_trainer)], capture_output=True, text=True,
-                              check=True, env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
-        tmp = DROP_IN.with_name(".remote-bench.tmp")
-        tmp.write_text(rule)
-        subprocess.run(["visudo", "-cf", str(tmp)], check=True, capture_output=True)
-        tmp.chmod(0o440)
-        tmp.rename(DROP_IN)
-        always = lab.dir / "always.yaml"
-        always.write_text(base + "deploy:\n  snapshot: always\n")
-        never = lab.dir / "never.yaml"
-        never.write_text(base + "deploy:\n  snapshot: never\n")
+        with private_lab((CT,), wheels=Path(args.wheels), prepare=prepare,
+                         folder=Path(tempfile.mkdtemp(prefix="remote-bench-sudo-", dir="/var/tmp"))) as lab:
+            try:
+                measure(lab, args)
+            finally:
+                from remote.transport import keeper  # the kept connections of these hosts files only
 
-        remote(as_root, "deploy", "-c", str(CT))  # the one real deploy
-        for f in (as_root, as_trainer, always, never):  # every kept connection warm
-            remote(f, "exec", "-c", str(CT), "--command", "true")
-        times: dict[str, list[float]] = {k: [] for k in ("deploy root", "deploy sudo", "exec root", "exec sudo",
-                                                         "change never", "change always")}
-        for _ in range(args.rounds):
-            times["deploy root"].append(remote(as_root, "deploy", "-c", str(CT)))
-            times["deploy sudo"].append(remote(as_trainer, "deploy", "-c", str(CT)))
-            times["exec root"].append(remote(as_root, "exec", "-c", str(CT), "--command", "true"))
-            times["exec sudo"].append(remote(as_trainer, "exec", "-c", str(CT), "--command", "true"))
-        for _ in range(max(3, args.rounds // 2)):
-            commit(lab.dir / "dflash")
-            times["change never"].append(remote(never, "deploy", "-c", str(CT)))
-            commit(lab.dir / "dflash")
-            times["change always"].append(remote(always, "deploy", "-c", str(CT)))
-        pct = str(lab.dir / "bin" / "pct")
-        for i in range(3):  # the double's own part: copying the writable layer (a ZFS snapshot is O(1))
-            start = time.perf_counter()
-            subprocess.run([pct, "snapshot", str(CT), f"bench-{i}"], check=True, capture_output=True)
-            times.setdefault("double snapshot", []).append(time.perf_counter() - start)
-            subprocess.run([pct, "delsnapshot", str(CT), f"bench-{i}"], check=True, capture_output=True)
-        upper = lab.upper(CT)
-        size = subprocess.run(["du", "-sm", str(upper)], capture_output=True, text=True).stdout.split()[0]
-        count = sum(len(f) for _, _, f in os.walk(upper))
-        print(f"the container's writable layer: {size} MiB in {count} files")
-        med = {k: statistics.median(v) for k, v in times.items()}
-        for k, v in times.items():
-            print(f"{k:14s} median {med[k]:.3f}s  ({', '.join(f'{x:.3f}' for x in v)})")
-        print(f"no-op deploy: sudo / root = {med['deploy sudo'] / med['deploy root']:.3f} (goal <= 1.10)")
-        print(f"warm exec:    sudo / root = {med['exec sudo'] / med['exec root']:.3f} (goal <= 1.10)")
-        print(f"snapshot before a changing deploy adds {med['change always'] - med['change never']:+.3f}s (goal <= 2 s)")
+                for f in lab.dir.glob("*.yaml"):
+                    keeper.disconnect(str(f))
+                DROP_IN.unlink(missing_ok=True)
     finally:
-        from remote.transport import keeper
-
-        for f in lab.dir.glob("*.yaml"):
-            keeper.disconnect(str(f))
-        DROP_IN.unlink(missing_ok=True)
-        lab.down(purge=True)
         if made:
             subprocess.run(["pkill", "-u", USER], capture_output=True)
             subprocess.run(["userdel", "-r", USER], capture_output=True)
+
+
+def measure(lab, args) -> None:
+    base = lab.hosts_yaml((CT,)) + SECTIONS.format(wheels=lab.wheels, repo=lab.dir / "dflash")
+    as_root = lab.dir / "root.yaml"
+    as_root.write_text(base)
+    as_trainer = lab.dir / "trainer.yaml"
+    as_trainer.write_text(base.replace("    user: root\n", f"    user: {USER}\n    sudo: true\n"
+                                       f"    pct: {lab.dir / 'bin' / 'pct'}\n"))
+    rule = remote_cli(None, "init", "--sudoers", USER, "--hosts", str(as_trainer))[1].stdout
+    tmp = DROP_IN.with_name(".remote-bench.tmp")
+    tmp.write_text(rule)
+    subprocess.run(["visudo", "-cf", str(tmp)], check=True, capture_output=True)
+    tmp.chmod(0o440)
+    tmp.rename(DROP_IN)
+    always = lab.dir / "always.yaml"
+    always.write_text(base + "deploy:\n  snapshot: always\n")
+    never = lab.dir / "never.yaml"
+    never.write_text(base + "deploy:\n  snapshot: never\n")
+
+    remote(as_root, "deploy", "-c", str(CT))  # the one real deploy
+    for f in (as_root, as_trainer, always, never):  # every kept connection warm
+        remote(f, "exec", "-c", str(CT), "--command", "true")
+    times: dict[str, list[float]] = {k: [] for k in ("deploy root", "deploy sudo", "exec root", "exec sudo",
+                                                     "change never", "change always")}
+    for _ in range(args.rounds):
+        times["deploy root"].append(remote(as_root, "deploy", "-c", str(CT)))
+        times["deploy sudo"].append(remote(as_trainer, "deploy", "-c", str(CT)))
+        times["exec root"].append(remote(as_root, "exec", "-c", str(CT), "--command", "true"))
+        times["exec sudo"].append(remote(as_trainer, "exec", "-c", str(CT), "--command", "true"))
+    for _ in range(max(3, args.rounds // 2)):
+        commit(lab.dir / "dflash")
+        times["change never"].append(remote(never, "deploy", "-c", str(CT)))
+        commit(lab.dir / "dflash")
+        times["change always"].append(remote(always, "deploy", "-c", str(CT)))
+    pct = str(lab.dir / "bin" / "pct")
+    for i in range(3):  # the double's own part: copying the writable layer (a ZFS snapshot is O(1))
+        start = time.perf_counter()
+        subprocess.run([pct, "snapshot", str(CT), f"bench-{i}"], check=True, capture_output=True)
+        times.setdefault("double snapshot", []).append(time.perf_counter() - start)
+        subprocess.run([pct, "delsnapshot", str(CT), f"bench-{i}"], check=True, capture_output=True)
+    upper = lab.upper(CT)
+    size = subprocess.run(["du", "-sm", str(upper)], capture_output=True, text=True).stdout.split()[0]
+    count = sum(len(f) for _, _, f in os.walk(upper))
+    print(f"the container's writable layer: {size} MiB in {count} files")
+    med = {k: statistics.median(v) for k, v in times.items()}
+    for k, v in times.items():
+        print(f"{k:14s} median {med[k]:.3f}s  ({', '.join(f'{x:.3f}' for x in v)})")
+    print(f"no-op deploy: sudo / root = {med['deploy sudo'] / med['deploy root']:.3f} (goal <= 1.10)")
+    print(f"warm exec:    sudo / root = {med['exec sudo'] / med['exec root']:.3f} (goal <= 1.10)")
+    print(f"snapshot before a changing deploy adds {med['change always'] - med['change never']:+.3f}s (goal <= 2 s)")
 
 
 if __name__ == "__main__":

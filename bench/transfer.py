@@ -18,6 +18,7 @@ down after, unless --hosts names a hosts file of a lab that is up. Measured each
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -36,24 +37,22 @@ REMOTE_DIR = "/root/bench-xfer"
 CHILD = r"""
 import json, os, resource, sys, time
 sys.path.insert(0, sys.argv[1])
-from remote import config
-from remote.ops import files
-from remote.transport.session import Session
+import remote
 
 def peak_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 plan = json.loads(sys.argv[3])
 out = {}
-with Session(config.load(sys.argv[2]), agent=True) as s:
-    ct = s.container(plan["ct"])
-    files.push(ct, plan["warm"], plan["remote"] + "/warm")  # connected, agent started, modules imported
+with remote.open(sys.argv[2]) as fleet:  # the public API, as a user's script pushes and pulls
+    ct = fleet.container(plan["ct"])
+    ct.push(plan["warm"], plan["remote"] + "/warm")  # connected, agent started, modules imported
     out["rss_start_mb"] = peak_mb()
     for name, direction, src, dest in plan["steps"]:
         os.sync()  # the previous step's writes are not this one's cost
         start = time.perf_counter()
-        stats = (files.push if direction == "push" else files.pull)(ct, src, dest)
-        out[name] = {"seconds": time.perf_counter() - start, "bytes": stats.total, "files": stats.files}
+        done = ct.push(src, dest) if direction == "push" else ct.pull(src, dest)
+        out[name] = {"seconds": time.perf_counter() - start, "bytes": done.bytes, "files": done.files}
     out["rss_peak_mb"] = peak_mb()
 print(json.dumps(out))
 """
@@ -101,33 +100,24 @@ def main() -> None:
     if args.quick:
         args.size_mb, args.files = 64, 2000
 
+    from benchlab import hosts_file, private_lab
+
     from remote import config
-    from remote.lab import Lab
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench-transfer-"))
     work.mkdir(parents=True, exist_ok=True)
-    lab = None
     try:
-        if args.hosts:
-            hosts = Path(args.hosts)
-        else:
-            import socket
-
-            with socket.socket() as sock:
-                sock.bind(("127.0.0.1", 0))
-                port = sock.getsockname()[1]
-            lab = Lab(dir=work / "lab", port=port)
-            lab.up([args.container])
-            hosts = work / "hosts.yaml"
-            hosts.write_text(lab.hosts_yaml([args.container]))
-        h = config.load(str(hosts)).container(args.container).host
-        run(args, work, hosts, h)
+        with contextlib.ExitStack() as stack:
+            if args.hosts:
+                hosts = Path(args.hosts)
+            else:
+                lab = stack.enter_context(private_lab([args.container], wheels=None, folder=work / "lab"))
+                hosts = hosts_file(lab, work / "hosts.yaml", [args.container])
+            h = config.load(str(hosts)).container(args.container).host
+            run(args, work, hosts, h)
     finally:
-        if lab is not None:
-            lab.down(purge=True)
         if not args.workdir:
             shutil.rmtree(work, ignore_errors=True)
-
 
 def run(args, work: Path, hosts: Path, h) -> None:
     ct = str(args.container)

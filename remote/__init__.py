@@ -20,6 +20,9 @@ __all__ = [
     "open", "Fleet", "Group", "GroupResult", "Outcome", "Container", "Result", "Transfer", "DeployPlan", "Warmup",
     "Run", "Stopped", "Finding", "Diagnosis", "CacheCopy", "CacheHolding", "GpuReport",
     "Snapshot", "RolledBack",
+    # typed values (remote.results), returned by the API
+    "State", "RunStatus", "RunSummary", "Metric", "KnownGood", "PulledRun", "ImportedCache", "FleetStatus",
+    "HostStatus", "ContainerStatus", "JobStatus",
     # the exception tree (remote.errors)
     "RemoteError", "ConfigError", "TransportError", "HostKeyError", "AuthenticationError", "ConnectError",
     "ConnectTimeout", "CommandError", "CommandTimeout", "PctError", "ContainerNotFound", "ContainerNotRunning",
@@ -27,7 +30,8 @@ __all__ = [
     "UnknownRun", "BusyError",
 ]
 _ERRORS = frozenset(__all__[__all__.index("RemoteError"):])
-_API = frozenset(__all__[1:__all__.index("RemoteError")])
+_API = frozenset(__all__[1:__all__.index("State")])
+_RESULTS = frozenset(__all__[__all__.index("State"):__all__.index("RemoteError")])
 
 if TYPE_CHECKING:
     from .api import (
@@ -73,6 +77,19 @@ if TYPE_CHECKING:
         UnknownRun,
         WarmupError,
     )
+    from .results import (
+        ContainerStatus,
+        FleetStatus,
+        HostStatus,
+        ImportedCache,
+        JobStatus,
+        KnownGood,
+        Metric,
+        PulledRun,
+        RunStatus,
+        RunSummary,
+        State,
+    )
 
 
 def __getattr__(name: str) -> Any:
@@ -80,6 +97,10 @@ def __getattr__(name: str) -> Any:
         from . import api
 
         value = getattr(api, name)
+    elif name in _RESULTS:
+        from . import results
+
+        value = getattr(results, name)
     elif name in _ERRORS:
         from . import errors
 

@@ -17,7 +17,7 @@ whatever they do. docs/library.md documents every public name.
 from __future__ import annotations
 
 import contextlib
-import json
+import dataclasses
 import logging
 import os
 import queue
@@ -26,9 +26,28 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import ConfigError, JobError, RemoteError
+from .results import (
+    CacheCopy,
+    Finding,
+    FleetStatus,
+    GroupResult,
+    HostStatus,
+    ImportedCache,
+    KnownGood,
+    Metric,
+    Outcome,
+    PulledRun,
+    Result,
+    RolledBack,
+    RunStatus,
+    RunSummary,
+    Snapshot,
+    State,
+    Stopped,
+)
 
 if TYPE_CHECKING:  # imported where used: `import remote` loads no transport, no yaml
     from .config import Config, ContainerSpec
@@ -45,26 +64,6 @@ ALL = "all"
 
 
 # -- what calls return ---------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Result:
-    """A finished command: its own exit status and output (bytes, exactly as it wrote them)."""
-
-    argv: tuple[str, ...]
-    exit_code: int
-    stdout: bytes
-    stderr: bytes
-    seconds: float
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0
-
-    @property
-    def text(self) -> str:
-        """stdout decoded as UTF-8 (undecodable bytes replaced)."""
-        return self.stdout.decode("utf-8", "replace")
-
 
 @dataclass(frozen=True)
 class Transfer:
@@ -88,18 +87,6 @@ class Transfer:
 
 
 @dataclass(frozen=True)
-class Finding:
-    """One thing doctor found: `kind` a stable identifier (e.g. package-changed), `severity` error |
-    warning | info, `message` what and why, `fix` the command that fixes it (or None)."""
-
-    kind: str
-    severity: str
-    message: str
-    fix: str | None
-    since: str | None = None
-
-
-@dataclass(frozen=True)
 class Diagnosis:
     """doctor's answer for one container (Container.doctor returns its findings; Fleet.doctor these)."""
 
@@ -119,7 +106,7 @@ class Diagnosis:
 
 @dataclass(frozen=True)
 class DeployPlan:
-    """What a deploy changed (applied) or would change (check=True): data, never printed."""
+    """What a deploy changed (applied) or would change (check=True, or a dry run): data, never printed."""
 
     container: int
     applied: bool
@@ -155,24 +142,6 @@ class Warmup:
 
 
 @dataclass(frozen=True)
-class CacheCopy:
-    """A compile cache copied from one container to another (only the files it lacked; sha256-verified)."""
-
-    src: int
-    dst: int
-    via: str  # "host <name>", "controller", "nothing to send" or "dry run"
-    files: int  # written now
-    bytes: int
-    present: int  # already there (skipped)
-    total: int  # files the source holds
-    seconds: float
-
-    def line(self) -> str:
-        return (f"copied {self.files} cache file(s), {self.bytes / 2**20:.1f} MiB, from {self.src} "
-                f"({self.present} already here, {self.total} in all; via {self.via}, {self.seconds:.1f}s); no compile ran")
-
-
-@dataclass(frozen=True)
 class CacheHolding:
     """What a container's compile cache holds (`remote cache`): its folder, files, size and passport, or
     why it could not be read (error)."""
@@ -185,30 +154,6 @@ class CacheHolding:
     serves_itself: bool = False  # made for exactly what the container runs now
     mismatch: str = ""  # where it holds files but does not serve itself: how its passport differs
     error: str | None = None
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """A Proxmox snapshot of a container: name, time (the host's local time, as pct prints it),
-    description; ours: made by remote's deploy (the only ones remote ever deletes)."""
-
-    name: str
-    time: str
-    description: str
-    ours: bool
-    depth: int = 0  # its place in pct's tree (0: a snapshot of the current state's line)
-
-
-@dataclass(frozen=True)
-class RolledBack:
-    """A container rolled back to a snapshot: what was restored (in its rootfs) and what was kept as it
-    was (on mount points), and whether it was started again."""
-
-    container: int
-    snapshot: Snapshot
-    started: bool
-    kept: tuple[str, ...]
-    restored: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -231,53 +176,6 @@ class GpuReport:
         from . import gpudoctor
 
         return gpudoctor.to_json(list(self.hosts), list(self.containers))
-
-
-@dataclass(frozen=True)
-class Stopped:
-    """A stopped run: verified that no process of it is left."""
-
-    run: str
-    was_alive: bool
-    signal: str | None
-    exit_code: int | None
-    gpu_left: tuple[int, ...] | None  # None where the GPUs could not be checked
-    others: tuple[Stopped, ...] = ()  # other live runs stopped with it (no run id given)
-
-
-@dataclass
-class Outcome(Generic[T]):
-    """One container's part of a GroupResult: its value, or the error it failed with (and the exit
-    status and message the command line shows for it)."""
-
-    container: int
-    host: str
-    value: T | None = None
-    error: BaseException | None = None
-    seconds: float = 0.0
-    skipped: bool = False
-    exit_code: int = 0
-    message: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and not self.skipped
-
-
-class GroupResult(dict):
-    """A result per container ({ctid: Outcome}), as Fabric's GroupResult: `.succeeded`, `.failed`."""
-
-    @property
-    def succeeded(self) -> dict[int, Any]:
-        return {k: o.value for k, o in self.items() if o.ok}
-
-    @property
-    def failed(self) -> dict[int, BaseException]:
-        return {k: o.error for k, o in self.items() if o.error is not None}
-
-    @property
-    def ok(self) -> bool:
-        return all(o.ok for o in self.values())
 
 
 # -- the fleet: a hosts file, one connection per host --------------------------------------------------
@@ -393,9 +291,8 @@ class Fleet:
             return self._shared[key]
 
     # -- the fleet at a glance ------------------------------------------------------------------
-    def status(self, which: int | str | Sequence[int | str] | None = None) -> dict:
-        """Each host reachable or not, each container's state and its latest run (the data of `remote status`):
-        {"hosts": [{host, reachable, error, kept, containers: {ctid: state}}], "containers": [...]}."""
+    def status(self, which: int | str | Sequence[int | str] | None = None) -> FleetStatus:
+        """Each host reachable or not, each container's state and its latest run (the data of `remote status`)."""
         from .ops import fleet as fleetmod
         from .ops.jobs import container_jobs, lock_outliers
 
@@ -407,15 +304,13 @@ class Fleet:
                       for h in hosts_ if any(k in chosen for k in h.containers)]
         jobs = container_jobs(s, hosts_)
         outliers = lock_outliers(jobs, s.config)
-        for entry in jobs:
-            if entry["container"] in outliers:
-                entry["venv_lock_differs"] = outliers[entry["container"]]
-        for entry in jobs:  # the node that holds it (a cluster's containers: as its guest list says)
-            entry["node"] = s.config.hosts[entry["host"]].node_name if entry.get("host") in s.config.hosts else None
-        return {"hosts": [{"host": h.host, "reachable": h.reachable, "error": h.error, "kept": s.kept_note(h.host),
-                           "node": s.config.hosts[h.host].node_name, "cluster": s.config.hosts[h.host].cluster,
-                           "containers": dict(h.containers)} for h in hosts_],
-                "containers": jobs}
+        hosts_by_name = s.config.hosts
+        jobs = [dataclasses.replace(e, venv_lock_differs=outliers.get(e.container),
+                                    node=hosts_by_name[e.host].node_name if e.host in hosts_by_name else None)
+                for e in jobs]
+        return FleetStatus(tuple(HostStatus(h.host, h.reachable, h.error, s.kept_note(h.host), dict(h.containers),
+                                            hosts_by_name[h.host].node_name, hosts_by_name[h.host].cluster)
+                                 for h in hosts_), tuple(jobs))
 
     def doctor(self, which: int | str | Sequence[int | str] | None = None, *, fresh: bool = False) -> list[Diagnosis]:
         """doctor on these containers at once (default: every one): one Diagnosis each."""
@@ -453,7 +348,7 @@ class Fleet:
         return out
 
     def copy_cache(self, src: int | str, which: int | str | Sequence[int | str] | None = None, *,
-                   fail_fast: bool = False, prefix_output: bool = False) -> GroupResult:
+                   fail_fast: bool = False, prefix_output: bool = False) -> GroupResult[CacheCopy]:
         """src's compile cache into each of these containers (src itself left out) whose passport matches:
         a GroupResult of CacheCopy (a mismatch fails that container with a WarmupError naming the fields)."""
         ctid = self.config.container(src).ctid
@@ -463,7 +358,7 @@ class Fleet:
         return group.map(lambda ct: ct.copy_cache(ctid), fail_fast=fail_fast, prefix_output=prefix_output)
 
     def warm_groups(self, which: int | str | Sequence[int | str] = ALL, *, fail_fast: bool = False,
-                    parallel: bool = False, prefix_output: bool = False) -> GroupResult:
+                    parallel: bool = False, prefix_output: bool = False) -> GroupResult[None]:
         """Warm several containers as `remote warmup -c LIST` does: one warmup per group of containers whose
         cache passports would match, its cache copied to the rest; the others warmed on their own. A
         GroupResult per container (values None; a failure's error is a WarmupError with its message)."""
@@ -478,7 +373,7 @@ class Fleet:
         with self._grouped():
             outcomes = cachecopy.warm_fleet(s, ids, fail_fast=fail_fast, parallel=parallel, echo=self._emit,
                                             runner=fleetmod.run_each if prefix_output else _run_quiet)
-        result = GroupResult()
+        result: GroupResult[None] = GroupResult()
         for o in outcomes:
             result[o.ctid] = Outcome(o.ctid, o.host, None, WarmupError(o.message) if o.result == "failed" else None,
                                      o.seconds, o.result == "skipped", o.code, o.message)
@@ -525,9 +420,7 @@ class Fleet:
 
 
 def _diagnosis(report: Any) -> Diagnosis:
-    found = tuple(Finding(f.code, f.severity, f"{f.what}: {f.why}" if f.why else f.what, f.fix, f.since)
-                  for f in report.findings)
-    return Diagnosis(report.ctid, report.host, found, report.error, report.healthy, report)
+    return Diagnosis(report.ctid, report.host, tuple(report.findings), report.error, report.healthy, report)
 
 
 class Group:
@@ -548,7 +441,7 @@ class Group:
         return len(self.members)
 
     def map(self, fn: Callable[[Container], T], *, fail_fast: bool = False,
-            prefix_output: bool = False) -> GroupResult:
+            prefix_output: bool = False) -> GroupResult[T]:
         """fn(container) for each member at once: a GroupResult of their values and errors. With fail_fast,
         containers not started yet are skipped after the first failure. prefix_output (for a command
         line): what fn prints goes out line by line with `[id] ` in front, a progress line every 15 s on
@@ -571,28 +464,28 @@ class Group:
         runner = fleetmod.run_each if prefix_output else _run_quiet
         with self.fleet._grouped():
             outcomes = runner(self.fleet.config, self.ids, one, fail_fast=fail_fast, progress=prefix_output)
-        result = GroupResult()
+        result: GroupResult[T] = GroupResult()
         for o in outcomes:
             result[o.ctid] = Outcome(o.ctid, o.host, values.get(o.ctid), errors.get(o.ctid), o.seconds,
                                      o.result == "skipped", o.code, o.message)
         return result
 
-    def exec(self, argv: Sequence[str] | str, **kwargs: Any) -> GroupResult:
+    def exec(self, argv: Sequence[str] | str, **kwargs: Any) -> GroupResult[Result]:
         return self.map(lambda c: c.exec(argv, **kwargs))
 
-    def deploy(self, **kwargs: Any) -> GroupResult:
+    def deploy(self, **kwargs: Any) -> GroupResult[DeployPlan]:
         return self.map(lambda c: c.deploy(**kwargs))
 
-    def warmup(self, **kwargs: Any) -> GroupResult:
+    def warmup(self, **kwargs: Any) -> GroupResult[Warmup]:
         return self.map(lambda c: c.warmup(**kwargs))
 
-    def doctor(self, **kwargs: Any) -> GroupResult:
+    def doctor(self, **kwargs: Any) -> GroupResult[list[Finding]]:
         return self.map(lambda c: c.doctor(**kwargs))
 
-    def push(self, src: str | os.PathLike, dest: str, **kwargs: Any) -> GroupResult:
+    def push(self, src: str | os.PathLike, dest: str, **kwargs: Any) -> GroupResult[Transfer]:
         return self.map(lambda c: c.push(src, dest, **kwargs))
 
-    def pull(self, src: str, dest: str | os.PathLike, **kwargs: Any) -> GroupResult:
+    def pull(self, src: str, dest: str | os.PathLike, **kwargs: Any) -> GroupResult[Transfer]:
         """Each container's files into dest/<id>/: never two containers' files in one place."""
         return self.map(lambda c: c.pull(src, os.path.join(os.fspath(dest), str(c.id)), **kwargs))
 
@@ -689,7 +582,7 @@ class Container:
         kwargs: dict[str, Any] = dict(timeout=float(timeout) if timeout else None, check=check, on_output=on_output)
         # Deployed or not, and the job's environment, are decided in the container: one command, no probe first.
         r = jobenv.run_as_deployed(ct, self.spec, args, **kwargs) if job_env else ct.run(args, **kwargs)
-        return Result(tuple(args), r.exit_code, r.stdout, r.stderr, r.duration)
+        return dataclasses.replace(r, argv=tuple(args))  # the user's argv, not the wrapper that ran it
 
     def shell(self) -> int:
         """An interactive shell in the container (needs a terminal): its exit status."""
@@ -730,7 +623,7 @@ class Container:
         lock = self.fleet._shared_value("deploy-lock", LockOnce)  # one resolved lock for the fleet's deploys
         s = deploy(self._s, self.id, allow_dirty=allow_dirty, check=check, rollback=rollback, force=force,
                    echo=self.fleet._emit, lock=lock)
-        return DeployPlan(s.ctid, not check, tuple(s.changed), tuple(s.kept), tuple(s.saved), tuple(s.drift),
+        return DeployPlan(s.ctid, not (check or s.dry), tuple(s.changed), tuple(s.kept), tuple(s.saved), tuple(s.drift),
                           s.torch, s.seconds, s)
 
     def warmup(self, *, devices: Sequence[str] | None = None, parallel: bool = False) -> Warmup:
@@ -745,9 +638,8 @@ class Container:
                                 echo=self.fleet._emit)
         else:
             got = cachecopy.warmup_or_copy(self._s, self.id, parallel=parallel, echo=self.fleet._emit)
-            if isinstance(got, cachecopy.Copied):
-                done = _cache_copy(got)
-                return Warmup(self.id, (), done.seconds, done.files, done.bytes, 0, 0, False, done)
+            if isinstance(got, CacheCopy):
+                return Warmup(self.id, (), got.seconds, got.files, got.bytes, 0, 0, False, got)
             results = got
         return Warmup(self.id, tuple(r.device for r in results), sum(r.end - r.start for r in results),
                       sum(r.new_files for r in results), sum(r.new_bytes for r in results),
@@ -758,8 +650,7 @@ class Container:
         refused (WarmupError, naming each field) unless src's passport is what this container needs."""
         from .ops import cachecopy
 
-        return _cache_copy(cachecopy.copy(self._s, self.fleet.config.container(src).ctid, self.id,
-                                          echo=self.fleet._emit))
+        return cachecopy.copy(self._s, self.fleet.config.container(src).ctid, self.id, echo=self.fleet._emit)
 
     def export_cache(self, path: str | os.PathLike) -> Path:
         """Write the container's compile cache folder to a local bundle (tar.gz)."""
@@ -768,9 +659,9 @@ class Container:
         wm.export_cache(self._s, self.id, os.fspath(path), echo=self.fleet._emit)
         return Path(path)
 
-    def import_cache(self, path: str | os.PathLike) -> dict:
-        """Load a bundle made by export_cache into the container's cache (refused if versions differ):
-        {"files", "cache_dir", "warmups", "refused"} (refused: the members not imported, with why)."""
+    def import_cache(self, path: str | os.PathLike) -> ImportedCache:
+        """Load a bundle made by export_cache into the container's cache (refused if versions differ);
+        .refused: the members not imported, with why."""
         from .ops import warmup as wm
 
         return wm.import_cache(self._s, self.id, os.fspath(path), echo=self.fleet._emit)
@@ -797,37 +688,37 @@ class Container:
             from .runs.knowngood import after_run
 
             after_run(self._s, ct, spec, final, echo=emit)
-            run._state = final
+            run._state = jobs.run_status(final)
         return run
 
     def run(self, run_id: str | None = None) -> Run:
         """A run of this container by id (None or "latest": the latest). UnknownRun when it has no such run."""
         from .ops import jobs
 
-        st = jobs.state(self._ct(), self.spec, run_id)
-        if not st.get("run"):
+        st = jobs.run_status(jobs.state(self._ct(), self.spec, run_id))
+        if st.run is None:
             raise JobError(f"container {self.id} has no runs in {self.spec.train.run_dir}: start one with train()")
-        r = Run(self, st["run"])
+        r = Run(self, st.run)
         r._state = st
         return r
 
-    def runs(self, limit: int = 20) -> list[dict]:
+    def runs(self, limit: int = 20) -> list[RunSummary]:
         """The latest runs: id, start, state, exit status, throughput, command (newest first)."""
         from .runs.listing import list_runs
 
         return list_runs(self._ct(), self.spec, limit=limit)
 
-    def render_runs(self, found: list[dict]) -> str:
+    def render_runs(self, found: list[RunSummary]) -> str:
         from .runs.listing import render
 
         return render(found, self.spec)
 
-    def log(self, run_id: str | None = None, *, follow: bool = False) -> dict:
+    def log(self, run_id: str | None = None, *, follow: bool = False) -> RunStatus:
         """A run's log to the progress callback (what is there now; with follow, until the job ends): the
-        run's final state ({"run", "alive", "exit", "lost", ...})."""
-        from .ops.jobs import show_log
+        run's state at the end."""
+        from .ops import jobs
 
-        return show_log(self._ct(), self.spec, run_id, follow=follow, echo=self.fleet._emit)
+        return jobs.run_status(jobs.show_log(self._ct(), self.spec, run_id, follow=follow, echo=self.fleet._emit))
 
     def stop(self, run_id: str | None = None, *, grace: int = 10, nodes: bool = True) -> Stopped:
         """Stop a run (None: every live run, and the latest's leftovers) and verify nothing of it is left;
@@ -835,19 +726,19 @@ class Container:
         from .ops.jobs import stop as stop_job
 
         got = stop_job(self._ct(), self.spec, run_id, grace=int(grace))
-        others = [n for n in got.get("nodes") or [] if n != self.id and n in self.fleet.config.containers]
+        others = [n for n in got.nodes or () if n != self.id and n in self.fleet.config.containers]
         if others and nodes and not self.fleet.dry:
             from .ops.multinode import stop_nodes
 
-            for ctid, one in stop_nodes(self._s, others, got["run"], grace=int(grace)).items():
+            for ctid, one in stop_nodes(self._s, others, got.run, grace=int(grace)).items():
                 if isinstance(one, BaseException):
                     raise one
-                assert isinstance(one, dict)
-                self.fleet._emit(f"node {ctid}: " + ("stopped" if one["was_alive"] else "was not running")
+                assert isinstance(one, Stopped)
+                self.fleet._emit(f"node {ctid}: " + ("stopped" if one.was_alive else "was not running")
                                  + ", verified: no process of it is left")
-        return _stopped(got)
+        return got
 
-    def known_good(self, run_id: str | None = None) -> dict:
+    def known_good(self, run_id: str | None = None) -> KnownGood:
         """Record a finished run and the container's facts as its known-good (for doctor): the record."""
         from .runs.knowngood import record_run
 
@@ -865,8 +756,8 @@ class Container:
         return write(self._s, self.id, run_id, os.fspath(out) if out is not None else None)
 
     def pull_run(self, dest: str | os.PathLike, run_id: str | None = None, *,
-                 on_bytes: bool = False) -> dict:
-        """A run's outputs, log, manifest and watch files into dest/<run id>/: {"run", "dest", "pulled", "refused"}."""
+                 on_bytes: bool = False) -> PulledRun:
+        """A run's outputs, log, manifest and watch files into dest/<run id>/."""
         from .ops.jobs import pull_run
 
         return pull_run(self._s, self.id, run_id, os.fspath(dest), progress=on_bytes, echo=self.fleet._emit)
@@ -876,15 +767,14 @@ class Container:
         """The container's Proxmox snapshots (`pct listsnapshot`), oldest first."""
         from .ops import snapshots as snaps
 
-        return [_snapshot(x) for x in snaps.list_snapshots(self._s, self.id)]
+        return snaps.list_snapshots(self._s, self.id)
 
     def rollback(self, snapshot: str | None = None, *, force: bool = False) -> RolledBack:
         """Roll the whole container back to a snapshot (default: the newest of remote's own), then start it
         again. BusyError while a run is live unless force; an unknown snapshot is a bad input (exit 2)."""
         from .ops import snapshots as snaps
 
-        done = snaps.rollback(self._s, self.id, snapshot=snapshot, force=force, echo=self.fleet._emit)
-        return RolledBack(done.ctid, _snapshot(done.snapshot), done.started, tuple(done.kept), tuple(done.restored))
+        return snaps.rollback(self._s, self.id, snapshot=snapshot, force=force, echo=self.fleet._emit)
 
     # -- health --------------------------------------------------------------------------------------
     def doctor(self, *, fresh: bool = False) -> list[Finding]:
@@ -897,23 +787,9 @@ class Container:
         return list(_diagnosis(report).findings)
 
 
-def _snapshot(x: Any) -> Snapshot:
-    return Snapshot(x.name, x.time, x.description, x.ours, x.depth)
-
-
-def _cache_copy(c: Any) -> CacheCopy:
-    return CacheCopy(c.src, c.dst, c.via, c.files, c.bytes, c.present, c.total, c.seconds)
-
-
 def _transfer(stats: Any) -> Transfer:
     return Transfer(stats.direction, stats.src, stats.dest, stats.files, stats.total, stats.seconds,
                     stats.attempts, stats.sha256, tuple(stats.refused), True, stats)
-
-
-def _stopped(d: dict) -> Stopped:
-    gpu = d.get("gpu_left")
-    return Stopped(d["run"], bool(d["was_alive"]), d.get("signal"), d.get("exit"),
-                   tuple(gpu) if gpu is not None else None, tuple(_stopped(o) for o in d.get("others", [])))
 
 
 # -- a run -------------------------------------------------------------------------------------------
@@ -927,36 +803,34 @@ class Run:
 
     def __init__(self, container: Container, run_id: str):
         self.container, self.id = container, run_id
-        self._state: dict | None = None
+        self._state: RunStatus | None = None
 
     def __repr__(self) -> str:
         return f"<remote.Run {self.id} in {self.container.id}>"
 
-    def refresh(self) -> dict:
+    def refresh(self) -> RunStatus:
         """Read the run's state again (one round trip) and return it."""
         from .ops import jobs
 
-        self._state = jobs.state(self.container._ct(), self.container.spec, self.id)
+        self._state = jobs.run_status(jobs.state(self.container._ct(), self.container.spec, self.id))
         return self._state
 
-    def _st(self) -> dict:
+    def _st(self) -> RunStatus:
         return self._state if self._state is not None else self.refresh()
 
     @property
-    def state(self) -> str:
-        """"running", "exited" or "lost" (ended without an exit record), read now."""
-        st = self.refresh()
-        return "running" if st["alive"] else "lost" if st["lost"] else "exited"
+    def state(self) -> State:
+        """"running", "exited", "stopped" (by stop()) or "lost" (ended without an exit record), read now:
+        what runs() says of it."""
+        return self.refresh().state
 
     @property
     def exit_code(self) -> int | None:
         """The job's exit status once it has ended (None while it runs; 1 when it was lost)."""
-        from .ops.jobs import final_status
-
         st = self._st()
-        if st["alive"]:
+        if st.alive:
             st = self.refresh()
-        return None if st["alive"] else final_status(st)
+        return st.exit_code
 
     def follow(self, *, offset: int = 0) -> Iterator[str]:
         """The log's lines from `offset` until the job ends, as they come; a dropped connection is
@@ -981,7 +855,7 @@ class Run:
 
         def pump() -> None:
             try:
-                logs.follow(ct, st["path"], self.id, offset=offset, on_bytes=on_bytes, follow_=True,
+                logs.follow(ct, st.path, self.id, offset=offset, on_bytes=on_bytes, follow_=True,
                             reconnect=ct.transport.close, echo=self.container.fleet._emit)
                 for line in splitter.flush():
                     lines.put(line)
@@ -1016,20 +890,12 @@ class Run:
                 raise JobError(f"run {self.id} in container {self.container.id} still running after {timeout:g}s")
             time.sleep(self.POLL)
 
-    def metrics(self) -> list[dict]:
-        """The values of the run's metrics.jsonl ({"t", "value", "unit"} each, in order); [] before the
-        first. Lines that are not JSON objects are skipped (the container's file is untrusted)."""
-        st = self._st()
-        r = self.container._ct().run(["cat", f"{st['path']}/metrics.jsonl"], check=False, mutates=False, timeout=120)
-        out = []
-        for line in r.out.splitlines():
-            try:
-                value = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(value, dict):
-                out.append(value)
-        return out
+    def metrics(self) -> list[Metric]:
+        """The values of the run's metrics.jsonl, in order; [] before the first. Lines that are not JSON
+        objects are skipped (the container's file is untrusted)."""
+        from .ops.logs import read_metrics
+
+        return read_metrics(self.container._ct(), self._st().path)
 
     def stop(self, *, grace: int = 10) -> Stopped:
         """TERM the job, KILL after `grace` s, and verify that nothing of it is left."""
@@ -1087,12 +953,16 @@ def write_hosts_file(address: str, *, out: str | os.PathLike | None = None, port
 
 def sudoers_dropin(user: str, hosts: str | os.PathLike | None = None) -> str:
     """The sudoers drop-in (for /etc/sudoers.d/) that lets `user` run what remote needs on a `sudo: true`
-    host: the host programs at their exact paths (pct's from the hosts file's hosts, when one is given)."""
+    host: the host programs at their exact paths, each with only the arguments remote gives it (pct's path
+    from the hosts file's hosts, and only its containers, when one is given)."""
     from . import config as cfg
     from . import sudo as sudomod
 
-    paths = [sudomod.pct_path(h.pct_path or "pct") for h in cfg.load(os.fspath(hosts)).hosts.values()] if hosts else []
-    return sudomod.sudoers(user, paths)
+    if not hosts:
+        return sudomod.sudoers(user)
+    config = cfg.load(os.fspath(hosts))
+    return sudomod.sudoers(user, [sudomod.pct_path(h.pct_path or "pct") for h in config.hosts.values()],
+                           sorted(config.containers))
 
 
 def disconnect(hosts: str | os.PathLike | None = None, host: str | None = None) -> list[int]:

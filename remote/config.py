@@ -7,6 +7,7 @@ resolved; every error names the file, the key path and what was expected. The `v
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -588,10 +589,20 @@ def load(path: str | None = None) -> Config:
         raise ConfigError(file, "", f"file not found (set ${ENV_VAR} or run from the folder holding {DEFAULT_FILE})") from None
     except OSError as exc:
         raise ConfigError(file, "", f"cannot read: {exc.strerror}") from None
-    import yaml  # here, not at the top: `remote --help` never needs it
+    data = _parsed(text)
+    if data is _MISSING:
+        data = _read_yaml(file, text)
+        _keep_parsed(text, data)
+    config = parse(data, file)
+    _check_files(config)
+    return config
+
+
+def _read_yaml(file: str, text: str) -> Any:
+    import yaml  # here, not at the top: `remote --help` never needs it, nor a command whose file is parsed
 
     try:
-        data = yaml.load(text, Loader=_loader())
+        return yaml.load(text, Loader=_loader())
     except DuplicateKey as exc:
         raise ConfigError(file, exc.path, f"given twice (lines {exc.first} and {exc.second}): "
                           "the second would silently win; keep one") from None
@@ -599,9 +610,97 @@ def load(path: str | None = None) -> Config:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         raise ConfigError(file, "", f"{where}not valid YAML: {getattr(exc, 'problem', exc)}") from None
-    config = parse(data, file)
-    _check_files(config)
-    return config
+
+
+# -- the parsed file, kept: a command whose hosts file is unchanged does not import yaml -------------------
+# importing yaml and running its pure-Python loader is ~10-20% of a warm one-off command. What the loader
+# made (before any check: those run every time) is kept as JSON in the user's own runtime folder, under
+# the sha256 of the file's text, so an edit is a new entry. A cache that is missing, unreadable, not ours
+# or not understood is ignored and the file read again.
+
+def _cache_dir() -> Path | None:
+    base = os.environ.get("XDG_RUNTIME_DIR") or os.path.join(os.path.expanduser("~"), ".cache")
+    folder = Path(base) / "remote" / "hosts-parsed"
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = folder.stat()
+    except OSError:
+        return None
+    if st.st_uid != os.geteuid() or st.st_mode & 0o077:  # someone else's, or others may write: not used
+        return None
+    return folder
+
+
+def _cache_file(text: str) -> Path | None:
+    import hashlib
+
+    folder = _cache_dir()
+    return folder / (hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:40] + ".json") if folder else None
+
+
+def _parsed(text: str) -> Any:
+    """What the loader made of this text before, or _MISSING."""
+    path = _cache_file(text)
+    if path is None:
+        return _MISSING
+    try:
+        import json
+
+        return _decode(json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return _MISSING
+
+
+def _keep_parsed(text: str, data: Any) -> None:
+    path = _cache_file(text)
+    if path is None:
+        return
+    try:
+        encoded = _encode(data)
+    except TypeError:  # a YAML type kept as is (a date, a set, bytes): read the file each time
+        return
+    import json
+    import tempfile
+
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(encoded, f)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def _encode(value: Any) -> Any:
+    """The loader's output as JSON, every type kept: {"m": [[key, value], ...]} a mapping (keys need not be
+    strings), {"l": [...]} a list, {"i"/"f": text, "v": value} a number that remembers its text."""
+    if isinstance(value, _Int):
+        return {"i": value.text, "v": int(value)}
+    if isinstance(value, _Float):
+        return {"f": value.text, "v": float(value)}
+    if value is None or type(value) in (str, int, float, bool):
+        return value
+    if type(value) is dict:
+        return {"m": [[_encode(k), _encode(v)] for k, v in value.items()]}
+    if type(value) is list:
+        return {"l": [_encode(v) for v in value]}
+    raise TypeError(type(value).__name__)
+
+
+def _decode(value: Any) -> Any:
+    if not isinstance(value, dict):
+        return value
+    if "m" in value:
+        return {_decode(k): _decode(v) for k, v in value["m"]}
+    if "l" in value:
+        return [_decode(v) for v in value["l"]]
+    number = _Int(value["v"]) if "i" in value else _Float(value["v"])
+    number.text = value["i"] if "i" in value else value["f"]
+    return number
 
 
 def _check_files(config: Config) -> None:

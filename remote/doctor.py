@@ -19,6 +19,7 @@ from .ops import layout
 from .ops import passport as pp
 from .ops import venv as venvmod
 from .ops import warmup as wm
+from .results import Finding
 from .transport.session import Session
 
 SCHEMA_VERSION = 1
@@ -27,20 +28,11 @@ CLOCK_SKEW_MAX_S = 5.0
 UNHEALTHY = ("error", "warning")
 
 
-@dataclass(frozen=True)
-class Finding:
-    code: str  # stable identifier, e.g. package-changed
-    severity: str  # error | warning | info
-    what: str
-    since: str | None  # against the known-good record, when it tells
-    why: str
-    fix: str | None  # the command that fixes it
-
-    def render(self) -> str:
-        since = f" ({self.since})" if self.since else ""
-        fix = f" — {self.fix}" if self.fix else ""
-        # what and since quote the container (versions, paths, names): each one line, escapes shown
-        return printable(f"[{self.severity}] {self.what}{since}{fix}") + "\n    why: " + printable(self.why)
+def render_finding(f: Finding) -> str:
+    since = f" ({f.since})" if f.since else ""
+    fix = f" — {f.fix}" if f.fix else ""
+    # what and since quote the container (versions, paths, names): each one line, escapes shown
+    return printable(f"[{f.severity}] {f.what}{since}{fix}") + "\n    why: " + printable(f.why)
 
 
 def known_good_label(kg: dict | None) -> str:
@@ -349,7 +341,7 @@ class Report:
         lines = [head + ("healthy" if not bad else f"{len(bad)} finding(s)")
                  + (f", against {known_good_label(self.facts.known_good)}" if self.facts and self.facts.known_good
                     else "")]
-        lines += ["  " + f.render().replace("\n", "\n  ") for f in self.findings]
+        lines += ["  " + render_finding(f).replace("\n", "\n  ") for f in self.findings]
         return "\n".join(lines)
 
 

@@ -8,9 +8,8 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Mapping
+from typing import Any
 from urllib.parse import quote, unquote, urlsplit
-
-from .guard import cache_subdir  # a pure function: the one naming rule shared with remote_guard
 
 LEASE = "/run/remote/ops.lock"  # the operation lease (remote.ops.oplock) that the facts probe reads
 
@@ -66,6 +65,8 @@ def matches(locked: str, installed: str) -> bool:
 
 def compile_cache(spec, verify: Mapping | None) -> str:
     """The per-version compile cache folder: <warmup.cache_dir>/torch-<v>-cuda-<v>-triton-<v>."""
+    from .guard import cache_subdir  # the one naming rule shared with remote_guard (here: the CLI needs no guard)
+
     v = verify or {}
     return cache_subdir(spec.warmup.cache_dir, {"torch": v.get("torch") or "none", "cuda": v.get("cuda_build"),
                                                 "triton": v.get("triton")})
@@ -163,3 +164,9 @@ def printable(text: str | bytes, *, lines: bool = False) -> str:
     if text.isprintable():  # the common case: nothing to escape (isprintable is False for \t and \n too)
         return text
     return "".join(ch if _shown(ch, keep) else _escape(ch) for ch in text)
+
+
+def copied_line(c: Any) -> str:
+    """A compile-cache copy (remote.results.CacheCopy) as one line: the copy's progress, and `remote warmup`'s last line."""
+    return (f"copied {c.files} cache file(s), {c.bytes / 2**20:.1f} MiB, from {c.src} "
+            f"({c.present} already here, {c.total} in all; via {c.via}, {c.seconds:.1f}s); no compile ran")

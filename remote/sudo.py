@@ -1,7 +1,12 @@
 """The programs remote runs on a Proxmox host, and `sudo: true`: a login user limited to them.
 
-PROGRAMS is the one list of what remote runs on a host: `remote init --sudoers USER` prints the
-sudoers drop-in from it, `host_argv` builds every host command from it, and a test compares the two.
+PROGRAMS is the one list of what remote runs on a host, one entry per command line (a program and the
+arguments it is given, variable ones as `Arg`s): `remote init --sudoers USER` prints the sudoers drop-in
+from it, `host_argv` builds every host command from it, and the tests check every command remote builds
+against it and ask the real sudo, of every pct subcommand remote does not use, to say no. pct with any
+arguments would be root on the host (`pct push`/`pull` copy host files, `pct set -mp0 /,mp=/host` mounts
+its root), so pct is allowed only as `pct exec CTID --keep-env 0 -- ...`, status, config and the others
+below, each with its fixed arguments.
 On a host with `sudo: true` each program marked `root` runs as `sudo -n <exact path> ARGS...`: never a
 shell, never `sudo sh -c`, and `-n` so that a rule that wants a password fails at once instead of
 waiting on a prompt nobody sees. Programs not marked `root` run as the login user (the stream mux is a
@@ -22,21 +27,50 @@ SUDO = ("sudo", "-n")
 
 
 @dataclass(frozen=True)
+class Arg:
+    """A variable argument in a program's allowed argv: what it stands for and the POSIX extended regular
+    expression the sudo rule matches it with (no `,` `:` `=` `\\`: sudoers would read them as syntax)."""
+    name: str
+    regex: str
+
+
+CTID = Arg("CTID", "[1-9][0-9]*")  # a drop-in made from a hosts file allows only its container ids
+COMMAND = Arg("COMMAND...", ".+")  # what runs in the container: `pct exec` is the point of the rule
+SNAPSHOT = Arg("SNAPSHOT", "[A-Za-z][A-Za-z0-9_-]*")  # Proxmox's snapshot names (`remote rollback --snapshot`)
+OURS = Arg("remote-DATE-N", "remote-[0-9]{8}-[0-9]+")  # remote's own snapshots: the only ones it deletes
+DESCRIPTION = Arg("before deploy of WHAT", "before deploy of .+")
+BOOL = Arg("0|1", "[01]")
+
+
+@dataclass(frozen=True)
 class HostProgram:
     name: str
     path: str  # where a Proxmox VE host has it (pct's own path comes from the hosts file's `pct` key)
-    args: tuple[str, ...] | None  # the only arguments the sudo rule allows; None: any
+    args: tuple[str | Arg, ...] | None  # the arguments the sudo rule allows (one entry per allowed form); None: any
     root: bool  # runs through `sudo -n` on a host with `sudo: true`
     why: str
 
 
+# One entry per command line remote runs, so that the drop-in allows nothing else: an entry is one line.
 PROGRAMS: tuple[HostProgram, ...] = (
-    HostProgram("pct", "/usr/sbin/pct", None, True,
-                "every container command (pct exec), status, start, stop, config, list and the snapshots"),
-    HostProgram("pvesm", "/usr/sbin/pvesm", ("status",), True,
-                "the storages' types: whether a container's rootfs can take a snapshot (deploy.snapshot)"),
+    HostProgram("pct", "/usr/sbin/pct", ("exec", CTID, "--keep-env", "0", "--", COMMAND), True,
+                "every container command, the in-container agent and the transfers' streams"),
+    HostProgram("pct", "/usr/sbin/pct", ("status", CTID), True, "whether a container runs"),
+    HostProgram("pct", "/usr/sbin/pct", ("start", CTID), True, "the library's Container.start()"),
+    HostProgram("pct", "/usr/sbin/pct", ("stop", CTID), True, "the library's Container.stop()"),
+    HostProgram("pct", "/usr/sbin/pct", ("config", CTID), True,
+                "a container's settings: its GPU passthrough (doctor --gpu), its rootfs storage and mount points"),
+    HostProgram("pct", "/usr/sbin/pct", ("list",), True, "the host's containers (remote init)"),
+    HostProgram("pct", "/usr/sbin/pct", ("listsnapshot", CTID), True, "`remote snapshots`, the snapshot names"),
+    HostProgram("pct", "/usr/sbin/pct", ("snapshot", CTID, OURS, "--description", DESCRIPTION), True,
+                "the snapshot before a deploy that changes something (deploy.snapshot)"),
+    HostProgram("pct", "/usr/sbin/pct", ("delsnapshot", CTID, OURS), True,
+                "remote's own snapshots beyond deploy.keep_snapshots (never another's)"),
+    HostProgram("pct", "/usr/sbin/pct", ("rollback", CTID, SNAPSHOT, "--start", BOOL), True, "`remote rollback`"),
     HostProgram("pvesh", "/usr/bin/pvesh", ("get", "/cluster/resources", "--type", "vm", "--output-format", "json"), True,
                 "a cluster's guest list: which node holds each container (remote.cluster, hosts with cluster:)"),
+    HostProgram("pvesm", "/usr/sbin/pvesm", ("status",), True,
+                "the storages' types: whether a container's rootfs can take a snapshot (deploy.snapshot)"),
     HostProgram("python3", "/usr/bin/python3", None, False,
                 "the host's stream mux (remote.transport.hostmux), as the login user"),
     # The host-side GPU probe (doctor --gpu) adds its programs here: modinfo, nvidia-smi and lspci read
@@ -80,28 +114,73 @@ def pct_command(pct: str, sudo: bool) -> str:
     return shlex.join([*SUDO, pct_path(pct)]) if sudo else pct
 
 
+def forms(name: str) -> list[tuple[str | Arg, ...] | None]:
+    """Every argv (after the program) the rule allows program `name`, as PROGRAMS lists them."""
+    return [p.args for p in PROGRAMS if p.name == name]
+
+
+def _regex(form: tuple[str | Arg, ...], ctids: Sequence[int] = ()) -> str:
+    """The form as the POSIX extended regular expression sudo matches the arguments with (joined by spaces)."""
+    parts = []
+    for a in form:
+        if isinstance(a, Arg):
+            parts.append("(" + "|".join(map(str, ctids)) + ")" if a is CTID and ctids else a.regex)
+        elif re.fullmatch(r"[A-Za-z0-9_/-]+", a):
+            parts.append(a)
+        else:
+            raise ValueError(f"{a!r}: a fixed argument of a regular-expression rule is letters, digits, _ / -")
+    return "^" + " ".join(parts) + "$"
+
+
+def allows(name: str, args: Sequence[str], ctids: Sequence[int] = ()) -> bool:
+    """Whether the drop-in lets `sudo -n PROGRAM args...` run: the rule's own regular expressions,
+    matched as sudo matches them (on the arguments joined by spaces)."""
+    for form in forms(name):
+        if form is None:
+            return True
+        if all(isinstance(a, str) for a in form):
+            if tuple(args) == form:
+                return True
+        elif re.fullmatch(_regex(form, ctids)[1:-1], " ".join(args), re.DOTALL):
+            return True
+    return False
+
+
 def host_argv(host, name: str, *args: str) -> list[str]:
     """The argv that runs host program `name` on `host` (a config.Host), through sudo where it asks for it."""
     p = program(name)
     if name == "pct":
         return [*shlex.split(host.pct), *args]
-    if p.args is not None and tuple(args) != p.args:
-        raise ValueError(f"{name} {shlex.join(args)}: the sudo rule allows only {name} {shlex.join(p.args)}")
+    if p.root and not allows(name, args):
+        raise ValueError(f"{name} {shlex.join(args)}: the sudo rule allows only "
+                         + "; ".join(usage(name, f) for f in forms(name)))
     sudo = bool(getattr(host, "sudo", False))
     raw = getattr(host, "pct_path", None) or (host.pct if len(shlex.split(host.pct)) == 1 else "pct")
     path = program_path(name, raw, exact=sudo)
     return [*SUDO, path, *args] if (p.root and sudo) else [path, *args]
 
 
-def rule_commands(pct_paths: Iterable[str]) -> list[str]:
-    """The commands of the sudo rule: each root program at its exact path, with its only arguments."""
+def usage(name: str, form: tuple[str | Arg, ...] | None) -> str:
+    """`pct exec CTID --keep-env 0 -- COMMAND...`: an allowed form as a reader reads it."""
+    return " ".join([name, *("ARGS..." if form is None else (a.name if isinstance(a, Arg) else a for a in form))])
+
+
+def rule_commands(pct_paths: Iterable[str], ctids: Sequence[int] = ()) -> list[str]:
+    """The commands of the sudo rule: each root program at its exact path, with each argv it is allowed:
+    fixed arguments as they are, a form with variable ones as sudo's `^...$` regular expression (sudo
+    1.9.10 or later: Proxmox VE 8 and 9 have it). `ctids`: the only container ids allowed (none: any)."""
     commands: list[str] = []
     for pct in dict.fromkeys(pct_paths) or [program("pct").path]:
         for p in PROGRAMS:
             if not p.root:
                 continue
             path = program_path(p.name, pct)
-            command = path + ("" if p.args is None else " " + " ".join(_escape(a) for a in p.args))
+            if p.args is None:
+                command = path
+            elif all(isinstance(a, str) for a in p.args):
+                command = path + "".join(" " + _escape(str(a)) for a in p.args)
+            else:
+                command = path + " " + _regex(p.args, ctids)
             if command not in commands:
                 commands.append(command)
     return commands
@@ -115,27 +194,32 @@ def _escape(arg: str) -> str:
 USER_RE = re.compile(r"[a-z_][a-z0-9_.-]*\$?")
 
 
-def sudoers(user: str, pct_paths: Sequence[str] = ()) -> str:
-    """A drop-in for /etc/sudoers.d/: `user` may run exactly remote's root programs, without a password."""
+def sudoers(user: str, pct_paths: Sequence[str] = (), ctids: Sequence[int] = ()) -> str:
+    """A drop-in for /etc/sudoers.d/: `user` may run exactly the command lines remote runs as root, without a
+    password; with `ctids`, on those containers only."""
     if not USER_RE.fullmatch(user):
         raise ValueError(f"{user!r} is not a user name sudo accepts")
-    commands = rule_commands(pct_paths)
+    ctids = sorted({int(c) for c in ctids})
+    commands = rule_commands(pct_paths, ctids)
     lines = [
         f"# remote: what {user} may run as root on this Proxmox host (remote init --sudoers {user}).",
         f"# Install: remote init --sudoers {user} > remote.sudoers; visudo -cf remote.sudoers &&",
         "#          install -m 0440 -o root -g root remote.sudoers /etc/sudoers.d/remote",
         f"# Then set `sudo: true` and `user: {user}` for this host in the hosts file.",
-        "# Each program at its exact path; nothing else, no shell. remote runs them as `sudo -n PROGRAM ...`.",
-        *[f"#   {p.name}: {p.why}" for p in PROGRAMS if p.root],
+        "# Each program at its exact path with only the arguments remote gives it (sudo's ^...$ regular",
+        "# expressions: sudo 1.9.10 or later); nothing else, no shell. remote runs them as `sudo -n PROGRAM ...`.",
+        ("# Containers: " + ", ".join(map(str, ctids)) + " only (the hosts file's; a new one needs a new drop-in)."
+         if ctids else "# Containers: any id (`remote init --sudoers USER --hosts FILE` allows only the file's)."),
+        *[f"#   {usage(p.name, p.args)}: {p.why}" for p in PROGRAMS if p.root],
         f"Defaults:{user} !requiretty",
-        f"{user} ALL=(root) NOPASSWD: " + ", ".join(commands),
+        f"{user} ALL=(root) NOPASSWD: " + ", \\\n    ".join(commands),
     ]
     return "\n".join(lines) + "\n"
 
 
 def rule_of(text: str, user: str) -> list[str]:
     """The commands a drop-in allows `user` (for the tests and doctor: what the rule says)."""
-    for line in text.splitlines():
+    for line in re.sub(r"\\\n", " ", text).splitlines():
         m = re.fullmatch(rf"{re.escape(user)}\s+ALL=\(root\)\s+NOPASSWD:\s*(.+)", line.strip())
         if m:
             return [c.strip() for c in re.split(r"(?<!\\),", m.group(1))]
@@ -173,6 +257,7 @@ def diagnose(run, argv: Sequence[str], host: str, user: str | None) -> str:
     drop_in = f"`remote init --sudoers {user or 'USER'}` prints the drop-in for /etc/sudoers.d/"
     if listed is not None and listed.exit_code != 0 and not PASSWORD.search(listed.err):
         return (f"sudo on {host} does not allow {who} to run {command} ({program}): the sudo rule lacks it; "
-                f"{drop_in} (every program remote runs, at its exact path)")
+                f"{drop_in} (every command line remote runs, at its exact path; one made with --hosts FILE allows "
+                "only that file's containers)")
     return (f"sudo on {host} wants a password for {who} to run {program} (remote runs `sudo -n`, never a "
             f"prompt): the rule needs NOPASSWD; {drop_in}")

@@ -28,7 +28,7 @@ def _rows(item) -> list[list[str]]:
     for mark in item.iter_markers("fault"):
         if not mark.args:
             raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.fault needs the row name")
-        rows.append([mark.args[0], mark.kwargs.get("promise", "")])
+        rows.append([mark.args[0], mark.kwargs.get("promise", mark.args[1] if len(mark.args) > 1 else "")])
     return list(reversed(rows))  # in the order they are written
 
 

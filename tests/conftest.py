@@ -19,7 +19,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's remote before an installed one
 
-from support import LAB_CONTAINERS, LAB_SECTIONS, LAB_WHEELS, free_port, tier_of  # noqa: E402
+from support import (LAB_CONTAINERS, LAB_SECTIONS, OWN_LAB_CONTAINERS, OWN_LAB_MODULES, new_lab,  # noqa: E402
+                     tier_of, work_unit)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -27,6 +28,20 @@ def pytest_collection_modifyitems(config, items):
         tier = tier_of(item.path)
         if tier is not None:
             item.add_marker(tier)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under `-n N` (the README's command): the session lab's modules run on one worker, in order (its LXC
+    ids are machine-wide, and they share its deploys), support.OWN_LAB_MODULES on another (own_lab), the
+    newcomer tier on one, and every other file whole on any worker (its module fixtures once), beside them."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByTier(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid.split("::", 1)[0])
+
+    return ByTier(config, log)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -58,50 +73,91 @@ def _isolated(monkeypatch, tmp_path):
     (tmp_path / "home").mkdir()
 
 
+# Two labs, each brought up once per session where a test needs it: the session lab (containers LAB_CONTAINERS)
+# and own_lab (OWN_LAB_CONTAINERS) for the modules of support.OWN_LAB_MODULES, whose xdist worker runs them
+# beside the session lab's modules. The fixtures below are the module's lab's; what they make is made once per
+# lab and session (a hosts file, a connection, the deploy of its first container).
 @pytest.fixture(scope="session")
-def lab(tmp_path_factory):
-    from remote.lab import Lab
-
-    lab = Lab(dir=tmp_path_factory.mktemp("lab"), port=free_port(), wheels_dir=LAB_WHEELS)
-    lab.up(LAB_CONTAINERS)
+def session_lab(tmp_path_factory):
+    lab = new_lab(tmp_path_factory.mktemp("lab"), LAB_CONTAINERS)
     yield lab
     lab.down(purge=True)
 
 
 @pytest.fixture(scope="session")
-def demo_repo(lab) -> Path:
+def own_lab(tmp_path_factory):
+    lab = new_lab(tmp_path_factory.mktemp("own-lab"), OWN_LAB_CONTAINERS)
+    yield lab
+    lab.down(purge=True)
+
+
+@pytest.fixture(scope="session")
+def _per_lab():
+    """What each lab's fixtures made, by (lab folder, name); the connections are closed at the end."""
+    made: dict = {}
+    yield made
+    for (_, name), value in made.items():
+        if name == "session":
+            value.close()
+
+
+def once(made: dict, lab, name: str, make):
+    key = (str(lab.dir), name)
+    if key not in made:
+        made[key] = make()
+    return made[key]
+
+
+def ids_of(lab) -> tuple[int, ...]:
+    return OWN_LAB_CONTAINERS if lab.dir.name.startswith("own-lab") else LAB_CONTAINERS
+
+
+@pytest.fixture(scope="module")
+def lab(request):
+    """This module's lab: own_lab for support.OWN_LAB_MODULES, else the session lab."""
+    return request.getfixturevalue("own_lab" if request.path.name in OWN_LAB_MODULES else "session_lab")
+
+
+@pytest.fixture(scope="module")
+def demo_repo(lab, _per_lab) -> Path:
     """The demo drafter repository of the test lab (made from examples/, like the real lab's)."""
-    return lab.demo_repo()
+    return once(_per_lab, lab, "repo", lab.demo_repo)
 
 
-@pytest.fixture(scope="session")
-def lab_hosts(lab, demo_repo, tmp_path_factory) -> Path:
+@pytest.fixture(scope="module")
+def lab_hosts(lab, demo_repo, tmp_path_factory, _per_lab) -> Path:
     """A hosts file for the test lab; container 999 is configured but does not exist."""
-    path = tmp_path_factory.mktemp("cfg") / "hosts.yaml"
-    path.write_text(lab.hosts_yaml((*LAB_CONTAINERS, 999)) + LAB_SECTIONS.format(repo=demo_repo))
-    return path
+    def make() -> Path:
+        path = tmp_path_factory.mktemp("cfg") / "hosts.yaml"
+        path.write_text(lab.hosts_yaml((*ids_of(lab), 999)) + LAB_SECTIONS.format(repo=demo_repo))
+        return path
+
+    return once(_per_lab, lab, "hosts", make)
 
 
-@pytest.fixture(scope="session")
-def lab_session(lab_hosts):
+@pytest.fixture(scope="module")
+def lab_session(lab, lab_hosts, _per_lab):
     from remote import config
     from remote.transport.session import Session
 
     # As the tasks do: container commands through the in-container agent.
-    with Session(config.load(str(lab_hosts)), agent=True) as s:
-        yield s
+    return once(_per_lab, lab, "session", lambda: Session(config.load(str(lab_hosts)), agent=True))
 
 
 @pytest.fixture
-def ct(lab_session):
-    return lab_session.container(200)
+def ct(lab, lab_session):
+    return lab_session.container(ids_of(lab)[0])
 
 
-@pytest.fixture(scope="session")
-def deployed(lab_session):
-    """Container 200 deployed with the demo drafter and the pinned CPU torch."""
+@pytest.fixture(scope="module")
+def deployed(lab, lab_session, _per_lab):
+    """The lab's first container (200 on the session lab) deployed with the demo drafter and the pinned CPU
+    torch, once per lab and session."""
     from remote.ops.deploy import deploy
 
-    summary = deploy(lab_session, 200, echo=lambda s: None)
-    assert summary.torch["torch"] == "2.13.0+cpu", summary.render()
-    return summary
+    def make():
+        summary = deploy(lab_session, ids_of(lab)[0], echo=lambda s: None)
+        assert summary.torch["torch"] == "2.13.0+cpu", summary.render()
+        return summary
+
+    return once(_per_lab, lab, "deployed", make)

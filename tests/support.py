@@ -46,6 +46,47 @@ def free_port() -> int:
 LAB_CONTAINERS = tuple(int(i) for i in os.environ.get("REMOTE_TEST_LAB_IDS", "200,201").split(","))
 
 
+# The lab modules that run on conftest's own_lab (containers OWN_LAB_CONTAINERS, and ids of their own that no
+# other module uses), not on the session lab: under xdist, one worker runs them beside the session lab's
+# modules (conftest.group_of). A module here takes its container ids from lab_ids(__file__).
+OWN_LAB_MODULES = ("test_agent_lab.py", "test_any_code_lab.py", "test_doctor_lab.py", "test_fleet_lab.py",
+                   "test_sudo_lab.py", "test_transfer_faults_lab.py", "test_watch_lab.py")
+OWN_LAB_CONTAINERS = (232, 233)
+
+
+def work_unit(path: str) -> str:
+    """The xdist work unit of a test file (its path from the repository's root; conftest's scheduler): the
+    session lab's modules one unit, run in order on one worker; OWN_LAB_MODULES another; the newcomer tier
+    one; every other file its own."""
+    tier = tier_of(ROOT / path)
+    if tier == "lab":
+        return "lab-own" if Path(path).name in OWN_LAB_MODULES else "lab"
+    return "newcomer" if tier == "newcomer" else path
+
+
+def lab_ids(test_file: str) -> tuple[int, ...]:
+    """The container ids of the lab a test module runs on (conftest's `lab` fixture gives it that lab)."""
+    return OWN_LAB_CONTAINERS if Path(test_file).name in OWN_LAB_MODULES else LAB_CONTAINERS
+
+
+def new_lab(folder: Path, containers, **kw):
+    """A lab in `folder` on a free port, up with `containers`; the torch wheel is placed under a lock, as two
+    test processes (xdist workers) may bring up labs at once."""
+    from remote.lab import Lab
+
+    lab = Lab(dir=folder, port=free_port(), wheels_dir=LAB_WHEELS, **kw)
+    provide_wheels(lab)
+    lab.up(containers, wheels=False)
+    return lab
+
+
+def provide_wheels(lab) -> None:
+    LAB_WHEELS.parent.mkdir(parents=True, exist_ok=True)
+    with open(LAB_WHEELS.with_name(LAB_WHEELS.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        lab.provide_wheels()
+
+
 # The test labs' wheel folder: one for every session (a hard link to a configured wheel, or one download).
 LAB_WHEELS = Path(tempfile.gettempdir()) / "remote-test-wheels"
 

@@ -4,10 +4,11 @@ summary table). Pure functions, no I/O: each task in remote/cli/tasks.py calls t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
-from ..naming import printable
+from ..naming import copied_line, printable
 
 
 def live_text(live: list[dict]) -> str:
@@ -17,6 +18,52 @@ def live_text(live: list[dict]) -> str:
 
 
 # -- status ------------------------------------------------------------------------------------------
+
+def status_dict(status: Any) -> dict:
+    """A remote.results.FleetStatus as the dict `status --json` has always printed (its keys, in order)."""
+    clustered = {h.host for h in status.hosts if h.cluster}  # their node and cluster too (docs/guide/cluster.md)
+    return {"hosts": [{"host": h.host, "reachable": h.reachable, "error": h.error, "kept": h.kept,
+                       **({"node": h.node, "cluster": h.cluster} if h.host in clustered else {}),
+                       "containers": dict(h.containers)} for h in status.hosts],
+            "containers": [_container_dict(c, c.host in clustered) for c in status.containers]}
+
+
+def _container_dict(c: Any, clustered: bool = False) -> dict:
+    entry: dict = {"container": c.container, "host": c.host, "state": c.state}
+    if clustered:
+        entry["node"] = c.node
+    if c.also_live:
+        entry["also_live"] = [dict(r) for r in c.also_live]
+    if c.run is not None:
+        run = dataclasses.asdict(c.run)
+        for key in ("orphans", "problems"):
+            run[key] = list(run[key])
+        if c.run.nodes:
+            run["nodes"] = list(c.run.nodes)
+        else:
+            del run["nodes"], run["node_rank"]
+        if run["moved_from"] is None:
+            del run["moved_from"]
+        entry["run"] = run
+    if c.probed:
+        entry["venv_lock"] = c.venv_lock
+    if c.error is not None:
+        entry["error"] = c.error
+    if c.venv_lock_differs is not None:
+        entry["venv_lock_differs"] = c.venv_lock_differs
+    return entry
+
+
+def runs_json(found: list) -> str:
+    """`runs --json`: each remote.results.RunSummary (a lost run's state in capitals, as it has always been)."""
+    rows = []
+    for r in found:
+        row = dataclasses.asdict(r)
+        row["state"] = "LOST" if r.state == "lost" else r.state
+        row["nodes"] = list(r.nodes) if r.nodes else None
+        rows.append(row)
+    return json.dumps(rows, indent=2)
+
 
 def status_json(data: dict) -> str:
     return json.dumps({"hosts": [{**h, "containers": {str(k): v for k, v in h["containers"].items()}}
@@ -127,27 +174,27 @@ def stop_lines(stopped: Any) -> list[str]:
 
 def warmup_line(w: Any) -> str:
     if w.copied is not None:  # no warmup of its own: a matching cache of another container was copied
-        return f"warmup done: {w.copied.line()}"
+        return f"warmup done: {copied_line(w.copied)}"
     guard = f"; guard: {w.hits} hits, {w.misses} misses" if w.guarded else ""
     return (f"warmup done: {len(w.devices)} device(s) in {w.seconds:.1f}s; cache "
             + (f"+{w.new_files} files, +{w.new_bytes / 2**20:.1f} MiB" if w.new_files or w.new_bytes
                else "nothing new (warm)") + guard)
 
 
-def imported_line(got: dict) -> str:
+def imported_line(got: Any) -> str:
     """warmup --import's result, and the bundle's members it refused (their names are the bundle's)."""
-    line = printable(f"imported {got['files']} cache file(s) into {got['cache_dir']}; " + (
-        f"warmup recorded for {', '.join(got['warmups'])}" if got["warmups"] else
+    line = printable(f"imported {got.files} cache file(s) into {got.cache_dir}; " + (
+        f"warmup recorded for {', '.join(got.warmups)}" if got.warmups else
         "the bundle's warmups were for another commit, venv, command or environment: run `remote warmup` "
         "(it starts from the imported cache)"))
-    if got.get("refused"):
-        line += f"\n{len(got['refused'])} refused (not imported):\n" + "\n".join(f"  {printable(r)}" for r in got["refused"])
+    if got.refused:
+        line += f"\n{len(got.refused)} refused (not imported):\n" + "\n".join(f"  {printable(r)}" for r in got.refused)
     return line
 
 
-def pulled_run_line(got: dict) -> str:
-    return printable(f"run {got['run']}: " + ", ".join(f"{k} ({v})" for k, v in got["pulled"].items())
-                     + f" in {got['dest']}")
+def pulled_run_line(got: Any) -> str:
+    return printable(f"run {got.run}: " + ", ".join(f"{k} ({v})" for k, v in got.pulled.items())
+                     + f" in {got.dest}")
 
 
 def caches_json(rows: list) -> str:

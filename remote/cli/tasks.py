@@ -68,7 +68,7 @@ def status(c, json_=False, hosts=None, container=None):
     Each host's reachability; each container's state, running job (uptime, throughput) and last exit
     status, all containers at once; a venv lock that differs from its siblings'; multi-node runs once."""
     with fleet_of(hosts) as fleet:
-        data = fleet.status(container)
+        data = fmt.status_dict(fleet.status(container))
     print(fmt.status_json(data) if json_ else "\n".join(fmt.status_lines(data)))
     if not all(h["reachable"] for h in data["hosts"]):
         raise Exit(code=1)
@@ -215,8 +215,8 @@ def logs(c, container=None, run=None, follow=False, hosts=None):
                     raise Exit(code=code)
                 return
         final = ct.log(run, follow=follow)
-    if not final["alive"] and (1 if final["lost"] else final["exit"] or 0):
-        raise Exit(code=1 if final["lost"] else final["exit"])
+    if final.exit_code:
+        raise Exit(code=final.exit_code)
 
 
 @task(help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP,
@@ -271,8 +271,8 @@ def known_good(c, container=None, run=None, hosts=None):
     with fleet_of(hosts) as fleet:
         ct = fleet.container(container)
         record = ct.known_good(run)
-    print(printable(f"recorded {known_good_label(record)} (commit {str(record['commit'])[:12]}, torch "
-                    f"{record['torch']}) in {ct.known_good_path()}"))
+    print(printable(f"recorded {known_good_label(dict(record.record))} (commit {str(record.commit)[:12]}, torch "
+                    f"{record.torch}) in {record.path}"))
 
 
 @task(help={"container": CT_HELP, "run": "run id (default: the latest)",
@@ -342,7 +342,8 @@ def lab_down(c, purge=False):
             "force": "replace the file if it exists",
             "sudo": "log in as a non-root user whose sudo rule allows pct (writes `sudo: true`; see --sudoers)",
             "sudoers": "instead: print the sudoers drop-in that lets USER run what remote needs (sudo: true)",
-            "hosts": "with --sudoers: the hosts file whose `pct` paths the rule names (default /usr/sbin/pct)"})
+            "hosts": "with --sudoers: the hosts file whose `pct` paths and containers the rule names (default: "
+                     "/usr/sbin/pct, any container)"})
 @handled
 def init(c, address=None, port=None, user=None, key_file=None, known_hosts=None, pct=None, out=None, force=False,
          sudo=False, sudoers=None, hosts=None):
@@ -401,7 +402,7 @@ def runs(c, container=None, json_=False, limit=20, hosts=None):
     with fleet_of(hosts) as fleet:
         ct = fleet.container(container)
         found = ct.runs(limit=limit)
-    print(json.dumps(found, indent=2) if json_ else ct.render_runs(found))
+    print(fmt.runs_json(found) if json_ else ct.render_runs(found))
 
 
 @task(help={"container": "container id from the hosts file (default: default_container, $REMOTE_CONTAINER, "

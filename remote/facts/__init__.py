@@ -15,13 +15,16 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from importlib import resources
+from typing import TYPE_CHECKING
 
 from .. import naming, shell
 from ..config import ContainerSpec
-from ..errors import CommandError
+from ..errors import CommandError, DeployError
 from ..transport.pct import DEFAULT_PATH, Container
-from . import gpu
 from .probe import SMI_S
+
+if TYPE_CHECKING:  # remote.facts.gpu is imported where a GPU part is read: an exec needs none of it
+    from . import gpu
 
 PROBE_SOURCE = resources.files(__package__).joinpath("probe.py").read_text()
 
@@ -431,6 +434,8 @@ def gpu_of(raw: dict) -> gpu.CtGpu | None:
     child = raw.get("gpu")
     if not child or child.get("rc") is None:
         return None
+    from . import gpu
+
     try:
         return gpu.parse_container(child.get("out") or "")
     except ValueError:
@@ -483,6 +488,8 @@ def probe_argv(spec: ContainerSpec, parts=DOCTOR, run_id: str | None = None, *, 
            "uv": uv_path(spec.venv.uv_version), "checkout": spec.code.path, "cache_dir": spec.warmup.cache_dir,
            "run_dir": spec.train.run_dir, "lease": naming.LEASE}
     if "gpu" in parts:  # remote/sh/gpu_container.py, run by the probe as a child of its own
+        from . import gpu
+
         arg["gpu_source"] = gpu.CONTAINER_SOURCE
     if "run" in parts:
         arg["state_script"], arg["run_id"] = "set -euo pipefail\n" + shell.with_lib("state"), run_id or ""
@@ -508,3 +515,27 @@ def gather(ct: Container, spec: ContainerSpec, *, fresh: bool = False) -> Facts:
     """Every fact of the container, in one round trip."""
     raw, window = read_raw(ct, spec, fresh=fresh)
     return parse(raw, spec, window, round(window[1] - window[0], 3))
+
+
+def deployed(ct: Container, spec: ContainerSpec) -> dict:
+    """The deployed commit and venv record, read with the facts probe, or a DeployError saying to deploy
+    first."""
+    return deployed_in(read_raw(ct, spec, DEPLOYED)[0], spec)
+
+
+def deployed_in(raw: dict, spec: ContainerSpec) -> dict:
+    """`deployed` over a probe's answer already read (any parts that include facts.DEPLOYED). Pure."""
+    code, venv = deployed_records(raw)
+    if venv is None:
+        raise DeployError(f"container {spec.ctid} has no deployed venv at {spec.venv.path}: run `remote deploy` first")
+    if code is None and not spec.code.repo:  # the code is the user's to put there: its HEAD is the commit
+        checkout = raw.get("code") or {}
+        if not checkout.get("exists"):
+            raise DeployError(f"container {spec.ctid} has no checkout at {spec.code.path} and code.repo is not set: "
+                              "set code.repo in the hosts file for `remote deploy` to ship it, or put the code "
+                              "there yourself")
+        code = {"commit": checkout.get("head"), "unmanaged": True}
+    if code is None:
+        raise DeployError(f"container {spec.ctid} has no deployed checkout at {spec.code.path}: "
+                          "run `remote deploy` first")
+    return {"code": code, "venv": venv}

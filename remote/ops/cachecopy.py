@@ -1,7 +1,7 @@
 """Warm once, copy to the rest: a compile cache folder copied between containers whose passports match.
 
     look(session, ctid) -> Holding          what a container's cache holds and what it would need
-    copy(session, src, dst) -> Copied       only the files dst lacks, streamed, sha256-checked, each
+    copy(session, src, dst) -> CacheCopy       only the files dst lacks, streamed, sha256-checked, each
                                             linked into place whole (remote/sh/cachecopy.py), under
                                             dst's operation lease; host to host where both share one
     find_source(session, ctid) -> int|None  a container of the hosts file whose cache serves ctid
@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 
 from .. import shell
 from ..errors import RemoteError, TransferError, WarmupError
+from ..naming import copied_line
+from ..results import CacheCopy
 from ..transport.pct import DEFAULT_PATH, Container
 from ..transport.session import Session
 from . import fleet, jobenv, oplock
@@ -62,22 +64,6 @@ class Holding:
     def serves_itself(self) -> bool:
         """Its cache was made for exactly what it runs now (and holds something)."""
         return bool(self.files) and not pp.differences(self.passport, self.want)
-
-
-@dataclass
-class Copied:
-    src: int
-    dst: int
-    via: str  # "host <name>" or "controller"
-    files: int  # written now
-    bytes: int
-    present: int  # already there (skipped)
-    total: int  # files the source holds
-    seconds: float
-
-    def line(self) -> str:
-        return (f"copied {self.files} cache file(s), {self.bytes / 2**20:.1f} MiB, from {self.src} "
-                f"({self.present} already here, {self.total} in all; via {self.via}, {self.seconds:.1f}s); no compile ran")
 
 
 def _system(ct: Container) -> Container:
@@ -178,7 +164,7 @@ def _stream_copy(src_ct: Container, dst_ct: Container, src_folder: str, dst_fold
 
 
 def copy(session: Session, src, dst, *, echo: Callable[[str], None] = print, src_holding: Holding | None = None,
-         cut_after: int | None = None, via_controller: bool = False) -> Copied:
+         cut_after: int | None = None, via_controller: bool = False) -> CacheCopy:
     """Copy src's compile cache into dst: refused (CacheMismatch, naming each field) unless src's
     passport is what dst needs; only the files dst lacks; records dst's warmups as copied."""
     start = time.time()
@@ -194,7 +180,7 @@ def copy(session: Session, src, dst, *, echo: Callable[[str], None] = print, src
         echo(f"==> copying {len(wanted)} of {len(s.files)} cache file(s) "
              f"({sum(s.files[p] for p in wanted) / 2**20:.1f} MiB) from {s.ctid} into {d.folder}")
         if dst_ct.dry:
-            return Copied(s.ctid, d.ctid, "dry run", 0, 0, 0, len(s.files), 0.0)
+            return CacheCopy(s.ctid, d.ctid, "dry run", 0, 0, 0, len(s.files), 0.0)
         if wanted:
             summary, via = _stream_copy(src_ct, dst_ct, s.folder, d.folder, wanted,
                                         same_host=sspec.host.name == dspec.host.name and not via_controller,
@@ -212,9 +198,9 @@ def copy(session: Session, src, dst, *, echo: Callable[[str], None] = print, src
                  "new_bytes": summary.get("bytes", 0), "hits": 0, "misses": 0, "copied_from": s.ctid}
                 for dev in wm.devices_of(dspec)]
         wm._record(dst_ct, dspec, recs)
-    result = Copied(s.ctid, d.ctid, via, summary.get("written", 0), summary.get("bytes", 0),
+    result = CacheCopy(s.ctid, d.ctid, via, summary.get("written", 0), summary.get("bytes", 0),
                     summary.get("present", 0) + len(s.files) - len(wanted), len(s.files), time.time() - start)
-    echo("  " + result.line())
+    echo("  " + copied_line(result))
     return result
 
 
@@ -333,7 +319,7 @@ def inventory(session: Session, ids: list[int]) -> list[Holding | RemoteError]:
 
 def warmup_or_copy(session: Session, ctid, *, parallel: bool = False, echo: Callable[[str], None] = print):
     """`remote warmup -c 201`: where 201 has no warmup for what it runs now and another container of the
-    hosts file holds a cache made for exactly that, copy it (a Copied); otherwise warm up (DeviceResults)."""
+    hosts file holds a cache made for exactly that, copy it (a CacheCopy); otherwise warm up (DeviceResults)."""
     spec = session.config.container(ctid)
     ct = session.container(spec.ctid)
     if not ct.dry and spec.warmup.command and spec.warmup.copy_from_others:

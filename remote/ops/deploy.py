@@ -42,15 +42,21 @@ class Summary:
     drift: list[str] = field(default_factory=list)
     torch: dict | None = None
     seconds: float = 0.0
+    dry: bool = False  # --dry: nothing was changed; `changed` is what would have been
 
     @property
     def noop(self) -> bool:
         return not self.changed
 
     def render(self) -> str:
-        lines = [f"deploy {self.ctid}: " + ("nothing to do, everything verified" if self.noop else
-                                           f"{len(self.changed)} change(s)") + f" ({self.seconds:.2f}s)"]
-        lines += [f"  changed: {c}" for c in self.changed]
+        if self.dry:
+            head = (f"deploy {self.ctid} (dry run, nothing changed): " + ("nothing would change" if self.noop else
+                    f"would make {len(self.changed)} change(s)"))
+        else:
+            head = f"deploy {self.ctid}: " + ("nothing to do, everything verified" if self.noop else
+                                               f"{len(self.changed)} change(s)")
+        lines = [head + f" ({self.seconds:.2f}s)"]
+        lines += [f"  {'would:  ' if self.dry else 'changed:'} {c}" for c in self.changed]
         lines += [f"  kept:    {k}" for k in self.kept]
         lines += [f"  saved:   {s}" for s in self.saved]
         lines += [f"  drift:   {d}" for d in self.drift]
@@ -169,7 +175,7 @@ def deploy(session: Session, ctid=None, *, allow_dirty: bool = False, check: boo
     spec = session.config.container(ctid)
     # Never with the venv on PATH: `python3` could then be the very venv that is being replaced.
     ct = session.container(spec.ctid, venv_on_path=False)
-    summary = Summary(spec.ctid)
+    summary = Summary(spec.ctid, dry=ct.dry)
     local = codemod.resolve(spec.code.repo, spec.code.ref, allow_dirty) if spec.code.repo else None
     state = probe(ct, spec)
     lease = oplock.parse(state["lease"]) if state.get("lease") else None

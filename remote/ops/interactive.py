@@ -20,7 +20,7 @@ from . import jobenv
 
 def open_shell(session: Session, ctid, *, echo=print) -> int:
     """Run the shell until it exits; its exit status."""
-    from .warmup import deployed
+    from ..facts import deployed
 
     spec = session.config.container(ctid)
     ct = session.container(spec.ctid)

@@ -25,6 +25,7 @@ from .. import facts, shell
 from ..config import ContainerSpec
 from ..errors import CommandError, ConfigError, JobError, RemoteError, TransferError, UnknownRun
 from ..naming import printable
+from ..results import ContainerStatus, JobStatus, PulledRun, RunStatus, Stopped
 from ..transport.pct import Container
 from ..transport.session import HostState, Session
 from . import files, jobenv, layout, logs, oplock, pyspy
@@ -291,6 +292,15 @@ def state(ct: Container, spec: ContainerSpec, run_id: str | None = None) -> dict
     return st
 
 
+def run_status(st: dict) -> RunStatus:
+    """A run's state (state()'s answer) as the typed value the API returns."""
+    return RunStatus(st.get("run"), st.get("path", ""), st.get("pid"), bool(st.get("alive")), st.get("exit"),
+                     bool(st.get("lost")), bool(st.get("stopped")), tuple(st.get("orphans") or ()),
+                     st.get("log_size", 0), st.get("manifest") if isinstance(st.get("manifest"), dict) else None,
+                     tuple(st.get("live") or ()), st.get("stalled"), st.get("stalls", 0), st.get("gpu"),
+                     st.get("attempt"), st.get("attempts_max"))
+
+
 def unknown_run(spec: ContainerSpec, run_id: str, latest: list[str]) -> UnknownRun:
     """The error for a run id that the container does not have, with the latest ones it has (what the
     container listed is kept only where it is a run id: it can hold anything)."""
@@ -323,7 +333,7 @@ def final_status(st: dict) -> int:
     return st["exit"] or 0
 
 
-def stop(ct: Container, spec: ContainerSpec, run_id: str | None = None, grace: int = 10) -> dict:
+def stop(ct: Container, spec: ContainerSpec, run_id: str | None = None, grace: int = 10) -> Stopped:
     """TERM the job's processes, KILL after `grace` seconds, and verify that nothing of it is left.
 
     Without run_id: every live run (a `train --force` starts one beside another; a wrapper may not have
@@ -335,14 +345,13 @@ def stop(ct: Container, spec: ContainerSpec, run_id: str | None = None, grace: i
     others = [r["run"] for r in st.get("live", []) if r["run"] != st.get("run")] if run_id is None else []
     results = [_stop_one(ct, spec, state(ct, spec, rid), grace) for rid in others]
     result = _stop_one(ct, spec, st, grace) if st.get("run") else results.pop(0)
-    result["others"] = results
-    return result
+    return dataclasses.replace(result, others=tuple(results))
 
 
-def _stop_one(ct: Container, spec: ContainerSpec, st: dict, grace: int) -> dict:
+def _stop_one(ct: Container, spec: ContainerSpec, st: dict, grace: int) -> Stopped:
     r = ct.script(shell.with_lib("stop"), st["path"], st["run"], str(grace), timeout=grace + 60, label="stop")
     if ct.dry:
-        return {"run": st["run"], "was_alive": st["alive"], "signal": "none", "left": [], "gpu_left": None, "exit": None}
+        return Stopped(st["run"], bool(st["alive"]), "none", None, None)
     fields = _fields(r.out)
     result = {"run": st["run"], "nodes": (st.get("manifest") or {}).get("nodes"),
               "was_alive": st["alive"] or bool(st["orphans"]), "signal": fields.get("signal"),
@@ -353,7 +362,11 @@ def _stop_one(ct: Container, spec: ContainerSpec, st: dict, grace: int) -> dict:
               "exit": int(fields["exit"]) if fields.get("exit", "").lstrip("-").isdigit() else None}
     if result["left"] or result["gpu_left"]:
         raise JobError(f"run {st['run']}: processes still alive after KILL: {result['left'] + (result['gpu_left'] or [])}")
-    return result
+    nodes = result["nodes"]
+    gpu = result["gpu_left"]
+    return Stopped(result["run"], bool(result["was_alive"]), result["signal"], result["exit"],
+                   tuple(gpu) if gpu is not None else None,
+                   nodes=tuple(n for n in nodes if isinstance(n, int)) if isinstance(nodes, list) else None)
 
 
 watch_for = logs.watch_for
@@ -435,7 +448,7 @@ def train(session: Session, ctid=None, *, force: bool = False, warmup: bool = Fa
     return final
 
 
-def pull_run(session: Session, ctid, run_id: str | None, dest: str, *, progress: bool = True, echo=print) -> dict:
+def pull_run(session: Session, ctid, run_id: str | None, dest: str, *, progress: bool = True, echo=print) -> PulledRun:
     """Bring a run's log, manifest and outputs (train.outputs, relative to the checkout) into dest/<run id>/:
     streamed and verified like `remote pull`."""
     spec = session.config.container(ctid)
@@ -483,10 +496,10 @@ def pull_run(session: Session, ctid, run_id: str | None, dest: str, *, progress:
         refused += [f"{rel}/{why}" for why in stats.refused]
     if st["alive"]:
         echo(printable(f"-- run {st['run']} is still running: its outputs were pulled as they are now"))
-    return {"run": st["run"], "dest": str(target), "pulled": got, "refused": refused}
+    return PulledRun(st["run"], str(target), got, tuple(refused))
 
 
-def container_jobs(session: Session, hosts: list[HostState]) -> list[dict]:
+def container_jobs(session: Session, hosts: list[HostState]) -> list[ContainerStatus]:
     """Per container of a reachable host: its state (as `inventory` found it) and its latest run
     (alive or lost, uptime, throughput with its unit, exit status)."""
     from . import fleet
@@ -497,11 +510,11 @@ def container_jobs(session: Session, hosts: list[HostState]) -> list[dict]:
                           lambda ctid: _container_job(session, session.config.containers[ctid], known[ctid]))
 
 
-def _container_job(session: Session, spec: ContainerSpec, known: str) -> dict:
-    entry: dict = {"container": spec.ctid, "host": spec.host.name, "state": known}
+def _container_job(session: Session, spec: ContainerSpec, known: str) -> ContainerStatus:
+    entry = ContainerStatus(spec.ctid, spec.host.name, known)
     if known == "missing":
-        entry["error"] = f"container {spec.ctid} does not exist on host {spec.host.name} (`pct list` there)"
-        return entry
+        return dataclasses.replace(
+            entry, error=f"container {spec.ctid} does not exist on host {spec.host.name} (`pct list` there)")
     if known != "running":
         return entry
     try:
@@ -511,48 +524,53 @@ def _container_job(session: Session, spec: ContainerSpec, known: str) -> dict:
             why = raw["run"].get("err", "").strip() or raw["run"].get("missing", "")
             raise JobError(f"reading the run state failed: {why[-300:]}")
         st = parse_state(raw["run"]["out"])
-        also = [r for r in st.get("live", []) if r["run"] != st.get("run")]
-        if also:
-            entry["also_live"] = also
+        entry = dataclasses.replace(entry, also_live=tuple(r for r in st.get("live", []) if r["run"] != st.get("run")))
         if st.get("run"):
             values, watch = logs.series(spec, st.pop("tail"), last_line=False)
-            started = (st.get("manifest") or {}).get("started_epoch")
-            entry["run"] = {"id": st["run"], "alive": st["alive"], "lost": st["lost"], "orphans": st["orphans"],
-                            "exit": st["exit"], "pid": st["pid"], "stopped": st["stopped"],
-                            "uptime_s": round(st["now"] - started) if started and st["alive"] else None,
-                            "throughput": watch.last, "rolling": watch.rolling, "unit": watch.unit,
-                            "higher_is_better": watch.higher_is_better, "baseline": spec.train.baseline,
-                            "low": watch.low, "problems": [name for name, _, _ in watch.found],
-                            "spark": logs.sparkline(values), "stalled": st["stalled"], "attempt": st["attempt"],
-                            "attempts_max": st["attempts_max"], "gpu": st["gpu"]}
-            started_on = (st.get("manifest") or {}).get("node")
-            if st["lost"] and spec.cluster and isinstance(started_on, str) and started_on != spec.host.node_name:
-                entry["run"]["moved_from"] = printable(started_on)[:64]  # a migration killed it (restart mode)
-            nodes = (st.get("manifest") or {}).get("nodes")
-            if nodes:  # one node of a multi-node run
-                entry["run"]["nodes"], entry["run"]["node_rank"] = nodes, st["manifest"].get("node_rank")
-        entry["venv_lock"] = ((raw.get("venv") or {}).get("record") or {}).get("lock_sha256")
+            manifest = st.get("manifest") or {}
+            started = manifest.get("started_epoch")
+            nodes = manifest.get("nodes")
+            entry = dataclasses.replace(entry, run=JobStatus(
+                st["run"], st["alive"], st["lost"], tuple(st["orphans"]), st["exit"], st["pid"], st["stopped"],
+                round(st["now"] - started) if started and st["alive"] else None, watch.last, watch.rolling,
+                watch.unit, watch.higher_is_better, spec.train.baseline, watch.low,
+                tuple(name for name, _, _ in watch.found), logs.sparkline(values), st["stalled"], st["attempt"],
+                st["attempts_max"], st["gpu"],
+                # one node of a multi-node run
+                tuple(nodes) if nodes else None, manifest.get("node_rank") if nodes else None,
+                # a cluster's container that a restart migration moved (and so killed the run): where it started
+                moved_from(st, manifest, spec)))
+        lock = ((raw.get("venv") or {}).get("record") or {}).get("lock_sha256")
+        entry = dataclasses.replace(entry, probed=True, venv_lock=lock)
     except RemoteError as exc:
-        entry["error"] = str(exc)
+        entry = dataclasses.replace(entry, error=str(exc))
     return entry
 
 
-def lock_outliers(entries: list[dict], config) -> dict[int, str]:
+def moved_from(st: dict, manifest: dict, spec: ContainerSpec) -> str | None:
+    """The node a lost run started on, where its container is on another node of its cluster now."""
+    node = manifest.get("node")
+    if st["lost"] and spec.cluster and isinstance(node, str) and node != spec.host.node_name:
+        return printable(node)[:64]
+    return None
+
+
+def lock_outliers(entries: list[ContainerStatus], config) -> dict[int, str]:
     """Containers whose venv lock differs from their siblings' (the others with the same venv spec):
     ctid -> what the siblings have. The lock most of them have is taken as the siblings'."""
     groups: dict = {}
     for e in entries:
-        if e.get("venv_lock"):
-            groups.setdefault(config.containers[e["container"]].venv, []).append(e)
+        if e.venv_lock:
+            groups.setdefault(config.containers[e.container].venv, []).append(e)
     out = {}
     for members in groups.values():
         counts: dict[str, int] = {}
         for e in members:
-            counts[e["venv_lock"]] = counts.get(e["venv_lock"], 0) + 1
+            counts[e.venv_lock] = counts.get(e.venv_lock, 0) + 1
         if len(counts) < 2:
             continue
         common = max(counts, key=lambda k: (counts[k], k))
         for e in members:
-            if e["venv_lock"] != common:
-                out[e["container"]] = common
+            if e.venv_lock != common:
+                out[e.container] = common
     return out

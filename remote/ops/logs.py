@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from .. import shell
 from ..errors import ConnectError, TransportError
+from ..results import Metric as MetricValue
 from ..transport.pct import Container
 
 
@@ -288,6 +289,31 @@ def follow(ct: Container, run: str, run_id: str, *, offset: int = 0, on_bytes: C
 
 
 BARS = "▁▂▃▄▅▆▇█"
+
+
+def parse_metrics(text: str) -> list[MetricValue]:
+    """A run's metrics.jsonl: one value per line that is a JSON object (others skipped: the file is the
+    container's); t, value and unit where they are numbers and text."""
+    import json
+
+    out = []
+    for line in text.splitlines():
+        try:
+            got = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(got, dict):
+            continue
+        t, value, unit = got.get("t"), got.get("value"), got.get("unit")
+        number = lambda v: float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None  # noqa: E731
+        out.append(MetricValue(number(t), number(value), unit if isinstance(unit, str) else None, got))
+    return out
+
+
+def read_metrics(ct: Container, run_path: str) -> list[MetricValue]:
+    """The run's metrics.jsonl, read now ([] before its first value)."""
+    r = ct.run(["cat", f"{run_path}/metrics.jsonl"], check=False, mutates=False, timeout=120)
+    return parse_metrics(r.out)
 
 
 def watch_for(spec) -> Watch:

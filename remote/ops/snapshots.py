@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from .. import sudo
 from ..config import ContainerSpec
 from ..errors import BusyError, HostPermissionError, PctError, RemoteError, SnapshotError
+from ..results import RolledBack, Snapshot
 from ..transport.pct import Container, classify
 from ..transport.session import Session
 from . import oplock
@@ -36,22 +37,14 @@ class UnknownSnapshot(SnapshotError):
     exit_code = 2
 
 
-@dataclass(frozen=True)
-class Snapshot:
-    name: str
-    time: str  # as pct prints it: the host's local time, YYYY-MM-DD HH:MM:SS
-    description: str
-    depth: int = 0
+def is_ours(name: str, description: str) -> bool:
+    """Made by remote's deploy (the only ones remote ever deletes)."""
+    return bool(OURS.fullmatch(name)) and description.startswith(DESCRIPTION)
 
-    @property
-    def ours(self) -> bool:
-        """Made by remote's deploy (the only ones remote ever deletes)."""
-        return bool(OURS.fullmatch(self.name)) and self.description.startswith(DESCRIPTION)
 
-    @property
-    def order(self) -> tuple:
-        m = OURS.fullmatch(self.name)
-        return (m.group(1), int(m.group(2))) if m else ("", 0)
+def _order(s: Snapshot) -> tuple:
+    m = OURS.fullmatch(s.name)
+    return (m.group(1), int(m.group(2))) if m else ("", 0)
 
 
 @dataclass(frozen=True)
@@ -74,7 +67,8 @@ def parse_listsnapshot(text: str) -> list[Snapshot]:
         if not m or m.group("here") or m.group("name") == "current":
             continue
         desc = m.group("desc") or ""
-        found.append(Snapshot(m.group("name"), m.group("time"), "" if desc == "no-description" else desc,
+        desc = "" if desc == "no-description" else desc
+        found.append(Snapshot(m.group("name"), m.group("time"), desc, is_ours(m.group("name"), desc),
                               len(m.group("indent"))))
     return found
 
@@ -164,7 +158,7 @@ def next_name(existing: list[Snapshot], today: datetime.date) -> str:
 
 def to_delete(existing: list[Snapshot], keep: int) -> list[Snapshot]:
     """remote's own snapshots beyond the newest `keep`, oldest first; never another's."""
-    ours = sorted((s for s in existing if s.ours), key=lambda s: s.order)
+    ours = sorted((s for s in existing if s.ours), key=_order)
     return ours[:-keep] if keep > 0 else ours
 
 
@@ -217,15 +211,6 @@ def before_deploy(session: Session, spec: ContainerSpec, ct: Container, what: st
     return taken
 
 
-@dataclass(frozen=True)
-class RolledBack:
-    ctid: int
-    snapshot: Snapshot
-    started: bool
-    kept: tuple[str, ...]  # what lives outside the rootfs (a mount point): as it was before the rollback
-    restored: tuple[str, ...]  # what lives in the rootfs: as it was when the snapshot was taken
-
-
 def _places(spec: ContainerSpec) -> list[tuple[str, str]]:
     run_dir = spec.train.run_dir.rstrip("/")
     return [("run folders", run_dir), ("the known-good record", f"{run_dir}/known-good.json"),
@@ -253,7 +238,7 @@ def rollback(session: Session, ctid=None, *, snapshot: str | None = None, force:
     ct = session.container(spec.ctid)
     existing = list_snapshots(session, spec.ctid)
     if snapshot is None:
-        ours = sorted((s for s in existing if s.ours), key=lambda s: s.order)
+        ours = sorted((s for s in existing if s.ours), key=_order)
         if not ours:
             raise UnknownSnapshot(f"{ct.where}: no snapshot of remote's to roll back to (`remote snapshots -c "
                                   f"{spec.ctid}` lists them; --snapshot NAME picks another's)")

@@ -25,7 +25,9 @@ from pathlib import Path
 
 from .. import facts, shell
 from ..config import ContainerSpec
-from ..errors import CommandError, ConfigError, DeployError, WarmupError
+from ..errors import CommandError, ConfigError, WarmupError
+from ..facts import deployed, deployed_in  # read with the facts probe (an exec needs them, not this module)
+from ..results import ImportedCache
 from ..transport.pct import Container
 from ..transport.session import Session
 from . import files, jobenv, oplock
@@ -173,30 +175,6 @@ def parse_cache_lines(lines: list[str]) -> dict[str, tuple[int, int]]:
             when, files_, size = line[len(CACHE_PREFIX):].split()
             out[when] = (int(files_), int(size))
     return out
-
-
-def deployed(ct: Container, spec: ContainerSpec) -> dict:
-    """The deployed commit and venv record, read with the facts probe, or a DeployError saying to deploy
-    first."""
-    return deployed_in(facts.read_raw(ct, spec, facts.DEPLOYED)[0], spec)
-
-
-def deployed_in(raw: dict, spec: ContainerSpec) -> dict:
-    """`deployed` over a probe's answer already read (any parts that include facts.DEPLOYED). Pure."""
-    code, venv = facts.deployed_records(raw)
-    if venv is None:
-        raise DeployError(f"container {spec.ctid} has no deployed venv at {spec.venv.path}: run `remote deploy` first")
-    if code is None and not spec.code.repo:  # the code is the user's to put there: its HEAD is the commit
-        checkout = raw.get("code") or {}
-        if not checkout.get("exists"):
-            raise DeployError(f"container {spec.ctid} has no checkout at {spec.code.path} and code.repo is not set: "
-                              "set code.repo in the hosts file for `remote deploy` to ship it, or put the code "
-                              "there yourself")
-        code = {"commit": checkout.get("head"), "unmanaged": True}
-    if code is None:
-        raise DeployError(f"container {spec.ctid} has no deployed checkout at {spec.code.path}: "
-                          "run `remote deploy` first")
-    return {"code": code, "venv": venv}
 
 
 WARMUP_PARTS = ("venv", "dists", "code")  # the deploy records, what is installed, the checkout's state
@@ -397,7 +375,7 @@ def _versions(verify: dict) -> dict:
     return {k: verify.get(k) for k in ("torch", "cuda_build", "triton", "gpu_name")}
 
 
-def import_cache(session: Session, ctid, path: str, echo=print) -> dict:
+def import_cache(session: Session, ctid, path: str, echo=print) -> ImportedCache:
     """Load a bundle made by export_cache into the container's cache folder; refuse one made for other
     versions. Its warmup records are kept where they match this commit, venv, command and environment."""
     spec = session.config.container(ctid)
@@ -441,5 +419,5 @@ def import_cache(session: Session, ctid, path: str, echo=print) -> dict:
     kept = [{**r, "imported_from": os.path.basename(path)} for r in latest.values()]
     if kept:
         _record(ct, spec, kept)
-    return {"files": count, "cache_dir": folder, "warmups": [r["device"] for r in kept],
-            "refused": [f"{name}: {why}" for name, why in refused]}
+    return ImportedCache(count, folder, tuple(r["device"] for r in kept),
+                         tuple(f"{name}: {why}" for name, why in refused))

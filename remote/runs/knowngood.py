@@ -17,6 +17,7 @@ from ..errors import JobError, RemoteError
 from ..facts import Facts, gather
 from ..naming import printable
 from ..ops import files, jobenv, jobs, logs
+from ..results import KnownGood
 from ..transport.pct import Container
 from ..transport.session import Session
 
@@ -88,7 +89,7 @@ def save(ct: Container, spec: ContainerSpec, record: dict) -> None:
               label="known-good history")
 
 
-def record_run(session: Session, ctid, run_id: str | None, *, how: str = "by hand (remote known-good)") -> dict:
+def record_run(session: Session, ctid, run_id: str | None, *, how: str = "by hand (remote known-good)") -> KnownGood:
     """Record run `run_id` (default: the latest) of a container as its known-good; it must have ended with
     exit status 0."""
     spec = session.config.container(ctid)
@@ -102,7 +103,8 @@ def record_run(session: Session, ctid, run_id: str | None, *, how: str = "by han
     watch = watch_log(spec, log_tail(ct, f"{st['path']}/log"))
     record = make_record(gather(session.container(spec.ctid, venv_on_path=False), spec), spec, st, watch, how)
     save(ct, spec, record)
-    return record
+    return KnownGood(record["run"], record["container"], record.get("commit"), record.get("torch"), path_of(spec),
+                     record)
 
 
 def after_run(session: Session, ct: Container, spec: ContainerSpec, final: dict, echo=print) -> dict | None:

@@ -14,12 +14,13 @@ from .. import shell
 from ..config import ContainerSpec
 from ..naming import printable
 from ..ops import jobs
+from ..results import RunSummary
 from ..transport.pct import Container
 
 TAIL_BYTES = 16384  # of each log: enough for the last metric lines
 
 
-def list_runs(ct: Container, spec: ContainerSpec, limit: int = 20) -> list[dict]:
+def list_runs(ct: Container, spec: ContainerSpec, limit: int = 20) -> list[RunSummary]:
     """The latest `limit` runs, oldest first."""
     marker = f"--run-{secrets.token_hex(8)}--"
     r = ct.script(shell.with_lib("runs"), spec.train.run_dir, str(limit), marker, str(TAIL_BYTES),
@@ -28,40 +29,44 @@ def list_runs(ct: Container, spec: ContainerSpec, limit: int = 20) -> list[dict]
     return [describe(jobs.parse_state(block), spec) for block in blocks]
 
 
-def describe(st: dict, spec: ContainerSpec) -> dict:
+def describe(st: dict, spec: ContainerSpec) -> RunSummary:
     """One run as `runs` shows it, from parse_state's answer."""
     from .report import series
 
     got = st.get("manifest")
     manifest: dict = got if isinstance(got, dict) else {}
     _, watch = series(spec, st.get("tail") or "", last_line=not st["alive"])
-    state = "running" if st["alive"] else "LOST" if st["lost"] else "stopped" if st.get("stopped") else "exited"
+    state = jobs.run_status(st).state
     started = manifest.get("started_epoch")
-    return {"id": st["run"], "started": _text(manifest.get("started_at")),
-            "started_epoch": started if isinstance(started, (int, float)) else None,
-            "state": state, "exit": st["exit"], "throughput": watch.last, "unit": watch.unit,
-            "command": _text(manifest.get("command")), "nodes": manifest.get("nodes") or None,
-            "path": st["path"]}
+    nodes = manifest.get("nodes")
+    return RunSummary(st["run"], _text(manifest.get("started_at")),
+                      started if isinstance(started, (int, float)) else None, state, st["exit"], watch.last,
+                      watch.unit, _text(manifest.get("command")), tuple(nodes) if nodes else None, st["path"])
 
 
 def _text(value) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def render(runs: list[dict], spec: ContainerSpec) -> str:
+def render(runs: list[RunSummary], spec: ContainerSpec) -> str:
     """A table, newest last, the command cut to the line's end."""
     if not runs:
         return f"container {spec.ctid}: no runs in {spec.train.run_dir} (start one with `remote train`)"
     rows = [("RUN", "STARTED", "STATE", "EXIT", "THROUGHPUT", "COMMAND")]
     for r in runs:
-        started = (time.strftime("%Y-%m-%d %H:%M", time.localtime(r["started_epoch"])) if r["started_epoch"]
-                   else _clean(r["started"] or "-"))
-        tp = f"{r['throughput']:.4g}{' ' + r['unit'] if r['unit'] else ''}" if r["throughput"] is not None else "-"
-        rows.append((_clean(r["id"]), started, r["state"], "-" if r["exit"] is None else str(r["exit"]), tp,
-                     _clean(r["command"] or "-")))
+        started = (time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started_epoch)) if r.started_epoch
+                   else _clean(r.started or "-"))
+        tp = f"{r.throughput:.4g}{' ' + r.unit if r.unit else ''}" if r.throughput is not None else "-"
+        rows.append((_clean(r.id), started, shown_state(r.state), "-" if r.exit is None else str(r.exit), tp,
+                     _clean(r.command or "-")))
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:5], widths, strict=True)) + "  " + row[5] for row in rows]
     return "\n".join(line.rstrip() for line in lines)
+
+
+def shown_state(state: str) -> str:
+    """A run's state as `runs` has always shown it (and its JSON says it): a lost run in capitals."""
+    return "LOST" if state == "lost" else state
 
 
 def _clean(text: str) -> str:

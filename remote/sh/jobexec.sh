@@ -18,11 +18,11 @@ if [ -f "$venv/remote-venv.json" ]; then
   fi
 fi
 if [ "$deployed" != 1 ]; then
-  # Not deployed (or not yet): the command as `pct exec` would run it; env names a missing program
-  # as remote's error classification expects.
+  # Not deployed (or not yet): the command as `pct exec` would run it. env names a missing program as
+  # remote's error classification expects, in the C locale's quotes; the command itself gets no LC_ALL.
   for name in $names; do unset "$name"; done
   cd /root 2>/dev/null || cd /
-  exec env -- "$@" </dev/null
+  exec env LC_ALL=C env -u LC_ALL -- "$@" </dev/null
 fi
 folder=
 if [ -f "$venv/remote-cache-folder" ]; then

@@ -22,11 +22,11 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 from ..config import Host
-from ..errors import CommandError, CommandTimeout, ConnectError, ConnectTimeout, TransportError
+from ..errors import CommandTimeout, ConnectError, ConnectTimeout, TransportError
+from ..results import Result as Result  # the one definition (remote.results); transports return it
 from .framing import STDERR_TAIL
 
 log = logging.getLogger(__name__)
@@ -36,35 +36,6 @@ OutputCallback = Callable[[str, bytes], None]  # ("stdout" | "stderr", chunk)
 
 class NotStarted(ConnectError):
     """The connection was found gone before the command was sent: nothing ran, so it may be run again."""
-
-
-@dataclass(frozen=True)
-class Result:
-    """What a finished command left behind."""
-
-    argv: tuple[str, ...]
-    exit_code: int
-    stdout: bytes
-    stderr: bytes
-    duration: float
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0
-
-    @property
-    def out(self) -> str:
-        return self.stdout.decode("utf-8", "replace")
-
-    @property
-    def err(self) -> str:
-        return self.stderr.decode("utf-8", "replace")
-
-    def check(self, where: str = "") -> Result:
-        """Raise CommandError unless the command succeeded."""
-        if self.exit_code != 0:
-            raise CommandError(shlex.join(self.argv), self.exit_code, self.err, where)
-        return self
 
 
 class Transport(Protocol):

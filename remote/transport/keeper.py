@@ -26,12 +26,10 @@ remote.transport.keeperd, and what both speak on the socket is remote.transport.
 
 from __future__ import annotations
 
-import base64
 import fcntl
 import json
 import logging
 import os
-import pickle
 import select
 import shlex
 import signal
@@ -183,6 +181,9 @@ class KeptTransport:
             self._spawn()
 
     def _spawn(self) -> None:
+        import base64  # here: only a cold command starts a keeper
+        import pickle
+
         # The entry as it is (whatever fields it has, of whatever types), and the socket in plain sight.
         spec = json.dumps({"host": base64.b64encode(pickle.dumps(self.host)).decode(), "path": str(self.path),
                            "persist": self.host.control_persist, "file": os.path.realpath(self.config_file)})

@@ -4,8 +4,6 @@ the other end (SO_PEERCRED on Linux, getpeereid(3) on macOS and the BSDs), and e
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import dataclasses
 import hashlib
 import json
@@ -128,6 +126,9 @@ class NoPeerCredentials(TransportError):
 
 def _getpeereid():
     """libc's getpeereid(3) (macOS and the BSDs), or None where libc has none (Linux's glibc)."""
+    import ctypes  # here: Linux has SO_PEERCRED, and ctypes.util costs every command its import
+    import ctypes.util
+
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
         call = libc.getpeereid
@@ -154,6 +155,8 @@ def peer(sock: socket.socket) -> tuple[int | None, int]:
     if call is None:
         raise NoPeerCredentials("keeper", "this platform tells nobody which user is at the other end of a Unix "
                                           "socket (neither SO_PEERCRED nor getpeereid): set control_persist: 0")
+    import ctypes
+
     uid, gid = ctypes.c_uint32(), ctypes.c_uint32()
     if call(sock.fileno(), ctypes.byref(uid), ctypes.byref(gid)) != 0:
         err = ctypes.get_errno()

@@ -10,14 +10,14 @@ import threading
 import time
 
 import pytest
-from support import LAB_CONTAINERS, sshd_serving, wait_until
+from support import lab_ids, sshd_serving, wait_until
 
 from remote import config
 from remote.errors import CommandTimeout, ConnectError
 from remote.transport.session import Session
 
 pytestmark = pytest.mark.lab
-CT = LAB_CONTAINERS[0]
+CT = lab_ids(__file__)[0]  # on conftest's own_lab (support.OWN_LAB_MODULES)
 
 
 @pytest.fixture

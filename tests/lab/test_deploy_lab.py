@@ -181,6 +181,8 @@ def test_deploy_killed_mid_install_leaves_the_old_venv_working(deployed, lab_ses
     deploy(lab_session, 200, **quiet)  # back to the session's spec (a swap to the kept build or a rebuild)
 
 
+@pytest.mark.fault("--dry deploy", "prints the commands it would run and reads as what would change "
+                   "(`would make N change(s)`, `would:`), never as done; nothing changes")
 def test_dry_run_prints_the_commands_and_changes_nothing(deployed, lab_hosts, ct):
     before = ct.run(["readlink", "/root/venv"]).out
     changed = load_config(lab_hosts, **{"numpy==2.2.6]": "numpy==2.2.6, sympy==1.14.0]"})  # built by no other test
@@ -188,6 +190,9 @@ def test_dry_run_prints_the_commands_and_changes_nothing(deployed, lab_hosts, ct
     with Session(config.load(str(changed)), dry=True, echo=printed.append) as s:
         summary = deploy(s, 200, **quiet)
     assert any("venv" in c for c in summary.changed)
+    shown = summary.render()
+    assert shown.startswith("deploy 200 (dry run, nothing changed): would make ") and "\n  would:   venv" in shown
+    assert "changed:" not in shown, shown
     assert printed and all(p.startswith("ssh -p ") for p in printed)
     assert any("uv pip sync" in p for p in printed)
     assert ct.run(["readlink", "/root/venv"]).out == before

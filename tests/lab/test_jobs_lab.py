@@ -101,9 +101,9 @@ def test_a_second_train_is_refused_unless_forced(ct, spec):
         with pytest.raises(JobError, match=f"busy: run {first} .* is still running.*--force"):
             launch(ct, spec, PRE, command="sleep 300")
         second, _ = launch(ct, spec, PRE, command="sleep 300", force=True)
-        assert stop(ct, spec, second, grace=2)["left"] == []
+        assert stop(ct, spec, second, grace=2).run == second  # raises JobError where anything is left
     finally:
-        assert stop(ct, spec, first, grace=2)["left"] == []
+        assert stop(ct, spec, first, grace=2).run == first  # raises JobError where anything is left
 
 
 def test_low_throughput_is_warned_and_crash_texts_get_hints(ct, spec):
@@ -126,10 +126,10 @@ def test_stop_leaves_no_process_even_ones_that_ignore_term_or_leave_the_group(ct
     run_id, _ = launch(ct, spec, PRE, command="trap '' TERM; sleep 1000 & setsid sleep 1001 & wait")
     wait_for(lambda: ct.run(["pgrep", "-f", "sleep 1001"], check=False).ok, 30)
     result = stop(ct, spec, run_id, grace=2)
-    assert result["signal"] == "KILL" and result["left"] == [] and result["exit"] == 137
+    assert result.signal == "KILL" and result.exit_code == 137  # (stop raises JobError where anything is left)
     assert ct.run(["pgrep", "-f", "sleep 100[01]"], check=False).exit_code == 1
     again = stop(ct, spec, run_id, grace=2)
-    assert again["was_alive"] is False and again["left"] == []
+    assert again.was_alive is False
 
 
 def test_status_json_parses_and_shows_the_running_job(lab_hosts, lab_session, deployed):
@@ -197,11 +197,11 @@ def test_stop_never_signals_a_process_that_is_not_the_runs(ct, spec):
         run = f"{spec.train.run_dir}/{run_id}"
         ct.run(["bash", "-c", f"echo {stranger} > {run}/pid"])  # a reused pid, as after a container restart
         result = stop(ct, spec, run_id, grace=2)
-        assert result["left"] == [] and ct.run(["kill", "-0", str(stranger)], check=False).ok
+        assert result.run == run_id and ct.run(["kill", "-0", str(stranger)], check=False).ok
         assert ct.run(["pgrep", "-f", "^sleep 300$"], check=False).exit_code == 1  # found by its marker instead
         second, _ = launch(ct, spec, PRE, command="sleep 301")
         ct.run(["rm", f"{spec.train.run_dir}/{second}/pid"])  # no pid file: never `kill -- -0` (our own group)
-        assert stop(ct, spec, second, grace=2)["left"] == []
+        assert stop(ct, spec, second, grace=2).run == second  # raises JobError where anything is left
         assert ct.run(["kill", "-0", str(stranger)], check=False).ok
     finally:
         ct.run(["kill", str(stranger)], check=False)

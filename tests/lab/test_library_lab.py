@@ -54,7 +54,7 @@ def test_the_whole_api_from_a_script_prints_nothing_of_its_own(quick_hosts, tmp_
     assert seen["wait"] == 0 and seen["state"] == "exited"
     assert seen["metrics"] == [21.1, 21.2, 21.3, 21.4, 21.5]
     assert seen["stop"]["first"] == "step 1 21.1 Ktok/s" and seen["stop"]["was_alive"] is True
-    assert seen["stop"]["state"] == "exited" and seen["stop"]["run"] != seen["run"]["id"]
+    assert seen["stop"]["state"] == "stopped" and seen["stop"]["run"] != seen["run"]["id"]
     assert all(len(f) == 3 for f in seen["doctor"])
     assert str(CT) in map(str, seen["group"]["ok"]) and seen["group"]["failed"].get("999")
     assert seen["unknown"] == "ConfigError" and seen["stopped"] in ("ContainerNotFound", "ContainerNotRunning")

@@ -70,11 +70,11 @@ def test_pull_of_a_hostile_containers_run_writes_only_inside_dest(lab_session, t
                   "/root/dflash/ok.txt; rm -f /root/runs/current")
     assert sorted(os.listdir(outside)) == ["a", "elsewhere"] and os.listdir(outside / "a" / "b") == ["dest"]
     assert os.listdir(elsewhere) == []
-    refused = "\n".join(got["refused"])
+    refused = "\n".join(got.refused)
     for what in ("outputs/../../../escaped", "outputs/old", "tree/lnk/through", "tree/up", "tree/dev", "tree/fifo",
                  "tree/../../../../escaped-by-tar", "tree/suid: setuid/setgid bit dropped"):
         assert what in refused, (what, refused)
-    assert all(f"!! {r}" in "\n".join(lines) or r.split(":")[0] in "\n".join(lines) for r in got["refused"])
+    assert all(f"!! {r}" in "\n".join(lines) or r.split(":")[0] in "\n".join(lines) for r in got.refused)
     out = dest / RUN / "outputs"
     assert (out / "root" / "dflash" / "ok.txt").read_text() == "ok\n" and (out / "tree" / "sub" / "f").read_text() == "run\n"
     assert everything_under(out / "tree") == ["lnk", "sub", "sub/f", "suid"]

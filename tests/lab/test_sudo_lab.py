@@ -8,6 +8,8 @@ of its own ids); each task runs as the `remote` command does, in its own process
 
 import os
 import pwd
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -15,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from support import LAB_SECTIONS, LAB_WHEELS, free_port
+from support import LAB_SECTIONS, LAB_WHEELS, free_port, provide_wheels
 
 from remote import sudo
 
@@ -71,7 +73,8 @@ def sudo_lab(trainer):
     lab.dir.chmod(0o755)  # trainer's sshd reads the authorized keys (public) in there; the client key stays 0600
     lab.set_storage(CT, "local-btrfs")
     try:
-        lab.up((CT,))
+        provide_wheels(lab)  # under the lock the other labs take (support.py)
+        lab.up((CT,), wheels=False)
         yield lab
     finally:
         from remote.transport import keeper
@@ -94,8 +97,10 @@ def hosts(sudo_lab) -> Path:
     path = hosts_file(sudo_lab, "hosts.yaml")
     r = task(path, "init", "--sudoers", USER, "--hosts", str(path))
     assert r.returncode == 0, r.stderr
-    assert sudo.rule_of(r.stdout, USER) == [f"{sudo_lab.dir}/bin/pct", f"{sudo_lab.dir}/bin/pvesm status",
-                                           f"{sudo_lab.dir}/bin/pvesh get /cluster/resources --type vm --output-format json"]
+    rule = sudo.rule_of(r.stdout, USER)
+    assert rule[0] == f"{sudo_lab.dir}/bin/pct ^exec ({CT}) --keep-env 0 -- .+$"
+    assert rule[-1] == f"{sudo_lab.dir}/bin/pvesm status" and f"{sudo_lab.dir}/bin/pct" not in rule
+    assert rule[-2] == f"{sudo_lab.dir}/bin/pvesh get /cluster/resources --type vm --output-format json"
     install_rule(r.stdout)
     return path
 
@@ -139,7 +144,16 @@ def root_processes_outside_the_rule(uid: int, allowed: list[str]) -> list[str]:
     def allowed_sudo(cmd: list[str]) -> bool:
         if cmd[:2] != ["sudo", "-n"] or len(cmd) < 3:
             return False
-        return any(" ".join(cmd[2:]) == rule or (" " not in rule and cmd[2] == rule) for rule in allowed)
+        for rule in allowed:
+            path, _, args = rule.partition(" ")
+            if cmd[2] != path:
+                continue
+            if args.startswith("^") and args.endswith("$"):  # sudo's regular expression, on the joined arguments
+                if re.fullmatch(args[1:-1], " ".join(cmd[3:]), re.DOTALL):
+                    return True
+            elif " ".join(cmd[3:]) == args:
+                return True
+        return False
 
     bad = []
     for pid, (ppid, euid, cmd) in procs.items():
@@ -205,6 +219,43 @@ def test_every_task_runs_as_a_user_limited_to_the_drop_in(sudo_lab, hosts, train
     assert r.returncode == 0 and r.stdout == "root\n", r.stdout + r.stderr
     assert root_processes_outside_the_rule(trainer.pw_uid, rule) == []
     assert trainers_files(trainer.pw_uid) - files_before == set()  # nothing staged on the host, pushed or pulled
+
+
+def sudo_allows(*argv: str) -> bool:
+    """What the real sudo says of the installed drop-in: may trainer run argv (`sudo -l -U trainer argv`)?"""
+    r = subprocess.run(["sudo", "-l", "-U", USER, *argv], capture_output=True, text=True)
+    assert r.returncode in (0, 1), r.stderr
+    return r.returncode == 0
+
+
+@pytest.mark.fault("sudo rule allows only remote's pct command lines",
+                   "the drop-in allows each pct subcommand remote runs with its fixed arguments, on the hosts "
+                   "file's containers; `sudo -l` says no to push, pull, set, enter, mount, destroy, create, restore, "
+                   "unlock, resize, migrate and to other arguments")
+def test_sudo_itself_refuses_every_pct_command_line_remote_does_not_run(sudo_lab, hosts):
+    from test_sudo import EXAMPLE_CT, NOT_ALLOWED
+
+    pct = str(sudo_lab.dir / "bin" / "pct")
+    ct = str(CT)
+    for line in [*NOT_ALLOWED, f"exec {CT + 1} --keep-env 0 -- id", f"config {CT + 1}", f"status {CT + 1}"]:
+        args = line.replace(str(EXAMPLE_CT), ct).split()
+        assert not sudo_allows(pct, *args), f"sudo lets {USER} run pct {line}"
+    assert not sudo_allows(str(sudo_lab.dir / "bin" / "pvesm"), "set", "local", "--disable", "1")
+    for line in [f"exec {ct} --keep-env 0 -- env -C /root HOME=/root bash -c 'set -e; id' remote",
+                 f"status {ct}", f"start {ct}", f"stop {ct}", f"config {ct}", "list", f"listsnapshot {ct}",
+                 f"snapshot {ct} remote-20261201-1 --description before deploy of 0123456789ab",
+                 f"delsnapshot {ct} remote-20261201-1", f"rollback {ct} by-hand --start 1",
+                 f"rollback {ct} remote-20261201-1 --start 0"]:
+        assert sudo_allows(pct, *shlex.split(line)), f"sudo does not let {USER} run pct {line}"
+    assert sudo_allows(str(sudo_lab.dir / "bin" / "pvesm"), "status")
+    # What remote's own tasks run passes the rule (test_every_task_runs_as_a_user_limited_to_the_drop_in runs them
+    # all as trainer); a container the file does not list is refused by sudo, named.
+    other = hosts_file(sudo_lab, "hosts-other.yaml", extra="")
+    text = other.read_text().replace(f"  {CT}:", f"  {CT + 1}:", 1)
+    assert text != other.read_text()
+    other.write_text(text)
+    r = task(other, "exec", "-c", str(CT + 1), "--command", "true", timeout=120)
+    assert r.returncode == 1 and "does not allow trainer to run" in r.stderr, r.stdout + r.stderr
 
 
 def test_snapshots_auto_one_per_changing_deploy_none_for_a_no_op_three_kept_anothers_untouched(sudo_lab, hosts):

@@ -7,13 +7,13 @@ import threading
 import time
 
 import pytest
-from support import LAB_CONTAINERS, sshd_serving
+from support import lab_ids, sshd_serving
 
 from remote.errors import ConnectError
 from remote.ops import files
 
 pytestmark = pytest.mark.lab
-CT = LAB_CONTAINERS[0]
+CT = lab_ids(__file__)[0]  # on conftest's own_lab (support.OWN_LAB_MODULES)
 
 
 def random_file(path, size: int) -> str:

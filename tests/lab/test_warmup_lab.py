@@ -85,8 +85,8 @@ def test_export_import_and_a_mismatched_bundle_is_refused(warmed, lab_session, t
     ct.run(["bash", "-c", f"mv {CACHE}/warmups.jsonl {CACHE}/warmups.jsonl.bak"])  # as on a fresh container
     try:
         got = wm.import_cache(lab_session, 200, str(bundle), **quiet)
-        assert got["files"] == count and got["cache_dir"].startswith(CACHE + "/torch-2.13.0+cpu-")
-        assert sorted(got["warmups"]) == ["0", "1"]  # same commit, venv, command and env: train needs no new warmup
+        assert got.files == count and got.cache_dir.startswith(CACHE + "/torch-2.13.0+cpu-")
+        assert sorted(got.warmups) == ["0", "1"]  # same commit, venv, command and env: train needs no new warmup
         state = wm.deployed(ct, spec)
         assert wm.missing_warmups(ct, spec, state) == []
     finally:
@@ -124,11 +124,11 @@ def test_a_hostile_bundle_is_imported_without_what_a_pull_would_refuse(warmed, l
             dst.addfile(info, io.BytesIO(b"x\n") if kind == tarfile.REGTYPE else None)
     try:
         got = wm.import_cache(lab_session, 200, str(hostile), **quiet)  # refused whole before, on Debian's python3
-        refused = dict(r.split(": ", 1) for r in got["refused"])
-        assert set(refused) == {"../escape", "/abs", "evil", "evil/owned", "dev", "suid-x"}, got["refused"]
+        refused = dict(r.split(": ", 1) for r in got.refused)
+        assert set(refused) == {"../escape", "/abs", "evil", "evil/owned", "dev", "suid-x"}, got.refused
         assert refused["suid-x"] == "setuid/setgid bit dropped" and refused["evil/owned"] == "below the refused evil"
-        assert got["files"] == count + 1  # suid-x, without its bit
-        folder = got["cache_dir"]
+        assert got.files == count + 1  # suid-x, without its bit
+        folder = got.cache_dir
         assert ct.run(["stat", "-c", "%a", f"{folder}/suid-x"]).out.strip() == "755"
         assert ct.run(["bash", "-c", f"ls -A {folder} | grep -c -x -e evil -e dev -e abs -e escape"],
                       check=False).out.strip() == "0"

@@ -82,3 +82,15 @@ def test_a_cache_folder_name_that_leaves_the_cache_is_refused(tmp_path):
     with pytest.raises(subprocess.CalledProcessError) as e:
         run(spec(tmp_path))
     assert e.value.returncode == 125 and b"run `remote deploy`" in e.value.stderr
+
+
+def test_a_missing_program_before_a_deploy_is_named_as_remote_classifies_it(tmp_path):
+    from remote.errors import ContainerCommandNotFound
+    from remote.transport.pct import classify
+
+    s = spec(tmp_path)
+    argv = ["bash", "-c", SCRIPT, "jobexec", s.venv.path, s.code.path, "1", jobenv.CACHE_MARK, "no-such-program-here"]
+    r = subprocess.run(argv, env={"PATH": os.environ["PATH"], "LANG": "C.UTF-8", "REMOTE_JOB_VARS": ""},
+                       capture_output=True, text=True)
+    assert r.returncode == 127
+    assert isinstance(classify(r.stderr, r.returncode, 200, "lab"), ContainerCommandNotFound), r.stderr

@@ -91,7 +91,7 @@ def test_setup_builds_its_own_venv_from_debians_python3(installed):
         assert link.is_symlink() and link.resolve() == (installed["venv"] / "bin" / name).resolve()
     # The tool and its test tools are in the venv, importable there, from this clone.
     r = subprocess.run([str(installed["venv"] / "bin" / "python"), "-c",
-                        "import remote, fabric, pytest, hypothesis, uv; print(remote.__file__)"],
+                        "import remote, fabric, pytest, xdist, hypothesis, uv; print(remote.__file__)"],
                        capture_output=True, text=True, cwd="/", env=plain_env(installed["dir"] / "home"))
     assert r.returncode == 0, r.stderr
     assert Path(r.stdout.strip()).is_relative_to(installed["checkout"])

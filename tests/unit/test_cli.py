@@ -43,3 +43,21 @@ def test_a_bad_hosts_file_exits_2_with_the_key_and_no_traceback(tmp_path):
                        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert f"{bad}: warmup.devices: warmup.command uses {{device}}" in r.stderr
+
+
+def test_the_invoke_collection_has_one_home_and_its_old_one_still_works_with_a_warning():
+    """`from remote.cli import collection` (docs/reference/library.md); `remote.tasks.collection`, where
+    earlier releases documented it, gives the same tasks and a DeprecationWarning naming the new place."""
+    import warnings
+
+    import remote.tasks
+    from remote.cli import collection
+
+    names = set(collection().task_names)
+    assert {"deploy", "exec", "lab.up", "cache.copy"} <= names
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        old = remote.tasks.collection()
+    assert set(old.task_names) == names
+    assert [w.category for w in caught] == [DeprecationWarning] and "remote.cli import collection" in str(caught[0].message)
+    assert old.configuration()["remote"] == {"hosts": None, "container": None}

@@ -132,10 +132,11 @@ def test_status_shows_each_container_under_its_node():
     fleet = Fleet(c, keep=False)
     fleet._made = Session(c, transport_factory=fake.transport)  # the fleet over the fake cluster
     data = fleet.status()
-    by_host = {h["host"]: h for h in data["hosts"]}
-    assert by_host["gpu-b"]["containers"] == {201: "stopped", 202: "stopped"} and by_host["gpu-b"]["node"] == "pve2"
-    assert by_host["pve1"]["containers"] == {200: "stopped"} and by_host["pve1"]["cluster"] == "c1"
-    assert by_host["solo"]["containers"] == {300: "missing"}
+    by_host = {h.host: h for h in data.hosts}
+    assert by_host["gpu-b"].containers == {201: "stopped", 202: "stopped"} and by_host["gpu-b"].node == "pve2"
+    assert by_host["pve1"].containers == {200: "stopped"} and by_host["pve1"].cluster == "c1"
+    assert by_host["solo"].containers == {300: "missing"} and by_host["solo"].cluster is None
+    assert {c.container: c.node for c in data.containers} == {200: "pve1", 201: "pve2", 202: "pve2", 300: "solo"}
     assert max(fake.connections().values()) == 1
 
 

@@ -164,3 +164,50 @@ def test_numbers_stay_plain_numbers_where_a_number_is_meant(tmp_path):
               spec.train.rendezvous_timeout, *cfg.groups["g"], *cfg.containers]
     assert all(type(v) in (int, float) for v in values), [type(v) for v in values]
     socket.getaddrinfo(spec.host.address, spec.host.port)  # raised "Int or String expected" with a subclass
+
+
+KEEPS = ("hosts: {h: {address: 10.0.0.1, port: 2222}}\ncontainers: {200: {host: h}, 0x12C: {host: h}}\n"
+         "code: {repo: /src, ref: 0123456}\ntrain: {command: x, env: {UMASK: 0022, F: 1.50}, outputs: [007], "
+         "tolerance: .25, master_port: 29500}\n")
+
+
+def test_a_parsed_file_is_kept_so_the_next_command_needs_no_yaml(tmp_path):
+    """The second process that loads an unchanged file imports no yaml and gets the same settings."""
+    p = tmp_path / "hosts.yaml"
+    p.write_text(KEEPS)
+    code = ("import sys; from remote import config; c = config.load(sys.argv[1]); "
+            "print('yaml' in sys.modules, repr(c.containers), c.containers[200].code.ref)")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "XDG_RUNTIME_DIR": str(tmp_path / "run"),
+           "PYTHONPATH": str(ROOT)}
+    (tmp_path / "run").mkdir(mode=0o700)
+    first, second = (subprocess.run([sys.executable, "-c", code, str(p)], env=env, capture_output=True, text=True,
+                                    check=True).stdout for _ in range(2))
+    assert first.startswith("True ") and second.startswith("False ")
+    assert first[5:] == second[6:] and second.rstrip().endswith(" 0123456")
+
+
+def test_what_is_kept_reads_back_exactly_and_an_edit_or_a_broken_entry_reads_the_file(tmp_path, monkeypatch):
+    p = tmp_path / "hosts.yaml"
+    p.write_text(KEEPS)
+    fresh = config.load(str(p))
+    monkeypatch.setattr(config, "_read_yaml", lambda file, text: pytest.fail("the kept entry was not used"))
+    kept = config.load(str(p))
+    assert kept == fresh and kept.container(300).ctid == 300 and dict(kept.container(200).train.env) == \
+        {"UMASK": "0022", "F": "1.50"} and type(kept.container(200).host.port) is int
+    monkeypatch.undo()
+    p.write_text(KEEPS.replace("0123456", "0777"))  # an edit: a new entry
+    assert config.load(str(p)).container(200).code.ref == "0777"
+    entry = config._cache_file(p.read_text())
+    entry.write_text('{"m": [[1, ')  # broken: ignored, the file read again (and kept anew)
+    assert config.load(str(p)).container(200).code.ref == "0777"
+    assert config._parsed(p.read_text()) is not config._MISSING
+
+
+def test_a_cache_folder_others_may_write_is_not_used(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    folder = tmp_path / "run" / "remote" / "hosts-parsed"
+    folder.mkdir(parents=True)
+    folder.chmod(0o777)
+    assert config._cache_dir() is None
+    folder.chmod(0o700)
+    assert config._cache_dir() == folder

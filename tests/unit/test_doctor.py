@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from remote import config, facts as fx
-from remote.doctor import Finding, findings, healthy, known_good_label, to_json, Report
+from remote.doctor import Finding, findings, healthy, known_good_label, render_finding, to_json, Report
 from remote.facts.probe import ALL_PARTS
 from remote.runs.knowngood import make_record, meets_baseline, watch_log
 
@@ -120,7 +120,7 @@ def test_the_story_polluted_venv_deleted_cache_and_hacked_checkout(spec):
     assert by["cache-missing"].fix == "remote warmup" and by["checkout-untracked"].severity == "info"
     assert by["checkout-untracked"].what == "untracked file(s) in /root/dflash: notes.txt"  # no bytecode
     assert not healthy(found)
-    rendered = by["package-changed"].render()
+    rendered = render_finding(by["package-changed"])
     assert rendered.startswith("[error] torch 2.11.0+cu128 → 2.11.0+cu130") and "— remote deploy" in rendered
 
 
@@ -386,10 +386,10 @@ def test_a_run_ended_by_remote_stop_is_stopped_in_runs_and_the_report(spec):
     text = "run=r1\npath=/root/runs/r1\nalive=0\nexit={}\nstopped={}\n--manifest--\n{{}}\n--tail--\nstep 1 | 21 Ktok/s\n"
     st = jobs.parse_state(text.format(143, 1))
     assert st["stopped"] and jobs.describe_end(st) == "stopped by `remote stop` (exit status 143)"
-    assert listing.describe(st, spec)["state"] == "stopped"
+    assert listing.describe(st, spec).state == "stopped"
     assert "stopped by `remote stop` (exit status 143)" in render(spec, st, "step 1 | 21 Ktok/s\n", None, None, [])
     plain = jobs.parse_state(text.format(143, 0))  # no stop mark: the job's own 143
-    assert not plain["stopped"] and listing.describe(plain, spec)["state"] == "exited"
+    assert not plain["stopped"] and listing.describe(plain, spec).state == "exited"
     assert jobs.describe_end(plain) == "exited with status 143"
 
 

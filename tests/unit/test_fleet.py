@@ -134,9 +134,10 @@ def test_each_node_publishes_its_own_address_and_uses_its_interface(cfg):
 
 def test_a_lock_that_differs_from_its_siblings_is_named(cfg):
     from remote.ops.jobs import lock_outliers
+    from remote.results import ContainerStatus
 
-    entries = [{"container": 200, "venv_lock": "aaa"}, {"container": 201, "venv_lock": "aaa"},
-               {"container": 202, "venv_lock": "bbb"}, {"container": 300, "venv_lock": "ccc"}]
+    entries = [ContainerStatus(ctid, "h", "running", probed=True, venv_lock=lock)
+               for ctid, lock in ((200, "aaa"), (201, "aaa"), (202, "bbb"), (300, "ccc"))]
     # all four have the same venv settings here: the lock most of them have is the siblings'
     assert lock_outliers(entries, cfg) == {202: "aaa", 300: "aaa"}
     assert lock_outliers(entries[:2], cfg) == {}
@@ -181,3 +182,44 @@ def test_a_failure_without_a_message_names_its_exit_status(cfg):
     assert (outcomes[0].code, outcomes[0].message) == (3, "exited with status 3")
     assert re.search(r"FAILED \(3\)\s+[\d.]+s\s+exited with status 3$", fleet.render(outcomes).splitlines()[1])
     assert fleet._failure(JobError("it broke")) == (1, "it broke")
+
+
+def test_status_and_runs_json_keep_their_keys_in_order_from_the_typed_values():
+    """`status --json` and `runs --json` print the same keys, in the same order, as when the API returned dicts."""
+    import json
+
+    from remote.cli import format as fmt
+    from remote.results import ContainerStatus, FleetStatus, HostStatus, JobStatus, RunSummary
+
+    job = JobStatus("R", True, False, (), None, 12, False, 30, 3.0, 2.5, "Ktok/s", True, 20.0, True, ("oom",), "▁▂",
+                    None, None, None, {"util_pct": 50}, nodes=(200, 300), node_rank=0)
+    status = FleetStatus((HostStatus("h", True, None, "kept", {200: "running", 201: "missing"}),), (
+        ContainerStatus(200, "h", "running", run=job, also_live=({"run": "S", "pid": None},), probed=True,
+                        venv_lock="abc", venv_lock_differs="def"),
+        ContainerStatus(201, "h", "missing", error="container 201 does not exist")))
+    data = json.loads(fmt.status_json(fmt.status_dict(status)))
+    assert list(data["hosts"][0]) == ["host", "reachable", "error", "kept", "containers"]
+    assert data["hosts"][0]["containers"] == {"200": "running", "201": "missing"}
+    first, second = data["containers"]
+    assert list(first) == ["container", "host", "state", "also_live", "run", "venv_lock", "venv_lock_differs"]
+    assert list(first["run"]) == ["id", "alive", "lost", "orphans", "exit", "pid", "stopped", "uptime_s", "throughput",
+                                  "rolling", "unit", "higher_is_better", "baseline", "low", "problems", "spark",
+                                  "stalled", "attempt", "attempts_max", "gpu", "nodes", "node_rank"]
+    assert first["run"]["nodes"] == [200, 300] and first["run"]["problems"] == ["oom"]
+    assert second == {"container": 201, "host": "h", "state": "missing", "error": "container 201 does not exist"}
+    single = dict(fmt.status_dict(FleetStatus((), (ContainerStatus(202, "h", "running", run=JobStatus(
+        *astuple_of(job)[:20]), probed=True),)))["containers"][0])
+    assert "nodes" not in single["run"] and "node_rank" not in single["run"] and single["venv_lock"] is None
+
+    runs = json.loads(fmt.runs_json([RunSummary("A", None, None, "lost", None, None, None, None, None, "/r/A"),
+                                     RunSummary("B", "x", 1.5, "stopped", 137, 2.0, "it/s", "python t.py", (1, 2),
+                                                "/r/B")]))
+    assert [list(r) for r in runs] == [["id", "started", "started_epoch", "state", "exit", "throughput", "unit",
+                                        "command", "nodes", "path"]] * 2
+    assert runs[0]["state"] == "LOST" and runs[1]["state"] == "stopped" and runs[1]["nodes"] == [1, 2]
+
+
+def astuple_of(value):
+    import dataclasses
+
+    return tuple(getattr(value, f.name) for f in dataclasses.fields(value))

@@ -409,3 +409,184 @@ def test_a_cgroup_line_for_another_device_is_neither_gpu_nor_stale():
     assert gpu.findings(host(configs={201: raw}), 201, ct(), ) == []
     tun = gpu.parse_pct_config(202, data("pct-config-cpu.txt") + "lxc.cgroup2.devices.allow: c 10:200 rwm\nrc=0")
     assert not tun.gpu and tun.lines() == []
+
+
+# -- each node compared with the host's (issue 34): the four faults planted on an H200, as data ------------------
+
+def planted(path, major, minor, *, mount=None, opened=None, gone=False, init=999, nodes=GOOD_NODES):
+    """The container probe's answer with one node changed (or gone), as remote/sh/gpu_container.py prints it."""
+    first, second = ct_text(nodes=[n for n in nodes if not (gone and n[0] == path)], init=init).splitlines()
+    raw = json.loads(first)
+    raw["devices"] = data("proc-devices-uvm509.txt")
+    for n in raw["nodes"]:
+        if n["path"] == path:
+            n.update(major=major, minor=minor, open=opened)
+            if mount:
+                n["mount"] = mount
+    return json.dumps(raw) + "\n" + second + "\n"
+
+
+@pytest.mark.fault("A wrong GPU node in the container (a bind of /dev/null, a stale major)",
+                   promise="a finding names the node, what it is and the host's numbers, with a fix from its config "
+                           "line; cuInit's cause names it; the fix is never the doctor itself")
+@pytest.mark.parametrize("path, major, minor, mount, opened, init, is_", [
+    ("/dev/nvidia-uvm", 1, 3, "/null", None, 999, "1:3, /dev/null, with /null mounted on it"),
+    ("/dev/nvidia-uvm", 511, 0, None, 6, 999, "511:0, a major no driver has now"),
+    ("/dev/nvidia0", 1, 3, "/null", None, 100, "1:3, /dev/null, with /null mounted on it"),
+])
+def test_container_node_wrong(path, major, minor, mount, opened, init, is_):
+    h = host()
+    want = h.node(path)
+    found = gpu.findings(h, 200, gpu.parse_container(planted(path, major, minor, mount=mount, opened=opened, init=init)))
+    assert kinds(found) == ["container-node-wrong", "cuda-init-failed"]
+    f = found[0]
+    assert f.node == path and f.message.startswith(f"{path} in the container is {is_}")
+    assert f"the host's is {want.major}:{want.minor}, " in f.message
+    assert ("opening it fails with ENXIO" in f.message) == (opened == 6)
+    key = next(k for k, p, _ in h.configs[200].devs if p == path)
+    assert f"pct reboot 200: its config's `{key}: {path}` makes the host's node ({want.major}:{want.minor})" in f.fix
+    assert (f"`umount {path}`" in f.fix) == bool(mount)
+    assert found[1].message.endswith(f": {path} wrong (above)") and "no GPU node" not in found[1].message
+    assert all("doctor" not in x.fix for x in found)
+
+
+@pytest.mark.fault("A GPU node missing in the container (/dev/nvidiactl removed)",
+                   promise="a finding names the node and the host's numbers, with the devN line, or the mount entry "
+                           "and the cgroup line with today's major; cuInit's cause names it, not 'no GPU node passed'")
+def test_container_node_missing():
+    answer = planted("/dev/nvidiactl", 0, 0, gone=True, init=100)
+    found = gpu.findings(host(), 200, gpu.parse_container(answer))
+    assert kinds(found) == ["container-node-missing", "cuda-init-failed"]
+    assert found[0].node == "/dev/nvidiactl"
+    assert found[0].message.startswith("/dev/nvidiactl is not in the container (the host's is 195:255, nvidia)")
+    assert found[0].fix == "pct reboot 200: its config's `dev1: /dev/nvidiactl` makes the host's node (195:255) at start"
+    assert "/dev/nvidiactl missing (above)" in found[1].message and "no GPU node passed" not in found[1].message
+    # Passed by raw lxc keys: the mount entry and the cgroup line with the host's major.
+    raw = data("pct-config-raw.txt").replace("c 511:* rwm", "c 509:* rwm")
+    found = gpu.findings(host(configs={201: raw}), 201, gpu.parse_container(answer))
+    assert found[0].fix == ("pct reboot 201: its config's `lxc.mount.entry: /dev/nvidiactl dev/nvidiactl none "
+                            "bind,optional,create=file` binds the host's node (195:255) at start, with "
+                            "`lxc.cgroup2.devices.allow: c 195:* rwm`")
+    # Not passed at all, and a major that is dynamic: the line to add carries today's major (509, not 511).
+    cfg = data("pct-config-dev.txt").replace("dev2: /dev/nvidia-uvm\n", "").replace("dev3: /dev/nvidia-uvm-tools\n", "")
+    gone = gpu.parse_container(planted("/dev/nvidia-uvm", 0, 0, gone=True))
+    found = gpu.container_findings(gone, 200, host(configs={200: cfg}), host(configs={200: cfg}).configs[200])
+    assert found[0].kind == "container-uvm-missing"
+    assert "`dev2: /dev/nvidia-uvm` (`pct set 200 -dev2 /dev/nvidia-uvm`" in found[0].fix
+    assert "`lxc.mount.entry: /dev/nvidia-uvm dev/nvidia-uvm none bind,optional,create=file` with " \
+           "`lxc.cgroup2.devices.allow: c 509:* rwm`" in found[0].fix
+
+
+def test_without_the_hosts_facts_a_node_is_compared_with_nvidias_numbers_and_the_containers_proc_devices():
+    # train's preflight when the host could not be read: 195 is fixed, nvidia-uvm's major is in /proc/devices.
+    found = gpu.findings(None, 200, gpu.parse_container(planted("/dev/nvidia-uvm", 511, 0, opened=6)))
+    assert kinds(found) == ["container-node-wrong", "cuda-init-failed"]
+    assert "511:0, a major no driver has now; it should be 509:0, nvidia-uvm" in found[0].message
+    found = gpu.findings(None, 200, gpu.parse_container(planted("/dev/nvidiactl", 0, 0, gone=True)))
+    assert "(it should be 195:255, nvidia)" in found[0].message and "c 195:* rwm" in found[0].fix
+
+
+def test_a_wrong_node_the_cgroup_denies_is_not_a_permission_to_grant():
+    # In a real LXC container a stale 511:0 node fails with EPERM (no cgroup line allows 511): allowing 511 is no fix.
+    found = gpu.findings(host(), 200, gpu.parse_container(planted("/dev/nvidia-uvm", 511, 0, opened=1)))
+    assert kinds(found) == ["container-node-wrong", "cuda-init-failed"]
+    assert "511" not in found[0].fix and "opening it fails with EPERM" in found[0].message
+
+
+def test_cuinit_100_without_a_gpu_node_says_so_and_with_one_does_not():
+    no_gpu = gpu.container_findings(gpu.parse_container(planted("/dev/nvidia0", 0, 0, gone=True, init=100)), 200)
+    assert kinds(no_gpu) == ["container-node-missing", "cuda-init-failed"] and no_gpu[0].node == "/dev/nvidia0"
+    assert no_gpu[1].message.endswith("/dev/nvidia0 missing (above)")
+    bare = gpu.container_findings(ct(nodes=[], init=100), 200)  # the libraries, not one node
+    assert kinds(bare) == ["cuda-init-failed"] and "no GPU node (/dev/nvidia0..) in the container" in bare[0].message
+    everything_there = gpu.container_findings(gpu.parse_container(planted("/dev/nvidia0", 195, 0, init=100)), 200)
+    assert kinds(everything_there) == ["cuda-init-failed"]
+    assert "no GPU node" not in everything_there[0].message and "doctor" not in everything_there[0].fix
+
+
+def test_preflight_names_nvidia_smis_own_text(spec):
+    from test_preflight import ready
+
+    from remote.ops.jobs import check
+
+    raw = with_gpu(ready(spec), planted("/dev/nvidiactl", 0, 0, gone=True, init=100))
+    raw["gpus"] = {"rc": 9, "out": data("smi-no-driver.txt"), "err": ""}  # nvidia-smi says it on stdout
+    with pytest.raises(Exception) as got:
+        check(raw, spec, host())
+    text = str(got.value)
+    assert "nvidia-smi failed (exit 9): NVIDIA-SMI has failed because it couldn't communicate" in text
+    assert "[container-node-missing]" in text and "suits the driver" not in text
+
+
+# -- cgroup lines of other devices (issue 34) ---------------------------------------------------------------------
+
+HIDRAW = data("proc-devices-uvm509.txt").replace("226 drm\n", "226 drm\n242 hidraw\n")
+
+
+@pytest.mark.fault("A cgroup line for another device beside a missing NVIDIA one (hidraw `c 242:* rwm`)",
+                   promise="left alone: only a line whose major belongs to no driver now, or was an NVIDIA major, is "
+                           "called stale; the fix adds the NVIDIA line")
+def test_a_hidraw_cgroup_line_is_never_called_stale():
+    raw = data("pct-config-raw.txt").replace("c 511:* rwm", "c 242:* rwm")
+    found = gpu.findings(host(devices=HIDRAW, configs={201: raw}), 201, None)
+    assert kinds(found) == ["cgroup-major-stale"]
+    assert "242" not in found[0].fix and "add `lxc.cgroup2.devices.allow: c 509:* rwm`" in found[0].fix
+    # The same line where 242 belongs to no driver now: stale, replaced.
+    found = gpu.findings(host(configs={201: raw}), 201, None)
+    assert "replace `lxc.cgroup2.devices.allow: c 242:* rwm` with `lxc.cgroup2.devices.allow: c 509:* rwm`" in found[0].fix
+    assert "belongs to no driver now" in found[0].message
+    # 242 is hidraw's now, but the container's own /dev/nvidia-uvm still carries it: it was an NVIDIA major.
+    old = gpu.parse_container(planted("/dev/nvidia-uvm", 242, 0))
+    found = gpu.findings(host(devices=HIDRAW, configs={201: raw}), 201, old)
+    assert "replace `lxc.cgroup2.devices.allow: c 242:* rwm`" in found[0].fix
+    assert "belongs to hidraw now, the container's NVIDIA node still carries it" in found[0].message
+
+
+def test_every_major_of_proc_devices_is_read():
+    h = host(devices=HIDRAW)
+    assert h.drivers[242] == ("hidraw",) and h.drivers[195] == ("nvidia", "nvidia-modeset", "nvidiactl")
+    assert h.drivers[4] == ("/dev/vc/0", "tty", "ttyS") and 8 not in h.drivers and 259 not in h.drivers  # block majors (sd, blkext)
+    assert h.majors["nvidia-uvm"] == 509
+
+
+# -- answers of the wrong JSON type (issue 34) ----------------------------------------------------------------------
+
+def retyped(change) -> str:
+    first, second = ct_text().splitlines()
+    raw = json.loads(first)
+    change(raw)
+    return json.dumps(raw) + "\n" + second + "\n"
+
+
+WRONG_TYPES = {
+    "nodes[0].major": lambda r: r["nodes"][0].update(major=[1]),
+    "nodes[0]": lambda r: r["nodes"].__setitem__(0, "/dev/nvidia0"),
+    "nodes": lambda r: r.update(nodes={"path": "/dev/nvidia0"}),
+    "nodes[1].open": lambda r: r["nodes"][1].update(open="EPERM"),
+    'libs["libcuda.so.1"]': lambda r: r["libs"].update({"libcuda.so.1": "/usr/lib/libcuda.so.1"}),
+    'libs["libnvidia-ml.so.1"].version': lambda r: r["libs"]["libnvidia-ml.so.1"].update(version=580),
+    "smi": lambda r: r.update(smi="580.95.05"),
+    "smi.out": lambda r: r["smi"].update(out=["580.95.05"]),
+    "torch.cuda": lambda r: r["torch"].update(cuda=13.0),
+    "proc_version": lambda r: r.update(proc_version={"v": 1}),
+}
+
+
+@pytest.mark.fault("A GPU probe answering with wrong JSON types (`\"major\": [1]`, a library as a string)",
+                   promise="that container's error naming the field; never a crash of the fleet-wide command")
+@pytest.mark.parametrize("field", sorted(WRONG_TYPES))
+def test_a_probe_answer_of_the_wrong_type_is_a_value_error_naming_the_field(field, spec):
+    from remote import facts as fx
+
+    text = retyped(WRONG_TYPES[field])
+    with pytest.raises(ValueError) as got:
+        gpu.parse_container(text)
+    assert f"the container's GPU probe gave {field} as " in str(got.value)
+    assert fx.gpu_of({"gpu": {"rc": 0, "out": text, "err": ""}}) is None  # preflight and doctor: no GPU answer
+
+
+def test_a_cuinit_line_of_the_wrong_type_is_a_value_error():
+    with pytest.raises(ValueError, match="gave cuda as list"):
+        gpu.parse_container(ct_text().splitlines()[0] + '\n{"cuda": [0]}\n')
+    with pytest.raises(ValueError, match="gave cuda.init as str"):
+        gpu.parse_container(ct_text().splitlines()[0] + '\n{"cuda": {"loaded": true, "init": "0"}}\n')

@@ -273,3 +273,24 @@ def test_the_circle_finder_sees_lazy_and_relative_imports(tmp_path, monkeypatch)
 def test_no_module_imports_itself_through_others():
     found = circles(import_graph())
     assert found == [], "import circles: " + "; ".join(" -> ".join(c) for c in found)
+
+
+def test_what_a_warm_exec_imports_pulls_in_no_operation_paramiko_or_yaml(tmp_path):
+    """The modules a warm `remote exec` runs through (the command line, the API, the config with its file
+    kept, the kept connection's client, the job environment), imported in a fresh interpreter, load no
+    operation but the job environment, no GPU facts, no paramiko, no yaml and no ctypes (bench/oneoff.py
+    measures the time)."""
+    import subprocess
+
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text("hosts: {h: {address: 192.0.2.1}}\ncontainers: {200: {host: h}}\n")
+    load = "import sys; from remote import config; config.load(sys.argv[1])"
+    code = (load + "; import remote.cli, remote.api, remote.ops.jobenv, remote.transport.session, "
+            "remote.transport.keeper; print(' '.join(sorted(sys.modules)))")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "XDG_RUNTIME_DIR": str(tmp_path), "PYTHONPATH": str(ROOT.parent)}
+    subprocess.run([sys.executable, "-c", load, str(hosts)], env=env, check=True)  # the file's first command: yaml
+    r = subprocess.run([sys.executable, "-c", code, str(hosts)], env=env, capture_output=True, text=True, check=True)
+    loaded = set(r.stdout.split())
+    heavy = sorted(m for m in loaded if m.split(".")[0] in ("paramiko", "yaml", "ctypes", "fabric", "invoke")
+                   or m.startswith(("remote.facts.gpu", "remote.ops.")) and m != "remote.ops.jobenv")
+    assert "remote.ops.jobenv" in loaded and heavy == []

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from remote import config
 from remote.ops import passport as pp
 from remote.ops import warmup as wm
@@ -108,3 +110,50 @@ def test_a_hand_edited_passport_of_the_wrong_shape_is_a_difference_not_a_crash()
     assert "devices warmed none (cache) lack 0,1 (here)" in pp.describe(odd, make())
     from remote.doctor import passport_line
     assert "devices -" in passport_line(odd)
+
+
+@pytest.mark.fault("A passport answered with wrong JSON types (not a string, a non-string field)",
+                   promise="read as no passport: that container's cache is not trusted, and no command crashes")
+@pytest.mark.parametrize("answer", [{"format": 1}, ["x"], 5, True,
+                                    json.dumps({**make(), "format": 1, "torch": ["2.11.0"]}),
+                                    json.dumps({**make(), "format": 1, "gpu": {"name": "H200"}}),
+                                    json.dumps({**make(), "format": 1, "devices": [{"i": 0}]}),
+                                    json.dumps({**make(), "format": 1, "env_keys": {"A": 1}}),
+                                    json.dumps({**make(), "format": 1, "made_by": "200"})])
+def test_a_passport_of_the_wrong_types_is_no_passport(answer):
+    assert pp.parse(answer) is None
+
+
+def test_a_well_typed_passport_still_parses():
+    good = {**make(), "format": 1, "made_by": 200, "made_at": "2026-12-02T01:00:00+0000", "copied_from": 201}
+    assert pp.parse(json.dumps(good)) == good
+    assert pp.parse(json.dumps({**good, "devices": [0, 1]}))["devices"] == [0, 1]  # an older record's ints
+
+
+def test_the_cache_listing_with_a_passport_of_another_type_is_that_containers_cache_without_one(monkeypatch):
+    """cachecopy.look reads the container's listing: a `passport` that is not a string was a TypeError
+    ("internal error") that stopped `remote cache` for every container."""
+    from remote.ops import cachecopy
+
+    class Ran:
+        out = json.dumps({"passport": {"format": 1}, "files": {"a": 1}})
+
+    class Ct:
+        def script(self, *a, **k):
+            return Ran()
+
+    class Session:
+        class config:  # noqa: N801
+            @staticmethod
+            def container(ctid):
+                return config.parse({"hosts": {"h": {"address": "x"}}, "containers": {200: {"host": "h"}}},
+                                    "f").containers[200]
+
+        def container(self, ctid):
+            return Ct()
+
+    monkeypatch.setattr(cachecopy, "_system", lambda ct: ct)
+    monkeypatch.setattr(cachecopy.wm, "deployed", lambda ct, spec: {"code": {}, "venv": {}})
+    monkeypatch.setattr(cachecopy.wm, "expected_passport", lambda spec, state: make())
+    held = cachecopy.look(Session(), 200)
+    assert held.passport is None and held.files == {"a": 1} and not held.serves_itself

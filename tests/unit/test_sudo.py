@@ -2,6 +2,8 @@
 the snapshot helpers as data (remote.ops.snapshots)."""
 
 import datetime
+import re
+import shlex
 
 import pytest
 
@@ -22,25 +24,25 @@ def host(**keys):
 
 def test_the_drop_in_allows_exactly_the_root_programs_of_the_list():
     rule = sudo.rule_of(sudo.sudoers("trainer", ["/usr/sbin/pct"]), "trainer")
-    expected = [p.path + ("" if p.args is None else " " + " ".join(p.args)) for p in sudo.PROGRAMS if p.root]
-    assert rule == expected and rule  # pct with any arguments, pvesm only as `pvesm status`
+    assert rule[0] == "/usr/sbin/pct ^exec [1-9][0-9]* --keep-env 0 -- .+$"
+    assert "/usr/sbin/pct list" in rule and "/usr/sbin/pvesm status" in rule
+    assert len(rule) == len([p for p in sudo.PROGRAMS if p.root])  # one command per form: no pct with any arguments
+    assert all(" " in r for r in rule)  # every program with its arguments
     assert not any(p.path in " ".join(rule) for p in sudo.PROGRAMS if not p.root)  # the mux's python3: never root
     # Every root command remote builds for a sudo host is one the rule allows, at its exact path.
     h = host(sudo=True, user="trainer")
-    for p in sudo.PROGRAMS:
-        if p.root:
-            argv = sudo.host_argv(h, p.name, *(p.args or ("list",)))
-            assert argv[:2] == ["sudo", "-n"]
-            assert any(" ".join(argv[2:]) == r or (" " not in r and argv[2] == r) for r in rule), argv
+    argv = sudo.host_argv(h, "pvesm", "status")
+    assert argv == ["sudo", "-n", "/usr/sbin/pvesm", "status"] and "/usr/sbin/pvesm status" in rule
     assert MUX_PYTHON == sudo.program("python3").path
 
 
 def test_the_drop_in_names_the_hosts_files_pct_and_programs_beside_it():
     text = sudo.sudoers("trainer", ["/opt/pve/bin/pct", "/usr/sbin/pct"])
-    guests = "pvesh get /cluster/resources --type vm --output-format json"  # a cluster's guest list (remote.cluster)
-    assert sudo.rule_of(text, "trainer") == ["/opt/pve/bin/pct", "/opt/pve/bin/pvesm status", f"/opt/pve/bin/{guests}",
-                                             "/usr/sbin/pct", "/usr/sbin/pvesm status", f"/usr/bin/{guests}"]
-    assert all(line.startswith(("#", "Defaults:trainer ", "trainer ")) for line in text.splitlines())
+    rule = sudo.rule_of(text, "trainer")
+    assert [r.split(" ")[0] for r in rule] == ["/opt/pve/bin/pct"] * 10 + ["/opt/pve/bin/pvesh", "/opt/pve/bin/pvesm"] \
+        + ["/usr/sbin/pct"] * 10 + ["/usr/bin/pvesh", "/usr/sbin/pvesm"]  # pvesh: a cluster's guest list, on Proxmox in /usr/bin
+    assert "/usr/bin/pvesh get /cluster/resources --type vm --output-format json" in rule
+    assert all(line.startswith(("#", "Defaults:trainer ", "trainer ", "    /")) for line in text.splitlines())
     with pytest.raises(ValueError):
         sudo.sudoers("bad user;id")
 
@@ -52,10 +54,10 @@ def test_init_sudoers_prints_only_the_drop_in(tmp_path, capsys):
     hosts.write_text("hosts:\n  pve1: {address: pve1, sudo: true, pct: /srv/lab/bin/pct}\ncontainers:\n  200: {host: pve1}\n")
     assert cli_run(["init", "--sudoers", "trainer", "--hosts", str(hosts)]) == 0
     out, err = capsys.readouterr()
-    assert out == sudo.sudoers("trainer", ["/srv/lab/bin/pct"])
+    assert out == sudo.sudoers("trainer", ["/srv/lab/bin/pct"], [200])
     assert "visudo -cf" in out + err
-    assert sudo.rule_of(out, "trainer") == ["/srv/lab/bin/pct", "/srv/lab/bin/pvesm status",
-                                            "/srv/lab/bin/pvesh get /cluster/resources --type vm --output-format json"]
+    rule = sudo.rule_of(out, "trainer")
+    assert rule[0] == "/srv/lab/bin/pct ^exec (200) --keep-env 0 -- .+$" and rule[-1] == "/srv/lab/bin/pvesm status"
 
 
 def test_a_sudo_host_calls_pct_through_sudo_n_at_its_exact_path():
@@ -154,4 +156,115 @@ def test_init_with_sudo_writes_a_file_whose_host_runs_pct_through_sudo():
 def test_the_drop_in_takes_pct_from_an_older_files_sudo_command_line():
     assert sudo.pct_path("sudo -n /usr/local/sbin/pct") == "/usr/local/sbin/pct"
     assert sudo.pct_path("pct") == "/usr/sbin/pct"
-    assert sudo.rule_of(sudo.sudoers("ops", [sudo.pct_path("sudo -n /opt/pct")]), "ops")[0] == "/opt/pct"
+    assert sudo.rule_of(sudo.sudoers("ops", [sudo.pct_path("sudo -n /opt/pct")]), "ops")[0].startswith("/opt/pct ^exec ")
+
+
+# -- the rule allows what remote runs, and nothing else of pct's -----------------------------------------------
+
+def pct_subcommands_in_the_code() -> set[str]:
+    """Every pct subcommand remote's code names where it builds a pct command line."""
+    from pathlib import Path
+
+    root = Path(sudo.__file__).parent
+    found: set[str] = set()
+    for f in root.rglob("*.py"):
+        if "lab" in f.relative_to(root).parts:  # the lab's own pct double and its setup run as root, not through sudo
+            continue
+        text = f.read_text()
+        found |= set(re.findall(r"_pct\(\s*(?:[a-z_.]+,\s*)*\"([a-z]+)\"", text))
+        found |= set(re.findall(r"pct_argv\([^,()]+,\s*\"([a-z]+)\"", text))
+    found |= set(re.findall(r'"\$\{pct\[@\]\}" ([a-z]+)', (root / "sh" / "gpu-host.sh").read_text()))
+    return found
+
+
+def test_every_pct_subcommand_in_the_code_is_in_the_rule():
+    allowed = {p.args[0] for p in sudo.PROGRAMS if p.name == "pct" and p.args}
+    found = pct_subcommands_in_the_code()
+    assert {"exec", "status", "config", "list", "snapshot", "delsnapshot", "listsnapshot", "rollback"} <= found
+    assert found <= allowed, f"pct {found - allowed} runs without a line in remote.sudo.PROGRAMS"
+
+
+class PctHost:
+    """A host answering pct as Proxmox does, just enough for the snapshot and lifecycle paths; every argv kept."""
+
+    name = "pve1"
+
+    def __init__(self, running: bool = False):
+        self.argv: list[tuple[str, ...]] = []
+        self.running = running
+
+    def describe(self, argv) -> str:
+        return shlex.join(argv)
+
+    def run(self, argv, *, stdin=None, deadline=None, on_output=None):
+        from remote.transport import Result
+
+        argv = tuple(argv)
+        self.argv.append(argv)
+        words = argv[2:] if argv[:2] == ("sudo", "-n") else argv
+        out = {"status": f"status: {'running' if self.running else 'stopped'}\n", "listsnapshot": LISTING,
+               "config": "rootfs: local-zfs:subvol-200-disk-0,size=8G\n",
+               "status-pvesm": "Name Type Status\nlocal-zfs zfspool active\n"}
+        key = "status-pvesm" if words[0].endswith("pvesm") else words[1] if len(words) > 1 else ""
+        return Result(argv, 0, out.get(key, "").encode(), b"", 0.0)
+
+
+class PctSession:
+    def __init__(self, t: PctHost):
+        self.t = t
+        self.config = cfg.parse({"hosts": {"pve1": {"address": "pve1", "user": "trainer", "sudo": True}},
+                                 "containers": {200: {"host": "pve1"}}}, "hosts.yaml")
+
+    def container(self, ctid, **_):
+        return Container(self.t, int(ctid), pct=self.config.hosts["pve1"].pct)
+
+    def host_run(self, host, argv, deadline=None):
+        return self.t.run(argv)
+
+
+@pytest.mark.fault("sudo rule allows only remote's pct command lines",
+                   "the drop-in allows each pct subcommand remote runs with its fixed arguments, on the hosts "
+                   "file's containers; `sudo -l` says no to push, pull, set, enter, mount, destroy, create, restore, "
+                   "unlock, resize, migrate and to other arguments")
+def test_the_command_lines_remote_builds_are_allowed_and_no_other():
+    t = PctHost()
+    session = PctSession(t)
+    spec = session.config.containers[200]
+    ct = session.container(200)
+    ct.run(["echo", "hi"], timeout=5)
+    ct.script("echo \"$1\"", "x", env={"A": "1"})
+    ct.status()
+    ct.start()
+    ct.stop()
+    snaps.before_deploy(session, spec, ct, "0123456789ab", today=datetime.date(2026, 12, 1))
+    snaps.rollback(session, 200)
+    snaps.rollback(session, 200, snapshot="before-upgrade")
+    subcommands = set()
+    for argv in t.argv:
+        assert argv[:2] == ("sudo", "-n"), argv
+        name = argv[2].rsplit("/", 1)[-1]
+        assert sudo.allows(name, argv[3:], [200]), shlex.join(argv)
+        subcommands.add(argv[3])
+    assert subcommands == {"exec", "status", "start", "stop", "config", "listsnapshot", "snapshot", "delsnapshot",
+                           "rollback"}  # (pvesm's `status` among them)
+    assert ("sudo", "-n", "/usr/sbin/pct", "delsnapshot", "200", "remote-20261201-1") in t.argv  # remote's own only
+    # Nothing else of pct's: the subcommands remote never runs, and other arguments to those it does.
+    for args in NOT_ALLOWED:
+        assert not sudo.allows("pct", args.split(), [200]), args
+    assert not sudo.allows("pct", ["exec", "201", "--keep-env", "0", "--", "id"], [200])
+    assert sudo.allows("pct", ["exec", "201", "--keep-env", "0", "--", "id"])  # a drop-in made without a hosts file
+
+
+EXAMPLE_CT = 200  # the container id in NOT_ALLOWED's lines (the lab test puts its own in its place)
+NOT_ALLOWED = [
+    "push 200 /etc/shadow /root/s", "pull 200 /tmp/x /etc/sudoers.d/zz", "set 200 -mp0 /,mp=/host", "enter 200",
+    "mount 200", "unmount 200", "destroy 200", "create 999 local:vztmpl/x.tar.zst", "restore 999 /tmp/backup.tar",
+    "unlock 200", "resize 200 rootfs +1G", "migrate 200 pve2", "clone 200 999", "template 200", "console 200",
+    "fsck 200", "move-volume 200 rootfs local", "reboot 200", "shutdown 200", "suspend 200", "resume 200",
+    "pending 200", "df 200", "cpusets", "rescan", "remote-migrate 200", "fstrim 200", "help",
+    "exec 200 -- id", "exec 200 --keep-env 1 -- id", "exec 200 --keep-env 0 --", "ex 200 --keep-env 0 -- id",
+    "status 200 --verbose", "config 200 --current", "config 200 --snapshot x", "list --full", "start 200 --debug 1",
+    "stop 200 --skiplock 1", "snapshot 200 mine --description before deploy of x", "snapshot 200 remote-20261201-1",
+    "delsnapshot 200 before-upgrade", "delsnapshot 200 remote-20261201-1 --force 1", "rollback 200 x --start 1 --y",
+    "rollback 200 x", "listsnapshot 200 --x", "status 0200", "status abc",
+]

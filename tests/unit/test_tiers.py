@@ -4,11 +4,12 @@ and takes what it shares from tests/support.py (conftest.py holds fixtures and h
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
 
-from support import ROOT, TESTS, TIERS, tier_of
+from support import OWN_LAB_MODULES, ROOT, TESTS, TIERS, tier_of, work_unit
 
 
 def all_test_files() -> list[Path]:
@@ -68,3 +69,27 @@ def test_ci_s_expression_selects_the_unit_and_local_folders_whole():
     files = {line.split("::")[0] for line in r.stdout.splitlines() if "::" in line}
     assert files == {str(p.relative_to(ROOT)) for p in all_test_files() if tier_of(p) in ("unit", "local")}
     assert "deselected" in r.stdout.splitlines()[-1]  # the lab and newcomer tests were collected, then left out
+
+
+def test_the_own_lab_modules_exist_and_use_their_labs_ids():
+    """A module of support.OWN_LAB_MODULES runs on conftest's own_lab (under xdist beside the session lab's
+    modules): it must not reach for the session lab's containers."""
+
+    for name in OWN_LAB_MODULES:
+        path = TESTS / "lab" / name
+        assert path.is_file(), f"support.OWN_LAB_MODULES names {name}, which is not in tests/lab/"
+        text = path.read_text()
+        assert "LAB_CONTAINERS" not in text and not re.search(r"\b20[01]\b", text), \
+            f"{name} names the session lab's containers: take ids from support.lab_ids(__file__)"
+
+
+def test_xdist_work_units_keep_each_lab_on_one_worker():
+    """conftest's scheduler: one unit for the session lab's modules, one for own_lab's, one for the newcomer
+    tier, a unit per file elsewhere; every lab module in one of the two lab units."""
+    units = {str(p.relative_to(ROOT)): work_unit(str(p.relative_to(ROOT))) for p in all_test_files()}
+    lab = {path for path, unit in units.items() if tier_of(ROOT / path) == "lab"}
+    assert {units[path] for path in lab} == {"lab", "lab-own"}
+    assert {Path(path).name for path in lab if units[path] == "lab-own"} == set(OWN_LAB_MODULES)
+    assert {unit for path, unit in units.items() if tier_of(ROOT / path) == "newcomer"} == {"newcomer"}
+    others = [path for path in units if tier_of(ROOT / path) in ("unit", "local")]
+    assert all(units[path] == path for path in others) and len(others) > 40

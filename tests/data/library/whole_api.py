@@ -40,7 +40,7 @@ with remote.open(hosts, progress=lines_seen.append) as fleet:
     seen["follow"] = followed
     seen["wait"] = run.wait(timeout=120)
     seen["state"] = run.state
-    seen["metrics"] = [m.get("value") for m in run.metrics()]
+    seen["metrics"] = [m.value for m in run.metrics()]
     ct.exec(["touch", "/root/apitest/hold"], check=True)
     long = ct.train(detach=True, force=True)  # a second one, that waits: to stop
     first = next(iter(long.follow()))

@@ -1,0 +1,368 @@
+"""Every value an operation returns, defined once: the ops build them, the API returns the same objects.
+
+Frozen dataclasses, typed, with no rendering (the command line's format module turns them into text and
+JSON). Below the operations and the transport: this module imports only remote.errors.
+
+    Result        a finished command                 CacheCopy     a compile cache copied between containers
+    Snapshot      a Proxmox snapshot                 RolledBack    a container rolled back to one
+    Finding       one thing doctor found             Stopped       a stopped run (and the others with it)
+    RunStatus     a run's state, read now            RunSummary    one row of `runs`
+    Metric        one value of metrics.jsonl         KnownGood     a run recorded as known-good
+    PulledRun     a run's files brought home         ImportedCache a compile-cache bundle loaded
+    HostStatus, ContainerStatus, JobStatus, FleetStatus           `status`: hosts, containers, their jobs
+    Outcome, GroupResult                                           one call on many containers
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar
+
+from .errors import CommandError
+
+T = TypeVar("T")
+
+State = Literal["running", "exited", "stopped", "lost"]
+"""A run's state: running; exited (with its own status); stopped (by `remote stop`); lost (it ended
+without an exit record: the container restarted, or its wrapper was killed)."""
+
+
+# -- commands ------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Result:
+    """A finished command: its argv, its own exit status and output (bytes, exactly as it wrote them)."""
+
+    argv: tuple[str, ...]
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    @property
+    def text(self) -> str:
+        """stdout decoded as UTF-8 (undecodable bytes replaced)."""
+        return self.stdout.decode("utf-8", "replace")
+
+    @property
+    def out(self) -> str:
+        return self.text
+
+    @property
+    def err(self) -> str:
+        return self.stderr.decode("utf-8", "replace")
+
+    def check(self, where: str = "") -> Result:
+        """Raise CommandError unless the command succeeded."""
+        if self.exit_code != 0:
+            raise CommandError(shlex.join(self.argv), self.exit_code, self.err, where)
+        return self
+
+
+# -- compile caches ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CacheCopy:
+    """A compile cache copied from one container to another (only the files it lacked; sha256-verified)."""
+
+    src: int
+    dst: int
+    via: str  # "host <name>", "controller", "nothing to send" or "dry run"
+    files: int  # written now
+    bytes: int
+    present: int  # already there (skipped)
+    total: int  # files the source holds
+    seconds: float
+
+    def line(self) -> str:
+        """Deprecated since 0.2 (the library returns data; the command line words it): the copy as one line."""
+        import warnings
+
+        from .naming import copied_line
+
+        warnings.warn("CacheCopy.line() is deprecated: format the fields yourself", DeprecationWarning, stacklevel=2)
+        return copied_line(self)
+
+
+@dataclass(frozen=True)
+class ImportedCache:
+    """A bundle made by export_cache, loaded into a container's compile cache."""
+
+    files: int
+    cache_dir: str
+    warmups: tuple[str, ...]  # the devices whose warmup records were kept (they match what runs now)
+    refused: tuple[str, ...]  # the bundle's members not imported, each "<name>: <why>"
+
+
+# -- snapshots -----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A Proxmox snapshot of a container: name, time (the host's local time, as pct prints it),
+    description; ours: made by remote's deploy (the only ones remote ever deletes)."""
+
+    name: str
+    time: str
+    description: str
+    ours: bool = False
+    depth: int = 0  # its place in pct's tree (0: a snapshot of the current state's line)
+
+
+@dataclass(frozen=True)
+class RolledBack:
+    """A container rolled back to a snapshot: what was restored (in its rootfs) and what was kept as it
+    was (on mount points), and whether it was started again."""
+
+    container: int
+    snapshot: Snapshot
+    started: bool
+    kept: tuple[str, ...]
+    restored: tuple[str, ...]
+
+
+# -- health --------------------------------------------------------------------------------------------------
+
+Severity = Literal["error", "warning", "info"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing doctor found. `code` a stable identifier (e.g. package-changed); `severity` error or
+    warning (the container is not healthy) or info (a note: healthy all the same); `what` and `why`;
+    `since` against the known-good record, where it tells; `fix` the command that fixes it (or None)."""
+
+    code: str
+    severity: str
+    what: str
+    since: str | None
+    why: str
+    fix: str | None
+
+    @property
+    def kind(self) -> str:
+        """`code` (its name before 0.2)."""
+        return self.code
+
+    @property
+    def message(self) -> str:
+        """what, and why where there is one."""
+        return f"{self.what}: {self.why}" if self.why else self.what
+
+    @property
+    def healthy(self) -> bool:
+        """An info finding is a note: it leaves the container healthy."""
+        return self.severity not in ("error", "warning")
+
+
+# -- runs ------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RunStatus:
+    """A run's state as the container holds it now (its folder's pid, exit, manifest, watch files)."""
+
+    run: str | None  # None: the container has no runs
+    path: str = ""
+    pid: int | None = None
+    alive: bool = False
+    exit: int | None = None
+    lost: bool = False  # ended without an exit record
+    stopped: bool = False  # ended by `remote stop`
+    orphans: tuple[int, ...] = ()  # processes of a lost run still alive
+    log_size: int = 0
+    manifest: Mapping[str, Any] | None = None
+    live: tuple[Mapping[str, Any], ...] = ()  # every live run of the container ({"run", "pid"} each)
+    stalled: Mapping[str, Any] | None = None
+    stalls: int = 0
+    gpu: Mapping[str, Any] | None = None
+    attempt: int | None = None
+    attempts_max: int | None = None
+
+    @property
+    def state(self) -> State:
+        return ("running" if self.alive else "lost" if self.lost else "stopped" if self.stopped else "exited")
+
+    @property
+    def exit_code(self) -> int | None:
+        """The exit status a finished run reports: the job's own, 1 when it was lost; None while it runs."""
+        if self.alive:
+            return None
+        return 1 if self.lost else (self.exit or 0)
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One run as `runs` lists it."""
+
+    id: str
+    started: str | None
+    started_epoch: float | None
+    state: State
+    exit: int | None
+    throughput: float | None
+    unit: str | None
+    command: str | None
+    nodes: tuple[int, ...] | None
+    path: str
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One line of a run's metrics.jsonl: t (seconds), value and unit where the line has them; `fields`
+    the whole line (the container's JSON object, untrusted)."""
+
+    t: float | None
+    value: float | None
+    unit: str | None
+    fields: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """A stopped run: verified that no process of it is left."""
+
+    run: str
+    was_alive: bool
+    signal: str | None
+    exit_code: int | None
+    gpu_left: tuple[int, ...] | None  # None where the GPUs could not be checked
+    others: tuple[Stopped, ...] = ()  # other live runs stopped with it (no run id given)
+    nodes: tuple[int, ...] | None = None  # a multi-node run's containers
+
+
+@dataclass(frozen=True)
+class KnownGood:
+    """A run recorded as its container's known-good (for doctor); `record` is the whole record as saved
+    in the container (docs/doctor.md)."""
+
+    run: str
+    container: int
+    commit: str | None
+    torch: str | None
+    path: str  # where the container keeps it
+    record: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class PulledRun:
+    """A run's log, manifest and outputs brought into `dest` (a folder named after the run)."""
+
+    run: str
+    dest: str
+    pulled: Mapping[str, str]  # what arrived: name -> "<n> file(s), <bytes> bytes"
+    refused: tuple[str, ...]  # what was not written, each "<name>: <why>"
+
+
+# -- the fleet at a glance ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class JobStatus:
+    """A container's latest run, as `status` shows it."""
+
+    id: str
+    alive: bool
+    lost: bool
+    orphans: tuple[int, ...]
+    exit: int | None
+    pid: int | None
+    stopped: bool
+    uptime_s: int | None
+    throughput: float | None
+    rolling: float | None
+    unit: str | None
+    higher_is_better: bool
+    baseline: float | None
+    low: bool
+    problems: tuple[str, ...]
+    spark: str
+    stalled: Mapping[str, Any] | None
+    attempt: int | None
+    attempts_max: int | None
+    gpu: Mapping[str, Any] | None
+    nodes: tuple[int, ...] | None = None  # one node of a multi-node run: every node's container
+    node_rank: int | None = None
+    moved_from: str | None = None  # lost because its container moved: the cluster node it started on
+
+    @property
+    def state(self) -> State:
+        return "running" if self.alive else "lost" if self.lost else "stopped" if self.stopped else "exited"
+
+
+@dataclass(frozen=True)
+class ContainerStatus:
+    """One container in `status`: its state as `pct list` says, its latest run, its venv lock."""
+
+    container: int
+    host: str
+    state: str  # pct's: running, stopped, missing, unknown, ...
+    run: JobStatus | None = None
+    also_live: tuple[Mapping[str, Any], ...] = ()  # live runs besides the latest ({"run", "pid"} each)
+    probed: bool = False  # its run state was read (then venv_lock is what the venv's record says)
+    venv_lock: str | None = None
+    error: str | None = None
+    venv_lock_differs: str | None = None  # the lock its siblings (same venv spec) have, where it differs
+    node: str | None = None  # the Proxmox node holding it (a cluster's container: as its guest list says)
+
+
+@dataclass(frozen=True)
+class HostStatus:
+    host: str
+    reachable: bool
+    error: str | None
+    kept: str | None  # the kept connection, where there is one
+    containers: Mapping[int, str]  # ctid -> pct's state
+    node: str | None = None  # its Proxmox node name
+    cluster: str | None = None  # the cluster it is a node of (hosts file's cluster:), None for a host of its own
+
+
+@dataclass(frozen=True)
+class FleetStatus:
+    hosts: tuple[HostStatus, ...]
+    containers: tuple[ContainerStatus, ...]
+
+    @property
+    def reachable(self) -> bool:
+        return all(h.reachable for h in self.hosts)
+
+
+# -- one call on many containers -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Outcome(Generic[T]):
+    """One container's part of a GroupResult: its value, or the error it failed with (and the exit
+    status and message the command line shows for it)."""
+
+    container: int
+    host: str
+    value: T | None = None
+    error: BaseException | None = None
+    seconds: float = 0.0
+    skipped: bool = False
+    exit_code: int = 0
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and not self.skipped
+
+
+class GroupResult(dict[int, Outcome[T]], Generic[T]):
+    """A result per container ({ctid: Outcome}), as Fabric's GroupResult: `.succeeded`, `.failed`."""
+
+    @property
+    def succeeded(self) -> dict[int, T | None]:
+        return {k: o.value for k, o in self.items() if o.ok}
+
+    @property
+    def failed(self) -> dict[int, BaseException]:
+        return {k: o.error for k, o in self.items() if o.error is not None}
+
+    @property
+    def ok(self) -> bool:
+        return all(o.ok for o in self.values())
+

@@ -1,0 +1,82 @@
+"""bench/, read statically: the benchmarks share one helper for a lab and its hosts file (bench/benchlab.py), and
+reach remote through its public names (remote.open, Fleet, Container, remote.lab's Lab, the command line) except
+where a benchmark measures an inner layer itself, named here with the reason."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from support import ROOT
+
+BENCH = ROOT / "bench"
+INNER = ("remote.ops", "remote.transport")
+
+# The benchmarks that import remote.ops or remote.transport, and why the public API cannot do their job.
+MEASURES_AN_INNER_LAYER = {
+    "connect.py": "times SshTransport's own connect against a mute host",
+    "exec_overhead.py": "times the transport's parts one by one: a session, a channel, pct start-up, lxc-attach",
+    "doctor.py": "counts doctor's round trips at the transport (a counting transport) and times the probe alone",
+    "gpu_doctor.py": "counts doctor --gpu's round trips at the transport and times preflight's GPU part alone",
+    "oneoff.py": "times the kept connection (KeptTransport) beside ssh by hand",
+    "follow.py": "drives the job wrapper (ops.jobs.launch) while it kills the server side of the connection",
+    "watchdog.py": "launches jobs with the watch's settings (ops.jobs) and reads the watch's own state",
+    "deploy.py": "UV_ENV: the environment deploy runs uv with, for the rebuild it times beside pip",
+    "sudo.py": "ends the kept connections of its own hosts files only (keeper.disconnect; `remote disconnect` "
+               "ends every one of the user's)",
+}
+
+
+def bench_files() -> list[Path]:
+    return sorted(BENCH.glob("*.py"))
+
+
+def inner_imports(path: Path) -> set[str]:
+    """remote.ops / remote.transport modules a benchmark imports, in its code or in a child program it runs
+    (a string of Python source)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(INNER):
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith(INNER)}
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "import" in node.value:
+            try:
+                found |= inner_imports_of(ast.parse(node.value))
+            except SyntaxError:  # not Python source
+                pass
+    return found
+
+
+def inner_imports_of(tree: ast.Module) -> set[str]:
+    return {node.module for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(INNER)}
+
+
+def test_benchmarks_reach_inner_layers_only_where_they_measure_them():
+    importing = {p.name: sorted(inner_imports(p)) for p in bench_files() if inner_imports(p)}
+    assert set(importing) <= set(MEASURES_AN_INNER_LAYER), \
+        f"use remote.open / Fleet / Container (or say here why not): {importing}"
+    stale = set(MEASURES_AN_INNER_LAYER) - set(importing)
+    assert not stale, f"these no longer import an inner layer: drop them from MEASURES_AN_INNER_LAYER: {stale}"
+
+
+def test_the_inner_import_check_reads_child_programs_too(tmp_path):
+    path = tmp_path / "sample.py"
+    path.write_text('CHILD = r"""\nimport sys\nfrom remote.transport.session import Session\n"""\nimport remote\n')
+    assert inner_imports(path) == {"remote.transport.session"}
+
+
+def test_lab_and_hosts_file_setup_live_in_benchlab():
+    """No benchmark repeats the lab's set-up (a free port, a Lab in a folder of its own, parsing its ids)."""
+    repeated = {}
+    for p in bench_files():
+        if p.name == "benchlab.py":
+            continue
+        tree = ast.parse(p.read_text())
+        defs = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)} & {"free_port", "parse_ids"}
+        labs = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "Lab"
+                and any(k.arg in ("dir", "port") for k in n.keywords)]
+        if defs or labs:
+            repeated[p.name] = (sorted(defs), labs)
+    assert repeated == {}, f"use bench/benchlab.py (private_lab, hosts_file, free_port, parse_ids): {repeated}"
