@@ -539,6 +539,8 @@ def check_quorum():
 def members():
     import json
 
+    if not CLUSTER_DIR:  # a node of its own: no cluster, itself its only node
+        return {"nodelist": {NODE: {"id": 0, "online": 1, "ip": "127.0.0.1"}}}
     try:
         with open(os.path.join(CLUSTER_DIR, ".members")) as f:
             return json.load(f)
@@ -548,6 +550,8 @@ def members():
 
 def guests():
     """vmid -> owning node, from the tree (what pmxcfs's .vmlist says)."""
+    if not CLUSTER_DIR:
+        return {d: NODE for d in (os.listdir(LXC_PATH) if os.path.isdir(LXC_PATH) else []) if d.isdigit() and conf_exists(d)}
     found = {}
     base = os.path.join(CLUSTER_DIR, "nodes")
     for node in sorted(os.listdir(base)) if os.path.isdir(base) else []:
@@ -669,10 +673,10 @@ def pvesh(argv):
                              "status": ("running" if running else "stopped") if online else "unknown",
                              "template": 0, "maxmem": 1 << 30, "maxcpu": 2})
     elif path == "/cluster/status":
-        cluster = info.get("cluster", {})
+        cluster = info.get("cluster")
         data = [{"type": "cluster", "id": "cluster", "name": cluster.get("name", ""),
                  "nodes": len(info.get("nodelist", {})), "quorate": 1 if quorate() else 0,
-                 "version": cluster.get("version", 1)}]
+                 "version": cluster.get("version", 1)}] if cluster else []  # a node of its own: no cluster entry
         for node, n in sorted(info.get("nodelist", {}).items(), key=lambda kv: kv[1].get("id", 0)):
             data.append({"type": "node", "id": f"node/{node}", "name": node, "ip": n.get("ip", ""),
                          "nodeid": n.get("id", 0), "online": n.get("online", 1), "local": 1 if node == NODE else 0,

@@ -190,3 +190,18 @@ def test_no_node_answering_leaves_the_hints_and_a_refused_read_is_named(capsys):
     with Session(load(), transport_factory=lambda h: CountingTransport(h.name, refused)) as s:
         with pytest.raises(cluster.ClusterError, match="needs root"):
             s.container(200)
+
+
+def test_init_on_a_cluster_node_writes_every_node_and_container_and_loads():
+    from remote.ops import hostsinit
+
+    info = hostsinit.ClusterInfo("lab", "pve1", (hostsinit.NodeInfo("pve1", "10.0.0.1", True),
+                                                 hostsinit.NodeInfo("pve2", "10.0.0.2", False)),
+                                 {200: "pve1", 201: "pve2"}, {200: "running", 201: "unknown"})
+    host = config.Host("pve", "10.0.0.1", port=2222)
+    text = hostsinit.render(host, {"port": 2222}, [(200, "running", "ct200", []), (201, "unknown", "", [])], info)
+    c = config.parse(yaml.safe_load(text), "hosts.yaml")
+    assert {h.name: (h.node_name, h.address, h.port, h.cluster) for h in c.hosts.values()} == {
+        "pve": ("pve1", "10.0.0.1", 2222, "lab"), "pve2": ("pve2", "10.0.0.2", 2222, "lab")}
+    assert {i: s.host.name for i, s in c.containers.items()} == {200: "pve", 201: "pve2"}
+    assert "# offline when remote init read the cluster" in text
