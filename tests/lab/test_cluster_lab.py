@@ -105,6 +105,12 @@ def test_found_by_cluster_only_and_a_stale_hint_followed_with_one_line(cl):
     where = {ctid: h["node"] for h in data["hosts"] for ctid in h["containers"]}
     assert where == {"270": "pve1", "271": "pve2"}, data
     assert {e["container"]: e["node"] for e in data["containers"]} == {270: "pve1", 271: "pve2"}
+    cl.move_config(270, "pve2")  # an admin moving a config off a dead node (or HA recovery): found there
+    try:
+        r = task(hosts, "exec", "-c", "270", "--", "hostname")
+        assert r.returncode == 0 and r.stdout.strip() == "lab270" and "is on" not in r.stderr, r.stdout + r.stderr
+    finally:
+        cl.move_config(270, "pve1")
 
 
 def test_a_node_the_hosts_file_lacks_is_named_with_the_key_to_add(cl):
