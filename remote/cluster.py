@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from collections.abc import Callable, ItemsView, Iterator, ValuesView
+from collections.abc import Callable, ItemsView, ValuesView
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -208,9 +208,6 @@ class Containers(dict):
     def items(self) -> ItemsView[int, ContainerSpec]:  # type: ignore[override]
         return {k: self[k] for k in self}.items()
 
-    def __iter__(self) -> Iterator[int]:
-        return super().__iter__()
-
 
 def has_clusters(config: Config) -> bool:
     return any(h.cluster for h in config.hosts.values())
@@ -228,12 +225,3 @@ def resolving(config: Config, run: Runner, echo: Callable[[str], None] | None = 
 
 def lookup_of(config: Config) -> Lookup | None:
     return config.containers.lookup if isinstance(config.containers, Containers) else None
-
-
-def node_of(config: Config, ctid: int) -> str | None:
-    """The node holding container ctid as this command knows it (its host's node where not in a cluster)."""
-    lookup = lookup_of(config)
-    spec = config.containers[ctid]
-    if lookup is None or spec.cluster is None:
-        return spec.host.node_name if spec.host.cluster else None
-    return lookup.place(config.containers.raw(ctid)).node if isinstance(config.containers, Containers) else None
