@@ -193,7 +193,7 @@ variants() {
   sed 's/^  run_dir: \/root\/runs$/  run_dir: \/root\/runs\n  env: {TORCH_CACHING_PRECOMPILE: "1"}/' "$work/$name.yaml" > "$work/$name-pre.yaml"
 }
 variants drafter <<EOF
-$(cat "$lab/hosts.yaml")
+$(cat "$lab/hosts-bare.yaml")
 $venv_yaml
 code:
   repo: $lab/dflash
@@ -207,7 +207,7 @@ train:
   run_dir: /root/runs
 EOF
 variants plain <<EOF
-$(cat "$lab/hosts.yaml")
+$(cat "$lab/hosts-bare.yaml")
 $venv_yaml
 code:
   repo: $lab/plain

@@ -100,7 +100,7 @@ if [ ! -d "$house" ]; then
     WHEELHOUSE_ALLOW_CHANGED=1 step wheelhouse-as-is 0 "$repo/scripts/wheelhouse-from-venv" "$src_venv" "$house" torch
 fi
 cat > "$work/hosts.yaml" <<YAML
-$(cat "$lab/hosts.yaml")
+$(cat "$lab/hosts-bare.yaml")
 venv:
   python: $base_python
   packages: [torch==$torch_dist]

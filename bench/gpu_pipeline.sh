@@ -154,7 +154,7 @@ venv_yaml="venv:
 devices=0
 drafter_cmd="python -m drafter.train --target-gpus 0 --drafter-gpus 0 --steps $steps --log-interval 1"
 cat > "$work/hosts.yaml" <<EOF
-$(cat "$lab/hosts.yaml")
+$(cat "$lab/hosts-bare.yaml")
 $venv_yaml
 code:
   repo: $lab/dflash
@@ -172,7 +172,7 @@ sed "s/--steps $steps/--steps 1000000/" "$work/hosts.yaml" > "$work/hosts-long.y
 # The cold run: the same command with no warmup configured (train's preflight insists on one otherwise).
 sed '/^warmup:/,/^  cache_dir:/d' "$work/hosts.yaml" > "$work/hosts-cold.yaml"
 cat > "$work/hosts-plain.yaml" <<EOF
-$(cat "$lab/hosts.yaml")
+$(cat "$lab/hosts-bare.yaml")
 $venv_yaml
 code:
   repo: $lab/plain

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from remote.target import resolve as target_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -209,7 +210,7 @@ def _noop_deploy(hosts: str, ctid: int, session_kwargs: dict, env: dict) -> floa
     try:
         start = time.perf_counter()
         with Session(config.load(hosts), **session_kwargs) as s:
-            summary = deploy(s, ctid, echo=lambda line: None)
+            summary = deploy(target_of(s, ctid), echo=lambda line: None)
         took = time.perf_counter() - start
     finally:
         if saved is None:

@@ -27,7 +27,7 @@ __all__ = [
     "RemoteError", "ConfigError", "TransportError", "HostKeyError", "AuthenticationError", "ConnectError",
     "ConnectTimeout", "CommandError", "CommandTimeout", "PctError", "ContainerNotFound", "ContainerNotRunning",
     "ContainerLocked", "ContainerCommandNotFound", "TransferError", "DeployError", "WarmupError", "JobError",
-    "UnknownRun", "BusyError",
+    "UnknownRun", "BusyError", "JobTimeout",
 ]
 _ERRORS = frozenset(__all__[__all__.index("RemoteError"):])
 _API = frozenset(__all__[1:__all__.index("State")])
@@ -70,6 +70,7 @@ if TYPE_CHECKING:
         DeployError,
         HostKeyError,
         JobError,
+        JobTimeout,
         PctError,
         RemoteError,
         TransferError,

@@ -20,6 +20,8 @@ from .errors import ConfigError
 
 ENV_VAR = "REMOTE_HOSTS_FILE"
 CONTAINER_VAR = "REMOTE_CONTAINER"  # the container a task works on when --container is absent
+CONTAINER_KEY = "container"  # the library's word for the container argument (the command line says --container)
+CHOOSE = "the container argument"  # how to name one, in the library's words
 DEFAULT_FILE = "hosts.yaml"
 UV_VERSION = "0.13.9"  # the uv bootstrapped inside containers; pinned so deploys are reproducible
 
@@ -164,14 +166,14 @@ class Config:
             if len(self.containers) == 1:
                 return next(iter(self.containers.values()))
             raise ConfigError(self.file, "containers",
-                              f"several containers configured ({_ids(self.containers)}): pass --container, "
+                              f"several containers configured ({_ids(self.containers)}): name one ({CHOOSE}), "
                               f"or set default_container: in the file (or ${CONTAINER_VAR})")
         try:
             key = int(ctid)
         except (TypeError, ValueError):
-            raise ConfigError(self.file, "--container", f"expected a container id, got {ctid!r}") from None
+            raise ConfigError(self.file, CONTAINER_KEY, f"expected a container id, got {ctid!r}") from None
         if key not in self.containers:
-            raise ConfigError(self.file, "--container",
+            raise ConfigError(self.file, CONTAINER_KEY,
                               f"container {key} is not in this file (known: {_ids(self.containers)})")
         return self.containers[key]
 
@@ -231,7 +233,7 @@ class _Section:
         self.seen.add(name)
         if name not in self.data or self.data[name] is None:
             if default is _MISSING:
-                raise ConfigError(self.file, self.key(name), "required key is missing")
+                raise ConfigError(self.file, self.key(name), "required key is missing" + self._typo_of(name))
             return default
         value = self.data[name]
         kinds = kind if isinstance(kind, tuple) else (kind,)
@@ -245,6 +247,15 @@ class _Section:
         if check and (problem := check(value)):
             raise ConfigError(self.file, self.key(name), problem)
         return value
+
+    def _typo_of(self, name: str) -> str:
+        """A key beside a missing one that reads like a typo of it (`hots` for `host`): named, since the
+        missing key is the error that shows and the unknown key would only be found after it."""
+        import difflib
+
+        others = [str(k) for k in self.data if k not in self.seen and isinstance(k, (str, int))]
+        close = difflib.get_close_matches(name, others, n=1, cutoff=0.6)
+        return f" (unknown key {self.key(close[0])} beside it: a typo of {name}?)" if close else ""
 
     def strings(self, name: str, default: tuple = ()) -> tuple[str, ...]:
         value = self.take(name, list, default=list(default))
@@ -523,11 +534,8 @@ def parse(data: Any, file: str) -> Config:
         if ctid in containers:
             raise ConfigError(file, key, "container listed twice")
         c = containers_s.section(raw_id)
-        host = c.take("host", str, None)
-        cluster = c.take("cluster", str, None)
-        if host is None and cluster is None:
-            raise ConfigError(file, c.key("host"), "required key is missing (or cluster: NAME, for a container of a "
-                              "Proxmox cluster found on whichever node holds it)")
+        cluster = c.take("cluster", str, None)  # without it, host: is required (a cluster's container: a hint)
+        host = c.take("host", str, None if cluster is not None else _MISSING)
         if host is not None and host not in hosts:
             raise ConfigError(file, c.key("host"), f"unknown host {host!r} (known: {_ids(hosts)})")
         if cluster is not None and cluster not in clusters:

@@ -20,6 +20,7 @@ from .ops import passport as pp
 from .ops import venv as venvmod
 from .ops import warmup as wm
 from .results import Finding
+from .target import resolve
 from .transport.session import Session
 
 SCHEMA_VERSION = 1
@@ -348,20 +349,20 @@ class Report:
 def diagnose(session: Session, ctids: list[int], *, fresh: bool = False) -> list[Report]:
     """One report per container, all containers at once (bounded per host); a container that cannot be
     probed is a report with its error. `fresh`: ask torch again rather than use a kept answer."""
-    from .ops import fleet
+    from . import executor
 
     for ctid in ctids:  # each host's transport made here, in one thread: threads would each make their own
         session.container(ctid, venv_on_path=False)
 
     def one(ctid: int) -> Report:
-        spec = session.config.container(ctid)
+        spec = resolve(session, ctid).spec
         try:
-            facts = gather(session.container(spec.ctid, venv_on_path=False), spec, fresh=fresh)
+            facts = gather(session.container_for(spec, venv_on_path=False), spec, fresh=fresh)
         except RemoteError as exc:
             return Report(spec.ctid, spec.host.name, [], None, str(exc))
         return Report(spec.ctid, spec.host.name, findings(facts, spec), facts)
 
-    return fleet.map_each(session.config, ctids, one)
+    return executor.values(session.config, ctids, one)
 
 
 def to_json(reports: list[Report]) -> dict:

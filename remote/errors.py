@@ -154,6 +154,10 @@ class JobError(RemoteError):
     """Launching, following or stopping a training job failed."""
 
 
+class JobTimeout(JobError, TimeoutError):
+    """A run still running when the time given to wait for it ran out (Run.wait(timeout)); also a TimeoutError."""
+
+
 class UnknownRun(JobError):
     """A run id (--run) that the container does not have: bad input, exit status 2."""
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from .errors import RemoteError
 from .facts import gpu
 from .naming import printable
+from .target import resolve
 from .transport.session import Session
 
 SCHEMA_VERSION = 1
@@ -77,9 +78,9 @@ def diagnose(session: Session, ctids: list[int]) -> tuple[list[HostReport], list
 
     by_host: dict[str, list[int]] = {}
     for ctid in ctids:
-        spec = session.config.container(ctid)
+        spec = resolve(session, ctid).spec
         by_host.setdefault(spec.host.name, []).append(spec.ctid)
-        session.container(spec.ctid, venv_on_path=False)  # each host's transport made here, in one thread
+        session.container_for(spec, venv_on_path=False)  # each host's transport made here, in one thread
 
     def timed(fn, *args):
         t0 = time.monotonic()
@@ -101,7 +102,7 @@ def diagnose(session: Session, ctids: list[int]) -> tuple[list[HostReport], list
         ct_reports = []
         for ctid, fut in cts.items():
             facts, error, secs = fut.result()
-            name = session.config.container(ctid).host.name
+            name = resolve(session, ctid).spec.host.name
             h = got.get(name)
             try:
                 found = gpu.findings(h, ctid, facts, name) if (facts or h) else []

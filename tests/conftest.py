@@ -4,9 +4,10 @@ Tiers: every test gets the marker of its folder (tests/unit, tests/local, tests/
 support.TIERS); tests/unit/test_tiers.py checks that no file names another tier's marker.
 
 Guards: no test reads the real ~/.ssh/config or the user's hosts file ($HOME points at a temporary
-folder and $REMOTE_HOSTS_FILE is unset unless a test sets it). The `lab` fixture brings up a
-private lab (its own folder, port and containers) once per session and tears it down after; it
-fails loudly, never skips, when the machine cannot run it: .ci/run installs what it needs.
+folder and $REMOTE_HOSTS_FILE is unset unless a test sets it). The `lab` fixture is the module's lab:
+a private lab (its own folder, port and containers) brought up once per session and torn down after
+(the session lab, or own_lab for support.OWN_LAB_MODULES); it fails loudly, never skips, when the
+machine cannot run it: .ci/run installs what it needs.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout
 
 from support import (LAB_CONTAINERS, LAB_SECTIONS, OWN_LAB_CONTAINERS, OWN_LAB_MODULES, new_lab,  # noqa: E402
                      tier_of, work_unit)
+
+from remote.target import resolve as target_of  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
@@ -156,7 +159,7 @@ def deployed(lab, lab_session, _per_lab):
     from remote.ops.deploy import deploy
 
     def make():
-        summary = deploy(lab_session, ids_of(lab)[0], echo=lambda s: None)
+        summary = deploy(target_of(lab_session, ids_of(lab)[0]), echo=lambda s: None)
         assert summary.torch["torch"] == "2.13.0+cpu", summary.render()
         return summary
 

@@ -17,15 +17,26 @@ $INVOKE_REMOTE_HOSTS) with
       container: 200           # the container, when -c is not given
 
 A flag wins over the configuration, which wins over $REMOTE_HOSTS_FILE / $REMOTE_CONTAINER.
+
+invoke binds a flag to the task it follows: on an invoke line of `deploy warmup train --container 200
+--dry` only train would be given --dry, and deploy and warmup would run for real. So the shared flags of remote's
+command line (--container, --hosts, --dry, --fail-fast) apply to every task of the line, as `remote deploy
+warmup train -c 200 --dry` does, and a line that cannot be run so (a task without --dry in a dry line,
+two containers for a task given none) is refused, the flag named, before its first task runs.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import sys
+from types import FrameType
+from typing import Any
 
-from invoke import Collection, Task
+from invoke import Collection, Executor, Task
 from invoke import Exit as InvokeExit
+
+from .parse import ALL_OR_NOTHING, SHARED
 
 DEFAULTS = {"hosts": None, "container": None}
 
@@ -54,6 +65,9 @@ def build(tasks: dict, short_flags: dict[str, str], exit_type: type[BaseExceptio
     def body_of(spec):
         @functools.wraps(spec.fn)
         def body(c, *args, **kwargs):
+            calls = _executing_calls()
+            if calls is not None:
+                kwargs.update(line_kwargs(spec, kwargs, calls, core_dry=_core_dry(c)))
             for param in spec.params.values():  # the checks `remote` makes, for what invoke passes as text
                 value = kwargs.get(param.name)
                 if param.kind and isinstance(value, str):
@@ -75,6 +89,7 @@ def build(tasks: dict, short_flags: dict[str, str], exit_type: type[BaseExceptio
     for name, spec in tasks.items():
         group, _, sub = name.rpartition(" ")
         made = RemoteTask(body_of(spec), name=sub, help=getattr(spec.fn, "help", {}))
+        made.remote_spec = spec  # type: ignore[attr-defined]  # what line_kwargs reads of the line's other tasks
         if group:
             if group not in groups:
                 groups[group] = Collection(group)
@@ -96,3 +111,69 @@ def _from_config(c, spec, kwargs: dict) -> None:
         if value is not None and key in spec.params and kwargs.get(spec.params[key].name) is None:
             param = spec.params[key]
             kwargs[param.name] = param.kind.convert(str(value)) if param.kind else value
+
+
+def _executing_calls() -> list | None:
+    """The Calls of the invoke line that runs now (every task of it, each with its own arguments): invoke's
+    Executor.execute holds them, as `calls`, while it runs each in turn (invoke 1.0 to 2.x). None where a
+    task is called otherwise (as a function, by a program of one's own)."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "execute" and isinstance(frame.f_locals.get("self"), Executor):
+            calls = frame.f_locals.get("calls")
+            return list(calls) if isinstance(calls, list) else None
+        frame = frame.f_back
+    return None
+
+
+def _params(task) -> dict[str, tuple[str, Any]]:
+    """flag -> (parameter name, default) of any invoke task: remote's from its spec, another's from its body."""
+    spec = getattr(task, "remote_spec", None)
+    if spec is not None:
+        return {flag: (p.name, inspect.signature(spec.fn).parameters[p.name].default) for flag, p in spec.params.items()}
+    try:
+        params = inspect.signature(task.body).parameters
+    except (TypeError, ValueError, AttributeError):
+        return {}
+    return {name.strip("_").replace("_", "-"): (name, p.default) for name, p in params.items()}
+
+
+def _core_dry(c) -> bool:
+    """invoke's own --dry (`deploy known-good --dry` on an invoke line: a flag the last task lacks is invoke's), which
+    only echoes `c.run` commands: for remote's tasks, a dry run of the line all the same."""
+    try:
+        return bool(c.config.run.dry)
+    except AttributeError:
+        return False
+
+
+def line_kwargs(spec, own: dict, calls: list, core_dry: bool = False) -> dict:
+    """The shared flags given to any task of the line, for this task where it was not given its own; an
+    invoke Exit (status 2, nothing run) where the line cannot be run as asked."""
+    names = [c.called_as or c.task.name for c in calls]
+    tasks = [(name, _params(c.task), c.kwargs) for name, c in zip(names, calls, strict=True)]
+    out: dict = {}
+    for flag in SHARED:
+        values: list = [True] if flag == "dry" and core_dry else []
+        for _, params, kwargs in tasks:
+            if flag in params:
+                name, default = params[flag]
+                value = kwargs.get(name, default)
+                if value not in (None, False, default) and value not in values:
+                    values.append(value)
+        if not values:
+            continue
+        if flag in ALL_OR_NOTHING:
+            without = [name for name, params, _ in tasks if flag not in params]
+            if without:
+                raise InvokeExit(f"error: --{flag}: {', '.join(without)} has no --{flag}; run it on its own "
+                                 f"(this line asked for a dry run of every task)", code=2)
+        for name, params, kwargs in tasks:  # the whole line is checked by its first task, before it runs
+            if flag in params and kwargs.get(params[flag][0], params[flag][1]) in (None, False, params[flag][1]) \
+                    and len(values) > 1:
+                raise InvokeExit(f"error: {name}: which --{flag}? {' or '.join(map(str, values))} were given to "
+                                 "other tasks; give it once for all, or to each task", code=2)
+        param = spec.params.get(flag)
+        if param is not None and own.get(param.name) in (None, False):
+            out[param.name] = values[0]
+    return out

@@ -12,10 +12,12 @@ import contextlib
 import functools
 import inspect
 import os
+import sys
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..errors import RemoteError
+from ..errors import ConfigError, RemoteError
 from ..naming import printable
 from . import parse as cliparse
 from .parse import Kind, number, pattern
@@ -102,11 +104,63 @@ def handled(fn: Callable) -> Callable:
         try:
             return fn(*args, **kwargs)
         except RemoteError as exc:  # its message may quote a container: escapes shown, lines kept
+            exc = cli_words(exc)
             raise Exit(f"error: {printable(str(exc), lines=True)}", code=exit_status(exc)) from None
         except KeyboardInterrupt:
             raise Exit("interrupted", code=130) from None
 
     return wrapper
+
+
+def cli_words(exc: RemoteError) -> RemoteError:
+    """A library error in the command line's words: the container argument is -c/--container here."""
+    if isinstance(exc, ConfigError) and (exc.key == "container" or "(the container argument)" in exc.message):
+        return ConfigError(exc.file, "--container" if exc.key == "container" else exc.key,
+                           exc.message.replace("name one (the container argument)", "pass --container"))
+    return exc
+
+
+# -- printing: `[id] ` in front of each line of a container's part of a `-c all` task ---------------------
+
+_write_lock = threading.Lock()
+
+
+def say(*values: object, file: Any = None, sep: str = " ", end: str = "\n", flush: bool = True) -> None:
+    """print(), with each line marked `[id] ` inside one container's part of a `-c all` task (the library
+    says whose work a thread does: remote.api.current_container). A group's progress line goes to stderr."""
+    from ..api import current_container
+
+    out = file if file is not None else sys.stdout
+    text = sep.join(str(v) for v in values)
+    ctid = current_container()
+    if ctid is not None:
+        text = "\n".join(f"[{ctid}] {line}" for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"))
+    elif text.startswith("-- in progress: ") and file is None:
+        out = sys.stderr
+    with _write_lock:
+        out.write(text + end)
+        if flush:
+            out.flush()
+
+
+class SayStream:
+    """A text stream (for a progress printer) whose lines go through say, to stderr."""
+
+    def __init__(self) -> None:
+        self.pending = ""
+
+    def write(self, text: str) -> int:
+        *lines, self.pending = (self.pending + text.replace("\r", "\n")).split("\n")
+        for line in lines:
+            if line:
+                say(line, file=sys.stderr)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False  # redraws (\r) would garble the lines of other containers
 
 
 # -- the fleet a task uses: its own, or the one of the `-c all` task it is a part of -----------------------
@@ -125,7 +179,7 @@ def fleet_of(hosts: str | None, dry: bool = False) -> contextlib.AbstractContext
         return contextlib.nullcontext(_current[-1])
     from .. import api
 
-    return api.open(hosts, dry=dry, progress=print)
+    return api.open(hosts, dry=dry, progress=say)
 
 
 def is_selection(value: object) -> bool:
@@ -162,9 +216,9 @@ def _run_fleet(fn: Callable, c: Any, args: tuple, kwargs: dict, fail_fast: bool)
             mine["dest"] = os.path.join(mine["dest"], str(ct.id))
         fn(c, *args, **mine)
 
-    with api.open(kwargs.get("hosts"), dry=bool(kwargs.get("dry")), progress=print) as fleet, _sharing(fleet):
+    with api.open(kwargs.get("hosts"), dry=bool(kwargs.get("dry")), progress=say) as fleet, _sharing(fleet):
         result = fleet.containers(kwargs["container"]).map(one, fail_fast=fail_fast, prefix_output=True)
-    print(group_table(result))
+    say(group_table(result))
     code = group_exit_code(result)
     if code:
         raise Exit(code=code)

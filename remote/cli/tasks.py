@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 from typing import Any
 
 from .. import __version__
@@ -37,26 +38,55 @@ from .table import (  # noqa: F401
     SHORT_FLAGS,
     TASKS,
     Exit,
+    SayStream,
     exit_status,
     fleet_of,
     fleet_task,
     handled,
     in_fleet_task,
     is_selection,
+    say,
     task,
 )
 
+_pending = threading.local()  # a container thread's undecoded bytes and unfinished line, per stream
+
 
 def _stream(kind: str, chunk: bytes) -> None:
+    """A command's output as it comes: as it is, or, in one container's part of a `-c all` task, line by
+    line marked `[id] ` (the unfinished last line held until it ends or the command does)."""
     out = sys.stdout if kind == "stdout" else sys.stderr
-    out.buffer.write(chunk)
-    out.flush()
+    if api_current_container() is None:
+        out.buffer.write(chunk)
+        out.flush()
+        return
+    import codecs
+
+    held = _pending.__dict__.setdefault("held", {})
+    decoder, text = held.get(kind) or (codecs.getincrementaldecoder("utf-8")("replace"), "")
+    *lines, text = (text + decoder.decode(chunk)).replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    held[kind] = (decoder, text)
+    for line in lines:
+        say(line, file=out)
+
+
+def _stream_end() -> None:
+    """The unfinished last lines of a container thread's command, said."""
+    for kind, (_, text) in _pending.__dict__.pop("held", {}).items():
+        if text:
+            say(text, file=sys.stdout if kind == "stdout" else sys.stderr)
+
+
+def api_current_container() -> int | None:
+    from ..api import current_container
+
+    return current_container()
 
 
 def _deprecated(task_name: str, old: str, value: Any) -> None:
     """An old option name that still works: say once, on stderr, which name to use."""
     if value is not None:
-        print(f"warning: {task_name} --{old} is deprecated: use --{DEPRECATED[(task_name, old)]}", file=sys.stderr)
+        say(f"warning: {task_name} --{old} is deprecated: use --{DEPRECATED[(task_name, old)]}", file=sys.stderr)
 
 
 @task(help={"json": "print machine-readable JSON", "hosts": HOSTS_HELP,
@@ -69,7 +99,7 @@ def status(c, json_=False, hosts=None, container=None):
     status, all containers at once; a venv lock that differs from its siblings'; multi-node runs once."""
     with fleet_of(hosts) as fleet:
         data = fmt.status_dict(fleet.status(container))
-    print(fmt.status_json(data) if json_ else "\n".join(fmt.status_lines(data)))
+    say(fmt.status_json(data) if json_ else "\n".join(fmt.status_lines(data)))
     if not all(h["reachable"] for h in data["hosts"]):
         raise Exit(code=1)
 
@@ -89,8 +119,11 @@ def exec_(c, command, container=None, timeout=None, dry=False, hosts=None):
     in the checkout with the job's environment (venv, compile cache, train.env); its output streams
     back and `remote` exits with its status."""
     with fleet_of(hosts, dry) as fleet:
-        result = fleet.container(container).exec(command if isinstance(command, str) else list(command),
-                                                 timeout=timeout, on_output=_stream)
+        try:
+            result = fleet.container(container).exec(command if isinstance(command, str) else list(command),
+                                                     timeout=timeout, on_output=_stream)
+        finally:
+            _stream_end()
     if result.exit_code:
         raise Exit(code=result.exit_code)
 
@@ -108,7 +141,7 @@ def deploy(c, container=None, allow_dirty=False, check=False, rollback=False, fo
     A no-op when they are."""
     with fleet_of(hosts, dry) as fleet:
         plan = fleet.container(container).deploy(allow_dirty=allow_dirty, check=check, rollback=rollback, force=force)
-    print(plan.render())
+    say(plan.render())
     if check and (plan.changed or plan.drift):
         raise Exit(code=1)
 
@@ -131,7 +164,7 @@ def warmup(c, container=None, parallel=False, devices=None, export=None, import_
     if is_selection(container) and not (export or import_ or devices or dry) and not in_fleet_task():
         with fleet_of(hosts) as fleet:
             result = fleet.warm_groups(container, fail_fast=fail_fast, parallel=parallel, prefix_output=True)
-        print(fmt.group_table(result))
+        say(fmt.group_table(result))
         if fmt.group_exit_code(result):
             raise Exit(code=fmt.group_exit_code(result))
         return
@@ -145,15 +178,15 @@ def _warmup_each(c, container=None, parallel=False, devices=None, export=None, i
     with fleet_of(hosts, dry) as fleet:
         ct = fleet.container(container)
         if import_:
-            print(fmt.imported_line(ct.import_cache(import_)))
+            say(fmt.imported_line(ct.import_cache(import_)))
             return
         if export:
             ct.export_cache(export)
-            print(f"wrote {export}")
+            say(f"wrote {export}")
             return
         done = ct.warmup(parallel=parallel, devices=[d for d in devices.split(",") if d] if devices else None)
     if not dry:
-        print(fmt.warmup_line(done))
+        say(fmt.warmup_line(done))
 
 
 @task(name="cache list", help={"container": "containers to list (an id, a comma list, a group; default: all)",
@@ -163,7 +196,7 @@ def cache_(c, container=None, json_=False, hosts=None):
     """List what each container's compile cache holds: its folder, files, size and passport (`remote cache`)."""
     with fleet_of(hosts) as fleet:
         rows = fleet.caches(container or "all")
-    print(fmt.caches_json(rows) if json_ else "\n".join(fmt.cache_lines(rows)))
+    say(fmt.caches_json(rows) if json_ else "\n".join(fmt.cache_lines(rows)))
 
 
 @task(name="cache copy", help={"from_": "the container whose compile cache is copied",
@@ -174,7 +207,7 @@ def cache_copy(c, from_, container=None, hosts=None, fail_fast=False):
     """Copy one container's compile cache to others whose passports match: only the files they lack."""
     with fleet_of(hosts) as fleet:
         result = fleet.copy_cache(from_, container, fail_fast=fail_fast, prefix_output=True)
-    print(fmt.group_table(result))
+    say(fmt.group_table(result))
     if fmt.group_exit_code(result):
         raise Exit(code=fmt.group_exit_code(result))
 
@@ -231,7 +264,7 @@ def stop(c, container=None, run=None, grace=10, dry=False, hosts=None):
     with fleet_of(hosts, dry) as fleet:
         stopped = fleet.container(container).stop(run, grace=int(grace), nodes=not in_fleet_task())
     if not dry:
-        print("\n".join(fmt.stop_lines(stopped)))
+        say("\n".join(fmt.stop_lines(stopped)))
 
 
 @task(help={"container": "container id(s), comma-separated (default: every container in the hosts file)",
@@ -247,7 +280,7 @@ def doctor(c, container=None, json_=False, hosts=None, fresh=False, gpu=False):
     if gpu:  # one probe per host, one per container
         with fleet_of(hosts) as fleet:
             report = fleet.doctor_gpu(container)
-        print(json.dumps(report.to_json(), indent=2) if json_ else report.render())
+        say(json.dumps(report.to_json(), indent=2) if json_ else report.render())
         if not report.healthy:
             raise Exit(code=1)
         return
@@ -255,7 +288,7 @@ def doctor(c, container=None, json_=False, hosts=None, fresh=False, gpu=False):
         ids = ([fleet.container(p.strip()).id for p in str(container).split(",") if p.strip()] if container
                else fleet.ids)
         found = fleet.doctor(ids, fresh=fresh)
-    print(fmt.doctor_json(found) if json_ else "\n".join(d.render() for d in found))
+    say(fmt.doctor_json(found) if json_ else "\n".join(d.render() for d in found))
     if not all(d.healthy for d in found):
         raise Exit(code=1)
 
@@ -271,7 +304,7 @@ def known_good(c, container=None, run=None, hosts=None):
     with fleet_of(hosts) as fleet:
         ct = fleet.container(container)
         record = ct.known_good(run)
-    print(printable(f"recorded {known_good_label(dict(record.record))} (commit {str(record.commit)[:12]}, torch "
+    say(printable(f"recorded {known_good_label(dict(record.record))} (commit {str(record.commit)[:12]}, torch "
                     f"{record.torch}) in {record.path}"))
 
 
@@ -289,7 +322,7 @@ def report(c, container=None, run=None, out=None, hosts=None, dest=None):
         raise Exit(f"error: report: --out {out} and --dest {dest} (its old name) both given; give --out", code=2)
     with fleet_of(hosts) as fleet:
         path = fleet.container(container).report(run, out or dest)
-    print(f"wrote {path}")
+    say(f"wrote {path}")
 
 
 @task(name="lab up", help={"containers": "comma-separated container ids (default 200)",
@@ -303,20 +336,24 @@ def lab_up(c, containers="200", port=None, second=None, backend=None):
 
     With --second, a second look-alike host as well; with --backend ns, namespace containers and the pct
     double only."""
-    from ..lab import DEFAULT_PORT
+    from ..lab import DEFAULT_PORT, EXAMPLES
     from ..lab.ns import open_lab
 
     lab = open_lab(backend=backend, port=int(port or DEFAULT_PORT))
     ids = [int(x) for x in str(containers).split(",") if x.strip()]
     more = [int(x) for x in str(second or "").split(",") if x.strip()]
     lab.up(ids, second=more)
+    if not EXAMPLES.is_dir():
+        say(f"note: no demo repository ({lab.dir / 'dflash'}): the demo drafter comes with a checkout of remote "
+            "(examples/), not with an install; point code.repo at your own project, or run `remote lab up` "
+            "from a checkout")
     if lab.backend == "ns":
-        print(f"lab up (namespaces, no sshd): containers {', '.join(map(str, ids))} running ({lab.dir}); "
-              f"hosts file: {lab.dir / 'hosts.yaml'}")
+        say(f"lab up (namespaces, no sshd): containers {', '.join(map(str, ids))} running ({lab.dir}); "
+            f"hosts file: {lab.dir / 'hosts.yaml'}" + (" (deploys the demo drafter)" if EXAMPLES.is_dir() else ""))
         return
-    print(f"lab up: sshd on 127.0.0.1:{lab.port}, containers {', '.join(map(str, ids))} running ({lab.dir})")
+    say(f"lab up: sshd on 127.0.0.1:{lab.port}, containers {', '.join(map(str, ids))} running ({lab.dir})")
     if more:
-        print(f"lab2 up: sshd on 127.0.0.1:{lab.port + 1}, containers {', '.join(map(str, more))} running "
+        say(f"lab2 up: sshd on 127.0.0.1:{lab.port + 1}, containers {', '.join(map(str, more))} running "
               f"({lab.second().dir})")
 
 
@@ -328,7 +365,7 @@ def lab_down(c, purge=False):
 
     lab = open_lab()
     lab.down(purge=purge)
-    print("lab down" + (" and purged" if purge else " (container files kept; --purge deletes them)"))
+    say("lab down" + (" and purged" if purge else " (container files kept; --purge deletes them)"))
 
 
 # -- a way in: init, config, runs, shell -------------------------------------------------------------------
@@ -356,7 +393,7 @@ def init(c, address=None, port=None, user=None, key_file=None, known_hosts=None,
 
     if sudoers:
         sys.stdout.write(api.sudoers_dropin(sudoers, hosts))
-        print("# check it before installing: visudo -cf FILE (then install -m 0440 FILE /etc/sudoers.d/remote)",
+        say("# check it before installing: visudo -cf FILE (then install -m 0440 FILE /etc/sudoers.d/remote)",
               file=sys.stderr)
         return
     if not address:
@@ -367,7 +404,7 @@ def init(c, address=None, port=None, user=None, key_file=None, known_hosts=None,
     wrote = api.write_hosts_file(address, out=out, port=port, user=user, key_file=key_file, known_hosts=known_hosts,
                                  pct=pct, force=force, sudo=sudo)
     first = wrote.containers[0][0]
-    print(f"wrote {wrote.path}: host {wrote.host} with container(s) {', '.join(str(f[0]) for f in wrote.containers)}; "
+    say(f"wrote {wrote.path}: host {wrote.host} with container(s) {', '.join(str(f[0]) for f in wrote.containers)}; "
           f"fill in venv, code and train, then `remote config -c {first}` and `remote deploy -c {first}`")
 
 
@@ -390,7 +427,7 @@ def config_(c, container=None, json_=False, hosts=None):
                        "default_container" if fleet.config.default_container else "the only container")
             except RemoteError:  # several, and none chosen: all of them
                 ids, why = fleet.ids, "every container"
-        print(json.dumps(fleet.settings(ids), indent=2) if json_ else fleet.render_settings(ids, why))
+        say(json.dumps(fleet.settings(ids), indent=2) if json_ else fleet.render_settings(ids, why))
 
 
 @task(help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP, "json": "print the runs as JSON",
@@ -402,7 +439,7 @@ def runs(c, container=None, json_=False, limit=20, hosts=None):
     with fleet_of(hosts) as fleet:
         ct = fleet.container(container)
         found = ct.runs(limit=limit)
-    print(fmt.runs_json(found) if json_ else ct.render_runs(found))
+    say(fmt.runs_json(found) if json_ else ct.render_runs(found))
 
 
 @task(help={"container": "container id from the hosts file (default: default_container, $REMOTE_CONTAINER, "
@@ -435,7 +472,9 @@ def _need(**flags) -> None:
 def _progress(quiet: bool, dry: bool, label: str):
     from .. import api
 
-    return None if quiet or dry else api.progress_printer(label)
+    if quiet or dry:
+        return None
+    return api.progress_printer(label, SayStream() if api.current_container() is not None else None)
 
 
 XFER_HELP = {"container": CT_HELP, "fail_fast": FAIL_FAST_HELP, "dry": DRY_HELP, "hosts": HOSTS_HELP,
@@ -458,7 +497,7 @@ def push(c, src=None, dest=None, container=None, attempts=3, quiet=False, dry=Fa
         done = fleet.container(container).push(src, dest, attempts=int(attempts),
                                                on_bytes=_progress(quiet, dry, f"push {src}"))
     if not dry:
-        print(done.render())
+        say(done.render())
 
 
 @task(help={**XFER_HELP, "src": "file or folder in the container", "dest": "local path (a folder's contents are "
@@ -477,14 +516,14 @@ def pull(c, src=None, dest=None, container=None, run=None, attempts=3, quiet=Fal
         with fleet_of(hosts, dry) as fleet:
             got = fleet.container(container).pull_run(dest, run, on_bytes=not quiet)
         if not dry:
-            print(fmt.pulled_run_line(got))
+            say(fmt.pulled_run_line(got))
         return
     _need(src=src, dest=dest)
     with fleet_of(hosts, dry) as fleet:
         done = fleet.container(container).pull(src, dest, attempts=int(attempts),
                                                on_bytes=_progress(quiet, dry, f"pull {src}"))
     if not dry:
-        print(done.render())
+        say(done.render())
 
 
 ONE_CT_HELP = "container id from the hosts file (default: default_container, $REMOTE_CONTAINER, or the only one)"
@@ -496,7 +535,7 @@ def snapshots(c, container=None, json_=False, hosts=None):
     """List the container's Proxmox snapshots: name, time, description, and which are remote's own."""
     with fleet_of(hosts) as fleet:
         found = fleet.container(container).snapshots()
-    print(fmt.snapshots_json(found) if json_ else "\n".join(fmt.snapshot_lines(found)))
+    say(fmt.snapshots_json(found) if json_ else "\n".join(fmt.snapshot_lines(found)))
 
 
 @task(help={"container": ONE_CT_HELP, "snapshot": "the snapshot (default: the newest of remote's own)",
@@ -510,10 +549,10 @@ def rollback(c, container=None, snapshot=None, force=False, hosts=None):
     one (run folders, the known-good record, where configured so) stays as it is."""
     with fleet_of(hosts) as fleet:
         done = fleet.container(container).rollback(snapshot, force=force)
-    print("\n".join(fmt.rollback_lines(done)))
+    say("\n".join(fmt.rollback_lines(done)))
 
 
-@task(help={"host": "only this host's kept connection (default: every one of yours)", "hosts": HOSTS_HELP})
+@task(help={"host": "only this host's kept connection (default: every host's of the hosts file)", "hosts": HOSTS_HELP})
 @handled
 def disconnect(c, host=None, hosts=None):
     """End kept connections now.
@@ -522,7 +561,7 @@ def disconnect(c, host=None, hosts=None):
     from .. import api
 
     pids = api.disconnect(hosts, host)
-    print(f"ended {len(pids)} kept connection(s)" + (f" (pid {', '.join(map(str, pids))})" if pids else ""))
+    say(f"ended {len(pids)} kept connection(s)" + (f" (pid {', '.join(map(str, pids))})" if pids else ""))
 
 
 # The order of `remote --help`: the way in, the daily loop, then the rest (tasks not named here follow).
@@ -548,10 +587,10 @@ def run(argv: list[str]) -> int:
         sys.stdout.write(text)
         return 0 if any(a in cliparse.HELP for a in argv) else 2
     except cliparse.Version:
-        print(f"remote {__version__}")
+        say(f"remote {__version__}")
         return 0
     except cliparse.Usage as u:
-        print(f"error: {u}", file=sys.stderr)
+        say(f"error: {u}", file=sys.stderr)
         return 2
     for call in calls:
         code = _call(call)
@@ -565,22 +604,22 @@ def _call(call: cliparse.Call) -> int:
         call.spec.fn(None, **call.kwargs)
     except Exit as e:
         if e.message:
-            print(e.message, file=sys.stderr)
+            say(e.message, file=sys.stderr)
         return e.code if isinstance(e.code, int) and 0 <= e.code <= 255 else 1
     except RemoteError as exc:  # a task without @handled
-        print(f"error: {printable(str(exc), lines=True)}", file=sys.stderr)
+        say(f"error: {printable(str(exc), lines=True)}", file=sys.stderr)
         return exit_status(exc)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        say("interrupted", file=sys.stderr)
         return 130
     except OSError as exc:  # a local file: --dest in a folder that does not exist, a full disk
         where = f": {exc.filename}" if exc.filename else ""  # a path may come from a container: escaped
-        print(f"error: {printable(f'{exc.strerror or exc}{where}')}", file=sys.stderr)
+        say(f"error: {printable(f'{exc.strerror or exc}{where}')}", file=sys.stderr)
         return 1
     except Exception as exc:  # a bug: say so in one line; REMOTE_DEBUG=1 shows where
         if os.environ.get("REMOTE_DEBUG"):
             raise
-        print(f"error: internal error in `remote {call.spec.name}`: {type(exc).__name__}: {printable(str(exc))}\n"
+        say(f"error: internal error in `remote {call.spec.name}`: {type(exc).__name__}: {printable(str(exc))}\n"
               "(a bug in remote: please report it; REMOTE_DEBUG=1 shows the traceback)", file=sys.stderr)
         return 1
     return 0

@@ -24,6 +24,7 @@ from importlib import resources
 
 from .. import shell
 from ..errors import RemoteError
+from ..target import resolve
 from ..transport.pct import DEFAULT_PATH
 
 CONTAINER_SOURCE = resources.files("remote").joinpath("sh").joinpath("gpu_container.py").read_text()
@@ -403,8 +404,8 @@ def read_host(session, host, ctids: list[int]) -> HostGpu:
 
 def read_container(session, ctid: int) -> CtGpu:
     """The container probe: one round trip, with the container's system python3."""
-    spec = session.config.container(ctid)
-    ct = dataclasses.replace(session.container(spec.ctid, venv_on_path=False), path=DEFAULT_PATH)
+    spec = resolve(session, ctid).spec
+    ct = dataclasses.replace(session.container_for(spec, venv_on_path=False), path=DEFAULT_PATH)
     r = ct.run(container_argv(spec.venv.path), mutates=False, timeout=60, check=False, label="GPU probe")
     try:
         return parse_container(r.out)

@@ -175,6 +175,8 @@ class Lab:
             target = self.dir / "bin" / name
             target.write_text(f"#!{_system_python()}\n" + source)
             target.chmod(0o755)
+        # Its cluster half (pct migrate, pvesh), loaded on demand from beside it.
+        (self.dir / "bin" / "pct_cluster.py").write_text(Path(__file__).with_name("pct_cluster.py").read_text())
 
     def _double_source(self, source: str) -> str:
         """The pct double's source as this lab installs it (a lab cluster's node sets CLUSTER_DIR)."""

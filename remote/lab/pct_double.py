@@ -515,179 +515,26 @@ def pvesm(argv):
         print(f"{name:<14}{kind:>9}{'active':>11}{'102626232':>17}{'10485760':>17}{'92140472':>17}{'10.22%':>9}")
 
 
-# -- a lab cluster ----------------------------------------------------------------------------------------
-# CLUSTER_DIR is the shared tree every node's double reads, as pmxcfs's /etc/pve on each node of a cluster:
-#   nodes/<node>/lxc/<vmid>.conf   the container's config: the node whose folder holds it owns it
-#   .vmlist                        {"version": N, "ids": {"<vmid>": {"node", "type": "lxc", "version"}}}
-#   .members                       {"cluster": {"name", "nodes", "quorate", "version"}, "nodelist": {<node>: {"id", "online", "ip"}}}
-#   .noquorum-<node>               the lab's quorum switch: that node is cut off (no writes to /etc/pve)
+# -- a lab cluster: the shared tree's paths and the quorum switch; the rest in pct_cluster.py ------------------
 
 def cluster_conf(vmid, node=None):
     return os.path.join(CLUSTER_DIR, "nodes", node or NODE, "lxc", f"{vmid}.conf")
 
 
-def quorate(node=None):
-    return not CLUSTER_DIR or not os.path.exists(os.path.join(CLUSTER_DIR, f".noquorum-{node or NODE}"))
-
-
 def check_quorum():
-    """PVE::Cluster::check_cfs_quorum: /etc/pve is read-only on a node without quorum."""
-    if not quorate():
+    """PVE::Cluster::check_cfs_quorum: /etc/pve is read-only on a node without quorum (the lab's switch:
+    <tree>/.noquorum-<node>)."""
+    if CLUSTER_DIR and os.path.exists(os.path.join(CLUSTER_DIR, f".noquorum-{NODE}")):
         die("cluster not ready - no quorum?\n")
 
 
-def members():
-    import json
+def cluster_side():
+    """The cluster half of the double (pct_cluster.py, installed beside this script): pct migrate and pvesh."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import pct_cluster  # type: ignore[import-not-found]  # beside the installed script, not a package module
 
-    if not CLUSTER_DIR:  # a node of its own: no cluster, itself its only node
-        return {"nodelist": {NODE: {"id": 0, "online": 1, "ip": "127.0.0.1"}}}
-    try:
-        with open(os.path.join(CLUSTER_DIR, ".members")) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {"cluster": {"name": "", "nodes": 0, "quorate": 0, "version": 0}, "nodelist": {}}
-
-
-def guests():
-    """vmid -> owning node, from the tree (what pmxcfs's .vmlist says)."""
-    if not CLUSTER_DIR:
-        return {d: NODE for d in (os.listdir(LXC_PATH) if os.path.isdir(LXC_PATH) else []) if d.isdigit() and conf_exists(d)}
-    found = {}
-    base = os.path.join(CLUSTER_DIR, "nodes")
-    for node in sorted(os.listdir(base)) if os.path.isdir(base) else []:
-        folder = os.path.join(base, node, "lxc")
-        for name in os.listdir(folder) if os.path.isdir(folder) else []:
-            if name.endswith(".conf") and name[:-5].isdigit():
-                found[name[:-5]] = node
-    return found
-
-
-def write_vmlist():
-    """The cluster-wide .vmlist, rewritten whole (atomically) after every change of owner."""
-    import json
-
-    path = os.path.join(CLUSTER_DIR, ".vmlist")
-    try:
-        with open(path) as f:
-            version = int(json.load(f).get("version", 0)) + 1
-    except (OSError, ValueError):
-        version = 1
-    data = {"version": version, "ids": {vmid: {"node": node, "type": "lxc", "version": version}
-                                        for vmid, node in sorted(guests().items(), key=lambda kv: int(kv[0]))}}
-    with open(path + ".tmp", "w") as f:
-        json.dump(data, f, indent=1)
-    os.replace(path + ".tmp", path)
-
-
-def stamp(text):
-    sys.stdout.write(time.strftime("%Y-%m-%d %H:%M:%S ") + text + "\n")
-    sys.stdout.flush()
-
-
-def cmd_migrate(opts, positional):
-    """`pct migrate <vmid> <target> [--restart] [--online] [--timeout N]`: API2/LXC.pm's migrate_vm checks
-    (local target, quorum, target node, config, running without --online/--restart), then
-    PVE::LXC::Migrate (live migration refused; --restart: shut down, move the config, start on the target).
-    The rootfs is shared in the lab (one LXC_PATH): it travels, as on shared storage or after a copy."""
-    if len(positional) < 2:
-        param_error("target", "property is missing and it is not optional")
-    vmid, target = vmid_of(positional), positional[1]
-    if not CLUSTER_DIR:
-        die("you can't migrate a container on a single node (no cluster)\n")
-    if target == NODE:
-        param_error("target", "target is local node.")
-    check_quorum()
-    nodelist = members().get("nodelist", {})
-    if target not in nodelist:
-        die(f"no such cluster node '{target}'\n")
-    require_conf(vmid)
-    running = state(vmid) == "running"
-    if running and not opts.get("online") and not opts.get("restart"):
-        die("can't migrate running container without --online or --restart\n")
-    started = time.monotonic()
-
-    def abort(message):
-        took = time.strftime("%H:%M:%S", time.gmtime(time.monotonic() - started))
-        stamp(f"ERROR: {message}")
-        stamp(f"ERROR: migration aborted (duration {took}): {message}")
-        die("migration aborted\n")
-
-    if running and opts.get("online"):
-        abort("lxc live migration is currently not implemented")
-    if not nodelist[target].get("online", 1):
-        abort(f"migration aborted: node '{target}' is not online")
-    lock(vmid)
-    if running:
-        stamp(f"shutdown CT {vmid}")
-        if BACKEND == "ns":
-            ns_stop(vmid)
-        else:
-            subprocess.run(["lxc-stop", "-P", LXC_PATH, "-n", vmid, "-k"], capture_output=True)
-    ip = nodelist[target].get("ip", "")
-    stamp(f"starting migration of CT {vmid} to node '{target}' ({ip})")
-    dest = cluster_conf(vmid, target)
-    os.makedirs(os.path.dirname(dest), exist_ok=True)
-    os.rename(cluster_conf(vmid), dest)  # pmxcfs's rename: the owner changes in one step
-    write_vmlist()
-    if running:
-        stamp("start container on target node")
-        r = ns_start(vmid) if BACKEND == "ns" else subprocess.run(["lxc-start", "-P", LXC_PATH, "-n", vmid],
-                                                                  capture_output=True, text=True)
-        if r.returncode != 0:
-            abort(f"startup for container '{vmid}' failed on {target}: {r.stderr.strip()}")
-    took = time.strftime("%H:%M:%S", time.gmtime(time.monotonic() - started))
-    stamp(f"migration finished successfully (duration {took})")
-
-
-def pvesh(argv):
-    """`pvesh get /cluster/resources [--type vm|lxc|node] --output-format json` and `pvesh get /cluster/status
-    --output-format json`, as root (pvesh reads the access control list first)."""
-    import json
-
-    if os.geteuid() != 0:
-        die("Unable to load access control list: Permission denied\n")
-    if len(argv) < 2 or argv[0] != "get":
-        die("ERROR: unknown command 'pvesh " + " ".join(argv[:1]) + "'\nUSAGE: pvesh <COMMAND> [ARGS] [OPTIONS]\n")
-    path, opts, rest = argv[1].rstrip("/"), {}, argv[2:]
-    while rest:
-        name = rest[0].lstrip("-")
-        if name not in ("type", "output-format") or len(rest) < 2:
-            die(f"Unknown option: {name}\n400 unable to parse option\n")
-        opts[name], rest = rest[1], rest[2:]
-    info = members()
-    if path == "/cluster/resources":
-        kind = opts.get("type")
-        if kind not in (None, "vm", "lxc", "qemu", "node", "storage", "sdn", "pool"):
-            die(f"400 Parameter verification failed.\ntype: value '{kind}' does not have a value in the enumeration "
-                "'vm, storage, node, sdn, pool'\n")
-        data = []
-        if kind in (None, "node"):
-            for node, n in sorted(info.get("nodelist", {}).items()):
-                data.append({"id": f"node/{node}", "type": "node", "node": node,
-                             "status": "online" if n.get("online", 1) else "offline"})
-        if kind in (None, "vm", "lxc"):
-            for vmid, node in sorted(guests().items(), key=lambda kv: int(kv[0])):
-                online = info.get("nodelist", {}).get(node, {}).get("online", 1)
-                running = online and state(vmid) == "running"
-                data.append({"id": f"lxc/{vmid}", "type": "lxc", "vmid": int(vmid), "node": node, "name": f"lab{vmid}",
-                             "status": ("running" if running else "stopped") if online else "unknown",
-                             "template": 0, "maxmem": 1 << 30, "maxcpu": 2})
-    elif path == "/cluster/status":
-        cluster = info.get("cluster")
-        data = [{"type": "cluster", "id": "cluster", "name": cluster.get("name", ""),
-                 "nodes": len(info.get("nodelist", {})), "quorate": 1 if quorate() else 0,
-                 "version": cluster.get("version", 1)}] if cluster else []  # a node of its own: no cluster entry
-        for node, n in sorted(info.get("nodelist", {}).items(), key=lambda kv: kv[1].get("id", 0)):
-            data.append({"type": "node", "id": f"node/{node}", "name": node, "ip": n.get("ip", ""),
-                         "nodeid": n.get("id", 0), "online": n.get("online", 1), "local": 1 if node == NODE else 0,
-                         "level": ""})
-    else:
-        die(f"No '{argv[0]}' handler defined for '{path}'\n")
-    if opts.get("output-format", "text") not in ("json", "json-pretty"):
-        for row in data:
-            print("  ".join(f"{k}={v}" for k, v in row.items()))
-        return
-    print(json.dumps(data, indent=1 if opts.get("output-format") == "json-pretty" else None))
+    pct_cluster.pct = sys.modules[__name__]
+    return pct_cluster
 
 
 # -- the namespace backend ---------------------------------------------------------------------------------
@@ -798,7 +645,7 @@ def ns_exec(vmid, argv, keep):
 def main(argv):
     os.environ["PATH"] = "/sbin:/bin:/usr/sbin:/usr/bin"
     if os.path.basename(sys.argv[0]) == "pvesh":
-        return pvesh(argv)
+        return cluster_side().pvesh(argv)
     if os.geteuid() != 0:
         die("please run as root\n")
     if os.path.basename(sys.argv[0]) == "pvesm":
@@ -812,7 +659,8 @@ def main(argv):
         die(f"ERROR: unknown command 'pct {argv[0]}'\n" + USAGE)
     cmd = matches[0]
     opts, positional = parse(cmd, argv[1:])
-    handler = {"shutdown": cmd_stop}.get(cmd) or globals()[f"cmd_{cmd}"]
+    handler = {"shutdown": cmd_stop, "migrate": lambda o, p: cluster_side().cmd_migrate(o, p)}.get(cmd) \
+        or globals()[f"cmd_{cmd}"]
     handler(opts, positional)
 
 

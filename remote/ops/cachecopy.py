@@ -1,13 +1,13 @@
 """Warm once, copy to the rest: a compile cache folder copied between containers whose passports match.
 
-    look(session, ctid) -> Holding          what a container's cache holds and what it would need
-    copy(session, src, dst) -> CacheCopy       only the files dst lacks, streamed, sha256-checked, each
+    look(target) -> Holding                 what a container's cache holds and what it would need
+    copy(src, dst) -> CacheCopy             only the files dst lacks, streamed, sha256-checked, each
                                             linked into place whole (remote/sh/cachecopy.py), under
                                             dst's operation lease; host to host where both share one
-    find_source(session, ctid) -> int|None  a container of the hosts file whose cache serves ctid
+    find_source(target) -> Holding|None     a container of the hosts file whose cache serves it
     plan(session, ids) -> Plan              the containers grouped by the passport their warmup would
                                             write: one leader per group, why each other one is alone
-    warm_fleet(session, ids) -> [Outcome]   each leader warmed, then its cache copied to its group
+    warm_fleet(session, ids) -> GroupResult each leader warmed, then its cache copied to its group
 
 A copy refuses a source whose passport differs from what the target would write (remote/ops/passport.py
 names each field). What it copies lands as torch would have written it: a file appears whole or not at
@@ -23,13 +23,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .. import shell
+from .. import executor, shell
 from ..errors import RemoteError, TransferError, WarmupError
+from ..events import quiet
 from ..naming import copied_line
-from ..results import CacheCopy
+from ..results import CacheCopy, GroupResult, Outcome
+from ..target import Target, resolve
 from ..transport.pct import DEFAULT_PATH, Container
 from ..transport.session import Session
-from . import fleet, jobenv, oplock
+from . import jobenv, oplock
 from . import passport as pp
 from . import warmup as wm
 
@@ -70,10 +72,9 @@ def _system(ct: Container) -> Container:
     return dataclasses.replace(ct, path=DEFAULT_PATH)  # the system python3, never the venv's
 
 
-def look(session: Session, ctid) -> Holding:
-    """What container ctid's cache holds (files, passport) and the passport it would need."""
-    spec = session.config.container(ctid)
-    ct = session.container(spec.ctid)
+def look(t: Target) -> Holding:
+    """What the container's cache holds (files, passport) and the passport it would need."""
+    spec, ct = t.spec, t.ct
     state = wm.deployed(ct, spec)
     folder = jobenv.compile_cache(spec, state["venv"].get("verify"))
     r = _system(ct).script(shell.load("cachecopy"), shell.load_python("cachecopy"), "list", folder, mutates=False,
@@ -163,18 +164,17 @@ def _stream_copy(src_ct: Container, dst_ct: Container, src_folder: str, dst_fold
     return summary, via
 
 
-def copy(session: Session, src, dst, *, echo: Callable[[str], None] = print, src_holding: Holding | None = None,
+def copy(src: Target, dst: Target, *, echo: Callable[[str], None] = quiet, src_holding: Holding | None = None,
          cut_after: int | None = None, via_controller: bool = False) -> CacheCopy:
     """Copy src's compile cache into dst: refused (CacheMismatch, naming each field) unless src's
     passport is what dst needs; only the files dst lacks; records dst's warmups as copied."""
     start = time.time()
-    s = src_holding or look(session, src)
-    dspec = session.config.container(dst)
-    sspec, dst_ct, src_ct = session.config.container(s.ctid), session.container(dspec.ctid), session.container(s.ctid)
+    s = src_holding or look(src)
+    sspec, dspec, dst_ct, src_ct = src.spec, dst.spec, dst.ct, src.ct
     # What dst holds, and so what to send, is read under dst's lease: a deploy or warmup of another
     # controller cannot change it between the decision and the copy.
     with oplock.hold(dst_ct, f"cache copy --from {s.ctid}") as lease:
-        d = look(session, dspec.ctid)
+        d = look(dst)
         check(s, d)
         wanted = sorted(p for p in s.files if p not in d.files)
         echo(f"==> copying {len(wanted)} of {len(s.files)} cache file(s) "
@@ -212,11 +212,11 @@ def _alike(a, b) -> bool:
     return a.venv == b.venv and same_warmup and a.train.env == b.train.env
 
 
-def find_source(session: Session, ctid, *, exclude: tuple[int, ...] = ()) -> Holding | None:
-    """A container of the hosts file whose cache serves ctid (its passport is exactly what ctid's warmup
-    would write), the fullest of them; None when none does. Unreachable or undeployed ones are passed over."""
-    spec = session.config.container(ctid)
-    me = look(session, spec.ctid)
+def find_source(t: Target, *, exclude: tuple[int, ...] = ()) -> Holding | None:
+    """A container of the hosts file whose cache serves t (its passport is exactly what t's warmup would
+    write), the fullest of them; None when none does. Unreachable or undeployed ones are passed over."""
+    session, spec = t.session, t.spec
+    me = look(t)
     candidates = [c for c, other in session.config.containers.items()
                   if c != spec.ctid and c not in exclude and _alike(other, spec)]
     if not candidates:
@@ -224,11 +224,11 @@ def find_source(session: Session, ctid, *, exclude: tuple[int, ...] = ()) -> Hol
 
     def one(c):
         try:
-            return look(session, c)
+            return look(resolve(session, c))
         except RemoteError:
             return None
 
-    found = [h for h in fleet.map_each(session.config, candidates, one)
+    found = [h for h in executor.values(session.config, candidates, one)
              if h is not None and h.files and not pp.differences(h.passport, me.want)]
     return max(found, key=lambda h: len(h.files)) if found else None
 
@@ -246,11 +246,11 @@ def plan(session: Session, ids: list[int]) -> Plan:
     (not deployed, unreachable) is warmed on its own, and its warmup says why."""
     def one(c):
         try:
-            return look(session, c)
+            return look(resolve(session, c))
         except RemoteError as exc:
             return exc
 
-    looked = dict(zip(ids, fleet.map_each(session.config, ids, one), strict=True))
+    looked = dict(zip(ids, executor.values(session.config, ids, one), strict=True))
     holdings = {c: h for c, h in looked.items() if isinstance(h, Holding)}
     alone = {c: f"its cache could not be read: {h}" for c, h in looked.items() if not isinstance(h, Holding)}
     leaders: dict[int, list[int]] = {}
@@ -269,10 +269,11 @@ def plan(session: Session, ids: list[int]) -> Plan:
 
 
 def warm_fleet(session: Session, ids: list[int], *, fail_fast: bool = False, parallel: bool = False,
-               echo: Callable[[str], None] = print, runner: Callable = fleet.run_each) -> list[fleet.Outcome]:
+               echo: Callable[[str], None] = quiet, on_done: Callable[[Outcome[None]], None] | None = None,
+               on_tick: Callable[[dict[int, float]], None] | None = None) -> GroupResult[None]:
     """`remote warmup -c 200,201,202`: one warmup per group of containers that would write the same
-    passport, then its cache copied to the rest of the group; the others warmed on their own. runner: how
-    the containers run at once (fleet.run_each: output lines prefixed `[id] `; remote.api's quiet one)."""
+    passport, then its cache copied to the rest of the group; the others warmed on their own (at once,
+    through remote.executor: on_done and on_tick are its)."""
     p = plan(session, ids)
     for leader, rest in p.leaders.items():
         echo(f"==> warming {leader} for {', '.join(map(str, [leader, *rest]))} (same passport), then copying its cache "
@@ -284,51 +285,53 @@ def warm_fleet(session: Session, ids: list[int], *, fail_fast: bool = False, par
 
     def warm(c: int) -> None:
         try:
-            wm.warmup(session, c, parallel=parallel, echo=echo)
+            wm.warmup(resolve(session, c, echo=echo), parallel=parallel, echo=echo)
         except BaseException:
             failed.add(c)
             raise
 
-    outcomes = {o.ctid: o for o in runner(session.config, first, warm, fail_fast=fail_fast, progress=True)}
+    outcomes = dict(executor.each(session.config, first, warm, fail_fast=fail_fast, on_done=on_done, on_tick=on_tick))
     followers = {c: leader for leader, rest in p.leaders.items() for c in rest}
 
     def follow(c: int) -> None:
         leader = followers[c]
         if leader in failed:
             raise WarmupError(f"not copied: the warmup of {leader}, which was to serve it, failed")
-        copy(session, leader, c, echo=echo)
+        copy(resolve(session, leader), resolve(session, c), echo=echo)
+        return None
 
     order = [c for c in ids if c in followers]
     if order and not (fail_fast and failed):
-        outcomes.update({o.ctid: o for o in runner(session.config, order, follow, fail_fast=fail_fast, progress=True)})
+        outcomes.update(executor.each(session.config, order, follow, fail_fast=fail_fast, on_done=on_done,
+                                      on_tick=on_tick))
+    result: GroupResult[None] = GroupResult()
     for c in ids:
-        outcomes.setdefault(c, fleet.Outcome(c, session.config.containers[c].host.name, "skipped"))
-    return [outcomes[c] for c in ids]
+        result[c] = outcomes.get(c) or Outcome(c, session.config.containers[c].host.name, skipped=True)
+    return result
 
 
 def inventory(session: Session, ids: list[int]) -> list[Holding | RemoteError]:
     """`remote cache`: what each container's cache holds (or why it could not be read)."""
     def one(c):
         try:
-            return look(session, c)
+            return look(resolve(session, c))
         except RemoteError as exc:
             return exc
 
-    return fleet.map_each(session.config, ids, one)
+    return executor.values(session.config, ids, one)
 
 
-def warmup_or_copy(session: Session, ctid, *, parallel: bool = False, echo: Callable[[str], None] = print):
+def warmup_or_copy(t: Target, *, parallel: bool = False, echo: Callable[[str], None] = quiet):
     """`remote warmup -c 201`: where 201 has no warmup for what it runs now and another container of the
     hosts file holds a cache made for exactly that, copy it (a CacheCopy); otherwise warm up (DeviceResults)."""
-    spec = session.config.container(ctid)
-    ct = session.container(spec.ctid)
+    spec, ct = t.spec, t.ct
     if not ct.dry and spec.warmup.command and spec.warmup.copy_from_others:
         state = wm.deployed(ct, spec)
         if wm.missing_warmups(ct, spec, state):
-            src = find_source(session, spec.ctid)
+            src = find_source(t)
             if src is not None:
                 echo(f"==> container {src.ctid} holds a compile cache made for exactly this (same passport): "
                      f"copying it instead of compiling; this trusts {src.ctid}'s jobs (the cache holds code "
                      f"{spec.ctid} will load; warmup.copy_from_others: false compiles here instead)")
-                return copy(session, src.ctid, spec.ctid, src_holding=src, echo=echo)
-    return wm.warmup(session, spec.ctid, parallel=parallel, echo=echo)
+                return copy(resolve(t.session, src.ctid), t, src_holding=src, echo=echo)
+    return wm.warmup(t, parallel=parallel, echo=echo)

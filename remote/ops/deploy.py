@@ -20,7 +20,9 @@ from pathlib import Path
 from .. import facts, shell
 from ..config import ContainerSpec, VenvSpec
 from ..errors import BusyError, CommandError, DeployError, RemoteError
+from ..events import quiet
 from ..naming import printable
+from ..target import Target
 from ..transport.pct import Container
 from ..transport.session import Session
 from . import code as codemod
@@ -163,18 +165,18 @@ def make_plan(spec: ContainerSpec, state: dict, local: codemod.LocalCommit | Non
                 codemod.needs_sync(local, state["code"]) if local else None, list(state["venv"].get("unfinished", [])))
 
 
-def deploy(session: Session, ctid=None, *, allow_dirty: bool = False, check: bool = False, rollback: bool = False,
-           force: bool = False, echo: Callable[[str], None] = print, lease_ttl: float = oplock.TTL,
+def deploy(t: Target, *, allow_dirty: bool = False, check: bool = False, rollback: bool = False,
+           force: bool = False, echo: Callable[[str], None] = quiet, lease_ttl: float = oplock.TTL,
            lock: LockOnce | None = None) -> Summary:
-    """Bring container `ctid` to the configured commit and venv; a no-op when both already match.
+    """Bring the container to the configured commit and venv; a no-op when both already match.
     `lock`, shared by the deploys of several containers, makes them all install the one lock it resolves.
 
     Changes are made under the container's operation lease (remote.ops.oplock) and refused while a
     training job runs there, unless `force`; a venv that a live process uses is never deleted."""
     start = time.monotonic()
-    spec = session.config.container(ctid)
+    session, spec = t.session, t.spec
     # Never with the venv on PATH: `python3` could then be the very venv that is being replaced.
-    ct = session.container(spec.ctid, venv_on_path=False)
+    ct = t.system
     summary = Summary(spec.ctid, dry=ct.dry)
     local = codemod.resolve(spec.code.repo, spec.code.ref, allow_dirty) if spec.code.repo else None
     state = probe(ct, spec)

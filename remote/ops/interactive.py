@@ -12,18 +12,18 @@ import os
 
 from .. import shell
 from ..errors import ContainerCommandNotFound, DeployError
+from ..events import quiet
+from ..target import Target
 from ..transport.pct import exec_argv
-from ..transport.session import Session
 from ..transport.tty import interactive
 from . import jobenv
 
 
-def open_shell(session: Session, ctid, *, echo=print) -> int:
+def open_shell(t: Target, *, echo=quiet) -> int:
     """Run the shell until it exits; its exit status."""
     from ..facts import deployed
 
-    spec = session.config.container(ctid)
-    ct = session.container(spec.ctid)
+    session, spec, ct = t.session, t.spec, t.ct
     try:
         verify = deployed(ct, spec)["venv"].get("verify")
     except (DeployError, ContainerCommandNotFound) as exc:

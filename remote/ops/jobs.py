@@ -23,9 +23,11 @@ from pathlib import Path
 
 from .. import facts, shell
 from ..config import ContainerSpec
-from ..errors import CommandError, ConfigError, JobError, RemoteError, TransferError, UnknownRun
+from ..errors import BusyError, CommandError, ConfigError, JobError, RemoteError, TransferError, UnknownRun
+from ..events import quiet
 from ..naming import printable
 from ..results import ContainerStatus, JobStatus, PulledRun, RunStatus, Stopped
+from ..target import Target
 from ..transport.pct import Container
 from ..transport.session import HostState, Session
 from . import files, jobenv, layout, logs, oplock, pyspy
@@ -41,7 +43,7 @@ class Preflight:
     notes: list[str]
 
 
-def preflight(ct: Container, spec: ContainerSpec, *, echo=print, host_gpu=None) -> Preflight:
+def preflight(ct: Container, spec: ContainerSpec, *, echo=quiet, host_gpu=None) -> Preflight:
     """Everything that must be true before a training job starts, read in one facts probe (its GPU passthrough
     part included); every problem found is named at once, each with how to fix it. `host_gpu`: a callable
     that reads the host's GPU facts (remote.facts.gpu.read_host), run at the same time as the probe, for
@@ -161,7 +163,7 @@ def new_run_id() -> str:
 
 def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = False,
            command: str | None = None, run_id: str | None = None, extra: dict | None = None,
-           env: dict | None = None, held: oplock.Lease | None = None, echo=print) -> tuple[str, int]:
+           env: dict | None = None, held: oplock.Lease | None = None, echo=quiet) -> tuple[str, int]:
     """Start the job detached; returns (run id, pid). Refused while another job runs, unless forced.
     A multi-node run passes its one run id, its node's fields for the manifest (`extra`) and its node's
     environment (`env`, under train.env). The job's wrapper restarts it as train.restarts says, and the
@@ -184,6 +186,8 @@ def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = 
                 "baseline": spec.train.baseline, "stall": spec.train.stall, "on_stall": spec.train.on_stall,
                 "restarts": spec.train.restarts, "restart_on": list(spec.train.restart_on), **(extra or {})}
     py_spy = pyspy.ensure(ct, echo=echo, venv=spec.venv) if spec.train.stall else None
+    if not ct.dry:  # the id before the job starts: a Ctrl-C from here on still knows which run it may have left
+        echo(f"==> run {run_id} starting in container {spec.ctid}")
     try:
         # Not while a deploy swaps the venv or moves the checkout: under the caller's lease (its preflight
         # read what this run records), checked still ours, or one of its own.
@@ -197,13 +201,19 @@ def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = 
                                               *installed("job.sh", shell.load("job")),
                                               *installed("watch.py", shell.load_python("watch"))],
                            extra=env, timeout=60, label="launch")
+    except KeyboardInterrupt:
+        ref = f"-c {spec.ctid} --run {run_id}"
+        echo(f"-- interrupted while run {run_id} was starting in container {spec.ctid}: it may be running. "
+             f"`remote status -c {spec.ctid}` says whether it is, `remote logs {ref} --follow` follows it, "
+             f"`remote stop {ref}` ends it")
+        raise
     except CommandError as exc:
         if exc.command_status == 7:
             raise JobError(f"launch refused: {exc.stderr_tail} (the wrapper's file in the container; nothing was "
                            "started)") from None
-        if exc.command_status == 5:
-            raise JobError(f"container {spec.ctid}: {exc.stderr_tail} -- `remote stop` it, follow it with "
-                           "`remote logs --follow`, or pass --force to start another") from None
+        if exc.command_status == 5:  # a job runs there: busy (exit 3), as deploy's refusal is
+            raise BusyError(spec.ctid, f"container {spec.ctid}: {exc.stderr_tail} -- `remote stop` it, follow it "
+                            "with `remote logs --follow`, or pass --force to start another") from None
         raise JobError(f"launch failed: {exc}") from None
     return run_id, int(r.out.strip().splitlines()[-1]) if not ct.dry else 0
 
@@ -373,7 +383,7 @@ watch_for = logs.watch_for
 
 
 def show_log(ct: Container, spec: ContainerSpec, run_id: str | None = None, *, follow: bool = False,
-             echo=print) -> dict:
+             echo=quiet) -> dict:
     """Print a run's log (collapsed progress bars, throughput warnings, crash hints); with follow, until
     the job ends. Returns the run's final state."""
     st = state(ct, spec, run_id)
@@ -399,11 +409,12 @@ def show_log(ct: Container, spec: ContainerSpec, run_id: str | None = None, *, f
     return final
 
 
-def start(session: Session, ctid=None, *, force: bool = False, warmup: bool = False, echo=print) -> tuple[str, int | None]:
+def start(t: Target, *, force: bool = False, warmup: bool = False, echo=quiet, command: str | None = None,
+          env: dict[str, str] | None = None) -> tuple[str, int | None]:
     """Preflight (warming up first where only the warmup is missing and `warmup`), then launch detached:
-    (run id, pid; None in a dry run). What train does before it follows; remote.api's Container.train."""
-    spec = session.config.container(ctid)
-    ct = session.container(spec.ctid)
+    (run id, pid; None in a dry run). What train does before it follows; remote.api's Container.train.
+    `command` and `env`: this run's, instead of train.command and on top of train.env."""
+    session, spec, ct = t.session, t.spec, t.ct
 
     def checked_launch() -> tuple[str, int]:
         # Preflight and launch under one operation lease: no deploy from another controller can move the
@@ -412,14 +423,14 @@ def start(session: Session, ctid=None, *, force: bool = False, warmup: bool = Fa
             pre = preflight(ct, spec, echo=echo, host_gpu=_host_gpu(session, spec))
             for note in pre.notes:
                 echo(printable(f"preflight: {note}"))
-            return launch(ct, spec, pre, force=force, held=held, echo=echo)
+            return launch(ct, spec, pre, force=force, held=held, echo=echo, command=command, env=env)
 
     try:
         run_id, pid = checked_launch()
     except JobError as exc:
         if not (warmup and only_warmup_missing(exc)):
             raise
-        wm.warmup(session, spec.ctid, echo=echo)  # takes the lease itself: ours was given back
+        wm.warmup(t, echo=echo)  # takes the lease itself: ours was given back
         run_id, pid = checked_launch()
     if session.dry:  # nothing was started: no pid to name
         echo(f"==> (dry run) run {run_id} would start in container {spec.ctid}; log {spec.train.run_dir}/{run_id}/log")
@@ -428,13 +439,12 @@ def start(session: Session, ctid=None, *, force: bool = False, warmup: bool = Fa
     return run_id, pid
 
 
-def train(session: Session, ctid=None, *, force: bool = False, warmup: bool = False, follow: bool = True,
-          on_end=None, echo=print) -> dict | None:
+def train(t: Target, *, force: bool = False, warmup: bool = False, follow: bool = True,
+          on_end=None, echo=quiet) -> dict | None:
     """Preflight, launch detached, then follow the log until the job ends (returns its state); then
     on_end(session, ct, spec, final, echo=echo) (the CLI passes remote.runs.knowngood.after_run)."""
-    spec = session.config.container(ctid)
-    ct = session.container(spec.ctid)
-    run_id, _ = start(session, spec.ctid, force=force, warmup=warmup, echo=echo)
+    session, spec, ct = t.session, t.spec, t.ct
+    run_id, _ = start(t, force=force, warmup=warmup, echo=echo)
     if not follow or session.dry:
         return None
     try:
@@ -448,11 +458,10 @@ def train(session: Session, ctid=None, *, force: bool = False, warmup: bool = Fa
     return final
 
 
-def pull_run(session: Session, ctid, run_id: str | None, dest: str, *, progress: bool = True, echo=print) -> PulledRun:
+def pull_run(t: Target, run_id: str | None, dest: str, *, progress: bool = True, echo=quiet) -> PulledRun:
     """Bring a run's log, manifest and outputs (train.outputs, relative to the checkout) into dest/<run id>/:
     streamed and verified like `remote pull`."""
-    spec = session.config.container(ctid)
-    ct = session.container(spec.ctid)
+    spec, ct = t.spec, t.ct
     st = state(ct, spec, None if run_id in (None, "latest") else run_id)
     if not st.get("run"):
         raise JobError(f"container {spec.ctid} has no run {'' if run_id in (None, 'latest') else run_id + ' '}"
@@ -502,11 +511,11 @@ def pull_run(session: Session, ctid, run_id: str | None, dest: str, *, progress:
 def container_jobs(session: Session, hosts: list[HostState]) -> list[ContainerStatus]:
     """Per container of a reachable host: its state (as `inventory` found it) and its latest run
     (alive or lost, uptime, throughput with its unit, exit status)."""
-    from . import fleet
+    from .. import executor
 
     known = {ctid: state for host in hosts if host.reachable for ctid, state in host.containers.items()}
     # Every container at once (bounded per host), over each host's one connection.
-    return fleet.map_each(session.config, list(known),
+    return executor.values(session.config, list(known),
                           lambda ctid: _container_job(session, session.config.containers[ctid], known[ctid]))
 
 
@@ -519,7 +528,7 @@ def _container_job(session: Session, spec: ContainerSpec, known: str) -> Contain
         return entry
     try:
         # One round trip: the run's state (state.sh, inside the probe) and the venv's deploy record.
-        raw = facts.read_raw(session.container(spec.ctid), spec, facts.STATUS)[0]
+        raw = facts.read_raw(session.container_for(spec), spec, facts.STATUS)[0]
         if raw["run"].get("rc") != 0:  # bash failed in it, or could not start (`missing`)
             why = raw["run"].get("err", "").strip() or raw["run"].get("missing", "")
             raise JobError(f"reading the run state failed: {why[-300:]}")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from .. import shell
 from ..errors import ConnectError, TransportError
+from ..events import quiet
 from ..results import Metric as MetricValue
 from ..transport.pct import Container
 
@@ -248,14 +249,17 @@ class Watch:
 
 def follow(ct: Container, run: str, run_id: str, *, offset: int = 0, on_bytes: Callable[[bytes], None],
            follow_: bool = True, slice_seconds: int = 300, reconnect: Callable[[], None] | None = None,
-           max_reconnects: int = 20, sleep=time.sleep, echo=print) -> int:
+           max_reconnects: int = 20, sleep=time.sleep, echo=quiet, stop: Callable[[], bool] | None = None) -> int:
     """Stream the log of `run` (a run folder) from byte `offset`; returns the final offset.
 
     With follow_, keeps streaming until the run ends (remote/sh/lib.sh: no exit record and a live leader
     of its own); a dropped connection is re-established and streaming resumes at the byte where it
-    stopped. Without, prints what is there and returns, even while the job runs."""
+    stopped. Without, prints what is there and returns, even while the job runs. `stop()` true: return
+    before the next slice (a follower whose reader has gone: its thread ends, it does not poll on)."""
     failures = 0
     while True:
+        if stop is not None and stop():
+            return offset
         got = [0]
 
         def on_output(kind: str, chunk: bytes, got: list[int] = got) -> None:  # this attempt's count

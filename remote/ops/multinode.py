@@ -17,12 +17,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from .. import shell
-from ..config import ContainerSpec
+from .. import executor, shell
+from ..config import CONTAINER_KEY, ContainerSpec
 from ..errors import CommandError, ConfigError, JobError, RemoteError
+from ..events import quiet
 from ..naming import printable
+from ..target import resolve
 from ..transport.session import Session
-from . import fleet, jobs
+from . import jobs
 from . import warmup as wm
 
 FIELDS = ("nnodes", "node_rank", "master_addr", "master_port", "node_addr", "run_id")
@@ -48,7 +50,7 @@ def plan_nodes(specs: list[ContainerSpec], run_id: str, file: str = "hosts file"
                               "every container of a multi-node run needs the address the others reach it at "
                               "(its IP on the network the nodes share)")
     if len({s.ctid for s in specs}) != len(specs):
-        raise ConfigError(file, "--container", "a container is listed twice")
+        raise ConfigError(file, CONTAINER_KEY, "a container is listed twice")
     return [{"nnodes": len(specs), "node_rank": rank, "master_addr": first.address,
              "master_port": first.train.master_port, "node_addr": spec.address, "run_id": run_id}
             for rank, spec in enumerate(specs)]
@@ -71,7 +73,7 @@ def node_iface(session: Session, spec: ContainerSpec, file: str = "hosts file") 
     key when none does (the other nodes could not reach it there)."""
     assert spec.address, "plan_nodes checks every node's address first"
     try:
-        return session.container(spec.ctid).script(shell.load("node-iface"), spec.address, timeout=30,
+        return session.container_for(spec).script(shell.load("node-iface"), spec.address, timeout=30,
                                                     mutates=False, label="node address").out.strip()
     except CommandError as exc:
         if exc.command_status != 4:
@@ -119,12 +121,11 @@ def rendezvous_failed(st: dict) -> bool:
 
 
 def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool = False, follow: bool = True,
-          echo: Callable[[str], None] = print) -> dict | None:
+          echo: Callable[[str], None] = quiet) -> dict | None:
     """Preflight every node, then start one run on all of them; follow until it ends (returns
     follow_run's result), or None when not following."""
-    specs = [session.config.container(i) for i in ids]
-    for i in ids:  # each host's transport made here, before the threads ask for it
-        session.container(i)
+    nodes = {i: resolve(session, i, echo=echo) for i in ids}  # each node resolved once
+    specs = [nodes[i].spec for i in ids]
     run_id = jobs.new_run_id()
     values = plan_nodes(specs, run_id, session.config.file)
     for spec in specs:
@@ -132,13 +133,13 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
             raise ConfigError(session.config.file, "train.command", "set the training command to run")
 
     def check(ctid: int):
-        spec, ct = session.config.container(ctid), session.container(ctid)
+        spec, ct = nodes[ctid].spec, nodes[ctid].ct
         try:
             return jobs.preflight(ct, spec, echo=echo)
         except JobError as exc:
             if not (warmup and jobs.only_warmup_missing(exc)):
                 return exc
-            wm.warmup(session, ctid, echo=echo)
+            wm.warmup(nodes[ctid], echo=echo)
             return jobs.preflight(ct, spec, echo=echo)
         except RemoteError as exc:
             return exc
@@ -148,11 +149,11 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
         if isinstance(pre, BaseException):
             return pre
         try:
-            return pre, node_iface(session, session.config.container(ctid), session.config.file)
+            return pre, node_iface(session, nodes[ctid].spec, session.config.file)
         except RemoteError as exc:
             return exc
 
-    checked = fleet.map_each(session.config, ids, check_node)
+    checked = executor.values(session.config, ids, check_node)
     failed = [(ctid, p) for ctid, p in zip(ids, checked, strict=True) if isinstance(p, BaseException)]
     if failed:
         raise JobError("preflight failed, nothing was started: " + "; ".join(f"container {c}: {e}" for c, e in failed))
@@ -173,7 +174,7 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
             command = node_command(spec.train.command, v)
             extra = {"nodes": ids, "node_rank": v["node_rank"], "master_addr": v["master_addr"],
                      "master_port": v["master_port"], "node_addr": v["node_addr"], "iface": iface}
-            _, pid = jobs.launch(session.container(spec.ctid), spec, pre, force=force, command=command,
+            _, pid = jobs.launch(session.container_for(spec), spec, pre, force=force, command=command,
                                  run_id=run_id, extra=extra, env=node_env(spec, iface, v["node_rank"] == 0))
             started.append((spec.ctid, pid))
     except RemoteError as exc:
@@ -198,33 +199,32 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
 
 def stop_nodes(session: Session, ids: list[int], run_id: str, grace: int = 10) -> dict[int, object]:
     """Stop the run on each node at once; ctid -> stop's result or the error."""
-    for i in ids:  # each host's transport made here, before the threads ask for it
-        session.container(i)
+    nodes = {i: resolve(session, i) for i in ids}
+
     def one(ctid: int):
         try:
-            return jobs.stop(session.container(ctid), session.config.container(ctid), run_id, grace=grace)
+            return jobs.stop(nodes[ctid].ct, nodes[ctid].spec, run_id, grace=grace)
         except RemoteError as exc:
             return exc
 
-    return dict(zip(ids, fleet.map_each(session.config, ids, one), strict=True))
+    return dict(zip(ids, executor.values(session.config, ids, one), strict=True))
 
 
-def follow_run(session: Session, ids: list[int], run_id: str, *, echo: Callable[[str], None] = print) -> dict:
+def follow_run(session: Session, ids: list[int], run_id: str, *, echo: Callable[[str], None] = quiet) -> dict:
     """Every node's log merged (lines marked `[id] `) until the run ends on all of them; the first node that
     fails (or is lost) has the run stopped on every other node. Returns {run, nodes: ctid -> final state,
     failed: the node that failed first, or None}."""
-    for i in ids:  # each host's transport made here, before the threads ask for it
-        session.container(i)
+    nodes = {i: resolve(session, i, echo=echo) for i in ids}  # each node resolved once
     finals: dict[int, dict] = {}
     done = threading.Event()
-    master = session.config.container(ids[0])
+    master = nodes[ids[0]].spec
 
     def met(ctid: int, st: dict) -> str:
         """Why, when the nodes never met: the run ended at its rendezvous, not in training."""
         if not rendezvous_failed(st):
             return ""
         return (f": the nodes did not meet at {master.address}:{master.train.master_port} within "
-                f"train.rendezvous_timeout ({session.config.container(ctid).train.rendezvous_timeout} s) -- "
+                f"train.rendezvous_timeout ({nodes[ctid].spec.train.rendezvous_timeout} s) -- "
                 "every node must reach that address and port, and torchrun's --nnodes must be the number of "
                 "containers listed ({nnodes})")
     failure: list[tuple[int, str]] = []
@@ -232,8 +232,7 @@ def follow_run(session: Session, ids: list[int], run_id: str, *, echo: Callable[
     def watchdog() -> None:
         while not done.wait(POLL_S):
             try:
-                states = fleet.map_each(session.config, ids, lambda c: jobs.state(
-                    session.container(c), session.config.container(c), run_id))
+                states = executor.values(session.config, ids, lambda c: jobs.state(nodes[c].ct, nodes[c].spec, run_id))
             except RemoteError:
                 continue  # a lost connection: the followers reconnect; look again next time
             bad = [(c, st) for c, st in zip(ids, states, strict=True) if not st["alive"] and jobs.final_status(st)]
@@ -249,19 +248,18 @@ def follow_run(session: Session, ids: list[int], run_id: str, *, echo: Callable[
                 return
 
     def one(ctid: int) -> None:
-        spec = session.config.container(ctid)
-        finals[ctid] = jobs.show_log(session.container(ctid), spec, run_id, follow=True)
+        finals[ctid] = jobs.show_log(nodes[ctid].ct, nodes[ctid].spec, run_id, follow=True, echo=echo)
 
     guard = threading.Thread(target=watchdog, daemon=True)
     guard.start()
     try:
-        outcomes = fleet.run_each(session.config, ids, one, progress=False)
+        outcomes = executor.each(session.config, ids, one)
     finally:
         done.set()
         guard.join(timeout=60)
-    for o in outcomes:
-        if not o.ok and o.ctid not in finals:
-            raise JobError(f"following container {o.ctid} failed: {o.message}")
+    for o in outcomes.values():
+        if not o.ok and o.container not in finals:
+            raise JobError(f"following container {o.container} failed: {o.message}")
     ends = "; ".join(f"{c}: {jobs.describe_end(finals[c])}" for c in ids)
     bad = [(c, finals[c]) for c in ids if jobs.final_status(finals[c])]
     if not failure and bad:  # every node ended before the watchdog looked: name the first that failed
@@ -299,8 +297,8 @@ def final_status(result: dict) -> int:
 
 def nodes_of(session: Session, ctid, run_id: str | None) -> tuple[str | None, list[int]]:
     """The run (latest, or run_id) of container ctid and its nodes ([] for a single-node run)."""
-    spec = session.config.container(ctid)
-    st = jobs.state(session.container(spec.ctid), spec, run_id)
+    spec = resolve(session, ctid).spec
+    st = jobs.state(session.container_for(spec), spec, run_id)
     nodes = (st.get("manifest") or {}).get("nodes") or []
     return st.get("run"), [int(n) for n in nodes if int(n) in session.config.containers]
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from .. import facts
 from ..config import VenvSpec
 from ..errors import RemoteError
+from ..events import quiet
 from ..transport.pct import Container
 from . import fetched, files
 
@@ -31,7 +32,7 @@ def local_binary(machine: str, version: str = PY_SPY_VERSION, venv: VenvSpec | N
     return fetched.cached(fetched.PY_SPY, version, machine, fetched.Sources.of(venv))
 
 
-def ensure(ct: Container, *, echo=print, venv: VenvSpec | None = None) -> str | None:
+def ensure(ct: Container, *, echo=quiet, venv: VenvSpec | None = None) -> str | None:
     """The pinned py-spy in the container, byte for byte (one round trip when it is there already); None,
     with a line saying why, where it cannot be had: the watch then records the kernel's view only. `venv`:
     the container's venv spec, whose find_links, indexes and offline setting the wheel is fetched by."""

@@ -23,6 +23,7 @@ from .. import sudo
 from ..config import ContainerSpec
 from ..errors import BusyError, HostPermissionError, PctError, RemoteError, SnapshotError
 from ..results import RolledBack, Snapshot
+from ..target import Target
 from ..transport.pct import Container, classify
 from ..transport.session import Session
 from . import oplock
@@ -125,7 +126,7 @@ def _host_program(session: Session, ct: Container, spec: ContainerSpec, name: st
 
 def support(session: Session, spec: ContainerSpec, ct: Container | None = None) -> Support:
     """Whether the container's rootfs can take a snapshot: its storage from `pct config`, the type from `pvesm status`."""
-    ct = ct or session.container(spec.ctid)
+    ct = ct or session.container_for(spec)
     config = ct._pct("config", str(spec.ctid), mutates=False)
     config.check(ct.where)
     storage = rootfs_storage(config.out)
@@ -142,9 +143,12 @@ def support(session: Session, spec: ContainerSpec, ct: Container | None = None) 
     return Support(storage, kind, True, f"storage {storage} ({kind})")
 
 
-def list_snapshots(session: Session, ctid=None) -> list[Snapshot]:
-    spec = session.config.container(ctid)
-    ct = session.container(spec.ctid)
+def list_snapshots(t: Target) -> list[Snapshot]:
+    """The container's snapshots (`pct listsnapshot`), oldest first."""
+    return _listed(t.ct, t.spec)
+
+
+def _listed(ct: Container, spec: ContainerSpec) -> list[Snapshot]:
     result = ct._pct("listsnapshot", str(spec.ctid), mutates=False)
     result.check(ct.where)
     return parse_listsnapshot(result.out)
@@ -185,7 +189,7 @@ def before_deploy(session: Session, spec: ContainerSpec, ct: Container, what: st
             raise SnapshotError(f"{ct.where}: deploy.snapshot is always, but {how.reason}: nothing was changed "
                                 "(set deploy.snapshot: auto to deploy without one)")
         return Taken(note=f"no snapshot: {how.reason}")
-    existing = list_snapshots(session, spec.ctid)
+    existing = _listed(ct, spec)
     name = next_name(existing, today or datetime.datetime.now(datetime.timezone.utc).date())
     echo(f"==> snapshot {name} ({how.reason})")
     result = ct._pct("snapshot", str(spec.ctid), name, "--description", f"{DESCRIPTION}{what}", mutates=True,
@@ -202,7 +206,7 @@ def before_deploy(session: Session, spec: ContainerSpec, ct: Container, what: st
                             "was changed (deploy.snapshot: never deploys without one)")
     taken = Taken(name=name)
     if not ct.dry:
-        for old in to_delete(list_snapshots(session, spec.ctid), spec.deploy.keep_snapshots):
+        for old in to_delete(_listed(ct, spec), spec.deploy.keep_snapshots):
             r = ct._pct("delsnapshot", str(spec.ctid), old.name, mutates=True, deadline=ROLLBACK_DEADLINE)
             if r.exit_code == 0:
                 taken.deleted.append(old.name)
@@ -229,14 +233,13 @@ def where_things_live(spec: ContainerSpec, config_text: str) -> tuple[list[str],
     return kept, restored
 
 
-def rollback(session: Session, ctid=None, *, snapshot: str | None = None, force: bool = False,
+def rollback(t: Target, *, snapshot: str | None = None, force: bool = False,
              echo: Callable[[str], None] = lambda _: None, timeout: float = 120) -> RolledBack:
     """`pct rollback` to `snapshot` (default: the newest of remote's), refused while a run is live unless
     `force`; a running container is started again and waited for until it answers a command."""
 
-    spec = session.config.container(ctid)
-    ct = session.container(spec.ctid)
-    existing = list_snapshots(session, spec.ctid)
+    spec, ct = t.spec, t.ct
+    existing = list_snapshots(t)
     if snapshot is None:
         ours = sorted((s for s in existing if s.ours), key=_order)
         if not ours:
@@ -253,7 +256,7 @@ def rollback(session: Session, ctid=None, *, snapshot: str | None = None, force:
     # The operation lease of a running container (a stopped one runs no deploy): held from the run check
     # to the rollback, so no deploy, warmup or launch of another controller starts in between.
     with oplock.hold(ct, f"rollback to {chosen.name}") if running else contextlib.nullcontext() as lease:
-        return _rollback(session, spec, ct, chosen, running, lease, force=force, echo=echo, timeout=timeout)
+        return _rollback(t.session, spec, ct, chosen, running, lease, force=force, echo=echo, timeout=timeout)
 
 
 def _rollback(session: Session, spec: ContainerSpec, ct: Container, chosen: Snapshot, running: bool,

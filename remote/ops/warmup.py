@@ -26,10 +26,11 @@ from pathlib import Path
 from .. import facts, shell
 from ..config import ContainerSpec
 from ..errors import CommandError, ConfigError, WarmupError
+from ..events import quiet
 from ..facts import deployed, deployed_in  # read with the facts probe (an exec needs them, not this module)
 from ..results import ImportedCache
+from ..target import Target
 from ..transport.pct import Container
-from ..transport.session import Session
 from . import files, jobenv, oplock
 from . import passport as pp
 from . import venv as venvmod
@@ -263,14 +264,14 @@ def _record(ct: Container, spec: ContainerSpec, records: list[dict]) -> None:
               label="record the warmup")
 
 
-def warmup(session: Session, ctid=None, *, parallel: bool = False, devices: list[str] | None = None,
-           echo: Callable[[str], None] = print) -> list[DeviceResult]:
+def warmup(t: Target, *, parallel: bool = False, devices: list[str] | None = None,
+           echo: Callable[[str], None] = quiet) -> list[DeviceResult]:
     """Warm the compile cache for each configured device; returns per-device results (also recorded)."""
-    spec = session.config.container(ctid)
+    spec = t.spec
     if not spec.warmup.command:
-        raise ConfigError(session.config.file, "warmup.command",
+        raise ConfigError(t.session.config.file, "warmup.command",
                           "set the command that compiles the training configuration (e.g. a few training steps)")
-    ct = session.container(spec.ctid)
+    ct = t.ct
     raw = facts.read_raw(ct, spec, facts.DEPLOYED if ct.dry else WARMUP_PARTS)[0]
     state = deployed_in(raw, spec)
     problems = [] if ct.dry else unlike_deployed(raw, spec, state)
@@ -352,10 +353,9 @@ def compiled(recs: list[dict], spec: ContainerSpec, state: dict) -> bool:
     return any(r.get("key") in keys and (r.get("new_files") or r.get("cache_files")) for r in recs)
 
 
-def export_cache(session: Session, ctid, path: str, echo=print) -> int:
+def export_cache(t: Target, path: str, echo=quiet) -> int:
     """Write the container's per-version compile cache folder (and its warmup records) to a local tar.gz."""
-    spec = session.config.container(ctid)
-    ct = session.container(spec.ctid)
+    spec, ct = t.spec, t.ct
     state = deployed(ct, spec)
     verify = state["venv"].get("verify") or {}
     folder = jobenv.compile_cache(spec, verify)
@@ -375,11 +375,10 @@ def _versions(verify: dict) -> dict:
     return {k: verify.get(k) for k in ("torch", "cuda_build", "triton", "gpu_name")}
 
 
-def import_cache(session: Session, ctid, path: str, echo=print) -> ImportedCache:
+def import_cache(t: Target, path: str, echo=quiet) -> ImportedCache:
     """Load a bundle made by export_cache into the container's cache folder; refuse one made for other
     versions. Its warmup records are kept where they match this commit, venv, command and environment."""
-    spec = session.config.container(ctid)
-    ct = session.container(spec.ctid)
+    spec, ct = t.spec, t.ct
     state = deployed(ct, spec)
     verify = state["venv"].get("verify") or {}
     refused: list[tuple[str, str]] = []

@@ -14,10 +14,12 @@ import time
 
 from ..config import ContainerSpec
 from ..errors import JobError, RemoteError
+from ..events import quiet
 from ..facts import Facts, gather
 from ..naming import printable
 from ..ops import files, jobenv, jobs, logs
 from ..results import KnownGood
+from ..target import Target
 from ..transport.pct import Container
 from ..transport.session import Session
 
@@ -89,11 +91,10 @@ def save(ct: Container, spec: ContainerSpec, record: dict) -> None:
               label="known-good history")
 
 
-def record_run(session: Session, ctid, run_id: str | None, *, how: str = "by hand (remote known-good)") -> KnownGood:
+def record_run(t: Target, run_id: str | None, *, how: str = "by hand (remote known-good)") -> KnownGood:
     """Record run `run_id` (default: the latest) of a container as its known-good; it must have ended with
     exit status 0."""
-    spec = session.config.container(ctid)
-    ct = session.container(spec.ctid)
+    spec, ct = t.spec, t.ct
     st = jobs.state(ct, spec, run_id)
     if not st.get("run"):
         raise JobError(f"container {spec.ctid} has no run {run_id or ''} in {spec.train.run_dir}".replace("  ", " "))
@@ -101,20 +102,20 @@ def record_run(session: Session, ctid, run_id: str | None, *, how: str = "by han
         raise JobError(f"run {st['run']} {jobs.describe_end(st)}: only a run that ended with exit status 0 can be "
                        "known-good")
     watch = watch_log(spec, log_tail(ct, f"{st['path']}/log"))
-    record = make_record(gather(session.container(spec.ctid, venv_on_path=False), spec), spec, st, watch, how)
+    record = make_record(gather(t.system, spec), spec, st, watch, how)
     save(ct, spec, record)
     return KnownGood(record["run"], record["container"], record.get("commit"), record.get("torch"), path_of(spec),
                      record)
 
 
-def after_run(session: Session, ct: Container, spec: ContainerSpec, final: dict, echo=print) -> dict | None:
+def after_run(session: Session, ct: Container, spec: ContainerSpec, final: dict, echo=quiet) -> dict | None:
     """Called by `train` when the run it followed ends: record it as known-good when it met the baseline."""
     watch = final.get("watch")
     if final.get("alive") or final.get("lost") or final.get("exit") != 0 or watch is None \
             or not meets_baseline(watch):
         return None
     try:
-        facts = gather(session.container(spec.ctid, venv_on_path=False), spec)
+        facts = gather(session.container_for(spec, venv_on_path=False), spec)
         record = make_record(facts, spec, final, watch, "auto: the run met the baseline")
         save(ct, spec, record)
     except RemoteError as exc:

@@ -17,7 +17,7 @@ from ..errors import JobError, TransferError
 from ..ops import files, jobs, logs
 from ..ops import warmup as wm
 from ..ops.logs import series, sparkline  # noqa: F401 -- the status line's pieces, also this page's
-from ..transport.session import Session
+from ..target import Target
 from . import timeline as timeline_mod
 
 
@@ -116,10 +116,9 @@ def reports_dir() -> Path:
     return Path(base) / "remote" / "reports"
 
 
-def write(session: Session, ctid, run_id: str | None, dest: str | None) -> Path:
+def write(t: Target, run_id: str | None, dest: str | None) -> Path:
     """Read a run (default: the latest) and the known-good one from the container; write the HTML file."""
-    spec = session.config.container(ctid)
-    ct = session.container(spec.ctid)
+    spec, ct = t.spec, t.ct
     st = jobs.state(ct, spec, run_id)
     if not st.get("run"):
         raise JobError(f"container {spec.ctid} has no run {run_id or ''} in {spec.train.run_dir}".replace("  ", " ")

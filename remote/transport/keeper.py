@@ -47,6 +47,7 @@ from . import OutputCallback, Result, SshTransport, _check_argv
 from .framing import BoundedStream
 from .keepwire import (
     CHUNK,
+    file_of,
     group_of,
     pack_error,
     peer,
@@ -385,12 +386,19 @@ def _quit(path: Path, graceful: bool) -> int | None:
 
 def disconnect(config_file: str | None = None, host: str | None = None, where: Path | None = None,
                wait: float = 10.0) -> list[int]:
-    """End keepers now: those of `host` in `config_file`, or every keeper of this user. Returns their pids,
-    each gone (or killed) before this returns."""
+    """End keepers now: those of `host` in `config_file`, or of every host of `config_file` (the file is not
+    read: its keepers' sockets are named by it), or without a file every keeper of this user. Returns their
+    pids, each gone (or killed) before this returns. Another hosts file's keepers, and the commands they
+    run, are left alone."""
     where = where or runtime_dir()
     if host and config_file is None:
         raise ValueError("disconnect: a host is named in a hosts file: give config_file with host")
-    pattern = f"{group_of(config_file, host)}-*.sock" if host and config_file is not None else "*.sock"
+    if config_file is None:
+        pattern = "*.sock"
+    elif host:
+        pattern = f"{group_of(config_file, host)}-*.sock"
+    else:
+        pattern = f"{file_of(config_file)}{'?' * (len(group_of(config_file, '')) - len(file_of(config_file)))}-*.sock"
     pids = [pid for path in sorted(where.glob(pattern)) if (pid := _quit(path, graceful=False))]
     end = time.monotonic() + wait
     for pid in pids:

@@ -92,9 +92,15 @@ def _stamps(host: Host) -> list:
     return [_digest(text), *([f, _stamp(f)] for f in files)]
 
 
+def file_of(config_file: str) -> str:
+    """The keepers of one hosts file's hosts share this prefix (the first half of group_of's)."""
+    return _digest(os.path.realpath(config_file))[:6]
+
+
 def group_of(config_file: str, host_name: str) -> str:
-    """The keepers of one host of one hosts file share this prefix, whatever its entry says."""
-    return _digest(os.path.realpath(config_file) + "\0" + host_name)
+    """The keepers of one host of one hosts file share this prefix, whatever its entry says: the file's
+    part, so that one file's keepers are found without reading it, then the host's."""
+    return file_of(config_file) + _digest(os.path.realpath(config_file) + "\0" + host_name)[:6]
 
 
 def socket_path(host: Host, config_file: str, where: Path | None = None) -> Path:

@@ -28,6 +28,7 @@ from ..errors import (
     HostPermissionError,
     PctError,
 )
+from ..events import quiet
 from . import NotStarted, OutputCallback, Result, Stream, Transport
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -164,7 +165,7 @@ class Container:
     ctid: int
     pct: str = "pct"
     dry: bool = False
-    echo: Callable[[str], None] = print
+    echo: Callable[[str], None] = quiet
     path: str = DEFAULT_PATH
     env: dict[str, str] = field(default_factory=dict)
     agent: Callable[[], Exec | None] | None = None  # the container's agent (remote.transport.agent); None: plain pct exec

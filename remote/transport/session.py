@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, cast
 
 from .. import config as cfg
 from ..errors import ConnectError, PctError, TransportError
+from ..events import quiet
 from ..sudo import program
 from . import Result, Transport, for_host
 from .pct import DEFAULT_PATH, Container, classify, parse_list, pct_argv
@@ -46,7 +47,7 @@ def _can_keep() -> bool:
 class Session:
     config: cfg.Config
     dry: bool = False
-    echo: Callable[[str], None] = print
+    echo: Callable[[str], None] = quiet
     transport_factory: Callable[[cfg.Host], Transport] = for_host
     agent: bool = False  # run container commands through one persistent in-container agent each
     keep: bool = False  # SSH hosts through their kept connection (remote.transport.keeper), as the CLI does
@@ -55,6 +56,7 @@ class Session:
     _agent_lock: threading.Lock = field(default_factory=threading.Lock)
     _muxes: dict = field(default_factory=dict)  # host name -> its stream mux, or the time it failed to start
     _start_locks: dict = field(default_factory=dict)  # per agent and mux: containers start their agents at once
+    _transport_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         from .. import cluster
@@ -63,19 +65,29 @@ class Session:
         self.config = cluster.resolving(self.config, lambda host, argv: self.host_run(host, argv, deadline=60))
 
     def transport(self, host: cfg.Host) -> Transport:
-        if host.name not in self._transports:
-            if self.keep and not host.local and host.control_persist > 0 and self.transport_factory is for_host \
-                    and _can_keep():
-                from .keeper import KeptTransport
+        """The host's one transport, made on first use; threads asking at once get the same one (made once:
+        a second, never closed, would be a leaked SSH connection)."""
+        got = self._transports.get(host.name)
+        if got is not None:
+            return got
+        with self._transport_lock:
+            if host.name not in self._transports:
+                if self.keep and not host.local and host.control_persist > 0 and self.transport_factory is for_host \
+                        and _can_keep():
+                    from .keeper import KeptTransport
 
-                self._transports[host.name] = KeptTransport(host, self.config.file)
-            else:
-                self._transports[host.name] = self.transport_factory(host)
-        return self._transports[host.name]
+                    self._transports[host.name] = KeptTransport(host, self.config.file)
+                else:
+                    self._transports[host.name] = self.transport_factory(host)
+            return self._transports[host.name]
 
     def container(self, ctid: int | str | None = None, venv_on_path: bool = True) -> Container:
-        """The container `ctid` (or the only one), with its venv first on PATH unless told otherwise."""
-        spec = self.config.container(ctid)
+        """The container `ctid` (or the only one), with its venv first on PATH unless told otherwise. Code
+        that holds a resolved container (remote.target.Target) uses container_for."""
+        return self.container_for(self.config.container(ctid), venv_on_path)
+
+    def container_for(self, spec: cfg.ContainerSpec, venv_on_path: bool = True) -> Container:
+        """The pct Container of a container already resolved: no lookup by id."""
         return Container(self.transport(spec.host), spec.ctid, pct=spec.host.pct, dry=self.dry, echo=self.echo,
                          path=f"{spec.venv.path}/bin:{DEFAULT_PATH}" if venv_on_path else DEFAULT_PATH,
                          agent=(lambda: self._agent_for(self.config.containers[spec.ctid])) if self.agent else None,

@@ -19,6 +19,7 @@ from remote.ops.deploy import deploy
 from remote.errors import BusyError, ContainerLocked, DeployError, RemoteError
 from remote.ops.jobs import Preflight, final_status, launch, show_log, state
 from remote.transport.session import Session
+from remote.target import resolve as target_of
 
 pytestmark = pytest.mark.lab
 PRE = Preflight(commit="0" * 40, venv={"verify": {}}, gpus=None, notes=[])
@@ -80,7 +81,7 @@ def test_a_connection_dropped_mid_deploy_leaves_the_venv_and_the_next_deploy_com
     with Session(config.load(str(changed)), agent=True) as s:
         def work():
             try:
-                outcome.append(deploy(s, 200, echo=lines.append))
+                outcome.append(deploy(target_of(s, 200), echo=lines.append))
             except Exception as exc:
                 outcome.append(exc)
 
@@ -96,11 +97,11 @@ def test_a_connection_dropped_mid_deploy_leaves_the_venv_and_the_next_deploy_com
         assert ct.run(["git", "-C", "/root/dflash", "rev-parse", "HEAD"]).out == head
         assert ct.run(["python", "-c", "import torch"]).ok
         # The lease of the interrupted deploy may still be live; it was this process's.
-        summary = once_the_lease_is_free(lambda: deploy(s, 200, echo=lambda line: None))
+        summary = once_the_lease_is_free(lambda: deploy(target_of(s, 200), echo=lambda line: None))
     assert ct.run(["python", "-c", "import mpmath, torch"]).ok, summary.render()
     assert ".building" not in ct.run(["ls", "/root/venv.versions"]).out
     with Session(config.load(str(lab_hosts)), agent=True) as s:
-        deploy(s, 200, echo=lambda line: None)
+        deploy(target_of(s, 200), echo=lambda line: None)
 
 
 @pytest.mark.fault("Disk full during a venv build",
@@ -114,7 +115,7 @@ def test_a_disk_that_fills_up_during_the_venv_build_fails_the_deploy_and_changes
     try:
         lines: list[str] = []
         with pytest.raises(DeployError, match="the venv build failed") as e:
-            deploy(lab_session, 201, echo=lines.append)
+            deploy(target_of(lab_session, 201), echo=lines.append)
         assert "current venv and checkout were left in place" in str(e.value)
         assert any("No space left on device" in l or "os error 28" in l for l in lines), "\n".join(lines[-20:])
         assert ".building" not in ct.run(["ls", "-a", "/root/venv.versions"]).out  # the failed build removed
@@ -232,12 +233,12 @@ def test_deploy_sigkilled_at_each_point_leaves_a_working_venv_and_the_next_deplo
     assert len(killed) == len(KILL_POINTS)
     # The next deploy takes the dead controller's lease over once it expired, cleans up and completes.
     with Session(config.load(str(hosts)), agent=True) as s:
-        summary = once_the_lease_is_free(lambda: deploy(s, 200, echo=lambda line: None))
+        summary = once_the_lease_is_free(lambda: deploy(target_of(s, 200), echo=lambda line: None))
     assert ".building" not in ct.run(["ls", "/root/venv.versions"]).out, summary.render()
     assert ct.run(["python", "-c", "import mpmath, torch"]).ok
     with Session(config.load(str(lab_hosts)), agent=True) as s:  # back to the session's spec
-        deploy(s, 200, echo=lambda line: None)
-        assert deploy(s, 200, echo=lambda line: None).noop
+        deploy(target_of(s, 200), echo=lambda line: None)
+        assert deploy(target_of(s, 200), echo=lambda line: None).noop
 
 
 @pytest.mark.fault("SSH dropped mid-warmup",
@@ -254,7 +255,7 @@ def test_a_connection_dropped_mid_warmup_leaves_nothing_running_and_the_next_war
     with Session(config.load(str(lab_hosts)), agent=True) as s:
         def work():
             try:
-                outcome.append(wm.warmup(s, 200, echo=lines.append))
+                outcome.append(wm.warmup(target_of(s, 200), echo=lines.append))
             except Exception as exc:
                 outcome.append(exc)
 
@@ -272,5 +273,5 @@ def test_a_connection_dropped_mid_warmup_leaves_nothing_running_and_the_next_war
         record = ct.run(["bash", "-c", "cat /root/.cache/torch-compile/warmups.jsonl 2>/dev/null || true"]).out
         assert all(json.loads(line) for line in record.splitlines())
         # The interrupted warmup's lease is released by this process, or expires.
-        results = once_the_lease_is_free(lambda: wm.warmup(s, 200, echo=lambda line: None), 120)
+        results = once_the_lease_is_free(lambda: wm.warmup(target_of(s, 200), echo=lambda line: None), 120)
     assert [r.device for r in results] == ["0", "1"]

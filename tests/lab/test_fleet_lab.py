@@ -109,6 +109,24 @@ def test_a_two_node_ddp_run_all_reduces_the_known_tensor(two):
     assert re.search(r"-- multi-node run \S+: 210: exited with status 0; 212: exited with status 0", out), out[-2000:]
 
 
+@pytest.mark.fault("The library printing during a multi-node run", "nothing of a multi-node train or follow "
+                   "through the API reaches file descriptors 1 or 2 (no print, no swapped sys.stdout): each line goes to "
+                   "the events callback given, marked with its node")
+def test_a_multi_node_run_through_the_api_prints_nothing(two, capfd):
+    import remote
+    from remote.events import Output
+
+    hosts = hosts_file(two, "--steps 3", 29618)
+    got: list = []
+    capfd.readouterr()
+    with remote.open(hosts, events=got.append) as fleet:
+        code = fleet.train_nodes([210, 212], follow=True)
+    out, err = capfd.readouterr()
+    assert code == 0 and (out, err) == ("", ""), (out[-2000:], err[-2000:])
+    ranks = [e for e in got if isinstance(e, Output) and "allreduce ok" in e.line]
+    assert {e.container for e in ranks} == {210, 212}, [e.line for e in got][-40:]
+
+
 def start(hosts, two):
     out = task(hosts, "train", "-c", "210,212", "--detach").stdout
     run_id = re.search(r"==> run (\S+) started on 2 nodes", out).group(1)

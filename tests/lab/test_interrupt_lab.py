@@ -13,6 +13,7 @@ from support import LAB_CONTAINERS, load_config, wait_until
 from remote import config
 from remote.ops.deploy import deploy
 from remote.transport.session import Session
+from remote.target import resolve as target_of
 
 pytestmark = pytest.mark.lab
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -55,7 +56,7 @@ def test_the_deploy_after_an_interrupted_checkout_succeeds(lab_hosts, lab_sessio
     finally:
         ct.run(["rm", "-f", "/usr/local/bin/git", "/root/slow-git", "/root/git-in-checkout"])
     with Session(config.load(str(hosts)), agent=True) as s:
-        summary = deploy(s, CT, echo=lambda line: None)
+        summary = deploy(target_of(s, CT), echo=lambda line: None)
     try:
         assert any(c.startswith(f"removed stale lock: {CHECKOUT}/.git/index.lock") for c in summary.changed), \
             summary.render()
@@ -71,7 +72,7 @@ def test_a_lock_a_live_git_holds_is_never_removed(lab_session, deployed, lab_hos
     hosts = load_config(lab_hosts, **{"  path: /root/dflash": f"  path: {CHECKOUT}-live"})
     ct = lab_session.container(CT)
     with Session(config.load(str(hosts)), agent=True) as s:
-        deploy(s, CT, echo=lambda line: None)
+        deploy(target_of(s, CT), echo=lambda line: None)
         # An edit there (deploy saves it, then checks out again), and a git by hand holding the index lock.
         ct.script(f'cd {CHECKOUT}-live && f=$(git ls-files | head -n 1) && echo edit >> "$f" && '
                   "setsid -f bash -c 'echo $$ > /root/live-git.pid; exec 8> .git/index.lock; exec sleep 313.75' "
@@ -79,8 +80,59 @@ def test_a_lock_a_live_git_holds_is_never_removed(lab_session, deployed, lab_hos
         try:
             assert wait_until(lambda: "sleep 313.75" in ct.run(["ps", "-eo", "args"]).out, 30)
             with pytest.raises(Exception, match="index.lock"):
-                deploy(s, CT, echo=lambda line: None)
+                deploy(target_of(s, CT), echo=lambda line: None)
             assert ct.run(["test", "-e", f"{CHECKOUT}-live/.git/index.lock"], check=False).ok
         finally:
             ct.script('kill "$(cat /root/live-git.pid)" || true; rm -f /root/live-git.pid')
             ct.run(["rm", "-rf", f"{CHECKOUT}-live", f"{CHECKOUT}-live.patches"])
+
+
+# launch.sh's start of the job: the job starts as it always does, then launch takes its time (as on a loaded
+# container, waiting for the wrapper's pid file), so that Ctrl-C lands after the run started, before launch returns.
+SLOW_SETSID = """#!/bin/bash
+if [ "$1" = -f ] && [ "$2" = bash ] && [ -e /root/slow-setsid ]; then
+  /usr/bin/setsid "$@"
+  touch /root/setsid-done
+  exec sleep 317.5
+fi
+exec /usr/bin/setsid "$@"
+"""
+
+
+@pytest.mark.fault("Ctrl-C while train starts the job",
+                   promise="the run id is printed before the job starts; an interrupted start names the run and "
+                           "how to see, follow or stop it (exit 130)")
+def test_ctrl_c_while_the_job_starts_names_the_run_it_left_running(lab_hosts, lab_session, deployed):
+    from remote.ops.jobs import state
+    from remote.ops.jobs import stop as stop_run
+
+    hosts = load_config(lab_hosts, **{"  command: python -m drafter.warmup --device {device}\n  devices: [0, 1]\n": "",
+                                      "python -m drafter.train --target-gpus 0 --drafter-gpus 0,1 --steps 200 "
+                                      "--log-interval 0.5": "sleep 300"})
+    ct = lab_session.container(CT)
+    ct.run(["tee", "/usr/local/bin/setsid"], stdin=SLOW_SETSID.encode())
+    ct.run(["chmod", "755", "/usr/local/bin/setsid"])
+    ct.run(["touch", "/root/slow-setsid"])
+    env = {**os.environ, "REMOTE_HOSTS_FILE": str(hosts), "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    main = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); from remote.cli import main; main()"
+    run_id = None
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", main, "train", "-c", str(CT), "--force"], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert wait_until(lambda: ct.run(["test", "-e", "/root/setsid-done"], check=False).ok, 180)
+        finally:
+            proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, out + err
+        starting = [line for line in out.splitlines() if line.startswith("==> run ")]
+        assert starting and starting[0].endswith(f"starting in container {CT}"), out + err
+        run_id = starting[0].split()[2]
+        assert f"-- interrupted while run {run_id} was starting in container {CT}: it may be running." in out
+        assert f"`remote stop -c {CT} --run {run_id}` ends it" in out, out
+        spec = lab_session.config.container(CT)
+        assert state(ct, spec, run_id)["alive"], out + err  # the job started, and runs on
+    finally:
+        ct.run(["rm", "-f", "/usr/local/bin/setsid", "/root/slow-setsid", "/root/setsid-done"])
+        if run_id:
+            stop_run(ct, lab_session.config.container(CT), run_id)

@@ -17,6 +17,7 @@ from remote import config
 from remote.errors import JobError
 from remote.ops.jobs import Preflight, final_status, launch, show_log, state, stop
 from remote.transport.session import Session
+from remote.target import resolve as target_of
 
 pytestmark = pytest.mark.lab
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -328,7 +329,7 @@ def test_train_holds_the_lease_from_preflight_to_launch(lab_hosts, deployed, mon
     monkeypatch.setattr(jobs, "check", check_then_another_controller)
     with Session(config.load(str(hosts)), agent=True) as session:
         spec, ct = session.config.container(200), session.container(200)
-        final = jobs.train(session, 200, force=True, follow=False, echo=lambda s: None)
+        final = jobs.train(target_of(session, 200), force=True, follow=False, echo=lambda s: None)
         run = state(ct, spec)
         try:
             assert final is None and len(tried) == 1 and "busy: `train` held by" in tried[0], tried

@@ -181,6 +181,32 @@ def test_disconnect_leaves_none(lab, hosts, rundir):
     assert keepers(rundir) == []
 
 
+@pytest.mark.fault("remote disconnect with another hosts file's kept connections",
+                   promise="ends only this hosts file's hosts' keepers; another file's keeper, and the command it runs, "
+                   "are left alone")
+def test_disconnect_ends_only_this_hosts_files_keepers(lab, hosts, rundir, tmp_path):
+    other = tmp_path / "other" / "hosts.yaml"  # another project's file: the same host, its own keeper
+    other.parent.mkdir()
+    other.write_text(hosts.read_text())
+    exec_in_ct(hosts)
+    exec_in_ct(other)
+    mine, theirs = info(hosts)["pid"], info(other)["pid"]
+    assert mine != theirs and len(keepers(rundir)) == 2
+    env = {**os.environ, "REMOTE_HOSTS_FILE": str(other), "PYTHONPATH": str(ROOT)}
+    running = subprocess.Popen([sys.executable, "-c", "from remote.cli import main; main()", "exec", "-c", str(CT),
+                                "--command", "sleep 3; echo survived"], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        r = remote(hosts, "disconnect")
+        assert f"ended 1 kept connection(s) (pid {mine})" in r.stdout, r.stdout
+        assert keepers(rundir) == [theirs]
+        out, _ = running.communicate(timeout=60)
+        assert running.returncode == 0 and out == "survived\n"  # the other file's command ran on
+    finally:
+        running.kill()
+    assert info(other)["pid"] == theirs  # its keeper still serves it
+    assert "ended 1" in remote(other, "disconnect").stdout and keepers(rundir) == []
+
+
 def test_keeper_exits_after_its_idle_time(lab, hosts, rundir):
     exec_in_ct(with_persist(hosts, 1))
     assert len(keepers(rundir)) == 1

@@ -11,6 +11,7 @@ from remote.doctor import findings
 from remote.ops import jobs
 from remote.ops.deploy import deploy
 from remote.ops.jobs import Preflight, launch, state, stop
+from remote.target import resolve as target_of
 
 pytestmark = pytest.mark.lab
 CT = LAB_CONTAINERS[0]
@@ -20,7 +21,7 @@ quiet = dict(echo=lambda s: None)
 
 @pytest.fixture
 def ct(lab_session):
-    deploy(lab_session, CT, **quiet)
+    deploy(target_of(lab_session, CT), **quiet)
     ct = lab_session.container(CT)
     ct.script("rm -rf /root/runs")
     yield ct
@@ -46,7 +47,7 @@ def test_a_live_run_that_is_not_the_latest_counts_everywhere(lab_session, ct):
         launch(ct, spec, PRE, command="sleep 600")  # train's busy check
     ct.script("echo '# an edit: deploy has something to do' >> /root/dflash/drafter/model.py")
     with pytest.raises(BusyError, match=f"run {a} \\(pid {pid_a}\\) is still running"):
-        deploy(lab_session, CT, **quiet)
+        deploy(target_of(lab_session, CT), **quiet)
     entry = jobs._container_job(lab_session, spec, "running")  # what `status` shows
     assert entry["run"]["id"] == b and entry["also_live"] == [{"run": a, "pid": pid_a}]
     found = {f.code: f for f in findings(facts.gather(ct, spec, fresh=True), spec)}
@@ -77,7 +78,7 @@ def test_a_run_whose_pid_file_is_late_is_started_and_counts_as_running(lab_sessi
     assert st["alive"] and not st["lost"], st
     ct.script("echo '# an edit: deploy has something to do' >> /root/dflash/drafter/model.py")
     with pytest.raises(BusyError, match=r"run late \(starting"):
-        deploy(lab_session, CT, **quiet)
+        deploy(target_of(lab_session, CT), **quiet)
     with pytest.raises(JobError, match=r"run late \(starting\)"):
         launch(ct, spec, PRE, command="sleep 600")
     got = facts.gather(ct, spec, fresh=True).jobs

@@ -93,3 +93,27 @@ def test_both_exec_paths_serve_a_local_host(local_hosts, agent):
         r = ct.run(["bash", "-c", 'echo "$HOME|$PWD|$X"; cat; exit 4'], cwd="/tmp", env={"X": "y z"},
                    stdin=b"in\n", check=False)
         assert (r.exit_code, r.out) == (4, "/root|/tmp|y z\nin\n")
+
+
+@pytest.mark.fault("--dry or --container once on an invoke line",
+                   promise="applies to every task of the line, as with `remote`; a line a task of which has no --dry, or "
+                   "that names two containers for a task given none, is refused naming the flag, nothing run")
+def test_a_dry_invoke_line_changes_nothing_in_the_container(lab, local_hosts):
+    """`invoke deploy warmup train --container 200 --dry` in the checkout: invoke binds --dry and --container to
+    train only; remote's collection gives them to deploy and warmup too, so nothing is deployed, warmed or run."""
+    pct = str(lab.dir / "bin" / "pct")
+
+    def in_ct(*argv: str) -> str:
+        return subprocess.run([pct, "exec", "200", "--", *argv], capture_output=True, text=True, check=True).stdout
+
+    in_ct("touch", "/root/before-dry-line")
+    env = {**os.environ, "REMOTE_HOSTS_FILE": str(local_hosts), "PYTHONPATH": str(ROOT)}
+    env.pop("REMOTE_CONTAINER", None)
+    r = subprocess.run([sys.executable, "-m", "invoke", "deploy", "warmup", "train", "--container", "200", "--dry"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    assert "deploy 200 (dry run, nothing changed)" in r.stdout, r.stdout
+    assert "(dry run) run " in r.stdout and "would start in container 200" in r.stdout, r.stdout
+    assert "warmup done" not in r.stdout, r.stdout  # the warmup was not run
+    changed = in_ct("find", "/root", "-newer", "/root/before-dry-line", "-not", "-type", "d")
+    assert changed == "", changed  # nothing written in the container: no deploy, no warmup, no run

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import LAB_CONTAINERS, LAB_SECTIONS, LAB_WHEELS, wait_until
+from support import LAB_CONTAINERS, LAB_WHEELS, wait_until
 
 pytestmark = pytest.mark.lab
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -139,10 +139,12 @@ def test_gpu_device_nodes_are_visible(ns_lab):
 
 @pytest.fixture(scope="module")
 def ns_hosts(ns_lab, tmp_path_factory) -> Path:
+    """The hosts file `remote lab up --backend ns` wrote, as it is: it deploys, warms up and trains the demo."""
     path = tmp_path_factory.mktemp("nscfg") / "hosts.yaml"
-    assert "local: true" in ns_lab.hosts_yaml([CT])
-    path.write_text(ns_lab.hosts_yaml([CT]) + LAB_SECTIONS.format(repo=ns_lab.demo_repo())
-                    .replace("devices: [0, 1]", "devices: [0]").replace("--drafter-gpus 0,1", "--drafter-gpus 0"))
+    written = (ns_lab.dir / "hosts.yaml").read_text()
+    assert written.startswith(ns_lab.hosts_yaml([CT])) and "local: true" in written
+    assert (ns_lab.dir / "hosts-bare.yaml").read_text() == ns_lab.hosts_yaml([CT])
+    path.write_text(written)
     return path
 
 
@@ -154,8 +156,12 @@ def task(hosts: Path, *args: str, timeout: float = 900) -> subprocess.CompletedP
     return r
 
 
+@pytest.mark.fault("the namespace lab's hosts file for a new user",
+                   promise="`remote lab up --backend ns` writes a hosts file that deploys, warms up and trains the demo as "
+                   "it is; without a demo repository (a tool-only install) it says so, and so does `lab up`")
 def test_deploy_train_and_stop_through_the_namespace_lab(ns_lab, ns_hosts):
-    """The story's tasks with no SSH and no LXC: deploy, exec in the job environment, train, doctor, stop."""
+    """The story's tasks with no SSH and no LXC, from the hosts file the lab wrote: deploy, exec in the job
+    environment, train, doctor, stop."""
     r = task(ns_hosts, "deploy", "-c", str(CT))
     assert r.returncode == 0 and "torch 2.13.0+cpu" in r.stdout, r.stdout + r.stderr
     r = task(ns_hosts, "exec", "-c", str(CT), "--command", 'echo "$(hostname) $VIRTUAL_ENV"; python -c "import torch"')
@@ -237,3 +243,26 @@ def test_sys_is_read_only_at_every_mount_below_it_too(ns_lab):
     finally:
         if os.path.isdir(probe):  # the container wrote the host's /sys: undo it
             os.rmdir(probe)
+
+
+def test_without_a_demo_repository_the_hosts_file_and_lab_up_say_so(tmp_path, monkeypatch, capsys):
+    """A tool-only install has no examples/: no demo repository, and nothing silent about it."""
+    import remote.cli as cli
+    import remote.lab as labmod
+    from remote.lab.ns import NsLab
+
+    text = NsLab(dir=tmp_path).demo_sections()
+    assert text.startswith("# No demo repository") and all(line.startswith("#") for line in text.splitlines())
+
+    class Up:  # the lab itself is the tests above; here only what `lab up` prints about it
+        backend, dir = "ns", tmp_path
+
+        def up(self, ids, second=()):
+            pass
+
+    monkeypatch.setattr(labmod, "EXAMPLES", tmp_path / "no-examples")
+    monkeypatch.setattr("remote.lab.ns.open_lab", lambda **kw: Up())
+    assert cli.run(["lab", "up", "--backend", "ns"]) == 0
+    out = capsys.readouterr().out
+    assert "note: no demo repository" in out and "comes with a checkout of remote" in out, out
+    assert "(deploys the demo drafter)" not in out

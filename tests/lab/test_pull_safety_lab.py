@@ -10,6 +10,7 @@ from support import LAB_CONTAINERS
 
 from remote.errors import TransferError
 from remote.ops.jobs import pull_run
+from remote.target import resolve as target_of
 
 pytestmark = pytest.mark.lab
 CT = LAB_CONTAINERS[0]
@@ -50,7 +51,7 @@ def test_pull_of_a_hostile_containers_run_writes_only_inside_dest(lab_session, t
               ": > /root/evil/log && ln -sfn ../evil /root/runs/current")
     try:
         with pytest.raises(TransferError, match=r"run id '\.\./evil' refused"):
-            pull_run(lab_session, CT, "latest", str(dest), progress=False, echo=lambda s: None)
+            pull_run(target_of(lab_session, CT), "latest", str(dest), progress=False, echo=lambda s: None)
         assert not (outside / "a" / "b" / "evil").exists()
 
         ct.script(f"mkdir -p /root/runs/{RUN} /root/dflash/tree/sub /root/dflash/old && cd /root/runs/{RUN} && "
@@ -64,7 +65,7 @@ def test_pull_of_a_hostile_containers_run_writes_only_inside_dest(lab_session, t
         (dest / RUN / "outputs").mkdir(parents=True)
         (dest / RUN / "outputs" / "old").symlink_to(elsewhere)
         lines = []
-        got = pull_run(lab_session, CT, "latest", str(dest), progress=False, echo=lines.append)
+        got = pull_run(target_of(lab_session, CT), "latest", str(dest), progress=False, echo=lines.append)
     finally:
         ct.script(f"rm -rf /usr/local/bin/tar /root/evil /root/runs/{RUN} /root/dflash/tree /root/dflash/old "
                   "/root/dflash/ok.txt; rm -f /root/runs/current")

@@ -11,6 +11,7 @@ from support import LAB_CONTAINERS
 
 from remote.errors import BusyError
 from remote.ops import oplock, snapshots
+from remote.target import resolve as target_of
 
 pytestmark = pytest.mark.lab
 B = LAB_CONTAINERS[1]
@@ -33,10 +34,10 @@ def test_a_rollback_is_refused_while_another_controller_holds_the_lease(lab, lab
         ct.run(["sh", "-c", f"echo after > {MARKER}"])
         with oplock.hold(ct, "deploy", holder="another-controller pid 7"):
             with pytest.raises(BusyError, match="another-controller pid 7") as e:
-                snapshots.rollback(lab_session, B, snapshot="lease-test")
+                snapshots.rollback(target_of(lab_session, B), snapshot="lease-test")
             assert e.value.exit_code == 3
         assert ct.run(["cat", MARKER]).out == "after\n"  # nothing rolled back
-        done = snapshots.rollback(lab_session, B, snapshot="lease-test")  # free now: it rolls back
+        done = snapshots.rollback(target_of(lab_session, B), snapshot="lease-test")  # free now: it rolls back
         assert done.started and ct.run(["cat", MARKER]).out == "before\n"
     finally:
         pct(lab, "delsnapshot", B, "lease-test")

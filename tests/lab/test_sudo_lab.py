@@ -75,6 +75,9 @@ def sudo_lab(trainer):
     try:
         provide_wheels(lab)  # under the lock the other labs take (support.py)
         lab.up((CT,), wheels=False)
+        # The container sees this machine's root as its lower layer, /tmp included: hide whatever compiled there
+        # outside the lab (as test_doctor_lab's story does), or doctor rightly warns of it.
+        in_ct(lab, "sh", "-c", "rm -rf /tmp/torchinductor_* /root/.triton")
         yield lab
     finally:
         from remote.transport import keeper
@@ -229,7 +232,7 @@ def sudo_allows(*argv: str) -> bool:
 
 
 @pytest.mark.fault("sudo rule allows only remote's pct command lines",
-                   "the drop-in allows each pct subcommand remote runs with its fixed arguments, on the hosts "
+                   promise="the drop-in allows each pct subcommand remote runs with its fixed arguments, on the hosts "
                    "file's containers; `sudo -l` says no to push, pull, set, enter, mount, destroy, create, restore, "
                    "unlock, resize, migrate and to other arguments")
 def test_sudo_itself_refuses_every_pct_command_line_remote_does_not_run(sudo_lab, hosts):
@@ -319,7 +322,7 @@ def test_a_storage_without_snapshots_is_noted_and_the_deploy_done_and_always_ref
         sudo_lab.set_storage(CT, "local-btrfs")
 
 
-@pytest.mark.fault("non-root host user without sudo", "pct's `please run as root` names `sudo: true` and the drop-in")
+@pytest.mark.fault("non-root host user without sudo", promise="pct's `please run as root` names `sudo: true` and the drop-in")
 def test_the_same_user_without_sudo_gets_the_named_error_and_nothing_changes(sudo_lab, hosts):
     plain = hosts_file(sudo_lab, "hosts-nosudo.yaml", sudo_key=False)
     head = in_ct(sudo_lab, "git", "-C", "/root/dflash", "rev-parse", "HEAD")
@@ -332,7 +335,7 @@ def test_the_same_user_without_sudo_gets_the_named_error_and_nothing_changes(sud
     assert lab_pct(sudo_lab, "listsnapshot", str(CT)).stdout == snaps
 
 
-@pytest.mark.fault("sudo wants a password", "a sudo rule that wants a password fails at once (`sudo -n`, never a "
+@pytest.mark.fault("sudo wants a password", promise="a sudo rule that wants a password fails at once (`sudo -n`, never a "
                    "prompt), named, with the drop-in to install")
 def test_a_rule_that_wants_a_password_fails_at_once_named(sudo_lab, hosts):
     from remote.transport import keeper
@@ -347,7 +350,7 @@ def test_a_rule_that_wants_a_password_fails_at_once_named(sudo_lab, hosts):
         install_rule(good)
 
 
-@pytest.mark.fault("sudo rule without a program", "a program the sudo rule does not allow is named (told apart from "
+@pytest.mark.fault("sudo rule without a program", promise="a program the sudo rule does not allow is named (told apart from "
                    "a rule that wants a password by `sudo -n -l`)")
 def test_a_rule_without_one_program_names_it(sudo_lab, hosts):
     from remote.transport import keeper

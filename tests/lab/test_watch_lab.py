@@ -15,6 +15,7 @@ from support import lab_ids, wait_until
 from remote.ops import pyspy
 from remote.ops.jobs import (EXIT_STALLED, Preflight, describe_end, final_status, launch, pull_run, state,
                              stop)
+from remote.target import resolve as target_of
 
 pytestmark = pytest.mark.lab
 CT = lab_ids(__file__)[0]  # on conftest's own_lab (support.OWN_LAB_MODULES)
@@ -203,7 +204,7 @@ def test_metrics_jsonl_holds_the_values_the_log_printed_and_no_gpu_csv_on_a_cpu_
     saved = lab_session.config.containers[CT]
     lab_session.config.containers[CT] = spec
     try:
-        got = pull_run(lab_session, CT, run_id, str(tmp_path), progress=False, echo=lambda s: None)
+        got = pull_run(target_of(lab_session, CT), run_id, str(tmp_path), progress=False, echo=lambda s: None)
     finally:
         lab_session.config.containers[CT] = saved
     assert "metrics.jsonl" in got["pulled"] and "gpu.csv" not in got["pulled"]

@@ -46,7 +46,7 @@ def test_cluster_keys_parse():
     ("hosts: {a: {address: x, node: n}}\ncontainers: {200: {host: a}}", "hosts.a.node", "add `cluster: NAME`"),
     ("hosts: {a: {address: x, cluster: c, node: n}, b: {address: y, cluster: c, node: n}}\ncontainers: {200: {host: a}}",
      "hosts.b.node", "both node 'n'"),
-    ("hosts: {a: {address: x, cluster: c}}\ncontainers: {200: {address: z}}", "containers.200.host", "cluster: NAME"),
+    ("hosts: {a: {address: x, cluster: c}}\ncontainers: {200: {address: z}}", "containers.200.host", "required key"),
     ("hosts: {a: {address: x, cluster: 'c d'}}\ncontainers: {200: {host: a}}", "hosts.a.cluster", "expected a name"),
 ])
 def test_bad_cluster_keys_are_named(text, key, words):

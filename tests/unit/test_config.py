@@ -116,7 +116,7 @@ def test_env_var_picks_the_file(tmp_path, monkeypatch):
 
 def test_container_selection(tmp_path):
     c = load_text(tmp_path, GOOD)
-    with pytest.raises(ConfigError, match="several containers configured .*pass --container"):
+    with pytest.raises(ConfigError, match="several containers configured .*name one \\(the container argument\\)"):
         c.container(None)
     with pytest.raises(ConfigError, match=r"container 300 is not in this file \(known: 200, 201\)"):
         c.container("300")

@@ -62,7 +62,11 @@ def test_the_reference_names_every_public_name_and_member():
         obj = getattr(remote, name)
         members = []
         if inspect.isclass(obj) and not issubclass(obj, BaseException):
-            members = [a for a, v in vars(obj).items() if not a.startswith("_")
+            namespace = {}
+            for klass in reversed(obj.__mro__):  # remote.api.Fleet's methods are partly FleetBase's
+                if klass is obj or klass.__module__.startswith("remote"):
+                    namespace.update(vars(klass))
+            members = [a for a, v in namespace.items() if not a.startswith("_")
                        and (isinstance(v, property) or inspect.isfunction(v))]
             members += [f for f in getattr(obj, "__dataclass_fields__", {}) if not f.startswith("_")]
         for word in [name, *members]:

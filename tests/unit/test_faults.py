@@ -69,6 +69,26 @@ def test_a_malformed_hosts_file_is_refused_naming_the_key(tmp_path, text, key):
     assert len(str(e.value)) > len(str(path)) + len(key) + 4  # it says what was expected, not only where
 
 
+@pytest.mark.fault("A typo'd key hiding a required one",
+                   promise="the missing key and the unknown key beside it that reads like its typo are both named")
+@pytest.mark.parametrize("text, missing, typo", [
+    (H + "containers: {200: {hots: h}}\n", "containers.200.host", "containers.200.hots"),
+    ("hosts: {h: {adress: x}}\n" + C, "hosts.h.address", "hosts.h.adress"),
+    (H + C + "train: {metric: {patern: 'x', unit: x}}\n", "train.metric.pattern", "train.metric.patern"),
+])
+def test_a_typo_hiding_a_required_key_names_the_unknown_key_too(tmp_path, text, missing, typo):
+    path = tmp_path / "hosts.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        config.load(str(path))
+    assert str(e.value) == (f"{path}: {missing}: required key is missing (unknown key {typo} beside it: a typo of "
+                            f"{missing.rsplit('.', 1)[1]}?)"), str(e.value)
+    # A missing key with nothing like it beside: only the missing key.
+    path.write_text(H + "containers: {200: {address: 127.0.0.2}}\n")
+    with pytest.raises(ConfigError, match=r"containers\.200\.host: required key is missing$"):
+        config.load(str(path))
+
+
 def test_there_are_at_least_30_malformed_files():
     assert len(MALFORMED) >= 30
 

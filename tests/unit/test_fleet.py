@@ -69,6 +69,13 @@ def test_new_keys_are_read_and_validated(cfg, tmp_path):
 
 
 def test_runner_bounds_each_host_prefixes_lines_and_carries_failures_through(cfg, capsys):
+    """remote.executor runs each container's part at once (bounded per host) and prints nothing itself; the
+    command line's say() and its stream of a command's output mark each line with the container's id."""
+    from remote import executor
+    from remote.cli import format as fmt
+    from remote.cli.table import say
+    from remote.cli.tasks import _stream, _stream_end
+
     active: dict[str, int] = {"a": 0, "b": 0}
     peak: dict[str, int] = {"a": 0, "b": 0}
     lock = threading.Lock()
@@ -78,37 +85,47 @@ def test_runner_bounds_each_host_prefixes_lines_and_carries_failures_through(cfg
         with lock:
             active[host] += 1
             peak[host] = max(peak[host], active[host])
-        print("==> working\npartial", end="")
-        sys.stdout.buffer.write(" line\n".encode())
+        say("==> working")
+        _stream("stdout", b"partial")
+        _stream("stdout", " line\n".encode())
+        _stream("stdout", b"no newline at the end")
+        _stream_end()
         time.sleep(0.2)
         with lock:
             active[host] -= 1
         if ctid == 201:
             raise JobError("it broke")
 
-    outcomes = fleet.run_each(cfg, [200, 201, 202, 300], work, progress=False)
+    result = executor.each(cfg, [200, 201, 202, 300], work, on_done=lambda o: say(o.message) if o.error else None)
     out = capsys.readouterr().out
     assert peak["a"] == 2  # max_parallel of host a, although three of its containers were selected
     for ctid in (200, 201, 202, 300):
         assert f"[{ctid}] ==> working\n" in out and f"[{ctid}] partial line\n" in out
+        assert f"[{ctid}] no newline at the end\n" in out
     assert "[201] it broke\n" in out
-    assert [(o.ctid, o.result) for o in outcomes] == [(200, "ok"), (201, "failed"), (202, "ok"), (300, "ok")]
-    assert fleet.exit_code(outcomes) == 1
-    table = fleet.render(outcomes)
+    assert [(c, o.ok) for c, o in result.items()] == [(200, True), (201, False), (202, True), (300, True)]
+    assert fmt.group_exit_code(result) == 1
+    table = fmt.group_table(result)
     assert table.splitlines()[0].split() == ["container", "host", "result", "time"]
     assert "201        a     FAILED (1)" in table and "it broke" in table and table.endswith("3 ok, 1 failed")
-    assert fleet.exit_code([o for o in outcomes if o.ok]) == 0
+
+    quiet = executor.each(cfg, [200, 300], lambda ctid: ctid * 2)
+    assert capsys.readouterr() == ("", "") and quiet.succeeded == {200: 400, 300: 600}
+    assert executor.values(cfg, [300, 200], lambda ctid: ctid + 1) == [301, 201]
 
 
 def test_fail_fast_starts_nothing_after_the_first_failure(cfg, capsys):
+    from remote import executor
+    from remote.cli import format as fmt
+
     def work(ctid):
         raise JobError("it broke")
 
-    outcomes = fleet.run_each(cfg, [200, 201, 202], work, fail_fast=True, progress=False)
+    result = executor.each(cfg, [200, 201, 202], work, fail_fast=True)
     # host a runs two at once: the third is never started once one failed
-    assert [o.result for o in outcomes].count("skipped") >= 1
-    assert fleet.exit_code(outcomes) == 1
-    assert "skipped" in fleet.render(outcomes)
+    assert [o.skipped for o in result.values()].count(True) >= 1
+    assert fmt.group_exit_code(result) == 1
+    assert "skipped" in fmt.group_table(result)
 
 
 def test_per_node_command_and_the_master(cfg):
@@ -178,10 +195,13 @@ def test_a_failure_without_a_message_names_its_exit_status(cfg):
     def work(ctid):
         raise Exit(code=3)  # exec's way out after a command that printed nothing
 
-    outcomes = fleet.run_each(cfg, [200], work, progress=False)
-    assert (outcomes[0].code, outcomes[0].message) == (3, "exited with status 3")
-    assert re.search(r"FAILED \(3\)\s+[\d.]+s\s+exited with status 3$", fleet.render(outcomes).splitlines()[1])
-    assert fleet._failure(JobError("it broke")) == (1, "it broke")
+    from remote import executor
+    from remote.cli import format as fmt
+
+    result = executor.each(cfg, [200], work)
+    assert (result[200].exit_code, result[200].message) == (3, "exited with status 3")
+    assert re.search(r"FAILED \(3\)\s+[\d.]+s\s+exited with status 3$", fmt.group_table(result).splitlines()[1])
+    assert executor.failure(JobError("it broke")) == (1, "it broke")
 
 
 def test_status_and_runs_json_keep_their_keys_in_order_from_the_typed_values():
@@ -223,3 +243,25 @@ def astuple_of(value):
     import dataclasses
 
     return tuple(getattr(value, f.name) for f in dataclasses.fields(value))
+
+
+@pytest.mark.fault("Threads asking a session for a host's transport at once", "one transport is made and shared: "
+                   "no second SSH connection that nothing closes")
+def test_threads_asking_for_a_hosts_transport_at_once_get_the_one_transport(cfg):
+    from remote.transport.session import Session
+
+    made = []
+
+    def factory(host):
+        time.sleep(0.05)  # a connection takes a while: every thread asks before the first is made
+        made.append(host.name)
+        return object()
+
+    session = Session(cfg, transport_factory=factory)
+    got: list = []
+    threads = [threading.Thread(target=lambda: got.append(session.transport(cfg.hosts["a"]))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert made == ["a"] and len({id(t) for t in got}) == 1

@@ -166,6 +166,63 @@ def test_nothing_in_the_library_imports_the_lab_or_the_command_line():
     assert users == {}
 
 
+def test_the_api_reaches_the_operations_never_the_transport():
+    """remote/api/ (the public API) reaches what runs commands through the operations only (a session from
+    remote.ops.session), never remote.transport; and no module of it is over 500 lines (one noun each)."""
+    assert offenders("api", ("remote.transport", "remote.lab", "remote.cli")) == {}
+    long = {p.name: n for p in sorted((ROOT / "api").glob("*.py")) if (n := len(p.read_text().splitlines())) > 500}
+    assert long == {}
+
+
+# To be split: the GPU doctor's node checks (issue 34 item 3), the hosts file's loader since cluster: and node:.
+OVER_700_TODAY = {"remote/facts/gpu.py", "remote/config.py"}
+
+
+def test_no_module_of_the_library_is_over_700_lines():
+    long = {str(p.relative_to(ROOT.parent)) for p in sorted(ROOT.rglob("*.py")) if len(p.read_text().splitlines()) > 700}
+    assert long <= OVER_700_TODAY, f"over 700 lines: {sorted(long - OVER_700_TODAY)}"
+
+
+def test_the_shared_vocabulary_sits_below_the_operations():
+    """remote.results (what operations return), remote.events (their progress), remote.target (a container
+    resolved once) and remote.executor (work on many containers) sit below the operations: they import no
+    operation, nothing that reads runs, no doctor, API or command line; results and events not even the
+    transport."""
+    above = ("remote.ops", "remote.runs", "remote.doctor", "remote.gpudoctor", "remote.api", "remote.cli")
+    bad = {}
+    for name in ("results", "events", "target", "executor"):
+        forbidden = above + (("remote.transport",) if name in ("results", "events") else ())
+        found = sorted(m for m in imported_modules(ROOT / f"{name}.py")
+                       if any(m == f or m.startswith(f + ".") for f in forbidden))
+        if found:
+            bad[name] = found
+    assert bad == {}
+
+
+def swaps_of_the_standard_streams(path: Path) -> list[int]:
+    """Lines of a file that assign sys.stdout or sys.stderr (a process-wide swap)."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) else []
+        for t in targets:
+            for one in (t.elts if isinstance(t, ast.Tuple) else [t]):
+                if isinstance(one, ast.Attribute) and one.attr in ("stdout", "stderr") \
+                        and isinstance(one.value, ast.Name) and one.value.id == "sys":
+                    lines.append(node.lineno)
+    return lines
+
+
+def test_nothing_in_remote_swaps_sys_stdout_or_stderr(tmp_path):
+    """Progress reaches a user through events and callbacks (remote.events), never a process-wide swap of
+    sys.stdout/sys.stderr (the command line marks a container's lines with say())."""
+    found = {str(p.relative_to(ROOT.parent)): lines for p in sorted(ROOT.rglob("*.py"))
+             if (lines := swaps_of_the_standard_streams(p))}
+    assert found == {}
+    planted = tmp_path / "x.py"
+    planted.write_text("import sys\nold = sys.stdout\nsys.stdout, sys.stderr = old, old\n")
+    assert swaps_of_the_standard_streams(planted) == [3, 3]  # both names of the one line
+
+
 def test_importing_the_library_loads_neither_the_lab_nor_the_command_line():
     """What `import remote` and the API load, read from sys.modules in a fresh interpreter."""
     import subprocess

@@ -42,9 +42,9 @@ def public_api() -> str:
                     if not f.name.startswith("_"):
                         lines.append(f"  field {f.name}: {f.type}")
             else:
-                for attr, kind_ in vars(obj).get("__annotations__", {}).items():
+                for attr, kind_ in own_and_inherited(obj, "__annotations__").items():
                     lines.append(f"  attribute {attr}: {kind_}")
-            for attr, value in sorted(vars(obj).items()):
+            for attr, value in sorted(own_and_inherited(obj).items()):
                 if attr.startswith("_"):
                     continue
                 if isinstance(value, property):
@@ -56,6 +56,16 @@ def public_api() -> str:
         else:
             lines.append(f"{name} = {type(obj).__name__}")
     return "\n".join(lines) + "\n"
+
+
+def own_and_inherited(cls: type, attr: str | None = None) -> dict:
+    """A class's namespace (or one mapping of it, such as __annotations__) merged over its bases' in remote
+    (remote.api.Fleet's methods are partly FleetBase's): what a user of the class sees."""
+    merged: dict = {}
+    for klass in reversed(cls.__mro__):
+        if klass is cls or klass.__module__.startswith("remote"):
+            merged.update(vars(klass) if attr is None else vars(klass).get(attr, {}))
+    return merged
 
 
 def test_the_public_names_and_signatures_are_the_snapshot():
@@ -157,7 +167,8 @@ def test_train_interrupted_while_following_exits_130(tmp_path, monkeypatch, caps
     path.write_text(HOSTS)
     pre = jobs.Preflight("abc", {}, None, [])
     monkeypatch.setattr(jobs, "preflight", lambda ct, spec, echo=print, host_gpu=None: pre)
-    monkeypatch.setattr(jobs, "launch", lambda ct, spec, p, force=False, held=None, echo=print: ("run-1", 42))
+    monkeypatch.setattr(jobs, "launch", lambda ct, spec, p, force=False, held=None, echo=print, command=None, env=None:
+                        ("run-1", 42))
     monkeypatch.setattr(jobs.oplock, "hold", lambda ct, what: contextlib.nullcontext(None))  # no lease to take
 
     def following(*a, **k):
@@ -185,3 +196,85 @@ def test_report_takes_out_and_still_its_old_dest(tmp_path, monkeypatch, capsys):
     assert got == ["a.html", "b.html"]
     assert cli.run(["report", "-c", "200", "--dest", "b.html", "--out", "c.html", "--hosts", str(path)]) == 2
     assert "give --out" in capsys.readouterr().err and got == ["a.html", "b.html"]
+
+
+@pytest.mark.fault("Wrong argument types or values given to the API", "a TypeError or ValueError naming the "
+                   "argument, raised before anything connects (never a lost connection, never a traceback from "
+                   "deep inside)")
+def test_wrong_arguments_are_type_and_value_errors_before_anything_connects(tmp_path):
+    path = tmp_path / "hosts.yaml"
+    path.write_text(HOSTS)
+    with pytest.raises(TypeError, match="source"):
+        remote.open(123)  # type: ignore[arg-type]
+    with remote.open(path) as fleet:
+        ct = fleet.container(200)
+        for call, error, words in (
+                (lambda: ct.exec(["echo", 5]), TypeError, "argv: every item must be a str, got 5"),
+                (lambda: ct.exec(123), TypeError, "argv: expected a str"),
+                (lambda: ct.exec([]), ValueError, "argv: an empty argv"),
+                (lambda: ct.exec("true", timeout="5"), TypeError, "timeout"),
+                (lambda: ct.push(5, "/root/x"), TypeError, "src: expected a path"),
+                (lambda: ct.pull("/root/x", 5), TypeError, "dest: expected a path"),
+                (lambda: ct.warmup(devices=5), TypeError, "devices: expected a list of str"),
+                (lambda: ct.warmup(devices="0,1"), TypeError, "devices: expected a list of str"),
+                (lambda: ct.train(detach="no"), TypeError, "detach: expected True or False"),
+                (lambda: ct.train(env={"A": 1}), TypeError, "env: expected a mapping of str to str"),
+                (lambda: ct.train(args="--steps 3"), TypeError, "args: expected a list of str"),
+                (lambda: ct.runs(limit=-1), ValueError, "limit: expected at least 1, got -1"),
+                (lambda: ct.runs(limit="5"), TypeError, "limit: expected an int")):
+            with pytest.raises(error, match=__import__("re").escape(words)):
+                call()
+        assert fleet._made is None or not fleet._made._transports  # nothing connected
+
+
+def test_a_timeout_waiting_for_a_run_is_a_job_timeout_and_a_timeout_error():
+    assert issubclass(remote.JobTimeout, remote.JobError) and issubclass(remote.JobTimeout, TimeoutError)
+    assert remote.JobTimeout.exit_code == remote.JobError.exit_code
+
+
+def test_the_library_speaks_of_the_container_argument_and_the_command_line_of_its_flag(tmp_path):
+    """No `--container` in the library's messages (a script has no flag); the command line still says it."""
+    path = tmp_path / "hosts.yaml"
+    path.write_text(HOSTS)
+    with remote.open(path) as fleet:
+        for call, words in ((lambda: fleet.container("two hundred"), "container: expected a container id"),
+                            (lambda: fleet.container(999), "container: container 999 is not in this file"),
+                            (lambda: fleet.container(None), "name one (the container argument)"),
+                            (lambda: fleet.select("nogroup"), "container: 'nogroup' is neither")):
+            with pytest.raises(remote.ConfigError) as exc:
+                call()
+            assert words in str(exc.value) and "--container" not in str(exc.value)
+    r = subprocess.run([sys.executable, "-c", "from remote.cli import main; main()", "deploy", "--hosts", str(path)],
+                       capture_output=True, text=True, env={**os.environ, "REMOTE_CONTAINER": ""})
+    assert r.returncode == 2 and "pass --container" in r.stderr, r.stderr
+
+
+def test_a_group_reports_typed_events_each_marked_with_its_container(tmp_path, capfd):
+    """Progress through one sink (remote.events): each container's lines as events marked with it, its end as
+    Done or Failed; nothing reaches file descriptors 1 or 2."""
+    from remote.events import Done, Failed, Note, Output, StepStarted, event_of
+
+    assert isinstance(event_of("==> venv: build", 200), StepStarted) and event_of("==> venv: build", 200).step == \
+        "venv: build"
+    assert event_of("!! slow", 200).level == "warning" and event_of("-- note", 200).level == "info"
+    assert isinstance(event_of("plain", 200), Output) and event_of("plain").container is None
+    path = tmp_path / "hosts.yaml"
+    path.write_text(HOSTS)
+    got: list = []
+    with remote.open(path, events=got.append) as fleet:
+        def work(ct):
+            ct.fleet._emit(f"==> working on {ct.id}")
+            ct.fleet._emit(f"!! careful {ct.id}")
+            if ct.id == 201:
+                raise remote.JobError("it broke")
+            return ct.id
+
+        result = fleet.containers("all").map(work)
+    assert result.succeeded == {200: 200} and isinstance(result.failed[201], remote.JobError)
+    by = {(type(e).__name__, e.container) for e in got}
+    assert {("StepStarted", 200), ("StepStarted", 201), ("Note", 200), ("Note", 201), ("Done", 200),
+            ("Failed", 201)} <= by
+    failed = next(e for e in got if isinstance(e, Failed))
+    assert failed.line == "it broke" and failed.exit_code == 1
+    assert all(isinstance(e, (StepStarted, Note, Done, Failed)) for e in got)
+    assert capfd.readouterr() == ("", "")

@@ -141,3 +141,92 @@ def test_a_line_without_any_break_is_capped_at_its_tail():
         assert splitter.feed(b"x" * 999 + b"y") == []
         assert len(splitter.pending) <= 1000
     assert splitter.feed(b"\nnext") == ["x" * 999 + "y"] and splitter.pending == b"next"
+
+
+class SilentLog:
+    """A container whose job writes one line, then runs on silently: each slice of the follow script ends
+    (124) with nothing more."""
+
+    def __init__(self):
+        self.calls = 0
+        self.transport = type("T", (), {"close": lambda self: None})()
+
+    def script(self, *args, on_output=None, **kwargs):
+        import time
+
+        from remote.results import Result
+
+        self.calls += 1
+        if self.calls == 1 and on_output is not None:
+            on_output("stdout", b"first\n")
+        time.sleep(0.01)
+        return Result(("bash",), 124, b"", b"", 0.01)
+
+
+@pytest.mark.fault("A follower whose reader has gone (Run.follow)", "its thread ends before the next slice: it "
+                   "does not poll a silent job's log for as long as the job runs")
+def test_a_follow_whose_reader_stopped_ends_its_thread(monkeypatch):
+    import threading
+    import time
+
+    from remote import api
+    from remote.results import RunStatus
+
+    ct = SilentLog()
+    monkeypatch.setattr(api.Container, "_ct", lambda self, venv_on_path=True: ct)
+    container = api.Container.__new__(api.Container)
+    container.fleet = type("F", (), {"_emit": staticmethod(lambda line: None)})()
+    run = api.Run(container, "20261202-000000-aaaa")
+    run._state = RunStatus("20261202-000000-aaaa", "/root/runs/x", alive=True)
+    follower = run.follow()
+    assert next(follower) == "first"
+    pump = next(t for t in threading.enumerate() if t.name == "remote-follow-20261202-000000-aaaa")
+    time.sleep(0.1)
+    assert ct.calls > 1 and pump.is_alive()  # it follows on while the reader reads
+    follower.close()  # what `break` in the reader's loop does
+    pump.join(timeout=5)
+    assert not pump.is_alive(), "the follow thread kept polling after its reader stopped"
+    calls = ct.calls
+    time.sleep(0.1)
+    assert ct.calls == calls
+
+
+class ChunkedLog:
+    """A container whose job wrote `log` and has ended: the follow script sends it from the offset asked, in
+    chunks that cut lines anywhere, and exits 0 (the job is over)."""
+
+    def __init__(self, log: bytes):
+        self.log, self.asked = log, []
+        self.transport = type("T", (), {"close": lambda self: None})()
+
+    def script(self, *args, on_output=None, **kwargs):
+        from remote.results import Result
+
+        offset = int(args[2])  # follow.sh's arguments: log, offset, run, run id, slice
+        self.asked.append(offset)
+        rest = self.log[offset:]
+        for i in range(0, len(rest), 3):
+            on_output("stdout", rest[i:i + 3])
+        return Result(("bash",), 0, b"", b"", 0.01)
+
+
+def test_follow_gives_the_offset_to_resume_from(monkeypatch):
+    from remote import api
+    from remote.results import RunStatus
+
+    ct = ChunkedLog("first line\nsécond\nthird\n".encode())
+    monkeypatch.setattr(api.Container, "_ct", lambda self, venv_on_path=True: ct)
+    container = api.Container.__new__(api.Container)
+    container.fleet = type("F", (), {"_emit": staticmethod(lambda line: None)})()
+    run = api.Run(container, "20261202-000000-aaaa")
+    run._state = RunStatus("20261202-000000-aaaa", "/root/runs/x", alive=True)
+    seen = []
+    for line in run.follow():
+        seen.append((line, run.offset))
+        if line == "sécond":
+            break
+    assert seen == [("first line", 11), ("sécond", 19)]  # é is two bytes
+    run._state = RunStatus("20261202-000000-aaaa", "/root/runs/x", alive=True)
+    assert list(run.follow(offset=run.offset)) == ["third"] and ct.asked[-1] == 19 and run.offset == 25
+    with pytest.raises(ValueError, match="offset"):
+        next(run.follow(offset=-1))

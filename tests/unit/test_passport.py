@@ -149,11 +149,13 @@ def test_the_cache_listing_with_a_passport_of_another_type_is_that_containers_ca
                 return config.parse({"hosts": {"h": {"address": "x"}}, "containers": {200: {"host": "h"}}},
                                     "f").containers[200]
 
-        def container(self, ctid):
+        def container_for(self, spec, venv_on_path=True):
             return Ct()
 
     monkeypatch.setattr(cachecopy, "_system", lambda ct: ct)
     monkeypatch.setattr(cachecopy.wm, "deployed", lambda ct, spec: {"code": {}, "venv": {}})
     monkeypatch.setattr(cachecopy.wm, "expected_passport", lambda spec, state: make())
-    held = cachecopy.look(Session(), 200)
+    from remote.target import resolve
+
+    held = cachecopy.look(resolve(Session(), 200, echo=lambda line: None))
     assert held.passport is None and held.files == {"a": 1} and not held.serves_itself

@@ -13,6 +13,7 @@ from remote.cli import run as cli_run
 from remote.errors import ConfigError, HostPermissionError
 from remote.lab.testing import Expect, FakeTransport
 from remote.ops import snapshots as snaps
+from remote.target import resolve
 from remote.transport.pct import Container
 from remote.transport.session import MUX_PYTHON
 
@@ -47,7 +48,7 @@ def test_the_drop_in_names_the_hosts_files_pct_and_programs_beside_it():
         sudo.sudoers("bad user;id")
 
 
-@pytest.mark.fault("init --sudoers", "`remote init --sudoers USER` prints only the drop-in on stdout (advice on stderr "
+@pytest.mark.fault("init --sudoers", promise="`remote init --sudoers USER` prints only the drop-in on stdout (advice on stderr "
                    "or as # comments), so `> /etc/sudoers.d/remote` works")
 def test_init_sudoers_prints_only_the_drop_in(tmp_path, capsys):
     hosts = tmp_path / "hosts.yaml"
@@ -68,7 +69,7 @@ def test_a_sudo_host_calls_pct_through_sudo_n_at_its_exact_path():
         sudo.host_argv(host(sudo=True), "pvesm", "set", "local")
 
 
-@pytest.mark.fault("sudo: true with a pct command line", "hosts.NAME.pct must be pct's exact path with sudo: true "
+@pytest.mark.fault("sudo: true with a pct command line", promise="hosts.NAME.pct must be pct's exact path with sudo: true "
                    "(remote adds `sudo -n`): exit 2 naming the key")
 @pytest.mark.parametrize("pct", ["sudo -n /usr/sbin/pct", "bin/pct", "/usr/bin/sudo"])
 def test_sudo_with_a_pct_that_is_no_exact_path_is_refused(pct):
@@ -80,7 +81,7 @@ def sudo_container(t):
     return Container(t, 200, pct="sudo -n /usr/sbin/pct")
 
 
-@pytest.mark.fault("sudo rule without a program", "a program the sudo rule does not allow is named (told apart from "
+@pytest.mark.fault("sudo rule without a program", promise="a program the sudo rule does not allow is named (told apart from "
                    "a rule that wants a password by `sudo -n -l`)")
 def test_a_program_the_rule_lacks_is_named():
     t = FakeTransport([Expect(lambda a: a[:4] == ("sudo", "-n", "/usr/sbin/pct", "status"), 1,
@@ -91,7 +92,7 @@ def test_a_program_the_rule_lacks_is_named():
     t.assert_done()
 
 
-@pytest.mark.fault("sudo wants a password", "a sudo rule that wants a password fails at once (`sudo -n`, never a "
+@pytest.mark.fault("sudo wants a password", promise="a sudo rule that wants a password fails at once (`sudo -n`, never a "
                    "prompt), named, with the drop-in to install")
 def test_a_rule_that_wants_a_password_is_named():
     t = FakeTransport([Expect(lambda a: a[:3] == ("sudo", "-n", "/usr/sbin/pct"), 1,
@@ -101,7 +102,7 @@ def test_a_rule_that_wants_a_password_is_named():
         sudo_container(t).run(["true"])
 
 
-@pytest.mark.fault("non-root host user without sudo", "pct's `please run as root` names `sudo: true` and the drop-in")
+@pytest.mark.fault("non-root host user without sudo", promise="pct's `please run as root` names `sudo: true` and the drop-in")
 def test_please_run_as_root_names_the_key_and_the_drop_in():
     t = FakeTransport([Expect(lambda a: a[0] == "pct", 255, stderr="please run as root\n")])
     with pytest.raises(HostPermissionError, match=r"`sudo: true` for hosts\.fake .*remote init --sudoers"):
@@ -215,15 +216,20 @@ class PctSession:
         self.config = cfg.parse({"hosts": {"pve1": {"address": "pve1", "user": "trainer", "sudo": True}},
                                  "containers": {200: {"host": "pve1"}}}, "hosts.yaml")
 
+    echo = staticmethod(lambda line: None)
+
     def container(self, ctid, **_):
         return Container(self.t, int(ctid), pct=self.config.hosts["pve1"].pct)
+
+    def container_for(self, spec, venv_on_path=True):
+        return self.container(spec.ctid)
 
     def host_run(self, host, argv, deadline=None):
         return self.t.run(argv)
 
 
 @pytest.mark.fault("sudo rule allows only remote's pct command lines",
-                   "the drop-in allows each pct subcommand remote runs with its fixed arguments, on the hosts "
+                   promise="the drop-in allows each pct subcommand remote runs with its fixed arguments, on the hosts "
                    "file's containers; `sudo -l` says no to push, pull, set, enter, mount, destroy, create, restore, "
                    "unlock, resize, migrate and to other arguments")
 def test_the_command_lines_remote_builds_are_allowed_and_no_other():
@@ -237,8 +243,8 @@ def test_the_command_lines_remote_builds_are_allowed_and_no_other():
     ct.start()
     ct.stop()
     snaps.before_deploy(session, spec, ct, "0123456789ab", today=datetime.date(2026, 12, 1))
-    snaps.rollback(session, 200)
-    snaps.rollback(session, 200, snapshot="before-upgrade")
+    snaps.rollback(resolve(session, 200))
+    snaps.rollback(resolve(session, 200), snapshot="before-upgrade")
     subcommands = set()
     for argv in t.argv:
         assert argv[:2] == ("sudo", "-n"), argv

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import ast
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 from support import OWN_LAB_MODULES, ROOT, TESTS, TIERS, tier_of, work_unit
@@ -58,17 +56,6 @@ def test_no_file_imports_from_conftest():
 def test_a_test_gets_the_marker_of_its_folder(request):
     assert request.node.get_closest_marker("unit") is not None
     assert all(request.node.get_closest_marker(t) is None for t in TIERS if t != "unit")
-
-
-def test_ci_s_expression_selects_the_unit_and_local_folders_whole():
-    """.ci/run's second run, `-m "not lab and not newcomer"`: every file of tests/unit and tests/local, nothing
-    of tests/lab or tests/newcomer (the markers come from the folders)."""
-    r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "not lab and not newcomer",
-                        "tests"], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    files = {line.split("::")[0] for line in r.stdout.splitlines() if "::" in line}
-    assert files == {str(p.relative_to(ROOT)) for p in all_test_files() if tier_of(p) in ("unit", "local")}
-    assert "deselected" in r.stdout.splitlines()[-1]  # the lab and newcomer tests were collected, then left out
 
 
 def test_the_own_lab_modules_exist_and_use_their_labs_ids():

@@ -1,0 +1,463 @@
+"""One container of a fleet (`fleet.container(200)`) and its training runs (`ct.train()`, `ct.run(id)`).
+
+A Container holds its Target (remote.target: the container resolved once) and hands it to every operation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import JobError
+from ..results import (
+    CacheCopy,
+    Finding,
+    ImportedCache,
+    KnownGood,
+    Metric,
+    PulledRun,
+    Result,
+    RolledBack,
+    RunStatus,
+    RunSummary,
+    Snapshot,
+    State,
+    Stopped,
+)
+from . import checks
+from .values import DeployPlan, Transfer, Warmup, _diagnosis, _transfer
+
+if TYPE_CHECKING:
+    from ..config import ContainerSpec
+    from ..ops.session import PctContainer as _PctContainer
+    from ..ops.session import Session
+    from ..target import Target
+    from .base import FleetBase
+
+OutputCallback = Callable[[str, bytes], None]  # ("stdout" | "stderr", chunk), as the command prints it
+FOLLOW_SLICE_S = 5  # Run.follow: seconds a log slice waits in the container, so a follower left ends soon after
+
+
+class Container:
+    """One container of a fleet (`fleet.container(200)`)."""
+
+    fleet: FleetBase
+    spec: ContainerSpec  # its settings, as the hosts file resolves them (remote.config)
+
+    def __init__(self, fleet: FleetBase, spec: ContainerSpec):
+        self.fleet, self.spec = fleet, spec
+        self._made: Target | None = None
+
+    @property
+    def _target(self) -> Target:
+        """The container resolved on the fleet's session (made on first use: reading settings connects nothing)."""
+        if self._made is None:
+            from ..target import Target
+
+            self._made = Target(self.fleet._session, self.spec, self.fleet._emit)
+        return self._made
+
+    def __repr__(self) -> str:
+        return f"<remote.Container {self.id} on {self.host}>"
+
+    def __enter__(self) -> Container:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close its fleet's connections (a container made on its own, as remote.fabric makes one)."""
+        self.fleet.close()
+
+    @property
+    def id(self) -> int:
+        return self.spec.ctid
+
+    @property
+    def host(self) -> str:
+        """The host entry it is reached through: in a cluster, the node holding it (its guest list read once)."""
+        return self._s.config.containers[self.id].host.name if self.spec.cluster else self.spec.host.name
+
+    @property
+    def _s(self) -> Session:
+        return self.fleet._session
+
+    def _ct(self, venv_on_path: bool = True) -> _PctContainer:
+        return self._target.ct if venv_on_path else self._target.system
+
+    # -- commands ------------------------------------------------------------------------------------
+    def exec(self, argv: Sequence[str] | str, *, timeout: float | None = None, check: bool = False,
+             on_output: OutputCallback | None = None, job_env: bool = True) -> Result:
+        """Run argv (a list: as it is, no shell; a str: a bash command line) in the container; once deployed,
+        in the checkout with the job's environment (venv, compile cache, train.env), else (or with
+        job_env=False) from /root with the venv first on PATH, as `pct exec` would.
+
+        Returns the command's own exit status and output; with check, a non-zero one raises CommandError
+        naming argv as given. `on_output(kind, chunk)` gets its output as it comes (then Result holds what
+        was not streamed). A wrong argument is a TypeError or ValueError, before anything runs."""
+        from ..ops import jobenv
+
+        args = checks.argv(argv)
+        kwargs: dict[str, Any] = dict(timeout=checks.seconds("timeout", timeout), check=False, on_output=on_output)
+        checks.flag("check", check)
+        ct = self._ct()
+        # Deployed or not, and the job's environment, are decided in the container: one command, no probe first.
+        r = jobenv.run_as_deployed(ct, self.spec, args, **kwargs) if checks.flag("job_env", job_env) \
+            else ct.run(args, **kwargs)
+        r = dataclasses.replace(r, argv=tuple(args))  # the user's argv, not the wrapper that ran it
+        return r.check(f"container {self.id}") if check else r
+
+    def shell(self) -> int:
+        """An interactive shell in the container (needs a terminal): its exit status."""
+        from ..ops.interactive import open_shell
+        from ..ops.session import open_session
+
+        with open_session(self.fleet.config) as s:  # a pty session of its own; no agent to start for one shell
+            return open_shell(dataclasses.replace(self._target, session=s), echo=self.fleet._emit)
+
+    # -- files ---------------------------------------------------------------------------------------
+    def push(self, src: str | os.PathLike, dest: str, *, attempts: int = 3,
+             on_bytes: Callable[[int, int], None] | None = None) -> Transfer:
+        """Copy a local file or folder into the container: streamed, verified by sha256, resumed after a
+        lost connection. `on_bytes(done, total)` reports progress."""
+        from ..errors import TransferError
+        from ..ops import files
+
+        src, dest = checks.path("src", src), checks.text("dest", dest)
+        checks.count("attempts", attempts)
+        if not (os.path.isfile(src) or os.path.isdir(src)):
+            raise TransferError(f"cannot push {os.fspath(src)}: no such file or folder on this machine")
+        return _transfer(files.push(self._ct(), src, dest, attempts=attempts, progress=on_bytes))
+
+    def pull(self, src: str, dest: str | os.PathLike, *, attempts: int = 3,
+             on_bytes: Callable[[int, int], None] | None = None) -> Transfer:
+        """Copy a file or folder out of the container: streamed, verified by sha256, resumed after a lost
+        connection; tar members that would land outside `dest` are refused (Transfer.refused)."""
+        from ..ops import files
+
+        src, dest = checks.text("src", src), checks.path("dest", dest)
+        checks.count("attempts", attempts)
+
+        return _transfer(files.pull(self._ct(), src, dest, attempts=attempts, progress=on_bytes))
+
+    # -- deploy and warmup ---------------------------------------------------------------------------
+    def deploy(self, *, check: bool = False, allow_dirty: bool = False, rollback: bool = False,
+               force: bool = False) -> DeployPlan:
+        """Make the venv and checkout exactly what the hosts file pins (a no-op when they are). check=True:
+        change nothing, return what would change (and any drift). Refused (BusyError) while a job runs
+        there, unless force."""
+        from ..ops.deploy import LockOnce, deploy
+
+        lock = self.fleet._shared_value("deploy-lock", LockOnce)  # one resolved lock for the fleet's deploys
+        s = deploy(self._target, allow_dirty=allow_dirty, check=check, rollback=rollback, force=force,
+                   echo=self.fleet._emit, lock=lock)
+        return DeployPlan(s.ctid, not (check or s.dry), tuple(s.changed), tuple(s.kept), tuple(s.saved), tuple(s.drift),
+                          s.torch, s.seconds, s)
+
+    def warmup(self, *, devices: Sequence[str] | None = None, parallel: bool = False) -> Warmup:
+        """Compile the training into the persistent compile cache, one device at a time (or in parallel).
+        Without devices, outside a Group call, and with no warmup for what it runs now: where another
+        container of the hosts file holds a cache made for exactly that, it is copied instead (.copied)."""
+        from ..ops import cachecopy
+        from ..ops import warmup as wm
+
+        devices = checks.words("devices", devices)
+        checks.flag("parallel", parallel)
+        if devices or self.fleet._groups:
+            results = wm.warmup(self._target, parallel=parallel, devices=list(devices) if devices else None,
+                                echo=self.fleet._emit)
+        else:
+            got = cachecopy.warmup_or_copy(self._target, parallel=parallel, echo=self.fleet._emit)
+            if isinstance(got, CacheCopy):
+                return Warmup(self.id, (), got.seconds, got.files, got.bytes, 0, 0, False, got)
+            results = got
+        return Warmup(self.id, tuple(r.device for r in results), sum(r.end - r.start for r in results),
+                      sum(r.new_files for r in results), sum(r.new_bytes for r in results),
+                      sum(r.hits for r in results), sum(r.misses for r in results), any(r.report for r in results))
+
+    def copy_cache(self, src: int | str) -> CacheCopy:
+        """Copy container src's compile cache into this one: only the files it lacks, sha256-verified;
+        refused (WarmupError, naming each field) unless src's passport is what this container needs."""
+        from ..ops import cachecopy
+        from ..target import Target, spec_of
+
+        source = Target(self.fleet._session, spec_of(self.fleet.config, src), self.fleet._emit)
+        return cachecopy.copy(source, self._target, echo=self.fleet._emit)
+
+    def export_cache(self, path: str | os.PathLike) -> Path:
+        """Write the container's compile cache folder to a local bundle (tar.gz)."""
+        from ..ops import warmup as wm
+
+        wm.export_cache(self._target, os.fspath(path), echo=self.fleet._emit)
+        return Path(path)
+
+    def import_cache(self, path: str | os.PathLike) -> ImportedCache:
+        """Load a bundle made by export_cache into the container's cache (refused if versions differ);
+        .refused: the members not imported, with why."""
+        from ..ops import warmup as wm
+
+        return wm.import_cache(self._target, os.fspath(path), echo=self.fleet._emit)
+
+    # -- runs ----------------------------------------------------------------------------------------
+    def train(self, *, detach: bool = True, force: bool = False, warmup: bool = False, command: str | None = None,
+              env: Mapping[str, str] | None = None, args: Sequence[str] = ()) -> Run:
+        """Preflight, then start the training job detached: the Run. detach=False: follow its log (lines to
+        the progress callback) until it ends, record a known-good where it meets the baseline, then return.
+        Refused (BusyError, exit status 3) while a job runs there, unless force; JobError when the preflight
+        fails. For this run only: `command` instead of train.command, `env` on top of train.env, `args`
+        appended to the command (each quoted)."""
+        import shlex
+
+        from ..ops import jobs
+
+        for name, value in (("detach", detach), ("force", force), ("warmup", warmup)):
+            checks.flag(name, value)
+        extra = checks.words("args", list(args) if isinstance(args, tuple) else args) or []
+        base = checks.text("command", command) if command is not None else self.spec.train.command
+        if extra and not base:
+            raise ValueError("args: there is no command to append them to (train.command is not set; give command=)")
+        run_command = f"{base} {shlex.join(extra)}" if extra else command
+        run_env = checks.environment("env", env)
+        ct, spec, emit = self._ct(), self.spec, self.fleet._emit
+        run_id, _ = jobs.start(self._target, force=force, warmup=warmup, echo=emit, command=run_command, env=run_env)
+        if self.fleet.dry:
+            return Run(self, run_id)
+        run = Run(self, run_id)
+        if not detach:
+            try:
+                final = jobs.show_log(ct, spec, run_id, follow=True, echo=emit)
+            except KeyboardInterrupt:
+                emit(f"-- stopped following; run {run_id} keeps running. `remote logs --follow` resumes, "
+                     "`remote stop` ends it")
+                raise
+            from ..runs.knowngood import after_run
+
+            after_run(self._s, ct, spec, final, echo=emit)
+            run._state = jobs.run_status(final)
+        return run
+
+    def run(self, run_id: str | None = None) -> Run:
+        """A run of this container by id (None or "latest": the latest). UnknownRun when it has no such run."""
+        from ..ops import jobs
+
+        st = jobs.run_status(jobs.state(self._ct(), self.spec, run_id))
+        if st.run is None:
+            raise JobError(f"container {self.id} has no runs in {self.spec.train.run_dir}: start one with train()")
+        r = Run(self, st.run)
+        r._state = st
+        return r
+
+    def runs(self, limit: int = 20) -> list[RunSummary]:
+        """The latest runs: id, start, state, exit status, throughput, command (newest first)."""
+        from ..runs.listing import list_runs
+
+        limit = checks.count("limit", limit)
+        return list_runs(self._ct(), self.spec, limit=limit)
+
+    def render_runs(self, found: list[RunSummary]) -> str:
+        from ..runs.listing import render
+
+        return render(found, self.spec)
+
+    def log(self, run_id: str | None = None, *, follow: bool = False) -> RunStatus:
+        """A run's log to the progress callback (what is there now; with follow, until the job ends): the
+        run's state at the end."""
+        from ..ops import jobs
+
+        return jobs.run_status(jobs.show_log(self._ct(), self.spec, run_id, follow=follow, echo=self.fleet._emit))
+
+    def stop(self, run_id: str | None = None, *, grace: int = 10, nodes: bool = True) -> Stopped:
+        """Stop a run (None: every live run, and the latest's leftovers) and verify nothing of it is left;
+        a multi-node run is stopped on its other nodes too (unless nodes=False)."""
+        from ..ops.jobs import stop as stop_job
+
+        got = stop_job(self._ct(), self.spec, run_id, grace=int(grace))
+        others = [n for n in got.nodes or () if n != self.id and n in self.fleet.config.containers]
+        if others and nodes and not self.fleet.dry:
+            from ..ops.multinode import stop_nodes
+
+            for ctid, one in stop_nodes(self._s, others, got.run, grace=int(grace)).items():
+                if isinstance(one, BaseException):
+                    raise one
+                assert isinstance(one, Stopped)
+                self.fleet._emit(f"node {ctid}: " + ("stopped" if one.was_alive else "was not running")
+                                 + ", verified: no process of it is left")
+        return got
+
+    def known_good(self, run_id: str | None = None) -> KnownGood:
+        """Record a finished run and the container's facts as its known-good (for doctor): the record."""
+        from ..runs.knowngood import record_run
+
+        return record_run(self._target, run_id)
+
+    def known_good_path(self) -> str:
+        from ..runs.knowngood import path_of
+
+        return path_of(self.spec)
+
+    def report(self, run_id: str | None = None, out: str | os.PathLike | None = None) -> Path:
+        """Write one self-contained HTML file of a run: its path."""
+        from ..runs.report import write
+
+        return write(self._target, run_id, os.fspath(out) if out is not None else None)
+
+    def pull_run(self, dest: str | os.PathLike, run_id: str | None = None, *,
+                 on_bytes: bool = False) -> PulledRun:
+        """A run's outputs, log, manifest and watch files into dest/<run id>/."""
+        from ..ops.jobs import pull_run
+
+        return pull_run(self._target, run_id, os.fspath(dest), progress=on_bytes, echo=self.fleet._emit)
+
+    # -- Proxmox snapshots ---------------------------------------------------------------------------
+    def snapshots(self) -> list[Snapshot]:
+        """The container's Proxmox snapshots (`pct listsnapshot`), oldest first."""
+        from ..ops import snapshots as snaps
+
+        return snaps.list_snapshots(self._target)
+
+    def rollback(self, snapshot: str | None = None, *, force: bool = False) -> RolledBack:
+        """Roll the whole container back to a snapshot (default: the newest of remote's own), then start it
+        again. BusyError while a run is live unless force; an unknown snapshot is a bad input (exit 2)."""
+        from ..ops import snapshots as snaps
+
+        return snaps.rollback(self._target, snapshot=snapshot, force=force, echo=self.fleet._emit)
+
+    # -- health --------------------------------------------------------------------------------------
+    def doctor(self, *, fresh: bool = False) -> list[Finding]:
+        """What differs from what deploy made and from the last known-good run (empty: healthy). A container
+        that cannot be probed raises (ContainerNotRunning, TransportError, ...)."""
+        from .. import doctor as dr
+
+        facts = dr.gather(self._target.system, self.spec, fresh=fresh)
+        report = dr.Report(self.id, self.host, dr.findings(facts, self.spec), facts)
+        return list(_diagnosis(report).findings)
+
+
+class Run:
+    """A training run of a container: `.id`, `.state`, `.exit_code`; follow, wait, metrics, stop."""
+
+    POLL = 1.0  # seconds between state reads in wait()
+    id: str  # the run id (its folder under train.run_dir)
+    offset: int  # the log's byte just past the last line follow() gave (0 before it gave any)
+    container: Container
+
+    def __init__(self, container: Container, run_id: str):
+        self.container, self.id = container, run_id
+        self._state: RunStatus | None = None
+        self.offset = 0  # the log's byte just past the last line follow() gave
+
+    def __repr__(self) -> str:
+        return f"<remote.Run {self.id} in {self.container.id}>"
+
+    def refresh(self) -> RunStatus:
+        """Read the run's state again (one round trip) and return it."""
+        from ..ops import jobs
+
+        self._state = jobs.run_status(jobs.state(self.container._ct(), self.container.spec, self.id))
+        return self._state
+
+    def _st(self) -> RunStatus:
+        return self._state if self._state is not None else self.refresh()
+
+    @property
+    def state(self) -> State:
+        """"running", "exited", "stopped" (by stop()) or "lost" (ended without an exit record), read now:
+        what runs() says of it."""
+        return self.refresh().state
+
+    @property
+    def exit_code(self) -> int | None:
+        """The job's exit status once it has ended (None while it runs; 1 when it was lost)."""
+        st = self._st()
+        if st.alive:
+            st = self.refresh()
+        return st.exit_code
+
+    def follow(self, *, offset: int = 0) -> Iterator[str]:
+        """The log's lines from byte `offset` until the job ends, as they come; a dropped connection is
+        re-established and the log resumes at the byte where it stopped. Breaking out stops following
+        (the job runs on). `run.offset` is then the byte just past the last line given: follow(offset=
+        run.offset), in this process or another, resumes with the next line."""
+        from ..ops import logs
+
+        offset = checks.count("offset", offset, minimum=0)
+        ct = self.container._ct()
+        st = self._st()
+        lines: queue.Queue = queue.Queue()
+        done = threading.Event()
+        splitter = logs.LineSplitter()
+        fed = [offset]  # bytes of the log read so far
+
+        class Closed(Exception):
+            pass
+
+        def on_bytes(chunk: bytes) -> None:
+            if done.is_set():
+                raise Closed()
+            ends = [fed[0] + i + 1 for i, byte in enumerate(chunk) if byte == 0x0A]  # each line's end
+            fed[0] += len(chunk)
+            for line, end in zip(splitter.feed(chunk), ends, strict=True):
+                lines.put((line, end))
+
+        def pump() -> None:
+            try:
+                logs.follow(ct, st.path, self.id, offset=offset, on_bytes=on_bytes, follow_=True,
+                            slice_seconds=FOLLOW_SLICE_S, reconnect=ct.transport.close,
+                            echo=self.container.fleet._emit, stop=done.is_set)
+                for line in splitter.flush():
+                    lines.put((line, fed[0]))
+                lines.put(None)
+            except BaseException as exc:  # noqa: BLE001 -- raised in the reader's thread
+                lines.put(exc)
+
+        t = threading.Thread(target=pump, daemon=True, name=f"remote-follow-{self.id}")
+        t.start()
+        try:
+            while True:
+                item = lines.get()
+                if item is None:
+                    break
+                if isinstance(item, Closed):
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                line, self.offset = item
+                yield line
+        finally:
+            done.set()
+        self._state = None
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Block until the job ends: its exit status (1 when it was lost). JobTimeout (a JobError and a
+        TimeoutError) after `timeout` seconds."""
+        from ..errors import JobTimeout
+
+        timeout = checks.seconds("timeout", timeout)
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            code = self.exit_code
+            if code is not None:
+                return code
+            if end is not None and time.monotonic() >= end:
+                raise JobTimeout(f"run {self.id} in container {self.container.id} still running after {timeout:g}s")
+            time.sleep(self.POLL)
+
+    def metrics(self) -> list[Metric]:
+        """The values of the run's metrics.jsonl, in order; [] before the first. Lines that are not JSON
+        objects are skipped (the container's file is untrusted)."""
+        from ..ops.logs import read_metrics
+
+        return read_metrics(self.container._ct(), self._st().path)
+
+    def stop(self, *, grace: int = 10) -> Stopped:
+        """TERM the job, KILL after `grace` s, and verify that nothing of it is left."""
+        got = self.container.stop(self.id, grace=grace)
+        self._state = None
+        return got

@@ -1,0 +1,136 @@
+"""The values only the API returns (a push's Transfer, a deploy's DeployPlan, a Warmup, a container's
+CacheHolding, doctor's Diagnosis and GpuReport). What the operations return is remote.results'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..results import CacheCopy, Finding
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """A push or pull: what arrived, verified by sha256 (a file's hash, a tree's manifest)."""
+
+    direction: str  # "push" | "pull"
+    src: str
+    dest: str
+    files: int
+    bytes: int
+    seconds: float
+    attempts: int = 1
+    sha256: str | None = None  # of a single file
+    refused: tuple[str, ...] = ()  # members of a pulled tree not written, each "<path>: <why>"
+    verified: bool = True  # always: a transfer that does not verify raises TransferError
+
+    def render(self) -> str:
+        return self._stats.render() if self._stats is not None else f"{self.direction} {self.src} -> {self.dest}"
+
+    _stats: Any = field(default=None, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """doctor's answer for one container (Container.doctor returns its findings; Fleet.doctor these)."""
+
+    container: int
+    host: str
+    findings: tuple[Finding, ...]
+    error: str | None
+    healthy: bool
+    _report: Any = field(default=None, repr=False, compare=False)
+
+    def render(self) -> str:
+        return self._report.render()
+
+    def to_dict(self) -> dict:
+        return self._report.to_dict()
+
+
+@dataclass(frozen=True)
+class DeployPlan:
+    """What a deploy changed (applied) or would change (check=True, or a dry run): data, never printed."""
+
+    container: int
+    applied: bool
+    changed: tuple[str, ...]
+    kept: tuple[str, ...]
+    saved: tuple[str, ...]  # patches and tarballs of container edits
+    drift: tuple[str, ...]  # hand-installed or changed packages
+    torch: Mapping[str, Any] | None
+    seconds: float
+    _summary: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def noop(self) -> bool:
+        return not self.changed
+
+    def render(self) -> str:
+        return self._summary.render()
+
+
+@dataclass(frozen=True)
+class Warmup:
+    """A warmup: per device, seconds and what it added to the compile cache."""
+
+    container: int
+    devices: tuple[str, ...]
+    seconds: float
+    new_files: int
+    new_bytes: int
+    hits: int
+    misses: int
+    guarded: bool  # the compile guard reported hits and misses
+    copied: CacheCopy | None = None  # no compile ran: a matching cache of another container was copied
+
+
+@dataclass(frozen=True)
+class CacheHolding:
+    """What a container's compile cache holds (`remote cache`): its folder, files, size and passport, or
+    why it could not be read (error)."""
+
+    container: int
+    folder: str = ""
+    files: int = 0
+    bytes: int = 0
+    passport: Mapping[str, Any] | None = None
+    serves_itself: bool = False  # made for exactly what the container runs now
+    mismatch: str = ""  # where it holds files but does not serve itself: how its passport differs
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class GpuReport:
+    """`doctor --gpu`: each host's NVIDIA driver and each container's GPU passthrough, as findings."""
+
+    hosts: tuple[Any, ...]
+    containers: tuple[Any, ...]
+
+    @property
+    def healthy(self) -> bool:
+        return bool(self.to_json()["healthy"])
+
+    def render(self) -> str:
+        from .. import gpudoctor
+
+        return gpudoctor.render(list(self.hosts), list(self.containers))
+
+    def to_json(self) -> dict:
+        from .. import gpudoctor
+
+        return gpudoctor.to_json(list(self.hosts), list(self.containers))
+
+
+# -- the fleet: a hosts file, one connection per host --------------------------------------------------
+
+
+def _diagnosis(report: Any) -> Diagnosis:
+    return Diagnosis(report.ctid, report.host, tuple(report.findings), report.error, report.healthy, report)
+
+
+def _transfer(stats: Any) -> Transfer:
+    return Transfer(stats.direction, stats.src, stats.dest, stats.files, stats.total, stats.seconds,
+                    stats.attempts, stats.sha256, tuple(stats.refused), True, stats)

@@ -1,0 +1,87 @@
+"""Progress as typed events through one sink: the library reports, whoever called it renders.
+
+An operation reports what it does as a line (`==> step`, `!! warning`, `-- note`, or a line of output);
+`event_of` turns each into a typed event, marked with the container whose work it is (the executor,
+remote.group, sets `CONTAINER` in each container's thread). The library drops events unless given a sink
+(`remote.open(..., events=...)`, or `progress=` for the lines as text); the command line renders them, with
+`[id] ` in front when several containers run at once. Nothing here prints or touches sys.stdout.
+
+    Event
+    ├── StepStarted   a step begins ("==> venv: build ...")
+    ├── Output        a line of a command's or a log's output
+    ├── Note          something to know (level info: "-- ...", warning: "!! ...")
+    ├── Done          a container's part of a group call ended well
+    └── Failed        ... or with an error (its exit status and message)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Literal
+
+CONTAINER: ContextVar[int | None] = ContextVar("remote_container", default=None)
+"""The container whose work the current thread does (set by remote.group's executor; None outside it)."""
+
+
+@dataclass(frozen=True)
+class Event:
+    container: int | None  # whose work it reports (None: not one container's)
+    line: str  # the text as the library words it
+
+
+@dataclass(frozen=True)
+class StepStarted(Event):
+    step: str
+
+
+@dataclass(frozen=True)
+class Output(Event):
+    pass
+
+
+@dataclass(frozen=True)
+class Note(Event):
+    level: Literal["info", "warning"]
+
+
+@dataclass(frozen=True)
+class Done(Event):
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Failed(Event):
+    exit_code: int
+    seconds: float
+
+
+Sink = Callable[[Event], None]
+
+
+def drop(event: Event) -> None:
+    """The sink of a library call given none: events go nowhere."""
+
+
+def quiet(line: str) -> None:
+    """The line-reporter of an operation given none (an op never defaults to print)."""
+
+
+def event_of(line: str, container: int | None = None) -> Event:
+    """A reported line as its event; the container defaults to the current thread's (CONTAINER)."""
+    ctid = CONTAINER.get() if container is None else container
+    if line.startswith("==> "):
+        return StepStarted(ctid, line, line[4:])
+    if line.startswith("!! "):
+        return Note(ctid, line, "warning")
+    if line.startswith("-- "):
+        return Note(ctid, line, "info")
+    return Output(ctid, line)
+
+
+def reporter(sink: Sink) -> Callable[[str], None]:
+    """What operations report lines to: each line, as its event, to `sink`."""
+    def report(line: str) -> None:
+        sink(event_of(line))
+    return report

@@ -1,0 +1,29 @@
+"""The session operations run in, as the API opens it: the API reaches operations only, never the transport.
+
+A Session holds one transport per host for the lifetime of a fleet (remote.transport.session); `open_session`
+makes one, `disconnect` ends a hosts file's kept connections (remote.transport.keeper).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..config import Config
+from ..events import quiet
+from ..transport.pct import Container as PctContainer
+from ..transport.session import Session
+
+__all__ = ["PctContainer", "Session", "disconnect", "open_session"]
+
+
+def open_session(config: Config, *, dry: bool = False, echo: Callable[[str], None] = quiet, agent: bool = False,
+                 keep: bool = False) -> Session:
+    """A session on config's hosts (connecting nothing until a command needs a host)."""
+    return Session(config, dry=dry, echo=echo, agent=agent, keep=keep)
+
+
+def disconnect(config_file: str, host: str | None = None) -> list[int]:
+    """End the kept connections of a hosts file (one host's, or every one): the pids ended."""
+    from ..transport import keeper
+
+    return keeper.disconnect(config_file, host)

@@ -1,0 +1,72 @@
+"""invoke binds a flag to the task it follows; remote's collection makes the shared flags (--container,
+--hosts, --dry, --fail-fast) apply to every task of an invoke line, as `remote` does, or refuses the line
+naming the flag before its first task runs (the lab tier: tests/test_local_tasks_lab.py runs a dry line)."""
+
+import pytest
+from invoke import Collection, Program, task
+
+from remote.cli import collection
+
+HOSTS = """\
+hosts:
+  h: {address: 127.0.0.1, port: 1}
+containers:
+  200: {host: h}
+  201: {host: h}
+"""
+ran: list[str] = []
+
+
+@task
+def mine(c):
+    """A task of the user's own, without --dry: it would change things."""
+    ran.append("mine")
+
+
+def invoke(tmp_path, monkeypatch, capsys, *argv: str, extra: bool = False) -> tuple[int, str, str]:
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(HOSTS)
+    monkeypatch.setenv("REMOTE_HOSTS_FILE", str(hosts))
+    monkeypatch.delenv("REMOTE_CONTAINER", raising=False)
+    ns = collection()
+    if extra:
+        ns = Collection(mine)
+        ns.add_collection(collection(), "gpu")
+    ran.clear()
+    try:
+        Program(namespace=ns, name="invoke", binary="invoke").run(["invoke", *argv])
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.fault("--dry or --container once on an invoke line",
+                   promise="applies to every task of the line, as with `remote`; a line a task of which has no --dry, or "
+                   "that names two containers for a task given none, is refused naming the flag, nothing run")
+def test_container_given_once_applies_to_every_task_of_the_line(tmp_path, monkeypatch, capsys):
+    code, out, err = invoke(tmp_path, monkeypatch, capsys, "config", "--container", "201", "config")
+    assert code == 0, err
+    assert out.count("container 201:") == 2 and "container 200:" not in out, out
+    # Without the line's binding, the first `config` would have no container: "several containers configured".
+    code, out, err = invoke(tmp_path, monkeypatch, capsys, "config", "config", "--container", "200")
+    assert code == 0 and out.count("container 200:") == 2, out + err
+
+
+def test_a_dry_line_with_a_task_without_dry_is_refused_before_anything_runs(tmp_path, monkeypatch, capsys):
+    for argv in (["deploy", "known-good", "--dry"], ["deploy", "--dry", "known-good", "-c", "200"],
+                 ["known-good", "-c", "200", "deploy", "--dry"]):
+        code, out, err = invoke(tmp_path, monkeypatch, capsys, *argv)
+        assert code == 2 and "--dry: known-good has no --dry; run it on its own" in err, (argv, out, err)
+        assert "cannot connect" not in err  # refused before the first task connected
+    code, out, err = invoke(tmp_path, monkeypatch, capsys, "gpu.deploy", "--dry", "mine", extra=True)
+    assert code == 2 and "--dry: mine has no --dry" in err and ran == [], err
+
+
+def test_two_containers_for_a_task_given_none_is_refused(tmp_path, monkeypatch, capsys):
+    code, out, err = invoke(tmp_path, monkeypatch, capsys, "config", "-c", "200", "config", "config", "-c", "201")
+    assert code == 2 and "config: which --container? 200 or 201" in err and out == "", out + err
+    # Each task given its own: each keeps it.
+    code, out, err = invoke(tmp_path, monkeypatch, capsys, "config", "-c", "200", "config", "-c", "201")
+    assert code == 0 and "container 200:" in out and "container 201:" in out, out + err
