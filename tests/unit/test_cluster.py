@@ -205,3 +205,14 @@ def test_init_on_a_cluster_node_writes_every_node_and_container_and_loads():
         "pve": ("pve1", "10.0.0.1", 2222, "lab"), "pve2": ("pve2", "10.0.0.2", 2222, "lab")}
     assert {i: s.host.name for i, s in c.containers.items()} == {200: "pve", 201: "pve2"}
     assert "# offline when remote init read the cluster" in text
+
+
+def test_a_fleet_containers_target_is_on_the_node_holding_it():
+    from remote.api import Fleet
+
+    c = load()
+    fake = FakeCluster({200: "pve1", 201: "pve2", 202: "pve2"})
+    fleet = Fleet(c, keep=False)
+    fleet._made = Session(c, transport_factory=fake.transport)
+    assert fleet.container(202).host == "gpu-b" and fleet.container(202)._target.spec.host.name == "gpu-b"
+    assert fleet.container(300)._target.spec.host.name == "solo"
