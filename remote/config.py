@@ -43,9 +43,16 @@ class Host:
     local: bool = False  # run on this machine (the controller is the Proxmox host)
     max_parallel: int = 4  # containers of this host that a fleet task works on at once
     control_persist: float = 60.0  # seconds a kept connection waits for the next command; 0: none (transport.keeper)
+    cluster: str | None = None  # the Proxmox cluster this host is a node of (remote.cluster); None: a host of its own
+    node: str | None = None  # its Proxmox node name where it differs from the entry's name
     # "": all from the hosts file; else remote.fabric's words: "fabric.Connection", plus "key_filename" when
     # the key came from its connect_kwargs and "no-hosts-file" when no hosts file was given
     given_by: str = ""
+
+    @property
+    def node_name(self) -> str:
+        """The Proxmox node this host is (what the cluster's guest list names)."""
+        return self.node or self.name
 
 
 def setting(host: Host, key: str) -> str:
@@ -133,6 +140,8 @@ class ContainerSpec:
     train: TrainSpec = field(default_factory=TrainSpec)
     deploy: DeploySpec = field(default_factory=DeploySpec)
     address: str | None = None  # where other containers reach this one (a multi-node run's {master_addr})
+    cluster: str | None = None  # the cluster holding it: `host` is then a hint, its node found in the cluster's list
+    host_given: bool = True  # False: only `cluster:` was written (host is the cluster's first host until resolved)
 
 
 @dataclass(frozen=True)
@@ -320,9 +329,35 @@ def _host(s: _Section, name: str) -> Host:
         local=local,
         max_parallel=s.take("max_parallel", int, 4, _range(1, 256)),
         control_persist=s.take("control_persist", float, 60.0, _range(0, 86400)),
+        cluster=s.take("cluster", str, None, _name),
+        node=s.take("node", str, None, _name),
     )
     s.done()
+    if host.node is not None and host.cluster is None:
+        raise ConfigError(s.file, s.key("node"), "a node name belongs to a host of a cluster: add `cluster: NAME` "
+                          "(the same name on every host of that Proxmox cluster), or drop node:")
+    if host.local and host.cluster is not None:
+        raise ConfigError(s.file, s.key("cluster"), "a local host cannot be one node of a cluster (remote reaches "
+                          "the other nodes over SSH): give each node an address instead of local: true")
     return host
+
+
+def _name(v: str) -> str | None:
+    return None if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", v) else f"expected a name (letters, digits, . _ -), got {v!r}"
+
+
+def _clusters(file: str, hosts: dict[str, Host]) -> dict[str, list[Host]]:
+    """cluster name -> its hosts, in file order; one host per node name."""
+    clusters: dict[str, list[Host]] = {}
+    for h in hosts.values():
+        if h.cluster is None:
+            continue
+        for other in clusters.get(h.cluster, []):
+            if other.node_name == h.node_name:
+                raise ConfigError(file, f"hosts.{h.name}.node", f"hosts {other.name} and {h.name} are both node "
+                                  f"{h.node_name!r} of cluster {h.cluster!r}: set node: to each host's Proxmox node name")
+        clusters.setdefault(h.cluster, []).append(h)
+    return clusters
 
 
 def _expand(path: str | None, file: str) -> str | None:
@@ -484,6 +519,7 @@ def parse(data: Any, file: str) -> Config:
         hosts[name] = _host(hosts_s.section(name), name)
     if not hosts:
         raise ConfigError(file, "hosts", "no hosts defined")
+    clusters = _clusters(file, hosts)
     globals_ = {key: reader(top.section(key), default()) for key, (reader, default) in _FEATURES.items()}
     containers_s = top.section("containers")
     containers = {}
@@ -498,13 +534,22 @@ def parse(data: Any, file: str) -> Config:
         if ctid in containers:
             raise ConfigError(file, key, "container listed twice")
         c = containers_s.section(raw_id)
-        host = c.take("host", str)
-        if host not in hosts:
+        cluster = c.take("cluster", str, None)  # without it, host: is required (a cluster's container: a hint)
+        host = c.take("host", str, None if cluster is not None else _MISSING)
+        if host is not None and host not in hosts:
             raise ConfigError(file, c.key("host"), f"unknown host {host!r} (known: {_ids(hosts)})")
+        if cluster is not None and cluster not in clusters:
+            raise ConfigError(file, c.key("cluster"), f"unknown cluster {cluster!r}: no host says `cluster: {cluster}` "
+                              f"(clusters: {_ids(clusters)})")
+        if host is not None and cluster is not None and hosts[host].cluster != cluster:
+            raise ConfigError(file, c.key("cluster"), f"host {host} is not a node of cluster {cluster!r} (its "
+                              f"cluster: {hosts[host].cluster or 'none'}): drop one of host: and cluster:")
         features = {k: reader(c.section(k), globals_[k]) for k, (reader, _) in _FEATURES.items()}
         address = c.take("address", str, None, _nonempty)
         c.done()
-        containers[ctid] = ContainerSpec(ctid=ctid, host=hosts[host], address=address, **features)
+        placed = hosts[host] if host is not None else clusters[cluster][0]
+        containers[ctid] = ContainerSpec(ctid=ctid, host=placed, address=address, cluster=placed.cluster,
+                                         host_given=host is not None, **features)
     if not containers:
         raise ConfigError(file, "containers", "no containers defined")
     groups = _groups(top.section("groups"), containers)

@@ -344,6 +344,7 @@ class JobStatus:
     nodes: tuple[int, ...] | None = None  # one node of a multi-node run: every node's container
     node_rank: int | None = None
     compile: CompileHealth | None = None  # the compile watch's counts (docs/guide/compile-health.md)
+    moved_from: str | None = None  # lost because its container moved: the cluster node it started on
 
     @property
     def state(self) -> State:
@@ -363,6 +364,7 @@ class ContainerStatus:
     venv_lock: str | None = None
     error: str | None = None
     venv_lock_differs: str | None = None  # the lock its siblings (same venv spec) have, where it differs
+    node: str | None = None  # the Proxmox node holding it (a cluster's container: as its guest list says)
 
 
 @dataclass(frozen=True)
@@ -372,6 +374,8 @@ class HostStatus:
     error: str | None
     kept: str | None  # the kept connection, where there is one
     containers: Mapping[int, str]  # ctid -> pct's state
+    node: str | None = None  # its Proxmox node name
+    cluster: str | None = None  # the cluster it is a node of (hosts file's cluster:), None for a host of its own
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,8 @@ PROGRAMS: tuple[HostProgram, ...] = (
     HostProgram("pct", "/usr/sbin/pct", ("delsnapshot", CTID, OURS), True,
                 "remote's own snapshots beyond deploy.keep_snapshots (never another's)"),
     HostProgram("pct", "/usr/sbin/pct", ("rollback", CTID, SNAPSHOT, "--start", BOOL), True, "`remote rollback`"),
+    HostProgram("pvesh", "/usr/bin/pvesh", ("get", "/cluster/resources", "--type", "vm", "--output-format", "json"), True,
+                "a cluster's guest list: which node holds each container (remote.cluster, hosts with cluster:)"),
     HostProgram("pvesm", "/usr/sbin/pvesm", ("status",), True,
                 "the storages' types: whether a container's rootfs can take a snapshot (deploy.snapshot)"),
     HostProgram("python3", "/usr/bin/python3", None, False,
@@ -102,6 +104,8 @@ def program_path(name: str, pct: str = "pct", exact: bool = True) -> str:
         return p.path
     if pct == "pct":
         return p.path if exact else p.name
+    if pct == program("pct").path:  # Proxmox VE's own layout: pvesh is in /usr/bin, pct and pvesm in /usr/sbin
+        return p.path
     return pct.rsplit("/", 1)[0] + "/" + p.path.rsplit("/", 1)[1] if "/" in pct else p.name
 
 

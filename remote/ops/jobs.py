@@ -178,6 +178,7 @@ def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = 
                 "venv_lock_sha256": pre.venv.get("lock_sha256"), "torch": verify.get("torch"),
                 "cuda_build": verify.get("cuda_build"), "triton": verify.get("triton"),
                 "driver": pre.gpus[0]["driver"] if pre.gpus else None, "gpus": pre.gpus, "command": command,
+                "node": spec.host.node_name,  # where it started: a cluster's container may move (a restart migration)
                 "env": jobenv.describe(spec, verify), "compile_cache": jobenv.compile_cache(spec, verify),
                 "outputs": list(spec.train.outputs), "checkout": spec.code.path,
                 "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "started_epoch": time.time(),
@@ -589,12 +590,22 @@ def _container_job(session: Session, spec: ContainerSpec, known: str) -> Contain
                 tuple(nodes) if nodes else None, manifest.get("node_rank") if nodes else None,
                 # the compile watch's counts (remote/ops/compilelog.py), where the probe read this run's
                 compilelog.from_probe(raw.get("compile")) if (raw.get("compile") or {}).get("run") == st["run"]
-                else None))
+                else None,
+                # a cluster's container that a restart migration moved (and so killed the run): where it started
+                moved_from(st, manifest, spec)))
         lock = ((raw.get("venv") or {}).get("record") or {}).get("lock_sha256")
         entry = dataclasses.replace(entry, probed=True, venv_lock=lock)
     except RemoteError as exc:
         entry = dataclasses.replace(entry, error=str(exc))
     return entry
+
+
+def moved_from(st: dict, manifest: dict, spec: ContainerSpec) -> str | None:
+    """The node a lost run started on, where its container is on another node of its cluster now."""
+    node = manifest.get("node")
+    if st["lost"] and spec.cluster and isinstance(node, str) and node != spec.host.node_name:
+        return printable(node)[:64]
+    return None
 
 
 def lock_outliers(entries: list[ContainerStatus], config) -> dict[int, str]:

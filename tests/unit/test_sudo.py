@@ -41,8 +41,9 @@ def test_the_drop_in_allows_exactly_the_root_programs_of_the_list():
 def test_the_drop_in_names_the_hosts_files_pct_and_programs_beside_it():
     text = sudo.sudoers("trainer", ["/opt/pve/bin/pct", "/usr/sbin/pct"])
     rule = sudo.rule_of(text, "trainer")
-    assert [r.split(" ")[0] for r in rule] == ["/opt/pve/bin/pct"] * 10 + ["/opt/pve/bin/pvesm"] \
-        + ["/usr/sbin/pct"] * 10 + ["/usr/sbin/pvesm"]
+    assert [r.split(" ")[0] for r in rule] == ["/opt/pve/bin/pct"] * 10 + ["/opt/pve/bin/pvesh", "/opt/pve/bin/pvesm"] \
+        + ["/usr/sbin/pct"] * 10 + ["/usr/bin/pvesh", "/usr/sbin/pvesm"]  # pvesh: a cluster's guest list, on Proxmox in /usr/bin
+    assert "/usr/bin/pvesh get /cluster/resources --type vm --output-format json" in rule
     assert all(line.startswith(("#", "Defaults:trainer ", "trainer ", "    /")) for line in text.splitlines())
     with pytest.raises(ValueError):
         sudo.sudoers("bad user;id")
