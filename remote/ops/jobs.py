@@ -23,7 +23,7 @@ from pathlib import Path
 
 from .. import facts, shell
 from ..config import ContainerSpec
-from ..errors import BusyError, CommandError, ConfigError, JobError, RemoteError, TransferError, UnknownRun
+from ..errors import CommandError, ConfigError, JobError, JobRunning, RemoteError, TransferError, UnknownRun
 from ..events import quiet
 from ..naming import printable
 from ..results import ContainerStatus, JobStatus, PulledRun, RunStatus, Stopped
@@ -212,7 +212,7 @@ def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = 
             raise JobError(f"launch refused: {exc.stderr_tail} (the wrapper's file in the container; nothing was "
                            "started)") from None
         if exc.command_status == 5:  # a job runs there: busy (exit 3), as deploy's refusal is
-            raise BusyError(spec.ctid, f"container {spec.ctid}: {exc.stderr_tail} -- `remote stop` it, follow it "
+            raise JobRunning(spec.ctid, f"container {spec.ctid}: {exc.stderr_tail} -- `remote stop` it, follow it "
                             "with `remote logs --follow`, or pass --force to start another") from None
         raise JobError(f"launch failed: {exc}") from None
     return run_id, int(r.out.strip().splitlines()[-1]) if not ct.dry else 0
