@@ -11,6 +11,7 @@ import contextlib
 import functools
 import os
 import re
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -305,7 +306,7 @@ def _regex(v: str) -> str | None:
 
 
 def _host(s: _Section, name: str) -> Host:
-    from .sudo import pct_command
+    from .sudo import pct_command, plain_path
 
     local = s.take("local", bool, False)
     raw_pct = s.take("pct", str, "pct", _nonempty)
@@ -314,6 +315,14 @@ def _host(s: _Section, name: str) -> Host:
                  or "sudo" in raw_pct.split("/")[-1]):
         raise ConfigError(s.file, s.key("pct"), f"with sudo: true, pct is the exact path of pct on the host "
                           f"(e.g. /usr/sbin/pct, the default), got {raw_pct!r}: remote adds `sudo -n` itself")
+    try:
+        pct_words = shlex.split(raw_pct)
+    except ValueError as exc:
+        raise ConfigError(s.file, s.key("pct"), f"not a command line: {exc}") from None
+    # Every host's pct path goes into `remote init --sudoers USER --hosts FILE`'s rule: a plain path only.
+    if any(w.startswith("/") and not plain_path(w) for w in pct_words):
+        raise ConfigError(s.file, s.key("pct"), f"pct is the plain absolute path of pct on the host (letters, digits, "
+                          f"_ . + - and /, no `..`; e.g. /usr/sbin/pct), or `pct` to find it on PATH; got {raw_pct!r}")
     host = Host(
         name=name,
         # The controller is the host itself: nothing to connect to.

@@ -262,3 +262,19 @@ def test_the_command_lines_remote_builds_are_allowed_and_no_other():
     assert sudo.allows("pct", ["exec", "201", "--keep-env", "0", "--", "id"])  # a drop-in made without a hosts file
 
 
+
+
+@pytest.mark.parametrize("sudo_key", [True, False])
+@pytest.mark.parametrize("pct", ["/bin/sh,/usr/sbin/pct", "/usr/sbin/../../bin/sh", "/usr/sbin/pct:x",
+                                 "sudo -n '/bin/sh, /usr/sbin/pct'"])
+def test_a_pct_path_that_is_not_plain_is_refused_naming_the_key(pct, sudo_key):
+    with pytest.raises(ConfigError, match=r"hosts\.pve1\.pct: .*(plain absolute path|exact path)"):
+        host(sudo=sudo_key, pct=pct)
+
+
+def test_the_drop_in_refuses_a_pct_path_that_would_widen_the_rule():
+    with pytest.raises(ValueError, match="plain absolute path"):
+        sudo.sudoers("trainer", ["/bin/sh,/usr/sbin/pct"])
+    with pytest.raises(ValueError, match="plain absolute path"):
+        sudo.rule_commands(["/usr/sbin/../../bin/sh"])
+    assert sudo.rule_of(sudo.sudoers("trainer", ["/opt/pve+1/pct"]), "trainer")[0].startswith("/opt/pve+1/pct ^exec ")
