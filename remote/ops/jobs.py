@@ -401,8 +401,9 @@ class CompileNotices:
                 t = got.get("t") if isinstance(got, dict) else None
             except (ValueError, AttributeError):
                 t = None
-            if isinstance(t, (int, float)) and self.steady is None:
-                self.steady = float(t)
+            t = compilelog.number(t)
+            if t is not None and self.steady is None:
+                self.steady = t
                 waiting, self.waiting = self.waiting, []
                 for early in waiting:
                     self._take(early)
