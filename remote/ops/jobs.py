@@ -578,26 +578,46 @@ def _container_job(session: Session, spec: ContainerSpec, known: str) -> Contain
         entry = dataclasses.replace(entry, also_live=tuple(r for r in st.get("live", []) if r["run"] != st.get("run")))
         if st.get("run"):
             values, watch = logs.series(spec, st.pop("tail"), last_line=False)
+            # The manifest is the job's file (a job may rewrite it) and the compile part the probe's reading
+            # of the job's files: untrusted, each field checked, a wrong one that container's error alone.
             manifest = st.get("manifest") or {}
+            if not isinstance(manifest, dict):
+                raise ValueError(f"the run's manifest.json is a {type(manifest).__name__}, not an object")
             started = manifest.get("started_epoch")
+            if started is not None and compilelog.number(started) is None:
+                raise ValueError(f"the run's manifest.json has started_epoch {printable(repr(started))[:40]}, "
+                                 "not a number")
             nodes = manifest.get("nodes")
+            if nodes is not None and not (isinstance(nodes, list) and all(
+                    isinstance(n, int) and not isinstance(n, bool) for n in nodes)):
+                raise ValueError("the run's manifest.json has nodes that are not a list of container ids")
+            node_rank = manifest.get("node_rank") if nodes else None
+            compile_part = raw.get("compile")
+            if compile_part is not None and not isinstance(compile_part, dict):
+                raise ValueError(f"the probe's compile part is a {type(compile_part).__name__}, not an object")
             entry = dataclasses.replace(entry, run=JobStatus(
-                st["run"], st["alive"], st["lost"], tuple(st["orphans"]), st["exit"], st["pid"], st["stopped"],
-                round(st["now"] - started) if started and st["alive"] else None, watch.last, watch.rolling,
-                watch.unit, watch.higher_is_better, spec.train.baseline, watch.low,
-                tuple(name for name, _, _ in watch.found), logs.sparkline(values), st["stalled"], st["attempt"],
-                st["attempts_max"], st["gpu"],
+                id=st["run"], alive=st["alive"], lost=st["lost"], orphans=tuple(st["orphans"]), exit=st["exit"],
+                pid=st["pid"], stopped=st["stopped"],
+                uptime_s=round(st["now"] - started) if started and st["alive"] else None,
+                throughput=watch.last, rolling=watch.rolling, unit=watch.unit,
+                higher_is_better=watch.higher_is_better, baseline=spec.train.baseline, low=watch.low,
+                problems=tuple(name for name, _, _ in watch.found), spark=logs.sparkline(values),
+                stalled=st["stalled"], attempt=st["attempt"], attempts_max=st["attempts_max"], gpu=st["gpu"],
                 # one node of a multi-node run
-                tuple(nodes) if nodes else None, manifest.get("node_rank") if nodes else None,
+                nodes=tuple(nodes) if nodes else None,
+                node_rank=node_rank if isinstance(node_rank, int) and not isinstance(node_rank, bool) else None,
                 # the compile watch's counts (remote/ops/compilelog.py), where the probe read this run's
-                compilelog.from_probe(raw.get("compile")) if (raw.get("compile") or {}).get("run") == st["run"]
+                compile=compilelog.from_probe(compile_part) if (compile_part or {}).get("run") == st["run"]
                 else None,
                 # a cluster's container that a restart migration moved (and so killed the run): where it started
-                moved_from(st, manifest, spec)))
+                moved_from=moved_from(st, manifest, spec)))
         lock = ((raw.get("venv") or {}).get("record") or {}).get("lock_sha256")
-        entry = dataclasses.replace(entry, probed=True, venv_lock=lock)
+        entry = dataclasses.replace(entry, probed=True, venv_lock=lock if isinstance(lock, str) else None)
     except RemoteError as exc:
         entry = dataclasses.replace(entry, error=str(exc))
+    except (TypeError, ValueError, AttributeError) as exc:  # one container's answer out of shape: its entry only
+        entry = dataclasses.replace(entry, error=printable(f"container {spec.ctid}'s run state could not be read: "
+                                                           f"{exc}")[:400])
     return entry
 
 
