@@ -16,6 +16,7 @@ ConfigError that names the node and the keys to add.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import threading
 from collections.abc import Callable, ItemsView, ValuesView
@@ -25,6 +26,7 @@ from typing import Any
 from . import sudo
 from .config import Config, ContainerSpec, Host
 from .errors import ConfigError, RemoteError
+from .naming import printable
 
 GUESTS = ("get", "/cluster/resources", "--type", "vm", "--output-format", "json")  # remote.sudo.PROGRAMS' pvesh
 
@@ -34,6 +36,9 @@ class Guest:
     ctid: int
     node: str
     status: str  # running | stopped | unknown (its node is offline)
+
+
+NODE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # a Proxmox node name (a host name)
 
 
 class ClusterError(RemoteError):
@@ -53,8 +58,8 @@ def parse_guests(text: str, where: str) -> dict[int, Guest]:
         if not isinstance(row, dict) or row.get("type") != "lxc":
             continue
         vmid, node = row.get("vmid"), row.get("node")
-        if isinstance(vmid, bool) or not isinstance(vmid, int) or not isinstance(node, str) or not node:
-            continue
+        if isinstance(vmid, bool) or not isinstance(vmid, int) or not isinstance(node, str) or not NODE_RE.fullmatch(node):
+            continue  # a node name goes into notes, errors and the hosts file: a plain name or nothing
         status = row.get("status")
         guests[vmid] = Guest(vmid, node, status if isinstance(status, str) else "unknown")
     return guests
@@ -92,7 +97,7 @@ def resolve(config: Config, spec: ContainerSpec, guests: dict[int, Guest]) -> Pl
                           f"and its address; `remote init --address NODE` writes every node of the cluster")
     if host.name == spec.host.name:
         return Placement(spec, guest.node)
-    note = (f"{spec.ctid} is on {guest.node}, not {spec.host.node_name} (the hosts file's host): using {host.name}"
+    note = (f"-- {spec.ctid} is on {guest.node}, not {spec.host.node_name} (the hosts file's host): using {host.name}"
             if spec.host_given else None)
     return Placement(replace(spec, host=host), guest.node, note)
 
@@ -107,7 +112,8 @@ class Lookup:
 
     def __init__(self, config: Config, run: Runner, echo: Callable[[str], None] | None = None):
         self.config, self._run = config, run
-        self._echo = echo or (lambda line: print(line, file=sys.stderr, flush=True))  # never in a command's output
+        echo = echo or (lambda line: print(line, file=sys.stderr, flush=True))  # never in a command's output
+        self._echo = lambda line: echo(printable(line))  # notes quote the hosts' answers: one plain line each
         self._lists: dict[str, dict[int, Guest]] = {}
         self._placed: dict[int, Placement] = {}
         self._reread: set[str] = set()
@@ -148,7 +154,7 @@ class Lookup:
         if any("pvesh exited" in p for p in problems):
             raise ClusterError(f"cannot read cluster {cluster}'s guest list on any of its hosts: " + "; ".join(problems))
         # No node answers: each container stays on its hint, where the command reports the host unreachable.
-        self._echo(f"cluster {cluster}: no node answered for its guest list ({'; '.join(problems)[:300]}): using "
+        self._echo(f"!! cluster {cluster}: no node answered for its guest list ({'; '.join(problems)[:300]}): using "
                    "the hosts file's hosts")
         return {}
 

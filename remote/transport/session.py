@@ -62,7 +62,8 @@ class Session:
         from .. import cluster
 
         # Containers of a Proxmox cluster: each on the host of the node that holds it (its guest list read once).
-        self.config = cluster.resolving(self.config, lambda host, argv: self.host_run(host, argv, deadline=60))
+        self.config = cluster.resolving(self.config, lambda host, argv: self.host_run(host, argv, deadline=60),
+                                        self.echo)
 
     def transport(self, host: cfg.Host) -> Transport:
         """The host's one transport, made on first use; threads asking at once get the same one (made once:

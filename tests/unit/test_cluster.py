@@ -65,7 +65,7 @@ def test_resolve_follows_a_wrong_hint_with_one_line():
     assert right.spec is c.containers[200] and right.note is None and right.node == "pve1"
     moved = cluster.resolve(c, c.containers[201], guests(c201="pve2"))
     assert moved.spec.host.name == "gpu-b" and moved.node == "pve2"
-    assert moved.note == "201 is on pve2, not pve1 (the hosts file's host): using gpu-b"
+    assert moved.note == "-- 201 is on pve2, not pve1 (the hosts file's host): using gpu-b"
     found = cluster.resolve(c, c.containers[202], guests(c202="pve2"))
     assert found.spec.host.name == "gpu-b" and found.note is None  # no hint, nothing to correct
     assert cluster.resolve(c, c.containers[202], {}).node is None  # not in the list: the hint stays
@@ -89,13 +89,24 @@ def test_guest_list_is_untrusted_input():
         cluster.parse_guests("Unable to load access control list", "here")
 
 
-def session(fake: FakeCluster, c: config.Config | None = None) -> Session:
-    return Session(c or load(), transport_factory=fake.transport)
+def test_a_node_name_that_is_no_plain_name_is_skipped_and_notes_are_one_printable_line():
+    rows = [{"type": "lxc", "vmid": 200, "node": "pve1\x1b[2J"}, {"type": "lxc", "vmid": 201, "node": "-pve"},
+            {"type": "lxc", "vmid": 202, "node": "pve 2"}, {"type": "lxc", "vmid": 203, "node": "pve2.lan_b-1"}]
+    assert cluster.parse_guests(json.dumps(rows), "here") == {203: cluster.Guest(203, "pve2.lan_b-1", "unknown")}
+    said: list[str] = []
+    lookup = cluster.Lookup(load(), lambda host, argv: None, said.append)
+    lookup._echo("-- cluster c1: \x1b[2Jline\nnext")
+    assert said and "\x1b" not in said[0] and "\n" not in said[0]
+
+
+def session(fake: FakeCluster, c: config.Config | None = None, echo=None) -> Session:
+    return Session(c or load(), transport_factory=fake.transport, **({"echo": echo} if echo else {}))
 
 
 def test_one_list_read_per_cluster_and_commands_on_the_holding_node(capsys):
     fake = FakeCluster({200: "pve1", 201: "pve2", 202: "pve2"})
-    with session(fake) as s:
+    said: list[str] = []
+    with session(fake, echo=said.append) as s:
         for ctid in (200, 201, 202):
             s.container(ctid).run(["true"])
         assert s.container(300).transport.name == "solo"
@@ -105,7 +116,9 @@ def test_one_list_read_per_cluster_and_commands_on_the_holding_node(capsys):
     assert len(pvesh) == 1 and pvesh[0][:2] == ("pvesh", "get")
     execs = {name: [a[2] for a in t.calls if a[1] == "exec"] for name, t in fake.transports.items()}
     assert execs["pve1"] == ["200"] and execs["gpu-b"] == ["201", "202"]
-    assert capsys.readouterr().err.splitlines() == ["201 is on pve2, not pve1 (the hosts file's host): using gpu-b"]
+    # the session's reporter has the note (the command line prints it; the library's events carry it): no print
+    assert said == ["-- 201 is on pve2, not pve1 (the hosts file's host): using gpu-b"]
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.fault("a container migrated between the guest-list read and its command", "Proxmox's 'does not exist' "
@@ -180,9 +193,10 @@ def test_no_node_answering_leaves_the_hints_and_a_refused_read_is_named(capsys):
     def down(argv):
         raise ConnectError("pve1", "connection refused")
 
-    with Session(load(), transport_factory=lambda h: CountingTransport(h.name, down)) as s:
+    said: list[str] = []
+    with Session(load(), transport_factory=lambda h: CountingTransport(h.name, down), echo=said.append) as s:
         assert s.config.containers[201].host.name == "pve1"  # its hint: the command then says it is unreachable
-    assert "no node answered for its guest list" in capsys.readouterr().err
+    assert len(said) == 1 and said[0].startswith("!! cluster c1: no node answered for its guest list")
 
     def refused(argv):
         return 255, "", "Unable to load access control list: Permission denied\n"
@@ -216,3 +230,17 @@ def test_a_fleet_containers_target_is_on_the_node_holding_it():
     fleet._made = Session(c, transport_factory=fake.transport)
     assert fleet.container(202).host == "gpu-b" and fleet.container(202)._target.spec.host.name == "gpu-b"
     assert fleet.container(300)._target.spec.host.name == "solo"
+
+
+def test_a_json_or_exec_tasks_progress_goes_to_stderr_not_into_its_stdout(monkeypatch, capsys):
+    import remote.api as api
+    from remote.cli import table
+
+    got = {}
+    monkeypatch.setattr(api, "open", lambda hosts, dry=False, progress=None: got.setdefault("progress", progress))
+    table.fleet_of("hosts.yaml", stderr_progress=True)
+    got.pop("progress")("-- 201 is on pve2, not pve1 (the hosts file's host): using gpu-b")
+    table.fleet_of("hosts.yaml")
+    got.pop("progress")("==> step")
+    out, err = capsys.readouterr()
+    assert out == "==> step\n" and err == "-- 201 is on pve2, not pve1 (the hosts file's host): using gpu-b\n"
