@@ -154,7 +154,7 @@ def render(host: cfg.Host, given: dict, containers: list[tuple[int, str, str, li
         "#   2. `remote config -c ID` shows what a container resolves to, `remote deploy -c ID` makes it so.",
         "# Every key: docs/reference/hosts-file.md in remote's repository.",
         "hosts:",
-        f"  {host.name}:",
+        f"  {q(host.name)}:",  # names quoted too: a host, node or cluster named 2024 stays a name, not a number
         f"    address: {q(host.address)}",
     ]
     for key in ("port", "user", "key_file", "known_hosts", "pct", "sudo"):
@@ -163,11 +163,11 @@ def render(host: cfg.Host, given: dict, containers: list[tuple[int, str, str, li
             lines.append(f"    {key}: {q(value) if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else value}")
     lines += ["    # connect_timeout: 10   # seconds"]
     if cluster is not None:  # every node of the cluster: the one asked as given, the others at their cluster address
-        lines[-1:-1] = [f"    cluster: {cluster.name}"] + ([f"    node: {cluster.local}"] if cluster.local != host.name else [])
+        lines[-1:-1] = [f"    cluster: {q(cluster.name)}"] + ([f"    node: {q(cluster.local)}"] if cluster.local != host.name else [])
         for node in cluster.nodes:
             if node.name == cluster.local:
                 continue
-            lines += [f"  {node.name}:", f"    address: {q(node.ip)}", f"    cluster: {cluster.name}"]
+            lines += [f"  {q(node.name)}:", f"    address: {q(node.ip)}", f"    cluster: {q(cluster.name)}"]
             lines += [f"    {key}: {q(given[key]) if isinstance(given[key], str) else str(given[key]).lower()}"
                       for key in ("port", "user", "key_file", "known_hosts", "pct", "sudo") if given.get(key) is not None]
             if not node.online:
@@ -177,7 +177,7 @@ def render(host: cfg.Host, given: dict, containers: list[tuple[int, str, str, li
         where = cluster.node_of.get(ctid, cluster.local) if cluster is not None else host.name
         entry = host.name if where == cluster_local(cluster) else where
         lines += [f"  {ctid}:" + (f"  # {_clean(name)}, {_clean(state)}" if name else f"  # {_clean(state)}"),
-                  f"    host: {entry}" + ("   # its node now: remote finds it on whichever node holds it"
+                  f"    host: {q(entry)}" + ("   # its node now: remote finds it on whichever node holds it"
                                           if cluster is not None else "")]
         if gpu and gpu[0]:  # its GPU passthrough as pct config shows it (`remote doctor --gpu` checks it)
             lines += ["    # GPU (pct config):"] + [f"    #   {_comment(line)}" for line in gpu[0]]

@@ -244,3 +244,17 @@ def test_a_json_or_exec_tasks_progress_goes_to_stderr_not_into_its_stdout(monkey
     got.pop("progress")("==> step")
     out, err = capsys.readouterr()
     assert out == "==> step\n" and err == "-- 201 is on pve2, not pve1 (the hosts file's host): using gpu-b\n"
+
+
+def test_init_quotes_names_so_numeric_looking_ones_load_as_names():
+    from remote.ops import hostsinit
+
+    info = hostsinit.ClusterInfo("2024", "1e3", (hostsinit.NodeInfo("1e3", "10.0.0.1", True),
+                                                 hostsinit.NodeInfo("0755", "10.0.0.2", True)),
+                                 {200: "1e3", 201: "0755"}, {200: "running", 201: "running"})
+    host = config.Host("007", "10.0.0.1")
+    text = hostsinit.render(host, {}, [(200, "running", "", []), (201, "running", "", [])], info)
+    c = config.parse(yaml.safe_load(text), "hosts.yaml")
+    assert {h.name: (h.node_name, h.cluster) for h in c.hosts.values()} == {"007": ("1e3", "2024"),
+                                                                           "0755": ("0755", "2024")}
+    assert {i: s.host.name for i, s in c.containers.items()} == {200: "007", 201: "0755"}
