@@ -258,3 +258,19 @@ def test_init_quotes_names_so_numeric_looking_ones_load_as_names():
     assert {h.name: (h.node_name, h.cluster) for h in c.hosts.values()} == {"007": ("1e3", "2024"),
                                                                            "0755": ("0755", "2024")}
     assert {i: s.host.name for i, s in c.containers.items()} == {200: "007", 201: "0755"}
+
+
+def test_copy_cache_connects_the_node_holding_the_source_not_its_hinted_host(monkeypatch):
+    from remote.api import Fleet
+    from remote.api.group import Group
+
+    c = load()
+    fake = FakeCluster({200: "pve1", 201: "pve2", 202: "pve2"})
+    fleet = Fleet(c, keep=False)
+    fleet._made = Session(c, transport_factory=fake.transport)
+    opened: list[str] = []
+    real = fleet._made.transport
+    monkeypatch.setattr(fleet._made, "transport", lambda host: opened.append(host.name) or real(host))
+    monkeypatch.setattr(Group, "map", lambda self, fn, **kw: None)
+    fleet.copy_cache(201, [200])  # 201's hint is pve1; the cluster's list has it on pve2 (host gpu-b)
+    assert opened[-1] == "gpu-b"
