@@ -187,6 +187,9 @@ def copy(src: Target, dst: Target, *, echo: Callable[[str], None] = quiet, src_h
                                         cut_after=cut_after)
         else:
             summary, via = {"written": 0, "bytes": 0, "present": 0}, "nothing to send"
+        if summary.get("refused"):
+            echo(f"  {summary['refused']} cache file(s) not copied: a folder of them in {d.folder} is a symlink "
+                 "or a file (left as it is; those compile again)")
         assert s.passport is not None  # check(s, d) refuses a source without one
         lease.verify()  # a copy that lost its lease says nothing: no passport, no warmup records
         wm.write_passport(dst_ct, d.folder, {**s.passport, "copied_from": s.ctid,
