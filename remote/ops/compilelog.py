@@ -20,7 +20,7 @@ import json
 import math
 import os
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from ..naming import printable
@@ -95,8 +95,12 @@ def totals_of(line: str) -> tuple[int, dict[str, float]] | None:
 def steady_at(metrics_text: str) -> float | None:
     """The time of the first steady step: the second throughput value in metrics.jsonl (the first includes the
     first compile); None before the run reported two."""
+    return _steady(metrics_text.splitlines())
+
+
+def _steady(lines: Iterable[str]) -> float | None:
     seen = 0
-    for line in metrics_text.splitlines():
+    for line in lines:
         try:
             d = json.loads(line)
         except ValueError:
@@ -169,16 +173,19 @@ def summarize(lines: Iterable[str], steady: float | None = None, limit: int = 20
         steady_counts=dict(Counter(e.kind for e in after)), events=tuple(events), processes=len(totals))
 
 
-def read_run(folder: str) -> CompileHealth:
-    """A pulled run folder's compile health (compile.jsonl and metrics.jsonl in it)."""
-    def text(name: str) -> str:
+def read_run(folder: str | os.PathLike[str]) -> CompileHealth:
+    """A pulled run folder's compile health (compile.jsonl and metrics.jsonl in it, either there or not), the
+    counts from each process's totals as status and doctor have them. Each file is read line by line, never
+    whole: metrics.jsonl grows with the run, and only its first two values are needed."""
+    def lines(name: str) -> Iterator[str]:
         try:
             with open(os.path.join(folder, name), encoding="utf-8", errors="replace") as f:
-                return f.read()
+                for line in f:
+                    yield line.rstrip("\n")
         except OSError:
-            return ""
+            return
 
-    return summarize(text(FILE).splitlines(), steady_at(text("metrics.jsonl")))
+    return summarize(lines(FILE), _steady(lines("metrics.jsonl")))
 
 
 class Notices:

@@ -232,6 +232,31 @@ def test_a_fleet_containers_target_is_on_the_node_holding_it():
     assert fleet.container(300)._target.spec.host.name == "solo"
 
 
+@pytest.mark.fault("a cluster's container on a node the hosts file lacks", "`remote warmup -c 200` looking for a "
+                   "cache to copy skips that container (and places only the candidates) instead of failing on it")
+def test_finding_a_cache_source_skips_a_container_that_cannot_be_placed(monkeypatch):
+    from remote.ops import cachecopy
+    from remote.target import resolve
+
+    looked = []
+
+    def look(t):
+        looked.append(t.spec.ctid)
+        return cachecopy.Holding(t.spec.ctid, t.spec.host.name, "/cache", {"torch": "2"}, {"f": 1}, {"torch": "2"}, {})
+
+    monkeypatch.setattr(cachecopy, "look", look)
+    c = load(HOSTS + "  203: {cluster: c1, venv: {python: '3.10'}}\n")
+    fake = FakeCluster({200: "pve1", 201: "pve2", 202: "pve7", 203: "pve7"})  # pve7: not in the hosts file
+    with session(fake, c) as s:
+        src = cachecopy.find_source(resolve(s, 200))
+        lookup = cluster.lookup_of(s.config)
+        assert lookup is not None
+        placed = set(lookup._placed)
+    assert src is not None and src.ctid == 201 and src.host == "gpu-b"
+    assert sorted(looked) == [200, 201, 300]  # 202 unplaceable: passed over; 203 (another venv) never alike
+    assert 203 not in placed  # not alike on the hosts file's own entry: never placed
+
+
 def test_a_json_or_exec_tasks_progress_goes_to_stderr_not_into_its_stdout(monkeypatch, capsys):
     import remote.api as api
     from remote.cli import table
