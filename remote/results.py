@@ -24,6 +24,12 @@ from typing import Any, Generic, Literal, TypeVar
 
 from .errors import CommandError
 
+__all__ = [  # the API re-exports these as they are (remote.api)
+    "Result", "CacheCopy", "ImportedCache", "Snapshot", "RolledBack", "Finding", "RunStatus", "RunSummary", "Metric",
+    "Stopped", "KnownGood", "PulledRun", "CompileEvent", "CompileHealth", "JobStatus", "ContainerStatus",
+    "HostStatus", "FleetStatus", "Outcome", "GroupResult", "State",
+]
+
 T = TypeVar("T")
 
 State = Literal["running", "exited", "stopped", "lost"]
