@@ -15,45 +15,20 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from .model import (
-    CHOOSE,
-    CONTAINER_KEY,
-    CONTAINER_VAR,
-    DEFAULT_FILE,
-    ENV_VAR,
-    SNAPSHOT_MODES,
-    UV_VERSION,
-    CodeSpec,
-    Config,
-    ContainerSpec,
-    DeploySpec,
-    Host,
-    MetricSpec,
-    TrainSpec,
-    VenvSpec,
-    WarmupSpec,
-    _ids,
-    setting,
-)
+from . import model
+from .model import *  # noqa: F403  (the objects a hosts file becomes, remote.config.model.__all__)
+from .model import DEFAULT_FILE, ENV_VAR, Config, ContainerSpec, _ids
 from .sections import _FEATURES, ON_STALL, _clusters, _host, _kind, _nonempty, _Section
-from .yamlfile import (
-    _MISSING,
-    DuplicateKey,
-    _keep_parsed,
-    _parsed,
-    _read_yaml,
-)
+from .yamlfile import _MISSING, DuplicateKey, _keep_parsed, _parsed, _read_yaml
 from .yamlfile import _cache_dir as _cache_dir  # the kept file's place, read as remote.config._cache_dir
 from .yamlfile import _cache_file as _cache_file
 
-__all__ = [
-    "ENV_VAR", "CONTAINER_VAR", "CONTAINER_KEY", "CHOOSE", "DEFAULT_FILE", "UV_VERSION", "SNAPSHOT_MODES", "ON_STALL",
-    "Host", "setting", "VenvSpec", "CodeSpec", "WarmupSpec", "MetricSpec", "TrainSpec", "DeploySpec", "ContainerSpec",
-    "Config", "ConfigError", "DuplicateKey", "parse", "find_file", "load",
-]
+__all__ = ["ON_STALL", "ConfigError", "DuplicateKey", "parse", "find_file", "load"]
+__all__ += model.__all__
 
-for _cls in (Host, VenvSpec, CodeSpec, WarmupSpec, MetricSpec, TrainSpec, DeploySpec, ContainerSpec, Config, DuplicateKey):
-    _cls.__module__ = __name__  # printed and pickled (the kept connection's Host) as remote.config.X, as before the split
+for _cls in [getattr(model, n) for n in model.__all__] + [DuplicateKey]:
+    if isinstance(_cls, type):  # printed and pickled (the kept connection's Host) as remote.config.X, as before the split
+        _cls.__module__ = __name__
 
 
 def parse(data: Any, file: str) -> Config:

@@ -8,6 +8,11 @@ from dataclasses import dataclass, field
 
 from ..errors import ConfigError
 
+__all__ = [  # remote.config re-exports these as they are
+    "ENV_VAR", "CONTAINER_VAR", "CONTAINER_KEY", "CHOOSE", "DEFAULT_FILE", "UV_VERSION", "SNAPSHOT_MODES", "Host",
+    "setting", "VenvSpec", "CodeSpec", "WarmupSpec", "MetricSpec", "TrainSpec", "DeploySpec", "ContainerSpec", "Config",
+]
+
 ENV_VAR = "REMOTE_HOSTS_FILE"
 CONTAINER_VAR = "REMOTE_CONTAINER"  # the container a task works on when --container is absent
 CONTAINER_KEY = "container"  # the library's word for the container argument (the command line says --container)
