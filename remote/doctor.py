@@ -131,6 +131,11 @@ def findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
         add(Finding("driver-changed", "warning", f"driver {kg['driver']} → {g.driver}",
                     f"changed since {known_good_label(kg)}", "a new driver can change kernels' speed or support",
                     None))
+    if kg and spec.cluster and kg.get("node") and kg["node"] != spec.host.node_name:  # moved within the cluster
+        add(Finding("node-changed", "warning", f"container {facts.ctid} is on node {spec.host.node_name}, not "
+                    f"{printable(str(kg['node']))[:64]}", f"changed since {known_good_label(kg)}",
+                    "another node can have another GPU, driver or device majors",
+                    f"remote doctor --gpu -c {facts.ctid}"))
     gp = facts.gpu
     if kg and gp is not None:  # the host's module and the container's driver libraries (remote.facts.gpu)
         then, now = kg.get("host_module"), gp.proc_version

@@ -174,3 +174,8 @@ class BusyError(RemoteError):
     def __init__(self, ctid: int, message: str, holder: dict | None = None):
         self.ctid, self.holder = ctid, holder or {}
         super().__init__(message)
+
+
+class JobRunning(BusyError, JobError):
+    """A job runs in the container already (train without force): busy, exit status 3; also a JobError, as
+    this refusal was before 0.2."""

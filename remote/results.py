@@ -24,6 +24,12 @@ from typing import Any, Generic, Literal, TypeVar
 
 from .errors import CommandError
 
+__all__ = [  # the API re-exports these as they are (remote.api)
+    "Result", "CacheCopy", "ImportedCache", "Snapshot", "RolledBack", "Finding", "RunStatus", "RunSummary", "Metric",
+    "Stopped", "KnownGood", "PulledRun", "CompileEvent", "CompileHealth", "JobStatus", "ContainerStatus",
+    "HostStatus", "FleetStatus", "Outcome", "GroupResult", "State",
+]
+
 T = TypeVar("T")
 
 State = Literal["running", "exited", "stopped", "lost"]
@@ -344,6 +350,7 @@ class JobStatus:
     nodes: tuple[int, ...] | None = None  # one node of a multi-node run: every node's container
     node_rank: int | None = None
     compile: CompileHealth | None = None  # the compile watch's counts (docs/guide/compile-health.md)
+    moved_from: str | None = None  # lost because its container moved: the cluster node it started on
 
     @property
     def state(self) -> State:
@@ -363,6 +370,7 @@ class ContainerStatus:
     venv_lock: str | None = None
     error: str | None = None
     venv_lock_differs: str | None = None  # the lock its siblings (same venv spec) have, where it differs
+    node: str | None = None  # the Proxmox node holding it (a cluster's container: as its guest list says)
 
 
 @dataclass(frozen=True)
@@ -372,6 +380,8 @@ class HostStatus:
     error: str | None
     kept: str | None  # the kept connection, where there is one
     containers: Mapping[int, str]  # ctid -> pct's state
+    node: str | None = None  # its Proxmox node name
+    cluster: str | None = None  # the cluster it is a node of (hosts file's cluster:), None for a host of its own
 
 
 @dataclass(frozen=True)

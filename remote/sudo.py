@@ -67,6 +67,8 @@ PROGRAMS: tuple[HostProgram, ...] = (
     HostProgram("pct", "/usr/sbin/pct", ("delsnapshot", CTID, OURS), True,
                 "remote's own snapshots beyond deploy.keep_snapshots (never another's)"),
     HostProgram("pct", "/usr/sbin/pct", ("rollback", CTID, SNAPSHOT, "--start", BOOL), True, "`remote rollback`"),
+    HostProgram("pvesh", "/usr/bin/pvesh", ("get", "/cluster/resources", "--type", "vm", "--output-format", "json"), True,
+                "a cluster's guest list: which node holds each container (remote.cluster, hosts with cluster:)"),
     HostProgram("pvesm", "/usr/sbin/pvesm", ("status",), True,
                 "the storages' types: whether a container's rootfs can take a snapshot (deploy.snapshot)"),
     HostProgram("python3", "/usr/bin/python3", None, False,
@@ -102,7 +104,18 @@ def program_path(name: str, pct: str = "pct", exact: bool = True) -> str:
         return p.path
     if pct == "pct":
         return p.path if exact else p.name
+    if pct == program("pct").path:  # Proxmox VE's own layout: pvesh is in /usr/bin, pct and pvesm in /usr/sbin
+        return p.path
     return pct.rsplit("/", 1)[0] + "/" + p.path.rsplit("/", 1)[1] if "/" in pct else p.name
+
+
+PLAIN_PATH = re.compile(r"/[A-Za-z0-9_.+/-]+")
+
+
+def plain_path(path: str) -> bool:
+    """Whether `path` is a plain absolute path that can stand in a sudoers line as it is: no `,`, `:`,
+    `=`, space or other character sudoers reads, and no `..` component."""
+    return bool(PLAIN_PATH.fullmatch(path)) and ".." not in path.split("/")
 
 
 def pct_command(pct: str, sudo: bool) -> str:
@@ -167,6 +180,9 @@ def rule_commands(pct_paths: Iterable[str], ctids: Sequence[int] = ()) -> list[s
     1.9.10 or later: Proxmox VE 8 and 9 have it). `ctids`: the only container ids allowed (none: any)."""
     commands: list[str] = []
     for pct in dict.fromkeys(pct_paths) or [program("pct").path]:
+        if pct != "pct" and not plain_path(pct):  # the hosts file checks it too: a second line of defence
+            raise ValueError(f"pct path {pct!r} is not a plain absolute path (letters, digits, _ . + - and /, "
+                             "no `..`): it cannot stand in a sudo rule")
         for p in PROGRAMS:
             if not p.root:
                 continue

@@ -25,29 +25,8 @@ What operations return is remote.results'; docs/reference/library.md documents e
 
 from __future__ import annotations
 
-from ..results import (
-    CacheCopy,
-    CompileEvent,
-    CompileHealth,
-    ContainerStatus,
-    Finding,
-    FleetStatus,
-    GroupResult,
-    HostStatus,
-    ImportedCache,
-    JobStatus,
-    KnownGood,
-    Metric,
-    Outcome,
-    PulledRun,
-    Result,
-    RolledBack,
-    RunStatus,
-    RunSummary,
-    Snapshot,
-    State,
-    Stopped,
-)
+from .. import results
+from ..results import *  # noqa: F403  (the values the API returns, remote.results.__all__, re-exported as they are)
 from .base import ALL, PROGRESS_EVERY, FleetBase, Progress
 from .container import FOLLOW_SLICE_S, Container, OutputCallback, Run
 from .fleet import Fleet, open
@@ -66,11 +45,9 @@ from .setup import (
 from .values import CacheHolding, DeployPlan, Diagnosis, GpuReport, Transfer, Warmup
 
 __all__ = [
-    "ALL", "FOLLOW_SLICE_S", "PROGRESS_EVERY", "CacheCopy", "CacheHolding", "CompileEvent", "CompileHealth",
-    "Container", "ContainerStatus",
-    "DeployPlan", "Diagnosis", "Finding", "Fleet", "FleetBase", "FleetStatus", "GpuReport", "Group", "GroupResult",
-    "HostStatus", "HostsFile", "ImportedCache", "JobStatus", "KnownGood", "Metric", "Outcome", "OutputCallback",
-    "Progress", "PulledRun", "Result", "RolledBack", "Run", "RunStatus", "RunSummary", "Snapshot", "State", "Stopped",
-    "Transfer", "Warmup", "current_container", "disconnect", "doctor_document", "known_good_label", "open",
-    "passport_line", "progress_printer", "sudoers_dropin", "write_hosts_file",
+    "ALL", "FOLLOW_SLICE_S", "PROGRESS_EVERY", "CacheHolding", "Container", "DeployPlan", "Diagnosis", "Fleet",
+    "FleetBase", "GpuReport", "Group", "HostsFile", "OutputCallback", "Progress", "Run", "Transfer", "Warmup",
+    "current_container", "disconnect", "doctor_document", "known_good_label", "open", "passport_line",
+    "progress_printer", "sudoers_dropin", "write_hosts_file",
 ]
+__all__ += results.__all__

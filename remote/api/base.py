@@ -174,9 +174,12 @@ class FleetBase:
                       for h in hosts_ if any(k in chosen for k in h.containers)]
         jobs = container_jobs(s, hosts_)
         outliers = lock_outliers(jobs, s.config)
-        jobs = [dataclasses.replace(e, venv_lock_differs=outliers[e.container]) if e.container in outliers else e
+        hosts_by_name = s.config.hosts  # each container under the node holding it (a cluster's: remote.cluster)
+        jobs = [dataclasses.replace(e, venv_lock_differs=outliers.get(e.container),
+                                    node=hosts_by_name[e.host].node_name if e.host in hosts_by_name else None)
                 for e in jobs]
-        return FleetStatus(tuple(HostStatus(h.host, h.reachable, h.error, s.kept_note(h.host), dict(h.containers))
+        return FleetStatus(tuple(HostStatus(h.host, h.reachable, h.error, s.kept_note(h.host), dict(h.containers),
+                                            hosts_by_name[h.host].node_name, hosts_by_name[h.host].cluster)
                                  for h in hosts_), tuple(jobs))
 
     def doctor(self, which: int | str | Sequence[int | str] | None = None, *, fresh: bool = False) -> list[Diagnosis]:

@@ -60,9 +60,10 @@ class Container:
     def _target(self) -> Target:
         """The container resolved on the fleet's session (made on first use: reading settings connects nothing)."""
         if self._made is None:
-            from ..target import Target
+            from ..target import Target, spec_of
 
-            self._made = Target(self.fleet._session, self.spec, self.fleet._emit)
+            # The session's spec: a cluster's container on the host of the node holding it (remote.cluster).
+            self._made = Target(self.fleet._session, spec_of(self.fleet._session.config, self.id), self.fleet._emit)
         return self._made
 
     def __repr__(self) -> str:
@@ -84,7 +85,8 @@ class Container:
 
     @property
     def host(self) -> str:
-        return self.spec.host.name
+        """The host entry it is reached through: in a cluster, the node holding it (its guest list read once)."""
+        return self._s.config.containers[self.id].host.name if self.spec.cluster else self.spec.host.name
 
     @property
     def _s(self) -> Session:
@@ -189,7 +191,7 @@ class Container:
         from ..ops import cachecopy
         from ..target import Target, spec_of
 
-        source = Target(self.fleet._session, spec_of(self.fleet.config, src), self.fleet._emit)
+        source = Target(self.fleet._session, spec_of(self.fleet._session.config, src), self.fleet._emit)
         return cachecopy.copy(source, self._target, echo=self.fleet._emit)
 
     def export_cache(self, path: str | os.PathLike) -> Path:

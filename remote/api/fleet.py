@@ -65,6 +65,9 @@ class Fleet(FleetBase):
         ctid = self.config.container(src).ctid
         ids = [i for i in self.select(which) if i != ctid]
         group = Group(self, [self.container(i) for i in ids])
-        self._session.transport(self.config.containers[ctid].host)
+        session = self._session
+        # src's host connected first, before the group's threads: the session's resolved view (a cluster's
+        # container on the node holding it, not its hinted host)
+        session.transport(session.config.containers[ctid].host)
         return group.map(lambda ct: ct.copy_cache(ctid), fail_fast=fail_fast, prefix_output=prefix_output)
 

@@ -47,10 +47,14 @@ def write_hosts_file(address: str, *, out: str | os.PathLike | None = None, port
                     key_file=key, known_hosts=known, pct=sudomod.pct_command(pct or "pct", sudo), sudo=sudo,
                     pct_path=pct or "pct")
     found = hostsinit.read_host(host)
+    cluster = hostsinit.read_cluster(host)
+    if cluster is not None:  # a cluster node: every container of the cluster, the others' from its guest list
+        mine = {c[0] for c in found}
+        found += [(ctid, cluster.states.get(ctid, ""), "", []) for ctid in sorted(cluster.node_of) if ctid not in mine]
     if not found:
         raise RemoteError(f"`pct list` on {address} shows no containers: create one first (pct create), "
                           "then run remote init again")
-    hostsinit.write(target, hostsinit.render(host, given, found), force)
+    hostsinit.write(target, hostsinit.render(host, given, found, cluster), force)
     return HostsFile(target, host.name, tuple((c[0], c[1], c[2]) for c in found))
 
 

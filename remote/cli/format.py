@@ -21,9 +21,11 @@ def live_text(live: list[dict]) -> str:
 
 def status_dict(status: Any) -> dict:
     """A remote.results.FleetStatus as the dict `status --json` has always printed (its keys, in order)."""
+    clustered = {h.host for h in status.hosts if h.cluster}  # their node and cluster too (docs/guide/cluster.md)
     return {"hosts": [{"host": h.host, "reachable": h.reachable, "error": h.error, "kept": h.kept,
+                       **({"node": h.node, "cluster": h.cluster} if h.host in clustered else {}),
                        "containers": dict(h.containers)} for h in status.hosts],
-            "containers": [_container_dict(c) for c in status.containers]}
+            "containers": [_container_dict(c, c.host in clustered) for c in status.containers]}
 
 
 def compile_dict(h: Any) -> dict:
@@ -34,8 +36,10 @@ def compile_dict(h: Any) -> dict:
             "processes": h.processes}
 
 
-def _container_dict(c: Any) -> dict:
+def _container_dict(c: Any, clustered: bool = False) -> dict:
     entry: dict = {"container": c.container, "host": c.host, "state": c.state}
+    if clustered:
+        entry["node"] = c.node
     if c.also_live:
         entry["also_live"] = [dict(r) for r in c.also_live]
     if c.run is not None:
@@ -50,6 +54,8 @@ def _container_dict(c: Any) -> dict:
             run["compile"] = compile_dict(c.run.compile)
         else:
             del run["compile"]
+        if run["moved_from"] is None:
+            del run["moved_from"]
         entry["run"] = run
     if c.probed:
         entry["venv_lock"] = c.venv_lock
@@ -80,7 +86,8 @@ def status_lines(data: dict) -> list[str]:
     by_ct = {j["container"]: j for j in data["containers"]}
     lines = []
     for h in data["hosts"]:
-        lines.append(f"{h['host']}: {'reachable' if h['reachable'] else 'UNREACHABLE'}"
+        where = (f" (node {h['node']} of cluster {h['cluster']})" if h.get("cluster") else "")
+        lines.append(f"{h['host']}{where}: {'reachable' if h['reachable'] else 'UNREACHABLE'}"
                      + (f" ({h['kept']})" if h["kept"] else ""))
         if h["error"]:
             lines.append("  " + printable(h["error"], lines=True).replace("\n", "\n  "))
@@ -148,7 +155,9 @@ def _job_line(entry: dict | None) -> str:
         text += f" {r['spark']}" if r.get("spark") else ""
         text += _watch_text(r)
     elif r.get("lost"):
-        text = f", last run {r['id']} LOST (no exit record)" + (
+        moved = (f": the container moved from node {r['moved_from']} since it started (a restart migration kills "
+                 "every process in it; `remote train` starts it again here)") if r.get("moved_from") else ""
+        text = f", last run {r['id']} LOST (no exit record{moved})" + (
             f"; its processes {r['orphans']} still run" if r.get("orphans") else "")
     else:
         tp = f", last throughput {r['throughput']:.4g}{unit}" if r["throughput"] is not None else ""

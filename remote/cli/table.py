@@ -173,13 +173,14 @@ def in_fleet_task() -> bool:
     return bool(_current)
 
 
-def fleet_of(hosts: str | None, dry: bool = False) -> contextlib.AbstractContextManager:
-    """The fleet a task runs on: the `-c all` task's (closed by it), else its own, printing its progress."""
+def fleet_of(hosts: str | None, dry: bool = False, stderr_progress: bool = False) -> contextlib.AbstractContextManager:
+    """The fleet a task runs on: the `-c all` task's (closed by it), else its own, printing its progress
+    (on stderr with `stderr_progress`: a task whose stdout is data, --json's document or exec's output)."""
     if _current:
         return contextlib.nullcontext(_current[-1])
     from .. import api
 
-    return api.open(hosts, dry=dry, progress=say)
+    return api.open(hosts, dry=dry, progress=(lambda line: say(line, file=sys.stderr)) if stderr_progress else say)
 
 
 def is_selection(value: object) -> bool:

@@ -97,7 +97,7 @@ def status(c, json_=False, hosts=None, container=None):
 
     Each host's reachability; each container's state, running job (uptime, throughput) and last exit
     status, all containers at once; a venv lock that differs from its siblings'; multi-node runs once."""
-    with fleet_of(hosts) as fleet:
+    with fleet_of(hosts, stderr_progress=json_) as fleet:
         data = fmt.status_dict(fleet.status(container))
     say(fmt.status_json(data) if json_ else "\n".join(fmt.status_lines(data)))
     if not all(h["reachable"] for h in data["hosts"]):
@@ -118,7 +118,7 @@ def exec_(c, command, container=None, timeout=None, dry=False, hosts=None):
     string as the one word after the task) runs a bash command line. Once deployed, the command runs
     in the checkout with the job's environment (venv, compile cache, train.env); its output streams
     back and `remote` exits with its status."""
-    with fleet_of(hosts, dry) as fleet:
+    with fleet_of(hosts, dry, stderr_progress=True) as fleet:
         try:
             result = fleet.container(container).exec(command if isinstance(command, str) else list(command),
                                                      timeout=timeout, on_output=_stream)
@@ -194,7 +194,7 @@ def _warmup_each(c, container=None, parallel=False, devices=None, export=None, i
 @handled
 def cache_(c, container=None, json_=False, hosts=None):
     """List what each container's compile cache holds: its folder, files, size and passport (`remote cache`)."""
-    with fleet_of(hosts) as fleet:
+    with fleet_of(hosts, stderr_progress=json_) as fleet:
         rows = fleet.caches(container or "all")
     say(fmt.caches_json(rows) if json_ else "\n".join(fmt.cache_lines(rows)))
 
@@ -278,13 +278,13 @@ def doctor(c, container=None, json_=False, hosts=None, fresh=False, gpu=False):
     Each finding says why it matters and the command that fixes it. Exit 0 healthy, 1 with findings,
     2 on bad input."""
     if gpu:  # one probe per host, one per container
-        with fleet_of(hosts) as fleet:
+        with fleet_of(hosts, stderr_progress=json_) as fleet:
             report = fleet.doctor_gpu(container)
         say(json.dumps(report.to_json(), indent=2) if json_ else report.render())
         if not report.healthy:
             raise Exit(code=1)
         return
-    with fleet_of(hosts) as fleet:
+    with fleet_of(hosts, stderr_progress=json_) as fleet:
         ids = ([fleet.container(p.strip()).id for p in str(container).split(",") if p.strip()] if container
                else fleet.ids)
         found = fleet.doctor(ids, fresh=fresh)
@@ -417,7 +417,7 @@ def config_(c, container=None, json_=False, hosts=None):
 
     The hosts file's sections with the container's own overrides applied, as the tasks will use them;
     train.env's values are not shown."""
-    with fleet_of(hosts) as fleet:
+    with fleet_of(hosts, stderr_progress=json_) as fleet:
         if container is not None:
             ids, why = fleet.select(container), f"--container {container}"
         else:
@@ -436,7 +436,7 @@ def config_(c, container=None, json_=False, hosts=None):
 @handled
 def runs(c, container=None, json_=False, limit=20, hosts=None):
     """List a container's runs: id, start, state, exit status, throughput, command."""
-    with fleet_of(hosts) as fleet:
+    with fleet_of(hosts, stderr_progress=json_) as fleet:
         ct = fleet.container(container)
         found = ct.runs(limit=limit)
     say(fmt.runs_json(found) if json_ else ct.render_runs(found))
@@ -533,7 +533,7 @@ ONE_CT_HELP = "container id from the hosts file (default: default_container, $RE
 @handled
 def snapshots(c, container=None, json_=False, hosts=None):
     """List the container's Proxmox snapshots: name, time, description, and which are remote's own."""
-    with fleet_of(hosts) as fleet:
+    with fleet_of(hosts, stderr_progress=json_) as fleet:
         found = fleet.container(container).snapshots()
     say(fmt.snapshots_json(found) if json_ else "\n".join(fmt.snapshot_lines(found)))
 

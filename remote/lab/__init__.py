@@ -50,7 +50,7 @@ while True:
 
 _SSHD_CONFIG = """\
 Port {port}
-ListenAddress 127.0.0.1
+ListenAddress {listen}
 HostKey {ssh}/host_ed25519
 AuthorizedKeysFile {ssh}/authorized_keys
 PidFile {dir}/sshd.pid
@@ -84,6 +84,7 @@ class Lab:
     port: int = DEFAULT_PORT
     node: str = "lab"  # the host's name in hosts files and its pct node name
     wheels_dir: Path | None = None  # the wheel folder, where not <dir>/wheels (test labs share one)
+    listen: str = "127.0.0.1"  # sshd's loopback address (a lab cluster's nodes have one each: remote/lab/cluster.py)
 
     def __post_init__(self):
         self.dir = Path(self.dir)
@@ -161,7 +162,7 @@ class Lab:
                       str(self.ssh / name)]).check_returncode()
         (self.ssh / "authorized_keys").write_text((self.ssh / "id_ed25519.pub").read_text())
         host_pub = (self.ssh / "host_ed25519.pub").read_text().split()
-        self.known_hosts.write_text(f"[127.0.0.1]:{self.port} {host_pub[0]} {host_pub[1]}\n")
+        self.known_hosts.write_text(f"[{self.listen}]:{self.port} {host_pub[0]} {host_pub[1]}\n")
         os.chmod(self.key_file, 0o600)
 
     def _pct_double(self) -> None:
@@ -169,16 +170,23 @@ class Lab:
         source = (source.replace('LXC_PATH = "/var/lib/remote-lab/lxc"', f"LXC_PATH = {str(self.lxc)!r}")
                   .replace('LOCK_DIR = "/var/lib/remote-lab/lock"', f"LOCK_DIR = {str(self.dir / 'lock')!r}")
                   .replace('NODE = "lab"', f"NODE = {self.node!r}"))  # NsLab sets BACKEND and NS_INIT
-        for name in ("pct", "pvesm"):  # one double, its pvesm side answering `pvesm status`
+        source = self._double_source(source)
+        for name in ("pct", "pvesm", "pvesh"):  # one double, its pvesm side answering `pvesm status`, pvesh `get`
             target = self.dir / "bin" / name
             target.write_text(f"#!{_system_python()}\n" + source)
             target.chmod(0o755)
+        # Its cluster half (pct migrate, pvesh), loaded on demand from beside it.
+        (self.dir / "bin" / "pct_cluster.py").write_text(Path(__file__).with_name("pct_cluster.py").read_text())
+
+    def _double_source(self, source: str) -> str:
+        """The pct double's source as this lab installs it (a lab cluster's node sets CLUSTER_DIR)."""
+        return source
 
     def sshd_running(self) -> bool:
         return _alive(self.dir / "sshd.pid")
 
     def _sshd(self) -> None:
-        config = _SSHD_CONFIG.format(port=self.port, ssh=self.ssh, dir=self.dir)
+        config = _SSHD_CONFIG.format(port=self.port, ssh=self.ssh, dir=self.dir, listen=self.listen)
         conf_file = self.ssh / "sshd_config"
         if self.sshd_running() and conf_file.exists() and conf_file.read_text() == config:
             return
@@ -189,7 +197,7 @@ class Lab:
         r = _run([sshd, "-f", str(conf_file), "-E", str(self.dir / "sshd.log")])
         if r.returncode != 0:
             raise LabError(f"sshd failed to start: {r.stderr.strip()} (see {self.dir / 'sshd.log'})")
-        _wait_port(self.port)
+        _wait_port(self.port, self.listen)
 
     def _container_config(self, ctid: int) -> str:
         ct = self.lxc / str(ctid)
@@ -389,11 +397,11 @@ def _alive(pidfile: Path) -> bool:
         return False
 
 
-def _wait_port(port: int, timeout: float = 10) -> None:
+def _wait_port(port: int, listen: str = "127.0.0.1", timeout: float = 10) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
+            if s.connect_ex((listen, port)) == 0:
                 return
         time.sleep(0.05)
-    raise LabError(f"sshd is not listening on 127.0.0.1:{port}")
+    raise LabError(f"sshd is not listening on {listen}:{port}")

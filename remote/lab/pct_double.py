@@ -23,16 +23,19 @@ LOCK_DIR = "/var/lib/remote-lab/lock"
 NODE = "lab"
 BACKEND = "lxc"  # or "ns": <LXC_PATH>/<vmid>/init.pid is the container's PID 1, entered with setns
 NS_INIT = "/var/lib/remote-lab/bin/ns-init"
+CLUSTER_DIR = ""  # a lab cluster's shared config tree (pmxcfs's /etc/pve); "": a node of its own (below)
 CLEAR_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # lxc-attach --clear-env's
 
-COMMANDS = ["config", "delsnapshot", "exec", "list", "listsnapshot", "pull", "push", "rollback", "shutdown", "snapshot",
+COMMANDS = ["config", "delsnapshot", "exec", "list", "listsnapshot", "migrate", "pull", "push", "rollback", "shutdown", "snapshot",
             "start", "status", "stop"]
 USAGE = "USAGE: pct <COMMAND> [ARGS] [OPTIONS]\n"
 BOOLEAN = {"exec": {"keep-env"}, "start": {"debug"}, "stop": {"skiplock", "overrule-shutdown"}, "list": set(),
            "status": {"verbose"}, "config": {"current"}, "shutdown": {"forceStop"}, "push": set(), "pull": set(),
-           "snapshot": set(), "listsnapshot": set(), "delsnapshot": {"force"}, "rollback": {"start"}}
+           "snapshot": set(), "listsnapshot": set(), "delsnapshot": {"force"}, "rollback": {"start"},
+           "migrate": {"online", "restart"}}
 VALUED = {"push": {"perms", "user", "group"}, "pull": {"perms", "user", "group"}, "shutdown": {"timeout"},
-          "stop": set(), "config": {"snapshot"}, "snapshot": {"description"}}
+          "stop": set(), "config": {"snapshot"}, "snapshot": {"description"},
+          "migrate": {"timeout", "target-storage", "bwlimit"}}
 
 
 def die(message, code=255):
@@ -88,6 +91,8 @@ def vmid_of(positional):
 
 
 def conf_exists(vmid):
+    if CLUSTER_DIR and not os.path.exists(cluster_conf(vmid)):
+        return False  # another node's container (or none): pct sees only its own node's
     return os.path.exists(os.path.join(LXC_PATH, vmid, "config"))
 
 
@@ -154,7 +159,8 @@ def cmd_status(opts, positional):
 
 
 def cmd_list(opts, positional):
-    ids = sorted((d for d in os.listdir(LXC_PATH) if conf_exists(d)), key=int) if os.path.isdir(LXC_PATH) else []
+    ids = sorted((d for d in os.listdir(LXC_PATH) if d.isdigit() and conf_exists(d)), key=int) \
+        if os.path.isdir(LXC_PATH) else []
     if ids:
         print(f"{'VMID':<10} {'Status':<10} {'Lock':<12} {'Name':<20}")
         for vmid in ids:
@@ -164,6 +170,7 @@ def cmd_list(opts, positional):
 def cmd_start(opts, positional):
     vmid = vmid_of(positional)
     require_conf(vmid)
+    check_quorum()
     if state(vmid) == "running":
         die(f"CT {vmid} already running\n")
     if BACKEND == "ns":
@@ -186,8 +193,9 @@ def cmd_stop(opts, positional):
 
 
 def pve_conf(vmid):
-    """The container's Proxmox config (/etc/pve/lxc/<vmid>.conf on a real host): <LXC_PATH>/<vmid>/pve.conf."""
-    return os.path.join(LXC_PATH, vmid, "pve.conf")
+    """The container's Proxmox config (/etc/pve/lxc/<vmid>.conf on a real host): <LXC_PATH>/<vmid>/pve.conf,
+    in a lab cluster the shared tree's nodes/<node>/lxc/<vmid>.conf."""
+    return cluster_conf(vmid) if CLUSTER_DIR else os.path.join(LXC_PATH, vmid, "pve.conf")
 
 
 def config_lines(text):
@@ -368,6 +376,7 @@ def cmd_snapshot(opts, positional):
     require_conf(vmid)
     if name in RESERVED:
         die(f"unable to use snapshot name '{name}' (reserved name)\n")
+    check_quorum()
     lock(vmid)
     if STORAGES.get(storage_of(vmid)) not in SNAPSHOT_TYPES:
         die("snapshot feature is not available\n")
@@ -431,6 +440,7 @@ def _existing_snapshot(positional):
     vmid = vmid_of(positional)
     name = snapname_of(positional)
     require_conf(vmid)
+    check_quorum()
     lock(vmid)
     snaps = snapshots(vmid)
     if name not in snaps:
@@ -503,6 +513,28 @@ def pvesm(argv):
     print(f"{'Name':<14}{'Type':>9}{'Status':>11}{'Total':>17}{'Used':>17}{'Available':>17}{'%':>9}")
     for name, kind in STORAGES.items():
         print(f"{name:<14}{kind:>9}{'active':>11}{'102626232':>17}{'10485760':>17}{'92140472':>17}{'10.22%':>9}")
+
+
+# -- a lab cluster: the shared tree's paths and the quorum switch; the rest in pct_cluster.py ------------------
+
+def cluster_conf(vmid, node=None):
+    return os.path.join(CLUSTER_DIR, "nodes", node or NODE, "lxc", f"{vmid}.conf")
+
+
+def check_quorum():
+    """PVE::Cluster::check_cfs_quorum: /etc/pve is read-only on a node without quorum (the lab's switch:
+    <tree>/.noquorum-<node>)."""
+    if CLUSTER_DIR and os.path.exists(os.path.join(CLUSTER_DIR, f".noquorum-{NODE}")):
+        die("cluster not ready - no quorum?\n")
+
+
+def cluster_side():
+    """The cluster half of the double (pct_cluster.py, installed beside this script): pct migrate and pvesh."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import pct_cluster  # type: ignore[import-not-found]  # beside the installed script, not a package module
+
+    pct_cluster.pct = sys.modules[__name__]
+    return pct_cluster
 
 
 # -- the namespace backend ---------------------------------------------------------------------------------
@@ -612,6 +644,8 @@ def ns_exec(vmid, argv, keep):
 
 def main(argv):
     os.environ["PATH"] = "/sbin:/bin:/usr/sbin:/usr/bin"
+    if os.path.basename(sys.argv[0]) == "pvesh":
+        return cluster_side().pvesh(argv)
     if os.geteuid() != 0:
         die("please run as root\n")
     if os.path.basename(sys.argv[0]) == "pvesm":
@@ -625,7 +659,8 @@ def main(argv):
         die(f"ERROR: unknown command 'pct {argv[0]}'\n" + USAGE)
     cmd = matches[0]
     opts, positional = parse(cmd, argv[1:])
-    handler = {"shutdown": cmd_stop}.get(cmd) or globals()[f"cmd_{cmd}"]
+    handler = {"shutdown": cmd_stop, "migrate": lambda o, p: cluster_side().cmd_migrate(o, p)}.get(cmd) \
+        or globals()[f"cmd_{cmd}"]
     handler(opts, positional)
 
 

@@ -109,3 +109,85 @@ class FakeStream:
 
     def close(self) -> None:
         self.closed = True
+
+
+@dataclass
+class CountingTransport:
+    """A transport that answers from `answer(argv) -> (exit_code, stdout, stderr)` and counts what a real one
+    would cost: `connections` (made on the first command, again after close) and `calls` (round trips)."""
+
+    name: str
+    answer: Callable[[tuple[str, ...]], tuple[int, bytes | str, bytes | str]]
+    calls: list[tuple[str, ...]] = field(default_factory=list)
+    connections: int = 0
+    _open: bool = False
+
+    def describe(self, argv) -> str:
+        return f"{self.name}: " + shlex.join(argv)
+
+    def run(self, argv, *, stdin=None, deadline=None, on_output=None) -> Result:
+        argv = tuple(argv)
+        if not self._open:
+            self.connections += 1
+            self._open = True
+        self.calls.append(argv)
+        code, out, err = self.answer(argv)
+        out = out.encode() if isinstance(out, str) else out
+        err = err.encode() if isinstance(err, str) else err
+        if on_output:
+            if out:
+                on_output("stdout", out)
+            if err:
+                on_output("stderr", err)
+        return Result(argv, code, out, err, 0.0)
+
+    def close(self) -> None:
+        self._open = False
+
+
+@dataclass
+class FakeCluster:
+    """A Proxmox cluster as seen from its nodes' `pvesh` and `pct` (for unit tests and the bench): `placement`
+    says which node holds each container; `transport(host)` is a CountingTransport of that node (a
+    Session's transport_factory). pct on a node sees only its own containers, as Proxmox's does."""
+
+    placement: dict[int, str]
+    name: str = "c1"
+    running: set[int] | None = None  # None: all running
+    transports: dict[str, CountingTransport] = field(default_factory=dict)
+
+    def transport(self, host) -> CountingTransport:
+        node = host.node or host.name
+        t = CountingTransport(host.name, lambda argv: self.answer(node, argv))
+        self.transports[host.name] = t
+        return t
+
+    def state(self, ctid: int) -> str:
+        return "running" if self.running is None or ctid in self.running else "stopped"
+
+    def answer(self, node: str, argv: tuple[str, ...]) -> tuple[int, str, str]:
+        import json
+
+        words = list(argv[2:]) if argv[:2] == ("sudo", "-n") else list(argv)
+        prog = words[0].rsplit("/", 1)[-1]
+        if prog == "pvesh" and words[1:3] == ["get", "/cluster/resources"]:
+            return 0, json.dumps([{"id": f"lxc/{c}", "type": "lxc", "vmid": c, "node": n, "status": self.state(c)}
+                                  for c, n in sorted(self.placement.items())]), ""
+        if prog == "pct" and words[1] == "list":
+            mine = sorted(c for c, n in self.placement.items() if n == node)
+            table = "".join(f"{c:<10} {self.state(c):<10} {'':<12} {'ct' + str(c):<20}\n" for c in mine)
+            return 0, (f"{'VMID':<10} {'Status':<10} {'Lock':<12} {'Name':<20}\n" + table) if mine else "", ""
+        if prog == "pct" and len(words) > 2 and words[2].isdigit():
+            ctid = int(words[2])
+            if self.placement.get(ctid) != node:
+                return 255, "", f"Configuration file 'nodes/{node}/lxc/{ctid}.conf' does not exist\n"
+            if words[1] == "status":
+                return 0, f"status: {self.state(ctid)}\n", ""
+            return 0, "", ""
+        return 127, "", f"{prog}: not answered by FakeCluster\n"
+
+    def calls(self) -> dict[str, int]:
+        return {name: len(t.calls) for name, t in self.transports.items()}
+
+    def connections(self) -> dict[str, int]:
+        return {name: t.connections for name, t in self.transports.items()}

@@ -187,6 +187,9 @@ def copy(src: Target, dst: Target, *, echo: Callable[[str], None] = quiet, src_h
                                         cut_after=cut_after)
         else:
             summary, via = {"written": 0, "bytes": 0, "present": 0}, "nothing to send"
+        if summary.get("refused"):
+            echo(f"  {summary['refused']} cache file(s) not copied: a folder of them in {d.folder} is a symlink "
+                 "or a file (left as it is; those compile again)")
         assert s.passport is not None  # check(s, d) refuses a source without one
         lease.verify()  # a copy that lost its lease says nothing: no passport, no warmup records
         wm.write_passport(dst_ct, d.folder, {**s.passport, "copied_from": s.ctid,
@@ -212,24 +215,36 @@ def _alike(a, b) -> bool:
     return a.venv == b.venv and same_warmup and a.train.env == b.train.env
 
 
+def _look_at(session: Session, c: int) -> Holding | RemoteError:
+    """look() at container c, or why it could not be (not deployed, unreachable, not placed)."""
+    try:
+        return look(resolve(session, c))
+    except RemoteError as exc:
+        return exc
+
+
+def _resolvable(session: Session, c: int) -> bool:
+    """Whether container c can be placed (a cluster's container on a node the hosts file lacks cannot)."""
+    try:
+        session.config.containers[c]
+    except RemoteError:
+        return False
+    return True
+
+
 def find_source(t: Target, *, exclude: tuple[int, ...] = ()) -> Holding | None:
     """A container of the hosts file whose cache serves t (its passport is exactly what t's warmup would
-    write), the fullest of them; None when none does. Unreachable or undeployed ones are passed over."""
+    write), the fullest of them; None when none does. Unreachable, undeployed or unplaceable ones are passed
+    over. Candidates are picked on the hosts file's own entries: only they are placed on their nodes."""
     session, spec = t.session, t.spec
     me = look(t)
-    candidates = [c for c, other in session.config.containers.items()
-                  if c != spec.ctid and c not in exclude and _alike(other, spec)]
+    raw = dict.items(session.config.containers)  # not Containers.items(): that places every container of the file
+    candidates = [c for c, other in raw if c != spec.ctid and c not in exclude and _alike(other, spec)]
+    candidates = [c for c in candidates if _resolvable(session, c)]
     if not candidates:
         return None
-
-    def one(c):
-        try:
-            return look(resolve(session, c))
-        except RemoteError:
-            return None
-
-    found = [h for h in executor.values(session.config, candidates, one)
-             if h is not None and h.files and not pp.differences(h.passport, me.want)]
+    found = [h for h in executor.values(session.config, candidates, lambda c: _look_at(session, c))
+             if isinstance(h, Holding) and h.files and not pp.differences(h.passport, me.want)]
     return max(found, key=lambda h: len(h.files)) if found else None
 
 
@@ -244,13 +259,7 @@ def plan(session: Session, ids: list[int]) -> Plan:
     """Group the containers by the passport their warmup would write; a group's leader is one whose cache
     already serves it (then nothing compiles), else the first. A container that cannot be looked at
     (not deployed, unreachable) is warmed on its own, and its warmup says why."""
-    def one(c):
-        try:
-            return look(resolve(session, c))
-        except RemoteError as exc:
-            return exc
-
-    looked = dict(zip(ids, executor.values(session.config, ids, one), strict=True))
+    looked = dict(zip(ids, executor.values(session.config, ids, lambda c: _look_at(session, c)), strict=True))
     holdings = {c: h for c, h in looked.items() if isinstance(h, Holding)}
     alone = {c: f"its cache could not be read: {h}" for c, h in looked.items() if not isinstance(h, Holding)}
     leaders: dict[int, list[int]] = {}
@@ -312,13 +321,7 @@ def warm_fleet(session: Session, ids: list[int], *, fail_fast: bool = False, par
 
 def inventory(session: Session, ids: list[int]) -> list[Holding | RemoteError]:
     """`remote cache`: what each container's cache holds (or why it could not be read)."""
-    def one(c):
-        try:
-            return look(resolve(session, c))
-        except RemoteError as exc:
-            return exc
-
-    return executor.values(session.config, ids, one)
+    return executor.values(session.config, ids, lambda c: _look_at(session, c))
 
 
 def warmup_or_copy(t: Target, *, parallel: bool = False, echo: Callable[[str], None] = quiet):

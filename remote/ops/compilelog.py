@@ -17,9 +17,10 @@ docs/guide/compile-health.md has each event, each finding and what to do about i
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from ..naming import printable
@@ -39,8 +40,25 @@ def _int(v) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
-def _num(v) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+# A count or a number of seconds past this is no real run's: bounded, so that sums stay finite.
+AMOUNT_MAX = 1e15
+
+
+def number(v) -> float | None:
+    """A JSON number as a finite float; None for anything else (a string, a bool, an integer too large for
+    a float, Infinity or NaN: what a container writes is untrusted, and `status --json` must stay JSON)."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _amount(v) -> float | None:
+    f = number(v)
+    return None if f is None else min(max(f, 0.0), AMOUNT_MAX)
 
 
 def parse_line(line: str) -> CompileEvent | None:
@@ -49,14 +67,15 @@ def parse_line(line: str) -> CompileEvent | None:
         d = json.loads(line)
     except ValueError:
         return None
-    if not isinstance(d, dict) or d.get("kind") not in KINDS or _num(d.get("t")) is None:
+    t = number(d.get("t")) if isinstance(d, dict) else None
+    if not isinstance(d, dict) or d.get("kind") not in KINDS or t is None:
         return None
     cache: dict = d["cache"] if isinstance(d.get("cache"), dict) else {}
     return CompileEvent(
-        t=float(d["t"]), kind=d["kind"], fn=_str(d.get("fn"), 200), file=_str(d.get("file"), 400),
+        t=t, kind=d["kind"], fn=_str(d.get("fn"), 200), file=_str(d.get("file"), 400),
         line=_int(d.get("line")), n=max(1, _int(d.get("n")) or 1),
         why=d.get("why") if d.get("why") in WHY else None, reason=_str(d.get("reason")),
-        where=_str(d.get("where"), 400), seconds=max(0.0, _num(d.get("seconds")) or 0.0), rank=_int(d.get("rank")),
+        where=_str(d.get("where"), 400), seconds=_amount(d.get("seconds")) or 0.0, rank=_int(d.get("rank")),
         pid=_int(d.get("pid")), thread=_str(d.get("thread"), 100), compile_id=_str(d.get("compile_id"), 40),
         cache={k: v for k, v in cache.items() if isinstance(k, str) and _int(v) is not None})
 
@@ -69,23 +88,28 @@ def totals_of(line: str) -> tuple[int, dict[str, float]] | None:
         return None
     if not isinstance(d, dict) or _int(d.get("pid")) is None or not isinstance(d.get("totals"), dict):
         return None
-    tot = {k: float(v) for k, v in d["totals"].items() if k in (*KINDS, "seconds") and _num(v) is not None}
+    tot = {k: a for k, v in d["totals"].items() if k in (*KINDS, "seconds") and (a := _amount(v)) is not None}
     return d["pid"], tot
 
 
 def steady_at(metrics_text: str) -> float | None:
     """The time of the first steady step: the second throughput value in metrics.jsonl (the first includes the
     first compile); None before the run reported two."""
+    return _steady(metrics_text.splitlines())
+
+
+def _steady(lines: Iterable[str]) -> float | None:
     seen = 0
-    for line in metrics_text.splitlines():
+    for line in lines:
         try:
             d = json.loads(line)
         except ValueError:
             continue
-        if isinstance(d, dict) and _num(d.get("t")) is not None:
+        t = number(d.get("t")) if isinstance(d, dict) else None
+        if t is not None:
             seen += 1
             if seen == 2:
-                return float(d["t"])
+                return t
     return None
 
 
@@ -149,16 +173,19 @@ def summarize(lines: Iterable[str], steady: float | None = None, limit: int = 20
         steady_counts=dict(Counter(e.kind for e in after)), events=tuple(events), processes=len(totals))
 
 
-def read_run(folder: str) -> CompileHealth:
-    """A pulled run folder's compile health (compile.jsonl and metrics.jsonl in it)."""
-    def text(name: str) -> str:
+def read_run(folder: str | os.PathLike[str]) -> CompileHealth:
+    """A pulled run folder's compile health (compile.jsonl and metrics.jsonl in it, either there or not), the
+    counts from each process's totals as status and doctor have them. Each file is read line by line, never
+    whole: metrics.jsonl grows with the run, and only its first two values are needed."""
+    def lines(name: str) -> Iterator[str]:
         try:
             with open(os.path.join(folder, name), encoding="utf-8", errors="replace") as f:
-                return f.read()
+                for line in f:
+                    yield line.rstrip("\n")
         except OSError:
-            return ""
+            return
 
-    return summarize(text(FILE).splitlines(), steady_at(text("metrics.jsonl")))
+    return summarize(lines(FILE), _steady(lines("metrics.jsonl")))
 
 
 class Notices:
@@ -252,4 +279,4 @@ def from_probe(part: Mapping | None) -> CompileHealth:
         return CompileHealth()
     lines = [x for x in part.get("lines") or [] if isinstance(x, str)] if isinstance(part.get("lines"), list) else []
     tots = [x for x in part.get("totals") or [] if isinstance(x, str)] if isinstance(part.get("totals"), list) else []
-    return summarize([*lines, *tots], _num(part.get("steady_at")))
+    return summarize([*lines, *tots], number(part.get("steady_at")))

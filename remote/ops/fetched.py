@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import http.client
 import importlib.metadata as md
 import json
 import os
@@ -322,11 +323,17 @@ def _download(url: str, credential: _Credential | None, want: str, dest: Path, t
 def _from_index(program: Program, version: str, machine: str, sources: Sources) -> tuple[bytes, str]:
     errors = []
     for index in sources.index_urls:
-        bare, credential = _credential(index)
+        try:
+            bare, credential = _credential(index)
+        except ValueError as exc:  # a port out of range, or no number: the hosts file's URL, named (redacted)
+            errors.append(f"venv.index_url {redact(index)} is not a usable URL ({type(exc).__name__}: its host or "
+                          "port does not parse): fix it in the hosts file")
+            continue
         try:
             candidates = [(n, u, d) for n, u, d in _files(bare, credential, program, sources.timeout)
                           if wheel_matches(n, program, version, machine)]
-        except (OSError, ValueError, KeyError, TypeError) as exc:  # URLError, timeouts, a page that is no index
+        except (OSError, ValueError, KeyError, TypeError, http.client.HTTPException) as exc:
+            # URLError, timeouts, a page that is no index, a URL urllib cannot open (InvalidURL: no port number)
             errors.append(f"{redact(index)}: {_reason(exc)}")
             continue
         if not candidates:
@@ -340,7 +347,7 @@ def _from_index(program: Program, version: str, machine: str, sources: Sources) 
             wheel = Path(d) / name.replace("/", "_")
             try:
                 _download(url, credential, digest, wheel, sources.timeout)
-            except OSError as exc:
+            except (OSError, ValueError, http.client.HTTPException) as exc:  # a link urllib cannot open (InvalidURL)
                 errors.append(f"{redact(index)}: {name}: {_reason(exc)}")
                 continue
             return binary_of(wheel, program), f"{name} from {redact(index)}, sha256 as published, checked against its RECORD"

@@ -11,6 +11,7 @@ import os
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import config as cfg
@@ -66,6 +67,69 @@ def _pct(transport, host: cfg.Host, *args: str) -> str:
     return result.out
 
 
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    ip: str
+    online: bool
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    name: str
+    local: str  # the node remote init asked
+    nodes: tuple[NodeInfo, ...]
+    node_of: dict[int, str]  # every container of the cluster -> its node
+    states: dict[int, str]
+
+
+def cluster_local(cluster: ClusterInfo | None) -> str | None:
+    return cluster.local if cluster is not None else None
+
+
+def read_cluster(host: cfg.Host) -> ClusterInfo | None:
+    """The cluster `host` is a node of (pvesh's /cluster/status and guest list), or None for a host of its own.
+    Everything in the answer is checked: names as the hosts file takes them, addresses that parse."""
+    from .. import sudo
+    from ..cluster import GUESTS, parse_guests
+
+    if host.sudo:  # the sudo rule allows the guest list only: such a host's init lists this node alone
+        return None
+    pvesh = sudo.program_path("pvesh", host.pct_path or host.pct, exact=False)
+    transport = for_host(host)
+    try:
+        status = transport.run([pvesh, "get", "/cluster/status", "--output-format", "json"], deadline=60)
+        if status.exit_code != 0:
+            return None
+        rows = json.loads(status.out)
+        top = next((r for r in rows if isinstance(r, dict) and r.get("type") == "cluster"), None)
+        if top is None or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", str(top.get("name", ""))):
+            return None
+        nodes, local = [], None
+        for r in rows:
+            if not isinstance(r, dict) or r.get("type") != "node":
+                continue
+            name, ip = str(r.get("name", "")), str(r.get("ip", ""))
+            try:
+                ipaddress.ip_address(ip)
+            except ValueError:
+                continue
+            if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+                nodes.append(NodeInfo(name, ip, bool(r.get("online"))))
+                local = name if r.get("local") else local
+        if local is None or len(nodes) < 2:
+            return None
+        listed = transport.run([pvesh, *GUESTS], deadline=60)
+        guests = parse_guests(listed.out, f"{host.address}: pvesh") if listed.exit_code == 0 else {}
+    except (RemoteError, ValueError):
+        return None
+    finally:
+        transport.close()
+    names = {n.name for n in nodes}
+    return ClusterInfo(str(top["name"]), local, tuple(nodes),
+                       {c: g.node for c, g in guests.items() if g.node in names}, {c: g.status for c, g in guests.items()})
+
+
 def _comment(text: str) -> str:
     """A line from the host, safe inside a YAML comment: printable ASCII only, no line break."""
     return re.sub(r"[^\x20-\x7e]", "?", text)[:200]
@@ -75,8 +139,10 @@ def _clean(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "?", text)[:63]
 
 
-def render(host: cfg.Host, given: dict, containers: list[tuple[int, str, str, list[str]]]) -> str:
-    """The hosts file's text. `given`: the host keys the user passed (only those are written)."""
+def render(host: cfg.Host, given: dict, containers: list[tuple[int, str, str, list[str]]],
+           cluster: ClusterInfo | None = None) -> str:
+    """The hosts file's text. `given`: the host keys the user passed (only those are written). With `cluster`,
+    every node of it as a host (`cluster:`) and every container of it with the node that holds it."""
     q = json.dumps  # a JSON string is a YAML double-quoted scalar: any text, quoted once
     who = (f"{host.user}@" if host.user else "") + host.address + (f":{host.port}" if host.port else "")
     ids = [c[0] for c in containers]
@@ -88,17 +154,31 @@ def render(host: cfg.Host, given: dict, containers: list[tuple[int, str, str, li
         "#   2. `remote config -c ID` shows what a container resolves to, `remote deploy -c ID` makes it so.",
         "# Every key: docs/reference/hosts-file.md in remote's repository.",
         "hosts:",
-        f"  {host.name}:",
+        f"  {q(host.name)}:",  # names quoted too: a host, node or cluster named 2024 stays a name, not a number
         f"    address: {q(host.address)}",
     ]
     for key in ("port", "user", "key_file", "known_hosts", "pct", "sudo"):
         if given.get(key) is not None:
             value = given[key]
             lines.append(f"    {key}: {q(value) if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else value}")
-    lines += ["    # connect_timeout: 10   # seconds", "", "containers:"]
+    lines += ["    # connect_timeout: 10   # seconds"]
+    if cluster is not None:  # every node of the cluster: the one asked as given, the others at their cluster address
+        lines[-1:-1] = [f"    cluster: {q(cluster.name)}"] + ([f"    node: {q(cluster.local)}"] if cluster.local != host.name else [])
+        for node in cluster.nodes:
+            if node.name == cluster.local:
+                continue
+            lines += [f"  {q(node.name)}:", f"    address: {q(node.ip)}", f"    cluster: {q(cluster.name)}"]
+            lines += [f"    {key}: {q(given[key]) if isinstance(given[key], str) else str(given[key]).lower()}"
+                      for key in ("port", "user", "key_file", "known_hosts", "pct", "sudo") if given.get(key) is not None]
+            if not node.online:
+                lines.append("    # offline when remote init read the cluster")
+    lines += ["", "containers:"]
     for ctid, state, name, *gpu in containers:
+        where = cluster.node_of.get(ctid, cluster.local) if cluster is not None else host.name
+        entry = host.name if where == cluster_local(cluster) else where
         lines += [f"  {ctid}:" + (f"  # {_clean(name)}, {_clean(state)}" if name else f"  # {_clean(state)}"),
-                  f"    host: {host.name}"]
+                  f"    host: {q(entry)}" + ("   # its node now: remote finds it on whichever node holds it"
+                                          if cluster is not None else "")]
         if gpu and gpu[0]:  # its GPU passthrough as pct config shows it (`remote doctor --gpu` checks it)
             lines += ["    # GPU (pct config):"] + [f"    #   {_comment(line)}" for line in gpu[0]]
     if len(ids) > 1:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from .. import facts, shell
 from ..config import ContainerSpec
-from ..errors import BusyError, CommandError, ConfigError, JobError, RemoteError, TransferError, UnknownRun
+from ..errors import CommandError, ConfigError, JobError, JobRunning, RemoteError, TransferError, UnknownRun
 from ..events import quiet
 from ..naming import printable
 from ..results import ContainerStatus, JobStatus, PulledRun, RunStatus, Stopped
@@ -178,6 +178,7 @@ def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = 
                 "venv_lock_sha256": pre.venv.get("lock_sha256"), "torch": verify.get("torch"),
                 "cuda_build": verify.get("cuda_build"), "triton": verify.get("triton"),
                 "driver": pre.gpus[0]["driver"] if pre.gpus else None, "gpus": pre.gpus, "command": command,
+                "node": spec.host.node_name,  # where it started: a cluster's container may move (a restart migration)
                 "env": jobenv.describe(spec, verify), "compile_cache": jobenv.compile_cache(spec, verify),
                 "outputs": list(spec.train.outputs), "checkout": spec.code.path,
                 "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "started_epoch": time.time(),
@@ -211,7 +212,7 @@ def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = 
             raise JobError(f"launch refused: {exc.stderr_tail} (the wrapper's file in the container; nothing was "
                            "started)") from None
         if exc.command_status == 5:  # a job runs there: busy (exit 3), as deploy's refusal is
-            raise BusyError(spec.ctid, f"container {spec.ctid}: {exc.stderr_tail} -- `remote stop` it, follow it "
+            raise JobRunning(spec.ctid, f"container {spec.ctid}: {exc.stderr_tail} -- `remote stop` it, follow it "
                             "with `remote logs --follow`, or pass --force to start another") from None
         raise JobError(f"launch failed: {exc}") from None
     return run_id, int(r.out.strip().splitlines()[-1]) if not ct.dry else 0
@@ -400,8 +401,9 @@ class CompileNotices:
                 t = got.get("t") if isinstance(got, dict) else None
             except (ValueError, AttributeError):
                 t = None
-            if isinstance(t, (int, float)) and self.steady is None:
-                self.steady = float(t)
+            t = compilelog.number(t)
+            if t is not None and self.steady is None:
+                self.steady = t
                 waiting, self.waiting = self.waiting, []
                 for early in waiting:
                     self._take(early)
@@ -576,25 +578,55 @@ def _container_job(session: Session, spec: ContainerSpec, known: str) -> Contain
         entry = dataclasses.replace(entry, also_live=tuple(r for r in st.get("live", []) if r["run"] != st.get("run")))
         if st.get("run"):
             values, watch = logs.series(spec, st.pop("tail"), last_line=False)
+            # The manifest is the job's file (a job may rewrite it) and the compile part the probe's reading
+            # of the job's files: untrusted, each field checked, a wrong one that container's error alone.
             manifest = st.get("manifest") or {}
+            if not isinstance(manifest, dict):
+                raise ValueError(f"the run's manifest.json is a {type(manifest).__name__}, not an object")
             started = manifest.get("started_epoch")
+            if started is not None and compilelog.number(started) is None:
+                raise ValueError(f"the run's manifest.json has started_epoch {printable(repr(started))[:40]}, "
+                                 "not a number")
             nodes = manifest.get("nodes")
+            if nodes is not None and not (isinstance(nodes, list) and all(
+                    isinstance(n, int) and not isinstance(n, bool) for n in nodes)):
+                raise ValueError("the run's manifest.json has nodes that are not a list of container ids")
+            node_rank = manifest.get("node_rank") if nodes else None
+            compile_part = raw.get("compile")
+            if compile_part is not None and not isinstance(compile_part, dict):
+                raise ValueError(f"the probe's compile part is a {type(compile_part).__name__}, not an object")
             entry = dataclasses.replace(entry, run=JobStatus(
-                st["run"], st["alive"], st["lost"], tuple(st["orphans"]), st["exit"], st["pid"], st["stopped"],
-                round(st["now"] - started) if started and st["alive"] else None, watch.last, watch.rolling,
-                watch.unit, watch.higher_is_better, spec.train.baseline, watch.low,
-                tuple(name for name, _, _ in watch.found), logs.sparkline(values), st["stalled"], st["attempt"],
-                st["attempts_max"], st["gpu"],
+                id=st["run"], alive=st["alive"], lost=st["lost"], orphans=tuple(st["orphans"]), exit=st["exit"],
+                pid=st["pid"], stopped=st["stopped"],
+                uptime_s=round(st["now"] - started) if started and st["alive"] else None,
+                throughput=watch.last, rolling=watch.rolling, unit=watch.unit,
+                higher_is_better=watch.higher_is_better, baseline=spec.train.baseline, low=watch.low,
+                problems=tuple(name for name, _, _ in watch.found), spark=logs.sparkline(values),
+                stalled=st["stalled"], attempt=st["attempt"], attempts_max=st["attempts_max"], gpu=st["gpu"],
                 # one node of a multi-node run
-                tuple(nodes) if nodes else None, manifest.get("node_rank") if nodes else None,
+                nodes=tuple(nodes) if nodes else None,
+                node_rank=node_rank if isinstance(node_rank, int) and not isinstance(node_rank, bool) else None,
                 # the compile watch's counts (remote/ops/compilelog.py), where the probe read this run's
-                compilelog.from_probe(raw.get("compile")) if (raw.get("compile") or {}).get("run") == st["run"]
-                else None))
+                compile=compilelog.from_probe(compile_part) if (compile_part or {}).get("run") == st["run"]
+                else None,
+                # a cluster's container that a restart migration moved (and so killed the run): where it started
+                moved_from=moved_from(st, manifest, spec)))
         lock = ((raw.get("venv") or {}).get("record") or {}).get("lock_sha256")
-        entry = dataclasses.replace(entry, probed=True, venv_lock=lock)
+        entry = dataclasses.replace(entry, probed=True, venv_lock=lock if isinstance(lock, str) else None)
     except RemoteError as exc:
         entry = dataclasses.replace(entry, error=str(exc))
+    except (TypeError, ValueError, AttributeError) as exc:  # one container's answer out of shape: its entry only
+        entry = dataclasses.replace(entry, error=printable(f"container {spec.ctid}'s run state could not be read: "
+                                                           f"{exc}")[:400])
     return entry
+
+
+def moved_from(st: dict, manifest: dict, spec: ContainerSpec) -> str | None:
+    """The node a lost run started on, where its container is on another node of its cluster now."""
+    node = manifest.get("node")
+    if st["lost"] and spec.cluster and isinstance(node, str) and node != spec.host.node_name:
+        return printable(node)[:64]
+    return None
 
 
 def lock_outliers(entries: list[ContainerStatus], config) -> dict[int, str]:

@@ -86,32 +86,31 @@ def fmt(value: float | None, unit: str | None) -> str:
     return text + (f" {unit}" if unit else "")
 
 
-# Known failure texts: (pattern, name, what to do).
-SIGNATURES = [
-    (re.compile(r"Detected that you are using FX to symbolically trace a dynamo-optimized function"),
-     "compile race",
+# Known failure texts: (pattern, name, what to do), first match wins; the patterns are compiled once, below.
+_KNOWN_FAILURES = [
+    (r"Detected that you are using FX to symbolically trace a dynamo-optimized function", "compile race",
      "threads compiled at once (torch <= 2.13 shares the FX-tracing flag): wrap each device's first step in "
      "remote_guard.CompileGuard and run `remote warmup` (docs/internals/compile-race.md)"),
-    (re.compile(r"flex_attention called without torch\.compile"), "flex_attention uncompiled",
+    (r"flex_attention called without torch\.compile", "flex_attention uncompiled",
      "flex_attention runs its unfused eager path (5-7x slower): a compile fell back to eager -- look for a "
      "compile race or a recompile, and keep error_on_nested_fx_trace on"),
-    (re.compile(r"Detected recompile when torch\.compile stance is 'fail_on_recompile'"), "recompile after warmup",
+    (r"Detected recompile when torch\.compile stance is 'fail_on_recompile'", "recompile after warmup",
      "something compiled after the guard sealed: a new shape or code path; make warmup run the exact training "
      "configuration, or raise the variants the guard allows"),
-    (re.compile(r"attempted to recompile the code object too many times|hit config\.(recompile|cache_size)_limit"
-                r"|FailOnRecompileLimitHit"), "recompile limit hit",
+    (r"attempted to recompile the code object too many times|hit config\.(recompile|cache_size)_limit"
+     r"|FailOnRecompileLimitHit", "recompile limit hit",
      "shapes or devices vary more than the recompile limit allows: keep shapes static (the guard does) or raise "
      "torch._dynamo.config.recompile_limit to devices x variants"),
-    (re.compile(r"CUDA out of memory|torch\.OutOfMemoryError|CUDA error: out of memory"), "CUDA out of memory",
+    (r"CUDA out of memory|torch\.OutOfMemoryError|CUDA error: out of memory", "CUDA out of memory",
      "the GPU ran out of memory: check for a leftover job (`remote status`, nvidia-smi), then reduce batch or "
      "sequence length"),
-    (re.compile(r"torch\.distributed\.elastic\.multiprocessing\.errors\.ChildFailedError"), "a torchrun rank failed",
+    (r"torch\.distributed\.elastic\.multiprocessing\.errors\.ChildFailedError", "a torchrun rank failed",
      "one rank died and torchrun stopped the others: the lines marked with that rank say why (exitcode -9 is a "
      "SIGKILL, often the kernel's OOM killer; see `Root Cause` above)"),
-    (re.compile(r"NCCL (error|WARN)|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|NCCL timeout",
-                re.I), "NCCL error",
+    (r"(?i)NCCL (error|WARN)|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|NCCL timeout", "NCCL error",
      "a collective failed: rerun with NCCL_DEBUG=INFO in train.env; check that every GPU is visible and healthy"),
 ]
+SIGNATURES = [(re.compile(pattern), name, hint) for pattern, name, hint in _KNOWN_FAILURES]
 
 
 def match_signature(line: str) -> tuple[str, str] | None:

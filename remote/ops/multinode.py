@@ -84,6 +84,37 @@ def node_iface(session: Session, spec: ContainerSpec, file: str = "hosts file") 
                           ) from None
 
 
+GATE = ("torch", "cuda build", "NCCL", "driver major", "venv lock", "commit")
+
+
+def gate_fields(pre) -> dict[str, str | None]:
+    """What must match on every node of a multi-node run, from one node's preflight (jobs.Preflight): torch and
+    its CUDA build, the NCCL in the venv, the GPU driver's major version, the venv lock, the commit."""
+    verify = (pre.venv or {}).get("verify") or {}
+    dists = verify.get("dists") or {}
+    nccl = sorted(f"{name} {version}" for name, version in dists.items()
+                  if isinstance(name, str) and name.lower().replace("_", "-").startswith("nvidia-nccl"))
+    driver = (pre.gpus[0].get("driver") if pre.gpus else None) or None
+    return {"torch": verify.get("torch"), "cuda build": verify.get("cuda_build"), "NCCL": ", ".join(nccl) or None,
+            "driver major": str(driver).split(".")[0] if driver else None,
+            "venv lock": (pre.venv or {}).get("lock_sha256"), "commit": pre.commit}
+
+
+def mismatches(nodes: dict[int, tuple[str, dict[str, str | None]]]) -> list[str]:
+    """Each gate field whose value is not the same on every node: `torch: 2.11.0 on 200 (pve1); 2.10.0 on 201
+    (pve2)`, values as the containers said them (printable, shortened). Pure."""
+    out = []
+    for field in GATE:
+        seen: dict[str | None, list[str]] = {}
+        for ctid, (node, fields) in nodes.items():
+            seen.setdefault(fields.get(field), []).append(f"{ctid} ({node})")
+        if len(seen) > 1:
+            shown = "; ".join(f"{printable(str(value))[:16 if field in ('venv lock', 'commit') else 60]} on "
+                              f"{', '.join(where)}" for value, where in seen.items())
+            out.append(f"{field}: {shown}")
+    return out
+
+
 def rendezvous_failed(st: dict) -> bool:
     """Whether a node's log shows that the nodes never met (not a failure of the training itself)."""
     return any(word in (st.get("tail") or "") for word in RENDEZVOUS_FAILED)
@@ -127,6 +158,12 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
     if failed:
         raise JobError("preflight failed, nothing was started: " + "; ".join(f"container {c}: {e}" for c, e in failed))
     pres, ifaces = [p for p, _ in checked], [i for _, i in checked]
+    differ = mismatches({spec.ctid: (spec.host.node_name, gate_fields(pre)) for spec, pre in zip(specs, pres, strict=True)})
+    if differ:
+        raise JobError("the nodes differ where a multi-node run needs them equal (a NCCL or torch mismatch hangs "
+                       "in the first collective rather than failing), nothing was started: " + "; ".join(differ)
+                       + ": deploy the same commit and venv to every node (`remote deploy -c "
+                       + ",".join(map(str, ids)) + "`), or use nodes with the same driver")
     for ctid, pre in zip(ids, pres, strict=True):
         for note in pre.notes:
             echo(printable(f"[{ctid}] preflight: {note}"))  # GPU names, versions: the container's

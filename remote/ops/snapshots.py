@@ -166,6 +166,9 @@ def to_delete(existing: list[Snapshot], keep: int) -> list[Snapshot]:
     return ours[:-keep] if keep > 0 else ours
 
 
+NO_QUORUM = "cluster not ready - no quorum?"  # PVE::Cluster::check_cfs_quorum's message
+
+
 @dataclass
 class Taken:
     name: str | None = None
@@ -191,6 +194,13 @@ def before_deploy(session: Session, spec: ContainerSpec, ct: Container, what: st
     echo(f"==> snapshot {name} ({how.reason})")
     result = ct._pct("snapshot", str(spec.ctid), name, "--description", f"{DESCRIPTION}{what}", mutates=True,
                      deadline=ROLLBACK_DEADLINE)
+    if result.exit_code != 0 and NO_QUORUM in result.err:  # a cluster node cut off: /etc/pve is read-only there
+        why = (f"the cluster has no quorum on node {spec.host.node_name} (`{NO_QUORUM}`: Proxmox writes no "
+               "container config there, so no snapshot)")
+        if mode == "always":
+            raise SnapshotError(f"{ct.where}: deploy.snapshot is always, but {why}: nothing was changed (deploy again "
+                                "once the cluster is quorate, or set deploy.snapshot: auto to deploy without one)")
+        return Taken(note=f"no snapshot: {why}")
     if result.exit_code != 0:
         raise SnapshotError(f"{ct.where}: `pct snapshot {spec.ctid} {name}` failed: {result.err.strip()}: nothing "
                             "was changed (deploy.snapshot: never deploys without one)")

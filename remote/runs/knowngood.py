@@ -64,6 +64,7 @@ def make_record(facts: Facts, spec: ContainerSpec, run: dict, watch: logs.Watch,
     gpus = m.get("gpus")
     return {
         "run": run["run"], "container": facts.ctid, "how": how,
+        "node": spec.host.node_name,  # a cluster's container may move: doctor names a change of node
         "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "commit": m.get("commit"), "lock_sha256": m.get("venv_lock_sha256"), "spec_hash": facts.venv.spec_hash
         if same_lock else None, **versions,

@@ -17,6 +17,7 @@ from ..errors import JobError, TransferError
 from ..ops import compilelog, files, jobs, logs
 from ..ops import warmup as wm
 from ..ops.logs import series, sparkline  # noqa: F401 -- the status line's pieces, also this page's
+from ..results import CompileHealth
 from ..target import Target
 from . import timeline as timeline_mod
 
@@ -64,15 +65,18 @@ def _svg(runs: list[tuple[str, list[float], str]], baseline: float | None, unit:
     return "".join(parts)
 
 
-def _compile_section(tl: timeline_mod.Timeline | None) -> str:
-    """The compile watch's counts and findings (remote/ops/compilelog.py); its events are on the timeline."""
-    if not tl or not tl.compiles:
+def _compile_section(tl: timeline_mod.Timeline | None, health: CompileHealth | None = None) -> str:
+    """The compile watch's counts and findings (remote/ops/compilelog.py): `health` is the run's whole
+    compile.jsonl read as status and doctor read it (each process's totals); the timeline's events (the
+    latest timeline.MAX_COMPILES, drawn as ticks) stand in only when it is not given."""
+    if health is None and tl and tl.compiles:
+        steady = tl.metrics[1][0] if len(tl.metrics) > 1 else None
+        lines = [json.dumps({"t": e.t, "kind": e.kind, "fn": e.fn, "file": e.file, "line": e.line, "n": e.n,
+                             "why": e.why, "reason": e.reason, "where": e.where, "seconds": e.seconds, "pid": e.pid})
+                 for e in tl.compiles]
+        health = compilelog.summarize(lines, steady)
+    if health is None or not (health.events or health.processes):
         return "<p>No compile.jsonl for this run (nothing compiled, or a venv deployed before the watch).</p>"
-    steady = tl.metrics[1][0] if len(tl.metrics) > 1 else None
-    lines = [json.dumps({"t": e.t, "kind": e.kind, "fn": e.fn, "file": e.file, "line": e.line, "n": e.n, "why": e.why,
-                         "reason": e.reason, "where": e.where, "seconds": e.seconds, "pid": e.pid})
-             for e in tl.compiles]
-    health = compilelog.summarize(lines, steady)
     found = "".join(f"<li><b>{html.escape(f.name)}</b>: {html.escape(f.text)}<br><i>{html.escape(f.hint)}</i></li>"
                     for f in compilelog.findings(health))
     return (f"<p>{html.escape(compilelog.health_line(health))} (the ticks at the top of the timeline).</p>"
@@ -81,9 +85,11 @@ def _compile_section(tl: timeline_mod.Timeline | None) -> str:
 
 
 def render(spec: ContainerSpec, run: dict, log_text, known_good: dict | None, kg_log,
-           warmups: list[dict], timeline: timeline_mod.Timeline | None = None) -> str:
+           warmups: list[dict], timeline: timeline_mod.Timeline | None = None,
+           compile_health: CompileHealth | None = None) -> str:
     """The HTML page. Pure: everything it shows is passed in (the logs as text, or as chunks of bytes read
-    once from files; timeline: what the run's watch left, remote/sh/watch.py)."""
+    once from files; timeline: what the run's watch left, remote/sh/watch.py; compile_health: the run's
+    compile.jsonl read whole, compilelog.read_run, for the compile section's counts and findings)."""
     values, watch = series(spec, log_text)
     kg_values = series(spec, kg_log)[0] if kg_log else []
     m = run.get("manifest") or {}
@@ -114,7 +120,7 @@ font-size:12px}} .bad{{color:#c00}}</style></head><body>
 <h2>Over time: throughput, GPU utilisation and memory; stalls and restarts marked</h2>
 {timeline_mod.svg(timeline or timeline_mod.Timeline(), spec.train.baseline if spec.train.baseline is not None else m.get('baseline'))}
 <h2>Compile health</h2>
-{_compile_section(timeline)}
+{_compile_section(timeline, compile_health)}
 <h2>Crash hints</h2>
 {'<ul class="bad">' + hints + '</ul>' if hints else '<p>None found in the log.</p>'}
 <h2>Warmups for this commit and venv</h2>
@@ -171,7 +177,7 @@ def write(t: Target, run_id: str | None, dest: str | None) -> Path:
                 kg_log = _chunks(Path(d) / "kg-log")
             except TransferError:  # the known-good run's folder is gone: the page shows it without its curve
                 kg_log = None
-        path.write_text(render(spec, st, _chunks(log), kg, kg_log, warmups, tl))
+        path.write_text(render(spec, st, _chunks(log), kg, kg_log, warmups, tl, compilelog.read_run(d)))
     return path
 
 
@@ -180,10 +186,11 @@ WATCH_FILES = ("metrics.jsonl", "gpu.csv", "events.jsonl", "compile.jsonl")
 
 def read_timeline(ct, run_path: str, attempts: list[dict] | None, folder: Path) -> timeline_mod.Timeline:
     """The run over time from what its watch left (WATCH_FILES, each there or not): each pulled into
-    `folder` as the log is, in one streamed command, and read from there in chunks, never whole."""
+    `folder` under its own name as the log is, in one streamed command, and read from there in chunks, never
+    whole (the folder then reads as the run's for compilelog.read_run)."""
     got = {}
     for name in WATCH_FILES:
-        local = folder / f"watch-{name}"
+        local = folder / name
         got[name] = _chunks(local) if files.pull_if_there(ct, f"{run_path}/{name}", local) else ()
     return timeline_mod.parse(got["metrics.jsonl"], got["gpu.csv"], got["events.jsonl"], attempts,
                               got["compile.jsonl"])

@@ -7,10 +7,14 @@
 #                 the cache a link to /root/.ssh), and nothing whose real path leaves FOLDER is read.
 #   recv FOLDER   reads those frames; each file is written under FOLDER/.remote-incoming/, fsynced,
 #                 checked against its sha256, then linked into place: torch sees the whole file or
-#                 none, and an existing file is never replaced. Prints {"written", "bytes", "present"}.
+#                 none, and an existing file (or link) is never replaced. Its folders are opened (made
+#                 where missing) one by one with O_NOFOLLOW, as send does: a path with a folder that is
+#                 a symlink is refused (one line on stderr) and the copy goes on; nothing is created
+#                 outside FOLDER. Prints {"written", "bytes", "present", "failed_checksum", "refused"}.
 # Of tmp/ (the jobs' TMPDIR) only inductor's precompiled C++ headers are sent. The staging folder is not
 # a path torch reads; what an interrupted copy left there is removed by the
 # next recv (those files were never in place). Nothing in place is ever deleted.
+import errno
 import glob
 import hashlib
 import json
@@ -133,12 +137,66 @@ def read_exact(inp, n):
     return data
 
 
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+
+
+def open_dir(fd, part, create):
+    """An fd of the folder `part` in the folder fd, never through a symlink (ELOOP or ENOTDIR then);
+    `create`: made first where it is missing."""
+    try:
+        return os.open(part, DIR_FLAGS, dir_fd=fd)
+    except FileNotFoundError:
+        if not create:
+            raise
+    try:
+        os.mkdir(part, 0o777, dir_fd=fd)  # mkdir never follows a symlink: one there is EEXIST
+    except FileExistsError:
+        pass
+    return os.open(part, DIR_FLAGS, dir_fd=fd)
+
+
+def parent_inside(root, parts):
+    """An fd of the folder that holds root/parts: each folder opened relative to the one before with
+    O_NOFOLLOW and made where missing, so nothing is created or written outside root (a folder swapped
+    for a link between a check and the write is refused too); OSError when one is a link or a file."""
+    fd = os.dup(root)
+    try:
+        for part in parts[:-1]:
+            nxt = open_dir(fd, part, create=True)
+            os.close(fd)
+            fd = nxt
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def open_staging(root, folder):
+    """An fd of a fresh, empty FOLDER/.remote-incoming; ValueError (one line) where the name is taken by a
+    symlink or anything but a folder: a link there would put the staged files, and their removal, outside."""
+    try:
+        st = os.stat(STAGING, dir_fd=root, follow_symlinks=False)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a folder"
+        raise ValueError(f"refusing to copy into {folder}: its staging folder {STAGING} is {kind}; "
+                         "remove it and run the copy again")
+    if st is not None:
+        shutil.rmtree(os.path.join(folder, STAGING), ignore_errors=True)  # an interrupted copy's leftovers
+    try:
+        os.mkdir(STAGING, 0o700, dir_fd=root)
+        return os.open(STAGING, DIR_FLAGS, dir_fd=root)
+    except OSError as exc:  # not emptied, or swapped for a link since the check
+        raise ValueError(f"refusing to copy into {folder}: its staging folder {STAGING} could not be made "
+                         f"afresh ({exc.strerror}); remove it and run the copy again") from None
+
+
 def recv(folder):
     inp = sys.stdin.buffer
-    staging = os.path.join(folder, STAGING)
-    shutil.rmtree(staging, ignore_errors=True)  # an interrupted copy's leftovers: never in place
-    os.makedirs(staging)
-    written = size = present = bad = 0
+    root = os.open(os.path.realpath(folder), os.O_RDONLY | os.O_DIRECTORY)
+    staging = open_staging(root, folder)
+    written = size = present = bad = refused = 0
     n = 0
     try:
         while True:
@@ -148,13 +206,14 @@ def recv(folder):
             head = json.loads(line)
             if head.get("end"):
                 break
-            dest = inside(folder, head["path"])
-            if dest is None:
-                raise ValueError(f"refusing the path {head['path']!r}")
+            rel = head["path"]
+            if inside(folder, rel) is None:
+                raise ValueError(f"refusing the path {rel!r}")
             n += 1
-            part = os.path.join(staging, f"{n}.part")
+            part = f"{n}.part"
             h, left = hashlib.sha256(), int(head["size"])
-            with open(part, "wb") as f:
+            pfd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=staging)
+            with os.fdopen(pfd, "wb") as f:
                 while left > 0:
                     chunk = inp.read(min(CHUNK, left))
                     if not chunk:
@@ -164,28 +223,41 @@ def recv(folder):
                     left -= len(chunk)
                 f.flush()
                 os.fsync(f.fileno())
+                os.fchmod(f.fileno(), (int(head.get("mode", 0o644)) & 0o755) | 0o600)
             want = inp.readline().strip().decode()
             if want != h.hexdigest():
-                os.unlink(part)
+                os.unlink(part, dir_fd=staging)
                 bad += 1
                 continue
-            os.chmod(part, (int(head.get("mode", 0o644)) & 0o755) | 0o600)
-            os.makedirs(os.path.dirname(dest), exist_ok=True)
-            if not real_inside(folder, head["path"]):  # a folder of ours that is a link leading out
-                raise ValueError(f"refusing the path {head['path']!r}: a folder of it is a symlink")
+            parts = rel.split("/")
             try:
-                os.link(part, dest)  # atomic, and never over an existing file
+                dest = parent_inside(root, parts)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                # a folder of ours that is a link (perhaps leading out) or a file: this path only
+                print(f"cachecopy: refusing the path {rel!r}: a folder of it is a symlink or a file", file=sys.stderr)
+                os.unlink(part, dir_fd=staging)
+                refused += 1
+                continue
+            try:
+                os.link(part, parts[-1], src_dir_fd=staging, dst_dir_fd=dest)  # atomic, never over a file (or link)
                 written += 1
                 size += int(head["size"])
             except FileExistsError:
                 present += 1
-            os.unlink(part)
+            finally:
+                os.close(dest)
+            os.unlink(part, dir_fd=staging)
     except EOFError:
         print(json.dumps({"error": "the stream ended in the middle of a file (the link was cut?)", "written": written}),
               file=sys.stderr)
         sys.exit(3)
-    os.rmdir(staging)
-    print(json.dumps({"written": written, "bytes": size, "present": present, "failed_checksum": bad}))
+    os.close(staging)
+    os.rmdir(STAGING, dir_fd=root)
+    os.close(root)
+    print(json.dumps({"written": written, "bytes": size, "present": present, "failed_checksum": bad,
+                      "refused": refused}))
 
 
 def main():

@@ -169,6 +169,18 @@ class Container:
     path: str = DEFAULT_PATH
     env: dict[str, str] = field(default_factory=dict)
     agent: Callable[[], Exec | None] | None = None  # the container's agent (remote.transport.agent); None: plain pct exec
+    # A container of a cluster: after Proxmox's "does not exist", where it is now ((transport, pct), or None).
+    relocate: Callable[[], tuple[Transport, str] | None] | None = None
+
+    def _moved(self, error: PctError) -> bool:
+        """Whether `error` says the container is not on this node and it was found on another (now used)."""
+        if not isinstance(error, ContainerNotFound) or self.relocate is None:
+            return False
+        found, self.relocate = self.relocate(), None  # one re-read per container
+        if found is None:
+            return False
+        self.transport, self.pct = found
+        return True
 
     @property
     def where(self) -> str:
@@ -203,6 +215,9 @@ class Container:
                     if not again:  # the agent died unseen since its last command; a new one (or pct exec) runs it
                         raise
         pct_error = classify(result.err, result.exit_code, self.ctid, getattr(self.transport, "host", None) or self.transport.name)
+        if pct_error and self._moved(pct_error):
+            return self.run(argv, env=env, cwd=cwd, timeout=timeout, stdin=stdin, check=check, on_output=on_output,
+                            mutates=mutates, label=label)
         if pct_error:
             raise self._refine(pct_error, ["exec", str(self.ctid)])
         shown = label or shlex.join(argv)
@@ -234,6 +249,8 @@ class Container:
     def _pct(self, *args: str, mutates: bool, deadline: float = 120) -> Result:
         result = self._host_run(pct_argv(self.pct, *args), mutates=mutates, deadline=deadline)
         pct_error = classify(result.err, result.exit_code, self.ctid, getattr(self.transport, "host", None) or self.transport.name)
+        if pct_error and self._moved(pct_error):
+            return self._pct(*args, mutates=mutates, deadline=deadline)
         if pct_error:
             raise self._refine(pct_error, list(args[:2]))
         return result

@@ -58,6 +58,13 @@ class Session:
     _start_locks: dict = field(default_factory=dict)  # per agent and mux: containers start their agents at once
     _transport_lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def __post_init__(self) -> None:
+        from .. import cluster
+
+        # Containers of a Proxmox cluster: each on the host of the node that holds it (its guest list read once).
+        self.config = cluster.resolving(self.config, lambda host, argv: self.host_run(host, argv, deadline=60),
+                                        self.echo)
+
     def transport(self, host: cfg.Host) -> Transport:
         """The host's one transport, made on first use; threads asking at once get the same one (made once:
         a second, never closed, would be a leaked SSH connection)."""
@@ -84,7 +91,19 @@ class Session:
         """The pct Container of a container already resolved: no lookup by id."""
         return Container(self.transport(spec.host), spec.ctid, pct=spec.host.pct, dry=self.dry, echo=self.echo,
                          path=f"{spec.venv.path}/bin:{DEFAULT_PATH}" if venv_on_path else DEFAULT_PATH,
-                         agent=(lambda: self._agent_for(spec)) if self.agent else None)
+                         agent=(lambda: self._agent_for(self.config.containers[spec.ctid])) if self.agent else None,
+                         relocate=(lambda: self._relocate(spec.ctid)) if spec.cluster else None)
+
+    def _relocate(self, ctid: int) -> tuple[Transport, str] | None:
+        """Proxmox said "does not exist" on the node the cluster's list named: the list once more; the new
+        node's transport and pct where the container moved."""
+        from ..cluster import lookup_of
+
+        lookup = lookup_of(self.config)
+        moved = lookup.reread(self.config.containers.raw(ctid)) if lookup else None  # type: ignore[attr-defined]
+        if moved is None:
+            return None
+        return self.transport(moved.spec.host), moved.spec.host.pct
 
     def _kept(self, cache: dict, key, start: Callable[[], object], on_dead: Callable[[object], None] | None = None):
         """cache[key] (an agent, a mux), started on demand and again once it is dead; None, without trying

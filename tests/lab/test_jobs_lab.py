@@ -14,7 +14,7 @@ import pytest
 from support import load_config
 
 from remote import config
-from remote.errors import JobError
+from remote.errors import BusyError, JobError
 from remote.ops.jobs import Preflight, final_status, launch, show_log, state, stop
 from remote.transport.session import Session
 from remote.target import resolve as target_of
@@ -99,8 +99,9 @@ def test_the_job_survives_the_controller_being_killed(lab_hosts, deployed, lab_s
 def test_a_second_train_is_refused_unless_forced(ct, spec):
     first, _ = launch(ct, spec, PRE, command="sleep 300")
     try:
-        with pytest.raises(JobError, match=f"busy: run {first} .* is still running.*--force"):
+        with pytest.raises(BusyError, match=f"busy: run {first} .* is still running.*--force") as busy:
             launch(ct, spec, PRE, command="sleep 300")
+        assert busy.value.exit_code == 3  # busy, as a deploy refused by a live job is
         second, _ = launch(ct, spec, PRE, command="sleep 300", force=True)
         assert stop(ct, spec, second, grace=2).run == second  # raises JobError where anything is left
     finally:
@@ -172,9 +173,9 @@ def test_preflight_and_status_read_a_container_in_one_round_trip(lab_session, de
         counting.calls.clear()
         entry = _container_job(s, spec, "running")
         assert len(counting.calls) == 1, counting.calls
-    assert "error" not in entry, entry
+    assert entry.error is None, entry
     lock = lab_session.container(200).run(["sha256sum", "/root/venv/remote-lock.txt"]).out.split()[0]
-    assert entry["venv_lock"] == lock
+    assert entry.venv_lock == lock
 
 
 def test_logs_without_follow_prints_what_is_there_and_returns_while_the_job_runs(ct, spec):

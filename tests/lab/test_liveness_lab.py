@@ -43,13 +43,13 @@ def test_a_live_run_that_is_not_the_latest_counts_everywhere(lab_session, ct):
     stop(ct, spec, b, grace=2)  # the latest ends; A, started first, runs on
     assert state(ct, spec)["run"] == b and live_ids(ct, spec) == {a}
 
-    with pytest.raises(JobError, match=f"run {a} \\(pid {pid_a}\\)"):
+    with pytest.raises(BusyError, match=f"run {a} \\(pid {pid_a}\\)"):
         launch(ct, spec, PRE, command="sleep 600")  # train's busy check
     ct.script("echo '# an edit: deploy has something to do' >> /root/dflash/drafter/model.py")
     with pytest.raises(BusyError, match=f"run {a} \\(pid {pid_a}\\) is still running"):
         deploy(target_of(lab_session, CT), **quiet)
     entry = jobs._container_job(lab_session, spec, "running")  # what `status` shows
-    assert entry["run"]["id"] == b and entry["also_live"] == [{"run": a, "pid": pid_a}]
+    assert entry.run is not None and entry.run.id == b and list(entry.also_live) == [{"run": a, "pid": pid_a}]
     found = {f.code: f for f in findings(facts.gather(ct, spec, fresh=True), spec)}
     assert "orphan-processes" not in found and "run-lost" not in found
     got = facts.gather(ct, spec, fresh=True).jobs

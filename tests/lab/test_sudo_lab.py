@@ -103,6 +103,7 @@ def hosts(sudo_lab) -> Path:
     rule = sudo.rule_of(r.stdout, USER)
     assert rule[0] == f"{sudo_lab.dir}/bin/pct ^exec ({CT}) --keep-env 0 -- .+$"
     assert rule[-1] == f"{sudo_lab.dir}/bin/pvesm status" and f"{sudo_lab.dir}/bin/pct" not in rule
+    assert rule[-2] == f"{sudo_lab.dir}/bin/pvesh get /cluster/resources --type vm --output-format json"
     install_rule(r.stdout)
     return path
 

@@ -63,7 +63,7 @@ def test_a_torn_stream_puts_no_partial_file_in_place_and_never_replaces_one(tmp_
     (dst / "inductor" / "ab" / "key").write_bytes(b"mine")
     r = run("recv", dst, stream)
     assert r.returncode == 0 and json.loads(r.stdout) == {"written": 1, "bytes": 3000, "present": 1,
-                                                          "failed_checksum": 0}
+                                                          "failed_checksum": 0, "refused": 0}
     assert tree(dst) == ["inductor/ab/key", "tmp/torchinductor_root/precompiled_headers/h.gch"]
     assert (dst / "inductor" / "ab" / "key").read_bytes() == b"mine"  # an existing file is never replaced
 
@@ -108,10 +108,51 @@ def test_a_symlinked_folder_in_the_source_cache_sends_nothing_from_outside(tmp_p
 def test_recv_writes_nothing_through_a_symlinked_folder_of_the_target(tmp_path):
     src, dst, outside = tmp_path / "src", tmp_path / "dst", tmp_path / "outside"
     make(src)
+    (src / "inductor" / "ab" / "cd").mkdir()
+    (src / "inductor" / "ab" / "cd" / "deep").write_bytes(b"d" * 10)
     outside.mkdir()
     (dst / "inductor").mkdir(parents=True)
     (dst / "inductor" / "ab").symlink_to(outside)
+    wanted = ["inductor/ab/cd/deep", "inductor/ab/key", "tmp/torchinductor_root/precompiled_headers/h.gch"]
+    stream = run("send", src, (json.dumps(wanted) + "\n").encode()).stdout
+    r = run("recv", dst, stream)
+    # both paths under the link are refused, one line each; no folder made out there (not even cd/); the rest copied
+    assert r.returncode == 0 and json.loads(r.stdout)["refused"] == 2 and json.loads(r.stdout)["written"] == 1, r.stderr
+    assert r.stderr.decode().splitlines() == [
+        "cachecopy: refusing the path 'inductor/ab/cd/deep': a folder of it is a symlink or a file",
+        "cachecopy: refusing the path 'inductor/ab/key': a folder of it is a symlink or a file"]
+    assert list(outside.iterdir()) == []
+    assert (dst / "tmp" / "torchinductor_root" / "precompiled_headers" / "h.gch").read_bytes() == b"y" * 3000
+
+
+@pytest.mark.fault(*SYMLINKS)
+def test_recv_counts_a_file_that_is_already_a_symlink_as_present_and_never_writes_through_it(tmp_path):
+    src, dst, outside = tmp_path / "src", tmp_path / "dst", tmp_path / "outside"
+    make(src)
+    outside.write_bytes(b"theirs")
+    (dst / "inductor" / "ab").mkdir(parents=True)
+    (dst / "inductor" / "ab" / "key").symlink_to(outside)
     stream = run("send", src, (json.dumps(["inductor/ab/key"]) + "\n").encode()).stdout
     r = run("recv", dst, stream)
-    assert r.returncode != 0 and b"symlink" in r.stderr
-    assert list(outside.iterdir()) == []
+    assert r.returncode == 0 and json.loads(r.stdout)["present"] == 1, r.stderr
+    assert outside.read_bytes() == b"theirs" and (dst / "inductor" / "ab" / "key").is_symlink()
+
+
+@pytest.mark.fault(*SYMLINKS)
+@pytest.mark.parametrize("kind", ["symlink", "file"])
+def test_a_staging_folder_that_is_a_symlink_or_a_file_is_refused_in_one_line(tmp_path, kind):
+    src, dst, outside = tmp_path / "src", tmp_path / "dst", tmp_path / "outside"
+    make(src)
+    outside.mkdir()
+    (outside / "keep").write_bytes(b"k")
+    dst.mkdir()
+    if kind == "symlink":
+        (dst / ".remote-incoming").symlink_to(outside)
+    else:
+        (dst / ".remote-incoming").write_bytes(b"")
+    stream = run("send", src, (json.dumps(["inductor/ab/key"]) + "\n").encode()).stdout
+    r = run("recv", dst, stream)
+    err = r.stderr.decode()
+    assert r.returncode == 1 and "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert ".remote-incoming is " + ("a symlink" if kind == "symlink" else "not a folder") in err
+    assert sorted(p.name for p in outside.iterdir()) == ["keep"] and os.listdir(dst) == [".remote-incoming"]

@@ -8,8 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = '''
@@ -44,7 +42,6 @@ WRONG = SCRIPT.replace("value: float | None = m.value", "value: str = m.value")
 
 
 def mypy(tmp_path: Path, text: str) -> subprocess.CompletedProcess[str]:
-    pytest.importorskip("mypy")
     (tmp_path / "script.py").write_text(text)
     env = {**os.environ, "MYPYPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--cache-dir", str(tmp_path / "c"),

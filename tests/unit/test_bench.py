@@ -15,6 +15,8 @@ INNER = ("remote.ops", "remote.transport")
 # The benchmarks that import remote.ops or remote.transport, and why the public API cannot do their job.
 MEASURES_AN_INNER_LAYER = {
     "connect.py": "times SshTransport's own connect against a mute host",
+    "cluster.py": "counts status's connections and round trips per node over counting transports (a Session's "
+                  "transport_factory: FakeCluster's nodes)",
     "exec_overhead.py": "times the transport's parts one by one: a session, a channel, pct start-up, lxc-attach",
     "doctor.py": "counts doctor's round trips at the transport (a counting transport) and times the probe alone",
     "gpu_doctor.py": "counts doctor --gpu's round trips at the transport and times preflight's GPU part alone",

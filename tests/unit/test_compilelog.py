@@ -3,6 +3,7 @@ report make of it. The lines are what the compile watch writes; every one is unt
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from remote.ops import compilelog
@@ -148,3 +149,23 @@ def test_status_shows_the_counts_per_run():
     assert cli_format._compile_text(r) == ("; compile: 2 compiles, 2 recompiles, 1 graph break, 1 eager fallback, "
                                            "4.0 s compiling after the first steady step")
     assert cli_format._compile_text({}) == ""
+
+
+def test_a_huge_or_infinite_number_is_dropped_not_an_internal_error():
+    huge = "9" * 400  # a JSON integer too large for a float: float() raises OverflowError
+    line = '{"kind": "compile", "t": %s, "pid": 7, "seconds": Infinity, "totals": {"compile": %s, "seconds": 1e400}}'
+    assert compilelog.parse_line(line % (huge, 1)) is None  # no usable time: not an event
+    ev_ = compilelog.parse_line(line % (12, huge))
+    assert ev_ is not None and ev_.t == 12.0 and ev_.seconds == 0.0
+    assert compilelog.totals_of(line % (12, huge)) == (7, {})
+    assert compilelog.totals_of(line % (12, 1e300)) == (7, {"compile": compilelog.AMOUNT_MAX})
+    part = {"steady_at": float("inf"), "lines": [line % (12, 3), line % (huge, huge)], "totals": []}
+    h = compilelog.from_probe(part)
+    assert h.steady_at is None and h.seconds == 0.0
+    json.dumps(dataclasses.asdict(h), allow_nan=False)  # `status --json` stays JSON
+    printed: list[str] = []
+    n = CompileNotices(printed.append)
+    n.line('{"steady": {"t": %s}}' % huge)
+    n.line('{"steady": {"t": Infinity}}')
+    n.line(line % (huge, 1))
+    assert n.steady is None and printed == []

@@ -522,3 +522,16 @@ def test_a_warmed_cache_whose_run_still_compiled_is_cache_missed_naming_the_pass
     # no warmup for what runs now: that is cache-cold, not a miss of a warmed cache
     raw["cache"]["warmups"] = ""
     assert "cache-missed" not in codes(findings(fx.parse(raw, spec, (1000.0, 1000.5)), spec))
+
+
+def test_a_container_that_moved_to_another_node_of_its_cluster_is_named(spec):
+    import dataclasses
+
+    raw = healthy_raw(spec)
+    raw["known_good"]["node"] = "pve1"
+    here = dataclasses.replace(spec, cluster="c1", host=dataclasses.replace(spec.host, cluster="c1", node="pve1"))
+    assert findings(fx.parse(raw, here, (1000.0, 1000.5)), here) == []
+    moved = dataclasses.replace(here, host=dataclasses.replace(here.host, name="gpu-b", node="pve2"))
+    (f,) = findings(fx.parse(raw, moved, (1000.0, 1000.5)), moved)
+    assert f.code == "node-changed" and f.what == "container 200 is on node pve2, not pve1"
+    assert f.fix == "remote doctor --gpu -c 200" and f.since.startswith("changed since known-good run")

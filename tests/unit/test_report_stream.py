@@ -85,3 +85,37 @@ def test_a_line_longer_than_any_record_is_skipped_never_held():
     data = b'{"t": 1, "value": 2}\n' + long + b'\n{"t": 2, "value": 3}\n' + long
     chunks = [data[i:i + 4096] for i in range(0, len(data), 4096)]
     assert list(timeline.lines(chunks)) == ['{"t": 1, "value": 2}', '{"t": 2, "value": 3}']
+
+
+@pytest.mark.fault("report of a run with more compile events than the timeline draws", "the compile section counts "
+                   "the whole compile.jsonl by each process's totals, as status and doctor do; the timeline keeps "
+                   "its latest events for drawing only")
+def test_the_report_counts_compiles_from_the_whole_file_as_status_does(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from remote import config
+    from remote.ops import compilelog
+
+    spec = config.parse({"hosts": {"h": {"address": "x"}}, "containers": {200: {"host": "h"}}},
+                        "hosts.yaml").containers[200]
+    events = [json.dumps({"t": 1000.0 + i, "kind": "recompile", "fn": f"f{pid}", "n": i + 2, "reason": "k == 2",
+                          "seconds": 0.01, "pid": pid, "totals": {"compile": 1, "recompile": i + 1, "seconds": i}})
+              for pid in (7, 8) for i in range(600)]
+    compile_text = "\n".join(events) + "\n"
+    metrics = "".join(json.dumps({"t": 900.0 + i, "value": 20.0, "unit": "Ktok/s"}) + "\n" for i in range(3))
+    want = compilelog.health_line(compilelog.summarize(events, compilelog.steady_at(metrics)))
+    assert "2 compiles, 1200 recompiles" in want  # each process's totals: 600 + 600, not the 400 drawn
+    run = "20260101-000000-abcd"
+    monkeypatch.setattr(report.jobs, "state", lambda ct, spec, run_id: {
+        "run": run, "path": RUN, "attempts": [{"attempt": 1, "started": 900.0}], "manifest": {}})
+    t = CountingTransport([
+        Expect(lambda argv: inner_argv(argv)[0] == "cat", 1, b"", b""),  # no known-good run
+        Expect(lambda argv: inner_argv(argv)[0] == "cat", 1, b"", b""),  # no warmup records
+        pulled("metrics.jsonl", metrics.encode()), pulled("gpu.csv", None), pulled("events.jsonl", None),
+        pulled("compile.jsonl", compile_text.encode()),
+        Expect(lambda argv: inner_argv(argv)[-2:] == (f"{RUN}/log", "0") and "f $size" in inner_argv(argv)[2], 0, b"f 15 -\n", b""),  # the log: a file
+        pulled("log", b"step 20 Ktok/s\n")])
+    page = report.write(SimpleNamespace(spec=spec, ct=Container(t, 200)), None, str(tmp_path / "r.html")).read_text()
+    t.assert_done()
+    assert f"{want} (the ticks" in page
+    assert len(timeline.parse("", "", "", None, compile_text).compiles) == timeline.MAX_COMPILES  # drawn: the latest

@@ -41,8 +41,9 @@ def test_the_drop_in_allows_exactly_the_root_programs_of_the_list():
 def test_the_drop_in_names_the_hosts_files_pct_and_programs_beside_it():
     text = sudo.sudoers("trainer", ["/opt/pve/bin/pct", "/usr/sbin/pct"])
     rule = sudo.rule_of(text, "trainer")
-    assert [r.split(" ")[0] for r in rule] == ["/opt/pve/bin/pct"] * 10 + ["/opt/pve/bin/pvesm"] \
-        + ["/usr/sbin/pct"] * 10 + ["/usr/sbin/pvesm"]
+    assert [r.split(" ")[0] for r in rule] == ["/opt/pve/bin/pct"] * 10 + ["/opt/pve/bin/pvesh", "/opt/pve/bin/pvesm"] \
+        + ["/usr/sbin/pct"] * 10 + ["/usr/bin/pvesh", "/usr/sbin/pvesm"]  # pvesh: a cluster's guest list, on Proxmox in /usr/bin
+    assert "/usr/bin/pvesh get /cluster/resources --type vm --output-format json" in rule
     assert all(line.startswith(("#", "Defaults:trainer ", "trainer ", "    /")) for line in text.splitlines())
     with pytest.raises(ValueError):
         sudo.sudoers("bad user;id")
@@ -261,3 +262,19 @@ def test_the_command_lines_remote_builds_are_allowed_and_no_other():
     assert sudo.allows("pct", ["exec", "201", "--keep-env", "0", "--", "id"])  # a drop-in made without a hosts file
 
 
+
+
+@pytest.mark.parametrize("sudo_key", [True, False])
+@pytest.mark.parametrize("pct", ["/bin/sh,/usr/sbin/pct", "/usr/sbin/../../bin/sh", "/usr/sbin/pct:x",
+                                 "sudo -n '/bin/sh, /usr/sbin/pct'"])
+def test_a_pct_path_that_is_not_plain_is_refused_naming_the_key(pct, sudo_key):
+    with pytest.raises(ConfigError, match=r"hosts\.pve1\.pct: .*(plain absolute path|exact path)"):
+        host(sudo=sudo_key, pct=pct)
+
+
+def test_the_drop_in_refuses_a_pct_path_that_would_widen_the_rule():
+    with pytest.raises(ValueError, match="plain absolute path"):
+        sudo.sudoers("trainer", ["/bin/sh,/usr/sbin/pct"])
+    with pytest.raises(ValueError, match="plain absolute path"):
+        sudo.rule_commands(["/usr/sbin/../../bin/sh"])
+    assert sudo.rule_of(sudo.sudoers("trainer", ["/opt/pve+1/pct"]), "trainer")[0].startswith("/opt/pve+1/pct ^exec ")

@@ -1,0 +1,199 @@
+"""Lab tier: a two-node Proxmox cluster (remote/lab/cluster.py: two sshd, two host keys, two pct nodes over
+one shared config tree). Containers found by `cluster:` only, a stale `host:` hint, a node the hosts file
+lacks, `pct migrate` with Proxmox's checks, a restart migration under a live run, quorum lost around a
+deploy's snapshot. Each task runs as the `remote` command does, in its own process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from support import LAB_WHEELS, free_port, wait_until
+
+pytestmark = pytest.mark.lab
+
+ROOT = Path(__file__).resolve().parents[2]
+PLACEMENT = {270: "pve1", 271: "pve2", 272: "pve2", 273: "pve1"}  # ids of this module's own
+
+SECTIONS = """
+venv:
+  packages: []
+code:
+  repo: {repo}
+  path: /root/plain
+train:
+  command: python3 -c "import time; time.sleep(900)"
+  run_dir: /root/runs
+"""
+
+
+def task(hosts: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "REMOTE_HOSTS_FILE": str(hosts), "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-c", "from remote.cli import program; program.run()", *args], env=env,
+                       capture_output=True, text=True, timeout=timeout, cwd=hosts.parent)
+    assert "Traceback" not in r.stderr, r.stderr
+    return r
+
+
+@pytest.fixture(scope="module")
+def cl():
+    from remote.lab.cluster import ClusterLab
+
+    lab = ClusterLab(dir=Path(tempfile.mkdtemp(prefix="remote-cluster-lab-", dir="/var/tmp")), port=free_port(),
+                     wheels_dir=LAB_WHEELS)
+    (lab.lxc / "273").mkdir(parents=True)
+    (lab.lxc / "273" / "storage").write_text("local-zfs\n")  # snapshots by copy: the quorum test takes them
+    try:
+        lab.up(PLACEMENT, wheels=False)
+        yield lab
+    finally:
+        from remote.transport import keeper
+
+        for f in lab.dir.glob("hosts*.yaml"):
+            keeper.disconnect(str(f))
+        lab.down(purge=True)
+
+
+def hosts_file(cl, name: str, containers: dict, *, nodes=None, extra: str = "") -> Path:
+    path = cl.dir / name
+    repo = cl.node("pve1").plain_repo()
+    path.write_text(cl.hosts_yaml(containers, nodes=nodes) + SECTIONS.format(repo=repo) + extra)
+    return path
+
+
+def test_pct_migrate_and_pvesh_answer_as_proxmox_does(cl):
+    pve1, pve2 = cl.node("pve1"), cl.node("pve2")
+    assert pve1.pct("exec", "271", "--", "true").stderr == "Configuration file 'nodes/pve1/lxc/271.conf' does not exist\n"
+    r = cl.migrate(270, "pve2")
+    assert r.returncode == 255 and r.stderr == "can't migrate running container without --online or --restart\n"
+    r = cl.migrate(270, "pve2", "--online")
+    assert r.returncode == 255 and "lxc live migration is currently not implemented" in r.stdout
+    assert "target is local node." in cl.migrate(270, "pve1", "--restart").stderr
+    assert cl.migrate(270, "pve9", "--restart").stderr == "no such cluster node 'pve9'\n"
+    cl.set_quorum("pve1", False)
+    try:
+        assert cl.migrate(270, "pve2", "--restart").stderr == "cluster not ready - no quorum?\n"
+        assert pve1.pct("snapshot", "270", "x").stderr == "cluster not ready - no quorum?\n"
+        assert pve1.pct("exec", "270", "--", "true").returncode == 0  # exec needs no write to /etc/pve
+    finally:
+        cl.set_quorum("pve1", True)
+    assert cl.owner(270) == "pve1" and pve1.pct("status", "270").stdout == "status: running\n"
+    listed = json.loads(subprocess.run([str(pve2.dir / "bin" / "pvesh"), "get", "/cluster/resources", "--type", "vm",
+                                        "--output-format", "json"], capture_output=True, text=True).stdout)
+    assert {g["vmid"]: g["node"] for g in listed} == PLACEMENT
+    vmlist = json.loads((cl.tree / ".vmlist").read_text())["ids"]
+    assert {int(k): v["node"] for k, v in vmlist.items()} == PLACEMENT
+
+
+def test_found_by_cluster_only_and_a_stale_hint_followed_with_one_line(cl):
+    hosts = hosts_file(cl, "hosts-found.yaml", {270: None, 271: "pve1"})
+    r = task(hosts, "exec", "-c", "270", "--", "hostname")
+    assert r.returncode == 0 and r.stdout.strip() == "lab270", r.stdout + r.stderr
+    r = task(hosts, "exec", "-c", "271", "--", "hostname")
+    assert r.returncode == 0 and r.stdout.strip() == "lab271", r.stdout + r.stderr
+    assert "271 is on pve2, not pve1 (the hosts file's host): using pve2" in r.stderr
+    r = task(hosts, "status", "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    where = {ctid: h["node"] for h in data["hosts"] for ctid in h["containers"]}
+    assert where == {"270": "pve1", "271": "pve2"}, data
+    assert {e["container"]: e["node"] for e in data["containers"]} == {270: "pve1", 271: "pve2"}
+    cl.move_config(270, "pve2")  # an admin moving a config off a dead node (or HA recovery): found there
+    try:
+        r = task(hosts, "exec", "-c", "270", "--", "hostname")
+        assert r.returncode == 0 and r.stdout.strip() == "lab270" and "is on" not in r.stderr, r.stdout + r.stderr
+    finally:
+        cl.move_config(270, "pve1")
+
+
+def test_a_node_the_hosts_file_lacks_is_named_with_the_key_to_add(cl):
+    hosts = hosts_file(cl, "hosts-one-node.yaml", {271: None}, nodes=("pve1",))
+    r = task(hosts, "exec", "-c", "271", "--", "true")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "node pve2 of cluster 'labcluster'" in r.stderr and "`cluster: labcluster`" in r.stderr
+
+
+def test_a_restart_migration_under_a_live_run_is_reported_lost_on_the_new_node(cl):
+    hosts = hosts_file(cl, "hosts-migrate.yaml", {272: "pve2"})
+    r = task(hosts, "deploy", "-c", "272")
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = task(hosts, "train", "-c", "272", "--detach")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+    def alive() -> bool:
+        d = json.loads(task(hosts, "status", "-c", "272", "--json").stdout)
+        return bool(d["containers"] and (d["containers"][0].get("run") or {}).get("alive"))
+
+    assert wait_until(alive, 60)
+    m = cl.migrate(272, "pve1", "--restart")
+    assert m.returncode == 0 and "migration finished successfully" in m.stdout, m.stdout + m.stderr
+    r = task(hosts, "status", "-c", "272", "--json")
+    data = json.loads(r.stdout)
+    assert "272 is on pve1, not pve2 (the hosts file's host): using pve1" in r.stderr
+    entry = data["containers"][0]
+    assert entry["node"] == "pve1" and entry["run"]["alive"] is False and entry["run"]["lost"], entry
+    assert entry["run"]["moved_from"] == "pve2", entry  # the migration named: the run started on pve2
+    r = task(hosts, "status", "-c", "272")
+    assert "LOST (no exit record: the container moved from node pve2 since it started" in r.stdout, r.stdout
+    r = task(hosts, "deploy", "-c", "272")  # venv and checkout travelled with the rootfs: nothing to do
+    assert r.returncode == 0 and "nothing to do, everything verified" in r.stdout, r.stdout + r.stderr
+
+
+def test_quorum_lost_snapshot_always_refuses_auto_goes_on_and_exec_works(cl):
+    always = hosts_file(cl, "hosts-always.yaml", {273: None}, extra="deploy:\n  snapshot: always\n")
+    auto = hosts_file(cl, "hosts-auto.yaml", {273: None})
+    cl.set_quorum("pve1", False)
+    try:
+        r = task(always, "deploy", "-c", "273")
+        assert r.returncode == 1 and "no quorum" in r.stderr and "nothing was changed" in r.stderr, r.stdout + r.stderr
+        assert task(always, "exec", "-c", "273", "--", "test", "-e", "/root/plain").returncode == 1  # nothing shipped
+        r = task(auto, "deploy", "-c", "273")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "no snapshot: the cluster has no quorum on node pve1" in r.stdout, r.stdout
+        assert task(auto, "exec", "-c", "273", "--", "test", "-e", "/root/plain").returncode == 0
+    finally:
+        cl.set_quorum("pve1", True)
+
+
+def test_init_on_a_cluster_node_writes_every_node_and_container(cl):
+    out = cl.dir / "hosts-init.yaml"
+    r = task(out, "init", "--address", cl.ip("pve1"), "--port", str(cl.port), "--key-file", str(cl.key_file),
+             "--known-hosts", str(cl.known_hosts), "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    from remote import config
+
+    c = config.load(str(out))
+    assert {h.node_name: (h.address, h.cluster) for h in c.hosts.values()} == {
+        "pve1": (cl.ip("pve1"), "labcluster"), "pve2": (cl.ip("pve2"), "labcluster")}
+    assert {ctid: s.host.node_name for ctid, s in c.containers.items()} == {ctid: cl.owner(ctid) for ctid in PLACEMENT}
+    r = task(out, "exec", "-c", "271", "--", "hostname")
+    assert r.returncode == 0 and r.stdout.strip() == "lab271" and "is on" not in r.stderr, r.stdout + r.stderr
+
+
+PLANT = """import json, sys
+path = "/root/venv/remote-venv.json"
+record = json.load(open(path))
+record["verify"]["dists"]["nvidia-nccl-cu12"] = sys.argv[1]
+json.dump(record, open(path, "w"))
+"""
+
+
+def test_a_multi_node_launch_across_nodes_is_refused_on_a_planted_nccl_difference(cl):
+    hosts = hosts_file(cl, "hosts-gate.yaml", {270: None, 271: None})
+    r = task(hosts, "deploy", "-c", "270,271")
+    assert r.returncode == 0, r.stdout + r.stderr
+    for ctid, version in ((270, "2.26.2"), (271, "2.21.5")):  # what two venvs built apart can hold
+        assert task(hosts, "exec", "-c", str(ctid), "--", "python3", "-c", PLANT, version).returncode == 0
+    r = task(hosts, "train", "-c", "270,271", "--detach")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "nothing was started" in r.stderr
+    assert "NCCL: nvidia-nccl-cu12 2.26.2 on 270 (pve1); nvidia-nccl-cu12 2.21.5 on 271 (pve2)" in r.stderr, r.stderr
+    runs = task(hosts, "exec", "-c", "271", "--", "sh", "-c", "ls /root/runs 2>/dev/null | wc -l")
+    assert runs.stdout.strip() == "0", runs.stdout
