@@ -38,12 +38,19 @@ def pytest_collection_modifyitems(session, config, items):
         rows = _rows(item)
         if rows:
             config._fault[item.nodeid] = {"rows": rows, "outcome": "not run", "seconds": 0.0}
+            item.user_properties.append(("fault_rows", rows))  # to the controller, under xdist
 
 
 def pytest_runtest_logreport(report):
-    entry = getattr(_CONFIG, "_fault", {}).get(report.nodeid) if _CONFIG else None
-    if entry is None:
+    found = getattr(_CONFIG, "_fault", None) if _CONFIG else None
+    if found is None:
         return
+    entry = found.get(report.nodeid)
+    if entry is None:  # under xdist the controller collects nothing: the worker's report carries the rows
+        rows = dict(report.user_properties).get("fault_rows")
+        if not rows:
+            return
+        entry = found[report.nodeid] = {"rows": [list(r) for r in rows], "outcome": "not run", "seconds": 0.0}
     entry["seconds"] += report.duration
     if report.when == "call" or report.outcome != "passed":
         outcome = report.outcome
@@ -65,6 +72,6 @@ def pytest_sessionstart(session):
 
 def pytest_sessionfinish(session, exitstatus):
     path = session.config.getoption("fault_json")
-    if path:
+    if path and not hasattr(session.config, "workerinput"):  # an xdist worker: the controller writes it
         with open(path, "w") as f:
             json.dump(session.config._fault, f, indent=1, sort_keys=True)

@@ -198,10 +198,10 @@ def test_a_copy_reads_the_target_under_its_lease_and_writes_no_passport_once_it_
         seen = {}
         real_look, real_stream = cachecopy.look, cachecopy._stream_copy
 
-        def look(session, ctid):
-            if ctid == B:  # the target's holding: is its lease ours while it is read?
+        def look(t):
+            if t.ctid == B:  # the target's holding: is its lease ours while it is read?
                 seen["lease"] = ctb.run(["bash", "-c", f"cat {LEASE} 2>/dev/null; true"]).out
-            return real_look(session, ctid)
+            return real_look(t)
 
         def stream_then_taken_over(*args, **kw):
             got = real_stream(*args, **kw)

@@ -56,7 +56,7 @@ def test_a_live_run_that_is_not_the_latest_counts_everywhere(lab_session, ct):
     assert got.live == (a,) and not got.orphans and got.current == b
 
     result = stop(ct, spec, grace=2)  # no --run: every live run
-    assert [o["run"] for o in result["others"]] == [a] and result["others"][0]["was_alive"]
+    assert [o.run for o in result.others] == [a] and result.others[0].was_alive
     assert not live_ids(ct, spec) and ct.run(["kill", "-0", str(pid_a)], check=False).exit_code != 0
 
 
@@ -85,5 +85,5 @@ def test_a_run_whose_pid_file_is_late_is_started_and_counts_as_running(lab_sessi
     assert set(got.live) == {run, "late"} and not got.orphans
     assert "runs-concurrent" in {f.code for f in findings(facts.gather(ct, spec, fresh=True), spec)}
     result = stop(ct, spec, grace=2)
-    assert {result["run"], *(o["run"] for o in result["others"])} == {run, "late"}
+    assert {result.run, *(o.run for o in result.others)} == {run, "late"}
     assert not live_ids(ct, spec)

@@ -180,8 +180,8 @@ def test_stop_during_a_backoff_leaves_nothing_and_starts_nothing(ct, spec):
     # attempts 1 and 2 fail at once; the backoff before attempt 3 is 2 s
     assert wait_until(lambda: len(state(ct, spec, run_id)["attempts"]) == 2 and
                       state(ct, spec, run_id)["attempts"][-1]["exit"] == 3, 30)
-    result = stop(ct, spec, run_id, grace=2)
-    assert result["left"] == []
+    result = stop(ct, spec, run_id, grace=2)  # raises where a process of it is left after KILL
+    assert result.run == run_id and result.was_alive
     time.sleep(4 + 1)  # longer than the backoff it interrupted
     st = state(ct, spec, run_id)
     assert not st["alive"] and st["orphans"] == []
@@ -207,5 +207,5 @@ def test_metrics_jsonl_holds_the_values_the_log_printed_and_no_gpu_csv_on_a_cpu_
         got = pull_run(target_of(lab_session, CT), run_id, str(tmp_path), progress=False, echo=lambda s: None)
     finally:
         lab_session.config.containers[CT] = saved
-    assert "metrics.jsonl" in got["pulled"] and "gpu.csv" not in got["pulled"]
+    assert "metrics.jsonl" in got.pulled and "gpu.csv" not in got.pulled
     assert (tmp_path / run_id / "metrics.jsonl").read_text() == cat(ct, f"{st['path']}/metrics.jsonl")
