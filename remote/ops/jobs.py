@@ -18,6 +18,7 @@ import json
 import re
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -389,7 +390,7 @@ class CompileNotices:
 
     MAX_WAITING = 200
 
-    def __init__(self, echo=print):
+    def __init__(self, echo: Callable[[str], None]) -> None:
         self.echo, self.notices = echo, compilelog.Notices()
         self.steady: float | None = None
         self.waiting: list[compilelog.CompileEvent] = []
