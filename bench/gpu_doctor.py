@@ -29,25 +29,10 @@ sys.path.insert(0, ROOT)
 
 from remote import config, facts, gpudoctor  # noqa: E402
 from remote.errors import RemoteError  # noqa: E402
+from remote.lab.testing import Recording as Counting  # noqa: E402
 from remote.ops import jobs  # noqa: E402
 from remote.transport import for_host  # noqa: E402
 from remote.transport.session import Session  # noqa: E402
-
-
-class Counting:
-    def __init__(self, inner):
-        self.inner, self.calls = inner, []
-        self.name = inner.name
-
-    def run(self, argv, **kw):
-        self.calls.append(list(argv))
-        return self.inner.run(argv, **kw)
-
-    def describe(self, argv):
-        return self.inner.describe(argv)
-
-    def close(self):
-        self.inner.close()
 
 
 def doctor_cli(args) -> tuple[float, int, dict]:

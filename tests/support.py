@@ -110,22 +110,7 @@ train:
 """
 
 
-class CountingTransport:
-    """Wraps a transport and records every command, to assert how many round trips a step takes."""
-
-    def __init__(self, inner):
-        self.inner, self.calls = inner, []
-        self.name = inner.name
-
-    def run(self, argv, **kw):
-        self.calls.append(list(argv))
-        return self.inner.run(argv, **kw)
-
-    def describe(self, argv):
-        return self.inner.describe(argv)
-
-    def close(self):
-        self.inner.close()
+# Wraps a real transport and records every command (remote/lab/testing.py)
 
 
 def load_config(path, **edits):

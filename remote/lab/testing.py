@@ -191,3 +191,22 @@ class FakeCluster:
 
     def connections(self) -> dict[str, int]:
         return {name: t.connections for name, t in self.transports.items()}
+
+
+class Recording:
+    """Wraps a real transport and records every command it runs: how many round trips a step takes, on the
+    lab (the tests' and bench's counting transport)."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, []
+        self.name = inner.name
+
+    def run(self, argv, **kw):
+        self.calls.append(list(argv))
+        return self.inner.run(argv, **kw)
+
+    def describe(self, argv):
+        return self.inner.describe(argv)
+
+    def close(self):
+        self.inner.close()
