@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..ops.compilelog import describe, parse_line
+from ..ops.compilelog import number as _num  # a finite float, or None (an int too large for one too)
 from ..results import CompileEvent
 
 
@@ -28,12 +29,6 @@ class Timeline:
 
     def __bool__(self) -> bool:
         return bool(self.metrics or self.gpu or self.compiles)
-
-
-def _num(v) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    return float(v) if math.isfinite(v) else None
 
 
 def _cell(s: str) -> float | None:

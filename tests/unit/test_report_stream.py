@@ -119,3 +119,9 @@ def test_the_report_counts_compiles_from_the_whole_file_as_status_does(tmp_path,
     t.assert_done()
     assert f"{want} (the ticks" in page
     assert len(timeline.parse("", "", "", None, compile_text).compiles) == timeline.MAX_COMPILES  # drawn: the latest
+
+
+def test_a_metrics_row_with_an_integer_too_large_for_a_float_is_skipped_not_a_crash():
+    rows = ['{"t": 1' + "0" * 400 + ', "value": 5}', '{"t": 2, "value": 1e999}', '{"t": 3, "value": 7.5, "unit": "tok/s"}']
+    tl = timeline.parse(metrics="\n".join(rows) + "\n")
+    assert tl.metrics == [(3.0, 7.5)] and tl.unit == "tok/s"
