@@ -118,7 +118,7 @@ def exec_(c, command, container=None, timeout=None, dry=False, hosts=None):
     string as the one word after the task) runs a bash command line. Once deployed, the command runs
     in the checkout with the job's environment (venv, compile cache, train.env); its output streams
     back and `remote` exits with its status."""
-    with fleet_of(hosts, dry, stderr_progress=True) as fleet:
+    with fleet_of(hosts, dry, stderr_progress=not dry) as fleet:  # a dry run prints its commands on stdout
         try:
             result = fleet.container(container).exec(command if isinstance(command, str) else list(command),
                                                      timeout=timeout, on_output=_stream)

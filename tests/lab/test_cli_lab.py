@@ -58,7 +58,7 @@ def test_init_writes_a_hosts_file_of_the_hosts_containers_that_loads_and_reaches
     assert set(config.containers) == set(lab.containers()) >= set(LAB_CONTAINERS)
     assert config.hosts["pve"].port == lab.port and config.hosts["pve"].key_file == str(lab.key_file)
     for ctid in LAB_CONTAINERS:
-        assert f"  {ctid}:  # lab{ctid}, running\n    host: pve\n" in text  # its hostname, from `pct config`
+        assert f"  {ctid}:  # lab{ctid}, running\n    host: \"pve\"\n" in text  # its hostname, from `pct config`
     assert text.startswith(f"# Hosts file for `remote`, written by `remote init` from 127.0.0.1:{lab.port} on ")
 
     status = remote("status", "--hosts", str(out))
