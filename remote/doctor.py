@@ -15,6 +15,7 @@ from .config import ContainerSpec
 from .errors import RemoteError
 from .facts import Facts, gather, gpu_problem
 from .naming import printable
+from .ops import code as codemod
 from .ops import compilelog, layout
 from .ops import passport as pp
 from .ops import venv as venvmod
@@ -62,8 +63,15 @@ def _cuda_tuple(v: str | None) -> tuple[int, ...] | None:
     return tuple(int(x) for x in v.split(".")[:2])
 
 
-def findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
-    """Every finding about one container. Pure: facts and spec in, findings out (tested as data)."""
+def pinned(spec: ContainerSpec) -> codemod.Pin | str | None:
+    """What the hosts file pins (code.ref of code.repo, resolved here as deploy resolves it), for findings'
+    `pin`: a str says why it cannot be read; None without code.repo."""
+    return codemod.pin_of(spec.code.repo, spec.code.ref)
+
+
+def findings(facts: Facts, spec: ContainerSpec, pin: codemod.Pin | str | None = None) -> list[Finding]:
+    """Every finding about one container. Pure: facts and spec in, findings out (tested as data). `pin`:
+    `pinned(spec)`, for `checkout-stale` (a deployed commit that is not what the hosts file pins now)."""
     kg = facts.known_good
     out: list[Finding] = []
     add = out.append
@@ -208,10 +216,18 @@ def findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
                     "the checkout's commit and edits cannot be known", "fix what git says (e.g. `git config "
                     "--global --add safe.directory <path>` for dubious ownership), or remote deploy"))
     else:
+        if isinstance(pin, str):
+            add(Finding("checkout-unpinned", "info", f"the checkout was not compared with the hosts file's "
+                        f"code.ref: {pin}", None, "a deployed commit that is not the pinned one goes unnoticed",
+                        None))
         if co.deployed and co.head != co.deployed:
             add(Finding("checkout-moved", "error", f"checkout at {(co.head or 'nothing')[:12]}, deployed "
                         f"{co.deployed[:12]}", _since(kg, (kg or {}).get("commit"), co.head),
                         "the code that runs is not the code that was deployed and warmed", "remote deploy"))
+        elif isinstance(pin, codemod.Pin) and codemod.stale(pin, co.record):
+            add(Finding("checkout-stale", "warning", str(codemod.stale(pin, co.record)), None,
+                        "a run trains the deployed commit, not the one the hosts file names; train's preflight "
+                        "refuses it", "remote deploy"))
         elif kg and kg.get("commit") and co.head and kg["commit"] != co.head:
             add(Finding("commit-changed", "info", f"commit {co.head[:12]}",
                         f"changed since {known_good_label(kg)}: it ran {kg['commit'][:12]}",
@@ -364,7 +380,7 @@ def diagnose(session: Session, ctids: list[int], *, fresh: bool = False) -> list
             facts = gather(session.container_for(spec, venv_on_path=False), spec, fresh=fresh)
         except RemoteError as exc:
             return Report(spec.ctid, spec.host.name, [], None, str(exc))
-        return Report(spec.ctid, spec.host.name, findings(facts, spec), facts)
+        return Report(spec.ctid, spec.host.name, findings(facts, spec, pinned(spec)), facts)
 
     return executor.values(session.config, ctids, one)
 

@@ -339,7 +339,7 @@ class Container:
         from .. import doctor as dr
 
         facts = dr.gather(self._target.system, self.spec, fresh=fresh)
-        report = dr.Report(self.id, self.host, dr.findings(facts, self.spec), facts)
+        report = dr.Report(self.id, self.host, dr.findings(facts, self.spec, dr.pinned(self.spec)), facts)
         return list(_diagnosis(report).findings)
 
 

@@ -12,6 +12,7 @@ import contextlib
 import functools
 import inspect
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -105,7 +106,7 @@ def handled(fn: Callable) -> Callable:
             return fn(*args, **kwargs)
         except RemoteError as exc:  # its message may quote a container: escapes shown, lines kept
             exc = cli_words(exc)
-            raise Exit(f"error: {printable(str(exc), lines=True)}", code=exit_status(exc)) from None
+            raise Exit(f"error: {cli_text(printable(str(exc), lines=True))}", code=exit_status(exc)) from None
         except KeyboardInterrupt:
             raise Exit("interrupted", code=130) from None
 
@@ -118,6 +119,26 @@ def cli_words(exc: RemoteError) -> RemoteError:
         return ConfigError(exc.file, "--container" if exc.key == "container" else exc.key,
                            exc.message.replace("name one (the container argument)", "pass --container"))
     return exc
+
+
+# The library's messages name its own words (`force=True`, `container(200).runs()`); the command line says
+# its flags and tasks instead. Each: the library's phrase (a pattern) and the command line's.
+LIBRARY_WORDS = [
+    (re.compile(r"pass warmup=True to train"), r"`remote train --warmup`"),
+    (re.compile(r"\bforce=True\b"), "--force"),
+    (re.compile(r"\ballow_dirty=True\b"), "--allow-dirty"),
+    (re.compile(r"another out= writes another"), "--out FILE writes another"),
+    (re.compile(r"\bcontainer\((\d+)\)\.runs\(\)"), r"`remote runs -c \1`"),
+    (re.compile(r"\bcontainer\((\d+)\)\.stop\(\)"), r"`remote stop -c \1`"),
+    (re.compile(r"\bcontainer\((\d+)\)\.log\(follow=True\)"), r"`remote logs -c \1 --follow`"),
+]
+
+
+def cli_text(text: str) -> str:
+    """A library message in the command line's words (LIBRARY_WORDS)."""
+    for library, words in LIBRARY_WORDS:
+        text = library.sub(words, text)
+    return text
 
 
 # -- printing: `[id] ` in front of each line of a container's part of a `-c all` task ---------------------

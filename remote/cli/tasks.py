@@ -39,6 +39,7 @@ from .table import (  # noqa: F401
     TASKS,
     Exit,
     SayStream,
+    cli_text,
     exit_status,
     fleet_of,
     fleet_task,
@@ -607,7 +608,7 @@ def _call(call: cliparse.Call) -> int:
             say(e.message, file=sys.stderr)
         return e.code if isinstance(e.code, int) and 0 <= e.code <= 255 else 1
     except RemoteError as exc:  # a task without @handled
-        say(f"error: {printable(str(exc), lines=True)}", file=sys.stderr)
+        say(f"error: {cli_text(printable(str(exc), lines=True))}", file=sys.stderr)
         return exit_status(exc)
     except KeyboardInterrupt:
         say("interrupted", file=sys.stderr)

@@ -56,12 +56,55 @@ def resolve(repo: str, ref: str, allow_dirty: bool = False) -> LocalCommit:
     changed = dirty_files(repo) if ref == "HEAD" else []
     if changed and not allow_dirty:
         listing = "\n  ".join(changed[:20]) + ("\n  ..." if len(changed) > 20 else "")
-        raise DeployError(f"{repo} has uncommitted changes; commit them, or pass --allow-dirty to ship them "
+        raise DeployError(f"{repo} has uncommitted changes; commit them, or pass allow_dirty=True to ship them "
                           f"(recorded as dirty):\n  {listing}")
     if changed:
         stash = _git(repo, "stash", "create", f"remote deploy of a dirty tree based on {commit[:12]}").strip()
         return LocalCommit(repo, stash or commit, ref, bool(stash), commit)
     return LocalCommit(repo, commit, ref, False, commit)
+
+
+@dataclass(frozen=True)
+class Pin:
+    """What the hosts file pins: code.ref of code.repo, resolved on this machine as deploy resolves it (no
+    stash is made: a dirty tree is named in `edited`, for a note)."""
+
+    repo: str
+    ref: str
+    commit: str
+    edited: tuple[str, ...] = ()  # tracked files with uncommitted changes (code.ref HEAD only)
+
+
+def pin(repo: str, ref: str) -> Pin:
+    """code.ref of code.repo now; DeployError when the repository or the ref is not there."""
+    if not Path(repo).is_dir() or not _ok(repo, "rev-parse", "--git-dir"):
+        raise DeployError(f"code.repo: {repo} is not a git repository")
+    commit = _git(repo, "rev-parse", "--verify", "-q", f"{ref}^{{commit}}", check=False).strip()
+    if not commit:
+        raise DeployError(f"code.ref: {ref!r} is not a commit in {repo}")
+    return Pin(repo, ref, commit, tuple(dirty_files(repo)) if ref == "HEAD" else ())
+
+
+def pin_of(repo: str | None, ref: str) -> Pin | str | None:
+    """The hosts file's pin (code.repo, code.ref), why it cannot be read here (a str), or None without code.repo."""
+    if not repo:
+        return None
+    try:
+        return pin(repo, ref)
+    except DeployError as exc:
+        return str(exc)
+
+
+def stale(p: Pin, record: dict | None) -> str | None:
+    """How the deployed checkout (its deploy record) differs from what the hosts file pins now, or None when
+    it is that commit (a dirty deploy: based on it). No record: nothing to compare (other checks say so). Pure."""
+    if not record:
+        return None
+    deployed = str((record.get("base") or record.get("commit")) if record.get("dirty") else record.get("commit"))
+    if deployed == p.commit:
+        return None
+    return (f"the checkout is at {deployed[:12]}, but the hosts file pins {p.commit[:12]} (code.ref {p.ref} of "
+            f"{p.repo})")
 
 
 def show(repo: str, commit: str, path: str) -> str | None:

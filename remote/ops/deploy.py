@@ -255,12 +255,12 @@ def _refuse_running_job(ct: Container, spec: ContainerSpec, force: bool, summary
     what = jobs.live_text(live)
     if not force:
         raise BusyError(spec.ctid, f"container {spec.ctid}: {what} {'is' if len(live) == 1 else 'are'} still "
-                                   "running; a deploy would change its checkout and venv under it. `remote stop` "
-                                   "first (it stops every live run), or pass --force (a venv is kept while any "
-                                   "process uses it)",
+                                   f"running; a deploy would change its checkout and venv under it. Stop it first "
+                                   f"(container({spec.ctid}).stop() stops every live run), or pass force=True (a "
+                                   "venv is kept while any process uses it)",
                         {"run": live[-1]["run"], "pid": live[-1]["pid"], "live": live})
-    echo(f"==> --force: deploying while {what} {'is' if len(live) == 1 else 'are'} running")
-    summary.kept.append(f"{what} left running (--force)")
+    echo(f"==> forced: deploying while {what} {'is' if len(live) == 1 else 'are'} running")
+    summary.kept.append(f"{what} left running (forced)")
 
 
 def _apply(ct: Container, spec: ContainerSpec, state: dict, plan: Plan, local: codemod.LocalCommit | None,

@@ -212,8 +212,8 @@ def check_target(out: str, force: bool) -> None:
     if path.is_dir():
         raise ConfigError(out, "", "is a folder: give --out a file name")
     if path.exists() and not force:
-        raise ConfigError(out, "", "exists already: remote init never overwrites it (--force replaces it, "
-                          "--out FILE writes another)")
+        raise ConfigError(out, "", "exists already: it is never overwritten (force=True replaces it, another out= "
+                          "writes another)")
     if not path.resolve().parent.is_dir():
         raise ConfigError(out, "", f"its folder {path.parent} does not exist")
 
@@ -232,6 +232,6 @@ def write(out: str, text: str, force: bool) -> None:
         else:
             os.link(tmp, path)  # fails if it appeared meanwhile: never overwritten unasked
     except FileExistsError:
-        raise ConfigError(out, "", "exists already (made while init ran): --force replaces it") from None
+        raise ConfigError(out, "", "exists already (made while init ran): force=True replaces it") from None
     finally:
         tmp.unlink(missing_ok=True)

@@ -31,6 +31,7 @@ from ..results import ContainerStatus, JobStatus, PulledRun, RunStatus, Stopped
 from ..target import Target
 from ..transport.pct import Container
 from ..transport.session import HostState, Session
+from . import code as codemod
 from . import compilelog, files, jobenv, layout, logs, oplock, pyspy
 from . import warmup as wm
 from .runwatch import EXIT_STALLED, parse_attempts, read_watch, stall_text, watch_settings
@@ -44,11 +45,13 @@ class Preflight:
     notes: list[str]
 
 
-def preflight(ct: Container, spec: ContainerSpec, *, echo=quiet, host_gpu=None) -> Preflight:
+def preflight(ct: Container, spec: ContainerSpec, *, echo=quiet, host_gpu=None, force: bool = False) -> Preflight:
     """Everything that must be true before a training job starts, read in one facts probe (its GPU passthrough
     part included); every problem found is named at once, each with how to fix it. `host_gpu`: a callable
     that reads the host's GPU facts (remote.facts.gpu.read_host), run at the same time as the probe, for
-    the warnings only the host can give (a pending reboot); its failure is no problem of the run's."""
+    the warnings only the host can give (a pending reboot); its failure is no problem of the run's.
+    The checkout is compared with what the hosts file pins (code.ref resolved here, as deploy does): a
+    deployed commit that is not the pinned one is refused unless `force` (then a note)."""
     pending = None
     if host_gpu is not None and not ct.dry:
         from concurrent.futures import ThreadPoolExecutor
@@ -67,7 +70,7 @@ def preflight(ct: Container, spec: ContainerSpec, *, echo=quiet, host_gpu=None) 
             host = pending.result(timeout=90)
         except Exception as exc:  # noqa: BLE001 -- the host's part only warns: it never stops a launch
             echo(f"preflight: !! the host's GPU facts could not be read: {exc}")
-    return check(raw, spec, host)
+    return check(raw, spec, host, pin=codemod.pin_of(spec.code.repo, spec.code.ref), force=force)
 
 
 def _host_gpu(session, spec: ContainerSpec):
@@ -88,16 +91,31 @@ def only_warmup_missing(exc: JobError) -> bool:
     return str(exc).startswith("no warmup")
 
 
-def check(raw: dict, spec: ContainerSpec, host=None) -> Preflight:
+def check(raw: dict, spec: ContainerSpec, host=None, *, pin: codemod.Pin | str | None = None,
+          force: bool = False) -> Preflight:
     """Preflight over the probe's answer (parts facts.PREFLIGHT) and, where read, the host's GPU facts
-    (remote.facts.gpu.HostGpu). Pure: tested as data."""
+    (remote.facts.gpu.HostGpu); `pin`: what the hosts file pins (remote.ops.code.pin_of: a Pin, why it could
+    not be read, or None without code.repo). Pure: tested as data."""
     from ..facts import gpu as gpufacts
 
     state = wm.deployed_in(raw, spec)
     commit, venv = state["code"]["commit"], state["venv"]
     verify = venv.get("verify") or {}
     notes = [_verified(venv)]
-    problems = wm.unlike_deployed(raw, spec, state, hints=True)
+    problems: list[str] = []
+    behind = None
+    if isinstance(pin, str):
+        notes.append(f"!! the checkout was not compared with the hosts file's code.ref: {pin}")
+    elif pin is not None:
+        behind = codemod.stale(pin, (raw.get("code") or {}).get("record"))
+        if behind and force:
+            notes.append(f"!! {behind}: training the deployed commit anyway (forced)")
+        elif behind:
+            problems.append(f"{behind}: `remote deploy` ships it, or pass force=True to train the deployed commit")
+        elif pin.edited:
+            notes.append(f"!! {pin.repo} has uncommitted changes that are not in the container "
+                         f"({', '.join(pin.edited[:5])}): `remote deploy` with allow_dirty=True ships them")
+    problems += wm.unlike_deployed(raw, spec, state, hints=True)
     # The GPU passthrough: an error finding refuses the launch; a pending host reboot is a warning.
     ct_gpu = facts.gpu_of(raw)
     gpu_found = gpufacts.findings(host, spec.ctid, ct_gpu) if ct_gpu is not None else []
@@ -112,11 +130,11 @@ def check(raw: dict, spec: ContainerSpec, host=None) -> Preflight:
         missing = wm.missing_in(recs, spec, state)
         if missing:
             problems.append("no warmup for this commit, venv, command and environment -- " + "; ".join(missing)
-                            + ": run `remote warmup` (or `remote train --warmup`); a cold cache is when threads race")
+                            + ": run `remote warmup` (or pass warmup=True to train); a cold cache is when threads race")
         elif wm.compiled(recs, spec, state) and \
                 not (raw.get("cache") or {}).get("filled", {}).get(folder.rsplit("/", 1)[-1]):
             problems.append(f"no warmup: the compile cache {folder} is gone or empty although its warmups "
-                            "compiled into it (deleted by hand?): run `remote warmup` (or `remote train --warmup`); "
+                            "compiled into it (deleted by hand?): run `remote warmup` (or pass warmup=True to train); "
                             "a cold cache is when threads race")
     torch = facts.torch_of(raw)
     if torch.error and verify.get("torch"):  # a venv deploy verified with torch in it
@@ -138,7 +156,8 @@ def check(raw: dict, spec: ContainerSpec, host=None) -> Preflight:
     if problems:
         raise JobError(problems[0] if len(problems) == 1 else
                        f"{len(problems)} problems, nothing was started:\n" + "\n".join(f"  - {p}" for p in problems))
-    notes.append(f"checkout clean at {commit[:12]}")
+    notes.append(f"checkout clean at {commit[:12]}" + (f", as the hosts file pins (code.ref {pin.ref})"
+                                                        if isinstance(pin, codemod.Pin) and not behind else ""))
     if spec.warmup.command:
         notes.append(f"warmup done for {', '.join(wm.devices_of(spec))}")
     notes.append(f"compile cache {folder}")
@@ -213,8 +232,9 @@ def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = 
             raise JobError(f"launch refused: {exc.stderr_tail} (the wrapper's file in the container; nothing was "
                            "started)") from None
         if exc.command_status == 5:  # a job runs there: busy (exit 3), as deploy's refusal is
-            raise JobRunning(spec.ctid, f"container {spec.ctid}: {exc.stderr_tail} -- `remote stop` it, follow it "
-                            "with `remote logs --follow`, or pass --force to start another") from None
+            raise JobRunning(spec.ctid, f"container {spec.ctid}: {exc.stderr_tail} -- stop it (container({spec.ctid})"
+                             f".stop()), follow it (container({spec.ctid}).log(follow=True)), or pass force=True to "
+                             "start another") from None
         raise JobError(f"launch failed: {exc}") from None
     return run_id, int(r.out.strip().splitlines()[-1]) if not ct.dry else 0
 
@@ -318,7 +338,7 @@ def unknown_run(spec: ContainerSpec, run_id: str, latest: list[str]) -> UnknownR
     ids = [i for i in latest if RUN_ID.fullmatch(i)]
     have = f"the latest: {', '.join(ids)}" if ids else "it has none"
     return UnknownRun(f"container {spec.ctid} has no run '{printable(run_id)}' in {spec.train.run_dir}; {have} "
-                    f"(`remote runs -c {spec.ctid}` lists them)")
+                    f"(container({spec.ctid}).runs() lists them)")
 
 
 def describe_end(st: dict) -> str:
@@ -463,7 +483,7 @@ def start(t: Target, *, force: bool = False, warmup: bool = False, echo=quiet, c
         # Preflight and launch under one operation lease: no deploy from another controller can move the
         # checkout or swap the venv between what preflight read and what the manifest records.
         with oplock.hold(ct, "train") as held:
-            pre = preflight(ct, spec, echo=echo, host_gpu=_host_gpu(session, spec))
+            pre = preflight(ct, spec, echo=echo, host_gpu=_host_gpu(session, spec), force=force)
             for note in pre.notes:
                 echo(printable(f"preflight: {note}"))
             return launch(ct, spec, pre, force=force, held=held, echo=echo, command=command, env=env)

@@ -135,12 +135,12 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
     def check(ctid: int):
         spec, ct = nodes[ctid].spec, nodes[ctid].ct
         try:
-            return jobs.preflight(ct, spec, echo=echo)
+            return jobs.preflight(ct, spec, echo=echo, force=force)
         except JobError as exc:
             if not (warmup and jobs.only_warmup_missing(exc)):
                 return exc
             wm.warmup(nodes[ctid], echo=echo)
-            return jobs.preflight(ct, spec, echo=echo)
+            return jobs.preflight(ct, spec, echo=echo, force=force)
         except RemoteError as exc:
             return exc
 

@@ -267,10 +267,11 @@ def _rollback(session: Session, spec: ContainerSpec, ct: Container, chosen: Snap
         live = jobs.state(ct, spec).get("live") or []
         if live and not force:
             raise BusyError(spec.ctid, f"container {spec.ctid}: {jobs.live_text(live)} still running; a rollback "
-                                       "kills the container. `remote stop` first, or pass --force",
+                                       f"kills the container. Stop it first (container({spec.ctid}).stop()), or pass "
+                                       "force=True",
                             {"run": live[-1]["run"], "pid": live[-1]["pid"], "live": live})
         if live:
-            echo(f"==> --force: rolling back while {jobs.live_text(live)} runs (it is killed)")
+            echo(f"==> forced: rolling back while {jobs.live_text(live)} runs (it is killed)")
     config = ct._pct("config", str(spec.ctid), mutates=False)
     kept, restored = where_things_live(spec, config.out if config.ok else "")
     echo(f"==> pct rollback {spec.ctid} {chosen.name}" + (" (the container is stopped, then started again)"

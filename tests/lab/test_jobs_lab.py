@@ -99,7 +99,7 @@ def test_the_job_survives_the_controller_being_killed(lab_hosts, deployed, lab_s
 def test_a_second_train_is_refused_unless_forced(ct, spec):
     first, _ = launch(ct, spec, PRE, command="sleep 300")
     try:
-        with pytest.raises(BusyError, match=f"busy: run {first} .* is still running.*--force") as busy:
+        with pytest.raises(BusyError, match=f"busy: run {first} .* is still running.*force=True") as busy:
             launch(ct, spec, PRE, command="sleep 300")
         assert busy.value.exit_code == 3  # busy, as a deploy refused by a live job is
         second, _ = launch(ct, spec, PRE, command="sleep 300", force=True)

@@ -373,7 +373,10 @@ def test_an_unknown_run_is_named_with_the_latest_ids_the_container_gave():
     spec = cfg.parse({"hosts": {"h": {"address": "a"}}, "containers": {200: {"host": "h"}}}, "h.yaml").containers[200]
     message = str(unknown_run(spec, "nosuch", st["latest"]))
     assert message == ("container 200 has no run 'nosuch' in /root/runs; the latest: 20261201-100000-aaaa, "
-                       "20261201-110000-bbbb (`remote runs -c 200` lists them)")  # what is no run id is left out
+                       "20261201-110000-bbbb (container(200).runs() lists them)")  # what is no run id is left out
+    from remote.cli.table import cli_text
+
+    assert cli_text(message).endswith("(`remote runs -c 200` lists them)")  # the command line says its task
     assert "has none" in str(unknown_run(spec, "nosuch", []))
     assert unknown_run(spec, "nosuch", []).exit_code == 2  # bad input, as the README's exit-status table says
 
@@ -397,3 +400,37 @@ def test_cache_alone_lists_and_cache_copy_copies():
     assert call.spec.name == "cache copy" and call.kwargs["from_"] == "200"
     with pytest.raises(cliparse.Usage, match="--from"):
         parse("cache", "copy", "--from", "x", "-c", "201")
+
+
+def test_library_errors_speak_the_librarys_words_and_the_command_line_its_flags(tmp_path):
+    """A library caller reads `force=True` and `container(200).stop()`; `remote` prints --force and `remote stop
+    -c 200` for the same error (issue 40)."""
+    from remote.cli.table import Exit, handled
+    from remote.errors import BusyError, DeployError
+    from remote.ops import code as codemod
+
+    import subprocess
+
+    repo = tmp_path / "r"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "a").write_text("1")
+    subprocess.run(["git", "-C", str(repo), "add", "a"], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a"], check=True)
+    (repo / "a").write_text("2")
+    with pytest.raises(DeployError) as dirty:
+        codemod.resolve(str(repo), "HEAD")
+    assert "pass allow_dirty=True to ship them" in str(dirty.value) and "--" not in str(dirty.value).split(":")[0]
+
+    busy = BusyError(200, "container 200: run x (pid 1) is still running; a deploy would change its checkout and venv "
+                          "under it. Stop it first (container(200).stop() stops every live run), or pass force=True")
+
+    @handled
+    def task():
+        raise busy
+
+    with pytest.raises(Exit) as said:
+        task()
+    assert said.value.code == 3
+    assert said.value.message.endswith("Stop it first (`remote stop -c 200` stops every live run), or pass --force")
+    for library in ("force=True", "container(200)", "allow_dirty"):
+        assert library not in said.value.message

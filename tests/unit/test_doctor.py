@@ -535,3 +535,15 @@ def test_a_container_that_moved_to_another_node_of_its_cluster_is_named(spec):
     (f,) = findings(fx.parse(raw, moved, (1000.0, 1000.5)), moved)
     assert f.code == "node-changed" and f.what == "container 200 is on node pve2, not pve1"
     assert f.fix == "remote doctor --gpu -c 200" and f.since.startswith("changed since known-good run")
+
+
+def test_doctor_warns_of_a_checkout_the_hosts_file_no_longer_pins(spec):
+    """A new commit in code.repo since the deploy: the container is not what the hosts file says (issue 40)."""
+    from remote.ops.code import Pin
+
+    facts = fx.parse(healthy_raw(spec), spec, (1000.0, 1000.4))
+    assert healthy(findings(facts, spec, Pin("/src/t", "HEAD", COMMIT)))
+    found = findings(facts, spec, Pin("/src/t", "HEAD", "b" * 40))
+    stale = [f for f in found if f.kind == "checkout-stale"]
+    assert not healthy(found) and stale and stale[0].severity == "warning" and stale[0].fix == "remote deploy"
+    assert stale[0].what == f"the checkout is at {COMMIT[:12]}, but the hosts file pins {'b' * 12} (code.ref HEAD of /src/t)"

@@ -190,3 +190,58 @@ def test_a_ctrl_c_during_the_launch_names_the_run_it_may_have_started():
     assert said[0] == "==> run 20261202-010203-abcd starting in container 200"
     assert said[1].startswith("-- interrupted while run 20261202-010203-abcd was starting in container 200: it may "
                               "be running.") and "`remote stop -c 200 --run 20261202-010203-abcd` ends it" in said[1]
+
+
+def _repo_with_commits(path, n):
+    """A local repository with n commits: their hashes, oldest first."""
+    import subprocess
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(path), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    path.mkdir()
+    git("init", "-q")
+    made = []
+    for i in range(n):
+        (path / "train.py").write_text(f"print({i})\n")
+        git("add", "train.py")
+        git("commit", "-q", "-m", f"c{i}")
+        made.append(git("rev-parse", "HEAD"))
+    return made
+
+
+@pytest.mark.fault("A new commit in code.repo since the deploy (ref: HEAD)",
+                   promise="train's preflight compares the deployed checkout with what the hosts file pins now and "
+                           "refuses, naming `remote deploy` or force; with force it trains the deployed commit "
+                           "and says so")
+def test_a_stale_checkout_is_refused_naming_deploy_or_force(tmp_path):
+    from remote.ops import code as codemod
+
+    new = _repo_with_commits(tmp_path / "trainer", 2)[-1]
+    old = COMMIT  # what was deployed (and warmed) before the new commit
+    path = tmp_path / "hosts.yaml"
+    path.write_text(HOSTS + "code: {repo: trainer, path: /root/dflash}\n")
+    spec = config.load(str(path)).container(200)
+    raw = ready(spec)
+    raw["code"]["record"] = {"commit": old, "ref": "HEAD", "dirty": False, "base": old}
+    pin = codemod.pin_of(spec.code.repo, spec.code.ref)
+    assert isinstance(pin, codemod.Pin) and pin.commit == new
+    assert problems_with(raw, spec, pin) == [
+        f"the checkout is at {old[:12]}, but the hosts file pins {new[:12]} (code.ref HEAD of {spec.code.repo}): "
+        "`remote deploy` ships it, or pass force=True to train the deployed commit"]
+    pre = check(raw, spec, pin=pin, force=True)
+    assert any(n.startswith(f"!! the checkout is at {old[:12]}") and n.endswith("(forced)") for n in pre.notes)
+    assert f"checkout clean at {old[:12]}" in pre.notes
+    # Deployed at the pinned commit: clean, and said so.
+    pin = codemod.Pin(pin.repo, "HEAD", old)
+    assert f"checkout clean at {old[:12]}, as the hosts file pins (code.ref HEAD)" in check(raw, spec, pin=pin).notes
+    # A repository this machine cannot read: a note, never a refusal.
+    assert any("not compared" in n for n in check(raw, spec, pin="code.repo: /x is not a git repository").notes)
+
+
+def problems_with(raw, spec, pin) -> list[str]:
+    with pytest.raises(JobError) as exc:
+        check(raw, spec, pin=pin)
+    text = str(exc.value)
+    return [line[4:] for line in text.splitlines()[1:]] if "problems, nothing was started" in text else [text]
