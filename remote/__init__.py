@@ -16,6 +16,8 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())  # a library: the 
 
 __all__ = [
     "__version__",
+    # the progress events' types (remote.events: Event, StepStarted, Output, Note, Done, Failed), a module
+    "events",
     # the API (remote.api)
     "open", "Fleet", "Group", "GroupResult", "Outcome", "Container", "Result", "Transfer", "DeployPlan", "Warmup",
     "Run", "Stopped", "Finding", "Diagnosis", "CacheCopy", "CacheHolding", "GpuReport",
@@ -27,13 +29,14 @@ __all__ = [
     "RemoteError", "ConfigError", "TransportError", "HostKeyError", "AuthenticationError", "ConnectError",
     "ConnectTimeout", "CommandError", "CommandTimeout", "PctError", "ContainerNotFound", "ContainerNotRunning",
     "ContainerLocked", "ContainerCommandNotFound", "TransferError", "DeployError", "WarmupError", "JobError",
-    "UnknownRun", "BusyError", "JobTimeout",
+    "UnknownRun", "BusyError", "JobRunning", "JobTimeout",
 ]
 _ERRORS = frozenset(__all__[__all__.index("RemoteError"):])
-_API = frozenset(__all__[1:__all__.index("State")])
+_API = frozenset(__all__[__all__.index("open"):__all__.index("State")])
 _RESULTS = frozenset(__all__[__all__.index("State"):__all__.index("RemoteError")])
 
 if TYPE_CHECKING:
+    from . import events
     from .api import (
         CacheCopy,
         CacheHolding,
@@ -70,6 +73,7 @@ if TYPE_CHECKING:
         DeployError,
         HostKeyError,
         JobError,
+        JobRunning,
         JobTimeout,
         PctError,
         RemoteError,
@@ -96,7 +100,11 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    if name in _API:
+    if name == "events":  # a module: `import remote` then `remote.events.StepStarted`
+        import importlib
+
+        value = importlib.import_module(f"{__name__}.events")
+    elif name in _API:
         from . import api
 
         value = getattr(api, name)

@@ -166,7 +166,7 @@ def test_train_interrupted_while_following_exits_130(tmp_path, monkeypatch, caps
     path = tmp_path / "hosts.yaml"
     path.write_text(HOSTS)
     pre = jobs.Preflight("abc", {}, None, [])
-    monkeypatch.setattr(jobs, "preflight", lambda ct, spec, echo=print, host_gpu=None: pre)
+    monkeypatch.setattr(jobs, "preflight", lambda ct, spec, echo=print, host_gpu=None, force=False: pre)
     monkeypatch.setattr(jobs, "launch", lambda ct, spec, p, force=False, held=None, echo=print, command=None, env=None:
                         ("run-1", 42))
     monkeypatch.setattr(jobs.oplock, "hold", lambda ct, what: contextlib.nullcontext(None))  # no lease to take
@@ -278,3 +278,14 @@ def test_a_group_reports_typed_events_each_marked_with_its_container(tmp_path, c
     assert failed.line == "it broke" and failed.exit_code == 1
     assert all(isinstance(e, (StepStarted, Note, Done, Failed)) for e in got)
     assert capfd.readouterr() == ("", "")
+
+
+def test_job_running_and_the_events_module_come_with_import_remote():
+    """Issue 40: `remote.JobRunning` (documented) is exported; `remote.events` is in __all__ and there after a
+    bare `import remote`, without importing it by name."""
+    code = ("import remote; import remote.errors as e; assert remote.JobRunning is e.JobRunning; "
+            "assert issubclass(remote.JobRunning, remote.BusyError) and issubclass(remote.JobRunning, remote.JobError); "
+            "print(remote.events.StepStarted.__module__, 'events' in remote.__all__, 'JobRunning' in remote.__all__)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ,
+                       "PYTHONPATH": str(Path(__file__).resolve().parent.parent.parent)})
+    assert r.stdout.split() == ["remote.events", "True", "True"], r.stderr
