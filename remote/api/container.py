@@ -269,9 +269,15 @@ class Container:
 
         return render(found, self.spec)
 
-    def log(self, run_id: str | None = None, *, follow: bool = False) -> RunStatus:
-        """A run's log to the progress callback (what is there now; with follow, until the job ends): the
-        run's state at the end."""
+    def log(self, run_id: str | None = None, *, follow: bool = False) -> str:
+        """A run's log as text (run(run_id).text()); follow=True: stream_log(follow=True) first (before 0.3, log())."""
+        run = self.run(run_id)
+        if follow:
+            self.stream_log(run.id, follow=True)
+        return run.text()
+
+    def stream_log(self, run_id: str | None = None, *, follow: bool = False) -> RunStatus:
+        """A run's log to the progress callback as `remote logs` shows it (follow: until the job ends); its end state."""
         from ..ops import jobs
 
         return jobs.run_status(jobs.show_log(self._ct(), self.spec, run_id, follow=follow, echo=self.fleet._emit))
@@ -436,6 +442,16 @@ class Run:
         finally:
             done.set()
         self._state = None
+
+    def text(self) -> str:
+        """The run's log as it is now, whole (while the job runs: what it has written so far)."""
+        from ..ops.logs import read_text
+        return read_text(self.container._ct(), self._st().path, self.id)
+
+    def lines(self) -> list[str]:
+        """text() as lines, a progress bar's redraws collapsed to the last, as follow() gives them."""
+        from ..ops.logs import as_lines
+        return as_lines(self.text())
 
     def wait(self, timeout: float | None = None) -> int:
         """Block until the job ends: its exit status (1 when it was lost). JobTimeout (a JobError and a

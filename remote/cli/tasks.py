@@ -248,7 +248,7 @@ def logs(c, container=None, run=None, follow=False, hosts=None):
                 if code:
                     raise Exit(code=code)
                 return
-        final = ct.log(run, follow=follow)
+        final = ct.stream_log(run, follow=follow)
     if final.exit_code:
         raise Exit(code=final.exit_code)
 

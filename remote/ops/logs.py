@@ -314,6 +314,19 @@ def follow(ct: Container, run: str, run_id: str, *, offset: int = 0, on_bytes: C
         # 124: the slice ended while the job runs on; continue from the new offset
 
 
+def read_text(ct: Container, run: str, run_id: str) -> str:
+    """The log of `run` (a run folder) as it is now, whole; undecodable bytes replaced (remote.api's Run.text)."""
+    chunks: list[bytes] = []
+    follow(ct, run, run_id, on_bytes=chunks.append, follow_=False, reconnect=ct.transport.close)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def as_lines(text: str) -> list[str]:
+    """A log's text as lines without their newlines, a progress bar's redraws collapsed as following shows them."""
+    splitter = LineSplitter(limit=len(text.encode()) + 1)
+    return splitter.feed(text.encode()) + splitter.flush()
+
+
 BARS = "▁▂▃▄▅▆▇█"
 
 

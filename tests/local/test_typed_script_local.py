@@ -20,9 +20,12 @@ def main() -> None:
             state: remote.State = r.state
             started: float | None = r.started_epoch
             print(r.id, state, r.exit, started)
-        end = ct.log()
+        end = ct.stream_log()
         code: int | None = end.exit_code
+        text: str = ct.log()
         run = ct.run()
+        lines: list[str] = run.lines()
+        print(len(text), len(lines), run.text()[:10])
         for m in run.metrics():
             value: float | None = m.value
             print(m.t, value, m.unit)

@@ -289,3 +289,32 @@ def test_job_running_and_the_events_module_come_with_import_remote():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ,
                        "PYTHONPATH": str(Path(__file__).resolve().parent.parent.parent)})
     assert r.stdout.split() == ["remote.events", "True", "True"], r.stderr
+
+
+def test_log_returns_the_text_and_a_run_gives_its_text_and_lines(tmp_path):
+    """Issue 40: Container.log() returns the log (it returned a RunStatus, the text going only to a sink);
+    run.text() and run.lines() beside follow(); stream_log() is the old behaviour."""
+    from remote.lab.testing import Expect, FakeTransport
+    from remote.transport.session import Session
+
+    log = b"step 1\nbar 10%\rbar 100%\nd\xe9j\xe0 vu\nlast"
+    state = "run=R1\npath=/root/runs/R1\npid=7\nalive=0\nexit=0\n--manifest--\n{}\n--tail--\n"
+
+    def follow(argv):
+        return "/root/runs/R1/log 0 /root/runs/R1 R1 0" in " ".join(argv)
+
+    def reads_state(argv):
+        return "/root/runs" in " ".join(argv) and not follow(argv)
+
+    fake = FakeTransport([Expect(reads_state, stdout=state), Expect(follow, stdout=log),
+                          Expect(reads_state, stdout=state), Expect(follow, stdout=log)])
+    path = tmp_path / "hosts.yaml"
+    path.write_text(HOSTS)
+    with remote.open(path) as fleet:
+        fleet._made = Session(fleet.config, transport_factory=lambda host: fake, agent=False)
+        ct = fleet.container(200)
+        text = ct.log()
+        assert isinstance(text, str) and text == log.decode("utf-8", "replace")
+        run = ct.run("R1")
+        assert run.lines() == ["step 1", "bar 100%", "d\ufffdj\ufffd vu", "last"]
+    assert not fake.expected
