@@ -294,8 +294,11 @@ def passport_line(p: dict) -> str:
             else f"warmed by {p.get('made_by')}" if p.get("made_by") is not None else "")
     from .naming import printable  # what a container wrote
 
-    return printable(f"torch {p.get('torch')} (git {str(p.get('torch_git'))[:10]}), CUDA {p.get('cuda')}, triton "
-            f"{p.get('triton')}, GPU {p.get('gpu')} {p.get('capability') or ''}, driver {p.get('driver') or '-'}, devices {','.join(pp.devices_of(p)) or '-'}, commit "
+    gpu = " ".join(str(p[k]) for k in ("gpu", "capability") if p.get(k)) or "none (CPU)"
+    git = f" (git {str(p['torch_git'])[:10]})" if p.get("torch_git") else ""
+    return printable(f"torch {p.get('torch')}{git}, CUDA {p.get('cuda') or 'none'}, triton "
+            f"{p.get('triton') or 'none'}, GPU {gpu}" + (f", driver {p['driver']}" if p.get("driver") else "")
+            + f", devices {','.join(pp.devices_of(p)) or '-'}, commit "
             f"{str(p.get('commit'))[:12]}, lock {str(p.get('venv_lock'))[:12]}" + (f"; {made}" if made else ""))
 
 

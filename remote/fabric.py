@@ -33,7 +33,7 @@ from .errors import ConfigError
 if TYPE_CHECKING:
     import fabric
 
-WHERE = "<fabric.Connection>"  # what errors name as the "file" of a config made from a Connection
+WHERE = "<fabric.Connection>"  # what errors name as the "file" of a config made from a Connection (config.FABRIC_WHERE)
 
 
 def _login(c: fabric.Connection) -> dict[str, Any]:

@@ -211,21 +211,21 @@ class Container:
     # -- runs ----------------------------------------------------------------------------------------
     def train(self, *, detach: bool = True, force: bool = False, warmup: bool = False, command: str | None = None,
               env: Mapping[str, str] | None = None, args: Sequence[str] = ()) -> Run:
-        """Preflight, then start the training job detached: the Run. detach=False: follow its log (lines to
-        the progress callback) until it ends, record a known-good where it meets the baseline, then return.
-        Refused (BusyError, exit status 3) while a job runs there, unless force; JobError when the preflight
-        fails. For this run only: `command` instead of train.command, `env` on top of train.env, `args`
-        appended to the command (each quoted)."""
+        """Preflight, then start the training job detached: the Run. detach=False: follow its log (to progress)
+        until it ends, record a known-good where it meets the baseline. BusyError while a job runs there unless
+        force; JobError where preflight fails (force trains a checkout the hosts file no longer pins). This run
+        only: `command` instead of train.command, `env` on top of train.env, `args` appended (each quoted)."""
         import shlex
 
+        from ..config import unset
         from ..ops import jobs
 
         for name, value in (("detach", detach), ("force", force), ("warmup", warmup)):
             checks.flag(name, value)
         extra = checks.words("args", list(args) if isinstance(args, tuple) else args) or []
         base = checks.text("command", command) if command is not None else self.spec.train.command
-        if extra and not base:
-            raise ValueError("args: there is no command to append them to (train.command is not set; give command=)")
+        if not base:
+            raise unset(self.fleet.config.file, "train.command", "set the training command to run (or give command=)")
         run_command = f"{base} {shlex.join(extra)}" if extra else command
         run_env = checks.environment("env", env)
         ct, spec, emit = self._ct(), self.spec, self.fleet._emit

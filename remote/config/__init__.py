@@ -106,6 +106,18 @@ def _groups(s: _Section, containers: dict[int, ContainerSpec]) -> dict[str, tupl
     return groups
 
 
+FABRIC_WHERE = "<fabric.Connection>"  # the "file" of a config made from a fabric Connection (remote.fabric)
+
+
+def unset(file: str, key: str, what: str) -> ConfigError:
+    """The error for a setting a call needs that is not set (`what`: how to set it), in the words of where the
+    settings came from: a config made from a fabric Connection has no file to set it in, so hosts= is the way."""
+    if file == FABRIC_WHERE:
+        return ConfigError(file, key, f"not set: a Connection without a hosts file has only its login; pass hosts= (a "
+                                      f"hosts file that sets {key}: {what})")
+    return ConfigError(file, key, what)
+
+
 def find_file(explicit: str | None = None) -> str:
     """The hosts file: `explicit`, else $REMOTE_HOSTS_FILE, else ./hosts.yaml."""
     return explicit or os.environ.get(ENV_VAR) or DEFAULT_FILE
@@ -117,7 +129,10 @@ def load(path: str | None = None) -> Config:
     try:
         text = Path(file).read_text()
     except FileNotFoundError:
-        raise ConfigError(file, "", f"file not found (set ${ENV_VAR} or run from the folder holding {DEFAULT_FILE})") from None
+        raise ConfigError(file, "", "file not found" + (
+            " (the hosts file given: check the path; `remote init` writes one)" if path else
+            f" (named by ${ENV_VAR}: check it, or unset it to use ./{DEFAULT_FILE})" if os.environ.get(ENV_VAR) else
+            f" (set ${ENV_VAR} or run from the folder holding {DEFAULT_FILE})")) from None
     except OSError as exc:
         raise ConfigError(file, "", f"cannot read: {exc.strerror}") from None
     data = _parsed(text)

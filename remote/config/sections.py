@@ -73,8 +73,13 @@ class _Section:
     def done(self, allowed_extra: tuple = ()) -> None:
         unknown = [k for k in self.data if k not in self.seen and k not in allowed_extra]
         if unknown:
-            allowed = ", ".join(sorted(str(k) for k in self.seen))
-            raise ConfigError(self.file, self.key(str(unknown[0])), f"unknown key (allowed here: {allowed})")
+            import difflib
+
+            allowed = sorted(str(k) for k in self.seen)
+            close = difflib.get_close_matches(str(unknown[0]), allowed, n=1, cutoff=0.6)
+            raise ConfigError(self.file, self.key(str(unknown[0])), "unknown key"
+                              + (f" (did you mean {close[0]}?)" if close else "")
+                              + f" (allowed here: {', '.join(allowed)})")
 
 
 def _kind(value: Any) -> str:

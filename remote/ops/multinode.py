@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from .. import executor, shell
 from ..config import CONTAINER_KEY, ContainerSpec
+from ..config import unset as config_unset
 from ..errors import CommandError, ConfigError, JobError, RemoteError
 from ..events import quiet
 from ..naming import printable
@@ -130,7 +131,7 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
     values = plan_nodes(specs, run_id, session.config.file)
     for spec in specs:
         if not spec.train.command:
-            raise ConfigError(session.config.file, "train.command", "set the training command to run")
+            raise config_unset(session.config.file, "train.command", "set the training command to run")
 
     def check(ctid: int):
         spec, ct = nodes[ctid].spec, nodes[ctid].ct

@@ -25,7 +25,8 @@ from pathlib import Path
 
 from .. import facts, shell
 from ..config import ContainerSpec
-from ..errors import CommandError, ConfigError, WarmupError
+from ..config import unset as config_unset
+from ..errors import CommandError, WarmupError
 from ..events import quiet
 from ..facts import deployed, deployed_in  # read with the facts probe (an exec needs them, not this module)
 from ..results import ImportedCache
@@ -269,8 +270,8 @@ def warmup(t: Target, *, parallel: bool = False, devices: list[str] | None = Non
     """Warm the compile cache for each configured device; returns per-device results (also recorded)."""
     spec = t.spec
     if not spec.warmup.command:
-        raise ConfigError(t.session.config.file, "warmup.command",
-                          "set the command that compiles the training configuration (e.g. a few training steps)")
+        raise config_unset(t.session.config.file, "warmup.command",
+                           "set the command that compiles the training configuration (e.g. a few training steps)")
     ct = t.ct
     raw = facts.read_raw(ct, spec, facts.DEPLOYED if ct.dry else WARMUP_PARTS)[0]
     state = deployed_in(raw, spec)

@@ -211,3 +211,29 @@ def test_a_cache_folder_others_may_write_is_not_used(tmp_path, monkeypatch):
     assert config._cache_dir() is None
     folder.chmod(0o700)
     assert config._cache_dir() == folder
+
+
+def test_help_that_fits_a_typod_section_and_a_hosts_file_that_is_not_there(tmp_path, monkeypatch):
+    """Issue 40 item 8: `trian:` gets a did-you-mean (in a file and in a dict); a --hosts/hosts= path that is
+    not there is named as given, not answered with $REMOTE_HOSTS_FILE; a fabric Connection without a hosts file
+    is told to pass hosts= for a setting it lacks."""
+    base = {"hosts": {"h": {"address": "10.0.0.1"}}, "containers": {200: {"host": "h"}}}
+    with pytest.raises(ConfigError, match=r"trian: unknown key \(did you mean train\?\) \(allowed here: code, "):
+        config.parse({**base, "trian": {"command": "x"}}, "<dict>")
+    with pytest.raises(ConfigError, match=r"train.comand: unknown key \(did you mean command\?\)"):
+        config.parse({**base, "train": {"comand": "x"}}, "<dict>")
+    monkeypatch.delenv("REMOTE_HOSTS_FILE", raising=False)
+    with pytest.raises(ConfigError) as given:
+        config.load(str(tmp_path / "nothere.yaml"))
+    assert "nothere.yaml: file not found (the hosts file given: check the path" in str(given.value)
+    assert "REMOTE_HOSTS_FILE" not in str(given.value)
+    monkeypatch.setenv("REMOTE_HOSTS_FILE", str(tmp_path / "gone.yaml"))
+    with pytest.raises(ConfigError, match=r"gone.yaml: file not found \(named by \$REMOTE_HOSTS_FILE"):
+        config.load()
+    from remote.fabric import WHERE
+
+    assert WHERE == config.FABRIC_WHERE
+    cfg = config.parse(base, WHERE)
+    err = config.unset(cfg.file, "warmup.command", "set the command that compiles")
+    assert "pass hosts= (a hosts file that sets warmup.command" in str(err)
+    assert str(config.unset("h.yaml", "warmup.command", "set it")) == "h.yaml: warmup.command: set it"

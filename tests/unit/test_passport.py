@@ -182,3 +182,13 @@ def test_the_cache_listing_with_a_passport_of_another_type_is_that_containers_ca
 
     held = cachecopy.look(resolve(Session(), 200, echo=lambda line: None))
     assert held.passport is None and held.files == {"a": 1} and not held.serves_itself
+
+
+def test_a_cpu_containers_passport_says_so_not_none():
+    """Issue 40 item 8: doctor printed `GPU None , driver -` for a CPU container."""
+    from remote.doctor import passport_line
+
+    line = passport_line({"torch": "2.13.0+cpu", "cuda": None, "triton": None, "gpu": None, "capability": None,
+                          "driver": None, "commit": "c" * 40, "venv_lock": "l" * 64})
+    assert "GPU none (CPU)" in line and "CUDA none" in line and "None" not in line
+    assert "driver" not in line
