@@ -312,7 +312,7 @@ class Container:
         return path_of(self.spec)
 
     def report(self, run_id: str | None = None, out: str | os.PathLike | None = None) -> Path:
-        """Write one self-contained HTML file of a run: its path."""
+        """Write one self-contained HTML file of a run (out None: ./report-<id>-<run>.html here): its path."""
         from ..runs.report import write
 
         return write(self._target, run_id, os.fspath(out) if out is not None else None)

@@ -310,7 +310,7 @@ def known_good(c, container=None, run=None, hosts=None):
 
 
 @task(help={"container": CT_HELP, "run": "run id (default: the latest)",
-            "out": "the HTML file to write (default: ~/.local/share/remote/reports/report-<container>-<run>.html)",
+            "out": "the HTML file to write (default: ./report-<container>-<run>.html, in the current folder)",
             "dest": "deprecated: the old name of --out", "hosts": HOSTS_HELP})
 @handled
 def report(c, container=None, run=None, out=None, hosts=None, dest=None):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -133,11 +132,10 @@ font-size:12px}} .bad{{color:#c00}}</style></head><body>
 """
 
 
-def reports_dir() -> Path:
-    """Where reports go unless the user says: a folder of the user's own, never the current folder (which
-    may be a checkout, whose tree stays free of output)."""
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return Path(base) / "remote" / "reports"
+def default_path(ctid: int, run_id: str) -> Path:
+    """Where a report goes unless the caller says: the current folder, where a user looks for what a command
+    wrote (it said ~/.local/share/remote/reports before 0.3); the command line says where, in one line."""
+    return Path.cwd() / f"report-{ctid}-{run_id}.html"
 
 
 def write(t: Target, run_id: str | None, dest: str | None) -> Path:
@@ -159,7 +157,7 @@ def write(t: Target, run_id: str | None, dest: str | None) -> Path:
                if r.get("commit") == m.get("commit") and r.get("venv_lock") == m.get("venv_lock_sha256")]
     if not dest and not jobs.RUN_ID.fullmatch(st["run"]):  # the container's `current`: untrusted, never a path
         raise JobError(f"container {spec.ctid}: its run id {st['run']!r} is not one remote makes; give --out")
-    path = Path(dest) if dest else reports_dir() / f"report-{spec.ctid}-{st['run']}.html"
+    path = Path(dest) if dest else default_path(spec.ctid, st["run"])
     path.parent.mkdir(parents=True, exist_ok=True)
     # The logs and what the run's watch left come to local files (streamed, verified) and are read from
     # there in chunks: a run's log can be gigabytes, its metrics.jsonl grows with it, and only the values

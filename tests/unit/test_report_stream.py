@@ -125,3 +125,11 @@ def test_a_metrics_row_with_an_integer_too_large_for_a_float_is_skipped_not_a_cr
     rows = ['{"t": 1' + "0" * 400 + ', "value": 5}', '{"t": 2, "value": 1e999}', '{"t": 3, "value": 7.5, "unit": "tok/s"}']
     tl = timeline.parse(metrics="\n".join(rows) + "\n")
     assert tl.metrics == [(3.0, 7.5)] and tl.unit == "tok/s"
+
+
+def test_a_report_goes_to_the_current_folder_by_default(tmp_path, monkeypatch):
+    """Issue 40 item 9: where a user looks (it went under ~/.local/share/remote/reports)."""
+    from remote.runs.report import default_path
+
+    monkeypatch.chdir(tmp_path)
+    assert default_path(200, "20261202-070000-ab12") == tmp_path / "report-200-20261202-070000-ab12.html"
