@@ -16,12 +16,13 @@ from .group import Group
 
 
 def open(source: str | os.PathLike | Mapping[str, Any] | None = None, *, dry: bool = False,
-         progress: Progress | None = None, keep: bool = True, events: Sink | None = None) -> Fleet:
+         progress: Progress | None = None, keep: bool = False, events: Sink | None = None) -> Fleet:
     """The fleet of a hosts file (a path; None: $REMOTE_HOSTS_FILE, else ./hosts.yaml) or of a config
     built in code (a dict in the hosts file's shape). Bad input raises ConfigError naming the file and key.
 
-    `dry`: mutating commands are described through `progress` instead of run. `keep`: SSH hosts through
-    their kept connection (as the command line does), so the next process connects at once. `progress`
+    `dry`: mutating commands are described through `progress` instead of run. The fleet's connections end
+    with it (close(), or the end of `with`). keep=True: SSH hosts through their kept connection instead, which
+    stays after the script for the next process (as the command line does; `remote disconnect` ends it). `progress`
     gets each line of progress as text, `events` as a typed event (remote.events); without either, nothing
     of it leaves the library but `logging`."""
     from .. import config as cfg

@@ -201,7 +201,8 @@ def fleet_of(hosts: str | None, dry: bool = False, stderr_progress: bool = False
         return contextlib.nullcontext(_current[-1])
     from .. import api
 
-    return api.open(hosts, dry=dry, progress=(lambda line: say(line, file=sys.stderr)) if stderr_progress else say)
+    return api.open(hosts, dry=dry, keep=True,  # the next command connects at once: the kept connection stays
+                    progress=(lambda line: say(line, file=sys.stderr)) if stderr_progress else say)
 
 
 def is_selection(value: object) -> bool:
@@ -238,7 +239,7 @@ def _run_fleet(fn: Callable, c: Any, args: tuple, kwargs: dict, fail_fast: bool)
             mine["dest"] = os.path.join(mine["dest"], str(ct.id))
         fn(c, *args, **mine)
 
-    with api.open(kwargs.get("hosts"), dry=bool(kwargs.get("dry")), progress=say) as fleet, _sharing(fleet):
+    with api.open(kwargs.get("hosts"), dry=bool(kwargs.get("dry")), keep=True, progress=say) as fleet, _sharing(fleet):
         result = fleet.containers(kwargs["container"]).map(one, fail_fast=fail_fast, prefix_output=True)
     say(group_table(result))
     code = group_exit_code(result)

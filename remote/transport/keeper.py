@@ -70,13 +70,17 @@ ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding the `remot
 
 # The first process forks the keeper and exits at once, so nobody has to reap it; the keeper is in a
 # session of its own (no terminal: Ctrl-C in the shell that started it does not reach it).
+# The host's settings come on stdin, read before the fork: nothing of them on a command line (`ps` shows those
+# to every user of the machine).
 BOOT = r"""
 import os, sys
+spec = sys.stdin.read()
 if os.fork():
     os._exit(0)
+os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
 sys.path.insert(0, sys.argv[1])
 from remote.transport.keeperd import main
-main(sys.argv[2])
+main(spec)
 """
 
 
@@ -189,9 +193,14 @@ class KeptTransport:
         spec = json.dumps({"host": base64.b64encode(pickle.dumps(self.host)).decode(), "path": str(self.path),
                            "persist": self.host.control_persist, "file": os.path.realpath(self.config_file)})
         with open(self._log, "w") as logf:
-            proc = subprocess.Popen([sys.executable, "-c", BOOT, ROOT, spec], stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen([sys.executable, "-c", BOOT, ROOT], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=logf, cwd="/", start_new_session=True)
         try:
+            assert proc.stdin is not None  # PIPE
+            try:
+                proc.stdin.write(spec.encode())
+            finally:
+                proc.stdin.close()
             wait = self.host.connect_timeout * 4 + START_SLACK
             out = proc.stdout
             assert out is not None  # PIPE

@@ -61,14 +61,18 @@ def exec_in_ct(hosts: Path, command: str = "true", check: bool = True) -> subpro
 
 
 def keepers(rundir: Path) -> list[int]:
-    """The keeper processes serving sockets in this runtime folder (their argv names the socket)."""
+    """The keeper processes serving sockets in this runtime folder (their environment names it: their argv
+    holds nothing of the settings, which come on stdin)."""
     found = []
     for p in Path("/proc").iterdir():
         try:
             args = (p / "cmdline").read_bytes().decode(errors="replace")
+            env = (p / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if "remote.transport.keeper" in args and str(rundir) in args and keeper._alive(int(p.name)):
+        if "remote.transport.keeperd" in args and f"XDG_RUNTIME_DIR={rundir}".encode() in env \
+                and keeper._alive(int(p.name)):
+            assert str(rundir) not in args and '"host"' not in args, args  # no settings on a command line
             found.append(int(p.name))
     return found
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import json
 import os
 import subprocess
 import sys
@@ -318,3 +319,57 @@ def test_log_returns_the_text_and_a_run_gives_its_text_and_lines(tmp_path):
         run = ct.run("R1")
         assert run.lines() == ["step 1", "bar 100%", "d\ufffdj\ufffd vu", "last"]
     assert not fake.expected
+
+
+def test_a_scripts_fleet_starts_no_kept_connection_unless_asked_and_the_cli_keeps_one(tmp_path, monkeypatch):
+    """Issue 40 item 10: `with remote.open(...)` leaves no kept-connection process behind (it left one for 60 s);
+    keep=True and the command line go through the kept connection, which stays for the next command."""
+    from remote.api import base
+    from remote.cli import table
+    from remote.transport.keeper import KeptTransport
+
+    path = tmp_path / "hosts.yaml"
+    path.write_text(HOSTS)
+    with remote.open(path) as fleet:
+        assert not isinstance(fleet._session.transport(fleet.config.hosts["nowhere"]), KeptTransport)
+    with remote.open(path, keep=True) as fleet:
+        assert fleet._keep
+    opened = []
+    monkeypatch.setattr(base.FleetBase, "__init__", lambda self, config, **kw: opened.append(kw) or None)
+    table.fleet_of(str(path))
+    assert opened[-1]["keep"] is True
+
+
+def test_the_kept_connection_gets_its_settings_on_stdin_never_on_its_command_line(tmp_path, monkeypatch):
+    """Issue 40 item 10: the keeper's command line held a base64 pickle of the host's settings (`ps` shows it to
+    every user of the machine); they come on stdin."""
+    import subprocess as sp
+
+    from remote import config as cfg
+    from remote.transport import keeper
+
+    read_end, write_end = os.pipe()
+    os.write(write_end, b'{"ok": 1}\n')
+    os.close(write_end)
+    seen = {}
+
+    class Popen:
+        def __init__(self, argv, **kw):
+            seen["argv"], seen["stdin"] = argv, kw.get("stdin")
+            self.stdin = open(tmp_path / "stdin", "wb")
+            self.stdout = os.fdopen(read_end, "rb")
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(sp, "Popen", Popen)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    path = tmp_path / "hosts.yaml"
+    path.write_text(HOSTS)
+    host = cfg.load(str(path)).hosts["nowhere"]
+    kept = keeper.KeptTransport(host, str(path))
+    kept._spawn()
+    assert seen["stdin"] == sp.PIPE and len(seen["argv"]) == 4  # python -c BOOT ROOT: nothing more
+    assert not any("192.0.2.1" in a or str(kept.path) in a for a in seen["argv"])
+    given = json.loads((tmp_path / "stdin").read_text())
+    assert given["path"] == str(kept.path) and given["host"]
