@@ -570,12 +570,15 @@ HELP_ORDER = ("init", "config", "status", "deploy", "warmup", "train", "logs", "
               "push", "pull", "doctor", "known-good", "report", "snapshots", "rollback")
 
 FOOTER = ("Hosts file: --hosts FILE, else $REMOTE_HOSTS_FILE, else ./hosts.yaml (`remote init` writes one). "
+          "A dry run (-n) prints one line per remote command, its embedded scripts elided (`bash -c <oplock.sh, 55 "
+          "lines>`); --verbose adds each in full. "
           "Exit status: 0 ok; 1 failed (exec, train and logs: the command's or the job's own status); "
           "2 bad input; 3 busy; 130 interrupted.")
 
 
 def run(argv: list[str]) -> int:
     """Parse argv, check every value, run the tasks in order; the exit status (printing what went wrong)."""
+    argv = _verbose(list(argv))
     try:
         calls = cliparse.Parser(TASKS).parse(argv)
     except cliparse.Help as h:
@@ -598,6 +601,30 @@ def run(argv: list[str]) -> int:
         if code:
             return code
     return 0
+
+
+def _verbose(argv: list[str]) -> list[str]:
+    """--verbose (anywhere before `--`): a dry run's commands in full as well, each under its line (the library
+    logs them to `remote.dry`); argv without it."""
+    import logging
+
+    class SayHandler(logging.Handler):
+        remote_cli = True
+
+        def emit(self, record: logging.LogRecord) -> None:
+            say(self.format(record))
+
+    end = argv.index("--") if "--" in argv else len(argv)
+    dry_log = logging.getLogger("remote.dry")
+    for handler in [h for h in dry_log.handlers if getattr(h, "remote_cli", False)]:
+        dry_log.removeHandler(handler)
+    if "--verbose" not in argv[:end]:
+        return argv
+    handler = SayHandler()
+    handler.setFormatter(logging.Formatter("  full: %(message)s"))
+    dry_log.addHandler(handler)
+    dry_log.setLevel(logging.DEBUG)
+    return [a for i, a in enumerate(argv) if i >= end or a != "--verbose"]
 
 
 def _call(call: cliparse.Call) -> int:

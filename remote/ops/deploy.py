@@ -26,7 +26,7 @@ from ..target import Target
 from ..transport.pct import Container
 from ..transport.session import Session
 from . import code as codemod
-from . import fetched, files, jobenv, jobs, oplock
+from . import dryplan, fetched, files, jobenv, jobs, oplock
 from . import venv as venvmod
 from .logs import LineSplitter
 
@@ -307,6 +307,13 @@ def _apply(ct: Container, spec: ContainerSpec, state: dict, plan: Plan, local: c
         summary.changed.append(f"venv {spec.venv.path} -> {target}")
         if state["venv"]["real"]:
             summary.kept.append(f"previous venv {state['venv']['real']} (deploy --rollback returns to it)")
+    if ct.dry:  # what a dry warmup or train after this one plans from (remote.ops.dryplan)
+        planned: dict = {}
+        if plan.code and local is not None:
+            planned["code"] = {"commit": local.commit, "ref": local.ref, "dirty": local.dirty, "base": local.base}
+        if target:
+            planned["venv"] = {"spec_hash": plan.want, "real": target, "verify": summary.torch, "planned": True}
+        dryplan.record(spec, **planned)
 
 
 def _changed_since_built(ct: Container, spec: ContainerSpec, target: str, record: dict) -> str | None:

@@ -32,7 +32,7 @@ from ..target import Target
 from ..transport.pct import Container
 from ..transport.session import HostState, Session
 from . import code as codemod
-from . import compilelog, files, jobenv, layout, logs, oplock, pyspy
+from . import compilelog, dryplan, files, jobenv, layout, logs, oplock, pyspy
 from . import warmup as wm
 from .runwatch import EXIT_STALLED, parse_attempts, read_watch, stall_text, watch_settings
 
@@ -61,9 +61,11 @@ def preflight(ct: Container, spec: ContainerSpec, *, echo=quiet, host_gpu=None, 
         pool.shutdown(wait=False)
     raw = facts.read_raw(ct, spec, facts.DEPLOYED if ct.dry else facts.PREFLIGHT)[0]
     if ct.dry:
-        state = wm.deployed_in(raw, spec)
+        state = dryplan.state_in(raw, spec)  # after a dry deploy: what it would have deployed
         return Preflight(state["code"]["commit"], state["venv"], None,
-                         [_verified(state["venv"]), "(dry run: the checks that read the container are skipped)"])
+                         [_verified(state["venv"]), "(dry run: the checks that read the container are skipped)"]
+                         + ([f"(dry run: planned from the dry steps before: checkout at {state['code']['commit'][:12]})"]
+                            if "code" in dryplan.planned(spec) else []))
     host = None
     if pending is not None:
         try:

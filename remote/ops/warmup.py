@@ -32,7 +32,7 @@ from ..facts import deployed, deployed_in  # read with the facts probe (an exec 
 from ..results import ImportedCache
 from ..target import Target
 from ..transport.pct import Container
-from . import files, jobenv, oplock
+from . import dryplan, files, jobenv, oplock
 from . import passport as pp
 from . import venv as venvmod
 from .files import untar
@@ -274,7 +274,7 @@ def warmup(t: Target, *, parallel: bool = False, devices: list[str] | None = Non
                            "set the command that compiles the training configuration (e.g. a few training steps)")
     ct = t.ct
     raw = facts.read_raw(ct, spec, facts.DEPLOYED if ct.dry else WARMUP_PARTS)[0]
-    state = deployed_in(raw, spec)
+    state = dryplan.state_in(raw, spec) if ct.dry else deployed_in(raw, spec)
     problems = [] if ct.dry else unlike_deployed(raw, spec, state)
     if problems:  # its records would say this commit and lock were warmed up: refuse rather than lie
         raise WarmupError(f"container {spec.ctid} is not as deployed, so its warmup would not be the deployed "

@@ -29,7 +29,7 @@ from ..errors import (
     PctError,
 )
 from ..events import quiet
-from . import NotStarted, OutputCallback, Result, Stream, Transport
+from . import NotStarted, OutputCallback, Result, Stream, Transport, dryline
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 KILL_GRACE = 5  # seconds between TERM and KILL when a command's timeout expires
@@ -186,9 +186,13 @@ class Container:
     def where(self) -> str:
         return f"{self.transport.name}/{self.ctid}"
 
+    def describe(self, argv: Sequence[str]) -> str:
+        """A host command as a dry run shows it: one line, its embedded scripts elided (remote.transport.dryline)."""
+        return dryline.short(self.transport.describe, argv)
+
     def _host_run(self, argv: list[str], *, stdin=None, deadline=None, on_output=None, mutates=True) -> Result:
         if self.dry and mutates:
-            self.echo(self.transport.describe(argv))
+            self.echo(self.describe(argv))
             return Result(tuple(argv), 0, b"", b"", 0.0)
         return self.transport.run(argv, stdin=stdin, deadline=deadline, on_output=on_output)
 

@@ -133,3 +133,24 @@ def test_fake_transport_refuses_unexpected_commands():
 
 def test_pct_argv():
     assert pct_argv("pct", "status", "200") == ["pct", "status", "200"]
+
+
+def test_a_dry_run_shows_one_line_per_command_its_scripts_elided_and_logs_the_full_text(caplog):
+    """Issue 40 item 2: a dry run printed each embedded script in full (996 lines for deploy warmup train); now
+    one line a command, each of remote/sh's programs named with its length; the full text at DEBUG (`remote.dry`)."""
+    import logging
+
+    from remote import shell
+
+    printed = []
+    ct, t = ct_with(dry=True, echo=printed.append)
+    with caplog.at_level(logging.DEBUG, logger="remote.dry"):
+        ct.script(shell.load("oplock"), "take", "deploy")
+        ct.run(["bash", "-c", shell.with_lib("launch"), "launch", "/root/runs", "r1", '{\n "id": "r1"\n}', "x" * 300])
+    lines = shell.load("oplock").count("\n") + 1  # and strict mode's line before it
+    assert printed[0].endswith(f"LANG=C.UTF-8 bash -c <oplock.sh, {lines + 1} lines> remote take deploy"), printed
+    assert "bash -c <launch.sh, " in printed[1] and "launch /root/runs r1 <text, 3 lines> <text, 300 chars>" in printed[1]
+    assert all("\n" not in p for p in printed) and len(printed) == 2 and t.calls == []
+    full = [r.getMessage() for r in caplog.records if r.name == "remote.dry"]
+    assert len(full) == 2 and shell.load("oplock").splitlines()[0] in full[0] and full[0].count("\n") >= lines - 1
+    assert "x" * 300 in full[1]

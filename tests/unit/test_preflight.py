@@ -245,3 +245,66 @@ def problems_with(raw, spec, pin) -> list[str]:
         check(raw, spec, pin=pin)
     text = str(exc.value)
     return [line[4:] for line in text.splitlines()[1:]] if "problems, nothing was started" in text else [text]
+
+
+@pytest.mark.fault("A dry chain (`deploy warmup train --dry`)",
+                   promise="each step plans from the earlier steps' planned state: the dry warmup and train name the "
+                           "commit the dry deploy would check out; one line per remote command, scripts elided")
+def test_a_dry_chain_plans_each_step_from_what_the_dry_steps_before_would_make(spec, tmp_path):
+    """Issue 40 item 2 through the library: after a dry deploy recorded what it would check out (dryplan), a dry
+    warmup and a dry train say that commit, not the one the checkout is at, and print one line a command."""
+    import remote
+    from remote.lab.testing import Expect, FakeTransport
+    from remote.ops import dryplan
+    from remote.transport.session import Session
+
+    planned = "b" * 40
+    raw = ready(spec)
+    fake = FakeTransport([Expect(lambda argv: True, stdout=json.dumps(raw)) for _ in range(2)])
+    lines = []
+    path = tmp_path / "hosts.yaml"
+    path.write_text(HOSTS)
+    dryplan.forget()
+    try:
+        with remote.open(path, dry=True, progress=lines.append) as fleet:
+            fleet._made = Session(fleet.config, dry=True, echo=fleet._emit, transport_factory=lambda host: fake)
+            dryplan.record(fleet.config.containers[200], code={"commit": planned, "ref": "HEAD", "dirty": False})
+            ct = fleet.container(200)
+            ct.warmup(devices=["5"])
+            run = ct.train()
+    finally:
+        dryplan.forget()
+    assert any(line.startswith("==> warmup of 1 device(s)") and f" at {planned[:12]}," in line for line in lines), lines
+    assert f'"commit": "{planned}"' not in "".join(lines)  # the manifest is elided: <text, N lines>
+    assert any("bash -c <warmup.sh, " in line for line in lines) and any("<launch.sh, " in line for line in lines)
+    assert any(f"planned from the dry steps before: checkout at {planned[:12]}" in line for line in lines), lines
+    assert all("\n" not in line for line in lines) and run.id and not fake.expected
+
+
+def test_the_command_line_prints_a_dry_run_in_one_line_a_command_and_in_full_with_verbose(spec, tmp_path, monkeypatch,
+                                                                                         capsys):
+    """Issue 40 item 2 through the command line: `remote warmup --dry` prints the plan's `==>` line and one line per
+    remote command, its scripts elided; `--verbose` adds each command in full."""
+    from remote import cli
+    from remote.lab.testing import Expect, FakeTransport
+    from remote.ops import session as sessions
+    from remote.transport.session import Session
+
+    path = tmp_path / "hosts.yaml"
+    path.write_text(HOSTS)
+    raw = json.dumps(ready(spec))
+
+    def fake_session(config, *, dry=False, echo=None, agent=False, keep=False):
+        fake = FakeTransport([Expect(lambda argv: True, stdout=raw)])
+        return Session(config, dry=dry, echo=echo, transport_factory=lambda host: fake)
+
+    monkeypatch.setattr(sessions, "open_session", fake_session)
+    outputs = {}
+    for verbose in ([], ["--verbose"]):
+        assert cli.run(["warmup", "-c", "200", "--devices", "5", "--dry", *verbose, "--hosts", str(path)]) == 0
+        outputs[bool(verbose)] = capsys.readouterr().out
+    short, full = outputs[False], outputs[True]
+    assert short.splitlines()[0].startswith("==> warmup of 1 device(s) one at a time at ")
+    assert "bash -c <oplock.sh, " in short and "bash -c <warmup.sh, " in short and "  full: " not in short
+    assert len(short.splitlines()) <= 6, short
+    assert "  full: " in full and "# The per-container operation lease" in full and len(full.splitlines()) > 60
