@@ -308,3 +308,37 @@ def test_the_command_line_prints_a_dry_run_in_one_line_a_command_and_in_full_wit
     assert "bash -c <oplock.sh, " in short and "bash -c <warmup.sh, " in short and "  full: " not in short
     assert len(short.splitlines()) <= 6, short
     assert "  full: " in full and "# The per-container operation lease" in full and len(full.splitlines()) > 60
+
+
+def test_the_command_line_refuses_a_stale_checkout_naming_deploy_or_force_and_doctor_warns(tmp_path, monkeypatch,
+                                                                                          capsys):
+    """Issue 40 item 1 through the command line: `remote train` said `checkout clean` and doctor `healthy` while
+    the hosts file pinned a newer commit; train refuses naming `remote deploy` or --force (exit 1, nothing
+    started), doctor warns (exit 1)."""
+    from remote import cli
+    from remote.lab.testing import Expect, FakeTransport
+    from remote.ops import session as sessions
+    from remote.transport.session import Session
+
+    new = _repo_with_commits(tmp_path / "trainer", 1)[-1]
+    path = tmp_path / "hosts.yaml"
+    path.write_text(HOSTS + "code: {repo: trainer, path: /root/dflash}\n")
+    spec = config.load(str(path)).container(200)
+    raw = ready(spec)
+    raw["code"]["record"] = {"commit": COMMIT, "ref": "HEAD", "dirty": False, "base": COMMIT}
+    answers = []
+
+    def fake_session(config, *, dry=False, echo=None, agent=False, keep=False):
+        # every command: the probe's answer (train's lease commands get it too and ignore it)
+        fake = FakeTransport([Expect(lambda argv: answers.append(argv) or True, stdout=json.dumps(raw))
+                              for _ in range(20)])
+        return Session(config, dry=dry, echo=echo, transport_factory=lambda host: fake)
+
+    monkeypatch.setattr(sessions, "open_session", fake_session)
+    assert cli.run(["train", "-c", "200", "--hosts", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert f"the checkout is at {COMMIT[:12]}, but the hosts file pins {new[:12]} (code.ref HEAD of " in err, err
+    assert "`remote deploy` ships it, or pass --force to train the deployed commit" in err and "force=True" not in err
+    assert cli.run(["doctor", "-c", "200", "--hosts", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert f"[warning] the checkout is at {COMMIT[:12]}, but the hosts file pins {new[:12]}" in out, out
