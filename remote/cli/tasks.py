@@ -214,7 +214,8 @@ def cache_copy(c, from_, container=None, hosts=None, fail_fast=False):
 
 
 @task(help={"container": CT_HELP + "; several: one multi-node run across them (train.command formatted per node)",
-            "force": "start even if a job is already running there",
+            "force": "start even if a job is already running there, or the checkout is not the commit the hosts file "
+                     "pins (its deployed commit is trained)",
             "warmup": "run the warmup first when the preflight finds it missing",
             "detach": "do not follow the log after starting", "dry": DRY_HELP, "hosts": HOSTS_HELP})
 @handled
