@@ -210,7 +210,7 @@ def check_target(out: str, force: bool) -> None:
     """Refuse to overwrite a file unless forced: before anything connects."""
     path = Path(out)
     if path.is_dir():
-        raise ConfigError(out, "", "is a folder: give --out a file name")
+        raise ConfigError(out, "", "is a folder: give out=FILE a file name")
     if path.exists() and not force:
         raise ConfigError(out, "", "exists already: it is never overwritten (force=True replaces it, another out= "
                           "writes another)")

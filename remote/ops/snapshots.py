@@ -243,14 +243,14 @@ def rollback(t: Target, *, snapshot: str | None = None, force: bool = False,
     if snapshot is None:
         ours = sorted((s for s in existing if s.ours), key=_order)
         if not ours:
-            raise UnknownSnapshot(f"{ct.where}: no snapshot of remote's to roll back to (`remote snapshots -c "
-                                  f"{spec.ctid}` lists them; --snapshot NAME picks another's)")
+            raise UnknownSnapshot(f"{ct.where}: no snapshot of remote's to roll back to (container({spec.ctid})"
+                                  ".snapshots() lists them; snapshot=NAME picks another's)")
         chosen = ours[-1]
     else:
         named = next((s for s in existing if s.name == snapshot), None)
         if named is None:
             names = ", ".join(s.name for s in existing) or "none"
-            raise UnknownSnapshot(f"{ct.where}: --snapshot {snapshot}: no such snapshot (there: {names})")
+            raise UnknownSnapshot(f"{ct.where}: snapshot={snapshot}: no such snapshot (there: {names})")
         chosen = named
     running = ct.status() == "running"
     # The operation lease of a running container (a stopped one runs no deploy): held from the run check

@@ -391,7 +391,7 @@ def import_cache(t: Target, path: str, echo=quiet) -> ImportedCache:
                 sidecar = json.loads(Path(d, BUNDLE_SIDECAR).read_text())
             except (OSError, ValueError):
                 raise WarmupError(f"{path}: not a compile-cache bundle (no {BUNDLE_SIDECAR}): make one with "
-                                  "`remote warmup --export FILE`") from None
+                                  "container.export_cache(FILE)") from None
             ours = _versions(verify)
             diff = {k: (sidecar["versions"].get(k), v) for k, v in ours.items() if sidecar["versions"].get(k) != v}
             if diff:

@@ -156,7 +156,7 @@ def write(t: Target, run_id: str | None, dest: str | None) -> Path:
     warmups = [r for r in wm.records(ct, spec)
                if r.get("commit") == m.get("commit") and r.get("venv_lock") == m.get("venv_lock_sha256")]
     if not dest and not jobs.RUN_ID.fullmatch(st["run"]):  # the container's `current`: untrusted, never a path
-        raise JobError(f"container {spec.ctid}: its run id {st['run']!r} is not one remote makes; give --out")
+        raise JobError(f"container {spec.ctid}: its run id {st['run']!r} is not one remote makes; give out=FILE")
     path = Path(dest) if dest else default_path(spec.ctid, st["run"])
     path.parent.mkdir(parents=True, exist_ok=True)
     # The logs and what the run's watch left come to local files (streamed, verified) and are read from

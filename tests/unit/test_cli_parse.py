@@ -434,3 +434,9 @@ def test_library_errors_speak_the_librarys_words_and_the_command_line_its_flags(
     assert said.value.message.endswith("Stop it first (`remote stop -c 200` stops every live run), or pass --force")
     for library in ("force=True", "container(200)", "allow_dirty"):
         assert library not in said.value.message
+    from remote.cli.table import cli_text
+
+    assert cli_text("pve1/200: snapshot=x: no such snapshot (there: a)") == "pve1/200: --snapshot x: no such snapshot (there: a)"
+    assert cli_text("(container(200).snapshots() lists them; snapshot=NAME picks another's)") == \
+        "(`remote snapshots -c 200` lists them; --snapshot NAME picks another's)"
+    assert cli_text("make one with container.export_cache(FILE)") == "make one with `remote warmup --export FILE`"
