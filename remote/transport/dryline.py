@@ -36,6 +36,9 @@ def elided(arg: str) -> str | None:
     """What a long or multi-line argument shows as (`<oplock.sh, 37 lines>`), or None to show it as it is."""
     if "\n" not in arg and len(arg) <= LONG:
         return None
+    name, eq, value = arg.partition("=")
+    if eq and name.isidentifier() and name.isupper():  # an environment variable: its name stays in sight
+        return f"{name}={elided(value) or value}"
     lines = arg.count("\n") + 1
     return f"<{name_of(arg) or 'text'}, {lines} line{'s' if lines != 1 else ''}>" if lines > 1 else \
         f"<{name_of(arg) or 'text'}, {len(arg)} chars>"

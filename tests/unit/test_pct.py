@@ -151,6 +151,9 @@ def test_a_dry_run_shows_one_line_per_command_its_scripts_elided_and_logs_the_fu
     assert printed[0].endswith(f"LANG=C.UTF-8 bash -c <oplock.sh, {lines + 1} lines> remote take deploy"), printed
     assert "bash -c <launch.sh, " in printed[1] and "launch /root/runs r1 <text, 3 lines> <text, 300 chars>" in printed[1]
     assert all("\n" not in p for p in printed) and len(printed) == 2 and t.calls == []
+    from remote.transport.dryline import elided
+
+    assert elided("REMOTE_SETTINGS=" + "y" * 300) == "REMOTE_SETTINGS=<text, 300 chars>"
     full = [r.getMessage() for r in caplog.records if r.name == "remote.dry"]
     assert len(full) == 2 and shell.load("oplock").splitlines()[0] in full[0] and full[0].count("\n") >= lines - 1
     assert "x" * 300 in full[1]
