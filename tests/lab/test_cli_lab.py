@@ -194,3 +194,41 @@ def test_shell_opens_bash_on_a_pty_in_the_checkout_with_the_jobs_environment(lab
 def test_shell_without_a_terminal_says_to_use_exec(lab, hosts):
     r = remote("shell", hosts=hosts)
     assert r.returncode == 2 and "remote shell needs a terminal" in r.stderr and "remote exec" in r.stderr
+
+
+# -- issue 40: a stale checkout, and a dry chain a person can read --------------------------------------
+
+@pytest.mark.fault("A new commit in code.repo since the deploy (ref: HEAD)",
+                   promise="train's preflight compares the deployed checkout with what the hosts file pins now and "
+                           "refuses, naming `remote deploy` or force; with force it trains the deployed commit "
+                           "and says so")
+def test_a_new_commit_since_the_deploy_is_refused_by_train_warned_by_doctor_and_planned_by_a_dry_chain(
+        deployed, hosts, demo_repo):
+    """The new user's story: `ref: HEAD`, a commit made after the deploy. `remote train` refuses (it said `checkout
+    clean`), doctor warns (it said `healthy`), and `remote deploy warmup train --dry` plans the warmup and the
+    train at the commit the deploy would check out, one line per remote command."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(demo_repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    git("commit", "-q", "--allow-empty", "-m", "issue 40: a commit made after the deploy")
+    new = git("rev-parse", "HEAD")
+    try:
+        r = remote("train", "-c", str(CT), "--detach", hosts=hosts)
+        assert r.returncode == 1 and f"but the hosts file pins {new[:12]} (code.ref HEAD of " in r.stderr, r.stderr
+        assert "`remote deploy` ships it, or pass --force to train the deployed commit" in r.stderr, r.stderr
+        d = remote("doctor", "-c", str(CT), hosts=hosts)
+        assert d.returncode == 1 and "[warning] the checkout is at " in d.stdout and new[:12] in d.stdout, d.stdout
+        dry = remote("deploy", "warmup", "train", "-c", str(CT), "--dry", hosts=hosts)
+        assert dry.returncode == 0, dry.stdout + dry.stderr
+        lines = dry.stdout.splitlines()
+        assert any(line.startswith("==> warmup of ") and f" at {new[:12]}," in line for line in lines), dry.stdout
+        assert f"planned from the dry steps before: checkout at {new[:12]}" in dry.stdout, dry.stdout
+        assert "bash -c <code-sync.sh, " in dry.stdout and "bash -c <warmup.sh, " in dry.stdout, dry.stdout
+        assert len(lines) < 60 and "set -euo pipefail" not in dry.stdout, dry.stdout  # 996 lines, scripts in full
+        full = remote("deploy", "-c", str(CT), "--dry", "--verbose", hosts=hosts)
+        assert "  full: " in full.stdout and "set -euo pipefail" in full.stdout
+        assert remote("exec", "-c", str(CT), "--", "git", "-C", "/root/dflash", "rev-parse", "HEAD",
+                      hosts=hosts).stdout.strip() != new  # nothing of the dry chain ran
+    finally:
+        git("reset", "-q", "--hard", "HEAD~1")
