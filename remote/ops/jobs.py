@@ -84,7 +84,7 @@ def _host_gpu(session, spec: ContainerSpec):
 
 def _verified(venv_record: dict) -> str:
     verify = venv_record.get("verify") or {}
-    return f"venv verified: torch {verify.get('torch')} (CUDA build {verify.get('cuda_build')})"
+    return f"venv verified: torch {verify.get('torch')} (CUDA build {verify.get('cuda_build') or 'none'})"
 
 
 def only_warmup_missing(exc: JobError) -> bool:

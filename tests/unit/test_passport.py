@@ -192,3 +192,11 @@ def test_a_cpu_containers_passport_says_so_not_none():
                           "driver": None, "commit": "c" * 40, "venv_lock": "l" * 64})
     assert "GPU none (CPU)" in line and "CUDA none" in line and "None" not in line
     assert "driver" not in line
+
+
+def test_preflight_says_none_for_a_cpu_venvs_cuda_build_not_None():
+    """Issue 40 item 8's kind: preflight printed `(CUDA build None)` for a CPU torch."""
+    from remote.ops.jobs import _verified
+
+    assert _verified({"verify": {"torch": "2.13.0+cpu", "cuda_build": None}}) == \
+        "venv verified: torch 2.13.0+cpu (CUDA build none)"
