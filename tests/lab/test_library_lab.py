@@ -75,7 +75,7 @@ def test_follow_resumes_across_dropped_connections(lab, lab_hosts):
     sshd = int((lab.dir / "sshd.pid").read_text())
     lines: list[str] = []
     progress: list[str] = []
-    with remote.open(hosts, progress=progress.append) as fleet:
+    with remote.open(hosts, progress=progress.append, keep=True) as fleet:  # as the command line does
         run = fleet.container(CT).train(detach=True, force=True, warmup=True)
         for line in run.follow():
             lines.append(line)
