@@ -237,3 +237,20 @@ def test_help_that_fits_a_typod_section_and_a_hosts_file_that_is_not_there(tmp_p
     err = config.unset(cfg.file, "warmup.command", "set the command that compiles")
     assert "pass hosts= (a hosts file that sets warmup.command" in str(err)
     assert str(config.unset("h.yaml", "warmup.command", "set it")) == "h.yaml: warmup.command: set it"
+
+
+def test_a_fabric_connection_without_a_hosts_file_is_told_to_pass_hosts():
+    """Issue 40 item 8: `remote.fabric.container(c, 200).warmup()` without hosts= named a file to set the key in."""
+    import fabric
+
+    import remote.fabric
+
+    c = fabric.Connection("192.0.2.1", user="root")
+    ct = remote.fabric.container(c, 200)
+    try:
+        for call in (ct.warmup, ct.train):
+            with pytest.raises(ConfigError) as exc:
+                call()
+            assert "pass hosts= (a hosts file that sets " in str(exc.value), str(exc.value)
+    finally:
+        ct.close()

@@ -342,3 +342,31 @@ def test_the_command_line_refuses_a_stale_checkout_naming_deploy_or_force_and_do
     assert cli.run(["doctor", "-c", "200", "--hosts", str(path)]) == 1
     out = capsys.readouterr().out
     assert f"[warning] the checkout is at {COMMIT[:12]}, but the hosts file pins {new[:12]}" in out, out
+
+
+def test_the_library_refuses_a_stale_checkout_in_its_own_words_and_doctor_finds_it(tmp_path):
+    """Issue 40 item 1 through the library: Container.train() raises JobError naming `force=True` (no CLI flag),
+    nothing is started; Container.doctor() has the checkout-stale warning."""
+    import remote
+    from remote.lab.testing import Expect, FakeTransport
+    from remote.transport.session import Session
+
+    new = _repo_with_commits(tmp_path / "trainer", 1)[-1]
+    path = tmp_path / "hosts.yaml"
+    path.write_text(HOSTS + "code: {repo: trainer, path: /root/dflash}\n")
+    spec = config.load(str(path)).container(200)
+    raw = ready(spec)
+    raw["code"]["record"] = {"commit": COMMIT, "ref": "HEAD", "dirty": False, "base": COMMIT}
+    fake = FakeTransport([Expect(lambda argv: True, stdout=json.dumps(raw)) for _ in range(20)])
+    with remote.open(path) as fleet:
+        fleet._made = Session(fleet.config, transport_factory=lambda host: fake)
+        ct = fleet.container(200)
+        with pytest.raises(remote.JobError) as refused:
+            ct.train()
+        found = ct.doctor()
+    message = str(refused.value)
+    assert f"but the hosts file pins {new[:12]}" in message and "pass force=True to train the deployed commit" in message
+    assert "--force" not in message
+    assert not any("launch" in " ".join(argv) for argv, _ in fake.calls)  # nothing was started
+    stale = [f for f in found if f.code == "checkout-stale"]
+    assert stale and stale[0].severity == "warning" and new[:12] in stale[0].what
