@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, RemoteError
-from ..events import Sink
+from ..events import Event, Sink
 from ..results import FleetStatus, GroupResult, HostStatus, Outcome
 from .values import CacheHolding, Diagnosis, GpuReport, _diagnosis
 
@@ -38,14 +38,20 @@ class _Emitter:
         self.steps: dict[int, str] = {}
 
     def __call__(self, line: str) -> None:
-        from ..events import StepStarted, event_of
+        """A line from an operation not yet typed at its source: parsed into its event (going away)."""
+        from ..events import event_of
 
-        log.info("%s", line)
-        event = event_of(line)
+        self.event(event_of(line))
+
+    def event(self, event: Event) -> None:
+        """An event typed at its source (remote.target): logged, its line to `progress`, itself to `events`."""
+        from ..events import StepStarted
+
+        log.info("%s", event.line)
         if isinstance(event, StepStarted) and event.container is not None:
             self.steps[event.container] = event.step
         if self.progress is not None:
-            self.progress(line)
+            self.progress(event.line)
         if self.events is not None:
             self.events(event)
 
@@ -92,7 +98,8 @@ class FleetBase:
             if self._made is None:
                 from ..ops.session import open_session
 
-                self._made = open_session(self.config, dry=self.dry, echo=self._emit, agent=True, keep=self._keep)
+                self._made = open_session(self.config, dry=self.dry, echo=self._emit, agent=True, keep=self._keep,
+                                          events=self._emit.event)
             return self._made
 
     @property
@@ -189,7 +196,7 @@ class FleetBase:
 
         ids = self.select(ALL if which is None else which)
         # One probe per container: plain pct exec is one round trip, an agent would add its own start-up.
-        with open_session(self.config, agent=False, keep=True, echo=self._emit) as s:
+        with open_session(self.config, agent=False, keep=True, echo=self._emit, events=self._emit.event) as s:
             return [_diagnosis(r) for r in dr.diagnose(s, ids, fresh=fresh)]
 
     def doctor_gpu(self, which: int | str | Sequence[int | str] | None = None) -> GpuReport:
@@ -198,7 +205,7 @@ class FleetBase:
         from .. import gpudoctor
         from ..ops.session import open_session
 
-        with open_session(self.config, agent=False, keep=True, echo=self._emit) as s:
+        with open_session(self.config, agent=False, keep=True, echo=self._emit, events=self._emit.event) as s:
             hosts, cts = gpudoctor.diagnose(s, self.select(which) if which else list(self.config.containers))
         return GpuReport(tuple(hosts), tuple(cts))
 

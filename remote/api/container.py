@@ -60,10 +60,10 @@ class Container:
     def _target(self) -> Target:
         """The container resolved on the fleet's session (made on first use: reading settings connects nothing)."""
         if self._made is None:
-            from ..target import Target, spec_of
+            from ..target import resolve
 
             # The session's spec: a cluster's container on the host of the node holding it (remote.cluster).
-            self._made = Target(self.fleet._session, spec_of(self.fleet._session.config, self.id), self.fleet._emit)
+            self._made = resolve(self.fleet._session, self.id)
         return self._made
 
     def __repr__(self) -> str:
@@ -189,9 +189,9 @@ class Container:
         """Copy container src's compile cache into this one: only the files it lacks, sha256-verified;
         refused (WarmupError, naming each field) unless src's passport is what this container needs."""
         from ..ops import cachecopy
-        from ..target import Target, spec_of
+        from ..target import resolve
 
-        source = Target(self.fleet._session, spec_of(self.fleet._session.config, src), self.fleet._emit)
+        source = resolve(self.fleet._session, src)
         return cachecopy.copy(source, self._target, echo=self.fleet._emit)
 
     def export_cache(self, path: str | os.PathLike) -> Path:

@@ -294,7 +294,7 @@ def warm_fleet(session: Session, ids: list[int], *, fail_fast: bool = False, par
 
     def warm(c: int) -> None:
         try:
-            wm.warmup(resolve(session, c, echo=echo), parallel=parallel, echo=echo)
+            wm.warmup(resolve(session, c), parallel=parallel, echo=echo)
         except BaseException:
             failed.add(c)
             raise

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..config import Config
-from ..events import quiet
+from ..events import Sink, quiet
 from ..transport.pct import Container as PctContainer
 from ..transport.session import Session
 
@@ -17,9 +17,10 @@ __all__ = ["PctContainer", "Session", "disconnect", "open_session"]
 
 
 def open_session(config: Config, *, dry: bool = False, echo: Callable[[str], None] = quiet, agent: bool = False,
-                 keep: bool = False) -> Session:
-    """A session on config's hosts (connecting nothing until a command needs a host)."""
-    return Session(config, dry=dry, echo=echo, agent=agent, keep=keep)
+                 keep: bool = False, events: Sink | None = None) -> Session:
+    """A session on config's hosts (connecting nothing until a command needs a host); `events`: where the
+    operations' typed events go (else each event's line to `echo`)."""
+    return Session(config, dry=dry, echo=echo, agent=agent, keep=keep, events=events)
 
 
 def disconnect(config_file: str, host: str | None = None) -> list[int]:

@@ -180,5 +180,5 @@ def test_the_cache_listing_with_a_passport_of_another_type_is_that_containers_ca
     monkeypatch.setattr(cachecopy.wm, "expected_passport", lambda spec, state: make())
     from remote.target import resolve
 
-    held = cachecopy.look(resolve(Session(), 200, echo=lambda line: None))
+    held = cachecopy.look(resolve(Session(), 200))
     assert held.passport is None and held.files == {"a": 1} and not held.serves_itself
