@@ -68,7 +68,10 @@ def trainer():
 def sudo_lab(trainer):
     from remote.lab import Lab
 
-    lab = Lab(dir=Path(tempfile.mkdtemp(prefix="remote-sudo-lab-", dir="/var/tmp")), port=free_port(),
+    # Under folders only root can write (not /var/tmp): `init --sudoers` refuses a pct that others could replace.
+    parent = Path("/var/lib/remote-test-labs")
+    parent.mkdir(mode=0o755, exist_ok=True)
+    lab = Lab(dir=Path(tempfile.mkdtemp(prefix="remote-sudo-lab-", dir=parent)), port=free_port(),
               wheels_dir=LAB_WHEELS)
     lab.dir.chmod(0o755)  # trainer's sshd reads the authorized keys (public) in there; the client key stays 0600
     lab.set_storage(CT, "local-btrfs")
