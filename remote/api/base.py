@@ -20,7 +20,7 @@ from .values import CacheHolding, Diagnosis, GpuReport, _diagnosis
 
 if TYPE_CHECKING:  # imported where used: `import remote` loads no transport, no yaml
     from ..config import Config
-    from ..ops.session import Session
+    from ..ops.session import Session, TransportFactory
 
 log = logging.getLogger("remote.api")
 
@@ -77,11 +77,12 @@ class FleetBase:
     dry: bool
 
     def __init__(self, config: Config, *, dry: bool = False, progress: Progress | None = None, keep: bool = True,
-                 events: Sink | None = None):
+                 events: Sink | None = None, transport: TransportFactory | None = None):
         self.config = config
         self.dry = dry
         self._emit = _Emitter(progress, events)
         self._keep = keep
+        self._transport = transport  # each host's transport (a test's MockTransport); None: SSH, or local
         self._made: Session | None = None  # made on first use: a fleet that only reads its config connects nothing
         self._shared: dict = {}
         self._groups = 0
@@ -99,7 +100,7 @@ class FleetBase:
                 from ..ops.session import open_session
 
                 self._made = open_session(self.config, dry=self.dry, echo=self._emit, agent=True, keep=self._keep,
-                                          events=self._emit.event)
+                                          events=self._emit.event, transport=self._transport)
             return self._made
 
     @property
@@ -196,7 +197,8 @@ class FleetBase:
 
         ids = self.select(ALL if which is None else which)
         # One probe per container: plain pct exec is one round trip, an agent would add its own start-up.
-        with open_session(self.config, agent=False, keep=True, echo=self._emit, events=self._emit.event) as s:
+        with open_session(self.config, agent=False, keep=True, echo=self._emit, events=self._emit.event,
+                          transport=self._transport) as s:
             return [_diagnosis(r) for r in dr.diagnose(s, ids, fresh=fresh)]
 
     def doctor_gpu(self, which: int | str | Sequence[int | str] | None = None) -> GpuReport:
@@ -205,7 +207,8 @@ class FleetBase:
         from .. import gpudoctor
         from ..ops.session import open_session
 
-        with open_session(self.config, agent=False, keep=True, echo=self._emit, events=self._emit.event) as s:
+        with open_session(self.config, agent=False, keep=True, echo=self._emit, events=self._emit.event,
+                          transport=self._transport) as s:
             hosts, cts = gpudoctor.diagnose(s, self.select(which) if which else list(self.config.containers))
         return GpuReport(tuple(hosts), tuple(cts))
 
