@@ -144,11 +144,12 @@ class FleetBase:
 
     def _watching(self, prefix_output: bool) -> dict[str, Any]:
         """What a group call does as its containers end and while they run, for a command line
-        (prefix_output): a failure's message reported in its container's thread (so it is marked with it),
-        and every PROGRESS_EVERY seconds a line of what each container is doing. Without it: only each
-        container's Done or Failed event, to the events callback."""
+        (prefix_output): a failure's message as an Output event of its container, and every PROGRESS_EVERY
+        seconds a Progress event of what each container is doing. Without it: only each container's Done
+        or Failed event, to the events callback."""
         if not prefix_output:
             return {"on_done": self._emit.ended}
+        from ..events import Output, Progress
         from ..naming import printable
 
         last = [time.monotonic()]
@@ -156,15 +157,16 @@ class FleetBase:
         def on_done(o: Outcome[Any]) -> None:
             self._emit.ended(o)
             if o.error is not None and o.message:
-                self._emit(printable(o.message, lines=True))
+                self._emit.event(Output(o.container, printable(o.message, lines=True)))
 
         def on_tick(running: dict[int, float]) -> None:
             now = time.monotonic()
             if now - last[0] < PROGRESS_EVERY:
                 return
             last[0] = now
-            self._emit("-- in progress: " + "; ".join(
-                f"{c}: {self._emit.steps.get(c, 'started')[:60]} ({now - since:.0f}s)" for c, since in sorted(running.items())))
+            doing = tuple((c, self._emit.steps.get(c, "started"), now - since) for c, since in sorted(running.items()))
+            self._emit.event(Progress(None, "-- in progress: " + "; ".join(
+                f"{c}: {step[:60]} ({seconds:.0f}s)" for c, step, seconds in doing), doing))
 
         return {"on_done": on_done, "on_tick": on_tick}
 
