@@ -88,15 +88,6 @@ class CacheCopy:
     total: int  # files the source holds
     seconds: float
 
-    def line(self) -> str:
-        """Deprecated since 0.2 (the library returns data; the command line words it): the copy as one line."""
-        import warnings
-
-        from .naming import copied_line
-
-        warnings.warn("CacheCopy.line() is deprecated: format the fields yourself", DeprecationWarning, stacklevel=2)
-        return copied_line(self)
-
 
 @dataclass(frozen=True)
 class ImportedCache:
@@ -151,11 +142,6 @@ class Finding:
     since: str | None
     why: str
     fix: str | None
-
-    @property
-    def kind(self) -> str:
-        """`code` (its name before 0.2)."""
-        return self.code
 
     @property
     def message(self) -> str:

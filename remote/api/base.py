@@ -20,7 +20,7 @@ from .values import CacheHolding, Diagnosis, GpuReport, _diagnosis
 
 if TYPE_CHECKING:  # imported where used: `import remote` loads no transport, no yaml
     from ..config import Config
-    from ..ops.session import Session
+    from ..ops.session import Session, TransportFactory
 
 log = logging.getLogger("remote.api")
 
@@ -77,11 +77,12 @@ class FleetBase:
     dry: bool
 
     def __init__(self, config: Config, *, dry: bool = False, progress: Progress | None = None, keep: bool = True,
-                 events: Sink | None = None):
+                 events: Sink | None = None, transport: TransportFactory | None = None):
         self.config = config
         self.dry = dry
         self._emit = _Emitter(progress, events)
         self._keep = keep
+        self._transport = transport  # each host's transport (a test's MockTransport); None: SSH, or local
         self._made: Session | None = None  # made on first use: a fleet that only reads its config connects nothing
         self._shared: dict = {}
         self._groups = 0
@@ -99,7 +100,7 @@ class FleetBase:
                 from ..ops.session import open_session
 
                 self._made = open_session(self.config, dry=self.dry, echo=self._emit, agent=True, keep=self._keep,
-                                          events=self._emit.event)
+                                          events=self._emit.event, transport=self._transport)
             return self._made
 
     @property
@@ -143,11 +144,12 @@ class FleetBase:
 
     def _watching(self, prefix_output: bool) -> dict[str, Any]:
         """What a group call does as its containers end and while they run, for a command line
-        (prefix_output): a failure's message reported in its container's thread (so it is marked with it),
-        and every PROGRESS_EVERY seconds a line of what each container is doing. Without it: only each
-        container's Done or Failed event, to the events callback."""
+        (prefix_output): a failure's message as an Output event of its container, and every PROGRESS_EVERY
+        seconds a Progress event of what each container is doing. Without it: only each container's Done
+        or Failed event, to the events callback."""
         if not prefix_output:
             return {"on_done": self._emit.ended}
+        from ..events import Output, Progress
         from ..naming import printable
 
         last = [time.monotonic()]
@@ -155,15 +157,16 @@ class FleetBase:
         def on_done(o: Outcome[Any]) -> None:
             self._emit.ended(o)
             if o.error is not None and o.message:
-                self._emit(printable(o.message, lines=True))
+                self._emit.event(Output(o.container, printable(o.message, lines=True)))
 
         def on_tick(running: dict[int, float]) -> None:
             now = time.monotonic()
             if now - last[0] < PROGRESS_EVERY:
                 return
             last[0] = now
-            self._emit("-- in progress: " + "; ".join(
-                f"{c}: {self._emit.steps.get(c, 'started')[:60]} ({now - since:.0f}s)" for c, since in sorted(running.items())))
+            doing = tuple((c, self._emit.steps.get(c, "started"), now - since) for c, since in sorted(running.items()))
+            self._emit.event(Progress(None, "-- in progress: " + "; ".join(
+                f"{c}: {step[:60]} ({seconds:.0f}s)" for c, step, seconds in doing), doing))
 
         return {"on_done": on_done, "on_tick": on_tick}
 
@@ -196,7 +199,8 @@ class FleetBase:
 
         ids = self.select(ALL if which is None else which)
         # One probe per container: plain pct exec is one round trip, an agent would add its own start-up.
-        with open_session(self.config, agent=False, keep=True, echo=self._emit, events=self._emit.event) as s:
+        with open_session(self.config, agent=False, keep=True, echo=self._emit, events=self._emit.event,
+                          transport=self._transport) as s:
             return [_diagnosis(r) for r in dr.diagnose(s, ids, fresh=fresh)]
 
     def doctor_gpu(self, which: int | str | Sequence[int | str] | None = None) -> GpuReport:
@@ -205,7 +209,8 @@ class FleetBase:
         from .. import gpudoctor
         from ..ops.session import open_session
 
-        with open_session(self.config, agent=False, keep=True, echo=self._emit, events=self._emit.event) as s:
+        with open_session(self.config, agent=False, keep=True, echo=self._emit, events=self._emit.event,
+                          transport=self._transport) as s:
             hosts, cts = gpudoctor.diagnose(s, self.select(which) if which else list(self.config.containers))
         return GpuReport(tuple(hosts), tuple(cts))
 

@@ -122,7 +122,7 @@ class Container:
         from ..ops.interactive import open_shell
         from ..ops.session import open_session
 
-        with open_session(self.fleet.config) as s:  # a pty session of its own; no agent to start for one shell
+        with open_session(self.fleet.config, transport=self.fleet._transport) as s:  # a pty session of its own, no agent
             return open_shell(dataclasses.replace(self._target, session=s), echo=self.fleet._emit)
 
     # -- files ---------------------------------------------------------------------------------------

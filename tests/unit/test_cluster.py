@@ -260,13 +260,14 @@ def test_finding_a_cache_source_skips_a_container_that_cannot_be_placed(monkeypa
 def test_a_json_or_exec_tasks_progress_goes_to_stderr_not_into_its_stdout(monkeypatch, capsys):
     import remote.api as api
     from remote.cli import table
+    from remote.events import Note, StepStarted
 
     got = {}
-    monkeypatch.setattr(api, "open", lambda hosts, dry=False, progress=None: got.setdefault("progress", progress))
+    monkeypatch.setattr(api, "open", lambda hosts, dry=False, events=None: got.setdefault("events", events))
     table.fleet_of("hosts.yaml", stderr_progress=True)
-    got.pop("progress")("-- 201 is on pve2, not pve1 (the hosts file's host): using gpu-b")
+    got.pop("events")(Note(None, "-- 201 is on pve2, not pve1 (the hosts file's host): using gpu-b", "info"))
     table.fleet_of("hosts.yaml")
-    got.pop("progress")("==> step")
+    got.pop("events")(StepStarted(200, "==> step", "step"))
     out, err = capsys.readouterr()
     assert out == "==> step\n" and err == "-- 201 is on pve2, not pve1 (the hosts file's host): using gpu-b\n"
 
