@@ -68,7 +68,7 @@ def sudoers_dropin(user: str, hosts: str | os.PathLike | None = None, host: str 
     grant."""
     from .. import config as cfg
     from .. import sudo as sudomod
-    from ..transport import for_host
+    from ..ops import hostsinit
 
     if not hosts:
         if host is not None:
@@ -83,12 +83,7 @@ def sudoers_dropin(user: str, hosts: str | os.PathLike | None = None, host: str 
         ctids = [c for c, spec in config.containers.items() if spec.host.name == chosen.name and not spec.cluster]
     pct = sudomod.pct_path(chosen.pct_path or "pct")
     paths = sudomod.rule_paths(pct)
-    transport = for_host(chosen)
-    try:
-        answer = transport.run(sudomod.chain_argv(paths), deadline=60 + chosen.connect_timeout)
-    finally:
-        transport.close()
-    bad = sudomod.unsafe(answer.out if answer.exit_code == 0 else "", paths)
+    bad = hostsinit.unsafe_paths(chosen, paths)
     if bad:
         path, why = next(iter(bad.items()))
         raise ConfigError(config.file, f"hosts.{chosen.name}.pct",

@@ -56,6 +56,19 @@ def read_host(host: cfg.Host) -> list[tuple[int, str, str, list[str]]]:
     return [(ctid, state, name, gpu) for (ctid, state), (name, gpu) in zip(found.items(), configs, strict=True)]
 
 
+def unsafe_paths(host: cfg.Host, paths: list[str]) -> dict[str, str]:
+    """Of the programs a sudo rule would name, those a user other than root could replace on `host` (asked
+    of the host itself, as the login user: remote/sh/rootchain.sh), each with why (remote.sudo.unsafe)."""
+    from ..sudo import chain_argv, unsafe
+
+    transport = for_host(host)
+    try:
+        answer = transport.run(chain_argv(paths), deadline=60 + host.connect_timeout)
+    finally:
+        transport.close()
+    return unsafe(answer.out if answer.exit_code == 0 else "", paths)
+
+
 def _pct(transport, host: cfg.Host, *args: str) -> str:
     argv = pct_argv(host.pct, *args)
     result = transport.run(argv, deadline=60 + host.connect_timeout)
