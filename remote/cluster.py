@@ -104,6 +104,16 @@ def resolve(config: Config, spec: ContainerSpec, guests: dict[int, Guest]) -> Pl
 
 Runner = Callable[[Host, list[str]], Any]  # (host, argv) -> transport Result
 
+# What says the login user may not read the cluster's lists: pvesh as a plain user, or sudo's rule. Nothing
+# else does (pvesh as root on a node whose cluster service is down says "Unable to load access control list:
+# Connection refused" after its ipcc_send_rec lines: that node is not answering, the login is fine).
+NOT_ROOT = re.compile(r"(?m)^(Unable to load access control list: Permission denied|please run as root)")
+
+
+def refused(argv: list[str], err: str) -> bool:
+    """Whether pvesh's failure says the login user lacks the right to read (root or the sudo rule)."""
+    return bool(NOT_ROOT.search(err)) or sudo.sudo_failure(argv, err) == "password"
+
 
 class Lookup:
     """The cluster guest lists of one Session: each read once (on the first reachable host of the cluster,
@@ -128,8 +138,6 @@ class Lookup:
             return self._lists[cluster]
 
     def _read(self, cluster: str, prefer: Host | None) -> dict[int, Guest]:
-        from .transport.pct import classify
-
         hosts = hosts_of(self.config, cluster)
         if prefer is not None and prefer in hosts:
             hosts.remove(prefer)
@@ -144,16 +152,20 @@ class Lookup:
                 continue
             self.reads += 1
             if result.exit_code == 0:
-                return parse_guests(result.out, f"cluster {cluster} (read on {host.name})")
+                try:
+                    return parse_guests(result.out, f"cluster {cluster} (read on {host.name})")
+                except ClusterError as exc:
+                    problems.append(str(exc))
+                    continue
             err = result.err.strip()
-            if "access control list" in err or sudo.sudo_failure(argv, err) or (classify(err, result.exit_code, 0, host.name)):
+            if refused(argv, err):
                 raise ClusterError(f"reading cluster {cluster}'s guest list on {host.name} (`pvesh get "
                                    f"/cluster/resources`) needs root: log in as root, or set `sudo: true` with the "
                                    f"rule `remote init --sudoers USER` prints (it allows exactly that read): {err[:200]}")
-            problems.append(f"{host.name}: pvesh exited {result.exit_code}: {err[:200]}")
-        if any("pvesh exited" in p for p in problems):
-            raise ClusterError(f"cannot read cluster {cluster}'s guest list on any of its hosts: " + "; ".join(problems))
-        # No node answers: each container stays on its hint, where the command reports the host unreachable.
+            # Anything else is that node not answering for the cluster (its cluster service down: ipcc_send_rec
+            # ... Connection refused; no pvesh there; pvesh refusing the line): the next node may.
+            problems.append(f"{host.name}: pvesh exited {result.exit_code}: {' '.join(err.split())[:200]}")
+        # No node answers: each container stays on its hint, where the command reports what is wrong there.
         self._echo(f"!! cluster {cluster}: no node answered for its guest list ({'; '.join(problems)[:300]}): using "
                    "the hosts file's hosts")
         return {}

@@ -8,6 +8,7 @@ double reads (remote/lab/pct_double.py: CLUSTER_DIR):
     pve/nodes/<node>/lxc/<id>.conf   which node owns a container (pct sees only its own node's)
     pve/.vmlist, pve/.members        the cluster-wide guest list and node list (names, addresses, online)
     pve/.noquorum-<node>             the quorum switch: that node refuses config writes
+    pve/.nocluster-<node>            the cluster service switch: that node's pvesh fails (ipcc_send_rec)
 
 The containers' rootfs live in one folder (<dir>/lxc) for all nodes, as on shared storage: a migration
 moves the config, and the container's files travel with it.
@@ -201,6 +202,15 @@ class ClusterLab:
         """The quorum switch: a node without quorum refuses config writes (`cluster not ready - no quorum?`)."""
         flag = self.tree / f".noquorum-{node}"
         if quorate:
+            flag.unlink(missing_ok=True)
+        else:
+            flag.write_text("")
+
+    def set_service(self, node: str, up: bool) -> None:
+        """The cluster service switch: a node whose pve-cluster is down answers pvesh with ipcc_send_rec's
+        `Connection refused` (exit 255), as root too."""
+        flag = self.tree / f".nocluster-{node}"
+        if up:
             flag.unlink(missing_ok=True)
         else:
             flag.write_text("")

@@ -206,6 +206,53 @@ def test_no_node_answering_leaves_the_hints_and_a_refused_read_is_named(capsys):
             s.container(200)
 
 
+@pytest.mark.fault("a cluster node whose cluster service is down, or whose pvesh fails otherwise", "the next node is "
+                   "asked for the guest list (no 'needs root' as root); 'needs root' only for pvesh's permission "
+                   "denied or sudo's password; no node answering: the hints, one line")
+@pytest.mark.parametrize("err, code", [
+    ("ipcc_send_rec[1] failed: Connection refused\nipcc_send_rec[2] failed: Connection refused\n"
+     "ipcc_send_rec[3] failed: Connection refused\nUnable to load access control list: Connection refused\n", 255),
+    ("sh: 1: /usr/bin/pvesh: not found\n", 127),
+    ("sudo: /usr/bin/pvesh: command not found\n", 1),
+    ("400 Parameter verification failed.\ntype: value 'vm' does not have a value in the enumeration\n", 255),
+])
+def test_a_node_that_does_not_answer_for_the_cluster_is_passed_over_not_called_root(err, code):
+    from remote.lab.testing import CountingTransport
+
+    fake = FakeCluster({200: "pve1", 201: "pve2"})
+
+    def factory(host):
+        if host.name != "pve1":
+            return fake.transport(host)
+        return CountingTransport("pve1", lambda argv: (code, "", err) if "pvesh" in argv[0] else fake.answer("pve1", argv))
+
+    said: list[str] = []
+    with Session(load(), transport_factory=factory, echo=said.append) as s:
+        assert s.config.containers[201].host.name == "gpu-b"  # read on gpu-b, pve1's failure passed over
+        assert cluster.lookup_of(s.config).reads == 2
+    assert said == ["-- 201 is on pve2, not pve1 (the hosts file's host): using gpu-b"]
+
+
+def test_a_cluster_whose_every_node_fails_its_read_uses_the_hints_and_says_why():
+    fake = FakeCluster({200: "pve1", 201: "pve2"}, down={"pve1", "pve2"})
+    said: list[str] = []
+    with Session(load(), transport_factory=fake.transport, echo=said.append) as s:
+        assert s.config.containers[201].host.name == "pve1"
+    assert len(said) == 1 and "no node answered" in said[0] and "ipcc_send_rec" in said[0] and "gpu-b" in said[0]
+
+
+def test_needs_root_only_for_a_refusal():
+    from remote.lab.testing import CountingTransport
+
+    def password(argv):
+        return 1, "", "sudo: a password is required\n"
+
+    sudo_hosts = HOSTS.replace("10.0.0.1, cluster: c1}", "10.0.0.1, cluster: c1, user: u, sudo: true}")
+    with Session(load(sudo_hosts), transport_factory=lambda h: CountingTransport(h.name, password)) as s:
+        with pytest.raises(cluster.ClusterError, match="needs root"):
+            s.container(200)
+
+
 def test_init_on_a_cluster_node_writes_every_node_and_container_and_loads():
     from remote.ops import hostsinit
 
