@@ -9,7 +9,8 @@ own guest list, once per command per cluster:
 
 `resolve` is the pure part (config + guest list -> the container's spec on its node's host entry); `Lookup`
 reads each cluster's list once for a Session, and once more where Proxmox says "does not exist" on the node
-the list named (the container moved after the list was read). A node that no host of the file is: a
+the list named (the container moved after the list was read): every container that re-read list moved is
+followed, not only the first to fail. A node that no host of the file is: a
 ConfigError that names the node and the keys to add.
 """
 
@@ -184,24 +185,24 @@ class Lookup:
                 self._echo(placed.note)
             return placed
 
-    def reread(self, spec: ContainerSpec) -> Placement | None:
-        """After "does not exist" on the node the list named: the list read once more (once per cluster);
-        the new placement where the container moved, else None."""
+    def reread(self, spec: ContainerSpec, failed_on: str) -> Placement | None:
+        """After "does not exist" on host `failed_on` (the node the list named): where the container is now,
+        or None. The list is read again at most once per cluster, but every container it moved is followed
+        (an evacuation moves many): one whose current list places it elsewhere is answered from that list."""
         if spec.cluster is None:
             return None
         with self._lock:
+            placed = self._placed.get(spec.ctid) or self.place(self.config.containers[spec.ctid])
+            if placed.spec.host.name != failed_on:
+                return placed  # the list read since it was placed there has it elsewhere
             if spec.cluster in self._reread:
-                return None
+                return None  # the re-read is spent and it says the same: Proxmox's error stands
             self._reread.add(spec.cluster)
-            before = self._placed.get(spec.ctid)
             self._lists.pop(spec.cluster, None)
             for ctid in [c for c, p in self._placed.items() if p.spec.cluster == spec.cluster]:
                 del self._placed[ctid]
-            raw = self.config.containers[spec.ctid]
-            after = self.place(raw)
-            if before is not None and after.spec.host.name == before.spec.host.name:
-                return None
-            return after
+            after = self.place(self.config.containers[spec.ctid])
+            return after if after.spec.host.name != failed_on else None
 
 
 class Containers(dict):

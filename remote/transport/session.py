@@ -92,15 +92,15 @@ class Session:
         return Container(self.transport(spec.host), spec.ctid, pct=spec.host.pct, dry=self.dry, echo=self.echo,
                          path=f"{spec.venv.path}/bin:{DEFAULT_PATH}" if venv_on_path else DEFAULT_PATH,
                          agent=(lambda: self._agent_for(self.config.containers[spec.ctid])) if self.agent else None,
-                         relocate=(lambda: self._relocate(spec.ctid)) if spec.cluster else None)
+                         relocate=(lambda: self._relocate(spec.ctid, spec.host.name)) if spec.cluster else None)
 
-    def _relocate(self, ctid: int) -> tuple[Transport, str] | None:
-        """Proxmox said "does not exist" on the node the cluster's list named: the list once more; the new
-        node's transport and pct where the container moved."""
+    def _relocate(self, ctid: int, failed_on: str) -> tuple[Transport, str] | None:
+        """Proxmox said "does not exist" on host `failed_on`, the node the cluster's list named: where the
+        list (read again once per cluster) has it now, the new node's transport and pct."""
         from ..cluster import lookup_of
 
         lookup = lookup_of(self.config)
-        moved = lookup.reread(self.config.containers.raw(ctid)) if lookup else None  # type: ignore[attr-defined]
+        moved = lookup.reread(self.config.containers.raw(ctid), failed_on) if lookup else None  # type: ignore[attr-defined]
         if moved is None:
             return None
         return self.transport(moved.spec.host), moved.spec.host.pct

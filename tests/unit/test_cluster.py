@@ -137,6 +137,21 @@ def test_does_not_exist_after_the_list_rereads_it_once_and_follows():
             s.container(200).run(["true"])
 
 
+@pytest.mark.fault("an evacuation: several containers moved while one command or one open Fleet runs", "every moved "
+                   "container is followed to its new node (one re-read of the list per cluster answers them all), "
+                   "none fails with 'does not exist'")
+def test_an_evacuation_follows_every_moved_container_on_one_reread():
+    fake = FakeCluster({200: "pve1", 201: "pve1", 202: "pve1"})
+    with session(fake) as s:
+        cts = [s.container(ctid) for ctid in (200, 201, 202)]
+        assert {ct.transport.name for ct in cts} == {"pve1"}
+        fake.placement.update({200: "pve2", 201: "pve2", 202: "pve2"})  # HA moved them all off pve1
+        for ct in cts:
+            ct.run(["true"])
+        assert [ct.transport.name for ct in cts] == ["gpu-b", "gpu-b", "gpu-b"]
+        assert cluster.lookup_of(s.config).reads == 2
+
+
 def test_status_shows_each_container_under_its_node():
     from remote.api import Fleet
 
