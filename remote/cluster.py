@@ -30,6 +30,7 @@ from .errors import ConfigError, RemoteError
 from .naming import printable
 
 GUESTS = ("get", "/cluster/resources", "--type", "vm", "--output-format", "json")  # remote.sudo.PROGRAMS' pvesh
+NODE_NAME = ("uname", "-n")  # a host's Proxmox node name is its host name (remote.sudo.PROGRAMS' uname: no root)
 
 
 @dataclass(frozen=True)
@@ -70,9 +71,22 @@ def hosts_of(config: Config, cluster: str) -> list[Host]:
     return [h for h in config.hosts.values() if h.cluster == cluster]
 
 
-def node_host(config: Config, cluster: str, node: str) -> Host | None:
-    """The host entry that is `node` of `cluster` (its `node:` key, else its name)."""
-    return next((h for h in hosts_of(config, cluster) if h.node_name == node), None)
+def node_host(config: Config, cluster: str, node: str, learned: dict[str, str] | None = None) -> Host | None:
+    """The host entry that is `node` of `cluster`: its `node:` key, else the name the host gave (`learned`, by
+    entry name), else the entry's name."""
+    return next((h for h in hosts_of(config, cluster) if node_of(h, learned) == node), None)
+
+
+def node_of(host: Host, learned: dict[str, str] | None = None) -> str:
+    """Host's Proxmox node name: `node:` (the override), else what the host said it is, else its entry's name."""
+    return host.node or (learned or {}).get(host.name) or host.name
+
+
+def parse_node_name(text: str) -> str | None:
+    """`uname -n` (untrusted) -> the Proxmox node name it makes: Proxmox takes the host name up to its first dot
+    (PVE::INotify::nodename); None where that is no plain name."""
+    name = text.strip().split(".", 1)[0]
+    return name if NODE_RE.fullmatch(name) else None
 
 
 @dataclass(frozen=True)
@@ -82,23 +96,26 @@ class Placement:
     note: str | None = None  # the hint was wrong: one line saying where it is
 
 
-def resolve(config: Config, spec: ContainerSpec, guests: dict[int, Guest]) -> Placement:
-    """Where container `spec` is, from its cluster's guest list: its spec with the node's host entry."""
+def resolve(config: Config, spec: ContainerSpec, guests: dict[int, Guest],
+            learned: dict[str, str] | None = None) -> Placement:
+    """Where container `spec` is, from its cluster's guest list: its spec with the node's host entry
+    (`learned`: the node names hosts gave, by entry name)."""
     if spec.cluster is None:
         return Placement(spec, spec.host.node_name)
     guest = guests.get(spec.ctid)
     if guest is None:
         return Placement(spec, None)
-    host = node_host(config, spec.cluster, guest.node)
+    host = node_host(config, spec.cluster, guest.node, learned)
     if host is None:
-        known = ", ".join(f"{h.name} (node {h.node_name})" for h in hosts_of(config, spec.cluster))
+        known = ", ".join(f"{h.name} (node {node_of(h, learned)})" for h in hosts_of(config, spec.cluster))
         raise ConfigError(config.file, "hosts", f"container {spec.ctid} is on node {guest.node} of cluster "
                           f"{spec.cluster!r}, which no host of the file is (hosts of {spec.cluster}: {known}): add a "
                           f"host with `cluster: {spec.cluster}` named {guest.node} (or with `node: {guest.node}`) "
                           f"and its address; `remote init --address NODE` writes every node of the cluster")
     if host.name == spec.host.name:
         return Placement(spec, guest.node)
-    note = (f"-- {spec.ctid} is on {guest.node}, not {spec.host.node_name} (the hosts file's host): using {host.name}"
+    note = (f"-- {spec.ctid} is on {guest.node}, not {node_of(spec.host, learned)} (the hosts file's host): using "
+            f"{host.name}"
             if spec.host_given else None)
     return Placement(replace(spec, host=host), guest.node, note)
 
@@ -121,8 +138,12 @@ class Lookup:
     the container's hinted host first), read again at most once per cluster when Proxmox says a container
     does not exist on the node the list named."""
 
-    def __init__(self, config: Config, run: Runner, echo: Callable[[str], None] | None = None):
+    def __init__(self, config: Config, run: Runner, echo: Callable[[str], None] | None = None,
+                 ask: Runner | None = None):
         self.config, self._run = config, run
+        self._ask = ask or run  # a question whose answer holds while the connection does (a kept connection keeps it)
+        self.learned: dict[str, str] = {}  # entry name -> the node name that host gave
+        self._asked: set[str] = set()  # hosts asked their node name (once each)
         echo = echo or (lambda line: print(line, file=sys.stderr, flush=True))  # never in a command's output
         self._echo = lambda line: echo(printable(line))  # notes quote the hosts' answers: one plain line each
         self._lists: dict[str, dict[int, Guest]] = {}
@@ -178,12 +199,38 @@ class Lookup:
         with self._lock:
             placed = self._placed.get(spec.ctid)
             if placed is None:
-                placed = resolve(self.config, spec, self.guests(spec.cluster, spec.host))
+                guests = self.guests(spec.cluster, spec.host)
+                guest = guests.get(spec.ctid)
+                if guest is not None and node_host(self.config, spec.cluster, guest.node, self.learned) is None:
+                    self._learn(spec.cluster, guest.node)
+                placed = resolve(self.config, spec, guests, self.learned)
                 self._placed[spec.ctid] = placed
             if placed.note and spec.ctid not in self._said:
                 self._said.add(spec.ctid)
                 self._echo(placed.note)
             return placed
+
+    def _learn(self, cluster: str, node: str) -> None:
+        """The list names `node` and no entry of the file is called so: the cluster's hosts without `node:` are
+        asked which node they are (each once; an entry may be an SSH alias, `pve1` for node `pvelab`), until
+        one says `node`. A host that cannot say keeps its entry's name."""
+        for host in hosts_of(self.config, cluster):
+            if host.node or host.name in self._asked:
+                continue
+            self._asked.add(host.name)
+            try:
+                result = self._ask(host, [sudo.program("uname").path, *NODE_NAME[1:]])
+            except RemoteError:
+                continue  # unreachable: its entry's name; a command there says what is wrong
+            name = parse_node_name(result.out) if result.exit_code == 0 else None
+            if name is not None:
+                self.learned[host.name] = name
+                if name == node:
+                    return
+
+    def node_of(self, host: Host) -> str:
+        """Host's Proxmox node name as this lookup knows it (`node:`, else what the host said, else its name)."""
+        return node_of(host, self.learned)
 
     def reread(self, spec: ContainerSpec, failed_on: str) -> Placement | None:
         """After "does not exist" on host `failed_on` (the node the list named): where the container is now,
@@ -232,13 +279,15 @@ def has_clusters(config: Config) -> bool:
     return any(h.cluster for h in config.hosts.values())
 
 
-def resolving(config: Config, run: Runner, echo: Callable[[str], None] | None = None) -> Config:
-    """`config` whose containers of a cluster resolve to the host of the node holding them, on first use."""
+def resolving(config: Config, run: Runner, echo: Callable[[str], None] | None = None,
+              ask: Runner | None = None) -> Config:
+    """`config` whose containers of a cluster resolve to the host of the node holding them, on first use
+    (`ask`: how a host is asked its node name, once per kept connection where it has one)."""
     if isinstance(config.containers, Containers):  # another session's view: this one reads its own lists
         config = config.containers.lookup.config
     if not has_clusters(config):
         return config
-    lookup = Lookup(config, run, echo)
+    lookup = Lookup(config, run, echo, ask)
     return replace(config, containers=Containers(config.containers, lookup))
 
 

@@ -172,6 +172,8 @@ class FakeCluster:
 
         words = list(argv[2:]) if argv[:2] == ("sudo", "-n") else list(argv)
         prog = words[0].rsplit("/", 1)[-1]
+        if prog == "uname" and words[1:] == ["-n"]:
+            return 0, f"{node}.lan\n", ""  # the host name; Proxmox's node name is its first label
         if prog == "pvesh" and node in self.down:  # pvesh as root on a node without pmxcfs (exit 255)
             return 255, "", ("ipcc_send_rec[1] failed: Connection refused\nipcc_send_rec[2] failed: Connection refused\n"
                              "ipcc_send_rec[3] failed: Connection refused\n"

@@ -63,7 +63,7 @@ class Session:
 
         # Containers of a Proxmox cluster: each on the host of the node that holds it (its guest list read once).
         self.config = cluster.resolving(self.config, lambda host, argv: self.host_run(host, argv, deadline=60),
-                                        self.echo)
+                                        self.echo, ask=lambda host, argv: self.host_fact(host, argv, deadline=60))
 
     def transport(self, host: cfg.Host) -> Transport:
         """The host's one transport, made on first use; threads asking at once get the same one (made once:
@@ -189,6 +189,19 @@ class Session:
                 # The mux ended before it answered (its idle exit, a lost session): once more on a session
                 # of its own, with the transport's own retries.
         return transport.run(argv, deadline=deadline)
+
+    def host_fact(self, host: cfg.Host, argv: list[str], *, deadline: float | None = None) -> Result:
+        """A host command whose answer holds while the host's connection does (its Proxmox node name): asked
+        once per kept connection (the keeper keeps the answer), else once per Session by its caller."""
+        transport = self.transport(host)
+        if getattr(transport, "kept", False):
+            try:
+                return cast("KeptTransport", transport).remembered(argv, deadline=deadline)
+            except TransportError as exc:
+                if "unknown request" not in str(exc):
+                    raise
+                # a keeper started by an older remote: asked as any command
+        return self.host_run(host, argv, deadline=deadline)
 
     def kept_note(self, host_name: str) -> str | None:
         """`kept connection, pid N, up Ts` when the host's keeper is alive (what `remote status` shows)."""

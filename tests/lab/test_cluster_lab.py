@@ -61,10 +61,10 @@ def cl():
         lab.down(purge=True)
 
 
-def hosts_file(cl, name: str, containers: dict, *, nodes=None, extra: str = "") -> Path:
+def hosts_file(cl, name: str, containers: dict, *, nodes=None, extra: str = "", **names) -> Path:
     path = cl.dir / name
     repo = cl.node("pve1").plain_repo()
-    path.write_text(cl.hosts_yaml(containers, nodes=nodes) + SECTIONS.format(repo=repo) + extra)
+    path.write_text(cl.hosts_yaml(containers, nodes=nodes, **names) + SECTIONS.format(repo=repo) + extra)
     return path
 
 
@@ -118,6 +118,40 @@ def test_a_node_the_hosts_file_lacks_is_named_with_the_key_to_add(cl):
     r = task(hosts, "exec", "-c", "271", "--", "true")
     assert r.returncode == 2, r.stdout + r.stderr
     assert "node pve2 of cluster 'labcluster'" in r.stderr and "`cluster: labcluster`" in r.stderr
+
+
+@pytest.mark.fault("host entries not named after their nodes (an SSH alias pve1 for node pvelab)", "on the lab "
+                   "cluster, entries gpu-a and gpu-b without node: keys: each node asked its name, the containers of "
+                   "the other node found there; status names the real nodes")
+def test_entries_not_named_after_their_nodes_learn_the_node_from_the_host(cl):
+    hosts = hosts_file(cl, "hosts-aliases.yaml", {270: None, 271: "pve1"}, names={"pve1": "gpu-a", "pve2": "gpu-b"},
+                       node_keys=False)
+    assert "node:" not in hosts.read_text()
+    r = task(hosts, "exec", "-c", "271", "--", "hostname")
+    assert r.returncode == 0 and r.stdout.strip() == "lab271", r.stdout + r.stderr
+    assert "271 is on pve2, not pve1 (the hosts file's host): using gpu-b" in r.stderr, r.stderr
+    r = task(hosts, "status", "--json")  # the second command: the names come from the kept connections
+    assert r.returncode == 0, r.stdout + r.stderr
+    data = json.loads(r.stdout)
+    assert {h["host"]: h["node"] for h in data["hosts"]} == {"gpu-a": "pve1", "gpu-b": "pve2"}, data
+    assert {e["container"]: e["node"] for e in data["containers"]} == {270: "pve1", 271: "pve2"}
+
+
+@pytest.mark.fault("a cluster node whose cluster service is down, or whose pvesh fails otherwise", "on the lab "
+                   "cluster, pve1's pvesh failing as root with ipcc_send_rec's Connection refused: the guest list read "
+                   "on pve2, the command goes on, no 'needs root'")
+def test_a_node_whose_cluster_service_is_down_is_passed_over(cl):
+    hosts = hosts_file(cl, "hosts-service.yaml", {271: "pve1"})
+    cl.set_service("pve1", False)
+    try:
+        r = subprocess.run([str(cl.node("pve1").dir / "bin" / "pvesh"), "get", "/cluster/resources", "--type", "vm",
+                            "--output-format", "json"], capture_output=True, text=True)
+        assert r.returncode == 255 and "ipcc_send_rec[1] failed: Connection refused" in r.stderr, r.stderr
+        r = task(hosts, "exec", "-c", "271", "--", "hostname")
+        assert r.returncode == 0 and r.stdout.strip() == "lab271", r.stdout + r.stderr
+        assert "needs root" not in r.stderr and "using pve2" in r.stderr, r.stderr
+    finally:
+        cl.set_service("pve1", True)
 
 
 def test_a_restart_migration_under_a_live_run_is_reported_lost_on_the_new_node(cl):

@@ -152,6 +152,63 @@ def test_an_evacuation_follows_every_moved_container_on_one_reread():
         assert cluster.lookup_of(s.config).reads == 2
 
 
+ALIASES = """
+hosts:
+  pve1: {address: 10.0.0.1, cluster: c1}
+  pve2: {address: 10.0.0.2, cluster: c1}
+  pve3: {address: 10.0.0.3, cluster: c1, node: pvethree}
+containers:
+  200: {host: pve1}
+  201: {host: pve1}
+  202: {cluster: c1}
+  203: {cluster: c1}
+"""
+
+
+@pytest.mark.fault("host entries not named after their nodes (an SSH alias pve1 for node pvelab)", "each host is "
+                   "asked its node name (`uname -n`) once, only where the cluster's list names a node no entry is "
+                   "called; `node:` stays the override and is never asked; containers there work (no exit 2)")
+def test_a_hosts_node_name_is_learned_from_the_host_once():
+    fake = FakeCluster({200: "pvelab", 201: "pve2", 202: "pvelab", 203: "pvethree"},
+                       nodes={"pve1": "pvelab"})
+    said: list[str] = []
+    with session(fake, load(ALIASES), echo=said.append) as s:
+        for ctid in (200, 201, 202, 203):
+            s.container(ctid).run(["true"])
+        lookup = cluster.lookup_of(s.config)
+        assert lookup is not None
+        assert {c: s.config.containers[c].host.name for c in (200, 201, 202, 203)} == {
+            200: "pve1", 201: "pve2", 202: "pve1", 203: "pve3"}
+        assert lookup.node_of(s.config.hosts["pve1"]) == "pvelab" and lookup.node_of(s.config.hosts["pve3"]) == "pvethree"
+    asked = {name: [a for a in t.calls if a[0].endswith("uname")] for name, t in fake.transports.items()}
+    assert asked["pve1"] == [("/usr/bin/uname", "-n")]  # once, though two containers are on its node
+    assert not asked.get("pve2") and not asked.get("pve3")  # named after its node; node: is the override
+    assert said == ["-- 201 is on pve2, not pvelab (the hosts file's host): using pve2"]
+
+
+def test_a_kept_connection_is_asked_through_its_keeper_which_keeps_the_answer():
+    from remote.lab.testing import CountingTransport
+
+    fake = FakeCluster({200: "pvelab"}, nodes={"pve1": "pvelab"})
+
+    class Kept(CountingTransport):
+        kept = True
+        remembered_calls: list = []
+
+        def remembered(self, argv, *, deadline=None):
+            self.remembered_calls.append(tuple(argv))
+            return self.run(argv)
+
+    def factory(host):
+        t = Kept(host.name, lambda argv, n=fake.nodes.get(host.name, host.name): fake.answer(n, argv))
+        fake.transports[host.name] = t
+        return t
+
+    with Session(load(ALIASES), transport_factory=factory) as s:
+        assert s.config.containers[200].host.name == "pve1"
+    assert Kept.remembered_calls == [("/usr/bin/uname", "-n")]
+
+
 def test_status_shows_each_container_under_its_node():
     from remote.api import Fleet
 
