@@ -196,6 +196,30 @@ def test_quorum_lost_snapshot_always_refuses_auto_goes_on_and_exec_works(cl):
         cl.set_quorum("pve1", True)
 
 
+@pytest.mark.fault("an evacuation: several containers moved while one command or one open Fleet runs", "on the lab "
+                   "cluster: an open Fleet's two containers of pve1, both restart-migrated to pve2, each found on "
+                   "pve2 by its next host-side pct command (listsnapshot) and exec")
+def test_an_evacuation_under_an_open_fleet_follows_every_moved_container(cl):
+    from remote import api, config
+
+    hosts = hosts_file(cl, "hosts-evacuate.yaml", {270: None, 273: None})
+    fleet = api.Fleet(config.load(str(hosts)), keep=False)
+    try:
+        cts = [fleet.container(ctid) for ctid in (270, 273)]
+        assert [ct.exec(["hostname"], job_env=False).out.strip() for ct in cts] == ["lab270", "lab273"]
+        for ctid in (270, 273):  # HA evacuating pve1
+            m = cl.migrate(ctid, "pve2", "--restart")
+            assert m.returncode == 0, m.stdout + m.stderr
+        # Host-side pct commands (listsnapshot) through each container's handle, made when both were on pve1.
+        assert [isinstance(ct.snapshots(), list) for ct in cts] == [True, True]
+        assert [ct.exec(["hostname"], job_env=False).out.strip() for ct in cts] == ["lab270", "lab273"]
+    finally:
+        fleet.close()
+        for ctid in (270, 273):
+            if cl.owner(ctid) != "pve1":
+                cl.migrate(ctid, "pve1", "--restart")
+
+
 def test_init_on_a_cluster_node_writes_every_node_and_container(cl):
     out = cl.dir / "hosts-init.yaml"
     r = task(out, "init", "--address", cl.ip("pve1"), "--port", str(cl.port), "--key-file", str(cl.key_file),
