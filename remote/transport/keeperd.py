@@ -199,7 +199,7 @@ class Keeper:
     def info(self) -> dict:
         agents = [ctid for ctid, a in self.session._agents.items() if not isinstance(a, float) and a.alive()]
         return {"pid": os.getpid(), "host": self.host.name, "since": self.started, "persist": self.persist,
-                "agents": sorted(agents), "rss_kb": _rss_kb()}
+                "agents": sorted(agents), "rss_kb": _rss_kb(), "remembered": len(self._memo)}
 
     def _stdin(self, conn: socket.socket) -> bytes:
         data = bytearray()

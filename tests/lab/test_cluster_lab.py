@@ -132,6 +132,12 @@ def test_entries_not_named_after_their_nodes_learn_the_node_from_the_host(cl):
     assert "271 is on pve2, not pve1 (the hosts file's host): using gpu-b" in r.stderr, r.stderr
     r = task(hosts, "status", "--json")  # the second command: the names come from the kept connections
     assert r.returncode == 0, r.stdout + r.stderr
+    from remote import config
+    from remote.transport.keeper import KeptTransport
+
+    entries = config.load(str(hosts)).hosts
+    assert {n: (KeptTransport(entries[n], str(hosts)).info() or {}).get("remembered") for n in entries} == {
+        "gpu-a": 1, "gpu-b": 1}  # each host's `uname -n`, kept by its keeper for the next command
     data = json.loads(r.stdout)
     assert {h["host"]: h["node"] for h in data["hosts"]} == {"gpu-a": "pve1", "gpu-b": "pve2"}, data
     assert {e["container"]: e["node"] for e in data["containers"]} == {270: "pve1", 271: "pve2"}
