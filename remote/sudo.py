@@ -71,6 +71,8 @@ PROGRAMS: tuple[HostProgram, ...] = (
                 "a cluster's guest list: which node holds each container (remote.cluster, hosts with cluster:)"),
     HostProgram("pvesm", "/usr/sbin/pvesm", ("status",), True,
                 "the storages' types: whether a container's rootfs can take a snapshot (deploy.snapshot)"),
+    HostProgram("uname", "/usr/bin/uname", ("-n",), False,
+                "a cluster node's host name, its Proxmox node name, where its entry is named otherwise (remote.cluster)"),
     HostProgram("python3", "/usr/bin/python3", None, False,
                 "the host's stream mux (remote.transport.hostmux), as the login user"),
     # The host-side GPU probe (doctor --gpu) adds its programs here: modinfo, nvidia-smi and lspci read

@@ -173,6 +173,7 @@ class FleetBase:
     # -- the fleet at a glance ------------------------------------------------------------------
     def status(self, which: int | str | Sequence[int | str] | None = None) -> FleetStatus:
         """Each host reachable or not, each container's state and its latest run (the data of `remote status`)."""
+        from ..cluster import lookup_of
         from ..ops import fleet as fleetmod
         from ..ops.jobs import container_jobs, lock_outliers
 
@@ -185,11 +186,13 @@ class FleetBase:
         jobs = container_jobs(s, hosts_)
         outliers = lock_outliers(jobs, s.config)
         hosts_by_name = s.config.hosts  # each container under the node holding it (a cluster's: remote.cluster)
+        lookup = lookup_of(s.config)
+        node = lookup.node_of if lookup else (lambda host: host.node_name)  # the name a host gave, where asked
         jobs = [dataclasses.replace(e, venv_lock_differs=outliers.get(e.container),
-                                    node=hosts_by_name[e.host].node_name if e.host in hosts_by_name else None)
+                                    node=node(hosts_by_name[e.host]) if e.host in hosts_by_name else None)
                 for e in jobs]
         return FleetStatus(tuple(HostStatus(h.host, h.reachable, h.error, s.kept_note(h.host), dict(h.containers),
-                                            hosts_by_name[h.host].node_name, hosts_by_name[h.host].cluster)
+                                            node(hosts_by_name[h.host]), hosts_by_name[h.host].cluster)
                                  for h in hosts_), tuple(jobs))
 
     def doctor(self, which: int | str | Sequence[int | str] | None = None, *, fresh: bool = False) -> list[Diagnosis]:
