@@ -49,3 +49,13 @@ def test_what_the_handler_raises_reaches_the_caller_and_streams_are_refused():
     host = parse(HOSTS, "<dict>").hosts["pve1"]
     with pytest.raises(remote.TransportError, match="not streams"):
         MockTransport(lambda c: Reply())(host).open_stream(["cat"])
+
+
+@pytest.mark.fault("Transfer probe answers nothing", promise="a push whose probe gets an empty or short answer from the "
+                   "container is a TransferError naming the path, not an IndexError (internal error)")
+def test_a_push_whose_probe_answers_nothing_is_a_transfer_error(tmp_path):
+    data = tmp_path / "data.bin"
+    data.write_bytes(b"x" * 10)
+    with remote.open(HOSTS, transport=MockTransport(lambda c: Reply())) as fleet:
+        with pytest.raises(remote.TransferError, match="probe of /root/data.bin answered ''"):
+            fleet.container(200).push(data, "/root/data.bin")
