@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from .. import executor, shell
 from ..errors import RemoteError, TransferError, WarmupError
 from ..events import quiet
-from ..naming import copied_line
+from ..naming import copied_line, json_loads
 from ..results import CacheCopy, GroupResult, Outcome
 from ..target import Target, resolve
 from ..transport.pct import DEFAULT_PATH, Container
@@ -80,7 +80,7 @@ def look(t: Target) -> Holding:
     r = _system(ct).script(shell.load("cachecopy"), shell.load_python("cachecopy"), "list", folder, mutates=False,
                            timeout=300, label="list the compile cache")
     try:
-        listing = json.loads(r.out)
+        listing = json_loads(r.out)
         found = {str(k): int(v) for k, v in dict(listing.get("files") or {}).items()}
     except (ValueError, TypeError, AttributeError):
         raise WarmupError(f"container {spec.ctid}: the cache listing of {folder} is not JSON: {r.out[:200]!r}") from None
@@ -155,7 +155,7 @@ def _stream_copy(src_ct: Container, dst_ct: Container, src_folder: str, dst_fold
     if rc != 0:
         raise TransferError(f"the cache copy into {dst_folder} failed (exit {rc}): {err.strip()[-400:]}")
     try:
-        summary = json.loads(out.decode().strip().splitlines()[-1])
+        summary = json_loads(out.decode().strip().splitlines()[-1])
     except (ValueError, IndexError):
         raise TransferError(f"the cache copy into {dst_folder} printed no summary: {out[-200:]!r}") from None
     if summary.get("failed_checksum"):

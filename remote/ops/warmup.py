@@ -28,6 +28,7 @@ from ..config import ContainerSpec
 from ..errors import CommandError, ConfigError, WarmupError
 from ..events import quiet
 from ..facts import deployed, deployed_in  # read with the facts probe (an exec needs them, not this module)
+from ..naming import json_loads
 from ..results import ImportedCache
 from ..target import Target
 from ..transport.pct import Container
@@ -149,7 +150,7 @@ def parse_report(output: str) -> dict | None:
     """The last REMOTE_WARMUP line a warmup printed."""
     for line in reversed(output.splitlines()):
         if line.startswith(REPORT_PREFIX):
-            return json.loads(line[len(REPORT_PREFIX):])
+            return json_loads(line[len(REPORT_PREFIX):])
     return None
 
 
@@ -160,7 +161,7 @@ def parse_stats(lines: list[str]) -> dict:
         if not line.startswith(STATS_PREFIX):
             continue
         try:
-            got = json.loads(line[len(STATS_PREFIX):])
+            got = json_loads(line[len(STATS_PREFIX):])
         except ValueError:
             continue
         for k, v in (got.items() if isinstance(got, dict) else ()):
