@@ -16,6 +16,7 @@ from typing import TypeVar
 from .config import Config
 from .events import CONTAINER
 from .results import GroupResult, Outcome
+from .threads import ContextThread
 
 T = TypeVar("T")
 K = TypeVar("K", int, str)
@@ -101,7 +102,7 @@ def _do_all(keys: list[K], group: dict[K, str], limits: dict[str, threading.Boun
             if on_done is not None:
                 on_done(out)
 
-    threads = [threading.Thread(target=_do, args=(key,), daemon=True, name=f"remote-{key}") for key in keys]
+    threads = [ContextThread(target=_do, args=(key,), daemon=True, name=f"remote-{key}") for key in keys]
     for t in threads:
         t.start()
     for t in threads:

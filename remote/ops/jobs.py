@@ -53,8 +53,10 @@ def preflight(ct: Container, spec: ContainerSpec, *, echo=quiet, host_gpu=None) 
     if host_gpu is not None and not ct.dry:
         from concurrent.futures import ThreadPoolExecutor
 
+        from ..threads import submit
+
         pool = ThreadPoolExecutor(max_workers=1)
-        pending = pool.submit(host_gpu)
+        pending = submit(pool, host_gpu)
         pool.shutdown(wait=False)
     raw = facts.read_raw(ct, spec, facts.DEPLOYED if ct.dry else facts.PREFLIGHT)[0]
     if ct.dry:

@@ -17,7 +17,6 @@ import json
 import os
 import tarfile
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from ..facts import deployed, deployed_in  # read with the facts probe (an exec 
 from ..naming import json_loads
 from ..results import ImportedCache
 from ..target import Target
+from ..threads import ContextThread
 from ..transport.pct import Container
 from . import files, jobenv, oplock
 from . import passport as pp
@@ -305,7 +305,7 @@ def _warm_devices(ct: Container, spec: ContainerSpec, state: dict, devices: list
             except BaseException as exc:
                 errors.append(exc)
 
-        threads = [threading.Thread(target=one, args=(d,)) for d in devices]
+        threads = [ContextThread(target=one, args=(d,)) for d in devices]
         for t in threads:
             t.start()
         for t in threads:

@@ -27,6 +27,7 @@ from typing import Protocol
 from ..config import Host
 from ..errors import CommandTimeout, ConnectError, ConnectTimeout, TransportError
 from ..results import Result as Result  # the one definition (remote.results); transports return it
+from ..threads import ContextThread
 from .framing import STDERR_TAIL
 
 log = logging.getLogger(__name__)
@@ -129,7 +130,7 @@ class LocalTransport:
                         failed.append(exc)
                         _killpg(proc.pid, signal.SIGKILL)  # the caller gave up on this command
 
-        readers = [threading.Thread(target=pump, args=(n, s), daemon=True)
+        readers = [ContextThread(target=pump, args=(n, s), daemon=True)
                    for n, s in (("stdout", proc.stdout), ("stderr", proc.stderr))]
         try:  # from the child's start: a Ctrl-C that comes while the readers start is passed on too
             for t in readers:
@@ -199,7 +200,7 @@ class LocalStream:
         self.proc, self.argv = proc, argv
         self._stdin, self._stdout, self._stderr = proc.stdin, proc.stdout, proc.stderr
         self._err = bytearray()
-        self._errors = threading.Thread(target=self._drain_stderr, daemon=True)
+        self._errors = ContextThread(target=self._drain_stderr, daemon=True)
         self._errors.start()
 
     def _drain_stderr(self) -> None:
@@ -348,7 +349,7 @@ class SshTransport:
             transport = client.get_transport()
             assert transport is not None  # connected just now
             transport.set_keepalive(15)
-            threading.Thread(target=_heartbeat, args=(transport, self.name, self.heartbeat_every,
+            ContextThread(target=_heartbeat, args=(transport, self.name, self.heartbeat_every,
                                                       self.heartbeat_silence),
                              daemon=True, name=f"ssh-heartbeat-{self.name}").start()
             self._conn = _Connection(client)
@@ -378,7 +379,7 @@ class SshTransport:
                         pass
                     finally:
                         chan.shutdown_write()
-                feeder = threading.Thread(target=feed, daemon=True)
+                feeder = ContextThread(target=feed, daemon=True)
                 feeder.start()
             else:
                 chan.shutdown_write()
@@ -538,7 +539,7 @@ def _heartbeat(transport, name: str, every: float, silence: float) -> None:
             finally:
                 answered.set()
 
-        threading.Thread(target=ask, args=(answered,), daemon=True, name=f"ssh-keepalive-{name}").start()
+        ContextThread(target=ask, args=(answered,), daemon=True, name=f"ssh-keepalive-{name}").start()
         if not answered.wait(silence) and transport.is_active():
             log.warning("%s: no answer from the SSH server in %gs; closing the connection (a silent link?)",
                         name, silence)
