@@ -82,6 +82,8 @@ def look(t: Target) -> Holding:
     try:
         listing = json_loads(r.out)
         found = {str(k): int(v) for k, v in dict(listing.get("files") or {}).items()}
+        if any(v < 0 for v in found.values()):
+            raise ValueError("a negative size")
     except (ValueError, TypeError, AttributeError):
         raise WarmupError(f"container {spec.ctid}: the cache listing of {folder} is not JSON: {r.out[:200]!r}") from None
     return Holding(spec.ctid, spec.host.name, folder, pp.parse(listing.get("passport")), found, wm.expected_passport(spec, state),
@@ -105,15 +107,17 @@ def _relay_host(src_ct: Container, dst_ct: Container, sender: list[str], receive
 
 
 def _stream_copy(src_ct: Container, dst_ct: Container, src_folder: str, dst_folder: str, wanted: list[str], *,
-                 same_host: bool, cut_after: int | None = None) -> tuple[dict, str]:
-    """Send `wanted` from src to dst; returns the receiver's summary and how it went. `cut_after`: drop
-    both ends after that many bytes (the link cut, for tests)."""
+                 same_host: bool, cut_after: int | None = None, budget: int | None = None) -> tuple[dict, str]:
+    """Send `wanted` from src to dst; returns the receiver's summary and how it went. `budget`: the bytes the
+    source's listing held for them, all the receiver takes (a source announcing more is stopped there).
+    `cut_after`: drop both ends after that many bytes (the link cut, for tests)."""
     code = shell.load_python("cachecopy")
+    bound = [str(max(0, budget))] if budget is not None else []
     src_ct, dst_ct = _system(src_ct), _system(dst_ct)
     request = (json.dumps(wanted) + "\n").encode()
     if same_host and cut_after is None:
         sender = src_ct.script_argv(shell.load("cachecopy"), code, "send", src_folder)
-        receiver = dst_ct.script_argv(shell.load("cachecopy"), code, "recv", dst_folder)
+        receiver = dst_ct.script_argv(shell.load("cachecopy"), code, "recv", dst_folder, *bound)
         stream = _relay_host(src_ct, dst_ct, sender, receiver)
         try:
             stream.write(request)
@@ -128,7 +132,7 @@ def _stream_copy(src_ct: Container, dst_ct: Container, src_folder: str, dst_fold
         via = f"host {src_ct.transport.name}"
     else:
         send = src_ct.open_stream(shell.load("cachecopy"), code, "send", src_folder)
-        recv = dst_ct.open_stream(shell.load("cachecopy"), code, "recv", dst_folder)
+        recv = dst_ct.open_stream(shell.load("cachecopy"), code, "recv", dst_folder, *bound)
         moved = 0
         try:
             send.write(request)
@@ -184,7 +188,7 @@ def copy(src: Target, dst: Target, *, echo: Callable[[str], None] = quiet, src_h
         if wanted:
             summary, via = _stream_copy(src_ct, dst_ct, s.folder, d.folder, wanted,
                                         same_host=sspec.host.name == dspec.host.name and not via_controller,
-                                        cut_after=cut_after)
+                                        cut_after=cut_after, budget=sum(s.files[p] for p in wanted))
         else:
             summary, via = {"written": 0, "bytes": 0, "present": 0}, "nothing to send"
         if summary.get("refused"):
