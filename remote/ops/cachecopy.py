@@ -75,7 +75,7 @@ def _system(ct: Container) -> Container:
 def look(t: Target) -> Holding:
     """What the container's cache holds (files, passport) and the passport it would need."""
     spec, ct = t.spec, t.ct
-    state = wm.deployed(ct, spec)
+    state = wm.deployed_now(ct, spec)  # its GPU now: after a migration, not the deploy node's
     folder = jobenv.compile_cache(spec, state["venv"].get("verify"))
     r = _system(ct).script(shell.load("cachecopy"), shell.load_python("cachecopy"), "list", folder, mutates=False,
                            timeout=300, label="list the compile cache")
@@ -238,7 +238,9 @@ def _resolvable(session: Session, c: int) -> bool:
 
 def find_source(t: Target, *, exclude: tuple[int, ...] = ()) -> Holding | None:
     """A container of the hosts file whose cache serves t (its passport is exactly what t's warmup would
-    write), the fullest of them; None when none does. Unreachable, undeployed or unplaceable ones are passed
+    write); None when none does. Among several: one on t's own host first, then one whose cache its own warmup
+    made (no `copied_from`: the group's warmer), then the hosts file's order; never the one with the most files
+    (a forged passport and padding would win that). Unreachable, undeployed or unplaceable ones are passed
     over. Candidates are picked on the hosts file's own entries: only they are placed on their nodes."""
     session, spec = t.session, t.spec
     me = look(t)
@@ -249,7 +251,13 @@ def find_source(t: Target, *, exclude: tuple[int, ...] = ()) -> Holding | None:
         return None
     found = [h for h in executor.values(session.config, candidates, lambda c: _look_at(session, c))
              if isinstance(h, Holding) and h.files and not pp.differences(h.passport, me.want)]
-    return max(found, key=lambda h: len(h.files)) if found else None
+    return min(found, key=lambda h: _preference(h, spec.host.name, candidates)) if found else None
+
+
+def _preference(h: Holding, host: str, order: list[int]) -> tuple:
+    """The order sources are preferred in (smaller first): same host, the warmer itself, the given order."""
+    copied = (h.passport or {}).get("copied_from") is not None
+    return (h.host != host, copied, order.index(h.ctid) if h.ctid in order else len(order))
 
 
 @dataclass
@@ -276,7 +284,9 @@ def plan(session: Session, ids: list[int]) -> Plan:
             alone[members[0]] = pp.why_alone(members[0], wants) if len(wants) > 1 else "the only one selected"
             continue
         ready = [c for c in members if holdings[c].serves_itself]
-        leader = max(ready, key=lambda c: len(holdings[c].files)) if ready else members[0]
+        # The warmer whose cache already serves it (a copy's source before a copy), in the order given; never by
+        # file count: a forged passport plus padding would lead the group.
+        leader = min(ready, key=lambda c: _preference(holdings[c], holdings[c].host, members)) if ready else members[0]
         leaders[leader] = [c for c in members if c != leader]
     return Plan(leaders, alone, holdings)
 
