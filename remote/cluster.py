@@ -16,7 +16,6 @@ ConfigError that names the node and the keys to add.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 import threading
@@ -27,7 +26,7 @@ from typing import Any
 from . import sudo
 from .config import Config, ContainerSpec, Host
 from .errors import ConfigError, RemoteError
-from .naming import printable
+from .naming import json_loads, printable
 
 GUESTS = ("get", "/cluster/resources", "--type", "vm", "--output-format", "json")  # remote.sudo.PROGRAMS' pvesh
 NODE_NAME = ("uname", "-n")  # a host's Proxmox node name is its host name (remote.sudo.PROGRAMS' uname: no root)
@@ -50,7 +49,7 @@ class ClusterError(RemoteError):
 def parse_guests(text: str, where: str) -> dict[int, Guest]:
     """pvesh's /cluster/resources JSON (untrusted: every field checked) -> the LXC guests by id."""
     try:
-        rows = json.loads(text)
+        rows = json_loads(text)
     except ValueError:
         raise ClusterError(f"{where}: pvesh printed no JSON guest list: {text.strip()[:200]!r}") from None
     if not isinstance(rows, list):

@@ -402,7 +402,13 @@ class Outcome(Generic[T]):
 
 
 class GroupResult(dict[int, Outcome[T]], Generic[T]):
-    """A result per container ({ctid: Outcome}), as Fabric's GroupResult: `.succeeded`, `.failed`."""
+    """A result per container ({ctid: Outcome}), as Fabric's GroupResult: `.succeeded`, `.failed`.
+    `callback_errors`: what a caller's on_done/on_tick callback raised, by container (None: an on_tick), caught
+    so that it neither killed a worker nor stopped the work (and logged, with its traceback, to `remote`)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.callback_errors: dict[int | None, BaseException] = {}
 
     @property
     def succeeded(self) -> dict[int, T | None]:

@@ -36,9 +36,10 @@ class Arg:
 
 CTID = Arg("CTID", "[1-9][0-9]*")  # a drop-in made from a hosts file allows only its container ids
 COMMAND = Arg("COMMAND...", ".+")  # what runs in the container: `pct exec` is the point of the rule
-SNAPSHOT = Arg("SNAPSHOT", "[A-Za-z][A-Za-z0-9_-]*")  # Proxmox's snapshot names (`remote rollback --snapshot`)
 OURS = Arg("remote-DATE-N", "remote-[0-9]{8}-[0-9]+")  # remote's own snapshots: the only ones it deletes
-DESCRIPTION = Arg("before deploy of WHAT", "before deploy of .+")
+# What deploy.snapshot writes (remote.ops.snapshots.before_deploy): the commit, or the venv spec's hash; nothing
+# more can follow, so no other argument (an option of pct's) passes inside the description.
+DESCRIPTION = Arg("before deploy of COMMIT", "before deploy of (venv spec )?[0-9a-f]{7}[0-9a-f]*")
 BOOL = Arg("0|1", "[01]")
 
 
@@ -66,7 +67,9 @@ PROGRAMS: tuple[HostProgram, ...] = (
                 "the snapshot before a deploy that changes something (deploy.snapshot)"),
     HostProgram("pct", "/usr/sbin/pct", ("delsnapshot", CTID, OURS), True,
                 "remote's own snapshots beyond deploy.keep_snapshots (never another's)"),
-    HostProgram("pct", "/usr/sbin/pct", ("rollback", CTID, SNAPSHOT, "--start", BOOL), True, "`remote rollback`"),
+    HostProgram("pct", "/usr/sbin/pct", ("rollback", CTID, OURS, "--start", BOOL), True,
+                "`remote rollback` to remote's own snapshots (a rollback restores the snapshot's container config too: "
+                "another's may be older and wider)"),
     HostProgram("pvesh", "/usr/bin/pvesh", ("get", "/cluster/resources", "--type", "vm", "--output-format", "json"), True,
                 "a cluster's guest list: which node holds each container (remote.cluster, hosts with cluster:)"),
     HostProgram("pvesm", "/usr/sbin/pvesm", ("status",), True,

@@ -36,6 +36,7 @@ class _Emitter:
     def __init__(self, progress: Progress | None, events: Sink | None):
         self.progress, self.events = progress, events
         self.steps: dict[int, str] = {}
+        self.errors: list[Exception] = []  # what the callbacks raised (caught: see _call)
 
     def __call__(self, line: str) -> None:
         """A line from an operation not yet typed at its source: parsed into its event (going away)."""
@@ -51,9 +52,19 @@ class _Emitter:
         if isinstance(event, StepStarted) and event.container is not None:
             self.steps[event.container] = event.step
         if self.progress is not None:
-            self.progress(event.line)
+            self._call(self.progress, event.line)
         if self.events is not None:
-            self.events(event)
+            self._call(self.events, event)
+
+    def _call(self, callback, arg) -> None:
+        """The caller's progress/events callback: what it raises is logged and kept in `errors`, never the end of
+        the operation that reported (a deploy between its snapshot and its swap)."""
+        try:
+            callback(arg)
+        except Exception as exc:
+            log.warning("remote: the progress/events callback raised (%s: %s); the operation goes on",
+                        type(exc).__name__, exc, exc_info=True)
+            self.errors.append(exc)
 
     def ended(self, o: Outcome[Any]) -> None:
         """A container's part of a group call ended: Done or Failed to the events callback (text has its
@@ -63,9 +74,9 @@ class _Emitter:
         if self.events is None or o.skipped:
             return
         if o.error is None:
-            self.events(Done(o.container, f"container {o.container}: done in {o.seconds:.1f}s", o.seconds))
+            self._call(self.events, Done(o.container, f"container {o.container}: done in {o.seconds:.1f}s", o.seconds))
         else:
-            self.events(Failed(o.container, o.message, o.exit_code, o.seconds))
+            self._call(self.events, Failed(o.container, o.message, o.exit_code, o.seconds))
 
 
 class FleetBase:

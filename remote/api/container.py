@@ -32,6 +32,7 @@ from ..results import (
     State,
     Stopped,
 )
+from ..threads import ContextThread
 from . import checks
 from .values import DeployPlan, Transfer, Warmup, _diagnosis, _transfer
 
@@ -420,7 +421,7 @@ class Run:
             except BaseException as exc:  # noqa: BLE001 -- raised in the reader's thread
                 lines.put(exc)
 
-        t = threading.Thread(target=pump, daemon=True, name=f"remote-follow-{self.id}")
+        t = ContextThread(target=pump, daemon=True, name=f"remote-follow-{self.id}")
         t.start()
         try:
             while True:

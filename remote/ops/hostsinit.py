@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .. import config as cfg
 from ..errors import CommandError, ConfigError, RemoteError
+from ..naming import json_loads
 from ..transport import for_host
 from ..transport.pct import classify, parse_list, pct_argv
 
@@ -114,7 +115,7 @@ def read_cluster(host: cfg.Host) -> ClusterInfo | None:
         status = transport.run([pvesh, "get", "/cluster/status", "--output-format", "json"], deadline=60)
         if status.exit_code != 0:
             return None
-        rows = json.loads(status.out)
+        rows = json_loads(status.out)
         top = next((r for r in rows if isinstance(r, dict) and r.get("type") == "cluster"), None)
         if top is None or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", str(top.get("name", ""))):
             return None

@@ -8,11 +8,11 @@ import os
 import shlex
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Sequence
 
 from ..errors import CommandTimeout, ConnectError, TransportError
+from ..threads import ContextThread
 from .base import Result, _check_argv
 from .framing import STDERR_TAIL
 
@@ -48,7 +48,7 @@ class LocalTransport:
                         failed.append(exc)
                         _killpg(proc.pid, signal.SIGKILL)  # the caller gave up on this command
 
-        readers = [threading.Thread(target=pump, args=(n, s), daemon=True)
+        readers = [ContextThread(target=pump, args=(n, s), daemon=True)
                    for n, s in (("stdout", proc.stdout), ("stderr", proc.stderr))]
         try:  # from the child's start: a Ctrl-C that comes while the readers start is passed on too
             for t in readers:
@@ -118,7 +118,7 @@ class LocalStream:
         self.proc, self.argv = proc, argv
         self._stdin, self._stdout, self._stderr = proc.stdin, proc.stdout, proc.stderr
         self._err = bytearray()
-        self._errors = threading.Thread(target=self._drain_stderr, daemon=True)
+        self._errors = ContextThread(target=self._drain_stderr, daemon=True)
         self._errors.start()
 
     def _drain_stderr(self) -> None:

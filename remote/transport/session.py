@@ -137,7 +137,7 @@ class Session:
         """The container's agent, started (or restarted after a lost connection) on demand; None when it
         cannot run there, and then commands go through plain `pct exec`, which reports pct's errors."""
         from ..errors import RemoteError
-        from .agent import AGENT, AGENT_SILENCE, Agent
+        from .agent import AGENT_SOURCE, Agent, agent_argv
 
         transport = self.transport(spec.host)
         if getattr(transport, "kept", False):  # the keeper holds the agent, started there on first use
@@ -146,13 +146,12 @@ class Session:
         def start():
             if not hasattr(transport, "open_stream"):  # a test double without streams: plain pct exec
                 return None
-            # -I -S: the agent needs only the standard library; no site-packages, .pth files or PYTHON* variables.
-            argv = pct_argv(spec.host.pct, "exec", str(spec.ctid), "--keep-env", "0", "--",
-                            "python3", "-I", "-S", "-c", AGENT, str(AGENT_SILENCE))
+            # The agent's program goes on its stdin (agent_argv's loader), never on the command line.
+            argv = pct_argv(spec.host.pct, "exec", str(spec.ctid), "--keep-env", "0", "--", *agent_argv())
             mux = self._mux_for(spec.host, transport)
             for through in ([mux, transport] if mux else [transport]):
                 try:
-                    return Agent(through.open_stream(argv), f"{spec.host.name}/{spec.ctid}")
+                    return Agent(through.open_stream(argv), f"{spec.host.name}/{spec.ctid}", source=AGENT_SOURCE)
                 except (RemoteError, OSError):
                     # The mux ended under this start (its idle exit, a lost session): once more on a session
                     # of its own. Anything else: no agent, plain pct exec says what is wrong.

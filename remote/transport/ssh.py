@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 from ..config import Host
 from ..errors import CommandTimeout, ConnectError, ConnectTimeout
+from ..threads import ContextThread
 from .base import OutputCallback, Result, _check_argv
 from .framing import STDERR_TAIL
 
@@ -116,7 +117,7 @@ class SshTransport:
             transport = client.get_transport()
             assert transport is not None  # connected just now
             transport.set_keepalive(15)
-            threading.Thread(target=_heartbeat, args=(transport, self.name, self.heartbeat_every,
+            ContextThread(target=_heartbeat, args=(transport, self.name, self.heartbeat_every,
                                                       self.heartbeat_silence),
                              daemon=True, name=f"ssh-heartbeat-{self.name}").start()
             self._conn = _Connection(client)
@@ -146,7 +147,7 @@ class SshTransport:
                         pass
                     finally:
                         chan.shutdown_write()
-                feeder = threading.Thread(target=feed, daemon=True)
+                feeder = ContextThread(target=feed, daemon=True)
                 feeder.start()
             else:
                 chan.shutdown_write()
@@ -306,7 +307,7 @@ def _heartbeat(transport, name: str, every: float, silence: float) -> None:
             finally:
                 answered.set()
 
-        threading.Thread(target=ask, args=(answered,), daemon=True, name=f"ssh-keepalive-{name}").start()
+        ContextThread(target=ask, args=(answered,), daemon=True, name=f"ssh-keepalive-{name}").start()
         if not answered.wait(silence) and transport.is_active():
             log.warning("%s: no answer from the SSH server in %gs; closing the connection (a silent link?)",
                         name, silence)

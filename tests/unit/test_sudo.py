@@ -267,7 +267,9 @@ def test_the_command_lines_remote_builds_are_allowed_and_no_other():
     ct.stop()
     snaps.before_deploy(session, spec, ct, "0123456789ab", today=datetime.date(2026, 12, 1))
     snaps.rollback(resolve(session, 200))
-    snaps.rollback(resolve(session, 200), snapshot="before-upgrade")
+    with pytest.raises(snaps.UnknownSnapshot, match="before-upgrade is not one of remote's .* as root on pve1"):
+        snaps.rollback(resolve(session, 200), snapshot="before-upgrade")  # another's: refused before pct runs
+    assert not any("before-upgrade" in argv for argv in t.argv)
     subcommands = set()
     for argv in t.argv:
         assert argv[:2] == ("sudo", "-n"), argv
@@ -300,3 +302,20 @@ def test_the_drop_in_refuses_a_pct_path_that_would_widen_the_rule():
     with pytest.raises(ValueError, match="plain absolute path"):
         sudo.rule_commands(["/usr/sbin/../../bin/sh"])
     assert sudo.rule_of(sudo.sudoers("trainer", ["/opt/pve+1/pct"]), "trainer")[0].startswith("/opt/pve+1/pct ^exec ")
+
+
+@pytest.mark.fault("sudo rule's snapshot and rollback forms",
+                   promise="`pct snapshot` only with remote's name and description (the commit or venv spec hash: no "
+                   "option passes inside it); `pct rollback` only to remote's own snapshots, another's refused before "
+                   "pct runs, naming how to do it as root (a rollback restores the snapshot's container config)")
+def test_the_snapshot_description_and_rollback_forms_pass_nothing_else():
+    ok = ["snapshot 200 remote-20261201-1 --description before deploy of " + "0123456789abcdef" * 2 + "01234567",
+          "snapshot 200 remote-20261201-2 --description before deploy of venv spec 0123456789abcdef",
+          "rollback 200 remote-20261201-1 --start 1"]
+    for line in ok:
+        assert sudo.allows("pct", line.split(" ", 4) if line.startswith("snapshot") else line.split(), [200]), line
+    for line in ("before deploy of 0123abc --vmstate 1", "before deploy of x", "before deploy of 0123abc\n--x"):
+        assert not sudo.allows("pct", ["snapshot", "200", "remote-20261201-1", "--description", line], [200]), line
+    assert not sudo.allows("pct", ["rollback", "200", "before-upgrade", "--start", "1"], [200])
+    assert "/usr/sbin/pct ^rollback (200) remote-[0-9]{8}-[0-9]+ --start [01]$" in \
+        sudo.rule_of(sudo.sudoers("trainer", ctids=[200]), "trainer")

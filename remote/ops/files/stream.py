@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from ...errors import CommandTimeout, ConnectError, TransferError
 from ...naming import printable
 from ...shell import load
+from ...threads import ContextThread
 from ...transport.pct import Container
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ class Watched:
         self.stream, self.limit, self.stalled = stream, limit, False
         self.last = time.monotonic()
         self._done = threading.Event()
-        threading.Thread(target=self._watch, daemon=True, name="transfer-stall-watch").start()
+        ContextThread(target=self._watch, daemon=True, name="transfer-stall-watch").start()
 
     def _watch(self) -> None:
         while not self._done.wait(0.5):
