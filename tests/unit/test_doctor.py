@@ -544,6 +544,6 @@ def test_doctor_warns_of_a_checkout_the_hosts_file_no_longer_pins(spec):
     facts = fx.parse(healthy_raw(spec), spec, (1000.0, 1000.4))
     assert healthy(findings(facts, spec, Pin("/src/t", "HEAD", COMMIT)))
     found = findings(facts, spec, Pin("/src/t", "HEAD", "b" * 40))
-    stale = [f for f in found if f.kind == "checkout-stale"]
+    stale = [f for f in found if f.code == "checkout-stale"]
     assert not healthy(found) and stale and stale[0].severity == "warning" and stale[0].fix == "remote deploy"
     assert stale[0].what == f"the checkout is at {COMMIT[:12]}, but the hosts file pins {'b' * 12} (code.ref HEAD of /src/t)"

@@ -294,9 +294,11 @@ def test_the_command_line_prints_a_dry_run_in_one_line_a_command_and_in_full_wit
     path.write_text(HOSTS)
     raw = json.dumps(ready(spec))
 
-    def fake_session(config, *, dry=False, echo=None, agent=False, keep=False):
-        fake = FakeTransport([Expect(lambda argv: True, stdout=raw)])
-        return Session(config, dry=dry, echo=echo, transport_factory=lambda host: fake)
+    real = sessions.open_session
+
+    def fake_session(config, **kw):
+        fake = FakeTransport([Expect(lambda argv: True, stdout=raw) for _ in range(5)])  # reads: the probe's answer
+        return real(config, **{**kw, "transport": lambda host: fake})
 
     monkeypatch.setattr(sessions, "open_session", fake_session)
     outputs = {}
@@ -328,11 +330,13 @@ def test_the_command_line_refuses_a_stale_checkout_naming_deploy_or_force_and_do
     raw["code"]["record"] = {"commit": COMMIT, "ref": "HEAD", "dirty": False, "base": COMMIT}
     answers = []
 
-    def fake_session(config, *, dry=False, echo=None, agent=False, keep=False):
+    real = sessions.open_session
+
+    def fake_session(config, **kw):
         # every command: the probe's answer (train's lease commands get it too and ignore it)
         fake = FakeTransport([Expect(lambda argv: answers.append(argv) or True, stdout=json.dumps(raw))
                               for _ in range(20)])
-        return Session(config, dry=dry, echo=echo, transport_factory=lambda host: fake)
+        return real(config, **{**kw, "transport": lambda host: fake})
 
     monkeypatch.setattr(sessions, "open_session", fake_session)
     assert cli.run(["train", "-c", "200", "--hosts", str(path)]) == 1
