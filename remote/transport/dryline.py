@@ -44,11 +44,16 @@ def elided(arg: str) -> str | None:
         f"<{name_of(arg) or 'text'}, {len(arg)} chars>"
 
 
+def show(describe, argv: Sequence[str], echo) -> None:
+    """A dry run's command: `short` to `echo`, then the command in full to the `remote.dry` logger (DEBUG)."""
+    echo(short(describe, argv))
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("%s", describe(list(argv)))
+
+
 def short(describe, argv: Sequence[str]) -> str:
-    """`describe(argv)` (a transport's command line) with the long arguments elided: one line. The full
-    command goes to the `remote.dry` logger at DEBUG."""
+    """`describe(argv)` (a transport's command line) with the long arguments elided: one line."""
     argv = list(argv)
-    log.debug("%s", describe(argv))
     shown: dict[str, str] = {}
     for i, arg in enumerate(argv):
         instead = elided(arg)

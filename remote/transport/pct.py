@@ -186,13 +186,14 @@ class Container:
     def where(self) -> str:
         return f"{self.transport.name}/{self.ctid}"
 
-    def describe(self, argv: Sequence[str]) -> str:
-        """A host command as a dry run shows it: one line, its embedded scripts elided (remote.transport.dryline)."""
-        return dryline.short(self.transport.describe, argv)
+    def show_dry(self, argv: Sequence[str]) -> None:
+        """A host command as a dry run shows it: one line, its embedded scripts elided; in full to the
+        `remote.dry` logger (remote.transport.dryline)."""
+        dryline.show(self.transport.describe, argv, self.echo)
 
     def _host_run(self, argv: list[str], *, stdin=None, deadline=None, on_output=None, mutates=True) -> Result:
         if self.dry and mutates:
-            self.echo(self.describe(argv))
+            self.show_dry(argv)
             return Result(tuple(argv), 0, b"", b"", 0.0)
         return self.transport.run(argv, stdin=stdin, deadline=deadline, on_output=on_output)
 

@@ -310,6 +310,9 @@ def test_the_command_line_prints_a_dry_run_in_one_line_a_command_and_in_full_wit
     assert "bash -c <oplock.sh, " in short and "bash -c <warmup.sh, " in short and "  full: " not in short
     assert len(short.splitlines()) <= 6, short
     assert "  full: " in full and "# The per-container operation lease" in full and len(full.splitlines()) > 60
+    shown = full.splitlines()
+    first = next(i for i, line in enumerate(shown) if line.startswith("  full: "))
+    assert "bash -c <oplock.sh, " in shown[first - 1]  # each command in full under its line
 
 
 def test_the_command_line_refuses_a_stale_checkout_naming_deploy_or_force_and_doctor_warns(tmp_path, monkeypatch,

@@ -66,7 +66,7 @@ def pull(ct: Container, src: str, dest: str | os.PathLike, *, progress: Progress
     No byte arriving for `stall` seconds is a lost link (a stopped sender, a link that never says so)."""
     if ct.dry:
         ct.echo(f"# pull {src} -> {dest}: a file through {PARTIAL} and a rename, a folder as one tar stream")
-        ct.echo(ct.describe(ct.script_argv(load("pull_file"), src, "0")))
+        ct.show_dry(ct.script_argv(load("pull_file"), src, "0"))
         return TransferStats("pull", "file", src, str(dest), 0, 0, 0, 0.0)
 
     def attempt() -> TransferStats:

@@ -31,8 +31,8 @@ def push(ct: Container, local: Path, dest: str, progress: Progress | None, mode:
     if ct.dry:
         part = dest + PARTIAL
         ct.echo(f"# push {local} ({size(total)}) -> {dest}: streamed into {part}, sha256 compared, then renamed")
-        ct.echo(ct.describe(ct.script_argv(load("push_file"), part, "0")))
-        ct.echo(ct.describe(ct.script_argv(load("commit_file"), part, dest, f"{mode:o}")))
+        ct.show_dry(ct.script_argv(load("push_file"), part, "0"))
+        ct.show_dry(ct.script_argv(load("commit_file"), part, dest, f"{mode:o}"))
         return TransferStats("push", "file", str(local), dest, 0, 0, 0, 0.0)
     found = probe(ct, dest, 0, dest + PARTIAL, "all")
     if found[0] == "d":

@@ -87,8 +87,8 @@ def push(ct: Container, root: Path, dest: str, progress: Progress | None,
     if ct.dry:
         stage = f"{dest}{PARTIAL} (or {dest}/.remote-push{PARTIAL} when {dest} is a folder)"
         ct.echo(f"# push {root}/ -> {dest}/: one tar stream into {stage}, manifests compared, then moved or merged")
-        ct.echo(ct.describe(ct.script_argv(load("push_tree"), dest)))
-        ct.echo(ct.describe(ct.script_argv(load("commit_tree"), dest + PARTIAL, dest)))
+        ct.show_dry(ct.script_argv(load("push_tree"), dest))
+        ct.show_dry(ct.script_argv(load("commit_tree"), dest + PARTIAL, dest))
         return TransferStats("push", "tree", str(root), dest, 0, 0, 0, 0.0)
     total, estimate = tar_size(root)
     counter = Counter(progress, estimate)
