@@ -382,7 +382,7 @@ def test_a_json_or_exec_tasks_progress_goes_to_stderr_not_into_its_stdout(monkey
     from remote.events import Note, StepStarted
 
     got = {}
-    monkeypatch.setattr(api, "open", lambda hosts, dry=False, events=None: got.setdefault("events", events))
+    monkeypatch.setattr(api, "open", lambda hosts, dry=False, events=None, **kw: got.setdefault("events", events))
     table.fleet_of("hosts.yaml", stderr_progress=True)
     got.pop("events")(Note(None, "-- 201 is on pve2, not pve1 (the hosts file's host): using gpu-b", "info"))
     table.fleet_of("hosts.yaml")
