@@ -21,7 +21,8 @@ reads every devN path under it (its GPU_SYSROOT). In the sysroot, as on a host:
 The fake libcuda's cuInit(0) (and nvidia-smi) answer as the real ones would from what the calling process
 sees: no driver loaded: 100 (nvidia-smi: "couldn't communicate with the NVIDIA driver", exit 9); the library's
 version not the loaded module's: 803 (nvidia-smi: "Driver/library version mismatch", exit 18); no
-/dev/nvidiactl: 100; no /dev/nvidia-uvm: 999; no /dev/nvidiaN: 100; else 0. Inside a container (`container`
+/dev/nvidiactl (a character device of major 195): 100; no /dev/nvidia-uvm of the uvm major (absent, or another
+node bound over it): 999; no /dev/nvidiaN: 100; else 0. Inside a container (`container`
 in the environment, as pct exec and LXC set it) nvidia-smi lists the /dev/nvidiaN the container has; on the host
 those of the sysroot, numbered from 0 in the order of their minors (as NVML numbers the GPUs a process can
 use; the bus id and uuid stay the GPU's own). Both read the loaded version at the sysroot's host path, which a lab container sees
@@ -49,6 +50,7 @@ _LIBCUDA_C = r"""
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 static int loaded(void) {  /* 1: the loaded module is this library's version, 0: another, -1: none */
     char buf[512] = {0};
     FILE *f = fopen(PROC_VERSION, "r");
@@ -70,8 +72,8 @@ int cuInit(unsigned int flags) {
     (void)flags;
     if (l < 0) return 100;
     if (l == 0) return 803;
-    if (stat("/dev/nvidiactl", &st) != 0) return 100;
-    if (stat("/dev/nvidia-uvm", &st) != 0) return 999;
+    if (stat("/dev/nvidiactl", &st) != 0 || !S_ISCHR(st.st_mode) || major(st.st_rdev) != 195) return 100;
+    if (stat("/dev/nvidia-uvm", &st) != 0 || !S_ISCHR(st.st_mode) || major(st.st_rdev) != UVM_MAJOR) return 999;
     return gpus() ? 0 : 100;
 }
 int cuDeviceGetCount(int *n) { *n = gpus(); return 0; }
@@ -332,7 +334,8 @@ class FakeGpu:
             major, minor = self.state().get("cuda", "12.8").split(".")[:2]
             r = subprocess.run([cc, "-shared", "-fPIC", "-O2", f'-DVERSION="{version}"',
                                 f'-DPROC_VERSION="{self.root}/proc/driver/nvidia/version"',
-                                f"-DCUDA_INT={int(major) * 1000 + int(minor) * 10}", "-o", str(out), str(src)],
+                                f"-DCUDA_INT={int(major) * 1000 + int(minor) * 10}", f"-DUVM_MAJOR={UVM_MAJOR}",
+                                "-o", str(out), str(src)],
                                capture_output=True, text=True)
             if r.returncode != 0:
                 return None
