@@ -16,6 +16,7 @@ reads every devN path under it (its GPU_SYSROOT). In the sysroot, as on a host:
     usr/lib/x86_64-linux-gnu/libcuda.so.V (.so.1, .so),    the user space on disk (version V); libcuda is a real
       libnvidia-ml.so.V (.so.1), libnvidia-ptxjitcompiler.so.V   library where a C compiler is (cuInit below)
     usr/bin/nvidia-smi, usr/bin/nvidia-modprobe, usr/sbin/modinfo   the driver's tools, answering from the state
+    usr/bin/lspci                                          the GPUs (H200s, 10de:2335), `Kernel driver in use: nvidia`
     var/lib/fake-nvidia/state.json                         {"gpus", "loaded", "disk", ...}: what the tools read
 
 The fake libcuda's cuInit(0) (and nvidia-smi) answer as the real ones would from what the calling process
@@ -195,6 +196,20 @@ for real in ("/usr/sbin/modinfo", "/sbin/modinfo"):
 sys.exit(1)
 '''
 
+_LSPCI = r'''
+import json, os, sys
+ROOT = {root!r}
+state = json.load(open(os.path.join(ROOT, {state!r})))
+args = sys.argv[1:]
+for i in range(state["gpus"]):
+    print(f"{{0x18 + i * 0x10:02x}}:00.0 3D controller [0302]: NVIDIA Corporation GH100 [H200 SXM 141GB] [10de:2335] (rev a1)")
+    if "-k" in args or any(a.startswith("-") and "k" in a[1:] for a in args):
+        print("\tSubsystem: NVIDIA Corporation Device [10de:18be]")
+        if state.get("loaded"):
+            print("\tKernel driver in use: nvidia")
+        print("\tKernel modules: nvidiafb, nouveau, nvidia_drm, nvidia")
+'''
+
 
 @dataclass
 class FakeGpu:
@@ -215,6 +230,7 @@ class FakeGpu:
         """A host with `gpus` GPUs and driver `version`, loaded, its nodes made (idempotent: an installed
         driver is left as it is, faults and all)."""
         if self.state_file.exists():
+            self._tools()  # this checkout's tools, the state as it is
             return
         self._save({"gpus": gpus, "loaded": version, "disk": version, "name": name, "memory_mib": memory_mib,
                     "cuda": cuda})
@@ -343,7 +359,7 @@ class FakeGpu:
 
     def _tools(self) -> None:
         for rel, source in (("usr/bin/nvidia-smi", _SMI), ("usr/bin/nvidia-modprobe", _MODPROBE),
-                            ("usr/sbin/modinfo", _MODINFO)):
+                            ("usr/sbin/modinfo", _MODINFO), ("usr/bin/lspci", _LSPCI)):
             text = source.format(root=str(self.root), state=STATE, libdir=LIBDIR, uvm=UVM_MAJOR, nv=NVIDIA_MAJOR)
             self._write(rel, f"#!{self.python}\n" + text.lstrip("\n"))
             (self.root / rel).chmod(0o755)
