@@ -293,7 +293,7 @@ def backend_files(ct, vmid, hostname):
     os.makedirs(os.path.join(ct, "upper"), exist_ok=True)
 
 
-def install(vmid, build, keys, desc=()):
+def install(vmid, build, keys, desc=(), raw=()):
     """Move a container built in folder `build` into place, its config last (then it exists)."""
     ct = os.path.join(pct.LXC_PATH, vmid)
     os.makedirs(ct, exist_ok=True)
@@ -305,7 +305,7 @@ def install(vmid, build, keys, desc=()):
     os.rmdir(build)
     if pct.BACKEND != "ns":  # its lxc.init.cmd and rootfs paths name the final folder
         write_file(os.path.join(ct, "config"), lxc_base_config(ct, vmid, keys.get("hostname", f"CT{vmid}")))
-    write_file(pct.pve_conf(vmid), conf_text(keys, desc=desc))
+    write_file(pct.pve_conf(vmid), conf_text(keys, raw, desc))
     if pct.CLUSTER_DIR:
         pct.cluster_side().write_vmlist()
 
@@ -388,7 +388,7 @@ def cmd_clone(opts, positional):
     new["rootfs"] = rootfs_volume(newid, store, size.group(1) if size else "8")
     backend_files(build, newid, new.get("hostname", f"CT{newid}"))
     write_file(os.path.join(build, "storage"), store + "\n")
-    install(newid, build, new, opts.get("description", "").splitlines() or desc)
+    install(newid, build, new, opts.get("description", "").splitlines() or desc, raw)  # raw lxc.* keys too
 
 
 def cmd_set(opts, positional):
