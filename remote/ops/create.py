@@ -192,7 +192,7 @@ def create(h: HostTarget, spec: CreateSpec, *, hosts_file: str | None = None,
             if diff:
                 raise CreateRefused(f"container {ctid} on {host.name} exists with another spec: {'; '.join(diff)}: remote "
                                     f"create never changes a container (ask for what it has, or `pct destroy {ctid} "
-                                    "--purge 1` first)")
+                                    "--force 1 --purge 1` first)")
             said.append("already made as asked")
             h.note(f"container {ctid} on {host.name} is already made as asked ({spec.source}, --gpu {spec.gpu}): nothing to do")
             added = _hosts_entry(run, hosts_file, add_entry, ctid, host.name, spec)
@@ -270,7 +270,7 @@ def create(h: HostTarget, spec: CreateSpec, *, hosts_file: str | None = None,
         config_lines: tuple[str, ...] = ()
         if not wanted.empty:
             with run.step("gpu config", f"devN and mpN lines for GPU {', '.join(map(str, gpus))}") as said:
-                current = run.host(pct_argv(pct, "config", str(ctid)), mutates=False, deadline=60)
+                current = None if h.dry else run.host(pct_argv(pct, "config", str(ctid)), mutates=False, deadline=60)
                 now = current.out if current is not None and current.exit_code == 0 else ""
                 plan = gpuconfig.plan(now, wanted)
                 for line in plan.diff:
