@@ -8,7 +8,7 @@
 
 Each container is destroyed after its round (`pct destroy --purge 1`); the lab is taken down however it ends.
 
-    python bench/create_lab.py [--ids 280-282] [--repeat 3] [--deploy]
+    python bench/create_lab.py [--ids 295-297] [--repeat 3] [--deploy]
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ SECTIONS = """venv:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--ids", default="280-282", help="container ids the rounds create (machine-wide LXC ids)")
+    p.add_argument("--ids", default="295-297", help="container ids the rounds create (machine-wide LXC ids)")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--deploy", action="store_true", help="also deploy the last container made (a venv from wheels)")
     args = p.parse_args()
     ids = parse_ids(args.ids, args.repeat)
-    own = 279  # the lab's own container (the lab needs one to come up)
+    own = 294  # the lab's own container (the lab needs one to come up)
     with private_lab((own,)) as lab:
         hosts = hosts_file(lab, lab.dir / "bench-hosts.yaml", (own,), SECTIONS, wheels=lab.wheels_dir)
         made, again, steps = [], [], {}

@@ -1,7 +1,7 @@
 """Lab tier: `remote create` through the real sshd and the pct double (create, set, start, destroy, pveam,
 pvesm with Proxmox's words), then deploy and train in the container it made; the same create again a no-op;
 `--gpu` refused on this machine (no NVIDIA driver) with nothing made; a failure part-way (a package step
-that fails, in the real container) leaving nothing behind. Containers 270-272: no other module uses them."""
+that fails, in the real container) leaving nothing behind. Containers 290-293: no other module uses them."""
 
 import subprocess
 import sys
@@ -12,7 +12,7 @@ import pytest
 from remote.transport.pct import pct_argv
 
 pytestmark = pytest.mark.lab
-MADE, NO_DRIVER, HALF = 270, 271, 272
+MADE, NO_DRIVER, HALF = 290, 291, 292
 TRAIN = "python -m drafter.train --target-gpus 0 --drafter-gpus 0,1 --steps 200 --log-interval 0.5"
 
 
