@@ -366,3 +366,21 @@ def test_the_entry_goes_into_a_file_without_containers_and_an_empty_block():
             assert hostsinit.add_container(str(p), 220, "pve", "made by remote create")
             assert config.load(str(p)).containers[220].host.name == "pve"
             assert not hostsinit.add_container(str(p), 220, "pve", "again")
+
+
+def test_the_command_line_renders_what_was_made_each_step_and_what_next(hosts):
+    import json
+
+    from remote.cli import format as fmt
+
+    pve = FakePve()
+    got, _ = make(hosts, pve, gpu="all")
+    lines = fmt.created_lines(got)
+    assert lines[0].startswith("made container 210 on pve from local:vztmpl/debian-12") and "GPU 0 (driver 580.95.05" in lines[0]
+    assert "  dev0: /dev/nvidia0,gid=44,mode=0666" in lines
+    assert any(line.startswith("  proof") for line in lines)
+    assert lines[-1] == f"added containers.210 to {hosts}; next: `remote deploy -c 210`"
+    again, _ = make(hosts, pve, gpu="all")
+    assert fmt.created_lines(again) == ["container 210 on pve: already made as asked "
+                                        "(local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst): nothing to do"]
+    assert json.loads(fmt.created_json(got))["steps"][0]["name"] == "preflight"
