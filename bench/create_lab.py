@@ -8,12 +8,17 @@
 
 Each container is destroyed after its round (`pct destroy --purge 1`); the lab is taken down however it ends.
 
-    python bench/create_lab.py [--ids 295-297] [--repeat 3] [--deploy]
+    python bench/create_lab.py [--ids 295-297] [--repeat 3] [--deploy] [--gpu all]
+
+With --gpu: the lab's host has the simulated NVIDIA driver (remote/lab/fakegpu.py, two GPUs), and each create
+also makes the driver's user space, the devN and mpN lines, the ldconfig and the proof (cuInit, nvidia-smi,
+doctor --gpu's findings): what create adds for a GPU, without a GPU's own start-up times.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -29,20 +34,41 @@ SECTIONS = """venv:
 """
 
 
+@contextlib.contextmanager
+def gpu_lab(containers):
+    """A private lab whose host has the simulated NVIDIA driver (two GPUs), taken down however it ends."""
+    import shutil
+    import tempfile
+
+    from benchlab import WHEELS, free_port
+
+    from remote.lab import Lab
+
+    where = Path(tempfile.mkdtemp(prefix="remote-bench-", dir="/var/tmp"))
+    lab = Lab(dir=where / "lab", port=free_port(), wheels_dir=WHEELS, fake_gpu=2)
+    try:
+        lab.up(tuple(containers))
+        yield lab
+    finally:
+        lab.down(purge=True)
+        shutil.rmtree(where, ignore_errors=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ids", default="295-297", help="container ids the rounds create (machine-wide LXC ids)")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--deploy", action="store_true", help="also deploy the last container made (a venv from wheels)")
+    p.add_argument("--gpu", default="none", help="--gpu of each create (all, 0,1: a lab with the simulated driver)")
     args = p.parse_args()
     ids = parse_ids(args.ids, args.repeat)
     own = 294  # the lab's own container (the lab needs one to come up)
-    with private_lab((own,)) as lab:
+    with gpu_lab((own,)) if args.gpu != "none" else private_lab((own,)) as lab:
         hosts = hosts_file(lab, lab.dir / "bench-hosts.yaml", (own,), SECTIONS, wheels=lab.wheels_dir)
         made, again, steps = [], [], {}
         for ctid in ids:
             argv = ("create", str(ctid), "--host", "lab", "--template", lab.template, "--storage", "local",
-                    "--cores", "2", "--memory", "2048", "--disk", "4")
+                    "--cores", "2", "--memory", "2048", "--disk", "4", "--gpu", args.gpu)
             took, r = remote_cli(hosts, *argv, "--json", timeout=900)
             got = json.loads(r.stdout)
             made.append(took)
