@@ -414,7 +414,7 @@ def init(c, address=None, port=None, user=None, key_file=None, known_hosts=None,
     "template": "a template volume, e.g. local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst (`pveam list local`)",
     "clone": "instead of --template: the container (a template) to clone", "gpu": "all, none (default) or GPU indices, "
     "e.g. 0,1 (the host's /dev/nvidiaN numbers)", "cores": "CPU cores (default 4)", "memory": "memory in MiB "
-    "(default 8192)", "disk": "root disk in GiB (default 32)", "storage": "the storage of its root disk (default: "
+    "(default 8192)", "disk": "root disk in GiB (default 32; a clone keeps its source's)", "storage": "the storage of its root disk (default: "
     "local-lvm, else local-zfs, else local)", "unprivileged": "an unprivileged container (the default)",
     "privileged": "a privileged container instead", "dry": "read the host, print the plan and every command that "
     "would change something; change nothing", "json": "print the result as JSON", "hosts": HOSTS_HELP})

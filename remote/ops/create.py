@@ -110,6 +110,8 @@ def differences(config: dict[str, str], spec: CreateSpec, storage: str) -> list[
             "unprivileged": "yes" if config.get("unprivileged") in ("1", "true", "yes") else "no"}
     want = {"source": spec.source, "gpu": spec.gpu, "cores": str(spec.cores), "memory": str(spec.memory),
             "disk": f"{spec.disk}G", "storage": storage, "unprivileged": "yes" if spec.unprivileged else "no"}
+    if spec.clone is not None:  # a clone keeps its source's disk and privilege (--disk, --privileged: a template's)
+        del want["disk"], want["unprivileged"]
     for key in want:
         if have[key] != want[key]:
             out.append(f"{key} {have[key]} (asked: {want[key]})")

@@ -341,6 +341,9 @@ def test_clone_sets_the_resources_and_records_the_source(hosts):
     got, _ = make(hosts, pve, ctid=211, template=None, clone=9000, cores=2)
     assert got.source == "clone 9000" and pve.cts[211]["cores"] == "2"
     assert pve.cts[211]["description"] == "remote create: clone 9000 gpu=none"
+    pve.calls.clear()
+    again, _ = make(hosts, pve, ctid=211, template=None, clone=9000, cores=2)  # its source's 8G disk is no difference
+    assert not again.made and pve.subs() == ["pct config"]
 
 
 def test_fleet_create_refuses_a_node_the_file_lacks_and_a_spec_without_a_source(hosts):
