@@ -331,7 +331,7 @@ def test_dry_reads_and_reports_every_command_running_none(hosts):
     assert pve.cts == {} and hosts.read_text() == HOSTS and not got.made and got.dry
     shown = [e.line for e in events if type(e).__name__ == "Output"]
     assert any("pct create 210 " + TEMPLATE in line for line in shown)
-    assert any("nvidia-userspace" in line for line in shown)
+    assert "pve: bash -c '<remote/sh/nvidia-userspace.sh>' nvidia-userspace /var/lib/remote/nvidia" in shown
     assert any("add to " in line and "containers.210" in line for line in shown)
     assert got.config[0] == "dev0: /dev/nvidia0,gid=44,mode=0666"
 
