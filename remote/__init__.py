@@ -25,12 +25,12 @@ __all__ = [
     "Snapshot", "RolledBack",
     # typed values (remote.results), returned by the API
     "State", "RunStatus", "RunSummary", "Metric", "KnownGood", "PulledRun", "ImportedCache", "FleetStatus",
-    "HostStatus", "ContainerStatus", "JobStatus", "CompileEvent", "CompileHealth",
+    "HostStatus", "ContainerStatus", "JobStatus", "CompileEvent", "CompileHealth", "Created", "CreateStep",
     # the exception tree (remote.errors)
     "RemoteError", "ConfigError", "TransportError", "HostKeyError", "AuthenticationError", "ConnectError",
     "ConnectTimeout", "CommandError", "CommandTimeout", "PctError", "ContainerNotFound", "ContainerNotRunning",
     "ContainerLocked", "ContainerCommandNotFound", "TransferError", "DeployError", "WarmupError", "JobError",
-    "UnknownRun", "BusyError", "JobRunning", "JobTimeout",
+    "UnknownRun", "BusyError", "JobRunning", "JobTimeout", "GpuConfigError", "CreateRefused", "CreateError",
 ]
 _ERRORS = frozenset(__all__[__all__.index("RemoteError"):])
 _API = frozenset(__all__[__all__.index("open"):__all__.index("State")])
@@ -71,7 +71,10 @@ if TYPE_CHECKING:
         ContainerLocked,
         ContainerNotFound,
         ContainerNotRunning,
+        CreateError,
+        CreateRefused,
         DeployError,
+        GpuConfigError,
         HostKeyError,
         JobError,
         JobRunning,
@@ -87,6 +90,8 @@ if TYPE_CHECKING:
         CompileEvent,
         CompileHealth,
         ContainerStatus,
+        Created,
+        CreateStep,
         FleetStatus,
         HostStatus,
         ImportedCache,

@@ -406,9 +406,16 @@ def init(c, address=None, port=None, user=None, key_file=None, known_hosts=None,
             raise Exit(f"error: {flag} {path}: no such file", code=2)
     wrote = api.write_hosts_file(address, out=out, port=port, user=user, key_file=key_file, known_hosts=known_hosts,
                                  pct=pct, force=force, sudo=sudo)
+    if not wrote.containers:
+        say(f"wrote {wrote.path}: host {wrote.host}, no containers yet; `remote create CTID --host {wrote.host} "
+            "--template VOLID [--gpu all]` makes one and adds it (docs/guide/bare-node.md)")
+        return
     first = wrote.containers[0][0]
     say(f"wrote {wrote.path}: host {wrote.host} with container(s) {', '.join(str(f[0]) for f in wrote.containers)}; "
           f"fill in venv, code and train, then `remote config -c {first}` and `remote deploy -c {first}`")
+
+
+from . import hosttasks  # noqa: E402,F401  (`remote create`: registered here, after init, in --help order)
 
 
 @task(name="config", help={"container": "only these containers: an id, a comma list, a group or `all` "
@@ -568,7 +575,7 @@ def disconnect(c, host=None, hosts=None):
 
 
 # The order of `remote --help`: the way in, the daily loop, then the rest (tasks not named here follow).
-HELP_ORDER = ("init", "config", "status", "deploy", "warmup", "train", "logs", "runs", "stop", "exec", "shell",
+HELP_ORDER = ("init", "create", "config", "status", "deploy", "warmup", "train", "logs", "runs", "stop", "exec", "shell",
               "push", "pull", "doctor", "known-good", "report", "snapshots", "rollback")
 
 FOOTER = ("Hosts file: --hosts FILE, else $REMOTE_HOSTS_FILE, else ./hosts.yaml (`remote init` writes one). "

@@ -1,0 +1,35 @@
+"""The task on a Proxmox host itself: `remote create` (registered in TASKS when remote/cli/tasks.py imports
+this module), as every task: its options, one remote.api call, remote/cli/format.py's lines."""
+
+from __future__ import annotations
+
+from . import format as fmt
+from .table import HOSTS_HELP, Exit, fleet_of, handled, say, task
+
+
+@task(positional="ctid", usage="remote create CTID (--host H | --node N) (--template VOLID | --clone CTID) [--gpu all|0,1|none]", help={
+    "ctid": "the new container's id", "host": "the Proxmox host of the hosts file to make it on",
+    "node": "instead of --host: a cluster's node (a host of the hosts file)",
+    "template": "a template volume, e.g. local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst (`pveam list local`)",
+    "clone": "instead of --template: the container (a template) to clone", "gpu": "all, none (default) or GPU indices, "
+    "e.g. 0,1 (the host's /dev/nvidiaN numbers)", "cores": "CPU cores (default 4)", "memory": "memory in MiB "
+    "(default 8192)", "disk": "root disk in GiB (default 32; a clone keeps its source's)", "storage": "the storage of its root disk (default: "
+    "local-lvm, else local-zfs, else local)", "unprivileged": "an unprivileged container (the default)",
+    "privileged": "a privileged container instead", "dry": "read the host, print the plan and every command that "
+    "would change something; change nothing", "json": "print the result as JSON", "hosts": HOSTS_HELP})
+@handled
+def create(c, ctid, host=None, node=None, template=None, clone=None, gpu="none", cores=4, memory=8192, disk=32,
+           storage=None, unprivileged=False, privileged=False, dry=False, json_=False, hosts=None):
+    """Make a container on a Proxmox host that trains: its GPUs passed, the host's own driver user space
+    mounted, what deploy needs installed, CUDA proven, its entry added to the hosts file.
+
+    Needs root on the host (devN lines are root@pam's only). The same create again does nothing; another
+    spec for an existing id, an id Proxmox has, an unknown template or storage or a GPU the host lacks are
+    refused before anything changes; a failure part-way destroys what it made (docs/guide/bare-node.md)."""
+    if unprivileged and privileged:
+        raise Exit("error: --unprivileged and --privileged: give one", code=2)
+    with fleet_of(hosts, dry, stderr_progress=json_) as fleet:
+        got = fleet.create(int(ctid), host=host, node=node, template=template, clone=int(clone) if clone else None,
+                           gpu=gpu, cores=int(cores), memory=int(memory), disk=int(disk), storage=storage,
+                           unprivileged=not privileged)
+    say(fmt.created_json(got) if json_ else "\n".join(fmt.created_lines(got)))
