@@ -11,7 +11,6 @@ import sys
 import types
 
 import pytest
-
 from support import ROOT  # noqa: E402
 
 WATCH = ROOT / "remote" / "sh" / "compilewatch.py"
