@@ -6,7 +6,9 @@ events mean:
 
   compile         the first compile of a function
   recompile       a further compile of it; `reason` is torch's (the guard that failed)
-  graph-break     the function's graph was split; `reason` is torch's break reason
+  graph-break     the function's graph was split; `reason` is torch's break reason, `where` the line that broke
+                  (the function's `def` line is `line`); dynamo's internal restarts (`<class '...RestartAnalysis'>`,
+                  written as graph breaks by watches before issue 39) are no graph break and are left out
   eager-fallback  the function runs its Python code from now on; `why`: recompile-limit, suppressed-error
 
 "After the first steady step" is after the time the run's second throughput value was reported (its first
@@ -59,6 +61,14 @@ def number(v) -> float | None:
 def _amount(v) -> float | None:
     f = number(v)
     return None if f is None else min(max(f, 0.0), AMOUNT_MAX)
+
+
+def internal_restart(reason: str | None) -> bool:
+    """Dynamo restarting its analysis for a reason of its own (`<class 'torch._dynamo.exc.
+    TensorifyScalarRestartAnalysis'>`): an older watch wrote it as a graph break; it is none."""
+    text = (reason or "").strip()
+    return (text.startswith("<class '") and text.endswith("'>")) or text in (
+        "autograd.grad consumed grad_fns of returned tensors", "source-less requires_grad_() intermediate leaked as output")
 
 
 def parse_line(line: str) -> CompileEvent | None:
@@ -119,6 +129,8 @@ def describe(ev: CompileEvent) -> str:
             "eager-fallback": "running eagerly:", "compile": "compile of"}.get(ev.kind, ev.kind)
     why = f" ({ev.why})" if ev.kind == "eager-fallback" and ev.why else ""
     text = f"{what} {ev.function}{why}"
+    if ev.kind == "graph-break" and ev.where:  # the line that broke, beside the function's def line above
+        text += f" at {ev.where}"
     if ev.reason:
         text += f": {ev.reason}"
     if ev.where and ev.kind != "graph-break":
@@ -144,12 +156,16 @@ def summarize(lines: Iterable[str], steady: float | None = None, limit: int = 20
     come from each process's latest totals (the file is bounded: a process writes totals, not every event)."""
     events: list[CompileEvent] = []
     totals: dict[int, dict[str, float]] = {}
+    internal: Counter = Counter()  # per process: restarts an older watch counted as graph breaks
     seen_lines: set[int] = set()
     for line in lines:
         if hash(line) in seen_lines:  # the probe sends a process's latest line again with the totals
             continue
         seen_lines.add(hash(line))
         ev = parse_line(line)
+        if ev is not None and ev.kind == "graph-break" and internal_restart(ev.reason):
+            internal[ev.pid] += 1
+            ev = None
         if ev is not None:
             events.append(ev)
             if len(events) > 2 * limit:
@@ -159,8 +175,8 @@ def summarize(lines: Iterable[str], steady: float | None = None, limit: int = 20
             totals[tot[0]] = tot[1]
     events = events[-limit:]
     summed: Counter = Counter()
-    for per_process in totals.values():
-        summed.update(per_process)
+    for pid, per_process in totals.items():
+        summed.update({**per_process, "graph-break": max(0.0, per_process.get("graph-break", 0.0) - internal[pid])})
     for kind in KINDS:  # a line without totals still counts
         seen = sum(1 for e in events if e.kind == kind and e.pid not in totals)
         summed[kind] += seen
@@ -226,6 +242,38 @@ HINTS = {
 }
 
 
+def guard_advice(guard: str) -> str:
+    """What to do about one failed guard, from what it checks."""
+    g = guard or ""
+    if any(word in g for word in ("size", "stride", "shape", "dim")):
+        return ("shapes vary between calls: mark the varying dimension dynamic (torch._dynamo.mark_dynamic), or pad "
+                "shapes to a few sizes")
+    if "==" in g or " is " in g:
+        return ("a Python value the compiled code reads changes between calls, and dynamo guards on its value: keep "
+                "it constant inside the compiled function (rescale outside it), or pass it as a tensor")
+    return "make what that guard checks the same on every call; TORCH_LOGS=recompiles shows every reason"
+
+
+def limit_hint(events: Iterable[CompileEvent]) -> str | None:
+    """The recompile limit's cause from the watch's record: the function that hit it, its last failed guard and
+    the source line torch names, with what to do about that guard; None where the record has nothing (then the
+    log's generic hint stands)."""
+    evs = list(events)
+    hit = [e for e in evs if e.kind == "eager-fallback" and e.why == "recompile-limit"]
+    recompiles = [e for e in evs if e.kind == "recompile" and e.reason]
+    ev = hit[-1] if hit else recompiles[-1] if recompiles else None
+    if ev is None:
+        return None
+    guard = ev.reason or ""
+    for prefix in ("recompile limit reached; last guard failed: ", "guard failed: "):
+        if guard.startswith(prefix):
+            guard = guard[len(prefix):]
+    where = ev.where or next((e.where for e in reversed(recompiles) if e.fn == ev.fn and e.where), None)
+    said = "hit the recompile limit and runs eagerly" if hit else f"recompiled {sum(e.fn == ev.fn for e in recompiles)} time(s)"
+    return printable(f"{ev.function} {said}; the guard that failed: {guard or '?'}"
+                     + (f" at {where}" if where else "") + f": {guard_advice(guard)}")
+
+
 @dataclass(frozen=True)
 class CompileFinding:
     name: str
@@ -253,17 +301,20 @@ def findings(h: CompileHealth, run: str | None = None) -> list[CompileFinding]:
         out.append(CompileFinding(
             "recompiling", "warning",
             f"{of} recompiled {len(recompiles)} time(s) {when}: {_top(recompiles)}"
-            + (f"; guard at {first.where}" if first.where else ""), HINTS["recompiling"]))
+            + (f"; guard at {first.where}" if first.where else ""),
+            guard_advice((first.reason or "").removeprefix("guard failed: ")) + "; " + HINTS["recompiling"]))
     breaks = [e for e in h.events if e.kind == "graph-break"]
     if breaks:
+        at = sorted({f"{e.function} at {e.where}" for e in breaks if e.where})[:3]
         out.append(CompileFinding("graph-breaks", "warning",
-                                  f"{of} has {h.graph_breaks or len(breaks)} graph break(s): {_top(breaks)}",
-                                  HINTS["graph-breaks"]))
+                                  f"{of} has {h.graph_breaks or len(breaks)} graph break(s): {_top(breaks)}"
+                                  + (f"; broke at {', '.join(at)}" if at else ""), HINTS["graph-breaks"]))
     eager = [e for e in h.events if e.kind == "eager-fallback"]
     if eager:
         names = "; ".join(sorted({f"{e.function} ({e.why or 'unknown'}): {e.reason or '?'}" for e in eager})[:5])
+        cause = limit_hint(h.events) if any(e.why == "recompile-limit" for e in eager) else None
         out.append(CompileFinding("eager-fallback", "warning", f"{of}: {len(eager)} function(s) run eagerly: {names}",
-                                  HINTS["eager-fallback"]))
+                                  (f"{cause}; " if cause else "") + HINTS["eager-fallback"]))
     if steady_known and any(e.kind in ("compile", "recompile") for e in after):
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(h.steady_counts.items()))
         out.append(CompileFinding("compile-in-steady-state", "warning",

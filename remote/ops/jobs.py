@@ -389,13 +389,41 @@ class CompileNotices:
     that starts running eagerly. Events come before the steady step's time is known: those wait for it."""
 
     MAX_WAITING = 200
+    MAX_KEPT = 2000  # lines kept for the run's summary (each process's latest totals line is kept apart)
 
     def __init__(self, echo: Callable[[str], None]) -> None:
         self.echo, self.notices = echo, compilelog.Notices()
         self.steady: float | None = None
         self.waiting: list[compilelog.CompileEvent] = []
+        self.kept: list[str] = []
+        self.totals: dict[int, str] = {}  # pid -> its latest line with totals
+
+    def health(self) -> compilelog.CompileHealth:
+        """The run's compile health from what was received, as status and doctor count it."""
+        return compilelog.summarize([*self.kept, *self.totals.values()], self.steady)
+
+    def hint(self, name: str, hint: str) -> str:
+        """A crash signature's hint, from the watch's record where it knows the cause (the recompile limit: the
+        guard that failed and its line), the log's generic text only where it has nothing."""
+        if name == "recompile limit hit":
+            return compilelog.limit_hint(self.health().events) or hint
+        return hint
+
+    def summary(self) -> list[str]:
+        """train's last lines about compiling: the counts and each finding, where anything was recorded."""
+        h = self.health()
+        if not h:
+            return []
+        return [compilelog.health_line(h)] + [f"!! {f.name}: {f.text}; {f.hint}" for f in compilelog.findings(h)]
 
     def line(self, text: str) -> None:
+        tot = compilelog.totals_of(text) if '"totals"' in text else None
+        if tot is not None:
+            self.totals[tot[0]] = text
+        if '"kind"' in text and '"kind": "totals"' not in text:
+            self.kept.append(text)
+            if len(self.kept) > 2 * self.MAX_KEPT:
+                del self.kept[:self.MAX_KEPT]
         if text.startswith('{"steady"'):
             try:
                 got = json.loads(text).get("steady")
@@ -434,13 +462,16 @@ def show_log(ct: Container, spec: ContainerSpec, run_id: str | None = None, *, f
     watch = watch_for(spec)
     splitter = logs.LineSplitter()
 
+    compiled = CompileNotices(echo)
+    signatures = {name: f"!! {name}: {hint}" for _, name, hint in logs.SIGNATURES}
+
     def show(lines: list[str]) -> None:
         for line in lines:
             echo(line)
             for note in watch.line(line):
-                echo(note)
+                name = next((n for n, text in signatures.items() if note == text), None)
+                echo(f"!! {name}: {compiled.hint(name, note[len(name) + 5:])}" if name else note)
 
-    compiled = CompileNotices(echo)
     logs.follow(ct, st["path"], st["run"], on_bytes=lambda chunk: show(splitter.feed(chunk)), follow_=follow,
                 reconnect=ct.transport.close, echo=echo, on_compile=compiled.line)
     show(splitter.flush())
@@ -448,7 +479,9 @@ def show_log(ct: Container, spec: ContainerSpec, run_id: str | None = None, *, f
     final["watch"] = watch
     echo(printable(f"-- run {final['run']}: {describe_end(final)}; {watch.summary()}"))
     for name, hint, _ in watch.found:
-        echo(f"-- {name}: {hint}")
+        echo(f"-- {name}: {compiled.hint(name, hint)}")
+    for line in compiled.summary():  # the run's compile health, where the watch recorded any
+        echo(f"-- {line}")
     return final
 
 
