@@ -99,7 +99,7 @@ class _Finder:
 
     def __init__(self, wanted: dict):
         self.wanted = dict(wanted)  # module name -> what wraps it once it ran
-        self.owner = None  # the thread inside our own lookup (the import system calls finders under its lock)
+        self.owner: int | None = None  # the thread inside our own lookup (the import system calls finders under its lock)
 
     def find_spec(self, name, path=None, target=None):
         if name not in self.wanted or self.owner == _thread.get_ident():
@@ -179,7 +179,7 @@ def _wrap_breaks(sc) -> None:
     frame (the line that broke, as torch's own trace names it) for this thread until the frame's metrics come."""
     cls = getattr(sc, "InstructionTranslatorBase", None)
     original = getattr(cls, "log_graph_break", None)
-    if original is None or getattr(original, "_remote_watch", False):
+    if cls is None or original is None or getattr(original, "_remote_watch", False):
         return
 
     def log_graph_break(self, *args, **kwargs):
