@@ -269,3 +269,32 @@ def test_a_graph_break_is_named_at_the_line_that_broke_and_the_def_line():
     found = compilelog.findings(compilelog.summarize([json.dumps({**json.loads(ev(5, "graph-break", fn="forward",
                                                       reason="x", where="nanoGPT/model.py:53"))})]))
     assert "broke at forward (train.py:12) at nanoGPT/model.py:53" in found[0].text
+
+
+@pytest.mark.fault("A warmup that recompiles a function per value of a Python float", promise="warmup reports the "
+                   "recompiles, graph breaks and eager fallbacks with guard and line, and says what it compiled "
+                   "will not serve the run")
+def test_warmup_reports_what_torch_did_and_whether_it_serves_the_run():
+    from remote.ops import warmup as wm
+
+    shown, sink = [], []
+    on_output = wm._prefixed(shown.append, "0", sink)
+    compile_lines = "".join(f"REMOTE_COMPILE {x}\n" for x in [
+        *LIMIT_RUN, *with_totals([ev(14, "graph-break", fn="forward", pid=101, reason="Unsupported Tensor.item()",
+                                     where="nanoGPT/model.py:53")])])
+    on_output("stdout", b"REMOTE_CACHE before 0 0\nstep 1, no newline" + compile_lines.encode()
+              + b"REMOTE_CACHE after 438 198180864\n")
+    assert shown == ["  [0] step 1, no newline"]  # the watch's lines are read, not shown raw
+    result = wm.DeviceResult("0", 0.0, 115.0, {}, *wm.parse_cache_lines(sink).values(), compile=wm.parse_compile(sink))
+    lines = result.compile_lines()
+    assert lines[0] == "compile: 1 compile, 1 recompile, 1 graph break, 1 eager fallback (21.5 s compiling)"
+    text = "\n".join(lines)
+    assert "recompile #1 of forward (train.py:12): guard failed: G['_TEMP'] == 1.0 at model.py:182" in text
+    assert "graph break in forward (train.py:12) at nanoGPT/model.py:53: Unsupported Tensor.item()" in text
+    assert lines[-1].startswith("!! what this warmup compiled will not serve the run: forward (train.py:12) runs "
+                                "eagerly (recompile-limit)")
+    assert result.record()["compile"] == {"compile": 1, "recompile": 1, "graph-break": 1, "eager-fallback": 1}
+    assert result.record()["serves_run"] is False
+    steady = wm.DeviceResult("0", 0.0, 41.0, {}, compile=wm.parse_compile(
+        [f"REMOTE_COMPILE {x}" for x in with_totals([ev(1, "compile")])]))
+    assert steady.compile_lines() == [] and steady.record()["serves_run"] is True
