@@ -22,7 +22,7 @@ import json
 import math
 import os
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from ..naming import printable
@@ -331,3 +331,72 @@ def from_probe(part: Mapping | None) -> CompileHealth:
     lines = [x for x in part.get("lines") or [] if isinstance(x, str)] if isinstance(part.get("lines"), list) else []
     tots = [x for x in part.get("totals") or [] if isinstance(x, str)] if isinstance(part.get("totals"), list) else []
     return summarize([*lines, *tots], number(part.get("steady_at")))
+
+
+class CompileNotices:
+    """The compile watch's lines as `train` and `logs` receive them (remote.ops.logs.follow's on_compile):
+    one `!!` line the first time each kind of event happens after the first steady step, and each function
+    that starts running eagerly. Events come before the steady step's time is known: those wait for it."""
+
+    MAX_WAITING = 200
+    MAX_KEPT = 2000  # lines kept for the run's summary (each process's latest totals line is kept apart)
+
+    def __init__(self, echo: Callable[[str], None]) -> None:
+        self.echo, self.notices = echo, Notices()
+        self.steady: float | None = None
+        self.waiting: list[CompileEvent] = []
+        self.kept: list[str] = []
+        self.totals: dict[int, str] = {}  # pid -> its latest line with totals
+
+    def health(self) -> CompileHealth:
+        """The run's compile health from what was received, as status and doctor count it."""
+        return summarize([*self.kept, *self.totals.values()], self.steady)
+
+    def hint(self, name: str, hint: str) -> str:
+        """A crash signature's hint, from the watch's record where it knows the cause (the recompile limit: the
+        guard that failed and its line), the log's generic text only where it has nothing."""
+        if name == "recompile limit hit":
+            return limit_hint(self.health().events) or hint
+        return hint
+
+    def summary(self) -> list[str]:
+        """train's last lines about compiling: the counts and each finding, where anything was recorded."""
+        h = self.health()
+        if not h:
+            return []
+        return [health_line(h)] + [f"!! {f.name}: {f.text}; {f.hint}" for f in findings(h)]
+
+    def line(self, text: str) -> None:
+        tot = totals_of(text) if '"totals"' in text else None
+        if tot is not None:
+            self.totals[tot[0]] = text
+        if '"kind"' in text and '"kind": "totals"' not in text:
+            self.kept.append(text)
+            if len(self.kept) > 2 * self.MAX_KEPT:
+                del self.kept[:self.MAX_KEPT]
+        if text.startswith('{"steady"'):
+            try:
+                got = json.loads(text).get("steady")
+                t = got.get("t") if isinstance(got, dict) else None
+            except (ValueError, AttributeError):
+                t = None
+            t = number(t)
+            if t is not None and self.steady is None:
+                self.steady = t
+                waiting, self.waiting = self.waiting, []
+                for early in waiting:
+                    self._take(early)
+            return
+        ev = parse_line(text)
+        if ev is None:
+            return
+        if self.steady is None and ev.kind != "eager-fallback":
+            if len(self.waiting) < self.MAX_WAITING:
+                self.waiting.append(ev)
+            return
+        self._take(ev)
+
+    def _take(self, ev) -> None:
+        note = self.notices.take(ev, self.steady is not None and ev.t > self.steady)
+        if note:
+            self.echo(note)
