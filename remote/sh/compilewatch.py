@@ -308,9 +308,12 @@ INTERNAL_RESTARTS = ("autograd.grad consumed grad_fns of returned tensors",
 
 def _parse(m) -> dict:
     """What one CompilationMetrics record says, read and parsed without the lock (torch's texts bounded)."""
+    forward = getattr(m, "is_forward", True) is not False and not getattr(m, "is_runtime", False)
     restarts = [str(r) for r in sorted(str(x) for x in (getattr(m, "restart_reasons", None) or ()))]
     pending = _pending()
-    located, pending[:] = list(pending), []
+    located: list = []
+    if forward:  # a backward compile or runtime autotuning has no break of its own: the next frame keeps them
+        located, pending[:] = list(pending), []
     breaks = []
     for r in restarts:
         if internal_restart(r):
@@ -325,7 +328,7 @@ def _parse(m) -> dict:
             located.remove(match)
         breaks.append({"reason": first, "where": _short(*match[:2]) if match else None})
     recompile = getattr(m, "recompile_reason", None)
-    return {"forward": getattr(m, "is_forward", True) is not False and not getattr(m, "is_runtime", False),
+    return {"forward": forward,
             "cid": str(getattr(m, "compile_id", None) or ""), "name": getattr(m, "co_name", None),
             "file": getattr(m, "co_filename", None), "line": getattr(m, "co_firstlineno", None),
             "seconds": _seconds(m), "fail_type": getattr(m, "fail_type", None),
