@@ -32,6 +32,7 @@ from ..results import (
     State,
     Stopped,
 )
+from ..threads import ContextThread
 from . import checks
 from .values import DeployPlan, Transfer, Warmup, _diagnosis, _transfer
 
@@ -60,10 +61,10 @@ class Container:
     def _target(self) -> Target:
         """The container resolved on the fleet's session (made on first use: reading settings connects nothing)."""
         if self._made is None:
-            from ..target import Target, spec_of
+            from ..target import resolve
 
             # The session's spec: a cluster's container on the host of the node holding it (remote.cluster).
-            self._made = Target(self.fleet._session, spec_of(self.fleet._session.config, self.id), self.fleet._emit)
+            self._made = resolve(self.fleet._session, self.id)
         return self._made
 
     def __repr__(self) -> str:
@@ -122,7 +123,7 @@ class Container:
         from ..ops.interactive import open_shell
         from ..ops.session import open_session
 
-        with open_session(self.fleet.config) as s:  # a pty session of its own; no agent to start for one shell
+        with open_session(self.fleet.config, transport=self.fleet._transport) as s:  # a pty session of its own, no agent
             return open_shell(dataclasses.replace(self._target, session=s), echo=self.fleet._emit)
 
     # -- files ---------------------------------------------------------------------------------------
@@ -189,9 +190,9 @@ class Container:
         """Copy container src's compile cache into this one: only the files it lacks, sha256-verified;
         refused (WarmupError, naming each field) unless src's passport is what this container needs."""
         from ..ops import cachecopy
-        from ..target import Target, spec_of
+        from ..target import resolve
 
-        source = Target(self.fleet._session, spec_of(self.fleet._session.config, src), self.fleet._emit)
+        source = resolve(self.fleet._session, src)
         return cachecopy.copy(source, self._target, echo=self.fleet._emit)
 
     def export_cache(self, path: str | os.PathLike) -> Path:
@@ -420,7 +421,7 @@ class Run:
             except BaseException as exc:  # noqa: BLE001 -- raised in the reader's thread
                 lines.put(exc)
 
-        t = threading.Thread(target=pump, daemon=True, name=f"remote-follow-{self.id}")
+        t = ContextThread(target=pump, daemon=True, name=f"remote-follow-{self.id}")
         t.start()
         try:
             while True:

@@ -18,14 +18,13 @@ docs/guide/compile-health.md has each event, each finding and what to do about i
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from ..naming import printable
+from ..naming import json_loads, printable
 from ..results import CompileEvent, CompileHealth
 
 KINDS = ("compile", "recompile", "graph-break", "eager-fallback")
@@ -74,7 +73,7 @@ def internal_restart(reason: str | None) -> bool:
 def parse_line(line: str) -> CompileEvent | None:
     """One line of compile.jsonl -> an event; None for a torn, foreign or `totals` line."""
     try:
-        d = json.loads(line)
+        d = json_loads(line)
     except ValueError:
         return None
     t = number(d.get("t")) if isinstance(d, dict) else None
@@ -93,7 +92,7 @@ def parse_line(line: str) -> CompileEvent | None:
 def totals_of(line: str) -> tuple[int, dict[str, float]] | None:
     """(pid, its totals) from any line that carries them: every event line and the last `totals` line."""
     try:
-        d = json.loads(line)
+        d = json_loads(line)
     except ValueError:
         return None
     if not isinstance(d, dict) or _int(d.get("pid")) is None or not isinstance(d.get("totals"), dict):
@@ -112,7 +111,7 @@ def _steady(lines: Iterable[str]) -> float | None:
     seen = 0
     for line in lines:
         try:
-            d = json.loads(line)
+            d = json_loads(line)
         except ValueError:
             continue
         t = number(d.get("t")) if isinstance(d, dict) else None
@@ -376,7 +375,7 @@ class CompileNotices:
                 del self.kept[:self.MAX_KEPT]
         if text.startswith('{"steady"'):
             try:
-                got = json.loads(text).get("steady")
+                got = json_loads(text).get("steady")
                 t = got.get("t") if isinstance(got, dict) else None
             except (ValueError, AttributeError):
                 t = None

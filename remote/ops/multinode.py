@@ -23,6 +23,7 @@ from ..errors import CommandError, ConfigError, JobError, RemoteError
 from ..events import quiet
 from ..naming import printable
 from ..target import resolve
+from ..threads import ContextThread
 from ..transport.session import Session
 from . import jobs
 from . import warmup as wm
@@ -124,7 +125,7 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
           echo: Callable[[str], None] = quiet) -> dict | None:
     """Preflight every node, then start one run on all of them; follow until it ends (returns
     follow_run's result), or None when not following."""
-    nodes = {i: resolve(session, i, echo=echo) for i in ids}  # each node resolved once
+    nodes = {i: resolve(session, i) for i in ids}  # each node resolved once
     specs = [nodes[i].spec for i in ids]
     run_id = jobs.new_run_id()
     values = plan_nodes(specs, run_id, session.config.file)
@@ -214,7 +215,7 @@ def follow_run(session: Session, ids: list[int], run_id: str, *, echo: Callable[
     """Every node's log merged (lines marked `[id] `) until the run ends on all of them; the first node that
     fails (or is lost) has the run stopped on every other node. Returns {run, nodes: ctid -> final state,
     failed: the node that failed first, or None}."""
-    nodes = {i: resolve(session, i, echo=echo) for i in ids}  # each node resolved once
+    nodes = {i: resolve(session, i) for i in ids}  # each node resolved once
     finals: dict[int, dict] = {}
     done = threading.Event()
     master = nodes[ids[0]].spec
@@ -250,7 +251,7 @@ def follow_run(session: Session, ids: list[int], run_id: str, *, echo: Callable[
     def one(ctid: int) -> None:
         finals[ctid] = jobs.show_log(nodes[ctid].ct, nodes[ctid].spec, run_id, follow=True, echo=echo)
 
-    guard = threading.Thread(target=watchdog, daemon=True)
+    guard = ContextThread(target=watchdog, daemon=True)
     guard.start()
     try:
         outcomes = executor.each(session.config, ids, one)
