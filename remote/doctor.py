@@ -175,7 +175,8 @@ def findings(facts: Facts, spec: ContainerSpec, pin: codemod.Pin | str | None = 
         foreign = [p for p in g.processes if p["pid"] not in marked]
         if foreign:
             add(Finding("gpu-foreign-processes", "warning", "GPU processes of no run: " + ", ".join(
-                f"{p['pid']} {p['name']} ({p['used_mib']} MiB)" for p in foreign), None,
+                f"{p['pid']} {p['name']} ({p['used_mib']} MiB)" + (f": {p['command']}" if p.get("command") else "")
+                for p in foreign), None,
                 "they hold GPU memory and compute a run expects to have (in an LXC container nvidia-smi may "
                 "show the host's pids)", "end them (`remote exec -c N 'kill PID'`) or find who started them"))
 

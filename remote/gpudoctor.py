@@ -38,7 +38,9 @@ WHY = {"host-no-driver": "no container on this host can use a GPU",
        "container-node-missing": "CUDA opens /dev/nvidiactl and the GPU's node; a node the container lacks fails "
                                  "cuInit, whatever nvidia-smi says",
        "container-node-wrong": "a node with other numbers than the host's (a bind of /dev/null, a stale major) "
-                               "is another device: CUDA fails on it"}
+                               "is another device: CUDA fails on it",
+       "gpu-foreign-processes": "they hold GPU memory and compute a run expects to have: a run that needs the memory "
+                                "fails with CUDA out of memory"}
 
 
 @dataclass

@@ -358,6 +358,9 @@ class ContainerStatus:
     error: str | None = None
     venv_lock_differs: str | None = None  # the lock its siblings (same venv spec) have, where it differs
     node: str | None = None  # the Proxmox node holding it (a cluster's container: as its guest list says)
+    # Its GPU memory in use now, by every process (remote.facts.gpu_use: used_mib, total_mib, processes, foreign:
+    # the GPU processes of no run, each pid, name, used_mib and command); None without GPUs or not read.
+    gpu_memory: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

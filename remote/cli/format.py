@@ -90,6 +90,8 @@ def _container_dict(c: Any, clustered: bool = False) -> dict:
         entry["error"] = c.error
     if c.venv_lock_differs is not None:
         entry["venv_lock_differs"] = c.venv_lock_differs
+    if c.gpu_memory is not None:
+        entry["gpu_memory"] = dict(c.gpu_memory)
     return entry
 
 
@@ -119,9 +121,22 @@ def status_lines(data: dict) -> list[str]:
         if h["error"]:
             lines.append("  " + printable(h["error"], lines=True).replace("\n", "\n  "))
         for ctid, state in h["containers"].items():  # run ids, states, errors: the container's and the host's
-            lines.append(printable(f"  {ctid}: {state}" + _job_line(by_ct.get(ctid)) + _also_live(by_ct.get(ctid))
-                                   + _lock_note(by_ct.get(ctid))))
+            lines.append(printable(f"  {ctid}: {state}" + _gpu_memory_text(by_ct.get(ctid)) + _job_line(by_ct.get(ctid))
+                                   + _also_live(by_ct.get(ctid)) + _lock_note(by_ct.get(ctid))))
     return lines + [printable(line) for line in _multinode_lines(data["containers"])]
+
+
+def _gpu_memory_text(entry: dict | None) -> str:
+    """`, GPU mem 130.0 of 141.0 GiB in use (no run's: pid 4242 (133120 MiB): python hog.py)`: the container's
+    GPU memory in use now, every process's, and the GPU processes of no run."""
+    g = (entry or {}).get("gpu_memory") or {}
+    if g.get("used_mib") is None:
+        return ""
+    total = f" of {g['total_mib'] / 1024:.1f}" if g.get("total_mib") is not None else ""
+    foreign = g.get("foreign") or []
+    stray = "; ".join(f"pid {p['pid']} ({p.get('used_mib')} MiB): {p.get('command') or p.get('name')}"
+                      for p in foreign[:3]) + ("; …" if len(foreign) > 3 else "")
+    return f", GPU mem {g['used_mib'] / 1024:.1f}{total} GiB in use" + (f" (!! no run's: {stray})" if foreign else "")
 
 
 def _lock_note(entry: dict | None) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from .. import naming, shell
 from ..config import ContainerSpec
 from ..errors import CommandError, DeployError
+from ..naming import printable
 from ..transport.pct import DEFAULT_PATH, Container
 from .probe import SMI_S
 
@@ -305,9 +306,44 @@ def gpus_of(raw: dict) -> Gpus:
     except ValueError as exc:  # an odd nvidia-smi is a finding, not a crash
         return Gpus(True, (), None, None, (), str(exc))
     apps = raw.get("apps") or {}
+    processes = parse_gpu_processes(apps.get("out", "")) if apps.get("rc") == 0 else ()
+    got = raw.get("apps_cmdline")
+    commands: dict = got if isinstance(got, dict) else {}
+
+    def with_command(p: dict) -> dict:
+        cmd = commands.get(str(p["pid"]))
+        return {**p, "command": printable(cmd[:300])} if isinstance(cmd, str) and cmd else p
+
+    processes = tuple(with_command(p) for p in processes)
     return Gpus(True, tuple(gpus), gpus[0]["driver"] if gpus else None,
-                parse_cuda_driver((raw.get("smi") or {}).get("out", "")),
-                parse_gpu_processes(apps.get("out", "")) if apps.get("rc") == 0 else ())
+                parse_cuda_driver((raw.get("smi") or {}).get("out", "")), processes)
+
+
+def gpu_use(g: Gpus, marked: Iterable[int] = ()) -> dict | None:
+    """The container's GPU memory in use now, by every process (nvidia-smi's memory.used of each GPU, summed),
+    and the GPU processes that are no run's (`foreign`: their pid is no marked process of a run); None
+    without GPUs."""
+    if not g.gpus:
+        return None
+    used = [x["memory_used_mib"] for x in g.gpus if isinstance(x.get("memory_used_mib"), int)]
+    total = [x["memory_total_mib"] for x in g.gpus if isinstance(x.get("memory_total_mib"), int)]
+    runs = set(marked)
+    return {"used_mib": sum(used) if used else None, "total_mib": sum(total) if total else None,
+            "processes": [dict(p) for p in g.processes],
+            "foreign": [dict(p) for p in g.processes if p["pid"] not in runs]}
+
+
+def process_text(p: Mapping) -> str:
+    """`pid 4242 (133120 MiB): python hog.py`: one GPU process as preflight, status and doctor name it."""
+    mib = f"{p['used_mib']} MiB" if p.get("used_mib") is not None else "memory unknown"
+    return printable(f"pid {p['pid']} ({mib}): {p.get('command') or p.get('name') or '?'}")
+
+
+def marked_of(raw: dict) -> tuple[int, ...]:
+    """Every live process of any run, from the probe's `jobs` part (empty without it)."""
+    runs = ((raw.get("jobs") or {}).get("runs") or {}) if isinstance(raw.get("jobs"), dict) else {}
+    return tuple(sorted(p for r in runs.values() if isinstance(r, dict) for p in (r.get("marked") or [])
+                        if isinstance(p, int)))
 
 
 def _lines(text: str | None) -> list[str]:
@@ -469,8 +505,8 @@ UV_HOME = "/root/.local/share/remote"  # uv binaries live here, one folder per v
 # What each reader asks the probe for (remote/facts/probe.py's parts).
 DEPLOY = ("python", "venv", "dists", "uv", "lease", "code")
 DEPLOYED = ("venv", "code")  # the deploy records, nothing slow
-PREFLIGHT = ("venv", "dists", "code", "warmups", "gpus", "torch", "gpu")
-STATUS = ("venv", "run", "compile")
+PREFLIGHT = ("venv", "dists", "code", "warmups", "gpus", "torch", "gpu", "jobs", "known_good")
+STATUS = ("venv", "run", "compile", "gpus", "jobs")
 DOCTOR = ("venv", "dists", "torch", "code", "untracked", "cache", "tmp", "jobs", "gpus", "disk", "known_good", "gpu",
           "compile")
 

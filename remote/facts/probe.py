@@ -369,6 +369,26 @@ def compile_part(run_dir, run_id):
             "totals": list(totals.values())[:256], "bytes": size}
 
 
+APP_CMDLINE_MAX = 300  # characters of a GPU process's command line kept
+
+
+def app_commands(apps_out):
+    """pid -> command line (NULs as spaces, bounded) of each process nvidia-smi lists as a GPU user and this
+    container's /proc has (in an LXC container nvidia-smi may name the host's pids: those have none here)."""
+    out = {}
+    for line in apps_out.splitlines()[:64]:
+        pid = line.split(",")[0].strip()
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read(4 * APP_CMDLINE_MAX)
+        except OSError:
+            continue
+        out[pid] = cmd.replace(b"\0", b" ").decode("utf-8", "replace").strip()[:APP_CMDLINE_MAX]
+    return out
+
+
 def main():
     arg = json.loads(sys.argv[1])
     parts = set(arg.get("parts") or ALL_PARTS)
@@ -454,6 +474,8 @@ def main():
     for name in ("venv_run", "gpus", "apps", "smi", "run", "gpu"):
         if name in done:
             out[name] = done[name]
+    if done.get("apps", {}).get("rc") == 0:  # each GPU process's command line, where its pid is one of ours
+        out["apps_cmdline"] = app_commands(done["apps"].get("out") or "")
     if "venv" in out and "dists" in parts:
         try:  # what deploy compares with the lock: name -> version
             info = loads(done["venv_run"]["out"]) if done.get("venv_run", {}).get("rc") == 0 else None

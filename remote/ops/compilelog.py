@@ -6,7 +6,9 @@ events mean:
 
   compile         the first compile of a function
   recompile       a further compile of it; `reason` is torch's (the guard that failed)
-  graph-break     the function's graph was split; `reason` is torch's break reason
+  graph-break     the function's graph was split; `reason` is torch's break reason, `where` the line that broke
+                  (the function's `def` line is `line`); dynamo's internal restarts (`<class '...RestartAnalysis'>`,
+                  written as graph breaks by watches before issue 39) are no graph break and are left out
   eager-fallback  the function runs its Python code from now on; `why`: recompile-limit, suppressed-error
 
 "After the first steady step" is after the time the run's second throughput value was reported (its first
@@ -19,7 +21,7 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from ..naming import json_loads, printable
@@ -58,6 +60,14 @@ def number(v) -> float | None:
 def _amount(v) -> float | None:
     f = number(v)
     return None if f is None else min(max(f, 0.0), AMOUNT_MAX)
+
+
+def internal_restart(reason: str | None) -> bool:
+    """Dynamo restarting its analysis for a reason of its own (`<class 'torch._dynamo.exc.
+    TensorifyScalarRestartAnalysis'>`): an older watch wrote it as a graph break; it is none."""
+    text = (reason or "").strip()
+    return (text.startswith("<class '") and text.endswith("'>")) or text in (
+        "autograd.grad consumed grad_fns of returned tensors", "source-less requires_grad_() intermediate leaked as output")
 
 
 def parse_line(line: str) -> CompileEvent | None:
@@ -118,6 +128,8 @@ def describe(ev: CompileEvent) -> str:
             "eager-fallback": "running eagerly:", "compile": "compile of"}.get(ev.kind, ev.kind)
     why = f" ({ev.why})" if ev.kind == "eager-fallback" and ev.why else ""
     text = f"{what} {ev.function}{why}"
+    if ev.kind == "graph-break" and ev.where:  # the line that broke, beside the function's def line above
+        text += f" at {ev.where}"
     if ev.reason:
         text += f": {ev.reason}"
     if ev.where and ev.kind != "graph-break":
@@ -143,12 +155,16 @@ def summarize(lines: Iterable[str], steady: float | None = None, limit: int = 20
     come from each process's latest totals (the file is bounded: a process writes totals, not every event)."""
     events: list[CompileEvent] = []
     totals: dict[int, dict[str, float]] = {}
+    internal: Counter = Counter()  # per process: restarts an older watch counted as graph breaks
     seen_lines: set[int] = set()
     for line in lines:
         if hash(line) in seen_lines:  # the probe sends a process's latest line again with the totals
             continue
         seen_lines.add(hash(line))
         ev = parse_line(line)
+        if ev is not None and ev.kind == "graph-break" and internal_restart(ev.reason):
+            internal[ev.pid] += 1
+            ev = None
         if ev is not None:
             events.append(ev)
             if len(events) > 2 * limit:
@@ -158,8 +174,8 @@ def summarize(lines: Iterable[str], steady: float | None = None, limit: int = 20
             totals[tot[0]] = tot[1]
     events = events[-limit:]
     summed: Counter = Counter()
-    for per_process in totals.values():
-        summed.update(per_process)
+    for pid, per_process in totals.items():
+        summed.update({**per_process, "graph-break": max(0.0, per_process.get("graph-break", 0.0) - internal[pid])})
     for kind in KINDS:  # a line without totals still counts
         seen = sum(1 for e in events if e.kind == kind and e.pid not in totals)
         summed[kind] += seen
@@ -225,6 +241,38 @@ HINTS = {
 }
 
 
+def guard_advice(guard: str) -> str:
+    """What to do about one failed guard, from what it checks."""
+    g = guard or ""
+    if any(word in g for word in ("size", "stride", "shape", "dim")):
+        return ("shapes vary between calls: mark the varying dimension dynamic (torch._dynamo.mark_dynamic), or pad "
+                "shapes to a few sizes")
+    if "==" in g or " is " in g:
+        return ("a Python value the compiled code reads changes between calls, and dynamo guards on its value: keep "
+                "it constant inside the compiled function (rescale outside it), or pass it as a tensor")
+    return "make what that guard checks the same on every call; TORCH_LOGS=recompiles shows every reason"
+
+
+def limit_hint(events: Iterable[CompileEvent]) -> str | None:
+    """The recompile limit's cause from the watch's record: the function that hit it, its last failed guard and
+    the source line torch names, with what to do about that guard; None where the record has nothing (then the
+    log's generic hint stands)."""
+    evs = list(events)
+    hit = [e for e in evs if e.kind == "eager-fallback" and e.why == "recompile-limit"]
+    recompiles = [e for e in evs if e.kind == "recompile" and e.reason]
+    ev = hit[-1] if hit else recompiles[-1] if recompiles else None
+    if ev is None:
+        return None
+    guard = ev.reason or ""
+    for prefix in ("recompile limit reached; last guard failed: ", "guard failed: "):
+        if guard.startswith(prefix):
+            guard = guard[len(prefix):]
+    where = ev.where or next((e.where for e in reversed(recompiles) if e.fn == ev.fn and e.where), None)
+    said = "hit the recompile limit and runs eagerly" if hit else f"recompiled {sum(e.fn == ev.fn for e in recompiles)} time(s)"
+    return printable(f"{ev.function} {said}; the guard that failed: {guard or '?'}"
+                     + (f" at {where}" if where else "") + f": {guard_advice(guard)}")
+
+
 @dataclass(frozen=True)
 class CompileFinding:
     name: str
@@ -252,17 +300,20 @@ def findings(h: CompileHealth, run: str | None = None) -> list[CompileFinding]:
         out.append(CompileFinding(
             "recompiling", "warning",
             f"{of} recompiled {len(recompiles)} time(s) {when}: {_top(recompiles)}"
-            + (f"; guard at {first.where}" if first.where else ""), HINTS["recompiling"]))
+            + (f"; guard at {first.where}" if first.where else ""),
+            guard_advice((first.reason or "").removeprefix("guard failed: ")) + "; " + HINTS["recompiling"]))
     breaks = [e for e in h.events if e.kind == "graph-break"]
     if breaks:
+        at = sorted({f"{e.function} at {e.where}" for e in breaks if e.where})[:3]
         out.append(CompileFinding("graph-breaks", "warning",
-                                  f"{of} has {h.graph_breaks or len(breaks)} graph break(s): {_top(breaks)}",
-                                  HINTS["graph-breaks"]))
+                                  f"{of} has {h.graph_breaks or len(breaks)} graph break(s): {_top(breaks)}"
+                                  + (f"; broke at {', '.join(at)}" if at else ""), HINTS["graph-breaks"]))
     eager = [e for e in h.events if e.kind == "eager-fallback"]
     if eager:
         names = "; ".join(sorted({f"{e.function} ({e.why or 'unknown'}): {e.reason or '?'}" for e in eager})[:5])
+        cause = limit_hint(h.events) if any(e.why == "recompile-limit" for e in eager) else None
         out.append(CompileFinding("eager-fallback", "warning", f"{of}: {len(eager)} function(s) run eagerly: {names}",
-                                  HINTS["eager-fallback"]))
+                                  (f"{cause}; " if cause else "") + HINTS["eager-fallback"]))
     if steady_known and any(e.kind in ("compile", "recompile") for e in after):
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(h.steady_counts.items()))
         out.append(CompileFinding("compile-in-steady-state", "warning",
@@ -279,3 +330,72 @@ def from_probe(part: Mapping | None) -> CompileHealth:
     lines = [x for x in part.get("lines") or [] if isinstance(x, str)] if isinstance(part.get("lines"), list) else []
     tots = [x for x in part.get("totals") or [] if isinstance(x, str)] if isinstance(part.get("totals"), list) else []
     return summarize([*lines, *tots], number(part.get("steady_at")))
+
+
+class CompileNotices:
+    """The compile watch's lines as `train` and `logs` receive them (remote.ops.logs.follow's on_compile):
+    one `!!` line the first time each kind of event happens after the first steady step, and each function
+    that starts running eagerly. Events come before the steady step's time is known: those wait for it."""
+
+    MAX_WAITING = 200
+    MAX_KEPT = 2000  # lines kept for the run's summary (each process's latest totals line is kept apart)
+
+    def __init__(self, echo: Callable[[str], None]) -> None:
+        self.echo, self.notices = echo, Notices()
+        self.steady: float | None = None
+        self.waiting: list[CompileEvent] = []
+        self.kept: list[str] = []
+        self.totals: dict[int, str] = {}  # pid -> its latest line with totals
+
+    def health(self) -> CompileHealth:
+        """The run's compile health from what was received, as status and doctor count it."""
+        return summarize([*self.kept, *self.totals.values()], self.steady)
+
+    def hint(self, name: str, hint: str) -> str:
+        """A crash signature's hint, from the watch's record where it knows the cause (the recompile limit: the
+        guard that failed and its line), the log's generic text only where it has nothing."""
+        if name == "recompile limit hit":
+            return limit_hint(self.health().events) or hint
+        return hint
+
+    def summary(self) -> list[str]:
+        """train's last lines about compiling: the counts and each finding, where anything was recorded."""
+        h = self.health()
+        if not h:
+            return []
+        return [health_line(h)] + [f"!! {f.name}: {f.text}; {f.hint}" for f in findings(h)]
+
+    def line(self, text: str) -> None:
+        tot = totals_of(text) if '"totals"' in text else None
+        if tot is not None:
+            self.totals[tot[0]] = text
+        if '"kind"' in text and '"kind": "totals"' not in text:
+            self.kept.append(text)
+            if len(self.kept) > 2 * self.MAX_KEPT:
+                del self.kept[:self.MAX_KEPT]
+        if text.startswith('{"steady"'):
+            try:
+                got = json_loads(text).get("steady")
+                t = got.get("t") if isinstance(got, dict) else None
+            except (ValueError, AttributeError):
+                t = None
+            t = number(t)
+            if t is not None and self.steady is None:
+                self.steady = t
+                waiting, self.waiting = self.waiting, []
+                for early in waiting:
+                    self._take(early)
+            return
+        ev = parse_line(text)
+        if ev is None:
+            return
+        if self.steady is None and ev.kind != "eager-fallback":
+            if len(self.waiting) < self.MAX_WAITING:
+                self.waiting.append(ev)
+            return
+        self._take(ev)
+
+    def _take(self, ev) -> None:
+        note = self.notices.take(ev, self.steady is not None and ev.t > self.steady)
+        if note:
+            self.echo(note)

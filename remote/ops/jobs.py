@@ -18,7 +18,6 @@ import json
 import re
 import secrets
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +31,7 @@ from ..target import Target
 from ..transport.pct import Container
 from ..transport.session import HostState, Session
 from . import code as codemod
-from . import compilelog, dryplan, files, jobenv, layout, logs, oplock, pyspy
+from . import compilelog, dryplan, files, gpumem, jobenv, layout, logs, oplock, pyspy
 from . import warmup as wm
 from .runwatch import EXIT_STALLED, parse_attempts, read_watch, stall_text, watch_settings
 
@@ -157,6 +156,11 @@ def check(raw: dict, spec: ContainerSpec, host=None, *, pin: codemod.Pin | str |
                         "host driver"))
     elif gpu_problem:
         problems.append(f"{gpu_problem[0]}: " + ("the GPU findings above are why" if explained else gpu_problem[1]))
+    stray_note = None
+    if g.smi and g.gpus and not g.error:
+        stray_problem, stray_note = gpumem.check(raw, g, spec)
+        if stray_problem:
+            problems.append(stray_problem)
     if problems:
         raise JobError(problems[0] if len(problems) == 1 else
                        f"{len(problems)} problems, nothing was started:\n" + "\n".join(f"  - {p}" for p in problems))
@@ -175,6 +179,8 @@ def check(raw: dict, spec: ContainerSpec, host=None, *, pin: codemod.Pin | str |
         notes.append(f"{len(gpus)} GPU(s): {gpus[0]['name']}, driver {gpus[0]['driver']}; torch sees "
                      f"{torch.device_count}" + (f", train.env selects {facts.visible_count(gpus, env)}" if cvd else "")
                      + (" (torch's answer kept from an earlier probe: venv and driver unchanged)" if torch.cached else ""))
+    if stray_note:
+        notes.append(f"!! {stray_note}")
     return Preflight(commit, venv, gpus, notes)
 
 
@@ -407,45 +413,7 @@ def _stop_one(ct: Container, spec: ContainerSpec, st: dict, grace: int) -> Stopp
 watch_for = logs.watch_for
 
 
-class CompileNotices:
-    """The compile watch's lines as `train` and `logs` receive them (remote.ops.logs.follow's on_compile):
-    one `!!` line the first time each kind of event happens after the first steady step, and each function
-    that starts running eagerly. Events come before the steady step's time is known: those wait for it."""
-
-    MAX_WAITING = 200
-
-    def __init__(self, echo: Callable[[str], None]) -> None:
-        self.echo, self.notices = echo, compilelog.Notices()
-        self.steady: float | None = None
-        self.waiting: list[compilelog.CompileEvent] = []
-
-    def line(self, text: str) -> None:
-        if text.startswith('{"steady"'):
-            try:
-                got = json_loads(text).get("steady")
-                t = got.get("t") if isinstance(got, dict) else None
-            except (ValueError, AttributeError):
-                t = None
-            t = compilelog.number(t)
-            if t is not None and self.steady is None:
-                self.steady = t
-                waiting, self.waiting = self.waiting, []
-                for early in waiting:
-                    self._take(early)
-            return
-        ev = compilelog.parse_line(text)
-        if ev is None:
-            return
-        if self.steady is None and ev.kind != "eager-fallback":
-            if len(self.waiting) < self.MAX_WAITING:
-                self.waiting.append(ev)
-            return
-        self._take(ev)
-
-    def _take(self, ev) -> None:
-        note = self.notices.take(ev, self.steady is not None and ev.t > self.steady)
-        if note:
-            self.echo(note)
+CompileNotices = compilelog.CompileNotices  # where it has always been imported from
 
 
 def show_log(ct: Container, spec: ContainerSpec, run_id: str | None = None, *, follow: bool = False,
@@ -458,13 +426,16 @@ def show_log(ct: Container, spec: ContainerSpec, run_id: str | None = None, *, f
     watch = watch_for(spec)
     splitter = logs.LineSplitter()
 
+    compiled = CompileNotices(echo)
+    signatures = {name: f"!! {name}: {hint}" for _, name, hint in logs.SIGNATURES}
+
     def show(lines: list[str]) -> None:
         for line in lines:
             echo(line)
             for note in watch.line(line):
-                echo(note)
+                name = next((n for n, text in signatures.items() if note == text), None)
+                echo(f"!! {name}: {compiled.hint(name, note[len(name) + 5:])}" if name else note)
 
-    compiled = CompileNotices(echo)
     logs.follow(ct, st["path"], st["run"], on_bytes=lambda chunk: show(splitter.feed(chunk)), follow_=follow,
                 reconnect=ct.transport.close, echo=echo, on_compile=compiled.line)
     show(splitter.flush())
@@ -472,7 +443,9 @@ def show_log(ct: Container, spec: ContainerSpec, run_id: str | None = None, *, f
     final["watch"] = watch
     echo(printable(f"-- run {final['run']}: {describe_end(final)}; {watch.summary()}"))
     for name, hint, _ in watch.found:
-        echo(f"-- {name}: {hint}")
+        echo(f"-- {name}: {compiled.hint(name, hint)}")
+    for line in compiled.summary():  # the run's compile health, where the watch recorded any
+        echo(f"-- {line}")
     return final
 
 
@@ -637,7 +610,8 @@ def _container_job(session: Session, spec: ContainerSpec, known: str) -> Contain
                 # a cluster's container that a restart migration moved (and so killed the run): where it started
                 moved_from=moved_from(st, manifest, spec)))
         lock = ((raw.get("venv") or {}).get("record") or {}).get("lock_sha256")
-        entry = dataclasses.replace(entry, probed=True, venv_lock=lock if isinstance(lock, str) else None)
+        entry = dataclasses.replace(entry, probed=True, venv_lock=lock if isinstance(lock, str) else None,
+                                    gpu_memory=facts.gpu_use(facts.gpus_of(raw), facts.marked_of(raw)))
     except RemoteError as exc:
         entry = dataclasses.replace(entry, error=str(exc))
     except (TypeError, ValueError, AttributeError) as exc:  # one container's answer out of shape: its entry only

@@ -44,7 +44,7 @@ def read_watch(text: str) -> dict:
     if isinstance(data.get("stalls"), int):
         out["stalls"] = max(0, min(data["stalls"], 1000))
     if isinstance(gpu, dict):
-        out["gpu"] = {k: gpu[k] for k in ("t", "gpus", "util_pct", "mem_used_mib", "mem_total_mib")
+        out["gpu"] = {k: gpu[k] for k in ("t", "gpus", "util_pct", "mem_used_mib", "mem_total_mib", "mem_peak_mib")
                       if isinstance(gpu.get(k), (int, float)) and not isinstance(gpu.get(k), bool)}
     return out
 

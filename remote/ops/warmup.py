@@ -5,7 +5,11 @@ with a few steps, or one that uses remote_guard): success is exit status 0. Each
 exactly the training job's environment (remote/ops/jobenv.py), so its compile artifacts land in the same
 per-version cache folder that training reads, and reports how long it took and what the cache gained
 (new files and bytes, measured before and after; nothing new means it was warm), plus remote_guard's
-hits and misses when the command prints its REMOTE_WARMUP line. Each device's result is appended to
+hits and misses when the command prints its REMOTE_WARMUP line, and what torch did while compiling (the
+compile watch's events of the command, remote/ops/compilelog.py): recompiles, graph breaks and eager
+fallbacks with the guard and the line, and whether what it compiled will serve the run (a function compiled
+once per value of a Python number that changes each step will not: the run compiles it again, then runs it
+eagerly past the recompile limit). Each device's result is appended to
 <cache_dir>/warmups.jsonl as soon as it finishes, keyed on commit, venv lock, command and environment:
 train's preflight asks for a new warmup when any of them changed. No task ever deletes the cache.
 """
@@ -28,12 +32,12 @@ from ..config import unset as config_unset
 from ..errors import CommandError, WarmupError
 from ..events import quiet
 from ..facts import deployed, deployed_in  # read with the facts probe (an exec needs them, not this module)
-from ..naming import json_loads
-from ..results import ImportedCache
+from ..naming import json_loads, printable
+from ..results import CompileHealth, ImportedCache
 from ..target import Target
 from ..threads import ContextThread
 from ..transport.pct import Container
-from . import dryplan, files, jobenv, oplock
+from . import compilelog, dryplan, files, jobenv, oplock
 from . import passport as pp
 from . import venv as venvmod
 from .files import untar
@@ -42,6 +46,7 @@ from .logs import LineSplitter
 REPORT_PREFIX = "REMOTE_WARMUP "  # remote_guard's report line (optional)
 CACHE_PREFIX = "REMOTE_CACHE "  # warmup.sh's before/after lines
 STATS_PREFIX = "REMOTE_STATS "  # warmup.sh's lines of torch's counters, one per process (the venv's hook)
+COMPILE_PREFIX = "REMOTE_COMPILE "  # warmup.sh's lines of the compile watch's events (the venv's watch)
 ALL = "all"  # the one "device" of a command without {device}
 BUNDLE_SIDECAR = "remote-cache.json"
 
@@ -129,6 +134,7 @@ class DeviceResult:
     after: tuple[int, int] = (0, 0)
     key: dict = field(default_factory=dict)
     stats: dict = field(default_factory=dict)  # torch's counters summed over the command's processes (any code)
+    compile: CompileHealth = field(default_factory=CompileHealth)  # the compile watch's events of the command
 
     @property
     def counters(self) -> dict:
@@ -162,10 +168,63 @@ class DeviceResult:
                  f"; torch: {self.hits} hits, {self.misses} misses" if self.stats else "")
         return f"device {self.device}: {self.end - self.start:6.1f}s  {gain}{guard}"
 
+    def compile_lines(self) -> list[str]:
+        """What torch did while this device warmed up, where the watch recorded more than first compiles:
+        the counts, each recompile, graph break and eager fallback (with its guard or reason and line), and
+        whether what it compiled serves the run."""
+        return compile_report(self.compile)
+
     def record(self) -> dict:
+        c = self.compile
         return {"device": self.device, **self.key, "start": self.start, "end": self.end,
                 "seconds": round(self.end - self.start, 3), "new_files": self.new_files, "cache_files": self.after[0],
-                "new_bytes": self.new_bytes, "hits": self.hits, "misses": self.misses}
+                "new_bytes": self.new_bytes, "hits": self.hits, "misses": self.misses,
+                **({"compile": c.counts(), "serves_run": not unserved(c)} if c else {})}
+
+
+def unserved(h: CompileHealth) -> list[str]:
+    """Why what a warmup compiled will not serve the run, one text per function: a function that ran eagerly,
+    or one compiled again for each value a guard checks (the run's values differ: it compiles again)."""
+    out: dict[tuple, str] = {}
+    for e in h.events:
+        key = (e.fn, e.file, e.line)
+        if e.kind == "eager-fallback":
+            out[key] = (f"{e.function} runs eagerly ({e.why or 'unknown'}): the run will too"
+                        + (f"; {compilelog.guard_advice(_guard(e.reason))}" if e.why == "recompile-limit" else ""))
+        elif e.kind == "recompile" and key not in out:
+            out[key] = (f"{e.function} was compiled again for each value of `{_guard(e.reason)}`"
+                        + (f" ({e.where})" if e.where else "") + ": a run whose values differ compiles it again: "
+                        + compilelog.guard_advice(_guard(e.reason)))
+    return [printable(t) for t in out.values()]
+
+
+def _guard(reason: str | None) -> str:
+    text = reason or ""
+    for prefix in ("recompile limit reached; last guard failed: ", "guard failed: "):
+        text = text.removeprefix(prefix)
+    return text
+
+
+def compile_report(h: CompileHealth, limit: int = 6) -> list[str]:
+    """A warmup's compile health in a few lines (none for a warmup that only compiled each function once)."""
+    if not (h.recompiles or h.graph_breaks or h.eager_fallbacks):
+        return []
+    lines = [compilelog.health_line(h).split(";")[0] + f" ({h.seconds:.1f} s compiling)"]
+    seen: set[tuple] = set()
+    for e in h.events:
+        key = (e.kind, e.fn, e.file, e.line, e.where, e.reason if e.kind != "recompile" else None)
+        if e.kind == "compile" or key in seen:
+            continue
+        seen.add(key)
+        lines.append("  " + compilelog.describe(e))
+        if len(lines) > limit:
+            lines.append("  … (`remote status` and `remote doctor` read the run's; TORCH_LOGS=recompiles,graph_breaks "
+                         "shows every one)")
+            break
+    why = unserved(h)
+    if why:
+        lines.append("!! what this warmup compiled will not serve the run: " + "; ".join(why[:3]))
+    return lines
 
 
 def _size(n: float) -> str:
@@ -251,13 +310,14 @@ def _prefixed(echo: Callable[[str], None], prefix: str, sink: list[str]):
 
     def on_output(kind: str, chunk: bytes) -> None:
         for line in splitters[kind].feed(chunk):
-            head, sep, tail = line.partition(CACHE_PREFIX)
+            at = min((i for i in (line.find(CACHE_PREFIX), line.find(COMPILE_PREFIX)) if i >= 0), default=-1)
+            head, sep, tail = (line[:at], line[at:at + 1], line[at + 1:]) if at >= 0 else (line, "", "")
             if sep and head:  # the command's last line had no newline: warmup.sh's line was glued to it
                 sink.append(head)
                 echo(f"  [{prefix}] {head}")
                 line = sep + tail
             sink.append(line)
-            if not line.startswith((REPORT_PREFIX, CACHE_PREFIX, STATS_PREFIX)):
+            if not line.startswith((REPORT_PREFIX, CACHE_PREFIX, STATS_PREFIX, COMPILE_PREFIX)):
                 echo(f"  [{prefix}] {line}")
 
     return on_output
@@ -270,10 +330,12 @@ def run_device(ct: Container, spec: ContainerSpec, state: dict, device: str, ech
     lines: list[str] = []
     start = time.time()
     try:
+        tmp = f"{jobenv.compile_cache(spec, verify)}/tmp"
         jobenv.run(ct, spec, verify, ["bash", "-c", shell.load("warmup"), "warmup",
                                       jobenv.compile_cache(spec, verify), command],
-                   extra={"REMOTE_WARMUP_DEVICE": device, "REMOTE_CACHE_STATS":
-                          f"{jobenv.compile_cache(spec, verify)}/tmp/warmup-stats-{device}-{os.getpid()}-{int(start)}"},
+                   extra={"REMOTE_WARMUP_DEVICE": device,
+                          "REMOTE_CACHE_STATS": f"{tmp}/warmup-stats-{device}-{os.getpid()}-{int(start)}",
+                          "REMOTE_COMPILE_WATCH": f"{tmp}/warmup-compile-{device}-{os.getpid()}-{int(start)}.jsonl"},
                    cwd=spec.code.path, timeout=spec.warmup.timeout,
                    on_output=_prefixed(echo, device, lines), label=command)
     except CommandError as exc:
@@ -283,10 +345,17 @@ def run_device(ct: Container, spec: ContainerSpec, state: dict, device: str, ech
     stats = parse_cache_lines(lines)
     result = DeviceResult(device, start, time.time(), parse_report("\n".join(lines)) or {},
                           stats.get("before", (0, 0)), stats.get("after", (0, 0)), warmup_key(spec, state, device),
-                          parse_stats(lines))
+                          parse_stats(lines), parse_compile(lines))
     _record(ct, spec, [result.record()])
     echo("  " + result.line())
+    for line in result.compile_lines():
+        echo(f"  [{device}] {line}")
     return result
+
+
+def parse_compile(lines: list[str]) -> CompileHealth:
+    """warmup.sh's REMOTE_COMPILE lines (the compile watch's compile.jsonl of the command), read as a run's."""
+    return compilelog.summarize(line[len(COMPILE_PREFIX):] for line in lines if line.startswith(COMPILE_PREFIX))
 
 
 def _record(ct: Container, spec: ContainerSpec, records: list[dict]) -> None:

@@ -81,6 +81,9 @@ def make_record(facts: Facts, spec: ContainerSpec, run: dict, watch: logs.Watch,
         "throughput": {"value": watch.rolling, "unit": watch.unit, "higher_is_better": watch.higher_is_better,
                        "baseline": watch.baseline},
         "command": m.get("command"),
+        # The most GPU memory in use at once while it ran (its watch's reading of nvidia-smi, every GPU summed):
+        # train's preflight refuses a launch where less than this is free (remote.ops.jobs.gpu_memory_check).
+        "gpu_mem_peak_mib": (run.get("gpu") or {}).get("mem_peak_mib"),
     }
 
 

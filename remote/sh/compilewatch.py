@@ -10,7 +10,10 @@ calls with each frame's CompilationMetrics (torch 2.11 to 2.14 all call it, from
 
   - `compile`: the first compile of a function (`recompile_reason` empty);
   - `recompile`: a further compile of it, with torch's reason (the guard that failed, `recompile_reason`);
-  - `graph-break`: the frame was split (`restart_reasons`: torch's break reason text);
+  - `graph-break`: the frame was split (`restart_reasons`: torch's break reason text), with the line that
+    broke (`where`, read from torch's own graph-break log call, InstructionTranslatorBase.log_graph_break)
+    beside the function's `def` line (`line`); dynamo's internal restarts (`<class '...RestartAnalysis'>`,
+    e.g. TensorifyScalarRestartAnalysis) are no graph break and are not written;
   - `eager-fallback`: the function runs its Python code from now on: the recompile limit was reached,
     or a compile error was swallowed by `suppress_errors`; or a call ran it uncompiled because FX tracing
     was in progress with `error_on_nested_fx_trace = False` (torch.fx's is_fx_symbolic_tracing, wrapped).
@@ -23,6 +26,10 @@ Each event is one JSON line, appended with one write and flushed:
 kind the first FULL events are written, then only the 2^k-th; every line carries the process's totals,
 and a last `totals` line at exit counts what was not written. Nothing here may fail the job: every
 error inside the hook is swallowed.
+
+Threads and forks: the import hook never takes itself out of sys.meta_path once in (another thread may be
+walking that list), torch's text is parsed outside the lock and bounded before it is (a 16,000-character
+reason costs what 1,000 do), and a forked child starts with a fresh lock and counts of its own.
 """
 
 from __future__ import annotations
@@ -41,8 +48,12 @@ FULL = 16  # events written in full per (function, kind); then only the 2^k-th
 MAX_LINES = 2000  # per process; then only totals at exit
 REASON_MAX = 600  # characters of torch's text kept per event
 
+PARSE_MAX = 1000  # characters of one line of torch's text parsed (the guard and its source line)
+PENDING_MAX = 64  # graph-break locations kept per thread until their frame's metrics come
+
 _lock = _thread.allocate_lock()
 _state: dict = {}
+_local = None  # threading.local(), made with the first event (threading is not imported before)
 
 
 def install(path: str | None = None) -> bool:
@@ -53,7 +64,8 @@ def install(path: str | None = None) -> bool:
     _state.update(path=path, counts={}, totals={k: 0 for k in KINDS}, seconds=0.0, lines=0, unwritten=0,
                   frames={}, last_reason={})
     wanted = {}
-    for name, wrap in (("torch._dynamo.utils", _wrap), ("torch.fx._symbolic_trace", _wrap_fx)):
+    for name, wrap in (("torch._dynamo.utils", _wrap), ("torch.fx._symbolic_trace", _wrap_fx),
+                       ("torch._dynamo.symbolic_convert", _wrap_breaks)):
         module = sys.modules.get(name)
         if module is not None:
             wrap(module)
@@ -64,28 +76,44 @@ def install(path: str | None = None) -> bool:
     import atexit
 
     atexit.register(_at_exit)
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork)
     return True
 
 
+def _after_fork() -> None:
+    """A forked child (a DataLoader worker, a subprocess started by fork) may have been forked while another
+    thread held the lock: it gets a new one, and counts of its own (its lines carry its own pid)."""
+    global _lock, _local
+    _lock = _thread.allocate_lock()
+    _local = None
+    if _state:
+        _state.update(counts={}, totals={k: 0 for k in KINDS}, seconds=0.0, lines=0, unwritten=0)
+
+
 class _Finder:
-    """Waits for the modules it wraps to be imported, then wraps them; a finder that finds nothing itself."""
+    """Waits for the modules it wraps to be imported, then wraps them; a finder that finds nothing itself.
+    It stays in sys.meta_path once installed: taking it out (or putting it back) while another thread's
+    import walks that list makes that import skip the next finder (a ModuleNotFoundError for a module that
+    is there). Its own lookup of a name is kept from asking it again by a per-thread flag instead."""
 
     def __init__(self, wanted: dict):
         self.wanted = dict(wanted)  # module name -> what wraps it once it ran
+        self.owner: int | None = None  # the thread inside our own lookup (the import system calls finders under its lock)
 
     def find_spec(self, name, path=None, target=None):
+        if name not in self.wanted or self.owner == _thread.get_ident():
+            return None  # nothing to wrap, or asked again from inside our own lookup below
         wrap = self.wanted.pop(name, None)
         if wrap is None:
             return None
         import importlib.util
 
-        if self in sys.meta_path:  # not asked again about this name, nor about anything find_spec imports
-            sys.meta_path.remove(self)
+        self.owner = _thread.get_ident()
         try:
             spec = importlib.util.find_spec(name)
         finally:
-            if self.wanted:
-                sys.meta_path.insert(0, self)
+            self.owner = None
         if spec is None or spec.loader is None:
             return spec
         loader = spec.loader
@@ -131,8 +159,8 @@ def _wrap_fx(st) -> None:
     if original is None or getattr(original, "_remote_watch", False):
         return
 
-    def is_fx_symbolic_tracing():  # torch's takes no argument; each compiled call pays one Python call here
-        tracing = original()
+    def is_fx_symbolic_tracing(*args, **kwargs):  # whatever torch's takes, passed on; one Python call per compiled call
+        tracing = original(*args, **kwargs)
         if tracing:
             try:
                 _nested(sys._getframe(1))
@@ -142,6 +170,64 @@ def _wrap_fx(st) -> None:
 
     is_fx_symbolic_tracing._remote_watch = True  # type: ignore[attr-defined]
     st.is_fx_symbolic_tracing = is_fx_symbolic_tracing
+
+
+def _wrap_breaks(sc) -> None:
+    """Where a graph break happened: torch's CompilationMetrics names the function (its `def` line) and the
+    break's reason, not the line that broke. Dynamo logs each break once, with the user's stack, through
+    InstructionTranslatorBase.log_graph_break(code_options, reason, exc): the wrapper keeps the stack's last
+    frame (the line that broke, as torch's own trace names it) for this thread until the frame's metrics come."""
+    cls = getattr(sc, "InstructionTranslatorBase", None)
+    original = getattr(cls, "log_graph_break", None)
+    if cls is None or original is None or getattr(original, "_remote_watch", False):
+        return
+
+    def log_graph_break(self, *args, **kwargs):
+        try:
+            _break_at(args, kwargs)
+        except Exception:  # noqa: BLE001 -- the watch never fails a compile
+            pass
+        return original(self, *args, **kwargs)
+
+    log_graph_break._remote_watch = True  # type: ignore[attr-defined]
+    cls.log_graph_break = log_graph_break
+
+
+def _break_at(args, kwargs) -> None:
+    exc = kwargs.get("exc", args[2] if len(args) > 2 else None)
+    reason = kwargs.get("reason", args[1] if len(args) > 1 else "")
+    if exc is None or getattr(exc, "logged", False):
+        return
+    stack = getattr(exc, "real_stack", None)
+    if not stack:
+        guards = sys.modules.get("torch._guards")
+        stack = guards.TracingContext.extract_stack() if guards is not None else None
+    if not stack:
+        return
+    last = stack[-1]
+    pending = _pending()
+    if len(pending) < PENDING_MAX:
+        pending.append((str(getattr(last, "filename", "") or ""), getattr(last, "lineno", None),
+                        str(reason or "")[:PARSE_MAX]))
+
+
+def _pending() -> list:
+    """This thread's graph-break locations not yet paired with their frame's metrics."""
+    global _local
+    if _local is None:
+        import threading
+
+        _local = threading.local()
+    if not hasattr(_local, "breaks"):
+        _local.breaks = []
+    return _local.breaks
+
+
+def _short(filename: str, line) -> str | None:
+    """`model.py:53` as torch names a source line (its last two path parts)."""
+    if not filename or not isinstance(line, int):
+        return None
+    return "/".join(filename.replace("\\", "/").split("/")[-2:]) + f":{line}"
 
 
 def _nested(frame) -> None:
@@ -178,63 +264,111 @@ def _cache(utils) -> dict:
             "autograd_hit": aot.get("autograd_cache_hit", 0), "autograd_miss": aot.get("autograd_cache_miss", 0)}
 
 
-_SOURCE = r"\s+#\s*(.*?)\s+#\s*(\S+:\d+)(?: in \S+)?\s*$"
-
-
 def guard_text(reason: str) -> tuple[str, str | None]:
     """torch's recompile reason -> (the failed guard, the source line it names): `0/3: G['K'] == 3.0   # x * K
-    # train.py:11 in f` -> ("G['K'] == 3.0", "train.py:11")."""
-    import re
-
-    first = (reason or "").strip().splitlines()[0] if (reason or "").strip() else ""
-    first = re.sub(r"^\d+/\d+:\s*", "", first)
-    m = re.search(_SOURCE, first)
-    if m:
-        return first[:m.start()].strip(), m.group(2)
-    return first.strip(), None
+    # train.py:11 in f` -> ("G['K'] == 3.0", "train.py:11"). A guard torch made itself names one of its own
+    files in parentheses (`# (_dynamo/output_graph.py:3375 in remove_tensorify_specialized_graphargs)`): no
+    source line of the job's. Linear in the text, which is bounded first (PARSE_MAX): no regular expression
+    that backtracks runs on torch's text."""
+    first = _first_line(reason)[:PARSE_MAX]
+    head, sep, rest = first.partition(":")  # `0/3: ` -- the frame and its cache entry
+    if sep and head.replace("/", "", 1).isdigit() and head.count("/") == 1:
+        first = rest.strip()
+    parts = first.split("#")
+    if len(parts) < 2:
+        return first.strip(), None
+    guard = parts[0].strip()
+    tail = parts[-1].strip()
+    if len(parts) >= 3 and not tail.startswith("("):
+        place = tail.split(" in ", 1)[0].strip()
+        file_, colon, line = place.rpartition(":")
+        if colon and file_ and line.isdigit() and " " not in file_:
+            return guard, place
+    return guard, None
 
 
 def _first_line(text: str) -> str:
-    for line in (text or "").splitlines():
+    text = text or ""
+    for line in text[:PARSE_MAX * 4].splitlines():  # bounded: torch's first line is what is kept
         if line.strip():
             return line.strip()
     return ""
 
 
-def _events(m, utils) -> list[dict]:
-    """The events one CompilationMetrics record stands for."""
-    if getattr(m, "is_forward", True) is False or getattr(m, "is_runtime", False):
-        return [{"kind": None, "seconds": _seconds(m)}]  # a backward compile or runtime autotuning: time only
-    cid = str(getattr(m, "compile_id", None) or "")
+def internal_restart(reason: str) -> bool:
+    """Dynamo restarting its analysis for a reason of its own (it records `str(type(exc))` when the restart
+    has no reason: `<class 'torch._dynamo.exc.TensorifyScalarRestartAnalysis'>`), not a graph break."""
+    text = (reason or "").strip()
+    return text.startswith("<class '") and text.endswith("'>") or text in INTERNAL_RESTARTS
+
+
+INTERNAL_RESTARTS = ("autograd.grad consumed grad_fns of returned tensors",
+                     "source-less requires_grad_() intermediate leaked as output")
+
+
+def _parse(m) -> dict:
+    """What one CompilationMetrics record says, read and parsed without the lock (torch's texts bounded)."""
+    forward = getattr(m, "is_forward", True) is not False and not getattr(m, "is_runtime", False)
+    restarts = [str(r) for r in sorted(str(x) for x in (getattr(m, "restart_reasons", None) or ()))]
+    pending = _pending()
+    located: list = []
+    if forward:  # a backward compile or runtime autotuning has no break of its own: the next frame keeps them
+        located, pending[:] = list(pending), []
+    breaks = []
+    for r in restarts:
+        if internal_restart(r):
+            continue
+        first = _first_line(r)
+        # The location logged with the same reason (its text contains the restart's first line), else the
+        # one logged location left when one break is left.
+        match = next((x for x in located if first and first in x[2]), None)
+        if match is None and len(located) == 1:
+            match = located[0]
+        if match is not None:
+            located.remove(match)
+        breaks.append({"reason": first, "where": _short(*match[:2]) if match else None})
+    recompile = getattr(m, "recompile_reason", None)
+    return {"forward": forward,
+            "cid": str(getattr(m, "compile_id", None) or ""), "name": getattr(m, "co_name", None),
+            "file": getattr(m, "co_filename", None), "line": getattr(m, "co_firstlineno", None),
+            "seconds": _seconds(m), "fail_type": getattr(m, "fail_type", None),
+            "fail_reason": _first_line(str(getattr(m, "fail_reason", None) or "")),
+            "limit_hit": "recompile limit" in str(getattr(m, "fail_reason", None) or "")[:PARSE_MAX * 4],
+            "suppress": getattr(m, "config_suppress_errors", False), "guarded": getattr(m, "has_guarded_code", False),
+            "recompile": guard_text(recompile) if recompile else None, "breaks": breaks}
+
+
+def _events(p: dict) -> list[dict]:
+    """The events one parsed CompilationMetrics record stands for (under the lock: it reads and keeps state)."""
+    if not p["forward"]:
+        return [{"kind": None, "seconds": p["seconds"]}]  # a backward compile or runtime autotuning: time only
+    cid = p["cid"]
     frame = cid.split("/")[0] if cid else ""
-    name, filename, line = getattr(m, "co_name", None), getattr(m, "co_filename", None), \
-        getattr(m, "co_firstlineno", None)
+    name, filename, line = p["name"], p["file"], p["line"]
     if name:
         _state["frames"][frame] = (name, filename, line)
     else:  # the recompile limit is hit before torch names the frame: the same frame id named it before
         name, filename, line = _state["frames"].get(frame, (None, None, None))
-    base = {"fn": name, "file": filename, "line": line, "compile_id": cid or None, "seconds": _seconds(m)}
-    fail_type, fail_reason = getattr(m, "fail_type", None), getattr(m, "fail_reason", None) or ""
+    base = {"fn": name, "file": filename, "line": line, "compile_id": cid or None, "seconds": p["seconds"]}
+    fail_type, fail_reason = p["fail_type"], p["fail_reason"]
     out = []
     if fail_type:
-        if "recompile limit" in fail_reason or "RecompileLimit" in fail_type or "CacheLimit" in fail_type:
-            guard, where = guard_text(_state["last_reason"].get(frame, ""))
-            reason = (f"recompile limit reached; last guard failed: {guard}" if guard
-                      else _first_line(fail_reason))
+        if p["limit_hit"] or "RecompileLimit" in fail_type or "CacheLimit" in fail_type:
+            guard, where = _state["last_reason"].get(frame, ("", None))
+            reason = f"recompile limit reached; last guard failed: {guard}" if guard else fail_reason
             out.append({**base, "kind": "eager-fallback", "why": "recompile-limit", "reason": reason, "where": where})
-        elif getattr(m, "config_suppress_errors", False) and not getattr(m, "has_guarded_code", False):
+        elif p["suppress"] and not p["guarded"]:
             out.append({**base, "kind": "eager-fallback", "why": "suppressed-error",
-                        "reason": f"{fail_type}: {_first_line(fail_reason)}"})
+                        "reason": f"{fail_type}: {fail_reason}"})
         return out or [{"kind": None, "seconds": base["seconds"]}]
-    recompile = getattr(m, "recompile_reason", None)
-    if recompile:
-        _state["last_reason"][frame] = recompile
-        guard, where = guard_text(recompile)
+    if p["recompile"]:
+        _state["last_reason"][frame] = p["recompile"]
+        guard, where = p["recompile"]
         out.append({**base, "kind": "recompile", "reason": f"guard failed: {guard}", "where": where})
     else:
         out.append({**base, "kind": "compile"})
-    for r in sorted(getattr(m, "restart_reasons", None) or ()):
-        out.append({**base, "kind": "graph-break", "reason": _first_line(str(r)), "seconds": 0.0})
+    for b in p["breaks"]:
+        out.append({**base, "kind": "graph-break", "reason": b["reason"], "where": b["where"], "seconds": 0.0})
     return out
 
 
@@ -249,8 +383,9 @@ def _seconds(m) -> float:
 def _on_metrics(m, utils) -> None:
     import threading
 
+    parsed = _parse(m)  # torch's texts parsed before the lock: other threads' events do not wait on it
     with _lock:
-        for ev in _events(m, utils):
+        for ev in _events(parsed):
             _state["seconds"] += ev.get("seconds") or 0.0
             kind = ev.pop("kind")
             if kind is not None:

@@ -135,6 +135,37 @@ def smi():
     return {"rc": r.returncode, "out": r.stdout[-2000:], "err": r.stderr[-2000:]}
 
 
+def apps():
+    """Each process nvidia-smi lists as using a GPU: pid, name, MiB, the run it belongs to (its REMOTE_RUN_ID)
+    and its command line, where this container's /proc has the pid (nvidia-smi may name the host's)."""
+    try:
+        r = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory",
+                            "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10,
+                           env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if r.returncode != 0:
+        return None
+    out = []
+    for line in r.stdout.splitlines()[:64]:
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) < 3 or not parts[0].isdigit():
+            continue
+        app = {"pid": int(parts[0]), "name": parts[1][:200], "used_mib": int(float(parts[2]))
+               if parts[2].replace(".", "", 1).isdigit() else None, "run": None, "command": None}
+        try:
+            with open(f"/proc/{parts[0]}/environ", "rb") as f:
+                for var in f.read(1 << 20).split(b"\0"):
+                    if var.startswith(b"REMOTE_RUN_ID="):
+                        app["run"] = var[len(b"REMOTE_RUN_ID="):].decode("utf-8", "replace")[:128]
+            with open(f"/proc/{parts[0]}/cmdline", "rb") as f:
+                app["command"] = f.read(1200).replace(b"\0", b" ").decode("utf-8", "replace").strip()[:300]
+        except OSError:
+            pass
+        out.append(app)
+    return out
+
+
 def read(path, size=4096):
     try:
         with open(path, errors="replace") as f:
@@ -156,6 +187,7 @@ def main():
     arg = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
     libs = libraries()
     out = {"nodes": nodes(), "libs": libs, "proc_version": read("/proc/driver/nvidia/version"), "smi": smi(),
+           "apps": apps(),
            "devices": read("/proc/devices", 1 << 16),
            "torch": torch_build(arg.get("venv") or "/root/venv")}
     sys.stdout.write(json.dumps(out) + "\n")

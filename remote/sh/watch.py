@@ -155,6 +155,7 @@ class Watch:
         self.gpu = None  # the nvidia-smi child
         self.gpu_buf = b""
         self.gpu_last = {}
+        self.gpu_peak = None  # the most GPU memory in use at once (MiB, every GPU summed) while the run ran
         self.attempts_seen = None
         self.attempts = 0
         self.running = True  # an attempt runs (not a backoff between two)
@@ -288,6 +289,12 @@ class Watch:
                 continue
             rows.append(",".join([str(now)] + cells) + "\n")
             self.gpu_last[cells[0]] = cells
+        try:
+            now_used = sum(float(r[2]) for r in self.gpu_last.values())
+        except ValueError:
+            now_used = None
+        if now_used is not None and (self.gpu_peak is None or now_used > self.gpu_peak):
+            self.gpu_peak = now_used
         if rows:  # the header with the first row: an nvidia-smi that reads no GPU leaves no file
             path = os.path.join(self.run, "gpu.csv")
             append(path, ("" if os.path.exists(path) else GPU_HEADER + "\n") + "".join(rows))
@@ -307,7 +314,8 @@ class Watch:
         if not rows:
             return None
         return {"t": round(time.time()), "gpus": len(rows), "util_pct": round(sum(util) / len(util)) if util else None,
-                "mem_used_mib": sum(used) if used else None, "mem_total_mib": sum(total) if total else None}
+                "mem_used_mib": sum(used) if used else None, "mem_total_mib": sum(total) if total else None,
+                "mem_peak_mib": self.gpu_peak}
 
     # -- attempts (the wrapper's records) into the manifest ---------------------------------------------
     def merge_attempts(self):

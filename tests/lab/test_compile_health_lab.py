@@ -41,9 +41,9 @@ def plant(lab, tmp_path_factory):
     repo = lab._example_repo("plant", {"train.py": SCRIPT})
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
 
-    def task(plant_kind: str, *args: str, check: bool = True) -> str:
+    def task(plant_kind: str, *args: str, check: bool = True, extra: str = "") -> str:
         hosts = d / "hosts.yaml"
-        hosts.write_text(lab.hosts_yaml((CT,)) + HOSTS.format(wheels=lab.wheels, repo=repo, plant=plant_kind))
+        hosts.write_text(lab.hosts_yaml((CT,)) + HOSTS.format(wheels=lab.wheels, repo=repo, plant=plant_kind) + extra)
         r = subprocess.run([sys.executable, "-c", "from remote.cli import main; main()", *args],
                            env={**env, "REMOTE_HOSTS_FILE": str(hosts)}, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, timeout=900)
@@ -90,13 +90,18 @@ def test_a_changing_python_float_recompiles_then_runs_eagerly(plant):
     assert "G['SCALE']" in got["findings"]["recompiling"]["what"]
     assert [x["kind"] for x in got["lines"]].count("recompile") == 7
     assert 'class="compile recompile"' in got["report"] and 'class="compile eager-fallback"' in got["report"]
+    # train's last lines: the run's compile health, and the recompile limit's hint from the watch's record
+    end = got["out"].splitlines()
+    assert any(x.startswith("-- compile: 1 compile, 7 recompiles, 0 graph breaks, 1 eager fallback") for x in end)
+    limit = [x for x in end if "recompile limit hit" in x]
+    assert all("G['SCALE']" in x and "keep shapes static" not in x for x in limit), limit
 
 
 def test_a_graph_break_after_the_first_steady_step_is_named_with_its_reason(plant):
     got = look(plant, "graph-break")
     notes = compile_notes(got["out"])
-    assert any(n.startswith("!! graph break in evaluate (train.py:") and "torch._dynamo.graph_break()" in n
-               for n in notes), got["out"]
+    assert any(n.startswith("!! graph break in evaluate (train.py:30) at plant/train.py:32: ")
+               and "torch._dynamo.graph_break()" in n for n in notes), got["out"]
     assert got["run"]["compile"]["graph_breaks"] == 1
     assert "graph-breaks" in got["findings"] and "fullgraph=True" in got["findings"]["graph-breaks"]["why"]
     assert any(x["kind"] == "graph-break" and x["fn"] == "evaluate" for x in got["lines"])
@@ -120,3 +125,19 @@ def test_a_steady_run_stays_silent(plant):
     assert c["compiles"] == 1
     assert not {"recompiling", "graph-breaks", "eager-fallback", "compile-in-steady-state"} & set(got["findings"])
     assert {x["kind"] for x in got["lines"]} == {"compile"}
+
+
+@pytest.mark.fault("A warmup that recompiles a function per value of a Python float (lab)",
+                   promise="warmup names the recompiles and the eager fallback with the guard and its line, and says "
+                   "what it compiled will not serve the run")
+def test_warmup_says_when_what_it_compiled_will_not_serve_the_run(plant):
+    task = plant["task"]
+    out = task("recompile", "warmup", "-c", str(CT), extra="warmup:\n  command: python train.py recompile 10\n")
+    lines = [" ".join(x.split()) for x in out.splitlines()]
+    assert any(x.startswith("[all] compile: 1 compile, 7 recompiles, 0 graph breaks, 1 eager fallback") for x in lines), out
+    assert any(x.startswith("[all] recompile #1 of loss_fn (train.py:26): guard failed: G['SCALE'] == 1.0 at "
+                            "plant/train.py:27") for x in lines), out
+    assert any(x.startswith("[all] !! what this warmup compiled will not serve the run: loss_fn (train.py:26) runs "
+                            "eagerly (recompile-limit)") for x in lines), out
+    steady = task("steady", "warmup", "-c", str(CT), extra="warmup:\n  command: python train.py steady 3\n")
+    assert "will not serve" not in steady and "recompile #" not in steady, steady

@@ -213,3 +213,72 @@ t.start(); t.join()
 def test_the_bench_installs_what_deploy_installs():
     """bench/compile_watch.py puts the same .pth line into a venv as venv-build.sh does."""
     assert pth_line().strip() in (ROOT / "bench" / "compile_watch.py").read_text()
+
+
+def test_a_graph_break_names_the_line_that_broke_beside_the_def_line(torch_python, tmp_path):
+    """nanoGPT's planted `.item()` in CausalSelfAttention.forward: torch's own trace names the line that broke,
+    the metrics only the function; the event names both (issue 39)."""
+    out = tmp_path / "compile.jsonl"
+    run(torch_python, r'''
+class Attention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+    def forward(self, x):
+        y = self.proj(x)
+        s = y.sum().item()
+        return y * s
+m = torch.compile(Attention(), backend="eager")
+for _ in range(3):
+    m(torch.ones(2, 8))
+''', out)
+    h = compilelog.summarize(lines(out))
+    [brk] = [e for e in h.events if e.kind == "graph-break"]
+    assert (brk.fn, brk.line, brk.where) == ("forward", 10, "<string>:12"), brk  # PRELUDE is 4 lines
+    assert "Tensor.item()" in (brk.reason or "")
+    assert compilelog.describe(brk).startswith("graph break in forward (<string>:10) at <string>:12: ")
+
+
+def test_dynamos_internal_restart_is_no_graph_break(torch_python, tmp_path):
+    """A Python float that becomes dynamic is specialised by restarting the analysis: torch records
+    `<class 'torch._dynamo.exc.TensorifyScalarRestartAnalysis'>` among the frame's restart reasons. No graph
+    break: nothing to remove from the code (issue 39)."""
+    out = tmp_path / "compile.jsonl"
+    run(torch_python, r'''
+_TEMP = 1.0
+def f(x, s):
+    global _TEMP
+    _TEMP = _TEMP * 0.5
+    return x * s * 2.0
+g = torch.compile(f, backend="aot_eager")
+for i in range(4):
+    g(torch.ones(3), 1.0 + i)
+''', out)
+    h = compilelog.summarize(lines(out))
+    assert h.recompiles >= 2 and h.graph_breaks == 0, [(e.kind, e.reason) for e in h.events]
+    assert compilelog.findings(h) == [] or "graph-breaks" not in {f.name for f in compilelog.findings(h)}
+    recompiles = [e for e in h.events if e.kind == "recompile"]
+    assert any(e.reason == "guard failed: G['_TEMP'] == 0.5" and e.where is None for e in recompiles)
+
+
+def test_an_import_in_another_thread_never_misses_a_finder(torch_python, tmp_path):
+    """The watch's import hook stays where it is while torch's compiler is imported: a thread importing
+    modules meanwhile finds each (issue 39; the hook used to leave sys.meta_path during its own lookup)."""
+    out = tmp_path / "compile.jsonl"
+    r = run(torch_python, r'''
+import importlib, sys
+names = [m for m in ("json.decoder", "email.parser", "http.client", "xml.dom.minidom", "csv", "decimal",
+                     "fractions", "statistics", "difflib", "textwrap", "calendar", "zipfile")]
+seen = []
+def importer():
+    for n in names * 20:
+        sys.modules.pop(n, None)
+        importlib.import_module(n)
+        seen.append(n)
+t = threading.Thread(target=importer)
+t.start()
+import torch._dynamo.utils  # the watch's hook wraps it now, in this thread
+t.join()
+print(len(seen))
+''', out)
+    assert r.stdout.strip().splitlines()[-1] == str(12 * 20)

@@ -230,3 +230,20 @@ def test_each_module_imports_first_in_a_fresh_interpreter(module):
     r = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True,
                        cwd=Path(__file__).resolve().parent.parent.parent)
     assert r.returncode == 0, r.stderr
+
+
+def test_the_watch_keeps_the_most_gpu_memory_in_use_at_once(tmp_path):
+    """known-good records it (gpu_mem_peak_mib) and train's preflight refuses a launch where less is free."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text('#!/bin/bash\necho "0, 97, 1000, 80000, 300.5, 61"; echo "1, 95, 3000, 80000, '
+                                     '290.1, 60"\nwhile :; do sleep 1; echo "0, 10, 500, 80000, 90, 50"; '
+                                     'echo "1, 10, 500, 80000, 90, 50"; done\n')
+    (fake / "nvidia-smi").chmod(0o755)
+    job = Job(tmp_path, "sleep 3.5", path=f"{fake}:{os.environ['PATH']}")
+    assert job.wait() == 0
+    gpu = json.loads(job.file("watch.json"))["gpu"]
+    assert gpu["mem_peak_mib"] == 4000 and gpu["mem_used_mib"] == 1000
+    from remote.ops.runwatch import read_watch
+
+    assert read_watch(job.file("watch.json"))["gpu"]["mem_peak_mib"] == 4000

@@ -169,3 +169,132 @@ def test_a_huge_or_infinite_number_is_dropped_not_an_internal_error():
     n.line('{"steady": {"t": Infinity}}')
     n.line(line % (huge, 1))
     assert n.steady is None and printed == []
+
+
+# -- issue 39: compile health that misleads ------------------------------------------------------------------
+
+import pytest  # noqa: E402
+
+LIMIT_RUN = with_totals([
+    ev(10, "compile", fn="forward", seconds=20.0),
+    ev(12, "recompile", fn="forward", n=1, reason="guard failed: G['_TEMP'] == 1.0", where="model.py:182"),
+    ev(13, "eager-fallback", fn="forward", why="recompile-limit",
+       reason="recompile limit reached; last guard failed: G['_TEMP'] == 1.0", where="model.py:182")])
+
+
+@pytest.mark.fault("The recompile limit hit by a value the watch names", promise="train's hint names the function, "
+                   "the guard that failed and its line from the watch's record; the generic text only where the "
+                   "record has nothing")
+def test_the_recompile_limits_hint_comes_from_the_watchs_record(monkeypatch):
+    from remote.ops import jobs, logs
+
+    generic = next(hint for _, name, hint in logs.SIGNATURES if name == "recompile limit hit")
+    n = CompileNotices(lambda _: None)
+    assert n.hint("recompile limit hit", generic) == generic  # nothing recorded yet: the log's text
+    for line in LIMIT_RUN:
+        n.line(line)
+    hint = n.hint("recompile limit hit", generic)
+    assert "G['_TEMP'] == 1.0" in hint and "model.py:182" in hint and "forward" in hint
+    assert "keep shapes static" not in hint and "rescale outside it" in hint
+
+    printed: list[str] = []
+    torch_says = "torch._dynamo hit config.recompile_limit (8)\n"
+
+    def follow(ct, path, run, *, on_bytes, on_compile, **kw):
+        for line in LIMIT_RUN:
+            on_compile(line)
+        on_bytes(b"step 1 | 20.0 Ktok/s\n" + torch_says.encode())
+        return 0
+
+    monkeypatch.setattr(jobs, "state", lambda ct, spec, run_id=None: {"run": "r1", "path": "/runs/r1"})
+    monkeypatch.setattr(jobs, "describe_end", lambda st: "exited 0")
+    monkeypatch.setattr(logs, "follow", follow)
+    monkeypatch.setattr(jobs, "watch_for", lambda spec: logs.Watch())
+    ct = type("Ct", (), {"transport": type("T", (), {"close": None})()})()
+    jobs.show_log(ct, None, "r1", follow=True, echo=printed.append)
+    limit = [p for p in printed if "recompile limit hit" in p]
+    assert len(limit) == 2 and all("G['_TEMP'] == 1.0" in p and "keep shapes static" not in p for p in limit)
+
+
+@pytest.mark.fault("A run whose compile events all came before its first steady step", promise="train's last "
+                   "lines summarise its compile health (counts, each finding with what to do)")
+def test_trains_last_lines_summarise_the_runs_compile_health(monkeypatch):
+    from remote.ops import jobs, logs
+
+    printed: list[str] = []
+
+    def follow(ct, path, run, *, on_bytes, on_compile, **kw):
+        on_bytes(b"step 0 | 1.0 Ktok/s\n")
+        for line in LIMIT_RUN:  # every event before the first steady step: no `!!` line while it runs
+            on_compile(line)
+        on_compile(json.dumps({"steady": {"t": 30.0, "value": 21.0}}))
+        return 0
+
+    monkeypatch.setattr(jobs, "state", lambda ct, spec, run_id=None: {"run": "r1", "path": "/runs/r1"})
+    monkeypatch.setattr(jobs, "describe_end", lambda st: "exited 0")
+    monkeypatch.setattr(logs, "follow", follow)
+    monkeypatch.setattr(jobs, "watch_for", lambda spec: logs.Watch())
+    ct = type("Ct", (), {"transport": type("T", (), {"close": None})()})()
+    jobs.show_log(ct, None, "r1", follow=True, echo=printed.append)
+    end = printed[printed.index(next(p for p in printed if p.startswith("-- run r1"))) + 1:]
+    assert end[0] == ("-- compile: 1 compile, 1 recompile, 0 graph breaks, 1 eager fallback; 0.0 s compiling after "
+                      "the first steady step")
+    assert any(p.startswith("-- !! eager-fallback:") and "G['_TEMP'] == 1.0" in p for p in end)
+    quiet: list[str] = []
+    monkeypatch.setattr(logs, "follow", lambda ct, path, run, *, on_bytes, on_compile, **kw: 0)
+    jobs.show_log(ct, None, "r1", follow=True, echo=quiet.append)
+    assert not any("compile" in p for p in quiet)  # nothing recorded: no word of it
+
+
+OLD_WATCH = with_totals([  # what a watch before issue 39 wrote for dynamo's internal restart
+    ev(10, "compile", seconds=2.0),
+    ev(10, "graph-break", reason="<class 'torch._dynamo.exc.TensorifyScalarRestartAnalysis'>", seconds=0.0)])
+
+
+@pytest.mark.fault("A compile.jsonl with dynamo's internal restarts as graph breaks (an older watch)",
+                   promise="not counted or shown as graph breaks; doctor tells no one to remove a call")
+def test_an_older_watchs_internal_restart_is_no_graph_break():
+    h = compilelog.summarize(OLD_WATCH)
+    assert h.graph_breaks == 0 and [e.kind for e in h.events] == ["compile"]
+    assert compilelog.findings(h) == []
+    h = compilelog.summarize([*OLD_WATCH, *with_totals([ev(11, "graph-break", pid=101, reason="x.item()")])])
+    assert h.graph_breaks == 1
+
+
+def test_a_graph_break_is_named_at_the_line_that_broke_and_the_def_line():
+    brk = compilelog.parse_line(ev(5, "graph-break", fn="forward", reason="Unsupported Tensor.item() call",
+                                   where="nanoGPT/model.py:53", line=52, file="/root/nanoGPT/model.py"))
+    assert compilelog.describe(brk) == ("graph break in forward (model.py:52) at nanoGPT/model.py:53: "
+                                        "Unsupported Tensor.item() call")
+    found = compilelog.findings(compilelog.summarize([json.dumps({**json.loads(ev(5, "graph-break", fn="forward",
+                                                      reason="x", where="nanoGPT/model.py:53"))})]))
+    assert "broke at forward (train.py:12) at nanoGPT/model.py:53" in found[0].text
+
+
+@pytest.mark.fault("A warmup that recompiles a function per value of a Python float", promise="warmup reports the "
+                   "recompiles, graph breaks and eager fallbacks with guard and line, and says what it compiled "
+                   "will not serve the run")
+def test_warmup_reports_what_torch_did_and_whether_it_serves_the_run():
+    from remote.ops import warmup as wm
+
+    shown, sink = [], []
+    on_output = wm._prefixed(shown.append, "0", sink)
+    compile_lines = "".join(f"REMOTE_COMPILE {x}\n" for x in [
+        *LIMIT_RUN, *with_totals([ev(14, "graph-break", fn="forward", pid=101, reason="Unsupported Tensor.item()",
+                                     where="nanoGPT/model.py:53")])])
+    on_output("stdout", b"REMOTE_CACHE before 0 0\nstep 1, no newline" + compile_lines.encode()
+              + b"REMOTE_CACHE after 438 198180864\n")
+    assert shown == ["  [0] step 1, no newline"]  # the watch's lines are read, not shown raw
+    result = wm.DeviceResult("0", 0.0, 115.0, {}, *wm.parse_cache_lines(sink).values(), compile=wm.parse_compile(sink))
+    lines = result.compile_lines()
+    assert lines[0] == "compile: 1 compile, 1 recompile, 1 graph break, 1 eager fallback (21.5 s compiling)"
+    text = "\n".join(lines)
+    assert "recompile #1 of forward (train.py:12): guard failed: G['_TEMP'] == 1.0 at model.py:182" in text
+    assert "graph break in forward (train.py:12) at nanoGPT/model.py:53: Unsupported Tensor.item()" in text
+    assert lines[-1].startswith("!! what this warmup compiled will not serve the run: forward (train.py:12) runs "
+                                "eagerly (recompile-limit)")
+    assert result.record()["compile"] == {"compile": 1, "recompile": 1, "graph-break": 1, "eager-fallback": 1}
+    assert result.record()["serves_run"] is False
+    steady = wm.DeviceResult("0", 0.0, 41.0, {}, compile=wm.parse_compile(
+        [f"REMOTE_COMPILE {x}" for x in with_totals([ev(1, "compile")])]))
+    assert steady.compile_lines() == [] and steady.record()["serves_run"] is True

@@ -566,3 +566,21 @@ def test_a_cuinit_line_of_the_wrong_type_is_a_value_error():
         gpu.parse_container(ct_text().splitlines()[0] + '\n{"cuda": [0]}\n')
     with pytest.raises(ValueError, match="gave cuda.init as str"):
         gpu.parse_container(ct_text().splitlines()[0] + '\n{"cuda": {"loaded": true, "init": "0"}}\n')
+
+
+STRAY = [{"pid": 4242, "name": "python", "used_mib": 133120, "run": None, "command": "python hog.py --hold 130g"},
+         {"pid": 51, "name": "python", "used_mib": 20480, "run": "20261202-0700-ab12", "command": "python train.py"}]
+
+
+@pytest.mark.fault("A GPU process of no run holding 130 GiB (doctor --gpu)", promise="doctor --gpu names it (pid, "
+                   "MiB, command) as a warning; a run's own processes are not named")
+def test_gpu_foreign_processes():
+    first, cuda = ct_text().splitlines()
+    c = gpu.parse_container(json.dumps({**json.loads(first), "apps": STRAY}) + "\n" + cuda + "\n")
+    found = everything(host(), c)
+    assert kinds(found) == ["gpu-foreign-processes"] and found[0].severity == "warning"
+    assert found[0].message == "GPU processes of no run hold 130.0 GiB: pid 4242 (133120 MiB): python hog.py --hold 130g"
+    assert "remote exec -c 200 'kill PID'" in found[0].fix
+    assert everything(host(), ct()) == []  # no process listed: nothing
+    with pytest.raises(ValueError):  # untrusted: a wrong type is that container's error, not a crash elsewhere
+        gpu.parse_container(json.dumps({**json.loads(first), "apps": [{"pid": "4242"}]}) + "\n")

@@ -377,3 +377,41 @@ def test_the_library_refuses_a_stale_checkout_in_its_own_words_and_doctor_finds_
     assert not any("launch" in " ".join(argv) for argv, _ in fake.calls)  # nothing was started
     stale = [f for f in found if f.code == "checkout-stale"]
     assert stale and stale[0].severity == "warning" and new[:12] in stale[0].what
+
+
+def stray(spec, peak=None, marked=()):
+    raw = ready(spec)
+    raw["gpus"] = child(out="0, H200, 570.86, 133200, 143771\n1, H200, 570.86, 1, 143771\n")
+    raw["apps"] = child(out="4242, python, 133120\n")
+    raw["apps_cmdline"] = {"4242": "python hog.py --hold 130g"}
+    raw["jobs"] = {"runs": {"r1": {"marked": list(marked)}}}
+    raw["known_good"] = {**raw["known_good"], "gpu_mem_peak_mib": peak}
+    return raw
+
+
+@pytest.mark.fault("A GPU process of no run holding 130 GiB (train's preflight)", promise="named (pid, MiB, "
+                   "command) as a warning; the launch is refused where the GPU memory left is below what the last "
+                   "good run used at its peak")
+def test_a_stray_gpu_process_is_named_and_refused_where_too_little_memory_is_left(spec):
+    pre = check(stray(spec, peak=100 * 1024), spec)  # 150.7 GiB free: enough
+    [note] = [n for n in pre.notes if "no run" in n]
+    assert note.startswith("!! GPU processes of no run hold 130.0 GiB: pid 4242 (133120 MiB): python hog.py --hold "
+                           "130g: they take memory") and "remote exec -c 200 'kill PID'" in note
+    assert [n for n in check(stray(spec), spec).notes if "no run" in n] == [note]  # no known figure: a warning
+    [why] = problems(stray(spec, peak=200 * 1024), spec)
+    assert why.startswith("the GPUs have 150.7 GiB free of 280.8 GiB, less than the last good run "
+                          "20261130-1012-ab12 used (200.0 GiB at its peak): processes of no run hold 130.0 GiB: "
+                          "pid 4242 (133120 MiB): python hog.py --hold 130g")
+    # A run's own process (train --force beside it) is no stray, and its memory counts as the run's to give back.
+    pre = check(stray(spec, peak=200 * 1024, marked=[4242]), spec)
+    assert not [n for n in pre.notes if "no run" in n]
+
+
+def test_a_known_good_run_records_the_gpu_memory_its_watch_saw_at_its_peak(spec):
+    from remote.facts import parse
+    from remote.runs.knowngood import make_record
+    from remote.ops.logs import Watch
+
+    facts = parse(ready(spec), spec, (1000.0, 1000.5))
+    record = make_record(facts, spec, {"run": "r1", "manifest": {}, "gpu": {"mem_peak_mib": 180000.0}}, Watch(), "x")
+    assert record["gpu_mem_peak_mib"] == 180000.0

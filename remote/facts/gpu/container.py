@@ -35,6 +35,9 @@ class CtGpu:
     torch_cuda: str | None  # the venv's torch CUDA build (torch/version.py)
     torch_version: str | None = None
     drivers: dict[int, tuple[str, ...]] = field(default_factory=dict)  # /proc/devices as the container reads it
+    # GPU processes (nvidia-smi's compute apps): pid, name, used_mib, run (its REMOTE_RUN_ID, None: no run's),
+    # command (its command line, where the container's /proc has the pid)
+    processes: tuple[dict, ...] = ()
 
     def node(self, path: str) -> Node | None:
         return next((n for n in self.nodes if n.path == path), None)
@@ -110,7 +113,21 @@ def parse_container(text: str) -> CtGpu:
                  bool(smi.get("missing")), bool(cu.get("loaded")), _typed(cu.get("error"), str, "cuda.error"),
                  _typed(cu.get("init"), int, "cuda.init"), f"{v // 1000}.{v % 1000 // 10}" if v else None,
                  _typed(torch.get("cuda"), str, "torch.cuda"), _typed(torch.get("version"), str, "torch.version"),
-                 parse_char_devices(devices))
+                 parse_char_devices(devices), _apps(raw.get("apps")))
+
+
+def _apps(value) -> tuple[dict, ...]:
+    """The probe's GPU processes, each field checked (untrusted), the texts bounded and printable."""
+    from ...naming import printable
+
+    out = []
+    for a in (_typed(value, list, "apps") or [])[:64]:
+        a = _typed(a, dict, "an app", none=False)
+        pid = _typed(a.get("pid"), int, "app.pid", none=False)
+        mib = _typed(a.get("used_mib"), int, "app.used_mib")
+        texts = {k: _typed(a.get(k), str, f"app.{k}") for k in ("name", "run", "command")}
+        out.append({"pid": pid, "used_mib": mib, **{k: printable(v[:300]) if v else None for k, v in texts.items()}})
+    return tuple(out)
 
 
 def container_argv(venv: str) -> list[str]:

@@ -24,7 +24,7 @@ SEVERITY = {"host-no-driver": "error", "host-reboot-pending": "warning", "host-u
             "device-not-passed": "error", "cgroup-major-stale": "error", "mount-optional-missing": "error",
             "no-driver-libs": "error", "cuda-init-failed": "error", "device-permission": "error",
             "mig-caps-missing": "error", "persistence-off": "warning", "container-node-missing": "error",
-            "container-node-wrong": "error"}
+            "container-node-wrong": "error", "gpu-foreign-processes": "warning"}
 KINDS = tuple(SEVERITY)
 
 
@@ -390,6 +390,13 @@ def container_findings(ct: CtGpu, ctid: int, host: HostGpu | None = None, cfg: C
                CUDA_FIX.get(code, "on the host: `dmesg | grep -iE 'NVRM|Xid'` names the driver's error; then pct "
                                   "reboot {ctid}").format(ctid=ctid))
         add("cuda-init-failed", f"cuInit(0) returned {code} ({CUDA_ERRORS.get(code, 'CUDA error')}): {cause}", fix)
+    foreign = [a for a in ct.processes if not a.get("run")]
+    if foreign:
+        held = sum(a.get("used_mib") or 0 for a in foreign)
+        add("gpu-foreign-processes", f"GPU processes of no run hold {held / 1024:.1f} GiB: " + "; ".join(
+            f"pid {a['pid']} ({a.get('used_mib')} MiB): {a.get('command') or a.get('name') or '?'}" for a in foreign[:5]),
+            f"end them (`remote exec -c {ctid} 'kill PID'`) or find who started them; train refuses to start where "
+            "less GPU memory is free than its last good run used")
     return out
 
 
