@@ -18,9 +18,9 @@ doctor --gpu's findings): what create adds for a GPU, without a GPU's own start-
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
@@ -34,24 +34,9 @@ SECTIONS = """venv:
 """
 
 
-@contextlib.contextmanager
 def gpu_lab(containers):
     """A private lab whose host has the simulated NVIDIA driver (two GPUs), taken down however it ends."""
-    import shutil
-    import tempfile
-
-    from benchlab import WHEELS, free_port
-
-    from remote.lab import Lab
-
-    where = Path(tempfile.mkdtemp(prefix="remote-bench-", dir="/var/tmp"))
-    lab = Lab(dir=where / "lab", port=free_port(), wheels_dir=WHEELS, fake_gpu=2)
-    try:
-        lab.up(tuple(containers))
-        yield lab
-    finally:
-        lab.down(purge=True)
-        shutil.rmtree(where, ignore_errors=True)
+    return private_lab(containers, fake_gpu=2)
 
 
 def main() -> None:
@@ -83,13 +68,8 @@ def main() -> None:
             if args.deploy and ctid == ids[-1]:
                 dep, _ = remote_cli(hosts, "deploy", "-c", str(ctid), timeout=900)
                 print(f"{ctid}: deploy after create {dep:.2f} s", flush=True)
-            from remote import config
-            from remote.transport import SshTransport
-
-            t = SshTransport(config.load(str(hosts)).hosts["lab"])
-            t.run(["pct", "stop", str(ctid)])
-            t.run(["pct", "destroy", str(ctid), "--purge", "1"])
-            t.close()
+            for verb in (["stop", str(ctid)], ["destroy", str(ctid), "--purge", "1"]):  # the lab's own pct, here
+                subprocess.run([str(lab.dir / "bin" / "pct"), *verb], capture_output=True, check=False)
         med = statistics.median
         print(f"create to healthy (whole command), median of {len(made)}: {med(made):.2f} s "
               f"(min {min(made):.2f}, max {max(made):.2f}); the same create again: {med(again):.2f} s")
