@@ -1,0 +1,46 @@
+# The host side of `remote gpu fix` (remote.ops.gpufix): runs as root on the Proxmox host, one action a call.
+# Usage: bash -c "$(cat gpu-host-fix.sh)" gpu-host-fix ACTION ARG...
+#   uvm                  load nvidia_uvm where it is not loaded, then make /dev/nvidia-uvm and -tools
+#                        (`nvidia-modprobe -u -c 0`, as the driver's own tool does); prints the nodes made
+#   drop-raw CTID LINE.. remove exactly these raw `lxc.*` lines from the container's current config
+#                        (/etc/pve/lxc/CTID.conf, before its first [snapshot] section): pct cannot remove them
+# Every host path is under ${REMOTE_GPU_SYSROOT:-} (the lab's simulated driver; empty on a real host).
+set -euo pipefail
+root=${REMOTE_GPU_SYSROOT:-}
+action=${1:-}
+[ "$#" -gt 0 ] && shift
+case "$action" in
+  uvm)
+    if ! grep -qE '^nvidia_uvm ' "$root/proc/modules" 2> /dev/null; then
+      modprobe nvidia-uvm
+    fi
+    nvidia-modprobe -u -c 0
+    for node in "$root/dev/nvidia-uvm" "$root/dev/nvidia-uvm-tools"; do
+      if [ -c "$node" ]; then
+        printf 'made %s\n' "${node#"$root"}"
+      fi
+    done
+    [ -c "$root/dev/nvidia-uvm" ] || { echo "nvidia-modprobe -u -c 0 made no /dev/nvidia-uvm" >&2; exit 1; }
+    ;;
+  drop-raw)
+    ctid=$1
+    shift
+    case "$ctid" in '' | *[!0-9]*) echo "drop-raw: not a container id: $ctid" >&2; exit 2 ;; esac
+    conf="$root/etc/pve/lxc/$ctid.conf"
+    [ -f "$conf" ] || { echo "drop-raw: $conf does not exist" >&2; exit 1; }
+    tmp="$conf.remote-tmp.$$"
+    # awk gets the lines to drop on its stdin's first part, NUL-free: one a line, then the file.
+    awk -v n="$#" '
+      FNR == NR { drop[$0] = 1; next }
+      /^\[/ { section = 1 }
+      !section && ($0 in drop) { dropped++; next }
+      { print }
+      END { if (dropped + 0 < n + 0) { exit 3 } }
+    ' <(printf '%s\n' "$@") "$conf" > "$tmp" || { rc=$?; rm -f "$tmp"; [ "$rc" = 3 ] && echo "drop-raw: not every line was in $conf" >&2; exit "$rc"; }
+    mv "$tmp" "$conf"
+    ;;
+  *)
+    echo "gpu-host-fix: unknown action ${action:-(none)}" >&2
+    exit 2
+    ;;
+esac
