@@ -23,12 +23,13 @@ with `sudo: true` is refused before anything is read. A live run blocks a restar
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import shlex
 from dataclasses import dataclass, field
 
 from .. import shell
-from ..errors import BusyError, PctError, RemoteError
+from ..errors import BusyError, GpuFixError, PctError, RemoteError, RootRequired
 from ..facts import gpu
 from ..results import GpuFix
 from ..target import Target
@@ -39,12 +40,7 @@ NODE_KINDS = {"container-node-wrong", "container-node-missing", "container-uvm-m
 USERSPACE_KINDS = {"driver-lib-mismatch", "no-driver-libs"}
 MANUAL_KINDS = {"host-no-driver", "host-gpu-vfio", "host-reboot-pending", "persistence-off", "mig-caps-missing"}
 UVM_NODES = ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
-LD_CONF = "/etc/ld.so.conf.d/remote-nvidia.conf"  # in the container: the mounted libraries first
 SNAPSHOT_DESCRIPTION = "before gpu fix"
-
-
-class GpuFixError(RemoteError):
-    """gpu fix could not do what it set out to (the message says what was done and what is left)."""
 
 
 @dataclass(frozen=True)
@@ -145,6 +141,11 @@ def plan(host: gpu.HostGpu, ctid: int, ct: gpu.CtGpu | None, found: list[gpu.Gpu
     if rewrite:
         wanted = gpuconfig.wanted_lines(_selection(host, cfg), host, gid=_gid(cfg),
                                         userspace=userspace or has_mount)
+        # A devN line no finding names stays as it is (only what is wrong changes).
+        named = {f.node for f in found if f.node}
+        keep = {p: p + "".join(f",{k}={v}" for k, v in opts.items()) for _, p, opts in (cfg.devs if cfg else ())
+                if p not in named}
+        wanted = dataclasses.replace(wanted, devs=tuple((p, keep.get(p, v)) for p, v in wanted.devs))
         config = gpuconfig.plan(config_text, wanted)
         if not config.empty:
             restart.insert(0, "Proxmox applies devN and mount lines at start")
@@ -161,7 +162,7 @@ def _userspace_argv() -> list[str]:
 
 def refuse_without_root(t: Target) -> None:
     if t.host.sudo:
-        raise GpuFixError(f"host {t.host.name}: gpu fix writes devN and mount lines and makes device nodes, which "
+        raise RootRequired(f"host {t.host.name}: gpu fix writes devN and mount lines and makes device nodes, which "
                           "only root can (Proxmox: `configuring device passthrough is only allowed for root@pam`); "
                           "the host's login uses `sudo: true`, whose rule stays narrow: run it with a root login "
                           "for this host (docs/guide/safety.md#which-command-needs-which-login)")
@@ -264,7 +265,7 @@ def gpu_fix(t: Target, *, dry: bool = False, force: bool = False) -> GpuFix:
     elif p.restart:
         t.note(f"container {t.ctid} is stopped: the change applies at its next start")
     if p.userspace and (running or restarted):
-        t.step(f"container {t.ctid}: ldconfig ({LD_CONF})")
+        t.step(f"container {t.ctid}: the mounted driver libraries first for the loader (remote/sh/nvidia-link.sh: ldconfig)")
         _ldconfig(t)
     t.step(f"gpu fix: re-prove CUDA in container {t.ctid}")
     host2, ct2, why2, after = _probe(t)
@@ -291,14 +292,9 @@ def _commands(t: Target, p: Plan) -> list[str]:
     return out
 
 
-LDCONFIG = """conf=$1 dir=$2
-printf '%s\\n' "$dir/lib" > "$conf.tmp" && mv "$conf.tmp" "$conf"
-ldconfig
-"""
-
-
 def _ldconfig(t: Target) -> None:
-    r = t.system.script(LDCONFIG, LD_CONF, gpuconfig.USERSPACE_CT, check=False, timeout=120, label="ldconfig")
+    r = t.system.run(["bash", "-c", shell.load("nvidia-link"), "nvidia-link", gpuconfig.USERSPACE_CT], check=False,
+                     timeout=120, label="nvidia-link (ldconfig)")
     if r.exit_code != 0:
         raise GpuFixError(f"container {t.ctid}: ldconfig failed (exit {r.exit_code}): {r.err.strip()[-300:]}")
 

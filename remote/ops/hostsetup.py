@@ -11,7 +11,7 @@ the host (the files are root's); a host with `sudo: true` is refused.
 from __future__ import annotations
 
 from .. import shell
-from ..errors import RemoteError
+from ..errors import HostSetupError, RootRequired
 from ..results import HostSetup
 from ..target import HostTarget
 
@@ -19,10 +19,6 @@ UNIT = "/etc/systemd/system/remote-gpu.service"
 LIB = "/usr/local/lib/remote"
 FILES = ((UNIT, "remote-gpu.service"), (f"{LIB}/gpu-boot.sh", "gpu-boot.sh"),
          (f"{LIB}/nvidia-userspace.sh", "nvidia-userspace.sh"))
-
-
-class HostSetupError(RemoteError):
-    """host setup could not write its files (the message names which and why)."""
 
 
 def _text(name: str) -> str:
@@ -56,7 +52,7 @@ def parse(out: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
 
 def host_setup(t: HostTarget, *, dry: bool = False) -> HostSetup:
     if t.host.sudo:
-        raise HostSetupError(f"host {t.host.name}: host setup writes a systemd unit and scripts as root; the host's "
+        raise RootRequired(f"host {t.host.name}: host setup writes a systemd unit and scripts as root; the host's "
                              "login uses `sudo: true`, whose rule stays narrow: run it with a root login for this "
                              "host (docs/guide/safety.md#which-command-needs-which-login)")
     dry = dry or t.dry

@@ -14,7 +14,7 @@ for gpu in "$root"/proc/driver/nvidia/gpus/*; do
   nvidia-modprobe -c "$n" || rc=1
   n=$((n + 1))
 done
-if [ -x "$here/nvidia-userspace.sh" ]; then
-  "$here/nvidia-userspace.sh" /var/lib/remote/nvidia || rc=1
+if [ -f "$here/nvidia-userspace.sh" ]; then
+  bash "$here/nvidia-userspace.sh" /var/lib/remote/nvidia || rc=1
 fi
 exit "$rc"
