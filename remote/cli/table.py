@@ -53,6 +53,8 @@ KINDS = {
     "from": Kind(pattern(r"[1-9][0-9]{2,8}", "a container id"), "ID"),
     "backend": Kind(pattern(r"lxc|ns", "lxc or ns"), "BACKEND"),
     "sudoers": Kind(pattern(r"[a-z_][a-z0-9_.-]*\$?", "a user name of the Proxmox host"), "USER"),
+    "host": Kind(pattern(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", "a host of the hosts file"), "HOST"),
+    "node": Kind(pattern(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", "a cluster node, a host of the hosts file"), "NODE"),
     "snapshot": Kind(pattern(r"[A-Za-z][A-Za-z0-9_-]{0,39}", "a snapshot name (`remote snapshots` lists them)"), "NAME"),
 }
 

@@ -15,6 +15,7 @@ from remote.errors import BusyError, RootRequired
 from remote.events import Note, Output, StepStarted
 from remote.facts import gpu
 from remote.ops import gpuconfig, gpufix, hostsetup
+from remote.results import GpuFix
 from remote.target import resolve, resolve_host
 from remote.transport import Result
 from remote.transport.session import Session
@@ -330,3 +331,25 @@ def test_host_setup_script_is_idempotent_and_dry_writes_nothing(tmp_path):
     again = subprocess.run(hostsetup.setup_argv(dry=False), capture_output=True, text=True, env=env, check=True).stdout
     wrote, same, enabled = hostsetup.parse(again)
     assert wrote == () and enabled == () and len(same) == len(hostsetup.FILES)
+
+
+def test_the_command_line_shows_the_diff_the_restart_and_what_is_left_by_hand():
+    from remote.cli import format as fmt
+
+    cfg = data("pct-config-dev.txt").replace("dev2: /dev/nvidia-uvm\n", "")
+    fake = Pvesm(config_text=cfg, ct_kw={"nodes": [n for n in GOOD_NODES if n[0] != "/dev/nvidia-uvm"], "init": 999})
+    done, _ = fix(fake, dry=True)
+    text = "\n".join(fmt.gpu_fix_lines(done))
+    assert "would fix cuda-init-failed, device-not-passed" in text and "  + dev2: /dev/nvidia-uvm,gid=44,mode=0666" in text
+    assert "would run: pct set 200 --dev2" in text and "restart would be: Proxmox applies devN" in text
+    manual = GpuFix(200, "pve1", False, ("host-no-driver",), (), (), (), (("host-no-driver", "no module",
+                           "install it"),), None, False, None, None, ("host-no-driver",))
+    lines = fmt.gpu_fix_lines(manual)
+    assert lines[0].endswith("nothing gpu fix can change") and "by hand: install it" in lines[1] and manual.ok
+
+
+def test_gpu_fix_wants_one_container_or_a_host_with_all():
+    from remote.cli import tasks
+
+    assert tasks.run(["gpu", "fix", "--host", "pve1"]) == 2
+    assert tasks.run(["gpu", "fix", "-c", "200", "--host", "pve1", "--all"]) == 2
