@@ -353,3 +353,28 @@ def test_gpu_fix_wants_one_container_or_a_host_with_all():
 
     assert tasks.run(["gpu", "fix", "--host", "pve1"]) == 2
     assert tasks.run(["gpu", "fix", "-c", "200", "--host", "pve1", "--all"]) == 2
+
+
+def test_doctor_before_a_move_reads_both_nodes_and_names_what_the_target_lacks():
+    from remote import gpudoctor
+    from remote.errors import ConfigError
+
+    here, there = Pvesm(), Pvesm(nodes=UVM_GONE)
+    s = Session(config.parse(HOSTS, "hosts.yaml"), agent=False,
+                transport_factory=lambda h: here if h.name == "pve1" else there)
+    moved = gpudoctor.before_move(s, 200, "pve2")
+    assert [f.node for f in moved.findings] == ["/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"] and not moved.healthy
+    assert moved.render().startswith("container 200 (pve1) to node pve2: 2 finding(s)")
+    assert mutating(here.calls + there.calls) == []
+    with pytest.raises(ConfigError, match="unknown host 'pve9'"):
+        gpudoctor.before_move(s, 200, "pve9")
+    ok = gpudoctor.before_move(Session(config.parse(HOSTS, "hosts.yaml"), agent=False,
+                                       transport_factory=lambda h: Pvesm()), 200, "pve2")
+    assert ok.healthy and ok.render().endswith("every device node its devN lines name is there")
+
+
+def test_doctor_node_wants_gpu_and_one_container():
+    from remote.cli import tasks
+
+    assert tasks.run(["doctor", "--node", "pve2", "-c", "200"]) == 2
+    assert tasks.run(["doctor", "--gpu", "--node", "pve2"]) == 2
