@@ -5,6 +5,10 @@
 # user-space folder with the loaded module's files. Every host path is under ${REMOTE_GPU_SYSROOT:-}.
 set -uo pipefail
 root=${REMOTE_GPU_SYSROOT:-}
+root=${root%/}
+if [ -n "$root" ]; then
+  PATH="$root/usr/sbin:$root/usr/bin:$PATH"  # the lab's simulated driver's tools (remote/lab/fakegpu.py)
+fi
 here=$(dirname "$(readlink -f "$0")")
 rc=0
 nvidia-modprobe -u -c 0 || rc=1

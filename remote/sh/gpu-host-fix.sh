@@ -7,6 +7,10 @@
 # Every host path is under ${REMOTE_GPU_SYSROOT:-} (the lab's simulated driver; empty on a real host).
 set -euo pipefail
 root=${REMOTE_GPU_SYSROOT:-}
+root=${root%/}
+if [ -n "$root" ]; then
+  PATH="$root/usr/sbin:$root/usr/bin:$PATH"  # the lab's simulated driver's tools (remote/lab/fakegpu.py)
+fi
 action=${1:-}
 [ "$#" -gt 0 ] && shift
 case "$action" in
@@ -28,6 +32,7 @@ case "$action" in
     case "$ctid" in '' | *[!0-9]*) echo "drop-raw: not a container id: $ctid" >&2; exit 2 ;; esac
     conf="$root/etc/pve/lxc/$ctid.conf"
     [ -f "$conf" ] || { echo "drop-raw: $conf does not exist" >&2; exit 1; }
+    conf=$(readlink -f "$conf")  # the file itself (a link's target keeps its place)
     tmp="$conf.remote-tmp.$$"
     # awk gets the lines to drop on its stdin's first part, NUL-free: one a line, then the file.
     awk -v n="$#" '

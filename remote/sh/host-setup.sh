@@ -6,6 +6,10 @@
 # `would enable UNIT` where that was needed. Every host path is under ${REMOTE_GPU_SYSROOT:-}.
 set -euo pipefail
 root=${REMOTE_GPU_SYSROOT:-}
+root=${root%/}
+if [ -n "$root" ]; then
+  PATH="$root/usr/sbin:$root/usr/bin:$PATH"  # the lab's simulated driver's tools (remote/lab/fakegpu.py)
+fi
 dry=$1
 shift
 changed=0

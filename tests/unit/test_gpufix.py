@@ -378,3 +378,25 @@ def test_doctor_node_wants_gpu_and_one_container():
 
     assert tasks.run(["doctor", "--node", "pve2", "-c", "200"]) == 2
     assert tasks.run(["doctor", "--gpu", "--node", "pve2"]) == 2
+
+
+def test_drop_raw_removes_exactly_the_named_lines_of_the_current_config_or_nothing(tmp_path):
+    import os
+    import subprocess
+
+    conf = tmp_path / "etc/pve/lxc/201.conf"
+    conf.parent.mkdir(parents=True)
+    text = data("pct-config-raw.txt") + "[before-upgrade]\nlxc.cgroup2.devices.allow: c 511:* rwm\n"
+    conf.write_text(text)
+    p = plan_of(gpu_host(configs={201: data("pct-config-raw.txt")}), ct(), data("pct-config-raw.txt"), ctid=201)
+    env = {**os.environ, "REMOTE_GPU_SYSROOT": str(tmp_path)}
+    r = subprocess.run(gpufix._fix_argv("drop-raw", "201", *p.config.raw), env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    left = conf.read_text()
+    assert [line for line in left.split("[before-upgrade]")[0].splitlines() if line.startswith("lxc.")] == []
+    assert left.split("[before-upgrade]")[1] == "\nlxc.cgroup2.devices.allow: c 511:* rwm\n"  # a snapshot's: kept
+    assert "hostname: gpu201" in left
+    conf.write_text(text)
+    r = subprocess.run(gpufix._fix_argv("drop-raw", "201", "lxc.cgroup2.devices.allow: c 999:* rwm"), env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 3 and "not every line" in r.stderr and conf.read_text() == text
