@@ -23,6 +23,7 @@ with `sudo: true` is refused before anything is read. A live run blocks a restar
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import shlex
@@ -33,7 +34,7 @@ from ..errors import BusyError, GpuFixError, PctError, RemoteError, RootRequired
 from ..facts import gpu
 from ..results import GpuFix
 from ..target import Target
-from . import gpuconfig
+from . import gpuconfig, oplock
 
 CONFIG_KINDS = {"device-not-passed", "cgroup-major-stale", "mount-optional-missing", "device-permission"}
 NODE_KINDS = {"container-node-wrong", "container-node-missing", "container-uvm-missing"}
@@ -232,6 +233,14 @@ def gpu_fix(t: Target, *, dry: bool = False, force: bool = False) -> GpuFix:
         return GpuFix(t.ctid, t.host.name, True, before, tuple(w for _, w in p.fixes), p.config.diff, tuple(commands),
                       p.manual, None, False, p.restart, ct.cuda_init if ct else None, before, why)
     running = t.system.status() == "running"
+    # The operation lease of a running container that must restart: held from the run check to the restart,
+    # so no deploy, warmup or launch of another controller starts in between (as rollback holds it).
+    with oplock.hold(t.system, "gpu fix") if p.restart and running else contextlib.nullcontext():
+        return _apply(t, p, host, before, commands, running, force)
+
+
+def _apply(t: Target, p: Plan, host: gpu.HostGpu, before: tuple[str, ...], commands: list[str], running: bool,
+           force: bool) -> GpuFix:
     if p.restart and running:
         live = _live(t)
         if live and not force:

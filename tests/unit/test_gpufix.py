@@ -14,6 +14,7 @@ from remote import config
 from remote.errors import BusyError, RootRequired
 from remote.events import Note, Output, StepStarted
 from remote.facts import gpu
+from remote.lab.testing import inner_argv
 from remote.ops import gpuconfig, gpufix, hostsetup
 from remote.results import GpuFix
 from remote.target import resolve, resolve_host
@@ -135,6 +136,7 @@ class Host:
         self.config = config_text or data("pct-config-dev.txt")
         self.running, self.live, self.storage = running, live, storage
         self.calls: list[tuple[str, ...]] = []
+        self.leases: list[str] = []
         self.name = "pve1"
 
     def describe(self, argv) -> str:
@@ -187,7 +189,11 @@ class Host:
             inner = argv[argv.index("--") + 1:]
             if "python3" in inner and "-I" in inner:
                 return self._ok(argv, ct_text(**self.ct_kw))
-            if any("ldconfig" in a for a in inner):
+            core = inner_argv(argv)
+            if core[:2] == ("bash", "-c") and core[3:4] == ("remote",) and core[4] in ("acquire", "renew", "release"):
+                self.leases.append(core[4])
+                return self._ok(argv, "acquired\n")
+            if any("nvidia-link" in a for a in inner):
                 return self._ok(argv)
             if any("--manifest--" in a or "live=" in a for a in inner) or any("state" in a for a in inner[-4:]):
                 return self._ok(argv, f"run=\nlive={self.live}\n")
@@ -239,6 +245,7 @@ def test_a_missing_devn_line_is_written_after_a_snapshot_the_container_restarted
     assert diff_at < set_at  # the diff before the write
     assert any(s.startswith("restart container 200") for s in steps)
     assert done.restarted and done.cuda_init == 0 and done.after == () and done.ok and done.snapshot
+    assert fake.leases[0] == "acquire" and fake.leases[-1] == "release"  # held around the restart
 
 
 def test_no_snapshot_where_the_storage_cannot_and_it_says_why():
@@ -275,7 +282,7 @@ def test_user_space_of_another_version_refilled_mounted_and_ldconfig_run():
     done, _ = fix(fake)
     m = mutating(fake.calls)
     assert ("bash", "-c") == m[1][:2] and m[1][3] == "nvidia-userspace" and m[1][4] == gpuconfig.USERSPACE_HOST
-    assert any(c[0] == "pct" and c[1] == "exec" and any("ldconfig" in a for a in c) for c in fake.calls)
+    assert any(c[0] == "pct" and c[1] == "exec" and any("nvidia-link" in a for a in c) for c in fake.calls)
     assert done.after == () and done.ok
 
 
