@@ -254,7 +254,7 @@ def _apply(t: Target, p: Plan, host: gpu.HostGpu, before: tuple[str, ...], comma
     snap = _snapshot(t) if not p.config.empty else None
     if p.uvm:
         t.step(f"host {t.host.name}: make the uvm nodes (nvidia-modprobe -u -c 0)")
-        _host(t, _fix_argv("uvm"), "making the uvm nodes")
+        _host(t, ["bash", "-c", shell.load("gpu-uvm"), "gpu-uvm"], "making the uvm nodes (remote/sh/gpu-uvm.sh)")
     if p.userspace:
         t.step(f"host {t.host.name}: refill {gpuconfig.USERSPACE_HOST} with the driver's user space of {host.loaded}")
         _host(t, _userspace_argv(), f"filling {gpuconfig.USERSPACE_HOST}")
@@ -287,7 +287,7 @@ def _commands(t: Target, p: Plan) -> list[str]:
     """What gpu fix runs, as a user would type it on the host."""
     out = []
     if p.uvm:
-        out.append("modprobe nvidia-uvm && nvidia-modprobe -u -c 0")
+        out.append("nvidia-modprobe -u -c 0")
     if p.userspace:
         out.append(f"remote/sh/nvidia-userspace.sh {gpuconfig.USERSPACE_HOST}")
     if p.config.raw:

@@ -1,7 +1,7 @@
 """`remote host setup H`: install, idempotently, the boot unit that keeps a GPU host's containers startable.
 
 remote/sh/remote-gpu.service runs /usr/local/lib/remote/gpu-boot.sh before pve-guests.service: the uvm nodes
-and each GPU's node made (`nvidia-modprobe -u -c 0`, `-c N`), then the driver's user-space folder refilled with
+and each GPU's node made (remote/sh/gpu-uvm.sh, `nvidia-modprobe -c N`), then the driver's user-space folder refilled with
 the loaded module's files (remote/sh/nvidia-userspace.sh, installed beside it), so that after a driver upgrade
 and a reboot every container that mounts the folder matches the new module before it starts. One round trip
 (remote/sh/host-setup.sh): each file written only where it differs; `dry` says what it would write. Root on
@@ -17,7 +17,7 @@ from ..target import HostTarget
 
 UNIT = "/etc/systemd/system/remote-gpu.service"
 LIB = "/usr/local/lib/remote"
-FILES = ((UNIT, "remote-gpu.service"), (f"{LIB}/gpu-boot.sh", "gpu-boot.sh"),
+FILES = ((UNIT, "remote-gpu.service"), (f"{LIB}/gpu-boot.sh", "gpu-boot.sh"), (f"{LIB}/gpu-uvm.sh", "gpu-uvm.sh"),
          (f"{LIB}/nvidia-userspace.sh", "nvidia-userspace.sh"))
 
 

@@ -1,8 +1,9 @@
 #!/bin/bash
 # Installed by `remote host setup` as /usr/local/lib/remote/gpu-boot.sh; run by remote-gpu.service at boot,
-# before pve-guests.service. Makes /dev/nvidia-uvm (-tools) and each GPU's /dev/nvidiaN (nvidia-modprobe:
-# the driver's own tool, which loads the module where it is not loaded), then refills the driver's
-# user-space folder with the loaded module's files. Every host path is under ${REMOTE_GPU_SYSROOT:-}.
+# before pve-guests.service. Makes /dev/nvidia-uvm (-tools) (gpu-uvm.sh: `nvidia-modprobe -u -c 0`, the
+# driver's own tool) and each GPU's /dev/nvidiaN (`nvidia-modprobe -c N`), then refills the driver's
+# user-space folder with the loaded module's files (nvidia-userspace.sh), all installed beside it.
+# Every host path is under ${REMOTE_GPU_SYSROOT:-}.
 set -uo pipefail
 root=${REMOTE_GPU_SYSROOT:-}
 root=${root%/}
@@ -11,7 +12,7 @@ if [ -n "$root" ]; then
 fi
 here=$(dirname "$(readlink -f "$0")")
 rc=0
-nvidia-modprobe -u -c 0 || rc=1
+bash "$here/gpu-uvm.sh" || rc=1
 n=0
 for gpu in "$root"/proc/driver/nvidia/gpus/*; do
   [ -e "$gpu" ] || continue

@@ -1,7 +1,6 @@
-# The host side of `remote gpu fix` (remote.ops.gpufix): runs as root on the Proxmox host, one action a call.
+# The host side of `remote gpu fix` (remote.ops.gpufix) that pct cannot do: runs as root on the Proxmox host.
+# (The uvm nodes: remote/sh/gpu-uvm.sh; the driver's user space: remote/sh/nvidia-userspace.sh.)
 # Usage: bash -c "$(cat gpu-host-fix.sh)" gpu-host-fix ACTION ARG...
-#   uvm                  load nvidia_uvm where it is not loaded, then make /dev/nvidia-uvm and -tools
-#                        (`nvidia-modprobe -u -c 0`, as the driver's own tool does); prints the nodes made
 #   drop-raw CTID LINE.. remove exactly these raw `lxc.*` lines from the container's current config
 #                        (/etc/pve/lxc/CTID.conf, before its first [snapshot] section): pct cannot remove them
 # Every host path is under ${REMOTE_GPU_SYSROOT:-} (the lab's simulated driver; empty on a real host).
@@ -14,18 +13,6 @@ fi
 action=${1:-}
 [ "$#" -gt 0 ] && shift
 case "$action" in
-  uvm)
-    if ! grep -qE '^nvidia_uvm ' "$root/proc/modules" 2> /dev/null; then
-      modprobe nvidia-uvm
-    fi
-    nvidia-modprobe -u -c 0
-    for node in "$root/dev/nvidia-uvm" "$root/dev/nvidia-uvm-tools"; do
-      if [ -c "$node" ]; then
-        printf 'made %s\n' "${node#"$root"}"
-      fi
-    done
-    [ -c "$root/dev/nvidia-uvm" ] || { echo "nvidia-modprobe -u -c 0 made no /dev/nvidia-uvm" >&2; exit 1; }
-    ;;
   drop-raw)
     ctid=$1
     shift

@@ -154,10 +154,10 @@ class Host:
         if argv[:1] == ("bash",) and argv[3] == "gpu-host":
             text = gpu_host_text(nodes=self.nodes, configs={200: self.config}).replace(GPU_MARK, argv[4])
             return self._ok(argv, text)
+        if argv[:1] == ("bash",) and argv[3] == "gpu-uvm":
+            self.nodes = None  # the host's nodes as recorded: the uvm ones there again
+            return self._ok(argv, "ok\n")
         if argv[:1] == ("bash",) and argv[3] == "gpu-host-fix":
-            if argv[4] == "uvm":
-                self.nodes = None  # the host's nodes as recorded: the uvm ones there again
-                return self._ok(argv, "made /dev/nvidia-uvm\nmade /dev/nvidia-uvm-tools\n")
             return self._ok(argv)
         if argv[:1] == ("bash",) and argv[3] == "nvidia-userspace":
             self.ct_kw.pop("libs", None)
@@ -219,7 +219,7 @@ def fix(fake: Host, ctid=200, **kw):
 
 def mutating(calls) -> list[tuple[str, ...]]:
     return [c for c in calls if (c[0] == "pct" and c[1] in ("set", "stop", "start", "snapshot"))
-            or (c[0] == "bash" and c[3] in ("gpu-host-fix", "nvidia-userspace"))]
+            or (c[0] == "bash" and c[3] in ("gpu-host-fix", "gpu-uvm", "nvidia-userspace"))]
 
 
 def test_dry_shows_the_diff_and_the_commands_and_changes_nothing():
@@ -273,7 +273,7 @@ def test_the_uvm_node_is_made_on_the_host_then_the_container_restarted():
     fake = Pvesm(nodes=UVM_GONE, ct_kw={"nodes": GOOD_NODES[:2], "init": 999})
     done, _ = fix(fake)
     m = mutating(fake.calls)
-    assert [c[3:5] if c[0] == "bash" else c[1] for c in m] == [("gpu-host-fix", "uvm"), "stop", "start"], m
+    assert [c[3] if c[0] == "bash" else c[1] for c in m] == ["gpu-uvm", "stop", "start"], m
     assert done.diff == () and done.snapshot is None and done.restarted and done.cuda_init == 0 and done.ok
 
 
