@@ -79,23 +79,12 @@ class NsLab(Lab):
         self._pct_double()
         for ctid in containers:
             self.start_container(ctid)
-        bare = self.hosts_yaml(self.containers())
-        (self.dir / "hosts-bare.yaml").write_text(bare)  # for a file of one's own sections (bench/gpu_*.sh)
+        self._templates()
         if EXAMPLES.is_dir():
             self.demo_repo()
             self.plain_repo()
-        (self.dir / "hosts.yaml").write_text(bare + self.demo_sections())
-
-    def demo_sections(self) -> str:
-        """The sections that make the lab's hosts.yaml deploy, warm up and train the demo drafter (where
-        `up` made its repository: in a checkout of remote), on the pinned CPU torch of the lab's wheels."""
-        from .wheels import TORCH
-
-        if not (self.dir / "dflash" / ".git").is_dir():
-            return ("# No demo repository: examples/ comes with a checkout of remote, not with an install. Add\n"
-                    "# venv:, code: (repo: your project's repository), warmup: and train: sections for your own\n"
-                    "# project (docs/hosts-file.md), or run `remote lab up` from a checkout of remote.\n")
-        return DEMO_SECTIONS.format(torch=TORCH, wheels=self.wheels, repo=self.dir / "dflash")
+        # hosts-bare.yaml: for a file of one's own sections (bench/gpu_*.sh)
+        self.write_hosts_files(self.containers())
 
     def _check_tools(self) -> None:
         if os.geteuid() != 0:
@@ -193,26 +182,6 @@ class NsLab(Lab):
         return "\n".join(lines) + "\n"
 
 
-DEMO_SECTIONS = """\
-# The demo drafter (examples/drafter, committed to {repo} by `remote lab up`) on the pinned CPU
-# torch: `remote deploy`, `remote train --warmup`, `remote logs --follow` work as they are. For your own
-# project: code.repo its repository, venv/warmup/train what it needs (docs/hosts-file.md); on a GPU, the
-# torch build of your driver (README.md).
-venv:
-  packages: [{torch}, numpy==2.2.6]
-  find_links: [{wheels}]
-  requirements: requirements.txt
-code:
-  repo: {repo}
-  path: /root/dflash
-warmup:
-  command: python -m drafter.warmup --device {{device}}
-  devices: [0]
-  cache_dir: /root/.cache/torch-compile
-train:
-  command: python -m drafter.train --target-gpus 0 --drafter-gpus 0 --steps 200 --log-interval 0.5
-  run_dir: /root/runs
-"""
 
 
 def _overlay_upper_works(folder: Path) -> bool:
