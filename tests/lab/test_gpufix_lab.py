@@ -3,7 +3,7 @@ on a lab whose host has the simulated NVIDIA driver (remote/lab/fakegpu.py, 2 GP
 pct double applying devN and mpN at start. Each container is given its GPU lines as `remote create` writes them
 (remote.ops.gpuconfig: devN lines, the host's driver folder mounted read-only), then a fault is planted, doctor
 --gpu names it, gpu fix repairs it, and cuInit(0) in the container is 0 again. The lab of this module is its own
-(containers 270, 271; no deploy)."""
+(containers 280, 281; no deploy)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from remote.transport import SshTransport
 from remote.transport.pct import pct_argv
 
 pytestmark = pytest.mark.lab
-A, B = 270, 271
+A, B = 280, 281
 VERSION, NEW = "570.148.08", "575.51.2"
 CUINIT = "python3 -c 'import ctypes; print(ctypes.CDLL(\"libcuda.so.1\").cuInit(0))'"
 
