@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import RemoteError
-from . import pct_make
+from . import fakegpu, pct_make
 
 DEFAULT_DIR = "/var/lib/remote-lab"
 DEFAULT_PORT = 2222
@@ -54,7 +54,7 @@ UsePAM no
 StrictModes no
 MaxSessions 100
 MaxStartups 100:30:200
-SetEnv PATH={dir}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+SetEnv PATH={dir}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin{gpu_env}
 Subsystem sftp internal-sftp
 """
 
@@ -78,6 +78,8 @@ class Lab:
     node: str = "lab"  # the host's name in hosts files and its pct node name
     wheels_dir: Path | None = None  # the wheel folder, where not <dir>/wheels (test labs share one)
     listen: str = "127.0.0.1"  # sshd's loopback address (a lab cluster's nodes have one each: remote/lab/cluster.py)
+    fake_gpu: int = 0  # GPUs of a simulated NVIDIA driver for the lab's host (remote/lab/fakegpu.py); 0: none
+    fake_gpu_version: str = "570.148.08"  # the simulated driver's version, loaded and on disk
 
     def __post_init__(self):
         self.dir = Path(self.dir)
@@ -121,6 +123,7 @@ class Lab:
             d.mkdir(parents=True, exist_ok=True)
         self._keys()
         self._templates()
+        self._fake_gpu()
         self._pct_double()
         self._sshd()
         for ctid in containers:
@@ -231,8 +234,34 @@ class Lab:
         (cache / (TEMPLATE + ".tmp")).rename(cache / TEMPLATE)
 
     def gpu_sysroot_path(self) -> str:
-        """The fake NVIDIA driver's root the double reads devN paths under ("" without one: remote/lab/fakegpu.py)."""
-        return ""
+        """The simulated NVIDIA driver's root (REMOTE_GPU_SYSROOT of the lab's host, the double's GPU_SYSROOT):
+        <lab>/gpu once a lab was brought up with fake_gpu (until purged), else "" (remote/lab/fakegpu.py)."""
+        root = self.dir / "gpu"
+        return str(root) if self.fake_gpu or (root / fakegpu.STATE).exists() else ""
+
+    @property
+    def gpu(self) -> fakegpu.FakeGpu:
+        """The simulated driver (install, upgrade, reboot, planted faults); a LabError in a lab without one."""
+        if not self.gpu_sysroot_path():
+            raise LabError(f"the lab in {self.dir} has no simulated GPU: bring it up with fake_gpu=N")
+        return fakegpu.FakeGpu(Path(self.gpu_sysroot_path()), python=_system_python())
+
+    def _fake_gpu(self) -> None:
+        if self.fake_gpu:
+            self.gpu.install(self.fake_gpu, self.fake_gpu_version)
+
+    def fake_gpu_upgrade(self, version: str) -> None:
+        """A driver upgrade on the lab's host: on disk now, loaded after fake_gpu_reboot()."""
+        self.gpu.upgrade(version)
+
+    def fake_gpu_reboot(self) -> None:
+        """The lab's host restarted: the driver on disk loaded, the uvm nodes absent until nvidia-modprobe -u -c 0
+        (the containers keep running: stop and start them as a host's boot would, where a test needs it)."""
+        self.gpu.reboot()
+
+    def fake_gpu_remove_node(self, name: str) -> None:
+        """A planted fault: a node gone from the host's /dev ("nvidia-uvm", "nvidiactl", "nvidia1", ...)."""
+        self.gpu.remove_node(name)
 
     def _double_source(self, source: str) -> str:
         """The pct double's source as this lab installs it (a lab cluster's node sets CLUSTER_DIR)."""
@@ -242,7 +271,9 @@ class Lab:
         return _alive(self.dir / "sshd.pid")
 
     def _sshd(self) -> None:
-        config = _SSHD_CONFIG.format(port=self.port, ssh=self.ssh, dir=self.dir, listen=self.listen)
+        sysroot = self.gpu_sysroot_path()
+        config = _SSHD_CONFIG.format(port=self.port, ssh=self.ssh, dir=self.dir, listen=self.listen,
+                                     gpu_env=f" REMOTE_GPU_SYSROOT={sysroot}" if sysroot else "")
         conf_file = self.ssh / "sshd_config"
         if self.sshd_running() and conf_file.exists() and conf_file.read_text() == config:
             return

@@ -76,6 +76,7 @@ class NsLab(Lab):
         for d in (self.dir / "bin", self.lxc):
             d.mkdir(parents=True, exist_ok=True)
         self._upper_fs()
+        self._fake_gpu()
         self._pct_double()
         for ctid in containers:
             self.start_container(ctid)
@@ -128,6 +129,8 @@ class NsLab(Lab):
         import glob
         import stat
 
+        if self.gpu_sysroot_path():  # a simulated driver: containers get its nodes only through devN lines of their own
+            return super()._pve_conf(ctid)
         nodes = [n for n in sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/nvidia-caps/*"))
                  if os.path.exists(n) and stat.S_ISCHR(os.stat(n).st_mode)]
         return super()._pve_conf(ctid) + "".join(f"dev{i}: {n}\n" for i, n in enumerate(nodes))

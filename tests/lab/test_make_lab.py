@@ -99,3 +99,69 @@ def test_a_template_cloned(make_lab, host):
     host("stop", str(COPY))
     for vmid in (COPY, BASE):
         assert host("destroy", str(vmid)).exit_code == 0
+
+
+GPU_CT = 264
+LIB = "/usr/lib/x86_64-linux-gnu"
+
+
+@pytest.fixture(scope="module")
+def gpu_lab():
+    """A lab whose host has a simulated NVIDIA driver (2 GPUs, remote/lab/fakegpu.py)."""
+    from remote.lab import Lab
+
+    lab = Lab(dir=Path(tempfile.mkdtemp(prefix="remote-gpu-lab-", dir="/var/tmp")), port=free_port(), fake_gpu=2)
+    try:
+        lab.up((), wheels=False)
+        yield lab
+    finally:
+        lab.down(purge=True)
+
+
+def test_a_simulated_driver_behind_the_seam(gpu_lab):
+    """The host's commands see REMOTE_GPU_SYSROOT; its tools answer from the driver's state; a container given the
+    nodes by devN (resolved in the sysroot) and the user space by bind mounts has CUDA; a driver upgrade, a reboot
+    and a removed uvm node behave as on a host."""
+    t = SshTransport(config.Host(name="lab", address="127.0.0.1", port=gpu_lab.port, user="root",
+                                 key_file=str(gpu_lab.key_file), known_hosts=str(gpu_lab.known_hosts), connect_timeout=5.0))
+    root = gpu_lab.gpu_sysroot_path()
+
+    def host(script: str):
+        return t.run(["bash", "-c", 'PATH="$REMOTE_GPU_SYSROOT/usr/sbin:$REMOTE_GPU_SYSROOT/usr/bin:$PATH"; ' + script])
+
+    assert host('echo "$REMOTE_GPU_SYSROOT"; modinfo -F version nvidia').out == f"{root}\n570.148.08\n"
+    assert host("nvidia-smi --query-gpu=index --format=csv,noheader").out == "0\n1\n"
+    lib = "libcuda.so.570.148.08"
+    ml = "libnvidia-ml.so.570.148.08"
+    r = t.run(pct_argv("pct", "create", str(GPU_CT), gpu_lab.template, "--hostname", "gpu",
+                       "--dev0", "/dev/nvidia1", "--dev1", "/dev/nvidiactl", "--dev2", "/dev/nvidia-uvm",
+                       "--dev3", "/dev/nvidia-uvm-tools",
+                       "--mp0", f"{root}/{LIB}/{lib},mp={LIB}/{lib},ro=1", "--mp1", f"{root}/{LIB}/{ml},mp={LIB}/{ml},ro=1"))
+    assert r.exit_code == 0, r.err
+    assert t.run(pct_argv("pct", "start", str(GPU_CT))).exit_code == 0
+
+    def inside(script: str):
+        return t.run(pct_argv("pct", "exec", str(GPU_CT), "--", "bash", "-c", script))
+
+    # What a create would do in the container: the sonames' links, then the driver's nvidia-smi by its host path.
+    assert inside(f"ln -sf {lib} {LIB}/libcuda.so.1 && ln -sf {ml} {LIB}/libnvidia-ml.so.1").exit_code == 0
+    r = inside(f"{root}/usr/bin/nvidia-smi --query-gpu=index,pci.bus_id --format=csv,noheader")
+    assert r.out == "0, 00000000:28:00.0\n", r.err  # the host's second GPU, the container's first
+    cuinit = "python3 -c 'import ctypes; print(ctypes.CDLL(\"libcuda.so.1\").cuInit(0))'"
+    assert inside(cuinit).out == "0\n"
+    # A removed uvm node: the start fails as Proxmox's does, until nvidia-modprobe makes it again.
+    gpu_lab.fake_gpu_remove_node("nvidia-uvm")
+    assert t.run(pct_argv("pct", "stop", str(GPU_CT))).exit_code == 0
+    assert t.run(pct_argv("pct", "start", str(GPU_CT))).err == "Device /dev/nvidia-uvm does not exist\n"
+    assert host("nvidia-modprobe -u -c 0").exit_code == 0
+    assert t.run(pct_argv("pct", "start", str(GPU_CT))).exit_code == 0 and inside(cuinit).out == "0\n"
+    # An upgrade: on disk first (the host's nvidia-smi: mismatch), loaded after the reboot; the container's
+    # libraries are the old version's: cuInit answers 803 until they are re-matched.
+    gpu_lab.fake_gpu_upgrade("575.1.2")
+    assert host("nvidia-smi").exit_code == 18
+    gpu_lab.fake_gpu_reboot()
+    assert host("nvidia-smi --query-gpu=driver_version --format=csv,noheader").out == "575.1.2\n575.1.2\n"
+    assert inside(cuinit).out == "803\n"
+    t.run(pct_argv("pct", "stop", str(GPU_CT)))
+    assert t.run(pct_argv("pct", "destroy", str(GPU_CT))).exit_code == 0
+    t.close()
