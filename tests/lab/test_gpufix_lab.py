@@ -86,10 +86,14 @@ def given_a_gpu(host, ctid: int, index: int) -> None:
 
 
 @pytest.fixture(scope="module")
-def fleet(gpu_lab, host):
+def gpus_given(gpu_lab, host):
     for ctid, index in ((A, 0), (B, 1)):
         given_a_gpu(host, ctid, index)
-    with remote.open(str(gpu_lab.dir / "hosts-bare.yaml")) as f:
+
+
+@pytest.fixture
+def fleet(gpu_lab, gpus_given):
+    with remote.open(str(gpu_lab.dir / "hosts-bare.yaml")) as f:  # per test: its kept connection in the test's runtime dir
         yield f
 
 
