@@ -176,3 +176,36 @@ def test_a_driver_upgrade_is_named_for_every_container_and_rematched_by_one_comm
         assert result[ctid].value.cuda_init == 0 and cuinit(host, ctid) == "0"
     assert "stale_containers" in report.to_json()["hosts"][0]
     print(f"re-matched {len(result)} containers after the upgrade in {seconds:.2f} s")
+
+
+@pytest.mark.fault("A host rebooted after a driver upgrade, with `remote host setup`'s boot unit installed",
+                   promise="host setup writes the unit and its scripts once (dry writes nothing, again changes "
+                           "nothing); its boot script makes the uvm nodes and refills the driver folder, so a "
+                           "container that mounts it runs CUDA on the new module with no command of its own")
+def test_host_setup_installs_the_boot_unit_once_and_its_boot_script_rematches_the_containers(fleet, host, gpu_lab):
+    from remote.ops import hostsetup
+
+    root = Path(gpu_lab.gpu_sysroot_path())
+    dry = fleet.host_setup("lab", dry=True)
+    assert dry.dry and set(dry.written) == {p for p, _ in hostsetup.FILES} and dry.enabled == ("remote-gpu.service",)
+    assert not (root / hostsetup.UNIT.lstrip("/")).exists()
+    done = fleet.host_setup("lab")
+    assert set(done.written) == {p for p, _ in hostsetup.FILES} and not done.noop
+    assert "Before=pve-guests.service" in (root / hostsetup.UNIT.lstrip("/")).read_text()
+    assert (root / "etc/systemd/system/multi-user.target.wants/remote-gpu.service").is_symlink()
+    assert fleet.host_setup("lab").noop
+    newer = "580.65.06"
+    gpu_lab.fake_gpu_upgrade(newer)
+    gpu_lab.fake_gpu_reboot()
+    assert not (root / "dev/nvidia-uvm").exists() and cuinit(host, A) == "803"
+    r = host.run(["bash", str(root / "usr/local/lib/remote/gpu-boot.sh")])  # what remote-gpu.service runs at boot
+    assert r.exit_code == 0, r.out + r.err
+    assert (root / "dev/nvidia-uvm").is_char_device()
+    assert (root / "var/lib/remote/nvidia/current/VERSION").read_text().strip() == newer
+    for ctid in (A, B):
+        assert cuinit(host, ctid) == "0"
+    # The libraries the containers' loaders find are the new module's (the folder they mount, refilled at boot).
+    # (Their nvidia-smi is not asked here: the simulated one reads the lab's sysroot through the container's
+    # overlay root, which can show it as it was before the upgrade.)
+    report = fleet.doctor_gpu([A, B])
+    assert {c.ctid: set(c.facts.lib_versions.values()) for c in report.containers} == {A: {newer}, B: {newer}}
