@@ -2,7 +2,8 @@
 
 The public API (docs/reference/library.md): `remote.open(hosts)` gives a Fleet; `fleet.container(id)` a Container
 with exec, push, pull, deploy, warmup, train (a Run), doctor (Findings). Errors are remote.errors' tree,
-importable from here. Names load on first use: `import remote` imports no transport, paramiko or yaml.
+importable from here. remote.testing's MockTransport lets a user's tests run without a host
+(`remote.open(..., transport=MockTransport(handler))`). Names load on first use: `import remote` imports no transport, paramiko or yaml.
 """
 
 from __future__ import annotations

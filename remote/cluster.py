@@ -9,13 +9,13 @@ own guest list, once per command per cluster:
 
 `resolve` is the pure part (config + guest list -> the container's spec on its node's host entry); `Lookup`
 reads each cluster's list once for a Session, and once more where Proxmox says "does not exist" on the node
-the list named (the container moved after the list was read). A node that no host of the file is: a
+the list named (the container moved after the list was read): every container that re-read list moved is
+followed, not only the first to fail. A node that no host of the file is: a
 ConfigError that names the node and the keys to add.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 import threading
@@ -26,9 +26,10 @@ from typing import Any
 from . import sudo
 from .config import Config, ContainerSpec, Host
 from .errors import ConfigError, RemoteError
-from .naming import printable
+from .naming import json_loads, printable
 
 GUESTS = ("get", "/cluster/resources", "--type", "vm", "--output-format", "json")  # remote.sudo.PROGRAMS' pvesh
+NODE_NAME = ("uname", "-n")  # a host's Proxmox node name is its host name (remote.sudo.PROGRAMS' uname: no root)
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ class ClusterError(RemoteError):
 def parse_guests(text: str, where: str) -> dict[int, Guest]:
     """pvesh's /cluster/resources JSON (untrusted: every field checked) -> the LXC guests by id."""
     try:
-        rows = json.loads(text)
+        rows = json_loads(text)
     except ValueError:
         raise ClusterError(f"{where}: pvesh printed no JSON guest list: {text.strip()[:200]!r}") from None
     if not isinstance(rows, list):
@@ -69,9 +70,22 @@ def hosts_of(config: Config, cluster: str) -> list[Host]:
     return [h for h in config.hosts.values() if h.cluster == cluster]
 
 
-def node_host(config: Config, cluster: str, node: str) -> Host | None:
-    """The host entry that is `node` of `cluster` (its `node:` key, else its name)."""
-    return next((h for h in hosts_of(config, cluster) if h.node_name == node), None)
+def node_host(config: Config, cluster: str, node: str, learned: dict[str, str] | None = None) -> Host | None:
+    """The host entry that is `node` of `cluster`: its `node:` key, else the name the host gave (`learned`, by
+    entry name), else the entry's name."""
+    return next((h for h in hosts_of(config, cluster) if node_of(h, learned) == node), None)
+
+
+def node_of(host: Host, learned: dict[str, str] | None = None) -> str:
+    """Host's Proxmox node name: `node:` (the override), else what the host said it is, else its entry's name."""
+    return host.node or (learned or {}).get(host.name) or host.name
+
+
+def parse_node_name(text: str) -> str | None:
+    """`uname -n` (untrusted) -> the Proxmox node name it makes: Proxmox takes the host name up to its first dot
+    (PVE::INotify::nodename); None where that is no plain name."""
+    name = text.strip().split(".", 1)[0]
+    return name if NODE_RE.fullmatch(name) else None
 
 
 @dataclass(frozen=True)
@@ -81,28 +95,41 @@ class Placement:
     note: str | None = None  # the hint was wrong: one line saying where it is
 
 
-def resolve(config: Config, spec: ContainerSpec, guests: dict[int, Guest]) -> Placement:
-    """Where container `spec` is, from its cluster's guest list: its spec with the node's host entry."""
+def resolve(config: Config, spec: ContainerSpec, guests: dict[int, Guest],
+            learned: dict[str, str] | None = None) -> Placement:
+    """Where container `spec` is, from its cluster's guest list: its spec with the node's host entry
+    (`learned`: the node names hosts gave, by entry name)."""
     if spec.cluster is None:
         return Placement(spec, spec.host.node_name)
     guest = guests.get(spec.ctid)
     if guest is None:
         return Placement(spec, None)
-    host = node_host(config, spec.cluster, guest.node)
+    host = node_host(config, spec.cluster, guest.node, learned)
     if host is None:
-        known = ", ".join(f"{h.name} (node {h.node_name})" for h in hosts_of(config, spec.cluster))
+        known = ", ".join(f"{h.name} (node {node_of(h, learned)})" for h in hosts_of(config, spec.cluster))
         raise ConfigError(config.file, "hosts", f"container {spec.ctid} is on node {guest.node} of cluster "
                           f"{spec.cluster!r}, which no host of the file is (hosts of {spec.cluster}: {known}): add a "
                           f"host with `cluster: {spec.cluster}` named {guest.node} (or with `node: {guest.node}`) "
                           f"and its address; `remote init --address NODE` writes every node of the cluster")
     if host.name == spec.host.name:
         return Placement(spec, guest.node)
-    note = (f"-- {spec.ctid} is on {guest.node}, not {spec.host.node_name} (the hosts file's host): using {host.name}"
+    note = (f"-- {spec.ctid} is on {guest.node}, not {node_of(spec.host, learned)} (the hosts file's host): using "
+            f"{host.name}"
             if spec.host_given else None)
     return Placement(replace(spec, host=host), guest.node, note)
 
 
 Runner = Callable[[Host, list[str]], Any]  # (host, argv) -> transport Result
+
+# What says the login user may not read the cluster's lists: pvesh as a plain user, or sudo's rule. Nothing
+# else does (pvesh as root on a node whose cluster service is down says "Unable to load access control list:
+# Connection refused" after its ipcc_send_rec lines: that node is not answering, the login is fine).
+NOT_ROOT = re.compile(r"(?m)^(Unable to load access control list: Permission denied|please run as root)")
+
+
+def refused(argv: list[str], err: str) -> bool:
+    """Whether pvesh's failure says the login user lacks the right to read (root or the sudo rule)."""
+    return bool(NOT_ROOT.search(err)) or sudo.sudo_failure(argv, err) == "password"
 
 
 class Lookup:
@@ -110,8 +137,12 @@ class Lookup:
     the container's hinted host first), read again at most once per cluster when Proxmox says a container
     does not exist on the node the list named."""
 
-    def __init__(self, config: Config, run: Runner, echo: Callable[[str], None] | None = None):
+    def __init__(self, config: Config, run: Runner, echo: Callable[[str], None] | None = None,
+                 ask: Runner | None = None):
         self.config, self._run = config, run
+        self._ask = ask or run  # a question whose answer holds while the connection does (a kept connection keeps it)
+        self.learned: dict[str, str] = {}  # entry name -> the node name that host gave
+        self._asked: set[str] = set()  # hosts asked their node name (once each)
         echo = echo or (lambda line: print(line, file=sys.stderr, flush=True))  # never in a command's output
         self._echo = lambda line: echo(printable(line))  # notes quote the hosts' answers: one plain line each
         self._lists: dict[str, dict[int, Guest]] = {}
@@ -128,8 +159,6 @@ class Lookup:
             return self._lists[cluster]
 
     def _read(self, cluster: str, prefer: Host | None) -> dict[int, Guest]:
-        from .transport.pct import classify
-
         hosts = hosts_of(self.config, cluster)
         if prefer is not None and prefer in hosts:
             hosts.remove(prefer)
@@ -144,16 +173,20 @@ class Lookup:
                 continue
             self.reads += 1
             if result.exit_code == 0:
-                return parse_guests(result.out, f"cluster {cluster} (read on {host.name})")
+                try:
+                    return parse_guests(result.out, f"cluster {cluster} (read on {host.name})")
+                except ClusterError as exc:
+                    problems.append(str(exc))
+                    continue
             err = result.err.strip()
-            if "access control list" in err or sudo.sudo_failure(argv, err) or (classify(err, result.exit_code, 0, host.name)):
+            if refused(argv, err):
                 raise ClusterError(f"reading cluster {cluster}'s guest list on {host.name} (`pvesh get "
                                    f"/cluster/resources`) needs root: log in as root, or set `sudo: true` with the "
                                    f"rule `remote init --sudoers USER` prints (it allows exactly that read): {err[:200]}")
-            problems.append(f"{host.name}: pvesh exited {result.exit_code}: {err[:200]}")
-        if any("pvesh exited" in p for p in problems):
-            raise ClusterError(f"cannot read cluster {cluster}'s guest list on any of its hosts: " + "; ".join(problems))
-        # No node answers: each container stays on its hint, where the command reports the host unreachable.
+            # Anything else is that node not answering for the cluster (its cluster service down: ipcc_send_rec
+            # ... Connection refused; no pvesh there; pvesh refusing the line): the next node may.
+            problems.append(f"{host.name}: pvesh exited {result.exit_code}: {' '.join(err.split())[:200]}")
+        # No node answers: each container stays on its hint, where the command reports what is wrong there.
         self._echo(f"!! cluster {cluster}: no node answered for its guest list ({'; '.join(problems)[:300]}): using "
                    "the hosts file's hosts")
         return {}
@@ -165,31 +198,57 @@ class Lookup:
         with self._lock:
             placed = self._placed.get(spec.ctid)
             if placed is None:
-                placed = resolve(self.config, spec, self.guests(spec.cluster, spec.host))
+                guests = self.guests(spec.cluster, spec.host)
+                guest = guests.get(spec.ctid)
+                if guest is not None and node_host(self.config, spec.cluster, guest.node, self.learned) is None:
+                    self._learn(spec.cluster, guest.node)
+                placed = resolve(self.config, spec, guests, self.learned)
                 self._placed[spec.ctid] = placed
             if placed.note and spec.ctid not in self._said:
                 self._said.add(spec.ctid)
                 self._echo(placed.note)
             return placed
 
-    def reread(self, spec: ContainerSpec) -> Placement | None:
-        """After "does not exist" on the node the list named: the list read once more (once per cluster);
-        the new placement where the container moved, else None."""
+    def _learn(self, cluster: str, node: str) -> None:
+        """The list names `node` and no entry of the file is called so: the cluster's hosts without `node:` are
+        asked which node they are (each once; an entry may be an SSH alias, `pve1` for node `pvelab`), until
+        one says `node`. A host that cannot say keeps its entry's name."""
+        for host in hosts_of(self.config, cluster):
+            if host.node or host.name in self._asked:
+                continue
+            self._asked.add(host.name)
+            try:
+                result = self._ask(host, [sudo.program("uname").path, *NODE_NAME[1:]])
+            except RemoteError:
+                continue  # unreachable: its entry's name; a command there says what is wrong
+            name = parse_node_name(result.out) if result.exit_code == 0 else None
+            if name is not None:
+                self.learned[host.name] = name
+                if name == node:
+                    return
+
+    def node_of(self, host: Host) -> str:
+        """Host's Proxmox node name as this lookup knows it (`node:`, else what the host said, else its name)."""
+        return node_of(host, self.learned)
+
+    def reread(self, spec: ContainerSpec, failed_on: str) -> Placement | None:
+        """After "does not exist" on host `failed_on` (the node the list named): where the container is now,
+        or None. The list is read again at most once per cluster, but every container it moved is followed
+        (an evacuation moves many): one whose current list places it elsewhere is answered from that list."""
         if spec.cluster is None:
             return None
         with self._lock:
+            placed = self._placed.get(spec.ctid) or self.place(self.config.containers[spec.ctid])
+            if placed.spec.host.name != failed_on:
+                return placed  # the list read since it was placed there has it elsewhere
             if spec.cluster in self._reread:
-                return None
+                return None  # the re-read is spent and it says the same: Proxmox's error stands
             self._reread.add(spec.cluster)
-            before = self._placed.get(spec.ctid)
             self._lists.pop(spec.cluster, None)
             for ctid in [c for c, p in self._placed.items() if p.spec.cluster == spec.cluster]:
                 del self._placed[ctid]
-            raw = self.config.containers[spec.ctid]
-            after = self.place(raw)
-            if before is not None and after.spec.host.name == before.spec.host.name:
-                return None
-            return after
+            after = self.place(self.config.containers[spec.ctid])
+            return after if after.spec.host.name != failed_on else None
 
 
 class Containers(dict):
@@ -219,13 +278,15 @@ def has_clusters(config: Config) -> bool:
     return any(h.cluster for h in config.hosts.values())
 
 
-def resolving(config: Config, run: Runner, echo: Callable[[str], None] | None = None) -> Config:
-    """`config` whose containers of a cluster resolve to the host of the node holding them, on first use."""
+def resolving(config: Config, run: Runner, echo: Callable[[str], None] | None = None,
+              ask: Runner | None = None) -> Config:
+    """`config` whose containers of a cluster resolve to the host of the node holding them, on first use
+    (`ask`: how a host is asked its node name, once per kept connection where it has one)."""
     if isinstance(config.containers, Containers):  # another session's view: this one reads its own lists
         config = config.containers.lookup.config
     if not has_clusters(config):
         return config
-    lookup = Lookup(config, run, echo)
+    lookup = Lookup(config, run, echo, ask)
     return replace(config, containers=Containers(config.containers, lookup))
 
 

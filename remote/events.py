@@ -10,8 +10,17 @@ remote.group, sets `CONTAINER` in each container's thread). The library drops ev
     ├── StepStarted   a step begins ("==> venv: build ...")
     ├── Output        a line of a command's or a log's output
     ├── Note          something to know (level info: "-- ...", warning: "!! ...")
+    ├── Progress      a group call's periodic word on what each running container is doing
+    ├── Resumed       a followed log picked up again after a lost connection, at its byte offset
+    ├── SnapshotTaken a Proxmox snapshot taken before a change (its name, and why)
     ├── Done          a container's part of a group call ended well
     └── Failed        ... or with an error (its exit status and message)
+
+Resumed and SnapshotTaken are rendered by the command line already; ops/logs.py and ops/snapshots.py still
+report them as lines until their operations take a Target (then `t.session.sink(Resumed(...))`).
+A new kind is a subclass here (its fields typed), the call that emits it (`target.session.sink(Kind(...))`),
+and, where the command line shows it otherwise than by its line, its case in remote/cli/format.py's
+`event_text` (docs/internals/contributing.md).
 """
 
 from __future__ import annotations
@@ -44,6 +53,23 @@ class Output(Event):
 @dataclass(frozen=True)
 class Note(Event):
     level: Literal["info", "warning"]
+
+
+@dataclass(frozen=True)
+class Progress(Event):
+    running: tuple[tuple[int, str, float], ...]  # each running container: (id, the step it is at, seconds so far)
+
+
+@dataclass(frozen=True)
+class Resumed(Event):
+    offset: int  # the byte of the log it resumed at
+    reason: str  # what was lost (the connection error's text)
+
+
+@dataclass(frozen=True)
+class SnapshotTaken(Event):
+    name: str
+    reason: str
 
 
 @dataclass(frozen=True)

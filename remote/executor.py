@@ -3,11 +3,14 @@ threads, at most `hosts.<name>.max_parallel` at a time per host, and returns a G
 container's value, or its error with the exit status and message a command line shows. One failing never
 stops the others unless fail_fast (then those not started are skipped). `values` is the same for reads
 that want a plain list, raising the first error. Nothing is printed: each worker thread carries its
-container in remote.events.CONTAINER, so what it reports is marked with it.
+container in remote.events.CONTAINER, so what it reports is marked with it. The caller's on_done and on_tick
+are the caller's code: what they raise is caught (never a worker's death, never a stop of the work), logged
+to `remote` with its traceback and returned in GroupResult.callback_errors.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -16,10 +19,12 @@ from typing import TypeVar
 from .config import Config
 from .events import CONTAINER
 from .results import GroupResult, Outcome
+from .threads import ContextThread
 
 T = TypeVar("T")
 K = TypeVar("K", int, str)
 TICK_S = 0.2
+log = logging.getLogger("remote.executor")
 
 
 def failure(exc: BaseException) -> tuple[int, str]:
@@ -46,8 +51,9 @@ def each(config: Config, ids: list[int], fn: Callable[[int], T], *, fail_fast: b
     the caller's thread while any runs."""
     limits = {name: threading.BoundedSemaphore(h.max_parallel) for name, h in config.hosts.items()}
     hosts = {ctid: config.containers[ctid].host.name for ctid in ids}
-    done = _do_all(ids, hosts, limits, fn, fail_fast=fail_fast, on_done=on_done, on_tick=on_tick, mark=True)
     result: GroupResult[T] = GroupResult()
+    done = _do_all(ids, hosts, limits, fn, fail_fast=fail_fast, on_done=on_done, on_tick=on_tick, mark=True,
+                   callback_errors=result.callback_errors)
     for ctid in ids:
         result[ctid] = done.get(ctid) or Outcome(ctid, hosts[ctid], skipped=True)
     return result
@@ -76,9 +82,25 @@ def _values(outcomes: Iterable[Outcome[T]]) -> list[T]:
 
 def _do_all(keys: list[K], group: dict[K, str], limits: dict[str, threading.BoundedSemaphore],
             fn: Callable[[K], T], *, fail_fast: bool = False, on_done: Callable[[Outcome[T]], None] | None = None,
-            on_tick: Callable[[dict[K, float]], None] | None = None, mark: bool = False) -> dict[K, Outcome[T]]:
-    """The one `_do`: each key's call in a thread of its own under its group's limit."""
+            on_tick: Callable[[dict[K, float]], None] | None = None, mark: bool = False,
+            callback_errors: dict | None = None) -> dict[K, Outcome[T]]:
+    """The one `_do`: each key's call in a thread of its own under its group's limit. What on_done or on_tick
+    raises goes to `callback_errors` ({key: error}, None for on_tick) and the log; an on_tick that raised is
+    not called again."""
     done: dict[K, Outcome[T]] = {}
+    errors: dict = {} if callback_errors is None else callback_errors
+    ticking = [on_tick]
+
+    def called_back(key, name: str, callback, arg) -> bool:
+        try:
+            callback(arg)
+            return True
+        except Exception as exc:  # the caller's code: reported, never the end of the work or of a worker
+            log.warning("remote: the %s callback raised (%s: %s); the work goes on", name, type(exc).__name__, exc,
+                        exc_info=True)
+            errors.setdefault(key, exc)
+            return False
+
     running: dict[K, float] = {}
     stop = threading.Event()
 
@@ -99,14 +121,14 @@ def _do_all(keys: list[K], group: dict[K, str], limits: dict[str, threading.Boun
             done[key] = out
             running.pop(key, None)
             if on_done is not None:
-                on_done(out)
+                called_back(key, "on_done", on_done, out)
 
-    threads = [threading.Thread(target=_do, args=(key,), daemon=True, name=f"remote-{key}") for key in keys]
+    threads = [ContextThread(target=_do, args=(key,), daemon=True, name=f"remote-{key}") for key in keys]
     for t in threads:
         t.start()
     for t in threads:
         while t.is_alive():
             t.join(TICK_S)
-            if on_tick is not None and running:
-                on_tick(dict(running))
+            if ticking[0] is not None and running and not called_back(None, "on_tick", ticking[0], dict(running)):
+                ticking[0] = None
     return done

@@ -9,13 +9,15 @@
     remote.fabric.exec(c, 200, ["python", "-c", "print(1)"])          # c-first helpers for a fabfile
     remote.fabric.deploy(c, 200, hosts="hosts.yaml")
 
-The Connection gives where and how to log in (host, port, user, connect_timeout, connect_kwargs'
-key_filename); remote's own transport then connects. Fabric's Connection is never used to connect: it
+The Connection gives where and how to log in (the host name it was given, port, user, connect_timeout,
+connect_kwargs' key_filename); remote's own transport then connects, applying ~/.ssh/config as the
+Connection did (HostName, ProxyJump, several IdentityFile: honoured, not refused). Fabric's Connection is never used to connect: it
 would add an unknown host key (its client's AutoAddPolicy), and remote never does. A host whose key is
 not in known_hosts (the hosts file's, `known_hosts=`, else ~/.ssh/known_hosts and ssh_config's
 UserKnownHostsFile) is refused with HostKeyError, whatever the Connection would do. Keys only: a
-Connection with a password or an in-memory pkey is refused (ConfigError), as is a `gateway` (write a
-ProxyJump for the host in ~/.ssh/config: remote verifies every hop's key).
+Connection with a password or an in-memory pkey is refused (ConfigError), as is a `gateway` passed to it
+(write a ProxyJump for the host in ~/.ssh/config: remote verifies every hop's key); the gateway Fabric
+made from that ProxyJump is accepted.
 
 This is the only module of remote that imports fabric (tests/unit/test_layers.py checks).
 """
@@ -37,26 +39,57 @@ WHERE = "<fabric.Connection>"  # what errors name as the "file" of a config made
 
 
 def _login(c: fabric.Connection) -> dict[str, Any]:
-    """Where and how the Connection logs in, as hosts-file keys; what remote cannot honour is refused."""
+    """Where and how the Connection logs in, as hosts-file keys; what remote cannot honour is refused.
+    What the Connection took from ~/.ssh/config (HostName, ProxyJump, IdentityFile) is not copied: the
+    address is the name the Connection was given, which remote's transport looks up in ~/.ssh/config
+    itself (and so applies the same entry, every hop's host key verified)."""
     kwargs = dict(getattr(c, "connect_kwargs", None) or {})
     for secret in ("password", "passphrase", "pkey"):
         if kwargs.get(secret):
             raise ConfigError(WHERE, f"connect_kwargs.{secret}",
                               "remote logs in with key files only (key_filename) or ssh-agent: drop it")
-    if getattr(c, "gateway", None) is not None:
+    if getattr(c, "gateway", None) not in (None, False) and not _gateway_from_ssh_config(c):
         raise ConfigError(WHERE, "gateway", f"not supported: add `Host {c.original_host}` with `ProxyJump JUMP` to "
                           "~/.ssh/config instead (remote reads it and verifies every hop's host key)")
-    keys = kwargs.get("key_filename")
-    if isinstance(keys, (list, tuple)):
-        if len(keys) > 1:
-            raise ConfigError(WHERE, "connect_kwargs.key_filename", f"one key file, got {len(keys)}: {list(keys)}")
-        keys = keys[0] if keys else None
-    login: dict[str, Any] = {"address": c.host, "port": int(c.port), "user": c.user}
+    keys = _explicit_keys(c, kwargs.get("key_filename"))
+    if len(keys) > 1:
+        raise ConfigError(WHERE, "connect_kwargs.key_filename", f"one key file, got {len(keys)}: {keys} (name "
+                          f"several with IdentityFile under `Host {c.original_host}` in ~/.ssh/config: remote tries "
+                          "each, as ssh does)")
+    login: dict[str, Any] = {"address": str(getattr(c, "original_host", None) or c.host), "port": int(c.port),
+                             "user": c.user}
     if keys:
-        login["key_file"] = os.path.abspath(os.path.expanduser(str(keys)))
+        login["key_file"] = keys[0]
     if getattr(c, "connect_timeout", None):
         login["connect_timeout"] = float(c.connect_timeout)
     return login
+
+
+def _ssh_config(c: fabric.Connection) -> dict[str, Any]:
+    return dict(getattr(c, "ssh_config", None) or {})
+
+
+def _gateway_from_ssh_config(c: fabric.Connection) -> bool:
+    """Whether the Connection's gateway is the one Fabric made from its ssh config (ProxyJump: a Connection
+    to the first hop; ProxyCommand: its text), not one passed to it: remote applies that entry itself."""
+    ssh, gateway = _ssh_config(c), c.gateway
+    if ssh.get("proxyjump"):
+        first = str(ssh["proxyjump"]).split(",")[0].strip()
+        return getattr(gateway, "original_host", None) == c.derive_shorthand(first)["host"]
+    return bool(ssh.get("proxycommand")) and gateway == ssh["proxycommand"]
+
+
+def _explicit_keys(c: fabric.Connection, given: Any) -> list[str]:
+    """The key files the Connection was given, absolute: Fabric adds ~/.ssh/config's IdentityFile entries to
+    its key_filename list; those are left to remote's own reading of that file."""
+    listed = [given] if isinstance(given, (str, os.PathLike)) else list(given or [])
+    from_config = {os.path.abspath(os.path.expanduser(str(k))) for k in _ssh_config(c).get("identityfile", [])}
+    keys: list[str] = []
+    for key in listed:
+        path = os.path.abspath(os.path.expanduser(str(key)))
+        if path not in from_config and path not in keys:
+            keys.append(path)
+    return keys
 
 
 def _matches(host: Any, c: fabric.Connection) -> bool:

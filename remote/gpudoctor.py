@@ -16,6 +16,7 @@ from .errors import RemoteError
 from .facts import gpu
 from .naming import printable
 from .target import resolve
+from .threads import submit
 from .transport.session import Session
 
 SCHEMA_VERSION = 1
@@ -93,9 +94,9 @@ def diagnose(session: Session, ctids: list[int]) -> tuple[list[HostReport], list
             return None, str(exc), time.monotonic() - t0
 
     with ThreadPoolExecutor(max_workers=min(32, len(by_host) + len(ctids)) or 1) as pool:
-        hosts = {name: pool.submit(timed, gpu.read_host, session, session.config.hosts[name], ids)
+        hosts = {name: submit(pool, timed, gpu.read_host, session, session.config.hosts[name], ids)
                  for name, ids in by_host.items()}
-        cts = {ctid: pool.submit(timed, gpu.read_container, session, ctid) for ctid in ctids}
+        cts = {ctid: submit(pool, timed, gpu.read_container, session, ctid) for ctid in ctids}
         host_reports = []
         for name, fut in hosts.items():
             facts, error, secs = fut.result()

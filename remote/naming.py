@@ -5,6 +5,7 @@ remote.ops, so the read side never imports an operation.
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 from collections.abc import Mapping
@@ -170,3 +171,24 @@ def copied_line(c: Any) -> str:
     """A compile-cache copy (remote.results.CacheCopy) as one line: the copy's progress, and `remote warmup`'s last line."""
     return (f"copied {c.files} cache file(s), {c.bytes / 2**20:.1f} MiB, from {c.src} "
             f"({c.present} already here, {c.total} in all; via {c.via}, {c.seconds:.1f}s); no compile ran")
+
+
+JSON_DEPTH = 100  # nesting past this is no answer of remote's tools: a container's hostile or broken file
+
+
+def json_loads(text: str | bytes) -> Any:
+    """json.loads for what a container, host or process wrote (untrusted): a ValueError, as for any bad JSON, for
+    a document nested past JSON_DEPTH (1001 `[` would otherwise raise RecursionError out of every parser, or
+    parse here and raise it later, where the value is written again)."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"JSON nested more than {JSON_DEPTH} deep") from None
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > JSON_DEPTH:
+                raise ValueError(f"JSON nested more than {JSON_DEPTH} deep")
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return value

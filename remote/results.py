@@ -89,15 +89,6 @@ class CacheCopy:
     total: int  # files the source holds
     seconds: float
 
-    def line(self) -> str:
-        """Deprecated since 0.2 (the library returns data; the command line words it): the copy as one line."""
-        import warnings
-
-        from .naming import copied_line
-
-        warnings.warn("CacheCopy.line() is deprecated: format the fields yourself", DeprecationWarning, stacklevel=2)
-        return copied_line(self)
-
 
 @dataclass(frozen=True)
 class ImportedCache:
@@ -152,11 +143,6 @@ class Finding:
     since: str | None
     why: str
     fix: str | None
-
-    @property
-    def kind(self) -> str:
-        """`code` (its name before 0.2)."""
-        return self.code
 
     @property
     def message(self) -> str:
@@ -417,7 +403,13 @@ class Outcome(Generic[T]):
 
 
 class GroupResult(dict[int, Outcome[T]], Generic[T]):
-    """A result per container ({ctid: Outcome}), as Fabric's GroupResult: `.succeeded`, `.failed`."""
+    """A result per container ({ctid: Outcome}), as Fabric's GroupResult: `.succeeded`, `.failed`.
+    `callback_errors`: what a caller's on_done/on_tick callback raised, by container (None: an on_tick), caught
+    so that it neither killed a worker nor stopped the work (and logged, with its traceback, to `remote`)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.callback_errors: dict[int | None, BaseException] = {}
 
     @property
     def succeeded(self) -> dict[int, T | None]:

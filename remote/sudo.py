@@ -36,9 +36,10 @@ class Arg:
 
 CTID = Arg("CTID", "[1-9][0-9]*")  # a drop-in made from a hosts file allows only its container ids
 COMMAND = Arg("COMMAND...", ".+")  # what runs in the container: `pct exec` is the point of the rule
-SNAPSHOT = Arg("SNAPSHOT", "[A-Za-z][A-Za-z0-9_-]*")  # Proxmox's snapshot names (`remote rollback --snapshot`)
 OURS = Arg("remote-DATE-N", "remote-[0-9]{8}-[0-9]+")  # remote's own snapshots: the only ones it deletes
-DESCRIPTION = Arg("before deploy of WHAT", "before deploy of .+")
+# What deploy.snapshot writes (remote.ops.snapshots.before_deploy): the commit, or the venv spec's hash; nothing
+# more can follow, so no other argument (an option of pct's) passes inside the description.
+DESCRIPTION = Arg("before deploy of COMMIT", "before deploy of (venv spec )?[0-9a-f]{7}[0-9a-f]*")
 BOOL = Arg("0|1", "[01]")
 
 
@@ -66,11 +67,15 @@ PROGRAMS: tuple[HostProgram, ...] = (
                 "the snapshot before a deploy that changes something (deploy.snapshot)"),
     HostProgram("pct", "/usr/sbin/pct", ("delsnapshot", CTID, OURS), True,
                 "remote's own snapshots beyond deploy.keep_snapshots (never another's)"),
-    HostProgram("pct", "/usr/sbin/pct", ("rollback", CTID, SNAPSHOT, "--start", BOOL), True, "`remote rollback`"),
+    HostProgram("pct", "/usr/sbin/pct", ("rollback", CTID, OURS, "--start", BOOL), True,
+                "`remote rollback` to remote's own snapshots (a rollback restores the snapshot's container config too: "
+                "another's may be older and wider)"),
     HostProgram("pvesh", "/usr/bin/pvesh", ("get", "/cluster/resources", "--type", "vm", "--output-format", "json"), True,
                 "a cluster's guest list: which node holds each container (remote.cluster, hosts with cluster:)"),
     HostProgram("pvesm", "/usr/sbin/pvesm", ("status",), True,
                 "the storages' types: whether a container's rootfs can take a snapshot (deploy.snapshot)"),
+    HostProgram("uname", "/usr/bin/uname", ("-n",), False,
+                "a cluster node's host name, its Proxmox node name, where its entry is named otherwise (remote.cluster)"),
     HostProgram("python3", "/usr/bin/python3", None, False,
                 "the host's stream mux (remote.transport.hostmux), as the login user"),
     # The host-side GPU probe (doctor --gpu) adds its programs here: modinfo, nvidia-smi and lspci read
@@ -208,24 +213,71 @@ def _escape(arg: str) -> str:
     return re.sub(r"([,:=\\ ])", r"\\\1", arg)
 
 
+def rule_paths(pct: str) -> list[str]:
+    """The exact paths of the programs a drop-in for a host with this `pct` path names (pct, pvesh, pvesm)."""
+    return list(dict.fromkeys(program_path(p.name, pct) for p in PROGRAMS if p.root))
+
+
+def chain_argv(paths: Sequence[str]) -> list[str]:
+    """The read-only host command (remote/sh/rootchain.sh) that lists who owns each folder above `paths`."""
+    from . import shell
+
+    return ["bash", "-c", shell.load("rootchain"), "rootchain", *paths]
+
+
+def unsafe(output: str, paths: Sequence[str]) -> dict[str, str]:
+    """Of `paths`, those a user other than root could replace, each with why: a component of the path (or of
+    where it resolves to) not owned by root, or writable by its group or by others (a sticky /tmp included:
+    a name missing there can be made by anyone). rootchain.sh's output, read purely; a path it did not
+    answer for counts as unsafe."""
+    bad: dict[str, str] = {}
+    seen: set[str] = set()
+    for line in output.splitlines():
+        parts = line.split("\t")
+        if len(parts) != 3 or parts[0] not in paths:
+            continue
+        path, component, stat = parts
+        seen.add(path)
+        if path in bad or stat == "missing":
+            continue  # a missing name is safe only below folders only root can write: checked on those folders
+        fields = stat.split(" ", 2)
+        if len(fields) != 3 or not fields[0].isdigit() or not re.fullmatch(r"[0-7]{1,5}", fields[1]) \
+                or fields[2] not in ("directory", "regular file", "regular empty file", "symbolic link"):
+            bad[path] = f"{component}: unreadable answer {stat!r}"
+            continue
+        uid, mode, kind = int(fields[0]), int(fields[1], 8), fields[2]
+        if kind == "symbolic link":
+            continue  # its target's own chain is listed too; a link is replaced only through its folder
+        if uid != 0:
+            bad[path] = f"{component} is owned by uid {uid}, not root"
+        elif mode & 0o022:
+            bad[path] = f"{component} is writable by {'others' if mode & 0o002 else 'its group'} (mode {mode:o})"
+    for path in paths:
+        if path not in seen:
+            bad[path] = "the host did not say who owns its folders"
+    return bad
+
+
 USER_RE = re.compile(r"[a-z_][a-z0-9_.-]*\$?")
 
 
-def sudoers(user: str, pct_paths: Sequence[str] = (), ctids: Sequence[int] = ()) -> str:
+def sudoers(user: str, pct_paths: Sequence[str] = (), ctids: Sequence[int] = (), host: str | None = None) -> str:
     """A drop-in for /etc/sudoers.d/: `user` may run exactly the command lines remote runs as root, without a
-    password; with `ctids`, on those containers only."""
+    password; with `ctids`, on those containers only; `host`: the hosts file's host it is for."""
     if not USER_RE.fullmatch(user):
         raise ValueError(f"{user!r} is not a user name sudo accepts")
     ctids = sorted({int(c) for c in ctids})
     commands = rule_commands(pct_paths, ctids)
+    where = f"host {host} of the hosts file" if host else "this Proxmox host"
     lines = [
-        f"# remote: what {user} may run as root on this Proxmox host (remote init --sudoers {user}).",
+        f"# remote: what {user} may run as root on {where} (remote init --sudoers {user}).",
         f"# Install: remote init --sudoers {user} > remote.sudoers; visudo -cf remote.sudoers &&",
         "#          install -m 0440 -o root -g root remote.sudoers /etc/sudoers.d/remote",
         f"# Then set `sudo: true` and `user: {user}` for this host in the hosts file.",
         "# Each program at its exact path with only the arguments remote gives it (sudo's ^...$ regular",
         "# expressions: sudo 1.9.10 or later); nothing else, no shell. remote runs them as `sudo -n PROGRAM ...`.",
-        ("# Containers: " + ", ".join(map(str, ctids)) + " only (the hosts file's; a new one needs a new drop-in)."
+        ("# Containers: " + ", ".join(map(str, ctids)) + " only (the hosts file's on this host; a new one needs a new "
+         "drop-in)."
          if ctids else "# Containers: any id (`remote init --sudoers USER --hosts FILE` allows only the file's)."),
         *[f"#   {usage(p.name, p.args)}: {p.why}" for p in PROGRAMS if p.root],
         f"Defaults:{user} !requiretty",

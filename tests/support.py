@@ -249,4 +249,9 @@ NOT_ALLOWED = [
     "stop 200 --skiplock 1", "snapshot 200 mine --description before deploy of x", "snapshot 200 remote-20261201-1",
     "delsnapshot 200 before-upgrade", "delsnapshot 200 remote-20261201-1 --force 1", "rollback 200 x --start 1 --y",
     "rollback 200 x", "listsnapshot 200 --x", "status 0200", "status abc",
+    # The description is remote's only (the commit or the venv spec's hash): no pct option passes inside it.
+    "snapshot 200 remote-20261201-1 --description before deploy of 0123abc --vmstate 1",
+    "snapshot 200 remote-20261201-1 --description before deploy of anything at all",
+    # A rollback restores the snapshot's container config: to remote's own snapshots only.
+    "rollback 200 before-upgrade --start 1", "rollback 200 by-hand --start 0",
 ]

@@ -21,7 +21,7 @@ from .values import CacheHolding, Diagnosis, GpuReport, _diagnosis
 if TYPE_CHECKING:  # imported where used: `import remote` loads no transport, no yaml
     from ..config import Config
     from ..gpudoctor import MoveReport
-    from ..ops.session import Session
+    from ..ops.session import Session, TransportFactory
 
 log = logging.getLogger("remote.api")
 
@@ -37,6 +37,7 @@ class _Emitter:
     def __init__(self, progress: Progress | None, events: Sink | None):
         self.progress, self.events = progress, events
         self.steps: dict[int, str] = {}
+        self.errors: list[Exception] = []  # what the callbacks raised (caught: see _call)
 
     def __call__(self, line: str) -> None:
         """A line from an operation not yet typed at its source: parsed into its event (going away)."""
@@ -52,9 +53,19 @@ class _Emitter:
         if isinstance(event, StepStarted) and event.container is not None:
             self.steps[event.container] = event.step
         if self.progress is not None:
-            self.progress(event.line)
+            self._call(self.progress, event.line)
         if self.events is not None:
-            self.events(event)
+            self._call(self.events, event)
+
+    def _call(self, callback, arg) -> None:
+        """The caller's progress/events callback: what it raises is logged and kept in `errors`, never the end of
+        the operation that reported (a deploy between its snapshot and its swap)."""
+        try:
+            callback(arg)
+        except Exception as exc:
+            log.warning("remote: the progress/events callback raised (%s: %s); the operation goes on",
+                        type(exc).__name__, exc, exc_info=True)
+            self.errors.append(exc)
 
     def ended(self, o: Outcome[Any]) -> None:
         """A container's part of a group call ended: Done or Failed to the events callback (text has its
@@ -64,9 +75,9 @@ class _Emitter:
         if self.events is None or o.skipped:
             return
         if o.error is None:
-            self.events(Done(o.container, f"container {o.container}: done in {o.seconds:.1f}s", o.seconds))
+            self._call(self.events, Done(o.container, f"container {o.container}: done in {o.seconds:.1f}s", o.seconds))
         else:
-            self.events(Failed(o.container, o.message, o.exit_code, o.seconds))
+            self._call(self.events, Failed(o.container, o.message, o.exit_code, o.seconds))
 
 
 class FleetBase:
@@ -78,11 +89,12 @@ class FleetBase:
     dry: bool
 
     def __init__(self, config: Config, *, dry: bool = False, progress: Progress | None = None, keep: bool = True,
-                 events: Sink | None = None):
+                 events: Sink | None = None, transport: TransportFactory | None = None):
         self.config = config
         self.dry = dry
         self._emit = _Emitter(progress, events)
         self._keep = keep
+        self._transport = transport  # each host's transport (a test's MockTransport); None: SSH, or local
         self._made: Session | None = None  # made on first use: a fleet that only reads its config connects nothing
         self._shared: dict = {}
         self._groups = 0
@@ -100,7 +112,7 @@ class FleetBase:
                 from ..ops.session import open_session
 
                 self._made = open_session(self.config, dry=self.dry, echo=self._emit, agent=True, keep=self._keep,
-                                          events=self._emit.event)
+                                          events=self._emit.event, transport=self._transport)
             return self._made
 
     @property
@@ -144,11 +156,12 @@ class FleetBase:
 
     def _watching(self, prefix_output: bool) -> dict[str, Any]:
         """What a group call does as its containers end and while they run, for a command line
-        (prefix_output): a failure's message reported in its container's thread (so it is marked with it),
-        and every PROGRESS_EVERY seconds a line of what each container is doing. Without it: only each
-        container's Done or Failed event, to the events callback."""
+        (prefix_output): a failure's message as an Output event of its container, and every PROGRESS_EVERY
+        seconds a Progress event of what each container is doing. Without it: only each container's Done
+        or Failed event, to the events callback."""
         if not prefix_output:
             return {"on_done": self._emit.ended}
+        from ..events import Output, Progress
         from ..naming import printable
 
         last = [time.monotonic()]
@@ -156,21 +169,23 @@ class FleetBase:
         def on_done(o: Outcome[Any]) -> None:
             self._emit.ended(o)
             if o.error is not None and o.message:
-                self._emit(printable(o.message, lines=True))
+                self._emit.event(Output(o.container, printable(o.message, lines=True)))
 
         def on_tick(running: dict[int, float]) -> None:
             now = time.monotonic()
             if now - last[0] < PROGRESS_EVERY:
                 return
             last[0] = now
-            self._emit("-- in progress: " + "; ".join(
-                f"{c}: {self._emit.steps.get(c, 'started')[:60]} ({now - since:.0f}s)" for c, since in sorted(running.items())))
+            doing = tuple((c, self._emit.steps.get(c, "started"), now - since) for c, since in sorted(running.items()))
+            self._emit.event(Progress(None, "-- in progress: " + "; ".join(
+                f"{c}: {step[:60]} ({seconds:.0f}s)" for c, step, seconds in doing), doing))
 
         return {"on_done": on_done, "on_tick": on_tick}
 
     # -- the fleet at a glance ------------------------------------------------------------------
     def status(self, which: int | str | Sequence[int | str] | None = None) -> FleetStatus:
         """Each host reachable or not, each container's state and its latest run (the data of `remote status`)."""
+        from ..cluster import lookup_of
         from ..ops import fleet as fleetmod
         from ..ops.jobs import container_jobs, lock_outliers
 
@@ -183,11 +198,13 @@ class FleetBase:
         jobs = container_jobs(s, hosts_)
         outliers = lock_outliers(jobs, s.config)
         hosts_by_name = s.config.hosts  # each container under the node holding it (a cluster's: remote.cluster)
+        lookup = lookup_of(s.config)
+        node = lookup.node_of if lookup else (lambda host: host.node_name)  # the name a host gave, where asked
         jobs = [dataclasses.replace(e, venv_lock_differs=outliers.get(e.container),
-                                    node=hosts_by_name[e.host].node_name if e.host in hosts_by_name else None)
+                                    node=node(hosts_by_name[e.host]) if e.host in hosts_by_name else None)
                 for e in jobs]
         return FleetStatus(tuple(HostStatus(h.host, h.reachable, h.error, s.kept_note(h.host), dict(h.containers),
-                                            hosts_by_name[h.host].node_name, hosts_by_name[h.host].cluster)
+                                            node(hosts_by_name[h.host]), hosts_by_name[h.host].cluster)
                                  for h in hosts_), tuple(jobs))
 
     def doctor(self, which: int | str | Sequence[int | str] | None = None, *, fresh: bool = False) -> list[Diagnosis]:
@@ -197,7 +214,8 @@ class FleetBase:
 
         ids = self.select(ALL if which is None else which)
         # One probe per container: plain pct exec is one round trip, an agent would add its own start-up.
-        with open_session(self.config, agent=False, keep=True, echo=self._emit, events=self._emit.event) as s:
+        with open_session(self.config, agent=False, keep=True, echo=self._emit, events=self._emit.event,
+                          transport=self._transport) as s:
             return [_diagnosis(r) for r in dr.diagnose(s, ids, fresh=fresh)]
 
     def doctor_gpu(self, which: int | str | Sequence[int | str] | None = None) -> GpuReport:
@@ -206,7 +224,8 @@ class FleetBase:
         from .. import gpudoctor
         from ..ops.session import open_session
 
-        with open_session(self.config, agent=False, keep=True, echo=self._emit, events=self._emit.event) as s:
+        with open_session(self.config, agent=False, keep=True, echo=self._emit, events=self._emit.event,
+                          transport=self._transport) as s:
             hosts, cts = gpudoctor.diagnose(s, self.select(which) if which else list(self.config.containers))
         return GpuReport(tuple(hosts), tuple(cts))
 
@@ -218,7 +237,8 @@ class FleetBase:
         from ..ops.session import open_session
 
         ct = self.config.container(ctid).ctid
-        with open_session(self.config, agent=False, keep=True, echo=self._emit, events=self._emit.event) as s:
+        with open_session(self.config, agent=False, keep=True, echo=self._emit, events=self._emit.event,
+                          transport=self._transport) as s:
             return gpudoctor.before_move(s, ct, node)
 
     # -- compile caches ---------------------------------------------------------------------------

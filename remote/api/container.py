@@ -33,6 +33,7 @@ from ..results import (
     State,
     Stopped,
 )
+from ..threads import ContextThread
 from . import checks
 from .values import DeployPlan, Transfer, Warmup, _diagnosis, _transfer
 
@@ -123,7 +124,7 @@ class Container:
         from ..ops.interactive import open_shell
         from ..ops.session import open_session
 
-        with open_session(self.fleet.config) as s:  # a pty session of its own; no agent to start for one shell
+        with open_session(self.fleet.config, transport=self.fleet._transport) as s:  # a pty session of its own, no agent
             return open_shell(dataclasses.replace(self._target, session=s), echo=self.fleet._emit)
 
     # -- files ---------------------------------------------------------------------------------------
@@ -433,7 +434,7 @@ class Run:
             except BaseException as exc:  # noqa: BLE001 -- raised in the reader's thread
                 lines.put(exc)
 
-        t = threading.Thread(target=pump, daemon=True, name=f"remote-follow-{self.id}")
+        t = ContextThread(target=pump, daemon=True, name=f"remote-follow-{self.id}")
         t.start()
         try:
             while True:

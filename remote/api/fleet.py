@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..events import Sink
 from ..results import CacheCopy, Created, GpuFix, GroupResult, HostSetup, Outcome
@@ -14,28 +14,36 @@ from .base import ALL, FleetBase, Progress
 from .container import Container
 from .group import Group
 
+if TYPE_CHECKING:
+    from ..ops.session import TransportFactory
+
 
 def open(source: str | os.PathLike | Mapping[str, Any] | None = None, *, dry: bool = False,
-         progress: Progress | None = None, keep: bool = True, events: Sink | None = None) -> Fleet:
+         progress: Progress | None = None, keep: bool = True, events: Sink | None = None,
+         transport: TransportFactory | None = None) -> Fleet:
     """The fleet of a hosts file (a path; None: $REMOTE_HOSTS_FILE, else ./hosts.yaml) or of a config
     built in code (a dict in the hosts file's shape). Bad input raises ConfigError naming the file and key.
 
     `dry`: mutating commands are described through `progress` instead of run. `keep`: SSH hosts through
     their kept connection (as the command line does), so the next process connects at once. `progress`
     gets each line of progress as text, `events` as a typed event (remote.events); without either, nothing
-    of it leaves the library but `logging`."""
+    of it leaves the library but `logging`. `transport`: what makes each host's transport, for tests
+    (remote.testing.MockTransport; default: SSH, or local for a `local: true` host)."""
     from .. import config as cfg
     from . import checks
 
     for name, value in (("dry", dry), ("keep", keep)):
         checks.flag(name, value)
+    if transport is not None and not callable(transport):
+        raise TypeError(f"transport: expected a transport factory such as remote.testing.MockTransport(handler), "
+                        f"got {type(transport).__name__}")
     if source is not None and not isinstance(source, (str, os.PathLike, Mapping)):
         raise TypeError(f"source: expected a hosts file's path, a dict in its shape, or None; got {type(source).__name__}")
     if isinstance(source, Mapping):
         config = cfg.parse(dict(source), "<dict>")
     else:
         config = cfg.load(os.fspath(source) if source is not None else None)
-    return Fleet(config, dry=dry, progress=progress, keep=keep, events=events)
+    return Fleet(config, dry=dry, progress=progress, keep=keep, events=events, transport=transport)
 
 
 class Fleet(FleetBase):

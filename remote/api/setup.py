@@ -58,18 +58,58 @@ def write_hosts_file(address: str, *, out: str | os.PathLike | None = None, port
     return HostsFile(target, host.name, tuple((c[0], c[1], c[2]) for c in found))
 
 
-def sudoers_dropin(user: str, hosts: str | os.PathLike | None = None) -> str:
+def sudoers_dropin(user: str, hosts: str | os.PathLike | None = None, host: str | None = None) -> str:
     """The sudoers drop-in (for /etc/sudoers.d/) that lets `user` run what remote needs on a `sudo: true`
-    host: the host programs at their exact paths, each with only the arguments remote gives it (pct's path
-    from the hosts file's hosts, and only its containers, when one is given)."""
+    host: the host programs at their exact paths, each with only the arguments remote gives it. Without a
+    hosts file: Proxmox's own paths, any container. With one: for its `sudo: true` host (`host` names it where
+    the file has several), that host's pct path and only the containers the file places on it (a cluster
+    node's: the cluster's); the host is asked who owns every folder above those programs, and a path that
+    anyone but root could change is refused (ConfigError naming the host and the path): such a rule is a root
+    grant."""
     from .. import config as cfg
     from .. import sudo as sudomod
+    from ..ops import hostsinit
 
     if not hosts:
+        if host is not None:
+            raise ConfigError("--host", "", "needs --hosts FILE: the host is one of that file's")
         return sudomod.sudoers(user)
     config = cfg.load(os.fspath(hosts))
-    return sudomod.sudoers(user, [sudomod.pct_path(h.pct_path or "pct") for h in config.hosts.values()],
-                           sorted(config.containers))
+    chosen = _sudo_host(config, host)
+    if chosen.cluster is not None:  # a guest of the cluster may move to this node: the cluster's containers
+        ctids = [c for c, spec in config.containers.items()
+                 if chosen.cluster in (spec.cluster, spec.host.cluster)]
+    else:
+        ctids = [c for c, spec in config.containers.items() if spec.host.name == chosen.name and not spec.cluster]
+    pct = sudomod.pct_path(chosen.pct_path or "pct")
+    paths = sudomod.rule_paths(pct)
+    bad = hostsinit.unsafe_paths(chosen, paths)
+    if bad:
+        path, why = next(iter(bad.items()))
+        raise ConfigError(config.file, f"hosts.{chosen.name}.pct",
+                          f"on {chosen.name}, {path} can be changed by a user other than root ({why}): a sudo rule "
+                          "naming it would give that user root; put pct where only root can write (Proxmox's own "
+                          "/usr/sbin/pct), or log in as root there (no `sudo:`)")
+    return sudomod.sudoers(user, [pct], sorted(ctids), host=chosen.name)
+
+
+def _sudo_host(config: Any, name: str | None) -> Any:
+    """The `sudo: true` host a drop-in is for: `name`, or the file's only one (ConfigError otherwise)."""
+    sudo_hosts = [h for h in config.hosts.values() if h.sudo]
+    if name is not None:
+        if name not in config.hosts:
+            raise ConfigError(config.file, "--host", f"unknown host {name!r} (the file has: {', '.join(config.hosts)})")
+        if not config.hosts[name].sudo:
+            raise ConfigError(config.file, f"hosts.{name}.sudo", "is not true: remote logs in there as root and "
+                              "needs no sudo rule; the drop-in is for a host where it logs in as a plain user")
+        return config.hosts[name]
+    if not sudo_hosts:
+        raise ConfigError(config.file, "hosts", "no host has `sudo: true`: a drop-in is for a host where remote logs "
+                          "in as a plain user (set `sudo: true` and `user: USER` on that host first)")
+    if len(sudo_hosts) > 1:
+        raise ConfigError(config.file, "--host", "one drop-in per host, each with its own containers: name the host "
+                          f"(`sudo: true` hosts: {', '.join(h.name for h in sudo_hosts)})")
+    return sudo_hosts[0]
 
 
 def disconnect(hosts: str | os.PathLike | None = None, host: str | None = None) -> list[int]:

@@ -1,5 +1,7 @@
 """What the command line prints: remote.api's data as text (status, stop, warmup, doctor, a fleet's
-summary table). Pure functions, no I/O: each task in remote/cli/tasks.py calls the API, then one of these.
+summary table) and the library's events as lines (`[id] ` in front inside a `-c all` task, progress on
+stderr). Pure functions, no I/O: each task in remote/cli/tasks.py calls the API, then one of these;
+remote/cli/table.py writes the events.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ import dataclasses
 import json
 from typing import Any
 
+from ..events import Done, Event, Failed, Progress
 from ..naming import copied_line, printable
 
 
@@ -15,6 +18,30 @@ def live_text(live: list[dict]) -> str:
     """Live runs for a message: `run A (pid 12), run B (starting)`."""
     return ", ".join(f"run {r['run']} " + (f"(pid {r['pid']})" if r["pid"] else "(starting: no pid file yet)")
                      for r in live)
+
+
+# -- events: what the library reports while it works ----------------------------------------------------
+
+def marked(text: str, ctid: int | None) -> str:
+    """Each line of text with `[ctid] ` in front (a container's part of a `-c all` task); None: as it is."""
+    if ctid is None:
+        return text
+    return "\n".join(f"[{ctid}] {line}" for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"))
+
+
+def event_text(event: Event, group: int | None) -> str | None:
+    """An event as the command line shows it: None for Done and Failed (the summary table says those), else
+    its line, marked with its container where it is part of a group call (`group`: the container whose
+    part the reporting thread runs, remote.api.current_container)."""
+    if isinstance(event, (Done, Failed)):
+        return None
+    return marked(event.line, None if group is None else event.container if event.container is not None else group)
+
+
+def event_on_stderr(event: Event, data_on_stdout: bool) -> bool:
+    """Whether an event goes to stderr: a group's Progress always; every event where stdout carries a
+    task's data (a --json document, exec's output)."""
+    return data_on_stdout or isinstance(event, Progress)
 
 
 # -- status ------------------------------------------------------------------------------------------

@@ -113,29 +113,46 @@ def _from_config(c, spec, kwargs: dict) -> None:
             kwargs[param.name] = param.kind.convert(str(value)) if param.kind else value
 
 
+class LineUnreadable(InvokeExit):
+    """invoke's Executor runs this line, but not as remote reads it: the shared flags could not be applied to
+    every task of it (a --dry would stop at the task it follows), so nothing runs."""
+
+
 def _executing_calls() -> list | None:
     """The Calls of the invoke line that runs now (every task of it, each with its own arguments): invoke's
     Executor.execute holds them, as `calls`, while it runs each in turn (invoke 1.0 to 2.x). None where a
-    task is called otherwise (as a function, by a program of one's own)."""
+    task is called otherwise (as a function, by a program of one's own, no Executor on the stack). An
+    Executor on the stack whose `execute` frame holds no list of calls (another invoke, an Executor of one's
+    own) is refused (LineUnreadable), not run as if the line had one task: a `--dry` given once would
+    silently stop applying to the line's other tasks."""
     frame: FrameType | None = sys._getframe(1)
+    seen = None
     while frame is not None:
-        if frame.f_code.co_name == "execute" and isinstance(frame.f_locals.get("self"), Executor):
-            calls = frame.f_locals.get("calls")
-            return list(calls) if isinstance(calls, list) else None
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, Executor):
+            seen = f"{type(owner).__module__}.{type(owner).__qualname__}.{frame.f_code.co_name}"
+            if frame.f_code.co_name == "execute":
+                calls = frame.f_locals.get("calls")
+                if isinstance(calls, list) and all(hasattr(c, "task") and hasattr(c, "kwargs") for c in calls):
+                    return list(calls)
         frame = frame.f_back
+    if seen is not None:
+        import invoke
+
+        raise LineUnreadable(f"error: invoke {getattr(invoke, '__version__', '?')}: {seen} holds no list of the "
+                             "line's calls, so remote's shared flags (--dry, --container, --hosts, --fail-fast) "
+                             "cannot be applied to every task of the line; run the tasks with `remote`, or with "
+                             "invoke 1.x or 2.x", code=2)
     return None
 
 
 def _params(task) -> dict[str, tuple[str, Any]]:
-    """flag -> (parameter name, default) of any invoke task: remote's from its spec, another's from its body."""
+    """flag -> (parameter name, default) of one of remote's tasks, from its spec; {} for any other task (a
+    user's own task whose parameter shares a name, `--hosts web1,web2`, is that task's, never the line's)."""
     spec = getattr(task, "remote_spec", None)
-    if spec is not None:
-        return {flag: (p.name, inspect.signature(spec.fn).parameters[p.name].default) for flag, p in spec.params.items()}
-    try:
-        params = inspect.signature(task.body).parameters
-    except (TypeError, ValueError, AttributeError):
+    if spec is None:
         return {}
-    return {name.strip("_").replace("_", "-"): (name, p.default) for name, p in params.items()}
+    return {flag: (p.name, inspect.signature(spec.fn).parameters[p.name].default) for flag, p in spec.params.items()}
 
 
 def _core_dry(c) -> bool:
@@ -166,8 +183,10 @@ def line_kwargs(spec, own: dict, calls: list, core_dry: bool = False) -> dict:
         if flag in ALL_OR_NOTHING:
             without = [name for name, params, _ in tasks if flag not in params]
             if without:
+                foreign = " (a task not of remote's is never given remote's shared flags)" \
+                    if any(getattr(c.task, "remote_spec", None) is None for c in calls) else ""
                 raise InvokeExit(f"error: --{flag}: {', '.join(without)} has no --{flag}; run it on its own "
-                                 f"(this line asked for a dry run of every task)", code=2)
+                                 f"(this line asked for a dry run of every task){foreign}", code=2)
         for name, params, kwargs in tasks:  # the whole line is checked by its first task, before it runs
             if flag in params and kwargs.get(params[flag][0], params[flag][1]) in (None, False, params[flag][1]) \
                     and len(values) > 1:

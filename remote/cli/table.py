@@ -18,7 +18,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import ConfigError, RemoteError
+from ..events import Event
 from ..naming import printable
+from . import format as fmt
 from . import parse as cliparse
 from .parse import Kind, number, pattern
 
@@ -122,25 +124,33 @@ def cli_words(exc: RemoteError) -> RemoteError:
     return exc
 
 
-# -- printing: `[id] ` in front of each line of a container's part of a `-c all` task ---------------------
+# -- printing: `[id] ` in front of each line of a container's part of a `-c all` task (format.marked) -------
 
 _write_lock = threading.Lock()
 
 
 def say(*values: object, file: Any = None, sep: str = " ", end: str = "\n", flush: bool = True) -> None:
     """print(), with each line marked `[id] ` inside one container's part of a `-c all` task (the library
-    says whose work a thread does: remote.api.current_container). A group's progress line goes to stderr."""
+    says whose work a thread does: remote.api.current_container)."""
     from ..api import current_container
 
-    out = file if file is not None else sys.stdout
-    text = sep.join(str(v) for v in values)
-    ctid = current_container()
-    if ctid is not None:
-        text = "\n".join(f"[{ctid}] {line}" for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"))
-    elif text.startswith("-- in progress: ") and file is None:
-        out = sys.stderr
+    _write(fmt.marked(sep.join(str(v) for v in values), current_container()) + end,
+           file if file is not None else sys.stdout, flush)
+
+
+def show(event: Event, data_on_stdout: bool = False) -> None:
+    """The command line's event sink (remote.open(events=...)): each event as format.event_text words it,
+    on stdout, or on stderr for progress and where stdout carries data (`data_on_stdout`)."""
+    from ..api import current_container
+
+    text = fmt.event_text(event, current_container())
+    if text is not None:
+        _write(text + "\n", sys.stderr if fmt.event_on_stderr(event, data_on_stdout) else sys.stdout)
+
+
+def _write(text: str, out: Any, flush: bool = True) -> None:
     with _write_lock:
-        out.write(text + end)
+        out.write(text)
         if flush:
             out.flush()
 
@@ -182,7 +192,7 @@ def fleet_of(hosts: str | None, dry: bool = False, stderr_progress: bool = False
         return contextlib.nullcontext(_current[-1])
     from .. import api
 
-    return api.open(hosts, dry=dry, progress=(lambda line: say(line, file=sys.stderr)) if stderr_progress else say)
+    return api.open(hosts, dry=dry, events=functools.partial(show, data_on_stdout=stderr_progress))
 
 
 def is_selection(value: object) -> bool:
@@ -219,7 +229,7 @@ def _run_fleet(fn: Callable, c: Any, args: tuple, kwargs: dict, fail_fast: bool)
             mine["dest"] = os.path.join(mine["dest"], str(ct.id))
         fn(c, *args, **mine)
 
-    with api.open(kwargs.get("hosts"), dry=bool(kwargs.get("dry")), progress=say) as fleet, _sharing(fleet):
+    with api.open(kwargs.get("hosts"), dry=bool(kwargs.get("dry")), events=show) as fleet, _sharing(fleet):
         result = fleet.containers(kwargs["container"]).map(one, fail_fast=fail_fast, prefix_output=True)
     say(group_table(result))
     code = group_exit_code(result)

@@ -391,11 +391,12 @@ def lab_down(c, purge=False):
             "force": "replace the file if it exists",
             "sudo": "log in as a non-root user whose sudo rule allows pct (writes `sudo: true`; see --sudoers)",
             "sudoers": "instead: print the sudoers drop-in that lets USER run what remote needs (sudo: true)",
-            "hosts": "with --sudoers: the hosts file whose `pct` paths and containers the rule names (default: "
-                     "/usr/sbin/pct, any container)"})
+            "hosts": "with --sudoers: the hosts file whose `pct` path and containers the rule names (default: "
+                     "/usr/sbin/pct, any container)",
+            "host": "with --sudoers --hosts: the `sudo: true` host the rule is for (where the file has several)"})
 @handled
 def init(c, address=None, port=None, user=None, key_file=None, known_hosts=None, pct=None, out=None, force=False,
-         sudo=False, sudoers=None, hosts=None):
+         sudo=False, sudoers=None, hosts=None, host=None):
     """Write a hosts file listing every container of a Proxmox host, ready to fill in.
 
     Connects to the host, reads `pct list` and each container's hostname (`pct config`), and writes a
@@ -404,7 +405,7 @@ def init(c, address=None, port=None, user=None, key_file=None, known_hosts=None,
     from .. import api
 
     if sudoers:
-        sys.stdout.write(api.sudoers_dropin(sudoers, hosts))
+        sys.stdout.write(api.sudoers_dropin(sudoers, hosts, host))
         say("# check it before installing: visudo -cf FILE (then install -m 0440 FILE /etc/sudoers.d/remote)",
               file=sys.stderr)
         return

@@ -190,7 +190,7 @@ def _json_of(child: dict | None) -> dict | None:
     if not child or child.get("rc") != 0:
         return None
     try:
-        return json.loads(child["out"])
+        return naming.json_loads(child["out"])
     except ValueError:
         return None
 
@@ -380,7 +380,7 @@ def parse_warmups(text: str | None) -> tuple[dict, ...]:
     out = []
     for line in _lines(text):
         try:
-            out.append(json.loads(line))
+            out.append(naming.json_loads(line))
         except ValueError:
             continue
     return tuple(out)
@@ -449,7 +449,7 @@ def _json_object(text: str | None) -> dict | None:
     if not isinstance(text, (str, bytes)):  # the probe's answer held another JSON type
         return None
     try:
-        value = json.loads(text or "")
+        value = naming.json_loads(text or "")
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
@@ -510,7 +510,7 @@ def read_raw(ct: Container, spec: ContainerSpec, parts=DOCTOR, run_id: str | Non
     sent = time.time()
     r = ct.run(probe_argv(spec, parts, run_id, fresh=fresh), mutates=False, timeout=300, label="facts probe")
     try:
-        return json.loads(r.out), (sent, time.time())
+        return naming.json_loads(r.out), (sent, time.time())
     except ValueError:
         raise CommandError("facts probe", r.exit_code, f"it printed no JSON: {(r.out + r.err)[-300:]!r}",
                            f"container {spec.ctid}") from None

@@ -34,8 +34,9 @@ for d in m.distributions():
     try:
         du = d.read_text("direct_url.json")
         url = json.loads(du).get("url") if du else None
-    except ValueError:
+    except (ValueError, AttributeError, RecursionError):
         url = None
+    url = url if isinstance(url, str) else None
     dists[d.metadata["Name"]] = {"version": d.version, "installer": (d.read_text("INSTALLER") or "").strip(),
                                  "url": url}
 print(json.dumps({"dists": dists, "python": sys.version.split()[0]}))
@@ -100,10 +101,32 @@ def finish(child, deadline):
     return {"rc": p.returncode, "out": out, "err": err[-2000:], "seconds": round(time.time() - started, 3)}
 
 
+# Nesting past this is no file of remote's: a hostile or broken one. Half the controller's bound (remote.naming
+# .JSON_DEPTH), so that a file kept whole in this probe's answer never makes the answer itself too deep to read.
+JSON_DEPTH = 50
+
+
+def loads(text):
+    """json.loads for the container's files: a ValueError for a document nested past JSON_DEPTH (1001 `[` would
+    raise RecursionError here, or parse and raise it where this probe's answer is written and read)."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deep") from None
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > JSON_DEPTH:
+                raise ValueError("nested too deep")
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return value
+
+
 def load(path):
     try:
         with open(path) as f:
-            return json.load(f)
+            return loads(f.read())
     except (OSError, ValueError):
         return None
 
@@ -203,7 +226,7 @@ def torch_healthy(result, gpus):
     """torch imported and saw as many GPUs as nvidia-smi lists now: only such an answer is kept, and a
     kept one is used only while that still holds."""
     try:
-        info = json.loads(result["out"]) if result.get("rc") == 0 else {}
+        info = loads(result["out"]) if result.get("rc") == 0 else {}
     except (KeyError, TypeError, ValueError):
         return False
     return bool(info.get("torch")) and "torch_error" not in info and info.get("device_count", 0) == gpu_count(gpus)
@@ -311,7 +334,7 @@ def compile_part(run_dir, run_id):
         with open(os.path.join(run, "metrics.jsonl"), errors="replace") as f:
             for line in f:
                 try:
-                    t = json.loads(line).get("t")
+                    t = loads(line).get("t")
                 except (ValueError, AttributeError):
                     continue
                 if isinstance(t, (int, float)):
@@ -332,7 +355,7 @@ def compile_part(run_dir, run_id):
         data = b""
     for raw in data.decode("utf-8", "replace").splitlines():
         try:
-            d = json.loads(raw)
+            d = loads(raw)
         except ValueError:
             continue
         if not isinstance(d, dict) or len(raw) > 4096:
@@ -433,7 +456,7 @@ def main():
             out[name] = done[name]
     if "venv" in out and "dists" in parts:
         try:  # what deploy compares with the lock: name -> version
-            info = json.loads(done["venv_run"]["out"]) if done.get("venv_run", {}).get("rc") == 0 else None
+            info = loads(done["venv_run"]["out"]) if done.get("venv_run", {}).get("rc") == 0 else None
         except ValueError:
             info = None
         out["venv"]["dists"] = {n: d["version"] for n, d in info["dists"].items()} if info else None

@@ -1,13 +1,15 @@
 """A lab Proxmox cluster: two or more look-alike nodes over one shared config tree.
 
 Each node is a lab host of its own (remote.lab.Lab): its own sshd on a loopback address of its own
-(127.0.9.1, 127.0.9.2, ... all on one port), its own host key and its own pct node name. What pmxcfs
+(127.0.9.1, 127.0.9.2, ... all on one port), its own host key and its own pct node name, which is also the
+host name its commands see (`uname -n`: its sshd runs in a UTS namespace of its own). What pmxcfs
 shares between the nodes of a real cluster (/etc/pve) is one folder, `<dir>/pve`, that every node's pct
 double reads (remote/lab/pct_double.py: CLUSTER_DIR):
 
     pve/nodes/<node>/lxc/<id>.conf   which node owns a container (pct sees only its own node's)
     pve/.vmlist, pve/.members        the cluster-wide guest list and node list (names, addresses, online)
     pve/.noquorum-<node>             the quorum switch: that node refuses config writes
+    pve/.nocluster-<node>            the cluster service switch: that node's pvesh fails (ipcc_send_rec)
 
 The containers' rootfs live in one folder (<dir>/lxc) for all nodes, as on shared storage: a migration
 moves the config, and the container's files travel with it.
@@ -22,7 +24,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import Lab, LabError, _run, address
+from . import _SSHD_CONFIG, Lab, LabError, _run, _sbin_path, _wait_port, address
 
 
 @dataclass
@@ -67,6 +69,26 @@ class NodeLab(Lab):
             conf.parent.mkdir(parents=True, exist_ok=True)
             conf.write_text(self._pve_conf(ctid))
             self.cluster.write_vmlist()
+
+    def _sshd(self) -> None:
+        """The node's sshd in a UTS namespace of its own named after the node: what runs there sees the node's
+        host name (`uname -n`), as on a Proxmox node, whose node name is its host name."""
+        config = _SSHD_CONFIG.format(port=self.port, ssh=self.ssh, dir=self.dir, listen=self.listen)
+        conf_file = self.ssh / "sshd_config"
+        if self.sshd_running() and conf_file.exists() and conf_file.read_text() == config:
+            return
+        self._stop_sshd()
+        conf_file.write_text(config)
+        Path("/run/sshd").mkdir(exist_ok=True)
+        sshd = shutil.which("sshd", path=_sbin_path())
+        unshare = shutil.which("unshare", path=_sbin_path())
+        if sshd is None or unshare is None:
+            raise LabError("the lab cluster needs sshd and unshare (apt-get install openssh-server util-linux)")
+        r = _run([unshare, "--uts", "--", "sh", "-c", 'hostname "$1" && exec "$2" -f "$3" -E "$4"', "sh", self.node,
+                  sshd, str(conf_file), str(self.dir / "sshd.log")])
+        if r.returncode != 0:
+            raise LabError(f"sshd failed to start: {r.stderr.strip()} (see {self.dir / 'sshd.log'})")
+        _wait_port(self.port, self.listen)
 
     def pct(self, *args: str) -> subprocess.CompletedProcess:
         """This node's pct double, run as the node's sshd would (from /)."""
@@ -205,6 +227,15 @@ class ClusterLab:
         else:
             flag.write_text("")
 
+    def set_service(self, node: str, up: bool) -> None:
+        """The cluster service switch: a node whose pve-cluster is down answers pvesh with ipcc_send_rec's
+        `Connection refused` (exit 255), as root too."""
+        flag = self.tree / f".nocluster-{node}"
+        if up:
+            flag.unlink(missing_ok=True)
+        else:
+            flag.write_text("")
+
     def migrate(self, ctid: int, target: str, *flags: str) -> subprocess.CompletedProcess:
         """`pct migrate ctid target FLAGS` on the node that owns it (as an admin would run it there)."""
         source = self.owner(ctid)
@@ -223,23 +254,24 @@ class ClusterLab:
         self.write_vmlist()
 
     # -- hosts files -----------------------------------------------------------------------------------------
-    def host_lines(self, nodes: tuple[str, ...] | None = None, *, names: dict[str, str] | None = None) -> list[str]:
+    def host_lines(self, nodes: tuple[str, ...] | None = None, *, names: dict[str, str] | None = None,
+                   node_keys: bool = True) -> list[str]:
         """`hosts:` entries for these nodes, each `cluster: <name>` (named `names[node]` where given, then
-        with a `node:` key)."""
+        with a `node:` key unless not `node_keys`: remote asks the node its name)."""
         lines = ["hosts:"]
         for n in nodes or self.nodes:
             entry = (names or {}).get(n, n)
             lines += [f"  {entry}:", f"    address: {self.ip(n)}", f"    port: {self.port}", "    user: root",
                       f"    key_file: {self.key_file}", f"    known_hosts: {self.known_hosts}",
                       f"    cluster: {self.name}"]
-            if entry != n:
+            if entry != n and node_keys:
                 lines.append(f"    node: {n}")
         return lines
 
     def hosts_yaml(self, containers: dict[int, str | None], *, nodes: tuple[str, ...] | None = None,
-                   names: dict[str, str] | None = None) -> str:
+                   names: dict[str, str] | None = None, node_keys: bool = True) -> str:
         """A hosts file: each container with `host: <hint>` where a hint is given, else `cluster:` only."""
-        lines = self.host_lines(nodes, names=names) + ["containers:"]
+        lines = self.host_lines(nodes, names=names, node_keys=node_keys) + ["containers:"]
         for ctid, hint in containers.items():
             where = f"host: {(names or {}).get(hint, hint)}" if hint else f"cluster: {self.name}"
             lines += [f"  {ctid}:", f"    {where}", f"    address: {address(ctid)}"]

@@ -8,6 +8,7 @@ The double's CLUSTER_DIR is the shared tree every node's double reads, as pmxcfs
   .vmlist                        {"version": N, "ids": {"<vmid>": {"node", "type": "lxc", "version"}}}
   .members                       {"cluster": {"name", "nodes", "quorate", "version"}, "nodelist": {<node>: {"id", "online", "ip"}}}
   .noquorum-<node>               the lab's quorum switch: that node is cut off (no writes to /etc/pve)
+  .nocluster-<node>              that node's cluster service is down: its pvesh fails (ipcc_send_rec ... refused)
 """
 
 import os
@@ -21,6 +22,11 @@ pct: Any = None  # the running double's module, set by its cluster_side()
 
 def quorate(node=None):
     return not pct.CLUSTER_DIR or not os.path.exists(os.path.join(pct.CLUSTER_DIR, f".noquorum-{node or pct.NODE}"))
+
+
+def service_up(node=None):
+    """Whether this node's cluster service (pve-cluster, pmxcfs) runs: the lab's switch is .nocluster-<node>."""
+    return not pct.CLUSTER_DIR or not os.path.exists(os.path.join(pct.CLUSTER_DIR, f".nocluster-{node or pct.NODE}"))
 
 
 def members():
@@ -133,6 +139,9 @@ def pvesh(argv):
 
     if os.geteuid() != 0:
         pct.die("Unable to load access control list: Permission denied\n")
+    if not service_up():  # pmxcfs down on this node: pvesh's IPC to it fails, as root too
+        pct.die("".join(f"ipcc_send_rec[{i}] failed: Connection refused\n" for i in (1, 2, 3)) +
+                "Unable to load access control list: Connection refused\n")
     if len(argv) < 2 or argv[0] != "get":
         pct.die("ERROR: unknown command 'pvesh " + " ".join(argv[:1]) + "'\nUSAGE: pvesh <COMMAND> [ARGS] [OPTIONS]\n")
     path, opts, rest = argv[1].rstrip("/"), {}, argv[2:]

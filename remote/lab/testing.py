@@ -155,9 +155,11 @@ class FakeCluster:
     name: str = "c1"
     running: set[int] | None = None  # None: all running
     transports: dict[str, CountingTransport] = field(default_factory=dict)
+    nodes: dict[str, str] = field(default_factory=dict)  # host entry -> the node it really is (else node: or its name)
+    down: set[str] = field(default_factory=set)  # nodes whose cluster service (pmxcfs) is down: pvesh fails there
 
     def transport(self, host) -> CountingTransport:
-        node = host.node or host.name
+        node = self.nodes.get(host.name) or host.node or host.name
         t = CountingTransport(host.name, lambda argv: self.answer(node, argv))
         self.transports[host.name] = t
         return t
@@ -170,6 +172,18 @@ class FakeCluster:
 
         words = list(argv[2:]) if argv[:2] == ("sudo", "-n") else list(argv)
         prog = words[0].rsplit("/", 1)[-1]
+        if prog == "uname" and words[1:] == ["-n"]:
+            return 0, f"{node}.lan\n", ""  # the host name; Proxmox's node name is its first label
+        if prog == "pvesh" and node in self.down:  # pvesh as root on a node without pmxcfs (exit 255)
+            return 255, "", ("ipcc_send_rec[1] failed: Connection refused\nipcc_send_rec[2] failed: Connection refused\n"
+                             "ipcc_send_rec[3] failed: Connection refused\n"
+                             "Unable to load access control list: Connection refused\n")
+        if prog == "pvesh" and words[1:3] == ["get", "/cluster/status"]:
+            known = sorted({*self.placement.values(), *self.nodes.values(), node})
+            return 0, json.dumps([{"type": "cluster", "id": "cluster", "name": self.name, "nodes": len(known),
+                                   "quorate": 1}] + [{"type": "node", "id": f"node/{n}", "name": n, "online": 1,
+                                                      "local": int(n == node), "nodeid": i + 1}
+                                                     for i, n in enumerate(known)]), ""
         if prog == "pvesh" and words[1:3] == ["get", "/cluster/resources"]:
             return 0, json.dumps([{"id": f"lxc/{c}", "type": "lxc", "vmid": c, "node": n, "status": self.state(c)}
                                   for c, n in sorted(self.placement.items())]), ""

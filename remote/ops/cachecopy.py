@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from .. import executor, shell
 from ..errors import RemoteError, TransferError, WarmupError
 from ..events import quiet
-from ..naming import copied_line
+from ..naming import copied_line, json_loads
 from ..results import CacheCopy, GroupResult, Outcome
 from ..target import Target, resolve
 from ..transport.pct import DEFAULT_PATH, Container
@@ -75,13 +75,15 @@ def _system(ct: Container) -> Container:
 def look(t: Target) -> Holding:
     """What the container's cache holds (files, passport) and the passport it would need."""
     spec, ct = t.spec, t.ct
-    state = wm.deployed(ct, spec)
+    state = wm.deployed_now(ct, spec)  # its GPU now: after a migration, not the deploy node's
     folder = jobenv.compile_cache(spec, state["venv"].get("verify"))
     r = _system(ct).script(shell.load("cachecopy"), shell.load_python("cachecopy"), "list", folder, mutates=False,
                            timeout=300, label="list the compile cache")
     try:
-        listing = json.loads(r.out)
+        listing = json_loads(r.out)
         found = {str(k): int(v) for k, v in dict(listing.get("files") or {}).items()}
+        if any(v < 0 for v in found.values()):
+            raise ValueError("a negative size")
     except (ValueError, TypeError, AttributeError):
         raise WarmupError(f"container {spec.ctid}: the cache listing of {folder} is not JSON: {r.out[:200]!r}") from None
     return Holding(spec.ctid, spec.host.name, folder, pp.parse(listing.get("passport")), found, wm.expected_passport(spec, state),
@@ -105,15 +107,17 @@ def _relay_host(src_ct: Container, dst_ct: Container, sender: list[str], receive
 
 
 def _stream_copy(src_ct: Container, dst_ct: Container, src_folder: str, dst_folder: str, wanted: list[str], *,
-                 same_host: bool, cut_after: int | None = None) -> tuple[dict, str]:
-    """Send `wanted` from src to dst; returns the receiver's summary and how it went. `cut_after`: drop
-    both ends after that many bytes (the link cut, for tests)."""
+                 same_host: bool, cut_after: int | None = None, budget: int | None = None) -> tuple[dict, str]:
+    """Send `wanted` from src to dst; returns the receiver's summary and how it went. `budget`: the bytes the
+    source's listing held for them, all the receiver takes (a source announcing more is stopped there).
+    `cut_after`: drop both ends after that many bytes (the link cut, for tests)."""
     code = shell.load_python("cachecopy")
+    bound = [str(max(0, budget))] if budget is not None else []
     src_ct, dst_ct = _system(src_ct), _system(dst_ct)
     request = (json.dumps(wanted) + "\n").encode()
     if same_host and cut_after is None:
         sender = src_ct.script_argv(shell.load("cachecopy"), code, "send", src_folder)
-        receiver = dst_ct.script_argv(shell.load("cachecopy"), code, "recv", dst_folder)
+        receiver = dst_ct.script_argv(shell.load("cachecopy"), code, "recv", dst_folder, *bound)
         stream = _relay_host(src_ct, dst_ct, sender, receiver)
         try:
             stream.write(request)
@@ -128,7 +132,7 @@ def _stream_copy(src_ct: Container, dst_ct: Container, src_folder: str, dst_fold
         via = f"host {src_ct.transport.name}"
     else:
         send = src_ct.open_stream(shell.load("cachecopy"), code, "send", src_folder)
-        recv = dst_ct.open_stream(shell.load("cachecopy"), code, "recv", dst_folder)
+        recv = dst_ct.open_stream(shell.load("cachecopy"), code, "recv", dst_folder, *bound)
         moved = 0
         try:
             send.write(request)
@@ -155,7 +159,7 @@ def _stream_copy(src_ct: Container, dst_ct: Container, src_folder: str, dst_fold
     if rc != 0:
         raise TransferError(f"the cache copy into {dst_folder} failed (exit {rc}): {err.strip()[-400:]}")
     try:
-        summary = json.loads(out.decode().strip().splitlines()[-1])
+        summary = json_loads(out.decode().strip().splitlines()[-1])
     except (ValueError, IndexError):
         raise TransferError(f"the cache copy into {dst_folder} printed no summary: {out[-200:]!r}") from None
     if summary.get("failed_checksum"):
@@ -184,7 +188,7 @@ def copy(src: Target, dst: Target, *, echo: Callable[[str], None] = quiet, src_h
         if wanted:
             summary, via = _stream_copy(src_ct, dst_ct, s.folder, d.folder, wanted,
                                         same_host=sspec.host.name == dspec.host.name and not via_controller,
-                                        cut_after=cut_after)
+                                        cut_after=cut_after, budget=sum(s.files[p] for p in wanted))
         else:
             summary, via = {"written": 0, "bytes": 0, "present": 0}, "nothing to send"
         if summary.get("refused"):
@@ -234,7 +238,9 @@ def _resolvable(session: Session, c: int) -> bool:
 
 def find_source(t: Target, *, exclude: tuple[int, ...] = ()) -> Holding | None:
     """A container of the hosts file whose cache serves t (its passport is exactly what t's warmup would
-    write), the fullest of them; None when none does. Unreachable, undeployed or unplaceable ones are passed
+    write); None when none does. Among several: one on t's own host first, then one whose cache its own warmup
+    made (no `copied_from`: the group's warmer), then the hosts file's order; never the one with the most files
+    (a forged passport and padding would win that). Unreachable, undeployed or unplaceable ones are passed
     over. Candidates are picked on the hosts file's own entries: only they are placed on their nodes."""
     session, spec = t.session, t.spec
     me = look(t)
@@ -245,7 +251,13 @@ def find_source(t: Target, *, exclude: tuple[int, ...] = ()) -> Holding | None:
         return None
     found = [h for h in executor.values(session.config, candidates, lambda c: _look_at(session, c))
              if isinstance(h, Holding) and h.files and not pp.differences(h.passport, me.want)]
-    return max(found, key=lambda h: len(h.files)) if found else None
+    return min(found, key=lambda h: _preference(h, spec.host.name, candidates)) if found else None
+
+
+def _preference(h: Holding, host: str, order: list[int]) -> tuple:
+    """The order sources are preferred in (smaller first): same host, the warmer itself, the given order."""
+    copied = (h.passport or {}).get("copied_from") is not None
+    return (h.host != host, copied, order.index(h.ctid) if h.ctid in order else len(order))
 
 
 @dataclass
@@ -272,7 +284,9 @@ def plan(session: Session, ids: list[int]) -> Plan:
             alone[members[0]] = pp.why_alone(members[0], wants) if len(wants) > 1 else "the only one selected"
             continue
         ready = [c for c in members if holdings[c].serves_itself]
-        leader = max(ready, key=lambda c: len(holdings[c].files)) if ready else members[0]
+        # The warmer whose cache already serves it (a copy's source before a copy), in the order given; never by
+        # file count: a forged passport plus padding would lead the group.
+        leader = min(ready, key=lambda c: _preference(holdings[c], holdings[c].host, members)) if ready else members[0]
         leaders[leader] = [c for c in members if c != leader]
     return Plan(leaders, alone, holdings)
 

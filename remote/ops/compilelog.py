@@ -16,14 +16,13 @@ docs/guide/compile-health.md has each event, each finding and what to do about i
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from ..naming import printable
+from ..naming import json_loads, printable
 from ..results import CompileEvent, CompileHealth
 
 KINDS = ("compile", "recompile", "graph-break", "eager-fallback")
@@ -64,7 +63,7 @@ def _amount(v) -> float | None:
 def parse_line(line: str) -> CompileEvent | None:
     """One line of compile.jsonl -> an event; None for a torn, foreign or `totals` line."""
     try:
-        d = json.loads(line)
+        d = json_loads(line)
     except ValueError:
         return None
     t = number(d.get("t")) if isinstance(d, dict) else None
@@ -83,7 +82,7 @@ def parse_line(line: str) -> CompileEvent | None:
 def totals_of(line: str) -> tuple[int, dict[str, float]] | None:
     """(pid, its totals) from any line that carries them: every event line and the last `totals` line."""
     try:
-        d = json.loads(line)
+        d = json_loads(line)
     except ValueError:
         return None
     if not isinstance(d, dict) or _int(d.get("pid")) is None or not isinstance(d.get("totals"), dict):
@@ -102,7 +101,7 @@ def _steady(lines: Iterable[str]) -> float | None:
     seen = 0
     for line in lines:
         try:
-            d = json.loads(line)
+            d = json_loads(line)
         except ValueError:
             continue
         t = number(d.get("t")) if isinstance(d, dict) else None

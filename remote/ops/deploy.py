@@ -21,7 +21,7 @@ from .. import facts, shell
 from ..config import ContainerSpec, VenvSpec
 from ..errors import BusyError, CommandError, DeployError, RemoteError
 from ..events import quiet
-from ..naming import printable
+from ..naming import json_loads, printable
 from ..target import Target
 from ..transport.pct import Container
 from ..transport.session import Session
@@ -315,7 +315,7 @@ def _changed_since_built(ct: Container, spec: ContainerSpec, target: str, record
     r = ct.run(venvmod.verify_argv(f"{target}/bin/python"), timeout=600, check=False, mutates=False,
                label=f"verify {target}")
     try:
-        info = json.loads(r.out)
+        info = json_loads(r.out)
     except ValueError:
         return f"its interpreter does not run: {(r.err or r.out).strip()[-200:]}"
     drift = venvmod.drift(venvmod.parse_lock((record.get("lock") or "").splitlines()), info.get("dists") or {})
@@ -403,7 +403,7 @@ def _build(ct: Container, spec: ContainerSpec, state: dict, want: str, req_text,
     if ct.dry:  # nothing was built: the verify and finalize steps would only read what is not there
         return target, None
     echo(f"    built in {time.monotonic() - t0:.1f}s; verifying")
-    info = json.loads(ct.run(venvmod.verify_argv(f"{target}/bin/python"), timeout=600).out)
+    info = json_loads(ct.run(venvmod.verify_argv(f"{target}/bin/python"), timeout=600).out)
     try:
         venvmod.check_verify(spec.venv, info)
     except DeployError:
@@ -431,7 +431,7 @@ def _discard(ct: Container, versions: str, name: str) -> None:
 
 
 def _read_record(ct: Container, target: str) -> dict:
-    return json.loads(files.pull_bytes(ct, f"{target}/remote-venv.json"))
+    return json_loads(files.pull_bytes(ct, f"{target}/remote-venv.json"))
 
 
 def _swap(ct: Container, spec: ContainerSpec, target: str, summary: Summary, echo) -> None:

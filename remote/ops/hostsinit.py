@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .. import config as cfg
 from ..errors import CommandError, ConfigError, RemoteError
+from ..naming import json_loads
 from ..transport import for_host
 from ..transport.pct import classify, parse_list, pct_argv
 
@@ -54,6 +55,19 @@ def read_host(host: cfg.Host) -> list[tuple[int, str, str, list[str]]]:
     finally:
         transport.close()
     return [(ctid, state, name, gpu) for (ctid, state), (name, gpu) in zip(found.items(), configs, strict=True)]
+
+
+def unsafe_paths(host: cfg.Host, paths: list[str]) -> dict[str, str]:
+    """Of the programs a sudo rule would name, those a user other than root could replace on `host` (asked
+    of the host itself, as the login user: remote/sh/rootchain.sh), each with why (remote.sudo.unsafe)."""
+    from ..sudo import chain_argv, unsafe
+
+    transport = for_host(host)
+    try:
+        answer = transport.run(chain_argv(paths), deadline=60 + host.connect_timeout)
+    finally:
+        transport.close()
+    return unsafe(answer.out if answer.exit_code == 0 else "", paths)
 
 
 def _pct(transport, host: cfg.Host, *args: str) -> str:
@@ -101,7 +115,7 @@ def read_cluster(host: cfg.Host) -> ClusterInfo | None:
         status = transport.run([pvesh, "get", "/cluster/status", "--output-format", "json"], deadline=60)
         if status.exit_code != 0:
             return None
-        rows = json.loads(status.out)
+        rows = json_loads(status.out)
         top = next((r for r in rows if isinstance(r, dict) and r.get("type") == "cluster"), None)
         if top is None or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", str(top.get("name", ""))):
             return None

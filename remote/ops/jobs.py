@@ -26,7 +26,7 @@ from .. import facts, shell
 from ..config import ContainerSpec
 from ..errors import CommandError, ConfigError, JobError, JobRunning, RemoteError, TransferError, UnknownRun
 from ..events import quiet
-from ..naming import printable
+from ..naming import json_loads, printable
 from ..results import ContainerStatus, JobStatus, PulledRun, RunStatus, Stopped
 from ..target import Target
 from ..transport.pct import Container
@@ -53,8 +53,10 @@ def preflight(ct: Container, spec: ContainerSpec, *, echo=quiet, host_gpu=None) 
     if host_gpu is not None and not ct.dry:
         from concurrent.futures import ThreadPoolExecutor
 
+        from ..threads import submit
+
         pool = ThreadPoolExecutor(max_workers=1)
-        pending = pool.submit(host_gpu)
+        pending = submit(pool, host_gpu)
         pool.shutdown(wait=False)
     raw = facts.read_raw(ct, spec, facts.DEPLOYED if ct.dry else facts.PREFLIGHT)[0]
     if ct.dry:
@@ -252,7 +254,7 @@ def parse_state(text: str) -> dict:
     alive = fields.get("alive") == "1" or (not exit_text and any(r["run"] == fields["run"] for r in live))
     marked = [int(p) for p in fields.get("marked", "").split()]
     try:
-        manifest_obj = json.loads(manifest) if manifest.strip() else None
+        manifest_obj = json_loads(manifest) if manifest.strip() else None
     except ValueError:
         manifest_obj = None
     watch = read_watch(fields.get("watch", ""))
@@ -398,7 +400,7 @@ class CompileNotices:
     def line(self, text: str) -> None:
         if text.startswith('{"steady"'):
             try:
-                got = json.loads(text).get("steady")
+                got = json_loads(text).get("steady")
                 t = got.get("t") if isinstance(got, dict) else None
             except (ValueError, AttributeError):
                 t = None

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from .. import shell
 from ..errors import ConnectError, TransportError
 from ..events import quiet
+from ..naming import json_loads
 from ..results import Metric as MetricValue
 from ..transport.pct import Container
 
@@ -319,19 +320,19 @@ BARS = "▁▂▃▄▅▆▇█"
 
 def parse_metrics(text: str) -> list[MetricValue]:
     """A run's metrics.jsonl: one value per line that is a JSON object (others skipped: the file is the
-    container's); t, value and unit where they are numbers and text."""
-    import json
+    container's); t, value and unit where they are finite numbers and text (an integer too large for a float,
+    Infinity or NaN: None)."""
+    from .compilelog import number
 
     out = []
     for line in text.splitlines():
         try:
-            got = json.loads(line)
+            got = json_loads(line)
         except ValueError:
             continue
         if not isinstance(got, dict):
             continue
         t, value, unit = got.get("t"), got.get("value"), got.get("unit")
-        number = lambda v: float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None  # noqa: E731
         out.append(MetricValue(number(t), number(value), unit if isinstance(unit, str) else None, got))
     return out
 

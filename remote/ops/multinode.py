@@ -23,6 +23,7 @@ from ..errors import CommandError, ConfigError, JobError, RemoteError
 from ..events import quiet
 from ..naming import printable
 from ..target import resolve
+from ..threads import ContextThread
 from ..transport.session import Session
 from . import jobs
 from . import warmup as wm
@@ -250,7 +251,7 @@ def follow_run(session: Session, ids: list[int], run_id: str, *, echo: Callable[
     def one(ctid: int) -> None:
         finals[ctid] = jobs.show_log(nodes[ctid].ct, nodes[ctid].spec, run_id, follow=True, echo=echo)
 
-    guard = threading.Thread(target=watchdog, daemon=True)
+    guard = ContextThread(target=watchdog, daemon=True)
     guard.start()
     try:
         outcomes = executor.each(session.config, ids, one)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from .. import shell
 from ..errors import BusyError, CommandError, RemoteError
 from ..naming import LEASE
+from ..threads import ContextThread
 from ..transport.pct import Container
 
 TTL = 30.0  # seconds a lease lasts without renewal (whole seconds there): how long a dead controller blocks it
@@ -138,7 +139,7 @@ def hold(ct: Container, command: str, *, holder: str | None = None, ttl: float =
         raise CommandError(f"oplock acquire {path}", r.exit_code, r.err, ct.where)
     if r.out.startswith("took-over"):
         lease.took_over = parse(r.out)
-    renewer = threading.Thread(target=lease._renew_forever, daemon=True, name=f"oplock-{ct.ctid}")
+    renewer = ContextThread(target=lease._renew_forever, daemon=True, name=f"oplock-{ct.ctid}")
     renewer.start()
     try:
         yield lease

@@ -22,7 +22,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 
-from ..naming import printable  # a passport is what a container said: shown only through it
+from ..naming import json_loads, printable  # a passport is what a container said: shown only through it
 
 FORMAT = 1
 FILE = "passport.json"  # in the per-version folder, beside inductor/ and triton/ (torch never reads it)
@@ -173,7 +173,7 @@ def parse(text) -> dict | None:
     if not isinstance(text, (str, bytes)):
         return None
     try:
-        p = json.loads(text or "")
+        p = json_loads(text or "")
     except ValueError:
         return None
     return p if isinstance(p, dict) and p.get("format") == FORMAT and well_typed(p) else None

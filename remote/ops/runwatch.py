@@ -7,11 +7,10 @@ each file holds. Everything read here was written in the container: untrusted, c
 
 from __future__ import annotations
 
-import json
 import re
 
 from ..config import ContainerSpec
-from ..naming import printable
+from ..naming import json_loads, printable
 from . import logs
 
 
@@ -31,7 +30,7 @@ def shown(value, limit: int) -> str:
 def read_watch(text: str) -> dict:
     """watch.json as the container wrote it (untrusted): only the fields and types status shows."""
     try:
-        data = json.loads(text) if text.strip() else {}
+        data = json_loads(text) if text.strip() else {}
     except ValueError:
         return {}
     if not isinstance(data, dict):

@@ -252,6 +252,12 @@ def rollback(t: Target, *, snapshot: str | None = None, force: bool = False,
             names = ", ".join(s.name for s in existing) or "none"
             raise UnknownSnapshot(f"{ct.where}: --snapshot {snapshot}: no such snapshot (there: {names})")
         chosen = named
+    if getattr(spec.host, "sudo", False) and not OURS.fullmatch(chosen.name):
+        # The sudo rule allows `pct rollback` to remote's own snapshots only (remote.sudo.PROGRAMS): a rollback
+        # restores the snapshot's container config too, and another's may be older and wider than today's.
+        raise UnknownSnapshot(f"{ct.where}: --snapshot {chosen.name} is not one of remote's (remote-DATE-N): the sudo "
+                              f"rule of a `sudo: true` host allows a rollback to remote's own snapshots only; roll "
+                              f"back to another as root on {spec.host.name} (`pct rollback {spec.ctid} {chosen.name}`)")
     running = ct.status() == "running"
     # The operation lease of a running container (a stopped one runs no deploy): held from the run check
     # to the rollback, so no deploy, warmup or launch of another controller starts in between.

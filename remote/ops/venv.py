@@ -95,15 +95,23 @@ else:
 
 
 def spec_hash(spec: VenvSpec, python: str, requirements_text: str | None, extras: bytes = b"") -> str:
-    """Identifies a venv build: same hash, same venv. Includes the interpreter version and uv version."""
+    """Identifies a venv build: same hash, same venv. Includes the interpreter version and uv version.
+    URLs go in redacted: a private index's token is no part of what the venv is (rotating it, as CodeArtifact's
+    12-hour tokens do, must not rebuild torch in every container)."""
     payload = json.dumps({
-        "packages": list(spec.packages), "index_url": spec.index_url, "extra": list(spec.extra_index_urls),
-        "find_links": list(spec.find_links), "requirements": requirements_text, "python": python,
+        "packages": list(spec.packages), "index_url": spec.index_url and redact(spec.index_url),
+        "extra": [redact(u) for u in spec.extra_index_urls], "find_links": [redact(u) for u in spec.find_links],
+        "requirements": requirements_text and _redact_urls(requirements_text), "python": python,
         "uv": spec.uv_version, "extras": hashlib.sha256(extras).hexdigest(),
         # Only when set: the hash of every venv made before these keys existed stays the same.
         **({"offline": True} if spec.offline else {}), **({"cuda": spec.cuda} if spec.cuda else {}),
     }, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _redact_urls(text: str) -> str:
+    """Every URL of a requirements text with its user and password replaced (`--index-url https://TOKEN@...`)."""
+    return re.sub(r"\S+://\S+", lambda m: redact(m.group()), text)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ import json
 import os
 import tarfile
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,8 +27,10 @@ from ..config import ContainerSpec
 from ..errors import CommandError, ConfigError, WarmupError
 from ..events import quiet
 from ..facts import deployed, deployed_in  # read with the facts probe (an exec needs them, not this module)
+from ..naming import json_loads
 from ..results import ImportedCache
 from ..target import Target
+from ..threads import ContextThread
 from ..transport.pct import Container
 from . import files, jobenv, oplock
 from . import passport as pp
@@ -62,6 +63,35 @@ def expected_passport(spec: ContainerSpec, state: dict) -> dict:
     return pp.expected(verify, commit=state["code"].get("commit"), venv_lock=state["venv"].get("lock_sha256"),
                        command=spec.warmup.command, devices=devices_of(spec),
                        env={**jobenv.tool_env(spec, verify), **jobenv.user_env(spec)})
+
+
+def gpu_now(state: dict, raw: dict) -> dict:
+    """`state` with its venv's verify record (what deploy saw: GPU name, compute capability, driver major) brought to
+    the GPU nvidia-smi reports now: a container migrated to another node since its deploy (another GPU or driver)
+    would otherwise write, and be compared on, the old node's in its passport. A GPU of another name leaves the
+    capability unknown (None) until the next deploy records it; nvidia-smi unanswered: `state` as it is."""
+    got = raw.get("gpus")
+    answer: dict = got if isinstance(got, dict) else {}
+    try:
+        gpus = facts.parse_gpus(answer.get("out") or "") if answer.get("rc") == 0 else []
+    except ValueError:
+        gpus = []
+    if not gpus:
+        return state
+    verify = dict(state["venv"].get("verify") or {})
+    name, major = gpus[0]["name"], gpus[0]["driver"].split(".")[0]
+    if verify.get("gpu_name") == name and verify.get("driver_major") == major:
+        return state
+    if verify.get("gpu_name") != name:
+        verify["gpu_capability"] = None
+    verify.update(gpu_name=name, driver_major=major)
+    return {**state, "venv": {**state["venv"], "verify": verify}}
+
+
+def deployed_now(ct: Container, spec: ContainerSpec) -> dict:
+    """`deployed` (the deploy records) with the GPU the container has now (gpu_now): what its passport is made of."""
+    raw = facts.read_raw(ct, spec, (*facts.DEPLOYED, "gpus"))[0]
+    return gpu_now(deployed_in(raw, spec), raw)
 
 
 def read_passport(ct: Container, folder: str) -> dict | None:
@@ -149,7 +179,7 @@ def parse_report(output: str) -> dict | None:
     """The last REMOTE_WARMUP line a warmup printed."""
     for line in reversed(output.splitlines()):
         if line.startswith(REPORT_PREFIX):
-            return json.loads(line[len(REPORT_PREFIX):])
+            return json_loads(line[len(REPORT_PREFIX):])
     return None
 
 
@@ -160,7 +190,7 @@ def parse_stats(lines: list[str]) -> dict:
         if not line.startswith(STATS_PREFIX):
             continue
         try:
-            got = json.loads(line[len(STATS_PREFIX):])
+            got = json_loads(line[len(STATS_PREFIX):])
         except ValueError:
             continue
         for k, v in (got.items() if isinstance(got, dict) else ()):
@@ -178,7 +208,7 @@ def parse_cache_lines(lines: list[str]) -> dict[str, tuple[int, int]]:
     return out
 
 
-WARMUP_PARTS = ("venv", "dists", "code")  # the deploy records, what is installed, the checkout's state
+WARMUP_PARTS = ("venv", "dists", "code", "gpus")  # the deploy records, what is installed, the checkout, the GPU now
 
 
 def unlike_deployed(raw: dict, spec: ContainerSpec, state: dict, *, hints: bool = False) -> list[str]:
@@ -273,7 +303,7 @@ def warmup(t: Target, *, parallel: bool = False, devices: list[str] | None = Non
                           "set the command that compiles the training configuration (e.g. a few training steps)")
     ct = t.ct
     raw = facts.read_raw(ct, spec, facts.DEPLOYED if ct.dry else WARMUP_PARTS)[0]
-    state = deployed_in(raw, spec)
+    state = gpu_now(deployed_in(raw, spec), raw)  # the passport it writes: the GPU it compiles for now
     problems = [] if ct.dry else unlike_deployed(raw, spec, state)
     if problems:  # its records would say this commit and lock were warmed up: refuse rather than lie
         raise WarmupError(f"container {spec.ctid} is not as deployed, so its warmup would not be the deployed "
@@ -304,7 +334,7 @@ def _warm_devices(ct: Container, spec: ContainerSpec, state: dict, devices: list
             except BaseException as exc:
                 errors.append(exc)
 
-        threads = [threading.Thread(target=one, args=(d,)) for d in devices]
+        threads = [ContextThread(target=one, args=(d,)) for d in devices]
         for t in threads:
             t.start()
         for t in threads:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..config import ContainerSpec
 from ..errors import JobError, TransferError
+from ..naming import json_loads
 from ..ops import compilelog, files, jobs, logs
 from ..ops import warmup as wm
 from ..ops.logs import series, sparkline  # noqa: F401 -- the status line's pieces, also this page's
@@ -151,7 +152,7 @@ def write(t: Target, run_id: str | None, dest: str | None) -> Path:
 
     kg_raw = ct.run(["cat", path_of(spec)], check=False, mutates=False, timeout=60).out
     try:
-        kg = json.loads(kg_raw) if kg_raw.strip() else None
+        kg = json_loads(kg_raw) if kg_raw.strip() else None
     except ValueError:
         kg = None
     m = st.get("manifest") or {}

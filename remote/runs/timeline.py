@@ -8,11 +8,11 @@ the same time axis, stalls and restarts marked. Pure: text (or its bytes in chun
 from __future__ import annotations
 
 import html
-import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from ..naming import json_loads
 from ..ops.compilelog import describe, parse_line
 from ..ops.compilelog import number as _num  # a finite float, or None (an int too large for one too)
 from ..results import CompileEvent
@@ -79,7 +79,7 @@ def parse(metrics: str | Iterable[bytes] = "", gpu: str | Iterable[bytes] = "",
     tl.compiles = tl.compiles[-MAX_COMPILES:]
     for line in lines(metrics):
         try:
-            row = json.loads(line)
+            row = json_loads(line)
         except ValueError:
             continue
         if isinstance(row, dict) and _num(row.get("t")) is not None and _num(row.get("value")) is not None:
@@ -99,7 +99,7 @@ def parse(metrics: str | Iterable[bytes] = "", gpu: str | Iterable[bytes] = "",
         tl.gpu.append((t, sum(utils) / len(utils) if utils else None, sum(mems) / 1024 if mems else None))
     for line in lines(events):
         try:
-            ev = json.loads(line)
+            ev = json_loads(line)
         except ValueError:
             continue
         if isinstance(ev, dict) and ev.get("event") == "stall" and _num(ev.get("at")) is not None:

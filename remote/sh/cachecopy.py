@@ -5,12 +5,17 @@
 #                 then {"end": true}. A path that is not a plain file inside FOLDER is skipped: every
 #                 component is opened without following a symlink (a job may have made a folder of
 #                 the cache a link to /root/.ssh), and nothing whose real path leaves FOLDER is read.
-#   recv FOLDER   reads those frames; each file is written under FOLDER/.remote-incoming/, fsynced,
+#   recv FOLDER [BYTES]  reads those frames; each file is written under FOLDER/.remote-incoming/, fsynced,
 #                 checked against its sha256, then linked into place: torch sees the whole file or
 #                 none, and an existing file (or link) is never replaced. Its folders are opened (made
 #                 where missing) one by one with O_NOFOLLOW, as send does: a path with a folder that is
 #                 a symlink is refused (one line on stderr) and the copy goes on; nothing is created
 #                 outside FOLDER. Prints {"written", "bytes", "present", "failed_checksum", "refused"}.
+#                 The sizes the sender announces are bounded before a byte is written: all together by
+#                 BYTES (what the listing said of the files asked for), each by the disk's free space less
+#                 RESERVE; past either the copy stops (exit 4, one line), whole files already in place.
+#                 A folder of the cache on another file system than the staging folder (EXDEV: a mount
+#                 point inside it) gets the file staged beside it instead, then linked into place.
 # Of tmp/ (the jobs' TMPDIR) only inductor's precompiled C++ headers are sent. The staging folder is not
 # a path torch reads; what an interrupted copy left there is removed by the
 # next recv (those files were never in place). Nothing in place is ever deleted.
@@ -92,12 +97,30 @@ def list_(folder):
             continue
         if stat.S_ISREG(st.st_mode):
             files[os.path.relpath(pch, folder)] = st.st_size
+    json.dump({"passport": read_passport(folder), "files": files}, sys.stdout)
+
+
+def read_passport(folder):
+    """passport.json's text (its first MiB), or None: not followed where it is a symlink, not waited on where
+    it is a FIFO or a device (O_NONBLOCK), not read unless it is a plain file."""
     try:
-        with open(os.path.join(folder, "passport.json")) as f:
-            passport = f.read(1 << 20)
+        fd = open_inside(folder, "passport.json")
     except OSError:
-        passport = None
-    json.dump({"passport": passport, "files": files}, sys.stdout)
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = b""
+        while len(data) < 1 << 20:
+            chunk = os.read(fd, (1 << 20) - len(data))
+            if not chunk:
+                break
+            data += chunk
+        return data.decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def send(folder):
@@ -192,11 +215,54 @@ def open_staging(root, folder):
                          f"afresh ({exc.strerror}); remove it and run the copy again") from None
 
 
-def recv(folder):
+RESERVE = 1 << 30  # bytes a copy leaves free on the target's disk (or 5% of it, the smaller)
+
+
+class TooBig(Exception):
+    pass
+
+
+def room(fd):
+    """Bytes that may still be written on fd's file system: its free space less the reserve."""
+    st = os.fstatvfs(fd)
+    return st.f_bavail * st.f_frsize - min(RESERVE, st.f_blocks * st.f_frsize // 20)
+
+
+def place(part, name, staging, dest, n):
+    """Link the staged `part` to `name` in the folder dest (FileExistsError: one is there). A folder on another
+    file system (EXDEV) gets the bytes staged beside it first (a hidden name, made O_EXCL), then linked."""
+    try:
+        os.link(part, name, src_dir_fd=staging, dst_dir_fd=dest)  # atomic, never over a file (or link)
+        return
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+    near = f".remote-incoming-{os.getpid()}-{n}.part"
+    src = os.open(part, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=staging)
+    try:
+        out = os.open(near, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dest)
+        try:
+            while chunk := os.read(src, CHUNK):
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(out, view):]
+            os.fchmod(out, os.fstat(src).st_mode & 0o7777)
+            os.fsync(out)
+        finally:
+            os.close(out)
+        try:
+            os.link(near, name, src_dir_fd=dest, dst_dir_fd=dest)
+        finally:
+            os.unlink(near, dir_fd=dest)
+    finally:
+        os.close(src)
+
+
+def recv(folder, budget=None):
     inp = sys.stdin.buffer
     root = os.open(os.path.realpath(folder), os.O_RDONLY | os.O_DIRECTORY)
     staging = open_staging(root, folder)
-    written = size = present = bad = refused = 0
+    written = size = present = bad = refused = size_in = 0
     n = 0
     try:
         while True:
@@ -211,7 +277,17 @@ def recv(folder):
                 raise ValueError(f"refusing the path {rel!r}")
             n += 1
             part = f"{n}.part"
-            h, left = hashlib.sha256(), int(head["size"])
+            announced = head.get("size")
+            if not isinstance(announced, int) or isinstance(announced, bool) or announced < 0:
+                raise ValueError(f"refusing the size {str(announced)[:40]!r} of {rel!r}")
+            if budget is not None and size_in + announced > budget:
+                raise TooBig(f"the source announced more than the {budget} bytes its listing held for the files "
+                             f"asked for ({rel!r}: {announced} bytes)")
+            if announced > room(staging):
+                raise TooBig(f"{rel!r} ({announced} bytes) would leave less than the reserve free on the target's "
+                             "disk")
+            size_in += announced
+            h, left = hashlib.sha256(), announced
             pfd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=staging)
             with os.fdopen(pfd, "wb") as f:
                 while left > 0:
@@ -241,7 +317,7 @@ def recv(folder):
                 refused += 1
                 continue
             try:
-                os.link(part, parts[-1], src_dir_fd=staging, dst_dir_fd=dest)  # atomic, never over a file (or link)
+                place(part, parts[-1], staging, dest, n)
                 written += 1
                 size += int(head["size"])
             except FileExistsError:
@@ -253,6 +329,9 @@ def recv(folder):
         print(json.dumps({"error": "the stream ended in the middle of a file (the link was cut?)", "written": written}),
               file=sys.stderr)
         sys.exit(3)
+    except TooBig as exc:
+        print(f"cachecopy: stopped after {written} file(s): {exc}", file=sys.stderr)
+        sys.exit(4)
     os.close(staging)
     os.rmdir(STAGING, dir_fd=root)
     os.close(root)
@@ -268,8 +347,9 @@ def main():
         send(folder)
     elif mode == "recv":
         os.makedirs(folder, exist_ok=True)
+        budget = sys.argv[3] if len(sys.argv) > 3 else ""
         try:
-            recv(folder)
+            recv(folder, int(budget) if budget.isdigit() else None)
         except ValueError as exc:  # a refused path: said, not a traceback
             sys.exit(f"cachecopy: {exc}")
     else:

@@ -2,8 +2,9 @@
 
 Each plain command costs an SSH session (with the login shell's rc files), pct's start-up and
 lxc-attach, about 160 ms on the lab, before it runs at all. The agent is started once per container
-through `pct exec ... -- python3 -I -S -c AGENT` (stdlib only; on an SSH host through the host's stream
-mux, remote.transport.hostmux, so the agents of a host share one session) and runs each command as its own child
+through `pct exec ... -- python3 -I -S -c BOOT` (agent_argv: a loader that reads the program, AGENT, from
+its stdin; stdlib only; on an SSH host through the host's stream mux, remote.transport.hostmux, so the
+agents of a host share one session) and runs each command as its own child
 (own process group, explicit environment and working directory, timeout enforced there), sending
 its output back as framed messages over the one channel. Commands from several threads run at the
 same time. When the agent cannot start (no python3 in the container), callers fall back to plain
@@ -164,6 +165,21 @@ run(lambda: serve(lambda: send({"i": 0, "ready": os.getpid()}), on_input, on_pip
 '''
 
 
+AGENT_SOURCE = AGENT.encode()
+# What the container's command line holds: a loader that reads the agent's source (its length, the last argument)
+# from stdin, before the frames, and runs it. The source itself is never an argument: `ps` in the container shows
+# this line, not 6 kB of program, and nothing of the agent's text is in /proc/PID/cmdline.
+BOOT = ("import os,sys\nn=int(sys.argv[-1]);s=b''\nwhile len(s)<n:\n c=os.read(0,n-len(s))\n if not c:sys.exit(0)\n"
+        " s+=c\ndel n,c\nexec(compile(s,'remote-agent','exec'))")
+
+
+def agent_argv(python: str = "python3", silence: float | str = AGENT_SILENCE) -> list[str]:
+    """The command that starts the agent (`python3 -I -S -c BOOT SILENCE LENGTH`): Agent(..., source=AGENT_SOURCE)
+    then writes the program on its stdin, where the loader reads it. -I -S: the agent needs only the standard
+    library; no site-packages, .pth files or PYTHON* variables."""
+    return [python, "-I", "-S", "-c", BOOT, str(silence), str(len(AGENT_SOURCE))]
+
+
 class Agent(Link):
     """The controller's side: one stream to one container's agent, shared by all threads.
 
@@ -175,7 +191,9 @@ class Agent(Link):
     noun = "agent"
 
     def __init__(self, stream, where: str, *, handshake_timeout: float = HANDSHAKE_TIMEOUT,
-                 ping_every: float = PING_EVERY, silence: float = SILENCE):
+                 ping_every: float = PING_EVERY, silence: float = SILENCE, source: bytes | None = None):
+        """`source`: the program to write first, for a stream started with agent_argv() (None: the program is on
+        the stream's command line already)."""
         super().__init__(stream, where)
         self.ping_every, self.silence = ping_every, silence
         self._send_lock = threading.Lock()
@@ -187,6 +205,13 @@ class Agent(Link):
         self._closed = threading.Event()
         self._last_rx = time.monotonic()
         self._last_tx = 0.0  # when a slice of a write last went out (a large request passing)
+        if source is not None:
+            try:
+                self.stream.write(source)
+            except Exception as exc:
+                self.dead = f"cannot write the agent's program: {exc or type(exc).__name__}"
+                self.close()
+                raise ConnectError(self.where, f"{self.where}: the agent did not start: {self.dead}") from exc
         self._start("the agent", handshake_timeout)
         threading.Thread(target=self._heartbeat, daemon=True, name=f"agent-heartbeat-{where}").start()
 

@@ -13,7 +13,8 @@ connection is made. It exits after `control_persist` seconds without a request (
 hash of the hosts file and host name (the group) and of everything the entry says plus the stamps of the key,
 known_hosts and ~/.ssh/config files (the identity); a client that finds another identity of its group retires it.
 
-Requests, one per connection: a frame `q` (JSON: op run | ct | stream | info | quit), then stdin as
+Requests, one per connection: a frame `q` (JSON: op run | memo | ct | stream | info | quit; memo: a host
+command run once, its successful answer kept by the keeper for the next clients), then stdin as
 `i` frames and a `c`; the keeper answers `a` (accepted: from here the command may have run), then
 `o`/`e` (stdout, stderr) and `x` (JSON: the exit status, or an error to raise). A frame is a kind
 byte and a 4-byte big-endian length, then the payload. A client that goes away (Ctrl-C) cancels its
@@ -253,6 +254,12 @@ class KeptTransport:
         """A host command, through the keeper's mux (or a session of its own there when stdin is fed)."""
         argv = _check_argv(argv)
         return self._call({"op": "run", "stream_output": on_output is not None}, argv, stdin, on_output, deadline)
+
+    def remembered(self, argv, *, deadline=None) -> Result:
+        """A host command whose answer holds while the connection does (the host's node name): run once by
+        the keeper, its successful answer kept there for the next commands."""
+        argv = _check_argv(argv)
+        return self._call({"op": "memo"}, argv, None, None, deadline)
 
     def agent(self, ctid: int) -> KeptAgent:
         return KeptAgent(self, int(ctid))

@@ -74,6 +74,7 @@ class Keeper:
         self.stopping = False
         self.now = False  # quit at once, commands or not
         self._lock = threading.Lock()
+        self._memo: dict[tuple, tuple[int, bytes, bytes]] = {}  # `remembered` answers: argv -> (code, stdout, stderr)
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
         # Wake-ups of an idle keeper: each request's end wakes the loop, so this only bounds how late the
@@ -177,7 +178,7 @@ class Keeper:
                     send(conn, b"x", json.dumps({"pid": os.getpid()}).encode(), lock)
                     self.stop(now=not req.get("graceful"))
                     return
-                elif op in ("run", "ct"):
+                elif op in ("run", "ct", "memo"):
                     answer = self._command(conn, req, lock)
                 else:
                     raise TransportError(self.host.name, f"unknown request {op!r}")
@@ -198,7 +199,7 @@ class Keeper:
     def info(self) -> dict:
         agents = [ctid for ctid, a in self.session._agents.items() if not isinstance(a, float) and a.alive()]
         return {"pid": os.getpid(), "host": self.host.name, "since": self.started, "persist": self.persist,
-                "agents": sorted(agents), "rss_kb": _rss_kb()}
+                "agents": sorted(agents), "rss_kb": _rss_kb(), "remembered": len(self._memo)}
 
     def _stdin(self, conn: socket.socket) -> bytes:
         data = bytearray()
@@ -239,6 +240,20 @@ class Keeper:
                     for agent, i in started:
                         agent.kill(i)
 
+        if req["op"] == "memo":  # a fact of the host that holds while this connection does (its node name)
+            key = tuple(argv)
+            with self._lock:
+                kept = self._memo.get(key)
+            if kept is None:
+                result = self.session.host_run(self.host, argv, deadline=req.get("deadline"))
+                kept = (result.exit_code, result.stdout, result.stderr)
+                if result.exit_code == 0:
+                    with self._lock:
+                        self._memo[key] = kept
+            for kind, chunk in (("stdout", kept[1]), ("stderr", kept[2])):
+                if chunk:
+                    on_output(kind, chunk)
+            return {"code": kept[0]}
         if req["op"] == "run":
             if stdin is None and not req.get("stream_output"):
                 result = self.session.host_run(self.host, argv, deadline=req.get("deadline"))

@@ -64,7 +64,7 @@ class Session:
 
         # Containers of a Proxmox cluster: each on the host of the node that holds it (its guest list read once).
         self.config = cluster.resolving(self.config, lambda host, argv: self.host_run(host, argv, deadline=60),
-                                        self.echo)
+                                        self.echo, ask=lambda host, argv: self.host_fact(host, argv, deadline=60))
 
     def sink(self, event: Event) -> None:
         """An operation's event (remote.target): to the session's event sink, else its line to echo."""
@@ -100,15 +100,15 @@ class Session:
         return Container(self.transport(spec.host), spec.ctid, pct=spec.host.pct, dry=self.dry, echo=self.echo,
                          path=f"{spec.venv.path}/bin:{DEFAULT_PATH}" if venv_on_path else DEFAULT_PATH,
                          agent=(lambda: self._agent_for(self.config.containers[spec.ctid])) if self.agent else None,
-                         relocate=(lambda: self._relocate(spec.ctid)) if spec.cluster else None)
+                         relocate=(lambda: self._relocate(spec.ctid, spec.host.name)) if spec.cluster else None)
 
-    def _relocate(self, ctid: int) -> tuple[Transport, str] | None:
-        """Proxmox said "does not exist" on the node the cluster's list named: the list once more; the new
-        node's transport and pct where the container moved."""
+    def _relocate(self, ctid: int, failed_on: str) -> tuple[Transport, str] | None:
+        """Proxmox said "does not exist" on host `failed_on`, the node the cluster's list named: where the
+        list (read again once per cluster) has it now, the new node's transport and pct."""
         from ..cluster import lookup_of
 
         lookup = lookup_of(self.config)
-        moved = lookup.reread(self.config.containers.raw(ctid)) if lookup else None  # type: ignore[attr-defined]
+        moved = lookup.reread(self.config.containers.raw(ctid), failed_on) if lookup else None  # type: ignore[attr-defined]
         if moved is None:
             return None
         return self.transport(moved.spec.host), moved.spec.host.pct
@@ -137,7 +137,7 @@ class Session:
         """The container's agent, started (or restarted after a lost connection) on demand; None when it
         cannot run there, and then commands go through plain `pct exec`, which reports pct's errors."""
         from ..errors import RemoteError
-        from .agent import AGENT, AGENT_SILENCE, Agent
+        from .agent import AGENT_SOURCE, Agent, agent_argv
 
         transport = self.transport(spec.host)
         if getattr(transport, "kept", False):  # the keeper holds the agent, started there on first use
@@ -146,13 +146,12 @@ class Session:
         def start():
             if not hasattr(transport, "open_stream"):  # a test double without streams: plain pct exec
                 return None
-            # -I -S: the agent needs only the standard library; no site-packages, .pth files or PYTHON* variables.
-            argv = pct_argv(spec.host.pct, "exec", str(spec.ctid), "--keep-env", "0", "--",
-                            "python3", "-I", "-S", "-c", AGENT, str(AGENT_SILENCE))
+            # The agent's program goes on its stdin (agent_argv's loader), never on the command line.
+            argv = pct_argv(spec.host.pct, "exec", str(spec.ctid), "--keep-env", "0", "--", *agent_argv())
             mux = self._mux_for(spec.host, transport)
             for through in ([mux, transport] if mux else [transport]):
                 try:
-                    return Agent(through.open_stream(argv), f"{spec.host.name}/{spec.ctid}")
+                    return Agent(through.open_stream(argv), f"{spec.host.name}/{spec.ctid}", source=AGENT_SOURCE)
                 except (RemoteError, OSError):
                     # The mux ended under this start (its idle exit, a lost session): once more on a session
                     # of its own. Anything else: no agent, plain pct exec says what is wrong.
@@ -197,6 +196,19 @@ class Session:
                 # The mux ended before it answered (its idle exit, a lost session): once more on a session
                 # of its own, with the transport's own retries.
         return transport.run(argv, deadline=deadline)
+
+    def host_fact(self, host: cfg.Host, argv: list[str], *, deadline: float | None = None) -> Result:
+        """A host command whose answer holds while the host's connection does (its Proxmox node name): asked
+        once per kept connection (the keeper keeps the answer), else once per Session by its caller."""
+        transport = self.transport(host)
+        if getattr(transport, "kept", False):
+            try:
+                return cast("KeptTransport", transport).remembered(argv, deadline=deadline)
+            except TransportError as exc:
+                if "unknown request" not in str(exc):
+                    raise
+                # a keeper started by an older remote: asked as any command
+        return self.host_run(host, argv, deadline=deadline)
 
     def kept_note(self, host_name: str) -> str | None:
         """`kept connection, pid N, up Ts` when the host's keeper is alive (what `remote status` shows)."""

@@ -61,10 +61,10 @@ def cl():
         lab.down(purge=True)
 
 
-def hosts_file(cl, name: str, containers: dict, *, nodes=None, extra: str = "") -> Path:
+def hosts_file(cl, name: str, containers: dict, *, nodes=None, extra: str = "", **names) -> Path:
     path = cl.dir / name
     repo = cl.node("pve1").plain_repo()
-    path.write_text(cl.hosts_yaml(containers, nodes=nodes) + SECTIONS.format(repo=repo) + extra)
+    path.write_text(cl.hosts_yaml(containers, nodes=nodes, **names) + SECTIONS.format(repo=repo) + extra)
     return path
 
 
@@ -120,6 +120,46 @@ def test_a_node_the_hosts_file_lacks_is_named_with_the_key_to_add(cl):
     assert "node pve2 of cluster 'labcluster'" in r.stderr and "`cluster: labcluster`" in r.stderr
 
 
+@pytest.mark.fault("host entries not named after their nodes (an SSH alias pve1 for node pvelab)", "on the lab "
+                   "cluster, entries gpu-a and gpu-b without node: keys: each node asked its name, the containers of "
+                   "the other node found there; status names the real nodes")
+def test_entries_not_named_after_their_nodes_learn_the_node_from_the_host(cl):
+    hosts = hosts_file(cl, "hosts-aliases.yaml", {270: None, 271: "pve1"}, names={"pve1": "gpu-a", "pve2": "gpu-b"},
+                       node_keys=False)
+    assert "node:" not in hosts.read_text()
+    r = task(hosts, "exec", "-c", "271", "--", "hostname")
+    assert r.returncode == 0 and r.stdout.strip() == "lab271", r.stdout + r.stderr
+    assert "271 is on pve2, not pve1 (the hosts file's host): using gpu-b" in r.stderr, r.stderr
+    r = task(hosts, "status", "--json")  # the second command: the names come from the kept connections
+    assert r.returncode == 0, r.stdout + r.stderr
+    from remote import config
+    from remote.transport.keeper import KeptTransport
+
+    entries = config.load(str(hosts)).hosts
+    assert {n: (KeptTransport(entries[n], str(hosts)).info() or {}).get("remembered") for n in entries} == {
+        "gpu-a": 1, "gpu-b": 1}  # each host's `uname -n`, kept by its keeper for the next command
+    data = json.loads(r.stdout)
+    assert {h["host"]: h["node"] for h in data["hosts"]} == {"gpu-a": "pve1", "gpu-b": "pve2"}, data
+    assert {e["container"]: e["node"] for e in data["containers"]} == {270: "pve1", 271: "pve2"}
+
+
+@pytest.mark.fault("a cluster node whose cluster service is down, or whose pvesh fails otherwise", "on the lab "
+                   "cluster, pve1's pvesh failing as root with ipcc_send_rec's Connection refused: the guest list read "
+                   "on pve2, the command goes on, no 'needs root'")
+def test_a_node_whose_cluster_service_is_down_is_passed_over(cl):
+    hosts = hosts_file(cl, "hosts-service.yaml", {271: "pve1"})
+    cl.set_service("pve1", False)
+    try:
+        r = subprocess.run([str(cl.node("pve1").dir / "bin" / "pvesh"), "get", "/cluster/resources", "--type", "vm",
+                            "--output-format", "json"], capture_output=True, text=True)
+        assert r.returncode == 255 and "ipcc_send_rec[1] failed: Connection refused" in r.stderr, r.stderr
+        r = task(hosts, "exec", "-c", "271", "--", "hostname")
+        assert r.returncode == 0 and r.stdout.strip() == "lab271", r.stdout + r.stderr
+        assert "needs root" not in r.stderr and "using pve2" in r.stderr, r.stderr
+    finally:
+        cl.set_service("pve1", True)
+
+
 def test_a_restart_migration_under_a_live_run_is_reported_lost_on_the_new_node(cl):
     hosts = hosts_file(cl, "hosts-migrate.yaml", {272: "pve2"})
     r = task(hosts, "deploy", "-c", "272")
@@ -160,6 +200,30 @@ def test_quorum_lost_snapshot_always_refuses_auto_goes_on_and_exec_works(cl):
         assert task(auto, "exec", "-c", "273", "--", "test", "-e", "/root/plain").returncode == 0
     finally:
         cl.set_quorum("pve1", True)
+
+
+@pytest.mark.fault("an evacuation: several containers moved while one command or one open Fleet runs", "on the lab "
+                   "cluster: an open Fleet's two containers of pve1, both restart-migrated to pve2, each found on "
+                   "pve2 by its next host-side pct command (listsnapshot) and exec")
+def test_an_evacuation_under_an_open_fleet_follows_every_moved_container(cl):
+    from remote import api, config
+
+    hosts = hosts_file(cl, "hosts-evacuate.yaml", {270: None, 273: None})
+    fleet = api.Fleet(config.load(str(hosts)), keep=False)
+    try:
+        cts = [fleet.container(ctid) for ctid in (270, 273)]
+        assert [ct.exec(["hostname"], job_env=False).out.strip() for ct in cts] == ["lab270", "lab273"]
+        for ctid in (270, 273):  # HA evacuating pve1
+            m = cl.migrate(ctid, "pve2", "--restart")
+            assert m.returncode == 0, m.stdout + m.stderr
+        # Host-side pct commands (listsnapshot) through each container's handle, made when both were on pve1.
+        assert [isinstance(ct.snapshots(), list) for ct in cts] == [True, True]
+        assert [ct.exec(["hostname"], job_env=False).out.strip() for ct in cts] == ["lab270", "lab273"]
+    finally:
+        fleet.close()
+        for ctid in (270, 273):
+            if cl.owner(ctid) != "pve1":
+                cl.migrate(ctid, "pve1", "--restart")
 
 
 def test_init_on_a_cluster_node_writes_every_node_and_container(cl):

@@ -210,3 +210,25 @@ def test_proxyjump_verifies_the_jump_hosts_key_too(netns, lab):
     assert str(e.value).startswith(f"inside: jump host jump: [127.0.0.1]:{netns.jump_port} is not in ")
     assert "It offered ssh-ed25519 SHA256:" in str(e.value)
     assert (netns.tmp / "kh_empty").read_text() == ""
+
+
+@pytest.mark.fault("A Fabric Connection set up through ~/.ssh/config (ProxyJump, several IdentityFile)",
+                   promise="on the lab: fabric.Connection('inside') whose ~/.ssh/config entry has a ProxyJump and two "
+                           "IdentityFile lines: remote.fabric takes it and its transport reaches the host behind the "
+                           "jump host (no 'add ProxyJump', no 'one key file, got 2')")
+def test_a_fabric_connection_through_ssh_config_reaches_the_host_behind_the_jump(netns, lab):
+    fabric = pytest.importorskip("fabric")
+    import remote.fabric
+
+    fmt = dict(port=netns.port, jump_port=netns.jump_port, key=lab.key_file, tmp=netns.tmp)
+    text = JUMP_CONFIG.format(jump_kh="kh_jump", **fmt).replace(
+        "    ProxyJump jump\n", f"    IdentityFile {netns.tmp}/no_such_key\n    ProxyJump jump\n")
+    ssh_config(text)
+    c = fabric.Connection("inside", user="root")
+    assert c.gateway is not None and len(c.connect_kwargs["key_filename"]) == 2  # what Fabric made of it
+    fleet = remote.fabric.fleet(c, [200])
+    host = fleet.config.hosts["inside"]
+    t = SshTransport(host, attempts=1)
+    theirs = netns.inside("readlink", "/proc/self/ns/net").stdout.strip()
+    assert t.run(["readlink", "/proc/self/ns/net"]).out.strip() == theirs != os.readlink("/proc/self/ns/net")
+    t.close()

@@ -68,7 +68,10 @@ def trainer():
 def sudo_lab(trainer):
     from remote.lab import Lab
 
-    lab = Lab(dir=Path(tempfile.mkdtemp(prefix="remote-sudo-lab-", dir="/var/tmp")), port=free_port(),
+    # Under folders only root can write (not /var/tmp): `init --sudoers` refuses a pct that others could replace.
+    parent = Path("/var/lib/remote-test-labs")
+    parent.mkdir(mode=0o755, exist_ok=True)
+    lab = Lab(dir=Path(tempfile.mkdtemp(prefix="remote-sudo-lab-", dir=parent)), port=free_port(),
               wheels_dir=LAB_WHEELS)
     lab.dir.chmod(0o755)  # trainer's sshd reads the authorized keys (public) in there; the client key stays 0600
     lab.set_storage(CT, "local-btrfs")
@@ -247,7 +250,8 @@ def test_sudo_itself_refuses_every_pct_command_line_remote_does_not_run(sudo_lab
     for line in [f"exec {ct} --keep-env 0 -- env -C /root HOME=/root bash -c 'set -e; id' remote",
                  f"status {ct}", f"start {ct}", f"stop {ct}", f"config {ct}", "list", f"listsnapshot {ct}",
                  f"snapshot {ct} remote-20261201-1 --description before deploy of 0123456789ab",
-                 f"delsnapshot {ct} remote-20261201-1", f"rollback {ct} by-hand --start 1",
+                 f"delsnapshot {ct} remote-20261201-1",
+                 f"snapshot {ct} remote-20261201-1 --description before deploy of venv spec 0123456789abcdef",
                  f"rollback {ct} remote-20261201-1 --start 0"]:
         assert sudo_allows(pct, *shlex.split(line)), f"sudo does not let {USER} run pct {line}"
     assert sudo_allows(str(sudo_lab.dir / "bin" / "pvesm"), "status")

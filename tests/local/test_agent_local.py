@@ -13,7 +13,7 @@ import pytest
 from support import wait_until
 
 from remote import config
-from remote.transport.agent import AGENT, Agent
+from remote.transport.agent import AGENT, AGENT_SOURCE, Agent, agent_argv
 from remote.errors import ConnectError
 from remote.transport.session import Session
 from remote.transport import LocalTransport
@@ -22,8 +22,8 @@ ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/tmp"}
 
 
 def local_agent(agent_silence: str = "60", **kwargs) -> Agent:
-    stream = LocalTransport().open_stream([sys.executable, "-c", AGENT, agent_silence])
-    return Agent(stream, "here", **kwargs)
+    stream = LocalTransport().open_stream(agent_argv(sys.executable, agent_silence))
+    return Agent(stream, "here", source=AGENT_SOURCE, **kwargs)
 
 
 def run(agent: Agent, argv, timeout=None, deadline=30.0, **kw):
@@ -284,3 +284,18 @@ def test_a_large_write_that_stops_moving_is_still_a_silent_link():
                      daemon=True).start()
     assert wait_until(lambda: agent.dead is not None, timeout=10), "the stalled write kept the link alive"
     assert "went silent" in agent.dead
+
+
+@pytest.mark.fault("The in-container agent's command line",
+                   promise="the agent's program travels on its stdin: its command line (`ps` in the container) is a "
+                   "loader of a few hundred characters, none of the program's text")
+def test_the_agents_program_travels_on_stdin_not_its_command_line():
+    stream = LocalTransport().open_stream(agent_argv(sys.executable, "60"))
+    agent = Agent(stream, "here", source=AGENT_SOURCE)
+    try:
+        r = run(agent, ["sh", "-c", "cat /proc/$PPID/cmdline"])  # the agent is the command's parent
+        assert r.exit_code == 0 and r.out.split("\0")[1:3] == ["-I", "-S"], r.out
+        assert len(r.out) < 400 and "def send" not in r.out and "SILENCE" not in r.out, r.out
+        assert run(agent, ["sh", "-c", "echo hi"]).out == "hi\n"  # the frames follow the program on the same stdin
+    finally:
+        agent.close()

@@ -156,3 +156,73 @@ def test_a_staging_folder_that_is_a_symlink_or_a_file_is_refused_in_one_line(tmp
     assert r.returncode == 1 and "Traceback" not in err and len(err.splitlines()) == 1, err
     assert ".remote-incoming is " + ("a symlink" if kind == "symlink" else "not a folder") in err
     assert sorted(p.name for p in outside.iterdir()) == ["keep"] and os.listdir(dst) == [".remote-incoming"]
+
+
+@pytest.mark.fault("A compile cache's passport.json that is a FIFO or a symlink",
+                   promise="the listing neither waits on it nor follows it: no passport (that cache serves no one), the "
+                   "files listed at once")
+@pytest.mark.parametrize("kind", ["fifo", "symlink"])
+def test_a_passport_that_is_a_fifo_or_a_symlink_is_not_read(tmp_path, kind):
+    folder = tmp_path / "cache"
+    make(folder)
+    (folder / "passport.json").unlink()
+    if kind == "fifo":
+        os.mkfifo(folder / "passport.json")
+    else:
+        (tmp_path / "elsewhere.json").write_text('{"format": 1, "forged": true}')
+        (folder / "passport.json").symlink_to(tmp_path / "elsewhere.json")
+    r = subprocess.run([sys.executable, "-I", "-S", "-c", CODE, "list", str(folder)], capture_output=True,
+                       timeout=60)  # a FIFO opened without O_NONBLOCK would wait here for a writer
+    got = json.loads(r.stdout)
+    assert r.returncode == 0 and got["passport"] is None and "inductor/ab/key" in got["files"], r.stderr
+
+
+def frame(rel: str, size, body: bytes = b"") -> bytes:
+    return (json.dumps({"path": rel, "size": size, "mode": 0o644}) + "\n").encode() + body
+
+
+@pytest.mark.fault("A compile-cache source that announces more than it listed",
+                   promise="the receiver stops before writing a byte past what the listing held for the files asked "
+                   "for, or past the target disk's free space less a reserve (exit 4, one line); files already in "
+                   "place stay whole")
+def test_announced_sizes_are_bounded_by_the_listing_and_the_free_space(tmp_path):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    make(src)
+    stream = run("send", src, (json.dumps(["inductor/ab/key", "tmp/torchinductor_root/precompiled_headers/h.gch"])
+                               + "\n").encode()).stdout
+    # The listing held 5000 + 3000 bytes for these two; a budget of 6000 takes the first whole, stops at the second.
+    r = subprocess.run([sys.executable, "-I", "-S", "-c", CODE, "recv", str(dst), "6000"], input=stream,
+                       capture_output=True)
+    assert r.returncode == 4 and b"announced more than the 6000 bytes" in r.stderr, r.stderr
+    assert tree(dst) == ["inductor/ab/key"]  # the first whole, in place; nothing of the second written
+    # A size past the disk's free space: refused before its first byte is written.
+    r = run("recv", tmp_path / "dst2", frame("inductor/ab/huge", 1 << 60, b"z" * 1000))
+    assert r.returncode == 4 and b"would leave less than the reserve free" in r.stderr, r.stderr
+    assert tree(tmp_path / "dst2") == []
+    for size in (-1, "12", 1.5, True):
+        r = run("recv", tmp_path / "dst3", frame("inductor/ab/odd", size))
+        assert r.returncode == 1 and b"refusing the size" in r.stderr and b"Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.fault("A compile-cache folder on another file system than the copy's staging (EXDEV)",
+                   promise="the file is staged beside it and linked into place whole; the copy goes on")
+def test_a_cache_folder_that_is_a_mount_point_gets_its_files(tmp_path):
+    import shutil
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare (a mount namespace of the test's own)")
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    make(src)
+    (dst / "inductor").mkdir(parents=True)
+    stream = run("send", src, (json.dumps(["inductor/ab/key", "tmp/torchinductor_root/precompiled_headers/h.gch"])
+                               + "\n").encode()).stdout
+    # In a mount namespace of its own: dst/inductor a tmpfs (gone with the namespace), the staging folder not.
+    script = ('mount -t tmpfs none "$1/inductor" || exit 77; "$2" -I -S -c "$3" recv "$1"; echo "rc=$?"; '
+              'wc -c < "$1/inductor/ab/key"; ls -A "$1/inductor/ab"')
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", str(dst), sys.executable, CODE], input=stream,
+                       capture_output=True, text=False)
+    if r.returncode == 77:
+        pytest.skip(f"no tmpfs mount here: {r.stderr[-200:]!r}")
+    lines = r.stdout.decode().splitlines()
+    assert lines[0].startswith("{") and json.loads(lines[0])["written"] == 2, r.stdout + r.stderr
+    assert lines[1:] == ["rc=0", "5000", "key"], r.stdout + r.stderr  # whole, and no staged leftover beside it

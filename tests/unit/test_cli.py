@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from remote.cli import SHORT_FLAGS, ns
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -45,19 +47,14 @@ def test_a_bad_hosts_file_exits_2_with_the_key_and_no_traceback(tmp_path):
     assert f"{bad}: warmup.devices: warmup.command uses {{device}}" in r.stderr
 
 
-def test_the_invoke_collection_has_one_home_and_its_old_one_still_works_with_a_warning():
-    """`from remote.cli import collection` (docs/reference/library.md); `remote.tasks.collection`, where
-    earlier releases documented it, gives the same tasks and a DeprecationWarning naming the new place."""
-    import warnings
+def test_the_invoke_collection_has_one_home():
+    """`from remote.cli import collection` (docs/reference/library.md); the 0.1 alias remote.tasks is gone."""
+    import importlib
 
-    import remote.tasks
     from remote.cli import collection
 
-    names = set(collection().task_names)
-    assert {"deploy", "exec", "lab.up", "cache.copy"} <= names
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        old = remote.tasks.collection()
-    assert set(old.task_names) == names
-    assert [w.category for w in caught] == [DeprecationWarning] and "remote.cli import collection" in str(caught[0].message)
-    assert old.configuration()["remote"] == {"hosts": None, "container": None}
+    made = collection()
+    assert {"deploy", "exec", "lab.up", "cache.copy"} <= set(made.task_names)
+    assert made.configuration()["remote"] == {"hosts": None, "container": None}
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("remote.tasks")

@@ -137,6 +137,78 @@ def test_does_not_exist_after_the_list_rereads_it_once_and_follows():
             s.container(200).run(["true"])
 
 
+@pytest.mark.fault("an evacuation: several containers moved while one command or one open Fleet runs", "every moved "
+                   "container is followed to its new node (one re-read of the list per cluster answers them all), "
+                   "none fails with 'does not exist'")
+def test_an_evacuation_follows_every_moved_container_on_one_reread():
+    fake = FakeCluster({200: "pve1", 201: "pve1", 202: "pve1"})
+    with session(fake) as s:
+        cts = [s.container(ctid) for ctid in (200, 201, 202)]
+        assert {ct.transport.name for ct in cts} == {"pve1"}
+        fake.placement.update({200: "pve2", 201: "pve2", 202: "pve2"})  # HA moved them all off pve1
+        for ct in cts:
+            ct.run(["true"])
+        assert [ct.transport.name for ct in cts] == ["gpu-b", "gpu-b", "gpu-b"]
+        assert cluster.lookup_of(s.config).reads == 2
+
+
+ALIASES = """
+hosts:
+  pve1: {address: 10.0.0.1, cluster: c1}
+  pve2: {address: 10.0.0.2, cluster: c1}
+  pve3: {address: 10.0.0.3, cluster: c1, node: pvethree}
+containers:
+  200: {host: pve1}
+  201: {host: pve1}
+  202: {cluster: c1}
+  203: {cluster: c1}
+"""
+
+
+@pytest.mark.fault("host entries not named after their nodes (an SSH alias pve1 for node pvelab)", "each host is "
+                   "asked its node name (`uname -n`) once, only where the cluster's list names a node no entry is "
+                   "called; `node:` stays the override and is never asked; containers there work (no exit 2)")
+def test_a_hosts_node_name_is_learned_from_the_host_once():
+    fake = FakeCluster({200: "pvelab", 201: "pve2", 202: "pvelab", 203: "pvethree"},
+                       nodes={"pve1": "pvelab"})
+    said: list[str] = []
+    with session(fake, load(ALIASES), echo=said.append) as s:
+        for ctid in (200, 201, 202, 203):
+            s.container(ctid).run(["true"])
+        lookup = cluster.lookup_of(s.config)
+        assert lookup is not None
+        assert {c: s.config.containers[c].host.name for c in (200, 201, 202, 203)} == {
+            200: "pve1", 201: "pve2", 202: "pve1", 203: "pve3"}
+        assert lookup.node_of(s.config.hosts["pve1"]) == "pvelab" and lookup.node_of(s.config.hosts["pve3"]) == "pvethree"
+    asked = {name: [a for a in t.calls if a[0].endswith("uname")] for name, t in fake.transports.items()}
+    assert asked["pve1"] == [("/usr/bin/uname", "-n")]  # once, though two containers are on its node
+    assert not asked.get("pve2") and not asked.get("pve3")  # named after its node; node: is the override
+    assert said == ["-- 201 is on pve2, not pvelab (the hosts file's host): using pve2"]
+
+
+def test_a_kept_connection_is_asked_through_its_keeper_which_keeps_the_answer():
+    from remote.lab.testing import CountingTransport
+
+    fake = FakeCluster({200: "pvelab"}, nodes={"pve1": "pvelab"})
+
+    class Kept(CountingTransport):
+        kept = True
+        remembered_calls: list = []
+
+        def remembered(self, argv, *, deadline=None):
+            self.remembered_calls.append(tuple(argv))
+            return self.run(argv)
+
+    def factory(host):
+        t = Kept(host.name, lambda argv, n=fake.nodes.get(host.name, host.name): fake.answer(n, argv))
+        fake.transports[host.name] = t
+        return t
+
+    with Session(load(ALIASES), transport_factory=factory) as s:
+        assert s.config.containers[200].host.name == "pve1"
+    assert Kept.remembered_calls == [("/usr/bin/uname", "-n")]
+
+
 def test_status_shows_each_container_under_its_node():
     from remote.api import Fleet
 
@@ -206,6 +278,53 @@ def test_no_node_answering_leaves_the_hints_and_a_refused_read_is_named(capsys):
             s.container(200)
 
 
+@pytest.mark.fault("a cluster node whose cluster service is down, or whose pvesh fails otherwise", "the next node is "
+                   "asked for the guest list (no 'needs root' as root); 'needs root' only for pvesh's permission "
+                   "denied or sudo's password; no node answering: the hints, one line")
+@pytest.mark.parametrize("err, code", [
+    ("ipcc_send_rec[1] failed: Connection refused\nipcc_send_rec[2] failed: Connection refused\n"
+     "ipcc_send_rec[3] failed: Connection refused\nUnable to load access control list: Connection refused\n", 255),
+    ("sh: 1: /usr/bin/pvesh: not found\n", 127),
+    ("sudo: /usr/bin/pvesh: command not found\n", 1),
+    ("400 Parameter verification failed.\ntype: value 'vm' does not have a value in the enumeration\n", 255),
+])
+def test_a_node_that_does_not_answer_for_the_cluster_is_passed_over_not_called_root(err, code):
+    from remote.lab.testing import CountingTransport
+
+    fake = FakeCluster({200: "pve1", 201: "pve2"})
+
+    def factory(host):
+        if host.name != "pve1":
+            return fake.transport(host)
+        return CountingTransport("pve1", lambda argv: (code, "", err) if "pvesh" in argv[0] else fake.answer("pve1", argv))
+
+    said: list[str] = []
+    with Session(load(), transport_factory=factory, echo=said.append) as s:
+        assert s.config.containers[201].host.name == "gpu-b"  # read on gpu-b, pve1's failure passed over
+        assert cluster.lookup_of(s.config).reads == 2
+    assert said == ["-- 201 is on pve2, not pve1 (the hosts file's host): using gpu-b"]
+
+
+def test_a_cluster_whose_every_node_fails_its_read_uses_the_hints_and_says_why():
+    fake = FakeCluster({200: "pve1", 201: "pve2"}, down={"pve1", "pve2"})
+    said: list[str] = []
+    with Session(load(), transport_factory=fake.transport, echo=said.append) as s:
+        assert s.config.containers[201].host.name == "pve1"
+    assert len(said) == 1 and "no node answered" in said[0] and "ipcc_send_rec" in said[0] and "gpu-b" in said[0]
+
+
+def test_needs_root_only_for_a_refusal():
+    from remote.lab.testing import CountingTransport
+
+    def password(argv):
+        return 1, "", "sudo: a password is required\n"
+
+    sudo_hosts = HOSTS.replace("10.0.0.1, cluster: c1}", "10.0.0.1, cluster: c1, user: u, sudo: true}")
+    with Session(load(sudo_hosts), transport_factory=lambda h: CountingTransport(h.name, password)) as s:
+        with pytest.raises(cluster.ClusterError, match="needs root"):
+            s.container(200)
+
+
 def test_init_on_a_cluster_node_writes_every_node_and_container_and_loads():
     from remote.ops import hostsinit
 
@@ -260,13 +379,14 @@ def test_finding_a_cache_source_skips_a_container_that_cannot_be_placed(monkeypa
 def test_a_json_or_exec_tasks_progress_goes_to_stderr_not_into_its_stdout(monkeypatch, capsys):
     import remote.api as api
     from remote.cli import table
+    from remote.events import Note, StepStarted
 
     got = {}
-    monkeypatch.setattr(api, "open", lambda hosts, dry=False, progress=None: got.setdefault("progress", progress))
+    monkeypatch.setattr(api, "open", lambda hosts, dry=False, events=None: got.setdefault("events", events))
     table.fleet_of("hosts.yaml", stderr_progress=True)
-    got.pop("progress")("-- 201 is on pve2, not pve1 (the hosts file's host): using gpu-b")
+    got.pop("events")(Note(None, "-- 201 is on pve2, not pve1 (the hosts file's host): using gpu-b", "info"))
     table.fleet_of("hosts.yaml")
-    got.pop("progress")("==> step")
+    got.pop("events")(StepStarted(200, "==> step", "step"))
     out, err = capsys.readouterr()
     assert out == "==> step\n" and err == "-- 201 is on pve2, not pve1 (the hosts file's host): using gpu-b\n"
 

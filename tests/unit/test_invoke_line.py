@@ -3,7 +3,7 @@
 naming the flag before its first task runs (the lab tier: tests/test_local_tasks_lab.py runs a dry line)."""
 
 import pytest
-from invoke import Collection, Program, task
+from invoke import Collection, Executor, Program, task
 
 from remote.cli import collection
 
@@ -70,3 +70,61 @@ def test_two_containers_for_a_task_given_none_is_refused(tmp_path, monkeypatch, 
     # Each task given its own: each keeps it.
     code, out, err = invoke(tmp_path, monkeypatch, capsys, "config", "-c", "200", "config", "-c", "201")
     assert code == 0 and "container 200:" in out and "container 201:" in out, out + err
+
+
+@task
+def web(c, hosts=None, dry=False):
+    """A task of the user's own whose parameters share names with remote's shared flags."""
+    ran.append(f"web {hosts} {dry}")
+
+
+@pytest.mark.fault("A user's invoke task whose parameter shares a shared flag's name",
+                   promise="its value stays that task's: remote's tasks of the line never read it (`--hosts web1,web2` "
+                   "is not taken for a hosts file)")
+def test_a_users_task_flags_are_never_read_as_the_lines(tmp_path, monkeypatch, capsys):
+    def line(*argv):
+        hosts = tmp_path / "hosts.yaml"
+        hosts.write_text(HOSTS)
+        monkeypatch.setenv("REMOTE_HOSTS_FILE", str(hosts))
+        ns = Collection(web)
+        ns.add_collection(collection(), "gpu")
+        ran.clear()
+        try:
+            Program(namespace=ns, name="invoke", binary="invoke").run(["invoke", *argv])
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    code, out, err = line("web", "--hosts", "web1,web2", "gpu.config", "-c", "200")
+    assert code == 0 and ran == ["web web1,web2 False"] and "container 200:" in out, out + err
+    # The user's own --dry is that task's: a dry line of remote's is still refused, as a task that could not be made dry.
+    code, out, err = line("gpu.deploy", "--dry", "web", "--dry")
+    assert code == 2 and "--dry: web has no --dry" in err and "not of remote's" in err and ran == [], err
+
+
+class TupleExecutor(Executor):
+    """An Executor whose execute holds the line's calls otherwise than as a list (another invoke, one's own)."""
+
+    def execute(self, *tasks):
+        calls = tuple(self.normalize(tasks))
+        for call in calls:
+            call.task(call.make_context(self.config), *call.args, **call.kwargs)
+        return {}
+
+
+@pytest.mark.fault("An invoke whose Executor frame is not as remote reads it",
+                   promise="the line is refused, naming the Executor, before its first task runs: a --dry given "
+                   "once never silently stops applying to the line's other tasks")
+def test_an_executor_without_a_list_of_calls_is_refused(tmp_path, monkeypatch, capsys):
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(HOSTS)
+    monkeypatch.setenv("REMOTE_HOSTS_FILE", str(hosts))
+    monkeypatch.delenv("REMOTE_CONTAINER", raising=False)
+    program = Program(namespace=collection(), name="invoke", binary="invoke", executor_class=TupleExecutor)
+    with pytest.raises(SystemExit) as e:
+        program.run(["invoke", "deploy", "known-good", "--dry", "-c", "200"])
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and "TupleExecutor.execute holds no list of the line's calls" in err, out + err
+    assert "cannot connect" not in err

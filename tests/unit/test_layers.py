@@ -63,7 +63,7 @@ def test_operations_never_import_what_reads_runs():
 
 def faces() -> list[Path]:
     """The command line and the invoke collection: thin faces of the public API (remote.api)."""
-    return sorted((ROOT / "cli").rglob("*.py")) + [ROOT / "tasks.py", ROOT.parent / "tasks.py"]
+    return sorted((ROOT / "cli").rglob("*.py")) + [ROOT.parent / "tasks.py"]
 
 
 def test_the_command_line_and_the_invoke_tasks_use_only_the_public_api():
@@ -157,8 +157,8 @@ def test_nothing_in_the_library_imports_the_lab_or_the_command_line():
     users = {}
     for path in sorted(ROOT.rglob("*.py")):
         rel = path.relative_to(ROOT)
-        if rel.parts[0] in ("lab", "cli") or rel.name == "testing.py" and len(rel.parts) == 1 or rel == Path("tasks.py"):
-            continue  # the clients themselves (remote/tasks.py: the deprecated alias of remote.cli.collection)
+        if rel.parts[0] in ("lab", "cli") or rel.name == "testing.py" and len(rel.parts) == 1:
+            continue  # the clients themselves
         found = sorted(m for m in imported_modules(path)
                        if any(m == f or m.startswith(f + ".") for f in ("remote.lab", "remote.cli", "remote.testing")))
         if found:
@@ -350,3 +350,83 @@ def test_what_a_warm_exec_imports_pulls_in_no_operation_paramiko_or_yaml(tmp_pat
     heavy = sorted(m for m in loaded if m.split(".")[0] in ("paramiko", "yaml", "ctypes", "fabric", "invoke")
                    or m.startswith(("remote.facts.gpu", "remote.ops.")) and m != "remote.ops.jobenv")
     assert "remote.ops.jobenv" in loaded and heavy == []
+
+
+def test_results_and_events_import_nothing_of_remote_but_its_errors():
+    """The vocabulary every layer speaks (what operations return, what they report) depends on nothing of
+    remote above the exception tree: a results or event type never drags in config, naming or a transport."""
+    bad = {}
+    for name in ("results", "events"):
+        found = sorted(m for m in imported_modules(ROOT / f"{name}.py")
+                       if (m == "remote" or m.startswith("remote.")) and not (m == "remote.errors"
+                                                                            or m.startswith("remote.errors.")))
+        if found:
+            bad[name] = found
+    assert bad == {}
+
+
+def target_builders(root: Path) -> dict[str, list[int]]:
+    """Each module of the library outside target.py -> the lines that call remote.target's Target(...) or
+    HostTarget(...) (by name where it imports them, or as `target.Target(...)`; transport/sshconfig.py's own
+    SSH Target is another class)."""
+    out = {}
+    for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root) == Path("target.py"):
+            continue
+        imported = imported_modules(path)
+        by_name = {n for n in ("Target", "HostTarget") if f"remote.target.{n}" in imported}
+        if not by_name and "remote.target" not in imported:
+            continue
+        lines = [n.lineno for n in ast.walk(ast.parse(path.read_text(), str(path))) if isinstance(n, ast.Call)
+                 and (getattr(n.func, "id", None) in by_name or getattr(n.func, "attr", None) in ("Target", "HostTarget"))]
+        if lines:
+            out[str(path.relative_to(root.parent))] = lines
+    return out
+
+
+def test_a_target_is_built_only_in_target_py(tmp_path, monkeypatch):
+    """remote.target.resolve (resolve_host) is the one place a container id becomes a Target: nothing else
+    builds one by hand (with another spec, or a second pct Container)."""
+    assert target_builders(ROOT) == {}
+    (tmp_path / "remote" / "ops").mkdir(parents=True)
+    (tmp_path / "remote" / "ops" / "x.py").write_text("from .. import target\nt = target.Target(s, spec)\n")
+    (tmp_path / "remote" / "ops" / "y.py").write_text("from ..target import HostTarget\n\nh = HostTarget(s, host)\n")
+    (tmp_path / "remote" / "ops" / "z.py").write_text("class Target:\n    pass\n\n\nt = Target()\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path / "remote")
+    assert target_builders(tmp_path / "remote") == {"remote/ops/x.py": [2], "remote/ops/y.py": [3]}
+
+
+PREFIXES = ("==> ", "-- ", "!! ")
+# Where a line is still read for its prefix, and why (none may be added: report through events instead).
+PREFIX_READERS_TODAY = {
+    # event_of: the operations that still report lines (ops/deploy.py's `==> venv: ...`, ops/logs.py's
+    # `-- connection lost ...`) until each takes a Target and calls t.step/note/warn/output
+    "remote/events.py": 3,
+}
+
+
+def prefix_readers(root: Path) -> dict[str, int]:
+    """Each module outside remote/sh -> how many `startswith(...)` calls test a progress prefix (==>, --, !!)."""
+    out = {}
+    for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root).parts[0] == "sh":
+            continue  # the in-container scripts speak in lines: reading them there is their protocol
+        n = 0
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "startswith" and node.args:
+                arg = node.args[0]
+                texts = [e.value for e in (arg.elts if isinstance(arg, ast.Tuple) else [arg])
+                         if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+                n += any(t.startswith(PREFIXES) for t in texts)
+        if n:
+            out[str(path.relative_to(root.parent))] = n
+    return out
+
+
+def test_no_progress_prefix_is_sniffed_outside_the_in_container_scripts(tmp_path):
+    """Progress travels as typed events (remote.events); the command line renders them. No module parses
+    `==> ` / `-- ` / `!! ` back out of a line, but the one reader the operations' old lines still need."""
+    assert prefix_readers(ROOT) == PREFIX_READERS_TODAY
+    (tmp_path / "remote" / "cli").mkdir(parents=True)
+    (tmp_path / "remote" / "cli" / "x.py").write_text("def f(t):\n    return t.startswith(('-- in progress: ', 'x'))\n")
+    assert prefix_readers(tmp_path / "remote") == {"remote/cli/x.py": 1}

@@ -176,9 +176,69 @@ def test_the_cache_listing_with_a_passport_of_another_type_is_that_containers_ca
             return Ct()
 
     monkeypatch.setattr(cachecopy, "_system", lambda ct: ct)
-    monkeypatch.setattr(cachecopy.wm, "deployed", lambda ct, spec: {"code": {}, "venv": {}})
+    monkeypatch.setattr(cachecopy.wm, "deployed_now", lambda ct, spec: {"code": {}, "venv": {}})
     monkeypatch.setattr(cachecopy.wm, "expected_passport", lambda spec, state: make())
     from remote.target import resolve
 
     held = cachecopy.look(resolve(Session(), 200))
     assert held.passport is None and held.files == {"a": 1} and not held.serves_itself
+
+
+FLEET = config.parse({"hosts": {"h1": {"address": "a"}, "h2": {"address": "b"}},
+                      "containers": {200: {"host": "h1"}, 201: {"host": "h2"}, 202: {"host": "h1"},
+                                     203: {"host": "h2"}}}, "hosts.yaml")
+
+
+def holding(ctid, files, **passport):
+    from remote.ops import cachecopy
+
+    spec = FLEET.containers[ctid]
+    return cachecopy.Holding(ctid, spec.host.name, "/c", {**make(), **passport}, {f"f{i}": 1 for i in range(files)},
+                             make(), {})
+
+
+@pytest.mark.fault("A cache source with a forged passport and padding",
+                   promise="never chosen for holding the most files: a source on the target's host first, then the "
+                   "group's warmer (its cache its own warmup made), then the hosts file's order")
+def test_the_source_on_the_same_host_and_the_warmer_win_over_the_most_files(monkeypatch):
+    import types
+
+    from remote.ops import cachecopy
+
+    def choose(held):
+        monkeypatch.setattr(cachecopy, "look", lambda t: holding(t.spec.ctid, 0))
+        monkeypatch.setattr(cachecopy, "_look_at", lambda session, c: held[c])
+        t = types.SimpleNamespace(session=types.SimpleNamespace(config=FLEET), spec=FLEET.containers[200])
+        return cachecopy.find_source(t).ctid
+
+    padded = holding(201, 100_000)  # another host, a passport that matches, the most files
+    assert choose({201: padded, 202: holding(202, 10, copied_from=203), 203: holding(203, 50)}) == 202
+    # None on the target's host: the warmer (no copied_from) over a copy holding more.
+    assert choose({201: holding(201, 100_000, copied_from=203), 202: holding(202, 0), 203: holding(203, 5)}) == 203
+    # A group's leader: the warmer whose cache serves it, in the order given, not the fullest.
+    held = {201: holding(201, 100_000, copied_from=202), 202: holding(202, 5), 203: holding(203, 0)}
+    monkeypatch.setattr(cachecopy, "_look_at", lambda session, c: held[c])
+    p = cachecopy.plan(types.SimpleNamespace(config=FLEET), [201, 202, 203])
+    assert p.leaders == {202: [201, 203]}
+
+
+@pytest.mark.fault("A container migrated to a node with another GPU or driver",
+                   promise="its passport's GPU, compute capability and driver are what it has now (nvidia-smi), not "
+                   "its deploy node's: no cache made for the old GPU is copied to it or from it as if it were")
+def test_the_passport_follows_the_gpu_the_container_has_now(monkeypatch):
+    verify = {**VERIFY, "gpu_capability": "sm_90", "driver_major": "580"}
+    state = {"code": {"commit": "c0ffee"}, "venv": {"verify": verify, "lock_sha256": "l0ck"}}
+    smi = {"rc": 0, "out": "0, NVIDIA H100 80GB HBM3, 570.86.15, 0, 81559, GPU-1\n"}
+    raw = {"gpus": smi}
+    monkeypatch.setattr(wm.facts, "read_raw", lambda ct, spec, parts: (raw, (0.0, 0.0)))
+    monkeypatch.setattr(wm, "deployed_in", lambda raw, spec: state)
+    now = wm.deployed_now(None, FLEET.containers[200])
+    assert now["venv"]["verify"] == {**verify, "gpu_name": "NVIDIA H100 80GB HBM3", "gpu_capability": None,
+                                     "driver_major": "570"}
+    want = wm.expected_passport(FLEET.containers[200], now)
+    assert want["gpu"] == "NVIDIA H100 80GB HBM3" and want["driver"] == "570" and want["capability"] is None
+    # The same GPU, another driver: the capability stays; nvidia-smi unanswered: the record as it is.
+    raw["gpus"] = {"rc": 0, "out": "0, NVIDIA H200, 575.1.2, 0, 143771, GPU-2\n"}
+    assert wm.deployed_now(None, FLEET.containers[200])["venv"]["verify"] == {**verify, "driver_major": "575"}
+    raw["gpus"] = {"rc": 9, "out": ""}
+    assert wm.deployed_now(None, FLEET.containers[200]) == state

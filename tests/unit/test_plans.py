@@ -124,6 +124,24 @@ def test_spec_hash_changes_with_each_input():
     assert len({base, *others}) == 6
 
 
+@pytest.mark.fault("A private index's token rotated (CodeArtifact: every 12 h)", "the venv's spec hash is the same: "
+                   "URLs are hashed redacted (index_url, extra_index_urls, find_links, the requirements' own), so "
+                   "deploy rebuilds nothing; another index or package still changes it")
+def test_spec_hash_ignores_an_index_token_but_not_the_index():
+    def spec(token: str, host: str = "d.codeartifact.aws") -> VenvSpec:
+        return VenvSpec(packages=SPEC.packages, index_url=f"https://aws:{token}@{host}/pypi/simple/",
+                        extra_index_urls=(f"https://u:{token}@x.example/simple",),
+                        find_links=(f"https://u:{token}@x.example/wheels/",))
+
+    reqs = "--extra-index-url https://aws:{}@d.codeartifact.aws/pypi/simple/\nnumpy==2\n"
+    one = venv.spec_hash(spec("TOKEN-A"), "3.11.2 /usr/bin/python3.11", reqs.format("TOKEN-A"), b"g")
+    assert one == venv.spec_hash(spec("TOKEN-B"), "3.11.2 /usr/bin/python3.11", reqs.format("TOKEN-B"), b"g")
+    assert one != venv.spec_hash(spec("TOKEN-A", "other.aws"), "3.11.2 /usr/bin/python3.11", reqs.format("TOKEN-A"), b"g")
+    # A spec without credentials hashes as before this change: no venv made earlier is rebuilt for it.
+    plain = VenvSpec(packages=SPEC.packages, index_url="https://download.pytorch.org/whl/cu128")
+    assert venv.spec_hash(plain, "3.11.2 /usr/bin/python3.11", None, b"g") == "838fb9a5512bf161"
+
+
 def test_code_needs_sync():
     local = codemod.LocalCommit("/r", "c1", "HEAD", False, "c1")
     ok = {"exists": True, "git": True, "has_git": True, "head": "c1", "status": ""}

@@ -159,3 +159,48 @@ def test_an_include_loop_is_a_config_error(tmp_path):
     (tmp_path / ".ssh" / "config").write_text("Include config\n")
     with pytest.raises(ConfigError, match="Include"):
         sshconfig.read(home=str(tmp_path))
+
+
+JUMPED = """
+Host pve1
+    HostName 10.0.0.5
+    User admin
+    ProxyJump bastion
+    IdentityFile /keys/a
+    IdentityFile /keys/b
+Host bastion
+    HostName 192.0.2.1
+"""
+
+
+def fabric_connection(host="pve1", text=JUMPED, **kw):
+    fabric = pytest.importorskip("fabric")
+    import paramiko
+
+    return fabric.Connection(host, config=fabric.Config(ssh_config=paramiko.SSHConfig.from_text(text)), **kw)
+
+
+@pytest.mark.fault("A Fabric Connection set up through ~/.ssh/config (ProxyJump, several IdentityFile)", "remote.fabric "
+                   "honours it: the Connection's name is looked up in ~/.ssh/config by remote's transport (the jump "
+                   "host and every IdentityFile applied, every hop verified); only a gateway passed to the Connection "
+                   "or two key files passed to it are refused")
+def test_a_fabric_connection_made_through_ssh_config_is_honoured():
+    from remote import fabric as rfabric
+
+    c = fabric_connection()
+    assert c.gateway is not None and len(c.connect_kwargs["key_filename"]) == 2  # what Fabric made of the config
+    config, name = rfabric._config(c, [200], None, None)
+    host = config.hosts[name]
+    assert (name, host.address, host.key_file, host.user) == ("pve1", "pve1", None, "admin")
+    t = resolve(host, JUMPED, home=HOME, local_user="u")
+    assert (t.hostname, t.identities, t.identities_from) == ("10.0.0.5", ("/keys/a", "/keys/b"), "IdentityFile")
+    assert t.via is not None and (t.via.alias, t.via.hostname) == ("bastion", "192.0.2.1")
+    # A key passed to the Connection is the one used; the config's are Fabric's additions, left to remote.
+    c = fabric_connection(connect_kwargs={"key_filename": "/keys/mine"})
+    assert rfabric._config(c, [200], None, None)[0].hosts["pve1"].key_file == "/keys/mine"
+    with pytest.raises(ConfigError, match="one key file, got 2"):
+        rfabric._config(fabric_connection(connect_kwargs={"key_filename": ["/k/1", "/k/2"]}), [200], None, None)
+    with pytest.raises(ConfigError, match="gateway"):  # a gateway passed to it: not what ~/.ssh/config says
+        rfabric._config(fabric_connection(gateway=fabric_connection("other", text="")), [200], None, None)
+    with pytest.raises(ConfigError, match="gateway"):
+        rfabric._config(fabric_connection(text="", gateway=fabric_connection("bastion", text="")), [200], None, None)

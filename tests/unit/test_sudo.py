@@ -49,17 +49,39 @@ def test_the_drop_in_names_the_hosts_files_pct_and_programs_beside_it():
         sudo.sudoers("bad user;id")
 
 
-@pytest.mark.fault("init --sudoers", promise="`remote init --sudoers USER` prints only the drop-in on stdout (advice on stderr "
-                   "or as # comments), so `> /etc/sudoers.d/remote` works")
-def test_init_sudoers_prints_only_the_drop_in(tmp_path, capsys):
-    hosts = tmp_path / "hosts.yaml"
-    hosts.write_text("hosts:\n  pve1: {address: pve1, sudo: true, pct: /srv/lab/bin/pct}\ncontainers:\n  200: {host: pve1}\n")
-    assert cli_run(["init", "--sudoers", "trainer", "--hosts", str(hosts)]) == 0
-    out, err = capsys.readouterr()
-    assert out == sudo.sudoers("trainer", ["/srv/lab/bin/pct"], [200])
-    assert "visudo -cf" in out + err
-    rule = sudo.rule_of(out, "trainer")
-    assert rule[0] == "/srv/lab/bin/pct ^exec (200) --keep-env 0 -- .+$" and rule[-1] == "/srv/lab/bin/pvesm status"
+def chain(*rows: str) -> str:
+    return "".join(row.replace(" | ", "\t") + "\n" for row in rows)
+
+
+def test_a_program_under_folders_only_root_can_write_is_safe_even_where_it_is_missing():
+    out = chain("/usr/sbin/pct | / | 0 755 directory", "/usr/sbin/pct | /usr | 0 755 directory",
+                "/usr/sbin/pct | /usr/sbin | 0 755 directory", "/usr/sbin/pct | /usr/sbin/pct | missing")
+    assert sudo.unsafe(out, ["/usr/sbin/pct"]) == {}
+
+
+@pytest.mark.parametrize("rows, why", [
+    (["/ | 0 755 directory", "/srv | 0 777 directory", "/srv/pct | 0 755 regular file"], r"/srv is writable by others"),
+    (["/ | 0 755 directory", "/tmp | 0 1777 directory", "/tmp/pct | missing"], r"/tmp is writable by others"),
+    (["/ | 0 755 directory", "/opt | 0 775 directory", "/opt/pct | 0 755 regular file"], r"/opt is writable by its group"),
+    (["/ | 0 755 directory", "/home | 0 755 directory", "/home/u | 1000 755 directory"], r"/home/u is owned by uid 1000"),
+    (["/ | 0 755 directory", "/srv | 0 755 directory", "/srv/pct | 1000 755 regular file"], r"/srv/pct is owned by uid 1000"),
+    # a link in a safe folder that resolves into an unsafe one: its target's chain decides
+    (["/ | 0 755 directory", "/srv | 0 755 directory", "/srv/pct | 0 777 symbolic link", "/ | 0 755 directory",
+      "/tmp | 0 1777 directory", "/tmp/pct | 0 755 regular file"], r"/tmp is writable by others"),
+    (["/ | 0 755 directory", "/srv | 0 755 directory", "/srv/pct | 0 755 ###"], r"unreadable answer"),
+])
+def test_a_program_that_someone_but_root_could_replace_is_unsafe(rows, why):
+    out = chain(*(f"/srv/pct | {row}" for row in rows))
+    assert re.search(why, sudo.unsafe(out, ["/srv/pct"])["/srv/pct"])
+
+
+def test_a_program_the_host_said_nothing_of_is_unsafe():
+    assert sudo.unsafe("", ["/usr/sbin/pct"]) == {"/usr/sbin/pct": "the host did not say who owns its folders"}
+
+
+def test_the_rule_names_the_paths_it_checks():
+    assert sudo.rule_paths("/usr/sbin/pct") == ["/usr/sbin/pct", "/usr/bin/pvesh", "/usr/sbin/pvesm"]
+    assert sudo.rule_paths("/srv/lab/bin/pct") == ["/srv/lab/bin/pct", "/srv/lab/bin/pvesh", "/srv/lab/bin/pvesm"]
 
 
 def test_a_sudo_host_calls_pct_through_sudo_n_at_its_exact_path():
@@ -246,7 +268,9 @@ def test_the_command_lines_remote_builds_are_allowed_and_no_other():
     ct.stop()
     snaps.before_deploy(session, spec, ct, "0123456789ab", today=datetime.date(2026, 12, 1))
     snaps.rollback(resolve(session, 200))
-    snaps.rollback(resolve(session, 200), snapshot="before-upgrade")
+    with pytest.raises(snaps.UnknownSnapshot, match="before-upgrade is not one of remote's .* as root on pve1"):
+        snaps.rollback(resolve(session, 200), snapshot="before-upgrade")  # another's: refused before pct runs
+    assert not any("before-upgrade" in argv for argv in t.argv)
     subcommands = set()
     for argv in t.argv:
         assert argv[:2] == ("sudo", "-n"), argv
@@ -279,3 +303,20 @@ def test_the_drop_in_refuses_a_pct_path_that_would_widen_the_rule():
     with pytest.raises(ValueError, match="plain absolute path"):
         sudo.rule_commands(["/usr/sbin/../../bin/sh"])
     assert sudo.rule_of(sudo.sudoers("trainer", ["/opt/pve+1/pct"]), "trainer")[0].startswith("/opt/pve+1/pct ^exec ")
+
+
+@pytest.mark.fault("sudo rule's snapshot and rollback forms",
+                   promise="`pct snapshot` only with remote's name and description (the commit or venv spec hash: no "
+                   "option passes inside it); `pct rollback` only to remote's own snapshots, another's refused before "
+                   "pct runs, naming how to do it as root (a rollback restores the snapshot's container config)")
+def test_the_snapshot_description_and_rollback_forms_pass_nothing_else():
+    ok = ["snapshot 200 remote-20261201-1 --description before deploy of " + "0123456789abcdef" * 2 + "01234567",
+          "snapshot 200 remote-20261201-2 --description before deploy of venv spec 0123456789abcdef",
+          "rollback 200 remote-20261201-1 --start 1"]
+    for line in ok:
+        assert sudo.allows("pct", line.split(" ", 4) if line.startswith("snapshot") else line.split(), [200]), line
+    for line in ("before deploy of 0123abc --vmstate 1", "before deploy of x", "before deploy of 0123abc\n--x"):
+        assert not sudo.allows("pct", ["snapshot", "200", "remote-20261201-1", "--description", line], [200]), line
+    assert not sudo.allows("pct", ["rollback", "200", "before-upgrade", "--start", "1"], [200])
+    assert "/usr/sbin/pct ^rollback (200) remote-[0-9]{8}-[0-9]+ --start [01]$" in \
+        sudo.rule_of(sudo.sudoers("trainer", ctids=[200]), "trainer")

@@ -5,12 +5,15 @@ status and their small outputs."""
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ...errors import CommandTimeout, ConnectError, TransferError
+from ...naming import printable
 from ...shell import load
+from ...threads import ContextThread
 from ...transport.pct import Container
 
 if TYPE_CHECKING:
@@ -43,9 +46,18 @@ def retrying(attempt: Callable[[], TransferStats], attempts: int, sleep) -> Tran
     raise AssertionError("unreachable")
 
 
+PROBE_LINE = re.compile(r"([fdno]) (\d{1,20}) ([0-9a-f]{64}|-)")
+
+
 def probe(ct: Container, *pairs: str | int) -> list[str]:
-    """xfer_probe.sh for (path, prefix) pairs: [kind, size, sha, kind, size, sha, ...]."""
+    """xfer_probe.sh for (path, prefix) pairs: [kind, size, sha, kind, size, sha, ...]. An answer that is not
+    one well-formed line per pair (the container said something else) is a TransportError, not an IndexError."""
     out = ct.script(load("xfer_probe"), *map(str, pairs), timeout=600, mutates=False).out
+    lines = out.splitlines()
+    if len(lines) != len(pairs) // 2 or not all(PROBE_LINE.fullmatch(line) for line in lines):
+        raise TransferError(f"{ct.where}: the transfer's probe of {pairs[0]} answered "
+                             f"{printable(out[:200])!r}, not what xfer_probe.sh prints: is bash there, and the path's "
+                             "folder readable?")
     return out.split()
 
 
@@ -61,7 +73,7 @@ class Watched:
         self.stream, self.limit, self.stalled = stream, limit, False
         self.last = time.monotonic()
         self._done = threading.Event()
-        threading.Thread(target=self._watch, daemon=True, name="transfer-stall-watch").start()
+        ContextThread(target=self._watch, daemon=True, name="transfer-stall-watch").start()
 
     def _watch(self) -> None:
         while not self._done.wait(0.5):

@@ -47,7 +47,7 @@ with remote.open(hosts, progress=lines_seen.append) as fleet:
     stopped = long.stop(grace=2)
     seen["stop"] = {"first": first, "run": stopped.run, "was_alive": stopped.was_alive, "state": long.state}
     findings = ct.doctor()
-    seen["doctor"] = [[f.kind, f.severity, bool(f.message)] for f in findings]
+    seen["doctor"] = [[f.code, f.severity, bool(f.message)] for f in findings]
     group = fleet.containers("all").exec(["true"])
     seen["group"] = {"ok": sorted(group.succeeded), "failed": {str(k): type(e).__name__ for k, e in group.failed.items()}}
     for which, call in (("unknown", lambda: fleet.container(12345)),
