@@ -7,7 +7,10 @@ pct double applying devN and mpN at start. Each container is given its GPU lines
 
 from __future__ import annotations
 
+import os
 import shlex
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,6 +28,7 @@ from remote.transport.pct import pct_argv
 pytestmark = pytest.mark.lab
 A, B = 280, 281
 VERSION, NEW = "570.148.08", "575.51.2"
+ROOT = Path(__file__).resolve().parents[2]
 CUINIT = "python3 -c 'import ctypes; print(ctypes.CDLL(\"libcuda.so.1\").cuInit(0))'"
 
 
@@ -105,7 +109,7 @@ def kinds_of(fleet, ctid: int) -> set[str]:
 @pytest.mark.fault("A devN line deleted from a GPU container's config (the lab's simulated driver)",
                    promise="doctor --gpu names it; `remote gpu fix` shows the line as a diff, writes it, restarts the "
                            "container and proves cuInit 0")
-def test_gpu_fix_after_a_devn_line_deleted(fleet, host):
+def test_gpu_fix_after_a_devn_line_deleted(fleet, host, gpu_lab):
     key = next(line.split(":")[0] for line in pct(host, "config", str(A)).out.splitlines()
                if line.startswith("dev") and "/dev/nvidia-uvm," in line)
     pct(host, "stop", str(A))
@@ -113,6 +117,13 @@ def test_gpu_fix_after_a_devn_line_deleted(fleet, host):
     pct(host, "start", str(A))
     assert cuinit(host, A) == "999"
     assert "device-not-passed" in kinds_of(fleet, A)
+    before = pct(host, "config", str(A)).out
+    r = subprocess.run([sys.executable, "-c", "from remote.cli import program; program.run()", "gpu", "fix", "-c",
+                        str(A), "--dry", "--hosts", str(gpu_lab.dir / "hosts-bare.yaml")], capture_output=True,
+                       text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr
+    assert f"container {A} on lab: would fix" in r.stdout and "  + dev" in r.stdout and "/dev/nvidia-uvm," in r.stdout
+    assert "would run: pct set" in r.stdout and pct(host, "config", str(A)).out == before  # dry: nothing written
     done = fleet.container(A).gpu_fix()
     assert any(line.startswith("+ dev") and "/dev/nvidia-uvm," in line for line in done.diff), done.diff
     assert done.restarted and done.cuda_init == 0 and done.ok, done
