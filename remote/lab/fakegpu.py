@@ -16,12 +16,14 @@ reads every devN path under it (its GPU_SYSROOT). In the sysroot, as on a host:
     usr/lib/x86_64-linux-gnu/libcuda.so.V (.so.1, .so),    the user space on disk (version V); libcuda is a real
       libnvidia-ml.so.V (.so.1), libnvidia-ptxjitcompiler.so.V   library where a C compiler is (cuInit below)
     usr/bin/nvidia-smi, usr/bin/nvidia-modprobe, usr/sbin/modinfo   the driver's tools, answering from the state
+    usr/bin/lspci                                          the GPUs (H200s, 10de:2335), `Kernel driver in use: nvidia`
     var/lib/fake-nvidia/state.json                         {"gpus", "loaded", "disk", ...}: what the tools read
 
 The fake libcuda's cuInit(0) (and nvidia-smi) answer as the real ones would from what the calling process
 sees: no driver loaded: 100 (nvidia-smi: "couldn't communicate with the NVIDIA driver", exit 9); the library's
 version not the loaded module's: 803 (nvidia-smi: "Driver/library version mismatch", exit 18); no
-/dev/nvidiactl: 100; no /dev/nvidia-uvm: 999; no /dev/nvidiaN: 100; else 0. Inside a container (`container`
+/dev/nvidiactl (a character device of major 195): 100; no /dev/nvidia-uvm of the uvm major (absent, or another
+node bound over it): 999; no /dev/nvidiaN: 100; else 0. Inside a container (`container`
 in the environment, as pct exec and LXC set it) nvidia-smi lists the /dev/nvidiaN the container has; on the host
 those of the sysroot, numbered from 0 in the order of their minors (as NVML numbers the GPUs a process can
 use; the bus id and uuid stay the GPU's own). Both read the loaded version at the sysroot's host path, which a lab container sees
@@ -49,6 +51,7 @@ _LIBCUDA_C = r"""
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 static int loaded(void) {  /* 1: the loaded module is this library's version, 0: another, -1: none */
     char buf[512] = {0};
     FILE *f = fopen(PROC_VERSION, "r");
@@ -70,8 +73,8 @@ int cuInit(unsigned int flags) {
     (void)flags;
     if (l < 0) return 100;
     if (l == 0) return 803;
-    if (stat("/dev/nvidiactl", &st) != 0) return 100;
-    if (stat("/dev/nvidia-uvm", &st) != 0) return 999;
+    if (stat("/dev/nvidiactl", &st) != 0 || !S_ISCHR(st.st_mode) || major(st.st_rdev) != 195) return 100;
+    if (stat("/dev/nvidia-uvm", &st) != 0 || !S_ISCHR(st.st_mode) || major(st.st_rdev) != UVM_MAJOR) return 999;
     return gpus() ? 0 : 100;
 }
 int cuDeviceGetCount(int *n) { *n = gpus(); return 0; }
@@ -193,6 +196,20 @@ for real in ("/usr/sbin/modinfo", "/sbin/modinfo"):
 sys.exit(1)
 '''
 
+_LSPCI = r'''
+import json, os, sys
+ROOT = {root!r}
+state = json.load(open(os.path.join(ROOT, {state!r})))
+args = sys.argv[1:]
+for i in range(state["gpus"]):
+    print(f"{{0x18 + i * 0x10:02x}}:00.0 3D controller [0302]: NVIDIA Corporation GH100 [H200 SXM 141GB] [10de:2335] (rev a1)")
+    if "-k" in args or any(a.startswith("-") and "k" in a[1:] for a in args):
+        print("\tSubsystem: NVIDIA Corporation Device [10de:18be]")
+        if state.get("loaded"):
+            print("\tKernel driver in use: nvidia")
+        print("\tKernel modules: nvidiafb, nouveau, nvidia_drm, nvidia")
+'''
+
 
 @dataclass
 class FakeGpu:
@@ -213,6 +230,7 @@ class FakeGpu:
         """A host with `gpus` GPUs and driver `version`, loaded, its nodes made (idempotent: an installed
         driver is left as it is, faults and all)."""
         if self.state_file.exists():
+            self._tools()  # this checkout's tools, the state as it is
             return
         self._save({"gpus": gpus, "loaded": version, "disk": version, "name": name, "memory_mib": memory_mib,
                     "cuda": cuda})
@@ -332,7 +350,8 @@ class FakeGpu:
             major, minor = self.state().get("cuda", "12.8").split(".")[:2]
             r = subprocess.run([cc, "-shared", "-fPIC", "-O2", f'-DVERSION="{version}"',
                                 f'-DPROC_VERSION="{self.root}/proc/driver/nvidia/version"',
-                                f"-DCUDA_INT={int(major) * 1000 + int(minor) * 10}", "-o", str(out), str(src)],
+                                f"-DCUDA_INT={int(major) * 1000 + int(minor) * 10}", f"-DUVM_MAJOR={UVM_MAJOR}",
+                                "-o", str(out), str(src)],
                                capture_output=True, text=True)
             if r.returncode != 0:
                 return None
@@ -340,7 +359,7 @@ class FakeGpu:
 
     def _tools(self) -> None:
         for rel, source in (("usr/bin/nvidia-smi", _SMI), ("usr/bin/nvidia-modprobe", _MODPROBE),
-                            ("usr/sbin/modinfo", _MODINFO)):
+                            ("usr/sbin/modinfo", _MODINFO), ("usr/bin/lspci", _LSPCI)):
             text = source.format(root=str(self.root), state=STATE, libdir=LIBDIR, uvm=UVM_MAJOR, nv=NVIDIA_MAJOR)
             self._write(rel, f"#!{self.python}\n" + text.lstrip("\n"))
             (self.root / rel).chmod(0o755)

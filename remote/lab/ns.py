@@ -124,8 +124,10 @@ class NsLab(Lab):
         return f"hostname: lab{ctid}\nbackend: ns\nreap: {1 if reap else 0}\n"
 
     def _pve_conf(self, ctid: int) -> str:
-        """As the LXC lab's, plus a `devN:` line for every NVIDIA node ns-init makes in the container's /dev
-        (what a Proxmox GPU container configured with `devN` passthrough has)."""
+        """As the LXC lab's, plus a `devN:` line for every NVIDIA node of the machine (what a Proxmox GPU container
+        configured with `devN` passthrough has: the container's only way to its GPUs, written once). With GPUs the
+        uvm nodes are always named: where the machine has not made them yet, the start fails naming the node
+        (`nvidia-modprobe -u -c 0` makes them), not a container whose CUDA cannot start."""
         import glob
         import stat
 
@@ -133,6 +135,8 @@ class NsLab(Lab):
             return super()._pve_conf(ctid)
         nodes = [n for n in sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/nvidia-caps/*"))
                  if os.path.exists(n) and stat.S_ISCHR(os.stat(n).st_mode)]
+        if any(n[len("/dev/nvidia"):].isdigit() for n in nodes):
+            nodes += [n for n in ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools") if n not in nodes]
         return super()._pve_conf(ctid) + "".join(f"dev{i}: {n}\n" for i, n in enumerate(nodes))
 
     def start_container(self, ctid: int, reap: bool = True) -> None:

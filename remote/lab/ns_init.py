@@ -12,8 +12,9 @@ or a read-only bind where overlay refuses it (so /tmp is the host's as the LXC l
 the container); /run and /dev/shm are fresh tmpfs, /proc is the
 container's own, /sys the host's (read-only, every mount below it too), /dev a tmpfs holding the host's standard character
 devices and /dev/dri. Then what the pct double's start put in CTDIR/passthrough.json from the Proxmox config: each
-devN node made in /dev (the host node's type and numbers, the uid, gid and mode asked: the GPUs come only this
-way, as on Proxmox) and each mpN bound (read-only with ro=1). Then pivot_root, the hostname, and
+mpN and raw lxc.mount.entry bound (read-only with ro=1), then each devN node made in /dev where no mount holds
+its path (the host node's type and numbers, the uid, gid and mode asked: the GPUs come only this way, as on
+Proxmox). Then pivot_root, the hostname, and
 CTDIR/init.pid written (this process's PID on the host): from then on the container is running.
 """
 
@@ -163,15 +164,6 @@ def passthrough(root, ctdir):
             wanted = json.load(f)
     except FileNotFoundError:
         return
-    for d in wanted.get("devices", []):
-        node = root + d["path"]
-        os.makedirs(os.path.dirname(node), exist_ok=True)
-        if os.path.lexists(node):
-            os.unlink(node)
-        kind = stat.S_IFCHR if d["char"] else stat.S_IFBLK
-        os.mknod(node, kind | 0o600, os.makedev(d["major"], d["minor"]))
-        os.chown(node, d["uid"], d["gid"])
-        os.chmod(node, d["mode"] & (0o7555 if d.get("deny_write") else 0o7777))
     for m in wanted.get("mounts", []):
         target = root + m["target"]
         if m["file"]:
@@ -183,6 +175,15 @@ def passthrough(root, ctdir):
         mount("--bind", m["source"], target)
         if m["ro"]:
             mount("-o", "remount,bind,ro", target)
+    for d in wanted.get("devices", []):  # after the mounts, as LXC's autodev hook: a node bound over stays so
+        node = root + d["path"]
+        if os.path.lexists(node):
+            continue
+        os.makedirs(os.path.dirname(node), exist_ok=True)
+        kind = stat.S_IFCHR if d["char"] else stat.S_IFBLK
+        os.mknod(node, kind | 0o600, os.makedev(d["major"], d["minor"]))
+        os.chown(node, d["uid"], d["gid"])
+        os.chmod(node, d["mode"] & (0o7555 if d.get("deny_write") else 0o7777))
 
 
 def build_root(ctdir, vmid, lab):

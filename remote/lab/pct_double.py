@@ -6,7 +6,9 @@ nothing from `remote` and runs on the system Python. Option parsing, messages an
 follow pve-container 6.1.10: Getopt permute mode until a bare `--`, boolean options that take
 an optional value, no shell for exec (it becomes lxc-attach), PATH reset before anything runs,
 push/pull under the config lock and exit 0 when the copy itself fails. Snapshots (snapshot, listsnapshot,
-delsnapshot, rollback) follow Proxmox's rules and messages over each container's storage (below).
+delsnapshot, rollback) follow Proxmox's rules and messages over each container's storage (below). Making
+containers (create from a template volume, clone, set with devN/mpN/--delete, template, destroy, pveam list) and
+what a start does with devN and mpN are its making half, pct_make.py; migrate and pvesh its cluster half.
 """
 
 import fcntl
@@ -178,7 +180,8 @@ def cmd_list(opts, positional):
     if ids:
         print(f"{'VMID':<10} {'Status':<10} {'Lock':<12} {'Name':<20}")
         for vmid in ids:
-            print(f"{vmid:<10} {state(vmid):<10} {'':<12} {'lab' + vmid:<20}")
+            name = make_side().read_conf(vmid)[0].get("hostname", f"CT{vmid}")
+            print(f"{vmid:<10} {state(vmid):<10} {'':<12} {name:<20}")
 
 
 def cmd_start(opts, positional):

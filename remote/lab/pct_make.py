@@ -293,7 +293,7 @@ def backend_files(ct, vmid, hostname):
     os.makedirs(os.path.join(ct, "upper"), exist_ok=True)
 
 
-def install(vmid, build, keys, desc=()):
+def install(vmid, build, keys, desc=(), raw=()):
     """Move a container built in folder `build` into place, its config last (then it exists)."""
     ct = os.path.join(pct.LXC_PATH, vmid)
     os.makedirs(ct, exist_ok=True)
@@ -305,7 +305,7 @@ def install(vmid, build, keys, desc=()):
     os.rmdir(build)
     if pct.BACKEND != "ns":  # its lxc.init.cmd and rootfs paths name the final folder
         write_file(os.path.join(ct, "config"), lxc_base_config(ct, vmid, keys.get("hostname", f"CT{vmid}")))
-    write_file(pct.pve_conf(vmid), conf_text(keys, desc=desc))
+    write_file(pct.pve_conf(vmid), conf_text(keys, raw, desc))
     if pct.CLUSTER_DIR:
         pct.cluster_side().write_vmlist()
 
@@ -388,7 +388,7 @@ def cmd_clone(opts, positional):
     new["rootfs"] = rootfs_volume(newid, store, size.group(1) if size else "8")
     backend_files(build, newid, new.get("hostname", f"CT{newid}"))
     write_file(os.path.join(build, "storage"), store + "\n")
-    install(newid, build, new, opts.get("description", "").splitlines() or desc)
+    install(newid, build, new, opts.get("description", "").splitlines() or desc, raw)  # raw lxc.* keys too
 
 
 def cmd_set(opts, positional):
@@ -459,9 +459,11 @@ def cmd_destroy(opts, positional):
 # Proxmox makes each devN node in the container's /dev at every start (the host node's type and numbers, the
 # gid, uid and mode asked; the host's mode where none is) and fails the start when the host has no such
 # device; each mpN is mounted (a host path bound, read-only with ro=1; a storage volume the lab keeps as a
-# folder <ct>/volumes/<key>). The lab does the same: the LXC backend makes the nodes in <ct>/passthrough/ and
-# binds them (lxc.mount.entry lines after PASSTHROUGH_MARK in the generated LXC config; no cgroup device rule:
-# the lab's containers have no device cgroup to open); the ns backend hands them to ns-init in <ct>/passthrough.json.
+# folder <ct>/volumes/<key>); the config's raw lxc.mount.entry lines are applied as LXC does. The lab does the
+# same from <ct>/passthrough.json, which pct start writes: the LXC backend binds the mounts (lxc.mount.entry
+# lines after PASSTHROUGH_MARK in the generated LXC config) and makes the nodes in lxc.hook.autodev (this
+# file, run as `pct_make.py autodev JSON`: after the mounts, so a raw entry bound over a node stays); no
+# cgroup device rule (the lab's containers have no device cgroup to open). ns-init does the same in that order.
 
 def passthrough(vmid):
     """(devices, mounts) the config asks for at start, checked; dicts ns-init and the LXC config both read."""
@@ -495,7 +497,29 @@ def passthrough(vmid):
                 pct.die(f"{key}: bind mount source path '{source}' does not exist\n")
             mounts.append({"key": key, "source": source, "target": found["mp"], "ro": found.get("ro") == "1",
                            "file": not os.path.isdir(source)})
-    return devices, mounts
+    return devices, mounts + raw_mounts(vmid)
+
+
+def raw_mounts(vmid):
+    """The config's raw `lxc.mount.entry` bind lines, as LXC applies them after Proxmox's own (so one can bind
+    over a devN node): a /dev source read under the GPU sysroot, a missing source skipped with `optional` and
+    failing the start without it. Other raw keys do nothing in the lab (no device cgroup; cgroup-v1 keys are
+    ignored by LXC 7 anyway)."""
+    found = []
+    for key, value in read_conf(vmid)[1]:
+        fields = value.split()
+        if key != "lxc.mount.entry" or len(fields) < 4 or "bind" not in fields[3].split(","):
+            continue
+        source = host_path(fields[0]) if fields[0].startswith("/dev/") else fields[0]
+        options = fields[3].split(",")
+        if not os.path.exists(source):
+            if "optional" in options:
+                continue
+            pct.die(f"startup for container '{vmid}' failed\nlxc-start: {vmid}: mount_entry: No such file or "
+                    f"directory - Failed to mount \"{fields[0]}\" on \"{fields[1]}\"\n")
+        found.append({"key": key, "source": source, "target": "/" + fields[1].lstrip("/"), "ro": "ro" in options,
+                      "file": "create=file" in options or not os.path.isdir(source), "options": fields[3]})
+    return found
 
 
 def prepare_start(vmid):
@@ -510,29 +534,37 @@ def prepare_start(vmid):
     hostname = keys.get("hostname", f"CT{vmid}")
     devices, mounts = passthrough(vmid)
     write_etc_hosts(vmid, hostname)
+    write_file(os.path.join(ct, "passthrough.json"), json.dumps({"devices": devices, "mounts": mounts}, indent=1))
     if pct.BACKEND == "ns":
         with open(os.path.join(ct, "config")) as f:
             lines = [line for line in f.read().splitlines() if not line.startswith("hostname:")]
         write_file(os.path.join(ct, "config"), "\n".join([f"hostname: {hostname}", *lines]) + "\n")
-        write_file(os.path.join(ct, "passthrough.json"), json.dumps({"devices": devices, "mounts": mounts}, indent=1))
         return
     with open(os.path.join(ct, "config")) as f:
         base = f.read().split(PASSTHROUGH_MARK)[0].rstrip("\n").splitlines()
     base = [f"lxc.uts.name = {hostname}" if line.startswith("lxc.uts.name") else line for line in base]
-    nodes = os.path.join(ct, "passthrough")
-    shutil.rmtree(nodes, ignore_errors=True)
     entries = []
+    for m in mounts:
+        options = m.get("options") or f"bind,create={'file' if m['file'] else 'dir'}{',ro' if m['ro'] else ''}"
+        entries.append(f"lxc.mount.entry = {_lxc_path(m['source'])} {_lxc_path(m['target'][1:])} none {options} 0 0")
+    if devices:
+        here = os.path.join(os.path.dirname(os.path.abspath(pct.__file__)), "pct_make.py")
+        entries.append(f"lxc.hook.autodev = {sys.executable} {here} autodev {os.path.join(ct, 'passthrough.json')}")
+    write_file(os.path.join(ct, "config"), "\n".join([*base, PASSTHROUGH_MARK, *entries]) + "\n")
+
+
+def make_nodes(dev, devices):
+    """The devN nodes in a starting container's /dev (`dev`: its path from here), as Proxmox's autodev hook
+    makes them: the host node's type and numbers, the uid, gid and mode asked. A path a mount entry already
+    holds (a raw lxc.mount.entry bound over it) is left to that mount."""
     for d in devices:
-        node = nodes + d["path"]
+        node = dev + d["path"][len("/dev"):]
+        if os.path.lexists(node):
+            continue
         os.makedirs(os.path.dirname(node), exist_ok=True)
         os.mknod(node, (stat.S_IFCHR if d["char"] else stat.S_IFBLK) | 0o600, os.makedev(d["major"], d["minor"]))
         os.chown(node, d["uid"], d["gid"])
-        os.chmod(node, d["mode"] & (0o7555 if d["deny_write"] else 0o7777))
-        entries.append(f"lxc.mount.entry = {_lxc_path(node)} {_lxc_path(d['path'][1:])} none bind,create=file 0 0")
-    for m in mounts:
-        entries.append(f"lxc.mount.entry = {_lxc_path(m['source'])} {_lxc_path(m['target'][1:])} none "
-                       f"bind,create={'file' if m['file'] else 'dir'}{',ro' if m['ro'] else ''} 0 0")
-    write_file(os.path.join(ct, "config"), "\n".join([*base, PASSTHROUGH_MARK, *entries]) + "\n")
+        os.chmod(node, d["mode"] & (0o7555 if d.get("deny_write") else 0o7777))
 
 
 def _lxc_path(path):
@@ -586,3 +618,10 @@ def pveam(argv):
         for name in names:
             size = os.path.getsize(os.path.join(folder, name))
             print(f"{argv[1] + ':vztmpl/' + name:<70} {f'{size / 1048576:.2f}MB':<9}")
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["autodev"]:  # LXC's lxc.hook.autodev (see prepare_start)
+    import json
+
+    with open(sys.argv[2]) as f:
+        make_nodes(os.environ["LXC_ROOTFS_MOUNT"] + "/dev", json.load(f)["devices"])

@@ -155,6 +155,16 @@ def test_a_simulated_driver_behind_the_seam(gpu_lab):
     assert t.run(pct_argv("pct", "start", str(GPU_CT))).err == "Device /dev/nvidia-uvm does not exist\n"
     assert host("nvidia-modprobe -u -c 0").exit_code == 0
     assert t.run(pct_argv("pct", "start", str(GPU_CT))).exit_code == 0 and inside(cuinit).out == "0\n"
+    # A raw mount entry binding another node over the uvm one (after the devN nodes, as LXC applies it).
+    conf = gpu_lab.lxc / str(GPU_CT) / "pve.conf"
+    good = conf.read_text()
+    conf.write_text(good + "lxc.mount.entry: /dev/nvidia1 dev/nvidia-uvm none bind,optional,create=file\n")
+    t.run(pct_argv("pct", "stop", str(GPU_CT)))
+    assert t.run(pct_argv("pct", "start", str(GPU_CT))).exit_code == 0
+    assert inside("stat -c %t:%T /dev/nvidia-uvm").out == "c3:1\n" and inside(cuinit).out == "999\n"
+    conf.write_text(good)
+    t.run(pct_argv("pct", "stop", str(GPU_CT)))
+    assert t.run(pct_argv("pct", "start", str(GPU_CT))).exit_code == 0 and inside(cuinit).out == "0\n"
     # An upgrade: on disk first (the host's nvidia-smi: mismatch), loaded after the reboot; the container's
     # libraries are the old version's: cuInit answers 803 until they are re-matched.
     gpu_lab.fake_gpu_upgrade("575.1.2")

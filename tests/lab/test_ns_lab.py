@@ -294,3 +294,22 @@ def test_without_a_demo_repository_the_hosts_file_and_lab_up_say_so(tmp_path, mo
     out = capsys.readouterr().out
     assert "note: no demo repository" in out and "comes with a checkout of remote" in out, out
     assert "(deploys the demo drafter)" not in out
+
+
+def test_a_simulated_driver_on_namespaces(tmp_path_factory):
+    """The namespace lab with a simulated driver: a container created with devN lines for the driver's nodes gets
+    them (made from the sysroot's: NVIDIA's major 195) and nothing else of the GPUs."""
+    from remote.lab.ns import NsLab
+
+    lab = NsLab(dir=tmp_path_factory.mktemp("nsgpu"), fake_gpu=2)
+    made = str(CT + 61)
+    try:
+        lab.up([], wheels=False)
+        r = pct(lab, "create", made, lab.template, "--dev0", "/dev/nvidia1,gid=44,mode=0660", "--dev1", "/dev/nvidiactl")
+        assert r.returncode == 0, r.stderr
+        assert pct(lab, "start", made).returncode == 0
+        r = pct(lab, "exec", made, "--", "sh", "-c", "stat -c '%n %t:%T %g %a' /dev/nvidia*")
+        assert r.stdout.splitlines() == ["/dev/nvidia1 c3:1 44 660", "/dev/nvidiactl c3:ff 0 666"], r.stderr
+    finally:
+        pct(lab, "destroy", made, "--force", "1")
+        lab.down(purge=True)

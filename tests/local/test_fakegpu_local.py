@@ -23,7 +23,7 @@ def gpu(tmp_path) -> FakeGpu:
 
 
 def tool(gpu: FakeGpu, name: str, *args: str, **env: str) -> subprocess.CompletedProcess:
-    path = gpu.root / ("usr/sbin" if name == "modinfo" else "usr/bin") / name
+    path = gpu.root / ("usr/sbin" if name == "modinfo" else "usr/bin") / name  # lspci too
     clean = {k: v for k, v in os.environ.items() if k != "container"}
     return subprocess.run([str(path), *args], capture_output=True, text=True, env={**clean, **env})
 
@@ -43,6 +43,9 @@ def test_a_host_with_the_driver_loaded(gpu):
     assert "Driver Version: 570.148.08" in tool(gpu, "nvidia-smi").stdout
     assert tool(gpu, "nvidia-smi", "-L").stdout.startswith("GPU 0: NVIDIA H200 (UUID: GPU-")
     assert tool(gpu, "modinfo", "-F", "version", "nvidia").stdout == "570.148.08\n"
+    lspci = tool(gpu, "lspci", "-nnk", "-d", "10de:").stdout.splitlines()
+    assert lspci[0].startswith("18:00.0 3D controller [0302]: NVIDIA") and "\tKernel driver in use: nvidia" in lspci
+    assert len([line for line in lspci if not line.startswith("\t")]) == 2
 
 
 def test_an_upgrade_then_a_reboot(gpu):

@@ -150,13 +150,15 @@ def test_destroy_template_and_clone(pct):
     assert pct("destroy", "260")[2] == "CT 260 is running - destroy failed\n"
     assert pct("template", "260")[2] == "you can't convert a CT to template if the CT is running\n"
     pct.running.clear()
+    raw = "lxc.mount.entry: /dev/null dev/null2 none bind,optional,create=file\n"  # written by hand, as on a host
+    (pct.lxc / "260" / "pve.conf").write_text(conf(pct, 260) + raw)
     assert pct("template", "260")[0] == 0 and "template: 1\n" in conf(pct, 260)
     assert pct("start", "260")[2] == "you can't start a CT if it's a template\n"
     assert pct("clone", "260", "261")[2] == "Linked clone feature for 'local:260/vm-260-disk-0.raw' is not available\n"
     code, out, err = pct("clone", "260", "261", "--full", "--hostname", "copy")
     assert code == 0 and out == "create full clone of drive rootfs (local:260/vm-260-disk-0.raw)\n", err
     assert conf(pct, 261) == ("arch: amd64\ndev0: /dev/null,gid=44\nhostname: copy\nostype: debian\n"
-                              "rootfs: local:261/vm-261-disk-0.raw,size=4G\n")
+                              "rootfs: local:261/vm-261-disk-0.raw,size=4G\n" + raw)
     assert (pct.lxc / "261" / "upper" / "root" / "made-inside").read_text() == "x"
     assert pct("clone", "260", "261", "--full")[2] == "unable to create CT 261 - CT 261 already exists on node 'pve'\n"
     assert pct("clone", "260", "262", "--storage", "local-zfs")[0] == 0  # a linked clone where the storage can
