@@ -110,6 +110,8 @@ def differences(config: dict[str, str], spec: CreateSpec, storage: str) -> list[
             "unprivileged": "yes" if config.get("unprivileged") in ("1", "true", "yes") else "no"}
     want = {"source": spec.source, "gpu": spec.gpu, "cores": str(spec.cores), "memory": str(spec.memory),
             "disk": f"{spec.disk}G", "storage": storage, "unprivileged": "yes" if spec.unprivileged else "no"}
+    if spec.clone is not None:  # a clone keeps its source's disk and privilege (--disk, --privileged: a template's)
+        del want["disk"], want["unprivileged"]
     for key in want:
         if have[key] != want[key]:
             out.append(f"{key} {have[key]} (asked: {want[key]})")
@@ -139,7 +141,7 @@ class _Run:
         """A command on the host; one that changes something is recorded, and in a dry run only reported."""
         session, host = self.h.session, self.h.host
         if mutates:
-            shown = session.transport(host).describe(argv)
+            shown = session.transport(host).describe(_short(argv))
             self.commands.append(shown)
             if self.h.dry:
                 self.h.output(shown)
@@ -149,6 +151,17 @@ class _Run:
     def note(self, text: str) -> None:
         self.notes.append(text)
         self.h.note(text)
+
+
+def _short(argv: list[str]) -> list[str]:
+    """A command as a dry run shows it: a remote/sh script's text named by its file (`bash -c
+    <remote/sh/NAME.sh> NAME ...`), the rest exactly as it runs."""
+    out = list(argv)
+    for i in range(len(out) - 2):
+        if out[i:i + 2] == ["bash", "-c"] and re.fullmatch(r"[a-z_-]+", out[i + 3] if i + 3 < len(out) else ""):
+            out[i + 2] = f"<remote/sh/{out[i + 3]}.sh>"
+            break
+    return out
 
 
 def _words(text: str) -> str:
@@ -332,7 +345,7 @@ def _in_ct(run: _Run, ct: Container, script: str, *args: str, timeout: float):
     if run.h.dry:
         from ..transport.pct import exec_argv
 
-        shown = run.h.session.transport(run.h.host).describe(exec_argv(ct.pct, ct.ctid, argv, cwd="/root"))
+        shown = run.h.session.transport(run.h.host).describe(_short(exec_argv(ct.pct, ct.ctid, argv, cwd="/root")))
         run.commands.append(shown)
         run.h.output(shown)
         return None

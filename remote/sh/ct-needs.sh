@@ -14,7 +14,12 @@ fi
 echo "missing ${missing[*]}"
 if command -v apt-get > /dev/null 2>&1; then
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
+  # A container just started may not have its address yet (DHCP): the index read again for up to a minute.
+  for try in 1 2 3 4 5 6 7 8 9 10 11 12; do
+    apt-get update -qq && break
+    [ "$try" -lt 12 ] || exit 1
+    sleep 5
+  done
   apt-get install -y -qq --no-install-recommends "${missing[@]}" > /dev/null
   echo "installed-with apt-get"
 elif command -v dnf > /dev/null 2>&1; then

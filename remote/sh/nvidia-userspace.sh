@@ -21,6 +21,15 @@ libs=(libcuda libcudadebugger libnvidia-ml libnvidia-ptxjitcompiler libnvidia-nv
 bins=(nvidia-smi nvidia-debugdump nvidia-cuda-mps-control nvidia-cuda-mps-server)
 libdirs=(/usr/lib/x86_64-linux-gnu /usr/lib/aarch64-linux-gnu /usr/lib64 /usr/lib /lib/x86_64-linux-gnu /lib64)
 bindirs=(/usr/bin /usr/sbin /bin)
+# On a real host, also where the loader finds the driver (a driver installed elsewhere: /usr/local/nvidia/lib64,
+# a .run installer's prefix) and where PATH finds nvidia-smi.
+if [ -z "$root" ]; then
+  while read -r dir; do
+    libdirs=("$dir" "${libdirs[@]}")
+  done < <( (ldconfig -p 2> /dev/null || /sbin/ldconfig -p 2> /dev/null || true) | sed -n 's/^[[:space:]]*libcuda\.so\.1 (.*x86-64.*) => \(.*\)\/libcuda\.so\.1$/\1/p; s/^[[:space:]]*libcuda\.so\.1 (.*AArch64.*) => \(.*\)\/libcuda\.so\.1$/\1/p' | tac)
+  smi=$(command -v nvidia-smi || true)
+  [ -n "$smi" ] && bindirs=("${smi%/*}" "${bindirs[@]}")
+fi
 
 version=""
 if [ -r "$root/proc/driver/nvidia/version" ]; then

@@ -331,7 +331,7 @@ def test_dry_reads_and_reports_every_command_running_none(hosts):
     assert pve.cts == {} and hosts.read_text() == HOSTS and not got.made and got.dry
     shown = [e.line for e in events if type(e).__name__ == "Output"]
     assert any("pct create 210 " + TEMPLATE in line for line in shown)
-    assert any("nvidia-userspace" in line for line in shown)
+    assert "pve: bash -c '<remote/sh/nvidia-userspace.sh>' nvidia-userspace /var/lib/remote/nvidia" in shown
     assert any("add to " in line and "containers.210" in line for line in shown)
     assert got.config[0] == "dev0: /dev/nvidia0,gid=44,mode=0666"
 
@@ -341,6 +341,9 @@ def test_clone_sets_the_resources_and_records_the_source(hosts):
     got, _ = make(hosts, pve, ctid=211, template=None, clone=9000, cores=2)
     assert got.source == "clone 9000" and pve.cts[211]["cores"] == "2"
     assert pve.cts[211]["description"] == "remote create: clone 9000 gpu=none"
+    pve.calls.clear()
+    again, _ = make(hosts, pve, ctid=211, template=None, clone=9000, cores=2)  # its source's 8G disk is no difference
+    assert not again.made and pve.subs() == ["pct config"]
 
 
 def test_fleet_create_refuses_a_node_the_file_lacks_and_a_spec_without_a_source(hosts):
@@ -366,3 +369,21 @@ def test_the_entry_goes_into_a_file_without_containers_and_an_empty_block():
             assert hostsinit.add_container(str(p), 220, "pve", "made by remote create")
             assert config.load(str(p)).containers[220].host.name == "pve"
             assert not hostsinit.add_container(str(p), 220, "pve", "again")
+
+
+def test_the_command_line_renders_what_was_made_each_step_and_what_next(hosts):
+    import json
+
+    from remote.cli import format as fmt
+
+    pve = FakePve()
+    got, _ = make(hosts, pve, gpu="all")
+    lines = fmt.created_lines(got)
+    assert lines[0].startswith("made container 210 on pve from local:vztmpl/debian-12") and "GPU 0 (driver 580.95.05" in lines[0]
+    assert "  dev0: /dev/nvidia0,gid=44,mode=0666" in lines
+    assert any(line.startswith("  proof") for line in lines)
+    assert lines[-1] == f"added containers.210 to {hosts}; next: `remote deploy -c 210`"
+    again, _ = make(hosts, pve, gpu="all")
+    assert fmt.created_lines(again) == ["container 210 on pve: already made as asked "
+                                        "(local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst): nothing to do"]
+    assert json.loads(fmt.created_json(got))["steps"][0]["name"] == "preflight"
