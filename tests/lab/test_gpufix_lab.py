@@ -93,6 +93,11 @@ def given_a_gpu(host, ctid: int, index: int) -> None:
 def gpus_given(gpu_lab, host):
     for ctid, index in ((A, 0), (B, 1)):
         given_a_gpu(host, ctid, index)
+        # The lab's /etc/pve/lxc/ID.conf (where gpu fix drops raw lines pct cannot): the double's config file.
+        conf = Path(gpu_lab.gpu_sysroot_path()) / f"etc/pve/lxc/{ctid}.conf"
+        conf.parent.mkdir(parents=True, exist_ok=True)
+        if not conf.is_symlink():
+            conf.symlink_to(gpu_lab.lxc / str(ctid) / "pve.conf")
 
 
 @pytest.fixture
@@ -128,6 +133,24 @@ def test_gpu_fix_after_a_devn_line_deleted(fleet, host, gpu_lab):
     assert any(line.startswith("+ dev") and "/dev/nvidia-uvm," in line for line in done.diff), done.diff
     assert done.restarted and done.cuda_init == 0 and done.ok, done
     assert cuinit(host, A) == "0"
+
+
+@pytest.mark.fault("A GPU node bound over in the container by a raw lxc.mount.entry line (the lab's simulated driver)",
+                   promise="doctor --gpu names the node and its numbers; `remote gpu fix` shows the raw line as a "
+                           "diff, drops it from the config, restarts the container and proves cuInit 0")
+def test_gpu_fix_after_a_node_bound_over(fleet, host, gpu_lab):
+    line = "lxc.mount.entry: /dev/nvidia-modeset dev/nvidia-uvm none bind,create=file"
+    conf = gpu_lab.lxc / str(A) / "pve.conf"
+    conf.write_text(conf.read_text() + line + "\n")
+    pct(host, "stop", str(A))
+    pct(host, "start", str(A))
+    assert cuinit(host, A) == "999"
+    report = fleet.doctor_gpu(A)
+    wrong = [f for c in report.containers for f in c.findings if f.kind == "container-node-wrong"]
+    assert [f.node for f in wrong] == ["/dev/nvidia-uvm"] and "195:254" in wrong[0].message
+    done = fleet.container(A).gpu_fix()
+    assert done.diff == (f"- {line}",) and done.restarted and done.ok and done.cuda_init == 0, done
+    assert line not in conf.read_text() and cuinit(host, A) == "0"
 
 
 @pytest.mark.fault("The uvm node missing on the host (the lab's simulated driver)",

@@ -407,3 +407,14 @@ def test_drop_raw_removes_exactly_the_named_lines_of_the_current_config_or_nothi
     r = subprocess.run(gpufix._fix_argv("drop-raw", "201", "lxc.cgroup2.devices.allow: c 999:* rwm"), env=env,
                        capture_output=True, text=True)
     assert r.returncode == 3 and "not every line" in r.stderr and conf.read_text() == text
+
+
+def test_a_node_bound_over_by_a_raw_config_line_has_that_line_dropped_and_a_restart():
+    from test_gpu import planted
+
+    over = "lxc.mount.entry: /dev/null dev/nvidia-uvm none bind,create=file"
+    cfg = data("pct-config-dev.txt") + over + "\n[snap]\n" + over + "\n"
+    c = gpu.parse_container(planted("/dev/nvidia-uvm", 1, 3, mount="/null"))
+    p = plan_of(gpu_host(configs={200: cfg}), c, cfg)
+    assert p.config.raw == (over,) and p.config.diff == (f"- {over}",) and p.config.set == ()
+    assert p.restart and "the raw line that binds another file over it dropped" in dict(p.fixes)["container-node-wrong"]
