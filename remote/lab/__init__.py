@@ -6,6 +6,8 @@ Everything lives under one folder (default /var/lib/remote-lab, or $REMOTE_LAB_D
     wheels/   the pinned CPU torch wheel the lab's hosts files install (remote/lab/wheels.py)
     lxc/<id>/ each container: config, and `upper/` holding everything written inside it (on local-btrfs:
               vol/layer/upper, in a subvolume of a btrfs image mounted at vol/, and vol/snapshots/)
+    storage/local/template/cache/   the `local` storage's template volumes (`pct create ID local:vztmpl/...`)
+    hosts.yaml, hosts-bare.yaml     hosts files for this lab (its folder, port and key), as `lab up` wrote them
 Containers take this machine's root as a read-only lower layer (overlay), use the host network
 and need no image: they start in about a second and see the host's Python, git and wheels.
 """
@@ -23,22 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import RemoteError
+from . import fakegpu, pct_make
 
 DEFAULT_DIR = "/var/lib/remote-lab"
 DEFAULT_PORT = 2222
 DEFAULT_CONTAINERS = (200,)
+TEMPLATE = "debian-12-standard_12.7-1_amd64.tar.zst"  # the template volume of the lab's `local` storage
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"  # present in a checkout of remote
-
-# The container's PID 1: reaps orphans (detached jobs end up here) and exits on TERM.
-_INIT = """import os, signal, time
-signal.signal(signal.SIGTERM, lambda *a: os._exit(0))
-signal.signal(signal.SIGPWR, lambda *a: os._exit(0))
-while True:
-    try:
-        os.wait()
-    except ChildProcessError:
-        time.sleep(0.5)
-"""
 
 # An init that never reaps (some minimal container inits don't): orphans that exit stay zombies.
 _INIT_NO_REAP = """import os, signal, time
@@ -61,7 +54,7 @@ UsePAM no
 StrictModes no
 MaxSessions 100
 MaxStartups 100:30:200
-SetEnv PATH={dir}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+SetEnv PATH={dir}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin{gpu_env}
 Subsystem sftp internal-sftp
 """
 
@@ -85,6 +78,8 @@ class Lab:
     node: str = "lab"  # the host's name in hosts files and its pct node name
     wheels_dir: Path | None = None  # the wheel folder, where not <dir>/wheels (test labs share one)
     listen: str = "127.0.0.1"  # sshd's loopback address (a lab cluster's nodes have one each: remote/lab/cluster.py)
+    fake_gpu: int = 0  # GPUs of a simulated NVIDIA driver for the lab's host (remote/lab/fakegpu.py); 0: none
+    fake_gpu_version: str = "570.148.08"  # the simulated driver's version, loaded and on disk
 
     def __post_init__(self):
         self.dir = Path(self.dir)
@@ -127,6 +122,8 @@ class Lab:
         for d in (self.ssh, self.dir / "bin", self.lxc):
             d.mkdir(parents=True, exist_ok=True)
         self._keys()
+        self._templates()
+        self._fake_gpu()
         self._pct_double()
         self._sshd()
         for ctid in containers:
@@ -136,6 +133,30 @@ class Lab:
             self.plain_repo()
         if second:
             self.second().up(second, wheels=False)
+        if self.node == "lab":
+            self.write_hosts_files(self.own_containers(), second=self.second().own_containers() if second else ())
+
+    def own_containers(self) -> list[int]:
+        return self.containers()
+
+    def write_hosts_files(self, containers, second=()) -> None:
+        """<lab>/hosts-bare.yaml (hosts: and containers: of this lab, its folder, port and keys) and
+        <lab>/hosts.yaml (that plus the demo drafter's sections): `REMOTE_HOSTS_FILE=<lab>/hosts.yaml remote
+        deploy warmup train` works for a lab in any folder on any port, with no hand edits."""
+        bare = self.hosts_yaml(containers, second=second)
+        (self.dir / "hosts-bare.yaml").write_text(bare)
+        (self.dir / "hosts.yaml").write_text(bare + self.demo_sections())
+
+    def demo_sections(self) -> str:
+        """The sections that make the lab's hosts.yaml deploy, warm up and train the demo drafter (where
+        `up` made its repository: in a checkout of remote), on the pinned CPU torch of the lab's wheels."""
+        from .wheels import TORCH
+
+        if not (self.dir / "dflash" / ".git").is_dir():
+            return ("# No demo repository: examples/ comes with a checkout of remote, not with an install. Add\n"
+                    "# venv:, code: (repo: your project's repository), warmup: and train: sections for your own\n"
+                    "# project (docs/hosts-file.md), or run `remote lab up` from a checkout of remote.\n")
+        return DEMO_SECTIONS.format(torch=TORCH, wheels=self.wheels, repo=self.dir / "dflash")
 
     def provide_wheels(self) -> Path:
         """The pinned CPU torch wheel in self.wheels, for the containers' Python: from a folder pip is
@@ -169,14 +190,78 @@ class Lab:
         source = (Path(__file__).with_name("pct_double.py")).read_text()
         source = (source.replace('LXC_PATH = "/var/lib/remote-lab/lxc"', f"LXC_PATH = {str(self.lxc)!r}")
                   .replace('LOCK_DIR = "/var/lib/remote-lab/lock"', f"LOCK_DIR = {str(self.dir / 'lock')!r}")
+                  .replace('STORAGE_DIR = "/var/lib/remote-lab/storage"', f"STORAGE_DIR = {str(self.storage)!r}")
+                  .replace('GPU_SYSROOT = ""', f"GPU_SYSROOT = {self.gpu_sysroot_path()!r}")
                   .replace('NODE = "lab"', f"NODE = {self.node!r}"))  # NsLab sets BACKEND and NS_INIT
         source = self._double_source(source)
-        for name in ("pct", "pvesm", "pvesh"):  # one double, its pvesm side answering `pvesm status`, pvesh `get`
+        # One double: its pvesm side answers `pvesm status`, pveam `list`, pvesh `get`.
+        for name in ("pct", "pvesm", "pveam", "pvesh"):
             target = self.dir / "bin" / name
             target.write_text(f"#!{_system_python()}\n" + source)
             target.chmod(0o755)
-        # Its cluster half (pct migrate, pvesh), loaded on demand from beside it.
-        (self.dir / "bin" / "pct_cluster.py").write_text(Path(__file__).with_name("pct_cluster.py").read_text())
+        # Its cluster half (pct migrate, pvesh) and making half (create, clone, set, destroy, pveam, a start's
+        # devN and mpN), loaded on demand from beside it.
+        for half in ("pct_cluster.py", "pct_make.py"):
+            (self.dir / "bin" / half).write_text(Path(__file__).with_name(half).read_text())
+
+    @property
+    def storage(self) -> Path:
+        """The storages' folders (the pct double's STORAGE_DIR): storage/<name>/template/cache/ holds templates."""
+        return self.dir / "storage"
+
+    @property
+    def template(self) -> str:
+        """The template volume `pct create` takes in this lab (`pveam list local` lists it)."""
+        return f"local:vztmpl/{TEMPLATE}"
+
+    def _templates(self) -> None:
+        """The `local` storage's template, as `pveam download local NAME` leaves it (its content is not read:
+        a created container is made as the lab's own are, over this machine's root)."""
+        import io
+        import tarfile
+
+        cache = self.storage / "local" / "template" / "cache"
+        cache.mkdir(parents=True, exist_ok=True)
+        if (cache / TEMPLATE).exists():
+            return
+        data = b'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\nVERSION_ID="12"\n'
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            info = tarfile.TarInfo("./etc/os-release")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        (cache / (TEMPLATE + ".tmp")).write_bytes(buf.getvalue())
+        (cache / (TEMPLATE + ".tmp")).rename(cache / TEMPLATE)
+
+    def gpu_sysroot_path(self) -> str:
+        """The simulated NVIDIA driver's root (REMOTE_GPU_SYSROOT of the lab's host, the double's GPU_SYSROOT):
+        <lab>/gpu once a lab was brought up with fake_gpu (until purged), else "" (remote/lab/fakegpu.py)."""
+        root = self.dir / "gpu"
+        return str(root) if self.fake_gpu or (root / fakegpu.STATE).exists() else ""
+
+    @property
+    def gpu(self) -> fakegpu.FakeGpu:
+        """The simulated driver (install, upgrade, reboot, planted faults); a LabError in a lab without one."""
+        if not self.gpu_sysroot_path():
+            raise LabError(f"the lab in {self.dir} has no simulated GPU: bring it up with fake_gpu=N")
+        return fakegpu.FakeGpu(Path(self.gpu_sysroot_path()), python=_system_python())
+
+    def _fake_gpu(self) -> None:
+        if self.fake_gpu:
+            self.gpu.install(self.fake_gpu, self.fake_gpu_version)
+
+    def fake_gpu_upgrade(self, version: str) -> None:
+        """A driver upgrade on the lab's host: on disk now, loaded after fake_gpu_reboot()."""
+        self.gpu.upgrade(version)
+
+    def fake_gpu_reboot(self) -> None:
+        """The lab's host restarted: the driver on disk loaded, the uvm nodes absent until nvidia-modprobe -u -c 0
+        (the containers keep running: stop and start them as a host's boot would, where a test needs it)."""
+        self.gpu.reboot()
+
+    def fake_gpu_remove_node(self, name: str) -> None:
+        """A planted fault: a node gone from the host's /dev ("nvidia-uvm", "nvidiactl", "nvidia1", ...)."""
+        self.gpu.remove_node(name)
 
     def _double_source(self, source: str) -> str:
         """The pct double's source as this lab installs it (a lab cluster's node sets CLUSTER_DIR)."""
@@ -186,7 +271,9 @@ class Lab:
         return _alive(self.dir / "sshd.pid")
 
     def _sshd(self) -> None:
-        config = _SSHD_CONFIG.format(port=self.port, ssh=self.ssh, dir=self.dir, listen=self.listen)
+        sysroot = self.gpu_sysroot_path()
+        config = _SSHD_CONFIG.format(port=self.port, ssh=self.ssh, dir=self.dir, listen=self.listen,
+                                     gpu_env=f" REMOTE_GPU_SYSROOT={sysroot}" if sysroot else "")
         conf_file = self.ssh / "sshd_config"
         if self.sshd_running() and conf_file.exists() and conf_file.read_text() == config:
             return
@@ -200,20 +287,8 @@ class Lab:
         _wait_port(self.port, self.listen)
 
     def _container_config(self, ctid: int) -> str:
-        ct = self.lxc / str(ctid)
-        return "\n".join([
-            f"lxc.uts.name = lab{ctid}",
-            f"lxc.rootfs.path = overlay:/:{self.upper(ctid)}",
-            "lxc.net.0.type = none",
-            "lxc.mount.auto = proc:mixed sys:ro cgroup:mixed",
-            "lxc.autodev = 1",
-            "lxc.apparmor.profile = unconfined",
-            "lxc.tty.max = 0",
-            "lxc.pty.max = 64",
-            f"lxc.init.cmd = {_system_python()} {ct / 'init.py'}",
-            f"lxc.log.file = {ct / 'lxc.log'}",
-            "",
-        ])
+        """Its LXC config before the passthrough part the double's `pct start` adds (devN, mpN)."""
+        return pct_make.lxc_base_config(str(self.lxc / str(ctid)), str(ctid), f"lab{ctid}", _system_python())
 
     def _pve_conf(self, ctid: int) -> str:
         """The container's Proxmox config as `pct config` reads it (the double's <ct>/pve.conf)."""
@@ -272,12 +347,13 @@ class Lab:
         ct = self.lxc / str(ctid)
         self._btrfs_volume(ctid)
         self._write_etc_hosts(ct, ctid)
-        (ct / "init.py").write_text(_INIT if reap else _INIT_NO_REAP)
+        (ct / "init.py").write_text(pct_make.INIT_SOURCE if reap else _INIT_NO_REAP)
         (ct / "config").write_text(self._container_config(ctid))
         self._write_pve_conf(ct, ctid)
         if self.state(ctid) == "RUNNING":
             return
-        r = _run(["lxc-start", "-P", str(self.lxc), "-n", str(ctid)])
+        # As Proxmox's pct start: the config's devN and mpN applied, then lxc-start.
+        r = _run([str(self.dir / "bin" / "pct"), "start", str(ctid)], cwd="/")
         if r.returncode != 0:
             raise LabError(f"container {ctid} failed to start: {r.stderr.strip()} (log: {ct / 'lxc.log'})")
         for _ in range(100):
@@ -372,6 +448,28 @@ class Lab:
         for lab, ids in labs:
             lines += [f"  {c}:\n    host: {lab.node}\n    address: {address(c)}" for c in ids]
         return "\n".join(lines) + "\n"
+
+
+DEMO_SECTIONS = """\
+# The demo drafter (examples/drafter, committed to {repo} by `remote lab up`) on the pinned CPU
+# torch: `remote deploy`, `remote train --warmup`, `remote logs --follow` work as they are. For your own
+# project: code.repo its repository, venv/warmup/train what it needs (docs/hosts-file.md); on a GPU, the
+# torch build of your driver (README.md).
+venv:
+  packages: [{torch}, numpy==2.2.6]
+  find_links: [{wheels}]
+  requirements: requirements.txt
+code:
+  repo: {repo}
+  path: /root/dflash
+warmup:
+  command: python -m drafter.warmup --device {{device}}
+  devices: [0]
+  cache_dir: /root/.cache/torch-compile
+train:
+  command: python -m drafter.train --target-gpus 0 --drafter-gpus 0 --steps 200 --log-interval 0.5
+  run_dir: /root/runs
+"""
 
 
 def address(ctid: int) -> str:

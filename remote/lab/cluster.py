@@ -166,6 +166,7 @@ class ClusterLab:
             for d in (lab.ssh, lab.dir / "bin", self.tree / "nodes" / name / "lxc"):
                 d.mkdir(parents=True, exist_ok=True)
             lab._keys()
+            lab._templates()  # each node's own `local` storage, its template (create on any node)
             lab._pct_double()
             lab._sshd()
         self.known_hosts.write_text("".join(

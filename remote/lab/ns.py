@@ -76,26 +76,16 @@ class NsLab(Lab):
         for d in (self.dir / "bin", self.lxc):
             d.mkdir(parents=True, exist_ok=True)
         self._upper_fs()
+        self._fake_gpu()
         self._pct_double()
         for ctid in containers:
             self.start_container(ctid)
-        bare = self.hosts_yaml(self.containers())
-        (self.dir / "hosts-bare.yaml").write_text(bare)  # for a file of one's own sections (bench/gpu_*.sh)
+        self._templates()
         if EXAMPLES.is_dir():
             self.demo_repo()
             self.plain_repo()
-        (self.dir / "hosts.yaml").write_text(bare + self.demo_sections())
-
-    def demo_sections(self) -> str:
-        """The sections that make the lab's hosts.yaml deploy, warm up and train the demo drafter (where
-        `up` made its repository: in a checkout of remote), on the pinned CPU torch of the lab's wheels."""
-        from .wheels import TORCH
-
-        if not (self.dir / "dflash" / ".git").is_dir():
-            return ("# No demo repository: examples/ comes with a checkout of remote, not with an install. Add\n"
-                    "# venv:, code: (repo: your project's repository), warmup: and train: sections for your own\n"
-                    "# project (docs/hosts-file.md), or run `remote lab up` from a checkout of remote.\n")
-        return DEMO_SECTIONS.format(torch=TORCH, wheels=self.wheels, repo=self.dir / "dflash")
+        # hosts-bare.yaml: for a file of one's own sections (bench/gpu_*.sh)
+        self.write_hosts_files(self.containers())
 
     def _check_tools(self) -> None:
         if os.geteuid() != 0:
@@ -134,13 +124,19 @@ class NsLab(Lab):
         return f"hostname: lab{ctid}\nbackend: ns\nreap: {1 if reap else 0}\n"
 
     def _pve_conf(self, ctid: int) -> str:
-        """As the LXC lab's, plus a `devN:` line for every NVIDIA node ns-init makes in the container's /dev
-        (what a Proxmox GPU container configured with `devN` passthrough has)."""
+        """As the LXC lab's, plus a `devN:` line for every NVIDIA node of the machine (what a Proxmox GPU container
+        configured with `devN` passthrough has: the container's only way to its GPUs, written once). With GPUs the
+        uvm nodes are always named: where the machine has not made them yet, the start fails naming the node
+        (`nvidia-modprobe -u -c 0` makes them), not a container whose CUDA cannot start."""
         import glob
         import stat
 
+        if self.gpu_sysroot_path():  # a simulated driver: containers get its nodes only through devN lines of their own
+            return super()._pve_conf(ctid)
         nodes = [n for n in sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/nvidia-caps/*"))
                  if os.path.exists(n) and stat.S_ISCHR(os.stat(n).st_mode)]
+        if any(n[len("/dev/nvidia"):].isdigit() for n in nodes):
+            nodes += [n for n in ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools") if n not in nodes]
         return super()._pve_conf(ctid) + "".join(f"dev{i}: {n}\n" for i, n in enumerate(nodes))
 
     def start_container(self, ctid: int, reap: bool = True) -> None:
@@ -193,26 +189,6 @@ class NsLab(Lab):
         return "\n".join(lines) + "\n"
 
 
-DEMO_SECTIONS = """\
-# The demo drafter (examples/drafter, committed to {repo} by `remote lab up`) on the pinned CPU
-# torch: `remote deploy`, `remote train --warmup`, `remote logs --follow` work as they are. For your own
-# project: code.repo its repository, venv/warmup/train what it needs (docs/hosts-file.md); on a GPU, the
-# torch build of your driver (README.md).
-venv:
-  packages: [{torch}, numpy==2.2.6]
-  find_links: [{wheels}]
-  requirements: requirements.txt
-code:
-  repo: {repo}
-  path: /root/dflash
-warmup:
-  command: python -m drafter.warmup --device {{device}}
-  devices: [0]
-  cache_dir: /root/.cache/torch-compile
-train:
-  command: python -m drafter.train --target-gpus 0 --drafter-gpus 0 --steps 200 --log-interval 0.5
-  run_dir: /root/runs
-"""
 
 
 def _overlay_upper_works(folder: Path) -> bool:

@@ -11,16 +11,21 @@ mounted on the host (a separate /opt, /usr/local/nvidia, a tmpfs /tmp, ...) gets
 or a read-only bind where overlay refuses it (so /tmp is the host's as the LXC lab's is, writes kept in
 the container); /run and /dev/shm are fresh tmpfs, /proc is the
 container's own, /sys the host's (read-only, every mount below it too), /dev a tmpfs holding the host's standard character
-devices and every /dev/nvidia* node (the GPUs). Then pivot_root, the hostname lab<vmid>, and
+devices and /dev/dri. Then what the pct double's start put in CTDIR/passthrough.json from the Proxmox config: each
+mpN and raw lxc.mount.entry bound (read-only with ro=1), then each devN node made in /dev where no mount holds
+its path (the host node's type and numbers, the uid, gid and mode asked: the GPUs come only this way, as on
+Proxmox). Then pivot_root, the hostname, and
 CTDIR/init.pid written (this process's PID on the host): from then on the container is running.
 """
 
 import ctypes
 import errno
 import glob
+import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -129,7 +134,7 @@ def submounts(root, ctdir, lab):
 def make_dev(root):
     dev = root + "/dev"
     mount("-t", "tmpfs", "-o", "mode=755,nosuid", "ns-dev", dev)
-    nodes = [f"/dev/{d}" for d in DEVICES] + sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri/*"))
+    nodes = [f"/dev/{d}" for d in DEVICES] + sorted(glob.glob("/dev/dri/*"))
     for node in nodes:
         if os.path.isdir(node):  # /dev/nvidia-caps
             os.makedirs(dev + node[4:], exist_ok=True)
@@ -152,6 +157,35 @@ def make_dev(root):
         os.symlink(target, f"{dev}/{name}")
 
 
+def passthrough(root, ctdir):
+    """The config's devN nodes and mpN mounts, as the pct double's start checked and resolved them."""
+    try:
+        with open(f"{ctdir}/passthrough.json") as f:
+            wanted = json.load(f)
+    except FileNotFoundError:
+        return
+    for m in wanted.get("mounts", []):
+        target = root + m["target"]
+        if m["file"]:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            if not os.path.exists(target):
+                open(target, "a").close()
+        else:
+            os.makedirs(target, exist_ok=True)
+        mount("--bind", m["source"], target)
+        if m["ro"]:
+            mount("-o", "remount,bind,ro", target)
+    for d in wanted.get("devices", []):  # after the mounts, as LXC's autodev hook: a node bound over stays so
+        node = root + d["path"]
+        if os.path.lexists(node):
+            continue
+        os.makedirs(os.path.dirname(node), exist_ok=True)
+        kind = stat.S_IFCHR if d["char"] else stat.S_IFBLK
+        os.mknod(node, kind | 0o600, os.makedev(d["major"], d["minor"]))
+        os.chown(node, d["uid"], d["gid"])
+        os.chmod(node, d["mode"] & (0o7555 if d.get("deny_write") else 0o7777))
+
+
 def build_root(ctdir, vmid, lab):
     root = f"{ctdir}/rootfs"
     os.makedirs(root, exist_ok=True)
@@ -162,6 +196,7 @@ def build_root(ctdir, vmid, lab):
     mount("--rbind", "/sys", root + "/sys")
     read_only_tree(root + "/sys")
     make_dev(root)
+    passthrough(root, ctdir)
     return root
 
 

@@ -6,7 +6,9 @@ nothing from `remote` and runs on the system Python. Option parsing, messages an
 follow pve-container 6.1.10: Getopt permute mode until a bare `--`, boolean options that take
 an optional value, no shell for exec (it becomes lxc-attach), PATH reset before anything runs,
 push/pull under the config lock and exit 0 when the copy itself fails. Snapshots (snapshot, listsnapshot,
-delsnapshot, rollback) follow Proxmox's rules and messages over each container's storage (below).
+delsnapshot, rollback) follow Proxmox's rules and messages over each container's storage (below). Making
+containers (create from a template volume, clone, set with devN/mpN/--delete, template, destroy, pveam list) and
+what a start does with devN and mpN are its making half, pct_make.py; migrate and pvesh its cluster half.
 """
 
 import fcntl
@@ -23,19 +25,29 @@ LOCK_DIR = "/var/lib/remote-lab/lock"
 NODE = "lab"
 BACKEND = "lxc"  # or "ns": <LXC_PATH>/<vmid>/init.pid is the container's PID 1, entered with setns
 NS_INIT = "/var/lib/remote-lab/bin/ns-init"
+STORAGE_DIR = "/var/lib/remote-lab/storage"  # the storages' folders: <name>/template/cache/ holds templates
+GPU_SYSROOT = ""  # a fake NVIDIA driver's root (remote/lab/fakegpu.py); $REMOTE_GPU_SYSROOT overrides it
 CLUSTER_DIR = ""  # a lab cluster's shared config tree (pmxcfs's /etc/pve); "": a node of its own (below)
 CLEAR_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # lxc-attach --clear-env's
 
-COMMANDS = ["config", "delsnapshot", "exec", "list", "listsnapshot", "migrate", "pull", "push", "rollback", "shutdown", "snapshot",
-            "start", "status", "stop"]
+COMMANDS = ["clone", "config", "create", "delsnapshot", "destroy", "exec", "list", "listsnapshot", "migrate", "pull", "push",
+            "rollback", "set", "shutdown", "snapshot", "start", "status", "stop", "template"]
 USAGE = "USAGE: pct <COMMAND> [ARGS] [OPTIONS]\n"
 BOOLEAN = {"exec": {"keep-env"}, "start": {"debug"}, "stop": {"skiplock", "overrule-shutdown"}, "list": set(),
            "status": {"verbose"}, "config": {"current"}, "shutdown": {"forceStop"}, "push": set(), "pull": set(),
            "snapshot": set(), "listsnapshot": set(), "delsnapshot": {"force"}, "rollback": {"start"},
-           "migrate": {"online", "restart"}}
+           "migrate": {"online", "restart"}, "create": {"unprivileged", "start", "onboot", "protection", "force"},
+           "set": {"onboot", "protection"}, "clone": {"full"}, "destroy": {"purge", "force"}, "template": set()}
 VALUED = {"push": {"perms", "user", "group"}, "pull": {"perms", "user", "group"}, "shutdown": {"timeout"},
           "stop": set(), "config": {"snapshot"}, "snapshot": {"description"},
-          "migrate": {"timeout", "target-storage", "bwlimit"}}
+          "migrate": {"timeout", "target-storage", "bwlimit"},
+          "create": {"hostname", "cores", "memory", "swap", "rootfs", "storage", "features", "ostype", "arch", "description",
+                     "nameserver", "searchdomain", "tags", "password", "ssh-public-keys", "timezone"},
+          "set": {"hostname", "cores", "memory", "swap", "features", "ostype", "arch", "description", "nameserver",
+                  "searchdomain", "tags", "timezone", "delete", "digest"},
+          "clone": {"hostname", "storage", "description", "snapname"}, "destroy": set(), "template": set()}
+MAKING = ("create", "clone", "set", "template", "destroy")  # pct_make.py's verbs
+INDEXED = re.compile(r"(dev|mp|net)(\d+)")  # devN, mpN, netN: options of create and set
 
 
 def die(message, code=255):
@@ -65,7 +77,7 @@ def parse(cmd, args):
                 if value not in ("0", "1", "true", "false", "yes", "no", "on", "off"):
                     param_error(name, f"type check ('boolean') failed - got '{value}'")
                 opts[name] = value in ("1", "true", "yes", "on")
-            elif name in VALUED.get(cmd, ()):
+            elif name in VALUED.get(cmd, ()) or (cmd in ("create", "set") and INDEXED.fullmatch(name)):
                 if not eq:
                     if i + 1 >= len(args):
                         die(f"Option {name} requires an argument\n400 unable to parse option\n" + USAGE)
@@ -115,6 +127,9 @@ def init_pid(vmid):
     return out.strip()
 
 
+HELD: list[int] = []
+
+
 def lock(vmid):
     """The container's config lock, 10 s timeout for others, as push/pull hold it."""
     os.makedirs(LOCK_DIR, exist_ok=True)
@@ -124,6 +139,7 @@ def lock(vmid):
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            HELD.append(fd)  # held until the process ends (a test running the double in-process closes them)
             return fd
         except BlockingIOError:
             if not told:
@@ -164,7 +180,8 @@ def cmd_list(opts, positional):
     if ids:
         print(f"{'VMID':<10} {'Status':<10} {'Lock':<12} {'Name':<20}")
         for vmid in ids:
-            print(f"{vmid:<10} {state(vmid):<10} {'':<12} {'lab' + vmid:<20}")
+            name = make_side().read_conf(vmid)[0].get("hostname", f"CT{vmid}")
+            print(f"{vmid:<10} {state(vmid):<10} {'':<12} {name:<20}")
 
 
 def cmd_start(opts, positional):
@@ -173,12 +190,7 @@ def cmd_start(opts, positional):
     check_quorum()
     if state(vmid) == "running":
         die(f"CT {vmid} already running\n")
-    if BACKEND == "ns":
-        r = ns_start(vmid)
-    else:
-        r = subprocess.run(["lxc-start", "-P", LXC_PATH, "-n", vmid], capture_output=True, text=True)
-    if r.returncode != 0:
-        die(f"startup for container '{vmid}' failed\n{r.stderr}")
+    make_side().start_backend(vmid)
 
 
 def cmd_stop(opts, positional):
@@ -291,11 +303,10 @@ def storage_of(vmid):
 
 
 def rootfs_line(vmid):
-    store = storage_of(vmid)
-    kind = STORAGES.get(store, "dir")
-    volume = {"zfspool": f"subvol-{vmid}-disk-0", "lvmthin": f"vm-{vmid}-disk-0", "rbd": f"vm-{vmid}-disk-0",
-              "btrfs": f"{vmid}/subvol-{vmid}-disk-0.subvol"}.get(kind, f"{vmid}/vm-{vmid}-disk-0.raw")
-    return f"rootfs: {store}:{volume},size=8G"
+    """The rootfs line: the volume on the container's storage, the size its config says (8G by default)."""
+    make = make_side()
+    size = re.search(r"size=(\d+(?:\.\d+)?)G", make.read_conf(vmid)[0].get("rootfs", ""))
+    return f"rootfs: {make.rootfs_volume(vmid, storage_of(vmid), size.group(1) if size else '8')}"
 
 
 def vol(vmid):
@@ -500,10 +511,7 @@ def cmd_rollback(opts, positional):
     shutil.rmtree(os.path.join(upper_of(vmid), "run"), ignore_errors=True)
     set_parent(vmid, name)
     if opts.get("start"):
-        r = ns_start(vmid) if BACKEND == "ns" else subprocess.run(["lxc-start", "-P", LXC_PATH, "-n", vmid],
-                                                                  capture_output=True, text=True)
-        if r.returncode != 0:
-            die(f"startup for container '{vmid}' failed\n{r.stderr}")
+        make_side().start_backend(vmid)
 
 
 def pvesm(argv):
@@ -526,6 +534,16 @@ def check_quorum():
     <tree>/.noquorum-<node>)."""
     if CLUSTER_DIR and os.path.exists(os.path.join(CLUSTER_DIR, f".noquorum-{NODE}")):
         die("cluster not ready - no quorum?\n")
+
+
+def make_side():
+    """The making half of the double (pct_make.py, installed beside this script): create, clone, set, template,
+    destroy, pveam, and the devN/mpN part of a start."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import pct_make  # type: ignore[import-not-found]  # beside the installed script, not a package module
+
+    pct_make.pct = sys.modules[__name__]
+    return pct_make
 
 
 def cluster_side():
@@ -650,6 +668,8 @@ def main(argv):
         die("please run as root\n")
     if os.path.basename(sys.argv[0]) == "pvesm":
         return pvesm(argv)
+    if os.path.basename(sys.argv[0]) == "pveam":
+        return make_side().pveam(argv)
     if not argv:
         die("ERROR: no command specified\n" + USAGE)
     matches = [c for c in COMMANDS if c.startswith(argv[0])]
@@ -660,7 +680,7 @@ def main(argv):
     cmd = matches[0]
     opts, positional = parse(cmd, argv[1:])
     handler = {"shutdown": cmd_stop, "migrate": lambda o, p: cluster_side().cmd_migrate(o, p)}.get(cmd) \
-        or globals()[f"cmd_{cmd}"]
+        or (getattr(make_side(), f"cmd_{cmd}") if cmd in MAKING else globals()[f"cmd_{cmd}"])
     handler(opts, positional)
 
 

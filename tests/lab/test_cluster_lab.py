@@ -261,3 +261,21 @@ def test_a_multi_node_launch_across_nodes_is_refused_on_a_planted_nccl_differenc
     assert "NCCL: nvidia-nccl-cu12 2.26.2 on 270 (pve1); nvidia-nccl-cu12 2.21.5 on 271 (pve2)" in r.stderr, r.stderr
     runs = task(hosts, "exec", "-c", "271", "--", "sh", "-c", "ls /root/runs 2>/dev/null | wc -l")
     assert runs.stdout.strip() == "0", runs.stdout
+
+
+def test_create_on_any_node_checks_the_whole_cluster(cl):
+    """Issue 37 item 4: a CT id is unique in the cluster (Proxmox's words name the node that has it); a container
+    made on pve2 is pve2's (the shared tree and .vmlist say so), and destroyed there it is gone from the list."""
+    pve1, pve2 = cl.node("pve1"), cl.node("pve2")
+    r = pve2.pct("create", "270", pve2.template)
+    assert r.returncode == 255 and r.stderr == "unable to create CT 270 - CT 270 already exists on node 'pve1'\n"
+    assert pve2.pct("create", "274", pve2.template, "--hostname", "made-on-pve2").returncode == 0
+    try:
+        assert cl.owner(274) == "pve2" and (cl.tree / "nodes" / "pve2" / "lxc" / "274.conf").exists()
+        assert json.loads((cl.tree / ".vmlist").read_text())["ids"]["274"]["node"] == "pve2"
+        assert pve1.pct("create", "274", pve1.template).stderr == \
+            "unable to create CT 274 - CT 274 already exists on node 'pve2'\n"
+        assert pve1.pct("status", "274").stderr == "Configuration file 'nodes/pve1/lxc/274.conf' does not exist\n"
+    finally:
+        assert pve2.pct("destroy", "274").returncode == 0
+    assert cl.owner(274) is None and "274" not in json.loads((cl.tree / ".vmlist").read_text())["ids"]

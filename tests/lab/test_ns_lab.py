@@ -123,18 +123,46 @@ def test_pid_1_reaps_orphans(ns_lab):
     assert r.returncode == 0 and r.stdout == "", r.stdout
 
 
-def test_gpu_device_nodes_are_visible(ns_lab):
-    """Every /dev/nvidia* node of the host appears in the container's /dev (a stand-in node here: no GPU)."""
+def test_devn_nodes_and_mount_points_at_start(ns_lab, tmp_path):
+    """As Proxmox's start: a devN node appears in the container's /dev with the gid and mode asked (the host's
+    /dev/nvidia* nodes come only this way), an mpN is bound (read-only with ro=1), a device gone fails the start."""
     node = Path(f"/dev/nvidia-remote-test-{os.getpid()}")
     null = os.stat("/dev/null")
     os.mknod(node, null.st_mode, null.st_rdev)
+    (tmp_path / "hello").write_text("hi\n")
     try:
+        assert pct(ns_lab, "set", str(CT), "--dev7", f"{node},gid=44,mode=0660", "--mp0",
+                   f"{tmp_path},mp=/mnt/shared,ro=1").returncode == 0
         pct(ns_lab, "stop", str(CT))
         assert pct(ns_lab, "start", str(CT)).returncode == 0
-        r = inside(ns_lab, f"stat -c '%t:%T' {node} && echo ok > {node}")
-        assert r.returncode == 0 and r.stdout == f"{os.major(null.st_rdev):x}:{os.minor(null.st_rdev):x}\n", r.stderr
-    finally:
+        r = inside(ns_lab, f"stat -c '%t:%T %g %a' {node} && echo ok > {node} && cat /mnt/shared/hello && "
+                           "{ touch /mnt/shared/x 2>/dev/null || echo read-only; }")
+        rdev = f"{os.major(null.st_rdev):x}:{os.minor(null.st_rdev):x}"
+        assert r.returncode == 0 and r.stdout == f"{rdev} 44 660\nhi\nread-only\n", r.stderr
+        pct(ns_lab, "stop", str(CT))
         node.unlink()
+        r = pct(ns_lab, "start", str(CT))
+        assert r.returncode == 255 and r.stderr == f"Device {node} does not exist\n"
+    finally:
+        node.unlink(missing_ok=True)
+        pct(ns_lab, "set", str(CT), "--delete", "dev7,mp0")
+        if pct(ns_lab, "status", str(CT)).stdout != "status: running\n":
+            pct(ns_lab, "start", str(CT))
+    assert inside(ns_lab, f"test -e {node}").returncode == 1
+
+
+def test_create_and_destroy_on_namespaces(ns_lab):
+    made = str(CT + 60)
+    r = pct(ns_lab, "create", made, ns_lab.template, "--hostname", "made-ns")
+    assert r.returncode == 0, r.stderr
+    try:
+        assert pct(ns_lab, "start", made).returncode == 0
+        r = pct(ns_lab, "exec", made, "--", "sh", "-c", "hostname; python3 -c pass && git --version >/dev/null && echo tools")
+        assert r.stdout == "made-ns\ntools\n", r.stdout + r.stderr
+        assert pct(ns_lab, "destroy", made).stderr == f"CT {made} is running - destroy failed\n"
+    finally:
+        pct(ns_lab, "destroy", made, "--force", "1")
+    assert not (ns_lab.lxc / made).exists()
 
 
 @pytest.fixture(scope="module")
@@ -266,3 +294,22 @@ def test_without_a_demo_repository_the_hosts_file_and_lab_up_say_so(tmp_path, mo
     out = capsys.readouterr().out
     assert "note: no demo repository" in out and "comes with a checkout of remote" in out, out
     assert "(deploys the demo drafter)" not in out
+
+
+def test_a_simulated_driver_on_namespaces(tmp_path_factory):
+    """The namespace lab with a simulated driver: a container created with devN lines for the driver's nodes gets
+    them (made from the sysroot's: NVIDIA's major 195) and nothing else of the GPUs."""
+    from remote.lab.ns import NsLab
+
+    lab = NsLab(dir=tmp_path_factory.mktemp("nsgpu"), fake_gpu=2)
+    made = str(CT + 61)
+    try:
+        lab.up([], wheels=False)
+        r = pct(lab, "create", made, lab.template, "--dev0", "/dev/nvidia1,gid=44,mode=0660", "--dev1", "/dev/nvidiactl")
+        assert r.returncode == 0, r.stderr
+        assert pct(lab, "start", made).returncode == 0
+        r = pct(lab, "exec", made, "--", "sh", "-c", "stat -c '%n %t:%T %g %a' /dev/nvidia*")
+        assert r.stdout.splitlines() == ["/dev/nvidia1 c3:1 44 660", "/dev/nvidiactl c3:ff 0 666"], r.stderr
+    finally:
+        pct(lab, "destroy", made, "--force", "1")
+        lab.down(purge=True)
