@@ -23,12 +23,12 @@ __all__ = [
     "Snapshot", "RolledBack",
     # typed values (remote.results), returned by the API
     "State", "RunStatus", "RunSummary", "Metric", "KnownGood", "PulledRun", "ImportedCache", "FleetStatus",
-    "HostStatus", "ContainerStatus", "JobStatus", "CompileEvent", "CompileHealth",
+    "HostStatus", "ContainerStatus", "JobStatus", "CompileEvent", "CompileHealth", "Created", "CreateStep",
     # the exception tree (remote.errors)
     "RemoteError", "ConfigError", "TransportError", "HostKeyError", "AuthenticationError", "ConnectError",
     "ConnectTimeout", "CommandError", "CommandTimeout", "PctError", "ContainerNotFound", "ContainerNotRunning",
     "ContainerLocked", "ContainerCommandNotFound", "TransferError", "DeployError", "WarmupError", "JobError",
-    "UnknownRun", "BusyError", "JobTimeout",
+    "UnknownRun", "BusyError", "JobTimeout", "GpuConfigError", "CreateRefused", "CreateError",
 ]
 _ERRORS = frozenset(__all__[__all__.index("RemoteError"):])
 _API = frozenset(__all__[1:__all__.index("State")])
@@ -68,7 +68,10 @@ if TYPE_CHECKING:
         ContainerLocked,
         ContainerNotFound,
         ContainerNotRunning,
+        CreateError,
+        CreateRefused,
         DeployError,
+        GpuConfigError,
         HostKeyError,
         JobError,
         JobTimeout,
@@ -83,6 +86,8 @@ if TYPE_CHECKING:
         CompileEvent,
         CompileHealth,
         ContainerStatus,
+        Created,
+        CreateStep,
         FleetStatus,
         HostStatus,
         ImportedCache,

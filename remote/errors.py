@@ -16,6 +16,8 @@
     │   └── ContainerCommandNotFound
     ├── TransferError                a push or pull that did not arrive intact, or could not start
     │   └── TransferPathError        a --src or --dest that is no file or folder of the kind needed (exit 2)
+    ├── GpuConfigError, CreateRefused  a GPU selection or a create the host cannot give (exit 2, nothing changed)
+    ├── CreateError                  create failed part-way (what is left and the command that removes it)
     └── DeployError, WarmupError, JobError   feature-level failures
                                        (UnknownRun: a --run the container lacks, exit 2)
 
@@ -179,3 +181,26 @@ class BusyError(RemoteError):
 class JobRunning(BusyError, JobError):
     """A job runs in the container already (train without force): busy, exit status 3; also a JobError, as
     this refusal was before 0.2."""
+
+
+class GpuConfigError(RemoteError):
+    """A GPU selection or GPU config the host cannot give (an index it lacks, --gpu without the NVIDIA
+    module, a malformed --gpu): bad input, exit status 2; nothing was changed."""
+
+    exit_code = 2
+
+
+class CreateRefused(RemoteError):
+    """`remote create` refused before changing anything: an id Proxmox already has, an unknown template or
+    storage, a different spec for a container it made, a login that is not root: bad input, exit status 2."""
+
+    exit_code = 2
+
+
+class CreateError(RemoteError):
+    """`remote create` failed part-way; the message says what was undone, or exactly what is left and the
+    command that removes it (`.left`: that command, None when nothing is left)."""
+
+    def __init__(self, message: str, left: str | None = None):
+        self.left = left
+        super().__init__(message)

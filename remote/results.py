@@ -12,6 +12,7 @@ JSON). Below the operations and the transport: this module imports only remote.e
     HostStatus, ContainerStatus, JobStatus, FleetStatus           `status`: hosts, containers, their jobs
     CompileEvent  one line of compile.jsonl          CompileHealth a run's compile events summed
     Outcome, GroupResult                                           one call on many containers
+    CreateStep, Created                                            `remote create`: a container made, step by step
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from .errors import CommandError
 __all__ = [  # the API re-exports these as they are (remote.api)
     "Result", "CacheCopy", "ImportedCache", "Snapshot", "RolledBack", "Finding", "RunStatus", "RunSummary", "Metric",
     "Stopped", "KnownGood", "PulledRun", "CompileEvent", "CompileHealth", "JobStatus", "ContainerStatus",
-    "HostStatus", "FleetStatus", "Outcome", "GroupResult", "State",
+    "HostStatus", "FleetStatus", "Outcome", "GroupResult", "State", "CreateStep", "Created",
 ]
 
 T = TypeVar("T")
@@ -422,3 +423,33 @@ class GroupResult(dict[int, Outcome[T]], Generic[T]):
     def ok(self) -> bool:
         return all(o.ok for o in self.values())
 
+
+
+# -- create ----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CreateStep:
+    """One step of `remote create`, with the time it took (0 in a dry run: nothing ran)."""
+
+    name: str  # preflight | create | gpu config | start | packages | driver | proof | hosts file
+    seconds: float
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Created:
+    """A container `remote create` made (or found already made as asked: `made` False), on `host`."""
+
+    ctid: int
+    host: str
+    made: bool  # False: it was there already, as asked (a no-op), or a dry run
+    dry: bool
+    source: str  # the template volume, or `clone N`
+    gpus: tuple[int, ...]  # the host's /dev/nvidiaN numbers passed (empty: --gpu none)
+    driver: str | None  # the loaded module's version the driver's user space matches (None: no GPU)
+    config: tuple[str, ...]  # the GPU lines as pct config shows them (devN, mpN)
+    commands: tuple[str, ...]  # the commands that change something, as run (or, dry, as they would run)
+    steps: tuple[CreateStep, ...]
+    hosts_file: str | None  # the hosts file the entry was added to (None: already there, or dry)
+    seconds: float
+    notes: tuple[str, ...] = ()  # what the user should know (packages installed, an entry already there, ...)

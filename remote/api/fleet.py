@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..events import Sink
-from ..results import CacheCopy, GroupResult
+from ..results import CacheCopy, Created, GroupResult
 from .base import ALL, FleetBase, Progress
 from .container import Container
 from .group import Group
@@ -79,3 +79,52 @@ class Fleet(FleetBase):
         session.transport(session.config.containers[ctid].host)
         return group.map(lambda ct: ct.copy_cache(ctid), fail_fast=fail_fast, prefix_output=prefix_output)
 
+
+    def create(self, ctid: int, *, host: str | None = None, node: str | None = None, template: str | None = None,
+               clone: int | None = None, gpu: str = "none", cores: int = 4, memory: int = 8192, disk: int = 32,
+               storage: str | None = None, unprivileged: bool = True, dry: bool | None = None) -> Created:
+        """Make container `ctid` on `host` (or the hosts-file host that is cluster node `node`) from a vztmpl
+        `template` volume or by cloning container `clone`; pass the GPUs `gpu` names (all, none, 0,1) with the
+        host's own driver user space; install what deploy needs; prove CUDA starts; add it to the hosts file.
+        The same create again is a no-op (Created.made False); bad input (an unknown template, storage or
+        node, an id in use, a GPU the host lacks) raises CreateRefused, GpuConfigError or ConfigError before
+        anything changed; a failure part-way raises CreateError after destroying what it made. Needs root
+        on the host (docs/guide/bare-node.md). `dry` (default: the fleet's): reads, reports the commands."""
+        from ..errors import ConfigError
+        from ..ops import create as createmod
+        from ..ops import hostsinit
+        from ..target import resolve_host
+        from . import checks
+
+        checks.flag("unprivileged", unprivileged)
+        for name, value in (("ctid", ctid), ("cores", cores), ("memory", memory), ("disk", disk)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+        spec = createmod.CreateSpec(ctid, template, clone, gpu, cores, memory, disk, storage, unprivileged)
+        createmod.check_spec(spec)
+        hosts = self.config.hosts
+        if (host is None) == (node is None):
+            raise ConfigError(self.config.file, "--host", "give --host H or --node N (a node of a cluster), one of the two")
+        if node is not None:
+            found = [h for h in hosts.values() if h.node_name == node]
+            if not found:
+                nodes = sorted(h.node_name for h in hosts.values() if h.cluster)
+                raise ConfigError(self.config.file, "--node", f"node {node!r} is not in the hosts file (its cluster "
+                                  f"nodes: {', '.join(nodes) or 'none'}): add it (remote init --address NODE lists a "
+                                  "cluster's nodes)")
+            host = found[0].name
+        assert host is not None
+        listed = self.config.containers.get(ctid)
+        if listed is not None and listed.host.name != host and not listed.host.cluster:
+            raise ConfigError(self.config.file, f"containers.{ctid}", f"is on host {listed.host.name!r} in the file, "
+                              f"not {host!r}: create it there, or give another id")
+        writable = self.config.file if self.config.file not in ("<dict>", "") else None
+        if dry is None or dry == self.dry:
+            target = resolve_host(self._session, host, ctid)
+            return createmod.create(target, spec, hosts_file=writable, add_entry=hostsinit.add_container)
+        from ..ops.session import open_session
+
+        with open_session(self.config, dry=dry, echo=self._emit, agent=True, keep=self._keep,
+                          events=self._emit.event) as session:
+            return createmod.create(resolve_host(session, host, ctid), spec, hosts_file=writable,
+                                    add_entry=hostsinit.add_container)

@@ -293,6 +293,28 @@ def rollback_lines(done: Any) -> list[str]:
             + [f"  restored: {line}" for line in done.restored] + [f"  kept:     {line}" for line in done.kept])
 
 
+def created_lines(got: Any) -> list[str]:
+    """`remote create`: what was made (or that nothing was), the GPU lines, each step with its time, what next."""
+    if got.dry:
+        return [f"dry run: nothing changed; the {len(got.commands)} command(s) above are what create {got.ctid} runs"]
+    if not got.made:
+        out = [f"container {got.ctid} on {got.host}: already made as asked ({printable(got.source)}): nothing to do"]
+        return out + ([f"  added to {got.hosts_file}"] if got.hosts_file else [])
+    gpus = f"GPU {', '.join(map(str, got.gpus))} (driver {got.driver}, its own user space mounted)" if got.gpus \
+        else "no GPU"
+    out = [f"made container {got.ctid} on {got.host} from {printable(got.source)}, {gpus}, in {got.seconds:.1f}s"]
+    out += [f"  {line}" for line in got.config]
+    out += [f"  {s.name:<11} {s.seconds:6.1f}s  {printable(s.detail)}" for s in got.steps]
+    out += [f"  note: {printable(n)}" for n in got.notes]
+    if got.hosts_file:
+        out.append(f"added containers.{got.ctid} to {got.hosts_file}; next: `remote deploy -c {got.ctid}`")
+    return out
+
+
+def created_json(got: Any) -> str:
+    return json.dumps(dataclasses.asdict(got), indent=2)
+
+
 def doctor_json(diagnoses: list) -> str:
     from ..api import doctor_document
 

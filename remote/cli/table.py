@@ -55,6 +55,17 @@ KINDS = {
     "from": Kind(pattern(r"[1-9][0-9]{2,8}", "a container id"), "ID"),
     "backend": Kind(pattern(r"lxc|ns", "lxc or ns"), "BACKEND"),
     "sudoers": Kind(pattern(r"[a-z_][a-z0-9_.-]*\$?", "a user name of the Proxmox host"), "USER"),
+    "ctid": Kind(pattern(r"[1-9][0-9]{2,8}", "a container id from 100 to 999999999"), "CTID"),
+    "clone": Kind(pattern(r"[1-9][0-9]{2,8}", "the id of a container (a template) to clone"), "CTID"),
+    "gpu": Kind(pattern(r"all|none|[0-9]+(,[0-9]+)*", "all, none or GPU indices like 0,1"), "GPUS"),
+    "template": Kind(pattern(r"[A-Za-z][A-Za-z0-9_.-]*:vztmpl/[^/\s]+", "a template volume, STORAGE:vztmpl/NAME.tar.zst "
+                             "(`pveam list local`)"), "VOLID"),
+    "storage": Kind(pattern(r"[A-Za-z][A-Za-z0-9_.-]*", "a Proxmox storage name (`pvesm status`)"), "STORAGE"),
+    "node": Kind(pattern(r"[A-Za-z0-9][A-Za-z0-9_.-]*", "a cluster node's name"), "NODE"),
+    "host": Kind(pattern(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", "a host of the hosts file"), "HOST"),
+    "cores": Kind(number(1, 8192, integer=True), "N"),
+    "memory": Kind(number(16, 2**31, integer=True, unit=" MiB"), "MIB"),
+    "disk": Kind(number(1, 2**20, integer=True, unit=" GiB"), "GIB"),
     "snapshot": Kind(pattern(r"[A-Za-z][A-Za-z0-9_-]{0,39}", "a snapshot name (`remote snapshots` lists them)"), "NAME"),
 }
 

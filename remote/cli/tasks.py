@@ -409,6 +409,34 @@ def init(c, address=None, port=None, user=None, key_file=None, known_hosts=None,
           f"fill in venv, code and train, then `remote config -c {first}` and `remote deploy -c {first}`")
 
 
+@task(positional="ctid", usage="remote create CTID (--host H | --node N) (--template VOLID | --clone CTID) [--gpu all|0,1|none]", help={
+    "ctid": "the new container's id", "host": "the Proxmox host of the hosts file to make it on",
+    "node": "instead of --host: a cluster's node (a host of the hosts file)",
+    "template": "a template volume, e.g. local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst (`pveam list local`)",
+    "clone": "instead of --template: the container (a template) to clone", "gpu": "all, none (default) or GPU indices, "
+    "e.g. 0,1 (the host's /dev/nvidiaN numbers)", "cores": "CPU cores (default 4)", "memory": "memory in MiB "
+    "(default 8192)", "disk": "root disk in GiB (default 32; a clone keeps its source's)", "storage": "the storage of its root disk (default: "
+    "local-lvm, else local-zfs, else local)", "unprivileged": "an unprivileged container (the default)",
+    "privileged": "a privileged container instead", "dry": "read the host, print the plan and every command that "
+    "would change something; change nothing", "json": "print the result as JSON", "hosts": HOSTS_HELP})
+@handled
+def create(c, ctid, host=None, node=None, template=None, clone=None, gpu="none", cores=4, memory=8192, disk=32,
+           storage=None, unprivileged=False, privileged=False, dry=False, json_=False, hosts=None):
+    """Make a container on a Proxmox host that trains: its GPUs passed, the host's own driver user space
+    mounted, what deploy needs installed, CUDA proven, its entry added to the hosts file.
+
+    Needs root on the host (devN lines are root@pam's only). The same create again does nothing; another
+    spec for an existing id, an id Proxmox has, an unknown template or storage or a GPU the host lacks are
+    refused before anything changes; a failure part-way destroys what it made (docs/guide/bare-node.md)."""
+    if unprivileged and privileged:
+        raise Exit("error: --unprivileged and --privileged: give one", code=2)
+    with fleet_of(hosts, dry, stderr_progress=json_) as fleet:
+        got = fleet.create(int(ctid), host=host, node=node, template=template, clone=int(clone) if clone else None,
+                           gpu=gpu, cores=int(cores), memory=int(memory), disk=int(disk), storage=storage,
+                           unprivileged=not privileged)
+    say(fmt.created_json(got) if json_ else "\n".join(fmt.created_lines(got)))
+
+
 @task(name="config", help={"container": "only these containers: an id, a comma list, a group or `all` "
                                         "(default: the one tasks use without -c, else all)",
                            "json": "print the settings as JSON", "hosts": HOSTS_HELP})
@@ -566,7 +594,7 @@ def disconnect(c, host=None, hosts=None):
 
 
 # The order of `remote --help`: the way in, the daily loop, then the rest (tasks not named here follow).
-HELP_ORDER = ("init", "config", "status", "deploy", "warmup", "train", "logs", "runs", "stop", "exec", "shell",
+HELP_ORDER = ("init", "create", "config", "status", "deploy", "warmup", "train", "logs", "runs", "stop", "exec", "shell",
               "push", "pull", "doctor", "known-good", "report", "snapshots", "rollback")
 
 FOOTER = ("Hosts file: --hosts FILE, else $REMOTE_HOSTS_FILE, else ./hosts.yaml (`remote init` writes one). "

@@ -158,6 +158,9 @@ class Config:
                 return self.containers[self.default_container]
             if len(self.containers) == 1:
                 return next(iter(self.containers.values()))
+            if not self.containers:
+                raise ConfigError(self.file, "containers", "no containers in this file yet: `remote create CTID --host "
+                                  "HOST --template VOLID` makes one and adds it (docs/guide/bare-node.md)")
             raise ConfigError(self.file, "containers",
                               f"several containers configured ({_ids(self.containers)}): name one ({CHOOSE}), "
                               f"or set default_container: in the file (or ${CONTAINER_VAR})")

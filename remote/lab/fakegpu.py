@@ -86,7 +86,9 @@ ROOT = {root!r}
 state = json.load(open(os.path.join(ROOT, {state!r})))
 inside = bool(os.environ.get("container"))
 dev = "/dev" if inside else ROOT + "/dev"
-libdirs = (["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"] if inside else [ROOT + "/{libdir}"])
+# Inside, where the loader looks (as the real one dlopen()s libnvidia-ml.so.1): ld.so.conf.d's folders first.
+confs = [ln.strip() for f in sorted(glob.glob("/etc/ld.so.conf.d/*.conf")) for ln in open(f) if ln.strip().startswith("/")]
+libdirs = ([*confs, "/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"] if inside else [ROOT + "/{libdir}"])
 ml = next((os.path.join(d, "libnvidia-ml.so.1") for d in libdirs if os.path.exists(os.path.join(d, "libnvidia-ml.so.1"))), None)
 if not ml:
     sys.stdout.write("NVIDIA-SMI couldn't find libnvidia-ml.so library in your system. Please make sure that the NVIDIA "

@@ -215,13 +215,21 @@ def config_lines(text):
     key (no digest), then its raw `lxc.*` lines in file order; snapshot sections (`[name]`) are not shown."""
     keys: list[tuple[str, str]] = []
     raw: list[tuple[str, str]] = []
+    desc: list[str] = []
     for line in text.splitlines():
         if line.startswith("["):
             break
+        if line.startswith("#"):  # the description's lines: pct config prints them as one key, encode_text'd
+            desc.append(line[1:])
+            continue
         key, sep, value = line.partition(":")
-        if not sep or line.startswith("#") or key.strip() == "digest":
+        if not sep or key.strip() == "digest":
             continue
         (raw if key.startswith("lxc.") else keys).append((key.strip(), f"{key.strip()}: {value.strip()}"))
+    if desc:
+        from urllib.parse import quote
+
+        keys.append(("description", "description: " + quote("\n".join(desc), safe=" -_.!~*'()")))
     return [line for _, line in sorted(keys, key=lambda kv: kv[0])] + [line for _, line in raw]
 
 

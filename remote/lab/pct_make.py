@@ -491,6 +491,8 @@ def passthrough(vmid):
             if not source.startswith("/"):
                 source = os.path.join(pct.LXC_PATH, vmid, "volumes", key)
                 os.makedirs(source, exist_ok=True)
+            elif gpu_sysroot() and os.path.exists(host_path(source)):
+                source = host_path(source)  # a host path of the simulated driver's (its user-space folder)
             elif not os.path.exists(source):
                 pct.die(f"{key}: bind mount source path '{source}' does not exist\n")
             mounts.append({"key": key, "source": source, "target": found["mp"], "ro": found.get("ro") == "1",

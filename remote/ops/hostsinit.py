@@ -249,3 +249,46 @@ def write(out: str, text: str, force: bool) -> None:
         raise ConfigError(out, "", "exists already (made while init ran): --force replaces it") from None
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def add_container(file: str, ctid: int, host: str, comment: str) -> bool:
+    """Add `containers.CTID: {host: HOST}` to a hosts file as text, every other line and comment kept (after
+    the last line of its `containers:` block, in that block's indentation; the block made where there is
+    none). False when the file has the entry already. What it writes is loaded back first, as init's file."""
+    import yaml
+
+    path = Path(file)
+    text = path.read_text()
+    data = yaml.safe_load(text) or {}
+    containers = data.get("containers") if isinstance(data, dict) else None
+    if isinstance(containers, dict) and (ctid in containers or str(ctid) in containers):
+        return False
+    entry = f"{ctid}: {{host: {json.dumps(host)}}}  # {_comment(comment)}"
+    lines = text.splitlines()
+    top = next((i for i, line in enumerate(lines) if re.match(r"containers\s*:", line)), None)
+    if top is None:
+        lines += ["", "containers:", f"  {entry}"]
+    elif re.fullmatch(r"containers\s*:\s*(\{\s*\}|null|~)?\s*(#.*)?", lines[top]):
+        end, indent = top + 1, None
+        for i in range(top + 1, len(lines)):
+            line = lines[i]
+            if line.strip() and not line.startswith((" ", "\t", "#")):
+                break
+            if line.strip() and not line.lstrip().startswith("#"):
+                indent = indent or line[: len(line) - len(line.lstrip())]
+                end = i + 1
+        if "{" in lines[top] or re.search(r":\s*(null|~)", lines[top]):
+            lines[top] = "containers:"
+        lines.insert(end, f"{indent or '  '}{entry}")
+    else:  # a flow mapping on the line itself (`containers: {200: {host: pve}}`): a block after it is not valid
+        raise ConfigError(file, "containers", f"written inline: remote create cannot add {ctid} to it; add "
+                          f"`{entry}` by hand")
+    new = "\n".join(lines) + "\n"
+    cfg.parse(yaml.safe_load(new), file)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(new)
+    try:
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return True

@@ -11,6 +11,13 @@ while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do
   shift
 done
 [ "$#" -gt 0 ] && shift
+# Every host path under ${REMOTE_GPU_SYSROOT:-} (empty on a real host: the lab's simulated driver's root,
+# remote/lab/fakegpu.py), its tools first on PATH; node paths are printed as the host's (/dev/...).
+root=${REMOTE_GPU_SYSROOT:-}
+root=${root%/}
+if [ -n "$root" ]; then
+  PATH="$root/usr/sbin:$root/usr/bin:$PATH"
+fi
 section() { printf '%s %s\n' "$mark" "$*"; }
 have() { command -v "$1" > /dev/null 2>&1; }
 section kernel
@@ -20,9 +27,9 @@ if have dpkg-query; then
   dpkg-query -W -f '${Package} ${Version}\n' pve-manager pve-container 2> /dev/null
 fi
 section proc-version
-cat /proc/driver/nvidia/version 2> /dev/null
+cat "$root/proc/driver/nvidia/version" 2> /dev/null
 section sys-version
-cat /sys/module/nvidia/version 2> /dev/null
+cat "$root/sys/module/nvidia/version" 2> /dev/null
 section modinfo
 if have modinfo; then
   modinfo -F version nvidia 2> /dev/null
@@ -30,13 +37,14 @@ elif [ -x /sbin/modinfo ]; then
   /sbin/modinfo -F version nvidia 2> /dev/null
 fi
 section modules
-grep -E '^nvidia' /proc/modules 2> /dev/null | cut -d' ' -f1
+grep -E '^nvidia' "$root/proc/modules" 2> /dev/null | cut -d' ' -f1
 section devices
-cat /proc/devices 2> /dev/null
+cat "$root/proc/devices" 2> /dev/null
 section nodes
-for node in /dev/nvidia* /dev/nvidia-caps/*; do
+for node in "$root"/dev/nvidia* "$root"/dev/nvidia-caps/*; do
   [ -e "$node" ] || continue
-  stat -c '%n %F %t %T %u %g %a' "$node" 2> /dev/null
+  printf '%s ' "${node#"$root"}"
+  stat -c '%F %t %T %u %g %a' "$node" 2> /dev/null || echo
 done
 section lspci
 if have lspci; then

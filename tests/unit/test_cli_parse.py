@@ -105,7 +105,7 @@ def test_program_help_lists_the_users_tasks_with_whole_first_sentences(nothing_c
     assert cli.run(["--help"]) == 0
     text = capsys.readouterr().out
     listed = [line.split()[0] for line in text.splitlines() if line.startswith("  ") and not line.startswith("   ")]
-    assert listed[:3] == ["init", "config", "status"]
+    assert listed[:4] == ["init", "create", "config", "status"]
     assert set(listed) == {n for n in TASKS if " " not in n}  # the lab's tasks are not among them
     assert "remote lab up|down" in text
     for spec in TASKS.values():  # a summary is a whole sentence, never cut

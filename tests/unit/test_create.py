@@ -1,0 +1,389 @@
+"""`remote create` against a fake Proxmox host (pct, pvesm, pveam, the GPU probes answered with Proxmox's words):
+the order of what it runs, the no-op, the refusals that change nothing, the undo of a failure part-way,
+the dry run, and the hosts file's entry (comments kept)."""
+
+import json
+import re
+import shlex
+
+import pytest
+
+from remote import config
+from remote.errors import ConfigError, CreateError, CreateRefused, GpuConfigError
+from remote.lab.testing import inner_argv
+from remote.ops import create as cr
+from remote.ops import hostsinit
+from remote.target import HostTarget
+from remote.transport import Result
+from remote.transport.session import Session
+
+from support import GPU_MARK  # noqa: E402
+from support import gpu_host_text  # noqa: E402
+from support import gpu_sample as data  # noqa: E402
+
+TEMPLATE = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"
+HOSTS = """# my fleet: comments stay
+hosts:
+  pve: {address: 10.0.0.1}   # the GPU box
+  pve2: {address: 10.0.0.2, user: trainer, sudo: true}
+containers:
+  200: {host: pve}   # the first one
+
+  # the old one below
+  201: {host: pve}
+venv: {path: /root/venv}
+"""
+NO_DRIVER = dict(proc="", sys_version="", modinfo="", modules="", devices="", nodes="", smi="")
+NO_UVM = "\n".join(line for line in data("nodes-509.txt").splitlines() if "uvm" not in line) + "\n"
+
+
+class FakePve:
+    """A Proxmox node as pct, pvesm and pveam answer: containers as config dicts; every command kept."""
+
+    def __init__(self, *, gpu: dict | None = None, existing: dict | None = None, cuinit: int = 0):
+        self.cuinit = cuinit
+        self.cts: dict[int, dict] = {ctid: dict(c) for ctid, c in (existing or {}).items()}
+        self.running: set[int] = set()
+        self.templates = {"local": [TEMPLATE]}
+        self.storages = ["local", "local-lvm"]
+        self.gpu = dict(gpu or {})
+        self.cluster_ids = {150: "pve-b"}  # another node's container
+        self.calls: list[tuple[str, ...]] = []
+        self.fail: dict[str, tuple[int, str]] = {}  # a step name -> (exit code, stderr)
+        self.name = "pve"
+
+    # -- the transport's side ---------------------------------------------------------------------------------
+    def describe(self, argv) -> str:
+        return "pve: " + shlex.join(argv)
+
+    def close(self) -> None:
+        pass
+
+    def run(self, argv, *, stdin=None, deadline=None, on_output=None) -> Result:
+        argv = tuple(argv)
+        self.calls.append(argv)
+        code, out, err = self.answer(argv)
+        return Result(argv, code, out.encode(), err.encode(), 0.0)
+
+    def conf(self, ctid: int) -> str:
+        return "".join(f"{k}: {v}\n" for k, v in sorted(self.cts[ctid].items()))
+
+    def answer(self, argv):
+        if argv[:2] == ("bash", "-c"):
+            return self.script(argv[3], argv[4:])
+        if argv[0] == "pvesm":
+            return 0, "Name Type Status Total Used Available %\n" + "".join(f"{s} dir active 1 1 1 1%\n" for s in self.storages), ""
+        if argv[0] == "pveam":
+            store = argv[2]
+            if store not in self.templates:
+                return 255, "", f"storage '{store}' does not exist\n"
+            return 0, "NAME SIZE\n" + "".join(f"{t} 120.00MB\n" for t in self.templates[store]), ""
+        assert argv[0] == "pct", argv
+        sub, ctid = argv[1], int(argv[2]) if len(argv) > 2 and argv[2].isdigit() else None
+        if sub in self.fail:
+            code, err = self.fail.pop(sub)
+            return code, "", err
+        missing = (255, "", f"Configuration file 'nodes/pve/lxc/{ctid}.conf' does not exist\n")
+        if sub == "config":
+            return (0, self.conf(ctid), "") if ctid in self.cts else missing
+        if sub in ("create", "clone"):
+            new = ctid if sub == "create" else int(argv[3])
+            node = "pve" if new in self.cts else self.cluster_ids.get(new)
+            if node:
+                return 255, "", f"unable to create CT {new} - CT {new} already exists on node '{node}'\n"
+            opts = dict(zip(argv[4::2], argv[5::2], strict=False)) if sub == "create" else {}
+            if sub == "create":
+                rootfs = opts["--rootfs"].split(":")
+                self.cts[new] = {"arch": "amd64", "cores": opts["--cores"], "memory": opts["--memory"],
+                                 "rootfs": f"{rootfs[0]}:vm-{new}-disk-0,size={rootfs[1]}G",
+                                 "unprivileged": opts["--unprivileged"], "description": opts["--description"],
+                                 "hostname": opts["--hostname"]}
+            else:
+                self.cts[new] = dict(self.cts[ctid])
+            return 0, "extracting archive\n", ""
+        if ctid not in self.cts:
+            return missing
+        if sub == "set":
+            rest = list(argv[3:])
+            for key, value in zip(rest[::2], rest[1::2], strict=True):
+                if key == "--delete":
+                    for k in value.split(","):
+                        self.cts[ctid].pop(k, None)
+                else:
+                    self.cts[ctid][key[2:]] = value
+            return 0, "", ""
+        if sub == "start":
+            self.running.add(ctid)
+            return 0, "", ""
+        if sub == "status":
+            return 0, f"status: {'running' if ctid in self.running else 'stopped'}\n", ""
+        if sub == "stop":
+            self.running.discard(ctid)
+            return 0, "", ""
+        if sub == "destroy":
+            if ctid in self.running:
+                return 255, "", f"CT {ctid} is running - destroy failed\n"
+            del self.cts[ctid]
+            return 0, "", ""
+        if sub == "exec":
+            return self.inside(ctid, inner_argv(argv))
+        raise AssertionError(argv)
+
+    def script(self, name, args):
+        if name == "gpu-host":
+            mark = args[0]
+            ids = [int(a) for a in args[args.index("--") + 1:]]
+            text = gpu_host_text(**self.gpu, configs={i: self.conf(i) for i in ids if i in self.cts})
+            return 0, text.replace(GPU_MARK, mark), ""
+        if name == "nvidia-userspace":
+            if "nvidia-userspace" in self.fail:
+                return self.fail.pop("nvidia-userspace")[0], "version 580.95.05\nerror no libcuda.so.580.95.05\n", ""
+            return 0, "version 580.95.05\nfiles 5\ndest /var/lib/remote/nvidia\nstate filled\n", ""
+        if name == "gpu-uvm":
+            self.gpu["nodes"] = data("nodes-509.txt")
+            return 0, "ok\n", ""
+        raise AssertionError(name)
+
+    def inside(self, ctid, argv):
+        if argv[:2] == ("bash", "-c"):
+            name = argv[3]
+            if name in self.fail:
+                code, err = self.fail.pop(name)
+                return code, "", err
+            return 0, {"ct-needs": "missing git\ninstalled-with apt-get\n", "nvidia-link": "version 580.95.05\n"}[name], ""
+        if argv[0] == "python3":  # the GPU probe: what a healthy container with the config's nodes sees
+            devs = [v.split(",")[0] for k, v in self.cts[ctid].items() if re.fullmatch(r"dev\d+", k)]
+            majors = {"/dev/nvidiactl": (195, 255), "/dev/nvidia-uvm": (509, 0), "/dev/nvidia-uvm-tools": (509, 1)}
+            nodes = [{"path": p, "char": True, "major": majors.get(p, (195, int(p[11:]) if p[11:].isdigit() else 0))[0],
+                      "minor": majors.get(p, (195, int(p[11:]) if p[11:].isdigit() else 0))[1], "uid": 0, "gid": 44,
+                      "mode": 0o666, "open": None} for p in devs]
+            libs = {so: {"path": f"/opt/remote/nvidia/current/lib/{so}", "file": so.replace(".so.1", ".so.580.95.05"),
+                         "version": "580.95.05"} for so in ("libcuda.so.1", "libnvidia-ml.so.1")}
+            first = {"nodes": nodes, "libs": libs, "proc_version": data("proc-driver-nvidia-version-open.txt"),
+                     "smi": {"rc": 0, "out": "580.95.05\n", "err": ""}, "torch": {}}
+            cuda = {"loaded": True, "driver_version": 13000, "driver_version_rc": 0,
+                    "init": self.cuinit}
+            return 0, json.dumps(first) + "\n" + json.dumps({"cuda": cuda}) + "\n", ""
+        if argv[:2] == ("nvidia-smi", "-L"):
+            gpus = [v for k, v in self.cts[ctid].items() if re.fullmatch(r"dev\d+", k) and re.match(r"/dev/nvidia\d", v)]
+            return 0, "".join(f"GPU {i}: NVIDIA H200 (UUID: GPU-{i})\n" for i in range(len(gpus))), ""
+        raise AssertionError(argv)
+
+    def subs(self) -> list[str]:
+        """What ran, one word each: pct's sub-command, a script's name, a program."""
+        out = []
+        for argv in self.calls:
+            if argv[:2] == ("bash", "-c"):
+                out.append(argv[3])
+            elif argv[0] == "pct" and argv[1] == "exec":
+                inner = inner_argv(argv)
+                out.append("exec " + (inner[3] if inner[:2] == ("bash", "-c") else inner[0]))
+            else:
+                out.append(" ".join(argv[:2]) if argv[0] == "pct" else argv[0])
+        return out
+
+
+@pytest.fixture
+def hosts(tmp_path):
+    p = tmp_path / "hosts.yaml"
+    p.write_text(HOSTS)
+    return p
+
+
+def make(hosts, pve, ctid=210, host="pve", dry=False, **kw):
+    cfg = config.load(str(hosts))
+    events = []
+    session = Session(cfg, dry=dry, transport_factory=lambda h: pve, agent=False, events=events.append)
+    spec = cr.CreateSpec(ctid, **{"template": TEMPLATE, **kw})
+    got = cr.create(HostTarget(session, cfg.hosts[host], ctid), spec, hosts_file=str(hosts),
+                    add_entry=hostsinit.add_container)
+    return got, events
+
+
+def test_create_with_gpus_runs_every_step_in_order_and_adds_the_entry(hosts):
+    pve = FakePve()
+    got, events = make(hosts, pve, gpu="all")
+    assert pve.subs() == ["pct config", "pvesm", "pveam", "gpu-host", "nvidia-userspace", "pct create", "pct config",
+                          "pct set", "pct start", "pct status", "exec ct-needs", "exec nvidia-link", "exec python3",
+                          "gpu-host", "exec nvidia-smi"]
+    assert [s.name for s in got.steps] == ["preflight", "create", "gpu config", "start", "packages", "driver", "proof",
+                                           "hosts file"]
+    assert got.made and got.gpus == (0,) and got.driver == "580.95.05"
+    conf = pve.cts[210]
+    assert conf["dev0"] == "/dev/nvidia0,gid=44,mode=0666" and conf["dev2"] == "/dev/nvidia-uvm,gid=44,mode=0666"
+    assert conf["mp0"] == "/var/lib/remote/nvidia,mp=/opt/remote/nvidia,ro=1"
+    assert not any(k.startswith("lxc.") for k in conf)
+    create = next(c for c in pve.calls if c[:2] == ("pct", "create"))
+    assert create[2:4] == ("210", TEMPLATE) and "--unprivileged" in create
+    text = hosts.read_text()
+    assert "# my fleet: comments stay" in text and "# the old one below" in text and "# the GPU box" in text
+    assert config.load(str(hosts)).containers[210].host.name == "pve"
+    assert got.hosts_file == str(hosts)
+    assert any(getattr(e, "step", "").startswith("proof") and e.container == 210 for e in events)
+    assert "installed git with apt-get" in got.notes
+
+
+def test_the_same_create_again_is_a_no_op_that_says_so(hosts):
+    pve = FakePve()
+    make(hosts, pve, gpu="all")
+    before = hosts.read_text()
+    pve.calls.clear()
+    got, events = make(hosts, pve, gpu="all")
+    assert not got.made and pve.subs() == ["pct config"]
+    assert any("already made as asked" in e.line for e in events)
+    assert hosts.read_text() == before
+
+
+def test_a_different_spec_for_a_container_it_made_is_refused_with_the_difference(hosts):
+    pve = FakePve()
+    make(hosts, pve, gpu="none", cores=4)
+    pve.calls.clear()
+    with pytest.raises(CreateRefused, match=r"gpu none \(asked: all\); cores 4 \(asked: 8\)"):
+        make(hosts, pve, gpu="all", cores=8)
+    assert pve.subs() == ["pct config"]
+
+
+def test_an_id_proxmox_has_is_refused_with_proxmoxs_words_and_nothing_changed(hosts):
+    pve = FakePve(existing={201: {"hostname": "old", "cores": "2"}})
+    with pytest.raises(CreateRefused, match="unable to create CT 201 - CT 201 already exists on node 'pve'"):
+        make(hosts, pve, ctid=201)
+    pve2 = FakePve()
+    with pytest.raises(CreateRefused, match="unable to create CT 150 - CT 150 already exists on node 'pve-b'"):
+        make(hosts, pve2, ctid=150)
+    assert 150 not in pve2.cts and not any(c[1] in ("set", "start", "destroy") for c in pve2.calls if c[0] == "pct")
+
+
+@pytest.mark.parametrize("kw, words", [
+    (dict(template="local:vztmpl/ubuntu-24.04-standard_24.04-2_amd64.tar.zst"),
+     "volume 'local:vztmpl/ubuntu-24.04-standard_24.04-2_amd64.tar.zst' does not exist on pve .*its local has: "
+     "local:vztmpl/debian-12"),
+    (dict(template="nfs:vztmpl/x.tar.zst"), "`pveam list nfs` on pve says: storage 'nfs' does not exist"),
+    (dict(storage="fast-zfs"), r"storage 'fast-zfs' does not exist on pve \(it has: local, local-lvm\)"),
+    (dict(clone=900, template=None), "--clone 900: Configuration file 'nodes/pve/lxc/900.conf' does not exist"),
+])
+def test_bad_input_is_one_line_and_changes_nothing(hosts, kw, words):
+    pve = FakePve()
+    with pytest.raises(CreateRefused, match=words) as e:
+        make(hosts, pve, **kw)
+    assert "\n" not in str(e.value) and e.value.exit_code == 2
+    assert pve.cts == {} and hosts.read_text() == HOSTS
+
+
+def test_a_gpu_index_the_host_lacks_and_gpu_without_the_module_are_refused_before_pct_create(hosts):
+    pve = FakePve()
+    with pytest.raises(GpuConfigError, match=r"no GPU 3 \(it has: 0\)"):
+        make(hosts, pve, gpu="0,3")
+    pve = FakePve(gpu=NO_DRIVER)
+    with pytest.raises(GpuConfigError, match="no NVIDIA kernel module loaded"):
+        make(hosts, pve, gpu="all")
+    assert pve.cts == {} and "pct create" not in pve.subs()
+
+
+def test_gpu_none_on_a_host_without_a_driver_makes_a_cpu_container(hosts):
+    pve = FakePve(gpu=NO_DRIVER)
+    got, _ = make(hosts, pve, gpu="none")
+    assert "gpu-host" not in pve.subs() and got.config == () and got.gpus == ()
+    assert not any(k.startswith(("dev", "mp")) for k in pve.cts[210])
+
+
+def test_the_uvm_node_is_made_when_the_host_lacks_it(hosts):
+    pve = FakePve(gpu={"nodes": NO_UVM})
+    got, _ = make(hosts, pve, gpu="0")
+    assert pve.subs()[3:6] == ["gpu-host", "gpu-uvm", "gpu-host"]
+    assert any("nvidia-modprobe -u -c 0" in n for n in got.notes)
+
+
+def test_a_sudo_login_is_refused_saying_create_needs_root(hosts):
+    pve = FakePve()
+    with pytest.raises(CreateRefused, match="create needs root on pve2: Proxmox lets only root@pam write devN"):
+        make(hosts, pve, host="pve2")
+    assert pve.calls == []
+
+
+@pytest.mark.fault("remote create failing part-way (after pct create)", "the half-made container is destroyed and "
+                   "the error says so; where destroying fails too, the command that removes it is named")
+def test_a_failure_part_way_destroys_the_half_made_container(hosts):
+    pve = FakePve()
+    pve.fail["nvidia-link"] = (3, "error /opt/remote/nvidia/current is not there")
+    with pytest.raises(CreateError, match="failed at driver: .*the half-made container was destroyed: nothing is left"):
+        make(hosts, pve, gpu="all")
+    assert pve.cts == {} and pve.subs()[-3:] == ["pct stop", "pct destroy", "pct config"]
+    assert hosts.read_text() == HOSTS
+    pve = FakePve()
+    pve.fail["ct-needs"] = (100, "E: Unable to locate package git")
+    pve.fail["destroy"] = (255, "can't lock file '/run/lock/lxc/pve-config-210.lock' - got timeout")
+    with pytest.raises(CreateError) as e:
+        make(hosts, pve)
+    assert e.value.left == "pct destroy 210 --force 1 --purge 1" and "container 210 is left on pve" in str(e.value)
+
+
+def test_a_cuda_that_does_not_start_fails_the_proof_and_is_undone(hosts):
+    pve = FakePve(cuinit=999)
+    with pytest.raises(CreateError, match="cuInit"):
+        make(hosts, pve, gpu="all")
+    assert pve.cts == {}
+
+
+def test_dry_reads_and_reports_every_command_running_none(hosts):
+    pve = FakePve()
+    got, events = make(hosts, pve, gpu="all", dry=True)
+    assert pve.subs() == ["pct config", "pvesm", "pveam", "gpu-host"]
+    assert pve.cts == {} and hosts.read_text() == HOSTS and not got.made and got.dry
+    shown = [e.line for e in events if type(e).__name__ == "Output"]
+    assert any("pct create 210 " + TEMPLATE in line for line in shown)
+    assert "pve: bash -c '<remote/sh/nvidia-userspace.sh>' nvidia-userspace /var/lib/remote/nvidia" in shown
+    assert any("add to " in line and "containers.210" in line for line in shown)
+    assert got.config[0] == "dev0: /dev/nvidia0,gid=44,mode=0666"
+
+
+def test_clone_sets_the_resources_and_records_the_source(hosts):
+    pve = FakePve(existing={9000: {"hostname": "tmpl", "template": "1", "rootfs": "local-lvm:base-9000-disk-0,size=8G"}})
+    got, _ = make(hosts, pve, ctid=211, template=None, clone=9000, cores=2)
+    assert got.source == "clone 9000" and pve.cts[211]["cores"] == "2"
+    assert pve.cts[211]["description"] == "remote create: clone 9000 gpu=none"
+    pve.calls.clear()
+    again, _ = make(hosts, pve, ctid=211, template=None, clone=9000, cores=2)  # its source's 8G disk is no difference
+    assert not again.made and pve.subs() == ["pct config"]
+
+
+def test_fleet_create_refuses_a_node_the_file_lacks_and_a_spec_without_a_source(hosts):
+    import remote
+
+    with remote.open(str(hosts)) as fleet:
+        with pytest.raises(ConfigError, match="--node: node 'pve-b' is not in the hosts file"):
+            fleet.create(212, node="pve-b", template=TEMPLATE)
+        with pytest.raises(CreateRefused, match="give --template VOLID .* or --clone CTID"):
+            fleet.create(212, host="pve")
+        with pytest.raises(ConfigError, match="containers.200: is on host 'pve' in the file, not 'pve2'"):
+            fleet.create(200, host="pve2", template=TEMPLATE)
+
+
+def test_the_entry_goes_into_a_file_without_containers_and_an_empty_block():
+    import tempfile
+    from pathlib import Path
+
+    for text in ("hosts:\n  pve: {address: h}\n", "hosts:\n  pve: {address: h}\ncontainers: {}\n# end\n"):
+        with tempfile.TemporaryDirectory() as d:
+            p = Path(d) / "hosts.yaml"
+            p.write_text(text)
+            assert hostsinit.add_container(str(p), 220, "pve", "made by remote create")
+            assert config.load(str(p)).containers[220].host.name == "pve"
+            assert not hostsinit.add_container(str(p), 220, "pve", "again")
+
+
+def test_the_command_line_renders_what_was_made_each_step_and_what_next(hosts):
+    import json
+
+    from remote.cli import format as fmt
+
+    pve = FakePve()
+    got, _ = make(hosts, pve, gpu="all")
+    lines = fmt.created_lines(got)
+    assert lines[0].startswith("made container 210 on pve from local:vztmpl/debian-12") and "GPU 0 (driver 580.95.05" in lines[0]
+    assert "  dev0: /dev/nvidia0,gid=44,mode=0666" in lines
+    assert any(line.startswith("  proof") for line in lines)
+    assert lines[-1] == f"added containers.210 to {hosts}; next: `remote deploy -c 210`"
+    again, _ = make(hosts, pve, gpu="all")
+    assert fmt.created_lines(again) == ["container 210 on pve: already made as asked "
+                                        "(local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst): nothing to do"]
+    assert json.loads(fmt.created_json(got))["steps"][0]["name"] == "preflight"
