@@ -20,6 +20,7 @@ from ..results import (
     CompileEvent,
     CompileHealth,
     Finding,
+    GpuFix,
     ImportedCache,
     KnownGood,
     Metric,
@@ -332,6 +333,18 @@ class Container:
         from ..ops import snapshots as snaps
 
         return snaps.rollback(self._target, snapshot=snapshot, force=force, echo=self.fleet._emit)
+
+    # -- GPU passthrough ----------------------------------------------------------------------------------
+    def gpu_fix(self, *, dry: bool = False, force: bool = False) -> GpuFix:
+        """Repair what doctor --gpu finds that the container's config or its host can fix (devN lines, the
+        uvm nodes, the driver's user space), the config diff shown first, a snapshot where the storage can;
+        restarts the container only where it must (BusyError while a run is live, unless force); then
+        cuInit(0) again. Needs root on the host (RootRequired for a `sudo: true` login)."""
+        from ..ops import gpufix
+
+        checks.flag("dry", dry)
+        checks.flag("force", force)
+        return gpufix.gpu_fix(self._target, dry=dry, force=force)
 
     # -- health --------------------------------------------------------------------------------------
     def doctor(self, *, fresh: bool = False) -> list[Finding]:

@@ -270,13 +270,25 @@ def stop(c, container=None, run=None, grace=10, dry=False, hosts=None):
 @task(help={"container": "container id(s), comma-separated (default: every container in the hosts file)",
             "json": "print the findings and facts as JSON (schema: docs/guide/doctor.md)", "hosts": HOSTS_HELP,
             "fresh": "import torch again in each container even where an earlier probe's answer still holds",
-            "gpu": "check the hosts' NVIDIA driver and each container's GPU passthrough (docs/guide/gpu-passthrough.md)"})
+            "gpu": "check the hosts' NVIDIA driver and each container's GPU passthrough (docs/guide/gpu-passthrough.md)",
+            "node": "with --gpu -c ID: before a move, check that cluster node N (a host of the hosts file) has every "
+                    "device node the container's devN lines name"})
 @handled
-def doctor(c, container=None, json_=False, hosts=None, fresh=False, gpu=False):
+def doctor(c, container=None, json_=False, hosts=None, fresh=False, gpu=False, node=None):
     """Find what differs from what deploy made and from the last known-good run.
 
     Each finding says why it matters and the command that fixes it. Exit 0 healthy, 1 with findings,
     2 on bad input."""
+    if node:
+        if not gpu or not container or is_selection(container):
+            raise Exit("error: doctor --node N: give it with --gpu and one container (`remote doctor --gpu -c ID "
+                       "--node N`)", code=2)
+        with fleet_of(hosts, stderr_progress=json_) as fleet:
+            moved = fleet.doctor_gpu_move(container, node)
+        say(json.dumps(moved.to_json(), indent=2) if json_ else moved.render())
+        if not moved.healthy:
+            raise Exit(code=1)
+        return
     if gpu:  # one probe per host, one per container
         with fleet_of(hosts, stderr_progress=json_) as fleet:
             report = fleet.doctor_gpu(container)
@@ -592,6 +604,8 @@ def disconnect(c, host=None, hosts=None):
     pids = api.disconnect(hosts, host)
     say(f"ended {len(pids)} kept connection(s)" + (f" (pid {', '.join(map(str, pids))})" if pids else ""))
 
+
+from . import gputasks  # noqa: E402,F401  (`remote gpu fix`, `remote host setup`: registered on import)
 
 # The order of `remote --help`: the way in, the daily loop, then the rest (tasks not named here follow).
 HELP_ORDER = ("init", "create", "config", "status", "deploy", "warmup", "train", "logs", "runs", "stop", "exec", "shell",

@@ -566,3 +566,60 @@ def test_a_cuinit_line_of_the_wrong_type_is_a_value_error():
         gpu.parse_container(ct_text().splitlines()[0] + '\n{"cuda": [0]}\n')
     with pytest.raises(ValueError, match="gave cuda.init as str"):
         gpu.parse_container(ct_text().splitlines()[0] + '\n{"cuda": {"loaded": true, "init": "0"}}\n')
+
+
+# -- driver lifecycle and moves (`remote gpu fix`, `doctor --gpu -c ID --node N`) --------------------------------
+
+def test_after_a_driver_upgrade_the_host_names_every_stale_container_with_gpu_fix():
+    from remote import gpudoctor
+
+    h = host(proc=data("proc-driver-nvidia-version-open.txt").replace("580.95.05", "580.105.08"),
+             sys_version="580.105.08", modinfo="580.105.08",
+             configs={200: data("pct-config-dev.txt"), 201: data("pct-config-dev.txt"), 202: data("pct-config-dev.txt")})
+    reports = [gpudoctor.HostReport("pve1", h, gpu.host_findings(h, "pve1"))]
+    cts = []
+    for ctid, libs in ((200, "580.95.05"), (201, "580.95.05"), (202, "580.105.08")):
+        c = ct(libs=libs)
+        cts.append(gpudoctor.ContainerReport(ctid, "pve1", c, h.configs[ctid], gpu.findings(h, ctid, c, "pve1")))
+    text = gpudoctor.render(reports, cts)
+    for ctid in (200, 201):
+        assert (f"  container {ctid}: driver user space 580.95.05, not the loaded module 580.105.08: "
+                f"`remote gpu fix -c {ctid}`") in text
+    assert "container 202: driver user space" not in text
+    assert gpudoctor.to_json(reports, cts)["hosts"][0]["stale_containers"] == [200, 201]
+    assert "remote gpu fix -c 200" in next(f.fix for f in cts[0].findings if f.kind == "driver-lib-mismatch")
+
+
+def test_a_pending_driver_change_names_the_reboot_then_gpu_fix_for_the_host():
+    found = gpu.host_findings(host(modinfo="580.105.08"), "pve1")
+    f = next(f for f in found if f.kind == "host-reboot-pending")
+    assert "580.95.05" in f.message and "580.105.08" in f.message and "remote gpu fix --host pve1 --all" in f.fix
+
+
+def test_move_node_missing():
+    cfg = gpu.parse_pct_config(200, data("pct-config-dev.txt") + "dev4: /dev/nvidia3\nrc=0")
+    no_uvm = "\n".join(line for line in data("nodes-509.txt").splitlines() if "nvidia-uvm" not in line)
+    found = gpu.move_findings(cfg, host(), host(nodes=no_uvm), "pve2")
+    assert [(f.kind, f.node) for f in found] == [("move-node-missing", "/dev/nvidia-uvm"),
+                                                ("move-node-missing", "/dev/nvidia-uvm-tools"),
+                                                ("move-node-missing", "/dev/nvidia3")]
+    assert "Proxmox refuses to start container 200 there" in found[0].message
+    assert "remote host setup pve2" in found[0].fix and "pve2 has /dev/nvidia0" in found[2].fix
+    assert gpu.move_findings(cfg, host(), host(), "pve2")[0].node == "/dev/nvidia3"  # only the GPU the node lacks
+    assert gpu.move_findings(gpu.parse_pct_config(200, data("pct-config-cpu.txt") + "rc=0"), host(), host(nodes=""), "pve2") == []
+
+
+def test_move_no_driver():
+    found = gpu.move_findings(gpu.parse_pct_config(200, data("pct-config-dev.txt") + "rc=0"), host(),
+                              host(proc="", sys_version="", modules="", smi=""), "pve2")
+    assert [f.kind for f in found] == ["move-no-driver"] and "580.95.05" in found[0].fix
+
+
+def test_move_driver_differs():
+    other = host(proc=data("proc-driver-nvidia-version-open.txt").replace("580.95.05", "580.105.08"),
+                 sys_version="580.105.08")
+    cfg = gpu.parse_pct_config(200, data("pct-config-dev.txt") + "rc=0")
+    found = gpu.move_findings(cfg, host(), other, "pve2")
+    assert [f.kind for f in found] == ["move-driver-differs"] and found[0].severity == "warning"
+    assert "remote gpu fix -c 200" in found[0].fix
+    assert gpu.move_findings(cfg, host(), other, "pve2", mounts_userspace=True) == []  # the node's own folder
