@@ -12,7 +12,8 @@
 # Usage (as root, in a checkout of remote whose controller packages python3 imports):
 #   bash bench/gpu_create.sh [RECORD.json]    (default docs/evidence/gpu-create/<date>[-N].json)
 # Environment: SRC_VENV (the venv whose torch is deployed; default python3's), GPU_CREATE_WORK (scratch, default
-# /var/tmp/gpu-create), STEPS (drafter steps per train, default 300), GPU (create's --gpu, default 0).
+# /var/tmp/gpu-create), STEPS (drafter steps per train, default 300), GPU (create's --gpu, default 0), BUDGET
+# (seconds: steps that would start later are skipped and recorded so; default none).
 # On a machine without nvidia-smi it is a rehearsal: --gpu none, the lab's CPU torch wheel, no fault section.
 # Prints one line per step; everything each step printed is in WORK/logs/.
 set -uo pipefail
@@ -26,6 +27,7 @@ if [ -z "$record" ]; then
 fi
 work=${GPU_CREATE_WORK:-/var/tmp/gpu-create}
 steps=${STEPS:-300}
+budget=${BUDGET:-0}  # seconds: steps that would start later are skipped (and recorded as such)
 src_venv=${SRC_VENV:-$(python3 -c 'import sys; print(sys.prefix)')}
 A=${CT_A:-301}
 B=${CT_B:-302}
@@ -49,6 +51,11 @@ stamp() { while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line";
 step() {
   local name=$1; shift
   local t0 t1 rc secs
+  if [ "$budget" -gt 0 ] && [ "$SECONDS" -gt "$budget" ]; then
+    printf '%s\t%s\t%s\t%s\n' "$name" skipped 0 "$EPOCHREALTIME" >> "$work/steps.tsv"
+    echo "== $name: skipped (past the time budget of ${budget}s)"
+    return 1
+  fi
   t0=$EPOCHREALTIME
   "$@" 2>&1 | stamp > "$logs/$name.log"
   rc=${PIPESTATUS[0]}
@@ -107,7 +114,7 @@ python3 - "$work" "$record" "$date" <<'EOF'
 import json, os, sys
 work, record, date = sys.argv[1:4]
 facts = dict(line.rstrip("\n").split("\t", 1) for line in open(f"{work}/facts.tsv") if "\t" in line)
-steps = [{"name": n, "ok": rc == "0", "seconds": round(float(s), 2)}
+steps = [{"name": n, "ok": rc == "0", "seconds": round(float(s), 2), **({"skipped": True} if rc == "skipped" else {})}
          for n, rc, s, _ in (line.split("\t") for line in open(f"{work}/steps.tsv").read().splitlines())]
 num = lambda k: float(facts[k]) if facts.get(k) not in (None, "") else None
 faults = {}
