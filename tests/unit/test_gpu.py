@@ -137,6 +137,16 @@ def test_host_uvm_not_loaded():
     assert "modprobe nvidia-uvm" in found[0].fix
 
 
+def test_host_uvm_tools_missing_while_uvm_is_there():
+    """As seen on the H200 machine: both uvm nodes removed, then CUDA run as root made /dev/nvidia-uvm by itself but
+    never -tools: a container whose devN line names it cannot start, so the host's finding names the -tools node."""
+    nodes = "\n".join(line for line in data("nodes-509.txt").splitlines() if "nvidia-uvm-tools" not in line)
+    assert "/dev/nvidia-uvm " in nodes
+    found = gpu.host_findings(host(nodes=nodes))
+    assert kinds(found) == ["host-uvm-not-loaded"]
+    assert "/dev/nvidia-uvm-tools does not exist" in found[0].message
+
+
 def test_host_gpu_vfio():
     h = host(proc="", sys_version="", modinfo="580.95.05", modules="", nodes="", lspci=data("lspci-vfio.txt"),
              smi=data("smi-no-driver.txt") + "rc=9")

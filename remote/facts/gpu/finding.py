@@ -108,9 +108,13 @@ def host_findings(host: HostGpu, name: str | None = None) -> list[GpuFinding]:
             f"{name or 'HOST'} --all` (each container's user space to the new module; `remote host setup` does it at "
             "every boot)")
     if host.loaded and wanted and ("nvidia_uvm" not in host.modules or host.uvm_major is None
-                                   or not host.node("/dev/nvidia-uvm")):
+                                   or not host.node("/dev/nvidia-uvm") or not host.node("/dev/nvidia-uvm-tools")):
         why = ("module nvidia_uvm is not loaded" if "nvidia_uvm" not in host.modules else
-               "/dev/nvidia-uvm does not exist (nothing created the node since the module loaded)")
+               "/dev/nvidia-uvm does not exist (nothing created the node since the module loaded)"
+               if not host.node("/dev/nvidia-uvm") else
+               # CUDA run as root makes /dev/nvidia-uvm by itself, never -tools: a container whose devN line names
+               # it then cannot start (Proxmox: `Device /dev/nvidia-uvm-tools does not exist`)
+               "/dev/nvidia-uvm-tools does not exist (a container whose devN line names it cannot start)")
         add("host-uvm-not-loaded", f"{why} on the host: CUDA needs it (cuInit fails with 999)",
             "on the host: `modprobe nvidia-uvm && nvidia-modprobe -u -c=0`, and `echo nvidia-uvm > "
             "/etc/modules-load.d/nvidia-uvm.conf` so it loads at boot; then pct reboot each GPU container")
