@@ -101,10 +101,11 @@ EOF
 pct() { "$lab/bin/pct" "$@"; }
 # Where remote did not make the host's uvm nodes (a failure recorded as such), made by hand so the rest runs.
 uvm_by_hand() {
-  $gpu_machine && [ ! -c /dev/nvidia-uvm ] || return 0
+  $gpu_machine && { [ ! -c /dev/nvidia-uvm ] || [ ! -c /dev/nvidia-uvm-tools ]; } || return 0
   local major
   major=$(awk '$2 == "nvidia-uvm" { print $1 }' /proc/devices)
-  mknod -m 0666 /dev/nvidia-uvm c "$major" 0 && mknod -m 0666 /dev/nvidia-uvm-tools c "$major" 1
+  [ -c /dev/nvidia-uvm ] || mknod -m 0666 /dev/nvidia-uvm c "$major" 0
+  [ -c /dev/nvidia-uvm-tools ] || mknod -m 0666 /dev/nvidia-uvm-tools c "$major" 1
   fact "uvm_by_hand_after_$1" "$major"
 }
 inside() { local ct=$1; shift; pct exec "$ct" -- bash -c "$*"; }
@@ -211,6 +212,8 @@ fact proc_first_a "$(proc_first train-A)"
 step doctor-gpu-A remote doctor --gpu -c "$A"
 
 # -- B: the host's uvm nodes removed first (create makes them), seeded from A's warm cache ------------------
+# (SKIP_B=1: straight to the faults)
+if [ -z "${SKIP_B:-}" ]; then
 if $gpu_machine; then
   rm -f /dev/nvidia-uvm /dev/nvidia-uvm-tools
   ls -l /dev/nvidia-uvm* > "$logs/host-uvm-removed.txt" 2>&1
@@ -230,11 +233,13 @@ if grep -qiE 'cop(y|ied)' "$logs/warmup-B.log"; then fact seeded yes; else fact 
 step train-B remote train -c "$B"
 fact first_step_b "$(to_first_step create-B train-B)"
 fact proc_first_b "$(proc_first train-B)"
+fi
 
-# -- planted faults on A: doctor --gpu names each, gpu fix repairs it, a train proves it ----------------------
+# -- planted faults on A (the host's nodes listed before each: what CUDA run as root makes by itself shows): doctor --gpu names each, gpu fix repairs it, a train proves it ----------------------
 $gpu_machine || exit 0
 fault() {  # fault NAME: after the plant, doctor (JSON), fix, doctor again, train
   local name=$1
+  ls -l /dev/nvidia-uvm* > "$logs/host-uvm-before-doctor-$name.txt" 2>&1
   step "doctor-$name" doctor_finds -c "$A" --json
   fact "fault_${name}_doctor" "$(kinds "doctor-$name")"
   step "fix-$name" remote gpu fix -c "$A"
