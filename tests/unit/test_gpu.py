@@ -214,6 +214,19 @@ def test_no_driver_libs():
     assert "NVIDIA-Linux-x86_64-580.95.05.run --no-kernel-module" in found[0].fix
 
 
+def test_libcuda_missing_while_nvml_is_found_is_no_driver_libs():
+    """As planted on the H200 machine: every libcuda the container's loader found removed, the machine's own
+    libnvidia-ml left: nvidia-smi works, cuInit is never reached (torch ran on the CPU); doctor said healthy."""
+    text = ct_text()
+    first, second = (json.loads(line) for line in text.splitlines())
+    first["libs"]["libcuda.so.1"] = None
+    second["cuda"] = {"loaded": False, "driver_version": 0, "driver_version_rc": 0,
+                      "error": "libcuda.so.1 not found by the loader"}
+    found = everything(host(), gpu.parse_container(json.dumps(first) + "\n" + json.dumps(second) + "\n"))
+    assert kinds(found) == ["no-driver-libs"]
+    assert "libcuda.so.1 is not found" in found[0].message and "remote gpu fix -c" in found[0].fix
+
+
 def test_cuda_init_failed_alone():
     found = everything(host(), ct(init=100))
     assert kinds(found) == ["cuda-init-failed"] and "100 (CUDA_ERROR_NO_DEVICE)" in found[0].message

@@ -348,10 +348,16 @@ def container_findings(ct: CtGpu, ctid: int, host: HostGpu | None = None, cfg: C
     out += node_findings(ct, ctid, host, cfg, name)
     named = {f.node for f in out}
     libs = ct.lib_versions
-    if (ct.nodes or (cfg and cfg.gpu)) and not any(ct.libs.values()):
+    # libcuda.so.1 alone missing counts too: nvidia-smi (libnvidia-ml) still works, CUDA cannot start (torch falls
+    # back to the CPU), as seen on the H200 machine with the machine's own libnvidia-ml left on the loader's path.
+    if (ct.nodes or (cfg and cfg.gpu)) and ("libcuda.so.1" in ct.libs or not any(ct.libs.values())) \
+            and not ct.libs.get("libcuda.so.1"):
         v = module or "<the host's module version>"
-        add("no-driver-libs", "no NVIDIA driver library (libcuda.so.1, libnvidia-ml.so.1) is found by the container's "
-            "loader: couldn't find libnvidia-ml.so", f"`remote gpu fix -c {ctid}` (the host's own files of {v}, mounted "
+        what = ("no NVIDIA driver library (libcuda.so.1, libnvidia-ml.so.1) is found by the container's loader: "
+                "couldn't find libnvidia-ml.so" if not any(ct.libs.values()) else
+                "libcuda.so.1 is not found by the container's loader (libnvidia-ml.so.1 is): nvidia-smi works, "
+                "CUDA cannot start")
+        add("no-driver-libs", what, f"`remote gpu fix -c {ctid}` (the host's own files of {v}, mounted "
             f"read-only); or by hand: install the driver's user space of version {v} in the container "
             f"without its kernel module: `sh NVIDIA-Linux-x86_64-{v}.run --no-kernel-module` (or the distribution's "
             f"packages of {v}), then `ldconfig`")
