@@ -134,6 +134,20 @@ def test_gpu_fix_after_the_hosts_uvm_node_removed(fleet, host, gpu_lab):
     assert cuinit(host, B) == "0"
 
 
+@pytest.mark.fault("The host's /dev/nvidia-uvm-tools alone missing (CUDA run as root remakes /dev/nvidia-uvm, never -tools)",
+                   promise="doctor --gpu names it (the container's next start would be refused); `remote gpu fix` "
+                           "makes it, and the container restarts")
+def test_gpu_fix_after_the_hosts_uvm_tools_node_alone_removed(fleet, host, gpu_lab):
+    gpu_lab.fake_gpu_remove_node("nvidia-uvm-tools")
+    assert "host-uvm-not-loaded" in kinds_of(fleet, B)
+    done = fleet.container(B).gpu_fix()
+    assert done.ok, done
+    assert (Path(gpu_lab.gpu_sysroot_path()) / "dev/nvidia-uvm-tools").is_char_device()
+    pct(host, "stop", str(B))
+    assert pct(host, "start", str(B)).exit_code == 0  # Proxmox's start checks every devN node: there again
+    assert cuinit(host, B) == "0"
+
+
 @pytest.mark.fault("The container's driver user space removed, or replaced by another version's",
                    promise="doctor --gpu names it; `remote gpu fix` refills the host's folder and points the "
                            "container's loader at it again, without a restart; cuInit 0")
