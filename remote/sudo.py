@@ -83,6 +83,11 @@ PROGRAMS: tuple[HostProgram, ...] = (
     # (and so a line in the drop-in). Its `pct config` is pct's, already allowed.
 )
 
+# pct subcommands that only a root login runs, never through the rule: `remote create` and `remote gpu fix`
+# write devN and mount lines (root-equivalent: Proxmox allows devN to root@pam only) and refuse a host with
+# `sudo: true` before anything runs (docs/guide/safety.md#which-command-needs-which-login).
+ROOT_ONLY = ("create", "clone", "set", "destroy")
+
 
 def program(name: str) -> HostProgram:
     for p in PROGRAMS:

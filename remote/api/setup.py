@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigError, RemoteError
+from ..errors import ConfigError
 from .values import Diagnosis
 
 
@@ -27,7 +27,8 @@ def write_hosts_file(address: str, *, out: str | os.PathLike | None = None, port
                      pct: str | None = None, force: bool = False, sudo: bool = False) -> HostsFile:
     """Connect to a Proxmox host, read `pct list` and each container's hostname, and write a commented
     hosts file listing them (never over an existing file without force). ConfigError for a missing
-    key or known_hosts file; RemoteError when the host shows no containers. sudo: log in as a non-root user
+    key or known_hosts file; a host without containers gets a file with its host alone (`remote create` adds them).
+    sudo: log in as a non-root user
     whose sudo rule allows pct (the file says `sudo: true`; sudoers_dropin() prints that rule)."""
     from .. import config as cfg
     from .. import sudo as sudomod
@@ -51,9 +52,7 @@ def write_hosts_file(address: str, *, out: str | os.PathLike | None = None, port
     if cluster is not None:  # a cluster node: every container of the cluster, the others' from its guest list
         mine = {c[0] for c in found}
         found += [(ctid, cluster.states.get(ctid, ""), "", []) for ctid in sorted(cluster.node_of) if ctid not in mine]
-    if not found:
-        raise RemoteError(f"`pct list` on {address} shows no containers: create one first (pct create), "
-                          "then run remote init again")
+    # A bare node (no container yet): the file names the host alone; `remote create` adds containers to it.
     hostsinit.write(target, hostsinit.render(host, given, found, cluster), force)
     return HostsFile(target, host.name, tuple((c[0], c[1], c[2]) for c in found))
 

@@ -416,6 +416,10 @@ def init(c, address=None, port=None, user=None, key_file=None, known_hosts=None,
             raise Exit(f"error: {flag} {path}: no such file", code=2)
     wrote = api.write_hosts_file(address, out=out, port=port, user=user, key_file=key_file, known_hosts=known_hosts,
                                  pct=pct, force=force, sudo=sudo)
+    if not wrote.containers:
+        say(f"wrote {wrote.path}: host {wrote.host}, no containers yet; `remote create CTID --host {wrote.host} "
+            "--template VOLID [--gpu all]` makes one and adds it (docs/guide/bare-node.md)")
+        return
     first = wrote.containers[0][0]
     say(f"wrote {wrote.path}: host {wrote.host} with container(s) {', '.join(str(f[0]) for f in wrote.containers)}; "
           f"fill in venv, code and train, then `remote config -c {first}` and `remote deploy -c {first}`")

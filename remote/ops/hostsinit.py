@@ -186,7 +186,8 @@ def render(host: cfg.Host, given: dict, containers: list[tuple[int, str, str, li
                       for key in ("port", "user", "key_file", "known_hosts", "pct", "sudo") if given.get(key) is not None]
             if not node.online:
                 lines.append("    # offline when remote init read the cluster")
-    lines += ["", "containers:"]
+    lines += ["", "containers:" if containers else
+              "containers: {}   # none yet: `remote create CTID --host HOST --template VOLID [--gpu all]` adds them"]
     for ctid, state, name, *gpu in containers:
         where = cluster.node_of.get(ctid, cluster.local) if cluster is not None else host.name
         entry = host.name if where == cluster_local(cluster) else where

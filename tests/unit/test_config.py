@@ -211,3 +211,20 @@ def test_a_cache_folder_others_may_write_is_not_used(tmp_path, monkeypatch):
     assert config._cache_dir() is None
     folder.chmod(0o700)
     assert config._cache_dir() == folder
+
+
+def test_a_bare_nodes_file_loads_and_a_task_that_needs_a_container_says_create_makes_one(tmp_path):
+    """Issue 37: a file with hosts and no container yet (what `remote init` writes for a bare node) loads; asking
+    it for a container names `remote create`."""
+    from remote.errors import ConfigError
+    from remote.ops import hostsinit
+
+    text = hostsinit.render(config.Host(name="pve", address="10.0.0.1"), {}, [])
+    assert "containers: {}   # none yet: `remote create CTID --host HOST" in text
+    hostsinit.write(str(tmp_path / "hosts.yaml"), text, False)
+    loaded = config.load(str(tmp_path / "hosts.yaml"))
+    assert loaded.containers == {} and set(loaded.hosts) == {"pve"}
+    with pytest.raises(ConfigError, match="no containers in this file yet: `remote create CTID --host HOST"):
+        loaded.container(None)
+    assert hostsinit.add_container(str(tmp_path / "hosts.yaml"), 210, "pve", "made by remote create")
+    assert config.load(str(tmp_path / "hosts.yaml")).container(None).ctid == 210

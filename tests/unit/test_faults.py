@@ -25,9 +25,9 @@ MALFORMED = [
     ("hosts: {a: [}\n", ""),                                         # YAML syntax
     ("hosts:\n\t h: {}\n", ""),                                      # a tab in the indentation
     (C, "hosts"),                                                    # no hosts
-    (H, "containers"),                                               # no containers
+    (H + "containers: [200]\n", "containers"),                        # a list, not a mapping
     ("hosts: {}\n" + C, "hosts"),                                    # empty hosts
-    (H + "containers: {}\n", "containers"),                          # empty containers
+    (H + "containers: {200: {host: h, address: ''}}\n", "containers.200.address"),  # an empty address
     ("hosts: {h: {adress: x}}\n" + C, "hosts.h.address"),            # a typo: the required key is missing
     ("hosts: {h: {address: x, port: 0}}\n" + C, "hosts.h.port"),
     ("hosts: {h: {address: x, port: -22}}\n" + C, "hosts.h.port"),
