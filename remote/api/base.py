@@ -237,7 +237,8 @@ class FleetBase:
         from ..ops.session import open_session
 
         ct = self.config.container(ctid).ctid
-        with open_session(self.config, agent=False, keep=True, echo=self._emit, events=self._emit.event) as s:
+        with open_session(self.config, agent=False, keep=True, echo=self._emit, events=self._emit.event,
+                          transport=self._transport) as s:
             return gpudoctor.before_move(s, ct, node)
 
     # -- compile caches ---------------------------------------------------------------------------

@@ -23,7 +23,7 @@ def gpu_fix(c, container=None, host=None, all_=False, force=False, dry=False, ho
     space not matching the loaded module. Shows the config change as a diff first, takes a snapshot where
     the storage can, restarts the container only where it must (refused while a run is live unless
     --force), then proves cuInit(0) again; names what it cannot fix with the manual step. Needs root on
-    the host (docs/guide/safety.md). Exit 0 fixed or nothing to fix, 1 something left, 2 bad input, 3 busy."""
+    the host (docs/guide/safety.md). Exit 0 fixed, nothing to fix or --dry, 1 something left, 2 bad input, 3 busy."""
     if bool(host) != bool(all_):
         raise Exit("error: gpu fix: give -c ID, or --host H with --all (every container of host H)", code=2)
     if host and container:
@@ -34,14 +34,14 @@ def gpu_fix(c, container=None, host=None, all_=False, force=False, dry=False, ho
             for ctid, outcome in result.items():
                 say("\n".join(fmt.gpu_fix_lines(outcome.value)) if outcome.value is not None else
                     f"container {ctid} on {host}: error: {printable(outcome.message, lines=True)}")
-            code = max([o.exit_code for o in result.values()] + [0 if all(o.value.ok for o in result.values()
-                                                                            if o.value) else 1])
+            code = max([o.exit_code for o in result.values()] + [0 if dry or all(o.value.ok for o in result.values()
+                                                                                   if o.value) else 1])
             if code:
                 raise Exit(code=code)
             return
         done = fleet.container(container).gpu_fix(dry=dry, force=force)
     say("\n".join(fmt.gpu_fix_lines(done)))
-    if not done.ok:
+    if not dry and not done.ok:  # dry: the plan was shown; nothing was left undone
         raise Exit(code=1)
 
 

@@ -71,6 +71,28 @@ def _passed_by(cfg: gpu.CtConfig | None, path: str) -> str | None:
     return None
 
 
+def _bound_over(config_text: str, path: str) -> list[str]:
+    """The raw `lxc.mount.entry` lines of the current config (before its first [snapshot]) whose target is the
+    node `path` and whose source is not the host's node itself (`/dev/null dev/nvidia-uvm none bind...`)."""
+    out = []
+    for line in _current(config_text):
+        key, _, value = line.partition(":")
+        parts = value.split()
+        if key.strip() == "lxc.mount.entry" and len(parts) >= 2 and parts[1].strip("/") == path.strip("/") \
+                and parts[0] != path:
+            out.append(f"lxc.mount.entry: {value.strip()}")
+    return out
+
+
+def _current(config_text: str) -> list[str]:
+    lines = []
+    for line in config_text.splitlines():
+        if line.startswith("["):
+            break
+        lines.append(line)
+    return lines
+
+
 def _selection(host: gpu.HostGpu, cfg: gpu.CtConfig | None) -> gpuconfig.Selection:
     """The GPUs the container's config gives it now (devN or mount lines), else the host's first."""
     passed = sorted({int(m.group(1)) for p in ([p for _, p, _ in cfg.devs] + [s for s, _, _ in cfg.mounts] if cfg else [])
@@ -95,6 +117,7 @@ def plan(host: gpu.HostGpu, ctid: int, ct: gpu.CtGpu | None, found: list[gpu.Gpu
     fixes: list[tuple[str, str]] = []
     manual: list[tuple[str, str, str]] = []
     rewrite = uvm = userspace = False
+    bound: list[str] = []  # raw lines that bind another file over an NVIDIA node
     restart: list[str] = []
     has_mount = f"{gpuconfig.USERSPACE_HOST}," in config_text or config_text.rstrip().endswith(gpuconfig.USERSPACE_HOST)
     for f in found:
@@ -116,6 +139,13 @@ def plan(host: gpu.HostGpu, ctid: int, ct: gpu.CtGpu | None, found: list[gpu.Gpu
         elif f.kind in NODE_KINDS:
             path = f.node or ""
             how = _passed_by(cfg, path)
+            over = _bound_over(config_text, path) if f.kind == "container-node-wrong" else []
+            if over:  # a raw line binds something else over the node at every start: dropped, devN makes it
+                bound += over
+                fixes.append((f.kind, f"{path}: the raw line that binds another file over it dropped"))
+                if how != "dev":
+                    rewrite = True
+                continue
             if path in UVM_NODES and host.node(path) is None:
                 uvm = True
             if how != "dev":
@@ -139,6 +169,9 @@ def plan(host: gpu.HostGpu, ctid: int, ct: gpu.CtGpu | None, found: list[gpu.Gpu
             if not any(x.kind != "cuda-init-failed" and x.ctid == ctid for x in found):
                 manual.append((f.kind, f.message, f.fix))
     config = gpuconfig.Plan()
+    if bound and not rewrite:
+        config = gpuconfig.Plan(raw=tuple(bound), diff=tuple(f"- {line}" for line in bound))
+        restart.insert(0, "LXC applies its mount entries at start")
     if rewrite:
         wanted = gpuconfig.wanted_lines(_selection(host, cfg), host, gid=_gid(cfg),
                                         userspace=userspace or has_mount)
@@ -148,6 +181,8 @@ def plan(host: gpu.HostGpu, ctid: int, ct: gpu.CtGpu | None, found: list[gpu.Gpu
                 if p not in named}
         wanted = dataclasses.replace(wanted, devs=tuple((p, keep.get(p, v)) for p, v in wanted.devs))
         config = gpuconfig.plan(config_text, wanted)
+        extra = tuple(line for line in bound if line not in config.raw)
+        config = dataclasses.replace(config, raw=config.raw + extra, diff=config.diff + tuple(f"- {x}" for x in extra))
         if not config.empty:
             restart.insert(0, "Proxmox applies devN and mount lines at start")
     return Plan(ctid, config, uvm, userspace, restart[0] if restart else None, tuple(fixes), tuple(manual))

@@ -7,7 +7,10 @@ pct double applying devN and mpN at start. Each container is given its GPU lines
 
 from __future__ import annotations
 
+import os
 import shlex
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,6 +28,7 @@ from remote.transport.pct import pct_argv
 pytestmark = pytest.mark.lab
 A, B = 280, 281
 VERSION, NEW = "570.148.08", "575.51.2"
+ROOT = Path(__file__).resolve().parents[2]
 CUINIT = "python3 -c 'import ctypes; print(ctypes.CDLL(\"libcuda.so.1\").cuInit(0))'"
 
 
@@ -89,6 +93,11 @@ def given_a_gpu(host, ctid: int, index: int) -> None:
 def gpus_given(gpu_lab, host):
     for ctid, index in ((A, 0), (B, 1)):
         given_a_gpu(host, ctid, index)
+        # The lab's /etc/pve/lxc/ID.conf (where gpu fix drops raw lines pct cannot): the double's config file.
+        conf = Path(gpu_lab.gpu_sysroot_path()) / f"etc/pve/lxc/{ctid}.conf"
+        conf.parent.mkdir(parents=True, exist_ok=True)
+        if not conf.is_symlink():
+            conf.symlink_to(gpu_lab.lxc / str(ctid) / "pve.conf")
 
 
 @pytest.fixture
@@ -105,7 +114,7 @@ def kinds_of(fleet, ctid: int) -> set[str]:
 @pytest.mark.fault("A devN line deleted from a GPU container's config (the lab's simulated driver)",
                    promise="doctor --gpu names it; `remote gpu fix` shows the line as a diff, writes it, restarts the "
                            "container and proves cuInit 0")
-def test_gpu_fix_after_a_devn_line_deleted(fleet, host):
+def test_gpu_fix_after_a_devn_line_deleted(fleet, host, gpu_lab):
     key = next(line.split(":")[0] for line in pct(host, "config", str(A)).out.splitlines()
                if line.startswith("dev") and "/dev/nvidia-uvm," in line)
     pct(host, "stop", str(A))
@@ -113,10 +122,35 @@ def test_gpu_fix_after_a_devn_line_deleted(fleet, host):
     pct(host, "start", str(A))
     assert cuinit(host, A) == "999"
     assert "device-not-passed" in kinds_of(fleet, A)
+    before = pct(host, "config", str(A)).out
+    r = subprocess.run([sys.executable, "-c", "from remote.cli import program; program.run()", "gpu", "fix", "-c",
+                        str(A), "--dry", "--hosts", str(gpu_lab.dir / "hosts-bare.yaml")], capture_output=True,
+                       text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr
+    assert f"container {A} on lab: would fix" in r.stdout and "  + dev" in r.stdout and "/dev/nvidia-uvm," in r.stdout
+    assert "would run: pct set" in r.stdout and pct(host, "config", str(A)).out == before  # dry: nothing written
     done = fleet.container(A).gpu_fix()
     assert any(line.startswith("+ dev") and "/dev/nvidia-uvm," in line for line in done.diff), done.diff
     assert done.restarted and done.cuda_init == 0 and done.ok, done
     assert cuinit(host, A) == "0"
+
+
+@pytest.mark.fault("A GPU node bound over in the container by a raw lxc.mount.entry line (the lab's simulated driver)",
+                   promise="doctor --gpu names the node and its numbers; `remote gpu fix` shows the raw line as a "
+                           "diff, drops it from the config, restarts the container and proves cuInit 0")
+def test_gpu_fix_after_a_node_bound_over(fleet, host, gpu_lab):
+    line = "lxc.mount.entry: /dev/nvidia-modeset dev/nvidia-uvm none bind,create=file"
+    conf = gpu_lab.lxc / str(A) / "pve.conf"
+    conf.write_text(conf.read_text() + line + "\n")
+    pct(host, "stop", str(A))
+    pct(host, "start", str(A))
+    assert cuinit(host, A) == "999"
+    report = fleet.doctor_gpu(A)
+    wrong = [f for c in report.containers for f in c.findings if f.kind == "container-node-wrong"]
+    assert [f.node for f in wrong] == ["/dev/nvidia-uvm"] and "195:254" in wrong[0].message
+    done = fleet.container(A).gpu_fix()
+    assert done.diff == (f"- {line}",) and done.restarted and done.ok and done.cuda_init == 0, done
+    assert line not in conf.read_text() and cuinit(host, A) == "0"
 
 
 @pytest.mark.fault("The uvm node missing on the host (the lab's simulated driver)",

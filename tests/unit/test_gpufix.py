@@ -434,3 +434,14 @@ def test_the_uvm_nodes_are_made_without_nvidia_modprobe_from_the_modules_major(t
         made = {n: os.stat(tmp_path / "dev" / n) for n in ("nvidia-uvm", "nvidia-uvm-tools")}
         assert {n: (stat.S_ISCHR(s.st_mode), os.major(s.st_rdev), os.minor(s.st_rdev), stat.S_IMODE(s.st_mode))
                 for n, s in made.items()} == {"nvidia-uvm": (True, 238, 0, 0o666), "nvidia-uvm-tools": (True, 238, 1, 0o666)}
+
+
+def test_a_node_bound_over_by_a_raw_config_line_has_that_line_dropped_and_a_restart():
+    from test_gpu import planted
+
+    over = "lxc.mount.entry: /dev/null dev/nvidia-uvm none bind,create=file"
+    cfg = data("pct-config-dev.txt") + over + "\n[snap]\n" + over + "\n"
+    c = gpu.parse_container(planted("/dev/nvidia-uvm", 1, 3, mount="/null"))
+    p = plan_of(gpu_host(configs={200: cfg}), c, cfg)
+    assert p.config.raw == (over,) and p.config.diff == (f"- {over}",) and p.config.set == ()
+    assert p.restart and "the raw line that binds another file over it dropped" in dict(p.fixes)["container-node-wrong"]
