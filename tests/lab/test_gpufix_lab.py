@@ -168,25 +168,43 @@ def test_gpu_fix_after_the_hosts_uvm_node_removed(fleet, host, gpu_lab):
     assert cuinit(host, B) == "0"
 
 
+@pytest.mark.fault("The host's /dev/nvidia-uvm-tools alone missing (CUDA run as root remakes /dev/nvidia-uvm, never -tools)",
+                   promise="doctor --gpu names it (the container's next start would be refused); `remote gpu fix` "
+                           "makes it, and the container restarts")
+def test_gpu_fix_after_the_hosts_uvm_tools_node_alone_removed(fleet, host, gpu_lab):
+    gpu_lab.fake_gpu_remove_node("nvidia-uvm-tools")
+    assert "host-uvm-not-loaded" in kinds_of(fleet, B)
+    done = fleet.container(B).gpu_fix()
+    assert done.ok, done
+    assert (Path(gpu_lab.gpu_sysroot_path()) / "dev/nvidia-uvm-tools").is_char_device()
+    pct(host, "stop", str(B))
+    assert pct(host, "start", str(B)).exit_code == 0  # Proxmox's start checks every devN node: there again
+    assert cuinit(host, B) == "0"
+
+
 @pytest.mark.fault("The container's driver user space removed, or replaced by another version's",
                    promise="doctor --gpu names it; `remote gpu fix` refills the host's folder and points the "
                            "container's loader at it again, without a restart; cuInit 0")
-@pytest.mark.parametrize("how", ["removed", "replaced"])
+@pytest.mark.parametrize("how", ["removed", "libcuda-only", "replaced"])
 def test_gpu_fix_after_the_user_space_removed_or_replaced(fleet, host, how):
     lib = "/usr/lib/x86_64-linux-gnu"
     if how == "removed":
         plant = "rm -f /etc/ld.so.conf.d/000-remote-nvidia.conf && ldconfig"
+    elif how == "libcuda-only":  # as on the H200 machine: libnvidia-ml still found (nvidia-smi works), libcuda not
+        plant = (f"mkdir -p /opt/other && cp -L {gpuconfig.USERSPACE_CT}/current/lib/libnvidia-ml.so.1 /opt/other/ && "
+                 "echo /opt/other > /etc/ld.so.conf.d/zz-nvml.conf && rm -f /etc/ld.so.conf.d/000-remote-nvidia.conf && "
+                 "ldconfig && ! ldconfig -p | grep -q 'libcuda\\.so\\.1 '")
     else:  # another version's files found first (the same binary under another version's name)
         plant = (f"mkdir -p /opt/other && cp -L {gpuconfig.USERSPACE_CT}/current/lib/libcuda.so.1 "
                  f"/opt/other/libcuda.so.560.35.03 && ln -sf libcuda.so.560.35.03 /opt/other/libcuda.so.1 && "
                  "echo /opt/other > /etc/ld.so.conf.d/000-remote-nvidia.conf && ldconfig")
     assert inside(host, A, plant).exit_code == 0
-    want = "no-driver-libs" if how == "removed" else "driver-lib-mismatch"
+    want = "driver-lib-mismatch" if how == "replaced" else "no-driver-libs"
     assert want in kinds_of(fleet, A)
     done = fleet.container(A).gpu_fix()
     assert not done.restarted and done.ok and done.cuda_init == 0, done
     assert want not in kinds_of(fleet, A)
-    inside(host, A, f"rm -rf /opt/other; ls {lib} > /dev/null")
+    inside(host, A, f"rm -rf /opt/other /etc/ld.so.conf.d/zz-nvml.conf; ldconfig; ls {lib} > /dev/null")
 
 
 @pytest.mark.fault("A driver upgrade and a reboot of the host (the lab's simulated driver)",

@@ -137,6 +137,16 @@ def test_host_uvm_not_loaded():
     assert "modprobe nvidia-uvm" in found[0].fix
 
 
+def test_host_uvm_tools_missing_while_uvm_is_there():
+    """As seen on the H200 machine: both uvm nodes removed, then CUDA run as root made /dev/nvidia-uvm by itself but
+    never -tools: a container whose devN line names it cannot start, so the host's finding names the -tools node."""
+    nodes = "\n".join(line for line in data("nodes-509.txt").splitlines() if "nvidia-uvm-tools" not in line)
+    assert "/dev/nvidia-uvm " in nodes
+    found = gpu.host_findings(host(nodes=nodes))
+    assert kinds(found) == ["host-uvm-not-loaded"]
+    assert "/dev/nvidia-uvm-tools does not exist" in found[0].message
+
+
 def test_host_gpu_vfio():
     h = host(proc="", sys_version="", modinfo="580.95.05", modules="", nodes="", lspci=data("lspci-vfio.txt"),
              smi=data("smi-no-driver.txt") + "rc=9")
@@ -202,6 +212,19 @@ def test_no_driver_libs():
     found = everything(host(), ct(libs=None, smi={"missing": True}))
     assert kinds(found) == ["no-driver-libs"]
     assert "NVIDIA-Linux-x86_64-580.95.05.run --no-kernel-module" in found[0].fix
+
+
+def test_libcuda_missing_while_nvml_is_found_is_no_driver_libs():
+    """As planted on the H200 machine: every libcuda the container's loader found removed, the machine's own
+    libnvidia-ml left: nvidia-smi works, cuInit is never reached (torch ran on the CPU); doctor said healthy."""
+    text = ct_text()
+    first, second = (json.loads(line) for line in text.splitlines())
+    first["libs"]["libcuda.so.1"] = None
+    second["cuda"] = {"loaded": False, "driver_version": 0, "driver_version_rc": 0,
+                      "error": "libcuda.so.1 not found by the loader"}
+    found = everything(host(), gpu.parse_container(json.dumps(first) + "\n" + json.dumps(second) + "\n"))
+    assert kinds(found) == ["no-driver-libs"]
+    assert "libcuda.so.1 is not found" in found[0].message and "remote gpu fix -c" in found[0].fix
 
 
 def test_cuda_init_failed_alone():

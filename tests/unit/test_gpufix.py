@@ -409,6 +409,33 @@ def test_drop_raw_removes_exactly_the_named_lines_of_the_current_config_or_nothi
     assert r.returncode == 3 and "not every line" in r.stderr and conf.read_text() == text
 
 
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="mknod needs root")
+def test_the_uvm_nodes_are_made_without_nvidia_modprobe_from_the_modules_major(tmp_path):
+    """As on the H200 machine: no nvidia-modprobe installed; the nodes made as it makes them, with the major that
+    /proc/devices gives the loaded nvidia_uvm (238 there), minors 0 and 1, mode 0666; again changes nothing."""
+    import os
+    import stat
+    import subprocess
+
+    from remote import shell
+
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "dev").mkdir()
+    argv = ["bash", "-c", shell.load("gpu-uvm"), "gpu-uvm"]
+    env = {**os.environ, "REMOTE_GPU_SYSROOT": str(tmp_path)}
+    (tmp_path / "proc/devices").write_text("Character devices:\n195 nvidia\n241 nvidia-caps\n\nBlock devices:\n")
+    r = subprocess.run(argv, capture_output=True, text=True, env=env)
+    assert r.returncode == 4 and "nvidia_uvm module is not loaded" in r.stdout, r
+    assert not (tmp_path / "dev/nvidia-uvm").exists()
+    (tmp_path / "proc/devices").write_text("Character devices:\n195 nvidia\n238 nvidia-uvm\n241 nvidia-caps\n")
+    for _ in range(2):
+        r = subprocess.run(argv, capture_output=True, text=True, env=env)
+        assert r.returncode == 0 and r.stdout.strip() == "ok", r
+        made = {n: os.stat(tmp_path / "dev" / n) for n in ("nvidia-uvm", "nvidia-uvm-tools")}
+        assert {n: (stat.S_ISCHR(s.st_mode), os.major(s.st_rdev), os.minor(s.st_rdev), stat.S_IMODE(s.st_mode))
+                for n, s in made.items()} == {"nvidia-uvm": (True, 238, 0, 0o666), "nvidia-uvm-tools": (True, 238, 1, 0o666)}
+
+
 def test_a_node_bound_over_by_a_raw_config_line_has_that_line_dropped_and_a_restart():
     from test_gpu import planted
 

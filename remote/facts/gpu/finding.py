@@ -108,9 +108,13 @@ def host_findings(host: HostGpu, name: str | None = None) -> list[GpuFinding]:
             f"{name or 'HOST'} --all` (each container's user space to the new module; `remote host setup` does it at "
             "every boot)")
     if host.loaded and wanted and ("nvidia_uvm" not in host.modules or host.uvm_major is None
-                                   or not host.node("/dev/nvidia-uvm")):
+                                   or not host.node("/dev/nvidia-uvm") or not host.node("/dev/nvidia-uvm-tools")):
         why = ("module nvidia_uvm is not loaded" if "nvidia_uvm" not in host.modules else
-               "/dev/nvidia-uvm does not exist (nothing created the node since the module loaded)")
+               "/dev/nvidia-uvm does not exist (nothing created the node since the module loaded)"
+               if not host.node("/dev/nvidia-uvm") else
+               # CUDA run as root makes /dev/nvidia-uvm by itself, never -tools: a container whose devN line names
+               # it then cannot start (Proxmox: `Device /dev/nvidia-uvm-tools does not exist`)
+               "/dev/nvidia-uvm-tools does not exist (a container whose devN line names it cannot start)")
         add("host-uvm-not-loaded", f"{why} on the host: CUDA needs it (cuInit fails with 999)",
             "on the host: `modprobe nvidia-uvm && nvidia-modprobe -u -c=0`, and `echo nvidia-uvm > "
             "/etc/modules-load.d/nvidia-uvm.conf` so it loads at boot; then pct reboot each GPU container")
@@ -344,10 +348,16 @@ def container_findings(ct: CtGpu, ctid: int, host: HostGpu | None = None, cfg: C
     out += node_findings(ct, ctid, host, cfg, name)
     named = {f.node for f in out}
     libs = ct.lib_versions
-    if (ct.nodes or (cfg and cfg.gpu)) and not any(ct.libs.values()):
+    # libcuda.so.1 alone missing counts too: nvidia-smi (libnvidia-ml) still works, CUDA cannot start (torch falls
+    # back to the CPU), as seen on the H200 machine with the machine's own libnvidia-ml left on the loader's path.
+    if (ct.nodes or (cfg and cfg.gpu)) and ("libcuda.so.1" in ct.libs or not any(ct.libs.values())) \
+            and not ct.libs.get("libcuda.so.1"):
         v = module or "<the host's module version>"
-        add("no-driver-libs", "no NVIDIA driver library (libcuda.so.1, libnvidia-ml.so.1) is found by the container's "
-            "loader: couldn't find libnvidia-ml.so", f"`remote gpu fix -c {ctid}` (the host's own files of {v}, mounted "
+        what = ("no NVIDIA driver library (libcuda.so.1, libnvidia-ml.so.1) is found by the container's loader: "
+                "couldn't find libnvidia-ml.so" if not any(ct.libs.values()) else
+                "libcuda.so.1 is not found by the container's loader (libnvidia-ml.so.1 is): nvidia-smi works, "
+                "CUDA cannot start")
+        add("no-driver-libs", what, f"`remote gpu fix -c {ctid}` (the host's own files of {v}, mounted "
             f"read-only); or by hand: install the driver's user space of version {v} in the container "
             f"without its kernel module: `sh NVIDIA-Linux-x86_64-{v}.run --no-kernel-module` (or the distribution's "
             f"packages of {v}), then `ldconfig`")
