@@ -337,3 +337,18 @@ def test_a_hosts_files_drop_in_for_a_host_without_containers_is_refused_not_wide
     path.write_text(path.read_text() + "  200: {host: pve1}\n")
     rule = sudo.rule_of(sudoers_dropin("trainer", path), "trainer")
     assert rule[0] == "/usr/sbin/pct ^exec (200) --keep-env 0 -- .+$"
+
+
+@pytest.mark.parametrize("rows", [
+    ["/ | 0 755 directory"],  # cut short after the root folder: /srv (mode 0777 here, unseen) never told
+    ["/ | 0 755 directory", "/srv | 0 755 directory"],
+    ["/ | 0 755 directory", "/srv | 0 755 directory", "/srv/other | 0 755 regular file"],
+    # the program a link whose target the host never walked (/tmp/pct, say)
+    ["/ | 0 755 directory", "/srv | 0 755 directory", "/srv/lab | 0 755 directory", "/srv/lab/pct | 0 777 symbolic link"],
+    ["/ | 0 755 directory", "/srv | 0 755 directory", "/srv/lab | 0 755 directory", "/srv/lab/pct | 0 777 symbolic link",
+     "/ | 0 755 directory"],
+])
+def test_an_answer_that_stops_before_the_program_is_unsafe(rows):
+    """A host whose answer ends part-way (garbage, a cut stream) said nothing of the folders below: unsafe."""
+    out = chain(*(f"/srv/lab/pct | {row}" for row in rows))
+    assert sudo.unsafe(out, ["/srv/lab/pct"]) == {"/srv/lab/pct": "the host did not say who owns its folders"}
