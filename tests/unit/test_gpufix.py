@@ -340,6 +340,32 @@ def test_host_setup_script_is_idempotent_and_dry_writes_nothing(tmp_path):
     assert wrote == () and enabled == () and len(same) == len(hostsetup.FILES)
 
 
+def test_the_boot_script_makes_each_gpus_node_by_its_own_minor(tmp_path):
+    """A GPU bound to vfio-pci for a VM leaves a gap in the module's minors (GPUs 1 and 3 only): the boot script
+    makes /dev/nvidia1 and /dev/nvidia3 (`Device Minor:` of each GPU's information file), not 0 and 1."""
+    import os
+    import subprocess
+
+    root = tmp_path / "root"
+    for bus, minor in (("0000:1b:00.0", 1), ("0000:5d:00.0", 3)):
+        info = root / "proc/driver/nvidia/gpus" / bus / "information"
+        info.parent.mkdir(parents=True)
+        info.write_text(f"Model: \t\t NVIDIA H200\nBus Location: \t {bus}\nDevice Minor: \t {minor}\n"
+                        "GPU Excluded:\t No\n")
+    tool = root / "usr/bin/nvidia-modprobe"
+    tool.parent.mkdir(parents=True)
+    tool.write_text(f'#!/bin/sh\necho "$*" >> {tmp_path}/calls\n')
+    tool.chmod(0o755)
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    for name in ("gpu-boot.sh", "gpu-uvm.sh"):
+        (lib / name).write_text(hostsetup._text(name))
+    env = {**os.environ, "REMOTE_GPU_SYSROOT": str(root)}
+    subprocess.run(["bash", str(lib / "gpu-boot.sh")], env=env, capture_output=True, text=True)
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert [c for c in calls if c.startswith("-c ")] == ["-c 1", "-c 3"]
+
+
 def test_the_command_line_shows_the_diff_the_restart_and_what_is_left_by_hand():
     from remote.cli import format as fmt
 
