@@ -262,7 +262,7 @@ def create(h: HostTarget, spec: CreateSpec, *, hosts_file: str | None = None,
                 said.append(f"user space {got.get('version')} {got.get('state')}")
 
     # -- create, then everything that can fail with a container there: undone on failure -----------------------
-    made = False
+    made = attempted = False
     try:
         with run.step("create", f"pct {'create' if spec.template else 'clone'} {ctid}") as said:
             hostname = HOSTNAME.format(ctid=ctid)
@@ -274,6 +274,7 @@ def create(h: HostTarget, spec: CreateSpec, *, hosts_file: str | None = None,
             else:
                 argv = pct_argv(pct, "clone", str(spec.clone), str(ctid), "--hostname", hostname, "--full", "1",
                                 "--storage", storage)
+            attempted = True
             r = run.host(argv, mutates=True, deadline=900)
             if r is not None and r.exit_code != 0:
                 raise CreateRefused(f"{host.name}: {_words(r.err) or f'pct exited {r.exit_code}'}")
@@ -321,10 +322,18 @@ def create(h: HostTarget, spec: CreateSpec, *, hosts_file: str | None = None,
                 if not h.dry:
                     said += _prove(h, ct, gpus)
     except BaseException as exc:
-        if not made or h.dry:
-            raise
-        left = _undo(h, pct, ctid)
+        if h.dry or not attempted or isinstance(exc, CreateRefused):
+            raise  # nothing made: pct was not asked, or said no
         why = str(exc) if isinstance(exc, RemoteError) else f"{type(exc).__name__}: {exc}"
+        if not made:  # pct create (clone) gave no answer (a lost connection, a timeout): it may have made it
+            there = _exists(h, pct, ctid)
+            if there is False:
+                raise
+            if there is None:
+                raise CreateError(f"create {ctid} failed at {run.current}: {why}; whether pct made container {ctid} is "
+                                  f"not known: `pct config {ctid}` on {host.name} says, and `pct destroy {ctid} --force 1 "
+                                  "--purge 1` there removes it", left=f"pct destroy {ctid} --force 1 --purge 1") from exc
+        left = _undo(h, pct, ctid)
         if left is None:
             raise CreateError(f"create {ctid} failed at {run.current}: {why}; the half-made container was "
                               "destroyed: nothing is left") from exc
@@ -375,6 +384,14 @@ def _prove(h: HostTarget, ct: Container, gpus: tuple[int, ...]) -> list[str]:
         raise CreateError(f"container {ct.ctid}: nvidia-smi -L listed {len(listed)} GPU(s), {len(gpus)} chosen "
                           f"({_words(smi.err) or _words(smi.out) or f'exit {smi.exit_code}'})")
     return [f"cuInit(0) 0, CUDA {seen.cuda_driver}", f"nvidia-smi: {len(listed)} GPU(s)", "doctor --gpu: no error"]
+
+
+def _exists(h: HostTarget, pct: str, ctid: int) -> bool | None:
+    """Whether container `ctid` is there now (None: the host did not answer)."""
+    try:
+        return h.session.host_run(h.host, pct_argv(pct, "config", str(ctid)), deadline=60).exit_code == 0
+    except RemoteError:
+        return None
 
 
 def _undo(h: HostTarget, pct: str, ctid: int) -> str | None:

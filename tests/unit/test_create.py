@@ -327,6 +327,42 @@ def test_a_failure_part_way_destroys_the_half_made_container(hosts):
     assert e.value.left == "pct destroy 210 --force 1 --purge 1" and "container 210 is left on pve" in str(e.value)
 
 
+class LostAnswer(FakePve):
+    """pct create (or clone) runs on the host, and then the connection drops before its answer comes back;
+    `dark`: every later command is lost too."""
+
+    def __init__(self, dark: bool = False):
+        super().__init__()
+        self.dark, self.lost = dark, False
+
+    def run(self, argv, *, stdin=None, deadline=None, on_output=None) -> Result:
+        from remote.errors import TransportError
+
+        if self.lost and self.dark:
+            raise TransportError("pve", "pve: connection lost")
+        got = super().run(argv, stdin=stdin, deadline=deadline, on_output=on_output)
+        if tuple(argv[:2]) in (("pct", "create"), ("pct", "clone")):
+            self.lost = True
+            raise TransportError("pve", "pve: connection lost")
+        return got
+
+
+@pytest.mark.fault("remote create: pct create's answer lost (the connection dropped)", "the container it may have "
+                   "made is found and destroyed, or, where the host does not answer, named with the command that "
+                   "removes it")
+def test_a_pct_create_whose_answer_is_lost_leaves_nothing_unnamed(hosts):
+    pve = LostAnswer()
+    with pytest.raises(CreateError, match="failed at create: pve: connection lost; the half-made container was "
+                                          "destroyed: nothing is left"):
+        make(hosts, pve)
+    assert pve.cts == {} and pve.subs()[-3:] == ["pct stop", "pct destroy", "pct config"]
+    pve = LostAnswer(dark=True)
+    with pytest.raises(CreateError, match=r"whether pct made container 210 is not known: `pct config 210` on pve") as e:
+        make(hosts, pve)
+    assert e.value.left == "pct destroy 210 --force 1 --purge 1"
+    assert hosts.read_text() == HOSTS
+
+
 def test_a_cuda_that_does_not_start_fails_the_proof_and_is_undone(hosts):
     pve = FakePve(cuinit=999)
     with pytest.raises(CreateError, match="cuInit"):
