@@ -277,6 +277,12 @@ def create(h: HostTarget, spec: CreateSpec, *, hosts_file: str | None = None,
             attempted = True
             r = run.host(argv, mutates=True, deadline=900)
             if r is not None and r.exit_code != 0:
+                if re.search(rf"\bCT {ctid} already exists\b", r.err) and _exists(h, pct, ctid):  # found free before
+                    raise CreateRefused(
+                        f"{host.name}: {_words(r.err)}, though the check before found id {ctid} free: made meanwhile, "
+                        "by another create or by this one's own command run again after a lost connection (the "
+                        f"transport reruns a host command whose answer it lost); `remote create` again finds it made "
+                        f"as asked, else `pct config {ctid}` on {host.name} says whose it is")
                 raise CreateRefused(f"{host.name}: {_words(r.err) or f'pct exited {r.exit_code}'}")
             made = True
             if spec.clone is not None:

@@ -363,6 +363,28 @@ def test_a_pct_create_whose_answer_is_lost_leaves_nothing_unnamed(hosts):
     assert hosts.read_text() == HOSTS
 
 
+class RunTwice(FakePve):
+    """The transport's rerun of a host command whose answer it lost (session.host_run after the mux died):
+    pct create runs, its answer is lost, and it runs again."""
+
+    def run(self, argv, *, stdin=None, deadline=None, on_output=None) -> Result:
+        if tuple(argv[:2]) == ("pct", "create"):
+            super().run(argv, stdin=stdin, deadline=deadline, on_output=on_output)
+        return super().run(argv, stdin=stdin, deadline=deadline, on_output=on_output)
+
+
+def test_a_pct_create_run_twice_is_named_not_taken_for_anothers_container(hosts):
+    """The second run says `CT 210 already exists`, though the check found 210 free: said so, nothing destroyed
+    (it may be another create's), `remote create` again named."""
+    pve = RunTwice()
+    with pytest.raises(CreateRefused, match=r"CT 210 already exists on node 'pve', though the check before found "
+                                            r"id 210 free: made meanwhile.*`remote create` again finds it made as asked"):
+        make(hosts, pve)
+    assert 210 in pve.cts and "pct destroy" not in pve.subs()
+    again, _ = make(hosts, pve)
+    assert not again.made
+
+
 def test_a_cuda_that_does_not_start_fails_the_proof_and_is_undone(hosts):
     pve = FakePve(cuinit=999)
     with pytest.raises(CreateError, match="cuInit"):
