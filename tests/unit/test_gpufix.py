@@ -471,3 +471,24 @@ def test_a_node_bound_over_by_a_raw_config_line_has_that_line_dropped_and_a_rest
     p = plan_of(gpu_host(configs={200: cfg}), c, cfg)
     assert p.config.raw == (over,) and p.config.diff == (f"- {over}",) and p.config.set == ()
     assert p.restart and "the raw line that binds another file over it dropped" in dict(p.fixes)["container-node-wrong"]
+
+
+@pytest.mark.parametrize("version", ["..", "../../etc", "580.95.05/../..", "580..95"])
+def test_the_user_space_script_refuses_a_version_that_is_no_version(tmp_path, version):
+    """The module's version names the files it looks for and the folders nvidia-userspace.sh replaces and
+    removes (`rm -rf DEST/VERSION`): one read from /sys/module/nvidia/version was used unchecked. Refused before
+    any path is made of it, nothing written."""
+    import os
+    import subprocess
+
+    root = tmp_path / "root"
+    (root / "sys/module/nvidia").mkdir(parents=True)
+    (root / "sys/module/nvidia/version").write_text(version + "\n")
+    keep = root / "var/lib/remote/keep"
+    keep.parent.mkdir(parents=True)
+    keep.write_text("another's\n")
+    r = subprocess.run(["bash", "-c", hostsetup._text("nvidia-userspace.sh"), "nvidia-userspace",
+                        gpuconfig.USERSPACE_HOST], env={**os.environ, "REMOTE_GPU_SYSROOT": str(root)},
+                       capture_output=True, text=True)
+    assert r.returncode == 3 and "not NUMBER.NUMBER" in r.stdout
+    assert keep.read_text() == "another's\n" and not (root / "var/lib/remote/nvidia").exists()
