@@ -196,6 +196,9 @@ def create(h: HostTarget, spec: CreateSpec, *, hosts_file: str | None = None,
     # -- preflight: nothing changes on the host until every check has passed ---------------------------------
     with run.step("preflight", f"{host.name}: container {ctid}, {spec.source}, --gpu {selection}") as said:
         listed = run.host(pct_argv(pct, "config", str(ctid)), mutates=False, deadline=60)
+        if listed is not None and listed.exit_code != 0 and not re.search(r"Configuration file '\S*/lxc/\d+\.conf' does not exist", listed.err):
+            raise CreateRefused(f"`pct config {ctid}` on {host.name} failed: {_words(listed.err) or f'exit {listed.exit_code}'}"
+                                " (whether the id is free is not known; is it a Proxmox VE host, and `pct` its path?)")
         if listed is not None and listed.exit_code == 0:
             config = gpuconfig.parse_config(listed.out)
             if not unquote(config.get("description", "")).startswith(MARK):
@@ -212,7 +215,10 @@ def create(h: HostTarget, spec: CreateSpec, *, hosts_file: str | None = None,
             return Created(ctid, host.name, False, h.dry, spec.source, (), None, (), (), tuple(run.steps), added,
                            round(time.monotonic() - t_start, 3), tuple(run.notes))
         storages_out = run.host([pvesm, "status"], mutates=False, deadline=60)
-        storages = parse_storages(storages_out.out) if storages_out is not None and storages_out.exit_code == 0 else []
+        if storages_out is not None and storages_out.exit_code != 0:
+            raise CreateRefused(f"`pvesm status` on {host.name} failed: "
+                                f"{_words(storages_out.err) or f'exit {storages_out.exit_code}'} (its storages are not known)")
+        storages = parse_storages(storages_out.out) if storages_out is not None else []
         storage = spec.storage or next((s for s in STORAGE_ORDER if s in storages), None)
         if storage is None or (storages and storage not in storages):
             raise CreateRefused(f"storage '{storage or '(none given)'}' does not exist on {host.name} (it has: "

@@ -385,6 +385,26 @@ def test_a_pct_create_run_twice_is_named_not_taken_for_anothers_container(hosts)
     assert not again.made
 
 
+def test_a_host_that_cannot_say_whether_the_id_is_free_or_its_storages_is_refused_in_its_words(hosts):
+    """A failing `pct config` was read as `the id is free`, a failing `pvesm status` as `no storage`: a host
+    without pct said `storage '(none given)' does not exist on pve (it has: none)`."""
+    pve = FakePve()
+    pve.fail["config"] = (127, "bash: line 1: pct: command not found")
+    with pytest.raises(CreateRefused, match=r"`pct config 210` on pve failed: bash: line 1: pct: command not found "
+                                            r"\(whether the id is free is not known"):
+        make(hosts, pve)
+    assert pve.subs() == ["pct config"]
+
+    class NoPvesm(FakePve):
+        def answer(self, argv):
+            return (127, "", "bash: line 1: pvesm: command not found\n") if argv[0] == "pvesm" else super().answer(argv)
+
+    pve = NoPvesm()
+    with pytest.raises(CreateRefused, match=r"`pvesm status` on pve failed: bash: line 1: pvesm: command not found"):
+        make(hosts, pve)
+    assert pve.cts == {} and "pct create" not in pve.subs()
+
+
 def test_a_cuda_that_does_not_start_fails_the_proof_and_is_undone(hosts):
     pve = FakePve(cuinit=999)
     with pytest.raises(CreateError, match="cuInit"):
