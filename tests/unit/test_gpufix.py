@@ -222,6 +222,27 @@ def mutating(calls) -> list[tuple[str, ...]]:
             or (c[0] == "bash" and c[3] in ("gpu-host-fix", "gpu-uvm", "nvidia-userspace"))]
 
 
+def test_a_failure_part_way_names_what_was_done_and_the_snapshot_that_holds_the_config():
+    """`pct start` refusing after the config was written and the container stopped: the error says so and
+    names the snapshot to roll back to, not only pct's words."""
+    from remote.errors import GpuFixError
+
+    class NoStart(Pvesm):
+        def run(self, argv, **kw) -> Result:
+            if tuple(argv[:2]) == ("pct", "start"):
+                self.calls.append(tuple(argv))
+                return self._ok(argv, err="startup for container '200' failed\n", rc=255)
+            return super().run(argv, **kw)
+
+    cfg = data("pct-config-dev.txt").replace("dev2: /dev/nvidia-uvm\n", "")
+    fake = NoStart(config_text=cfg, ct_kw={"nodes": [n for n in GOOD_NODES if n[0] != "/dev/nvidia-uvm"], "init": 999})
+    with pytest.raises(GpuFixError, match=r"container 200: gpu fix failed part-way: .*startup for container '200' "
+                                          r"failed.*; done before it: pct set 200 written; container 200 stopped; "
+                                          r"snapshot (gpufix-\S+) holds the config as it was \(`pct rollback 200 \1` "
+                                          r"restores it\)"):
+        fix(fake)
+
+
 def test_dry_shows_the_diff_and_the_commands_and_changes_nothing():
     cfg = data("pct-config-dev.txt").replace("dev2: /dev/nvidia-uvm\n", "")
     fake = Pvesm(config_text=cfg, ct_kw={"nodes": [n for n in GOOD_NODES if n[0] != "/dev/nvidia-uvm"], "init": 999})
