@@ -229,15 +229,17 @@ def unsafe(output: str, paths: Sequence[str]) -> dict[str, str]:
     """Of `paths`, those a user other than root could replace, each with why: a component of the path (or of
     where it resolves to) not owned by root, or writable by its group or by others (a sticky /tmp included:
     a name missing there can be made by anyone). rootchain.sh's output, read purely; a path it did not
-    answer for counts as unsafe."""
+    answer for down to the program itself (or a missing name) counts as unsafe."""
     bad: dict[str, str] = {}
-    seen: set[str] = set()
+    walks: dict[str, list[list[tuple[str, str]]]] = {p: [] for p in paths}  # each walk from / down, as told
     for line in output.splitlines():
         parts = line.split("\t")
         if len(parts) != 3 or parts[0] not in paths:
             continue
         path, component, stat = parts
-        seen.add(path)
+        if component == "/" or not walks[path]:
+            walks[path].append([])
+        walks[path][-1].append((component, stat))
         if path in bad or stat == "missing":
             continue  # a missing name is safe only below folders only root can write: checked on those folders
         fields = stat.split(" ", 2)
@@ -253,9 +255,24 @@ def unsafe(output: str, paths: Sequence[str]) -> dict[str, str]:
         elif mode & 0o022:
             bad[path] = f"{component} is writable by {'others' if mode & 0o002 else 'its group'} (mode {mode:o})"
     for path in paths:
-        if path not in seen:
+        if path not in bad and not _told_whole(path, walks[path]):  # nothing, or an answer cut short
             bad[path] = "the host did not say who owns its folders"
     return bad
+
+
+def _told_whole(path: str, walks: list[list[tuple[str, str]]]) -> bool:
+    """Whether rootchain.sh's walks of `path` reach their ends: the first down to the program itself (or a
+    missing name); where a symbolic link lies on the way, a second, down to where it resolves (a missing name,
+    or something that is no link)."""
+    def reached(walk: list[tuple[str, str]], end: str | None) -> bool:
+        last, stat = walk[-1]
+        return stat == "missing" or (last == end if end else not stat.endswith("symbolic link"))
+
+    if not walks or not reached(walks[0], path):
+        return False
+    if any(stat.endswith("symbolic link") for _, stat in walks[0]):
+        return len(walks) == 2 and len(walks[1]) > 1 and reached(walks[1], None)  # a program is never / itself
+    return len(walks) == 1
 
 
 USER_RE = re.compile(r"[a-z_][a-z0-9_.-]*\$?")

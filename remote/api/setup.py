@@ -80,6 +80,10 @@ def sudoers_dropin(user: str, hosts: str | os.PathLike | None = None, host: str 
                  if chosen.cluster in (spec.cluster, spec.host.cluster)]
     else:
         ctids = [c for c, spec in config.containers.items() if spec.host.name == chosen.name and not spec.cluster]
+    if not ctids:  # sudoers() reads no ids as any id: a file's drop-in names its containers or is not made
+        raise ConfigError(config.file, "containers", f"none is on host {chosen.name}: a drop-in made from the file "
+                          "allows only the file's containers there, and without one it would allow every container of "
+                          f"the host; add the containers first (`remote create` adds its own), then print the drop-in")
     pct = sudomod.pct_path(chosen.pct_path or "pct")
     paths = sudomod.rule_paths(pct)
     bad = hostsinit.unsafe_paths(chosen, paths)

@@ -63,9 +63,14 @@ def number(lo: float, hi: float, integer: bool = False, unit: str = "") -> Calla
             what = ("a whole number" if integer else "a number") + (f" of{unit}" if unit else "")
             raise ValueError(f"expected {what}, got {text!r}") from None
         if value != value or not lo <= value <= hi:  # NaN included
-            raise ValueError(f"expected {lo:g} to {hi:g}{unit}, got {text!r}")
+            raise ValueError(f"expected {_bound(lo)} to {_bound(hi)}{unit}, got {text!r}")
         return value
     return convert
+
+
+def _bound(x: float) -> str:
+    """A range's end as a reader writes it: 2147483648, not `:g`'s 2.14748e+09; 0.5 as it is."""
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
 def pattern(regex: str, what: str) -> Callable[[str], str]:

@@ -196,6 +196,9 @@ def create(h: HostTarget, spec: CreateSpec, *, hosts_file: str | None = None,
     # -- preflight: nothing changes on the host until every check has passed ---------------------------------
     with run.step("preflight", f"{host.name}: container {ctid}, {spec.source}, --gpu {selection}") as said:
         listed = run.host(pct_argv(pct, "config", str(ctid)), mutates=False, deadline=60)
+        if listed is not None and listed.exit_code != 0 and not re.search(r"Configuration file '\S*/lxc/\d+\.conf' does not exist", listed.err):
+            raise CreateRefused(f"`pct config {ctid}` on {host.name} failed: {_words(listed.err) or f'exit {listed.exit_code}'}"
+                                " (whether the id is free is not known; is it a Proxmox VE host, and `pct` its path?)")
         if listed is not None and listed.exit_code == 0:
             config = gpuconfig.parse_config(listed.out)
             if not unquote(config.get("description", "")).startswith(MARK):
@@ -212,7 +215,10 @@ def create(h: HostTarget, spec: CreateSpec, *, hosts_file: str | None = None,
             return Created(ctid, host.name, False, h.dry, spec.source, (), None, (), (), tuple(run.steps), added,
                            round(time.monotonic() - t_start, 3), tuple(run.notes))
         storages_out = run.host([pvesm, "status"], mutates=False, deadline=60)
-        storages = parse_storages(storages_out.out) if storages_out is not None and storages_out.exit_code == 0 else []
+        if storages_out is not None and storages_out.exit_code != 0:
+            raise CreateRefused(f"`pvesm status` on {host.name} failed: "
+                                f"{_words(storages_out.err) or f'exit {storages_out.exit_code}'} (its storages are not known)")
+        storages = parse_storages(storages_out.out) if storages_out is not None else []
         storage = spec.storage or next((s for s in STORAGE_ORDER if s in storages), None)
         if storage is None or (storages and storage not in storages):
             raise CreateRefused(f"storage '{storage or '(none given)'}' does not exist on {host.name} (it has: "
@@ -262,7 +268,7 @@ def create(h: HostTarget, spec: CreateSpec, *, hosts_file: str | None = None,
                 said.append(f"user space {got.get('version')} {got.get('state')}")
 
     # -- create, then everything that can fail with a container there: undone on failure -----------------------
-    made = False
+    made = attempted = False
     try:
         with run.step("create", f"pct {'create' if spec.template else 'clone'} {ctid}") as said:
             hostname = HOSTNAME.format(ctid=ctid)
@@ -274,8 +280,15 @@ def create(h: HostTarget, spec: CreateSpec, *, hosts_file: str | None = None,
             else:
                 argv = pct_argv(pct, "clone", str(spec.clone), str(ctid), "--hostname", hostname, "--full", "1",
                                 "--storage", storage)
+            attempted = True
             r = run.host(argv, mutates=True, deadline=900)
             if r is not None and r.exit_code != 0:
+                if re.search(rf"\bCT {ctid} already exists\b", r.err) and _exists(h, pct, ctid):  # found free before
+                    raise CreateRefused(
+                        f"{host.name}: {_words(r.err)}, though the check before found id {ctid} free: made meanwhile, "
+                        "by another create or by this one's own command run again after a lost connection (the "
+                        f"transport reruns a host command whose answer it lost); `remote create` again finds it made "
+                        f"as asked, else `pct config {ctid}` on {host.name} says whose it is")
                 raise CreateRefused(f"{host.name}: {_words(r.err) or f'pct exited {r.exit_code}'}")
             made = True
             if spec.clone is not None:
@@ -321,10 +334,18 @@ def create(h: HostTarget, spec: CreateSpec, *, hosts_file: str | None = None,
                 if not h.dry:
                     said += _prove(h, ct, gpus)
     except BaseException as exc:
-        if not made or h.dry:
-            raise
-        left = _undo(h, pct, ctid)
+        if h.dry or not attempted or isinstance(exc, CreateRefused):
+            raise  # nothing made: pct was not asked, or said no
         why = str(exc) if isinstance(exc, RemoteError) else f"{type(exc).__name__}: {exc}"
+        if not made:  # pct create (clone) gave no answer (a lost connection, a timeout): it may have made it
+            there = _exists(h, pct, ctid)
+            if there is False:
+                raise
+            if there is None:
+                raise CreateError(f"create {ctid} failed at {run.current}: {why}; whether pct made container {ctid} is "
+                                  f"not known: `pct config {ctid}` on {host.name} says, and `pct destroy {ctid} --force 1 "
+                                  "--purge 1` there removes it", left=f"pct destroy {ctid} --force 1 --purge 1") from exc
+        left = _undo(h, pct, ctid)
         if left is None:
             raise CreateError(f"create {ctid} failed at {run.current}: {why}; the half-made container was "
                               "destroyed: nothing is left") from exc
@@ -375,6 +396,14 @@ def _prove(h: HostTarget, ct: Container, gpus: tuple[int, ...]) -> list[str]:
         raise CreateError(f"container {ct.ctid}: nvidia-smi -L listed {len(listed)} GPU(s), {len(gpus)} chosen "
                           f"({_words(smi.err) or _words(smi.out) or f'exit {smi.exit_code}'})")
     return [f"cuInit(0) 0, CUDA {seen.cuda_driver}", f"nvidia-smi: {len(listed)} GPU(s)", "doctor --gpu: no error"]
+
+
+def _exists(h: HostTarget, pct: str, ctid: int) -> bool | None:
+    """Whether container `ctid` is there now (None: the host did not answer)."""
+    try:
+        return h.session.host_run(h.host, pct_argv(pct, "config", str(ctid)), deadline=60).exit_code == 0
+    except RemoteError:
+        return None
 
 
 def _undo(h: HostTarget, pct: str, ctid: int) -> str | None:

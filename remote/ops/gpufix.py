@@ -287,27 +287,17 @@ def _apply(t: Target, p: Plan, host: gpu.HostGpu, before: tuple[str, ...], comma
         if live:
             t.warn(f"--force: restarting container {t.ctid} while a run is live (it is killed)")
     snap = _snapshot(t) if not p.config.empty else None
-    if p.uvm:
-        t.step(f"host {t.host.name}: make the uvm nodes (nvidia-modprobe -u -c 0)")
-        _host(t, ["bash", "-c", shell.load("gpu-uvm"), "gpu-uvm"], "making the uvm nodes (remote/sh/gpu-uvm.sh)")
-    if p.userspace:
-        t.step(f"host {t.host.name}: refill {gpuconfig.USERSPACE_HOST} with the driver's user space of {host.loaded}")
-        _host(t, _userspace_argv(), f"filling {gpuconfig.USERSPACE_HOST}")
-    if p.config.raw:
-        t.step(f"container {t.ctid}: drop {len(p.config.raw)} raw lxc line(s) from /etc/pve/lxc/{t.ctid}.conf")
-        _host(t, _fix_argv("drop-raw", str(t.ctid), *p.config.raw), "dropping the raw lxc lines")
-    if p.config.pct_args():
-        t.step(f"pct set {t.ctid} " + shlex.join(p.config.pct_args()))
-        t.system._pct("set", str(t.ctid), *p.config.pct_args(), mutates=True).check(t.system.where)
-    restarted = False
-    if p.restart and running:
-        t.step(f"restart container {t.ctid}: {p.restart}")
-        t.system.stop()
-        t.system.start()
-        t.system.wait_running()
-        restarted = True
-    elif p.restart:
-        t.note(f"container {t.ctid} is stopped: the change applies at its next start")
+    done: list[str] = []  # what has changed so far, for an error part-way
+    try:
+        restarted = _change(t, p, host, running, done)
+    except RemoteError as exc:
+        if not done:
+            raise
+        back = (f"snapshot {snap} holds the config as it was (`pct rollback {t.ctid} {snap}` restores it)" if snap
+                else "no snapshot was taken")
+        said = ": ".join(line.strip() for line in str(exc).splitlines() if line.strip())  # one line
+        raise GpuFixError(f"container {t.ctid}: gpu fix failed part-way: {said}; done before it: {'; '.join(done)}; "
+                          f"{back}") from exc
     if p.userspace and (running or restarted):
         t.step(f"container {t.ctid}: the mounted driver libraries first for the loader (remote/sh/nvidia-link.sh: ldconfig)")
         _ldconfig(t)
@@ -316,6 +306,38 @@ def _apply(t: Target, p: Plan, host: gpu.HostGpu, before: tuple[str, ...], comma
     return GpuFix(t.ctid, t.host.name, False, before, tuple(w for _, w in p.fixes), p.config.diff, tuple(commands),
                   p.manual, snap, restarted, p.restart, ct2.cuda_init if ct2 else None,
                   tuple(f.kind for f in after), why2)
+
+
+def _change(t: Target, p: Plan, host: gpu.HostGpu, running: bool, done: list[str]) -> bool:
+    """The host's and the config's changes, then the restart where it must: whether it restarted. `done`
+    gets each change as it is made."""
+    if p.uvm:
+        t.step(f"host {t.host.name}: make the uvm nodes (nvidia-modprobe -u -c 0)")
+        _host(t, ["bash", "-c", shell.load("gpu-uvm"), "gpu-uvm"], "making the uvm nodes (remote/sh/gpu-uvm.sh)")
+        done.append("the host's uvm nodes made")
+    if p.userspace:
+        t.step(f"host {t.host.name}: refill {gpuconfig.USERSPACE_HOST} with the driver's user space of {host.loaded}")
+        _host(t, _userspace_argv(), f"filling {gpuconfig.USERSPACE_HOST}")
+        done.append(f"{gpuconfig.USERSPACE_HOST} refilled")
+    if p.config.raw:
+        t.step(f"container {t.ctid}: drop {len(p.config.raw)} raw lxc line(s) from /etc/pve/lxc/{t.ctid}.conf")
+        _host(t, _fix_argv("drop-raw", str(t.ctid), *p.config.raw), "dropping the raw lxc lines")
+        done.append(f"{len(p.config.raw)} raw lxc line(s) dropped")
+    if p.config.pct_args():
+        t.step(f"pct set {t.ctid} " + shlex.join(p.config.pct_args()))
+        t.system._pct("set", str(t.ctid), *p.config.pct_args(), mutates=True).check(t.system.where)
+        done.append(f"pct set {t.ctid} written")
+    restarted = False
+    if p.restart and running:
+        t.step(f"restart container {t.ctid}: {p.restart}")
+        t.system.stop()
+        done.append(f"container {t.ctid} stopped")
+        t.system.start()
+        t.system.wait_running()
+        restarted = True
+    elif p.restart:
+        t.note(f"container {t.ctid} is stopped: the change applies at its next start")
+    return restarted
 
 
 def _commands(t: Target, p: Plan) -> list[str]:

@@ -13,11 +13,17 @@ fi
 here=$(dirname "$(readlink -f "$0")")
 rc=0
 bash "$here/gpu-uvm.sh" || rc=1
-n=0
-for gpu in "$root"/proc/driver/nvidia/gpus/*; do
-  [ -e "$gpu" ] || continue
-  nvidia-modprobe -c "$n" || rc=1
-  n=$((n + 1))
+# Each GPU the module drives, by its own minor (`Device Minor:` of its information file): not a count from 0, as
+# a GPU bound to vfio-pci for a VM, or one that fell off the bus, leaves a gap (/dev/nvidia1 with no /dev/nvidia0).
+for info in "$root"/proc/driver/nvidia/gpus/*/information; do
+  [ -f "$info" ] || continue
+  minor=$(sed -n 's/^Device Minor:[[:space:]]*\([0-9][0-9]*\)[[:space:]]*$/\1/p' "$info" | head -n 1)
+  if [ -z "$minor" ]; then
+    echo "gpu-boot: $info names no Device Minor: its node is not made" >&2
+    rc=1
+    continue
+  fi
+  nvidia-modprobe -c "$minor" || rc=1
 done
 if [ -f "$here/nvidia-userspace.sh" ]; then
   bash "$here/nvidia-userspace.sh" /var/lib/remote/nvidia || rc=1

@@ -43,6 +43,11 @@ if [ -z "$version" ]; then
   echo "error no NVIDIA kernel module is loaded on the host (no /proc/driver/nvidia/version)"
   exit 3
 fi
+# It names folders this script replaces and removes (DEST/VERSION): numbers and dots only, never `..` or a `/`.
+if ! [[ $version =~ ^[0-9]+(\.[0-9]+)+$ ]]; then
+  printf 'error the loaded module names its version %q, not NUMBER.NUMBER...: nothing written\n' "${version:0:80}"
+  exit 3
+fi
 echo "version $version"
 
 # The loaded version's files (a library's versioned file, e.g. libcuda.so.580.95.05; a binary as it is).

@@ -60,3 +60,13 @@ def test_a_file_without_a_sudo_host_gets_no_drop_in(tmp_path, capsys):
     assert cli_run(["init", "--sudoers", "trainer", "--hosts", str(hosts)]) == 2
     out, err = capsys.readouterr()
     assert out == "" and "no host has `sudo: true`" in err
+
+
+@pytest.mark.fault("init --sudoers", promise="a `sudo: true` host the file places no container on gets no drop-in "
+                   "(one with no ids would allow every container of the host), in one line, exit 2")
+def test_a_sudo_host_without_containers_gets_no_drop_in(tmp_path, capsys):
+    hosts = write(tmp_path, "hosts:\n  pve1: {local: true, sudo: true, pct: /usr/sbin/pct}\n  pve2: {local: true}\n"
+                            "containers:\n  300: {host: pve2}\n")
+    assert cli_run(["init", "--sudoers", "trainer", "--hosts", str(hosts)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "none is on host pve1" in err and "Traceback" not in err

@@ -440,3 +440,11 @@ def test_library_errors_speak_the_librarys_words_and_the_command_line_its_flags(
     assert cli_text("(container(200).snapshots() lists them; snapshot=NAME picks another's)") == \
         "(`remote snapshots -c 200` lists them; --snapshot NAME picks another's)"
     assert cli_text("make one with container.export_cache(FILE)") == "make one with `remote warmup --export FILE`"
+
+
+def test_a_number_out_of_range_names_the_range_as_written():
+    """`create --memory 0` said `expected 16 to 2.14748e+09 MiB`: the ends as whole numbers, a fraction as it is."""
+    with pytest.raises(ValueError, match=r"^expected 16 to 2147483648 MiB, got '0'$"):
+        cliparse.number(16, 2**31, integer=True, unit=" MiB")("0")
+    with pytest.raises(ValueError, match=r"^expected 0\.5 to 10, got '11'$"):
+        cliparse.number(0.5, 10)("11")

@@ -327,6 +327,84 @@ def test_a_failure_part_way_destroys_the_half_made_container(hosts):
     assert e.value.left == "pct destroy 210 --force 1 --purge 1" and "container 210 is left on pve" in str(e.value)
 
 
+class LostAnswer(FakePve):
+    """pct create (or clone) runs on the host, and then the connection drops before its answer comes back;
+    `dark`: every later command is lost too."""
+
+    def __init__(self, dark: bool = False):
+        super().__init__()
+        self.dark, self.lost = dark, False
+
+    def run(self, argv, *, stdin=None, deadline=None, on_output=None) -> Result:
+        from remote.errors import TransportError
+
+        if self.lost and self.dark:
+            raise TransportError("pve", "pve: connection lost")
+        got = super().run(argv, stdin=stdin, deadline=deadline, on_output=on_output)
+        if tuple(argv[:2]) in (("pct", "create"), ("pct", "clone")):
+            self.lost = True
+            raise TransportError("pve", "pve: connection lost")
+        return got
+
+
+@pytest.mark.fault("remote create: pct create's answer lost (the connection dropped)", "the container it may have "
+                   "made is found and destroyed, or, where the host does not answer, named with the command that "
+                   "removes it")
+def test_a_pct_create_whose_answer_is_lost_leaves_nothing_unnamed(hosts):
+    pve = LostAnswer()
+    with pytest.raises(CreateError, match="failed at create: pve: connection lost; the half-made container was "
+                                          "destroyed: nothing is left"):
+        make(hosts, pve)
+    assert pve.cts == {} and pve.subs()[-3:] == ["pct stop", "pct destroy", "pct config"]
+    pve = LostAnswer(dark=True)
+    with pytest.raises(CreateError, match=r"whether pct made container 210 is not known: `pct config 210` on pve") as e:
+        make(hosts, pve)
+    assert e.value.left == "pct destroy 210 --force 1 --purge 1"
+    assert hosts.read_text() == HOSTS
+
+
+class RunTwice(FakePve):
+    """The transport's rerun of a host command whose answer it lost (session.host_run after the mux died):
+    pct create runs, its answer is lost, and it runs again."""
+
+    def run(self, argv, *, stdin=None, deadline=None, on_output=None) -> Result:
+        if tuple(argv[:2]) == ("pct", "create"):
+            super().run(argv, stdin=stdin, deadline=deadline, on_output=on_output)
+        return super().run(argv, stdin=stdin, deadline=deadline, on_output=on_output)
+
+
+def test_a_pct_create_run_twice_is_named_not_taken_for_anothers_container(hosts):
+    """The second run says `CT 210 already exists`, though the check found 210 free: said so, nothing destroyed
+    (it may be another create's), `remote create` again named."""
+    pve = RunTwice()
+    with pytest.raises(CreateRefused, match=r"CT 210 already exists on node 'pve', though the check before found "
+                                            r"id 210 free: made meanwhile.*`remote create` again finds it made as asked"):
+        make(hosts, pve)
+    assert 210 in pve.cts and "pct destroy" not in pve.subs()
+    again, _ = make(hosts, pve)
+    assert not again.made
+
+
+def test_a_host_that_cannot_say_whether_the_id_is_free_or_its_storages_is_refused_in_its_words(hosts):
+    """A failing `pct config` was read as `the id is free`, a failing `pvesm status` as `no storage`: a host
+    without pct said `storage '(none given)' does not exist on pve (it has: none)`."""
+    pve = FakePve()
+    pve.fail["config"] = (127, "bash: line 1: pct: command not found")
+    with pytest.raises(CreateRefused, match=r"`pct config 210` on pve failed: bash: line 1: pct: command not found "
+                                            r"\(whether the id is free is not known"):
+        make(hosts, pve)
+    assert pve.subs() == ["pct config"]
+
+    class NoPvesm(FakePve):
+        def answer(self, argv):
+            return (127, "", "bash: line 1: pvesm: command not found\n") if argv[0] == "pvesm" else super().answer(argv)
+
+    pve = NoPvesm()
+    with pytest.raises(CreateRefused, match=r"`pvesm status` on pve failed: bash: line 1: pvesm: command not found"):
+        make(hosts, pve)
+    assert pve.cts == {} and "pct create" not in pve.subs()
+
+
 def test_a_cuda_that_does_not_start_fails_the_proof_and_is_undone(hosts):
     pve = FakePve(cuinit=999)
     with pytest.raises(CreateError, match="cuInit"):

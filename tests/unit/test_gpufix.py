@@ -222,6 +222,27 @@ def mutating(calls) -> list[tuple[str, ...]]:
             or (c[0] == "bash" and c[3] in ("gpu-host-fix", "gpu-uvm", "nvidia-userspace"))]
 
 
+def test_a_failure_part_way_names_what_was_done_and_the_snapshot_that_holds_the_config():
+    """`pct start` refusing after the config was written and the container stopped: the error says so and
+    names the snapshot to roll back to, not only pct's words."""
+    from remote.errors import GpuFixError
+
+    class NoStart(Pvesm):
+        def run(self, argv, **kw) -> Result:
+            if tuple(argv[:2]) == ("pct", "start"):
+                self.calls.append(tuple(argv))
+                return self._ok(argv, err="startup for container '200' failed\n", rc=255)
+            return super().run(argv, **kw)
+
+    cfg = data("pct-config-dev.txt").replace("dev2: /dev/nvidia-uvm\n", "")
+    fake = NoStart(config_text=cfg, ct_kw={"nodes": [n for n in GOOD_NODES if n[0] != "/dev/nvidia-uvm"], "init": 999})
+    with pytest.raises(GpuFixError, match=r"container 200: gpu fix failed part-way: .*startup for container '200' "
+                                          r"failed.*; done before it: pct set 200 written; container 200 stopped; "
+                                          r"snapshot (gpufix-\S+) holds the config as it was \(`pct rollback 200 \1` "
+                                          r"restores it\)"):
+        fix(fake)
+
+
 def test_dry_shows_the_diff_and_the_commands_and_changes_nothing():
     cfg = data("pct-config-dev.txt").replace("dev2: /dev/nvidia-uvm\n", "")
     fake = Pvesm(config_text=cfg, ct_kw={"nodes": [n for n in GOOD_NODES if n[0] != "/dev/nvidia-uvm"], "init": 999})
@@ -340,6 +361,32 @@ def test_host_setup_script_is_idempotent_and_dry_writes_nothing(tmp_path):
     assert wrote == () and enabled == () and len(same) == len(hostsetup.FILES)
 
 
+def test_the_boot_script_makes_each_gpus_node_by_its_own_minor(tmp_path):
+    """A GPU bound to vfio-pci for a VM leaves a gap in the module's minors (GPUs 1 and 3 only): the boot script
+    makes /dev/nvidia1 and /dev/nvidia3 (`Device Minor:` of each GPU's information file), not 0 and 1."""
+    import os
+    import subprocess
+
+    root = tmp_path / "root"
+    for bus, minor in (("0000:1b:00.0", 1), ("0000:5d:00.0", 3)):
+        info = root / "proc/driver/nvidia/gpus" / bus / "information"
+        info.parent.mkdir(parents=True)
+        info.write_text(f"Model: \t\t NVIDIA H200\nBus Location: \t {bus}\nDevice Minor: \t {minor}\n"
+                        "GPU Excluded:\t No\n")
+    tool = root / "usr/bin/nvidia-modprobe"
+    tool.parent.mkdir(parents=True)
+    tool.write_text(f'#!/bin/sh\necho "$*" >> {tmp_path}/calls\n')
+    tool.chmod(0o755)
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    for name in ("gpu-boot.sh", "gpu-uvm.sh"):
+        (lib / name).write_text(hostsetup._text(name))
+    env = {**os.environ, "REMOTE_GPU_SYSROOT": str(root)}
+    subprocess.run(["bash", str(lib / "gpu-boot.sh")], env=env, capture_output=True, text=True)
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert [c for c in calls if c.startswith("-c ")] == ["-c 1", "-c 3"]
+
+
 def test_the_command_line_shows_the_diff_the_restart_and_what_is_left_by_hand():
     from remote.cli import format as fmt
 
@@ -445,3 +492,24 @@ def test_a_node_bound_over_by_a_raw_config_line_has_that_line_dropped_and_a_rest
     p = plan_of(gpu_host(configs={200: cfg}), c, cfg)
     assert p.config.raw == (over,) and p.config.diff == (f"- {over}",) and p.config.set == ()
     assert p.restart and "the raw line that binds another file over it dropped" in dict(p.fixes)["container-node-wrong"]
+
+
+@pytest.mark.parametrize("version", ["..", "../../etc", "580.95.05/../..", "580..95"])
+def test_the_user_space_script_refuses_a_version_that_is_no_version(tmp_path, version):
+    """The module's version names the files it looks for and the folders nvidia-userspace.sh replaces and
+    removes (`rm -rf DEST/VERSION`): one read from /sys/module/nvidia/version was used unchecked. Refused before
+    any path is made of it, nothing written."""
+    import os
+    import subprocess
+
+    root = tmp_path / "root"
+    (root / "sys/module/nvidia").mkdir(parents=True)
+    (root / "sys/module/nvidia/version").write_text(version + "\n")
+    keep = root / "var/lib/remote/keep"
+    keep.parent.mkdir(parents=True)
+    keep.write_text("another's\n")
+    r = subprocess.run(["bash", "-c", hostsetup._text("nvidia-userspace.sh"), "nvidia-userspace",
+                        gpuconfig.USERSPACE_HOST], env={**os.environ, "REMOTE_GPU_SYSROOT": str(root)},
+                       capture_output=True, text=True)
+    assert r.returncode == 3 and "not NUMBER.NUMBER" in r.stdout
+    assert keep.read_text() == "another's\n" and not (root / "var/lib/remote/nvidia").exists()

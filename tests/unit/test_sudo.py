@@ -320,3 +320,35 @@ def test_the_snapshot_description_and_rollback_forms_pass_nothing_else():
     assert not sudo.allows("pct", ["rollback", "200", "before-upgrade", "--start", "1"], [200])
     assert "/usr/sbin/pct ^rollback (200) remote-[0-9]{8}-[0-9]+ --start [01]$" in \
         sudo.rule_of(sudo.sudoers("trainer", ctids=[200]), "trainer")
+
+
+def test_a_hosts_files_drop_in_for_a_host_without_containers_is_refused_not_widened(tmp_path, monkeypatch):
+    """sudoers() reads no ids as any id: a drop-in made from a file whose sudo host has none of its containers
+    would have allowed `pct exec` into every container of the host (another tenant's)."""
+    from remote.api.setup import sudoers_dropin
+    from remote.ops import hostsinit
+
+    monkeypatch.setattr(hostsinit, "unsafe_paths", lambda host, paths: {})  # the host's folders: only root's
+    path = tmp_path / "hosts.yaml"
+    path.write_text("hosts:\n  pve1: {address: pve1, user: trainer, sudo: true}\n  pve2: {address: pve2}\n"
+                    "containers:\n  300: {host: pve2}\n")
+    with pytest.raises(ConfigError, match=r"containers: none is on host pve1: .*every container of the host"):
+        sudoers_dropin("trainer", path)
+    path.write_text(path.read_text() + "  200: {host: pve1}\n")
+    rule = sudo.rule_of(sudoers_dropin("trainer", path), "trainer")
+    assert rule[0] == "/usr/sbin/pct ^exec (200) --keep-env 0 -- .+$"
+
+
+@pytest.mark.parametrize("rows", [
+    ["/ | 0 755 directory"],  # cut short after the root folder: /srv (mode 0777 here, unseen) never told
+    ["/ | 0 755 directory", "/srv | 0 755 directory"],
+    ["/ | 0 755 directory", "/srv | 0 755 directory", "/srv/other | 0 755 regular file"],
+    # the program a link whose target the host never walked (/tmp/pct, say)
+    ["/ | 0 755 directory", "/srv | 0 755 directory", "/srv/lab | 0 755 directory", "/srv/lab/pct | 0 777 symbolic link"],
+    ["/ | 0 755 directory", "/srv | 0 755 directory", "/srv/lab | 0 755 directory", "/srv/lab/pct | 0 777 symbolic link",
+     "/ | 0 755 directory"],
+])
+def test_an_answer_that_stops_before_the_program_is_unsafe(rows):
+    """A host whose answer ends part-way (garbage, a cut stream) said nothing of the folders below: unsafe."""
+    out = chain(*(f"/srv/lab/pct | {row}" for row in rows))
+    assert sudo.unsafe(out, ["/srv/lab/pct"]) == {"/srv/lab/pct": "the host did not say who owns its folders"}
