@@ -286,9 +286,13 @@ def add_container(file: str, ctid: int, host: str, comment: str) -> bool:
                           f"`{entry}` by hand")
     new = "\n".join(lines) + "\n"
     cfg.parse(yaml.safe_load(new), file)
+    path = path.resolve()  # a linked hosts file (a dotfiles checkout) stays linked: its target is rewritten
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(new)
     try:
+        # made with the file's own mode before a byte is written: a 0600 file (an index token in it) stays 0600
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, path.stat().st_mode & 0o7777)
+        with os.fdopen(fd, "w") as f:
+            f.write(new)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

@@ -475,3 +475,24 @@ def test_the_command_line_renders_what_was_made_each_step_and_what_next(hosts):
     assert fmt.created_lines(again) == ["container 210 on pve: already made as asked "
                                         "(local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst): nothing to do"]
     assert json.loads(fmt.created_json(got))["steps"][0]["name"] == "preflight"
+
+
+def test_the_entry_keeps_the_files_mode_and_its_link(tmp_path):
+    """A hosts file kept 0600 (a private index's token in it) stays 0600, not the umask's 0644; a hosts file that
+    is a link (a dotfiles checkout) stays a link, its target rewritten."""
+    import os
+
+    target = tmp_path / "dotfiles" / "hosts.yaml"
+    target.parent.mkdir()
+    target.write_text("hosts:\n  pve: {address: h}\n")
+    target.chmod(0o600)
+    link = tmp_path / "hosts.yaml"
+    link.symlink_to(target)
+    old = os.umask(0o022)
+    try:
+        assert hostsinit.add_container(str(link), 220, "pve", "made by remote create")
+    finally:
+        os.umask(old)
+    assert link.is_symlink() and config.load(str(link)).containers[220].host.name == "pve"
+    assert (target.stat().st_mode & 0o777) == 0o600
+    assert [p.name for p in target.parent.iterdir()] == ["hosts.yaml"]  # no temporary left
