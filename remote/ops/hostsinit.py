@@ -240,8 +240,8 @@ def write(out: str, text: str, force: bool) -> None:
     cfg.parse(yaml.safe_load(text), out)
     path = Path(out)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
     try:
+        tmp.write_text(text)  # inside the try: a failed write (a full disk) leaves no temporary behind
         if force:
             os.replace(tmp, path)
         else:
