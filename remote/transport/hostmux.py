@@ -9,8 +9,8 @@ relays its stdin, stdout and stderr as frames; the agents and their protocol are
 Frames, both ways: a 9-byte header (stream id: 4 bytes, kind: 1 byte, length: 4 bytes, big-endian),
 then the payload. Controller to mux: s (start: argv as JSON), i (stdin bytes), c (close stdin),
 k (forget: close the child's pipes, as a closed SSH channel would). Mux to controller: r (ready, on
-stream 0), o and e (stdout and stderr bytes), x (exit status, 128 + N for a signal, after both pipes
-ended). The mux ends on EOF or a broken pipe, or after SILENCE s unheard with no child left, and then
+stream 0), a (the child started: a command lost after this may have run, and is never run again by
+itself), o and e (stdout and stderr bytes), x (exit status, 128 + N for a signal, after both pipes ended). The mux ends on EOF or a broken pipe, or after SILENCE s unheard with no child left, and then
 closes every child's pipes: an agent then sees its end of input and kills what it ran, as it does
 when its own SSH channel closes.
 """
@@ -22,7 +22,7 @@ import threading
 import time
 
 from ..errors import ConnectError
-from . import Result
+from . import NotStarted, Result
 from .framing import SERVE, BoundedStream, Frames, Link
 
 HANDSHAKE_TIMEOUT = 30.0  # seconds for the mux's first frame (the SSH session, the login shell, python3)
@@ -81,6 +81,7 @@ def start(i, argv):
     kids[i] = {"p": p, "open": 2, "pending": b"", "eof": False}
     sel.register(p.stdout, selectors.EVENT_READ, (i, b"o"))
     sel.register(p.stderr, selectors.EVENT_READ, (i, b"e"))
+    send(i, b"a")  # started: from here on the controller never runs it again by itself
 
 def to_stdin(i, data):
     k = kids.get(i)
@@ -226,9 +227,9 @@ class Mux(Link):
             s = self._streams[i] = MuxStream(self, i)
         try:
             self._send(i, b"s", json.dumps(list(argv)).encode())
-        except ConnectError:
+        except ConnectError as exc:  # its start never reached the mux: nothing ran
             self._streams.pop(i, None)
-            raise
+            raise NotStarted(self.where, str(exc)) from exc
         return s
 
     def run(self, argv, *, deadline: float | None = None) -> Result:
@@ -244,8 +245,11 @@ class Mux(Link):
             code = s.wait(left())
         finally:
             s.close()
+        if code == -1 and not s.started:
+            raise NotStarted(self.where, f"{self.where}: the mux was lost before {argv[0]} started: {self.dead}")
         if code == -1:
-            raise ConnectError(self.where, f"{self.where}: connection lost while running {argv[0]}: {self.dead}")
+            raise ConnectError(self.where, f"{self.where}: connection lost while running {argv[0]} (it may have "
+                               f"run: it is not run again by itself): {self.dead}")
         return Result(tuple(argv), code, bytes(out), bytes(s._err), time.monotonic() - start)
 
     def close(self) -> None:
@@ -259,8 +263,13 @@ class MuxStream(BoundedStream):
     def __init__(self, mux: Mux, i: int):
         super().__init__(mux.where)
         self.mux, self.i = mux, i
+        self.started = False  # the mux said the child started (or it wrote, or ended)
 
     def _frame(self, kind: bytes, data: bytes) -> None:
+        if kind != b"x" or data != b"-1":
+            self.started = True  # any frame of the child's own: it ran
+        if kind == b"a":
+            return
         if kind == b"o":
             self.feed(data)
         elif kind == b"e":

@@ -14,7 +14,7 @@ from .. import config as cfg
 from ..errors import ConnectError, PctError, TransportError
 from ..events import Event, Sink, quiet
 from ..sudo import program
-from . import Result, Transport, for_host
+from . import NotStarted, Result, Transport, for_host
 from .pct import DEFAULT_PATH, Container, classify, parse_list, pct_argv
 
 if TYPE_CHECKING:
@@ -190,11 +190,11 @@ class Session:
         if mux:
             try:
                 return mux.run(argv, deadline=deadline)
-            except ConnectError:
-                if mux.alive():
-                    raise
-                # The mux ended before it answered (its idle exit, a lost session): once more on a session
-                # of its own, with the transport's own retries.
+            except NotStarted:
+                pass  # the mux ended before the command started (its idle exit, a lost session): run it now,
+                # on a session of its own, with the transport's own retries
+            # Anything else: the command started and its connection was lost, so it may have run: never again by
+            # itself (a `pct create`, a `pct set` or a snapshot run twice is not what was asked).
         return transport.run(argv, deadline=deadline)
 
     def host_fact(self, host: cfg.Host, argv: list[str], *, deadline: float | None = None) -> Result:

@@ -181,3 +181,21 @@ def test_a_host_command_whose_mux_ends_before_answering_runs_on_a_session_of_its
         monkeypatch.setattr(Mux, "run", ends_first)
         assert s.host_run(host, ["echo", "two"]).out == "two\n"
         assert transport.runs == [["echo", "two"]]
+
+
+@pytest.mark.fault("Mux lost while a host command runs", promise="a host command that started is never run again by "
+                   "itself (a `pct create` or `pct set` twice is not what was asked): ConnectError saying it may have "
+                   "run; one whose start never reached the mux runs on a session of its own")
+def test_a_host_command_that_started_before_its_mux_was_lost_is_not_run_again(hosts, tmp_path):
+    transport = ShellHost()
+    marker = tmp_path / "ran"
+    with Session(config.load(hosts), agent=True, transport_factory=lambda h: transport) as s:
+        host = s.config.hosts["lab"]
+        assert s.host_run(host, ["true"]).exit_code == 0  # the mux is up
+        mux = s._muxes[host.name]
+        killer = threading.Thread(target=lambda: (wait_until(marker.exists, 30), mux.stream.proc.kill()))
+        killer.start()
+        with pytest.raises(ConnectError, match="it may have run: it is not run again by itself"):
+            s.host_run(host, ["sh", "-c", 'echo x >> "$1"; sleep 30', "sh", str(marker)], deadline=60)
+        killer.join()
+    assert marker.read_text() == "x\n" and transport.runs == []  # once, through the mux, never on a session
