@@ -97,7 +97,7 @@ def test_dirty_local_tree_is_refused_unless_allowed(deployed, lab_session, demo_
     original = model.read_text()
     model.write_text(original + "\n# local experiment\n")
     try:
-        with pytest.raises(DeployError, match=r"uncommitted changes.*--allow-dirty[\s\S]*drafter/model.py"):
+        with pytest.raises(DeployError, match=r"uncommitted changes.*allow_dirty=True[\s\S]*drafter/model.py"):
             deploy(target_of(lab_session, 200), **quiet)
         deploy(target_of(lab_session, 200), allow_dirty=True, **quiet)
         assert "# local experiment" in ct.run(["cat", "/root/dflash/drafter/model.py"]).out
@@ -252,7 +252,7 @@ def test_deploy_refuses_while_a_job_runs_and_never_prunes_the_venv_it_uses(deplo
             with pytest.raises(BusyError) as exc:
                 deploy(target_of(s, 200), **quiet)
             assert f"run t-job (pid {pid}) is still running" in str(exc.value)
-            assert "`remote stop`" in str(exc.value) and "--force" in str(exc.value) and exc.value.exit_code == 3
+            assert "container(200).stop()" in str(exc.value) and "force=True" in str(exc.value) and exc.value.exit_code == 3
             assert ct.run(["readlink", "/root/venv"]).out.strip() == original
             forced = deploy(target_of(s, 200), force=True, **quiet)
             assert any("t-job" in k and "left running" in k for k in forced.kept), forced.render()

@@ -177,6 +177,14 @@ def root_processes_outside_the_rule(uid: int, allowed: list[str]) -> list[str]:
     return bad
 
 
+def uid_of(proc: Path) -> int | None:
+    """The owner of /proc/PID, or None for a process that ended since /proc was listed."""
+    try:
+        return proc.stat().st_uid
+    except FileNotFoundError:
+        return None
+
+
 def trainers_files(uid: int) -> set[str]:
     """Files of trainer's where a staged copy would be: the shared temp folders and trainer's home."""
     found = set()
@@ -200,7 +208,7 @@ def test_every_task_runs_as_a_user_limited_to_the_drop_in(sudo_lab, hosts, train
     assert r.returncode == 0, r.stdout + r.stderr
     assert "snapshot remote-" in r.stdout  # local-btrfs: a snapshot before the first (changing) deploy
     # The kept connection holds the mux and the agent now: trainer's processes, pct through the rule only.
-    sessions = [p for p in Path("/proc").iterdir() if p.name.isdigit() and p.stat().st_uid == trainer.pw_uid]
+    sessions = [p for p in Path("/proc").iterdir() if p.name.isdigit() and uid_of(p) == trainer.pw_uid]
     assert sessions, "no process of trainer's: the tasks did not log in as trainer"
     assert root_processes_outside_the_rule(trainer.pw_uid, rule) == []
 
