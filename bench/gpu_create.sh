@@ -13,7 +13,8 @@
 #   bash bench/gpu_create.sh [RECORD.json]    (default docs/evidence/gpu-create/<date>[-N].json)
 # Environment: SRC_VENV (the venv whose torch is deployed; default python3's), GPU_CREATE_WORK (scratch, default
 # /var/tmp/gpu-create), STEPS (drafter steps per train, default 300), GPU (create's --gpu, default 0), BUDGET
-# (seconds: steps that would start later are skipped and recorded so; default none).
+# (seconds: steps that would start later are skipped and recorded so; default none), FAULTS (which faults to
+# plant, in this order; default "uvm devn replaced removed").
 # On a machine without nvidia-smi it is a rehearsal: --gpu none, the lab's CPU torch wheel, no fault section.
 # Prints one line per step; everything each step printed is in WORK/logs/.
 set -uo pipefail
@@ -237,6 +238,8 @@ fi
 
 # -- planted faults on A (the host's nodes listed before each: what CUDA run as root makes by itself shows): doctor --gpu names each, gpu fix repairs it, a train proves it ----------------------
 $gpu_machine || exit 0
+faults=" ${FAULTS:-uvm devn replaced removed} "
+wanted() { [[ $faults == *" $1 "* ]]; }
 fault() {  # fault NAME: after the plant, doctor (JSON), fix, doctor again, train
   local name=$1
   ls -l /dev/nvidia-uvm* > "$logs/host-uvm-before-doctor-$name.txt" 2>&1
@@ -251,22 +254,30 @@ fault() {  # fault NAME: after the plant, doctor (JSON), fix, doctor again, trai
   fact "fault_${name}_ktoks" "$(ktoks "train-$name")"
 }
 # uvm: the host's nodes removed (A's own node, made at its start, stays; the host's is what doctor reads)
-rm -f /dev/nvidia-uvm /dev/nvidia-uvm-tools
-fault uvm
-uvm_by_hand fault-uvm
+if wanted uvm; then
+  rm -f /dev/nvidia-uvm /dev/nvidia-uvm-tools
+  fault uvm
+  uvm_by_hand fault-uvm
+fi
 # devn: A's devN line of /dev/nvidia-uvm deleted, A restarted without it
-key=$(pct config "$A" | awk -F: '/^dev[0-9]+:/ && /\/dev\/nvidia-uvm(,|$)/ { print $1; exit }')
-pct config "$A" > "$logs/config-A-before-devn.txt"
-step plant-devn bash -c "'$lab/bin/pct' stop $A && '$lab/bin/pct' set $A --delete $key && '$lab/bin/pct' start $A"
-fault devn
+if wanted devn; then
+  key=$(pct config "$A" | awk -F: '/^dev[0-9]+:/ && /\/dev\/nvidia-uvm(,|$)/ { print $1; exit }')
+  pct config "$A" > "$logs/config-A-before-devn.txt"
+  step plant-devn bash -c "'$lab/bin/pct' stop $A && '$lab/bin/pct' set $A --delete $key && '$lab/bin/pct' start $A"
+  fault devn
+fi
 # replaced: another version's libcuda found first by A's loader (the same binary under another version's name)
-other=/opt/other-driver
-step plant-replaced inside "$A" "set -e; lib=\$(ldconfig -p | awk '/libcuda\\.so\\.1 .*x86-64/ { print \$NF; exit }'); mkdir -p $other; cp -L \$lib $other/libcuda.so.560.35.03; ln -sf libcuda.so.560.35.03 $other/libcuda.so.1; echo $other > /etc/ld.so.conf.d/000-remote-nvidia.conf; ldconfig; ldconfig -p | grep libcuda.so.1"
-fault replaced
-inside "$A" "rm -rf $other; ldconfig" > /dev/null 2>&1
+if wanted replaced; then
+  other=/opt/other-driver
+  step plant-replaced inside "$A" "set -e; lib=\$(ldconfig -p | awk '/libcuda\\.so\\.1 .*x86-64/ { print \$NF; exit }'); mkdir -p $other; cp -L \$lib $other/libcuda.so.560.35.03; ln -sf libcuda.so.560.35.03 $other/libcuda.so.1; echo $other > /etc/ld.so.conf.d/000-remote-nvidia.conf; ldconfig; ldconfig -p | grep libcuda.so.1"
+  fault replaced
+  inside "$A" "rm -rf $other; ldconfig" > /dev/null 2>&1
+fi
 # removed: A's loader entry and every libcuda its loader finds (the machine's own copies under A's overlay root)
-step plant-removed inside "$A" "rm -f /etc/ld.so.conf.d/000-remote-nvidia.conf; for f in \$(ldconfig -p | awk '\$1 ~ /^libcuda\\.so/ { print \$NF }'); do rm -f \$f \$(readlink -f \$f) 2> /dev/null || echo \"cannot remove \$f\"; done; ldconfig; echo left:; ldconfig -p | grep -E '^\\s*libcuda\\.so' || true"
-fault removed
+if wanted removed; then
+  step plant-removed inside "$A" "rm -f /etc/ld.so.conf.d/000-remote-nvidia.conf; for f in \$(ldconfig -p | awk '\$1 ~ /^libcuda\\.so/ { print \$NF }'); do rm -f \$f \$(readlink -f \$f) 2> /dev/null || echo \"cannot remove \$f\"; done; ldconfig; echo left:; ldconfig -p | grep -E '^\\s*libcuda\\.so' || true"
+  fault removed
+fi
 
 if $gpu_machine; then ls -l /dev/nvidia* > "$logs/host-nodes-after.txt" 2>&1; fi
 step lab-down remote lab down
