@@ -50,8 +50,7 @@ def status_cost(nodes: int, per_node: int, *, cluster: bool, running: bool) -> d
     c = config.parse(yaml.safe_load(hosts_text(nodes, per_node, cluster=cluster)), "bench.yaml")
     placement = {ctid: f"pve{(ctid - 1000) // per_node + 1}" for ctid in c.containers}
     fake = FakeCluster(placement, running=None if running else set())
-    fleet = Fleet(c, keep=False)
-    fleet._made = Session(c, transport_factory=fake.transport)
+    fleet = Fleet(c, keep=False, transport=fake.transport)
     start = time.perf_counter()
     fleet.status()
     took = time.perf_counter() - start
