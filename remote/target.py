@@ -87,8 +87,11 @@ class Target(_Reports):
 
     @property
     def echo(self) -> Callable[[str], None]:
-        """The session's line reporter, for operations not yet moved to step/note/warn/output (going away)."""
-        return self.session.echo
+        """A line reporter for operations not yet moved to step/note/warn/output (going away): each line as
+        its event, marked with this container (one container's call too, not only a group's)."""
+        from .events import event_of
+
+        return lambda line: self.session.sink(event_of(line, self.spec.ctid))
 
 
 @dataclass(frozen=True, eq=False)

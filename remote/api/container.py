@@ -124,7 +124,7 @@ class Container:
         from ..ops.session import open_session
 
         with open_session(self.fleet.config, transport=self.fleet._transport) as s:  # a pty session of its own, no agent
-            return open_shell(dataclasses.replace(self._target, session=s), echo=self.fleet._emit)
+            return open_shell(dataclasses.replace(self._target, session=s), echo=self._target.echo)
 
     # -- files ---------------------------------------------------------------------------------------
     def push(self, src: str | os.PathLike, dest: str, *, attempts: int = 3,
@@ -161,7 +161,7 @@ class Container:
 
         lock = self.fleet._shared_value("deploy-lock", LockOnce)  # one resolved lock for the fleet's deploys
         s = deploy(self._target, allow_dirty=allow_dirty, check=check, rollback=rollback, force=force,
-                   echo=self.fleet._emit, lock=lock)
+                   echo=self._target.echo, lock=lock)
         return DeployPlan(s.ctid, not (check or s.dry), tuple(s.changed), tuple(s.kept), tuple(s.saved), tuple(s.drift),
                           s.torch, s.seconds, s)
 
@@ -176,9 +176,9 @@ class Container:
         checks.flag("parallel", parallel)
         if devices or self.fleet._groups:
             results = wm.warmup(self._target, parallel=parallel, devices=list(devices) if devices else None,
-                                echo=self.fleet._emit)
+                                echo=self._target.echo)
         else:
-            got = cachecopy.warmup_or_copy(self._target, parallel=parallel, echo=self.fleet._emit)
+            got = cachecopy.warmup_or_copy(self._target, parallel=parallel, echo=self._target.echo)
             if isinstance(got, CacheCopy):
                 return Warmup(self.id, (), got.seconds, got.files, got.bytes, 0, 0, False, got)
             results = got
@@ -193,13 +193,13 @@ class Container:
         from ..target import resolve
 
         source = resolve(self.fleet._session, src)
-        return cachecopy.copy(source, self._target, echo=self.fleet._emit)
+        return cachecopy.copy(source, self._target, echo=self._target.echo)
 
     def export_cache(self, path: str | os.PathLike) -> Path:
         """Write the container's compile cache folder to a local bundle (tar.gz)."""
         from ..ops import warmup as wm
 
-        wm.export_cache(self._target, os.fspath(path), echo=self.fleet._emit)
+        wm.export_cache(self._target, os.fspath(path), echo=self._target.echo)
         return Path(path)
 
     def import_cache(self, path: str | os.PathLike) -> ImportedCache:
@@ -207,7 +207,7 @@ class Container:
         .refused: the members not imported, with why."""
         from ..ops import warmup as wm
 
-        return wm.import_cache(self._target, os.fspath(path), echo=self.fleet._emit)
+        return wm.import_cache(self._target, os.fspath(path), echo=self._target.echo)
 
     # -- runs ----------------------------------------------------------------------------------------
     def train(self, *, detach: bool = True, force: bool = False, warmup: bool = False, command: str | None = None,
@@ -229,7 +229,7 @@ class Container:
             raise unset(self.fleet.config.file, "train.command", "set the training command to run (or give command=)")
         run_command = f"{base} {shlex.join(extra)}" if extra else command
         run_env = checks.environment("env", env)
-        ct, spec, emit = self._ct(), self.spec, self.fleet._emit
+        ct, spec, emit = self._ct(), self.spec, self._target.echo
         run_id, _ = jobs.start(self._target, force=force, warmup=warmup, echo=emit, command=run_command, env=run_env)
         if self.fleet.dry:
             return Run(self, run_id)
@@ -280,7 +280,7 @@ class Container:
         """A run's log to the progress callback as `remote logs` shows it (follow: until the job ends); its end state."""
         from ..ops import jobs
 
-        return jobs.run_status(jobs.show_log(self._ct(), self.spec, run_id, follow=follow, echo=self.fleet._emit))
+        return jobs.run_status(jobs.show_log(self._ct(), self.spec, run_id, follow=follow, echo=self._target.echo))
 
     def stop(self, run_id: str | None = None, *, grace: int = 10, nodes: bool = True) -> Stopped:
         """Stop a run (None: every live run, and the latest's leftovers) and verify nothing of it is left;
@@ -296,7 +296,7 @@ class Container:
                 if isinstance(one, BaseException):
                     raise one
                 assert isinstance(one, Stopped)
-                self.fleet._emit(f"node {ctid}: " + ("stopped" if one.was_alive else "was not running")
+                self._target.echo(f"node {ctid}: " + ("stopped" if one.was_alive else "was not running")
                                  + ", verified: no process of it is left")
         return got
 
@@ -322,7 +322,7 @@ class Container:
         """A run's outputs, log, manifest and watch files into dest/<run id>/."""
         from ..ops.jobs import pull_run
 
-        return pull_run(self._target, run_id, os.fspath(dest), progress=on_bytes, echo=self.fleet._emit)
+        return pull_run(self._target, run_id, os.fspath(dest), progress=on_bytes, echo=self._target.echo)
 
     # -- Proxmox snapshots ---------------------------------------------------------------------------
     def snapshots(self) -> list[Snapshot]:
@@ -336,7 +336,7 @@ class Container:
         again. BusyError while a run is live unless force; an unknown snapshot is a bad input (exit 2)."""
         from ..ops import snapshots as snaps
 
-        return snaps.rollback(self._target, snapshot=snapshot, force=force, echo=self.fleet._emit)
+        return snaps.rollback(self._target, snapshot=snapshot, force=force, echo=self._target.echo)
 
     # -- health --------------------------------------------------------------------------------------
     def doctor(self, *, fresh: bool = False) -> list[Finding]:
@@ -419,7 +419,7 @@ class Run:
             try:
                 logs.follow(ct, st.path, self.id, offset=offset, on_bytes=on_bytes, follow_=True,
                             slice_seconds=FOLLOW_SLICE_S, reconnect=ct.transport.close,
-                            echo=self.container.fleet._emit, stop=done.is_set)
+                            echo=self.container._target.echo, stop=done.is_set)
                 for line in splitter.flush():
                     lines.put((line, fed[0]))
                 lines.put(None)

@@ -24,7 +24,6 @@ from ..events import quiet
 from ..naming import json_loads, printable
 from ..target import Target
 from ..transport.pct import Container
-from ..transport.session import Session
 from . import code as codemod
 from . import dryplan, fetched, files, jobenv, jobs, oplock
 from . import venv as venvmod
@@ -176,7 +175,7 @@ def deploy(t: Target, *, allow_dirty: bool = False, check: bool = False, rollbac
     Changes are made under the container's operation lease (remote.ops.oplock) and refused while a
     training job runs there, unless `force`; a venv that a live process uses is never deleted."""
     start = time.monotonic()
-    session, spec = t.session, t.spec
+    spec = t.spec
     # Never with the venv on PATH: `python3` could then be the very venv that is being replaced.
     ct = t.system
     summary = Summary(spec.ctid, dry=ct.dry)
@@ -216,24 +215,25 @@ def deploy(t: Target, *, allow_dirty: bool = False, check: bool = False, rollbac
         state = probe(ct, spec)
         plan = make_plan(spec, state, local)
         if not plan.empty:  # a Proxmox snapshot before the first change (deploy.snapshot)
-            _snapshot(session, spec, ct, local.commit if local else f"venv spec {plan.want}", summary, echo)
+            _snapshot(t, local.commit if local else f"venv spec {plan.want}", summary)
             held.check()
         _apply(ct, spec, state, plan, local, held, summary, echo, lock)
     summary.seconds = time.monotonic() - start
     return summary
 
 
-def _snapshot(session: Session, spec: ContainerSpec, ct: Container, what: str, summary: Summary, echo) -> None:
+def _snapshot(t: Target, what: str, summary: Summary) -> None:
     from . import snapshots
 
-    taken = snapshots.before_deploy(session, spec, ct, what, echo)
+    spec = t.spec
+    taken = snapshots.before_deploy(t, what)
     if taken.name:
         summary.changed.append(f"snapshot {taken.name} before the deploy (`remote rollback -c {spec.ctid}` returns "
                                "the whole container to it)")
         summary.changed += [f"deleted remote's older snapshot {name} (deploy.keep_snapshots: "
                             f"{spec.deploy.keep_snapshots})" for name in taken.deleted]
     elif spec.deploy.snapshot != "never":
-        echo(f"==> {taken.note}; deploying without one")
+        t.note(f"{taken.note}; deploying without one")
 
 
 @contextmanager

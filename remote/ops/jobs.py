@@ -42,6 +42,7 @@ class Preflight:
     venv: dict
     gpus: list[dict] | None
     notes: list[str]
+    live: tuple[tuple[str, int | None], ...] = ()  # the runs with a live process the probe saw: (run, pid)
 
 
 def preflight(ct: Container, spec: ContainerSpec, *, echo=quiet, host_gpu=None, force: bool = False) -> Preflight:
@@ -172,6 +173,7 @@ def check(raw: dict, spec: ContainerSpec, host=None, *, pin: codemod.Pin | str |
     notes += [f"!! {w}" for w in layout.compile_layout_notes(layout.devices_from_command(spec.train.command),
                                                               verify.get("torch"))]
     gpus = [dict(x) for x in g.gpus] if g.smi else None
+    live = _live_in(raw)
     if gpus is None:
         notes.append("no nvidia-smi in the container: CPU run")
     else:
@@ -181,7 +183,25 @@ def check(raw: dict, spec: ContainerSpec, host=None, *, pin: codemod.Pin | str |
                      + (" (torch's answer kept from an earlier probe: venv and driver unchanged)" if torch.cached else ""))
     if stray_note:
         notes.append(f"!! {stray_note}")
-    return Preflight(commit, venv, gpus, notes)
+    return Preflight(commit, venv, gpus, notes, live)
+
+
+def _live_in(raw: dict) -> tuple[tuple[str, int | None], ...]:
+    """The runs with a live process in a facts probe's answer (part "jobs"): (run, pid), as the launch
+    wrapper counts them (no exit record; its leader or any process of it alive)."""
+    rj = raw.get("jobs")
+    runs = rj.get("runs") if isinstance(rj, dict) else None
+    if not isinstance(runs, dict):
+        return ()
+    return tuple((str(rid), r.get("pid") if isinstance(r.get("pid"), int) else None) for rid, r in sorted(runs.items())
+                 if isinstance(r, dict) and r.get("exists", True) and not r.get("exit")
+                 and (r.get("leader_alive") or r.get("marked")))
+
+
+def busy(ctid: int, what: str) -> JobRunning:
+    """A train refused because a job runs there (exit 3, as deploy's refusal is)."""
+    return JobRunning(ctid, f"container {ctid}: {what} -- stop it (container({ctid}).stop()), follow it "
+                            f"(container({ctid}).log(follow=True)), or pass force=True to start another")
 
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # what new_run_id makes, and any sane name
@@ -215,6 +235,9 @@ def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = 
                 "metric": dataclasses.asdict(spec.train.metric) if spec.train.metric else None,
                 "baseline": spec.train.baseline, "stall": spec.train.stall, "on_stall": spec.train.on_stall,
                 "restarts": spec.train.restarts, "restart_on": list(spec.train.restart_on), **(extra or {})}
+    if pre.live and not force:  # refused before a run id is announced: no run that never existed is said to start
+        runs = ", ".join(f"run {printable(r)} " + (f"(pid {pid})" if pid else "(starting)") for r, pid in pre.live)
+        raise busy(spec.ctid, f"busy: {runs} {'are' if len(pre.live) > 1 else 'is'} still running")
     py_spy = pyspy.ensure(ct, echo=echo, venv=spec.venv) if spec.train.stall else None
     if not ct.dry:  # the id before the job starts: a Ctrl-C from here on still knows which run it may have left
         echo(f"==> run {run_id} starting in container {spec.ctid}")
@@ -242,9 +265,7 @@ def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = 
             raise JobError(f"launch refused: {exc.stderr_tail} (the wrapper's file in the container; nothing was "
                            "started)") from None
         if exc.command_status == 5:  # a job runs there: busy (exit 3), as deploy's refusal is
-            raise JobRunning(spec.ctid, f"container {spec.ctid}: {exc.stderr_tail} -- stop it (container({spec.ctid})"
-                             f".stop()), follow it (container({spec.ctid}).log(follow=True)), or pass force=True to "
-                             "start another") from None
+            raise busy(spec.ctid, exc.stderr_tail) from None
         raise JobError(f"launch failed: {exc}") from None
     return run_id, int(r.out.strip().splitlines()[-1]) if not ct.dry else 0
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from .. import sudo
 from ..config import ContainerSpec
 from ..errors import BusyError, HostPermissionError, PctError, RemoteError, SnapshotError
+from ..events import SnapshotTaken
 from ..results import RolledBack, Snapshot
 from ..target import Target
 from ..transport.pct import Container, classify
@@ -176,10 +177,11 @@ class Taken:
     deleted: list[str] = field(default_factory=list)
 
 
-def before_deploy(session: Session, spec: ContainerSpec, ct: Container, what: str,
-                  echo: Callable[[str], None] = lambda _: None, today: datetime.date | None = None) -> Taken:
+def before_deploy(t: Target, what: str, today: datetime.date | None = None) -> Taken:
     """deploy.snapshot: take `remote-<date>-<n>` before the deploy's changing steps (auto: where the storage
-    can; always: refuse where it cannot), then delete remote's own beyond deploy.keep_snapshots."""
+    can; always: refuse where it cannot), then delete remote's own beyond deploy.keep_snapshots. A snapshot
+    taken is a SnapshotTaken event of the container's; none taken is the caller's to say (Taken.note)."""
+    session, spec, ct = t.session, t.spec, t.system
     mode = spec.deploy.snapshot
     if mode == "never":
         return Taken(note="deploy.snapshot is never")
@@ -191,7 +193,6 @@ def before_deploy(session: Session, spec: ContainerSpec, ct: Container, what: st
         return Taken(note=f"no snapshot: {how.reason}")
     existing = _listed(ct, spec)
     name = next_name(existing, today or datetime.datetime.now(datetime.timezone.utc).date())
-    echo(f"==> snapshot {name} ({how.reason})")
     result = ct._pct("snapshot", str(spec.ctid), name, "--description", f"{DESCRIPTION}{what}", mutates=True,
                      deadline=ROLLBACK_DEADLINE)
     if result.exit_code != 0 and NO_QUORUM in result.err:  # a cluster node cut off: /etc/pve is read-only there
@@ -205,13 +206,14 @@ def before_deploy(session: Session, spec: ContainerSpec, ct: Container, what: st
         raise SnapshotError(f"{ct.where}: `pct snapshot {spec.ctid} {name}` failed: {result.err.strip()}: nothing "
                             "was changed (deploy.snapshot: never deploys without one)")
     taken = Taken(name=name)
+    t.session.sink(SnapshotTaken(spec.ctid, f"==> snapshot {name} ({how.reason})", name, how.reason))
     if not ct.dry:
         for old in to_delete(_listed(ct, spec), spec.deploy.keep_snapshots):
             r = ct._pct("delsnapshot", str(spec.ctid), old.name, mutates=True, deadline=ROLLBACK_DEADLINE)
             if r.exit_code == 0:
                 taken.deleted.append(old.name)
             else:
-                echo(f"    could not delete the old snapshot {old.name}: {r.err.strip()}")
+                t.warn(f"could not delete the old snapshot {old.name}: {r.err.strip()}")
     return taken
 
 
