@@ -200,7 +200,7 @@ def _noop_deploy(hosts: str, ctid: int, session_kwargs: dict, env: dict) -> floa
     try:
         start = time.perf_counter()
         with Session(config.load(hosts), **session_kwargs) as s:
-            summary = deploy(target_of(s, ctid), echo=lambda line: None)
+            summary = deploy(target_of(s, ctid))
         took = time.perf_counter() - start
     finally:
         if saved is None:

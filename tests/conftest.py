@@ -159,7 +159,7 @@ def deployed(lab, lab_session, _per_lab):
     from remote.ops.deploy import deploy
 
     def make():
-        summary = deploy(target_of(lab_session, ids_of(lab)[0]), echo=lambda s: None)
+        summary = deploy(target_of(lab_session, ids_of(lab)[0]))
         assert summary.torch["torch"] == "2.13.0+cpu", summary.render()
         return summary
 
@@ -170,7 +170,7 @@ def deployed(lab, lab_session, _per_lab):
     from remote.errors import BusyError
 
     try:
-        deploy(target_of(lab_session, ids_of(lab)[0]), echo=lambda s: None)
+        deploy(target_of(lab_session, ids_of(lab)[0]))
     except BusyError:  # a run left going by a module before: its tests say what they need
         pass
     return first

@@ -160,8 +160,7 @@ class Container:
         from ..ops.deploy import LockOnce, deploy
 
         lock = self.fleet._shared_value("deploy-lock", LockOnce)  # one resolved lock for the fleet's deploys
-        s = deploy(self._target, allow_dirty=allow_dirty, check=check, rollback=rollback, force=force,
-                   echo=self._target.echo, lock=lock)
+        s = deploy(self._target, allow_dirty=allow_dirty, check=check, rollback=rollback, force=force, lock=lock)
         return DeployPlan(s.ctid, not (check or s.dry), tuple(s.changed), tuple(s.kept), tuple(s.saved), tuple(s.drift),
                           s.torch, s.seconds, s)
 

@@ -43,7 +43,7 @@ def records(ct, base=CACHE):
 def fleet_warm(deployed, lab_session):
     """A and B deployed, their per-version cache folders set aside (a fresh B, a cold A), then
     `remote warmup -c A,B`."""
-    deploy(target_of(lab_session, B), **quiet)
+    deploy(target_of(lab_session, B))
     aside = f'for d in {CACHE}/torch-*; do [ -e "$d" ] && mv "$d" "$d.aside-$$"; done; true'
     for c in (A, B):
         lab_session.container(c).run(["bash", "-c", aside])
