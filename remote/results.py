@@ -4,6 +4,7 @@ Frozen dataclasses, typed, with no rendering (the command line's format module t
 JSON). Below the operations and the transport: this module imports only remote.errors.
 
     Result        a finished command                 CacheCopy     a compile cache copied between containers
+    DeployPlan    what a deploy changed, or would
     Snapshot      a Proxmox snapshot                 RolledBack    a container rolled back to one
     Finding       one thing doctor found             Stopped       a stopped run (and the others with it)
     RunStatus     a run's state, read now            RunSummary    one row of `runs`
@@ -26,7 +27,7 @@ from typing import Any, Generic, Literal, TypeVar
 from .errors import CommandError
 
 __all__ = [  # the API re-exports these as they are (remote.api)
-    "Result", "CacheCopy", "ImportedCache", "Snapshot", "RolledBack", "Finding", "RunStatus", "RunSummary", "Metric",
+    "Result", "DeployPlan", "CacheCopy", "ImportedCache", "Snapshot", "RolledBack", "Finding", "RunStatus", "RunSummary", "Metric",
     "Stopped", "KnownGood", "PulledRun", "CompileEvent", "CompileHealth", "JobStatus", "ContainerStatus",
     "HostStatus", "FleetStatus", "Outcome", "GroupResult", "State", "CreateStep", "Created",
 ]
@@ -72,6 +73,28 @@ class Result:
         if self.exit_code != 0:
             raise CommandError(shlex.join(self.argv), self.exit_code, self.err, where)
         return self
+
+
+# -- deploy ------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DeployPlan:
+    """What a deploy changed (applied) or would change (check=True, or a dry run): data, never printed
+    (remote.cli.format.deploy_text words it)."""
+
+    container: int
+    applied: bool
+    changed: tuple[str, ...]
+    kept: tuple[str, ...]
+    saved: tuple[str, ...]  # patches and tarballs of container edits
+    drift: tuple[str, ...]  # hand-installed or changed packages
+    torch: Mapping[str, Any] | None  # the venv's verify report (torch, cuda_build, triton, gpu_count, ...)
+    seconds: float
+    dry: bool = field(default=False, repr=False)  # a dry run: `changed` is what would have been
+
+    @property
+    def noop(self) -> bool:
+        return not self.changed
 
 
 # -- compile caches ----------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout
 from support import (LAB_CONTAINERS, LAB_SECTIONS, OWN_LAB_CONTAINERS, OWN_LAB_MODULES, new_lab,  # noqa: E402
                      tier_of, work_unit)
 
+from remote.cli.format import deploy_text  # noqa: E402
 from remote.target import resolve as target_of  # noqa: E402
 
 
@@ -160,7 +161,7 @@ def deployed(lab, lab_session, _per_lab):
 
     def make():
         summary = deploy(target_of(lab_session, ids_of(lab)[0]))
-        assert summary.torch["torch"] == "2.13.0+cpu", summary.render()
+        assert summary.torch["torch"] == "2.13.0+cpu", deploy_text(summary)
         return summary
 
     first = once(_per_lab, lab, "deployed", make)

@@ -19,6 +19,7 @@ from ..results import (
     CacheCopy,
     CompileEvent,
     CompileHealth,
+    DeployPlan,
     Finding,
     ImportedCache,
     KnownGood,
@@ -34,7 +35,7 @@ from ..results import (
 )
 from ..threads import ContextThread
 from . import checks
-from .values import DeployPlan, Transfer, Warmup, _diagnosis, _transfer
+from .values import Transfer, Warmup, _diagnosis, _transfer
 
 if TYPE_CHECKING:
     from ..config import ContainerSpec
@@ -160,9 +161,7 @@ class Container:
         from ..ops.deploy import LockOnce, deploy
 
         lock = self.fleet._shared_value("deploy-lock", LockOnce)  # one resolved lock for the fleet's deploys
-        s = deploy(self._target, allow_dirty=allow_dirty, check=check, rollback=rollback, force=force, lock=lock)
-        return DeployPlan(s.ctid, not (check or s.dry), tuple(s.changed), tuple(s.kept), tuple(s.saved), tuple(s.drift),
-                          s.torch, s.seconds, s)
+        return deploy(self._target, allow_dirty=allow_dirty, check=check, rollback=rollback, force=force, lock=lock)
 
     def warmup(self, *, devices: Sequence[str] | None = None, parallel: bool = False) -> Warmup:
         """Compile the training into the persistent compile cache, one device at a time (or in parallel).

@@ -1,4 +1,4 @@
-"""The values only the API returns (a push's Transfer, a deploy's DeployPlan, a Warmup, a container's
+"""The values only the API returns (a push's Transfer, a Warmup, a container's
 CacheHolding, doctor's Diagnosis and GpuReport). What the operations return is remote.results'.
 """
 
@@ -48,28 +48,6 @@ class Diagnosis:
 
     def to_dict(self) -> dict:
         return self._report.to_dict()
-
-
-@dataclass(frozen=True)
-class DeployPlan:
-    """What a deploy changed (applied) or would change (check=True, or a dry run): data, never printed."""
-
-    container: int
-    applied: bool
-    changed: tuple[str, ...]
-    kept: tuple[str, ...]
-    saved: tuple[str, ...]  # patches and tarballs of container edits
-    drift: tuple[str, ...]  # hand-installed or changed packages
-    torch: Mapping[str, Any] | None
-    seconds: float
-    _summary: Any = field(default=None, repr=False, compare=False)
-
-    @property
-    def noop(self) -> bool:
-        return not self.changed
-
-    def render(self) -> str:
-        return self._summary.render()
 
 
 @dataclass(frozen=True)

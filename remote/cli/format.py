@@ -12,6 +12,7 @@ from typing import Any
 
 from ..events import Done, Event, Failed, Progress
 from ..naming import copied_line, printable
+from ..results import DeployPlan
 
 
 def live_text(live: list[dict]) -> str:
@@ -42,6 +43,31 @@ def event_on_stderr(event: Event, data_on_stdout: bool) -> bool:
     """Whether an event goes to stderr: a group's Progress always; every event where stdout carries a
     task's data (a --json document, exec's output)."""
     return data_on_stdout or isinstance(event, Progress)
+
+
+# -- deploy ------------------------------------------------------------------------------------------
+
+def deploy_text(plan: DeployPlan) -> str:
+    """A remote.results.DeployPlan as `remote deploy` prints it: its head line, then what changed (or would),
+    was kept, saved, drifted, and the venv's torch."""
+    if plan.dry:
+        head = (f"deploy {plan.container} (dry run, nothing changed): " + ("nothing would change" if plan.noop else
+                f"would make {len(plan.changed)} change(s)"))
+    else:
+        head = f"deploy {plan.container}: " + ("nothing to do, everything verified" if plan.noop else
+                                               f"{len(plan.changed)} change(s)")
+    lines = [head + f" ({plan.seconds:.2f}s)"]
+    lines += [f"  {'would:  ' if plan.dry else 'changed:'} {c}" for c in plan.changed]
+    lines += [f"  kept:    {k}" for k in plan.kept]
+    lines += [f"  saved:   {s}" for s in plan.saved]
+    lines += [f"  drift:   {d}" for d in plan.drift]
+    if plan.torch:
+        t = plan.torch
+        lines.append(f"  torch {t.get('torch')} (CUDA build {t.get('cuda_build') or 'none'}), triton "
+                     f"{t.get('triton') or 'none'}, cuda available: {t.get('cuda_available')}, GPUs: "
+                     f"{t.get('gpu_count')}" + (f" ({t['gpu_name']})" if t.get("gpu_name") else ""))
+    # The torch and GPU strings, paths and names come from the container: one line each, escapes shown.
+    return "\n".join(map(printable, lines))
 
 
 # -- status ------------------------------------------------------------------------------------------

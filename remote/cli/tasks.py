@@ -142,7 +142,7 @@ def deploy(c, container=None, allow_dirty=False, check=False, rollback=False, fo
     A no-op when they are."""
     with fleet_of(hosts, dry) as fleet:
         plan = fleet.container(container).deploy(allow_dirty=allow_dirty, check=check, rollback=rollback, force=force)
-    say(plan.render())
+    say(fmt.deploy_text(plan))
     if check and (plan.changed or plan.drift):
         raise Exit(code=1)
 

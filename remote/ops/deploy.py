@@ -21,6 +21,7 @@ from .. import facts, shell
 from ..config import ContainerSpec, VenvSpec
 from ..errors import BusyError, CommandError, DeployError, RemoteError
 from ..naming import json_loads, printable
+from ..results import DeployPlan
 from ..target import Target
 from ..transport.pct import Container
 from . import code as codemod
@@ -34,7 +35,9 @@ UV_ENV = {"UV_PYTHON_DOWNLOADS": "never", "UV_NO_CONFIG": "1", "UV_SYSTEM_CERTS"
 
 
 @dataclass
-class Summary:
+class _Changes:
+    """What a deploy has done so far (or would do), gathered as it goes; deploy returns it as a DeployPlan."""
+
     ctid: int
     changed: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
@@ -44,29 +47,9 @@ class Summary:
     seconds: float = 0.0
     dry: bool = False  # --dry: nothing was changed; `changed` is what would have been
 
-    @property
-    def noop(self) -> bool:
-        return not self.changed
-
-    def render(self) -> str:
-        if self.dry:
-            head = (f"deploy {self.ctid} (dry run, nothing changed): " + ("nothing would change" if self.noop else
-                    f"would make {len(self.changed)} change(s)"))
-        else:
-            head = f"deploy {self.ctid}: " + ("nothing to do, everything verified" if self.noop else
-                                               f"{len(self.changed)} change(s)")
-        lines = [head + f" ({self.seconds:.2f}s)"]
-        lines += [f"  {'would:  ' if self.dry else 'changed:'} {c}" for c in self.changed]
-        lines += [f"  kept:    {k}" for k in self.kept]
-        lines += [f"  saved:   {s}" for s in self.saved]
-        lines += [f"  drift:   {d}" for d in self.drift]
-        if self.torch:
-            t = self.torch
-            lines.append(f"  torch {t.get('torch')} (CUDA build {t.get('cuda_build') or 'none'}), triton "
-                         f"{t.get('triton') or 'none'}, cuda available: {t.get('cuda_available')}, GPUs: "
-                         f"{t.get('gpu_count')}" + (f" ({t['gpu_name']})" if t.get("gpu_name") else ""))
-        # The torch and GPU strings, paths and names come from the container: one line each, escapes shown.
-        return "\n".join(map(printable, lines))
+    def plan(self, applied: bool) -> DeployPlan:
+        return DeployPlan(self.ctid, applied and not self.dry, tuple(self.changed), tuple(self.kept), tuple(self.saved),
+                          tuple(self.drift), self.torch, self.seconds, self.dry)
 
 
 class LockOnce:
@@ -169,7 +152,7 @@ def make_plan(spec: ContainerSpec, state: dict, local: codemod.LocalCommit | Non
 
 def deploy(t: Target, *, allow_dirty: bool = False, check: bool = False, rollback: bool = False,
            force: bool = False, lease_ttl: float = oplock.TTL,
-           lock: LockOnce | None = None) -> Summary:
+           lock: LockOnce | None = None) -> DeployPlan:
     """Bring the container to the configured commit and venv; a no-op when both already match.
     `lock`, shared by the deploys of several containers, makes them all install the one lock it resolves.
 
@@ -179,7 +162,7 @@ def deploy(t: Target, *, allow_dirty: bool = False, check: bool = False, rollbac
     spec = t.spec
     # Never with the venv on PATH: `python3` could then be the very venv that is being replaced.
     ct = t.system
-    summary = Summary(spec.ctid, dry=ct.dry)
+    summary = _Changes(spec.ctid, dry=ct.dry)
     local = codemod.resolve(spec.code.repo, spec.code.ref, allow_dirty) if spec.code.repo else None
     state = probe(t)
     lease = oplock.parse(state["lease"]) if state.get("lease") else None
@@ -191,7 +174,7 @@ def deploy(t: Target, *, allow_dirty: bool = False, check: bool = False, rollbac
             _refuse_running_job(t, force, summary)
             _rollback(t, probe(t), summary)  # probed again, under the lease
         summary.seconds = time.monotonic() - start
-        return summary
+        return summary.plan(applied=True)
 
     plan = make_plan(spec, state, local)
     summary.drift = plan.venv.drift.lines()
@@ -201,14 +184,14 @@ def deploy(t: Target, *, allow_dirty: bool = False, check: bool = False, rollbac
         if plan.venv.action != "none":
             summary.changed.append(f"venv would be rebuilt: {plan.venv.reason}")
         summary.seconds = time.monotonic() - start
-        return summary
+        return summary.plan(applied=False)
     if plan.empty:  # the no-op deploy: one round trip, nothing locked
         if local:
             summary.kept.append(f"code at {local.commit[:12]}{' (dirty)' if local.dirty else ''}")
         summary.kept.append(f"venv {state['venv']['real']} (spec {plan.want})")
         summary.torch = state["venv"]["record"].get("verify")
         summary.seconds = time.monotonic() - start
-        return summary
+        return summary.plan(applied=True)
 
     with _held(ct, "deploy", lease_ttl, summary) as held:
         _refuse_running_job(t, force, summary)
@@ -220,10 +203,10 @@ def deploy(t: Target, *, allow_dirty: bool = False, check: bool = False, rollbac
             held.check()
         _apply(t, state, plan, local, held, summary, lock)
     summary.seconds = time.monotonic() - start
-    return summary
+    return summary.plan(applied=True)
 
 
-def _snapshot(t: Target, what: str, summary: Summary) -> None:
+def _snapshot(t: Target, what: str, summary: _Changes) -> None:
     from . import snapshots
 
     spec = t.spec
@@ -238,7 +221,7 @@ def _snapshot(t: Target, what: str, summary: Summary) -> None:
 
 
 @contextmanager
-def _held(ct: Container, command: str, ttl: float, summary: Summary) -> Iterator[oplock.Lease]:
+def _held(ct: Container, command: str, ttl: float, summary: _Changes) -> Iterator[oplock.Lease]:
     """The container's operation lease, noting in the summary an expired one that was taken over."""
     with oplock.hold(ct, command, ttl=ttl) as held:
         if held.took_over:
@@ -247,7 +230,7 @@ def _held(ct: Container, command: str, ttl: float, summary: Summary) -> Iterator
         yield held
 
 
-def _refuse_running_job(t: Target, force: bool, summary: Summary) -> None:
+def _refuse_running_job(t: Target, force: bool, summary: _Changes) -> None:
     """A running job would find its checkout rewritten and its venv swapped under it: refuse unless forced.
     Every live run counts, not only the latest (`train --force` starts one beside another)."""
     ct, spec = t.system, t.spec
@@ -266,7 +249,7 @@ def _refuse_running_job(t: Target, force: bool, summary: Summary) -> None:
 
 
 def _apply(t: Target, state: dict, plan: Plan, local: codemod.LocalCommit | None,
-           held: oplock.Lease, summary: Summary, lock: LockOnce | None = None) -> None:
+           held: oplock.Lease, summary: _Changes, lock: LockOnce | None = None) -> None:
     """Clean up, build and verify the venv, then move the code and swap the venv as the very last steps,
     so a failed build leaves both the old checkout and the old venv."""
     ct, spec = t.system, t.spec
@@ -340,7 +323,7 @@ def _changed_since_built(t: Target, target: str, record: dict) -> str | None:
 
 
 def _sync_code(t: Target, local: codemod.LocalCommit, remote_head: str | None,
-               summary: Summary) -> None:
+               summary: _Changes) -> None:
     ct, spec = t.system, t.spec
     shipped = codemod.bundle(local.repo, local.commit, basis=remote_head)
     stamp = venvmod.stamp()
@@ -448,7 +431,7 @@ def _read_record(ct: Container, target: str) -> dict:
     return json_loads(files.pull_bytes(ct, f"{target}/remote-venv.json"))
 
 
-def _swap(t: Target, target: str, summary: Summary) -> None:
+def _swap(t: Target, target: str, summary: _Changes) -> None:
     ct, spec = t.system, t.spec
     result = ct.run([spec.venv.python, "-c", venvmod.SWAP, spec.venv.path, target, facts.versions_dir(spec)])
     for line in result.out.splitlines():
@@ -467,7 +450,7 @@ def _prune(t: Target, keep: set) -> list[str]:
     return [line[len("in use: "):] for line in result.out.splitlines() if line.startswith("in use: ")]
 
 
-def _rollback(t: Target, state: dict, summary: Summary) -> None:
+def _rollback(t: Target, state: dict, summary: _Changes) -> None:
     ct, spec = t.system, t.spec
     history = ct.run(["cat", f"{facts.versions_dir(spec)}/history"], check=False, mutates=False).out.split()
     current = state["venv"]["real"]

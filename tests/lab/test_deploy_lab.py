@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from support import CountingTransport, load_config
 
+from remote.cli.format import deploy_text
+from remote.events import Output
 from remote import config
 from remote.ops.deploy import deploy
 from remote.errors import BusyError, DeployError
@@ -57,7 +59,7 @@ def test_second_deploy_is_a_noop_in_one_round_trip(deployed, lab_session):
     counting = CountingTransport(lab_session.transport(lab_session.config.hosts["lab"]))
     s = Session(lab_session.config, transport_factory=lambda h: counting)  # a pct exec per command, counted
     summary = deploy(target_of(s, 200))
-    assert summary.noop and summary.changed == [], summary.render()
+    assert summary.noop and summary.changed == (), deploy_text(summary)
     assert len(counting.calls) == 1  # the probe, nothing else
 
 
@@ -139,7 +141,7 @@ def test_a_handmade_venv_is_exchanged_atomically_and_kept(lab_session):
                           "ln -s /usr/bin/python3 /root/venv/bin/python && echo mine > /root/venv/marker"])
     summary = deploy(target_of(lab_session, 201))
     kept = [k for k in summary.kept if "hand-made venv" in k]
-    assert kept, summary.render()
+    assert kept, deploy_text(summary)
     handmade = kept[0].split("moved aside to ")[1].split(" ")[0]
     assert ct.run(["cat", f"{handmade}/marker"]).out == "mine\n"
     assert ct.run(["python", "-c", "import torch; print(torch.__version__)"]).out.strip() == "2.13.0+cpu"
@@ -175,8 +177,8 @@ def test_deploy_killed_mid_install_leaves_the_old_venv_working(deployed, lab_ses
                 assert f"pid {proc.pid}" in str(exc) and time.monotonic() < end, str(exc)
                 time.sleep(1)
     assert any(f"took over the expired operation lease of {os.uname().nodename} pid {proc.pid}" in c
-               for c in summary.changed), summary.render()
-    assert any("interrupted deploy" in c for c in summary.changed), summary.render()
+               for c in summary.changed), deploy_text(summary)
+    assert any("interrupted deploy" in c for c in summary.changed), deploy_text(summary)
     assert ".building" not in ct.run(["ls", "/root/venv.versions"]).out
     assert ct.run(["python", "-c", "import mpmath, torch"]).ok
     deploy(target_of(lab_session, 200))  # back to the session's spec (a swap to the kept build or a rebuild)
@@ -187,11 +189,12 @@ def test_deploy_killed_mid_install_leaves_the_old_venv_working(deployed, lab_ses
 def test_dry_run_prints_the_commands_and_changes_nothing(deployed, lab_hosts, ct):
     before = ct.run(["readlink", "/root/venv"]).out
     changed = load_config(lab_hosts, **{"numpy==2.2.6]": "numpy==2.2.6, sympy==1.14.0]"})  # built by no other test
-    printed = []
-    with Session(config.load(str(changed)), dry=True, echo=printed.append) as s:
+    got: list = []
+    with Session(config.load(str(changed)), dry=True, events=got.append) as s:
         summary = deploy(target_of(s, 200))
+    printed = [e.line for e in got if isinstance(e, Output)]  # the commands (deploy's steps are StepStarted)
     assert any("venv" in c for c in summary.changed)
-    shown = summary.render()
+    shown = deploy_text(summary)
     assert shown.startswith("deploy 200 (dry run, nothing changed): would make ") and "\n  would:   venv" in shown
     assert "changed:" not in shown, shown
     assert printed and all(p.startswith("ssh -p ") for p in printed)
@@ -259,7 +262,7 @@ def test_deploy_refuses_while_a_job_runs_and_never_prunes_the_venv_it_uses(deplo
         with Session(config.load(str(spec_c)), agent=True) as s:
             # The original build is now older than the previous one: pruned, but for the job that uses it.
             summary = deploy(target_of(s, 200), force=True)
-        assert any(f"venv {original}: a live process still uses it" in k for k in summary.kept), summary.render()
+        assert any(f"venv {original}: a live process still uses it" in k for k in summary.kept), deploy_text(summary)
         assert ct.run(["test", "-e", f"{original}/remote-venv.json"]).ok
         assert ct.run(["kill", "-0", str(pid)]).ok
     finally:
@@ -279,7 +282,7 @@ def test_deploy_from_a_shallow_clone(deployed, lab_hosts, demo_repo, tmp_path):
         summary = deploy(target_of(s, 200))
         ct = s.container(200)
         head = git(clone, "rev-parse", "HEAD")
-        assert ct.run(["git", "-C", "/root/shallow", "rev-parse", "HEAD"]).out.strip() == head, summary.render()
+        assert ct.run(["git", "-C", "/root/shallow", "rev-parse", "HEAD"]).out.strip() == head, deploy_text(summary)
         assert ct.run(["git", "-C", "/root/shallow", "rev-parse", "--is-shallow-repository"]).out.strip() == "true"
         (clone / "NEW.md").write_text("next\n")
         git(clone, "add", "NEW.md")

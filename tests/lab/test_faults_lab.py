@@ -14,6 +14,7 @@ import time
 import pytest
 from support import load_config, sshd_serving, wait_until
 
+from remote.cli.format import deploy_text
 from remote import config
 from remote.ops.deploy import deploy
 from remote.errors import BusyError, ContainerLocked, DeployError, RemoteError
@@ -98,7 +99,7 @@ def test_a_connection_dropped_mid_deploy_leaves_the_venv_and_the_next_deploy_com
         assert ct.run(["python", "-c", "import torch"]).ok
         # The lease of the interrupted deploy may still be live; it was this process's.
         summary = once_the_lease_is_free(lambda: deploy(target_of(s, 200)))
-    assert ct.run(["python", "-c", "import mpmath, torch"]).ok, summary.render()
+    assert ct.run(["python", "-c", "import mpmath, torch"]).ok, deploy_text(summary)
     assert ".building" not in ct.run(["ls", "/root/venv.versions"]).out
     with Session(config.load(str(lab_hosts)), agent=True) as s:
         deploy(target_of(s, 200))
@@ -234,7 +235,7 @@ def test_deploy_sigkilled_at_each_point_leaves_a_working_venv_and_the_next_deplo
     # The next deploy takes the dead controller's lease over once it expired, cleans up and completes.
     with Session(config.load(str(hosts)), agent=True) as s:
         summary = once_the_lease_is_free(lambda: deploy(target_of(s, 200)))
-    assert ".building" not in ct.run(["ls", "/root/venv.versions"]).out, summary.render()
+    assert ".building" not in ct.run(["ls", "/root/venv.versions"]).out, deploy_text(summary)
     assert ct.run(["python", "-c", "import mpmath, torch"]).ok
     with Session(config.load(str(lab_hosts)), agent=True) as s:  # back to the session's spec
         deploy(target_of(s, 200))

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from support import LAB_CONTAINERS, load_config, wait_until
 
+from remote.cli.format import deploy_text
 from remote import config
 from remote.ops.deploy import deploy
 from remote.transport.session import Session
@@ -59,7 +60,7 @@ def test_the_deploy_after_an_interrupted_checkout_succeeds(lab_hosts, lab_sessio
         summary = deploy(target_of(s, CT))
     try:
         assert any(c.startswith(f"removed stale lock: {CHECKOUT}/.git/index.lock") for c in summary.changed), \
-            summary.render()
+            deploy_text(summary)
         assert not ct.run(["test", "-e", f"{CHECKOUT}/.git/index.lock"], check=False).ok
         head = ct.run(["git", "-C", CHECKOUT, "rev-parse", "HEAD"]).out.strip()
         assert ct.run(["git", "-C", CHECKOUT, "status", "--porcelain"]).out == "" and len(head) == 40

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from remote.cli.format import deploy_text
 from remote.ops import oplock
 from remote.ops.deploy import deploy
 from remote.errors import BusyError
@@ -113,7 +114,7 @@ echo "$pid" > "$v/a-20200101-000000.partial.pid"
 echo "$pid" > "$v/b-20200101-000000.building/pid"
 """, v, str(unrelated))
         summary = deploy(target_of(lab_session, 200))
-        assert any("interrupted deploy" in c for c in summary.changed), summary.render()
+        assert any("interrupted deploy" in c for c in summary.changed), deploy_text(summary)
         assert ct.run(["kill", "-0", str(unrelated)]).ok  # never signalled
         assert gone(ct, builder)  # the marked builder was stopped
         listing = ct.run(["ls", v]).out.split()

@@ -85,7 +85,7 @@ def test_deploying_without_a_snapshot_is_a_note_of_its_container(tmp_path, monke
     with remote.open(path, events=got.append, transport=MockTransport(lambda c: Reply())) as fleet:
         t = resolve(fleet._session, 200)
         monkeypatch.setattr(snaps, "before_deploy", lambda t, what, today=None: snaps.Taken(note="no snapshot: dir"))
-        deploymod._snapshot(t, "a" * 40, deploymod.Summary(200))
+        deploymod._snapshot(t, "a" * 40, deploymod._Changes(200))
     assert [(type(e), e.container, e.line) for e in got] == [
         (Note, 200, "-- no snapshot: dir; deploying without one")]
 
