@@ -4,7 +4,7 @@ Frozen dataclasses, typed, with no rendering (the command line's format module t
 JSON). Below the operations and the transport: this module imports only remote.errors.
 
     Result        a finished command                 CacheCopy     a compile cache copied between containers
-    DeployPlan    what a deploy changed, or would
+    DeployPlan    what a deploy changed, or would    Transfer      a push or pull, verified
     Snapshot      a Proxmox snapshot                 RolledBack    a container rolled back to one
     Finding       one thing doctor found             Stopped       a stopped run (and the others with it)
     RunStatus     a run's state, read now            RunSummary    one row of `runs`
@@ -27,7 +27,7 @@ from typing import Any, Generic, Literal, TypeVar
 from .errors import CommandError
 
 __all__ = [  # the API re-exports these as they are (remote.api)
-    "Result", "DeployPlan", "CacheCopy", "ImportedCache", "Snapshot", "RolledBack", "Finding", "RunStatus", "RunSummary", "Metric",
+    "Result", "Transfer", "DeployPlan", "CacheCopy", "ImportedCache", "Snapshot", "RolledBack", "Finding", "RunStatus", "RunSummary", "Metric",
     "Stopped", "KnownGood", "PulledRun", "CompileEvent", "CompileHealth", "JobStatus", "ContainerStatus",
     "HostStatus", "FleetStatus", "Outcome", "GroupResult", "State", "CreateStep", "Created",
 ]
@@ -73,6 +73,31 @@ class Result:
         if self.exit_code != 0:
             raise CommandError(shlex.join(self.argv), self.exit_code, self.err, where)
         return self
+
+
+# -- files -------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Transfer:
+    """A push or pull: what arrived, verified by sha256 (a file's hash, a tree's manifest)."""
+
+    direction: str  # "push" | "pull"
+    src: str
+    dest: str
+    files: int
+    bytes: int  # of file content now at the destination
+    seconds: float
+    attempts: int = 1
+    sha256: str | None = None  # of a single file
+    refused: tuple[str, ...] = ()  # members of a pulled tree not written, each "<path>: <why>"
+    verified: bool = True  # always: a transfer that does not verify raises TransferError
+    kind: Literal["file", "tree"] = "file"
+    sent: int = 0  # bytes of file content that travelled this time (less than `bytes` after a resume)
+    resumed_from: int = 0  # the byte a resumed file transfer started at
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.sent / 1e6 / self.seconds if self.seconds > 0 else 0.0
 
 
 # -- deploy ------------------------------------------------------------------------------------------------

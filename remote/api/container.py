@@ -32,10 +32,11 @@ from ..results import (
     Snapshot,
     State,
     Stopped,
+    Transfer,
 )
 from ..threads import ContextThread
 from . import checks
-from .values import Transfer, Warmup, _diagnosis, _transfer
+from .values import Warmup, _diagnosis
 
 if TYPE_CHECKING:
     from ..config import ContainerSpec
@@ -139,7 +140,7 @@ class Container:
         checks.count("attempts", attempts)
         if not (os.path.isfile(src) or os.path.isdir(src)):
             raise TransferError(f"cannot push {os.fspath(src)}: no such file or folder on this machine")
-        return _transfer(files.push(self._ct(), src, dest, attempts=attempts, progress=on_bytes))
+        return files.push(self._ct(), src, dest, attempts=attempts, progress=on_bytes)
 
     def pull(self, src: str, dest: str | os.PathLike, *, attempts: int = 3,
              on_bytes: Callable[[int, int], None] | None = None) -> Transfer:
@@ -150,7 +151,7 @@ class Container:
         src, dest = checks.text("src", src), checks.path("dest", dest)
         checks.count("attempts", attempts)
 
-        return _transfer(files.pull(self._ct(), src, dest, attempts=attempts, progress=on_bytes))
+        return files.pull(self._ct(), src, dest, attempts=attempts, progress=on_bytes)
 
     # -- deploy and warmup ---------------------------------------------------------------------------
     def deploy(self, *, check: bool = False, allow_dirty: bool = False, rollback: bool = False,

@@ -1,4 +1,4 @@
-"""The values only the API returns (a push's Transfer, a Warmup, a container's
+"""The values only the API returns (a Warmup, a container's
 CacheHolding, doctor's Diagnosis and GpuReport). What the operations return is remote.results'.
 """
 
@@ -9,27 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..results import CacheCopy, Finding
-
-
-@dataclass(frozen=True)
-class Transfer:
-    """A push or pull: what arrived, verified by sha256 (a file's hash, a tree's manifest)."""
-
-    direction: str  # "push" | "pull"
-    src: str
-    dest: str
-    files: int
-    bytes: int
-    seconds: float
-    attempts: int = 1
-    sha256: str | None = None  # of a single file
-    refused: tuple[str, ...] = ()  # members of a pulled tree not written, each "<path>: <why>"
-    verified: bool = True  # always: a transfer that does not verify raises TransferError
-
-    def render(self) -> str:
-        return self._stats.render() if self._stats is not None else f"{self.direction} {self.src} -> {self.dest}"
-
-    _stats: Any = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -107,8 +86,3 @@ class GpuReport:
 
 def _diagnosis(report: Any) -> Diagnosis:
     return Diagnosis(report.ctid, report.host, tuple(report.findings), report.error, report.healthy, report)
-
-
-def _transfer(stats: Any) -> Transfer:
-    return Transfer(stats.direction, stats.src, stats.dest, stats.files, stats.total, stats.seconds,
-                    stats.attempts, stats.sha256, tuple(stats.refused), True, stats)

@@ -11,8 +11,8 @@ import json
 from typing import Any
 
 from ..events import Done, Event, Failed, Progress
-from ..naming import copied_line, printable
-from ..results import DeployPlan
+from ..naming import copied_line, printable, size
+from ..results import DeployPlan, Transfer
 
 
 def live_text(live: list[dict]) -> str:
@@ -68,6 +68,21 @@ def deploy_text(plan: DeployPlan) -> str:
                      f"{t.get('gpu_count')}" + (f" ({t['gpu_name']})" if t.get("gpu_name") else ""))
     # The torch and GPU strings, paths and names come from the container: one line each, escapes shown.
     return "\n".join(map(printable, lines))
+
+
+# -- push and pull ---------------------------------------------------------------------------------
+
+def transfer_text(done: Transfer) -> str:
+    """A remote.results.Transfer as `remote push`/`pull` print it: what moved, how fast, verified; then each
+    refused member of a pulled tree."""
+    what = f"{done.files} file(s)" if done.kind == "tree" else "1 file"
+    resumed = f", resumed at {size(done.resumed_from)}" if done.resumed_from else ""
+    tries = f", {done.attempts} attempts" if done.attempts > 1 else ""
+    text = printable(f"{done.direction}ed {what}, {size(done.bytes)}, {done.src} -> {done.dest} in "
+                     f"{done.seconds:.1f}s ({done.mb_per_s:.1f} MB/s{resumed}{tries}), verified by sha256")
+    if done.refused:  # the container's member names and link targets: one line each, escapes shown
+        text += f"\n{len(done.refused)} refused (not written):\n" + "\n".join(f"  {printable(r)}" for r in done.refused)
+    return text
 
 
 # -- status ------------------------------------------------------------------------------------------

@@ -560,7 +560,7 @@ def pull_run(t: Target, run_id: str | None, dest: str, *, progress: bool = True,
             echo(printable(f"!! {'' if rel in optional else 'output '}{src}: {exc}"))
             refused.append(f"{rel}: {exc}")
             continue
-        got[rel] = f"{stats.files} file(s), {stats.total} bytes"
+        got[rel] = f"{stats.files} file(s), {stats.bytes} bytes"
         for why in stats.refused:
             echo(printable(f"!! {rel}/{why}"))
         refused += [f"{rel}/{why}" for why in stats.refused]

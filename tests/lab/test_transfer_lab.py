@@ -51,7 +51,7 @@ def test_file_round_trip_is_verified_and_leaves_no_partial(ct, tmp_path):
     src.chmod(0o640)
     seen = []
     stats = files.push(ct, src, "/root/xfer/one/data.bin", progress=lambda d, t: seen.append((d, t)))
-    assert (stats.sha256, stats.total, stats.resumed_from) == (digest, 5 << 20, 0)
+    assert (stats.sha256, stats.bytes, stats.resumed_from) == (digest, 5 << 20, 0)
     assert remote_sha(ct, "/root/xfer/one/data.bin") == digest
     assert ct.run(["stat", "-c", "%a", "/root/xfer/one/data.bin"]).out.strip() == "640"
     assert not remote_exists(ct, "/root/xfer/one/data.bin.partial")
