@@ -242,7 +242,7 @@ class Container:
                 raise
             from ..runs.knowngood import after_run
 
-            after_run(self._s, ct, spec, final, echo=emit)
+            after_run(self._target, final)
             run._state = jobs.run_status(final)
         return run
 
@@ -262,7 +262,7 @@ class Container:
         from ..runs.listing import list_runs
 
         limit = checks.count("limit", limit)
-        return list_runs(self._ct(), self.spec, limit=limit)
+        return list_runs(self._target, limit=limit)
 
     def render_runs(self, found: list[RunSummary]) -> str:
         from ..runs.listing import render

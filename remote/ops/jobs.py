@@ -503,7 +503,7 @@ def start(t: Target, *, force: bool = False, warmup: bool = False, echo=quiet, c
 def train(t: Target, *, force: bool = False, warmup: bool = False, follow: bool = True,
           on_end=None, echo=quiet) -> dict | None:
     """Preflight, launch detached, then follow the log until the job ends (returns its state); then
-    on_end(session, ct, spec, final, echo=echo) (the CLI passes remote.runs.knowngood.after_run)."""
+    on_end(t, final) (the CLI passes remote.runs.knowngood.after_run)."""
     session, spec, ct = t.session, t.spec, t.ct
     run_id, _ = start(t, force=force, warmup=warmup, echo=echo)
     if not follow or session.dry:
@@ -515,7 +515,7 @@ def train(t: Target, *, force: bool = False, warmup: bool = False, follow: bool 
              "`remote stop` ends it")
         return None
     if on_end is not None:
-        on_end(session, ct, spec, final, echo=echo)
+        on_end(t, final)
     return final
 
 

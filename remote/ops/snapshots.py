@@ -146,10 +146,11 @@ def support(session: Session, spec: ContainerSpec, ct: Container | None = None) 
 
 def list_snapshots(t: Target) -> list[Snapshot]:
     """The container's snapshots (`pct listsnapshot`), oldest first."""
-    return _listed(t.ct, t.spec)
+    return _listed(t)
 
 
-def _listed(ct: Container, spec: ContainerSpec) -> list[Snapshot]:
+def _listed(t: Target) -> list[Snapshot]:
+    ct, spec = t.ct, t.spec
     result = ct._pct("listsnapshot", str(spec.ctid), mutates=False)
     result.check(ct.where)
     return parse_listsnapshot(result.out)
@@ -191,7 +192,7 @@ def before_deploy(t: Target, what: str, today: datetime.date | None = None) -> T
             raise SnapshotError(f"{ct.where}: deploy.snapshot is always, but {how.reason}: nothing was changed "
                                 "(set deploy.snapshot: auto to deploy without one)")
         return Taken(note=f"no snapshot: {how.reason}")
-    existing = _listed(ct, spec)
+    existing = _listed(t)
     name = next_name(existing, today or datetime.datetime.now(datetime.timezone.utc).date())
     result = ct._pct("snapshot", str(spec.ctid), name, "--description", f"{DESCRIPTION}{what}", mutates=True,
                      deadline=ROLLBACK_DEADLINE)
@@ -208,7 +209,7 @@ def before_deploy(t: Target, what: str, today: datetime.date | None = None) -> T
     taken = Taken(name=name)
     t.session.sink(SnapshotTaken(spec.ctid, f"==> snapshot {name} ({how.reason})", name, how.reason))
     if not ct.dry:
-        for old in to_delete(_listed(ct, spec), spec.deploy.keep_snapshots):
+        for old in to_delete(_listed(t), spec.deploy.keep_snapshots):
             r = ct._pct("delsnapshot", str(spec.ctid), old.name, mutates=True, deadline=ROLLBACK_DEADLINE)
             if r.exit_code == 0:
                 taken.deleted.append(old.name)
