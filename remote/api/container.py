@@ -174,8 +174,7 @@ class Container:
         devices = checks.words("devices", devices)
         checks.flag("parallel", parallel)
         if devices or self.fleet._groups:
-            results = wm.warmup(self._target, parallel=parallel, devices=list(devices) if devices else None,
-                                echo=self._target.echo)
+            results = wm.warmup(self._target, parallel=parallel, devices=list(devices) if devices else None)
         else:
             got = cachecopy.warmup_or_copy(self._target, parallel=parallel, echo=self._target.echo)
             if isinstance(got, CacheCopy):
@@ -198,7 +197,7 @@ class Container:
         """Write the container's compile cache folder to a local bundle (tar.gz)."""
         from ..ops import warmup as wm
 
-        wm.export_cache(self._target, os.fspath(path), echo=self._target.echo)
+        wm.export_cache(self._target, os.fspath(path))
         return Path(path)
 
     def import_cache(self, path: str | os.PathLike) -> ImportedCache:
@@ -206,7 +205,7 @@ class Container:
         .refused: the members not imported, with why."""
         from ..ops import warmup as wm
 
-        return wm.import_cache(self._target, os.fspath(path), echo=self._target.echo)
+        return wm.import_cache(self._target, os.fspath(path))
 
     # -- runs ----------------------------------------------------------------------------------------
     def train(self, *, detach: bool = True, force: bool = False, warmup: bool = False, command: str | None = None,

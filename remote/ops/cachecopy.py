@@ -75,7 +75,7 @@ def _system(ct: Container) -> Container:
 def look(t: Target) -> Holding:
     """What the container's cache holds (files, passport) and the passport it would need."""
     spec, ct = t.spec, t.ct
-    state = wm.deployed_now(ct, spec)  # its GPU now: after a migration, not the deploy node's
+    state = wm.deployed_now(t)  # its GPU now: after a migration, not the deploy node's
     folder = jobenv.compile_cache(spec, state["venv"].get("verify"))
     r = _system(ct).script(shell.load("cachecopy"), shell.load_python("cachecopy"), "list", folder, mutates=False,
                            timeout=300, label="list the compile cache")
@@ -204,7 +204,7 @@ def copy(src: Target, dst: Target, *, echo: Callable[[str], None] = quiet, src_h
                  "seconds": round(end - start, 3), "new_files": summary.get("written", 0), "cache_files": total,
                  "new_bytes": summary.get("bytes", 0), "hits": 0, "misses": 0, "copied_from": s.ctid}
                 for dev in wm.devices_of(dspec)]
-        wm._record(dst_ct, dspec, recs)
+        wm._record(dst, recs)
     result = CacheCopy(s.ctid, d.ctid, via, summary.get("written", 0), summary.get("bytes", 0),
                     summary.get("present", 0) + len(s.files) - len(wanted), len(s.files), time.time() - start)
     echo("  " + copied_line(result))
@@ -308,7 +308,7 @@ def warm_fleet(session: Session, ids: list[int], *, fail_fast: bool = False, par
 
     def warm(c: int) -> None:
         try:
-            wm.warmup(resolve(session, c), parallel=parallel, echo=echo)
+            wm.warmup(resolve(session, c), parallel=parallel)
         except BaseException:
             failed.add(c)
             raise
@@ -344,11 +344,11 @@ def warmup_or_copy(t: Target, *, parallel: bool = False, echo: Callable[[str], N
     spec, ct = t.spec, t.ct
     if not ct.dry and spec.warmup.command and spec.warmup.copy_from_others:
         state = wm.deployed(ct, spec)
-        if wm.missing_warmups(ct, spec, state):
+        if wm.missing_warmups(t, state):
             src = find_source(t)
             if src is not None:
                 echo(f"==> container {src.ctid} holds a compile cache made for exactly this (same passport): "
                      f"copying it instead of compiling; this trusts {src.ctid}'s jobs (the cache holds code "
                      f"{spec.ctid} will load; warmup.copy_from_others: false compiles here instead)")
                 return copy(resolve(t.session, src.ctid), t, src_holding=src, echo=echo)
-    return wm.warmup(t, parallel=parallel, echo=echo)
+    return wm.warmup(t, parallel=parallel)

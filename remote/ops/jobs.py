@@ -491,7 +491,7 @@ def start(t: Target, *, force: bool = False, warmup: bool = False, echo=quiet, c
     except JobError as exc:
         if not (warmup and only_warmup_missing(exc)):
             raise
-        wm.warmup(t, echo=echo)  # takes the lease itself: ours was given back
+        wm.warmup(t)  # takes the lease itself: ours was given back
         run_id, pid = checked_launch()
     if session.dry:  # nothing was started: no pid to name
         echo(f"==> (dry run) run {run_id} would start in container {spec.ctid}; log {spec.train.run_dir}/{run_id}/log")

@@ -62,7 +62,7 @@ def test_warmup_of_two_containers_warms_one_and_copies_its_cache_to_the_other(fl
     assert sorted(r["device"] for r in recs_b) == ["0", "1"]  # no warmup of its own ran there: only the copy
     assert all(r["copied_from"] == A for r in recs_b), recs_b
     spec = lab_session.config.container(B)
-    assert wm.missing_warmups(lab_session.container(B), spec, wm.deployed(lab_session.container(B), spec)) == []
+    assert wm.missing_warmups(target_of(lab_session, B), wm.deployed(lab_session.container(B), spec)) == []
     holding = cachecopy.look(target_of(lab_session, B))
     assert holding.passport["copied_from"] == A and holding.serves_itself
 

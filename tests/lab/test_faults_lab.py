@@ -253,10 +253,10 @@ def test_a_connection_dropped_mid_warmup_leaves_nothing_running_and_the_next_war
 
     lines: list[str] = []
     outcome: list = []
-    with Session(config.load(str(lab_hosts)), agent=True) as s:
+    with Session(config.load(str(lab_hosts)), agent=True, echo=lines.append) as s:  # its lines, as events' text
         def work():
             try:
-                outcome.append(wm.warmup(target_of(s, 200), echo=lines.append))
+                outcome.append(wm.warmup(target_of(s, 200)))
             except Exception as exc:
                 outcome.append(exc)
 
@@ -274,5 +274,5 @@ def test_a_connection_dropped_mid_warmup_leaves_nothing_running_and_the_next_war
         record = ct.run(["bash", "-c", "cat /root/.cache/torch-compile/warmups.jsonl 2>/dev/null || true"]).out
         assert all(json.loads(line) for line in record.splitlines())
         # The interrupted warmup's lease is released by this process, or expires.
-        results = once_the_lease_is_free(lambda: wm.warmup(target_of(s, 200), echo=lambda line: None), 120)
+        results = once_the_lease_is_free(lambda: wm.warmup(target_of(s, 200)), 120)
     assert [r.device for r in results] == ["0", "1"]
