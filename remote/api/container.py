@@ -234,7 +234,7 @@ class Container:
         run = Run(self, run_id)
         if not detach:
             try:
-                final = jobs.show_log(ct, spec, run_id, follow=True, echo=emit)
+                final = jobs.show_log(ct, spec, run_id, follow=True, echo=emit, on_resume=self._target.resumed)
             except KeyboardInterrupt:
                 emit(f"-- stopped following; run {run_id} keeps running. `remote logs --follow` resumes, "
                      "`remote stop` ends it")
@@ -278,7 +278,8 @@ class Container:
         """A run's log to the progress callback as `remote logs` shows it (follow: until the job ends); its end state."""
         from ..ops import jobs
 
-        return jobs.run_status(jobs.show_log(self._ct(), self.spec, run_id, follow=follow, echo=self._target.echo))
+        return jobs.run_status(jobs.show_log(self._ct(), self.spec, run_id, follow=follow, echo=self._target.echo,
+                                             on_resume=self._target.resumed))
 
     def stop(self, run_id: str | None = None, *, grace: int = 10, nodes: bool = True) -> Stopped:
         """Stop a run (None: every live run, and the latest's leftovers) and verify nothing of it is left;
@@ -417,7 +418,7 @@ class Run:
             try:
                 logs.follow(ct, st.path, self.id, offset=offset, on_bytes=on_bytes, follow_=True,
                             slice_seconds=FOLLOW_SLICE_S, reconnect=ct.transport.close,
-                            echo=self.container._target.echo, stop=done.is_set)
+                            on_resume=self.container._target.resumed, stop=done.is_set)
                 for line in splitter.flush():
                     lines.put((line, fed[0]))
                 lines.put(None)

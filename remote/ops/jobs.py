@@ -438,7 +438,7 @@ CompileNotices = compilelog.CompileNotices  # where it has always been imported 
 
 
 def show_log(ct: Container, spec: ContainerSpec, run_id: str | None = None, *, follow: bool = False,
-             echo=quiet) -> dict:
+             echo=quiet, on_resume=None) -> dict:
     """Print a run's log (collapsed progress bars, throughput warnings, crash hints); with follow, until
     the job ends. Returns the run's final state."""
     st = state(ct, spec, run_id)
@@ -458,7 +458,8 @@ def show_log(ct: Container, spec: ContainerSpec, run_id: str | None = None, *, f
                 echo(f"!! {name}: {compiled.hint(name, note[len(name) + 5:])}" if name else note)
 
     logs.follow(ct, st["path"], st["run"], on_bytes=lambda chunk: show(splitter.feed(chunk)), follow_=follow,
-                reconnect=ct.transport.close, echo=echo, on_compile=compiled.line)
+                reconnect=ct.transport.close, on_compile=compiled.line,
+                on_resume=on_resume or (lambda at, why: echo(f"-- connection lost ({why}); resuming at byte {at}")))
     show(splitter.flush())
     final = state(ct, spec, st["run"])
     final["watch"] = watch

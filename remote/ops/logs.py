@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 
 from .. import shell
 from ..errors import ConnectError, TransportError
-from ..events import quiet
 from ..naming import json_loads
 from ..results import Metric as MetricValue
 from ..transport.pct import Container
@@ -259,7 +258,8 @@ class Watch:
 
 def follow(ct: Container, run: str, run_id: str, *, offset: int = 0, on_bytes: Callable[[bytes], None],
            follow_: bool = True, slice_seconds: int = 300, reconnect: Callable[[], None] | None = None,
-           max_reconnects: int = 20, sleep=time.sleep, echo=quiet, stop: Callable[[], bool] | None = None,
+           max_reconnects: int = 20, sleep=time.sleep, on_resume: Callable[[int, str], None] | None = None,
+           stop: Callable[[], bool] | None = None,
            on_compile: Callable[[str], None] | None = None) -> int:
     """Stream the log of `run` (a run folder) from byte `offset`; returns the final offset.
 
@@ -268,7 +268,8 @@ def follow(ct: Container, run: str, run_id: str, *, offset: int = 0, on_bytes: C
     stopped. Without, prints what is there and returns, even while the job runs. `stop()` true: return
     before the next slice (a follower whose reader has gone: its thread ends, it does not poll on). With
     on_compile, each line of the run's compile.jsonl (and the first steady step's `{"steady": ...}` line) is
-    passed to it, each once (remote/sh/follow.sh sends them on stderr)."""
+    passed to it, each once (remote/sh/follow.sh sends them on stderr). `on_resume(offset, reason)`: each time
+    a lost connection is picked up again (Target.resumed: a Resumed event)."""
     failures = 0
     compiled = [0]  # bytes of compile.jsonl received (whole lines only), across slices and reconnects
     while True:
@@ -300,7 +301,8 @@ def follow(ct: Container, run: str, run_id: str, *, offset: int = 0, on_bytes: C
             failures += 1
             if failures > max_reconnects:
                 raise
-            echo(f"-- connection lost ({exc}); resuming at byte {offset}")
+            if on_resume is not None:
+                on_resume(offset, str(exc))
             sleep(min(5.0, 0.5 * failures))
             if reconnect:
                 reconnect()

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from .. import sudo
 from ..config import ContainerSpec
 from ..errors import BusyError, HostPermissionError, PctError, RemoteError, SnapshotError
-from ..events import SnapshotTaken
 from ..results import RolledBack, Snapshot
 from ..target import Target
 from ..transport.pct import Container, classify
@@ -207,7 +206,7 @@ def before_deploy(t: Target, what: str, today: datetime.date | None = None) -> T
         raise SnapshotError(f"{ct.where}: `pct snapshot {spec.ctid} {name}` failed: {result.err.strip()}: nothing "
                             "was changed (deploy.snapshot: never deploys without one)")
     taken = Taken(name=name)
-    t.session.sink(SnapshotTaken(spec.ctid, f"==> snapshot {name} ({how.reason})", name, how.reason))
+    t.snapshot_taken(name, how.reason)
     if not ct.dry:
         for old in to_delete(_listed(t), spec.deploy.keep_snapshots):
             r = ct._pct("delsnapshot", str(spec.ctid), old.name, mutates=True, deadline=ROLLBACK_DEADLINE)

@@ -107,3 +107,33 @@ def test_one_containers_call_marks_each_event_with_it_also_a_dry_runs_commands(t
     with remote.open(path, dry=True, events=got.append, transport=MockTransport(lambda c: Reply())) as fleet:
         fleet.container(200).exec(["nvidia-smi", "-L"])
     assert got and all(e.container == 200 for e in got), [(e.container, e.line) for e in got]
+
+
+def test_a_follow_that_resumes_after_a_lost_connection_is_a_resumed_event_of_its_container(tmp_path):
+    """The log's reader loses its connection once, part way: the follow goes on at the byte it had reached,
+    and says so as a Resumed event (its offset and why), marked with the container; not a line to parse."""
+    from remote.errors import ConnectError
+    from remote.events import Resumed
+    from remote.ops import logs
+
+    class Flaky:
+        calls = 0
+
+        def script(self, *args, on_output, **kwargs):
+            Flaky.calls += 1
+            if Flaky.calls == 1:
+                on_output("stdout", b"first line\n")
+                raise ConnectError("h", "connection reset")
+            on_output("stdout", b"second line\n")
+            return type("R", (), {"exit_code": 0, "err": ""})()
+
+    path = tmp_path / "hosts.yaml"
+    path.write_text(HOSTS)
+    got: list = []
+    with remote.open(path, events=got.append, transport=MockTransport(lambda c: Reply())) as fleet:
+        t = resolve(fleet._session, 200)
+        end = logs.follow(Flaky(), "/r", "r", on_bytes=lambda chunk: None, follow_=False, sleep=lambda s: None,
+                          on_resume=t.resumed)
+    assert end == len(b"first line\nsecond line\n")
+    assert [(type(e), e.container, e.offset) for e in got] == [(Resumed, 200, len(b"first line\n"))]
+    assert "connection reset" in got[0].reason and got[0].line.startswith("-- connection lost (")
