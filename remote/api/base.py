@@ -254,7 +254,7 @@ class FleetBase:
         ids = self.select(which)
         s = self._session
         with self._grouped():
-            got = cachecopy.warm_fleet(s, ids, fail_fast=fail_fast, parallel=parallel, echo=self._emit,
+            got = cachecopy.warm_fleet(s, ids, fail_fast=fail_fast, parallel=parallel,
                                        **self._watching(prefix_output))
         # a failure's error is a WarmupError with its message (the exception of a warmup or a copy, worded)
         return GroupResult({c: dataclasses.replace(o, error=WarmupError(o.message)) if o.error is not None else o

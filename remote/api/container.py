@@ -125,8 +125,9 @@ class Container:
         from ..ops.interactive import open_shell
         from ..ops.session import open_session
 
-        with open_session(self.fleet.config, transport=self.fleet._transport) as s:  # a pty session of its own, no agent
-            return open_shell(dataclasses.replace(self._target, session=s), echo=self._target.echo)
+        # A pty session of its own, no agent; its notes to the fleet's events.
+        with open_session(self.fleet.config, transport=self.fleet._transport, events=self.fleet._emit.event) as s:
+            return open_shell(dataclasses.replace(self._target, session=s))
 
     # -- files ---------------------------------------------------------------------------------------
     def push(self, src: str | os.PathLike, dest: str, *, attempts: int = 3,
@@ -176,7 +177,7 @@ class Container:
         if devices or self.fleet._groups:
             results = wm.warmup(self._target, parallel=parallel, devices=list(devices) if devices else None)
         else:
-            got = cachecopy.warmup_or_copy(self._target, parallel=parallel, echo=self._target.echo)
+            got = cachecopy.warmup_or_copy(self._target, parallel=parallel)
             if isinstance(got, CacheCopy):
                 return Warmup(self.id, (), got.seconds, got.files, got.bytes, 0, 0, False, got)
             results = got
@@ -191,7 +192,7 @@ class Container:
         from ..target import resolve
 
         source = resolve(self.fleet._session, src)
-        return cachecopy.copy(source, self._target, echo=self._target.echo)
+        return cachecopy.copy(source, self._target)
 
     def export_cache(self, path: str | os.PathLike) -> Path:
         """Write the container's compile cache folder to a local bundle (tar.gz)."""
