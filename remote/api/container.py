@@ -322,7 +322,7 @@ class Container:
         """A run's outputs, log, manifest and watch files into dest/<run id>/."""
         from ..ops.jobs import pull_run
 
-        return pull_run(self._target, run_id, os.fspath(dest), progress=on_bytes, echo=self._target.echo)
+        return pull_run(self._target, run_id, os.fspath(dest), progress=on_bytes)
 
     # -- Proxmox snapshots ---------------------------------------------------------------------------
     def snapshots(self) -> list[Snapshot]:
@@ -336,7 +336,7 @@ class Container:
         again. BusyError while a run is live unless force; an unknown snapshot is a bad input (exit 2)."""
         from ..ops import snapshots as snaps
 
-        return snaps.rollback(self._target, snapshot=snapshot, force=force, echo=self._target.echo)
+        return snaps.rollback(self._target, snapshot=snapshot, force=force)
 
     # -- health --------------------------------------------------------------------------------------
     def doctor(self, *, fresh: bool = False) -> list[Finding]:

@@ -97,13 +97,13 @@ def probe(t: Target) -> dict:
     return facts.read_raw(ct, spec, facts.DEPLOY)[0]
 
 
-def _streamer(echo: Callable[[str], None]) -> Callable[[str, bytes], None]:
+def _streamer(output: Callable[[str], None]) -> Callable[[str, bytes], None]:
     """Container output to the console, line by line and indented, as it arrives."""
     splitters = {"stdout": LineSplitter(), "stderr": LineSplitter()}
 
     def on_output(kind: str, chunk: bytes) -> None:
         for line in splitters[kind].feed(chunk):
-            echo(printable("    " + line))  # a build's output: not the job's, shown as one rule says
+            output(printable("    " + line))  # a build's output: not the job's, shown as one rule says
 
     return on_output
 

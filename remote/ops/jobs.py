@@ -520,7 +520,7 @@ def train(t: Target, *, force: bool = False, warmup: bool = False, follow: bool 
     return final
 
 
-def pull_run(t: Target, run_id: str | None, dest: str, *, progress: bool = True, echo=quiet) -> PulledRun:
+def pull_run(t: Target, run_id: str | None, dest: str, *, progress: bool = True) -> PulledRun:
     """Bring a run's log, manifest and outputs (train.outputs, relative to the checkout) into dest/<run id>/:
     streamed and verified like `remote pull`."""
     spec, ct = t.spec, t.ct
@@ -538,7 +538,7 @@ def pull_run(t: Target, run_id: str | None, dest: str, *, progress: bool = True,
     target.mkdir(exist_ok=True)
     outputs = (st.get("manifest") or {}).get("outputs", list(spec.train.outputs))
     if not isinstance(outputs, list) or not all(isinstance(o, str) for o in outputs):
-        echo(printable(f"!! outputs in {st['path']}/manifest.json refused (not a list of paths): {str(outputs)[:200]}"))
+        t.warn(printable(f"outputs in {st['path']}/manifest.json refused (not a list of paths): {str(outputs)[:200]}"))
         outputs = []
     wanted = [(f"{st['path']}/log", "log"), (f"{st['path']}/manifest.json", "manifest.json")]
     # What the watch and the wrapper left (remote/sh/watch.py, job.sh); absent ones are skipped quietly
@@ -558,15 +558,15 @@ def pull_run(t: Target, run_id: str | None, dest: str, *, progress: bool = True,
                 raise
             if rel in optional and "no such file" in str(exc):
                 continue
-            echo(printable(f"!! {'' if rel in optional else 'output '}{src}: {exc}"))
+            t.warn(printable(f"{'' if rel in optional else 'output '}{src}: {exc}"))
             refused.append(f"{rel}: {exc}")
             continue
         got[rel] = f"{stats.files} file(s), {stats.bytes} bytes"
         for why in stats.refused:
-            echo(printable(f"!! {rel}/{why}"))
+            t.warn(printable(f"{rel}/{why}"))
         refused += [f"{rel}/{why}" for why in stats.refused]
     if st["alive"]:
-        echo(printable(f"-- run {st['run']} is still running: its outputs were pulled as they are now"))
+        t.note(printable(f"run {st['run']} is still running: its outputs were pulled as they are now"))
     return PulledRun(st["run"], str(target), got, tuple(refused))
 
 

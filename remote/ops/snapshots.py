@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .. import sudo
@@ -235,8 +234,7 @@ def where_things_live(spec: ContainerSpec, config_text: str) -> tuple[list[str],
     return kept, restored
 
 
-def rollback(t: Target, *, snapshot: str | None = None, force: bool = False,
-             echo: Callable[[str], None] = lambda _: None, timeout: float = 120) -> RolledBack:
+def rollback(t: Target, *, snapshot: str | None = None, force: bool = False, timeout: float = 120) -> RolledBack:
     """`pct rollback` to `snapshot` (default: the newest of remote's), refused while a run is live unless
     `force`; a running container is started again and waited for until it answers a command."""
 
@@ -264,12 +262,15 @@ def rollback(t: Target, *, snapshot: str | None = None, force: bool = False,
     # The operation lease of a running container (a stopped one runs no deploy): held from the run check
     # to the rollback, so no deploy, warmup or launch of another controller starts in between.
     with oplock.hold(ct, f"rollback to {chosen.name}") if running else contextlib.nullcontext() as lease:
-        return _rollback(t.session, spec, ct, chosen, running, lease, force=force, echo=echo, timeout=timeout)
+        return _rollback(t, ct, chosen, running, lease, force=force, timeout=timeout)
 
 
-def _rollback(session: Session, spec: ContainerSpec, ct: Container, chosen: Snapshot, running: bool,
-              lease: oplock.Lease | None, *, force: bool, echo: Callable[[str], None], timeout: float) -> RolledBack:
+def _rollback(t: Target, ct: Container, chosen: Snapshot, running: bool, lease: oplock.Lease | None, *,
+              force: bool, timeout: float) -> RolledBack:
+    """The rollback itself, through `ct` (the pct Container rollback chose), reporting through `t`."""
     from . import jobs
+
+    spec = t.spec
 
     if running:
         live = jobs.state(ct, spec).get("live") or []
@@ -279,11 +280,11 @@ def _rollback(session: Session, spec: ContainerSpec, ct: Container, chosen: Snap
                                        "force=True",
                             {"run": live[-1]["run"], "pid": live[-1]["pid"], "live": live})
         if live:
-            echo(f"==> forced: rolling back while {jobs.live_text(live)} runs (it is killed)")
+            t.step(f"forced: rolling back while {jobs.live_text(live)} runs (it is killed)")
     config = ct._pct("config", str(spec.ctid), mutates=False)
     kept, restored = where_things_live(spec, config.out if config.ok else "")
-    echo(f"==> pct rollback {spec.ctid} {chosen.name}" + (" (the container is stopped, then started again)"
-                                                          if running else ""))
+    t.step(f"pct rollback {spec.ctid} {chosen.name}" + (" (the container is stopped, then started again)"
+                                                        if running else ""))
     if lease is not None:
         lease.verify()  # still ours: nothing of another controller's started since the check
     result = ct._pct("rollback", str(spec.ctid), chosen.name, "--start", "1" if running else "0", mutates=True,
