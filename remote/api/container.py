@@ -229,7 +229,7 @@ class Container:
         run_command = f"{base} {shlex.join(extra)}" if extra else command
         run_env = checks.environment("env", env)
         ct, spec, emit = self._ct(), self.spec, self._target.echo
-        run_id, _ = jobs.start(self._target, force=force, warmup=warmup, echo=emit, command=run_command, env=run_env)
+        run_id, _ = jobs.start(self._target, force=force, warmup=warmup, command=run_command, env=run_env)
         if self.fleet.dry:
             return Run(self, run_id)
         run = Run(self, run_id)
@@ -237,8 +237,8 @@ class Container:
             try:
                 final = jobs.show_log(ct, spec, run_id, follow=True, echo=emit, on_resume=self._target.resumed)
             except KeyboardInterrupt:
-                emit(f"-- stopped following; run {run_id} keeps running. `remote logs --follow` resumes, "
-                     "`remote stop` ends it")
+                self._target.note(f"stopped following; run {run_id} keeps running. `remote logs --follow` "
+                                  "resumes, `remote stop` ends it")
                 raise
             from ..runs.knowngood import after_run
 

@@ -471,12 +471,13 @@ def show_log(ct: Container, spec: ContainerSpec, run_id: str | None = None, *, f
     return final
 
 
-def start(t: Target, *, force: bool = False, warmup: bool = False, echo=quiet, command: str | None = None,
+def start(t: Target, *, force: bool = False, warmup: bool = False, command: str | None = None,
           env: dict[str, str] | None = None) -> tuple[str, int | None]:
     """Preflight (warming up first where only the warmup is missing and `warmup`), then launch detached:
     (run id, pid; None in a dry run). What train does before it follows; remote.api's Container.train.
     `command` and `env`: this run's, instead of train.command and on top of train.env."""
     session, spec, ct = t.session, t.spec, t.ct
+    echo = t.echo  # preflight's and launch's lines, marked with the container (until they take the Target)
 
     def checked_launch() -> tuple[str, int]:
         # Preflight and launch under one operation lease: no deploy from another controller can move the
@@ -484,7 +485,7 @@ def start(t: Target, *, force: bool = False, warmup: bool = False, echo=quiet, c
         with oplock.hold(ct, "train") as held:
             pre = preflight(ct, spec, echo=echo, host_gpu=_host_gpu(session, spec), force=force)
             for note in pre.notes:
-                echo(printable(f"preflight: {note}"))
+                t.output(printable(f"preflight: {note}"))
             return launch(ct, spec, pre, force=force, held=held, echo=echo, command=command, env=env)
 
     try:
@@ -495,25 +496,24 @@ def start(t: Target, *, force: bool = False, warmup: bool = False, echo=quiet, c
         wm.warmup(t)  # takes the lease itself: ours was given back
         run_id, pid = checked_launch()
     if session.dry:  # nothing was started: no pid to name
-        echo(f"==> (dry run) run {run_id} would start in container {spec.ctid}; log {spec.train.run_dir}/{run_id}/log")
+        t.step(f"(dry run) run {run_id} would start in container {spec.ctid}; log {spec.train.run_dir}/{run_id}/log")
         return run_id, None
-    echo(f"==> run {run_id} started (pid {pid} in container {spec.ctid}); log {spec.train.run_dir}/{run_id}/log")
+    t.step(f"run {run_id} started (pid {pid} in container {spec.ctid}); log {spec.train.run_dir}/{run_id}/log")
     return run_id, pid
 
 
 def train(t: Target, *, force: bool = False, warmup: bool = False, follow: bool = True,
-          on_end=None, echo=quiet) -> dict | None:
+          on_end=None) -> dict | None:
     """Preflight, launch detached, then follow the log until the job ends (returns its state); then
     on_end(t, final) (the CLI passes remote.runs.knowngood.after_run)."""
     session, spec, ct = t.session, t.spec, t.ct
-    run_id, _ = start(t, force=force, warmup=warmup, echo=echo)
+    run_id, _ = start(t, force=force, warmup=warmup)
     if not follow or session.dry:
         return None
     try:
-        final = show_log(ct, spec, run_id, follow=True, echo=echo)
+        final = show_log(ct, spec, run_id, follow=True, echo=t.echo, on_resume=t.resumed)
     except KeyboardInterrupt:
-        echo(f"\n-- stopped following; run {run_id} keeps running. `remote logs --follow` resumes, "
-             "`remote stop` ends it")
+        t.note(f"stopped following; run {run_id} keeps running. `remote logs --follow` resumes, `remote stop` ends it")
         return None
     if on_end is not None:
         on_end(t, final)

@@ -22,7 +22,6 @@ from remote.target import resolve as target_of
 
 pytestmark = pytest.mark.lab
 A, B = LAB_CONTAINERS[:2]
-quiet = dict(echo=lambda s: None)
 CACHE = "/root/.cache/torch-compile"
 
 
@@ -131,7 +130,7 @@ def test_a_seeded_run_that_compiled_anyway_is_a_cache_missed_finding(fleet_warm,
                                       "--log-interval 0.5": f"  command: {json.dumps(cmd)}"})
     cachecopy.copy(target_of(lab_session, A), target_of(lab_session, B))  # seeded again (the test above warmed B for another environment)
     with Session(config.load(str(other)), agent=True) as s:
-        final = train(target_of(s, B), **quiet)
+        final = train(target_of(s, B))
         assert final["exit"] == 0, final
         spec = s.config.container(B)
         found = doctor.findings(doctor.gather(s.container(B, venv_on_path=False), spec), spec)

@@ -19,7 +19,6 @@ from remote.transport.session import Session
 from remote.target import resolve as target_of
 
 pytestmark = pytest.mark.lab
-quiet = dict(echo=lambda s: None)
 CACHE = "/root/.cache/torch-compile"
 
 
@@ -58,7 +57,7 @@ def test_parallel_warmups_are_separate_processes_and_all_succeed(warmed, lab_ses
 
 def test_training_threads_after_the_guard_compile_nothing_new(warmed, lab_session):
     lines = []
-    final = train(target_of(lab_session, 200), echo=lines.append)
+    final = train(target_of(dataclasses.replace(lab_session, echo=lines.append), 200))  # its lines
     assert final["exit"] == 0, "\n".join(lines)
     guard = json.loads(next(l for l in lines if "REMOTE_GUARD" in l).split("REMOTE_GUARD ", 1)[1])
     assert guard["sealed"] and guard["fxgraph_miss"] == 0 and guard["autograd_miss"] == 0, guard
@@ -69,7 +68,7 @@ def test_training_threads_after_the_guard_compile_nothing_new(warmed, lab_sessio
 def test_the_cache_survives_deploy_train_stop_and_a_venv_rebuild(warmed, lab_session, lab_hosts, ct):
     before = cache_files(ct)
     assert any("inductor" in f for f in before)
-    train(target_of(lab_session, 200), follow=False, **quiet)
+    train(target_of(lab_session, 200), follow=False)
     stop(ct, lab_session.config.container(200), grace=2)
     rebuilt = load_config(lab_hosts, **{"numpy==2.2.6]": "numpy==2.2.6, mpmath==1.3.0]"})
     with Session(config.load(str(rebuilt))) as s:
