@@ -5,6 +5,7 @@ JSON). Below the operations and the transport: this module imports only remote.e
 
     Result        a finished command                 CacheCopy     a compile cache copied between containers
     DeployPlan    what a deploy changed, or would    Transfer      a push or pull, verified
+    Warmup        a warmup's devices and cache gain  CacheHolding  what a container's compile cache holds
     Snapshot      a Proxmox snapshot                 RolledBack    a container rolled back to one
     Finding       one thing doctor found             Stopped       a stopped run (and the others with it)
     RunStatus     a run's state, read now            RunSummary    one row of `runs`
@@ -27,7 +28,7 @@ from typing import Any, Generic, Literal, TypeVar
 from .errors import CommandError
 
 __all__ = [  # the API re-exports these as they are (remote.api)
-    "Result", "Transfer", "DeployPlan", "CacheCopy", "ImportedCache", "Snapshot", "RolledBack", "Finding", "RunStatus", "RunSummary", "Metric",
+    "Result", "Transfer", "DeployPlan", "Warmup", "CacheHolding", "CacheCopy", "ImportedCache", "Snapshot", "RolledBack", "Finding", "RunStatus", "RunSummary", "Metric",
     "Stopped", "KnownGood", "PulledRun", "CompileEvent", "CompileHealth", "JobStatus", "ContainerStatus",
     "HostStatus", "FleetStatus", "Outcome", "GroupResult", "State", "CreateStep", "Created",
 ]
@@ -136,6 +137,36 @@ class CacheCopy:
     present: int  # already there (skipped)
     total: int  # files the source holds
     seconds: float
+
+
+@dataclass(frozen=True)
+class Warmup:
+    """A warmup: per device, seconds and what it added to the compile cache."""
+
+    container: int
+    devices: tuple[str, ...]
+    seconds: float
+    new_files: int
+    new_bytes: int
+    hits: int
+    misses: int
+    guarded: bool  # the compile guard reported hits and misses
+    copied: CacheCopy | None = None  # no compile ran: a matching cache of another container was copied
+
+
+@dataclass(frozen=True)
+class CacheHolding:
+    """What a container's compile cache holds (`remote cache`): its folder, files, size and passport, or
+    why it could not be read (error)."""
+
+    container: int
+    folder: str = ""
+    files: int = 0
+    bytes: int = 0
+    passport: Mapping[str, Any] | None = None
+    serves_itself: bool = False  # made for exactly what the container runs now
+    mismatch: str = ""  # where it holds files but does not serve itself: how its passport differs
+    error: str | None = None
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError, RemoteError
+from ..errors import ConfigError
 from ..events import Event, Sink
-from ..results import FleetStatus, GroupResult, HostStatus, Outcome
-from .values import CacheHolding, Diagnosis, GpuReport, _diagnosis
+from ..results import CacheHolding, FleetStatus, GroupResult, HostStatus, Outcome
+from .values import Diagnosis, GpuReport, _diagnosis
 
 if TYPE_CHECKING:  # imported where used: `import remote` loads no transport, no yaml
     from ..config import Config
@@ -233,15 +233,7 @@ class FleetBase:
         """What each container's compile cache holds (default: every container), all at once."""
         from ..ops import cachecopy
 
-        ids = self.select(ALL if which is None else which)
-        out = []
-        for ctid, h in zip(ids, cachecopy.inventory(self._session, ids), strict=True):
-            if isinstance(h, RemoteError):
-                out.append(CacheHolding(ctid, error=str(h)))
-                continue
-            out.append(CacheHolding(h.ctid, h.folder, len(h.files), h.bytes, h.passport, h.serves_itself,
-                                    "" if h.serves_itself or not h.files else cachecopy.pp.describe(h.passport, h.want)))
-        return out
+        return cachecopy.holdings(self._session, self.select(ALL if which is None else which))
 
     def warm_groups(self, which: int | str | Sequence[int | str] = ALL, *, fail_fast: bool = False,
                     parallel: bool = False, prefix_output: bool = False) -> GroupResult[None]:

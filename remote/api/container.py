@@ -33,10 +33,11 @@ from ..results import (
     State,
     Stopped,
     Transfer,
+    Warmup,
 )
 from ..threads import ContextThread
 from . import checks
-from .values import Warmup, _diagnosis
+from .values import _diagnosis
 
 if TYPE_CHECKING:
     from ..config import ContainerSpec
@@ -175,15 +176,9 @@ class Container:
         devices = checks.words("devices", devices)
         checks.flag("parallel", parallel)
         if devices or self.fleet._groups:
-            results = wm.warmup(self._target, parallel=parallel, devices=list(devices) if devices else None)
-        else:
-            got = cachecopy.warmup_or_copy(self._target, parallel=parallel)
-            if isinstance(got, CacheCopy):
-                return Warmup(self.id, (), got.seconds, got.files, got.bytes, 0, 0, False, got)
-            results = got
-        return Warmup(self.id, tuple(r.device for r in results), sum(r.end - r.start for r in results),
-                      sum(r.new_files for r in results), sum(r.new_bytes for r in results),
-                      sum(r.hits for r in results), sum(r.misses for r in results), any(r.report for r in results))
+            return wm.result_of(self.id, wm.warmup(self._target, parallel=parallel,
+                                                   devices=list(devices) if devices else None))
+        return wm.result_of(self.id, cachecopy.warmup_or_copy(self._target, parallel=parallel))
 
     def copy_cache(self, src: int | str) -> CacheCopy:
         """Copy container src's compile cache into this one: only the files it lacks, sha256-verified;

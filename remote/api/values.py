@@ -1,14 +1,13 @@
-"""The values only the API returns (a Warmup, a container's
-CacheHolding, doctor's Diagnosis and GpuReport). What the operations return is remote.results'.
+"""The values only the API returns (doctor's Diagnosis and GpuReport). What the operations return is
+remote.results'.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..results import CacheCopy, Finding
+from ..results import Finding
 
 
 @dataclass(frozen=True)
@@ -27,36 +26,6 @@ class Diagnosis:
 
     def to_dict(self) -> dict:
         return self._report.to_dict()
-
-
-@dataclass(frozen=True)
-class Warmup:
-    """A warmup: per device, seconds and what it added to the compile cache."""
-
-    container: int
-    devices: tuple[str, ...]
-    seconds: float
-    new_files: int
-    new_bytes: int
-    hits: int
-    misses: int
-    guarded: bool  # the compile guard reported hits and misses
-    copied: CacheCopy | None = None  # no compile ran: a matching cache of another container was copied
-
-
-@dataclass(frozen=True)
-class CacheHolding:
-    """What a container's compile cache holds (`remote cache`): its folder, files, size and passport, or
-    why it could not be read (error)."""
-
-    container: int
-    folder: str = ""
-    files: int = 0
-    bytes: int = 0
-    passport: Mapping[str, Any] | None = None
-    serves_itself: bool = False  # made for exactly what the container runs now
-    mismatch: str = ""  # where it holds files but does not serve itself: how its passport differs
-    error: str | None = None
 
 
 @dataclass(frozen=True)

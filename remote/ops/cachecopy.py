@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from .. import executor, shell
 from ..errors import RemoteError, TransferError, WarmupError
 from ..naming import copied_line, json_loads
-from ..results import CacheCopy, GroupResult, Outcome
+from ..results import CacheCopy, CacheHolding, GroupResult, Outcome
 from ..target import Target, resolve
 from ..transport.pct import DEFAULT_PATH, Container
 from ..transport.session import Session
@@ -330,6 +330,18 @@ def warm_fleet(session: Session, ids: list[int], *, fail_fast: bool = False, par
     for c in ids:
         result[c] = outcomes.get(c) or Outcome(c, session.config.containers[c].host.name, skipped=True)
     return result
+
+
+def holdings(session: Session, ids: list[int]) -> list[CacheHolding]:
+    """`remote cache`: what each container's cache holds, or why it could not be read (its error)."""
+    out = []
+    for ctid, h in zip(ids, inventory(session, ids), strict=True):
+        if isinstance(h, RemoteError):
+            out.append(CacheHolding(ctid, error=str(h)))
+        else:
+            out.append(CacheHolding(h.ctid, h.folder, len(h.files), h.bytes, h.passport, h.serves_itself,
+                                    "" if h.serves_itself or not h.files else pp.describe(h.passport, h.want)))
+    return out
 
 
 def inventory(session: Session, ids: list[int]) -> list[Holding | RemoteError]:

@@ -32,7 +32,7 @@ from ..config import unset as config_unset
 from ..errors import CommandError, WarmupError
 from ..facts import deployed, deployed_in  # read with the facts probe (an exec needs them, not this module)
 from ..naming import json_loads, printable
-from ..results import CompileHealth, ImportedCache
+from ..results import CacheCopy, CompileHealth, ImportedCache, Warmup
 from ..target import Target
 from ..threads import ContextThread
 from ..transport.pct import Container
@@ -357,6 +357,15 @@ def run_device(t: Target, state: dict, device: str) -> DeviceResult:
 def parse_compile(lines: list[str]) -> CompileHealth:
     """warmup.sh's REMOTE_COMPILE lines (the compile watch's compile.jsonl of the command), read as a run's."""
     return compilelog.summarize(line[len(COMPILE_PREFIX):] for line in lines if line.startswith(COMPILE_PREFIX))
+
+
+def result_of(ctid: int, got: list[DeviceResult] | CacheCopy) -> Warmup:
+    """A container's warmup as the API returns it: its devices summed, or the cache copied instead."""
+    if isinstance(got, CacheCopy):
+        return Warmup(ctid, (), got.seconds, got.files, got.bytes, 0, 0, False, got)
+    return Warmup(ctid, tuple(r.device for r in got), sum(r.end - r.start for r in got),
+                  sum(r.new_files for r in got), sum(r.new_bytes for r in got), sum(r.hits for r in got),
+                  sum(r.misses for r in got), any(r.report for r in got))
 
 
 def _record(t: Target, records: list[dict]) -> None:
