@@ -47,20 +47,21 @@ def parse_ids(text: str, n: int, flag: str = "--ids") -> tuple[int, ...]:
 
 @contextlib.contextmanager
 def private_lab(containers: Sequence[int], *, second: Sequence[int] = (), wheels: Path | None = WHEELS,
-                folder: Path | None = None, prepare=None, **lab: object) -> Iterator:
+                folder: Path | None = None, prepare=None, up_wheels: bool = True, **options: object) -> Iterator:
     """A lab of this run's own, up with `containers` (and a second host with `second`), taken down and purged
     however the benchmark ends. `folder`: where it lives (default: a new temporary folder, removed after);
-    `prepare(lab)` runs before `up` (a storage setting, permissions); `lab`: more of Lab's settings (fake_gpu=2)."""
+    `prepare(lab)` runs before `up` (a storage setting, permissions); `up_wheels`: False for a benchmark that
+    deploys nothing; `options`: more of Lab's fields (fake_gpu=2: the simulated NVIDIA driver)."""
     from remote.lab import Lab
 
     made = folder is None
     where = Path(tempfile.mkdtemp(prefix="remote-bench-", dir="/var/tmp")) if made else Path(folder)
     lab = Lab(dir=where / "lab" if made else where, port=free_port(),
-              **({"wheels_dir": wheels} if wheels is not None else {}), **lab)
+              **({"wheels_dir": wheels} if wheels is not None else {}), **options)  # type: ignore[arg-type]
     try:
         if prepare is not None:
             prepare(lab)
-        lab.up(tuple(containers), second=tuple(second))
+        lab.up(tuple(containers), second=tuple(second), wheels=up_wheels)
         yield lab
     finally:
         lab.down(purge=True)

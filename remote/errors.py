@@ -204,3 +204,19 @@ class CreateError(RemoteError):
     def __init__(self, message: str, left: str | None = None):
         self.left = left
         super().__init__(message)
+
+
+class RootRequired(RemoteError):
+    """An operation that only root on the host can do (devN and mount lines, device nodes, a boot unit:
+    `remote gpu fix`, `remote host setup`) asked of a host whose login uses `sudo: true`: refused before
+    anything is read or changed, exit status 2."""
+
+    exit_code = 2
+
+
+class GpuFixError(RemoteError):
+    """`remote gpu fix` could not do a step (the message says which, and what was done before it)."""
+
+
+class HostSetupError(RemoteError):
+    """`remote host setup` could not write its files (the message names which and why)."""

@@ -40,7 +40,10 @@ WHY = {"host-no-driver": "no container on this host can use a GPU",
        "container-node-wrong": "a node with other numbers than the host's (a bind of /dev/null, a stale major) "
                                "is another device: CUDA fails on it",
        "gpu-foreign-processes": "they hold GPU memory and compute a run expects to have: a run that needs the memory "
-                                "fails with CUDA out of memory"}
+                                "fails with CUDA out of memory",
+       "move-node-missing": "Proxmox checks a devN node at start: HA and migration look at affinity, not devices",
+       "move-no-driver": "no container on that node can use a GPU",
+       "move-driver-differs": "NVML and CUDA refuse to run when the libraries and the module differ"}
 
 
 @dataclass
@@ -121,6 +124,25 @@ def _render_finding(f: gpu.GpuFinding) -> str:
             f"      why: {WHY.get(f.kind, '')}")
 
 
+STALE_KINDS = ("driver-lib-mismatch", "no-driver-libs")
+
+
+def stale(host: str, cts: list[ContainerReport]) -> list[ContainerReport]:
+    """The containers of `host` whose driver user space is not the loaded module's (after a driver upgrade:
+    every one that does not mount the host's folder), each repaired by `remote gpu fix -c ID`."""
+    return [c for c in cts if c.host == host and any(f.kind in STALE_KINDS for f in c.findings)]
+
+
+def _stale_lines(h: HostReport, cts: list[ContainerReport]) -> list[str]:
+    module = h.facts.loaded if h.facts else None
+    out = []
+    for c in stale(h.host, cts):
+        libs = ", ".join(sorted(set((c.facts.lib_versions if c.facts else {}).values()))) or "none found"
+        out.append(f"  container {c.ctid}: driver user space {printable(libs)}, not the loaded module "
+                   f"{printable(module or '?')}: `remote gpu fix -c {c.ctid}`")
+    return out
+
+
 def render(hosts: list[HostReport], cts: list[ContainerReport]) -> str:
     lines = []
     for h in hosts:
@@ -133,6 +155,7 @@ def render(hosts: list[HostReport], cts: list[ContainerReport]) -> str:
         lines.append(f"host {h.host}: " + ("healthy" if h.healthy else f"{len(h.findings)} finding(s)")
                      + f" ({printable(module)}{', ' + printable(pve) if pve else ''})")
         lines += [_render_finding(x) for x in h.findings]
+        lines += _stale_lines(h, cts)
     for c in cts:
         head = f"container {c.ctid} on {c.host}: "
         if c.error and not c.findings:
@@ -159,8 +182,58 @@ def to_json(hosts: list[HostReport], cts: list[ContainerReport]) -> dict:
     return {"schema": SCHEMA_VERSION, "healthy": all(h.healthy for h in hosts) and all(c.healthy for c in cts),
             "hosts": [{"host": h.host, "healthy": h.healthy, "error": h.error, "seconds": h.seconds,
                        "facts": dataclasses.asdict(h.facts) if h.facts else None,
-                       "findings": [finding(f) for f in h.findings]} for h in hosts],
+                       "findings": [finding(f) for f in h.findings],
+                       "stale_containers": [c.ctid for c in stale(h.host, cts)]} for h in hosts],
             "containers": [{"container": c.ctid, "host": c.host, "healthy": c.healthy, "gpu": c.gpu, "error": c.error,
                             "seconds": c.seconds, "facts": dataclasses.asdict(c.facts) if c.facts else None,
                             "config": dataclasses.asdict(c.config) if c.config else None,
                             "findings": [finding(f) for f in c.findings]} for c in cts]}
+
+
+@dataclass
+class MoveReport:
+    """`doctor --gpu -c ID --node N`: whether node N has what the container's GPU lines need."""
+    ctid: int
+    node: str
+    source: str
+    findings: list[gpu.GpuFinding] = field(default_factory=list)
+    gpu: bool = True
+
+    @property
+    def healthy(self) -> bool:
+        return not any(f.severity == "error" for f in self.findings)
+
+    def render(self) -> str:
+        head = f"container {self.ctid} ({self.source}) to node {self.node}: "
+        if not self.gpu:
+            return head + "no GPU configured: nothing to check"
+        if not self.findings:
+            return head + "every device node its devN lines name is there"
+        return "\n".join([head + f"{len(self.findings)} finding(s)"] + [_render_finding(f) for f in self.findings])
+
+    def to_json(self) -> dict:
+        return {"schema": SCHEMA_VERSION, "container": self.ctid, "node": self.node, "source": self.source,
+                "healthy": self.healthy, "gpu": self.gpu,
+                "findings": [{**f.to_dict(), "why": WHY.get(f.kind)} for f in self.findings]}
+
+
+def before_move(session: Session, ctid: int, node: str) -> MoveReport:
+    """The container's GPU lines (its node's host probe) against node `node`'s nodes (that host's probe),
+    both at once. `node` is a host of the hosts file (ConfigError naming the known ones otherwise)."""
+    from .ops.gpuconfig import USERSPACE_HOST
+    from .target import resolve_host
+
+    spec = resolve(session, ctid).spec
+    target = resolve_host(session, node).host
+    session.transport(spec.host)
+    session.transport(target)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        here = pool.submit(gpu.read_host, session, spec.host, [ctid])
+        there = pool.submit(gpu.read_host, session, target, [])
+        source, dest = here.result(), there.result()
+    cfg = source.configs.get(ctid) or gpu.CtConfig(ctid)
+    if cfg.error:
+        raise RemoteError(f"container {ctid}: `pct config` on {spec.host.name} failed: {cfg.error}")
+    config = session.container_for(spec, venv_on_path=False)._pct("config", str(ctid), mutates=False)
+    mounts = f"{USERSPACE_HOST}," in config.out
+    return MoveReport(ctid, node, spec.host.name, gpu.move_findings(cfg, source, dest, node, mounts), cfg.gpu)

@@ -30,7 +30,7 @@ from .errors import CommandError
 __all__ = [  # the API re-exports these as they are (remote.api)
     "Result", "Transfer", "DeployPlan", "Warmup", "CacheHolding", "CacheCopy", "ImportedCache", "Snapshot", "RolledBack", "Finding", "RunStatus", "RunSummary", "Metric",
     "Stopped", "KnownGood", "PulledRun", "CompileEvent", "CompileHealth", "JobStatus", "ContainerStatus",
-    "HostStatus", "FleetStatus", "Outcome", "GroupResult", "State", "CreateStep", "Created",
+    "HostStatus", "FleetStatus", "Outcome", "GroupResult", "State", "GpuFix", "HostSetup", "CreateStep", "Created",
 ]
 
 T = TypeVar("T")
@@ -506,6 +506,56 @@ class GroupResult(dict[int, Outcome[T]], Generic[T]):
         return all(o.ok for o in self.values())
 
 
+# -- GPU passthrough repaired ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class GpuFix:
+    """`remote gpu fix` on one container: what doctor --gpu found before (finding kinds), what was done (or,
+    dry, would be) for them, the config change as diff lines (`- dev2: ...`, `+ dev2: ...`) and the commands,
+    what it cannot fix (kind, message, the manual step), the snapshot taken first, whether the container was
+    restarted and why it had to be, cuInit(0) afterwards, and the finding kinds left after."""
+
+    container: int
+    host: str
+    dry: bool
+    before: tuple[str, ...]
+    fixed: tuple[str, ...]
+    diff: tuple[str, ...]
+    commands: tuple[str, ...]
+    manual: tuple[tuple[str, str, str], ...]
+    snapshot: str | None
+    restarted: bool
+    restart_reason: str | None
+    cuda_init: int | None
+    after: tuple[str, ...]
+    probe_error: str | None = None  # why the container could not be probed (stopped), where it could not
+
+    @property
+    def noop(self) -> bool:
+        """Nothing to do: no fixable finding."""
+        return not self.fixed and not self.diff and not self.commands
+
+    @property
+    def ok(self) -> bool:
+        """Nothing of an error left that gpu fix could fix, and CUDA starts (cuInit 0) where it was probed."""
+        return (self.dry or self.cuda_init in (0, None)) and not (set(self.after) - {m[0] for m in self.manual}
+                                                                   - {"host-reboot-pending", "persistence-off"})
+
+
+@dataclass(frozen=True)
+class HostSetup:
+    """`remote host setup`: the files written (dry: that would be), those already as they should be, and the
+    unit enabled (or that would be). Nothing written and nothing enabled: the host was set up already."""
+
+    host: str
+    dry: bool
+    written: tuple[str, ...]
+    unchanged: tuple[str, ...]
+    enabled: tuple[str, ...]
+
+    @property
+    def noop(self) -> bool:
+        return not self.written and not self.enabled
 
 # -- create ----------------------------------------------------------------------------------------------
 

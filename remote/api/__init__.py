@@ -28,9 +28,10 @@ from __future__ import annotations
 from .. import results
 from ..results import *  # noqa: F403  (the values the API returns, remote.results.__all__, re-exported as they are)
 from .base import ALL, PROGRESS_EVERY, FleetBase, Progress
-from .container import FOLLOW_SLICE_S, Container, OutputCallback, Run
+from .container import Container, OutputCallback
 from .fleet import Fleet, open
 from .group import Group
+from .run import FOLLOW_SLICE_S, Run
 from .setup import (
     HostsFile,
     current_container,

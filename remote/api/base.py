@@ -20,6 +20,7 @@ from .values import Diagnosis, GpuReport, _diagnosis
 
 if TYPE_CHECKING:  # imported where used: `import remote` loads no transport, no yaml
     from ..config import Config
+    from ..gpudoctor import MoveReport
     from ..ops.session import Session, TransportFactory
 
 log = logging.getLogger("remote.api")
@@ -227,6 +228,18 @@ class FleetBase:
                           transport=self._transport) as s:
             hosts, cts = gpudoctor.diagnose(s, self.select(which) if which else list(self.config.containers))
         return GpuReport(tuple(hosts), tuple(cts))
+
+    def doctor_gpu_move(self, ctid: int | str, node: str) -> MoveReport:
+        """Before moving container `ctid` to cluster node `node` (a host of the hosts file): the device nodes
+        its devN lines name that the node lacks, a node without the module, another driver version where the
+        container's libraries are its own (`remote doctor --gpu -c ID --node N`). Two host probes, at once."""
+        from .. import gpudoctor
+        from ..ops.session import open_session
+
+        ct = self.config.container(ctid).ctid
+        with open_session(self.config, agent=False, keep=True, echo=self._emit, events=self._emit.event,
+                          transport=self._transport) as s:
+            return gpudoctor.before_move(s, ct, node)
 
     # -- compile caches ---------------------------------------------------------------------------
     def caches(self, which: int | str | Sequence[int | str] | None = None) -> list[CacheHolding]:

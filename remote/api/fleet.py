@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..events import Sink
-from ..results import CacheCopy, Created, GroupResult
+from ..results import CacheCopy, Created, GpuFix, GroupResult, HostSetup, Outcome
 from .base import ALL, FleetBase, Progress
 from .container import Container
 from .group import Group
@@ -80,6 +80,38 @@ class Fleet(FleetBase):
         session.transport(session.config.containers[ctid].host)
         return group.map(lambda ct: ct.copy_cache(ctid), fail_fast=fail_fast, prefix_output=prefix_output)
 
+
+    # -- GPU hosts ----------------------------------------------------------------------------------------
+    def host_setup(self, host: str, *, dry: bool = False) -> HostSetup:
+        """Install on `host` (a host of the hosts file), idempotently, the boot unit that makes the uvm nodes
+        before Proxmox starts its guests and refills the driver's user-space folder (remote.ops.hostsetup).
+        Needs root on the host (RootRequired for a `sudo: true` login); ConfigError for an unknown host."""
+        from ..ops import hostsetup
+        from ..target import resolve_host
+        from . import checks
+
+        checks.flag("dry", dry)
+        return hostsetup.host_setup(resolve_host(self._session, host), dry=dry)
+
+    def gpu_fix_host(self, host: str, *, dry: bool = False, force: bool = False) -> GroupResult[GpuFix]:
+        """gpu fix on every container of `host` in the hosts file, one after another (they share the host's
+        uvm nodes and driver folder): a GroupResult of GpuFix, one container's failure its own."""
+        import time
+
+        from .. import executor
+        from ..target import resolve_host
+
+        resolve_host(self._session, host)  # ConfigError naming the known hosts
+        result: GroupResult[GpuFix] = GroupResult()
+        for ctid in [i for i, spec in self.config.containers.items() if spec.host.name == host]:
+            start = time.monotonic()
+            try:
+                result[ctid] = Outcome(ctid, host, self.container(ctid).gpu_fix(dry=dry, force=force), None,
+                                       time.monotonic() - start)
+            except Exception as exc:  # noqa: BLE001 -- one container's failure is its result
+                code, message = executor.failure(exc)
+                result[ctid] = Outcome(ctid, host, None, exc, time.monotonic() - start, False, code, message)
+        return result
 
     def create(self, ctid: int, *, host: str | None = None, node: str | None = None, template: str | None = None,
                clone: int | None = None, gpu: str = "none", cores: int = 4, memory: int = 8192, disk: int = 32,

@@ -402,3 +402,48 @@ def group_exit_code(result: Any) -> int:
     if not codes and all(o.ok for o in result.values()):
         return 0
     return codes.pop() if len(codes) == 1 else 1
+
+
+# -- gpu fix, host setup --------------------------------------------------------------------------------------
+
+def gpu_fix_lines(done: Any) -> list[str]:
+    """A remote.results.GpuFix: what was found, the config diff, what was (or, dry, would be) done, what is
+    left for the user with its manual step, and CUDA afterwards."""
+    head = f"container {done.container} on {done.host}: "
+    out: list[str] = []
+    if done.noop and not done.manual:
+        return [head + "nothing to fix" + (" (cuInit 0)" if done.cuda_init == 0 else "")]
+    if done.noop:
+        out.append(head + "nothing gpu fix can change")
+    else:
+        out.append(head + ("would fix" if done.dry else "fixed") + f" {', '.join(sorted(set(done.before)))}")
+        out += [f"  {printable(line)}" for line in done.diff]
+        out += [f"  {'would run' if done.dry else 'ran'}: {printable(c)}" for c in done.commands]
+    if done.snapshot:
+        out.append(f"  snapshot {done.snapshot} first (`remote rollback -c {done.container} --snapshot "
+                   f"{done.snapshot}` returns the config as it was)")
+    if done.restart_reason:
+        out.append(f"  {'restarted' if done.restarted else 'restart ' + ('needed' if not done.dry else 'would be')}: "
+                   f"{printable(done.restart_reason)}")
+    for kind, message, step in done.manual:
+        out.append(f"  not fixed ({kind}): {printable(message)}\n      by hand: {printable(step)}")
+    if not done.dry:
+        if done.probe_error:
+            out.append(f"  CUDA not re-proved: {printable(done.probe_error)}")
+        elif done.cuda_init is not None:
+            out.append(f"  cuInit(0) = {done.cuda_init}" + ("" if done.cuda_init == 0 else " (doctor --gpu names why)"))
+        left = [k for k in done.after if k not in {m[0] for m in done.manual}]
+        if left:
+            out.append(f"  still found: {', '.join(left)} (`remote doctor --gpu -c {done.container}`)")
+    return out
+
+
+def host_setup_lines(done: Any) -> list[str]:
+    """A remote.results.HostSetup: each file written (or, dry, that would be), or that it was set up already."""
+    if done.noop:
+        return [f"host {done.host}: set up already ({len(done.unchanged)} files as they should be, unit enabled)"]
+    verb = "would write" if done.dry else "wrote"
+    out = [f"host {done.host}: {verb} {p}" for p in done.written]
+    out += [f"host {done.host}: {'would enable' if done.dry else 'enabled'} {u} (runs at boot, before pve-guests)"
+            for u in done.enabled]
+    return out

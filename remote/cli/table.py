@@ -62,7 +62,7 @@ KINDS = {
     "template": Kind(pattern(r"[A-Za-z][A-Za-z0-9_.-]*:vztmpl/[^/\s]+", "a template volume, STORAGE:vztmpl/NAME.tar.zst "
                              "(`pveam list local`)"), "VOLID"),
     "storage": Kind(pattern(r"[A-Za-z][A-Za-z0-9_.-]*", "a Proxmox storage name (`pvesm status`)"), "STORAGE"),
-    "node": Kind(pattern(r"[A-Za-z0-9][A-Za-z0-9_.-]*", "a cluster node's name"), "NODE"),
+    "node": Kind(pattern(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", "a cluster node, a host of the hosts file"), "NODE"),
     "host": Kind(pattern(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", "a host of the hosts file"), "HOST"),
     "cores": Kind(number(1, 8192, integer=True), "N"),
     "memory": Kind(number(16, 2**31, integer=True, unit=" MiB"), "MIB"),

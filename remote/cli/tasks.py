@@ -272,13 +272,25 @@ def stop(c, container=None, run=None, grace=10, dry=False, hosts=None):
 @task(help={"container": "container id(s), comma-separated (default: every container in the hosts file)",
             "json": "print the findings and facts as JSON (schema: docs/guide/doctor.md)", "hosts": HOSTS_HELP,
             "fresh": "import torch again in each container even where an earlier probe's answer still holds",
-            "gpu": "check the hosts' NVIDIA driver and each container's GPU passthrough (docs/guide/gpu-passthrough.md)"})
+            "gpu": "check the hosts' NVIDIA driver and each container's GPU passthrough (docs/guide/gpu-passthrough.md)",
+            "node": "with --gpu -c ID: before a move, check that cluster node N (a host of the hosts file) has every "
+                    "device node the container's devN lines name"})
 @handled
-def doctor(c, container=None, json_=False, hosts=None, fresh=False, gpu=False):
+def doctor(c, container=None, json_=False, hosts=None, fresh=False, gpu=False, node=None):
     """Find what differs from what deploy made and from the last known-good run.
 
     Each finding says why it matters and the command that fixes it. Exit 0 healthy, 1 with findings,
     2 on bad input."""
+    if node:
+        if not gpu or not container or is_selection(container):
+            raise Exit("error: doctor --node N: give it with --gpu and one container (`remote doctor --gpu -c ID "
+                       "--node N`)", code=2)
+        with fleet_of(hosts, stderr_progress=json_) as fleet:
+            moved = fleet.doctor_gpu_move(container, node)
+        say(json.dumps(moved.to_json(), indent=2) if json_ else moved.render())
+        if not moved.healthy:
+            raise Exit(code=1)
+        return
     if gpu:  # one probe per host, one per container
         with fleet_of(hosts, stderr_progress=json_) as fleet:
             report = fleet.doctor_gpu(container)
@@ -327,48 +339,7 @@ def report(c, container=None, run=None, out=None, hosts=None, dest=None):
     say(f"wrote {path}")
 
 
-@task(name="lab up", help={"containers": "comma-separated container ids (default 200)",
-                       "port": "sshd port on 127.0.0.1 (default 2222)",
-                       "second": "comma-separated container ids on a second look-alike host, lab2 (sshd on port + 1)",
-                       "backend": "lxc (sshd + LXC containers) or ns (Linux namespaces, no sshd: the host is "
-                                  "`local: true`); default: lxc where it is installed, else ns"})
-@handled
-def lab_up(c, containers="200", port=None, second=None, backend=None):
-    """Start the local lab: sshd on loopback, LXC containers, the pct double.
-
-    With --second, a second look-alike host as well; with --backend ns, namespace containers and the pct
-    double only."""
-    from ..lab import DEFAULT_PORT, EXAMPLES
-    from ..lab.ns import open_lab
-
-    lab = open_lab(backend=backend, port=int(port or DEFAULT_PORT))
-    ids = [int(x) for x in str(containers).split(",") if x.strip()]
-    more = [int(x) for x in str(second or "").split(",") if x.strip()]
-    lab.up(ids, second=more)
-    if not EXAMPLES.is_dir():
-        say(f"note: no demo repository ({lab.dir / 'dflash'}): the demo drafter comes with a checkout of remote "
-            "(examples/), not with an install; point code.repo at your own project, or run `remote lab up` "
-            "from a checkout")
-    if lab.backend == "ns":
-        say(f"lab up (namespaces, no sshd): containers {', '.join(map(str, ids))} running ({lab.dir}); "
-            f"hosts file: {lab.dir / 'hosts.yaml'}" + (" (deploys the demo drafter)" if EXAMPLES.is_dir() else ""))
-        return
-    say(f"lab up: sshd on 127.0.0.1:{lab.port}, containers {', '.join(map(str, ids))} running ({lab.dir})")
-    if more:
-        say(f"lab2 up: sshd on 127.0.0.1:{lab.port + 1}, containers {', '.join(map(str, more))} running "
-              f"({lab.second().dir})")
-
-
-@task(name="lab down", help={"purge": "also delete the containers' files (venvs, checkouts, compile caches)"})
-@handled
-def lab_down(c, purge=False):
-    """Stop the local lab's containers and sshd."""
-    from ..lab.ns import open_lab
-
-    lab = open_lab()
-    lab.down(purge=purge)
-    say("lab down" + (" and purged" if purge else " (container files kept; --purge deletes them)"))
-
+from . import labtasks  # noqa: E402,F401  (`remote lab up`, `lab down`: registered here, in --help order)
 
 # -- a way in: init, config, runs, shell -------------------------------------------------------------------
 
@@ -573,6 +544,8 @@ def disconnect(c, host=None, hosts=None):
     pids = api.disconnect(hosts, host)
     say(f"ended {len(pids)} kept connection(s)" + (f" (pid {', '.join(map(str, pids))})" if pids else ""))
 
+
+from . import gputasks  # noqa: E402,F401  (`remote gpu fix`, `remote host setup`: registered on import)
 
 # The order of `remote --help`: the way in, the daily loop, then the rest (tasks not named here follow).
 HELP_ORDER = ("init", "create", "config", "status", "deploy", "warmup", "train", "logs", "runs", "stop", "exec", "shell",

@@ -280,11 +280,17 @@ class Lab:
         self._stop_sshd()
         conf_file.write_text(config)
         Path("/run/sshd").mkdir(exist_ok=True)
-        sshd = shutil.which("sshd", path=_sbin_path())
-        r = _run([sshd, "-f", str(conf_file), "-E", str(self.dir / "sshd.log")])
+        r = _run(self._sshd_argv(conf_file))
         if r.returncode != 0:
             raise LabError(f"sshd failed to start: {r.stderr.strip()} (see {self.dir / 'sshd.log'})")
         _wait_port(self.port, self.listen)
+
+    def _sshd_argv(self, conf_file: Path) -> list[str]:
+        """How this host's sshd starts (a cluster node's: in a UTS namespace of its own, remote.lab.cluster)."""
+        sshd = shutil.which("sshd", path=_sbin_path())
+        if sshd is None:
+            raise LabError("the lab needs sshd (apt-get install openssh-server)")
+        return [sshd, "-f", str(conf_file), "-E", str(self.dir / "sshd.log")]
 
     def _container_config(self, ctid: int) -> str:
         """Its LXC config before the passthrough part the double's `pct start` adds (devN, mpN)."""

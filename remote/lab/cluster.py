@@ -24,7 +24,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import _SSHD_CONFIG, Lab, LabError, _run, _sbin_path, _wait_port, address
+from . import Lab, LabError, _run, _sbin_path, address
 
 
 @dataclass
@@ -70,25 +70,15 @@ class NodeLab(Lab):
             conf.write_text(self._pve_conf(ctid))
             self.cluster.write_vmlist()
 
-    def _sshd(self) -> None:
+    def _sshd_argv(self, conf_file: Path) -> list[str]:
         """The node's sshd in a UTS namespace of its own named after the node: what runs there sees the node's
         host name (`uname -n`), as on a Proxmox node, whose node name is its host name."""
-        config = _SSHD_CONFIG.format(port=self.port, ssh=self.ssh, dir=self.dir, listen=self.listen)
-        conf_file = self.ssh / "sshd_config"
-        if self.sshd_running() and conf_file.exists() and conf_file.read_text() == config:
-            return
-        self._stop_sshd()
-        conf_file.write_text(config)
-        Path("/run/sshd").mkdir(exist_ok=True)
         sshd = shutil.which("sshd", path=_sbin_path())
         unshare = shutil.which("unshare", path=_sbin_path())
         if sshd is None or unshare is None:
             raise LabError("the lab cluster needs sshd and unshare (apt-get install openssh-server util-linux)")
-        r = _run([unshare, "--uts", "--", "sh", "-c", 'hostname "$1" && exec "$2" -f "$3" -E "$4"', "sh", self.node,
-                  sshd, str(conf_file), str(self.dir / "sshd.log")])
-        if r.returncode != 0:
-            raise LabError(f"sshd failed to start: {r.stderr.strip()} (see {self.dir / 'sshd.log'})")
-        _wait_port(self.port, self.listen)
+        return [unshare, "--uts", "--", "sh", "-c", 'hostname "$1" && exec "$2" -f "$3" -E "$4"', "sh", self.node,
+                sshd, str(conf_file), str(self.dir / "sshd.log")]
 
     def pct(self, *args: str) -> subprocess.CompletedProcess:
         """This node's pct double, run as the node's sshd would (from /)."""

@@ -239,13 +239,16 @@ def create(h: HostTarget, spec: CreateSpec, *, hosts_file: str | None = None,
             gpus = gpuconfig.chosen(selection, host_gpu)  # GpuConfigError: no module, an index it lacks
             driver = host_gpu.loaded
             said.append(f"NVIDIA {driver}, GPU {', '.join(map(str, gpus))}")
-            if not host_gpu.node("/dev/nvidia-uvm"):
-                run.note(f"{host.name} has no /dev/nvidia-uvm yet (as after a reboot until something asks the driver): "
-                         "making it with `nvidia-modprobe -u -c 0`")
+            # Both nodes: CUDA run as root remakes /dev/nvidia-uvm by itself but never -tools (seen on an H200), and
+            # pct start refuses a devN line whose node is missing.
+            missing = [n for n in ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools") if not host_gpu.node(n)]
+            if missing:
+                run.note(f"{host.name} has no {' and no '.join(missing)} yet (as after a reboot until something asks "
+                         "the driver): making the uvm nodes as `nvidia-modprobe -u -c 0` does")
                 r = run.host(["bash", "-c", shell.load("gpu-uvm"), "gpu-uvm"], mutates=True, deadline=60)
                 if r is not None:
                     if r.exit_code != 0:
-                        raise CreateRefused(f"{host.name}: `nvidia-modprobe -u -c 0` could not make /dev/nvidia-uvm: "
+                        raise CreateRefused(f"{host.name}: the uvm nodes could not be made (remote/sh/gpu-uvm.sh): "
                                             f"{_words(r.err + r.out) or f'exit {r.exit_code}'}")
                     host_gpu = gpu.read_host(h.session, host, [])
             wanted = gpuconfig.wanted_lines(selection, host_gpu)

@@ -109,3 +109,16 @@ def test_a_controller_with_no_index_deploys_from_the_uv_wheel_in_find_links(tool
     from remote.ops.deploy import deploy
 
     deploy(target_of(lab_session, 200))  # back to the session's spec
+
+
+@pytest.mark.fault("`remote lab up` from a wheel (no lab in it)", promise="one line saying the lab comes with a "
+                   "checkout, exit 2; remote.testing is there")
+def test_an_installed_wheel_has_no_lab_and_says_where_it_is(tool, tmp_path):
+    env = {"HOME": str(tmp_path), "PATH": PLAIN_PATH}
+    r = subprocess.run([str(tool["remote"]), "lab", "up"], cwd="/", env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "the lab is not part of this installation of remote" in r.stderr and "checkout" in r.stderr
+    python = tool["dir"] / "tools" / "remote" / "bin" / "python"
+    r = subprocess.run([str(python), "-c", "import remote.testing, importlib.util as u; print(u.find_spec('remote.lab'))"],
+                       cwd="/", capture_output=True, text=True)
+    assert r.stdout.strip() == "None", r.stdout + r.stderr

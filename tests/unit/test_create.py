@@ -293,6 +293,16 @@ def test_the_uvm_node_is_made_when_the_host_lacks_it(hosts):
     assert any("nvidia-modprobe -u -c 0" in n for n in got.notes)
 
 
+def test_the_uvm_tools_node_alone_missing_is_made_too(hosts):
+    """As on the H200 machine: /dev/nvidia-uvm remade by CUDA run as root, -tools not: create makes it before
+    writing a devN line for it (pct start refuses a devN line whose node is missing)."""
+    pve = FakePve(gpu={"nodes": "\n".join(line for line in data("nodes-509.txt").splitlines()
+                                           if "nvidia-uvm-tools" not in line) + "\n"})
+    got, _ = make(hosts, pve, gpu="0")
+    assert pve.subs()[3:6] == ["gpu-host", "gpu-uvm", "gpu-host"]
+    assert any("no /dev/nvidia-uvm-tools yet" in n for n in got.notes), got.notes
+
+
 def test_a_sudo_login_is_refused_saying_create_needs_root(hosts):
     pve = FakePve()
     with pytest.raises(CreateRefused, match="create needs root on pve2: Proxmox lets only root@pam write devN"):

@@ -137,6 +137,16 @@ def test_host_uvm_not_loaded():
     assert "modprobe nvidia-uvm" in found[0].fix
 
 
+def test_host_uvm_tools_missing_while_uvm_is_there():
+    """As seen on the H200 machine: both uvm nodes removed, then CUDA run as root made /dev/nvidia-uvm by itself but
+    never -tools: a container whose devN line names it cannot start, so the host's finding names the -tools node."""
+    nodes = "\n".join(line for line in data("nodes-509.txt").splitlines() if "nvidia-uvm-tools" not in line)
+    assert "/dev/nvidia-uvm " in nodes
+    found = gpu.host_findings(host(nodes=nodes))
+    assert kinds(found) == ["host-uvm-not-loaded"]
+    assert "/dev/nvidia-uvm-tools does not exist" in found[0].message
+
+
 def test_host_gpu_vfio():
     h = host(proc="", sys_version="", modinfo="580.95.05", modules="", nodes="", lspci=data("lspci-vfio.txt"),
              smi=data("smi-no-driver.txt") + "rc=9")
@@ -202,6 +212,19 @@ def test_no_driver_libs():
     found = everything(host(), ct(libs=None, smi={"missing": True}))
     assert kinds(found) == ["no-driver-libs"]
     assert "NVIDIA-Linux-x86_64-580.95.05.run --no-kernel-module" in found[0].fix
+
+
+def test_libcuda_missing_while_nvml_is_found_is_no_driver_libs():
+    """As planted on the H200 machine: every libcuda the container's loader found removed, the machine's own
+    libnvidia-ml left: nvidia-smi works, cuInit is never reached (torch ran on the CPU); doctor said healthy."""
+    text = ct_text()
+    first, second = (json.loads(line) for line in text.splitlines())
+    first["libs"]["libcuda.so.1"] = None
+    second["cuda"] = {"loaded": False, "driver_version": 0, "driver_version_rc": 0,
+                      "error": "libcuda.so.1 not found by the loader"}
+    found = everything(host(), gpu.parse_container(json.dumps(first) + "\n" + json.dumps(second) + "\n"))
+    assert kinds(found) == ["no-driver-libs"]
+    assert "libcuda.so.1 is not found" in found[0].message and "remote gpu fix -c" in found[0].fix
 
 
 def test_cuda_init_failed_alone():
@@ -584,3 +607,60 @@ def test_gpu_foreign_processes():
     assert everything(host(), ct()) == []  # no process listed: nothing
     with pytest.raises(ValueError):  # untrusted: a wrong type is that container's error, not a crash elsewhere
         gpu.parse_container(json.dumps({**json.loads(first), "apps": [{"pid": "4242"}]}) + "\n")
+
+
+# -- driver lifecycle and moves (`remote gpu fix`, `doctor --gpu -c ID --node N`) --------------------------------
+
+def test_after_a_driver_upgrade_the_host_names_every_stale_container_with_gpu_fix():
+    from remote import gpudoctor
+
+    h = host(proc=data("proc-driver-nvidia-version-open.txt").replace("580.95.05", "580.105.08"),
+             sys_version="580.105.08", modinfo="580.105.08",
+             configs={200: data("pct-config-dev.txt"), 201: data("pct-config-dev.txt"), 202: data("pct-config-dev.txt")})
+    reports = [gpudoctor.HostReport("pve1", h, gpu.host_findings(h, "pve1"))]
+    cts = []
+    for ctid, libs in ((200, "580.95.05"), (201, "580.95.05"), (202, "580.105.08")):
+        c = ct(libs=libs)
+        cts.append(gpudoctor.ContainerReport(ctid, "pve1", c, h.configs[ctid], gpu.findings(h, ctid, c, "pve1")))
+    text = gpudoctor.render(reports, cts)
+    for ctid in (200, 201):
+        assert (f"  container {ctid}: driver user space 580.95.05, not the loaded module 580.105.08: "
+                f"`remote gpu fix -c {ctid}`") in text
+    assert "container 202: driver user space" not in text
+    assert gpudoctor.to_json(reports, cts)["hosts"][0]["stale_containers"] == [200, 201]
+    assert "remote gpu fix -c 200" in next(f.fix for f in cts[0].findings if f.kind == "driver-lib-mismatch")
+
+
+def test_a_pending_driver_change_names_the_reboot_then_gpu_fix_for_the_host():
+    found = gpu.host_findings(host(modinfo="580.105.08"), "pve1")
+    f = next(f for f in found if f.kind == "host-reboot-pending")
+    assert "580.95.05" in f.message and "580.105.08" in f.message and "remote gpu fix --host pve1 --all" in f.fix
+
+
+def test_move_node_missing():
+    cfg = gpu.parse_pct_config(200, data("pct-config-dev.txt") + "dev4: /dev/nvidia3\nrc=0")
+    no_uvm = "\n".join(line for line in data("nodes-509.txt").splitlines() if "nvidia-uvm" not in line)
+    found = gpu.move_findings(cfg, host(), host(nodes=no_uvm), "pve2")
+    assert [(f.kind, f.node) for f in found] == [("move-node-missing", "/dev/nvidia-uvm"),
+                                                ("move-node-missing", "/dev/nvidia-uvm-tools"),
+                                                ("move-node-missing", "/dev/nvidia3")]
+    assert "Proxmox refuses to start container 200 there" in found[0].message
+    assert "remote host setup pve2" in found[0].fix and "pve2 has /dev/nvidia0" in found[2].fix
+    assert gpu.move_findings(cfg, host(), host(), "pve2")[0].node == "/dev/nvidia3"  # only the GPU the node lacks
+    assert gpu.move_findings(gpu.parse_pct_config(200, data("pct-config-cpu.txt") + "rc=0"), host(), host(nodes=""), "pve2") == []
+
+
+def test_move_no_driver():
+    found = gpu.move_findings(gpu.parse_pct_config(200, data("pct-config-dev.txt") + "rc=0"), host(),
+                              host(proc="", sys_version="", modules="", smi=""), "pve2")
+    assert [f.kind for f in found] == ["move-no-driver"] and "580.95.05" in found[0].fix
+
+
+def test_move_driver_differs():
+    other = host(proc=data("proc-driver-nvidia-version-open.txt").replace("580.95.05", "580.105.08"),
+                 sys_version="580.105.08")
+    cfg = gpu.parse_pct_config(200, data("pct-config-dev.txt") + "rc=0")
+    found = gpu.move_findings(cfg, host(), other, "pve2")
+    assert [f.kind for f in found] == ["move-driver-differs"] and found[0].severity == "warning"
+    assert "remote gpu fix -c 200" in found[0].fix
+    assert gpu.move_findings(cfg, host(), other, "pve2", mounts_userspace=True) == []  # the node's own folder

@@ -432,6 +432,20 @@ def test_no_progress_prefix_is_sniffed_outside_the_in_container_scripts(tmp_path
     assert prefix_readers(tmp_path / "remote") == {"remote/cli/x.py": 1}
 
 
+@pytest.mark.fault("The lab in the product wheel", promise="nothing of remote/ but the lab's own tasks "
+                   "(remote/cli/labtasks.py) imports remote.lab, and the wheel leaves it out (pyproject.toml): the "
+                   "tests' doubles are not the product; remote.testing is the users' test double")
+def test_nothing_but_the_lab_tasks_imports_the_lab_and_the_wheel_leaves_it_out():
+    import tomllib
+
+    importing = {str(p.relative_to(ROOT.parent)) for p in sorted(ROOT.rglob("*.py"))
+                 if "lab" not in p.relative_to(ROOT).parts[:1]
+                 and any(m == "remote.lab" or m.startswith("remote.lab.") for m in imported_modules(p))}
+    assert importing == {"remote/cli/labtasks.py"}
+    wheel = tomllib.loads((ROOT.parent / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"]["wheel"]
+    assert "remote/lab" in wheel["exclude"]
+
+
 # -- one calling convention: a Target in (issue 38) ----------------------------------------------------------
 
 # The functions of ops/, runs/ and facts/ that still take (ct, spec) instead of a Target; none may be added, and

@@ -36,6 +36,7 @@ from .finding import (
     container_findings,
     findings,
     host_findings,
+    move_findings,
     node_findings,
     versions,
 )
@@ -63,7 +64,7 @@ __all__ = [
     "CONTAINER_SOURCE", "CUDA_CAUSE", "CUDA_ERRORS", "CUDA_FIX", "ERRNO", "GPU_NODE", "KINDS", "KNOWN_NODES",
     "MISMATCH_TEXT", "NO_DRIVER_TEXT", "NVIDIA_MAJOR", "PURPOSE", "REQUIRED", "SEVERITY",
     "CtConfig", "CtGpu", "GpuFinding", "HostGpu", "Node", "Pci",
-    "config_findings", "container_argv", "container_findings", "findings", "host_argv", "host_findings",
+    "config_findings", "container_argv", "container_findings", "findings", "host_argv", "host_findings", "move_findings",
     "module_version", "node_findings", "parse_char_devices", "parse_container", "parse_devices", "parse_host",
     "parse_lspci", "parse_nodes", "parse_pct_config", "parse_smi", "read_container", "read_host", "sections",
     "versions",

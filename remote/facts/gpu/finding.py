@@ -24,7 +24,8 @@ SEVERITY = {"host-no-driver": "error", "host-reboot-pending": "warning", "host-u
             "device-not-passed": "error", "cgroup-major-stale": "error", "mount-optional-missing": "error",
             "no-driver-libs": "error", "cuda-init-failed": "error", "device-permission": "error",
             "mig-caps-missing": "error", "persistence-off": "warning", "container-node-missing": "error",
-            "container-node-wrong": "error", "gpu-foreign-processes": "warning"}
+            "container-node-wrong": "error", "gpu-foreign-processes": "warning", "move-node-missing": "error",
+            "move-no-driver": "error", "move-driver-differs": "warning"}
 KINDS = tuple(SEVERITY)
 
 
@@ -103,11 +104,17 @@ def host_findings(host: HostGpu, name: str | None = None) -> list[GpuFinding]:
         add("host-reboot-pending", f"the host runs NVIDIA module {host.loaded} but {host.on_disk} is installed: a "
             "reboot is pending (the container's libraries may already be the new version)",
             "plan a reboot of the host (`reboot`), or with no GPU process running: `rmmod nvidia_uvm nvidia_drm "
-            "nvidia_modeset nvidia && modprobe nvidia && modprobe nvidia-uvm`; then pct reboot each GPU container")
+            "nvidia_modeset nvidia && modprobe nvidia && modprobe nvidia-uvm`; then `remote gpu fix --host "
+            f"{name or 'HOST'} --all` (each container's user space to the new module; `remote host setup` does it at "
+            "every boot)")
     if host.loaded and wanted and ("nvidia_uvm" not in host.modules or host.uvm_major is None
-                                   or not host.node("/dev/nvidia-uvm")):
+                                   or not host.node("/dev/nvidia-uvm") or not host.node("/dev/nvidia-uvm-tools")):
         why = ("module nvidia_uvm is not loaded" if "nvidia_uvm" not in host.modules else
-               "/dev/nvidia-uvm does not exist (nothing created the node since the module loaded)")
+               "/dev/nvidia-uvm does not exist (nothing created the node since the module loaded)"
+               if not host.node("/dev/nvidia-uvm") else
+               # CUDA run as root makes /dev/nvidia-uvm by itself, never -tools: a container whose devN line names
+               # it then cannot start (Proxmox: `Device /dev/nvidia-uvm-tools does not exist`)
+               "/dev/nvidia-uvm-tools does not exist (a container whose devN line names it cannot start)")
         add("host-uvm-not-loaded", f"{why} on the host: CUDA needs it (cuInit fails with 999)",
             "on the host: `modprobe nvidia-uvm && nvidia-modprobe -u -c=0`, and `echo nvidia-uvm > "
             "/etc/modules-load.d/nvidia-uvm.conf` so it loads at boot; then pct reboot each GPU container")
@@ -341,10 +348,17 @@ def container_findings(ct: CtGpu, ctid: int, host: HostGpu | None = None, cfg: C
     out += node_findings(ct, ctid, host, cfg, name)
     named = {f.node for f in out}
     libs = ct.lib_versions
-    if (ct.nodes or (cfg and cfg.gpu)) and not any(ct.libs.values()):
+    # libcuda.so.1 alone missing counts too: nvidia-smi (libnvidia-ml) still works, CUDA cannot start (torch falls
+    # back to the CPU), as seen on the H200 machine with the machine's own libnvidia-ml left on the loader's path.
+    if (ct.nodes or (cfg and cfg.gpu)) and ("libcuda.so.1" in ct.libs or not any(ct.libs.values())) \
+            and not ct.libs.get("libcuda.so.1"):
         v = module or "<the host's module version>"
-        add("no-driver-libs", "no NVIDIA driver library (libcuda.so.1, libnvidia-ml.so.1) is found by the container's "
-            "loader: couldn't find libnvidia-ml.so", f"install the driver's user space of version {v} in the container "
+        what = ("no NVIDIA driver library (libcuda.so.1, libnvidia-ml.so.1) is found by the container's loader: "
+                "couldn't find libnvidia-ml.so" if not any(ct.libs.values()) else
+                "libcuda.so.1 is not found by the container's loader (libnvidia-ml.so.1 is): nvidia-smi works, "
+                "CUDA cannot start")
+        add("no-driver-libs", what, f"`remote gpu fix -c {ctid}` (the host's own files of {v}, mounted "
+            f"read-only); or by hand: install the driver's user space of version {v} in the container "
             f"without its kernel module: `sh NVIDIA-Linux-x86_64-{v}.run --no-kernel-module` (or the distribution's "
             f"packages of {v}), then `ldconfig`")
     other = {k: v for k, v in libs.items() if module and v != module}
@@ -355,7 +369,8 @@ def container_findings(ct: CtGpu, ctid: int, host: HostGpu | None = None, cfg: C
             fix = (f"reboot the host: driver {host.on_disk} was installed while module {host.loaded} stays loaded "
                    "(or unload and load the module with no GPU process running)")
         else:
-            fix = (f"install the driver's user space of version {module} in the container (`sh NVIDIA-Linux-x86_64-"
+            fix = (f"`remote gpu fix -c {ctid}` (the host's own files of {module}, mounted read-only); or by hand: "
+                   f"install the driver's user space of version {module} in the container (`sh NVIDIA-Linux-x86_64-"
                    f"{module}.run --no-kernel-module`, or the distribution's {module} packages), remove the other "
                    "version's libraries, then `ldconfig`")
         add("driver-lib-mismatch", f"the container's driver libraries ({have}) are not the host's loaded module "
@@ -416,3 +431,41 @@ def versions(host: HostGpu | None, ct: CtGpu | None) -> dict:
     """What the known-good record keeps: the host's module version and the container's library versions."""
     return {"host_module": (host.loaded if host else None) or (ct.proc_version if ct else None),
             "driver_libs": ct.lib_versions if ct else {}}
+
+
+def move_findings(cfg: CtConfig, source: HostGpu | None, target: HostGpu, node: str,
+                  mounts_userspace: bool = False) -> list[GpuFinding]:
+    """Before a move of the container `cfg` describes to cluster node `node` (`target`: that node's facts):
+    every device node its devN lines name that the node lacks (Proxmox refuses to start it there: devN is
+    checked at start, HA placement is not), no module there, and a driver version other than the source's
+    where the container's user space is its own (`mounts_userspace`: it follows the node's folder)."""
+    out: list[GpuFinding] = []
+    c = cfg.ctid
+    add = lambda kind, message, fix, path=None: out.append(  # noqa: E731
+        GpuFinding(kind, SEVERITY[kind], message, fix, c, node, path))
+    if not cfg.gpu:
+        return out
+    if not target.loaded:
+        add("move-no-driver", f"node {node} has no NVIDIA module loaded: container {c} (configured for a GPU) "
+            "would start there without one, or not at all", f"install the driver on {node} (the source node's version"
+            f"{', ' + source.loaded if source and source.loaded else ''}), or move {c} elsewhere")
+        return out
+    for key, path, _ in cfg.devs:
+        if target.node(path) is not None:
+            continue
+        if path in ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"):
+            fix = (f"on {node}: `nvidia-modprobe -u -c 0` now, and `remote host setup {node}` so that every boot "
+                   "makes it before the guests start")
+        elif GPU_NODE.fullmatch(path):
+            have = ", ".join(n.path for n in target.nodes if GPU_NODE.fullmatch(n.path)) or "no GPU node"
+            fix = (f"{node} has {have}: move {c} to a node with {path}, or give it one {node} has (`pct set {c} "
+                   f"-{key} /dev/nvidiaN` after the move, as root)")
+        else:
+            fix = f"on {node}: `nvidia-smi` once (it makes the control nodes), or load the driver (`modprobe nvidia`)"
+        add("move-node-missing", f"{path} (its `{key}` line) does not exist on node {node}: Proxmox refuses to "
+            f"start container {c} there", fix, path)
+    if source is not None and source.loaded and source.loaded != target.loaded and not mounts_userspace:
+        add("move-driver-differs", f"node {node} runs NVIDIA module {target.loaded}, the container's node "
+            f"{source.loaded}: its own driver libraries ({source.loaded}) will not match there",
+            f"after the move: `remote gpu fix -c {c}` (the node's own user space, mounted read-only)")
+    return out

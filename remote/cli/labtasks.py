@@ -1,0 +1,62 @@
+"""The lab's tasks: `remote lab up`, `remote lab down` (registered in TASKS when remote/cli/tasks.py imports
+this module). The lab comes with a checkout of remote (and its editable install), not with a wheel: these
+tasks are the one place remote/ imports it, and say so in one line where it is not there."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .table import Exit, handled, say, task
+
+
+def _lab() -> tuple[Any, Any]:
+    """The lab's package and its opener: a checkout's (and its editable install's), not a wheel's."""
+    try:
+        from .. import lab
+        from ..lab import ns
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("remote.lab", "remote.lab.ns"):
+            raise
+        raise Exit("error: the lab is not part of this installation of remote (a wheel has the tool only): it "
+                   "comes with a checkout of remote (`bash scripts/setup` there; docs/guide/lab.md)", code=2) from None
+    return lab, ns
+
+
+@task(name="lab up", help={"containers": "comma-separated container ids (default 200)",
+                       "port": "sshd port on 127.0.0.1 (default 2222)",
+                       "second": "comma-separated container ids on a second look-alike host, lab2 (sshd on port + 1)",
+                       "backend": "lxc (sshd + LXC containers) or ns (Linux namespaces, no sshd: the host is "
+                                  "`local: true`); default: lxc where it is installed, else ns"})
+@handled
+def lab_up(c, containers="200", port=None, second=None, backend=None):
+    """Start the local lab: sshd on loopback, LXC containers, the pct double.
+
+    With --second, a second look-alike host as well; with --backend ns, namespace containers and the pct
+    double only."""
+    lab_, ns = _lab()
+    lab = ns.open_lab(backend=backend, port=int(port or lab_.DEFAULT_PORT))
+    EXAMPLES = lab_.EXAMPLES
+    ids = [int(x) for x in str(containers).split(",") if x.strip()]
+    more = [int(x) for x in str(second or "").split(",") if x.strip()]
+    lab.up(ids, second=more)
+    if not EXAMPLES.is_dir():
+        say(f"note: no demo repository ({lab.dir / 'dflash'}): the demo drafter comes with a checkout of remote "
+            "(examples/), not with an install; point code.repo at your own project, or run `remote lab up` "
+            "from a checkout")
+    if lab.backend == "ns":
+        say(f"lab up (namespaces, no sshd): containers {', '.join(map(str, ids))} running ({lab.dir}); "
+            f"hosts file: {lab.dir / 'hosts.yaml'}" + (" (deploys the demo drafter)" if EXAMPLES.is_dir() else ""))
+        return
+    say(f"lab up: sshd on 127.0.0.1:{lab.port}, containers {', '.join(map(str, ids))} running ({lab.dir})")
+    if more:
+        say(f"lab2 up: sshd on 127.0.0.1:{lab.port + 1}, containers {', '.join(map(str, more))} running "
+              f"({lab.second().dir})")
+
+
+@task(name="lab down", help={"purge": "also delete the containers' files (venvs, checkouts, compile caches)"})
+@handled
+def lab_down(c, purge=False):
+    """Stop the local lab's containers and sshd."""
+    lab = _lab()[1].open_lab()
+    lab.down(purge=purge)
+    say("lab down" + (" and purged" if purge else " (container files kept; --purge deletes them)"))

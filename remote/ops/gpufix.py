@@ -1,0 +1,344 @@
+"""`remote gpu fix`: repair what `doctor --gpu` found that the container's config or the host can fix.
+
+    plan(host, ctid, ct, found)  -> Plan       pure: each finding to a fix (or a manual step), from the facts
+    gpu_fix(t, dry=, force=)     -> GpuFix     probe, show the diff, snapshot, write, restart if it must, re-prove
+
+What each finding becomes (remote.facts.gpu's kinds):
+
+    device-not-passed, cgroup-major-stale,      the container's GPU lines rewritten as remote create writes them
+    mount-optional-missing, device-permission,  (remote.ops.gpuconfig: devN lines with today's nodes, the driver's
+    a node missing, or wrong through a mount    mpN; raw NVIDIA lxc lines dropped), then a restart
+    container-node-wrong/-missing with a        a restart (Proxmox makes the node from the host's at start)
+      config line that is right
+    host-uvm-not-loaded, the uvm node missing   on the host: `modprobe nvidia-uvm`, `nvidia-modprobe -u -c 0`
+    driver-lib-mismatch, no-driver-libs         the host's folder refilled with the loaded driver's user space
+                                                (remote/sh/nvidia-userspace.sh), mounted read-only, `ldconfig`
+    host-no-driver, host-gpu-vfio, a pending    not fixed: named with the manual step (the finding's own fix)
+      reboot, persistence-off, mig-caps-missing
+
+Root on the host is needed (devN and mount entries are root-only in Proxmox: docs/guide/safety.md); a host
+with `sudo: true` is refused before anything is read. A live run blocks a restart, as deploy's does, unless
+`force`. Before the config is written, a Proxmox snapshot where the storage can (it holds the config too).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import shlex
+from dataclasses import dataclass, field
+
+from .. import shell
+from ..errors import BusyError, GpuFixError, PctError, RemoteError, RootRequired
+from ..facts import gpu
+from ..results import GpuFix
+from ..target import Target
+from . import gpuconfig, oplock
+
+CONFIG_KINDS = {"device-not-passed", "cgroup-major-stale", "mount-optional-missing", "device-permission"}
+NODE_KINDS = {"container-node-wrong", "container-node-missing", "container-uvm-missing"}
+USERSPACE_KINDS = {"driver-lib-mismatch", "no-driver-libs"}
+MANUAL_KINDS = {"host-no-driver", "host-gpu-vfio", "host-reboot-pending", "persistence-off", "mig-caps-missing"}
+UVM_NODES = ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+SNAPSHOT_DESCRIPTION = "before gpu fix"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What gpu fix does for one container, from the facts alone."""
+
+    ctid: int
+    config: gpuconfig.Plan = field(default_factory=gpuconfig.Plan)
+    uvm: bool = False  # make the uvm nodes on the host
+    userspace: bool = False  # refill the host's folder, ldconfig in the container
+    restart: str | None = None  # why the container must restart (None: it need not)
+    fixes: tuple[tuple[str, str], ...] = ()  # (finding kind, what answers it)
+    manual: tuple[tuple[str, str, str], ...] = ()  # (finding kind, message, the manual step)
+
+    @property
+    def empty(self) -> bool:
+        return self.config.empty and not self.uvm and not self.userspace and self.restart is None
+
+
+def _passed_by(cfg: gpu.CtConfig | None, path: str) -> str | None:
+    if cfg is None:
+        return None
+    if any(p == path for _, p, _ in cfg.devs):
+        return "dev"
+    if any(src == path or path.startswith(src.rstrip("/") + "/") for src, _, _ in cfg.mounts):
+        return "mount"
+    return None
+
+
+def _bound_over(config_text: str, path: str) -> list[str]:
+    """The raw `lxc.mount.entry` lines of the current config (before its first [snapshot]) whose target is the
+    node `path` and whose source is not the host's node itself (`/dev/null dev/nvidia-uvm none bind...`)."""
+    out = []
+    for line in _current(config_text):
+        key, _, value = line.partition(":")
+        parts = value.split()
+        if key.strip() == "lxc.mount.entry" and len(parts) >= 2 and parts[1].strip("/") == path.strip("/") \
+                and parts[0] != path:
+            out.append(f"lxc.mount.entry: {value.strip()}")
+    return out
+
+
+def _current(config_text: str) -> list[str]:
+    lines = []
+    for line in config_text.splitlines():
+        if line.startswith("["):
+            break
+        lines.append(line)
+    return lines
+
+
+def _selection(host: gpu.HostGpu, cfg: gpu.CtConfig | None) -> gpuconfig.Selection:
+    """The GPUs the container's config gives it now (devN or mount lines), else the host's first."""
+    passed = sorted({int(m.group(1)) for p in ([p for _, p, _ in cfg.devs] + [s for s, _, _ in cfg.mounts] if cfg else [])
+                     if (m := gpuconfig.GPU_NODE.fullmatch(p))})
+    have = gpuconfig.gpu_nodes(host)
+    kept = tuple(i for i in passed if i in have) or have[:1]
+    return gpuconfig.Selection("list", kept)
+
+
+def _gid(cfg: gpu.CtConfig | None) -> int:
+    """The group the config's NVIDIA devN lines give the nodes already (all the same), else the video group's."""
+    gids = {opts.get("gid") for _, _, opts in (cfg.devs if cfg else ())}
+    one = gids.pop() if len(gids) == 1 else None
+    return int(one) if one and one.isdigit() and int(one) < 65536 else gpuconfig.VIDEO_GID
+
+
+def plan(host: gpu.HostGpu, ctid: int, ct: gpu.CtGpu | None, found: list[gpu.GpuFinding],
+         config_text: str) -> Plan:
+    """Each finding (host's and container's) to what fixes it. Pure: the host's facts, the container's
+    (None where it could not be probed: stopped), the findings and its `pct config` text."""
+    cfg = host.configs.get(ctid)
+    fixes: list[tuple[str, str]] = []
+    manual: list[tuple[str, str, str]] = []
+    rewrite = uvm = userspace = False
+    bound: list[str] = []  # raw lines that bind another file over an NVIDIA node
+    restart: list[str] = []
+    has_mount = f"{gpuconfig.USERSPACE_HOST}," in config_text or config_text.rstrip().endswith(gpuconfig.USERSPACE_HOST)
+    for f in found:
+        if f.ctid not in (None, ctid):
+            continue
+        if f.kind in MANUAL_KINDS or (f.kind == "host-uvm-not-loaded" and not host.loaded):
+            manual.append((f.kind, f.message, f.fix))
+        elif f.kind == "host-uvm-not-loaded":
+            uvm = True
+            fixes.append((f.kind, "the uvm nodes made on the host (`nvidia-modprobe -u -c 0`)"))
+            if ct is None or ct.node("/dev/nvidia-uvm") is None:
+                restart.append("the container sees /dev/nvidia-uvm only from its next start")
+        elif f.kind in CONFIG_KINDS:
+            rewrite = True
+            fixes.append((f.kind, f"{f.node or 'the GPU lines'}: devN lines in place of "
+                                  f"{'the missing line' if f.kind == 'device-not-passed' else 'the mount and cgroup lines'}"))
+            if f.kind == "mount-optional-missing" and any(n in f.message for n in UVM_NODES):
+                uvm = True
+        elif f.kind in NODE_KINDS:
+            path = f.node or ""
+            how = _passed_by(cfg, path)
+            over = _bound_over(config_text, path) if f.kind == "container-node-wrong" else []
+            if over:  # a raw line binds something else over the node at every start: dropped, devN makes it
+                bound += over
+                fixes.append((f.kind, f"{path}: the raw line that binds another file over it dropped"))
+                if how != "dev":
+                    rewrite = True
+                continue
+            if path in UVM_NODES and host.node(path) is None:
+                uvm = True
+            if how != "dev":
+                rewrite = True
+                fixes.append((f.kind, f"{path}: a devN line makes it from the host's node at start"))
+            else:
+                fixes.append((f.kind, f"{path}: its devN line makes the host's node again at the next start"))
+                restart.append(f"{path} is made from the host's node only at start")
+        elif f.kind in USERSPACE_KINDS:
+            if host.on_disk and host.loaded and host.on_disk != host.loaded:
+                manual.append((f.kind, f.message, f"reboot the host first: module {host.loaded} is loaded but "
+                               f"driver {host.on_disk} is installed, so the loaded module's user space is no longer "
+                               f"on the host; after the reboot `remote gpu fix -c {ctid}`"))
+                continue
+            userspace = True
+            fixes.append((f.kind, f"the driver's user space of {host.loaded} from the host "
+                                  f"({gpuconfig.USERSPACE_HOST}, read-only at {gpuconfig.USERSPACE_CT}), then ldconfig"))
+            if not has_mount:
+                rewrite = True
+        elif f.kind == "cuda-init-failed":
+            if not any(x.kind != "cuda-init-failed" and x.ctid == ctid for x in found):
+                manual.append((f.kind, f.message, f.fix))
+    config = gpuconfig.Plan()
+    if bound and not rewrite:
+        config = gpuconfig.Plan(raw=tuple(bound), diff=tuple(f"- {line}" for line in bound))
+        restart.insert(0, "LXC applies its mount entries at start")
+    if rewrite:
+        wanted = gpuconfig.wanted_lines(_selection(host, cfg), host, gid=_gid(cfg),
+                                        userspace=userspace or has_mount)
+        # A devN line no finding names stays as it is (only what is wrong changes).
+        named = {f.node for f in found if f.node}
+        keep = {p: p + "".join(f",{k}={v}" for k, v in opts.items()) for _, p, opts in (cfg.devs if cfg else ())
+                if p not in named}
+        wanted = dataclasses.replace(wanted, devs=tuple((p, keep.get(p, v)) for p, v in wanted.devs))
+        config = gpuconfig.plan(config_text, wanted)
+        extra = tuple(line for line in bound if line not in config.raw)
+        config = dataclasses.replace(config, raw=config.raw + extra, diff=config.diff + tuple(f"- {x}" for x in extra))
+        if not config.empty:
+            restart.insert(0, "Proxmox applies devN and mount lines at start")
+    return Plan(ctid, config, uvm, userspace, restart[0] if restart else None, tuple(fixes), tuple(manual))
+
+
+def _fix_argv(action: str, *args: str) -> list[str]:
+    return ["bash", "-c", shell.load("gpu-host-fix"), "gpu-host-fix", action, *args]
+
+
+def _userspace_argv() -> list[str]:
+    return ["bash", "-c", shell.load("nvidia-userspace"), "nvidia-userspace", gpuconfig.USERSPACE_HOST]
+
+
+def refuse_without_root(t: Target) -> None:
+    if t.host.sudo:
+        raise RootRequired(f"host {t.host.name}: gpu fix writes devN and mount lines and makes device nodes, which "
+                          "only root can (Proxmox: `configuring device passthrough is only allowed for root@pam`); "
+                          "the host's login uses `sudo: true`, whose rule stays narrow: run it with a root login "
+                          "for this host (docs/guide/safety.md#which-command-needs-which-login)")
+
+
+def _probe(t: Target) -> tuple[gpu.HostGpu, gpu.CtGpu | None, str | None, list[gpu.GpuFinding]]:
+    host = gpu.read_host(t.session, t.host, [t.ctid])
+    ct, why = None, None
+    try:
+        ct = gpu.read_container(t.session, t.ctid)
+    except (PctError, RemoteError) as exc:  # stopped, or its probe failed: the config's findings still stand
+        why = str(exc)
+    found = gpu.host_findings(host, t.host.name) + gpu.findings(host, t.ctid, ct, t.host.name)
+    return host, ct, why, found
+
+
+def _host(t: Target, argv: list[str], what: str) -> str:
+    r = t.session.host_run(t.host, argv, deadline=120)
+    if r.exit_code != 0:
+        raise GpuFixError(f"host {t.host.name}: {what} failed (exit {r.exit_code}): {r.err.strip()[-300:]}")
+    return r.out
+
+
+def _snapshot(t: Target) -> str | None:
+    """A snapshot before the config is written, where the storage can (it keeps the config as it was)."""
+    from . import snapshots
+
+    how = snapshots.support(t.session, t.spec, t.system)
+    if not how.supported:
+        t.note(f"no snapshot: {how.reason}")
+        return None
+    today = datetime.datetime.now(datetime.timezone.utc).date()
+    name = snapshots.next_name(snapshots.list_snapshots(t), today).replace("remote-", "gpufix-")
+    t.step(f"snapshot {name} ({how.reason})")
+    r = t.system._pct("snapshot", str(t.ctid), name, "--description", SNAPSHOT_DESCRIPTION, mutates=True,
+                      deadline=snapshots.ROLLBACK_DEADLINE)
+    if r.exit_code != 0:
+        raise GpuFixError(f"container {t.ctid}: `pct snapshot {t.ctid} {name}` failed: {r.err.strip()}: nothing was "
+                          "changed")
+    return name
+
+
+def _live(t: Target) -> list[dict]:
+    from . import jobs
+
+    return jobs.state(t.system, t.spec).get("live") or []
+
+
+def gpu_fix(t: Target, *, dry: bool = False, force: bool = False) -> GpuFix:
+    """Probe, plan, show the diff, then (unless dry) snapshot, write, restart where it must, re-prove CUDA."""
+    refuse_without_root(t)
+    dry = dry or t.dry
+    t.step(f"gpu fix: probe host {t.host.name} and container {t.ctid}")
+    host, ct, why, found = _probe(t)
+    config_text = t.system._pct("config", str(t.ctid), mutates=False).check(t.system.where).out
+    p = plan(host, t.ctid, ct, found, config_text)
+    before = tuple(f.kind for f in found)
+    if p.empty:
+        return GpuFix(t.ctid, t.host.name, dry, before, (), (), (), p.manual, None, False, None,
+                      ct.cuda_init if ct else None, before, why)
+    commands = _commands(t, p)
+    for line in p.config.diff:  # the config change, shown before anything is written
+        t.output(f"{line}")
+    for c in commands:
+        t.note(("would run: " if dry else "runs: ") + c)
+    if dry:
+        return GpuFix(t.ctid, t.host.name, True, before, tuple(w for _, w in p.fixes), p.config.diff, tuple(commands),
+                      p.manual, None, False, p.restart, ct.cuda_init if ct else None, before, why)
+    running = t.system.status() == "running"
+    # The operation lease of a running container that must restart: held from the run check to the restart,
+    # so no deploy, warmup or launch of another controller starts in between (as rollback holds it).
+    with oplock.hold(t.system, "gpu fix") if p.restart and running else contextlib.nullcontext():
+        return _apply(t, p, host, before, commands, running, force)
+
+
+def _apply(t: Target, p: Plan, host: gpu.HostGpu, before: tuple[str, ...], commands: list[str], running: bool,
+           force: bool) -> GpuFix:
+    if p.restart and running:
+        live = _live(t)
+        if live and not force:
+            from . import jobs
+
+            raise BusyError(t.ctid, f"container {t.ctid}: {jobs.live_text(live)} still running; gpu fix must restart "
+                                    f"the container ({p.restart}). `remote stop` first, or pass --force (the run is "
+                                    "killed)", {"run": live[-1]["run"], "pid": live[-1]["pid"], "live": live})
+        if live:
+            t.warn(f"--force: restarting container {t.ctid} while a run is live (it is killed)")
+    snap = _snapshot(t) if not p.config.empty else None
+    if p.uvm:
+        t.step(f"host {t.host.name}: make the uvm nodes (nvidia-modprobe -u -c 0)")
+        _host(t, ["bash", "-c", shell.load("gpu-uvm"), "gpu-uvm"], "making the uvm nodes (remote/sh/gpu-uvm.sh)")
+    if p.userspace:
+        t.step(f"host {t.host.name}: refill {gpuconfig.USERSPACE_HOST} with the driver's user space of {host.loaded}")
+        _host(t, _userspace_argv(), f"filling {gpuconfig.USERSPACE_HOST}")
+    if p.config.raw:
+        t.step(f"container {t.ctid}: drop {len(p.config.raw)} raw lxc line(s) from /etc/pve/lxc/{t.ctid}.conf")
+        _host(t, _fix_argv("drop-raw", str(t.ctid), *p.config.raw), "dropping the raw lxc lines")
+    if p.config.pct_args():
+        t.step(f"pct set {t.ctid} " + shlex.join(p.config.pct_args()))
+        t.system._pct("set", str(t.ctid), *p.config.pct_args(), mutates=True).check(t.system.where)
+    restarted = False
+    if p.restart and running:
+        t.step(f"restart container {t.ctid}: {p.restart}")
+        t.system.stop()
+        t.system.start()
+        t.system.wait_running()
+        restarted = True
+    elif p.restart:
+        t.note(f"container {t.ctid} is stopped: the change applies at its next start")
+    if p.userspace and (running or restarted):
+        t.step(f"container {t.ctid}: the mounted driver libraries first for the loader (remote/sh/nvidia-link.sh: ldconfig)")
+        _ldconfig(t)
+    t.step(f"gpu fix: re-prove CUDA in container {t.ctid}")
+    host2, ct2, why2, after = _probe(t)
+    return GpuFix(t.ctid, t.host.name, False, before, tuple(w for _, w in p.fixes), p.config.diff, tuple(commands),
+                  p.manual, snap, restarted, p.restart, ct2.cuda_init if ct2 else None,
+                  tuple(f.kind for f in after), why2)
+
+
+def _commands(t: Target, p: Plan) -> list[str]:
+    """What gpu fix runs, as a user would type it on the host."""
+    out = []
+    if p.uvm:
+        out.append("nvidia-modprobe -u -c 0")
+    if p.userspace:
+        out.append(f"remote/sh/nvidia-userspace.sh {gpuconfig.USERSPACE_HOST}")
+    if p.config.raw:
+        out.append(f"drop from /etc/pve/lxc/{t.ctid}.conf: " + "; ".join(p.config.raw))
+    if p.config.pct_args():
+        out.append(f"pct set {t.ctid} " + shlex.join(p.config.pct_args()))
+    if p.restart:
+        out.append(f"pct stop {t.ctid} && pct start {t.ctid}")
+    if p.userspace:
+        out.append(f"pct exec {t.ctid} -- ldconfig")
+    return out
+
+
+def _ldconfig(t: Target) -> None:
+    r = t.system.run(["bash", "-c", shell.load("nvidia-link"), "nvidia-link", gpuconfig.USERSPACE_CT], check=False,
+                     timeout=120, label="nvidia-link (ldconfig)")
+    if r.exit_code != 0:
+        raise GpuFixError(f"container {t.ctid}: ldconfig failed (exit {r.exit_code}): {r.err.strip()[-300:]}")
+

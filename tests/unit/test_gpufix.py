@@ -1,0 +1,447 @@
+"""`remote gpu fix` and `remote host setup` as data: recorded H200 facts (tests/data/gpu) in, the plan out
+(each finding to its fix or its manual step), then the operation over a fake transport that answers like a
+Proxmox host: the diff shown before anything is written, dry changing nothing, a live run blocking a restart,
+a `sudo: true` login refused, CUDA re-proved."""
+
+from __future__ import annotations
+
+import pytest
+from support import GPU_MARK, gpu_host, gpu_host_text
+from support import gpu_sample as data
+from test_gpu import GOOD_NODES, ct_text
+
+from remote import config
+from remote.errors import BusyError, RootRequired
+from remote.events import Note, Output, StepStarted
+from remote.facts import gpu
+from remote.lab.testing import inner_argv
+from remote.ops import gpuconfig, gpufix, hostsetup
+from remote.results import GpuFix
+from remote.target import resolve, resolve_host
+from remote.transport import Result
+from remote.transport.session import Session
+
+UVM_GONE = "\n".join(line for line in data("nodes-509.txt").splitlines() if "nvidia-uvm" not in line)
+
+
+def plan_of(h: gpu.HostGpu, c: gpu.CtGpu | None, config_text: str, ctid: int = 200) -> gpufix.Plan:
+    found = gpu.host_findings(h) + gpu.findings(h, ctid, c)
+    return gpufix.plan(h, ctid, c, found, config_text)
+
+
+def ct(**kw) -> gpu.CtGpu:
+    return gpu.parse_container(ct_text(**kw))
+
+
+# -- the plan: each finding to its fix ---------------------------------------------------------------------
+
+def test_a_healthy_container_gives_an_empty_plan():
+    p = plan_of(gpu_host(), ct(), data("pct-config-dev.txt"))
+    assert p.empty and not p.manual and not p.fixes
+
+
+def test_a_missing_devn_line_is_added_with_a_restart():
+    cfg = data("pct-config-dev.txt").replace("dev2: /dev/nvidia-uvm\n", "")
+    p = plan_of(gpu_host(configs={200: cfg}), ct(nodes=[n for n in GOOD_NODES if n[0] != "/dev/nvidia-uvm"], init=999),
+                cfg)
+    assert "device-not-passed" in dict(p.fixes)
+    assert "+ dev2: /dev/nvidia-uvm,gid=44,mode=0666" in p.config.diff
+    assert ("dev2", "/dev/nvidia-uvm,gid=44,mode=0666") in p.config.set
+    assert p.restart and "at start" in p.restart and not p.uvm and not p.config.raw
+
+
+def test_raw_lines_with_a_stale_major_become_devn_lines_and_the_raw_lines_are_dropped():
+    raw = data("pct-config-raw.txt")
+    h = gpu_host(configs={201: raw})
+    p = plan_of(h, ct(), raw, ctid=201)
+    assert "cgroup-major-stale" in dict(p.fixes)
+    assert "lxc.cgroup2.devices.allow: c 511:* rwm" in p.config.raw
+    assert "lxc.mount.entry: /dev/nvidia-uvm dev/nvidia-uvm none bind,optional,create=file" in p.config.raw
+    assert [v for _, v in p.config.set] == [f"{n},gid=44,mode=0666" for n in
+                                             ("/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")]
+    assert not any("cgroup" in k for k, _ in p.config.set) and p.restart
+
+
+def test_the_uvm_node_missing_on_the_host_is_made_there():
+    h = gpu_host(nodes=UVM_GONE)
+    p = plan_of(h, ct(nodes=GOOD_NODES[:2], init=999), data("pct-config-dev.txt"))
+    assert p.uvm and "host-uvm-not-loaded" in dict(p.fixes)
+    assert p.config.empty  # the devN lines are right: the node is made, the container restarted
+    assert p.restart
+
+
+@pytest.mark.parametrize("mount", ["/null", None])
+def test_a_node_bound_over_with_a_right_devn_line_needs_only_a_restart(mount):
+    from test_gpu import planted
+
+    c = gpu.parse_container(planted("/dev/nvidia-uvm", 1, 3, mount=mount))
+    p = plan_of(gpu_host(), c, data("pct-config-dev.txt"))
+    assert p.config.empty and not p.uvm and not p.userspace
+    assert p.restart and "/dev/nvidia-uvm" in p.restart
+    assert dict(p.fixes)["container-node-wrong"].startswith("/dev/nvidia-uvm: its devN line")
+
+
+def test_user_space_of_another_version_is_refilled_and_mounted():
+    p = plan_of(gpu_host(), ct(libs="570.148.08"), data("pct-config-dev.txt"))
+    assert p.userspace and "driver-lib-mismatch" in dict(p.fixes)
+    mp = f"{gpuconfig.USERSPACE_HOST},mp={gpuconfig.USERSPACE_CT},ro=1"
+    assert ("mp0", mp) in p.config.set and f"+ mp0: {mp}" in p.config.diff
+    assert p.restart  # a new mount point applies at start
+
+
+def test_user_space_already_mounted_is_refilled_without_a_config_change_or_restart():
+    cfg = data("pct-config-dev.txt") + f"mp0: {gpuconfig.USERSPACE_HOST},mp={gpuconfig.USERSPACE_CT},ro=1\n"
+    cfg = cfg.replace("dev0: /dev/nvidia0\ndev1: /dev/nvidiactl\ndev2: /dev/nvidia-uvm\ndev3: /dev/nvidia-uvm-tools\n",
+                      "".join(f"dev{i}: {n},gid=44,mode=0666\n" for i, n in enumerate(
+                          ("/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"))))
+    p = plan_of(gpu_host(configs={200: cfg}), ct(libs="570.148.08"), cfg)
+    assert p.userspace and p.config.empty and p.restart is None
+
+
+def test_user_space_after_an_upgrade_without_a_reboot_is_a_manual_step():
+    h = gpu_host(modinfo="580.105.08")
+    p = plan_of(h, ct(libs="580.105.08"), data("pct-config-dev.txt"))
+    assert not p.userspace and p.empty
+    kinds = [k for k, _, _ in p.manual]
+    assert "driver-lib-mismatch" in kinds and "host-reboot-pending" in kinds
+    step = dict((k, s) for k, _, s in p.manual)["driver-lib-mismatch"]
+    assert "reboot the host first" in step and "remote gpu fix -c 200" in step
+
+
+@pytest.mark.parametrize("kind, kw", [
+    ("host-no-driver", {"proc": "", "sys_version": "", "modules": "", "smi": ""}),
+    ("host-gpu-vfio", {"proc": "", "sys_version": "", "modules": "", "smi": "", "lspci": data("lspci-vfio.txt")}),
+    ("persistence-off", {"persistenced": "", "smi": "0, 00000000:01:00.0, Disabled, [N/A], 580.95.05\nrc=0"}),
+])
+def test_what_gpu_fix_cannot_fix_is_named_with_its_manual_step(kind, kw):
+    h = gpu_host(**kw)
+    p = plan_of(h, None, data("pct-config-dev.txt"))
+    assert p.empty, p
+    manual = {k: s for k, _, s in p.manual}
+    assert kind in manual and manual[kind]
+
+
+# -- the operation over a host that answers -------------------------------------------------------------------
+
+HOSTS = {"hosts": {"pve1": {"address": "10.0.0.1"}, "pve2": {"address": "10.0.0.2", "user": "trainer", "sudo": True}},
+         "containers": {200: {"host": "pve1"}, 202: {"host": "pve2"}}}
+
+
+class Host:
+    """A Proxmox host's answers, by what the command is: the GPU probes answer from `host`/`ct` (changed by
+    what was run: the uvm made, the config set), pct from `config`; every command kept in `calls`."""
+
+    def __init__(self, *, nodes=None, ct_kw=None, config_text=None, running=True, live="", storage="zfspool"):
+        self.nodes, self.ct_kw = nodes, dict(ct_kw or {})
+        self.config = config_text or data("pct-config-dev.txt")
+        self.running, self.live, self.storage = running, live, storage
+        self.calls: list[tuple[str, ...]] = []
+        self.leases: list[str] = []
+        self.name = "pve1"
+
+    def describe(self, argv) -> str:
+        return "fake: " + " ".join(argv)
+
+    def close(self) -> None:
+        pass
+
+    def _ok(self, argv, out="", err="", rc=0) -> Result:
+        return Result(tuple(argv), rc, out.encode(), err.encode(), 0.0)
+
+    def run(self, argv, *, stdin=None, deadline=None, on_output=None) -> Result:
+        argv = tuple(argv)
+        self.calls.append(argv)
+        if argv[:1] == ("bash",) and argv[3] == "gpu-host":
+            text = gpu_host_text(nodes=self.nodes, configs={200: self.config}).replace(GPU_MARK, argv[4])
+            return self._ok(argv, text)
+        if argv[:1] == ("bash",) and argv[3] == "gpu-uvm":
+            self.nodes = None  # the host's nodes as recorded: the uvm ones there again
+            return self._ok(argv, "ok\n")
+        if argv[:1] == ("bash",) and argv[3] == "gpu-host-fix":
+            return self._ok(argv)
+        if argv[:1] == ("bash",) and argv[3] == "nvidia-userspace":
+            self.ct_kw.pop("libs", None)
+            return self._ok(argv, "version 580.95.05\nstate filled\n")
+        if argv[0] != "pct":
+            raise AssertionError(f"unexpected host command: {argv}")
+        sub = argv[1]
+        if sub == "config":
+            return self._ok(argv, self.config)
+        if sub == "status":
+            return self._ok(argv, f"status: {'running' if self.running else 'stopped'}\n")
+        if sub in ("stop", "start"):
+            self.running = sub == "start"
+            if sub == "start":
+                if self.nodes is None and all(f"{n}," in self.config or f"{n}\n" in self.config
+                                              for n in ("/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm")):
+                    self.ct_kw.pop("nodes", None)  # Proxmox makes the nodes from the host's at start
+                    self.ct_kw.pop("init", None)
+            return self._ok(argv)
+        if sub == "set":
+            self.config += "".join(f"{k[2:]}: {v}\n" for k, v in zip(argv[3::2], argv[4::2], strict=False)
+                                   if k != "--delete")
+            return self._ok(argv)
+        if sub == "listsnapshot":
+            return self._ok(argv, "`-> current                                              You are here!\n")
+        if sub == "snapshot":
+            return self._ok(argv)
+        if sub == "exec":
+            inner = argv[argv.index("--") + 1:]
+            if "python3" in inner and "-I" in inner:
+                return self._ok(argv, ct_text(**self.ct_kw))
+            core = inner_argv(argv)
+            if core[:2] == ("bash", "-c") and core[3:4] == ("remote",) and core[4] in ("acquire", "renew", "release"):
+                self.leases.append(core[4])
+                return self._ok(argv, "acquired\n")
+            if any("nvidia-link" in a for a in inner):
+                return self._ok(argv)
+            if any("--manifest--" in a or "live=" in a for a in inner) or any("state" in a for a in inner[-4:]):
+                return self._ok(argv, f"run=\nlive={self.live}\n")
+        if argv[:2] == ("pvesm", "status"):
+            pass
+        raise AssertionError(f"unexpected pct command: {argv}")
+
+
+class Pvesm(Host):
+    def run(self, argv, **kw) -> Result:
+        if tuple(argv[:2]) == ("pvesm", "status"):
+            self.calls.append(tuple(argv))
+            return self._ok(argv, f"Name Type Status Total Used Available %\nlocal-zfs {self.storage} active 1 1 1 1%\n")
+        return super().run(argv, **kw)
+
+
+def fix(fake: Host, ctid=200, **kw):
+    events: list = []
+    s = Session(config.parse(HOSTS, "hosts.yaml"), events=events.append, agent=False, transport_factory=lambda h: fake)
+    done = gpufix.gpu_fix(resolve(s, ctid), **kw)
+    return done, events
+
+
+def mutating(calls) -> list[tuple[str, ...]]:
+    return [c for c in calls if (c[0] == "pct" and c[1] in ("set", "stop", "start", "snapshot"))
+            or (c[0] == "bash" and c[3] in ("gpu-host-fix", "gpu-uvm", "nvidia-userspace"))]
+
+
+def test_dry_shows_the_diff_and_the_commands_and_changes_nothing():
+    cfg = data("pct-config-dev.txt").replace("dev2: /dev/nvidia-uvm\n", "")
+    fake = Pvesm(config_text=cfg, ct_kw={"nodes": [n for n in GOOD_NODES if n[0] != "/dev/nvidia-uvm"], "init": 999})
+    done, events = fix(fake, dry=True)
+    assert done.dry and "+ dev2: /dev/nvidia-uvm,gid=44,mode=0666" in done.diff
+    assert any(e.line == "+ dev2: /dev/nvidia-uvm,gid=44,mode=0666" for e in events if isinstance(e, Output))
+    assert any("pct set 200 --dev2 /dev/nvidia-uvm,gid=44,mode=0666" in c for c in done.commands)
+    assert mutating(fake.calls) == [] and not done.restarted
+
+
+def test_a_missing_devn_line_is_written_after_a_snapshot_the_container_restarted_and_cuda_proven():
+    cfg = data("pct-config-dev.txt").replace("dev2: /dev/nvidia-uvm\n", "")
+    fake = Pvesm(config_text=cfg, ct_kw={"nodes": [n for n in GOOD_NODES if n[0] != "/dev/nvidia-uvm"], "init": 999})
+    done, events = fix(fake)
+    m = mutating(fake.calls)
+    assert [c[1] for c in m] == ["snapshot", "set", "stop", "start"], m
+    assert m[0][3].startswith("gpufix-") and m[0][-1] == gpufix.SNAPSHOT_DESCRIPTION
+    steps = [e.step for e in events if isinstance(e, StepStarted)]
+    diff_at = next(i for i, e in enumerate(events) if isinstance(e, Output) and e.line.startswith("+ dev2"))
+    set_at = next(i for i, e in enumerate(events) if isinstance(e, StepStarted) and e.step.startswith("pct set"))
+    assert diff_at < set_at  # the diff before the write
+    assert any(s.startswith("restart container 200") for s in steps)
+    assert done.restarted and done.cuda_init == 0 and done.after == () and done.ok and done.snapshot
+    assert fake.leases[0] == "acquire" and fake.leases[-1] == "release"  # held around the restart
+
+
+def test_no_snapshot_where_the_storage_cannot_and_it_says_why():
+    cfg = data("pct-config-dev.txt").replace("dev2: /dev/nvidia-uvm\n", "")
+    fake = Pvesm(config_text=cfg, storage="dir",
+                 ct_kw={"nodes": [n for n in GOOD_NODES if n[0] != "/dev/nvidia-uvm"], "init": 999})
+    done, events = fix(fake)
+    assert done.snapshot is None and not any(c[1] == "snapshot" for c in mutating(fake.calls))
+    assert any(isinstance(e, Note) and "no snapshot" in e.line and "cannot take snapshots" in e.line for e in events)
+
+
+def test_a_live_run_blocks_a_restart_unless_forced():
+    cfg = data("pct-config-dev.txt").replace("dev2: /dev/nvidia-uvm\n", "")
+    kw = {"nodes": [n for n in GOOD_NODES if n[0] != "/dev/nvidia-uvm"], "init": 999}
+    fake = Pvesm(config_text=cfg, ct_kw=kw, live="20261202-0700-ab:4242")
+    with pytest.raises(BusyError, match=r"run 20261202-0700-ab \(pid 4242\).*must restart.*--force"):
+        fix(fake)
+    assert mutating(fake.calls) == []
+    fake = Pvesm(config_text=cfg, ct_kw=kw, live="20261202-0700-ab:4242")
+    done, events = fix(fake, force=True)
+    assert done.restarted and any(isinstance(e, Note) and e.level == "warning" for e in events)
+
+
+def test_the_uvm_node_is_made_on_the_host_then_the_container_restarted():
+    fake = Pvesm(nodes=UVM_GONE, ct_kw={"nodes": GOOD_NODES[:2], "init": 999})
+    done, _ = fix(fake)
+    m = mutating(fake.calls)
+    assert [c[3] if c[0] == "bash" else c[1] for c in m] == ["gpu-uvm", "stop", "start"], m
+    assert done.diff == () and done.snapshot is None and done.restarted and done.cuda_init == 0 and done.ok
+
+
+def test_user_space_of_another_version_refilled_mounted_and_ldconfig_run():
+    fake = Pvesm(ct_kw={"libs": "570.148.08"})
+    done, _ = fix(fake)
+    m = mutating(fake.calls)
+    assert ("bash", "-c") == m[1][:2] and m[1][3] == "nvidia-userspace" and m[1][4] == gpuconfig.USERSPACE_HOST
+    assert any(c[0] == "pct" and c[1] == "exec" and any("nvidia-link" in a for a in c) for c in fake.calls)
+    assert done.after == () and done.ok
+
+
+def test_nothing_to_fix_is_a_noop_that_changes_nothing():
+    fake = Pvesm()
+    done, _ = fix(fake)
+    assert done.noop and done.ok and mutating(fake.calls) == []
+
+
+def test_a_sudo_login_is_refused_before_anything_runs():
+    fake = Pvesm()
+    with pytest.raises(RootRequired, match="only root can.*sudo: true.*safety.md"):
+        fix(fake, ctid=202)
+    assert fake.calls == []
+
+
+# -- host setup -------------------------------------------------------------------------------------------------
+
+def test_host_setup_sends_the_unit_and_scripts_and_reads_what_was_written():
+    argv = hostsetup.setup_argv(dry=True)
+    assert argv[3:5] == ["host-setup", "1"]
+    files = dict(zip(argv[5::2], argv[6::2], strict=True))
+    unit = files[hostsetup.UNIT]
+    assert "Before=pve-guests.service" in unit and "ExecStart=/usr/local/lib/remote/gpu-boot.sh" in unit
+    assert "nvidia-modprobe -u -c 0" in files["/usr/local/lib/remote/gpu-boot.sh"]
+    assert set(files) == {p for p, _ in hostsetup.FILES}
+    wrote, same, enabled = hostsetup.parse("would write /etc/systemd/system/remote-gpu.service\n"
+                                           "unchanged /usr/local/lib/remote/gpu-boot.sh\nwould enable remote-gpu.service\n")
+    assert wrote == ("/etc/systemd/system/remote-gpu.service",) and same == ("/usr/local/lib/remote/gpu-boot.sh",)
+    assert enabled == ("remote-gpu.service",)
+
+
+def test_host_setup_refuses_a_sudo_login():
+    s = Session(config.parse(HOSTS, "hosts.yaml"), transport_factory=lambda h: pytest.fail("nothing runs"))
+    with pytest.raises(RootRequired, match="host pve2"):
+        hostsetup.host_setup(resolve_host(s, "pve2"))
+
+
+def test_host_setup_script_is_idempotent_and_dry_writes_nothing(tmp_path):
+    import os
+    import subprocess
+
+    env = {**os.environ, "REMOTE_GPU_SYSROOT": str(tmp_path)}
+    argv = hostsetup.setup_argv(dry=True)
+    first = subprocess.run(argv, capture_output=True, text=True, env=env, check=True).stdout
+    assert "would write /etc/systemd/system/remote-gpu.service" in first and not (tmp_path / "etc").exists()
+    real = subprocess.run(hostsetup.setup_argv(dry=False), capture_output=True, text=True, env=env, check=True).stdout
+    assert hostsetup.parse(real)[0] == tuple(p for p, _ in hostsetup.FILES)
+    assert "enabled remote-gpu.service" in real
+    link = tmp_path / "etc/systemd/system/multi-user.target.wants/remote-gpu.service"
+    assert os.readlink(link) == hostsetup.UNIT
+    assert os.access(tmp_path / "usr/local/lib/remote/gpu-boot.sh", os.X_OK)
+    again = subprocess.run(hostsetup.setup_argv(dry=False), capture_output=True, text=True, env=env, check=True).stdout
+    wrote, same, enabled = hostsetup.parse(again)
+    assert wrote == () and enabled == () and len(same) == len(hostsetup.FILES)
+
+
+def test_the_command_line_shows_the_diff_the_restart_and_what_is_left_by_hand():
+    from remote.cli import format as fmt
+
+    cfg = data("pct-config-dev.txt").replace("dev2: /dev/nvidia-uvm\n", "")
+    fake = Pvesm(config_text=cfg, ct_kw={"nodes": [n for n in GOOD_NODES if n[0] != "/dev/nvidia-uvm"], "init": 999})
+    done, _ = fix(fake, dry=True)
+    text = "\n".join(fmt.gpu_fix_lines(done))
+    assert "would fix cuda-init-failed, device-not-passed" in text and "  + dev2: /dev/nvidia-uvm,gid=44,mode=0666" in text
+    assert "would run: pct set 200 --dev2" in text and "restart would be: Proxmox applies devN" in text
+    manual = GpuFix(200, "pve1", False, ("host-no-driver",), (), (), (), (("host-no-driver", "no module",
+                           "install it"),), None, False, None, None, ("host-no-driver",))
+    lines = fmt.gpu_fix_lines(manual)
+    assert lines[0].endswith("nothing gpu fix can change") and "by hand: install it" in lines[1] and manual.ok
+
+
+def test_gpu_fix_wants_one_container_or_a_host_with_all():
+    from remote.cli import tasks
+
+    assert tasks.run(["gpu", "fix", "--host", "pve1"]) == 2
+    assert tasks.run(["gpu", "fix", "-c", "200", "--host", "pve1", "--all"]) == 2
+
+
+def test_doctor_before_a_move_reads_both_nodes_and_names_what_the_target_lacks():
+    from remote import gpudoctor
+    from remote.errors import ConfigError
+
+    here, there = Pvesm(), Pvesm(nodes=UVM_GONE)
+    s = Session(config.parse(HOSTS, "hosts.yaml"), agent=False,
+                transport_factory=lambda h: here if h.name == "pve1" else there)
+    moved = gpudoctor.before_move(s, 200, "pve2")
+    assert [f.node for f in moved.findings] == ["/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"] and not moved.healthy
+    assert moved.render().startswith("container 200 (pve1) to node pve2: 2 finding(s)")
+    assert mutating(here.calls + there.calls) == []
+    with pytest.raises(ConfigError, match="unknown host 'pve9'"):
+        gpudoctor.before_move(s, 200, "pve9")
+    ok = gpudoctor.before_move(Session(config.parse(HOSTS, "hosts.yaml"), agent=False,
+                                       transport_factory=lambda h: Pvesm()), 200, "pve2")
+    assert ok.healthy and ok.render().endswith("every device node its devN lines name is there")
+
+
+def test_doctor_node_wants_gpu_and_one_container():
+    from remote.cli import tasks
+
+    assert tasks.run(["doctor", "--node", "pve2", "-c", "200"]) == 2
+    assert tasks.run(["doctor", "--gpu", "--node", "pve2"]) == 2
+
+
+def test_drop_raw_removes_exactly_the_named_lines_of_the_current_config_or_nothing(tmp_path):
+    import os
+    import subprocess
+
+    conf = tmp_path / "etc/pve/lxc/201.conf"
+    conf.parent.mkdir(parents=True)
+    text = data("pct-config-raw.txt") + "[before-upgrade]\nlxc.cgroup2.devices.allow: c 511:* rwm\n"
+    conf.write_text(text)
+    p = plan_of(gpu_host(configs={201: data("pct-config-raw.txt")}), ct(), data("pct-config-raw.txt"), ctid=201)
+    env = {**os.environ, "REMOTE_GPU_SYSROOT": str(tmp_path)}
+    r = subprocess.run(gpufix._fix_argv("drop-raw", "201", *p.config.raw), env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    left = conf.read_text()
+    assert [line for line in left.split("[before-upgrade]")[0].splitlines() if line.startswith("lxc.")] == []
+    assert left.split("[before-upgrade]")[1] == "\nlxc.cgroup2.devices.allow: c 511:* rwm\n"  # a snapshot's: kept
+    assert "hostname: gpu201" in left
+    conf.write_text(text)
+    r = subprocess.run(gpufix._fix_argv("drop-raw", "201", "lxc.cgroup2.devices.allow: c 999:* rwm"), env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 3 and "not every line" in r.stderr and conf.read_text() == text
+
+
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="mknod needs root")
+def test_the_uvm_nodes_are_made_without_nvidia_modprobe_from_the_modules_major(tmp_path):
+    """As on the H200 machine: no nvidia-modprobe installed; the nodes made as it makes them, with the major that
+    /proc/devices gives the loaded nvidia_uvm (238 there), minors 0 and 1, mode 0666; again changes nothing."""
+    import os
+    import stat
+    import subprocess
+
+    from remote import shell
+
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "dev").mkdir()
+    argv = ["bash", "-c", shell.load("gpu-uvm"), "gpu-uvm"]
+    env = {**os.environ, "REMOTE_GPU_SYSROOT": str(tmp_path)}
+    (tmp_path / "proc/devices").write_text("Character devices:\n195 nvidia\n241 nvidia-caps\n\nBlock devices:\n")
+    r = subprocess.run(argv, capture_output=True, text=True, env=env)
+    assert r.returncode == 4 and "nvidia_uvm module is not loaded" in r.stdout, r
+    assert not (tmp_path / "dev/nvidia-uvm").exists()
+    (tmp_path / "proc/devices").write_text("Character devices:\n195 nvidia\n238 nvidia-uvm\n241 nvidia-caps\n")
+    for _ in range(2):
+        r = subprocess.run(argv, capture_output=True, text=True, env=env)
+        assert r.returncode == 0 and r.stdout.strip() == "ok", r
+        made = {n: os.stat(tmp_path / "dev" / n) for n in ("nvidia-uvm", "nvidia-uvm-tools")}
+        assert {n: (stat.S_ISCHR(s.st_mode), os.major(s.st_rdev), os.minor(s.st_rdev), stat.S_IMODE(s.st_mode))
+                for n, s in made.items()} == {"nvidia-uvm": (True, 238, 0, 0o666), "nvidia-uvm-tools": (True, 238, 1, 0o666)}
+
+
+def test_a_node_bound_over_by_a_raw_config_line_has_that_line_dropped_and_a_restart():
+    from test_gpu import planted
+
+    over = "lxc.mount.entry: /dev/null dev/nvidia-uvm none bind,create=file"
+    cfg = data("pct-config-dev.txt") + over + "\n[snap]\n" + over + "\n"
+    c = gpu.parse_container(planted("/dev/nvidia-uvm", 1, 3, mount="/null"))
+    p = plan_of(gpu_host(configs={200: cfg}), c, cfg)
+    assert p.config.raw == (over,) and p.config.diff == (f"- {over}",) and p.config.set == ()
+    assert p.restart and "the raw line that binds another file over it dropped" in dict(p.fixes)["container-node-wrong"]
