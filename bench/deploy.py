@@ -48,7 +48,7 @@ def main() -> None:
         with remote.open() as fleet:  # a new fleet (connection and agent) each time, as `remote deploy` has
             plan = fleet.container(args.container).deploy()
         lib.append(time.perf_counter() - start)
-        assert plan.noop, "deploy was not a no-op: run `remote deploy` once first\n" + plan.render()
+        assert plan.noop, "deploy was not a no-op: run `remote deploy` once first\n" + str(plan)
     cli = []
     for _ in range(args.repeat):
         start = time.perf_counter()

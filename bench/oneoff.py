@@ -30,6 +30,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # this checkout's remote, the one its commands run, before any other (an editable install)
 
+from remote.cli.format import deploy_text  # noqa: E402
 from remote import config  # noqa: E402
 from remote.target import resolve as target_of  # noqa: E402
 
@@ -200,7 +201,7 @@ def _noop_deploy(hosts: str, ctid: int, session_kwargs: dict, env: dict) -> floa
     try:
         start = time.perf_counter()
         with Session(config.load(hosts), **session_kwargs) as s:
-            summary = deploy(target_of(s, ctid), echo=lambda line: None)
+            summary = deploy(target_of(s, ctid))
         took = time.perf_counter() - start
     finally:
         if saved is None:
@@ -208,7 +209,7 @@ def _noop_deploy(hosts: str, ctid: int, session_kwargs: dict, env: dict) -> floa
         else:
             os.environ["XDG_RUNTIME_DIR"] = saved
     if not summary.noop:
-        sys.exit(f"deploy {ctid} was not a no-op:\n{summary.render()}")
+        sys.exit(f"deploy {ctid} was not a no-op:\n{deploy_text(summary)}")
     return took
 
 

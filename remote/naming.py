@@ -192,3 +192,12 @@ def json_loads(text: str | bytes) -> Any:
                 raise ValueError(f"JSON nested more than {JSON_DEPTH} deep")
             stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
     return value
+
+
+def size(n: float) -> str:
+    """Bytes as people read them: `512 B`, `1.5 MiB`."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)

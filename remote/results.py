@@ -4,6 +4,8 @@ Frozen dataclasses, typed, with no rendering (the command line's format module t
 JSON). Below the operations and the transport: this module imports only remote.errors.
 
     Result        a finished command                 CacheCopy     a compile cache copied between containers
+    DeployPlan    what a deploy changed, or would    Transfer      a push or pull, verified
+    Warmup        a warmup's devices and cache gain  CacheHolding  what a container's compile cache holds
     Snapshot      a Proxmox snapshot                 RolledBack    a container rolled back to one
     Finding       one thing doctor found             Stopped       a stopped run (and the others with it)
     RunStatus     a run's state, read now            RunSummary    one row of `runs`
@@ -26,7 +28,7 @@ from typing import Any, Generic, Literal, TypeVar
 from .errors import CommandError
 
 __all__ = [  # the API re-exports these as they are (remote.api)
-    "Result", "CacheCopy", "ImportedCache", "Snapshot", "RolledBack", "Finding", "RunStatus", "RunSummary", "Metric",
+    "Result", "Transfer", "DeployPlan", "Warmup", "CacheHolding", "CacheCopy", "ImportedCache", "Snapshot", "RolledBack", "Finding", "RunStatus", "RunSummary", "Metric",
     "Stopped", "KnownGood", "PulledRun", "CompileEvent", "CompileHealth", "JobStatus", "ContainerStatus",
     "HostStatus", "FleetStatus", "Outcome", "GroupResult", "State", "GpuFix", "HostSetup", "CreateStep", "Created",
 ]
@@ -74,6 +76,53 @@ class Result:
         return self
 
 
+# -- files -------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Transfer:
+    """A push or pull: what arrived, verified by sha256 (a file's hash, a tree's manifest)."""
+
+    direction: str  # "push" | "pull"
+    src: str
+    dest: str
+    files: int
+    bytes: int  # of file content now at the destination
+    seconds: float
+    attempts: int = 1
+    sha256: str | None = None  # of a single file
+    refused: tuple[str, ...] = ()  # members of a pulled tree not written, each "<path>: <why>"
+    verified: bool = True  # always: a transfer that does not verify raises TransferError
+    kind: Literal["file", "tree"] = "file"
+    sent: int = 0  # bytes of file content that travelled this time (less than `bytes` after a resume)
+    resumed_from: int = 0  # the byte a resumed file transfer started at
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.sent / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+
+# -- deploy ------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DeployPlan:
+    """What a deploy changed (applied) or would change (check=True, or a dry run): data, never printed
+    (remote.cli.format.deploy_text words it)."""
+
+    container: int
+    applied: bool
+    changed: tuple[str, ...]
+    kept: tuple[str, ...]
+    saved: tuple[str, ...]  # patches and tarballs of container edits
+    drift: tuple[str, ...]  # hand-installed or changed packages
+    torch: Mapping[str, Any] | None  # the venv's verify report (torch, cuda_build, triton, gpu_count, ...)
+    seconds: float
+    dry: bool = field(default=False, repr=False)  # a dry run: `changed` is what would have been
+
+    @property
+    def noop(self) -> bool:
+        return not self.changed
+
+
 # -- compile caches ----------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -88,6 +137,36 @@ class CacheCopy:
     present: int  # already there (skipped)
     total: int  # files the source holds
     seconds: float
+
+
+@dataclass(frozen=True)
+class Warmup:
+    """A warmup: per device, seconds and what it added to the compile cache."""
+
+    container: int
+    devices: tuple[str, ...]
+    seconds: float
+    new_files: int
+    new_bytes: int
+    hits: int
+    misses: int
+    guarded: bool  # the compile guard reported hits and misses
+    copied: CacheCopy | None = None  # no compile ran: a matching cache of another container was copied
+
+
+@dataclass(frozen=True)
+class CacheHolding:
+    """What a container's compile cache holds (`remote cache`): its folder, files, size and passport, or
+    why it could not be read (error)."""
+
+    container: int
+    folder: str = ""
+    files: int = 0
+    bytes: int = 0
+    passport: Mapping[str, Any] | None = None
+    serves_itself: bool = False  # made for exactly what the container runs now
+    mismatch: str = ""  # where it holds files but does not serve itself: how its passport differs
+    error: str | None = None
 
 
 @dataclass(frozen=True)

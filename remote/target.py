@@ -18,7 +18,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from .config import Config, ContainerSpec, Host
-from .events import Note, Output, StepStarted
+from .events import Note, Output, Resumed, SnapshotTaken, StepStarted
 
 if TYPE_CHECKING:
     from .transport.pct import Container
@@ -50,6 +50,15 @@ class _Reports:
     def output(self, line: str) -> None:
         """A line of a command's or a log's output, as it came."""
         self.session.sink(Output(self._mark, line))
+
+    def resumed(self, offset: int, reason: str) -> None:
+        """A followed log picked up again at byte `offset` after a lost connection (`reason`: what was lost)."""
+        self.session.sink(Resumed(self._mark, f"-- connection lost ({reason}); resuming at byte {offset}", offset,
+                                  reason))
+
+    def snapshot_taken(self, name: str, reason: str) -> None:
+        """A Proxmox snapshot taken before a change."""
+        self.session.sink(SnapshotTaken(self._mark, f"==> snapshot {name} ({reason})", name, reason))
 
     @property
     def dry(self) -> bool:
@@ -87,8 +96,11 @@ class Target(_Reports):
 
     @property
     def echo(self) -> Callable[[str], None]:
-        """The session's line reporter, for operations not yet moved to step/note/warn/output (going away)."""
-        return self.session.echo
+        """A line reporter for operations not yet moved to step/note/warn/output (going away): each line as
+        its event, marked with this container (one container's call too, not only a group's)."""
+        from .events import event_of
+
+        return lambda line: self.session.sink(event_of(line, self.spec.ctid))
 
 
 @dataclass(frozen=True, eq=False)

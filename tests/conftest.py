@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout
 from support import (LAB_CONTAINERS, LAB_SECTIONS, OWN_LAB_CONTAINERS, OWN_LAB_MODULES, new_lab,  # noqa: E402
                      tier_of, work_unit)
 
+from remote.cli.format import deploy_text  # noqa: E402
 from remote.target import resolve as target_of  # noqa: E402
 
 
@@ -159,8 +160,8 @@ def deployed(lab, lab_session, _per_lab):
     from remote.ops.deploy import deploy
 
     def make():
-        summary = deploy(target_of(lab_session, ids_of(lab)[0]), echo=lambda s: None)
-        assert summary.torch["torch"] == "2.13.0+cpu", summary.render()
+        summary = deploy(target_of(lab_session, ids_of(lab)[0]))
+        assert summary.torch["torch"] == "2.13.0+cpu", deploy_text(summary)
         return summary
 
     first = once(_per_lab, lab, "deployed", make)
@@ -170,7 +171,7 @@ def deployed(lab, lab_session, _per_lab):
     from remote.errors import BusyError
 
     try:
-        deploy(target_of(lab_session, ids_of(lab)[0]), echo=lambda s: None)
+        deploy(target_of(lab_session, ids_of(lab)[0]))
     except BusyError:  # a run left going by a module before: its tests say what they need
         pass
     return first

@@ -17,7 +17,7 @@ operations only, never the transport. One module per noun:
     base.py       what a fleet is and does on many containers (status, doctor, caches, multi-node runs)
     container.py  Container (a container resolved once) and Run
     group.py      Group: one call per container through the one executor
-    values.py     the values only the API returns (Transfer, DeployPlan, Warmup, Diagnosis, ...)
+    values.py     the values only the API returns (Diagnosis, GpuReport)
     setup.py      what needs no fleet: write_hosts_file, sudoers_dropin, disconnect, progress_printer
 
 What operations return is remote.results'; docs/reference/library.md documents every public name.
@@ -43,11 +43,11 @@ from .setup import (
     sudoers_dropin,
     write_hosts_file,
 )
-from .values import CacheHolding, DeployPlan, Diagnosis, GpuReport, Transfer, Warmup
+from .values import Diagnosis, GpuReport
 
 __all__ = [
-    "ALL", "FOLLOW_SLICE_S", "PROGRESS_EVERY", "CacheHolding", "Container", "DeployPlan", "Diagnosis", "Fleet",
-    "FleetBase", "GpuReport", "Group", "HostsFile", "OutputCallback", "Progress", "Run", "Transfer", "Warmup",
+    "ALL", "FOLLOW_SLICE_S", "PROGRESS_EVERY", "Container", "Diagnosis", "Fleet",
+    "FleetBase", "GpuReport", "Group", "HostsFile", "OutputCallback", "Progress", "Run",
     "current_container", "disconnect", "doctor_document", "known_good_label", "open", "passport_line",
     "progress_printer", "sudoers_dropin", "write_hosts_file",
 ]

@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError, RemoteError
+from ..errors import ConfigError
 from ..events import Event, Sink
-from ..results import FleetStatus, GroupResult, HostStatus, Outcome
-from .values import CacheHolding, Diagnosis, GpuReport, _diagnosis
+from ..results import CacheHolding, FleetStatus, GroupResult, HostStatus, Outcome
+from .values import Diagnosis, GpuReport, _diagnosis
 
 if TYPE_CHECKING:  # imported where used: `import remote` loads no transport, no yaml
     from ..config import Config
@@ -246,15 +246,7 @@ class FleetBase:
         """What each container's compile cache holds (default: every container), all at once."""
         from ..ops import cachecopy
 
-        ids = self.select(ALL if which is None else which)
-        out = []
-        for ctid, h in zip(ids, cachecopy.inventory(self._session, ids), strict=True):
-            if isinstance(h, RemoteError):
-                out.append(CacheHolding(ctid, error=str(h)))
-                continue
-            out.append(CacheHolding(h.ctid, h.folder, len(h.files), h.bytes, h.passport, h.serves_itself,
-                                    "" if h.serves_itself or not h.files else cachecopy.pp.describe(h.passport, h.want)))
-        return out
+        return cachecopy.holdings(self._session, self.select(ALL if which is None else which))
 
     def warm_groups(self, which: int | str | Sequence[int | str] = ALL, *, fail_fast: bool = False,
                     parallel: bool = False, prefix_output: bool = False) -> GroupResult[None]:
@@ -267,7 +259,7 @@ class FleetBase:
         ids = self.select(which)
         s = self._session
         with self._grouped():
-            got = cachecopy.warm_fleet(s, ids, fail_fast=fail_fast, parallel=parallel, echo=self._emit,
+            got = cachecopy.warm_fleet(s, ids, fail_fast=fail_fast, parallel=parallel,
                                        **self._watching(prefix_output))
         # a failure's error is a WarmupError with its message (the exception of a warmup or a copy, worded)
         return GroupResult({c: dataclasses.replace(o, error=WarmupError(o.message)) if o.error is not None else o

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import JobError
 from ..results import (
     CacheCopy,
+    DeployPlan,
     Finding,
     GpuFix,
     ImportedCache,
@@ -25,10 +26,12 @@ from ..results import (
     RunSummary,
     Snapshot,
     Stopped,
+    Transfer,
+    Warmup,
 )
 from . import checks
 from .run import Run
-from .values import DeployPlan, Transfer, Warmup, _diagnosis, _transfer
+from .values import _diagnosis
 
 if TYPE_CHECKING:
     from ..config import ContainerSpec
@@ -116,8 +119,9 @@ class Container:
         from ..ops.interactive import open_shell
         from ..ops.session import open_session
 
-        with open_session(self.fleet.config, transport=self.fleet._transport) as s:  # a pty session of its own, no agent
-            return open_shell(dataclasses.replace(self._target, session=s), echo=self.fleet._emit)
+        # A pty session of its own, no agent; its notes to the fleet's events.
+        with open_session(self.fleet.config, transport=self.fleet._transport, events=self.fleet._emit.event) as s:
+            return open_shell(dataclasses.replace(self._target, session=s))
 
     # -- files ---------------------------------------------------------------------------------------
     def push(self, src: str | os.PathLike, dest: str, *, attempts: int = 3,
@@ -131,7 +135,7 @@ class Container:
         checks.count("attempts", attempts)
         if not (os.path.isfile(src) or os.path.isdir(src)):
             raise TransferError(f"cannot push {os.fspath(src)}: no such file or folder on this machine")
-        return _transfer(files.push(self._ct(), src, dest, attempts=attempts, progress=on_bytes))
+        return files.push(self._ct(), src, dest, attempts=attempts, progress=on_bytes)
 
     def pull(self, src: str, dest: str | os.PathLike, *, attempts: int = 3,
              on_bytes: Callable[[int, int], None] | None = None) -> Transfer:
@@ -142,7 +146,7 @@ class Container:
         src, dest = checks.text("src", src), checks.path("dest", dest)
         checks.count("attempts", attempts)
 
-        return _transfer(files.pull(self._ct(), src, dest, attempts=attempts, progress=on_bytes))
+        return files.pull(self._ct(), src, dest, attempts=attempts, progress=on_bytes)
 
     # -- deploy and warmup ---------------------------------------------------------------------------
     def deploy(self, *, check: bool = False, allow_dirty: bool = False, rollback: bool = False,
@@ -153,10 +157,7 @@ class Container:
         from ..ops.deploy import LockOnce, deploy
 
         lock = self.fleet._shared_value("deploy-lock", LockOnce)  # one resolved lock for the fleet's deploys
-        s = deploy(self._target, allow_dirty=allow_dirty, check=check, rollback=rollback, force=force,
-                   echo=self.fleet._emit, lock=lock)
-        return DeployPlan(s.ctid, not (check or s.dry), tuple(s.changed), tuple(s.kept), tuple(s.saved), tuple(s.drift),
-                          s.torch, s.seconds, s)
+        return deploy(self._target, allow_dirty=allow_dirty, check=check, rollback=rollback, force=force, lock=lock)
 
     def warmup(self, *, devices: Sequence[str] | None = None, parallel: bool = False) -> Warmup:
         """Compile the training into the persistent compile cache, one device at a time (or in parallel).
@@ -168,16 +169,9 @@ class Container:
         devices = checks.words("devices", devices)
         checks.flag("parallel", parallel)
         if devices or self.fleet._groups:
-            results = wm.warmup(self._target, parallel=parallel, devices=list(devices) if devices else None,
-                                echo=self.fleet._emit)
-        else:
-            got = cachecopy.warmup_or_copy(self._target, parallel=parallel, echo=self.fleet._emit)
-            if isinstance(got, CacheCopy):
-                return Warmup(self.id, (), got.seconds, got.files, got.bytes, 0, 0, False, got)
-            results = got
-        return Warmup(self.id, tuple(r.device for r in results), sum(r.end - r.start for r in results),
-                      sum(r.new_files for r in results), sum(r.new_bytes for r in results),
-                      sum(r.hits for r in results), sum(r.misses for r in results), any(r.report for r in results))
+            return wm.result_of(self.id, wm.warmup(self._target, parallel=parallel,
+                                                   devices=list(devices) if devices else None))
+        return wm.result_of(self.id, cachecopy.warmup_or_copy(self._target, parallel=parallel))
 
     def copy_cache(self, src: int | str) -> CacheCopy:
         """Copy container src's compile cache into this one: only the files it lacks, sha256-verified;
@@ -186,13 +180,13 @@ class Container:
         from ..target import resolve
 
         source = resolve(self.fleet._session, src)
-        return cachecopy.copy(source, self._target, echo=self.fleet._emit)
+        return cachecopy.copy(source, self._target)
 
     def export_cache(self, path: str | os.PathLike) -> Path:
         """Write the container's compile cache folder to a local bundle (tar.gz)."""
         from ..ops import warmup as wm
 
-        wm.export_cache(self._target, os.fspath(path), echo=self.fleet._emit)
+        wm.export_cache(self._target, os.fspath(path))
         return Path(path)
 
     def import_cache(self, path: str | os.PathLike) -> ImportedCache:
@@ -200,7 +194,7 @@ class Container:
         .refused: the members not imported, with why."""
         from ..ops import warmup as wm
 
-        return wm.import_cache(self._target, os.fspath(path), echo=self.fleet._emit)
+        return wm.import_cache(self._target, os.fspath(path))
 
     # -- runs ----------------------------------------------------------------------------------------
     def train(self, *, detach: bool = True, force: bool = False, warmup: bool = False, command: str | None = None,
@@ -222,21 +216,21 @@ class Container:
             raise unset(self.fleet.config.file, "train.command", "set the training command to run (or give command=)")
         run_command = f"{base} {shlex.join(extra)}" if extra else command
         run_env = checks.environment("env", env)
-        ct, spec, emit = self._ct(), self.spec, self.fleet._emit
-        run_id, _ = jobs.start(self._target, force=force, warmup=warmup, echo=emit, command=run_command, env=run_env)
+        ct, spec, emit = self._ct(), self.spec, self._target.echo
+        run_id, _ = jobs.start(self._target, force=force, warmup=warmup, command=run_command, env=run_env)
         if self.fleet.dry:
             return Run(self, run_id)
         run = Run(self, run_id)
         if not detach:
             try:
-                final = jobs.show_log(ct, spec, run_id, follow=True, echo=emit)
+                final = jobs.show_log(ct, spec, run_id, follow=True, echo=emit, on_resume=self._target.resumed)
             except KeyboardInterrupt:
-                emit(f"-- stopped following; run {run_id} keeps running. `remote logs --follow` resumes, "
-                     "`remote stop` ends it")
+                self._target.note(f"stopped following; run {run_id} keeps running. `remote logs --follow` "
+                                  "resumes, `remote stop` ends it")
                 raise
             from ..runs.knowngood import after_run
 
-            after_run(self._s, ct, spec, final, echo=emit)
+            after_run(self._target, final)
             run._state = jobs.run_status(final)
         return run
 
@@ -256,7 +250,7 @@ class Container:
         from ..runs.listing import list_runs
 
         limit = checks.count("limit", limit)
-        return list_runs(self._ct(), self.spec, limit=limit)
+        return list_runs(self._target, limit=limit)
 
     def render_runs(self, found: list[RunSummary]) -> str:
         from ..runs.listing import render
@@ -273,7 +267,8 @@ class Container:
         """A run's log to the progress callback as `remote logs` shows it (follow: until the job ends); its end state."""
         from ..ops import jobs
 
-        return jobs.run_status(jobs.show_log(self._ct(), self.spec, run_id, follow=follow, echo=self.fleet._emit))
+        return jobs.run_status(jobs.show_log(self._ct(), self.spec, run_id, follow=follow, echo=self._target.echo,
+                                             on_resume=self._target.resumed))
 
     def stop(self, run_id: str | None = None, *, grace: int = 10, nodes: bool = True) -> Stopped:
         """Stop a run (None: every live run, and the latest's leftovers) and verify nothing of it is left;
@@ -289,7 +284,7 @@ class Container:
                 if isinstance(one, BaseException):
                     raise one
                 assert isinstance(one, Stopped)
-                self.fleet._emit(f"node {ctid}: " + ("stopped" if one.was_alive else "was not running")
+                self._target.echo(f"node {ctid}: " + ("stopped" if one.was_alive else "was not running")
                                  + ", verified: no process of it is left")
         return got
 
@@ -315,7 +310,7 @@ class Container:
         """A run's outputs, log, manifest and watch files into dest/<run id>/."""
         from ..ops.jobs import pull_run
 
-        return pull_run(self._target, run_id, os.fspath(dest), progress=on_bytes, echo=self.fleet._emit)
+        return pull_run(self._target, run_id, os.fspath(dest), progress=on_bytes)
 
     # -- Proxmox snapshots ---------------------------------------------------------------------------
     def snapshots(self) -> list[Snapshot]:
@@ -329,7 +324,7 @@ class Container:
         again. BusyError while a run is live unless force; an unknown snapshot is a bad input (exit 2)."""
         from ..ops import snapshots as snaps
 
-        return snaps.rollback(self._target, snapshot=snapshot, force=force, echo=self.fleet._emit)
+        return snaps.rollback(self._target, snapshot=snapshot, force=force)
 
     # -- GPU passthrough ----------------------------------------------------------------------------------
     def gpu_fix(self, *, dry: bool = False, force: bool = False) -> GpuFix:

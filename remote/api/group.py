@@ -8,8 +8,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..results import Finding, GroupResult, Result
-from .values import DeployPlan, Transfer, Warmup
+from ..results import DeployPlan, Finding, GroupResult, Result, Transfer, Warmup
 
 if TYPE_CHECKING:
     from .base import FleetBase

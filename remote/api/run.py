@@ -16,6 +16,7 @@ from . import checks
 if TYPE_CHECKING:
     from ..config import ContainerSpec
     from ..ops.session import PctContainer
+    from ..target import Target
     from .base import FleetBase
 
 
@@ -30,6 +31,9 @@ class Owner(Protocol):
     def id(self) -> int: ...
 
     def _ct(self, venv_on_path: bool = True) -> PctContainer: ...
+
+    @property
+    def _target(self) -> Target: ...
 
     def stop(self, run_id: str | None = None, *, grace: int = 10, nodes: bool = True) -> Stopped: ...
 
@@ -106,7 +110,7 @@ class Run:
             try:
                 logs.follow(ct, st.path, self.id, offset=offset, on_bytes=on_bytes, follow_=True,
                             slice_seconds=FOLLOW_SLICE_S, reconnect=ct.transport.close,
-                            echo=self.container.fleet._emit, stop=done.is_set)
+                            on_resume=self.container._target.resumed, stop=done.is_set)
                 for line in splitter.flush():
                     lines.put((line, fed[0]))
                 lines.put(None)

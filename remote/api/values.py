@@ -1,35 +1,13 @@
-"""The values only the API returns (a push's Transfer, a deploy's DeployPlan, a Warmup, a container's
-CacheHolding, doctor's Diagnosis and GpuReport). What the operations return is remote.results'.
+"""The values only the API returns (doctor's Diagnosis and GpuReport). What the operations return is
+remote.results'.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..results import CacheCopy, Finding
-
-
-@dataclass(frozen=True)
-class Transfer:
-    """A push or pull: what arrived, verified by sha256 (a file's hash, a tree's manifest)."""
-
-    direction: str  # "push" | "pull"
-    src: str
-    dest: str
-    files: int
-    bytes: int
-    seconds: float
-    attempts: int = 1
-    sha256: str | None = None  # of a single file
-    refused: tuple[str, ...] = ()  # members of a pulled tree not written, each "<path>: <why>"
-    verified: bool = True  # always: a transfer that does not verify raises TransferError
-
-    def render(self) -> str:
-        return self._stats.render() if self._stats is not None else f"{self.direction} {self.src} -> {self.dest}"
-
-    _stats: Any = field(default=None, repr=False, compare=False)
+from ..results import Finding
 
 
 @dataclass(frozen=True)
@@ -48,58 +26,6 @@ class Diagnosis:
 
     def to_dict(self) -> dict:
         return self._report.to_dict()
-
-
-@dataclass(frozen=True)
-class DeployPlan:
-    """What a deploy changed (applied) or would change (check=True, or a dry run): data, never printed."""
-
-    container: int
-    applied: bool
-    changed: tuple[str, ...]
-    kept: tuple[str, ...]
-    saved: tuple[str, ...]  # patches and tarballs of container edits
-    drift: tuple[str, ...]  # hand-installed or changed packages
-    torch: Mapping[str, Any] | None
-    seconds: float
-    _summary: Any = field(default=None, repr=False, compare=False)
-
-    @property
-    def noop(self) -> bool:
-        return not self.changed
-
-    def render(self) -> str:
-        return self._summary.render()
-
-
-@dataclass(frozen=True)
-class Warmup:
-    """A warmup: per device, seconds and what it added to the compile cache."""
-
-    container: int
-    devices: tuple[str, ...]
-    seconds: float
-    new_files: int
-    new_bytes: int
-    hits: int
-    misses: int
-    guarded: bool  # the compile guard reported hits and misses
-    copied: CacheCopy | None = None  # no compile ran: a matching cache of another container was copied
-
-
-@dataclass(frozen=True)
-class CacheHolding:
-    """What a container's compile cache holds (`remote cache`): its folder, files, size and passport, or
-    why it could not be read (error)."""
-
-    container: int
-    folder: str = ""
-    files: int = 0
-    bytes: int = 0
-    passport: Mapping[str, Any] | None = None
-    serves_itself: bool = False  # made for exactly what the container runs now
-    mismatch: str = ""  # where it holds files but does not serve itself: how its passport differs
-    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -129,8 +55,3 @@ class GpuReport:
 
 def _diagnosis(report: Any) -> Diagnosis:
     return Diagnosis(report.ctid, report.host, tuple(report.findings), report.error, report.healthy, report)
-
-
-def _transfer(stats: Any) -> Transfer:
-    return Transfer(stats.direction, stats.src, stats.dest, stats.files, stats.total, stats.seconds,
-                    stats.attempts, stats.sha256, tuple(stats.refused), True, stats)

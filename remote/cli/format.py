@@ -11,7 +11,8 @@ import json
 from typing import Any
 
 from ..events import Done, Event, Failed, Progress
-from ..naming import copied_line, printable
+from ..naming import copied_line, printable, size
+from ..results import DeployPlan, Transfer
 
 
 def live_text(live: list[dict]) -> str:
@@ -42,6 +43,46 @@ def event_on_stderr(event: Event, data_on_stdout: bool) -> bool:
     """Whether an event goes to stderr: a group's Progress always; every event where stdout carries a
     task's data (a --json document, exec's output)."""
     return data_on_stdout or isinstance(event, Progress)
+
+
+# -- deploy ------------------------------------------------------------------------------------------
+
+def deploy_text(plan: DeployPlan) -> str:
+    """A remote.results.DeployPlan as `remote deploy` prints it: its head line, then what changed (or would),
+    was kept, saved, drifted, and the venv's torch."""
+    if plan.dry:
+        head = (f"deploy {plan.container} (dry run, nothing changed): " + ("nothing would change" if plan.noop else
+                f"would make {len(plan.changed)} change(s)"))
+    else:
+        head = f"deploy {plan.container}: " + ("nothing to do, everything verified" if plan.noop else
+                                               f"{len(plan.changed)} change(s)")
+    lines = [head + f" ({plan.seconds:.2f}s)"]
+    lines += [f"  {'would:  ' if plan.dry else 'changed:'} {c}" for c in plan.changed]
+    lines += [f"  kept:    {k}" for k in plan.kept]
+    lines += [f"  saved:   {s}" for s in plan.saved]
+    lines += [f"  drift:   {d}" for d in plan.drift]
+    if plan.torch:
+        t = plan.torch
+        lines.append(f"  torch {t.get('torch')} (CUDA build {t.get('cuda_build') or 'none'}), triton "
+                     f"{t.get('triton') or 'none'}, cuda available: {t.get('cuda_available')}, GPUs: "
+                     f"{t.get('gpu_count')}" + (f" ({t['gpu_name']})" if t.get("gpu_name") else ""))
+    # The torch and GPU strings, paths and names come from the container: one line each, escapes shown.
+    return "\n".join(map(printable, lines))
+
+
+# -- push and pull ---------------------------------------------------------------------------------
+
+def transfer_text(done: Transfer) -> str:
+    """A remote.results.Transfer as `remote push`/`pull` print it: what moved, how fast, verified; then each
+    refused member of a pulled tree."""
+    what = f"{done.files} file(s)" if done.kind == "tree" else "1 file"
+    resumed = f", resumed at {size(done.resumed_from)}" if done.resumed_from else ""
+    tries = f", {done.attempts} attempts" if done.attempts > 1 else ""
+    text = printable(f"{done.direction}ed {what}, {size(done.bytes)}, {done.src} -> {done.dest} in "
+                     f"{done.seconds:.1f}s ({done.mb_per_s:.1f} MB/s{resumed}{tries}), verified by sha256")
+    if done.refused:  # the container's member names and link targets: one line each, escapes shown
+        text += f"\n{len(done.refused)} refused (not written):\n" + "\n".join(f"  {printable(r)}" for r in done.refused)
+    return text
 
 
 # -- status ------------------------------------------------------------------------------------------

@@ -142,7 +142,7 @@ def deploy(c, container=None, allow_dirty=False, check=False, rollback=False, fo
     A no-op when they are."""
     with fleet_of(hosts, dry) as fleet:
         plan = fleet.container(container).deploy(allow_dirty=allow_dirty, check=check, rollback=rollback, force=force)
-    say(plan.render())
+    say(fmt.deploy_text(plan))
     if check and (plan.changed or plan.drift):
         raise Exit(code=1)
 
@@ -478,7 +478,7 @@ def push(c, src=None, dest=None, container=None, attempts=3, quiet=False, dry=Fa
         done = fleet.container(container).push(src, dest, attempts=int(attempts),
                                                on_bytes=_progress(quiet, dry, f"push {src}"))
     if not dry:
-        say(done.render())
+        say(fmt.transfer_text(done))
 
 
 @task(help={**XFER_HELP, "src": "file or folder in the container", "dest": "local path (a folder's contents are "
@@ -504,7 +504,7 @@ def pull(c, src=None, dest=None, container=None, run=None, attempts=3, quiet=Fal
         done = fleet.container(container).pull(src, dest, attempts=int(attempts),
                                                on_bytes=_progress(quiet, dry, f"pull {src}"))
     if not dry:
-        say(done.render())
+        say(fmt.transfer_text(done))
 
 
 ONE_CT_HELP = "container id from the hosts file (default: default_container, $REMOTE_CONTAINER, or the only one)"

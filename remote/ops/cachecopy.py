@@ -25,9 +25,8 @@ from dataclasses import dataclass, field
 
 from .. import executor, shell
 from ..errors import RemoteError, TransferError, WarmupError
-from ..events import quiet
 from ..naming import copied_line, json_loads
-from ..results import CacheCopy, GroupResult, Outcome
+from ..results import CacheCopy, CacheHolding, GroupResult, Outcome
 from ..target import Target, resolve
 from ..transport.pct import DEFAULT_PATH, Container
 from ..transport.session import Session
@@ -75,7 +74,7 @@ def _system(ct: Container) -> Container:
 def look(t: Target) -> Holding:
     """What the container's cache holds (files, passport) and the passport it would need."""
     spec, ct = t.spec, t.ct
-    state = wm.deployed_now(ct, spec)  # its GPU now: after a migration, not the deploy node's
+    state = wm.deployed_now(t)  # its GPU now: after a migration, not the deploy node's
     folder = jobenv.compile_cache(spec, state["venv"].get("verify"))
     r = _system(ct).script(shell.load("cachecopy"), shell.load_python("cachecopy"), "list", folder, mutates=False,
                            timeout=300, label="list the compile cache")
@@ -168,7 +167,7 @@ def _stream_copy(src_ct: Container, dst_ct: Container, src_folder: str, dst_fold
     return summary, via
 
 
-def copy(src: Target, dst: Target, *, echo: Callable[[str], None] = quiet, src_holding: Holding | None = None,
+def copy(src: Target, dst: Target, *, src_holding: Holding | None = None,
          cut_after: int | None = None, via_controller: bool = False) -> CacheCopy:
     """Copy src's compile cache into dst: refused (CacheMismatch, naming each field) unless src's
     passport is what dst needs; only the files dst lacks; records dst's warmups as copied."""
@@ -181,8 +180,8 @@ def copy(src: Target, dst: Target, *, echo: Callable[[str], None] = quiet, src_h
         d = look(dst)
         check(s, d)
         wanted = sorted(p for p in s.files if p not in d.files)
-        echo(f"==> copying {len(wanted)} of {len(s.files)} cache file(s) "
-             f"({sum(s.files[p] for p in wanted) / 2**20:.1f} MiB) from {s.ctid} into {d.folder}")
+        dst.step(f"copying {len(wanted)} of {len(s.files)} cache file(s) "
+                 f"({sum(s.files[p] for p in wanted) / 2**20:.1f} MiB) from {s.ctid} into {d.folder}")
         if dst_ct.dry:
             return CacheCopy(s.ctid, d.ctid, "dry run", 0, 0, 0, len(s.files), 0.0)
         if wanted:
@@ -192,8 +191,8 @@ def copy(src: Target, dst: Target, *, echo: Callable[[str], None] = quiet, src_h
         else:
             summary, via = {"written": 0, "bytes": 0, "present": 0}, "nothing to send"
         if summary.get("refused"):
-            echo(f"  {summary['refused']} cache file(s) not copied: a folder of them in {d.folder} is a symlink "
-                 "or a file (left as it is; those compile again)")
+            dst.output(f"  {summary['refused']} cache file(s) not copied: a folder of them in {d.folder} is a "
+                       "symlink or a file (left as it is; those compile again)")
         assert s.passport is not None  # check(s, d) refuses a source without one
         lease.verify()  # a copy that lost its lease says nothing: no passport, no warmup records
         wm.write_passport(dst_ct, d.folder, {**s.passport, "copied_from": s.ctid,
@@ -204,10 +203,10 @@ def copy(src: Target, dst: Target, *, echo: Callable[[str], None] = quiet, src_h
                  "seconds": round(end - start, 3), "new_files": summary.get("written", 0), "cache_files": total,
                  "new_bytes": summary.get("bytes", 0), "hits": 0, "misses": 0, "copied_from": s.ctid}
                 for dev in wm.devices_of(dspec)]
-        wm._record(dst_ct, dspec, recs)
+        wm._record(dst, recs)
     result = CacheCopy(s.ctid, d.ctid, via, summary.get("written", 0), summary.get("bytes", 0),
                     summary.get("present", 0) + len(s.files) - len(wanted), len(s.files), time.time() - start)
-    echo("  " + copied_line(result))
+    dst.output("  " + copied_line(result))
     return result
 
 
@@ -292,23 +291,23 @@ def plan(session: Session, ids: list[int]) -> Plan:
 
 
 def warm_fleet(session: Session, ids: list[int], *, fail_fast: bool = False, parallel: bool = False,
-               echo: Callable[[str], None] = quiet, on_done: Callable[[Outcome[None]], None] | None = None,
+               on_done: Callable[[Outcome[None]], None] | None = None,
                on_tick: Callable[[dict[int, float]], None] | None = None) -> GroupResult[None]:
     """`remote warmup -c 200,201,202`: one warmup per group of containers that would write the same
     passport, then its cache copied to the rest of the group; the others warmed on their own (at once,
     through remote.executor: on_done and on_tick are its)."""
     p = plan(session, ids)
     for leader, rest in p.leaders.items():
-        echo(f"==> warming {leader} for {', '.join(map(str, [leader, *rest]))} (same passport), then copying its cache "
-             f"from {leader} (trusting its jobs' code; warmup.copy_from_others: false to compile each)")
+        resolve(session, leader).step(f"warming {leader} for {', '.join(map(str, [leader, *rest]))} (same passport), "
+                                      f"then copying its cache from {leader} (trusting its jobs' code; warmup.copy_from_others: false to compile each)")
     for c, why in p.alone.items():
-        echo(f"==> {c} is warmed on its own: {why}")
+        resolve(session, c).step(f"{c} is warmed on its own: {why}")
     first = [c for c in ids if c in p.leaders or c in p.alone]
     failed: set[int] = set()
 
     def warm(c: int) -> None:
         try:
-            wm.warmup(resolve(session, c), parallel=parallel, echo=echo)
+            wm.warmup(resolve(session, c), parallel=parallel)
         except BaseException:
             failed.add(c)
             raise
@@ -320,7 +319,7 @@ def warm_fleet(session: Session, ids: list[int], *, fail_fast: bool = False, par
         leader = followers[c]
         if leader in failed:
             raise WarmupError(f"not copied: the warmup of {leader}, which was to serve it, failed")
-        copy(resolve(session, leader), resolve(session, c), echo=echo)
+        copy(resolve(session, leader), resolve(session, c))
         return None
 
     order = [c for c in ids if c in followers]
@@ -333,22 +332,34 @@ def warm_fleet(session: Session, ids: list[int], *, fail_fast: bool = False, par
     return result
 
 
+def holdings(session: Session, ids: list[int]) -> list[CacheHolding]:
+    """`remote cache`: what each container's cache holds, or why it could not be read (its error)."""
+    out = []
+    for ctid, h in zip(ids, inventory(session, ids), strict=True):
+        if isinstance(h, RemoteError):
+            out.append(CacheHolding(ctid, error=str(h)))
+        else:
+            out.append(CacheHolding(h.ctid, h.folder, len(h.files), h.bytes, h.passport, h.serves_itself,
+                                    "" if h.serves_itself or not h.files else pp.describe(h.passport, h.want)))
+    return out
+
+
 def inventory(session: Session, ids: list[int]) -> list[Holding | RemoteError]:
     """`remote cache`: what each container's cache holds (or why it could not be read)."""
     return executor.values(session.config, ids, lambda c: _look_at(session, c))
 
 
-def warmup_or_copy(t: Target, *, parallel: bool = False, echo: Callable[[str], None] = quiet):
+def warmup_or_copy(t: Target, *, parallel: bool = False):
     """`remote warmup -c 201`: where 201 has no warmup for what it runs now and another container of the
     hosts file holds a cache made for exactly that, copy it (a CacheCopy); otherwise warm up (DeviceResults)."""
     spec, ct = t.spec, t.ct
     if not ct.dry and spec.warmup.command and spec.warmup.copy_from_others:
         state = wm.deployed(ct, spec)
-        if wm.missing_warmups(ct, spec, state):
+        if wm.missing_warmups(t, state):
             src = find_source(t)
             if src is not None:
-                echo(f"==> container {src.ctid} holds a compile cache made for exactly this (same passport): "
-                     f"copying it instead of compiling; this trusts {src.ctid}'s jobs (the cache holds code "
-                     f"{spec.ctid} will load; warmup.copy_from_others: false compiles here instead)")
-                return copy(resolve(t.session, src.ctid), t, src_holding=src, echo=echo)
-    return wm.warmup(t, parallel=parallel, echo=echo)
+                t.step(f"container {src.ctid} holds a compile cache made for exactly this (same passport): "
+                       f"copying it instead of compiling; this trusts {src.ctid}'s jobs (the cache holds code "
+                       f"{spec.ctid} will load; warmup.copy_from_others: false compiles here instead)")
+                return copy(resolve(t.session, src.ctid), t, src_holding=src)
+    return wm.warmup(t, parallel=parallel)

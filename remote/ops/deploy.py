@@ -20,11 +20,10 @@ from pathlib import Path
 from .. import facts, shell
 from ..config import ContainerSpec, VenvSpec
 from ..errors import BusyError, CommandError, DeployError, RemoteError
-from ..events import quiet
 from ..naming import json_loads, printable
+from ..results import DeployPlan
 from ..target import Target
 from ..transport.pct import Container
-from ..transport.session import Session
 from . import code as codemod
 from . import dryplan, fetched, files, jobenv, jobs, oplock
 from . import venv as venvmod
@@ -36,7 +35,9 @@ UV_ENV = {"UV_PYTHON_DOWNLOADS": "never", "UV_NO_CONFIG": "1", "UV_SYSTEM_CERTS"
 
 
 @dataclass
-class Summary:
+class _Changes:
+    """What a deploy has done so far (or would do), gathered as it goes; deploy returns it as a DeployPlan."""
+
     ctid: int
     changed: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
@@ -46,29 +47,9 @@ class Summary:
     seconds: float = 0.0
     dry: bool = False  # --dry: nothing was changed; `changed` is what would have been
 
-    @property
-    def noop(self) -> bool:
-        return not self.changed
-
-    def render(self) -> str:
-        if self.dry:
-            head = (f"deploy {self.ctid} (dry run, nothing changed): " + ("nothing would change" if self.noop else
-                    f"would make {len(self.changed)} change(s)"))
-        else:
-            head = f"deploy {self.ctid}: " + ("nothing to do, everything verified" if self.noop else
-                                               f"{len(self.changed)} change(s)")
-        lines = [head + f" ({self.seconds:.2f}s)"]
-        lines += [f"  {'would:  ' if self.dry else 'changed:'} {c}" for c in self.changed]
-        lines += [f"  kept:    {k}" for k in self.kept]
-        lines += [f"  saved:   {s}" for s in self.saved]
-        lines += [f"  drift:   {d}" for d in self.drift]
-        if self.torch:
-            t = self.torch
-            lines.append(f"  torch {t.get('torch')} (CUDA build {t.get('cuda_build') or 'none'}), triton "
-                         f"{t.get('triton') or 'none'}, cuda available: {t.get('cuda_available')}, GPUs: "
-                         f"{t.get('gpu_count')}" + (f" ({t['gpu_name']})" if t.get("gpu_name") else ""))
-        # The torch and GPU strings, paths and names come from the container: one line each, escapes shown.
-        return "\n".join(map(printable, lines))
+    def plan(self, applied: bool) -> DeployPlan:
+        return DeployPlan(self.ctid, applied and not self.dry, tuple(self.changed), tuple(self.kept), tuple(self.saved),
+                          tuple(self.drift), self.torch, self.seconds, self.dry)
 
 
 class LockOnce:
@@ -87,8 +68,9 @@ class LockOnce:
             return self._locks[want]
 
 
-def _resolve_lock(ct: Container, spec: ContainerSpec, state: dict, uv: str, spec_in: str) -> str:
+def _resolve_lock(t: Target, state: dict, uv: str, spec_in: str) -> str:
     """The lock of `spec_in` (a file in the container), resolved there for its interpreter."""
+    ct, spec = t.system, t.spec
     r = ct.run(_with_index_env(spec, [uv, "pip", "compile", "--quiet", "--python", state["python"]["executable"],
                                       "--generate-hashes", "--no-header", "--no-annotate",
                                       *venvmod.uv_index_args(spec.venv), spec_in]),
@@ -108,19 +90,20 @@ def local_uv_binary(venv: VenvSpec, machine: str) -> tuple[Path, str]:
     return fetched.uv_binary(venv, machine)
 
 
-def probe(ct: Container, spec: ContainerSpec) -> dict:
+def probe(t: Target) -> dict:
     """Everything deploy needs to know about the container, in one round trip (the facts probe's
     deploy parts: interpreter, venv and its versions, uv, the operation lease, the checkout)."""
+    ct, spec = t.system, t.spec
     return facts.read_raw(ct, spec, facts.DEPLOY)[0]
 
 
-def _streamer(echo: Callable[[str], None]) -> Callable[[str, bytes], None]:
+def _streamer(output: Callable[[str], None]) -> Callable[[str, bytes], None]:
     """Container output to the console, line by line and indented, as it arrives."""
     splitters = {"stdout": LineSplitter(), "stderr": LineSplitter()}
 
     def on_output(kind: str, chunk: bytes) -> None:
         for line in splitters[kind].feed(chunk):
-            echo(printable("    " + line))  # a build's output: not the job's, shown as one rule says
+            output(printable("    " + line))  # a build's output: not the job's, shown as one rule says
 
     return on_output
 
@@ -168,30 +151,30 @@ def make_plan(spec: ContainerSpec, state: dict, local: codemod.LocalCommit | Non
 
 
 def deploy(t: Target, *, allow_dirty: bool = False, check: bool = False, rollback: bool = False,
-           force: bool = False, echo: Callable[[str], None] = quiet, lease_ttl: float = oplock.TTL,
-           lock: LockOnce | None = None) -> Summary:
+           force: bool = False, lease_ttl: float = oplock.TTL,
+           lock: LockOnce | None = None) -> DeployPlan:
     """Bring the container to the configured commit and venv; a no-op when both already match.
     `lock`, shared by the deploys of several containers, makes them all install the one lock it resolves.
 
     Changes are made under the container's operation lease (remote.ops.oplock) and refused while a
     training job runs there, unless `force`; a venv that a live process uses is never deleted."""
     start = time.monotonic()
-    session, spec = t.session, t.spec
+    spec = t.spec
     # Never with the venv on PATH: `python3` could then be the very venv that is being replaced.
     ct = t.system
-    summary = Summary(spec.ctid, dry=ct.dry)
+    summary = _Changes(spec.ctid, dry=ct.dry)
     local = codemod.resolve(spec.code.repo, spec.code.ref, allow_dirty) if spec.code.repo else None
-    state = probe(ct, spec)
+    state = probe(t)
     lease = oplock.parse(state["lease"]) if state.get("lease") else None
     if not check and lease is not None and oplock.live_foreign(lease):  # another deploy, warmup or launch is changing it now
         raise oplock.busy_error(spec.ctid, lease)
     if rollback:
         _check_interpreter(spec, state)
         with _held(ct, "deploy --rollback", lease_ttl, summary):
-            _refuse_running_job(ct, spec, force, summary, echo)
-            _rollback(ct, spec, probe(ct, spec), summary, echo)  # probed again, under the lease
+            _refuse_running_job(t, force, summary)
+            _rollback(t, probe(t), summary)  # probed again, under the lease
         summary.seconds = time.monotonic() - start
-        return summary
+        return summary.plan(applied=True)
 
     plan = make_plan(spec, state, local)
     summary.drift = plan.venv.drift.lines()
@@ -201,43 +184,44 @@ def deploy(t: Target, *, allow_dirty: bool = False, check: bool = False, rollbac
         if plan.venv.action != "none":
             summary.changed.append(f"venv would be rebuilt: {plan.venv.reason}")
         summary.seconds = time.monotonic() - start
-        return summary
+        return summary.plan(applied=False)
     if plan.empty:  # the no-op deploy: one round trip, nothing locked
         if local:
             summary.kept.append(f"code at {local.commit[:12]}{' (dirty)' if local.dirty else ''}")
         summary.kept.append(f"venv {state['venv']['real']} (spec {plan.want})")
         summary.torch = state["venv"]["record"].get("verify")
         summary.seconds = time.monotonic() - start
-        return summary
+        return summary.plan(applied=True)
 
     with _held(ct, "deploy", lease_ttl, summary) as held:
-        _refuse_running_job(ct, spec, force, summary, echo)
+        _refuse_running_job(t, force, summary)
         # Probed again under the lease: nothing else changes the container while this plan is carried out.
-        state = probe(ct, spec)
+        state = probe(t)
         plan = make_plan(spec, state, local)
         if not plan.empty:  # a Proxmox snapshot before the first change (deploy.snapshot)
-            _snapshot(session, spec, ct, local.commit if local else f"venv spec {plan.want}", summary, echo)
+            _snapshot(t, local.commit if local else f"venv spec {plan.want}", summary)
             held.check()
-        _apply(ct, spec, state, plan, local, held, summary, echo, lock)
+        _apply(t, state, plan, local, held, summary, lock)
     summary.seconds = time.monotonic() - start
-    return summary
+    return summary.plan(applied=True)
 
 
-def _snapshot(session: Session, spec: ContainerSpec, ct: Container, what: str, summary: Summary, echo) -> None:
+def _snapshot(t: Target, what: str, summary: _Changes) -> None:
     from . import snapshots
 
-    taken = snapshots.before_deploy(session, spec, ct, what, echo)
+    spec = t.spec
+    taken = snapshots.before_deploy(t, what)
     if taken.name:
         summary.changed.append(f"snapshot {taken.name} before the deploy (`remote rollback -c {spec.ctid}` returns "
                                "the whole container to it)")
         summary.changed += [f"deleted remote's older snapshot {name} (deploy.keep_snapshots: "
                             f"{spec.deploy.keep_snapshots})" for name in taken.deleted]
     elif spec.deploy.snapshot != "never":
-        echo(f"==> {taken.note}; deploying without one")
+        t.note(f"{taken.note}; deploying without one")
 
 
 @contextmanager
-def _held(ct: Container, command: str, ttl: float, summary: Summary) -> Iterator[oplock.Lease]:
+def _held(ct: Container, command: str, ttl: float, summary: _Changes) -> Iterator[oplock.Lease]:
     """The container's operation lease, noting in the summary an expired one that was taken over."""
     with oplock.hold(ct, command, ttl=ttl) as held:
         if held.took_over:
@@ -246,9 +230,10 @@ def _held(ct: Container, command: str, ttl: float, summary: Summary) -> Iterator
         yield held
 
 
-def _refuse_running_job(ct: Container, spec: ContainerSpec, force: bool, summary: Summary, echo) -> None:
+def _refuse_running_job(t: Target, force: bool, summary: _Changes) -> None:
     """A running job would find its checkout rewritten and its venv swapped under it: refuse unless forced.
     Every live run counts, not only the latest (`train --force` starts one beside another)."""
+    ct, spec = t.system, t.spec
     live = jobs.state(ct, spec).get("live") or []
     if not live:
         return
@@ -259,17 +244,18 @@ def _refuse_running_job(ct: Container, spec: ContainerSpec, force: bool, summary
                                    f"(container({spec.ctid}).stop() stops every live run), or pass force=True (a "
                                    "venv is kept while any process uses it)",
                         {"run": live[-1]["run"], "pid": live[-1]["pid"], "live": live})
-    echo(f"==> forced: deploying while {what} {'is' if len(live) == 1 else 'are'} running")
+    t.step(f"forced: deploying while {what} {'is' if len(live) == 1 else 'are'} running")
     summary.kept.append(f"{what} left running (forced)")
 
 
-def _apply(ct: Container, spec: ContainerSpec, state: dict, plan: Plan, local: codemod.LocalCommit | None,
-           held: oplock.Lease, summary: Summary, echo, lock: LockOnce | None = None) -> None:
+def _apply(t: Target, state: dict, plan: Plan, local: codemod.LocalCommit | None,
+           held: oplock.Lease, summary: _Changes, lock: LockOnce | None = None) -> None:
     """Clean up, build and verify the venv, then move the code and swap the venv as the very last steps,
     so a failed build leaves both the old checkout and the old venv."""
+    ct, spec = t.system, t.spec
     summary.drift = plan.venv.drift.lines()
     if plan.unfinished:
-        echo(printable(f"==> cleaning up an interrupted deploy: {', '.join(plan.unfinished)}"))
+        t.step(printable(f"cleaning up an interrupted deploy: {', '.join(plan.unfinished)}"))
         _cleanup(ct, facts.versions_dir(spec), plan.unfinished)
         summary.changed.append("removed half-built venv(s) left by an interrupted deploy: "
                                + ", ".join(plan.unfinished))
@@ -279,30 +265,30 @@ def _apply(ct: Container, spec: ContainerSpec, state: dict, plan: Plan, local: c
         summary.kept.append(f"venv {state['venv']['real']} (spec {plan.want})")
         summary.torch = state["venv"]["record"].get("verify")
     else:
-        echo(printable(f"==> venv: {plan.venv.reason}"))
+        t.step(printable(f"venv: {plan.venv.reason}"))
         for line in plan.venv.drift.lines():
-            echo(printable(f"    {line}"))  # the container's package names and versions
+            t.output(printable(f"    {line}"))  # the container's package names and versions
         if plan.venv.action == "swap":
             target = f"{facts.versions_dir(spec)}/{plan.venv.reuse}"
             record = _read_record(ct, target)
-            changed = None if ct.dry else _changed_since_built(ct, spec, target, record)
+            changed = None if ct.dry else _changed_since_built(t, target, record)
             if changed:  # a kept build is swapped back in only as it was verified
-                echo(printable(f"    {plan.venv.reuse} is not as it was built ({changed}): building a new one instead"))
-                target, summary.torch = _build(ct, spec, state, plan.want, plan.req_text, plan.guard, echo, lock)
+                t.output(printable(f"    {plan.venv.reuse} is not as it was built ({changed}): building a new one instead"))
+                target, summary.torch = _build(t, state, plan.want, plan.req_text, plan.guard, lock)
             else:
                 summary.torch = record.get("verify")
         else:
-            target, summary.torch = _build(ct, spec, state, plan.want, plan.req_text, plan.guard, echo, lock)
+            target, summary.torch = _build(t, state, plan.want, plan.req_text, plan.guard, lock)
 
     held.check()
     if plan.code and local is not None:  # make_plan asks for a sync only with a local commit
-        echo(printable(f"==> code: {plan.code}"))
-        _sync_code(ct, spec, local, state["code"].get("head"), summary)
+        t.step(printable(f"code: {plan.code}"))
+        _sync_code(t, local, state["code"].get("head"), summary)
     elif local:
         summary.kept.append(f"code at {local.commit[:12]}{' (dirty)' if local.dirty else ''}")
     if target:
-        _swap(ct, spec, target, summary, echo)
-        for path in _prune(ct, spec, keep={target, state["venv"]["real"]}):
+        _swap(t, target, summary)
+        for path in _prune(t, keep={target, state["venv"]["real"]}):
             summary.kept.append(f"venv {path}: a live process still uses it (removed by a later deploy)")
         summary.changed.append(f"venv {spec.venv.path} -> {target}")
         if state["venv"]["real"]:
@@ -316,9 +302,10 @@ def _apply(ct: Container, spec: ContainerSpec, state: dict, plan: Plan, local: c
         dryplan.record(spec, **planned)
 
 
-def _changed_since_built(ct: Container, spec: ContainerSpec, target: str, record: dict) -> str | None:
+def _changed_since_built(t: Target, target: str, record: dict) -> str | None:
     """How a kept build differs from its lock and its verify now (a package installed into it, a torch
     that no longer imports), or None when it is still exactly what was verified."""
+    ct, spec = t.system, t.spec
     r = ct.run(venvmod.verify_argv(f"{target}/bin/python"), timeout=600, check=False, mutates=False,
                label=f"verify {target}")
     try:
@@ -335,8 +322,9 @@ def _changed_since_built(ct: Container, spec: ContainerSpec, target: str, record
     return None
 
 
-def _sync_code(ct: Container, spec: ContainerSpec, local: codemod.LocalCommit, remote_head: str | None,
-               summary: Summary) -> None:
+def _sync_code(t: Target, local: codemod.LocalCommit, remote_head: str | None,
+               summary: _Changes) -> None:
+    ct, spec = t.system, t.spec
     shipped = codemod.bundle(local.repo, local.commit, basis=remote_head)
     stamp = venvmod.stamp()
     bundle_path = f"{spec.code.path}.remote-incoming.bundle"
@@ -365,25 +353,27 @@ def _cleanup(ct: Container, versions: str, names: list[str]) -> None:
     ct.script(shell.load("venv-cleanup"), versions, *names, timeout=600, label="venv cleanup")
 
 
-def _ensure_uv(ct: Container, spec: ContainerSpec, machine: str, echo) -> str:
+def _ensure_uv(t: Target, machine: str) -> str:
     """The pinned uv in the container, byte for byte: pushed again when its sha256 differs from ours."""
+    ct, spec = t.system, t.spec
     path = facts.uv_path(spec.venv.uv_version)
     binary, digest = local_uv_binary(spec.venv, machine)
     there = ct.run(["sha256sum", "--", path], check=False, mutates=False, timeout=120).out.split()
     if there[:1] == [digest]:
         return path
     why = "its sha256 differs" if there else "not there yet"
-    echo(f"==> installing uv {spec.venv.uv_version} in the container ({why}; {binary.stat().st_size >> 20} MiB, "
-         "verified)")
+    t.step(f"installing uv {spec.venv.uv_version} in the container ({why}; {binary.stat().st_size >> 20} MiB, "
+           "verified)")
     files.push_file(ct, binary, path, 0o755)
     return path
 
 
-def _build(ct: Container, spec: ContainerSpec, state: dict, want: str, req_text, guard: bytes, echo,
+def _build(t: Target, state: dict, want: str, req_text, guard: bytes,
            lock: LockOnce | None = None):
     """Build, verify and record a new venv at its final path; returns (path, verify report)."""
+    ct, spec = t.system, t.spec
     versions = facts.versions_dir(spec)
-    uv = _ensure_uv(ct, spec, state["python"]["machine"], echo)
+    uv = _ensure_uv(t, state["python"]["machine"])
     name = f"{want}-{venvmod.stamp()}"
     target = f"{versions}/{name}"
     staging = f"{target}.building"
@@ -391,9 +381,9 @@ def _build(ct: Container, spec: ContainerSpec, state: dict, want: str, req_text,
     files.push_bytes(ct, guard, f"{staging}/guard.py")
     files.push_bytes(ct, venvmod.WATCH_SOURCE.read_bytes(), f"{staging}/compilewatch.py")
     if lock is not None and not ct.dry:
-        text = lock.get(want, lambda: _resolve_lock(ct, spec, state, uv, f"{staging}/spec.in"))
+        text = lock.get(want, lambda: _resolve_lock(t, state, uv, f"{staging}/spec.in"))
         files.push_bytes(ct, text.encode(), f"{staging}/lock.txt")
-    echo(f"==> building venv {name} beside the current one")
+    t.step(f"building venv {name} beside the current one")
     t0 = time.monotonic()
     # setsid: the builder outlives a lost controller, and REMOTE_VENV_BUILD marks each of its processes,
     # so the next deploy can tell them from anything else before it stops them.
@@ -402,14 +392,14 @@ def _build(ct: Container, spec: ContainerSpec, state: dict, want: str, req_text,
                                       "build", uv, state["python"]["executable"], target, staging,
                                       *venvmod.uv_index_args(spec.venv)]),
                env={**UV_ENV, "REMOTE_VENV_BUILD": target}, stdin=jobenv.stdin_for(venvmod.uv_index_env(spec.venv)) or None,
-               timeout=BUILD_TIMEOUT, on_output=_streamer(echo), label="venv build")
+               timeout=BUILD_TIMEOUT, on_output=_streamer(t.output), label="venv build")
     except CommandError as exc:
         _discard(ct, versions, name)
         raise DeployError(f"the venv build failed (exit {exc.command_status}, output above); the current venv and "
                           "checkout were left in place") from None
     if ct.dry:  # nothing was built: the verify and finalize steps would only read what is not there
         return target, None
-    echo(f"    built in {time.monotonic() - t0:.1f}s; verifying")
+    t.output(f"    built in {time.monotonic() - t0:.1f}s; verifying")
     info = json_loads(ct.run(venvmod.verify_argv(f"{target}/bin/python"), timeout=600).out)
     try:
         venvmod.check_verify(spec.venv, info)
@@ -441,24 +431,27 @@ def _read_record(ct: Container, target: str) -> dict:
     return json_loads(files.pull_bytes(ct, f"{target}/remote-venv.json"))
 
 
-def _swap(ct: Container, spec: ContainerSpec, target: str, summary: Summary, echo) -> None:
+def _swap(t: Target, target: str, summary: _Changes) -> None:
+    ct, spec = t.system, t.spec
     result = ct.run([spec.venv.python, "-c", venvmod.SWAP, spec.venv.path, target, facts.versions_dir(spec)])
     for line in result.out.splitlines():
         if line.startswith("kept "):
             summary.kept.append(f"the hand-made venv, moved aside to {line[5:]} (nothing deleted)")
     ct.script(shell.load("venv-history"), facts.versions_dir(spec), target, label="venv history")
-    echo(f"==> {spec.venv.path} now points to {target}")
+    t.step(f"{spec.venv.path} now points to {target}")
 
 
-def _prune(ct: Container, spec: ContainerSpec, keep: set) -> list[str]:
+def _prune(t: Target, keep: set) -> list[str]:
     """Delete finished builds other than the current and previous ones, except hand-made venvs and any
     build a live process uses; returns the builds spared because they are in use."""
+    ct, spec = t.system, t.spec
     result = ct.script(shell.load("venv-prune"), facts.versions_dir(spec), *[k for k in keep if k], timeout=600,
                        label="venv prune")
     return [line[len("in use: "):] for line in result.out.splitlines() if line.startswith("in use: ")]
 
 
-def _rollback(ct: Container, spec: ContainerSpec, state: dict, summary: Summary, echo) -> None:
+def _rollback(t: Target, state: dict, summary: _Changes) -> None:
+    ct, spec = t.system, t.spec
     history = ct.run(["cat", f"{facts.versions_dir(spec)}/history"], check=False, mutates=False).out.split()
     current = state["venv"]["real"]
     finished = {f"{facts.versions_dir(spec)}/{v}" for v in state["venv"].get("finished", [])}
@@ -466,6 +459,6 @@ def _rollback(ct: Container, spec: ContainerSpec, state: dict, summary: Summary,
     if not previous:
         raise DeployError(f"no previous venv to roll back to in {facts.versions_dir(spec)}")
     target = previous[-1]
-    _swap(ct, spec, target, summary, echo)
+    _swap(t, target, summary)
     summary.changed.append(f"venv {spec.venv.path} rolled back to {target}")
     summary.kept.append(f"{current} (deploy returns to it when the spec matches)")

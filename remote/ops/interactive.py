@@ -12,14 +12,13 @@ import os
 
 from .. import shell
 from ..errors import ContainerCommandNotFound, DeployError
-from ..events import quiet
 from ..target import Target
 from ..transport.pct import exec_argv
 from ..transport.tty import interactive
 from . import jobenv
 
 
-def open_shell(t: Target, *, echo=quiet) -> int:
+def open_shell(t: Target) -> int:
     """Run the shell until it exits; its exit status."""
     from ..facts import deployed
 
@@ -27,7 +26,7 @@ def open_shell(t: Target, *, echo=quiet) -> int:
     try:
         verify = deployed(ct, spec)["venv"].get("verify")
     except (DeployError, ContainerCommandNotFound) as exc:
-        echo(f"-- {exc}; a plain shell, without the job's environment")
+        t.note(f"{exc}; a plain shell, without the job's environment")
         env, saved = {}, ""
     else:
         env = jobenv.tool_env(spec, verify)

@@ -42,6 +42,7 @@ class Preflight:
     venv: dict
     gpus: list[dict] | None
     notes: list[str]
+    live: tuple[tuple[str, int | None], ...] = ()  # the runs with a live process the probe saw: (run, pid)
 
 
 def preflight(ct: Container, spec: ContainerSpec, *, echo=quiet, host_gpu=None, force: bool = False) -> Preflight:
@@ -172,6 +173,7 @@ def check(raw: dict, spec: ContainerSpec, host=None, *, pin: codemod.Pin | str |
     notes += [f"!! {w}" for w in layout.compile_layout_notes(layout.devices_from_command(spec.train.command),
                                                               verify.get("torch"))]
     gpus = [dict(x) for x in g.gpus] if g.smi else None
+    live = _live_in(raw)
     if gpus is None:
         notes.append("no nvidia-smi in the container: CPU run")
     else:
@@ -181,7 +183,25 @@ def check(raw: dict, spec: ContainerSpec, host=None, *, pin: codemod.Pin | str |
                      + (" (torch's answer kept from an earlier probe: venv and driver unchanged)" if torch.cached else ""))
     if stray_note:
         notes.append(f"!! {stray_note}")
-    return Preflight(commit, venv, gpus, notes)
+    return Preflight(commit, venv, gpus, notes, live)
+
+
+def _live_in(raw: dict) -> tuple[tuple[str, int | None], ...]:
+    """The runs with a live process in a facts probe's answer (part "jobs"): (run, pid), as the launch
+    wrapper counts them (no exit record; its leader or any process of it alive)."""
+    rj = raw.get("jobs")
+    runs = rj.get("runs") if isinstance(rj, dict) else None
+    if not isinstance(runs, dict):
+        return ()
+    return tuple((str(rid), r.get("pid") if isinstance(r.get("pid"), int) else None) for rid, r in sorted(runs.items())
+                 if isinstance(r, dict) and r.get("exists", True) and not r.get("exit")
+                 and (r.get("leader_alive") or r.get("marked")))
+
+
+def busy(ctid: int, what: str) -> JobRunning:
+    """A train refused because a job runs there (exit 3, as deploy's refusal is)."""
+    return JobRunning(ctid, f"container {ctid}: {what} -- stop it (container({ctid}).stop()), follow it "
+                            f"(container({ctid}).log(follow=True)), or pass force=True to start another")
 
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # what new_run_id makes, and any sane name
@@ -215,6 +235,9 @@ def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = 
                 "metric": dataclasses.asdict(spec.train.metric) if spec.train.metric else None,
                 "baseline": spec.train.baseline, "stall": spec.train.stall, "on_stall": spec.train.on_stall,
                 "restarts": spec.train.restarts, "restart_on": list(spec.train.restart_on), **(extra or {})}
+    if pre.live and not force:  # refused before a run id is announced: no run that never existed is said to start
+        runs = ", ".join(f"run {printable(r)} " + (f"(pid {pid})" if pid else "(starting)") for r, pid in pre.live)
+        raise busy(spec.ctid, f"busy: {runs} {'are' if len(pre.live) > 1 else 'is'} still running")
     py_spy = pyspy.ensure(ct, echo=echo, venv=spec.venv) if spec.train.stall else None
     if not ct.dry:  # the id before the job starts: a Ctrl-C from here on still knows which run it may have left
         echo(f"==> run {run_id} starting in container {spec.ctid}")
@@ -242,9 +265,7 @@ def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = 
             raise JobError(f"launch refused: {exc.stderr_tail} (the wrapper's file in the container; nothing was "
                            "started)") from None
         if exc.command_status == 5:  # a job runs there: busy (exit 3), as deploy's refusal is
-            raise JobRunning(spec.ctid, f"container {spec.ctid}: {exc.stderr_tail} -- stop it (container({spec.ctid})"
-                             f".stop()), follow it (container({spec.ctid}).log(follow=True)), or pass force=True to "
-                             "start another") from None
+            raise busy(spec.ctid, exc.stderr_tail) from None
         raise JobError(f"launch failed: {exc}") from None
     return run_id, int(r.out.strip().splitlines()[-1]) if not ct.dry else 0
 
@@ -417,7 +438,7 @@ CompileNotices = compilelog.CompileNotices  # where it has always been imported 
 
 
 def show_log(ct: Container, spec: ContainerSpec, run_id: str | None = None, *, follow: bool = False,
-             echo=quiet) -> dict:
+             echo=quiet, on_resume=None) -> dict:
     """Print a run's log (collapsed progress bars, throughput warnings, crash hints); with follow, until
     the job ends. Returns the run's final state."""
     st = state(ct, spec, run_id)
@@ -437,7 +458,8 @@ def show_log(ct: Container, spec: ContainerSpec, run_id: str | None = None, *, f
                 echo(f"!! {name}: {compiled.hint(name, note[len(name) + 5:])}" if name else note)
 
     logs.follow(ct, st["path"], st["run"], on_bytes=lambda chunk: show(splitter.feed(chunk)), follow_=follow,
-                reconnect=ct.transport.close, echo=echo, on_compile=compiled.line)
+                reconnect=ct.transport.close, on_compile=compiled.line,
+                on_resume=on_resume or (lambda at, why: echo(f"-- connection lost ({why}); resuming at byte {at}")))
     show(splitter.flush())
     final = state(ct, spec, st["run"])
     final["watch"] = watch
@@ -449,12 +471,13 @@ def show_log(ct: Container, spec: ContainerSpec, run_id: str | None = None, *, f
     return final
 
 
-def start(t: Target, *, force: bool = False, warmup: bool = False, echo=quiet, command: str | None = None,
+def start(t: Target, *, force: bool = False, warmup: bool = False, command: str | None = None,
           env: dict[str, str] | None = None) -> tuple[str, int | None]:
     """Preflight (warming up first where only the warmup is missing and `warmup`), then launch detached:
     (run id, pid; None in a dry run). What train does before it follows; remote.api's Container.train.
     `command` and `env`: this run's, instead of train.command and on top of train.env."""
     session, spec, ct = t.session, t.spec, t.ct
+    echo = t.echo  # preflight's and launch's lines, marked with the container (until they take the Target)
 
     def checked_launch() -> tuple[str, int]:
         # Preflight and launch under one operation lease: no deploy from another controller can move the
@@ -462,7 +485,7 @@ def start(t: Target, *, force: bool = False, warmup: bool = False, echo=quiet, c
         with oplock.hold(ct, "train") as held:
             pre = preflight(ct, spec, echo=echo, host_gpu=_host_gpu(session, spec), force=force)
             for note in pre.notes:
-                echo(printable(f"preflight: {note}"))
+                t.output(printable(f"preflight: {note}"))
             return launch(ct, spec, pre, force=force, held=held, echo=echo, command=command, env=env)
 
     try:
@@ -470,35 +493,34 @@ def start(t: Target, *, force: bool = False, warmup: bool = False, echo=quiet, c
     except JobError as exc:
         if not (warmup and only_warmup_missing(exc)):
             raise
-        wm.warmup(t, echo=echo)  # takes the lease itself: ours was given back
+        wm.warmup(t)  # takes the lease itself: ours was given back
         run_id, pid = checked_launch()
     if session.dry:  # nothing was started: no pid to name
-        echo(f"==> (dry run) run {run_id} would start in container {spec.ctid}; log {spec.train.run_dir}/{run_id}/log")
+        t.step(f"(dry run) run {run_id} would start in container {spec.ctid}; log {spec.train.run_dir}/{run_id}/log")
         return run_id, None
-    echo(f"==> run {run_id} started (pid {pid} in container {spec.ctid}); log {spec.train.run_dir}/{run_id}/log")
+    t.step(f"run {run_id} started (pid {pid} in container {spec.ctid}); log {spec.train.run_dir}/{run_id}/log")
     return run_id, pid
 
 
 def train(t: Target, *, force: bool = False, warmup: bool = False, follow: bool = True,
-          on_end=None, echo=quiet) -> dict | None:
+          on_end=None) -> dict | None:
     """Preflight, launch detached, then follow the log until the job ends (returns its state); then
-    on_end(session, ct, spec, final, echo=echo) (the CLI passes remote.runs.knowngood.after_run)."""
+    on_end(t, final) (the CLI passes remote.runs.knowngood.after_run)."""
     session, spec, ct = t.session, t.spec, t.ct
-    run_id, _ = start(t, force=force, warmup=warmup, echo=echo)
+    run_id, _ = start(t, force=force, warmup=warmup)
     if not follow or session.dry:
         return None
     try:
-        final = show_log(ct, spec, run_id, follow=True, echo=echo)
+        final = show_log(ct, spec, run_id, follow=True, echo=t.echo, on_resume=t.resumed)
     except KeyboardInterrupt:
-        echo(f"\n-- stopped following; run {run_id} keeps running. `remote logs --follow` resumes, "
-             "`remote stop` ends it")
+        t.note(f"stopped following; run {run_id} keeps running. `remote logs --follow` resumes, `remote stop` ends it")
         return None
     if on_end is not None:
-        on_end(session, ct, spec, final, echo=echo)
+        on_end(t, final)
     return final
 
 
-def pull_run(t: Target, run_id: str | None, dest: str, *, progress: bool = True, echo=quiet) -> PulledRun:
+def pull_run(t: Target, run_id: str | None, dest: str, *, progress: bool = True) -> PulledRun:
     """Bring a run's log, manifest and outputs (train.outputs, relative to the checkout) into dest/<run id>/:
     streamed and verified like `remote pull`."""
     spec, ct = t.spec, t.ct
@@ -516,7 +538,7 @@ def pull_run(t: Target, run_id: str | None, dest: str, *, progress: bool = True,
     target.mkdir(exist_ok=True)
     outputs = (st.get("manifest") or {}).get("outputs", list(spec.train.outputs))
     if not isinstance(outputs, list) or not all(isinstance(o, str) for o in outputs):
-        echo(printable(f"!! outputs in {st['path']}/manifest.json refused (not a list of paths): {str(outputs)[:200]}"))
+        t.warn(printable(f"outputs in {st['path']}/manifest.json refused (not a list of paths): {str(outputs)[:200]}"))
         outputs = []
     wanted = [(f"{st['path']}/log", "log"), (f"{st['path']}/manifest.json", "manifest.json")]
     # What the watch and the wrapper left (remote/sh/watch.py, job.sh); absent ones are skipped quietly
@@ -536,15 +558,15 @@ def pull_run(t: Target, run_id: str | None, dest: str, *, progress: bool = True,
                 raise
             if rel in optional and "no such file" in str(exc):
                 continue
-            echo(printable(f"!! {'' if rel in optional else 'output '}{src}: {exc}"))
+            t.warn(printable(f"{'' if rel in optional else 'output '}{src}: {exc}"))
             refused.append(f"{rel}: {exc}")
             continue
-        got[rel] = f"{stats.files} file(s), {stats.total} bytes"
+        got[rel] = f"{stats.files} file(s), {stats.bytes} bytes"
         for why in stats.refused:
-            echo(printable(f"!! {rel}/{why}"))
+            t.warn(printable(f"{rel}/{why}"))
         refused += [f"{rel}/{why}" for why in stats.refused]
     if st["alive"]:
-        echo(printable(f"-- run {st['run']} is still running: its outputs were pulled as they are now"))
+        t.note(printable(f"run {st['run']} is still running: its outputs were pulled as they are now"))
     return PulledRun(st["run"], str(target), got, tuple(refused))
 
 

@@ -16,14 +16,13 @@ from dataclasses import dataclass, field
 
 from .. import shell
 from ..errors import ConnectError, TransportError
-from ..events import quiet
 from ..naming import json_loads
-from ..results import Metric as MetricValue
+from ..results import Metric
 from ..transport.pct import Container
 
 
 @dataclass(frozen=True)
-class Metric:
+class SpeedPattern:
     """A speed that a log line reports: group 1 of `pattern` (inverted first with `invert`, for a time per
     iteration shown as a rate), times `scale`, in `unit`. Plain data, so the stall watch in the container
     (remote/sh/watch.py) reads the same values from the same lines."""
@@ -54,21 +53,21 @@ class Metric:
 # instead of it/s when an iteration takes over a second) is shown as it/s, so one run keeps one unit
 # and one direction.
 BUILTIN_METRICS = [
-    Metric(re.compile(r"([\d.]+)\s*K\s*tok(?:ens)?\s*/\s*s(?:ec)?\b", re.I), "Ktok/s"),
-    Metric(re.compile(r"([\d.]+)\s*M\s*tok(?:ens)?\s*/\s*s(?:ec)?\b", re.I), "Mtok/s"),
-    Metric(re.compile(r"([\d.]+)\s*tok(?:ens)?\s*/\s*s(?:ec)?\b", re.I), "tok/s"),
-    Metric(re.compile(r"tok(?:ens)?[_ ]?(?:per[_ ]sec(?:ond)?|/s)\s*[:=]\s*([\d.]+)", re.I), "tok/s"),
-    Metric(re.compile(r"([\d.]+)\s*samples?\s*/\s*s(?:ec)?\b", re.I), "samples/s"),
-    Metric(re.compile(r"(?<![\w.])([\d.]+)\s*it/s\b"), "it/s"),
-    Metric(re.compile(r"(?<![\w.])([\d.]+)\s*s/it\b"), "it/s", invert=True),
+    SpeedPattern(re.compile(r"([\d.]+)\s*K\s*tok(?:ens)?\s*/\s*s(?:ec)?\b", re.I), "Ktok/s"),
+    SpeedPattern(re.compile(r"([\d.]+)\s*M\s*tok(?:ens)?\s*/\s*s(?:ec)?\b", re.I), "Mtok/s"),
+    SpeedPattern(re.compile(r"([\d.]+)\s*tok(?:ens)?\s*/\s*s(?:ec)?\b", re.I), "tok/s"),
+    SpeedPattern(re.compile(r"tok(?:ens)?[_ ]?(?:per[_ ]sec(?:ond)?|/s)\s*[:=]\s*([\d.]+)", re.I), "tok/s"),
+    SpeedPattern(re.compile(r"([\d.]+)\s*samples?\s*/\s*s(?:ec)?\b", re.I), "samples/s"),
+    SpeedPattern(re.compile(r"(?<![\w.])([\d.]+)\s*it/s\b"), "it/s"),
+    SpeedPattern(re.compile(r"(?<![\w.])([\d.]+)\s*s/it\b"), "it/s", invert=True),
 ]
 
 
-def compile_metric(spec) -> list[Metric]:
+def compile_metric(spec) -> list[SpeedPattern]:
     """The metrics to look for: the configured one (a MetricSpec), or the built-in forms."""
     if spec is None:
         return BUILTIN_METRICS
-    return [Metric(re.compile(spec.pattern), spec.unit, spec.higher_is_better)]
+    return [SpeedPattern(re.compile(spec.pattern), spec.unit, spec.higher_is_better)]
 
 
 def parse_metric(line: str, metrics) -> float | None:
@@ -167,7 +166,7 @@ class Watch:
     values: deque = field(default_factory=lambda: deque(maxlen=5))  # the rolling window
     last: float | None = None
     low: bool = False  # currently slower than the threshold ("low" speed, whatever the direction)
-    metric: Metric | None = None
+    metric: SpeedPattern | None = None
     found: list = field(default_factory=list)  # (name, hint, line)
     first: float | None = None  # the first value: its step includes the first compile, so it is not steady
     seen: int = 0  # metric values read
@@ -259,7 +258,8 @@ class Watch:
 
 def follow(ct: Container, run: str, run_id: str, *, offset: int = 0, on_bytes: Callable[[bytes], None],
            follow_: bool = True, slice_seconds: int = 300, reconnect: Callable[[], None] | None = None,
-           max_reconnects: int = 20, sleep=time.sleep, echo=quiet, stop: Callable[[], bool] | None = None,
+           max_reconnects: int = 20, sleep=time.sleep, on_resume: Callable[[int, str], None] | None = None,
+           stop: Callable[[], bool] | None = None,
            on_compile: Callable[[str], None] | None = None) -> int:
     """Stream the log of `run` (a run folder) from byte `offset`; returns the final offset.
 
@@ -268,7 +268,8 @@ def follow(ct: Container, run: str, run_id: str, *, offset: int = 0, on_bytes: C
     stopped. Without, prints what is there and returns, even while the job runs. `stop()` true: return
     before the next slice (a follower whose reader has gone: its thread ends, it does not poll on). With
     on_compile, each line of the run's compile.jsonl (and the first steady step's `{"steady": ...}` line) is
-    passed to it, each once (remote/sh/follow.sh sends them on stderr)."""
+    passed to it, each once (remote/sh/follow.sh sends them on stderr). `on_resume(offset, reason)`: each time
+    a lost connection is picked up again (Target.resumed: a Resumed event)."""
     failures = 0
     compiled = [0]  # bytes of compile.jsonl received (whole lines only), across slices and reconnects
     while True:
@@ -300,7 +301,8 @@ def follow(ct: Container, run: str, run_id: str, *, offset: int = 0, on_bytes: C
             failures += 1
             if failures > max_reconnects:
                 raise
-            echo(f"-- connection lost ({exc}); resuming at byte {offset}")
+            if on_resume is not None:
+                on_resume(offset, str(exc))
             sleep(min(5.0, 0.5 * failures))
             if reconnect:
                 reconnect()
@@ -331,7 +333,7 @@ def as_lines(text: str) -> list[str]:
 BARS = "▁▂▃▄▅▆▇█"
 
 
-def parse_metrics(text: str) -> list[MetricValue]:
+def parse_metrics(text: str) -> list[Metric]:
     """A run's metrics.jsonl: one value per line that is a JSON object (others skipped: the file is the
     container's); t, value and unit where they are finite numbers and text (an integer too large for a float,
     Infinity or NaN: None)."""
@@ -346,11 +348,11 @@ def parse_metrics(text: str) -> list[MetricValue]:
         if not isinstance(got, dict):
             continue
         t, value, unit = got.get("t"), got.get("value"), got.get("unit")
-        out.append(MetricValue(number(t), number(value), unit if isinstance(unit, str) else None, got))
+        out.append(Metric(number(t), number(value), unit if isinstance(unit, str) else None, got))
     return out
 
 
-def read_metrics(ct: Container, run_path: str) -> list[MetricValue]:
+def read_metrics(ct: Container, run_path: str) -> list[Metric]:
     """The run's metrics.jsonl, read now ([] before its first value)."""
     r = ct.run(["cat", f"{run_path}/metrics.jsonl"], check=False, mutates=False, timeout=120)
     return parse_metrics(r.out)

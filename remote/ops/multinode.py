@@ -141,7 +141,7 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
         except JobError as exc:
             if not (warmup and jobs.only_warmup_missing(exc)):
                 return exc
-            wm.warmup(nodes[ctid], echo=echo)
+            wm.warmup(nodes[ctid])
             return jobs.preflight(ct, spec, echo=echo, force=force)
         except RemoteError as exc:
             return exc

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .. import sudo
@@ -145,10 +144,11 @@ def support(session: Session, spec: ContainerSpec, ct: Container | None = None) 
 
 def list_snapshots(t: Target) -> list[Snapshot]:
     """The container's snapshots (`pct listsnapshot`), oldest first."""
-    return _listed(t.ct, t.spec)
+    return _listed(t)
 
 
-def _listed(ct: Container, spec: ContainerSpec) -> list[Snapshot]:
+def _listed(t: Target) -> list[Snapshot]:
+    ct, spec = t.ct, t.spec
     result = ct._pct("listsnapshot", str(spec.ctid), mutates=False)
     result.check(ct.where)
     return parse_listsnapshot(result.out)
@@ -176,10 +176,11 @@ class Taken:
     deleted: list[str] = field(default_factory=list)
 
 
-def before_deploy(session: Session, spec: ContainerSpec, ct: Container, what: str,
-                  echo: Callable[[str], None] = lambda _: None, today: datetime.date | None = None) -> Taken:
+def before_deploy(t: Target, what: str, today: datetime.date | None = None) -> Taken:
     """deploy.snapshot: take `remote-<date>-<n>` before the deploy's changing steps (auto: where the storage
-    can; always: refuse where it cannot), then delete remote's own beyond deploy.keep_snapshots."""
+    can; always: refuse where it cannot), then delete remote's own beyond deploy.keep_snapshots. A snapshot
+    taken is a SnapshotTaken event of the container's; none taken is the caller's to say (Taken.note)."""
+    session, spec, ct = t.session, t.spec, t.system
     mode = spec.deploy.snapshot
     if mode == "never":
         return Taken(note="deploy.snapshot is never")
@@ -189,9 +190,8 @@ def before_deploy(session: Session, spec: ContainerSpec, ct: Container, what: st
             raise SnapshotError(f"{ct.where}: deploy.snapshot is always, but {how.reason}: nothing was changed "
                                 "(set deploy.snapshot: auto to deploy without one)")
         return Taken(note=f"no snapshot: {how.reason}")
-    existing = _listed(ct, spec)
+    existing = _listed(t)
     name = next_name(existing, today or datetime.datetime.now(datetime.timezone.utc).date())
-    echo(f"==> snapshot {name} ({how.reason})")
     result = ct._pct("snapshot", str(spec.ctid), name, "--description", f"{DESCRIPTION}{what}", mutates=True,
                      deadline=ROLLBACK_DEADLINE)
     if result.exit_code != 0 and NO_QUORUM in result.err:  # a cluster node cut off: /etc/pve is read-only there
@@ -205,13 +205,14 @@ def before_deploy(session: Session, spec: ContainerSpec, ct: Container, what: st
         raise SnapshotError(f"{ct.where}: `pct snapshot {spec.ctid} {name}` failed: {result.err.strip()}: nothing "
                             "was changed (deploy.snapshot: never deploys without one)")
     taken = Taken(name=name)
+    t.snapshot_taken(name, how.reason)
     if not ct.dry:
-        for old in to_delete(_listed(ct, spec), spec.deploy.keep_snapshots):
+        for old in to_delete(_listed(t), spec.deploy.keep_snapshots):
             r = ct._pct("delsnapshot", str(spec.ctid), old.name, mutates=True, deadline=ROLLBACK_DEADLINE)
             if r.exit_code == 0:
                 taken.deleted.append(old.name)
             else:
-                echo(f"    could not delete the old snapshot {old.name}: {r.err.strip()}")
+                t.warn(f"could not delete the old snapshot {old.name}: {r.err.strip()}")
     return taken
 
 
@@ -233,8 +234,7 @@ def where_things_live(spec: ContainerSpec, config_text: str) -> tuple[list[str],
     return kept, restored
 
 
-def rollback(t: Target, *, snapshot: str | None = None, force: bool = False,
-             echo: Callable[[str], None] = lambda _: None, timeout: float = 120) -> RolledBack:
+def rollback(t: Target, *, snapshot: str | None = None, force: bool = False, timeout: float = 120) -> RolledBack:
     """`pct rollback` to `snapshot` (default: the newest of remote's), refused while a run is live unless
     `force`; a running container is started again and waited for until it answers a command."""
 
@@ -262,12 +262,15 @@ def rollback(t: Target, *, snapshot: str | None = None, force: bool = False,
     # The operation lease of a running container (a stopped one runs no deploy): held from the run check
     # to the rollback, so no deploy, warmup or launch of another controller starts in between.
     with oplock.hold(ct, f"rollback to {chosen.name}") if running else contextlib.nullcontext() as lease:
-        return _rollback(t.session, spec, ct, chosen, running, lease, force=force, echo=echo, timeout=timeout)
+        return _rollback(t, ct, chosen, running, lease, force=force, timeout=timeout)
 
 
-def _rollback(session: Session, spec: ContainerSpec, ct: Container, chosen: Snapshot, running: bool,
-              lease: oplock.Lease | None, *, force: bool, echo: Callable[[str], None], timeout: float) -> RolledBack:
+def _rollback(t: Target, ct: Container, chosen: Snapshot, running: bool, lease: oplock.Lease | None, *,
+              force: bool, timeout: float) -> RolledBack:
+    """The rollback itself, through `ct` (the pct Container rollback chose), reporting through `t`."""
     from . import jobs
+
+    spec = t.spec
 
     if running:
         live = jobs.state(ct, spec).get("live") or []
@@ -277,11 +280,11 @@ def _rollback(session: Session, spec: ContainerSpec, ct: Container, chosen: Snap
                                        "force=True",
                             {"run": live[-1]["run"], "pid": live[-1]["pid"], "live": live})
         if live:
-            echo(f"==> forced: rolling back while {jobs.live_text(live)} runs (it is killed)")
+            t.step(f"forced: rolling back while {jobs.live_text(live)} runs (it is killed)")
     config = ct._pct("config", str(spec.ctid), mutates=False)
     kept, restored = where_things_live(spec, config.out if config.ok else "")
-    echo(f"==> pct rollback {spec.ctid} {chosen.name}" + (" (the container is stopped, then started again)"
-                                                          if running else ""))
+    t.step(f"pct rollback {spec.ctid} {chosen.name}" + (" (the container is stopped, then started again)"
+                                                        if running else ""))
     if lease is not None:
         lease.verify()  # still ours: nothing of another controller's started since the check
     result = ct._pct("rollback", str(spec.ctid), chosen.name, "--start", "1" if running else "0", mutates=True,

@@ -30,10 +30,9 @@ from .. import facts, shell
 from ..config import ContainerSpec
 from ..config import unset as config_unset
 from ..errors import CommandError, WarmupError
-from ..events import quiet
 from ..facts import deployed, deployed_in  # read with the facts probe (an exec needs them, not this module)
 from ..naming import json_loads, printable
-from ..results import CompileHealth, ImportedCache
+from ..results import CacheCopy, CompileHealth, ImportedCache, Warmup
 from ..target import Target
 from ..threads import ContextThread
 from ..transport.pct import Container
@@ -94,8 +93,9 @@ def gpu_now(state: dict, raw: dict) -> dict:
     return {**state, "venv": {**state["venv"], "verify": verify}}
 
 
-def deployed_now(ct: Container, spec: ContainerSpec) -> dict:
+def deployed_now(t: Target) -> dict:
     """`deployed` (the deploy records) with the GPU the container has now (gpu_now): what its passport is made of."""
+    ct, spec = t.ct, t.spec
     raw = facts.read_raw(ct, spec, (*facts.DEPLOYED, "gpus"))[0]
     return gpu_now(deployed_in(raw, spec), raw)
 
@@ -304,7 +304,7 @@ def unlike_deployed(raw: dict, spec: ContainerSpec, state: dict, *, hints: bool 
     return problems
 
 
-def _prefixed(echo: Callable[[str], None], prefix: str, sink: list[str]):
+def _prefixed(output: Callable[[str], None], prefix: str, sink: list[str]):
     """Each device's output shown with its device as prefix, and kept for the report lines."""
     splitters = {"stdout": LineSplitter(), "stderr": LineSplitter()}
 
@@ -314,17 +314,18 @@ def _prefixed(echo: Callable[[str], None], prefix: str, sink: list[str]):
             head, sep, tail = (line[:at], line[at:at + 1], line[at + 1:]) if at >= 0 else (line, "", "")
             if sep and head:  # the command's last line had no newline: warmup.sh's line was glued to it
                 sink.append(head)
-                echo(f"  [{prefix}] {head}")
+                output(f"  [{prefix}] {head}")
                 line = sep + tail
             sink.append(line)
             if not line.startswith((REPORT_PREFIX, CACHE_PREFIX, STATS_PREFIX, COMPILE_PREFIX)):
-                echo(f"  [{prefix}] {line}")
+                output(f"  [{prefix}] {line}")
 
     return on_output
 
 
-def run_device(ct: Container, spec: ContainerSpec, state: dict, device: str, echo) -> DeviceResult:
+def run_device(t: Target, state: dict, device: str) -> DeviceResult:
     """One device's warmup; its result is recorded in warmups.jsonl before this returns."""
+    ct, spec = t.ct, t.spec
     verify = state["venv"].get("verify")
     command = command_for(spec, device)
     lines: list[str] = []
@@ -337,7 +338,7 @@ def run_device(ct: Container, spec: ContainerSpec, state: dict, device: str, ech
                           "REMOTE_CACHE_STATS": f"{tmp}/warmup-stats-{device}-{os.getpid()}-{int(start)}",
                           "REMOTE_COMPILE_WATCH": f"{tmp}/warmup-compile-{device}-{os.getpid()}-{int(start)}.jsonl"},
                    cwd=spec.code.path, timeout=spec.warmup.timeout,
-                   on_output=_prefixed(echo, device, lines), label=command)
+                   on_output=_prefixed(t.output, device, lines), label=command)
     except CommandError as exc:
         raise WarmupError(f"warmup of device {device} failed (exit {exc.command_status}, output above): {command}") from None
     if ct.dry:
@@ -346,10 +347,10 @@ def run_device(ct: Container, spec: ContainerSpec, state: dict, device: str, ech
     result = DeviceResult(device, start, time.time(), parse_report("\n".join(lines)) or {},
                           stats.get("before", (0, 0)), stats.get("after", (0, 0)), warmup_key(spec, state, device),
                           parse_stats(lines), parse_compile(lines))
-    _record(ct, spec, [result.record()])
-    echo("  " + result.line())
+    _record(t, [result.record()])
+    t.output("  " + result.line())
     for line in result.compile_lines():
-        echo(f"  [{device}] {line}")
+        t.output(f"  [{device}] {line}")
     return result
 
 
@@ -358,14 +359,23 @@ def parse_compile(lines: list[str]) -> CompileHealth:
     return compilelog.summarize(line[len(COMPILE_PREFIX):] for line in lines if line.startswith(COMPILE_PREFIX))
 
 
-def _record(ct: Container, spec: ContainerSpec, records: list[dict]) -> None:
+def result_of(ctid: int, got: list[DeviceResult] | CacheCopy) -> Warmup:
+    """A container's warmup as the API returns it: its devices summed, or the cache copied instead."""
+    if isinstance(got, CacheCopy):
+        return Warmup(ctid, (), got.seconds, got.files, got.bytes, 0, 0, False, got)
+    return Warmup(ctid, tuple(r.device for r in got), sum(r.end - r.start for r in got),
+                  sum(r.new_files for r in got), sum(r.new_bytes for r in got), sum(r.hits for r in got),
+                  sum(r.misses for r in got), any(r.report for r in got))
+
+
+def _record(t: Target, records: list[dict]) -> None:
+    ct, spec = t.ct, t.spec
     text = "".join(json.dumps(r) + "\n" for r in records)
     ct.script(shell.load("append"), spec.warmup.cache_dir, "warmups.jsonl", stdin=text.encode(), timeout=60,
               label="record the warmup")
 
 
-def warmup(t: Target, *, parallel: bool = False, devices: list[str] | None = None,
-           echo: Callable[[str], None] = quiet) -> list[DeviceResult]:
+def warmup(t: Target, *, parallel: bool = False, devices: list[str] | None = None) -> list[DeviceResult]:
     """Warm the compile cache for each configured device; returns per-device results (also recorded)."""
     spec = t.spec
     if not spec.warmup.command:
@@ -381,10 +391,10 @@ def warmup(t: Target, *, parallel: bool = False, devices: list[str] | None = Non
                           "the venv rebuilt to its lock), then warm up")
     devices = list(devices or devices_of(spec))
     verify = state["venv"].get("verify") or {}
-    echo(f"==> warmup of {len(devices)} device(s) {'in parallel' if parallel and len(devices) > 1 else 'one at a time'}"
-         f" at {state['code']['commit'][:12]}, torch {verify.get('torch')}, cache {jobenv.compile_cache(spec, verify)}")
+    t.step(f"warmup of {len(devices)} device(s) {'in parallel' if parallel and len(devices) > 1 else 'one at a time'}"
+           f" at {state['code']['commit'][:12]}, torch {verify.get('torch')}, cache {jobenv.compile_cache(spec, verify)}")
     with oplock.hold(ct, "warmup"):  # one deploy, warmup or launch at a time per container
-        results = _warm_devices(ct, spec, state, devices, parallel, echo)
+        results = _warm_devices(t, state, devices, parallel)
         if not ct.dry:  # what the folder's entries were made for, the devices warmed so far included
             folder = jobenv.compile_cache(spec, verify)
             new = {**expected_passport(spec, state), "devices": sorted({r.device for r in results})}
@@ -392,41 +402,41 @@ def warmup(t: Target, *, parallel: bool = False, devices: list[str] | None = Non
         return results
 
 
-def _warm_devices(ct: Container, spec: ContainerSpec, state: dict, devices: list[str], parallel: bool,
-                  echo) -> list[DeviceResult]:
+def _warm_devices(t: Target, state: dict, devices: list[str], parallel: bool) -> list[DeviceResult]:
     results: list[DeviceResult] = []
     if parallel:
         errors: list[BaseException] = []
 
         def one(dev):
             try:
-                results.append(run_device(ct, spec, state, dev, echo))
+                results.append(run_device(t, state, dev))
             except BaseException as exc:
                 errors.append(exc)
 
         threads = [ContextThread(target=one, args=(d,)) for d in devices]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
         if errors:
             raise errors[0]
-        echo("  (parallel: each device's cache gain includes what the others wrote meanwhile)")
+        t.output("  (parallel: each device's cache gain includes what the others wrote meanwhile)")
     else:
         for dev in devices:
-            results.append(run_device(ct, spec, state, dev, echo))
+            results.append(run_device(t, state, dev))
     results.sort(key=lambda r: r.start)
     return results
 
 
-def records(ct: Container, spec: ContainerSpec) -> list[dict]:
+def records(t: Target) -> list[dict]:
+    ct, spec = t.ct, t.spec
     r = ct.run(["cat", f"{spec.warmup.cache_dir}/warmups.jsonl"], check=False, mutates=False, timeout=60)
     return list(facts.parse_warmups(r.out))
 
 
-def missing_warmups(ct: Container, spec: ContainerSpec, state: dict) -> list[str]:
+def missing_warmups(t: Target, state: dict) -> list[str]:
     """For each device without a warmup for this commit, venv, command and environment: why."""
-    return missing_in(records(ct, spec), spec, state)
+    return missing_in(records(t), t.spec, state)
 
 
 def missing_in(recs: list[dict], spec: ContainerSpec, state: dict) -> list[str]:
@@ -453,7 +463,7 @@ def compiled(recs: list[dict], spec: ContainerSpec, state: dict) -> bool:
     return any(r.get("key") in keys and (r.get("new_files") or r.get("cache_files")) for r in recs)
 
 
-def export_cache(t: Target, path: str, echo=quiet) -> int:
+def export_cache(t: Target, path: str) -> int:
     """Write the container's per-version compile cache folder (and its warmup records) to a local tar.gz."""
     spec, ct = t.spec, t.ct
     state = deployed(ct, spec)
@@ -462,12 +472,12 @@ def export_cache(t: Target, path: str, echo=quiet) -> int:
     with tempfile.TemporaryDirectory() as d:
         count = files.pull_tree(ct, folder, d)
         sidecar = {"versions": _versions(verify), "cache": folder, "passport": read_passport(ct, folder),
-                   "warmups": [r for r in records(ct, spec) if r.get("venv_lock") == state["venv"].get("lock_sha256")]}
+                   "warmups": [r for r in records(t) if r.get("venv_lock") == state["venv"].get("lock_sha256")]}
         Path(d, BUNDLE_SIDECAR).write_text(json.dumps(sidecar, indent=1))
         with tarfile.open(path, "w:gz") as tar:
             for p in sorted(Path(d).iterdir()):
                 tar.add(p, arcname=p.name)
-    echo(f"exported {count} cache file(s) of {folder}")
+    t.output(f"exported {count} cache file(s) of {folder}")
     return count
 
 
@@ -475,7 +485,7 @@ def _versions(verify: dict) -> dict:
     return {k: verify.get(k) for k in ("torch", "cuda_build", "triton", "gpu_name")}
 
 
-def import_cache(t: Target, path: str, echo=quiet) -> ImportedCache:
+def import_cache(t: Target, path: str) -> ImportedCache:
     """Load a bundle made by export_cache into the container's cache folder; refuse one made for other
     versions. Its warmup records are kept where they match this commit, venv, command and environment."""
     spec, ct = t.spec, t.ct
@@ -517,6 +527,6 @@ def import_cache(t: Target, path: str, echo=quiet) -> ImportedCache:
     latest = {r["key"]: r for r in sidecar.get("warmups", []) if r.get("key") in wanted}  # one per device
     kept = [{**r, "imported_from": os.path.basename(path)} for r in latest.values()]
     if kept:
-        _record(ct, spec, kept)
+        _record(t, kept)
     return ImportedCache(count, folder, tuple(r["device"] for r in kept),
                          tuple(f"{name}: {why}" for name, why in refused))

@@ -14,14 +14,12 @@ import time
 
 from ..config import ContainerSpec
 from ..errors import JobError, RemoteError
-from ..events import quiet
 from ..facts import Facts, gather
 from ..naming import printable
 from ..ops import files, jobenv, jobs, logs
 from ..results import KnownGood
 from ..target import Target
 from ..transport.pct import Container
-from ..transport.session import Session
 
 LOG_TAIL = 1 << 20  # bytes of a run's log read for its rolling metric (the last few values are all it needs)
 
@@ -87,7 +85,8 @@ def make_record(facts: Facts, spec: ContainerSpec, run: dict, watch: logs.Watch,
     }
 
 
-def save(ct: Container, spec: ContainerSpec, record: dict) -> None:
+def save(t: Target, record: dict) -> None:
+    ct, spec = t.ct, t.spec
     text = json.dumps(record, indent=1)
     files.push_bytes(ct, text.encode() + b"\n", path_of(spec))
     ct.script('cat >> "$1"', path_of(spec) + "l", stdin=json.dumps(record).encode() + b"\n", timeout=60,
@@ -106,24 +105,25 @@ def record_run(t: Target, run_id: str | None, *, how: str = "by hand (remote kno
                        "known-good")
     watch = watch_log(spec, log_tail(ct, f"{st['path']}/log"))
     record = make_record(gather(t.system, spec), spec, st, watch, how)
-    save(ct, spec, record)
+    save(t, record)
     return KnownGood(record["run"], record["container"], record.get("commit"), record.get("torch"), path_of(spec),
                      record)
 
 
-def after_run(session: Session, ct: Container, spec: ContainerSpec, final: dict, echo=quiet) -> dict | None:
+def after_run(t: Target, final: dict) -> dict | None:
     """Called by `train` when the run it followed ends: record it as known-good when it met the baseline."""
+    spec = t.spec
     watch = final.get("watch")
     if final.get("alive") or final.get("lost") or final.get("exit") != 0 or watch is None \
             or not meets_baseline(watch):
         return None
     try:
-        facts = gather(session.container_for(spec, venv_on_path=False), spec)
+        facts = gather(t.system, spec)
         record = make_record(facts, spec, final, watch, "auto: the run met the baseline")
-        save(ct, spec, record)
+        save(t, record)
     except RemoteError as exc:
-        echo(printable(f"!! could not record run {final['run']} as known-good: {exc}"))
+        t.warn(printable(f"could not record run {final['run']} as known-good: {exc}"))
         return None
-    echo(f"-- run {final['run']} recorded as known-good ({logs.fmt(watch.rolling, watch.unit)}, baseline "
-         f"{watch.baseline:g}) in {path_of(spec)}")
+    t.note(f"run {final['run']} recorded as known-good ({logs.fmt(watch.rolling, watch.unit)}, baseline "
+           f"{watch.baseline:g}) in {path_of(spec)}")
     return record

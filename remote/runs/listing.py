@@ -15,13 +15,14 @@ from ..config import ContainerSpec
 from ..naming import printable
 from ..ops import jobs
 from ..results import RunSummary
-from ..transport.pct import Container
+from ..target import Target
 
 TAIL_BYTES = 16384  # of each log: enough for the last metric lines
 
 
-def list_runs(ct: Container, spec: ContainerSpec, limit: int = 20) -> list[RunSummary]:
+def list_runs(t: Target, limit: int = 20) -> list[RunSummary]:
     """The latest `limit` runs, oldest first."""
+    ct, spec = t.ct, t.spec
     marker = f"--run-{secrets.token_hex(8)}--"
     r = ct.script(shell.with_lib("runs"), spec.train.run_dir, str(limit), marker, str(TAIL_BYTES),
                   mutates=False, timeout=120, label="list runs")

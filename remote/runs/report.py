@@ -154,7 +154,7 @@ def write(t: Target, run_id: str | None, dest: str | None) -> Path:
     except ValueError:
         kg = None
     m = st.get("manifest") or {}
-    warmups = [r for r in wm.records(ct, spec)
+    warmups = [r for r in wm.records(t)
                if r.get("commit") == m.get("commit") and r.get("venv_lock") == m.get("venv_lock_sha256")]
     if not dest and not jobs.RUN_ID.fullmatch(st["run"]):  # the container's `current`: untrusted, never a path
         raise JobError(f"container {spec.ctid}: its run id {st['run']!r} is not one remote makes; give out=FILE")

@@ -1,6 +1,7 @@
 """Lab tier: warm once, copy to the rest (remote/ops/cachecopy.py) between real containers, the passport
 that guards the copy, an interrupted copy, and the cache-missed finding of a seeded run that compiled."""
 
+import dataclasses
 import json
 import os
 import re
@@ -21,7 +22,6 @@ from remote.target import resolve as target_of
 
 pytestmark = pytest.mark.lab
 A, B = LAB_CONTAINERS[:2]
-quiet = dict(echo=lambda s: None)
 CACHE = "/root/.cache/torch-compile"
 
 
@@ -43,12 +43,12 @@ def records(ct, base=CACHE):
 def fleet_warm(deployed, lab_session):
     """A and B deployed, their per-version cache folders set aside (a fresh B, a cold A), then
     `remote warmup -c A,B`."""
-    deploy(target_of(lab_session, B), **quiet)
+    deploy(target_of(lab_session, B))
     aside = f'for d in {CACHE}/torch-*; do [ -e "$d" ] && mv "$d" "$d.aside-$$"; done; true'
     for c in (A, B):
         lab_session.container(c).run(["bash", "-c", aside])
     lines = []
-    outcomes = cachecopy.warm_fleet(lab_session, [A, B], echo=lines.append)
+    outcomes = cachecopy.warm_fleet(dataclasses.replace(lab_session, echo=lines.append), [A, B])  # its lines
     return outcomes, lines, {c: cache_files(lab_session.container(c)) for c in (A, B)}
 
 
@@ -62,7 +62,7 @@ def test_warmup_of_two_containers_warms_one_and_copies_its_cache_to_the_other(fl
     assert sorted(r["device"] for r in recs_b) == ["0", "1"]  # no warmup of its own ran there: only the copy
     assert all(r["copied_from"] == A for r in recs_b), recs_b
     spec = lab_session.config.container(B)
-    assert wm.missing_warmups(lab_session.container(B), spec, wm.deployed(lab_session.container(B), spec)) == []
+    assert wm.missing_warmups(target_of(lab_session, B), wm.deployed(lab_session.container(B), spec)) == []
     holding = cachecopy.look(target_of(lab_session, B))
     assert holding.passport["copied_from"] == A and holding.serves_itself
 
@@ -92,14 +92,14 @@ def test_a_copy_cut_mid_way_leaves_no_partial_file_and_the_next_completes_it(fle
         a = cache_files(s.container(A))
         total = sum(cachecopy.look(target_of(s, A)).files.values())
         with pytest.raises(TransferError, match="cut"):
-            cachecopy.copy(target_of(s, A), target_of(s, B), cut_after=total // 2, via_controller=True, **quiet)
+            cachecopy.copy(target_of(s, A), target_of(s, B), cut_after=total // 2, via_controller=True)
         half = cache_files(ctb, fresh)
         assert 0 < len(half) < len(a)  # some files made it, some did not
         assert set(half.items()) <= set(a.items())  # each one in place is whole (its sha256 is the source's)
         staged = ctb.run(["bash", "-c", f"find {fresh} -path '*/.remote-incoming/*' -type f | wc -l"]).out.strip()
         assert int(staged) <= 1  # a torn file: in the staging folder only, which torch never reads
         assert records(ctb, fresh) == []  # nothing says copied
-        done = cachecopy.copy(target_of(s, A), target_of(s, B), via_controller=True, **quiet)
+        done = cachecopy.copy(target_of(s, A), target_of(s, B), via_controller=True)
         assert done.files == len(a) - len(half) and cache_files(ctb, fresh) == a
         assert [r["copied_from"] for r in records(ctb, fresh)] == [A, A]
 
@@ -109,10 +109,10 @@ def test_a_passport_mismatch_refuses_the_copy_names_the_field_and_warms_it_alone
     with Session(config.load(str(other)), agent=True) as s:
         with pytest.raises(cachecopy.CacheMismatch, match=r"inductor environment differs "
                                                           r"\(TORCHINDUCTOR_COMPILE_THREADS\)") as exc:
-            cachecopy.copy(target_of(s, A), target_of(s, B), **quiet)
+            cachecopy.copy(target_of(s, A), target_of(s, B))
         assert exc.value.fields == ["env"]
         lines = []
-        outcomes = cachecopy.warm_fleet(s, [A, B], echo=lines.append)
+        outcomes = cachecopy.warm_fleet(dataclasses.replace(s, echo=lines.append), [A, B])  # its lines
         assert [o.ok for o in outcomes.values()] == [True, True]
         assert any(f"{B} is warmed on its own: unlike {A}: inductor environment differs "
                    "(TORCHINDUCTOR_COMPILE_THREADS)" in l for l in lines), lines
@@ -128,9 +128,9 @@ def test_a_seeded_run_that_compiled_anyway_is_a_cache_missed_finding(fleet_warm,
     cmd = ("python -c 'import torch; f = torch.compile(lambda x: x * 3 + 1); f(torch.ones(7)); print(\"1.0 it/s\")'")
     other = load_config(lab_hosts, **{"  command: python -m drafter.train --target-gpus 0 --drafter-gpus 0,1 --steps 200 "
                                       "--log-interval 0.5": f"  command: {json.dumps(cmd)}"})
-    cachecopy.copy(target_of(lab_session, A), target_of(lab_session, B), **quiet)  # seeded again (the test above warmed B for another environment)
+    cachecopy.copy(target_of(lab_session, A), target_of(lab_session, B))  # seeded again (the test above warmed B for another environment)
     with Session(config.load(str(other)), agent=True) as s:
-        final = train(target_of(s, B), **quiet)
+        final = train(target_of(s, B))
         assert final["exit"] == 0, final
         spec = s.config.container(B)
         found = doctor.findings(doctor.gather(s.container(B, venv_on_path=False), spec), spec)
@@ -164,7 +164,7 @@ def test_a_job_that_links_the_precompiled_headers_to_ssh_sends_no_key(fleet_warm
                                f"ln -sfn /root/.ssh {folder}/tmp/torchinductor_job/precompiled_headers"])
         try:
             assert not any("id_remote_test" in p for p in cachecopy.look(target_of(s, A)).files)
-            done = cachecopy.copy(target_of(s, A), target_of(s, B), via_controller=via_controller, **quiet)
+            done = cachecopy.copy(target_of(s, A), target_of(s, B), via_controller=via_controller)
             assert done.files > 0
             found = ctb.run(["bash", "-c", f"grep -rl PRIVATE-KEY {fresh} /root/.ssh 2>/dev/null; true"]).out
             assert found == "", found
@@ -215,7 +215,7 @@ def test_a_copy_reads_the_target_under_its_lease_and_writes_no_passport_once_it_
         monkeypatch.setattr(cachecopy, "_stream_copy", stream_then_taken_over)
         try:
             with pytest.raises(BusyError, match="lost the operation lease.*elsewhere pid 7"):
-                cachecopy.copy(target_of(s, A), target_of(s, B), **quiet)
+                cachecopy.copy(target_of(s, A), target_of(s, B))
             assert f"holder={oplock.default_holder()}" in seen["lease"] and "cache copy --from" in seen["lease"]
             folders = ctb.run(["bash", "-c", f"ls {fresh}"]).out.split()
             assert folders and not ctb.run(["bash", "-c", f"ls {fresh}/*/passport.json 2>/dev/null; true"]).out

@@ -1,5 +1,6 @@
 """Lab tier: `deploy` with real uv, the real CPU torch wheel and real git in a real container."""
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -10,6 +11,8 @@ from pathlib import Path
 import pytest
 from support import CountingTransport, load_config
 
+from remote.cli.format import deploy_text
+from remote.events import Output
 from remote import config
 from remote.ops.deploy import deploy
 from remote.errors import BusyError, DeployError
@@ -18,7 +21,6 @@ from remote.target import resolve as target_of
 
 pytestmark = pytest.mark.lab
 ROOT = Path(__file__).resolve().parent.parent.parent
-quiet = dict(echo=lambda s: None)
 
 
 def git(repo, *args):
@@ -56,8 +58,8 @@ def test_console_scripts_and_activate_name_the_final_path(deployed, ct):
 def test_second_deploy_is_a_noop_in_one_round_trip(deployed, lab_session):
     counting = CountingTransport(lab_session.transport(lab_session.config.hosts["lab"]))
     s = Session(lab_session.config, transport_factory=lambda h: counting)  # a pct exec per command, counted
-    summary = deploy(target_of(s, 200), **quiet)
-    assert summary.noop and summary.changed == [], summary.render()
+    summary = deploy(target_of(s, 200))
+    assert summary.noop and summary.changed == (), deploy_text(summary)
     assert len(counting.calls) == 1  # the probe, nothing else
 
 
@@ -66,7 +68,7 @@ def test_second_deploy_is_a_noop_in_one_round_trip(deployed, lab_session):
 def test_edits_in_the_container_are_saved_then_reset_and_untracked_files_survive(deployed, ct, lab_session):
     ct.run(["bash", "-c", "echo '# HACK: skip the mask' >> /root/dflash/drafter/model.py; "
                           "echo weights > /root/dflash/ckpt.pt; mkdir -p /root/dflash/out && echo x > /root/dflash/out/log"])
-    summary = deploy(target_of(lab_session, 200), **quiet)
+    summary = deploy(target_of(lab_session, 200))
     patch = [s for s in summary.saved if s.endswith(".patch")]
     assert len(patch) == 1 and "+# HACK: skip the mask" in ct.run(["cat", patch[0]]).out
     assert ct.run(["git", "-C", "/root/dflash", "status", "--porcelain", "--untracked-files=no"]).out == ""
@@ -81,7 +83,7 @@ def test_untracked_file_replaced_by_a_new_commit_is_saved(deployed, ct, lab_sess
     git(demo_repo, "add", "notes.txt")
     git(demo_repo, "commit", "-qm", "add notes")
     try:
-        summary = deploy(target_of(lab_session, 200), **quiet)
+        summary = deploy(target_of(lab_session, 200))
         tar = [s for s in summary.saved if s.endswith(".tar")]
         assert len(tar) == 1
         assert ct.run(["tar", "-xOf", tar[0], "notes.txt"]).out == "container version\n"
@@ -98,13 +100,13 @@ def test_dirty_local_tree_is_refused_unless_allowed(deployed, lab_session, demo_
     model.write_text(original + "\n# local experiment\n")
     try:
         with pytest.raises(DeployError, match=r"uncommitted changes.*allow_dirty=True[\s\S]*drafter/model.py"):
-            deploy(target_of(lab_session, 200), **quiet)
-        deploy(target_of(lab_session, 200), allow_dirty=True, **quiet)
+            deploy(target_of(lab_session, 200))
+        deploy(target_of(lab_session, 200), allow_dirty=True)
         assert "# local experiment" in ct.run(["cat", "/root/dflash/drafter/model.py"]).out
         assert '"dirty": true' in ct.run(["cat", "/root/dflash/.git/remote-deploy.json"]).out
     finally:
         model.write_text(original)
-    deploy(target_of(lab_session, 200), **quiet)
+    deploy(target_of(lab_session, 200))
     assert '"dirty": false' in ct.run(["cat", "/root/dflash/.git/remote-deploy.json"]).out
 
 
@@ -114,22 +116,22 @@ def test_hand_installed_package_is_reported_and_removed_by_a_rebuild(deployed, l
     site = ct.run(["python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).out.strip()
     ct.run(["bash", "-c", f"mkdir -p {site}/sglang-0.5.0.dist-info && printf 'Metadata-Version: 2.1\\nName: sglang\\n"
                           f"Version: 0.5.0\\n' > {site}/sglang-0.5.0.dist-info/METADATA"])
-    check = deploy(target_of(lab_session, 200), check=True, **quiet)
+    check = deploy(target_of(lab_session, 200), check=True)
     assert "extra package not in the spec: sglang==0.5.0" in check.drift
     assert any("venv would be rebuilt: the venv was changed by hand" in c for c in check.changed)
     before = ct.run(["readlink", "/root/venv"]).out
     lock = ct.run(["sha256sum", "/root/venv/remote-lock.txt"]).out.split()[0]
-    summary = deploy(target_of(lab_session, 200), **quiet)
+    summary = deploy(target_of(lab_session, 200))
     assert ct.run(["readlink", "/root/venv"]).out != before
     # The same spec resolves to the same lock, byte for byte: the warmups keyed on it still hold.
     assert ct.run(["sha256sum", "/root/venv/remote-lock.txt"]).out.split()[0] == lock
     assert "sglang" not in ct.run(["python", "-c", "import importlib.metadata as m; print([d.metadata['Name'] for d in "
                                                    "m.distributions()])"]).out
     assert any("previous venv" in k for k in summary.kept)
-    rolled = deploy(target_of(lab_session, 200), rollback=True, **quiet)
+    rolled = deploy(target_of(lab_session, 200), rollback=True)
     assert ct.run(["readlink", "/root/venv"]).out == before and "rolled back" in rolled.changed[0]
-    deploy(target_of(lab_session, 200), **quiet)  # the rolled-back venv is polluted: deploy rebuilds or reuses the clean build
-    assert deploy(target_of(lab_session, 200), **quiet).noop
+    deploy(target_of(lab_session, 200))  # the rolled-back venv is polluted: deploy rebuilds or reuses the clean build
+    assert deploy(target_of(lab_session, 200)).noop
 
 
 @pytest.mark.fault("Hand-made venv at the venv path", promise="moved aside, never deleted; the swap is atomic")
@@ -137,9 +139,9 @@ def test_a_handmade_venv_is_exchanged_atomically_and_kept(lab_session):
     ct = lab_session.container(201)
     ct.run(["bash", "-c", "rm -rf /root/venv /root/venv.versions; mkdir -p /root/venv/bin && "
                           "ln -s /usr/bin/python3 /root/venv/bin/python && echo mine > /root/venv/marker"])
-    summary = deploy(target_of(lab_session, 201), **quiet)
+    summary = deploy(target_of(lab_session, 201))
     kept = [k for k in summary.kept if "hand-made venv" in k]
-    assert kept, summary.render()
+    assert kept, deploy_text(summary)
     handmade = kept[0].split("moved aside to ")[1].split(" ")[0]
     assert ct.run(["cat", f"{handmade}/marker"]).out == "mine\n"
     assert ct.run(["python", "-c", "import torch; print(torch.__version__)"]).out.strip() == "2.13.0+cpu"
@@ -169,17 +171,17 @@ def test_deploy_killed_mid_install_leaves_the_old_venv_working(deployed, lab_ses
         end = time.monotonic() + 600
         while True:
             try:
-                summary = deploy(target_of(s, 200), **quiet)
+                summary = deploy(target_of(s, 200))
                 break
             except BusyError as exc:
                 assert f"pid {proc.pid}" in str(exc) and time.monotonic() < end, str(exc)
                 time.sleep(1)
     assert any(f"took over the expired operation lease of {os.uname().nodename} pid {proc.pid}" in c
-               for c in summary.changed), summary.render()
-    assert any("interrupted deploy" in c for c in summary.changed), summary.render()
+               for c in summary.changed), deploy_text(summary)
+    assert any("interrupted deploy" in c for c in summary.changed), deploy_text(summary)
     assert ".building" not in ct.run(["ls", "/root/venv.versions"]).out
     assert ct.run(["python", "-c", "import mpmath, torch"]).ok
-    deploy(target_of(lab_session, 200), **quiet)  # back to the session's spec (a swap to the kept build or a rebuild)
+    deploy(target_of(lab_session, 200))  # back to the session's spec (a swap to the kept build or a rebuild)
 
 
 @pytest.mark.fault("--dry deploy", promise="prints the commands it would run and reads as what would change "
@@ -187,11 +189,12 @@ def test_deploy_killed_mid_install_leaves_the_old_venv_working(deployed, lab_ses
 def test_dry_run_prints_the_commands_and_changes_nothing(deployed, lab_hosts, ct):
     before = ct.run(["readlink", "/root/venv"]).out
     changed = load_config(lab_hosts, **{"numpy==2.2.6]": "numpy==2.2.6, sympy==1.14.0]"})  # built by no other test
-    printed = []
-    with Session(config.load(str(changed)), dry=True, echo=printed.append) as s:
-        summary = deploy(target_of(s, 200), **quiet)
+    got: list = []
+    with Session(config.load(str(changed)), dry=True, events=got.append) as s:
+        summary = deploy(target_of(s, 200))
+    printed = [e.line for e in got if isinstance(e, Output)]  # the commands (deploy's steps are StepStarted)
     assert any("venv" in c for c in summary.changed)
-    shown = summary.render()
+    shown = deploy_text(summary)
     assert shown.startswith("deploy 200 (dry run, nothing changed): would make ") and "\n  would:   venv" in shown
     assert "changed:" not in shown, shown
     assert printed and all(p.startswith("ssh -p ") for p in printed)
@@ -212,13 +215,13 @@ def test_a_failed_venv_build_leaves_the_old_code_and_the_old_venv(deployed, lab_
         broken = load_config(lab_hosts, **{"numpy==2.2.6]": "numpy==2.2.6, numpy==0.0.1]"})  # unsatisfiable
         with Session(config.load(str(broken)), agent=True) as s:
             with pytest.raises(DeployError, match="the venv build failed"):
-                deploy(target_of(s, 200), **quiet)
+                deploy(target_of(s, 200))
         assert ct.run(["git", "-C", "/root/dflash", "rev-parse", "HEAD"]).out.strip() == before_head
         assert ct.run(["readlink", "/root/venv"]).out == before_venv
         assert ".building" not in ct.run(["ls", "/root/venv.versions"]).out  # the failed build was removed
     finally:
         git(demo_repo, "reset", "-q", "--hard", "HEAD~1")
-    assert deploy(target_of(lab_session, 200), **quiet).noop
+    assert deploy(target_of(lab_session, 200)).noop
 
 
 def _fake_run(ct, python: str) -> int:
@@ -250,23 +253,23 @@ def test_deploy_refuses_while_a_job_runs_and_never_prunes_the_venv_it_uses(deplo
         spec_c = load_config(lab_hosts, **{"numpy==2.2.6]": "numpy==2.2.6, six==1.16.0]"})
         with Session(config.load(str(spec_b)), agent=True) as s:
             with pytest.raises(BusyError) as exc:
-                deploy(target_of(s, 200), **quiet)
+                deploy(target_of(s, 200))
             assert f"run t-job (pid {pid}) is still running" in str(exc.value)
             assert "container(200).stop()" in str(exc.value) and "force=True" in str(exc.value) and exc.value.exit_code == 3
             assert ct.run(["readlink", "/root/venv"]).out.strip() == original
-            forced = deploy(target_of(s, 200), force=True, **quiet)
-            assert any("t-job" in k and "left running" in k for k in forced.kept), forced.render()
+            forced = deploy(target_of(s, 200), force=True)
+            assert any("t-job" in k and "left running" in k for k in forced.kept), forced
         with Session(config.load(str(spec_c)), agent=True) as s:
             # The original build is now older than the previous one: pruned, but for the job that uses it.
-            summary = deploy(target_of(s, 200), force=True, **quiet)
-        assert any(f"venv {original}: a live process still uses it" in k for k in summary.kept), summary.render()
+            summary = deploy(target_of(s, 200), force=True)
+        assert any(f"venv {original}: a live process still uses it" in k for k in summary.kept), deploy_text(summary)
         assert ct.run(["test", "-e", f"{original}/remote-venv.json"]).ok
         assert ct.run(["kill", "-0", str(pid)]).ok
     finally:
         ct.run(["kill", "-KILL", str(pid)], check=False)
         ct.run(["rm", "-rf", "/root/runs/t-job", "/root/runs/current"])
-    deploy(target_of(lab_session, 200), **quiet)  # back to the session's spec
-    assert deploy(target_of(lab_session, 200), **quiet).noop
+    deploy(target_of(lab_session, 200))  # back to the session's spec
+    assert deploy(target_of(lab_session, 200)).noop
 
 
 @pytest.mark.fault("Deploy from a shallow clone", "a `git clone --depth 1` repository deploys: the container's "
@@ -276,15 +279,15 @@ def test_deploy_from_a_shallow_clone(deployed, lab_hosts, demo_repo, tmp_path):
     git(tmp_path, "clone", "-q", "--depth", "1", f"file://{demo_repo}", str(clone))
     path = load_config(lab_hosts, **{f"repo: {demo_repo}": f"repo: {clone}", "path: /root/dflash": "path: /root/shallow"})
     with Session(config.load(str(path)), agent=True) as s:
-        summary = deploy(target_of(s, 200), **quiet)
+        summary = deploy(target_of(s, 200))
         ct = s.container(200)
         head = git(clone, "rev-parse", "HEAD")
-        assert ct.run(["git", "-C", "/root/shallow", "rev-parse", "HEAD"]).out.strip() == head, summary.render()
+        assert ct.run(["git", "-C", "/root/shallow", "rev-parse", "HEAD"]).out.strip() == head, deploy_text(summary)
         assert ct.run(["git", "-C", "/root/shallow", "rev-parse", "--is-shallow-repository"]).out.strip() == "true"
         (clone / "NEW.md").write_text("next\n")
         git(clone, "add", "NEW.md")
         git(clone, "commit", "-qm", "next")
-        deploy(target_of(s, 200), **quiet)  # shipped thin against the shallow checkout's commit
+        deploy(target_of(s, 200))  # shipped thin against the shallow checkout's commit
         assert ct.run(["git", "-C", "/root/shallow", "rev-parse", "HEAD"]).out.strip() == git(clone, "rev-parse", "HEAD")
         assert ct.run(["cat", "/root/shallow/NEW.md"]).out == "next\n"
         ct.run(["rm", "-rf", "/root/shallow"])
@@ -297,13 +300,13 @@ def test_a_kept_build_is_checked_before_it_is_swapped_back_in(deployed, lab_sess
     other = load_config(lab_hosts, **{"packages: [torch==2.13.0+cpu, numpy==2.2.6]":
                                       "packages: [torch==2.13.0+cpu, numpy==2.2.6, mpmath==1.3.0]"})
     with Session(config.load(str(other))) as s:
-        deploy(target_of(s, 200), **quiet)  # another spec: a new build; the first is kept as the previous one
+        deploy(target_of(s, 200))  # another spec: a new build; the first is kept as the previous one
     assert ct.run(["readlink", "/root/venv"]).out.strip() != first
     site = ct.run([f"{first}/bin/python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).out.strip()
     ct.run(["bash", "-c", f"mkdir -p {site}/intruder-1.0.dist-info && printf 'Metadata-Version: 2.1\\nName: intruder\\n"
                           f"Version: 1.0\\n' > {site}/intruder-1.0.dist-info/METADATA"])
     lines = []
-    deploy(target_of(lab_session, 200), echo=lines.append)  # back to the first spec: its kept build is polluted
+    deploy(target_of(dataclasses.replace(lab_session, echo=lines.append), 200))  # back to the first spec: its kept build is polluted
     now = ct.run(["readlink", "/root/venv"]).out.strip()
     assert now != first, "\n".join(lines)
     assert any("is not as it was built (extra package not in the spec: intruder==1.0)" in line for line in lines), lines

@@ -14,6 +14,7 @@ import time
 import pytest
 from support import load_config, sshd_serving, wait_until
 
+from remote.cli.format import deploy_text
 from remote import config
 from remote.ops.deploy import deploy
 from remote.errors import BusyError, ContainerLocked, DeployError, RemoteError
@@ -78,10 +79,10 @@ def test_a_connection_dropped_mid_deploy_leaves_the_venv_and_the_next_deploy_com
                                         "packages: [torch==2.13.0+cpu, numpy==2.2.6, 'mpmath>=1.2']"})
     lines: list[str] = []
     outcome: list = []
-    with Session(config.load(str(changed)), agent=True) as s:
+    with Session(config.load(str(changed)), agent=True, echo=lines.append) as s:  # its lines, as events' text
         def work():
             try:
-                outcome.append(deploy(target_of(s, 200), echo=lines.append))
+                outcome.append(deploy(target_of(s, 200)))
             except Exception as exc:
                 outcome.append(exc)
 
@@ -97,11 +98,11 @@ def test_a_connection_dropped_mid_deploy_leaves_the_venv_and_the_next_deploy_com
         assert ct.run(["git", "-C", "/root/dflash", "rev-parse", "HEAD"]).out == head
         assert ct.run(["python", "-c", "import torch"]).ok
         # The lease of the interrupted deploy may still be live; it was this process's.
-        summary = once_the_lease_is_free(lambda: deploy(target_of(s, 200), echo=lambda line: None))
-    assert ct.run(["python", "-c", "import mpmath, torch"]).ok, summary.render()
+        summary = once_the_lease_is_free(lambda: deploy(target_of(s, 200)))
+    assert ct.run(["python", "-c", "import mpmath, torch"]).ok, deploy_text(summary)
     assert ".building" not in ct.run(["ls", "/root/venv.versions"]).out
     with Session(config.load(str(lab_hosts)), agent=True) as s:
-        deploy(target_of(s, 200), echo=lambda line: None)
+        deploy(target_of(s, 200))
 
 
 @pytest.mark.fault("Disk full during a venv build",
@@ -115,7 +116,7 @@ def test_a_disk_that_fills_up_during_the_venv_build_fails_the_deploy_and_changes
     try:
         lines: list[str] = []
         with pytest.raises(DeployError, match="the venv build failed") as e:
-            deploy(target_of(lab_session, 201), echo=lines.append)
+            deploy(target_of(dataclasses.replace(lab_session, echo=lines.append), 201))  # its lines, as events' text
         assert "current venv and checkout were left in place" in str(e.value)
         assert any("No space left on device" in l or "os error 28" in l for l in lines), "\n".join(lines[-20:])
         assert ".building" not in ct.run(["ls", "-a", "/root/venv.versions"]).out  # the failed build removed
@@ -233,12 +234,12 @@ def test_deploy_sigkilled_at_each_point_leaves_a_working_venv_and_the_next_deplo
     assert len(killed) == len(KILL_POINTS)
     # The next deploy takes the dead controller's lease over once it expired, cleans up and completes.
     with Session(config.load(str(hosts)), agent=True) as s:
-        summary = once_the_lease_is_free(lambda: deploy(target_of(s, 200), echo=lambda line: None))
-    assert ".building" not in ct.run(["ls", "/root/venv.versions"]).out, summary.render()
+        summary = once_the_lease_is_free(lambda: deploy(target_of(s, 200)))
+    assert ".building" not in ct.run(["ls", "/root/venv.versions"]).out, deploy_text(summary)
     assert ct.run(["python", "-c", "import mpmath, torch"]).ok
     with Session(config.load(str(lab_hosts)), agent=True) as s:  # back to the session's spec
-        deploy(target_of(s, 200), echo=lambda line: None)
-        assert deploy(target_of(s, 200), echo=lambda line: None).noop
+        deploy(target_of(s, 200))
+        assert deploy(target_of(s, 200)).noop
 
 
 @pytest.mark.fault("SSH dropped mid-warmup",
@@ -252,10 +253,10 @@ def test_a_connection_dropped_mid_warmup_leaves_nothing_running_and_the_next_war
 
     lines: list[str] = []
     outcome: list = []
-    with Session(config.load(str(lab_hosts)), agent=True) as s:
+    with Session(config.load(str(lab_hosts)), agent=True, echo=lines.append) as s:  # its lines, as events' text
         def work():
             try:
-                outcome.append(wm.warmup(target_of(s, 200), echo=lines.append))
+                outcome.append(wm.warmup(target_of(s, 200)))
             except Exception as exc:
                 outcome.append(exc)
 
@@ -273,5 +274,5 @@ def test_a_connection_dropped_mid_warmup_leaves_nothing_running_and_the_next_war
         record = ct.run(["bash", "-c", "cat /root/.cache/torch-compile/warmups.jsonl 2>/dev/null || true"]).out
         assert all(json.loads(line) for line in record.splitlines())
         # The interrupted warmup's lease is released by this process, or expires.
-        results = once_the_lease_is_free(lambda: wm.warmup(target_of(s, 200), echo=lambda line: None), 120)
+        results = once_the_lease_is_free(lambda: wm.warmup(target_of(s, 200)), 120)
     assert [r.device for r in results] == ["0", "1"]

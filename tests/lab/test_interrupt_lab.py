@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from support import LAB_CONTAINERS, load_config, wait_until
 
+from remote.cli.format import deploy_text
 from remote import config
 from remote.ops.deploy import deploy
 from remote.transport.session import Session
@@ -56,10 +57,10 @@ def test_the_deploy_after_an_interrupted_checkout_succeeds(lab_hosts, lab_sessio
     finally:
         ct.run(["rm", "-f", "/usr/local/bin/git", "/root/slow-git", "/root/git-in-checkout"])
     with Session(config.load(str(hosts)), agent=True) as s:
-        summary = deploy(target_of(s, CT), echo=lambda line: None)
+        summary = deploy(target_of(s, CT))
     try:
         assert any(c.startswith(f"removed stale lock: {CHECKOUT}/.git/index.lock") for c in summary.changed), \
-            summary.render()
+            deploy_text(summary)
         assert not ct.run(["test", "-e", f"{CHECKOUT}/.git/index.lock"], check=False).ok
         head = ct.run(["git", "-C", CHECKOUT, "rev-parse", "HEAD"]).out.strip()
         assert ct.run(["git", "-C", CHECKOUT, "status", "--porcelain"]).out == "" and len(head) == 40
@@ -72,7 +73,7 @@ def test_a_lock_a_live_git_holds_is_never_removed(lab_session, deployed, lab_hos
     hosts = load_config(lab_hosts, **{"  path: /root/dflash": f"  path: {CHECKOUT}-live"})
     ct = lab_session.container(CT)
     with Session(config.load(str(hosts)), agent=True) as s:
-        deploy(target_of(s, CT), echo=lambda line: None)
+        deploy(target_of(s, CT))
         # An edit there (deploy saves it, then checks out again), and a git by hand holding the index lock.
         ct.script(f'cd {CHECKOUT}-live && f=$(git ls-files | head -n 1) && echo edit >> "$f" && '
                   "setsid -f bash -c 'echo $$ > /root/live-git.pid; exec 8> .git/index.lock; exec sleep 313.75' "
@@ -80,7 +81,7 @@ def test_a_lock_a_live_git_holds_is_never_removed(lab_session, deployed, lab_hos
         try:
             assert wait_until(lambda: "sleep 313.75" in ct.run(["ps", "-eo", "args"]).out, 30)
             with pytest.raises(Exception, match="index.lock"):
-                deploy(target_of(s, CT), echo=lambda line: None)
+                deploy(target_of(s, CT))
             assert ct.run(["test", "-e", f"{CHECKOUT}-live/.git/index.lock"], check=False).ok
         finally:
             ct.script('kill "$(cat /root/live-git.pid)" || true; rm -f /root/live-git.pid')

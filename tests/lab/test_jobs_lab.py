@@ -331,7 +331,7 @@ def test_train_holds_the_lease_from_preflight_to_launch(lab_hosts, deployed, mon
     monkeypatch.setattr(jobs, "check", check_then_another_controller)
     with Session(config.load(str(hosts)), agent=True) as session:
         spec, ct = session.config.container(200), session.container(200)
-        final = jobs.train(target_of(session, 200), force=True, follow=False, echo=lambda s: None)
+        final = jobs.train(target_of(session, 200), force=True, follow=False)
         run = state(ct, spec)
         try:
             assert final is None and len(tried) == 1 and "busy: `train` held by" in tried[0], tried

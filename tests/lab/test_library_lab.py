@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from support import LAB_CONTAINERS, load_config
 
+from remote.cli.format import deploy_text
+
 pytestmark = pytest.mark.lab
 ROOT = Path(__file__).resolve().parent.parent.parent
 CT, OTHER = LAB_CONTAINERS[0], LAB_CONTAINERS[1]
@@ -130,7 +132,7 @@ def test_a_fabric_connection_drives_exec_and_deploy(lab, quick_hosts, tmp_path):
     r = remote.fabric.exec(c, CT, ["sh", "-c", "echo $((6*7))"], known_hosts=lab.known_hosts)
     assert (r.exit_code, r.text) == (0, "42\n")
     plan = remote.fabric.deploy(c, CT, hosts=quick_hosts)
-    assert plan.applied and plan.noop, plan.render()  # deployed by the script test, or now: then again a no-op
+    assert plan.applied and plan.noop, deploy_text(plan)  # deployed by the script test, or now: then again a no-op
     with remote.fabric.container(c, CT, hosts=quick_hosts) as ct:
         assert ct.spec.host.address == "127.0.0.1" and ct.spec.host.port == lab.port
     # The example fabfile, run by `fab` as a user would.

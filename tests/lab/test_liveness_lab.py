@@ -16,12 +16,11 @@ from remote.target import resolve as target_of
 pytestmark = pytest.mark.lab
 CT = LAB_CONTAINERS[0]
 PRE = Preflight(commit="0" * 40, venv={"verify": {"torch": "2.13.0+cpu"}, "lock_sha256": "x"}, gpus=None, notes=[])
-quiet = dict(echo=lambda s: None)
 
 
 @pytest.fixture
 def ct(lab_session):
-    deploy(target_of(lab_session, CT), **quiet)
+    deploy(target_of(lab_session, CT))
     ct = lab_session.container(CT)
     ct.script("rm -rf /root/runs")
     yield ct
@@ -47,7 +46,7 @@ def test_a_live_run_that_is_not_the_latest_counts_everywhere(lab_session, ct):
         launch(ct, spec, PRE, command="sleep 600")  # train's busy check
     ct.script("echo '# an edit: deploy has something to do' >> /root/dflash/drafter/model.py")
     with pytest.raises(BusyError, match=f"run {a} \\(pid {pid_a}\\) is still running"):
-        deploy(target_of(lab_session, CT), **quiet)
+        deploy(target_of(lab_session, CT))
     entry = jobs._container_job(lab_session, spec, "running")  # what `status` shows
     assert entry.run is not None and entry.run.id == b and list(entry.also_live) == [{"run": a, "pid": pid_a}]
     found = {f.code: f for f in findings(facts.gather(ct, spec, fresh=True), spec)}
@@ -78,7 +77,7 @@ def test_a_run_whose_pid_file_is_late_is_started_and_counts_as_running(lab_sessi
     assert st["alive"] and not st["lost"], st
     ct.script("echo '# an edit: deploy has something to do' >> /root/dflash/drafter/model.py")
     with pytest.raises(BusyError, match=r"run late \(starting"):
-        deploy(target_of(lab_session, CT), **quiet)
+        deploy(target_of(lab_session, CT))
     with pytest.raises(JobError, match=r"run late \(starting\)"):
         launch(ct, spec, PRE, command="sleep 600")
     got = facts.gather(ct, spec, fresh=True).jobs

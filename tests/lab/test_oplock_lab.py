@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from remote.cli.format import deploy_text
 from remote.ops import oplock
 from remote.ops.deploy import deploy
 from remote.errors import BusyError
@@ -16,7 +17,6 @@ from remote.target import resolve as target_of
 
 pytestmark = pytest.mark.lab
 ROOT = Path(__file__).resolve().parent.parent.parent
-quiet = dict(echo=lambda s: None)
 
 
 def lease_file(ct) -> dict:
@@ -27,7 +27,7 @@ def lease_file(ct) -> dict:
 def test_a_second_deploy_is_refused_with_the_holder_shown(deployed, lab_session, ct):
     with oplock.hold(ct, "warmup", holder="ctl-a pid 4242"):
         with pytest.raises(BusyError) as exc:
-            deploy(target_of(lab_session, 200), **quiet)
+            deploy(target_of(lab_session, 200))
         assert "container 200 is busy: `warmup` held by ctl-a pid 4242 since " in str(exc.value)
         assert exc.value.exit_code == 3 and exc.value.holder["holder"] == "ctl-a pid 4242"
         with pytest.raises(BusyError, match="ctl-a pid 4242"):
@@ -113,8 +113,8 @@ mkdir -p "$v/a-20200101-000000.partial" "$v/b-20200101-000000/bin" "$v/b-2020010
 echo "$pid" > "$v/a-20200101-000000.partial.pid"
 echo "$pid" > "$v/b-20200101-000000.building/pid"
 """, v, str(unrelated))
-        summary = deploy(target_of(lab_session, 200), **quiet)
-        assert any("interrupted deploy" in c for c in summary.changed), summary.render()
+        summary = deploy(target_of(lab_session, 200))
+        assert any("interrupted deploy" in c for c in summary.changed), deploy_text(summary)
         assert ct.run(["kill", "-0", str(unrelated)]).ok  # never signalled
         assert gone(ct, builder)  # the marked builder was stopped
         listing = ct.run(["ls", v]).out.split()

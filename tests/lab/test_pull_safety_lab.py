@@ -2,6 +2,7 @@
 manifest and tree stream never write outside DEST, never through a symlink, never a device, fifo or
 setuid file, and what was refused is named."""
 
+import dataclasses
 import os
 import stat
 
@@ -51,7 +52,7 @@ def test_pull_of_a_hostile_containers_run_writes_only_inside_dest(lab_session, t
               ": > /root/evil/log && ln -sfn ../evil /root/runs/current")
     try:
         with pytest.raises(TransferError, match=r"run id '\.\./evil' refused"):
-            pull_run(target_of(lab_session, CT), "latest", str(dest), progress=False, echo=lambda s: None)
+            pull_run(target_of(lab_session, CT), "latest", str(dest), progress=False)
         assert not (outside / "a" / "b" / "evil").exists()
 
         ct.script(f"mkdir -p /root/runs/{RUN} /root/dflash/tree/sub /root/dflash/old && cd /root/runs/{RUN} && "
@@ -65,7 +66,8 @@ def test_pull_of_a_hostile_containers_run_writes_only_inside_dest(lab_session, t
         (dest / RUN / "outputs").mkdir(parents=True)
         (dest / RUN / "outputs" / "old").symlink_to(elsewhere)
         lines = []
-        got = pull_run(target_of(lab_session, CT), "latest", str(dest), progress=False, echo=lines.append)
+        got = pull_run(target_of(dataclasses.replace(lab_session, echo=lines.append), CT), "latest", str(dest),
+                       progress=False)  # its lines
     finally:
         ct.script(f"rm -rf /usr/local/bin/tar /root/evil /root/runs/{RUN} /root/dflash/tree /root/dflash/old "
                   "/root/dflash/ok.txt; rm -f /root/runs/current")

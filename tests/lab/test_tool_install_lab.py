@@ -75,7 +75,7 @@ def test_a_uv_tool_install_deploys(tool, lab_hosts, deployed, lab_session, tmp_p
     assert ct.run(["python", "-c", "import mpmath, torch"]).ok
     from remote.ops.deploy import deploy
 
-    deploy(target_of(lab_session, 200), echo=lambda line: None)  # back to the session's spec
+    deploy(target_of(lab_session, 200))  # back to the session's spec
 
 
 @pytest.mark.fault(*TOOL_ONLY)
@@ -108,7 +108,7 @@ def test_a_controller_with_no_index_deploys_from_the_uv_wheel_in_find_links(tool
     assert f"uv-{UV_VERSION}-*-manylinux_2_17_x86_64*.whl" in r.stderr and str(wheels) in r.stderr, r.stderr
     from remote.ops.deploy import deploy
 
-    deploy(target_of(lab_session, 200), echo=lambda line: None)  # back to the session's spec
+    deploy(target_of(lab_session, 200))  # back to the session's spec
 
 
 @pytest.mark.fault("`remote lab up` from a wheel (no lab in it)", promise="one line saying the lab comes with a "

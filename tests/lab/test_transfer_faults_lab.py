@@ -60,7 +60,7 @@ def test_a_push_whose_link_goes_silent_is_retried_and_completes(lab, lab_session
         for pid in frozen:
             os.kill(pid, signal.SIGKILL)
     stats = outcome[0]
-    assert isinstance(stats, files.TransferStats), stats
+    assert isinstance(stats, files.Transfer), stats
     assert frozen and stats.attempts == 2 and stats.resumed_from > 0 and stats.sha256 == digest
     assert ct.run(["sha256sum", dest]).out.split()[0] == digest
     assert ct.run(["test", "-e", dest + ".partial"], check=False).exit_code == 1
@@ -145,7 +145,7 @@ def test_a_pull_whose_sender_stops_is_retried_and_completes(lab_session, tmp_pat
         ct.run(["pkill", "-KILL", "-x", "dd"], check=False)
         ct.run(["rm", "-f", src])
     stats = outcome[0]
-    assert isinstance(stats, files.TransferStats), stats
+    assert isinstance(stats, files.Transfer), stats
     assert stopped == [0] and stats.attempts == 2 and stats.resumed_from > 0 and stats.sha256 == digest
     assert hashlib.sha256((tmp_path / "back.bin").read_bytes()).hexdigest() == digest
 

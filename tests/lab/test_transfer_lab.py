@@ -51,7 +51,7 @@ def test_file_round_trip_is_verified_and_leaves_no_partial(ct, tmp_path):
     src.chmod(0o640)
     seen = []
     stats = files.push(ct, src, "/root/xfer/one/data.bin", progress=lambda d, t: seen.append((d, t)))
-    assert (stats.sha256, stats.total, stats.resumed_from) == (digest, 5 << 20, 0)
+    assert (stats.sha256, stats.bytes, stats.resumed_from) == (digest, 5 << 20, 0)
     assert remote_sha(ct, "/root/xfer/one/data.bin") == digest
     assert ct.run(["stat", "-c", "%a", "/root/xfer/one/data.bin"]).out.strip() == "640"
     assert not remote_exists(ct, "/root/xfer/one/data.bin.partial")
@@ -265,9 +265,9 @@ def test_dry_run_prints_the_plan_and_connects_nowhere(tmp_path):
     (tmp_path / "tree" / "sub").mkdir(parents=True)
     lines = []
     ct = Container(FakeTransport(), 200, dry=True, echo=lines.append)  # any command would raise
-    assert files.push(ct, tmp_path / "f.bin", "/root/f.bin").total == 0
-    assert files.push(ct, tmp_path / "tree", "/root/tree").total == 0
-    assert files.pull(ct, "/root/f.bin", tmp_path / "back").total == 0
+    assert files.push(ct, tmp_path / "f.bin", "/root/f.bin").bytes == 0
+    assert files.push(ct, tmp_path / "tree", "/root/tree").bytes == 0
+    assert files.pull(ct, "/root/f.bin", tmp_path / "back").bytes == 0
     commands = [line for line in lines if line.startswith("fake: ")]
     assert len(commands) == 5 and all("pct exec 200 --keep-env 0 -- env" in c for c in commands)
     assert any("/root/f.bin.partial /root/f.bin 644" in c for c in commands)

@@ -5,6 +5,7 @@ import subprocess
 import pytest
 from support import LAB_CONTAINERS
 
+from remote.cli.format import deploy_text
 from remote.ops.deploy import deploy
 from remote.target import resolve as target_of
 
@@ -21,7 +22,7 @@ def git(repo, *args):
                    promise="saved in a tarball and named before the checkout moves, at any depth, either direction")
 def test_an_untracked_folder_and_file_in_the_new_commits_way_are_saved_and_named(lab_session, demo_repo):
     ct = lab_session.container(CT)
-    deploy(target_of(lab_session, CT), echo=lambda s: None)
+    deploy(target_of(lab_session, CT))
     # The dataset pushed last week, and a results file; the new commit tracks `data` and results/summary.md.
     ct.script("mkdir -p /root/dflash/data/shard && head -c 65536 /dev/urandom > /root/dflash/data/shard/0.bin && "
               "echo labels > /root/dflash/data/labels.txt && echo 'loss 0.1' > /root/dflash/results")
@@ -32,10 +33,10 @@ def test_an_untracked_folder_and_file_in_the_new_commits_way_are_saved_and_named
     git(demo_repo, "add", "data", "results")
     git(demo_repo, "commit", "-qm", "data pointer and results summary")
     try:
-        summary = deploy(target_of(lab_session, CT), echo=lambda s: None)
+        summary = deploy(target_of(lab_session, CT))
         tar = [s for s in summary.saved if s.endswith("-untracked-overwritten.tar")]
-        assert len(tar) == 1, summary.render()
-        assert "data/ (2 files), results" in summary.render()
+        assert len(tar) == 1, deploy_text(summary)
+        assert "data/ (2 files), results" in deploy_text(summary)
         ct.script(f"mkdir -p /root/restored && tar -xf {tar[0]} -C /root/restored")
         assert ct.run(["sha256sum", "/root/restored/data/shard/0.bin"]).out.split()[0] == digest
         assert ct.run(["cat", "/root/restored/data/labels.txt", "/root/restored/results"]).out == "labels\nloss 0.1\n"

@@ -27,7 +27,7 @@ def test_a_changed_uv_in_the_container_is_pushed_again(deployed, lab_session, la
     ct.script('printf "#!/bin/sh\\nexit 1\\n" > "$1" && chmod 755 "$1"', path)  # still executable: X_OK passes
     spec = load_config(lab_hosts, **{"numpy==2.2.6]": "numpy==2.2.6, idna==3.10]"})
     with Session(config.load(str(spec)), agent=True) as s:
-        deploy(target_of(s, 200), echo=lambda line: None)
+        deploy(target_of(s, 200))
     local, digest = local_uv_binary(VenvSpec(uv_version=VERSION), platform.machine())
     assert ct.run(["sha256sum", path]).out.split()[0] == digest
-    deploy(target_of(lab_session, 200), echo=lambda line: None)  # back to the session's spec
+    deploy(target_of(lab_session, 200))  # back to the session's spec

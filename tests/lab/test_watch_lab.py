@@ -204,7 +204,7 @@ def test_metrics_jsonl_holds_the_values_the_log_printed_and_no_gpu_csv_on_a_cpu_
     saved = lab_session.config.containers[CT]
     lab_session.config.containers[CT] = spec
     try:
-        got = pull_run(target_of(lab_session, CT), run_id, str(tmp_path), progress=False, echo=lambda s: None)
+        got = pull_run(target_of(lab_session, CT), run_id, str(tmp_path), progress=False)
     finally:
         lab_session.config.containers[CT] = saved
     assert "metrics.jsonl" in got.pulled and "gpu.csv" not in got.pulled

@@ -44,19 +44,28 @@ def test_a_local_commands_output_is_marked_with_its_container():
 
 
 def test_parallel_warmup_devices_lines_are_marked(monkeypatch):
-    def run_device(ct, spec, state, dev, echo):
-        echo(f"device {dev} compiled")
+    """Each device's lines: events of its container, reported from a thread that still knows whose work it
+    does (the command line's `[id] ` mark reads it)."""
+    from remote import config
+    from remote.target import resolve
+    from remote.transport.session import Session
+
+    def run_device(t, state, dev):
+        t.output(f"device {dev} compiled")
         return warmup.DeviceResult(dev, 0.0, 0.0, {})
 
     monkeypatch.setattr(warmup, "run_device", run_device)
 
     def work():
-        events: list = []
-        warmup._warm_devices(None, None, {}, ["0", "1", "2"], True, lambda line: events.append(event_of(line)))
-        return events
+        seen: list = []
+        hosts = {"hosts": {"pve1": {"address": "10.0.0.1"}}, "containers": {202: {"host": "pve1"}}}
+        s = Session(config.parse(hosts, "hosts.yaml"), events=lambda e: seen.append((e.container, CONTAINER.get())),
+                    transport_factory=lambda host: pytest.fail("nothing connects"))
+        warmup._warm_devices(resolve(s, 202), {}, ["0", "1", "2"], True)
+        return seen
 
-    events = in_container(202, work)
-    assert len(events) == 4 and {e.container for e in events} == {202}, events
+    seen = in_container(202, work)
+    assert len(seen) == 4 and set(seen) == {(202, 202)}, seen
 
 
 def test_context_threads_and_pools_carry_the_starters_context():

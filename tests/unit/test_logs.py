@@ -191,7 +191,7 @@ def test_a_follow_whose_reader_stopped_ends_its_thread(monkeypatch):
     ct = SilentLog()
     monkeypatch.setattr(api.Container, "_ct", lambda self, venv_on_path=True: ct)
     container = api.Container.__new__(api.Container)
-    container.fleet = type("F", (), {"_emit": staticmethod(lambda line: None)})()
+    container._made = type("T", (), {"resumed": staticmethod(lambda offset, reason: None)})()  # its Target
     run = api.Run(container, "20261202-000000-aaaa")
     run._state = RunStatus("20261202-000000-aaaa", "/root/runs/x", alive=True)
     follower = run.follow()
@@ -233,7 +233,7 @@ def test_follow_gives_the_offset_to_resume_from(monkeypatch):
     ct = ChunkedLog("first line\nsécond\nthird\n".encode())
     monkeypatch.setattr(api.Container, "_ct", lambda self, venv_on_path=True: ct)
     container = api.Container.__new__(api.Container)
-    container.fleet = type("F", (), {"_emit": staticmethod(lambda line: None)})()
+    container._made = type("T", (), {"resumed": staticmethod(lambda offset, reason: None)})()  # its Target
     run = api.Run(container, "20261202-000000-aaaa")
     run._state = RunStatus("20261202-000000-aaaa", "/root/runs/x", alive=True)
     seen = []

@@ -176,7 +176,7 @@ def test_the_cache_listing_with_a_passport_of_another_type_is_that_containers_ca
             return Ct()
 
     monkeypatch.setattr(cachecopy, "_system", lambda ct: ct)
-    monkeypatch.setattr(cachecopy.wm, "deployed_now", lambda ct, spec: {"code": {}, "venv": {}})
+    monkeypatch.setattr(cachecopy.wm, "deployed_now", lambda t: {"code": {}, "venv": {}})
     monkeypatch.setattr(cachecopy.wm, "expected_passport", lambda spec, state: make())
     from remote.target import resolve
 
@@ -187,6 +187,7 @@ def test_the_cache_listing_with_a_passport_of_another_type_is_that_containers_ca
 FLEET = config.parse({"hosts": {"h1": {"address": "a"}, "h2": {"address": "b"}},
                       "containers": {200: {"host": "h1"}, 201: {"host": "h2"}, 202: {"host": "h1"},
                                      203: {"host": "h2"}}}, "hosts.yaml")
+T200 = type("T", (), {"ct": None, "spec": FLEET.containers[200]})()  # what deployed_now reads of a Target
 
 
 def holding(ctid, files, **passport):
@@ -232,16 +233,16 @@ def test_the_passport_follows_the_gpu_the_container_has_now(monkeypatch):
     raw = {"gpus": smi}
     monkeypatch.setattr(wm.facts, "read_raw", lambda ct, spec, parts: (raw, (0.0, 0.0)))
     monkeypatch.setattr(wm, "deployed_in", lambda raw, spec: state)
-    now = wm.deployed_now(None, FLEET.containers[200])
+    now = wm.deployed_now(T200)
     assert now["venv"]["verify"] == {**verify, "gpu_name": "NVIDIA H100 80GB HBM3", "gpu_capability": None,
                                      "driver_major": "570"}
     want = wm.expected_passport(FLEET.containers[200], now)
     assert want["gpu"] == "NVIDIA H100 80GB HBM3" and want["driver"] == "570" and want["capability"] is None
     # The same GPU, another driver: the capability stays; nvidia-smi unanswered: the record as it is.
     raw["gpus"] = {"rc": 0, "out": "0, NVIDIA H200, 575.1.2, 0, 143771, GPU-2\n"}
-    assert wm.deployed_now(None, FLEET.containers[200])["venv"]["verify"] == {**verify, "driver_major": "575"}
+    assert wm.deployed_now(T200)["venv"]["verify"] == {**verify, "driver_major": "575"}
     raw["gpus"] = {"rc": 9, "out": ""}
-    assert wm.deployed_now(None, FLEET.containers[200]) == state
+    assert wm.deployed_now(T200) == state
 
 
 def test_a_cpu_containers_passport_says_so_not_none():

@@ -291,12 +291,16 @@ def test_the_venv_verify_is_not_shadowed_by_a_folder_where_it_runs(tmp_path):
 @pytest.mark.fault("--dry deploy", promise="prints the commands it would run and reads as what would change "
                    "(`would make N change(s)`, `would:`), never as done; nothing changes")
 def test_a_dry_deploys_summary_says_would():
-    from remote.ops.deploy import Summary
+    from remote.cli.format import deploy_text
+    from remote.results import DeployPlan
 
-    dry = Summary(200, changed=["venv /root/venv -> /root/venv.versions/abc"], dry=True).render()
+    def plan(changed=(), dry=False):
+        return DeployPlan(200, not dry, tuple(changed), (), (), (), None, 0.5, dry)
+
+    dry = deploy_text(plan(["venv /root/venv -> /root/venv.versions/abc"], dry=True))
     assert dry.splitlines()[0].startswith("deploy 200 (dry run, nothing changed): would make 1 change(s) (")
     assert "  would:   venv /root/venv -> /root/venv.versions/abc" in dry and "changed" not in dry.replace(
         "nothing changed", "")
-    assert Summary(200, dry=True).render().startswith("deploy 200 (dry run, nothing changed): nothing would change")
-    done = Summary(200, changed=["venv /root/venv -> x"]).render()
+    assert deploy_text(plan(dry=True)).startswith("deploy 200 (dry run, nothing changed): nothing would change")
+    done = deploy_text(plan(["venv /root/venv -> x"]))
     assert done.startswith("deploy 200: 1 change(s) (") and "  changed: venv" in done  # a real deploy as before

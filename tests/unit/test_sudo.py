@@ -239,8 +239,12 @@ class PctSession:
         self.t = t
         self.config = cfg.parse({"hosts": {"pve1": {"address": "pve1", "user": "trainer", "sudo": True}},
                                  "containers": {200: {"host": "pve1"}}}, "hosts.yaml")
+        self.events: list = []  # what operations reported (remote.target's typed events)
 
     echo = staticmethod(lambda line: None)
+
+    def sink(self, event):
+        self.events.append(event)
 
     def container(self, ctid, **_):
         return Container(self.t, int(ctid), pct=self.config.hosts["pve1"].pct)
@@ -266,7 +270,7 @@ def test_the_command_lines_remote_builds_are_allowed_and_no_other():
     ct.status()
     ct.start()
     ct.stop()
-    snaps.before_deploy(session, spec, ct, "0123456789ab", today=datetime.date(2026, 12, 1))
+    snaps.before_deploy(resolve(session, 200), "0123456789ab", today=datetime.date(2026, 12, 1))
     snaps.rollback(resolve(session, 200))
     with pytest.raises(snaps.UnknownSnapshot, match="before-upgrade is not one of remote's .* as root on pve1"):
         snaps.rollback(resolve(session, 200), snapshot="before-upgrade")  # another's: refused before pct runs

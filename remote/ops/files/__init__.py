@@ -33,19 +33,20 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ...errors import TransferError, TransferPathError
+from ...results import Transfer
 from ...shell import load
 from ...transport.pct import Container
 from . import onefile, tree
 from .local import cached_binary, file_sha256, sha256, write_atomic  # noqa: F401 -- the package's API
 from .staging import inside  # noqa: F401
-from .stats import ProgressPrinter, TransferStats  # noqa: F401
+from .stats import ProgressPrinter  # noqa: F401
 from .stream import CHUNK, PARTIAL, STALL, Progress, probe, retrying  # noqa: F401
 
 # -- the public entry points -------------------------------------------------------------------------------
 
 def push(ct: Container, src: str | os.PathLike, dest: str, *, progress: Progress | None = None,
          attempts: int = 3, mode: int | None = None, sleep: Callable[[float], None] = time.sleep,
-         stall: float = STALL) -> TransferStats:
+         stall: float = STALL) -> Transfer:
     """Copy a local file or folder to `dest` in the container, verified; retried (resumed) on a lost connection.
 
     A file lands at `dest` (inside it when `dest` is a folder or ends in /); a folder's contents are
@@ -59,7 +60,7 @@ def push(ct: Container, src: str | os.PathLike, dest: str, *, progress: Progress
 
 
 def pull(ct: Container, src: str, dest: str | os.PathLike, *, progress: Progress | None = None,
-         attempts: int = 3, sleep: Callable[[float], None] = time.sleep, stall: float = STALL) -> TransferStats:
+         attempts: int = 3, sleep: Callable[[float], None] = time.sleep, stall: float = STALL) -> Transfer:
     """Copy a file or folder of the container to the local `dest`, verified; retried (resumed) on a lost connection.
 
     A file lands at `dest` (inside it when `dest` is a folder); a folder's contents are merged into `dest`.
@@ -67,9 +68,9 @@ def pull(ct: Container, src: str, dest: str | os.PathLike, *, progress: Progress
     if ct.dry:
         ct.echo(f"# pull {src} -> {dest}: a file through {PARTIAL} and a rename, a folder as one tar stream")
         ct.show_dry(ct.script_argv(load("pull_file"), src, "0"))
-        return TransferStats("pull", "file", src, str(dest), 0, 0, 0, 0.0)
+        return Transfer("pull", src, str(dest), 0, 0, 0.0)
 
-    def attempt() -> TransferStats:
+    def attempt() -> Transfer:
         kind = probe(ct, src, 0)[0]
         if kind == "d":
             return tree.pull(ct, src, Path(dest), progress, stall)
@@ -85,7 +86,7 @@ def pull(ct: Container, src: str, dest: str | os.PathLike, *, progress: Progress
 
 
 def pull_if_there(ct: Container, src: str, dest: str | os.PathLike, *, progress: Progress | None = None,
-                  attempts: int = 3, sleep: Callable[[float], None] = time.sleep) -> TransferStats | None:
+                  attempts: int = 3, sleep: Callable[[float], None] = time.sleep) -> Transfer | None:
     """Pull the file `src` to exactly `dest` as `pull` does, in one streamed command; None (and nothing
     written) when the container has no regular file there."""
     try:

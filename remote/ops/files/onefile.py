@@ -10,10 +10,11 @@ import time
 from pathlib import Path
 
 from ...errors import TransferError
+from ...naming import size
+from ...results import Transfer
 from ...shell import load
 from ...transport.pct import Container
 from .local import file_sha256, hash_prefix
-from .stats import TransferStats, size
 from .stream import CHUNK, PARTIAL, STALL, Progress, check, probe, read_all, read_line, run_stream
 from .untar import file_mode
 
@@ -22,7 +23,7 @@ HEADER = re.compile(r"(\d{1,20}) ([0-7]{1,6})\n")  # pull_file.sh's first line: 
 
 
 def push(ct: Container, local: Path, dest: str, progress: Progress | None, mode: int | None,
-               stall: float = STALL) -> TransferStats:
+               stall: float = STALL) -> Transfer:
     start = time.monotonic()
     total = local.stat().st_size
     mode = mode if mode is not None else local.stat().st_mode & 0o777
@@ -33,7 +34,7 @@ def push(ct: Container, local: Path, dest: str, progress: Progress | None, mode:
         ct.echo(f"# push {local} ({size(total)}) -> {dest}: streamed into {part}, sha256 compared, then renamed")
         ct.show_dry(ct.script_argv(load("push_file"), part, "0"))
         ct.show_dry(ct.script_argv(load("commit_file"), part, dest, f"{mode:o}"))
-        return TransferStats("push", "file", str(local), dest, 0, 0, 0, 0.0)
+        return Transfer("push", str(local), dest, 0, 0, 0.0)
     found = probe(ct, dest, 0, dest + PARTIAL, "all")
     if found[0] == "d":
         dest = dest.rstrip("/") + "/" + local.name
@@ -73,11 +74,11 @@ def push(ct: Container, local: Path, dest: str, progress: Progress | None, mode:
     ct.script(load("commit_file"), part, dest, f"{mode:o}", timeout=600)
     if progress and total == 0:
         progress(0, 0)
-    return TransferStats("push", "file", str(local), dest, total, sent, 1, time.monotonic() - start, offset,
-                         sha256=want)
+    return Transfer("push", str(local), dest, 1, total, time.monotonic() - start, sha256=want, sent=sent,
+                    resumed_from=offset)
 
 
-def pull(ct: Container, src: str, target: Path, progress: Progress | None, stall: float = STALL) -> TransferStats:
+def pull(ct: Container, src: str, target: Path, progress: Progress | None, stall: float = STALL) -> Transfer:
     start = time.monotonic()
     target = Path(os.path.abspath(target))
     part = target.with_name(target.name + PARTIAL)
@@ -125,5 +126,5 @@ def pull(ct: Container, src: str, target: Path, progress: Progress | None, stall
     # The container's mode by tarfile's data filter (no setuid/setgid, no group or world write), under the umask.
     os.chmod(part, file_mode(state["mode"]))
     os.replace(part, target)
-    return TransferStats("pull", "file", src, str(target), state["total"], state["sent"], 1,
-                         time.monotonic() - start, offset, sha256=got)
+    return Transfer("pull", src, str(target), 1, state["total"], time.monotonic() - start, sha256=got,
+                    sent=state["sent"], resumed_from=offset)

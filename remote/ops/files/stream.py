@@ -17,7 +17,7 @@ from ...threads import ContextThread
 from ...transport.pct import Container
 
 if TYPE_CHECKING:
-    from .stats import TransferStats
+    from ...results import Transfer
 
 log = logging.getLogger("remote.ops.files")
 
@@ -27,7 +27,7 @@ STALL = 60.0  # seconds in which a push writes nothing, or a pull reads nothing:
 Progress = Callable[[int, int], None]  # (bytes done, bytes in all)
 
 
-def retrying(attempt: Callable[[], TransferStats], attempts: int, sleep) -> TransferStats:
+def retrying(attempt: Callable[[], Transfer], attempts: int, sleep) -> Transfer:
     """Run a transfer again after a lost connection (each attempt resumes what the last one left)."""
     import dataclasses
 

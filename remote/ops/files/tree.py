@@ -12,11 +12,11 @@ from pathlib import Path
 
 from ...errors import ConnectError, TransferError, TransferPathError
 from ...naming import printable
+from ...results import Transfer
 from ...shell import load
 from ...transport.pct import Container
 from .local import file_sha256
 from .staging import move_into_place, remove, stage_for
-from .stats import TransferStats
 from .stream import CHUNK, PARTIAL, STALL, Progress, check, read_all, read_line, run_stream
 from .untar import DROPPED, TarError, extract
 
@@ -81,7 +81,7 @@ _TAR_CREATE = ["tar", "-c", "-f", "-", "--sort=name", "--numeric-owner", "--owne
 
 
 def push(ct: Container, root: Path, dest: str, progress: Progress | None,
-               stall: float = STALL) -> TransferStats:
+               stall: float = STALL) -> Transfer:
     start = time.monotonic()
     dest = dest.rstrip("/") or "/"
     if ct.dry:
@@ -89,7 +89,7 @@ def push(ct: Container, root: Path, dest: str, progress: Progress | None,
         ct.echo(f"# push {root}/ -> {dest}/: one tar stream into {stage}, manifests compared, then moved or merged")
         ct.show_dry(ct.script_argv(load("push_tree"), dest))
         ct.show_dry(ct.script_argv(load("commit_tree"), dest + PARTIAL, dest))
-        return TransferStats("push", "tree", str(root), dest, 0, 0, 0, 0.0)
+        return Transfer("push", str(root), dest, 0, 0, 0.0, kind="tree")
     total, estimate = tar_size(root)
     counter = Counter(progress, estimate)
     # Hashed before the stream, not beside it: a thread hashing small files holds the GIL in turns
@@ -131,7 +131,7 @@ def push(ct: Container, root: Path, dest: str, progress: Progress | None,
             lambda: ct.run(["rm", "-rf", "--", stage]), dest)
     ct.script(load("commit_tree"), stage, dest, timeout=1800)
     counter.finish()
-    return TransferStats("push", "tree", str(root), dest, total, total, len(want), time.monotonic() - start)
+    return Transfer("push", str(root), dest, len(want), total, time.monotonic() - start, kind="tree", sent=total)
 
 
 def _end(proc: subprocess.Popen) -> None:
@@ -158,7 +158,7 @@ def verify(ct: Container, want: dict[str, str], got: dict[str, str], what: str, 
                         f"the staging folder was removed and {dest} left as it was")
 
 
-def pull(ct: Container, src: str, dest: Path, progress: Progress | None, stall: float = STALL) -> TransferStats:
+def pull(ct: Container, src: str, dest: Path, progress: Progress | None, stall: float = STALL) -> Transfer:
     start = time.monotonic()
     dest = Path(os.path.abspath(dest))
     if os.path.lexists(dest) and not dest.is_dir():
@@ -208,8 +208,8 @@ def pull(ct: Container, src: str, dest: Path, progress: Progress | None, stall: 
     total = sum(os.path.getsize(p) for p, a in walk(stage) if a in want)
     move_into_place(stage, dest, refused)
     counter.finish()
-    return TransferStats("pull", "tree", src, str(dest), total, total, len(want), time.monotonic() - start,
-                         refused=tuple(f"{name}: {why}" for name, why in refused))
+    return Transfer("pull", src, str(dest), len(want), total, time.monotonic() - start,
+                    refused=tuple(f"{name}: {why}" for name, why in refused), kind="tree", sent=total)
 
 
 
