@@ -11,15 +11,16 @@ from .table import Exit, handled, say, task
 
 def _lab() -> tuple[Any, Any]:
     """The lab's package and its opener: a checkout's (and its editable install's), not a wheel's."""
+    import sys
+
     try:
-        from .. import lab
-        from ..lab import ns
+        from ..lab import ns  # `from .. import lab` would go through remote's lazy names: ImportError, not this
     except ModuleNotFoundError as exc:
         if exc.name not in ("remote.lab", "remote.lab.ns"):
             raise
         raise Exit("error: the lab is not part of this installation of remote (a wheel has the tool only): it "
                    "comes with a checkout of remote (`bash scripts/setup` there; docs/guide/lab.md)", code=2) from None
-    return lab, ns
+    return sys.modules["remote.lab"], ns
 
 
 @task(name="lab up", help={"containers": "comma-separated container ids (default 200)",
