@@ -146,7 +146,7 @@ def health_line(h: CompileHealth) -> str:
     parts = [n(h.compiles, "compile"), n(h.recompiles, "recompile"), n(h.graph_breaks, "graph break"),
              n(h.eager_fallbacks, "eager fallback")]
     after = (f"{h.steady_seconds:.1f} s compiling after the first steady step" if h.steady_at is not None
-             else "no steady step yet")
+             else "no steady step recorded (metrics.jsonl has no second throughput value)")
     return "compile: " + ", ".join(parts) + f"; {after}"
 
 
