@@ -70,7 +70,7 @@ def preflight_once(s: Session, ctid: int, with_gpu: bool) -> float:
     t0 = time.perf_counter()
     try:
         jobs.preflight(ct, spec, echo=lambda _: None,
-                       host_gpu=jobs._host_gpu(s, spec) if with_gpu else None)
+                       host_gpu=jobs.host_gpu(s, spec) if with_gpu else None)
     except RemoteError:
         pass  # an undeployed container: the same reads, timed all the same
     finally:

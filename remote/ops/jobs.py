@@ -77,7 +77,7 @@ def preflight(ct: Container, spec: ContainerSpec, *, echo=quiet, host_gpu=None, 
     return check(raw, spec, host, pin=codemod.pin_of(spec.code.repo, spec.code.ref), force=force)
 
 
-def _host_gpu(session, spec: ContainerSpec):
+def host_gpu(session, spec: ContainerSpec):
     """The host's GPU facts for this container's preflight (remote.facts.gpu.read_host), one round trip."""
     from ..facts import gpu as gpufacts
 
@@ -483,7 +483,7 @@ def start(t: Target, *, force: bool = False, warmup: bool = False, command: str 
         # Preflight and launch under one operation lease: no deploy from another controller can move the
         # checkout or swap the venv between what preflight read and what the manifest records.
         with oplock.hold(ct, "train") as held:
-            pre = preflight(ct, spec, echo=echo, host_gpu=_host_gpu(session, spec), force=force)
+            pre = preflight(ct, spec, echo=echo, host_gpu=host_gpu(session, spec), force=force)
             for note in pre.notes:
                 t.output(printable(f"preflight: {note}"))
             return launch(ct, spec, pre, force=force, held=held, echo=echo, command=command, env=env)

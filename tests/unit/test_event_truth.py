@@ -44,7 +44,7 @@ def hosts(tmp_path, monkeypatch):
     raw["jobs"] = {"current": LIVE, "runs": {LIVE: {"exists": True, "pid": 4242, "exit": None, "leader_alive": True,
                                                     "marked": [4242]}}}
     monkeypatch.setattr(jobs.facts, "read_raw", lambda ct, spec, parts, *a, **k: [raw])
-    monkeypatch.setattr(jobs, "_host_gpu", lambda session, spec: None)
+    monkeypatch.setattr(jobs, "host_gpu", lambda session, spec: None)
     launched: list[Command] = []
 
     def handler(c: Command) -> Reply:
