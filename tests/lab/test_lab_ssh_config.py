@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from support import LAB_CONTAINERS, free_port
+
 from remote import config
 from remote.errors import AuthenticationError, ConnectError, HostKeyError
 from remote.transport import SshTransport
@@ -217,7 +217,8 @@ def test_proxyjump_verifies_the_jump_hosts_key_too(netns, lab):
                            "IdentityFile lines: remote.fabric takes it and its transport reaches the host behind the "
                            "jump host (no 'add ProxyJump', no 'one key file, got 2')")
 def test_a_fabric_connection_through_ssh_config_reaches_the_host_behind_the_jump(netns, lab):
-    fabric = pytest.importorskip("fabric")
+    import fabric  # a requirement of remote (pyproject.toml): never skipped
+
     import remote.fabric
 
     fmt = dict(port=netns.port, jump_port=netns.jump_port, key=lab.key_file, tmp=netns.tmp)

@@ -210,7 +210,7 @@ def test_a_cache_folder_that_is_a_mount_point_gets_its_files(tmp_path):
     import shutil
 
     if os.geteuid() != 0 or shutil.which("unshare") is None:
-        pytest.skip("needs root and unshare (a mount namespace of the test's own)")
+        pytest.fail("this test needs root and unshare (a mount namespace of its own): run the suite as root, as .ci/run does (scripts/setup installs util-linux's unshare with Debian)")
     src, dst = tmp_path / "src", tmp_path / "dst"
     make(src)
     (dst / "inductor").mkdir(parents=True)
@@ -222,7 +222,7 @@ def test_a_cache_folder_that_is_a_mount_point_gets_its_files(tmp_path):
     r = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", str(dst), sys.executable, CODE], input=stream,
                        capture_output=True, text=False)
     if r.returncode == 77:
-        pytest.skip(f"no tmpfs mount here: {r.stderr[-200:]!r}")
+        pytest.fail(f"no tmpfs mount in a mount namespace of the test's own: {r.stderr[-200:]!r}")
     lines = r.stdout.decode().splitlines()
     assert lines[0].startswith("{") and json.loads(lines[0])["written"] == 2, r.stdout + r.stderr
     assert lines[1:] == ["rc=0", "5000", "key"], r.stdout + r.stderr  # whole, and no staged leftover beside it

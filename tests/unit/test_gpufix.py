@@ -456,7 +456,6 @@ def test_drop_raw_removes_exactly_the_named_lines_of_the_current_config_or_nothi
     assert r.returncode == 3 and "not every line" in r.stderr and conf.read_text() == text
 
 
-@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="mknod needs root")
 def test_the_uvm_nodes_are_made_without_nvidia_modprobe_from_the_modules_major(tmp_path):
     """As on the H200 machine: no nvidia-modprobe installed; the nodes made as it makes them, with the major that
     /proc/devices gives the loaded nvidia_uvm (238 there), minors 0 and 1, mode 0666; again changes nothing."""

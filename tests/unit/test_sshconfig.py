@@ -174,7 +174,7 @@ Host bastion
 
 
 def fabric_connection(host="pve1", text=JUMPED, **kw):
-    fabric = pytest.importorskip("fabric")
+    import fabric  # a requirement of remote (pyproject.toml): never skipped
     import paramiko
 
     return fabric.Connection(host, config=fabric.Config(ssh_config=paramiko.SSHConfig.from_text(text)), **kw)
