@@ -133,20 +133,27 @@ class _Finder:
         return spec
 
 
-def _wrap(utils) -> None:
-    original = getattr(utils, "log_compilation_event", None)
+def _before(owner, name: str, hook) -> None:
+    """owner.name replaced (once) by a wrapper that calls hook(*args, **kwargs) first, never failing the call
+    for it, then the original with the same arguments."""
+    original = getattr(owner, name, None)
     if original is None or getattr(original, "_remote_watch", False):
         return
 
-    def log_compilation_event(metrics, *args, **kwargs):
+    def wrapper(*args, **kwargs):
         try:
-            _on_metrics(metrics, utils)
+            hook(*args, **kwargs)
         except Exception:  # noqa: BLE001 -- the watch never fails a compile
             pass
-        return original(metrics, *args, **kwargs)
+        return original(*args, **kwargs)
 
-    log_compilation_event._remote_watch = True  # type: ignore[attr-defined]
-    utils.log_compilation_event = log_compilation_event
+    wrapper.__name__ = name
+    wrapper._remote_watch = True  # type: ignore[attr-defined]
+    setattr(owner, name, wrapper)
+
+
+def _wrap(utils) -> None:
+    _before(utils, "log_compilation_event", lambda metrics, *args, **kwargs: _on_metrics(metrics, utils))
 
 
 def _wrap_fx(st) -> None:
@@ -178,19 +185,8 @@ def _wrap_breaks(sc) -> None:
     InstructionTranslatorBase.log_graph_break(code_options, reason, exc): the wrapper keeps the stack's last
     frame (the line that broke, as torch's own trace names it) for this thread until the frame's metrics come."""
     cls = getattr(sc, "InstructionTranslatorBase", None)
-    original = getattr(cls, "log_graph_break", None)
-    if cls is None or original is None or getattr(original, "_remote_watch", False):
-        return
-
-    def log_graph_break(self, *args, **kwargs):
-        try:
-            _break_at(args, kwargs)
-        except Exception:  # noqa: BLE001 -- the watch never fails a compile
-            pass
-        return original(self, *args, **kwargs)
-
-    log_graph_break._remote_watch = True  # type: ignore[attr-defined]
-    cls.log_graph_break = log_graph_break
+    if cls is not None:
+        _before(cls, "log_graph_break", lambda self, *args, **kwargs: _break_at(args, kwargs))
 
 
 def _break_at(args, kwargs) -> None:
