@@ -362,9 +362,7 @@ def cmd_clone(opts, positional):
         pct.param_error("newid", "invalid format - value does not look like a valid VM ID")
     if "hostname" in opts:
         option_value("hostname", opts["hostname"])
-    pct.require_conf(vmid)
-    pct.check_quorum()
-    pct.lock(vmid)
+    locked_for_change(vmid)
     keys, raw, desc, _ = read_conf(vmid)
     template = keys.get("template") == "1"
     if not template and pct.state(vmid) == "running":
@@ -391,6 +389,14 @@ def cmd_clone(opts, positional):
     install(newid, build, new, opts.get("description", "").splitlines() or desc, raw)  # raw lxc.* keys too
 
 
+def locked_for_change(vmid: str) -> None:
+    """What Proxmox checks before it changes a container, in its order: its config is there, the cluster has
+    quorum, and the container's lock is taken (clone, set, template, destroy)."""
+    pct.require_conf(vmid)
+    pct.check_quorum()
+    pct.lock(vmid)
+
+
 def cmd_set(opts, positional):
     vmid = pct.vmid_of(positional)
     delete = [k for k in re.split(r"[,;\s]+", opts.pop("delete", "")) if k]
@@ -403,9 +409,7 @@ def cmd_set(opts, positional):
             pct.die("unable to delete required option 'rootfs'\n")
         if key in keys:
             pct.die(f"unable to delete '{key}' - option is also set\n")
-    pct.require_conf(vmid)
-    pct.check_quorum()
-    pct.lock(vmid)
+    locked_for_change(vmid)
     check_devices(keys)
     current, raw, desc, rest = read_conf(vmid)
     if "rootfs" not in current:
@@ -422,9 +426,7 @@ def cmd_set(opts, positional):
 
 def cmd_template(opts, positional):
     vmid = pct.vmid_of(positional)
-    pct.require_conf(vmid)
-    pct.check_quorum()
-    pct.lock(vmid)
+    locked_for_change(vmid)
     if pct.state(vmid) == "running":
         pct.die("you can't convert a CT to template if the CT is running\n")
     keys, raw, desc, rest = read_conf(vmid)
@@ -435,9 +437,7 @@ def cmd_template(opts, positional):
 
 def cmd_destroy(opts, positional):
     vmid = pct.vmid_of(positional)
-    pct.require_conf(vmid)
-    pct.check_quorum()
-    pct.lock(vmid)
+    locked_for_change(vmid)
     if read_conf(vmid)[0].get("protection") == "1":
         pct.die(f"can't remove CT {vmid} - protection mode enabled\n")
     if pct.state(vmid) == "running":
