@@ -32,6 +32,7 @@ from .. import shell
 from ..errors import CreateError, CreateRefused, RemoteError
 from ..facts import gpu
 from ..results import Created, CreateStep
+from ..sudo import program_path
 from ..target import HostTarget
 from ..transport.pct import DEFAULT_PATH, Container, pct_argv
 from . import gpuconfig
@@ -183,10 +184,9 @@ def create(h: HostTarget, spec: CreateSpec, *, hosts_file: str | None = None,
                             "sudo rule allows only what trainers need, and stays so): add a second hosts entry for the "
                             "same address with user: root for create (docs/guide/safety.md)")
     pct = host.pct
-    pveam = (pct.rsplit("/", 1)[0] + "/pveam") if "/" in pct else "pveam"
-    pvesm = (pct.rsplit("/", 1)[0] + "/pvesm") if "/" in pct else "pvesm"
-    if pct == "/usr/sbin/pct":
-        pveam = "/usr/bin/pveam"
+    pvesm = program_path("pvesm", pct, exact=False)  # beside pct, as every host program remote runs (remote.sudo)
+    # pveam is no program of the sudo rule's (root logins only): Proxmox keeps it in /usr/bin, the lab beside pct
+    pveam = "/usr/bin/pveam" if pct == "/usr/sbin/pct" else (pct.rsplit("/", 1)[0] + "/pveam") if "/" in pct else "pveam"
     ctid = spec.ctid
     host_gpu: gpu.HostGpu | None = None
     wanted = gpuconfig.Wanted()
