@@ -7,10 +7,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from .values import Diagnosis
+
+if TYPE_CHECKING:  # imported where used: `import remote` loads no yaml
+    from ..config import Config, Host
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,7 @@ def sudoers_dropin(user: str, hosts: str | os.PathLike | None = None, host: str 
     return sudomod.sudoers(user, [pct], sorted(ctids), host=chosen.name)
 
 
-def _sudo_host(config: Any, name: str | None) -> Any:
+def _sudo_host(config: Config, name: str | None) -> Host:
     """The `sudo: true` host a drop-in is for: `name`, or the file's only one (ConfigError otherwise)."""
     sudo_hosts = [h for h in config.hosts.values() if h.sudo]
     if name is not None:
