@@ -2,7 +2,8 @@
 
     parse.py   the parser, help and dispatch over the task table (argv -> calls; nothing heavy imported)
     table.py   the task table (@task, TASKS, SHORT_FLAGS, KINDS) and what every task shares: `fleet_of`,
-               `@handled` (a RemoteError -> a clean exit and its status), `-c all`
+               `@handled` (a RemoteError -> a clean exit and its status), `-c all` (`each_container`: one
+               remote.api call per container)
     tasks.py   the tasks: their options, one remote.api call, printing; `run(argv)` and `main()`
     format.py  what the tasks print: pure functions over what the API returns
     invoke.py  the same tasks as an invoke Collection (`invoke ...` in a checkout, `collection()` below)

@@ -396,6 +396,19 @@ def group_table(result: Any) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
+def group_text(result: Any, text: Any = None) -> str:
+    """The end of a `-c LIST` task: each container's result as `text` words it, its lines marked `[id] `, in
+    the order of the ids (one that failed with a status of its own keeps its result, as its error's .value),
+    then the summary table (group_table)."""
+    parts = []
+    for ctid, o in result.items():
+        value = o.value if o.ok else getattr(o.error, "value", None)
+        words = text(value) if text is not None and value is not None else ""
+        if words:
+            parts.append(marked(words, ctid))
+    return "\n".join([*parts, group_table(result)])
+
+
 def group_exit_code(result: Any) -> int:
     """0 when every container succeeded; else the status they failed with when they agree, otherwise 1."""
     codes = {o.exit_code for o in result.values() if not o.ok and not o.skipped}

@@ -1,5 +1,5 @@
 """The command line's task table: what a task is (`@task`), its options' short letters and checks, how a
-library error becomes an exit status, and `-c all` (a task per container at once, through remote.api).
+library error becomes an exit status, and `-c all` (one remote.api call per container at once: each_container).
 
 remote/cli/tasks.py holds the tasks (parse -> one remote.api call -> format), remote/cli/format.py what they
 print. Exit statuses: 0 ok, 1 failed (or the job's/command's own, where the task reports one), 2 bad
@@ -8,15 +8,12 @@ input, 3 busy, 130 interrupted.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import inspect
-import os
 import re
 import sys
 import threading
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import ConfigError, RemoteError
 from ..events import Event
@@ -24,6 +21,11 @@ from ..naming import printable
 from . import format as fmt
 from . import parse as cliparse
 from .parse import Kind, number, pattern
+
+if TYPE_CHECKING:
+    from ..api import Container, Fleet
+
+T = TypeVar("T")
 
 # One meaning per short flag in every task; -h is only ever help, and flags not listed have none.
 SHORT_FLAGS = {"container": "c", "dry": "n", "json": "j", "timeout": "t", "allow-dirty": "a", "check": "k",
@@ -117,13 +119,19 @@ def handled(fn: Callable) -> Callable:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except RemoteError as exc:  # its message may quote a container: escapes shown, lines kept
-            exc = cli_words(exc)
-            raise Exit(f"error: {cli_text(printable(str(exc), lines=True))}", code=exit_status(exc)) from None
+        except RemoteError as exc:
+            raise error_exit(exc) from None
         except KeyboardInterrupt:
             raise Exit("interrupted", code=130) from None
 
     return wrapper
+
+
+def error_exit(exc: RemoteError) -> Exit:
+    """A library error as the command line ends with it: `error: ...` in its words, and the error's status
+    (its message may quote a container: escapes shown, lines kept)."""
+    exc = cli_words(exc)
+    return Exit(f"error: {cli_text(printable(str(exc), lines=True))}", code=exit_status(exc))
 
 
 def cli_words(exc: RemoteError) -> RemoteError:
@@ -210,25 +218,14 @@ class SayStream:
         return False  # redraws (\r) would garble the lines of other containers
 
 
-# -- the fleet a task uses: its own, or the one of the `-c all` task it is a part of -----------------------
+# -- the fleet a task uses, and `-c LIST`: one remote.api call per container -----------------------------
 
-_current: list = []  # the remote.api.Fleet of the fleet task in progress
-
-
-def in_fleet_task() -> bool:
-    """True inside one container's part of a `-c all` task."""
-    return bool(_current)
-
-
-def fleet_of(hosts: str | None, dry: bool = False, stderr_progress: bool = False) -> contextlib.AbstractContextManager:
-    """The fleet a task runs on: the `-c all` task's (closed by it), else its own, printing its progress
-    (on stderr with `stderr_progress`: a task whose stdout is data, --json's document or exec's output)."""
-    if _current:
-        return contextlib.nullcontext(_current[-1])
+def fleet_of(hosts: str | None, dry: bool = False, stderr_progress: bool = False) -> Fleet:
+    """The fleet a task runs on, printing its events as they come (on stderr with `stderr_progress`: a task
+    whose stdout is data, --json's document or exec's output); its kept connection stays for the next command."""
     from .. import api
 
-    return api.open(hosts, dry=dry, keep=True,  # the kept connection stays for the next command
-                    events=functools.partial(show, data_on_stdout=stderr_progress))
+    return api.open(hosts, dry=dry, keep=True, events=functools.partial(show, data_on_stdout=stderr_progress))
 
 
 def is_selection(value: object) -> bool:
@@ -238,45 +235,34 @@ def is_selection(value: object) -> bool:
     return not str(value).strip().isdigit()
 
 
-def fleet_task(fn: Callable) -> Callable:
-    """With --container naming several containers (a list, a group, `all`): the task on each of them at
-    once (remote.api.Group.map), output lines prefixed `[id] `, a summary table, exit status from them all.
-    One id, or none: the task exactly as it is."""
-    sig = inspect.signature(fn)
+class Ended(Exit):
+    """One container's part of a `-c LIST` task that ended with a status of its own (a command's, a run's, a
+    check that found changes): a failure with that status whose result is still shown."""
 
-    @functools.wraps(fn)
-    def wrapper(c: Any, *args: Any, fail_fast: bool = False, **kwargs: Any) -> Any:
-        if not is_selection(kwargs.get("container")):
-            return fn(c, *args, **kwargs)
-        return handled(_run_fleet)(fn, c, args, kwargs, fail_fast)
-
-    wrapper.__signature__ = sig.replace(parameters=[  # type: ignore[attr-defined]
-        *sig.parameters.values(), inspect.Parameter("fail_fast", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=False)])
-    return wrapper
+    def __init__(self, value: object, code: int):
+        super().__init__(None, code)
+        self.value = value
 
 
-def _run_fleet(fn: Callable, c: Any, args: tuple, kwargs: dict, fail_fast: bool) -> None:
-    from .. import api
-    from .format import group_exit_code, group_table
+def each_container(fleet: Fleet, which: str, call: Callable[[Container], T], *, fail_fast: bool = False,
+                   status: Callable[[T], int] | None = None, text: Callable[[T], str] | None = None) -> None:
+    """`-c LIST`: call(container), one remote.api call, on each of these containers at once (Group.map: their
+    events marked `[id] ` as they come, a progress line every 15 s). A library error is that container's
+    failure, said in the command line's words as it ends; a result `status` gives a non-zero status to fails
+    with it. Then each result as `text` words it and the summary table (format.group_text); Exit with their
+    status (format.group_exit_code) when one failed."""
+    def one(ct: Container) -> T:
+        try:
+            value = call(ct)
+        except RemoteError as exc:
+            raise error_exit(exc) from exc
+        code = status(value) if status is not None else 0
+        if code:
+            raise Ended(value, code)
+        return value
 
-    def one(ct: Any) -> None:
-        mine = {**kwargs, "container": str(ct.id)}
-        if fn.__name__ == "pull" and mine.get("dest"):  # never two containers' files in one place
-            mine["dest"] = os.path.join(mine["dest"], str(ct.id))
-        fn(c, *args, **mine)
-
-    with api.open(kwargs.get("hosts"), dry=bool(kwargs.get("dry")), keep=True, events=show) as fleet, _sharing(fleet):
-        result = fleet.containers(kwargs["container"]).map(one, fail_fast=fail_fast, prefix_output=True)
-    say(group_table(result))
-    code = group_exit_code(result)
+    result = fleet.containers(which).map(one, fail_fast=fail_fast, prefix_output=True)
+    say(fmt.group_text(result, text))
+    code = fmt.group_exit_code(result)
     if code:
         raise Exit(code=code)
-
-
-@contextlib.contextmanager
-def _sharing(fleet: Any) -> Iterator[None]:
-    _current.append(fleet)
-    try:
-        yield
-    finally:
-        _current.remove(fleet)

@@ -7,9 +7,10 @@ clean `Exit` with its message and exit status, never a traceback. `remote` parse
 from the table that `@task` fills (TASKS); the invoke Collection (remote/cli/invoke.py) is made from the
 same table on first use, so `remote` never imports invoke.
 
-To add a task: write `@task(help={...})` over `@handled` over a function `name(c, ..., hosts=None)` (add
-`@fleet_task` between them where `-c all` should run it on every container at once) whose body opens
-`fleet_of(hosts, dry)`, calls one remote.api method and prints with a remote/cli/format.py function. Its
+To add a task: write `@task(help={...})` over `@handled` over a function `name(c, ..., hosts=None)` whose
+body opens `fleet_of(hosts, dry)`, calls one remote.api method and prints with a remote/cli/format.py
+function; where `-c all` should run it on every container at once, it takes `fail_fast=False` and, given
+several, hands that call to `each_container` (one API call per container, their results and the summary table). Its
 options come from its parameters; a new option name needs its short letter in SHORT_FLAGS (or none) and,
 unless it is a flag or free text, its check in KINDS. Exit statuses: 0 ok, 1 failed (or the job's/command's
 own, where the task reports one), 2 bad input, 3 busy, 130 interrupted.
@@ -20,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 from typing import Any
 
 from .. import __version__
@@ -40,48 +40,44 @@ from .table import (  # noqa: F401
     Exit,
     SayStream,
     cli_text,
+    each_container,
     exit_status,
     fleet_of,
-    fleet_task,
     handled,
-    in_fleet_task,
     is_selection,
     say,
     task,
 )
 
-_pending = threading.local()  # a container thread's undecoded bytes and unfinished line, per stream
 
+class Streamed:
+    """A command's output as it comes (exec's on_output): as it is; with `lines` (one container of several),
+    line by line through say, marked `[id] ` (the unfinished last line held until it ends or the command does)."""
 
-def _stream(kind: str, chunk: bytes) -> None:
-    """A command's output as it comes: as it is, or, in one container's part of a `-c all` task, line by
-    line marked `[id] ` (the unfinished last line held until it ends or the command does)."""
-    out = sys.stdout if kind == "stdout" else sys.stderr
-    if api_current_container() is None:
-        out.buffer.write(chunk)
-        out.flush()
-        return
-    import codecs
+    def __init__(self, lines: bool = False):
+        self.lines = lines
+        self.held: dict[str, tuple[Any, str]] = {}  # per stream: its undecoded bytes' decoder, the unfinished line
 
-    held = _pending.__dict__.setdefault("held", {})
-    decoder, text = held.get(kind) or (codecs.getincrementaldecoder("utf-8")("replace"), "")
-    *lines, text = (text + decoder.decode(chunk)).replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    held[kind] = (decoder, text)
-    for line in lines:
-        say(line, file=out)
+    def __call__(self, kind: str, chunk: bytes) -> None:
+        out = sys.stdout if kind == "stdout" else sys.stderr
+        if not self.lines:
+            out.buffer.write(chunk)
+            out.flush()
+            return
+        import codecs
 
+        decoder, text = self.held.get(kind) or (codecs.getincrementaldecoder("utf-8")("replace"), "")
+        *lines, text = (text + decoder.decode(chunk)).replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        self.held[kind] = (decoder, text)
+        for line in lines:
+            say(line, file=out)
 
-def _stream_end() -> None:
-    """The unfinished last lines of a container thread's command, said."""
-    for kind, (_, text) in _pending.__dict__.pop("held", {}).items():
-        if text:
-            say(text, file=sys.stdout if kind == "stdout" else sys.stderr)
-
-
-def api_current_container() -> int | None:
-    from ..api import current_container
-
-    return current_container()
+    def end(self) -> None:
+        """The unfinished last lines of the command, said."""
+        for kind, (_, text) in self.held.items():
+            if text:
+                say(text, file=sys.stdout if kind == "stdout" else sys.stderr)
+        self.held.clear()
 
 
 def _deprecated(task_name: str, old: str, value: Any) -> None:
@@ -110,21 +106,27 @@ def status(c, json_=False, hosts=None, container=None):
             "command": "a shell command line to run inside the container (bash -c); or the argv after `--`, run as is",
                          "timeout": "seconds before the command is killed inside the container",
                          "dry": DRY_HELP, "hosts": HOSTS_HELP})
-@fleet_task
 @handled
-def exec_(c, command, container=None, timeout=None, dry=False, hosts=None):
+def exec_(c, command, container=None, timeout=None, dry=False, hosts=None, fail_fast=False):
     """Run a command in a container, in the checkout with the job's environment.
 
     `remote exec -c ID -- CMD ARG...` runs that argv as it is (no shell); `--command STRING` (or the
     string as the one word after the task) runs a bash command line. Once deployed, the command runs
     in the checkout with the job's environment (venv, compile cache, train.env); its output streams
     back and `remote` exits with its status."""
-    with fleet_of(hosts, dry, stderr_progress=not dry) as fleet:  # a dry run prints its commands on stdout
+    several = is_selection(container)
+
+    def one(ct):
+        out = Streamed(lines=several)
         try:
-            result = fleet.container(container).exec(command if isinstance(command, str) else list(command),
-                                                     timeout=timeout, on_output=_stream)
+            return ct.exec(command if isinstance(command, str) else list(command), timeout=timeout, on_output=out)
         finally:
-            _stream_end()
+            out.end()
+
+    with fleet_of(hosts, dry, stderr_progress=not dry) as fleet:  # a dry run prints its commands on stdout
+        if several:
+            return each_container(fleet, container, one, fail_fast=fail_fast, status=lambda r: r.exit_code)
+        result = one(fleet.container(container))
     if result.exit_code:
         raise Exit(code=result.exit_code)
 
@@ -134,16 +136,24 @@ def exec_(c, command, container=None, timeout=None, dry=False, hosts=None):
             "rollback": "switch the venv back to the previous build",
             "force": "deploy even while a training job runs there (the venv it uses is never deleted)",
             "dry": DRY_HELP, "hosts": HOSTS_HELP})
-@fleet_task
 @handled
-def deploy(c, container=None, allow_dirty=False, check=False, rollback=False, force=False, dry=False, hosts=None):
+def deploy(c, container=None, allow_dirty=False, check=False, rollback=False, force=False, dry=False, hosts=None,
+           fail_fast=False):
     """Make the container's venv and checkout exactly what the hosts file pins.
 
     A no-op when they are."""
+    def one(ct):
+        return ct.deploy(allow_dirty=allow_dirty, check=check, rollback=rollback, force=force)
+
+    def status(plan):  # --check: 1 where something would change
+        return 1 if check and (plan.changed or plan.drift) else 0
+
     with fleet_of(hosts, dry) as fleet:
-        plan = fleet.container(container).deploy(allow_dirty=allow_dirty, check=check, rollback=rollback, force=force)
+        if is_selection(container):
+            return each_container(fleet, container, one, fail_fast=fail_fast, status=status, text=fmt.deploy_text)
+        plan = one(fleet.container(container))
     say(fmt.deploy_text(plan))
-    if check and (plan.changed or plan.drift):
+    if status(plan):
         raise Exit(code=1)
 
 
@@ -162,32 +172,28 @@ def warmup(c, container=None, parallel=False, devices=None, export=None, import_
     Several containers: those whose cache passports would match are warmed once and the cache copied to
     the rest (docs/guide/compile-cache.md). One container without a warmup of its own: a matching cache of
     another container of the hosts file is copied instead of compiling."""
-    if is_selection(container) and not (export or import_ or devices or dry) and not in_fleet_task():
+    if is_selection(container) and not (export or import_ or devices or dry):
         with fleet_of(hosts) as fleet:
             result = fleet.warm_groups(container, fail_fast=fail_fast, parallel=parallel, prefix_output=True)
         say(fmt.group_table(result))
         if fmt.group_exit_code(result):
             raise Exit(code=fmt.group_exit_code(result))
         return
-    return _warmup_each(c, container=container, parallel=parallel, devices=devices, export=export, import_=import_,
-                        dry=dry, hosts=hosts, fail_fast=fail_fast)
-
-
-@fleet_task
-@handled
-def _warmup_each(c, container=None, parallel=False, devices=None, export=None, import_=None, dry=False, hosts=None):
-    with fleet_of(hosts, dry) as fleet:
-        ct = fleet.container(container)
+    def one(ct):
         if import_:
-            say(fmt.imported_line(ct.import_cache(import_)))
-            return
+            return ct.import_cache(import_)
         if export:
-            ct.export_cache(export)
-            say(f"wrote {export}")
-            return
-        done = ct.warmup(parallel=parallel, devices=[d for d in devices.split(",") if d] if devices else None)
-    if not dry:
-        say(fmt.warmup_line(done))
+            return ct.export_cache(export)
+        return ct.warmup(parallel=parallel, devices=[d for d in devices.split(",") if d] if devices else None)
+
+    text = (fmt.imported_line if import_ else (lambda path: f"wrote {export}") if export else
+            None if dry else fmt.warmup_line)
+    with fleet_of(hosts, dry) as fleet:
+        if is_selection(container):
+            return each_container(fleet, container, one, fail_fast=fail_fast, text=text)
+        done = one(fleet.container(container))
+    if text is not None:
+        say(text(done))
 
 
 @task(name="cache list", help={"container": "containers to list (an id, a comma list, a group; default: all)",
@@ -228,7 +234,7 @@ def train(c, container=None, force=False, warmup=False, detach=False, dry=False,
             code = fleet.train_nodes(container, force=force, warmup=warmup, follow=not detach)
         else:
             run = fleet.container(container).train(detach=detach or dry, force=force, warmup=warmup)
-            code = 0 if detach or dry else run.exit_code
+            code = 0 if detach or dry else run.exit_code or 0
     if code:
         raise Exit(code=code)
 
@@ -236,14 +242,16 @@ def train(c, container=None, force=False, warmup=False, detach=False, dry=False,
 @task(help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP,
             "run": "run id (default: every live run, and the latest's leftovers)", "follow": "keep printing until the job ends",
             "hosts": HOSTS_HELP})
-@fleet_task
 @handled
-def logs(c, container=None, run=None, follow=False, hosts=None):
+def logs(c, container=None, run=None, follow=False, hosts=None, fail_fast=False):
     """Print a run's log (what is there now; with --follow, until the job ends). Exits with the run's
     status once it has ended (1 when it was lost)."""
     with fleet_of(hosts) as fleet:
+        if is_selection(container):  # each container's own log (a multi-node run: follow one of its nodes)
+            return each_container(fleet, container, lambda ct: ct.stream_log(run, follow=follow), fail_fast=fail_fast,
+                                  status=lambda final: final.exit_code or 0)
         ct = fleet.container(container)
-        if follow and not in_fleet_task():  # a multi-node run: every node's log, merged
+        if follow:  # a multi-node run: every node's log, merged
             code = fleet.follow_nodes(ct.id, run)
             if code is not None:
                 if code:
@@ -257,16 +265,23 @@ def logs(c, container=None, run=None, follow=False, hosts=None):
 @task(help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP,
             "run": "run id (default: every live run, and the latest's leftovers)",
             "grace": "seconds between TERM and KILL (default 10)", "dry": DRY_HELP, "hosts": HOSTS_HELP})
-@fleet_task
 @handled
-def stop(c, container=None, run=None, grace=10, dry=False, hosts=None):
+def stop(c, container=None, run=None, grace=10, dry=False, hosts=None, fail_fast=False):
     """Stop a job and verify that nothing of it is left.
 
     TERM its process group, KILL after the grace period, then check by the run's marker."""
+    several = is_selection(container)  # each container's own runs (a multi-node run's other nodes: not from here)
+
+    def text(stopped):
+        return "" if dry else "\n".join(fmt.stop_lines(stopped))
+
     with fleet_of(hosts, dry) as fleet:
-        stopped = fleet.container(container).stop(run, grace=int(grace), nodes=not in_fleet_task())
+        if several:
+            return each_container(fleet, container, lambda ct: ct.stop(run, grace=int(grace), nodes=False),
+                                  fail_fast=fail_fast, text=text)
+        stopped = fleet.container(container).stop(run, grace=int(grace))
     if not dry:
-        say("\n".join(fmt.stop_lines(stopped)))
+        say(text(stopped))
 
 
 @task(help={"container": "container id(s), comma-separated (default: every container in the hosts file)",
@@ -413,11 +428,13 @@ def config_(c, container=None, json_=False, hosts=None):
 
 @task(help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP, "json": "print the runs as JSON",
             "limit": "show the latest N runs (default 20)", "hosts": HOSTS_HELP})
-@fleet_task
 @handled
-def runs(c, container=None, json_=False, limit=20, hosts=None):
+def runs(c, container=None, json_=False, limit=20, hosts=None, fail_fast=False):
     """List a container's runs: id, start, state, exit status, throughput, command."""
     with fleet_of(hosts, stderr_progress=json_) as fleet:
+        if is_selection(container):
+            return each_container(fleet, container, lambda ct: (ct, ct.runs(limit=limit)), fail_fast=fail_fast,
+                                  text=lambda got: fmt.runs_json(got[1]) if json_ else got[0].render_runs(got[1]))
         ct = fleet.container(container)
         found = ct.runs(limit=limit)
     say(fmt.runs_json(found) if json_ else ct.render_runs(found))
@@ -450,12 +467,13 @@ def _need(**flags) -> None:
         raise Exit(f"error: {' and '.join(missing)} required", code=2)
 
 
-def _progress(quiet: bool, dry: bool, label: str):
+def _progress(quiet: bool, dry: bool, label: str, several: bool = False):
+    """push/pull's progress on stderr; one container of several: its lines through say, marked `[id] `."""
     from .. import api
 
     if quiet or dry:
         return None
-    return api.progress_printer(label, SayStream() if api.current_container() is not None else None)
+    return api.progress_printer(label, SayStream() if several else None)
 
 
 XFER_HELP = {"container": CT_HELP, "fail_fast": FAIL_FAST_HELP, "dry": DRY_HELP, "hosts": HOSTS_HELP,
@@ -465,18 +483,23 @@ XFER_HELP = {"container": CT_HELP, "fail_fast": FAIL_FAST_HELP, "dry": DRY_HELP,
 
 @task(help={**XFER_HELP, "src": "local file or folder", "dest": "path in the container (a folder's contents are "
                                                                  "merged into it; a file lands inside an existing folder)"})
-@fleet_task
 @handled
-def push(c, src=None, dest=None, container=None, attempts=3, quiet=False, dry=False, hosts=None):
+def push(c, src=None, dest=None, container=None, attempts=3, quiet=False, dry=False, hosts=None, fail_fast=False):
     """Copy a local file or folder into a container.
 
     Streamed, verified by sha256, resumed after a lost connection."""
     _need(src=src, dest=dest)
     if not (os.path.isfile(src) or os.path.isdir(src)):  # bad input: before anything connects
         raise Exit(f"error: --src {src}: no such file or folder on this machine", code=2)
+    several = is_selection(container)
+
+    def one(ct):
+        return ct.push(src, dest, attempts=int(attempts), on_bytes=_progress(quiet, dry, f"push {src}", several))
+
     with fleet_of(hosts, dry) as fleet:
-        done = fleet.container(container).push(src, dest, attempts=int(attempts),
-                                               on_bytes=_progress(quiet, dry, f"push {src}"))
+        if several:
+            return each_container(fleet, container, one, fail_fast=fail_fast, text=None if dry else fmt.transfer_text)
+        done = one(fleet.container(container))
     if not dry:
         say(fmt.transfer_text(done))
 
@@ -484,27 +507,30 @@ def push(c, src=None, dest=None, container=None, attempts=3, quiet=False, dry=Fa
 @task(help={**XFER_HELP, "src": "file or folder in the container", "dest": "local path (a folder's contents are "
                                                                            "merged into it; a file lands inside an existing folder)",
             "run": "pull this run's outputs, log and manifest instead of --src (a run id, or `latest`)"})
-@fleet_task
 @handled
-def pull(c, src=None, dest=None, container=None, run=None, attempts=3, quiet=False, dry=False, hosts=None):
+def pull(c, src=None, dest=None, container=None, run=None, attempts=3, quiet=False, dry=False, hosts=None,
+         fail_fast=False):
     """Copy a file or folder out of a container, or a run's outputs.
 
     Streamed, verified by sha256, resumed after a lost connection. With --run (an id, or `latest`):
     the run's outputs (train.outputs), log, manifest, metrics.jsonl,
     gpu.csv and stacks, into DEST/<run id>/."""
-    if run:
-        _need(dest=dest)
-        with fleet_of(hosts, dry) as fleet:
-            got = fleet.container(container).pull_run(dest, run, on_bytes=not quiet)
-        if not dry:
-            say(fmt.pulled_run_line(got))
-        return
-    _need(src=src, dest=dest)
+    _need(dest=dest) if run else _need(src=src, dest=dest)
+    several = is_selection(container)
+
+    def one(ct):
+        where = os.path.join(dest, str(ct.id)) if several else dest  # never two containers' files in one place
+        if run:
+            return ct.pull_run(where, run, on_bytes=not quiet)
+        return ct.pull(src, where, attempts=int(attempts), on_bytes=_progress(quiet, dry, f"pull {src}", several))
+
+    text = None if dry else fmt.pulled_run_line if run else fmt.transfer_text
     with fleet_of(hosts, dry) as fleet:
-        done = fleet.container(container).pull(src, dest, attempts=int(attempts),
-                                               on_bytes=_progress(quiet, dry, f"pull {src}"))
-    if not dry:
-        say(fmt.transfer_text(done))
+        if several:
+            return each_container(fleet, container, one, fail_fast=fail_fast, text=text)
+        done = one(fleet.container(container))
+    if text is not None:
+        say(text(done))
 
 
 ONE_CT_HELP = "container id from the hosts file (default: default_container, $REMOTE_CONTAINER, or the only one)"

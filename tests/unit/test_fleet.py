@@ -74,7 +74,7 @@ def test_runner_bounds_each_host_prefixes_lines_and_carries_failures_through(cfg
     from remote import executor
     from remote.cli import format as fmt
     from remote.cli.table import say
-    from remote.cli.tasks import _stream, _stream_end
+    from remote.cli.tasks import Streamed
 
     active: dict[str, int] = {"a": 0, "b": 0}
     peak: dict[str, int] = {"a": 0, "b": 0}
@@ -86,10 +86,11 @@ def test_runner_bounds_each_host_prefixes_lines_and_carries_failures_through(cfg
             active[host] += 1
             peak[host] = max(peak[host], active[host])
         say("==> working")
-        _stream("stdout", b"partial")
-        _stream("stdout", " line\n".encode())
-        _stream("stdout", b"no newline at the end")
-        _stream_end()
+        stream = Streamed(lines=True)  # exec's on_output, one container of several
+        stream("stdout", b"partial")
+        stream("stdout", " line\n".encode())
+        stream("stdout", b"no newline at the end")
+        stream.end()
         time.sleep(0.2)
         with lock:
             active[host] -= 1
