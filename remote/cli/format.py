@@ -398,7 +398,7 @@ def group_table(result: Any) -> str:
 
 def group_text(result: Any, text: Any = None) -> str:
     """The end of a `-c LIST` task: each container's result as `text` words it, its lines marked `[id] `, in
-    the order of the ids (one that failed with a status of its own keeps its result, as its error's .value),
+    the table's order (one that failed with a status of its own keeps its result, as its error's .value),
     then the summary table (group_table)."""
     parts = []
     for ctid, o in result.items():

@@ -248,9 +248,9 @@ def each_container(fleet: Fleet, which: str, call: Callable[[Container], T], *, 
                    status: Callable[[T], int] | None = None, text: Callable[[T], str] | None = None) -> None:
     """`-c LIST`: call(container), one remote.api call, on each of these containers at once (Group.map: their
     events marked `[id] ` as they come, a progress line every 15 s). A library error is that container's
-    failure, said in the command line's words as it ends; a result `status` gives a non-zero status to fails
-    with it. Then each result as `text` words it and the summary table (format.group_text); Exit with their
-    status (format.group_exit_code) when one failed."""
+    failure, said in the command line's words as it ends; a result that `status` gives a non-zero status
+    fails with it. Then each result as `text` words it, in the order of `which`, and the summary table
+    (format.group_text); Exit with their status (format.group_exit_code) when one failed."""
     def one(ct: Container) -> T:
         try:
             value = call(ct)

@@ -151,6 +151,76 @@ def test_the_cli_check_sees_config_doctor_and_an_eager_lab(tmp_path, monkeypatch
     assert cli_offenders() == {"remote/cli/x.py": ["remote.config", "remote.doctor", "remote.lab"]}
 
 
+MUTATORS = {"append", "extend", "insert", "remove", "pop", "clear", "update", "setdefault", "add", "discard"}
+CLI_REGISTRIES = {("remote/cli/table.py", "TASKS")}  # the task table `@task` fills as the modules load
+PER_THREAD = {"local", "ContextVar"}  # threading.local(), contextvars.ContextVar(...): state by thread, kept by module
+
+
+def cli_module_state() -> dict[str, list[str]]:
+    """Each module of remote/cli/ -> the module-level state its functions keep (a name they mutate: `.append`,
+    `[k] = v`, `del x[k]`, a `global` statement; a threading.local or ContextVar of the module): a command line
+    keeps no state between its calls (`-c all` once kept the fleet in progress in such a list, for the task
+    functions it ran per container), only the task table its modules fill as they load."""
+    bad = {}
+    for path in sorted((ROOT / "cli").rglob("*.py")):
+        rel = str(path.relative_to(ROOT.parent))
+        tree = ast.parse(path.read_text(), str(path))
+        names = set()
+        found = []
+        for node in tree.body:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+                node, ast.AnnAssign) else []
+            for t in targets:
+                if isinstance(t, ast.Name):
+                    names.add(t.id)
+                    value = node.value
+                    called = value.func if isinstance(value, ast.Call) else None
+                    if (isinstance(called, ast.Attribute) and called.attr in PER_THREAD
+                            or isinstance(called, ast.Name) and called.id in PER_THREAD):
+                        found.append(f"{t.id} (per thread)")
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue
+            local = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)} | {
+                n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Global):
+                    found += [f"{n} (global)" for n in node.names]
+                target = None
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS:
+                    target = node.func.value
+                elif isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)):
+                    for t in (node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]):
+                        if isinstance(t, ast.Subscript):
+                            target = t.value
+                if isinstance(target, ast.Name) and target.id in names - local and (rel, target.id) not in CLI_REGISTRIES:
+                    found.append(target.id)
+        if found:
+            bad[rel] = sorted(set(found))
+    return bad
+
+
+@pytest.mark.fault("The command line keeping a fleet in a module global", "no module of remote/cli/ keeps state "
+                   "between calls (a mutated module-level name, a `global`, a per-thread local): `-c all` hands "
+                   "one API call per container to the library instead of sharing a fleet with its own task "
+                   "functions (tests/unit/test_cli_fanout.py runs them)")
+def test_the_command_line_keeps_no_module_level_state():
+    assert cli_module_state() == {}
+
+
+def test_the_state_check_sees_a_shared_fleet_a_global_and_a_thread_local(tmp_path, monkeypatch):
+    pkg = tmp_path / "remote" / "cli"
+    pkg.mkdir(parents=True)
+    (pkg / "table.py").write_text("TASKS = {}\n_current: list = []\ndef register(fn):\n    TASKS['x'] = fn\n"
+                                  "def sharing(fleet):\n    _current.append(fleet)\n")
+    (pkg / "x.py").write_text("import threading\n_pending = threading.local()\ncount = 0\nseen = {}\n"
+                              "def f(k):\n    global count\n    count += 1\n    del seen[k]\n"
+                              "def g(seen):\n    seen.clear()\n    mine = seen\n    seen = {}\n    seen['a'] = 1\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path / "remote")
+    assert cli_module_state() == {"remote/cli/table.py": ["_current"],
+                                  "remote/cli/x.py": ["_pending (per thread)", "count (global)", "seen"]}
+
+
 def test_nothing_in_the_library_imports_the_lab_or_the_command_line():
     """The lab (the pct double, the ns lab, the unit tiers' FakeTransport) and remote.testing are clients:
     no module of the library imports them, so `import remote` can never load them."""
