@@ -179,6 +179,9 @@ def warmup(c, container=None, parallel=False, devices=None, export=None, import_
         if fmt.group_exit_code(result):
             raise Exit(code=fmt.group_exit_code(result))
         return
+    if export and is_selection(container):  # at once into one file: the bundle would be anybody's
+        raise Exit(f"error: warmup --export {export}: a bundle holds one container's cache: give -c ID", code=2)
+
     def one(ct):
         if import_:
             return ct.import_cache(import_)

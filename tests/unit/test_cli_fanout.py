@@ -84,7 +84,7 @@ CASES = [  # (argv, the remote.api.Container method it calls once per container)
     (("pull", "-c", "all", "--src", "/root/f.txt", "--dest", "TMP/got"), "pull"),
     (("pull", "-c", "all", "--run", "latest", "--dest", "TMP/got"), "pull_run"),
     (("warmup", "-c", "all", "--devices", "0"), "warmup"),
-    (("warmup", "-c", "all", "--export", "TMP/cache.tar.gz"), "export_cache"),
+    (("warmup", "-c", "all", "--import", "TMP/cache.tar.gz"), "import_cache"),
 ]
 
 
@@ -130,3 +130,8 @@ def test_pull_puts_each_containers_files_in_a_folder_of_its_own(cli, tmp_path, m
     monkeypatch.setattr(api.Container, "pull", lambda self, src, dest, **kw: got.append((self.id, str(dest))))
     cli("pull", "-c", "all", "--src", "/root/f.txt", "--dest", "TMP/got", method="pull")
     assert sorted(got) == [(200, str(tmp_path / "got" / "200")), (201, str(tmp_path / "got" / "201"))]
+
+
+def test_export_to_one_file_from_several_containers_is_refused_before_anything_runs(cli):
+    code, out, err, counted = cli("warmup", "-c", "all", "--export", "TMP/cache.tar.gz", method="export_cache")
+    assert code == 2 and "a bundle holds one container's cache: give -c ID" in err and counted["api"] == []
