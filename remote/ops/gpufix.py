@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 
 from .. import shell
 from ..errors import BusyError, GpuFixError, PctError, RemoteError, RootRequired
-from ..naming import printable
 from ..facts import gpu
+from ..naming import printable
 from ..results import GpuFix
 from ..target import Target
 from . import gpuconfig, oplock
