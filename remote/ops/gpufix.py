@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from .. import shell
 from ..errors import BusyError, GpuFixError, PctError, RemoteError, RootRequired
 from ..facts import gpu
+from ..naming import printable
 from ..results import GpuFix
 from ..target import Target
 from . import gpuconfig, oplock
@@ -289,7 +290,7 @@ def _apply(t: Target, p: Plan, host: gpu.HostGpu, before: tuple[str, ...], comma
     snap = _snapshot(t) if not p.config.empty else None
     done: list[str] = []  # what has changed so far, for an error part-way
     try:
-        restarted = _change(t, p, host, running, done)
+        restarted = _change(t, p, host, running, done, commands)
     except RemoteError as exc:
         if not done:
             raise
@@ -308,12 +309,15 @@ def _apply(t: Target, p: Plan, host: gpu.HostGpu, before: tuple[str, ...], comma
                   tuple(f.kind for f in after), why2)
 
 
-def _change(t: Target, p: Plan, host: gpu.HostGpu, running: bool, done: list[str]) -> bool:
+def _change(t: Target, p: Plan, host: gpu.HostGpu, running: bool, done: list[str], commands: list[str]) -> bool:
     """The host's and the config's changes, then the restart where it must: whether it restarted. `done`
-    gets each change as it is made."""
+    gets each change as it is made; `commands` (what it said it runs) is corrected to what did run."""
     if p.uvm:
         t.step(f"host {t.host.name}: make the uvm nodes (nvidia-modprobe -u -c 0)")
-        _host(t, ["bash", "-c", shell.load("gpu-uvm"), "gpu-uvm"], "making the uvm nodes (remote/sh/gpu-uvm.sh)")
+        out = _host(t, ["bash", "-c", shell.load("gpu-uvm"), "gpu-uvm"], "making the uvm nodes (remote/sh/gpu-uvm.sh)")
+        how = made_by(out)
+        if how and UVM_COMMAND in commands:  # what did run: mknod where the host has no nvidia-modprobe
+            commands[commands.index(UVM_COMMAND)] = how
         done.append("the host's uvm nodes made")
     if p.userspace:
         t.step(f"host {t.host.name}: refill {gpuconfig.USERSPACE_HOST} with the driver's user space of {host.loaded}")
@@ -340,11 +344,20 @@ def _change(t: Target, p: Plan, host: gpu.HostGpu, running: bool, done: list[str
     return restarted
 
 
+UVM_COMMAND = "nvidia-modprobe -u -c 0"
+
+
+def made_by(out: str) -> str | None:
+    """How remote/sh/gpu-uvm.sh made the uvm nodes (its last line, `made: <command>`), or None."""
+    last = out.strip().splitlines()[-1:] or [""]
+    return printable(last[0].removeprefix("made: ")) if last[0].startswith("made: ") else None
+
+
 def _commands(t: Target, p: Plan) -> list[str]:
     """What gpu fix runs, as a user would type it on the host."""
     out = []
     if p.uvm:
-        out.append("nvidia-modprobe -u -c 0")
+        out.append(UVM_COMMAND)
     if p.userspace:
         out.append(f"remote/sh/nvidia-userspace.sh {gpuconfig.USERSPACE_HOST}")
     if p.config.raw:

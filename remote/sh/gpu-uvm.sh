@@ -5,6 +5,7 @@
 # `modprobe nvidia-uvm` where it is not), nodes nvidia-uvm (minor 0) and nvidia-uvm-tools (minor 1), mode 0666.
 # Every host path under ${REMOTE_GPU_SYSROOT:-} (empty on a real host): there the root's own
 # usr/bin/nvidia-modprobe is run (the lab's simulated driver provides one).
+# Prints, on success, how the nodes were made as its last line: `made: <the command, as a user would type it>`.
 # Exit: 0 the node is there; 4 no nvidia-modprobe and no nvidia-uvm module; 5 it ran and the node is still missing.
 set -euo pipefail
 root=${REMOTE_GPU_SYSROOT:-}
@@ -16,6 +17,7 @@ else
   tool=$(command -v nvidia-modprobe || true)
 fi
 uvm_major() { awk '$2 == "nvidia-uvm" { print $1; exit }' "$root/proc/devices" 2> /dev/null || true; }
+how="nvidia-modprobe -u -c 0"
 if [ -n "$tool" ]; then
   "$tool" -u -c 0
 else
@@ -29,6 +31,7 @@ else
       "/proc/devices): load it (modprobe nvidia-uvm) or install nvidia-modprobe (Debian: apt install nvidia-modprobe)"
     exit 4
   fi
+  how="mknod -m 0666 /dev/nvidia-uvm c $major 0; mknod -m 0666 /dev/nvidia-uvm-tools c $major 1 (no nvidia-modprobe)"
   for pair in nvidia-uvm:0 nvidia-uvm-tools:1; do
     node=$root/dev/${pair%%:*}
     if [ ! -c "$node" ]; then
@@ -38,7 +41,7 @@ else
   done
 fi
 if [ ! -c "$root/dev/nvidia-uvm" ]; then
-  echo "nvidia-modprobe -u -c 0 ran and $root/dev/nvidia-uvm is still missing: is nvidia_uvm loaded (modprobe nvidia-uvm)?"
+  echo "$how ran and $root/dev/nvidia-uvm is still missing: is nvidia_uvm loaded (modprobe nvidia-uvm)?"
   exit 5
 fi
-echo "ok"
+echo "made: $how"

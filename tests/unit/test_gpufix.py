@@ -138,6 +138,7 @@ class Host:
         self.calls: list[tuple[str, ...]] = []
         self.leases: list[str] = []
         self.name = "pve1"
+        self.uvm_made = "nvidia-modprobe -u -c 0"  # the last line of gpu-uvm.sh: how it made the nodes
 
     def describe(self, argv) -> str:
         return "fake: " + " ".join(argv)
@@ -156,7 +157,7 @@ class Host:
             return self._ok(argv, text)
         if argv[:1] == ("bash",) and argv[3] == "gpu-uvm":
             self.nodes = None  # the host's nodes as recorded: the uvm ones there again
-            return self._ok(argv, "ok\n")
+            return self._ok(argv, f"made: {self.uvm_made}\n")
         if argv[:1] == ("bash",) and argv[3] == "gpu-host-fix":
             return self._ok(argv)
         if argv[:1] == ("bash",) and argv[3] == "nvidia-userspace":
@@ -296,6 +297,16 @@ def test_the_uvm_node_is_made_on_the_host_then_the_container_restarted():
     m = mutating(fake.calls)
     assert [c[3] if c[0] == "bash" else c[1] for c in m] == ["gpu-uvm", "stop", "start"], m
     assert done.diff == () and done.snapshot is None and done.restarted and done.cuda_init == 0 and done.ok
+    assert done.commands[0] == "nvidia-modprobe -u -c 0"
+
+
+def test_the_command_said_to_have_run_is_the_one_gpu_uvm_ran():
+    """A host without nvidia-modprobe (the H200's): the nodes are made by mknod, and gpu fix's result (its
+    `ran:` lines) says so rather than naming the tool that is not there."""
+    fake = Pvesm(nodes=UVM_GONE, ct_kw={"nodes": GOOD_NODES[:2], "init": 999})
+    fake.uvm_made = "mknod -m 0666 /dev/nvidia-uvm c 238 0; mknod -m 0666 /dev/nvidia-uvm-tools c 238 1 (no nvidia-modprobe)"
+    done, _ = fix(fake)
+    assert done.commands[0] == fake.uvm_made and "nvidia-modprobe -u -c 0" not in done.commands
 
 
 def test_user_space_of_another_version_refilled_mounted_and_ldconfig_run():
@@ -476,7 +487,8 @@ def test_the_uvm_nodes_are_made_without_nvidia_modprobe_from_the_modules_major(t
     (tmp_path / "proc/devices").write_text("Character devices:\n195 nvidia\n238 nvidia-uvm\n241 nvidia-caps\n")
     for _ in range(2):
         r = subprocess.run(argv, capture_output=True, text=True, env=env)
-        assert r.returncode == 0 and r.stdout.strip() == "ok", r
+        assert r.returncode == 0 and r.stdout.strip() == ("made: mknod -m 0666 /dev/nvidia-uvm c 238 0; mknod -m 0666 "
+                                                          "/dev/nvidia-uvm-tools c 238 1 (no nvidia-modprobe)"), r
         made = {n: os.stat(tmp_path / "dev" / n) for n in ("nvidia-uvm", "nvidia-uvm-tools")}
         assert {n: (stat.S_ISCHR(s.st_mode), os.major(s.st_rdev), os.minor(s.st_rdev), stat.S_IMODE(s.st_mode))
                 for n, s in made.items()} == {"nvidia-uvm": (True, 238, 0, 0o666), "nvidia-uvm-tools": (True, 238, 1, 0o666)}
