@@ -6,7 +6,7 @@ support.TIERS); tests/unit/test_tiers.py checks that no file names another tier'
 Guards: no test reads the real ~/.ssh/config or the user's hosts file ($HOME points at a temporary
 folder and $REMOTE_HOSTS_FILE is unset unless a test sets it). The `lab` fixture is the module's lab:
 a private lab (its own folder, port and containers) brought up once per session and torn down after
-(the session lab, or own_lab for support.OWN_LAB_MODULES); it fails loudly, never skips, when the
+(the session lab, own_lab for support.OWN_LAB_MODULES or third_lab for THIRD_LAB_MODULES); it fails loudly, never skips, when the
 machine cannot run it: .ci/run installs what it needs.
 """
 
@@ -20,8 +20,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's remote before an installed one
 
-from support import (LAB_CONTAINERS, LAB_SECTIONS, OWN_LAB_CONTAINERS, OWN_LAB_MODULES, new_lab,  # noqa: E402
-                     tier_of, work_unit)
+from support import (LAB_CONTAINERS, LAB_SECTIONS, OWN_LAB_CONTAINERS, OWN_LAB_MODULES,  # noqa: E402
+                     THIRD_LAB_CONTAINERS, THIRD_LAB_MODULES, new_lab, tier_of, work_unit)
 
 from remote.cli.format import deploy_text  # noqa: E402
 from remote.target import resolve as target_of  # noqa: E402
@@ -37,8 +37,9 @@ def pytest_collection_modifyitems(config, items):
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """Under `-n N` (the README's command): the session lab's modules run on one worker, in order (its LXC
-    ids are machine-wide, and they share its deploys), support.OWN_LAB_MODULES on another (own_lab), the
-    newcomer tier on one, and every other file whole on any worker (its module fixtures once), beside them."""
+    ids are machine-wide, and they share its deploys), support.OWN_LAB_MODULES on another (own_lab),
+    THIRD_LAB_MODULES on a third (third_lab), the newcomer tier on one, and every other file whole on any
+    worker (its module fixtures once), beside them."""
     from xdist.scheduler import LoadScopeScheduling
 
     class ByTier(LoadScopeScheduling):
@@ -77,9 +78,9 @@ def _isolated(monkeypatch, tmp_path):
     (tmp_path / "home").mkdir()
 
 
-# Two labs, each brought up once per session where a test needs it: the session lab (containers LAB_CONTAINERS)
-# and own_lab (OWN_LAB_CONTAINERS) for the modules of support.OWN_LAB_MODULES, whose xdist worker runs them
-# beside the session lab's modules. The fixtures below are the module's lab's; what they make is made once per
+# Three labs, each brought up once per session where a test needs it: the session lab (containers LAB_CONTAINERS),
+# own_lab (OWN_LAB_CONTAINERS) for the modules of support.OWN_LAB_MODULES and third_lab (THIRD_LAB_CONTAINERS) for
+# support.THIRD_LAB_MODULES, whose xdist workers run them beside the session lab's modules. The fixtures below are the module's lab's; what they make is made once per
 # lab and session (a hosts file, a connection, the deploy of its first container).
 @pytest.fixture(scope="session")
 def session_lab(tmp_path_factory):
@@ -91,6 +92,13 @@ def session_lab(tmp_path_factory):
 @pytest.fixture(scope="session")
 def own_lab(tmp_path_factory):
     lab = new_lab(tmp_path_factory.mktemp("own-lab"), OWN_LAB_CONTAINERS)
+    yield lab
+    lab.down(purge=True)
+
+
+@pytest.fixture(scope="session")
+def third_lab(tmp_path_factory):
+    lab = new_lab(tmp_path_factory.mktemp("third-lab"), THIRD_LAB_CONTAINERS)
     yield lab
     lab.down(purge=True)
 
@@ -113,13 +121,17 @@ def once(made: dict, lab, name: str, make):
 
 
 def ids_of(lab) -> tuple[int, ...]:
-    return OWN_LAB_CONTAINERS if lab.dir.name.startswith("own-lab") else LAB_CONTAINERS
+    return (OWN_LAB_CONTAINERS if lab.dir.name.startswith("own-lab") else THIRD_LAB_CONTAINERS
+            if lab.dir.name.startswith("third-lab") else LAB_CONTAINERS)
 
 
 @pytest.fixture(scope="module")
 def lab(request):
-    """This module's lab: own_lab for support.OWN_LAB_MODULES, else the session lab."""
-    return request.getfixturevalue("own_lab" if request.path.name in OWN_LAB_MODULES else "session_lab")
+    """This module's lab: own_lab for support.OWN_LAB_MODULES, third_lab for THIRD_LAB_MODULES, else the
+    session lab."""
+    name = request.path.name
+    return request.getfixturevalue("own_lab" if name in OWN_LAB_MODULES else "third_lab" if name in THIRD_LAB_MODULES
+                                   else "session_lab")
 
 
 @pytest.fixture(scope="module")

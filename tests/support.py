@@ -49,24 +49,36 @@ LAB_CONTAINERS = tuple(int(i) for i in os.environ.get("REMOTE_TEST_LAB_IDS", "20
 # The lab modules that run on conftest's own_lab (containers OWN_LAB_CONTAINERS, and ids of their own that no
 # other module uses), not on the session lab: under xdist, one worker runs them beside the session lab's
 # modules (conftest.group_of). A module here takes its container ids from lab_ids(__file__).
-OWN_LAB_MODULES = ("test_agent_lab.py", "test_any_code_lab.py", "test_doctor_lab.py", "test_fleet_lab.py",
-                   "test_sudo_lab.py", "test_transfer_faults_lab.py", "test_watch_lab.py")
+OWN_LAB_MODULES = ("test_agent_lab.py", "test_any_code_lab.py", "test_fleet_lab.py", "test_sudo_lab.py",
+                   "test_transfer_faults_lab.py", "test_watch_lab.py")
 OWN_LAB_CONTAINERS = (232, 233)
+# A third lab (conftest's third_lab), the same way: its modules on a third worker, so that the longest of the
+# three lab units, which run one module after another, bounds the suite's time rather than their sum.
+THIRD_LAB_MODULES = ("test_cache_lab.py", "test_compile_health_lab.py", "test_create_lab.py", "test_doctor_lab.py",
+                     "test_faults_lab.py")
+THIRD_LAB_CONTAINERS = (236, 237)
+# The lab modules that make a lab of their own (its own folder, port and container ids) and use none of
+# conftest's: each is a work unit of its own, on whichever worker is free.
+SELF_MADE_LAB_MODULES = ("test_cluster_lab.py", "test_create_gpu_lab.py", "test_gpufix_lab.py", "test_make_lab.py",
+                         "test_ns_lab.py")
 
 
 def work_unit(path: str) -> str:
     """The xdist work unit of a test file (its path from the repository's root; conftest's scheduler): the
-    session lab's modules one unit, run in order on one worker; OWN_LAB_MODULES another; the newcomer tier
-    one; every other file its own."""
+    session lab's modules one unit, run in order on one worker; OWN_LAB_MODULES another, THIRD_LAB_MODULES a
+    third; the newcomer tier one; every other file (SELF_MADE_LAB_MODULES too) its own."""
     tier = tier_of(ROOT / path)
-    if tier == "lab":
-        return "lab-own" if Path(path).name in OWN_LAB_MODULES else "lab"
+    name = Path(path).name
+    if tier == "lab" and name not in SELF_MADE_LAB_MODULES:
+        return "lab-own" if name in OWN_LAB_MODULES else "lab-third" if name in THIRD_LAB_MODULES else "lab"
     return "newcomer" if tier == "newcomer" else path
 
 
 def lab_ids(test_file: str) -> tuple[int, ...]:
     """The container ids of the lab a test module runs on (conftest's `lab` fixture gives it that lab)."""
-    return OWN_LAB_CONTAINERS if Path(test_file).name in OWN_LAB_MODULES else LAB_CONTAINERS
+    name = Path(test_file).name
+    return (OWN_LAB_CONTAINERS if name in OWN_LAB_MODULES else THIRD_LAB_CONTAINERS if name in THIRD_LAB_MODULES
+            else LAB_CONTAINERS)
 
 
 def new_lab(folder: Path, containers, **kw):

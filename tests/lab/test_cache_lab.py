@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from support import LAB_CONTAINERS, load_config
+from support import lab_ids, load_config
 
 from remote import config, doctor
 from remote.errors import BusyError, TransferError
@@ -21,7 +21,7 @@ from remote.transport.session import Session
 from remote.target import resolve as target_of
 
 pytestmark = pytest.mark.lab
-A, B = LAB_CONTAINERS[:2]
+A, B = lab_ids(__file__)[:2]  # on conftest's third_lab (support.THIRD_LAB_MODULES)
 CACHE = "/root/.cache/torch-compile"
 
 

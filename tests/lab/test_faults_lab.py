@@ -12,26 +12,28 @@ import threading
 import time
 
 import pytest
-from support import load_config, sshd_serving, wait_until
+from support import lab_ids, load_config, sshd_serving, wait_until
 
 from remote.cli.format import deploy_text
 from remote import config
 from remote.ops.deploy import deploy
 from remote.errors import BusyError, ContainerLocked, DeployError, RemoteError
+from remote.naming import LEASE
 from remote.ops.jobs import Preflight, final_status, launch, show_log, state
 from remote.transport.session import Session
 from remote.target import resolve as target_of
 
 pytestmark = pytest.mark.lab
+A, B = lab_ids(__file__)[:2]  # on conftest's third_lab (support.THIRD_LAB_MODULES)
 PRE = Preflight(commit="0" * 40, venv={"verify": {}}, gpus=None, notes=[])
 
 
 @pytest.mark.fault("Container stopped mid-job", promise="the run is reported lost, not exited")
 def test_a_container_stopped_under_a_job_reports_the_run_lost(lab_session):
-    base = lab_session.config.container(201)
+    base = lab_session.config.container(B)
     spec = dataclasses.replace(base, code=dataclasses.replace(base.code, path="/root"),
                                train=dataclasses.replace(base.train, run_dir="/root/runs-stopped"))
-    ct = lab_session.container(201)
+    ct = lab_session.container(B)
     run_id, _ = launch(ct, spec, PRE, command="echo started; sleep 600")
     assert wait_until(lambda: "started" in state(ct, spec, run_id)["tail"], 30)
     ct.stop()
@@ -48,13 +50,13 @@ def test_a_container_stopped_under_a_job_reports_the_run_lost(lab_session):
 
 @pytest.mark.fault("pct locked", promise="ContainerLocked, saying to retry when the other pct operation is done")
 def test_pct_with_the_config_lock_held_is_a_typed_error(lab, lab_session):
-    ct = lab_session.container(200)
+    ct = lab_session.container(A)
     (lab.dir / "lock").mkdir(exist_ok=True)
-    with open(lab.dir / "lock" / "pve-config-200.lock", "a") as f:
+    with open(lab.dir / "lock" / f"pve-config-{A}.lock", "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)  # as a backup or another push would hold it
         with pytest.raises(ContainerLocked, match="locked by another pct operation"):
-            ct._pct("push", "200", "/etc/hostname", "/root/locked", mutates=True)
-    ct._pct("push", "200", "/etc/hostname", "/root/locked", mutates=True)  # free again
+            ct._pct("push", str(A), "/etc/hostname", "/root/locked", mutates=True)
+    ct._pct("push", str(A), "/etc/hostname", "/root/locked", mutates=True)  # free again
 
 
 def once_the_lease_is_free(operation, timeout=300.0):
@@ -82,7 +84,7 @@ def test_a_connection_dropped_mid_deploy_leaves_the_venv_and_the_next_deploy_com
     with Session(config.load(str(changed)), agent=True, echo=lines.append) as s:  # its lines, as events' text
         def work():
             try:
-                outcome.append(deploy(target_of(s, 200)))
+                outcome.append(deploy(target_of(s, A)))
             except Exception as exc:
                 outcome.append(exc)
 
@@ -98,17 +100,17 @@ def test_a_connection_dropped_mid_deploy_leaves_the_venv_and_the_next_deploy_com
         assert ct.run(["git", "-C", "/root/dflash", "rev-parse", "HEAD"]).out == head
         assert ct.run(["python", "-c", "import torch"]).ok
         # The lease of the interrupted deploy may still be live; it was this process's.
-        summary = once_the_lease_is_free(lambda: deploy(target_of(s, 200)))
+        summary = once_the_lease_is_free(lambda: deploy(target_of(s, A)))
     assert ct.run(["python", "-c", "import mpmath, torch"]).ok, deploy_text(summary)
     assert ".building" not in ct.run(["ls", "/root/venv.versions"]).out
     with Session(config.load(str(lab_hosts)), agent=True) as s:
-        deploy(target_of(s, 200))
+        deploy(target_of(s, A))
 
 
 @pytest.mark.fault("Disk full during a venv build",
                    promise="the build fails with the reason; the current venv and checkout are untouched")
 def test_a_disk_that_fills_up_during_the_venv_build_fails_the_deploy_and_changes_nothing(lab_session, lab_hosts):
-    ct = lab_session.container(201)
+    ct = lab_session.container(B)
     before = ct.run(["readlink", "/root/venv"], check=False).out
     ct.run(["mkdir", "-p", "/root/venv.versions"])
     mounted = ct.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", "/root/venv.versions"], check=False)
@@ -116,7 +118,7 @@ def test_a_disk_that_fills_up_during_the_venv_build_fails_the_deploy_and_changes
     try:
         lines: list[str] = []
         with pytest.raises(DeployError, match="the venv build failed") as e:
-            deploy(target_of(dataclasses.replace(lab_session, echo=lines.append), 201))  # its lines, as events' text
+            deploy(target_of(dataclasses.replace(lab_session, echo=lines.append), B))  # its lines, as events' text
         assert "current venv and checkout were left in place" in str(e.value)
         assert any("No space left on device" in l or "os error 28" in l for l in lines), "\n".join(lines[-20:])
         assert ".building" not in ct.run(["ls", "-a", "/root/venv.versions"]).out  # the failed build removed
@@ -188,7 +190,7 @@ def kill_deploy_at(env: dict, pattern: str | None, marker):
     marker.unlink(missing_ok=True)
     output = marker.with_name("deploy-output")
     with open(output, "w") as out:  # a file, not a pipe: a held deploy never waits on its reader
-        proc = subprocess.Popen([sys.executable, "-c", PAUSE, "deploy", "--container", "200"],
+        proc = subprocess.Popen([sys.executable, "-c", PAUSE, "deploy", "--container", str(A)],
                                 env={**env, "KILL_MARKER": str(marker), "KILL_AT": pattern or ""},
                                 stdout=out, stderr=subprocess.STDOUT, text=True)
     try:
@@ -231,15 +233,17 @@ def test_deploy_sigkilled_at_each_point_leaves_a_working_venv_and_the_next_deplo
         assert ct.run(["python", "-c", "import torch"]).ok, point
         assert ct.run(["git", "-C", "/root/dflash", "rev-parse", "HEAD"]).out == head, point
         assert ct.run(["git", "-C", "/root/dflash", "status", "--porcelain", "--untracked-files=no"]).out == "", point
+        if n < len(KILL_POINTS) - 1:  # the dead controller's lease aged as its 30 s would (the last one expires)
+            ct.run(["sh", "-c", 'if [ -e "$1" ]; then sed -i "s/^expires=.*/expires=0/" "$1"; fi', "sh", LEASE])
     assert len(killed) == len(KILL_POINTS)
     # The next deploy takes the dead controller's lease over once it expired, cleans up and completes.
     with Session(config.load(str(hosts)), agent=True) as s:
-        summary = once_the_lease_is_free(lambda: deploy(target_of(s, 200)))
+        summary = once_the_lease_is_free(lambda: deploy(target_of(s, A)))
     assert ".building" not in ct.run(["ls", "/root/venv.versions"]).out, deploy_text(summary)
     assert ct.run(["python", "-c", "import mpmath, torch"]).ok
     with Session(config.load(str(lab_hosts)), agent=True) as s:  # back to the session's spec
-        deploy(target_of(s, 200))
-        assert deploy(target_of(s, 200)).noop
+        deploy(target_of(s, A))
+        assert deploy(target_of(s, A)).noop
 
 
 @pytest.mark.fault("SSH dropped mid-warmup",
@@ -256,7 +260,7 @@ def test_a_connection_dropped_mid_warmup_leaves_nothing_running_and_the_next_war
     with Session(config.load(str(lab_hosts)), agent=True, echo=lines.append) as s:  # its lines, as events' text
         def work():
             try:
-                outcome.append(wm.warmup(target_of(s, 200)))
+                outcome.append(wm.warmup(target_of(s, A)))
             except Exception as exc:
                 outcome.append(exc)
 
@@ -274,5 +278,5 @@ def test_a_connection_dropped_mid_warmup_leaves_nothing_running_and_the_next_war
         record = ct.run(["bash", "-c", "cat /root/.cache/torch-compile/warmups.jsonl 2>/dev/null || true"]).out
         assert all(json.loads(line) for line in record.splitlines())
         # The interrupted warmup's lease is released by this process, or expires.
-        results = once_the_lease_is_free(lambda: wm.warmup(target_of(s, 200)), 120)
+        results = once_the_lease_is_free(lambda: wm.warmup(target_of(s, A)), 120)
     assert [r.device for r in results] == ["0", "1"]

@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-from support import LAB_CONTAINERS, LAB_WHEELS, wait_until
+from support import LAB_WHEELS, wait_until
 
 pytestmark = pytest.mark.lab
 ROOT = Path(__file__).resolve().parent.parent.parent
-CT = LAB_CONTAINERS[0]
+CT = 250  # its own id (support.SELF_MADE_LAB_MODULES: it runs beside the other labs)
 
 
 @pytest.fixture(scope="module")

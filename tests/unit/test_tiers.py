@@ -7,7 +7,8 @@ import ast
 import re
 from pathlib import Path
 
-from support import OWN_LAB_MODULES, ROOT, TESTS, TIERS, tier_of, work_unit
+from support import (OWN_LAB_CONTAINERS, OWN_LAB_MODULES, ROOT, SELF_MADE_LAB_MODULES, TESTS, THIRD_LAB_CONTAINERS,
+                     THIRD_LAB_MODULES, TIERS, tier_of, work_unit)
 
 
 def all_test_files() -> list[Path]:
@@ -58,28 +59,52 @@ def test_a_test_gets_the_marker_of_its_folder(request):
     assert all(request.node.get_closest_marker(t) is None for t in TIERS if t != "unit")
 
 
-def test_the_own_lab_modules_exist_and_use_their_labs_ids():
-    """A module of support.OWN_LAB_MODULES runs on conftest's own_lab (under xdist beside the session lab's
-    modules): it must not reach for the session lab's containers."""
+def test_the_own_and_third_lab_modules_exist_and_use_their_labs_ids():
+    """A module of support.OWN_LAB_MODULES (THIRD_LAB_MODULES) runs on conftest's own_lab (third_lab), under
+    xdist beside the session lab's modules: it must not reach for the session lab's containers."""
 
-    for name in OWN_LAB_MODULES:
+    assert not set(OWN_LAB_MODULES) & set(THIRD_LAB_MODULES)
+    for name in OWN_LAB_MODULES + THIRD_LAB_MODULES:
         path = TESTS / "lab" / name
-        assert path.is_file(), f"support.OWN_LAB_MODULES names {name}, which is not in tests/lab/"
+        assert path.is_file(), f"support names {name} as a lab module, which is not in tests/lab/"
         text = path.read_text()
-        assert "LAB_CONTAINERS" not in text and not re.search(r"\b20[01]\b", text), \
+        assert "LAB_CONTAINERS" not in text and not re.search(r"(?<!--steps )\b20[01]\b", text), \
             f"{name} names the session lab's containers: take ids from support.lab_ids(__file__)"
 
 
 def test_xdist_work_units_keep_each_lab_on_one_worker():
-    """conftest's scheduler: one unit for the session lab's modules, one for own_lab's, one for the newcomer
-    tier, a unit per file elsewhere; every lab module in one of the two lab units."""
+    """conftest's scheduler: one unit for the session lab's modules, one for own_lab's, one for third_lab's,
+    one for the newcomer tier, a unit per file elsewhere; every lab module in one of the three lab units but
+    those that make a lab of their own."""
     units = {str(p.relative_to(ROOT)): work_unit(str(p.relative_to(ROOT))) for p in all_test_files()}
-    lab = {path for path, unit in units.items() if tier_of(ROOT / path) == "lab"}
-    assert {units[path] for path in lab} == {"lab", "lab-own"}
+    lab = {path for path, unit in units.items()
+           if tier_of(ROOT / path) == "lab" and Path(path).name not in SELF_MADE_LAB_MODULES}
+    assert {units[path] for path in lab} == {"lab", "lab-own", "lab-third"}
     assert {Path(path).name for path in lab if units[path] == "lab-own"} == set(OWN_LAB_MODULES)
+    assert {Path(path).name for path in lab if units[path] == "lab-third"} == set(THIRD_LAB_MODULES)
     assert {unit for path, unit in units.items() if tier_of(ROOT / path) == "newcomer"} == {"newcomer"}
     others = [path for path in units if tier_of(ROOT / path) in ("unit", "local")]
     assert all(units[path] == path for path in others) and len(others) > 40
+
+
+def test_a_module_that_makes_its_own_lab_uses_none_of_conftests():
+    """A module of support.SELF_MADE_LAB_MODULES runs on any worker, beside the three labs: it must ask for
+    none of conftest's lab fixtures and name none of their containers (its own ids, machine-wide)."""
+    shared = {"lab", "lab_session", "lab_hosts", "deployed", "demo_repo", "ct", "warm", "session_lab", "own_lab",
+              "third_lab"}
+    for name in SELF_MADE_LAB_MODULES:
+        path = TESTS / "lab" / name
+        assert path.is_file(), f"support.SELF_MADE_LAB_MODULES names {name}, which is not in tests/lab/"
+        tree = ast.parse(path.read_text())
+        asked = {a.arg for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")
+                 for a in node.args.args}
+        fixtures = {a.arg for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
+                    and any("fixture" in ast.unparse(d) for d in node.decorator_list) for a in node.args.args}
+        assert not (asked | fixtures) & shared, f"{name} uses conftest's lab: {sorted((asked | fixtures) & shared)}"
+        ids = {str(i) for i in (*OWN_LAB_CONTAINERS, *THIRD_LAB_CONTAINERS)}
+        text = path.read_text()
+        assert "LAB_CONTAINERS" not in text and not re.search(r"(?<!--steps )\b20[01]\b", text), name
+        assert not any(re.search(rf"\b{i}\b", text) for i in ids), f"{name} names another lab's containers"
 
 
 def test_a_test_module_is_imported_only_from_its_own_folder():
