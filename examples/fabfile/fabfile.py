@@ -24,4 +24,4 @@ def gpu_check(c, ctid=200, known_hosts=None):
 def gpu_deploy(c, ctid=200, hosts="hosts.yaml"):
     """Deploy a container as the hosts file pins it (its venv and checkout), then say what changed."""
     plan = remote.fabric.deploy(c, int(ctid), hosts=hosts, progress=print)
-    print(plan.render())
+    print(f"container {ctid}: " + ("nothing to do" if plan.noop else "changed: " + ", ".join(plan.changed)))

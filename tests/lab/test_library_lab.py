@@ -138,6 +138,8 @@ def test_a_fabric_connection_drives_exec_and_deploy(lab, quick_hosts, tmp_path):
     # The example fabfile, run by `fab` as a user would.
     got = _fab(tmp_path, "gpu-check", "--ctid", str(CT), known_hosts=lab.known_hosts, lab=lab)
     assert got.returncode == 0 and f"container {CT}: exit 0:" in got.stdout, got.stdout + got.stderr
+    got = _fab(tmp_path, "gpu-deploy", "--ctid", str(CT), "--hosts", str(quick_hosts), known_hosts=None, lab=lab)
+    assert got.returncode == 0 and f"container {CT}: nothing to do" in got.stdout, got.stdout + got.stderr
 
 
 @pytest.mark.fault("Fabric Connection to an unknown host key", "remote.fabric connects with remote's transport: "
