@@ -9,7 +9,7 @@ command that fixes it. Severity `error` and `warning` make a container unhealthy
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from .config import ContainerSpec
 from .errors import RemoteError
@@ -35,6 +35,11 @@ def render_finding(f: Finding) -> str:
     fix = f" — {f.fix}" if f.fix else ""
     # what and since quote the container (versions, paths, names): each one line, escapes shown
     return printable(f"[{f.severity}] {f.what}{since}{fix}") + "\n    why: " + printable(f.why)
+
+
+def finding_dict(f: Finding) -> dict:
+    """A finding as doctor --json has always written it (docs/guide/doctor.md)."""
+    return {"code": f.code, "severity": f.severity, "what": f.what, "since": f.since, "why": f.why, "fix": f.fix}
 
 
 def known_good_label(kg: dict | None) -> str:
@@ -276,8 +281,7 @@ def findings(facts: Facts, spec: ContainerSpec, pin: codemod.Pin | str | None = 
                     "see docs/internals/compile-race.md"))
 
     # The latest run's compile health (the compile watch's compile.jsonl, remote/ops/compilelog.py).
-    for cf in compilelog.findings(compilelog.from_probe(j.compile), j.current):
-        add(Finding(cf.name, cf.severity, cf.text, None, cf.hint, "see docs/guide/compile-health.md"))
+    out.extend(compilelog.findings(compilelog.from_probe(j.compile), j.current))
 
     if not kg:
         add(Finding("no-known-good", "info", "no known-good run recorded", None,
@@ -355,7 +359,7 @@ class Report:
     def to_dict(self) -> dict:
         return {"container": self.ctid, "host": self.host, "healthy": self.healthy, "error": self.error,
                 "known_good": (self.facts.known_good if self.facts else None),
-                "findings": [asdict(f) for f in self.findings],
+                "findings": [finding_dict(f) for f in self.findings],
                 "facts": self.facts.to_dict() if self.facts else None}
 
     def render(self) -> str:

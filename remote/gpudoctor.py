@@ -15,42 +15,19 @@ from dataclasses import dataclass, field
 from .errors import RemoteError
 from .facts import gpu
 from .naming import printable
+from .results import Finding
 from .target import resolve
 from .threads import submit
 from .transport.session import Session
 
 SCHEMA_VERSION = 1
-WHY = {"host-no-driver": "no container on this host can use a GPU",
-       "host-reboot-pending": "a reboot or a driver reload brings another module: a long run can die then, and "
-                              "libraries upgraded with it no longer match the loaded one",
-       "host-uvm-not-loaded": "CUDA needs /dev/nvidia-uvm; nvidia-smi works without it",
-       "host-gpu-vfio": "a GPU bound to vfio-pci is kept for a VM; nvidia-smi cannot see it",
-       "driver-lib-mismatch": "NVML and CUDA refuse to run when the libraries and the module differ",
-       "container-uvm-missing": "without it cuInit returns 999 and torch sees no GPU",
-       "device-not-passed": "CUDA opens every GPU node; a node the container lacks is a GPU it cannot use",
-       "cgroup-major-stale": "the nvidia-uvm major is dynamic: a line written for another boot denies the node",
-       "mount-optional-missing": "`optional` skips a node that is missing at start, without a word",
-       "no-driver-libs": "torch and nvidia-smi load libcuda and libnvidia-ml from the container",
-       "cuda-init-failed": "no CUDA program can start",
-       "device-permission": "a node that cannot be opened is a GPU the job cannot use",
-       "mig-caps-missing": "MIG instances are opened through /dev/nvidia-caps",
-       "persistence-off": "without persistence the driver is torn down between jobs",
-       "container-node-missing": "CUDA opens /dev/nvidiactl and the GPU's node; a node the container lacks fails "
-                                 "cuInit, whatever nvidia-smi says",
-       "container-node-wrong": "a node with other numbers than the host's (a bind of /dev/null, a stale major) "
-                               "is another device: CUDA fails on it",
-       "gpu-foreign-processes": "they hold GPU memory and compute a run expects to have: a run that needs the memory "
-                                "fails with CUDA out of memory",
-       "move-node-missing": "Proxmox checks a devN node at start: HA and migration look at affinity, not devices",
-       "move-no-driver": "no container on that node can use a GPU",
-       "move-driver-differs": "NVML and CUDA refuse to run when the libraries and the module differ"}
 
 
 @dataclass
 class HostReport:
     host: str
     facts: gpu.HostGpu | None
-    findings: list[gpu.GpuFinding] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0
 
@@ -65,7 +42,7 @@ class ContainerReport:
     host: str
     facts: gpu.CtGpu | None
     config: gpu.CtConfig | None
-    findings: list[gpu.GpuFinding] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0
 
@@ -119,9 +96,9 @@ def diagnose(session: Session, ctids: list[int]) -> tuple[list[HostReport], list
     return host_reports, ct_reports
 
 
-def _render_finding(f: gpu.GpuFinding) -> str:
-    return (f"  [{f.severity}] {printable(f.message)} ({f.kind}) — {printable(f.fix)}\n"
-            f"      why: {WHY.get(f.kind, '')}")
+def _render_finding(f: Finding) -> str:
+    return (f"  [{f.severity}] {printable(f.what)} ({f.code}) — {printable(f.fix or '')}\n"
+            f"      why: {f.why}")
 
 
 STALE_KINDS = ("driver-lib-mismatch", "no-driver-libs")
@@ -130,7 +107,7 @@ STALE_KINDS = ("driver-lib-mismatch", "no-driver-libs")
 def stale(host: str, cts: list[ContainerReport]) -> list[ContainerReport]:
     """The containers of `host` whose driver user space is not the loaded module's (after a driver upgrade:
     every one that does not mount the host's folder), each repaired by `remote gpu fix -c ID`."""
-    return [c for c in cts if c.host == host and any(f.kind in STALE_KINDS for f in c.findings)]
+    return [c for c in cts if c.host == host and any(f.code in STALE_KINDS for f in c.findings)]
 
 
 def _stale_lines(h: HostReport, cts: list[ContainerReport]) -> list[str]:
@@ -174,20 +151,23 @@ def render(hosts: list[HostReport], cts: list[ContainerReport]) -> str:
     return "\n".join(lines)
 
 
+def finding_json(f: Finding) -> dict:
+    """A GPU finding as doctor --gpu --json has always written it (docs/guide/gpu-passthrough.md#json)."""
+    return {"kind": f.code, "severity": f.severity, "message": f.what, "fix": f.fix, "ctid": f.container,
+            "host": f.host, "node": f.node, "why": f.why or None}
+
+
 def to_json(hosts: list[HostReport], cts: list[ContainerReport]) -> dict:
     """docs/guide/gpu-passthrough.md#json documents this."""
-    def finding(f):
-        return {**f.to_dict(), "why": WHY.get(f.kind)}
-
     return {"schema": SCHEMA_VERSION, "healthy": all(h.healthy for h in hosts) and all(c.healthy for c in cts),
             "hosts": [{"host": h.host, "healthy": h.healthy, "error": h.error, "seconds": h.seconds,
                        "facts": dataclasses.asdict(h.facts) if h.facts else None,
-                       "findings": [finding(f) for f in h.findings],
+                       "findings": [finding_json(f) for f in h.findings],
                        "stale_containers": [c.ctid for c in stale(h.host, cts)]} for h in hosts],
             "containers": [{"container": c.ctid, "host": c.host, "healthy": c.healthy, "gpu": c.gpu, "error": c.error,
                             "seconds": c.seconds, "facts": dataclasses.asdict(c.facts) if c.facts else None,
                             "config": dataclasses.asdict(c.config) if c.config else None,
-                            "findings": [finding(f) for f in c.findings]} for c in cts]}
+                            "findings": [finding_json(f) for f in c.findings]} for c in cts]}
 
 
 @dataclass
@@ -196,7 +176,7 @@ class MoveReport:
     ctid: int
     node: str
     source: str
-    findings: list[gpu.GpuFinding] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
     gpu: bool = True
 
     @property
@@ -214,7 +194,7 @@ class MoveReport:
     def to_json(self) -> dict:
         return {"schema": SCHEMA_VERSION, "container": self.ctid, "node": self.node, "source": self.source,
                 "healthy": self.healthy, "gpu": self.gpu,
-                "findings": [{**f.to_dict(), "why": WHY.get(f.kind)} for f in self.findings]}
+                "findings": [finding_json(f) for f in self.findings]}
 
 
 def before_move(session: Session, ctid: int, node: str) -> MoveReport:

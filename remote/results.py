@@ -212,9 +212,11 @@ Severity = Literal["error", "warning", "info"]
 
 @dataclass(frozen=True)
 class Finding:
-    """One thing doctor found. `code` a stable identifier (e.g. package-changed); `severity` error or
-    warning (the container is not healthy) or info (a note: healthy all the same); `what` and `why`;
-    `since` against the known-good record, where it tells; `fix` the command that fixes it (or None)."""
+    """One thing doctor, doctor --gpu or the compile watch found. `code` a stable identifier (e.g.
+    package-changed, cgroup-major-stale, recompiling); `severity` error or warning (the container is not
+    healthy) or info (a note: healthy all the same); `what` and `why`; `since` against the known-good record,
+    where it tells; `fix` the command that fixes it (or None). Where it is about one: the `container`, the
+    `host` (a cluster node, for a move) and the device `node` (/dev/nvidiactl)."""
 
     code: str
     severity: str
@@ -222,6 +224,9 @@ class Finding:
     since: str | None
     why: str
     fix: str | None
+    container: int | None = None
+    host: str | None = None
+    node: str | None = None
 
     @property
     def message(self) -> str:

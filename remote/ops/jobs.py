@@ -123,11 +123,11 @@ def check(raw: dict, spec: ContainerSpec, host=None, *, pin: codemod.Pin | str |
     # The GPU passthrough: an error finding refuses the launch; a pending host reboot is a warning.
     ct_gpu = facts.gpu_of(raw)
     gpu_found = gpufacts.findings(host, spec.ctid, ct_gpu) if ct_gpu is not None else []
-    problems += [f"{f.message} [{f.kind}]: {f.fix}" for f in gpu_found if f.severity == "error"]
+    problems += [f"{f.what} [{f.code}]: {f.fix}" for f in gpu_found if f.severity == "error"]
     if host is not None and (ct_gpu is not None and ct_gpu.gpu or (host.configs.get(spec.ctid) or
                                                                     gpufacts.CtConfig(0)).gpu):
-        notes += [f"!! {f.message} [{f.kind}]: {f.fix}" for f in gpufacts.host_findings(host, spec.host.name)
-                  if f.kind == "host-reboot-pending"]
+        notes += [f"!! {f.what} [{f.code}]: {f.fix}" for f in gpufacts.host_findings(host, spec.host.name)
+                  if f.code == "host-reboot-pending"]
     folder = jobenv.compile_cache(spec, verify)
     if spec.warmup.command:
         recs = list(facts.warmups_of(raw))

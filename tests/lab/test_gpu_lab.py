@@ -68,8 +68,8 @@ def test_doctor_gpu_on_a_host_without_a_driver_in_one_round_trip_each(lab_hosts,
     with s:
         hosts, cts = gpudoctor.diagnose(s, [GPU_CT, CPU_CT])
     assert [h.host for h in hosts] == ["lab"] and hosts[0].error is None
-    assert [f.kind for f in hosts[0].findings] == ["host-no-driver"]
-    assert str(GPU_CT) in hosts[0].findings[0].message
+    assert [f.code for f in hosts[0].findings] == ["host-no-driver"]
+    assert str(GPU_CT) in hosts[0].findings[0].what
     by = {c.ctid: c for c in cts}
     assert by[GPU_CT].config.gpu and by[GPU_CT].error is None
     assert by[CPU_CT].findings == [] and not by[CPU_CT].gpu and by[CPU_CT].healthy  # a CPU container: silent

@@ -108,7 +108,7 @@ def fleet(gpu_lab, gpus_given):
 
 def kinds_of(fleet, ctid: int) -> set[str]:
     report = fleet.doctor_gpu(ctid)
-    return {f.kind for c in report.containers for f in c.findings} | {f.kind for h in report.hosts for f in h.findings}
+    return {f.code for c in report.containers for f in c.findings} | {f.code for h in report.hosts for f in h.findings}
 
 
 @pytest.mark.fault("A devN line deleted from a GPU container's config (the lab's simulated driver)",
@@ -146,8 +146,8 @@ def test_gpu_fix_after_a_node_bound_over(fleet, host, gpu_lab):
     pct(host, "start", str(A))
     assert cuinit(host, A) == "999"
     report = fleet.doctor_gpu(A)
-    wrong = [f for c in report.containers for f in c.findings if f.kind == "container-node-wrong"]
-    assert [f.node for f in wrong] == ["/dev/nvidia-uvm"] and "195:254" in wrong[0].message
+    wrong = [f for c in report.containers for f in c.findings if f.code == "container-node-wrong"]
+    assert [f.node for f in wrong] == ["/dev/nvidia-uvm"] and "195:254" in wrong[0].what
     done = fleet.container(A).gpu_fix()
     assert done.diff == (f"- {line}",) and done.restarted and done.ok and done.cuda_init == 0, done
     assert line not in conf.read_text() and cuinit(host, A) == "0"
