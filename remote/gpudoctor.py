@@ -9,7 +9,6 @@ reported as such, with no finding. The library returns reports; the command line
 from __future__ import annotations
 
 import dataclasses
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .errors import RemoteError
@@ -17,7 +16,6 @@ from .facts import gpu
 from .naming import printable
 from .results import Finding
 from .target import resolve
-from .threads import submit
 from .transport.session import Session
 
 SCHEMA_VERSION = 1
@@ -56,8 +54,10 @@ class ContainerReport:
 
 
 def diagnose(session: Session, ctids: list[int]) -> tuple[list[HostReport], list[ContainerReport]]:
-    """Every host of the selected containers once, every container once, all at once."""
+    """Every host of the selected containers once, every container once, all at once (remote.executor)."""
     import time
+
+    from . import executor
 
     by_host: dict[str, list[int]] = {}
     for ctid in ctids:
@@ -72,27 +72,27 @@ def diagnose(session: Session, ctids: list[int]) -> tuple[list[HostReport], list
         except RemoteError as exc:
             return None, str(exc), time.monotonic() - t0
 
-    with ThreadPoolExecutor(max_workers=min(32, len(by_host) + len(ctids)) or 1) as pool:
-        hosts = {name: submit(pool, timed, gpu.read_host, session, session.config.hosts[name], ids)
-                 for name, ids in by_host.items()}
-        cts = {ctid: submit(pool, timed, gpu.read_container, session, ctid) for ctid in ctids}
-        host_reports = []
-        for name, fut in hosts.items():
-            facts, error, secs = fut.result()
-            host_reports.append(HostReport(name, facts, gpu.host_findings(facts, name) if facts else [], error,
-                                           round(secs, 3)))
-        got = {h.host: h.facts for h in host_reports}
-        ct_reports = []
-        for ctid, fut in cts.items():
-            facts, error, secs = fut.result()
-            name = resolve(session, ctid).spec.host.name
-            h = got.get(name)
-            try:
-                found = gpu.findings(h, ctid, facts, name) if (facts or h) else []
-            except (ValueError, TypeError, AttributeError, KeyError) as exc:  # one container's answer, not a crash
-                found, error = [], f"container {ctid}: its GPU facts could not be read: {exc}"
-            ct_reports.append(ContainerReport(ctid, name, facts, h.configs.get(ctid) if h else None, found, error,
-                                              round(secs, 3)))
+    names = list(by_host)
+    probed = executor.together({
+        "hosts": lambda: executor.per_host(names, lambda name: timed(gpu.read_host, session,
+                                                                     session.config.hosts[name], by_host[name])),
+        "containers": lambda: executor.values(session.config, ctids,
+                                              lambda ctid: timed(gpu.read_container, session, ctid))})
+    host_reports = []
+    for name, (facts, error, secs) in zip(names, probed["hosts"], strict=True):
+        host_reports.append(HostReport(name, facts, gpu.host_findings(facts, name) if facts else [], error,
+                                       round(secs, 3)))
+    got = {h.host: h.facts for h in host_reports}
+    ct_reports = []
+    for ctid, (facts, error, secs) in zip(ctids, probed["containers"], strict=True):
+        name = resolve(session, ctid).spec.host.name
+        h = got.get(name)
+        try:
+            found = gpu.findings(h, ctid, facts, name) if (facts or h) else []
+        except (ValueError, TypeError, AttributeError, KeyError) as exc:  # one container's answer, not a crash
+            found, error = [], f"container {ctid}: its GPU facts could not be read: {exc}"
+        ct_reports.append(ContainerReport(ctid, name, facts, h.configs.get(ctid) if h else None, found, error,
+                                          round(secs, 3)))
     return host_reports, ct_reports
 
 
@@ -200,6 +200,7 @@ class MoveReport:
 def before_move(session: Session, ctid: int, node: str) -> MoveReport:
     """The container's GPU lines (its node's host probe) against node `node`'s nodes (that host's probe),
     both at once. `node` is a host of the hosts file (ConfigError naming the known ones otherwise)."""
+    from . import executor
     from .ops.gpuconfig import USERSPACE_HOST
     from .target import resolve_host
 
@@ -207,10 +208,9 @@ def before_move(session: Session, ctid: int, node: str) -> MoveReport:
     target = resolve_host(session, node).host
     session.transport(spec.host)
     session.transport(target)
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        here = pool.submit(gpu.read_host, session, spec.host, [ctid])
-        there = pool.submit(gpu.read_host, session, target, [])
-        source, dest = here.result(), there.result()
+    probed = executor.together({"here": lambda: gpu.read_host(session, spec.host, [ctid]),
+                                "there": lambda: gpu.read_host(session, target, [])})
+    source, dest = probed["here"], probed["there"]
     cfg = source.configs.get(ctid) or gpu.CtConfig(ctid)
     if cfg.error:
         raise RemoteError(f"container {ctid}: `pct config` on {spec.host.name} failed: {cfg.error}")

@@ -128,6 +128,28 @@ def test_fail_fast_starts_nothing_after_the_first_failure(cfg, capsys):
     assert "skipped" in fmt.group_table(result)
 
 
+def test_together_runs_calls_of_different_kinds_at_once_and_raises_the_first_error_after_all_ended():
+    """doctor --gpu's host probes beside its container probes: each call in a thread of its own, all at once."""
+    from remote import executor
+
+    both = threading.Barrier(2, timeout=5)  # each call waits for the other: run one after the other, it breaks
+    assert executor.together({"hosts": lambda: both.wait() * 0 + 1, "containers": lambda: both.wait() * 0 + 2}) == \
+        {"hosts": 1, "containers": 2}
+    ended = []
+
+    def slow():
+        time.sleep(0.05)
+        ended.append("slow")
+        return 3
+
+    def broken():
+        raise JobError("it broke")
+
+    with pytest.raises(JobError, match="it broke"):
+        executor.together({"broken": broken, "slow": slow})
+    assert ended == ["slow"]
+
+
 def test_per_node_command_and_the_master(cfg):
     specs = [cfg.containers[200], cfg.containers[201]]
     values = multinode.plan_nodes(specs, "R1")
