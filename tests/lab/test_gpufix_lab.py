@@ -20,6 +20,7 @@ from support import free_port
 
 import remote
 from remote import shell
+from remote.cli import format as fmt
 from remote.facts import gpu
 from remote.ops import gpuconfig
 from remote.transport import SshTransport
@@ -226,7 +227,7 @@ def test_a_driver_upgrade_is_named_for_every_container_and_rematched_by_one_comm
     assert set(result) == {A, B} and result.ok, {k: (o.error, o.value) for k, o in result.items()}
     for ctid in (A, B):
         assert result[ctid].value.cuda_init == 0 and cuinit(host, ctid) == "0"
-    assert "stale_containers" in report.to_json()["hosts"][0]
+    assert "stale_containers" in fmt.gpu_document(report)["hosts"][0]
     print(f"re-matched {len(result)} containers after the upgrade in {seconds:.2f} s")
 
 
@@ -260,4 +261,4 @@ def test_host_setup_installs_the_boot_unit_once_and_its_boot_script_rematches_th
     # (Their nvidia-smi is not asked here: the simulated one reads the lab's sysroot through the container's
     # overlay root, which can show it as it was before the upgrade.)
     report = fleet.doctor_gpu([A, B])
-    assert {c.ctid: set(c.facts.lib_versions.values()) for c in report.containers} == {A: {newer}, B: {newer}}
+    assert {c.container: set(c.facts.lib_versions.values()) for c in report.containers} == {A: {newer}, B: {newer}}

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from remote.facts import gpu
-from remote.results import Finding
+from remote.cli import format as fmt
+from remote.results import Finding, GpuContainer, GpuHost, GpuReport
 
 from support import GPU_MARK as MARK  # noqa: E402  (the samples and the host probe's text: shared with tests/lab)
 from support import gpu_host as host  # noqa: E402
@@ -337,19 +338,17 @@ def test_known_good_keeps_module_and_libraries_and_doctor_names_a_change(spec):
 
 
 def test_doctor_gpu_render_and_json(spec):
-    from remote import gpudoctor
-
     h = host(configs={200: data("pct-config-dev.txt"), 202: data("pct-config-cpu.txt")}, modinfo="580.105.08")
-    hosts = [gpudoctor.HostReport("pve1", h, gpu.host_findings(h, "pve1"))]
+    hosts = (GpuHost("pve1", h, tuple(gpu.host_findings(h, "pve1"))),)
     bad = ct(nodes=GOOD_NODES[:2], init=999)
     cpu = ct(nodes=[], libs=None, smi={"missing": True}, proc="")
-    cts = [gpudoctor.ContainerReport(200, "pve1", bad, h.configs[200], gpu.findings(h, 200, bad, "pve1")),
-           gpudoctor.ContainerReport(202, "pve1", cpu, h.configs[202], gpu.findings(h, 202, cpu, "pve1"))]
-    text = gpudoctor.render(hosts, cts)
+    cts = (GpuContainer(200, "pve1", bad, h.configs[200], tuple(gpu.findings(h, 200, bad, "pve1"))),
+           GpuContainer(202, "pve1", cpu, h.configs[202], tuple(gpu.findings(h, 202, cpu, "pve1"))))
+    text = fmt.gpu_text(GpuReport(hosts, cts))
     assert "host pve1: 1 finding(s) (NVIDIA module 580.95.05 (open), pve-container 5.2.3, pve-manager 8.3.0)" in text
     assert "(host-reboot-pending)" in text and "(container-uvm-missing)" in text
     assert "container 202 on pve1: no GPU configured (a CPU container)" in text
-    out = json.loads(json.dumps(gpudoctor.to_json(hosts, cts)))
+    out = json.loads(fmt.gpu_json(GpuReport(hosts, cts)))
     assert out["schema"] == 1 and out["healthy"] is False
     assert set(out["containers"][0]["findings"][0]) == {"kind", "severity", "message", "fix", "ctid", "host", "node",
                                                             "why"}
@@ -357,13 +356,11 @@ def test_doctor_gpu_render_and_json(spec):
 
 
 def test_untrusted_text_is_made_printable_before_it_reaches_a_terminal(spec):
-    from remote import gpudoctor
-
     evil = gpu.parse_container(ct_text(libs="575.57.08").replace('"file": "libcuda.so.575.57.08"',
                                                                   '"file": "libcuda.so.575\\u001b[2J"'))
     found = gpu.container_findings(evil, 200)
     assert "\x1b" in found[0].what  # the data keeps what the container said; the terminal gets it escaped
-    text = gpudoctor.render([], [gpudoctor.ContainerReport(200, "pve1", evil, None, found)])
+    text = fmt.gpu_text(GpuReport((), (GpuContainer(200, "pve1", evil, None, tuple(found)),)))
     assert "\x1b" not in text and "\\x1b" in text
 
 
@@ -613,22 +610,21 @@ def test_gpu_foreign_processes():
 # -- driver lifecycle and moves (`remote gpu fix`, `doctor --gpu -c ID --node N`) --------------------------------
 
 def test_after_a_driver_upgrade_the_host_names_every_stale_container_with_gpu_fix():
-    from remote import gpudoctor
-
     h = host(proc=data("proc-driver-nvidia-version-open.txt").replace("580.95.05", "580.105.08"),
              sys_version="580.105.08", modinfo="580.105.08",
              configs={200: data("pct-config-dev.txt"), 201: data("pct-config-dev.txt"), 202: data("pct-config-dev.txt")})
-    reports = [gpudoctor.HostReport("pve1", h, gpu.host_findings(h, "pve1"))]
+    hosts = (GpuHost("pve1", h, tuple(gpu.host_findings(h, "pve1"))),)
     cts = []
     for ctid, libs in ((200, "580.95.05"), (201, "580.95.05"), (202, "580.105.08")):
         c = ct(libs=libs)
-        cts.append(gpudoctor.ContainerReport(ctid, "pve1", c, h.configs[ctid], gpu.findings(h, ctid, c, "pve1")))
-    text = gpudoctor.render(reports, cts)
+        cts.append(GpuContainer(ctid, "pve1", c, h.configs[ctid], tuple(gpu.findings(h, ctid, c, "pve1"))))
+    report = GpuReport(hosts, tuple(cts))
+    text = fmt.gpu_text(report)
     for ctid in (200, 201):
         assert (f"  container {ctid}: driver user space 580.95.05, not the loaded module 580.105.08: "
                 f"`remote gpu fix -c {ctid}`") in text
     assert "container 202: driver user space" not in text
-    assert gpudoctor.to_json(reports, cts)["hosts"][0]["stale_containers"] == [200, 201]
+    assert fmt.gpu_document(report)["hosts"][0]["stale_containers"] == [200, 201]
     assert "remote gpu fix -c 200" in next(f.fix for f in cts[0].findings if f.code == "driver-lib-mismatch")
 
 
