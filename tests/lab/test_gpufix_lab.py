@@ -218,7 +218,7 @@ def test_a_driver_upgrade_is_named_for_every_container_and_rematched_by_one_comm
     for ctid in (A, B):
         assert cuinit(host, ctid) == "803"
     report = fleet.doctor_gpu([A, B])
-    text = report.render()
+    text = fmt.gpu_text(report)
     for ctid in (A, B):
         assert f"not the loaded module {NEW}: `remote gpu fix -c {ctid}`" in text, text
     t0 = time.monotonic()
