@@ -8,6 +8,7 @@ reported as such, with no finding. The library returns remote.results' GpuReport
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .errors import RemoteError
@@ -15,6 +16,14 @@ from .facts import gpu
 from .results import Finding, GpuContainer, GpuHost, GpuReport
 from .target import resolve
 from .transport.session import Session
+
+STALE_KINDS = ("driver-lib-mismatch", "no-driver-libs")
+
+
+def stale(host: str, cts: Iterable[GpuContainer]) -> tuple[int, ...]:
+    """The containers of `host` whose driver user space is not the loaded module's (after a driver upgrade:
+    every one that does not mount the host's folder), each repaired by `remote gpu fix -c ID`."""
+    return tuple(c.container for c in cts if c.host == host and any(f.code in STALE_KINDS for f in c.findings))
 
 
 def diagnose(session: Session, ctids: list[int]) -> GpuReport:
@@ -42,11 +51,7 @@ def diagnose(session: Session, ctids: list[int]) -> GpuReport:
                                                                      session.config.hosts[name], by_host[name])),
         "containers": lambda: executor.values(session.config, ctids,
                                               lambda ctid: timed(gpu.read_container, session, ctid))})
-    host_reports = []
-    for name, (facts, error, secs) in zip(names, probed["hosts"], strict=True):
-        host_reports.append(GpuHost(name, facts, tuple(gpu.host_findings(facts, name)) if facts else (), error,
-                                    round(secs, 3)))
-    got: dict[str, gpu.HostGpu | None] = {name: facts for name, (facts, _, _) in zip(names, probed["hosts"], strict=True)}
+    got: dict[str, gpu.HostGpu | None] = {name: p[0] for name, p in zip(names, probed["hosts"], strict=True)}
     ct_reports = []
     for ctid, (facts, error, secs) in zip(ctids, probed["containers"], strict=True):
         name = resolve(session, ctid).spec.host.name
@@ -57,6 +62,9 @@ def diagnose(session: Session, ctids: list[int]) -> GpuReport:
             found, error = [], f"container {ctid}: its GPU facts could not be read: {exc}"
         ct_reports.append(GpuContainer(ctid, name, facts, h.configs.get(ctid) if h else None, tuple(found), error,
                                        round(secs, 3)))
+    host_reports = [GpuHost(name, facts, tuple(gpu.host_findings(facts, name)) if facts else (), error, round(secs, 3),
+                            stale(name, ct_reports))
+                    for name, (facts, error, secs) in zip(names, probed["hosts"], strict=True)]
     return GpuReport(tuple(host_reports), tuple(ct_reports))
 
 

@@ -29,7 +29,7 @@ from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 from .errors import CommandError
 
 __all__ = [  # the API re-exports these as they are (remote.api)
-    "Result", "Transfer", "DeployPlan", "Warmup", "CacheHolding", "CacheCopy", "ImportedCache", "Snapshot", "RolledBack", "Finding", "RunStatus", "RunSummary", "Metric",
+    "Result", "Transfer", "DeployPlan", "Warmup", "CacheHolding", "CacheCopy", "ImportedCache", "Snapshot", "RolledBack", "Finding", "RunStatus", "LiveRun", "RunSummary", "Metric",
     "Diagnosis", "GpuReport", "GpuHost", "GpuContainer", "Stopped", "KnownGood", "PulledRun", "CompileEvent", "CompileHealth", "JobStatus", "ContainerStatus",
     "HostStatus", "FleetStatus", "Outcome", "GroupResult", "State", "GpuFix", "HostSetup", "CreateStep", "Created",
 ]
@@ -106,8 +106,7 @@ class Transfer:
 
 @dataclass(frozen=True)
 class DeployPlan:
-    """What a deploy changed (applied) or would change (check=True, or a dry run): data, never printed
-    (remote.cli.format.deploy_text words it)."""
+    """What a deploy changed (applied) or would (check=True, or a dry run); cli.format.deploy_text words it."""
 
     container: int
     applied: bool
@@ -196,8 +195,7 @@ class Snapshot:
 
 @dataclass(frozen=True)
 class RolledBack:
-    """A container rolled back to a snapshot: what was restored (in its rootfs) and what was kept as it
-    was (on mount points), and whether it was started again."""
+    """A container rolled back to a snapshot: what was restored (its rootfs), kept (mount points), started again."""
 
     container: int
     snapshot: Snapshot
@@ -210,11 +208,10 @@ class RolledBack:
 
 @dataclass(frozen=True)
 class Finding:
-    """One thing doctor, doctor --gpu or the compile watch found. `code` a stable identifier (e.g.
-    package-changed, cgroup-major-stale, recompiling); `severity` error or warning (the container is not
-    healthy) or info (a note: healthy all the same); `what` and `why`; `since` against the known-good record,
-    where it tells; `fix` the command that fixes it (or None). Where it is about one: the `container`, the
-    `host` (a cluster node, for a move) and the device `node` (/dev/nvidiactl)."""
+    """One thing doctor, doctor --gpu or the compile watch found. `code` a stable identifier (package-changed,
+    cgroup-major-stale, recompiling); `severity` error or warning (not healthy) or info (a note); `what`, `why`;
+    `since` against the known-good record, where it tells; `fix` the command that fixes it (or None); where it is
+    about one, the `container`, the `host` (a cluster node, for a move) and the device `node` (/dev/nvidiactl)."""
 
     code: str
     severity: str
@@ -292,9 +289,6 @@ class GpuConfigFacts(GpuFacts, Protocol):
     def gpu(self) -> bool: ...  # its config has an NVIDIA line
 
 
-STALE_CODES = ("driver-lib-mismatch", "no-driver-libs")  # its driver user space is not the loaded module's
-
-
 @dataclass(frozen=True)
 class GpuHost:
     """doctor --gpu on one host: its NVIDIA driver's facts and findings, or why it could not be probed."""
@@ -304,6 +298,7 @@ class GpuHost:
     findings: tuple[Finding, ...] = ()
     error: str | None = None
     seconds: float = 0.0
+    stale: tuple[int, ...] = ()  # its containers whose driver user space is not its module's (`remote gpu fix`)
 
     @property
     def healthy(self) -> bool:
@@ -342,12 +337,16 @@ class GpuReport:
     def healthy(self) -> bool:
         return all(h.healthy for h in self.hosts) and all(c.healthy for c in self.containers)
 
-    def stale(self, host: str) -> tuple[GpuContainer, ...]:
-        """`host`'s containers whose driver user space is not its loaded module's (`remote gpu fix -c ID`)."""
-        return tuple(c for c in self.containers if c.host == host and any(f.code in STALE_CODES for f in c.findings))
-
 
 # -- runs ------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LiveRun:
+    """A live run of a container: no exit record, a process of it alive (pid None: no pid file yet, starting)."""
+
+    run: str
+    pid: int | None
+
 
 @dataclass(frozen=True)
 class RunStatus:
@@ -363,7 +362,7 @@ class RunStatus:
     orphans: tuple[int, ...] = ()  # processes of a lost run still alive
     log_size: int = 0
     manifest: Mapping[str, Any] | None = None
-    live: tuple[Mapping[str, Any], ...] = ()  # every live run of the container ({"run", "pid"} each)
+    live: tuple[LiveRun, ...] = ()  # every live run of the container
     stalled: Mapping[str, Any] | None = None
     stalls: int = 0
     gpu: Mapping[str, Any] | None = None
@@ -544,7 +543,7 @@ class ContainerStatus:
     host: str
     state: str  # pct's: running, stopped, missing, unknown, ...
     run: JobStatus | None = None
-    also_live: tuple[Mapping[str, Any], ...] = ()  # live runs besides the latest ({"run", "pid"} each)
+    also_live: tuple[LiveRun, ...] = ()  # live runs besides the latest
     probed: bool = False  # its run state was read (then venv_lock is what the venv's record says)
     venv_lock: str | None = None
     error: str | None = None

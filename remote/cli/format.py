@@ -109,7 +109,7 @@ def _container_dict(c: Any, clustered: bool = False) -> dict:
     if clustered:
         entry["node"] = c.node
     if c.also_live:
-        entry["also_live"] = [dict(r) for r in c.also_live]
+        entry["also_live"] = [{"run": r.run, "pid": r.pid} for r in c.also_live]
     if c.run is not None:
         run = dataclasses.asdict(c.run)
         for key in ("orphans", "problems"):
@@ -431,7 +431,7 @@ def _gpu_finding_dict(f: Finding) -> dict:
 def _stale_lines(report: GpuReport, h: GpuHost) -> list[str]:
     module = h.facts.loaded if h.facts else None
     out = []
-    for c in report.stale(h.host):
+    for c in (c for c in report.containers if c.container in h.stale):
         libs = ", ".join(sorted(set((c.facts.lib_versions if c.facts else {}).values()))) or "none found"
         out.append(f"  container {c.container}: driver user space {printable(libs)}, not the loaded module "
                    f"{printable(module or '?')}: `remote gpu fix -c {c.container}`")
@@ -477,7 +477,7 @@ def gpu_document(report: GpuReport) -> dict:
             "hosts": [{"host": h.host, "healthy": h.healthy, "error": h.error, "seconds": h.seconds,
                        "facts": dataclasses.asdict(h.facts) if h.facts else None,
                        "findings": [_gpu_finding_dict(f) for f in h.findings],
-                       "stale_containers": [c.container for c in report.stale(h.host)]} for h in report.hosts],
+                       "stale_containers": list(h.stale)} for h in report.hosts],
             "containers": [{"container": c.container, "host": c.host, "healthy": c.healthy, "gpu": c.gpu,
                             "error": c.error, "seconds": c.seconds,
                             "facts": dataclasses.asdict(c.facts) if c.facts else None,

@@ -231,12 +231,12 @@ def test_status_and_runs_json_keep_their_keys_in_order_from_the_typed_values():
     import json
 
     from remote.cli import format as fmt
-    from remote.results import ContainerStatus, FleetStatus, HostStatus, JobStatus, RunSummary
+    from remote.results import ContainerStatus, FleetStatus, HostStatus, JobStatus, LiveRun, RunSummary
 
     job = JobStatus("R", True, False, (), None, 12, False, 30, 3.0, 2.5, "Ktok/s", True, 20.0, True, ("oom",), "▁▂",
                     None, None, None, {"util_pct": 50}, nodes=(200, 300), node_rank=0)
     status = FleetStatus((HostStatus("h", True, None, "kept", {200: "running", 201: "missing"}),), (
-        ContainerStatus(200, "h", "running", run=job, also_live=({"run": "S", "pid": None},), probed=True,
+        ContainerStatus(200, "h", "running", run=job, also_live=(LiveRun("S", None),), probed=True,
                         venv_lock="abc", venv_lock_differs="def"),
         ContainerStatus(201, "h", "missing", error="container 201 does not exist")))
     data = json.loads(fmt.status_json(fmt.status_dict(status)))
@@ -244,6 +244,7 @@ def test_status_and_runs_json_keep_their_keys_in_order_from_the_typed_values():
     assert data["hosts"][0]["containers"] == {"200": "running", "201": "missing"}
     first, second = data["containers"]
     assert list(first) == ["container", "host", "state", "also_live", "run", "venv_lock", "venv_lock_differs"]
+    assert first["also_live"] == [{"run": "S", "pid": None}]
     assert list(first["run"]) == ["id", "alive", "lost", "orphans", "exit", "pid", "stopped", "uptime_s", "throughput",
                                   "rolling", "unit", "higher_is_better", "baseline", "low", "problems", "spark",
                                   "stalled", "attempt", "attempts_max", "gpu", "nodes", "node_rank"]

@@ -610,14 +610,17 @@ def test_gpu_foreign_processes():
 # -- driver lifecycle and moves (`remote gpu fix`, `doctor --gpu -c ID --node N`) --------------------------------
 
 def test_after_a_driver_upgrade_the_host_names_every_stale_container_with_gpu_fix():
+    from remote import gpudoctor
+
     h = host(proc=data("proc-driver-nvidia-version-open.txt").replace("580.95.05", "580.105.08"),
              sys_version="580.105.08", modinfo="580.105.08",
              configs={200: data("pct-config-dev.txt"), 201: data("pct-config-dev.txt"), 202: data("pct-config-dev.txt")})
-    hosts = (GpuHost("pve1", h, tuple(gpu.host_findings(h, "pve1"))),)
     cts = []
     for ctid, libs in ((200, "580.95.05"), (201, "580.95.05"), (202, "580.105.08")):
         c = ct(libs=libs)
         cts.append(GpuContainer(ctid, "pve1", c, h.configs[ctid], tuple(gpu.findings(h, ctid, c, "pve1"))))
+    assert gpudoctor.stale("pve1", cts) == (200, 201) and gpudoctor.stale("pve2", cts) == ()
+    hosts = (GpuHost("pve1", h, tuple(gpu.host_findings(h, "pve1")), stale=gpudoctor.stale("pve1", cts)),)
     report = GpuReport(hosts, tuple(cts))
     text = fmt.gpu_text(report)
     for ctid in (200, 201):
