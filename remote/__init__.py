@@ -26,6 +26,7 @@ __all__ = [
     # typed values (remote.results), returned by the API
     "State", "RunStatus", "RunSummary", "Metric", "KnownGood", "PulledRun", "ImportedCache", "FleetStatus",
     "HostStatus", "ContainerStatus", "JobStatus", "CompileEvent", "CompileHealth", "Created", "CreateStep",
+    "LiveRun", "GpuHost", "GpuContainer",
     # the exception tree (remote.errors)
     "RemoteError", "ConfigError", "TransportError", "HostKeyError", "AuthenticationError", "ConnectError",
     "ConnectTimeout", "CommandError", "CommandTimeout", "PctError", "ContainerNotFound", "ContainerNotRunning",
@@ -93,10 +94,13 @@ if TYPE_CHECKING:
         Created,
         CreateStep,
         FleetStatus,
+        GpuContainer,
+        GpuHost,
         HostStatus,
         ImportedCache,
         JobStatus,
         KnownGood,
+        LiveRun,
         Metric,
         PulledRun,
         RunStatus,

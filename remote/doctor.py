@@ -9,7 +9,6 @@ command that fixes it. Severity `error` and `warning` make a container unhealthy
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
 
 from .config import ContainerSpec
 from .errors import RemoteError
@@ -20,7 +19,7 @@ from .ops import compilelog, layout
 from .ops import passport as pp
 from .ops import venv as venvmod
 from .ops import warmup as wm
-from .results import Finding
+from .results import Diagnosis, Finding
 from .target import resolve
 from .transport.session import Session
 
@@ -28,13 +27,6 @@ SCHEMA_VERSION = 1
 DISK_MIN_FREE = 5 * 2**30  # below this, a venv build or a cache write can fail half-way
 CLOCK_SKEW_MAX_S = 5.0
 UNHEALTHY = ("error", "warning")
-
-
-def render_finding(f: Finding) -> str:
-    since = f" ({f.since})" if f.since else ""
-    fix = f" — {f.fix}" if f.fix else ""
-    # what and since quote the container (versions, paths, names): each one line, escapes shown
-    return printable(f"[{f.severity}] {f.what}{since}{fix}") + "\n    why: " + printable(f.why)
 
 
 def known_good_label(kg: dict | None) -> str:
@@ -276,8 +268,7 @@ def findings(facts: Facts, spec: ContainerSpec, pin: codemod.Pin | str | None = 
                     "see docs/internals/compile-race.md"))
 
     # The latest run's compile health (the compile watch's compile.jsonl, remote/ops/compilelog.py).
-    for cf in compilelog.findings(compilelog.from_probe(j.compile), j.current):
-        add(Finding(cf.name, cf.severity, cf.text, None, cf.hint, "see docs/guide/compile-health.md"))
+    out.extend(compilelog.findings(compilelog.from_probe(j.compile), j.current))
 
     if not kg:
         add(Finding("no-known-good", "info", "no known-good run recorded", None,
@@ -340,55 +331,21 @@ def healthy(found: list[Finding]) -> bool:
     return not any(f.severity in UNHEALTHY for f in found)
 
 
-@dataclass
-class Report:
-    ctid: int
-    host: str
-    findings: list[Finding]
-    facts: Facts | None
-    error: str | None = None
-
-    @property
-    def healthy(self) -> bool:
-        return self.error is None and healthy(self.findings)
-
-    def to_dict(self) -> dict:
-        return {"container": self.ctid, "host": self.host, "healthy": self.healthy, "error": self.error,
-                "known_good": (self.facts.known_good if self.facts else None),
-                "findings": [asdict(f) for f in self.findings],
-                "facts": self.facts.to_dict() if self.facts else None}
-
-    def render(self) -> str:
-        head = f"container {self.ctid} on {self.host}: "
-        if self.error:
-            return head + "ERROR " + printable(self.error, lines=True)
-        bad = [f for f in self.findings if f.severity in UNHEALTHY]
-        lines = [head + ("healthy" if not bad else f"{len(bad)} finding(s)")
-                 + (f", against {known_good_label(self.facts.known_good)}" if self.facts and self.facts.known_good
-                    else "")]
-        lines += ["  " + render_finding(f).replace("\n", "\n  ") for f in self.findings]
-        return "\n".join(lines)
-
-
-def diagnose(session: Session, ctids: list[int], *, fresh: bool = False) -> list[Report]:
-    """One report per container, all containers at once (bounded per host); a container that cannot be
-    probed is a report with its error. `fresh`: ask torch again rather than use a kept answer."""
+def diagnose(session: Session, ctids: list[int], *, fresh: bool = False) -> list[Diagnosis]:
+    """One diagnosis per container, all containers at once (bounded per host); a container that cannot be
+    probed is a diagnosis with its error. `fresh`: ask torch again rather than use a kept answer."""
     from . import executor
 
     for ctid in ctids:  # each host's transport made here, in one thread: threads would each make their own
         session.container(ctid, venv_on_path=False)
 
-    def one(ctid: int) -> Report:
+    def one(ctid: int) -> Diagnosis:
         spec = resolve(session, ctid).spec
         try:
             facts = gather(session.container_for(spec, venv_on_path=False), spec, fresh=fresh)
         except RemoteError as exc:
-            return Report(spec.ctid, spec.host.name, [], None, str(exc))
-        return Report(spec.ctid, spec.host.name, findings(facts, spec, pinned(spec)), facts)
+            return Diagnosis(spec.ctid, spec.host.name, (), str(exc))
+        return Diagnosis(spec.ctid, spec.host.name, tuple(findings(facts, spec, pinned(spec))), None, facts)
 
     return executor.values(session.config, ctids, one)
 
-
-def to_json(reports: list[Report]) -> dict:
-    return {"schema": SCHEMA_VERSION, "healthy": all(r.healthy for r in reports),
-            "containers": [r.to_dict() for r in reports]}

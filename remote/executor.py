@@ -2,7 +2,8 @@
 threads, at most `hosts.<name>.max_parallel` at a time per host, and returns a GroupResult: each
 container's value, or its error with the exit status and message a command line shows. One failing never
 stops the others unless fail_fast (then those not started are skipped). `values` is the same for reads
-that want a plain list, raising the first error. Nothing is printed: each worker thread carries its
+that want a plain list, raising the first error; `per_host` a call per host, `together` calls of different
+kinds side by side. Nothing is printed: each worker thread carries its
 container in remote.events.CONTAINER, so what it reports is marked with it. The caller's on_done and on_tick
 are the caller's code: what they raise is caught (never a worker's death, never a stop of the work), logged
 to `remote` with its traceback and returned in GroupResult.callback_errors.
@@ -70,6 +71,14 @@ def per_host(names: list[str], fn: Callable[[str], T]) -> list[T]:
     error raised once all have ended."""
     done = _do_all(names, {n: n for n in names}, {n: threading.BoundedSemaphore(1) for n in names}, fn)
     return _values(done[n] for n in names)
+
+
+def together(calls: dict[str, Callable[[], T]]) -> dict[str, T]:
+    """Each call at once, in a thread of its own (work of different kinds side by side: the host probes beside
+    the container probes): the values by key; the first error raised once all have ended."""
+    keys = list(calls)
+    done = _do_all(keys, {k: k for k in keys}, {k: threading.BoundedSemaphore(1) for k in keys}, lambda k: calls[k]())
+    return dict(zip(keys, _values(done[k] for k in keys), strict=True))
 
 
 def _values(outcomes: Iterable[Outcome[T]]) -> list[T]:

@@ -8,6 +8,7 @@ JSON). Below the operations and the transport: this module imports only remote.e
     Warmup        a warmup's devices and cache gain  CacheHolding  what a container's compile cache holds
     Snapshot      a Proxmox snapshot                 RolledBack    a container rolled back to one
     Finding       one thing doctor found             Stopped       a stopped run (and the others with it)
+    Diagnosis     doctor on one container            GpuReport     doctor --gpu: GpuHost and GpuContainer
     RunStatus     a run's state, read now            RunSummary    one row of `runs`
     Metric        one value of metrics.jsonl         KnownGood     a run recorded as known-good
     PulledRun     a run's files brought home         ImportedCache a compile-cache bundle loaded
@@ -23,13 +24,13 @@ import os
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 from .errors import CommandError
 
 __all__ = [  # the API re-exports these as they are (remote.api)
-    "Result", "Transfer", "DeployPlan", "Warmup", "CacheHolding", "CacheCopy", "ImportedCache", "Snapshot", "RolledBack", "Finding", "RunStatus", "RunSummary", "Metric",
-    "Stopped", "KnownGood", "PulledRun", "CompileEvent", "CompileHealth", "JobStatus", "ContainerStatus",
+    "Result", "Transfer", "DeployPlan", "Warmup", "CacheHolding", "CacheCopy", "ImportedCache", "Snapshot", "RolledBack", "Finding", "RunStatus", "LiveRun", "RunSummary", "Metric",
+    "Diagnosis", "GpuReport", "GpuHost", "GpuContainer", "Stopped", "KnownGood", "PulledRun", "CompileEvent", "CompileHealth", "JobStatus", "ContainerStatus",
     "HostStatus", "FleetStatus", "Outcome", "GroupResult", "State", "GpuFix", "HostSetup", "CreateStep", "Created",
 ]
 
@@ -105,8 +106,7 @@ class Transfer:
 
 @dataclass(frozen=True)
 class DeployPlan:
-    """What a deploy changed (applied) or would change (check=True, or a dry run): data, never printed
-    (remote.cli.format.deploy_text words it)."""
+    """What a deploy changed (applied) or would (check=True, or a dry run); cli.format.deploy_text words it."""
 
     container: int
     applied: bool
@@ -195,8 +195,7 @@ class Snapshot:
 
 @dataclass(frozen=True)
 class RolledBack:
-    """A container rolled back to a snapshot: what was restored (in its rootfs) and what was kept as it
-    was (on mount points), and whether it was started again."""
+    """A container rolled back to a snapshot: what was restored (its rootfs), kept (mount points), started again."""
 
     container: int
     snapshot: Snapshot
@@ -207,14 +206,12 @@ class RolledBack:
 
 # -- health --------------------------------------------------------------------------------------------------
 
-Severity = Literal["error", "warning", "info"]
-
-
 @dataclass(frozen=True)
 class Finding:
-    """One thing doctor found. `code` a stable identifier (e.g. package-changed); `severity` error or
-    warning (the container is not healthy) or info (a note: healthy all the same); `what` and `why`;
-    `since` against the known-good record, where it tells; `fix` the command that fixes it (or None)."""
+    """One thing doctor, doctor --gpu or the compile watch found. `code` a stable identifier (package-changed,
+    cgroup-major-stale, recompiling); `severity` error or warning (not healthy) or info (a note); `what`, `why`;
+    `since` against the known-good record, where it tells; `fix` the command that fixes it (or None); where it is
+    about one, the `container`, the `host` (a cluster node, for a move) and the device `node` (/dev/nvidiactl)."""
 
     code: str
     severity: str
@@ -222,6 +219,9 @@ class Finding:
     since: str | None
     why: str
     fix: str | None
+    container: int | None = None
+    host: str | None = None
+    node: str | None = None
 
     @property
     def message(self) -> str:
@@ -234,7 +234,119 @@ class Finding:
         return self.severity not in ("error", "warning")
 
 
+class ContainerFacts(Protocol):
+    """remote.facts.Facts (this module sits below the facts) as a Diagnosis uses it: the record and the JSON."""
+    @property
+    def known_good(self) -> Mapping[str, Any] | None: ...
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """doctor on one container (Fleet.doctor; Container.doctor returns its findings): what it found, or the error
+    that kept it from being probed (then no facts)."""
+
+    container: int
+    host: str
+    findings: tuple[Finding, ...]
+    error: str | None = None
+    facts: ContainerFacts | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def known_good(self) -> Mapping[str, Any] | None:  # the record the findings compare with (docs/doctor.md)
+        return self.facts.known_good if self.facts is not None else None
+
+    @property
+    def healthy(self) -> bool:
+        return self.error is None and all(f.healthy for f in self.findings)
+
+
+class GpuFacts(Protocol):
+    """remote.facts.gpu's HostGpu, CtGpu, CtConfig as a report uses them: dataclasses, --json writes them whole."""
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+
+class GpuHostFacts(GpuFacts, Protocol):
+    @property
+    def loaded(self) -> str | None: ...  # the loaded NVIDIA module's version
+    @property
+    def open_module(self) -> bool: ...
+    @property
+    def packages(self) -> Mapping[str, str]: ...  # pve-manager, pve-container -> version
+
+
+class GpuContainerFacts(GpuFacts, Protocol):
+    @property
+    def gpu(self) -> bool: ...  # a node, a driver library or nvidia-smi's driver: not a CPU container
+    @property
+    def lib_versions(self) -> Mapping[str, str]: ...  # the driver libraries its loader finds -> version
+    @property
+    def cuda_init(self) -> int | None: ...  # cuInit(0)'s return code
+
+
+class GpuConfigFacts(GpuFacts, Protocol):
+    @property
+    def gpu(self) -> bool: ...  # its config has an NVIDIA line
+
+
+@dataclass(frozen=True)
+class GpuHost:
+    """doctor --gpu on one host: its NVIDIA driver's facts and findings, or why it could not be probed."""
+
+    host: str
+    facts: GpuHostFacts | None
+    findings: tuple[Finding, ...] = ()
+    error: str | None = None
+    seconds: float = 0.0
+    stale: tuple[int, ...] = ()  # its containers whose driver user space is not its module's (`remote gpu fix`)
+
+    @property
+    def healthy(self) -> bool:
+        return self.error is None and not self.findings
+
+
+@dataclass(frozen=True)
+class GpuContainer:
+    """doctor --gpu on one container: what it sees, its config's GPU lines, the findings, or why not probed."""
+
+    container: int
+    host: str
+    facts: GpuContainerFacts | None
+    config: GpuConfigFacts | None
+    findings: tuple[Finding, ...] = ()
+    error: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def gpu(self) -> bool:  # configured for a GPU, or it sees one: not a CPU container
+        return bool((self.facts and self.facts.gpu) or (self.config and self.config.gpu))
+
+    @property
+    def healthy(self) -> bool:
+        return self.error is None and all(f.healthy for f in self.findings)
+
+
+@dataclass(frozen=True)
+class GpuReport:
+    """`doctor --gpu`: each host's NVIDIA driver and each container's GPU passthrough, as findings."""
+
+    hosts: tuple[GpuHost, ...]
+    containers: tuple[GpuContainer, ...]
+
+    @property
+    def healthy(self) -> bool:
+        return all(h.healthy for h in self.hosts) and all(c.healthy for c in self.containers)
+
+
 # -- runs ------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LiveRun:
+    """A live run of a container: no exit record, a process of it alive (pid None: no pid file yet, starting)."""
+
+    run: str
+    pid: int | None
+
 
 @dataclass(frozen=True)
 class RunStatus:
@@ -250,7 +362,7 @@ class RunStatus:
     orphans: tuple[int, ...] = ()  # processes of a lost run still alive
     log_size: int = 0
     manifest: Mapping[str, Any] | None = None
-    live: tuple[Mapping[str, Any], ...] = ()  # every live run of the container ({"run", "pid"} each)
+    live: tuple[LiveRun, ...] = ()  # every live run of the container
     stalled: Mapping[str, Any] | None = None
     stalls: int = 0
     gpu: Mapping[str, Any] | None = None
@@ -431,7 +543,7 @@ class ContainerStatus:
     host: str
     state: str  # pct's: running, stopped, missing, unknown, ...
     run: JobStatus | None = None
-    also_live: tuple[Mapping[str, Any], ...] = ()  # live runs besides the latest ({"run", "pid"} each)
+    also_live: tuple[LiveRun, ...] = ()  # live runs besides the latest
     probed: bool = False  # its run state was read (then venv_lock is what the venv's record says)
     venv_lock: str | None = None
     error: str | None = None

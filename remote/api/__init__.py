@@ -17,7 +17,6 @@ operations only, never the transport. One module per noun:
     base.py       what a fleet is and does on many containers (status, doctor, caches, multi-node runs)
     container.py  Container (a container resolved once) and Run
     group.py      Group: one call per container through the one executor
-    values.py     the values only the API returns (Diagnosis, GpuReport)
     setup.py      what needs no fleet: write_hosts_file, sudoers_dropin, disconnect, progress_printer
 
 What operations return is remote.results'; docs/reference/library.md documents every public name.
@@ -36,19 +35,17 @@ from .setup import (
     HostsFile,
     current_container,
     disconnect,
-    doctor_document,
     known_good_label,
     passport_line,
     progress_printer,
     sudoers_dropin,
     write_hosts_file,
 )
-from .values import Diagnosis, GpuReport
 
 __all__ = [
-    "ALL", "FOLLOW_SLICE_S", "PROGRESS_EVERY", "Container", "Diagnosis", "Fleet",
-    "FleetBase", "GpuReport", "Group", "HostsFile", "OutputCallback", "Progress", "Run",
-    "current_container", "disconnect", "doctor_document", "known_good_label", "open", "passport_line",
+    "ALL", "FOLLOW_SLICE_S", "PROGRESS_EVERY", "Container", "Fleet",
+    "FleetBase", "Group", "HostsFile", "OutputCallback", "Progress", "Run",
+    "current_container", "disconnect", "known_good_label", "open", "passport_line",
     "progress_printer", "sudoers_dropin", "write_hosts_file",
 ]
 __all__ += results.__all__

@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..events import Event, Sink
-from ..results import CacheHolding, FleetStatus, GroupResult, HostStatus, Outcome
-from .values import Diagnosis, GpuReport, _diagnosis
+from ..results import CacheHolding, Diagnosis, FleetStatus, GpuReport, GroupResult, HostStatus, Outcome
 
 if TYPE_CHECKING:  # imported where used: `import remote` loads no transport, no yaml
     from ..config import Config
@@ -216,7 +215,7 @@ class FleetBase:
         # One probe per container: plain pct exec is one round trip, an agent would add its own start-up.
         with open_session(self.config, agent=False, keep=True, echo=self._emit, events=self._emit.event,
                           transport=self._transport) as s:
-            return [_diagnosis(r) for r in dr.diagnose(s, ids, fresh=fresh)]
+            return dr.diagnose(s, ids, fresh=fresh)
 
     def doctor_gpu(self, which: int | str | Sequence[int | str] | None = None) -> GpuReport:
         """The GPU part of doctor on these containers (default: every one) and their hosts: one probe per
@@ -226,8 +225,7 @@ class FleetBase:
 
         with open_session(self.config, agent=False, keep=True, echo=self._emit, events=self._emit.event,
                           transport=self._transport) as s:
-            hosts, cts = gpudoctor.diagnose(s, self.select(which) if which else list(self.config.containers))
-        return GpuReport(tuple(hosts), tuple(cts))
+            return gpudoctor.diagnose(s, self.select(which) if which else list(self.config.containers))
 
     def doctor_gpu_move(self, ctid: int | str, node: str) -> MoveReport:
         """Before moving container `ctid` to cluster node `node` (a host of the hosts file): the device nodes

@@ -31,7 +31,6 @@ from ..results import (
 )
 from . import checks
 from .run import Run
-from .values import _diagnosis
 
 if TYPE_CHECKING:
     from ..config import ContainerSpec
@@ -345,6 +344,5 @@ class Container:
         from .. import doctor as dr
 
         facts = dr.gather(self._target.system, self.spec, fresh=fresh)
-        report = dr.Report(self.id, self.host, dr.findings(facts, self.spec, dr.pinned(self.spec)), facts)
-        return list(_diagnosis(report).findings)
+        return dr.findings(facts, self.spec, dr.pinned(self.spec))
 

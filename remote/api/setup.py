@@ -5,12 +5,11 @@ connections, terminal progress, and the few texts the command line shares with t
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from .values import Diagnosis
 
 if TYPE_CHECKING:  # imported where used: `import remote` loads no yaml
     from ..config import Config, Host
@@ -160,11 +159,3 @@ def passport_line(passport: Mapping[str, Any]) -> str:
     from ..doctor import passport_line as line
 
     return line(dict(passport))
-
-
-def doctor_document(diagnoses: Sequence[Diagnosis]) -> dict[str, Any]:
-    """`remote doctor --json` (docs/guide/doctor.md): the schema's version, whether all are healthy, each container's."""
-    from ..doctor import SCHEMA_VERSION
-
-    return {"schema": SCHEMA_VERSION, "healthy": all(d.healthy for d in diagnoses),
-            "containers": [d.to_dict() for d in diagnoses]}

@@ -1,6 +1,6 @@
-"""What the command line prints: remote.api's data as text (status, stop, warmup, doctor, a fleet's
-summary table) and the library's events as lines (`[id] ` in front inside a `-c all` task, progress on
-stderr). Pure functions, no I/O: each task in remote/cli/tasks.py calls the API, then one of these;
+"""What the command line prints: remote.api's data as text and JSON (status, stop, warmup, doctor and doctor
+--gpu, a fleet's summary table) and the library's events as lines (`[id] ` in front inside a `-c all` task,
+progress on stderr). Pure functions, no I/O: each task in remote/cli/tasks.py calls the API, then one of these;
 remote/cli/table.py writes the events.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from ..events import Done, Event, Failed, Progress
 from ..naming import copied_line, printable, size
-from ..results import DeployPlan, Transfer
+from ..results import DeployPlan, Diagnosis, Finding, GpuHost, GpuReport, Transfer
 
 
 def live_text(live: list[dict]) -> str:
@@ -109,7 +109,7 @@ def _container_dict(c: Any, clustered: bool = False) -> dict:
     if clustered:
         entry["node"] = c.node
     if c.also_live:
-        entry["also_live"] = [dict(r) for r in c.also_live]
+        entry["also_live"] = [{"run": r.run, "pid": r.pid} for r in c.also_live]
     if c.run is not None:
         run = dataclasses.asdict(c.run)
         for key in ("orphans", "problems"):
@@ -371,10 +371,138 @@ def created_json(got: Any) -> str:
     return json.dumps(dataclasses.asdict(got), indent=2)
 
 
-def doctor_json(diagnoses: list) -> str:
-    from ..api import doctor_document
+# -- doctor -------------------------------------------------------------------------------------------
 
+DOCTOR_SCHEMA = 1  # doctor --json's and doctor --gpu --json's `schema` (docs/guide/doctor.md, gpu-passthrough.md)
+UNHEALTHY = ("error", "warning")
+
+
+def finding_line(f: Finding) -> str:
+    """A doctor finding: `[severity] what (since) — fix`, then `why:` on a line of its own."""
+    since = f" ({f.since})" if f.since else ""
+    fix = f" — {f.fix}" if f.fix else ""
+    # what and since quote the container (versions, paths, names): each one line, escapes shown
+    return printable(f"[{f.severity}] {f.what}{since}{fix}") + "\n    why: " + printable(f.why)
+
+
+def doctor_text(d: Diagnosis) -> str:
+    """One container's doctor: its head line (healthy, or how many findings, against which known-good), then
+    each finding; or its error."""
+    from ..api import known_good_label
+
+    head = f"container {d.container} on {d.host}: "
+    if d.error:
+        return head + "ERROR " + printable(d.error, lines=True)
+    bad = [f for f in d.findings if f.severity in UNHEALTHY]
+    lines = [head + ("healthy" if not bad else f"{len(bad)} finding(s)")
+             + (f", against {known_good_label(d.known_good)}" if d.known_good else "")]
+    lines += ["  " + finding_line(f).replace("\n", "\n  ") for f in d.findings]
+    return "\n".join(lines)
+
+
+def doctor_document(diagnoses: list[Diagnosis]) -> dict:
+    """`remote doctor --json` (docs/guide/doctor.md): the schema's version, whether all are healthy, each container's
+    findings and facts."""
+    return {"schema": DOCTOR_SCHEMA, "healthy": all(d.healthy for d in diagnoses),
+            "containers": [{"container": d.container, "host": d.host, "healthy": d.healthy, "error": d.error,
+                            "known_good": d.known_good,
+                            "findings": [{"code": f.code, "severity": f.severity, "what": f.what, "since": f.since,
+                                          "why": f.why, "fix": f.fix} for f in d.findings],
+                            "facts": d.facts.to_dict() if d.facts else None} for d in diagnoses]}
+
+
+def doctor_json(diagnoses: list[Diagnosis]) -> str:
     return json.dumps(doctor_document(diagnoses), indent=2)
+
+
+# -- doctor --gpu ---------------------------------------------------------------------------------------
+
+def _gpu_finding_lines(f: Finding) -> str:
+    return (f"  [{f.severity}] {printable(f.what)} ({f.code}) — {printable(f.fix or '')}\n"
+            f"      why: {f.why}")
+
+
+def _gpu_finding_dict(f: Finding) -> dict:
+    """A GPU finding as doctor --gpu --json has always written it (docs/guide/gpu-passthrough.md#json)."""
+    return {"kind": f.code, "severity": f.severity, "message": f.what, "fix": f.fix, "ctid": f.container,
+            "host": f.host, "node": f.node, "why": f.why or None}
+
+
+def _stale_lines(report: GpuReport, h: GpuHost) -> list[str]:
+    module = h.facts.loaded if h.facts else None
+    out = []
+    for c in (c for c in report.containers if c.container in h.stale):
+        libs = ", ".join(sorted(set((c.facts.lib_versions if c.facts else {}).values()))) or "none found"
+        out.append(f"  container {c.container}: driver user space {printable(libs)}, not the loaded module "
+                   f"{printable(module or '?')}: `remote gpu fix -c {c.container}`")
+    return out
+
+
+def gpu_text(report: GpuReport) -> str:
+    """`doctor --gpu`: each host (its module and Proxmox packages, its findings, its stale containers), then each
+    container (its driver libraries and cuInit, its findings; a CPU container said as such)."""
+    lines = []
+    for h in report.hosts:
+        f = h.facts
+        if h.error or f is None:  # the probe gave the facts or the error
+            lines.append(f"host {h.host}: ERROR {printable(h.error or '')}")
+            continue
+        module = f"NVIDIA module {f.loaded}" + (" (open)" if f.open_module else "") if f.loaded else "no NVIDIA module"
+        pve = ", ".join(f"{k} {v}" for k, v in sorted(f.packages.items()))
+        lines.append(f"host {h.host}: " + ("healthy" if h.healthy else f"{len(h.findings)} finding(s)")
+                     + f" ({printable(module)}{', ' + printable(pve) if pve else ''})")
+        lines += [_gpu_finding_lines(x) for x in h.findings]
+        lines += _stale_lines(report, h)
+    for c in report.containers:
+        head = f"container {c.container} on {c.host}: "
+        if c.error and not c.findings:
+            lines.append(head + f"ERROR {printable(c.error)}")
+            continue
+        if not c.gpu and not c.findings:
+            lines.append(head + "no GPU configured (a CPU container)")
+            continue
+        libs = c.facts.lib_versions if c.facts else {}
+        what = ", ".join(f"{k} {v}" for k, v in sorted(libs.items()))
+        if c.facts and c.facts.cuda_init is not None:
+            what += f"{', ' if what else ''}cuInit {c.facts.cuda_init}"
+        lines.append(head + ("healthy" if c.healthy else f"{len(c.findings)} finding(s)")
+                     + (f" ({printable(what)})" if what else ""))
+        lines += [_gpu_finding_lines(x) for x in c.findings]
+    return "\n".join(lines)
+
+
+def gpu_document(report: GpuReport) -> dict:
+    """`doctor --gpu --json` (docs/guide/gpu-passthrough.md#json)."""
+    return {"schema": DOCTOR_SCHEMA, "healthy": report.healthy,
+            "hosts": [{"host": h.host, "healthy": h.healthy, "error": h.error, "seconds": h.seconds,
+                       "facts": dataclasses.asdict(h.facts) if h.facts else None,
+                       "findings": [_gpu_finding_dict(f) for f in h.findings],
+                       "stale_containers": list(h.stale)} for h in report.hosts],
+            "containers": [{"container": c.container, "host": c.host, "healthy": c.healthy, "gpu": c.gpu,
+                            "error": c.error, "seconds": c.seconds,
+                            "facts": dataclasses.asdict(c.facts) if c.facts else None,
+                            "config": dataclasses.asdict(c.config) if c.config else None,
+                            "findings": [_gpu_finding_dict(f) for f in c.findings]} for c in report.containers]}
+
+
+def gpu_json(report: GpuReport) -> str:
+    return json.dumps(gpu_document(report), indent=2)
+
+
+def gpu_move_text(moved: Any) -> str:
+    """`doctor --gpu -c ID --node N` (remote.gpudoctor's MoveReport): what node N lacks for the container."""
+    head = f"container {moved.ctid} ({moved.source}) to node {moved.node}: "
+    if not moved.gpu:
+        return head + "no GPU configured: nothing to check"
+    if not moved.findings:
+        return head + "every device node its devN lines name is there"
+    return "\n".join([head + f"{len(moved.findings)} finding(s)"] + [_gpu_finding_lines(f) for f in moved.findings])
+
+
+def gpu_move_json(moved: Any) -> str:
+    return json.dumps({"schema": DOCTOR_SCHEMA, "container": moved.ctid, "node": moved.node, "source": moved.source,
+                       "healthy": moved.healthy, "gpu": moved.gpu,
+                       "findings": [_gpu_finding_dict(f) for f in moved.findings]}, indent=2)
 
 
 # -- a fleet: one line per container ----------------------------------------------------------------------

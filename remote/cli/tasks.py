@@ -305,14 +305,14 @@ def doctor(c, container=None, json_=False, hosts=None, fresh=False, gpu=False, n
                        "--node N`)", code=2)
         with fleet_of(hosts, stderr_progress=json_) as fleet:
             moved = fleet.doctor_gpu_move(container, node)
-        say(json.dumps(moved.to_json(), indent=2) if json_ else moved.render())
+        say(fmt.gpu_move_json(moved) if json_ else fmt.gpu_move_text(moved))
         if not moved.healthy:
             raise Exit(code=1)
         return
     if gpu:  # one probe per host, one per container
         with fleet_of(hosts, stderr_progress=json_) as fleet:
             report = fleet.doctor_gpu(container)
-        say(json.dumps(report.to_json(), indent=2) if json_ else report.render())
+        say(fmt.gpu_json(report) if json_ else fmt.gpu_text(report))
         if not report.healthy:
             raise Exit(code=1)
         return
@@ -320,7 +320,7 @@ def doctor(c, container=None, json_=False, hosts=None, fresh=False, gpu=False, n
         ids = ([fleet.container(p.strip()).id for p in str(container).split(",") if p.strip()] if container
                else fleet.ids)
         found = fleet.doctor(ids, fresh=fresh)
-    say(fmt.doctor_json(found) if json_ else "\n".join(d.render() for d in found))
+    say(fmt.doctor_json(found) if json_ else "\n".join(fmt.doctor_text(d) for d in found))
     if not all(d.healthy for d in found):
         raise Exit(code=1)
 

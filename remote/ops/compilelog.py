@@ -22,10 +22,9 @@ import math
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 
 from ..naming import json_loads, printable
-from ..results import CompileEvent, CompileHealth
+from ..results import CompileEvent, CompileHealth, Finding
 
 KINDS = ("compile", "recompile", "graph-break", "eager-fallback")
 WHY = ("recompile-limit", "suppressed-error", "nested-fx-trace")
@@ -273,22 +272,21 @@ def limit_hint(events: Iterable[CompileEvent]) -> str | None:
                      + (f" at {where}" if where else "") + f": {guard_advice(guard)}")
 
 
-@dataclass(frozen=True)
-class CompileFinding:
-    name: str
-    severity: str  # "warning"
-    text: str
-    hint: str
-
-
 def _top(events: list[CompileEvent], n: int = 3) -> str:
     seen = Counter((e.function, e.reason or "?") for e in events)
     return "; ".join(f"{fn}: {reason} ({count}x)" for (fn, reason), count in seen.most_common(n))
 
 
-def findings(h: CompileHealth, run: str | None = None) -> list[CompileFinding]:
+FIX = "see docs/guide/compile-health.md"
+
+
+def _warning(code: str, what: str, why: str) -> Finding:
+    return Finding(code, "warning", what, None, why, FIX)
+
+
+def findings(h: CompileHealth, run: str | None = None) -> list[Finding]:
     """The doctor's compile findings for a run: recompiling, graph-breaks, eager-fallback,
-    compile-in-steady-state."""
+    compile-in-steady-state (each a warning, its why the advice)."""
     out = []
     of = f"run {run}" if run else "the run"
     after = h.after_steady()
@@ -297,28 +295,26 @@ def findings(h: CompileHealth, run: str | None = None) -> list[CompileFinding]:
     if recompiles:
         first = recompiles[0]
         when = "after the first steady step" if steady_known else "(no steady step known)"
-        out.append(CompileFinding(
-            "recompiling", "warning",
+        out.append(_warning(
+            "recompiling",
             f"{of} recompiled {len(recompiles)} time(s) {when}: {_top(recompiles)}"
             + (f"; guard at {first.where}" if first.where else ""),
             guard_advice((first.reason or "").removeprefix("guard failed: ")) + "; " + HINTS["recompiling"]))
     breaks = [e for e in h.events if e.kind == "graph-break"]
     if breaks:
         at = sorted({f"{e.function} at {e.where}" for e in breaks if e.where})[:3]
-        out.append(CompileFinding("graph-breaks", "warning",
-                                  f"{of} has {h.graph_breaks or len(breaks)} graph break(s): {_top(breaks)}"
-                                  + (f"; broke at {', '.join(at)}" if at else ""), HINTS["graph-breaks"]))
+        out.append(_warning("graph-breaks", f"{of} has {h.graph_breaks or len(breaks)} graph break(s): {_top(breaks)}"
+                            + (f"; broke at {', '.join(at)}" if at else ""), HINTS["graph-breaks"]))
     eager = [e for e in h.events if e.kind == "eager-fallback"]
     if eager:
         names = "; ".join(sorted({f"{e.function} ({e.why or 'unknown'}): {e.reason or '?'}" for e in eager})[:5])
         cause = limit_hint(h.events) if any(e.why == "recompile-limit" for e in eager) else None
-        out.append(CompileFinding("eager-fallback", "warning", f"{of}: {len(eager)} function(s) run eagerly: {names}",
-                                  (f"{cause}; " if cause else "") + HINTS["eager-fallback"]))
+        out.append(_warning("eager-fallback", f"{of}: {len(eager)} function(s) run eagerly: {names}",
+                            (f"{cause}; " if cause else "") + HINTS["eager-fallback"]))
     if steady_known and any(e.kind in ("compile", "recompile") for e in after):
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(h.steady_counts.items()))
-        out.append(CompileFinding("compile-in-steady-state", "warning",
-                                  f"{of} spent {h.steady_seconds:.1f} s compiling after its first steady step "
-                                  f"({kinds})", HINTS["compile-in-steady-state"]))
+        out.append(_warning("compile-in-steady-state", f"{of} spent {h.steady_seconds:.1f} s compiling after its "
+                            f"first steady step ({kinds})", HINTS["compile-in-steady-state"]))
     return out
 
 
@@ -363,7 +359,7 @@ class CompileNotices:
         h = self.health()
         if not h:
             return []
-        return [health_line(h)] + [f"!! {f.name}: {f.text}; {f.hint}" for f in findings(h)]
+        return [health_line(h)] + [f"!! {f.code}: {f.what}; {f.why}" for f in findings(h)]
 
     def line(self, text: str) -> None:
         tot = totals_of(text) if '"totals"' in text else None

@@ -387,7 +387,7 @@ def _prove(h: HostTarget, ct: Container, gpus: tuple[int, ...]) -> list[str]:
     host_gpu = gpu.read_host(h.session, h.host, [ct.ctid])
     errors = [f for f in gpu.findings(host_gpu, ct.ctid, seen) if f.severity == "error"]
     if errors:
-        raise CreateError(f"container {ct.ctid}: doctor --gpu: " + "; ".join(f"{f.message} (fix: {f.fix})" for f in errors))
+        raise CreateError(f"container {ct.ctid}: doctor --gpu: " + "; ".join(f"{f.what} (fix: {f.fix})" for f in errors))
     if seen.cuda_init != 0:
         raise CreateError(f"container {ct.ctid}: cuInit(0) returned {seen.cuda_init}: {seen.cuda_error or ''}".rstrip(": "))
     smi = ct.run(["nvidia-smi", "-L"], mutates=False, timeout=30, check=False, label="nvidia-smi -L")

@@ -33,7 +33,7 @@ from .. import shell
 from ..errors import BusyError, GpuFixError, PctError, RemoteError, RootRequired
 from ..facts import gpu
 from ..naming import printable
-from ..results import GpuFix
+from ..results import Finding, GpuFix
 from ..target import Target
 from . import gpuconfig, oplock
 
@@ -110,7 +110,7 @@ def _gid(cfg: gpu.CtConfig | None) -> int:
     return int(one) if one and one.isdigit() and int(one) < 65536 else gpuconfig.VIDEO_GID
 
 
-def plan(host: gpu.HostGpu, ctid: int, ct: gpu.CtGpu | None, found: list[gpu.GpuFinding],
+def plan(host: gpu.HostGpu, ctid: int, ct: gpu.CtGpu | None, found: list[Finding],
          config_text: str) -> Plan:
     """Each finding (host's and container's) to what fixes it. Pure: the host's facts, the container's
     (None where it could not be probed: stopped), the findings and its `pct config` text."""
@@ -122,28 +122,28 @@ def plan(host: gpu.HostGpu, ctid: int, ct: gpu.CtGpu | None, found: list[gpu.Gpu
     restart: list[str] = []
     has_mount = f"{gpuconfig.USERSPACE_HOST}," in config_text or config_text.rstrip().endswith(gpuconfig.USERSPACE_HOST)
     for f in found:
-        if f.ctid not in (None, ctid):
+        if f.container not in (None, ctid):
             continue
-        if f.kind in MANUAL_KINDS or (f.kind == "host-uvm-not-loaded" and not host.loaded):
-            manual.append((f.kind, f.message, f.fix))
-        elif f.kind == "host-uvm-not-loaded":
+        if f.code in MANUAL_KINDS or (f.code == "host-uvm-not-loaded" and not host.loaded):
+            manual.append((f.code, f.what, f.fix or ""))
+        elif f.code == "host-uvm-not-loaded":
             uvm = True
-            fixes.append((f.kind, "the uvm nodes made on the host (`nvidia-modprobe -u -c 0`)"))
+            fixes.append((f.code, "the uvm nodes made on the host (`nvidia-modprobe -u -c 0`)"))
             if ct is None or ct.node("/dev/nvidia-uvm") is None:
                 restart.append("the container sees /dev/nvidia-uvm only from its next start")
-        elif f.kind in CONFIG_KINDS:
+        elif f.code in CONFIG_KINDS:
             rewrite = True
-            fixes.append((f.kind, f"{f.node or 'the GPU lines'}: devN lines in place of "
-                                  f"{'the missing line' if f.kind == 'device-not-passed' else 'the mount and cgroup lines'}"))
-            if f.kind == "mount-optional-missing" and any(n in f.message for n in UVM_NODES):
+            fixes.append((f.code, f"{f.node or 'the GPU lines'}: devN lines in place of "
+                                  f"{'the missing line' if f.code == 'device-not-passed' else 'the mount and cgroup lines'}"))
+            if f.code == "mount-optional-missing" and any(n in f.what for n in UVM_NODES):
                 uvm = True
-        elif f.kind in NODE_KINDS:
+        elif f.code in NODE_KINDS:
             path = f.node or ""
             how = _passed_by(cfg, path)
-            over = _bound_over(config_text, path) if f.kind == "container-node-wrong" else []
+            over = _bound_over(config_text, path) if f.code == "container-node-wrong" else []
             if over:  # a raw line binds something else over the node at every start: dropped, devN makes it
                 bound += over
-                fixes.append((f.kind, f"{path}: the raw line that binds another file over it dropped"))
+                fixes.append((f.code, f"{path}: the raw line that binds another file over it dropped"))
                 if how != "dev":
                     rewrite = True
                 continue
@@ -151,24 +151,24 @@ def plan(host: gpu.HostGpu, ctid: int, ct: gpu.CtGpu | None, found: list[gpu.Gpu
                 uvm = True
             if how != "dev":
                 rewrite = True
-                fixes.append((f.kind, f"{path}: a devN line makes it from the host's node at start"))
+                fixes.append((f.code, f"{path}: a devN line makes it from the host's node at start"))
             else:
-                fixes.append((f.kind, f"{path}: its devN line makes the host's node again at the next start"))
+                fixes.append((f.code, f"{path}: its devN line makes the host's node again at the next start"))
                 restart.append(f"{path} is made from the host's node only at start")
-        elif f.kind in USERSPACE_KINDS:
+        elif f.code in USERSPACE_KINDS:
             if host.on_disk and host.loaded and host.on_disk != host.loaded:
-                manual.append((f.kind, f.message, f"reboot the host first: module {host.loaded} is loaded but "
+                manual.append((f.code, f.what, f"reboot the host first: module {host.loaded} is loaded but "
                                f"driver {host.on_disk} is installed, so the loaded module's user space is no longer "
                                f"on the host; after the reboot `remote gpu fix -c {ctid}`"))
                 continue
             userspace = True
-            fixes.append((f.kind, f"the driver's user space of {host.loaded} from the host "
+            fixes.append((f.code, f"the driver's user space of {host.loaded} from the host "
                                   f"({gpuconfig.USERSPACE_HOST}, read-only at {gpuconfig.USERSPACE_CT}), then ldconfig"))
             if not has_mount:
                 rewrite = True
-        elif f.kind == "cuda-init-failed":
-            if not any(x.kind != "cuda-init-failed" and x.ctid == ctid for x in found):
-                manual.append((f.kind, f.message, f.fix))
+        elif f.code == "cuda-init-failed":
+            if not any(x.code != "cuda-init-failed" and x.container == ctid for x in found):
+                manual.append((f.code, f.what, f.fix or ""))
     config = gpuconfig.Plan()
     if bound and not rewrite:
         config = gpuconfig.Plan(raw=tuple(bound), diff=tuple(f"- {line}" for line in bound))
@@ -205,7 +205,7 @@ def refuse_without_root(t: Target) -> None:
                           "for this host (docs/guide/safety.md#which-command-needs-which-login)")
 
 
-def _probe(t: Target) -> tuple[gpu.HostGpu, gpu.CtGpu | None, str | None, list[gpu.GpuFinding]]:
+def _probe(t: Target) -> tuple[gpu.HostGpu, gpu.CtGpu | None, str | None, list[Finding]]:
     host = gpu.read_host(t.session, t.host, [t.ctid])
     ct, why = None, None
     try:
@@ -256,7 +256,7 @@ def gpu_fix(t: Target, *, dry: bool = False, force: bool = False) -> GpuFix:
     host, ct, why, found = _probe(t)
     config_text = t.system._pct("config", str(t.ctid), mutates=False).check(t.system.where).out
     p = plan(host, t.ctid, ct, found, config_text)
-    before = tuple(f.kind for f in found)
+    before = tuple(f.code for f in found)
     if p.empty:
         return GpuFix(t.ctid, t.host.name, dry, before, (), (), (), p.manual, None, False, None,
                       ct.cuda_init if ct else None, before, why)
@@ -306,7 +306,7 @@ def _apply(t: Target, p: Plan, host: gpu.HostGpu, before: tuple[str, ...], comma
     host2, ct2, why2, after = _probe(t)
     return GpuFix(t.ctid, t.host.name, False, before, tuple(w for _, w in p.fixes), p.config.diff, tuple(commands),
                   p.manual, snap, restarted, p.restart, ct2.cuda_init if ct2 else None,
-                  tuple(f.kind for f in after), why2)
+                  tuple(f.code for f in after), why2)
 
 
 def _change(t: Target, p: Plan, host: gpu.HostGpu, running: bool, done: list[str], commands: list[str]) -> bool:

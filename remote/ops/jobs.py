@@ -26,7 +26,7 @@ from ..config import ContainerSpec
 from ..errors import CommandError, ConfigError, JobError, JobRunning, RemoteError, TransferError, UnknownRun
 from ..events import quiet
 from ..naming import json_loads, printable
-from ..results import ContainerStatus, JobStatus, PulledRun, RunStatus, Stopped
+from ..results import ContainerStatus, JobStatus, LiveRun, PulledRun, RunStatus, Stopped
 from ..target import Target
 from ..transport.pct import Container
 from ..transport.session import HostState, Session
@@ -123,11 +123,11 @@ def check(raw: dict, spec: ContainerSpec, host=None, *, pin: codemod.Pin | str |
     # The GPU passthrough: an error finding refuses the launch; a pending host reboot is a warning.
     ct_gpu = facts.gpu_of(raw)
     gpu_found = gpufacts.findings(host, spec.ctid, ct_gpu) if ct_gpu is not None else []
-    problems += [f"{f.message} [{f.kind}]: {f.fix}" for f in gpu_found if f.severity == "error"]
+    problems += [f"{f.what} [{f.code}]: {f.fix}" for f in gpu_found if f.severity == "error"]
     if host is not None and (ct_gpu is not None and ct_gpu.gpu or (host.configs.get(spec.ctid) or
                                                                     gpufacts.CtConfig(0)).gpu):
-        notes += [f"!! {f.message} [{f.kind}]: {f.fix}" for f in gpufacts.host_findings(host, spec.host.name)
-                  if f.kind == "host-reboot-pending"]
+        notes += [f"!! {f.what} [{f.code}]: {f.fix}" for f in gpufacts.host_findings(host, spec.host.name)
+                  if f.code == "host-reboot-pending"]
     folder = jobenv.compile_cache(spec, verify)
     if spec.warmup.command:
         recs = list(facts.warmups_of(raw))
@@ -359,7 +359,7 @@ def run_status(st: dict) -> RunStatus:
     return RunStatus(st.get("run"), st.get("path", ""), st.get("pid"), bool(st.get("alive")), st.get("exit"),
                      bool(st.get("lost")), bool(st.get("stopped")), tuple(st.get("orphans") or ()),
                      st.get("log_size", 0), st.get("manifest") if isinstance(st.get("manifest"), dict) else None,
-                     tuple(st.get("live") or ()), st.get("stalled"), st.get("stalls", 0), st.get("gpu"),
+                     tuple(LiveRun(r["run"], r["pid"]) for r in st.get("live") or ()), st.get("stalled"), st.get("stalls", 0), st.get("gpu"),
                      st.get("attempt"), st.get("attempts_max"))
 
 
@@ -595,7 +595,8 @@ def _container_job(session: Session, spec: ContainerSpec, known: str) -> Contain
             why = raw["run"].get("err", "").strip() or raw["run"].get("missing", "")
             raise JobError(f"reading the run state failed: {why[-300:]}")
         st = parse_state(raw["run"]["out"])
-        entry = dataclasses.replace(entry, also_live=tuple(r for r in st.get("live", []) if r["run"] != st.get("run")))
+        entry = dataclasses.replace(entry, also_live=tuple(LiveRun(r["run"], r["pid"]) for r in st.get("live", [])
+                                                           if r["run"] != st.get("run")))
         if st.get("run"):
             values, watch = logs.series(spec, st.pop("tail"), last_line=False)
             # The manifest is the job's file (a job may rewrite it) and the compile part the probe's reading

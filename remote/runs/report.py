@@ -77,7 +77,7 @@ def _compile_section(tl: timeline_mod.Timeline | None, health: CompileHealth | N
         health = compilelog.summarize(lines, steady)
     if health is None or not (health.events or health.processes):
         return "<p>No compile.jsonl for this run (nothing compiled, or a venv deployed before the watch).</p>"
-    found = "".join(f"<li><b>{html.escape(f.name)}</b>: {html.escape(f.text)}<br><i>{html.escape(f.hint)}</i></li>"
+    found = "".join(f"<li><b>{html.escape(f.code)}</b>: {html.escape(f.what)}<br><i>{html.escape(f.why)}</i></li>"
                     for f in compilelog.findings(health))
     return (f"<p>{html.escape(compilelog.health_line(health))} (the ticks at the top of the timeline).</p>"
             + (f'<ul class="bad">{found}</ul>' if found else "<p>No recompile or compile after the first steady "

@@ -66,13 +66,14 @@ def counting_session(lab_hosts):
 def test_doctor_gpu_on_a_host_without_a_driver_in_one_round_trip_each(lab_hosts, gpu_configured):
     s, made = counting_session(lab_hosts)
     with s:
-        hosts, cts = gpudoctor.diagnose(s, [GPU_CT, CPU_CT])
+        report = gpudoctor.diagnose(s, [GPU_CT, CPU_CT])
+    hosts, cts = report.hosts, report.containers
     assert [h.host for h in hosts] == ["lab"] and hosts[0].error is None
-    assert [f.kind for f in hosts[0].findings] == ["host-no-driver"]
-    assert str(GPU_CT) in hosts[0].findings[0].message
-    by = {c.ctid: c for c in cts}
+    assert [f.code for f in hosts[0].findings] == ["host-no-driver"]
+    assert str(GPU_CT) in hosts[0].findings[0].what
+    by = {c.container: c for c in cts}
     assert by[GPU_CT].config.gpu and by[GPU_CT].error is None
-    assert by[CPU_CT].findings == [] and not by[CPU_CT].gpu and by[CPU_CT].healthy  # a CPU container: silent
+    assert by[CPU_CT].findings == () and not by[CPU_CT].gpu and by[CPU_CT].healthy  # a CPU container: silent
     calls = [c for t in made for c in t.calls]
     host_calls = [c for c in calls if "gpu-host" in c]
     ct_calls = {ctid: [c for c in calls if "exec" in c and str(ctid) in c] for ctid in (GPU_CT, CPU_CT)}

@@ -20,6 +20,7 @@ from support import free_port
 
 import remote
 from remote import shell
+from remote.cli import format as fmt
 from remote.facts import gpu
 from remote.ops import gpuconfig
 from remote.transport import SshTransport
@@ -108,7 +109,7 @@ def fleet(gpu_lab, gpus_given):
 
 def kinds_of(fleet, ctid: int) -> set[str]:
     report = fleet.doctor_gpu(ctid)
-    return {f.kind for c in report.containers for f in c.findings} | {f.kind for h in report.hosts for f in h.findings}
+    return {f.code for c in report.containers for f in c.findings} | {f.code for h in report.hosts for f in h.findings}
 
 
 @pytest.mark.fault("A devN line deleted from a GPU container's config (the lab's simulated driver)",
@@ -146,8 +147,8 @@ def test_gpu_fix_after_a_node_bound_over(fleet, host, gpu_lab):
     pct(host, "start", str(A))
     assert cuinit(host, A) == "999"
     report = fleet.doctor_gpu(A)
-    wrong = [f for c in report.containers for f in c.findings if f.kind == "container-node-wrong"]
-    assert [f.node for f in wrong] == ["/dev/nvidia-uvm"] and "195:254" in wrong[0].message
+    wrong = [f for c in report.containers for f in c.findings if f.code == "container-node-wrong"]
+    assert [f.node for f in wrong] == ["/dev/nvidia-uvm"] and "195:254" in wrong[0].what
     done = fleet.container(A).gpu_fix()
     assert done.diff == (f"- {line}",) and done.restarted and done.ok and done.cuda_init == 0, done
     assert line not in conf.read_text() and cuinit(host, A) == "0"
@@ -217,7 +218,7 @@ def test_a_driver_upgrade_is_named_for_every_container_and_rematched_by_one_comm
     for ctid in (A, B):
         assert cuinit(host, ctid) == "803"
     report = fleet.doctor_gpu([A, B])
-    text = report.render()
+    text = fmt.gpu_text(report)
     for ctid in (A, B):
         assert f"not the loaded module {NEW}: `remote gpu fix -c {ctid}`" in text, text
     t0 = time.monotonic()
@@ -226,7 +227,7 @@ def test_a_driver_upgrade_is_named_for_every_container_and_rematched_by_one_comm
     assert set(result) == {A, B} and result.ok, {k: (o.error, o.value) for k, o in result.items()}
     for ctid in (A, B):
         assert result[ctid].value.cuda_init == 0 and cuinit(host, ctid) == "0"
-    assert "stale_containers" in report.to_json()["hosts"][0]
+    assert "stale_containers" in fmt.gpu_document(report)["hosts"][0]
     print(f"re-matched {len(result)} containers after the upgrade in {seconds:.2f} s")
 
 
@@ -260,4 +261,4 @@ def test_host_setup_installs_the_boot_unit_once_and_its_boot_script_rematches_th
     # (Their nvidia-smi is not asked here: the simulated one reads the lab's sysroot through the container's
     # overlay root, which can show it as it was before the upgrade.)
     report = fleet.doctor_gpu([A, B])
-    assert {c.ctid: set(c.facts.lib_versions.values()) for c in report.containers} == {A: {newer}, B: {newer}}
+    assert {c.container: set(c.facts.lib_versions.values()) for c in report.containers} == {A: {newer}, B: {newer}}

@@ -11,6 +11,7 @@ from remote.doctor import findings
 from remote.ops import jobs
 from remote.ops.deploy import deploy
 from remote.ops.jobs import Preflight, launch, state, stop
+from remote.results import LiveRun
 from remote.target import resolve as target_of
 
 pytestmark = pytest.mark.lab
@@ -48,7 +49,7 @@ def test_a_live_run_that_is_not_the_latest_counts_everywhere(lab_session, ct):
     with pytest.raises(BusyError, match=f"run {a} \\(pid {pid_a}\\) is still running"):
         deploy(target_of(lab_session, CT))
     entry = jobs._container_job(lab_session, spec, "running")  # what `status` shows
-    assert entry.run is not None and entry.run.id == b and list(entry.also_live) == [{"run": a, "pid": pid_a}]
+    assert entry.run is not None and entry.run.id == b and list(entry.also_live) == [LiveRun(a, pid_a)]
     found = {f.code: f for f in findings(facts.gather(ct, spec, fresh=True), spec)}
     assert "orphan-processes" not in found and "run-lost" not in found
     got = facts.gather(ct, spec, fresh=True).jobs

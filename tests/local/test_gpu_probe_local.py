@@ -26,7 +26,7 @@ def test_host_probe_script_runs_and_parses(tmp_path):
     assert [p for _, p, _ in h.configs[200].devs][:1] == ["/dev/nvidia0"]
     assert h.configs[999].error and "does not exist" in h.configs[999].error
     if not os.path.exists("/proc/driver/nvidia/version"):  # a CPU machine: the container is configured, no driver
-        assert [f.kind for f in gpu.host_findings(h)] == ["host-no-driver"]
+        assert [f.code for f in gpu.host_findings(h)] == ["host-no-driver"]
 
 
 def data_host() -> gpu.HostGpu:
@@ -59,11 +59,11 @@ def test_the_real_probe_names_a_node_bound_to_dev_null_and_one_of_a_stale_major(
     assert ct.node("/dev/nvidia-uvm").open_errno == 6  # ENXIO: no driver has major 511 here
     assert 1 in ct.drivers and ct.drivers[1] == ("mem",)  # /proc/devices read in the container
     found = {f.node: f for f in gpu.container_findings(ct, 200, h, h.configs[200])}
-    assert found["/dev/nvidia0"].kind == "container-node-wrong"
-    assert found["/dev/nvidia0"].message.startswith("/dev/nvidia0 in the container is 1:3, /dev/null, with /null "
+    assert found["/dev/nvidia0"].code == "container-node-wrong"
+    assert found["/dev/nvidia0"].what.startswith("/dev/nvidia0 in the container is 1:3, /dev/null, with /null "
                                                     "mounted on it; the host's is 195:0, nvidia")
     assert found["/dev/nvidia0"].fix.startswith("in the container `umount /dev/nvidia0`")
-    assert found["/dev/nvidia-uvm"].message.startswith("/dev/nvidia-uvm in the container is 511:0, a major no driver "
+    assert found["/dev/nvidia-uvm"].what.startswith("/dev/nvidia-uvm in the container is 511:0, a major no driver "
                                                        "has now; the host's is 509:0, nvidia-uvm; opening it fails "
                                                        "with ENXIO")
     assert "`dev2: /dev/nvidia-uvm`" in found["/dev/nvidia-uvm"].fix

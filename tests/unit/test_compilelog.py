@@ -82,14 +82,14 @@ def test_the_first_steady_step_is_the_second_throughput_value():
 
 
 def test_doctor_names_each_finding_with_what_to_do():
-    found = {f.name: f for f in compilelog.findings(compilelog.summarize(RUN, STEADY), "r1")}
+    found = {f.code: f for f in compilelog.findings(compilelog.summarize(RUN, STEADY), "r1")}
     assert set(found) == {"recompiling", "graph-breaks", "eager-fallback", "compile-in-steady-state"}
-    assert "recompiled 1 time(s) after the first steady step" in found["recompiling"].text
-    assert "guard failed: G['K'] == 1.0" in found["recompiling"].text and "train.py:14" in found["recompiling"].text
-    assert "mark it dynamic" in found["recompiling"].hint
-    assert "fullgraph=True" in found["graph-breaks"].hint and "graph_break()" in found["graph-breaks"].text
-    assert "recompile-limit" in found["eager-fallback"].text and "recompile_limit" in found["eager-fallback"].hint
-    assert "4.0 s compiling" in found["compile-in-steady-state"].text
+    assert "recompiled 1 time(s) after the first steady step" in found["recompiling"].what
+    assert "guard failed: G['K'] == 1.0" in found["recompiling"].what and "train.py:14" in found["recompiling"].what
+    assert "mark it dynamic" in found["recompiling"].why
+    assert "fullgraph=True" in found["graph-breaks"].why and "graph_break()" in found["graph-breaks"].what
+    assert "recompile-limit" in found["eager-fallback"].what and "recompile_limit" in found["eager-fallback"].why
+    assert "4.0 s compiling" in found["compile-in-steady-state"].what
 
 
 def test_a_steady_run_has_no_findings():
@@ -268,7 +268,7 @@ def test_a_graph_break_is_named_at_the_line_that_broke_and_the_def_line():
                                         "Unsupported Tensor.item() call")
     found = compilelog.findings(compilelog.summarize([json.dumps({**json.loads(ev(5, "graph-break", fn="forward",
                                                       reason="x", where="nanoGPT/model.py:53"))})]))
-    assert "broke at forward (train.py:12) at nanoGPT/model.py:53" in found[0].text
+    assert "broke at forward (train.py:12) at nanoGPT/model.py:53" in found[0].what
 
 
 @pytest.mark.fault("A warmup that recompiles a function per value of a Python float", promise="warmup reports the "

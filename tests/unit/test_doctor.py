@@ -12,7 +12,9 @@ import sys
 import pytest
 
 from remote import config, facts as fx
-from remote.doctor import Finding, findings, healthy, known_good_label, render_finding, to_json, Report
+from remote.cli import format as fmt
+from remote.doctor import Finding, findings, healthy, known_good_label
+from remote.results import Diagnosis
 from remote.facts.probe import ALL_PARTS
 from remote.runs.knowngood import make_record, meets_baseline, watch_log
 
@@ -120,7 +122,7 @@ def test_the_story_polluted_venv_deleted_cache_and_hacked_checkout(spec):
     assert by["cache-missing"].fix == "remote warmup" and by["checkout-untracked"].severity == "info"
     assert by["checkout-untracked"].what == "untracked file(s) in /root/dflash: notes.txt"  # no bytecode
     assert not healthy(found)
-    rendered = render_finding(by["package-changed"])
+    rendered = fmt.finding_line(by["package-changed"])
     assert rendered.startswith("[error] torch 2.11.0+cu128 → 2.11.0+cu130") and "— remote deploy" in rendered
 
 
@@ -164,8 +166,8 @@ def test_no_venv_no_checkout_no_known_good(spec):
 
 def test_json_shape(spec):
     facts = fx.parse(healthy_raw(spec), spec, (1000.0, 1000.5))
-    report = Report(200, "h", [Finding("x", "info", "w", None, "y", None)], facts)
-    out = json.loads(json.dumps(to_json([report, Report(201, "h", [], None, "unreachable")])))
+    report = Diagnosis(200, "h", (Finding("x", "info", "w", None, "y", None),), None, facts)
+    out = json.loads(fmt.doctor_json([report, Diagnosis(201, "h", (), "unreachable")]))
     assert out["schema"] == 1 and out["healthy"] is False
     first = out["containers"][0]
     assert set(first) == {"container", "host", "healthy", "error", "known_good", "findings", "facts"}

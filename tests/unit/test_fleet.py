@@ -129,6 +129,28 @@ def test_fail_fast_starts_nothing_after_the_first_failure(cfg, capsys):
     assert "skipped" in fmt.group_table(result)
 
 
+def test_together_runs_calls_of_different_kinds_at_once_and_raises_the_first_error_after_all_ended():
+    """doctor --gpu's host probes beside its container probes: each call in a thread of its own, all at once."""
+    from remote import executor
+
+    both = threading.Barrier(2, timeout=5)  # each call waits for the other: run one after the other, it breaks
+    assert executor.together({"hosts": lambda: both.wait() * 0 + 1, "containers": lambda: both.wait() * 0 + 2}) == \
+        {"hosts": 1, "containers": 2}
+    ended = []
+
+    def slow():
+        time.sleep(0.05)
+        ended.append("slow")
+        return 3
+
+    def broken():
+        raise JobError("it broke")
+
+    with pytest.raises(JobError, match="it broke"):
+        executor.together({"broken": broken, "slow": slow})
+    assert ended == ["slow"]
+
+
 def test_per_node_command_and_the_master(cfg):
     specs = [cfg.containers[200], cfg.containers[201]]
     values = multinode.plan_nodes(specs, "R1")
@@ -210,12 +232,12 @@ def test_status_and_runs_json_keep_their_keys_in_order_from_the_typed_values():
     import json
 
     from remote.cli import format as fmt
-    from remote.results import ContainerStatus, FleetStatus, HostStatus, JobStatus, RunSummary
+    from remote.results import ContainerStatus, FleetStatus, HostStatus, JobStatus, LiveRun, RunSummary
 
     job = JobStatus("R", True, False, (), None, 12, False, 30, 3.0, 2.5, "Ktok/s", True, 20.0, True, ("oom",), "▁▂",
                     None, None, None, {"util_pct": 50}, nodes=(200, 300), node_rank=0)
     status = FleetStatus((HostStatus("h", True, None, "kept", {200: "running", 201: "missing"}),), (
-        ContainerStatus(200, "h", "running", run=job, also_live=({"run": "S", "pid": None},), probed=True,
+        ContainerStatus(200, "h", "running", run=job, also_live=(LiveRun("S", None),), probed=True,
                         venv_lock="abc", venv_lock_differs="def"),
         ContainerStatus(201, "h", "missing", error="container 201 does not exist")))
     data = json.loads(fmt.status_json(fmt.status_dict(status)))
@@ -223,6 +245,7 @@ def test_status_and_runs_json_keep_their_keys_in_order_from_the_typed_values():
     assert data["hosts"][0]["containers"] == {"200": "running", "201": "missing"}
     first, second = data["containers"]
     assert list(first) == ["container", "host", "state", "also_live", "run", "venv_lock", "venv_lock_differs"]
+    assert first["also_live"] == [{"run": "S", "pid": None}]
     assert list(first["run"]) == ["id", "alive", "lost", "orphans", "exit", "pid", "stopped", "uptime_s", "throughput",
                                   "rolling", "unit", "higher_is_better", "baseline", "low", "problems", "spark",
                                   "stalled", "attempt", "attempts_max", "gpu", "nodes", "node_rank"]

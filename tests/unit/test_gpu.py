@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from remote.facts import gpu
+from remote.cli import format as fmt
+from remote.results import Finding, GpuContainer, GpuHost, GpuReport
 
 from support import GPU_MARK as MARK  # noqa: E402  (the samples and the host probe's text: shared with tests/lab)
 from support import gpu_host as host  # noqa: E402
@@ -48,10 +50,10 @@ def ct(**kw) -> gpu.CtGpu:
 
 
 def kinds(found) -> list[str]:
-    return [f.kind for f in found]
+    return [f.code for f in found]
 
 
-def everything(h: gpu.HostGpu, c: gpu.CtGpu | None, ctid=200) -> list[gpu.GpuFinding]:
+def everything(h: gpu.HostGpu, c: gpu.CtGpu | None, ctid=200) -> list[Finding]:
     return gpu.host_findings(h) + gpu.findings(h, ctid, c)
 
 
@@ -120,13 +122,13 @@ def test_host_no_driver():
     h = host(proc="", sys_version="", modinfo="", modules="", nodes="", devices="", smi=data("smi-no-driver.txt") + "rc=9")
     found = gpu.host_findings(h)
     assert kinds(found) == ["host-no-driver"]
-    assert "6.8.12-4-pve" in found[0].fix and "200" in found[0].message
+    assert "6.8.12-4-pve" in found[0].fix and "200" in found[0].what
 
 
 def test_host_reboot_pending():
     found = gpu.host_findings(host(modinfo="580.105.08"))
     assert kinds(found) == ["host-reboot-pending"] and found[0].severity == "warning"
-    assert "580.95.05" in found[0].message and "580.105.08" in found[0].message
+    assert "580.95.05" in found[0].what and "580.105.08" in found[0].what
 
 
 def test_host_uvm_not_loaded():
@@ -144,7 +146,7 @@ def test_host_uvm_tools_missing_while_uvm_is_there():
     assert "/dev/nvidia-uvm " in nodes
     found = gpu.host_findings(host(nodes=nodes))
     assert kinds(found) == ["host-uvm-not-loaded"]
-    assert "/dev/nvidia-uvm-tools does not exist" in found[0].message
+    assert "/dev/nvidia-uvm-tools does not exist" in found[0].what
 
 
 def test_host_gpu_vfio():
@@ -152,7 +154,7 @@ def test_host_gpu_vfio():
              smi=data("smi-no-driver.txt") + "rc=9")
     found = gpu.host_findings(h)
     assert kinds(found) == ["host-gpu-vfio"]
-    assert "0000:01:00.0" in found[0].fix and "vfio-pci" in found[0].message
+    assert "0000:01:00.0" in found[0].fix and "vfio-pci" in found[0].what
 
 
 def test_persistence_off():
@@ -163,25 +165,25 @@ def test_persistence_off():
 def test_driver_lib_mismatch():
     found = everything(host(), ct(libs="575.57.08", smi={"rc": 18, "out": data("smi-mismatch.txt"), "err": ""}, init=803))
     assert kinds(found) == ["driver-lib-mismatch", "cuda-init-failed"]
-    assert "libcuda.so.575.57.08" in found[0].message and "580.95.05" in found[0].fix
-    assert "803" in found[1].message
+    assert "libcuda.so.575.57.08" in found[0].what and "580.95.05" in found[0].fix
+    assert "803" in found[1].what
 
 
 def test_driver_lib_mismatch_after_a_host_upgrade_says_reboot():
     # apt upgraded the driver (libraries and module on disk: 580.105.08); the old module stays loaded.
     found = everything(host(modinfo="580.105.08"), ct(libs="580.105.08"))
     assert "host-reboot-pending" in kinds(found) and "driver-lib-mismatch" in kinds(found)
-    assert next(f for f in found if f.kind == "driver-lib-mismatch").fix.startswith("reboot the host")
+    assert next(f for f in found if f.code == "driver-lib-mismatch").fix.startswith("reboot the host")
 
 
 def test_container_uvm_missing_with_cuinit_999():
     found = everything(host(), ct(nodes=GOOD_NODES[:2], init=999))
     assert kinds(found) == ["container-uvm-missing", "container-node-missing", "cuda-init-failed"]
     assert [f.node for f in found[:2]] == ["/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
-    assert "(the host's is 509:0, nvidia-uvm)" in found[0].message
+    assert "(the host's is 509:0, nvidia-uvm)" in found[0].what
     # its config passes the node (dev2): it was not there at start, or was removed since
     assert found[0].fix.startswith("pct reboot 200: its config's `dev2: /dev/nvidia-uvm` makes the host's node (509:0)")
-    assert "999" in found[2].message and "/dev/nvidia-uvm missing, /dev/nvidia-uvm-tools missing (above)" in found[2].message
+    assert "999" in found[2].what and "/dev/nvidia-uvm missing, /dev/nvidia-uvm-tools missing (above)" in found[2].what
     assert "doctor" not in found[2].fix
 
 
@@ -189,13 +191,13 @@ def test_device_not_passed():
     cfg = data("pct-config-dev.txt").replace("dev2: /dev/nvidia-uvm\n", "")
     found = gpu.findings(host(configs={200: cfg}), 200, None)
     assert kinds(found) == ["device-not-passed"]
-    assert "/dev/nvidia-uvm" in found[0].message and "pct set 200 -dev2 /dev/nvidia-uvm" in found[0].fix
+    assert "/dev/nvidia-uvm" in found[0].what and "pct set 200 -dev2 /dev/nvidia-uvm" in found[0].fix
 
 
 def test_cgroup_major_stale():
     found = gpu.findings(host(configs={201: data("pct-config-raw.txt")}), 201, None)
     assert kinds(found) == ["cgroup-major-stale"]
-    assert "509" in found[0].message and "511" in found[0].message
+    assert "509" in found[0].what and "511" in found[0].what
     assert "replace `lxc.cgroup2.devices.allow: c 511:* rwm` with `lxc.cgroup2.devices.allow: c 509:* rwm`" in found[0].fix
     assert "/etc/pve/lxc/201.conf" in found[0].fix and "dev0: /dev/nvidia-uvm" in found[0].fix
 
@@ -205,7 +207,7 @@ def test_mount_optional_missing():
     raw = data("pct-config-raw.txt").replace("c 511:* rwm", "c 509:* rwm")
     found = gpu.findings(host(nodes=nodes, configs={201: raw}), 201, None)
     assert "mount-optional-missing" in kinds(found)
-    assert "nvidia-modprobe -u -c=0" in next(f for f in found if f.kind == "mount-optional-missing").fix
+    assert "nvidia-modprobe -u -c=0" in next(f for f in found if f.code == "mount-optional-missing").fix
 
 
 def test_no_driver_libs():
@@ -224,17 +226,17 @@ def test_libcuda_missing_while_nvml_is_found_is_no_driver_libs():
                       "error": "libcuda.so.1 not found by the loader"}
     found = everything(host(), gpu.parse_container(json.dumps(first) + "\n" + json.dumps(second) + "\n"))
     assert kinds(found) == ["no-driver-libs"]
-    assert "libcuda.so.1 is not found" in found[0].message and "remote gpu fix -c" in found[0].fix
+    assert "libcuda.so.1 is not found" in found[0].what and "remote gpu fix -c" in found[0].fix
 
 
 def test_cuda_init_failed_alone():
     found = everything(host(), ct(init=100))
-    assert kinds(found) == ["cuda-init-failed"] and "100 (CUDA_ERROR_NO_DEVICE)" in found[0].message
+    assert kinds(found) == ["cuda-init-failed"] and "100 (CUDA_ERROR_NO_DEVICE)" in found[0].what
 
 
 def test_device_permission_in_the_container():
     found = everything(host(), ct(opened={"/dev/nvidia0": 13}))
-    assert kinds(found) == ["device-permission"] and "EACCES" in found[0].message
+    assert kinds(found) == ["device-permission"] and "EACCES" in found[0].what
     assert "mode=0666" in found[0].fix
 
 
@@ -242,7 +244,7 @@ def test_device_permission_from_the_hosts_modes_in_an_unprivileged_container():
     nodes = data("nodes-509.txt").replace(" 0 0 666", " 0 44 660")
     raw = data("pct-config-raw.txt").replace("c 511:* rwm", "c 509:* rwm") + "unprivileged: 1\n"
     found = gpu.findings(host(nodes=nodes, configs={201: raw}), 201, None)
-    assert kinds(found) == ["device-permission"] and "660" in found[0].message
+    assert kinds(found) == ["device-permission"] and "660" in found[0].what
 
 
 def test_mig_caps_missing():
@@ -336,19 +338,17 @@ def test_known_good_keeps_module_and_libraries_and_doctor_names_a_change(spec):
 
 
 def test_doctor_gpu_render_and_json(spec):
-    from remote import gpudoctor
-
     h = host(configs={200: data("pct-config-dev.txt"), 202: data("pct-config-cpu.txt")}, modinfo="580.105.08")
-    hosts = [gpudoctor.HostReport("pve1", h, gpu.host_findings(h, "pve1"))]
+    hosts = (GpuHost("pve1", h, tuple(gpu.host_findings(h, "pve1"))),)
     bad = ct(nodes=GOOD_NODES[:2], init=999)
     cpu = ct(nodes=[], libs=None, smi={"missing": True}, proc="")
-    cts = [gpudoctor.ContainerReport(200, "pve1", bad, h.configs[200], gpu.findings(h, 200, bad, "pve1")),
-           gpudoctor.ContainerReport(202, "pve1", cpu, h.configs[202], gpu.findings(h, 202, cpu, "pve1"))]
-    text = gpudoctor.render(hosts, cts)
+    cts = (GpuContainer(200, "pve1", bad, h.configs[200], tuple(gpu.findings(h, 200, bad, "pve1"))),
+           GpuContainer(202, "pve1", cpu, h.configs[202], tuple(gpu.findings(h, 202, cpu, "pve1"))))
+    text = fmt.gpu_text(GpuReport(hosts, cts))
     assert "host pve1: 1 finding(s) (NVIDIA module 580.95.05 (open), pve-container 5.2.3, pve-manager 8.3.0)" in text
     assert "(host-reboot-pending)" in text and "(container-uvm-missing)" in text
     assert "container 202 on pve1: no GPU configured (a CPU container)" in text
-    out = json.loads(json.dumps(gpudoctor.to_json(hosts, cts)))
+    out = json.loads(fmt.gpu_json(GpuReport(hosts, cts)))
     assert out["schema"] == 1 and out["healthy"] is False
     assert set(out["containers"][0]["findings"][0]) == {"kind", "severity", "message", "fix", "ctid", "host", "node",
                                                             "why"}
@@ -356,13 +356,11 @@ def test_doctor_gpu_render_and_json(spec):
 
 
 def test_untrusted_text_is_made_printable_before_it_reaches_a_terminal(spec):
-    from remote import gpudoctor
-
     evil = gpu.parse_container(ct_text(libs="575.57.08").replace('"file": "libcuda.so.575.57.08"',
                                                                   '"file": "libcuda.so.575\\u001b[2J"'))
     found = gpu.container_findings(evil, 200)
-    assert "\x1b" in found[0].message  # the data keeps what the container said; the terminal gets it escaped
-    text = gpudoctor.render([], [gpudoctor.ContainerReport(200, "pve1", evil, None, found)])
+    assert "\x1b" in found[0].what  # the data keeps what the container said; the terminal gets it escaped
+    text = fmt.gpu_text(GpuReport((), (GpuContainer(200, "pve1", evil, None, tuple(found)),)))
     assert "\x1b" not in text and "\\x1b" in text
 
 
@@ -400,7 +398,7 @@ def test_a_container_given_one_gpu_of_several_lacks_nothing():
     assert gpu.findings(host(nodes=nodes), 200, ct()) == []
     none = data("pct-config-dev.txt").replace("dev0: /dev/nvidia0\n", "")
     found = gpu.findings(host(nodes=nodes, configs={200: none}), 200, None)
-    assert kinds(found) == ["device-not-passed"] and "/dev/nvidia0" in found[0].message
+    assert kinds(found) == ["device-not-passed"] and "/dev/nvidia0" in found[0].what
 
 
 def test_a_cgroup_line_for_another_device_is_neither_gpu_nor_stale():
@@ -439,13 +437,13 @@ def test_container_node_wrong(path, major, minor, mount, opened, init, is_):
     found = gpu.findings(h, 200, gpu.parse_container(planted(path, major, minor, mount=mount, opened=opened, init=init)))
     assert kinds(found) == ["container-node-wrong", "cuda-init-failed"]
     f = found[0]
-    assert f.node == path and f.message.startswith(f"{path} in the container is {is_}")
-    assert f"the host's is {want.major}:{want.minor}, " in f.message
-    assert ("opening it fails with ENXIO" in f.message) == (opened == 6)
+    assert f.node == path and f.what.startswith(f"{path} in the container is {is_}")
+    assert f"the host's is {want.major}:{want.minor}, " in f.what
+    assert ("opening it fails with ENXIO" in f.what) == (opened == 6)
     key = next(k for k, p, _ in h.configs[200].devs if p == path)
     assert f"pct reboot 200: its config's `{key}: {path}` makes the host's node ({want.major}:{want.minor})" in f.fix
     assert (f"`umount {path}`" in f.fix) == bool(mount)
-    assert found[1].message.endswith(f": {path} wrong (above)") and "no GPU node" not in found[1].message
+    assert found[1].what.endswith(f": {path} wrong (above)") and "no GPU node" not in found[1].what
     assert all("doctor" not in x.fix for x in found)
 
 
@@ -457,9 +455,9 @@ def test_container_node_missing():
     found = gpu.findings(host(), 200, gpu.parse_container(answer))
     assert kinds(found) == ["container-node-missing", "cuda-init-failed"]
     assert found[0].node == "/dev/nvidiactl"
-    assert found[0].message.startswith("/dev/nvidiactl is not in the container (the host's is 195:255, nvidia)")
+    assert found[0].what.startswith("/dev/nvidiactl is not in the container (the host's is 195:255, nvidia)")
     assert found[0].fix == "pct reboot 200: its config's `dev1: /dev/nvidiactl` makes the host's node (195:255) at start"
-    assert "/dev/nvidiactl missing (above)" in found[1].message and "no GPU node passed" not in found[1].message
+    assert "/dev/nvidiactl missing (above)" in found[1].what and "no GPU node passed" not in found[1].what
     # Passed by raw lxc keys: the mount entry and the cgroup line with the host's major.
     raw = data("pct-config-raw.txt").replace("c 511:* rwm", "c 509:* rwm")
     found = gpu.findings(host(configs={201: raw}), 201, gpu.parse_container(answer))
@@ -470,7 +468,7 @@ def test_container_node_missing():
     cfg = data("pct-config-dev.txt").replace("dev2: /dev/nvidia-uvm\n", "").replace("dev3: /dev/nvidia-uvm-tools\n", "")
     gone = gpu.parse_container(planted("/dev/nvidia-uvm", 0, 0, gone=True))
     found = gpu.container_findings(gone, 200, host(configs={200: cfg}), host(configs={200: cfg}).configs[200])
-    assert found[0].kind == "container-uvm-missing"
+    assert found[0].code == "container-uvm-missing"
     assert "`dev2: /dev/nvidia-uvm` (`pct set 200 -dev2 /dev/nvidia-uvm`" in found[0].fix
     assert "`lxc.mount.entry: /dev/nvidia-uvm dev/nvidia-uvm none bind,optional,create=file` with " \
            "`lxc.cgroup2.devices.allow: c 509:* rwm`" in found[0].fix
@@ -480,27 +478,27 @@ def test_without_the_hosts_facts_a_node_is_compared_with_nvidias_numbers_and_the
     # train's preflight when the host could not be read: 195 is fixed, nvidia-uvm's major is in /proc/devices.
     found = gpu.findings(None, 200, gpu.parse_container(planted("/dev/nvidia-uvm", 511, 0, opened=6)))
     assert kinds(found) == ["container-node-wrong", "cuda-init-failed"]
-    assert "511:0, a major no driver has now; it should be 509:0, nvidia-uvm" in found[0].message
+    assert "511:0, a major no driver has now; it should be 509:0, nvidia-uvm" in found[0].what
     found = gpu.findings(None, 200, gpu.parse_container(planted("/dev/nvidiactl", 0, 0, gone=True)))
-    assert "(it should be 195:255, nvidia)" in found[0].message and "c 195:* rwm" in found[0].fix
+    assert "(it should be 195:255, nvidia)" in found[0].what and "c 195:* rwm" in found[0].fix
 
 
 def test_a_wrong_node_the_cgroup_denies_is_not_a_permission_to_grant():
     # In a real LXC container a stale 511:0 node fails with EPERM (no cgroup line allows 511): allowing 511 is no fix.
     found = gpu.findings(host(), 200, gpu.parse_container(planted("/dev/nvidia-uvm", 511, 0, opened=1)))
     assert kinds(found) == ["container-node-wrong", "cuda-init-failed"]
-    assert "511" not in found[0].fix and "opening it fails with EPERM" in found[0].message
+    assert "511" not in found[0].fix and "opening it fails with EPERM" in found[0].what
 
 
 def test_cuinit_100_without_a_gpu_node_says_so_and_with_one_does_not():
     no_gpu = gpu.container_findings(gpu.parse_container(planted("/dev/nvidia0", 0, 0, gone=True, init=100)), 200)
     assert kinds(no_gpu) == ["container-node-missing", "cuda-init-failed"] and no_gpu[0].node == "/dev/nvidia0"
-    assert no_gpu[1].message.endswith("/dev/nvidia0 missing (above)")
+    assert no_gpu[1].what.endswith("/dev/nvidia0 missing (above)")
     bare = gpu.container_findings(ct(nodes=[], init=100), 200)  # the libraries, not one node
-    assert kinds(bare) == ["cuda-init-failed"] and "no GPU node (/dev/nvidia0..) in the container" in bare[0].message
+    assert kinds(bare) == ["cuda-init-failed"] and "no GPU node (/dev/nvidia0..) in the container" in bare[0].what
     everything_there = gpu.container_findings(gpu.parse_container(planted("/dev/nvidia0", 195, 0, init=100)), 200)
     assert kinds(everything_there) == ["cuda-init-failed"]
-    assert "no GPU node" not in everything_there[0].message and "doctor" not in everything_there[0].fix
+    assert "no GPU node" not in everything_there[0].what and "doctor" not in everything_there[0].fix
 
 
 def test_preflight_names_nvidia_smis_own_text(spec):
@@ -533,12 +531,12 @@ def test_a_hidraw_cgroup_line_is_never_called_stale():
     # The same line where 242 belongs to no driver now: stale, replaced.
     found = gpu.findings(host(configs={201: raw}), 201, None)
     assert "replace `lxc.cgroup2.devices.allow: c 242:* rwm` with `lxc.cgroup2.devices.allow: c 509:* rwm`" in found[0].fix
-    assert "belongs to no driver now" in found[0].message
+    assert "belongs to no driver now" in found[0].what
     # 242 is hidraw's now, but the container's own /dev/nvidia-uvm still carries it: it was an NVIDIA major.
     old = gpu.parse_container(planted("/dev/nvidia-uvm", 242, 0))
     found = gpu.findings(host(devices=HIDRAW, configs={201: raw}), 201, old)
     assert "replace `lxc.cgroup2.devices.allow: c 242:* rwm`" in found[0].fix
-    assert "belongs to hidraw now, the container's NVIDIA node still carries it" in found[0].message
+    assert "belongs to hidraw now, the container's NVIDIA node still carries it" in found[0].what
 
 
 def test_every_major_of_proc_devices_is_read():
@@ -602,7 +600,7 @@ def test_gpu_foreign_processes():
     c = gpu.parse_container(json.dumps({**json.loads(first), "apps": STRAY}) + "\n" + cuda + "\n")
     found = everything(host(), c)
     assert kinds(found) == ["gpu-foreign-processes"] and found[0].severity == "warning"
-    assert found[0].message == "GPU processes of no run hold 130.0 GiB: pid 4242 (133120 MiB): python hog.py --hold 130g"
+    assert found[0].what == "GPU processes of no run hold 130.0 GiB: pid 4242 (133120 MiB): python hog.py --hold 130g"
     assert "remote exec -c 200 'kill PID'" in found[0].fix
     assert everything(host(), ct()) == []  # no process listed: nothing
     with pytest.raises(ValueError):  # untrusted: a wrong type is that container's error, not a crash elsewhere
@@ -617,34 +615,36 @@ def test_after_a_driver_upgrade_the_host_names_every_stale_container_with_gpu_fi
     h = host(proc=data("proc-driver-nvidia-version-open.txt").replace("580.95.05", "580.105.08"),
              sys_version="580.105.08", modinfo="580.105.08",
              configs={200: data("pct-config-dev.txt"), 201: data("pct-config-dev.txt"), 202: data("pct-config-dev.txt")})
-    reports = [gpudoctor.HostReport("pve1", h, gpu.host_findings(h, "pve1"))]
     cts = []
     for ctid, libs in ((200, "580.95.05"), (201, "580.95.05"), (202, "580.105.08")):
         c = ct(libs=libs)
-        cts.append(gpudoctor.ContainerReport(ctid, "pve1", c, h.configs[ctid], gpu.findings(h, ctid, c, "pve1")))
-    text = gpudoctor.render(reports, cts)
+        cts.append(GpuContainer(ctid, "pve1", c, h.configs[ctid], tuple(gpu.findings(h, ctid, c, "pve1"))))
+    assert gpudoctor.stale("pve1", cts) == (200, 201) and gpudoctor.stale("pve2", cts) == ()
+    hosts = (GpuHost("pve1", h, tuple(gpu.host_findings(h, "pve1")), stale=gpudoctor.stale("pve1", cts)),)
+    report = GpuReport(hosts, tuple(cts))
+    text = fmt.gpu_text(report)
     for ctid in (200, 201):
         assert (f"  container {ctid}: driver user space 580.95.05, not the loaded module 580.105.08: "
                 f"`remote gpu fix -c {ctid}`") in text
     assert "container 202: driver user space" not in text
-    assert gpudoctor.to_json(reports, cts)["hosts"][0]["stale_containers"] == [200, 201]
-    assert "remote gpu fix -c 200" in next(f.fix for f in cts[0].findings if f.kind == "driver-lib-mismatch")
+    assert fmt.gpu_document(report)["hosts"][0]["stale_containers"] == [200, 201]
+    assert "remote gpu fix -c 200" in next(f.fix for f in cts[0].findings if f.code == "driver-lib-mismatch")
 
 
 def test_a_pending_driver_change_names_the_reboot_then_gpu_fix_for_the_host():
     found = gpu.host_findings(host(modinfo="580.105.08"), "pve1")
-    f = next(f for f in found if f.kind == "host-reboot-pending")
-    assert "580.95.05" in f.message and "580.105.08" in f.message and "remote gpu fix --host pve1 --all" in f.fix
+    f = next(f for f in found if f.code == "host-reboot-pending")
+    assert "580.95.05" in f.what and "580.105.08" in f.what and "remote gpu fix --host pve1 --all" in f.fix
 
 
 def test_move_node_missing():
     cfg = gpu.parse_pct_config(200, data("pct-config-dev.txt") + "dev4: /dev/nvidia3\nrc=0")
     no_uvm = "\n".join(line for line in data("nodes-509.txt").splitlines() if "nvidia-uvm" not in line)
     found = gpu.move_findings(cfg, host(), host(nodes=no_uvm), "pve2")
-    assert [(f.kind, f.node) for f in found] == [("move-node-missing", "/dev/nvidia-uvm"),
+    assert [(f.code, f.node) for f in found] == [("move-node-missing", "/dev/nvidia-uvm"),
                                                 ("move-node-missing", "/dev/nvidia-uvm-tools"),
                                                 ("move-node-missing", "/dev/nvidia3")]
-    assert "Proxmox refuses to start container 200 there" in found[0].message
+    assert "Proxmox refuses to start container 200 there" in found[0].what
     assert "remote host setup pve2" in found[0].fix and "pve2 has /dev/nvidia0" in found[2].fix
     assert gpu.move_findings(cfg, host(), host(), "pve2")[0].node == "/dev/nvidia3"  # only the GPU the node lacks
     assert gpu.move_findings(gpu.parse_pct_config(200, data("pct-config-cpu.txt") + "rc=0"), host(), host(nodes=""), "pve2") == []
@@ -653,7 +653,7 @@ def test_move_node_missing():
 def test_move_no_driver():
     found = gpu.move_findings(gpu.parse_pct_config(200, data("pct-config-dev.txt") + "rc=0"), host(),
                               host(proc="", sys_version="", modules="", smi=""), "pve2")
-    assert [f.kind for f in found] == ["move-no-driver"] and "580.95.05" in found[0].fix
+    assert [f.code for f in found] == ["move-no-driver"] and "580.95.05" in found[0].fix
 
 
 def test_move_driver_differs():
@@ -661,6 +661,6 @@ def test_move_driver_differs():
                  sys_version="580.105.08")
     cfg = gpu.parse_pct_config(200, data("pct-config-dev.txt") + "rc=0")
     found = gpu.move_findings(cfg, host(), other, "pve2")
-    assert [f.kind for f in found] == ["move-driver-differs"] and found[0].severity == "warning"
+    assert [f.code for f in found] == ["move-driver-differs"] and found[0].severity == "warning"
     assert "remote gpu fix -c 200" in found[0].fix
     assert gpu.move_findings(cfg, host(), other, "pve2", mounts_userspace=True) == []  # the node's own folder

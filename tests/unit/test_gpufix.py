@@ -422,6 +422,7 @@ def test_gpu_fix_wants_one_container_or_a_host_with_all():
 
 def test_doctor_before_a_move_reads_both_nodes_and_names_what_the_target_lacks():
     from remote import gpudoctor
+    from remote.cli import format as fmt
     from remote.errors import ConfigError
 
     here, there = Pvesm(), Pvesm(nodes=UVM_GONE)
@@ -429,13 +430,13 @@ def test_doctor_before_a_move_reads_both_nodes_and_names_what_the_target_lacks()
                 transport_factory=lambda h: here if h.name == "pve1" else there)
     moved = gpudoctor.before_move(s, 200, "pve2")
     assert [f.node for f in moved.findings] == ["/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"] and not moved.healthy
-    assert moved.render().startswith("container 200 (pve1) to node pve2: 2 finding(s)")
+    assert fmt.gpu_move_text(moved).startswith("container 200 (pve1) to node pve2: 2 finding(s)")
     assert mutating(here.calls + there.calls) == []
     with pytest.raises(ConfigError, match="unknown host 'pve9'"):
         gpudoctor.before_move(s, 200, "pve9")
     ok = gpudoctor.before_move(Session(config.parse(HOSTS, "hosts.yaml"), agent=False,
                                        transport_factory=lambda h: Pvesm()), 200, "pve2")
-    assert ok.healthy and ok.render().endswith("every device node its devN lines name is there")
+    assert ok.healthy and fmt.gpu_move_text(ok).endswith("every device node its devN lines name is there")
 
 
 def test_doctor_node_wants_gpu_and_one_container():

@@ -1,5 +1,5 @@
-"""GPU findings: the host's and each container's facts turned into findings with a stable `kind`, a one-line
-message and a fix a user can paste, computed from what the host reports (majors, paths, versions). Pure.
+"""GPU findings: the host's and each container's facts turned into remote.results.Findings with a stable code
+(a `kind` of KINDS), a one-line message (`what`), why it matters (WHY) and a fix a user can paste, computed from what the host reports (majors, paths, versions). Pure.
 
 A container with no NVIDIA line in its config, no /dev/nvidia* node and no driver library is a CPU
 container: it gives no finding at all.
@@ -8,8 +8,8 @@ container: it gives no finding at all.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
 
+from ...results import Finding
 from .container import CtGpu
 from .host import NVIDIA_MAJOR, REQUIRED, CtConfig, HostGpu, Node, _allow_major
 
@@ -29,18 +29,37 @@ SEVERITY = {"host-no-driver": "error", "host-reboot-pending": "warning", "host-u
 KINDS = tuple(SEVERITY)
 
 
-@dataclass(frozen=True)
-class GpuFinding:
-    kind: str  # stable: one of KINDS
-    severity: str  # error | warning
-    message: str  # one line
-    fix: str  # what to paste, or do
-    ctid: int | None = None  # None: about the host itself
-    host: str | None = None
-    node: str | None = None  # the device node it is about (/dev/nvidiactl), where it is about one
+WHY = {"host-no-driver": "no container on this host can use a GPU",
+       "host-reboot-pending": "a reboot or a driver reload brings another module: a long run can die then, and "
+                              "libraries upgraded with it no longer match the loaded one",
+       "host-uvm-not-loaded": "CUDA needs /dev/nvidia-uvm; nvidia-smi works without it",
+       "host-gpu-vfio": "a GPU bound to vfio-pci is kept for a VM; nvidia-smi cannot see it",
+       "driver-lib-mismatch": "NVML and CUDA refuse to run when the libraries and the module differ",
+       "container-uvm-missing": "without it cuInit returns 999 and torch sees no GPU",
+       "device-not-passed": "CUDA opens every GPU node; a node the container lacks is a GPU it cannot use",
+       "cgroup-major-stale": "the nvidia-uvm major is dynamic: a line written for another boot denies the node",
+       "mount-optional-missing": "`optional` skips a node that is missing at start, without a word",
+       "no-driver-libs": "torch and nvidia-smi load libcuda and libnvidia-ml from the container",
+       "cuda-init-failed": "no CUDA program can start",
+       "device-permission": "a node that cannot be opened is a GPU the job cannot use",
+       "mig-caps-missing": "MIG instances are opened through /dev/nvidia-caps",
+       "persistence-off": "without persistence the driver is torn down between jobs",
+       "container-node-missing": "CUDA opens /dev/nvidiactl and the GPU's node; a node the container lacks fails "
+                                 "cuInit, whatever nvidia-smi says",
+       "container-node-wrong": "a node with other numbers than the host's (a bind of /dev/null, a stale major) "
+                               "is another device: CUDA fails on it",
+       "gpu-foreign-processes": "they hold GPU memory and compute a run expects to have: a run that needs the memory "
+                                "fails with CUDA out of memory",
+       "move-node-missing": "Proxmox checks a devN node at start: HA and migration look at affinity, not devices",
+       "move-no-driver": "no container on that node can use a GPU",
+       "move-driver-differs": "NVML and CUDA refuse to run when the libraries and the module differ"}
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+
+def _finding(kind: str, message: str, fix: str, ctid: int | None = None, host: str | None = None,
+            node: str | None = None) -> Finding:
+    """A GPU finding: `kind` (one of KINDS) its code, with its severity and why; `message` one line, `fix` what
+    to paste or do; `ctid` None where it is about the host itself; `node` the device node it is about."""
+    return Finding(kind, SEVERITY[kind], message, None, WHY[kind], fix, ctid, host, node)
 
 
 def _allowed(allows: tuple[str, ...], node: Node) -> bool:
@@ -72,14 +91,14 @@ def _conf(ctid: int) -> str:
     return f"/etc/pve/lxc/{ctid}.conf"
 
 
-def host_findings(host: HostGpu, name: str | None = None) -> list[GpuFinding]:
+def host_findings(host: HostGpu, name: str | None = None) -> list[Finding]:
     """What is wrong on the host itself; nothing when no container there is configured for a GPU and the host
     has no driver loaded (a CPU host)."""
-    out: list[GpuFinding] = []
+    out: list[Finding] = []
     wanted = [c for c in host.configs.values() if c.gpu]
     if not wanted and not host.loaded:
         return out
-    add = lambda kind, message, fix: out.append(GpuFinding(kind, SEVERITY[kind], message, fix, None, name))  # noqa: E731
+    add = lambda kind, message, fix: out.append(_finding(kind, message, fix, None, name))  # noqa: E731
     ids = ", ".join(str(c.ctid) for c in wanted) or "none"
     vfio = [p for p in host.pci if p.driver == "vfio-pci"]
     on_nvidia = [p for p in host.pci if p.driver == "nvidia"]
@@ -126,14 +145,14 @@ def host_findings(host: HostGpu, name: str | None = None) -> list[GpuFinding]:
     return out
 
 
-def config_findings(host: HostGpu, cfg: CtConfig, ct: CtGpu | None = None, name: str | None = None) -> list[GpuFinding]:
+def config_findings(host: HostGpu, cfg: CtConfig, ct: CtGpu | None = None, name: str | None = None) -> list[Finding]:
     """What a container's config does wrong against the host's nodes now (needs the host's facts)."""
-    out: list[GpuFinding] = []
+    out: list[Finding] = []
     if not cfg.gpu or not host.loaded:
         return out
     c = cfg.ctid
     add = lambda kind, message, fix, node=None: out.append(  # noqa: E731
-        GpuFinding(kind, SEVERITY[kind], message, fix, c, name, node))
+        _finding(kind, message, fix, c, name, node))
     required = [n for n in host.nodes if REQUIRED.match(n.path)]
     # The control nodes are needed by every container; of the GPUs, at least one (a host's GPUs are often
     # shared out between containers: one that gets GPU 0 of 8 lacks nothing).
@@ -274,12 +293,12 @@ def _node_fix(ctid: int, cfg: CtConfig | None, path: str, want: Node | None, hav
 
 
 def node_findings(ct: CtGpu, ctid: int, host: HostGpu | None = None, cfg: CtConfig | None = None,
-                  name: str | None = None) -> list[GpuFinding]:
+                  name: str | None = None) -> list[Finding]:
     """Each node the container needs against the host's (major:minor, character device, opens): one finding
     per wrong or missing node, naming it, what it is and what it should be. Needed: /dev/nvidiactl,
     /dev/nvidia-uvm, every GPU node the container has or its config passes (one at least),
     /dev/nvidia-uvm-tools and /dev/nvidia-caps/* where it has them or its config passes them."""
-    out: list[GpuFinding] = []
+    out: list[Finding] = []
     have = {n.path for n in ct.nodes}
     passed = {p for _, p, _ in cfg.devs} | {src for src, _, _ in cfg.mounts} if cfg else set()
     if not any(p.startswith("/dev/nvidia") for p in have) and not (cfg and cfg.gpu):
@@ -303,7 +322,7 @@ def node_findings(ct: CtGpu, ctid: int, host: HostGpu | None = None, cfg: CtConf
             if want is None and (path != "/dev/nvidia-uvm" or host is not None):
                 continue  # the host lacks it too: its own finding says so
             kind = "container-uvm-missing" if path == "/dev/nvidia-uvm" else "container-node-missing"
-            out.append(GpuFinding(kind, SEVERITY[kind], f"{path} is not in the container" +
+            out.append(_finding(kind, f"{path} is not in the container" +
                                   (f" ({should})" if should else "") + f": {purpose}",
                                   _node_fix(ctid, cfg, path, want, None, missing_fix), ctid, name, path))
             missing_fix += 1
@@ -314,7 +333,7 @@ def node_findings(ct: CtGpu, ctid: int, host: HostGpu | None = None, cfg: CtConf
         opens = f"; opening it fails with {ERRNO.get(node.open_errno, f'errno {node.open_errno}')}" \
             if node.open_errno is not None else ""
         over = f", with {node.mount} mounted on it" if node.mount is not None else ""
-        out.append(GpuFinding("container-node-wrong", SEVERITY["container-node-wrong"],
+        out.append(_finding("container-node-wrong",
                               f"{path} in the container is {_what(node, drivers)}{over}"
                               + (f"; {should}" if should else "") + f"{opens}: {purpose}",
                               _node_fix(ctid, cfg, path, want, node), ctid, name, path))
@@ -334,14 +353,14 @@ CUDA_FIX = {999: "on the host: `dmesg | grep -iE 'NVRM|Xid'` names the driver's 
 
 
 def container_findings(ct: CtGpu, ctid: int, host: HostGpu | None = None, cfg: CtConfig | None = None,
-                       name: str | None = None) -> list[GpuFinding]:
+                       name: str | None = None) -> list[Finding]:
     """What a container sees wrong; with the host's facts the fixes name the host's versions and majors.
     Nothing at all for a CPU container (no node, no driver library, no NVIDIA line in its config)."""
-    out: list[GpuFinding] = []
+    out: list[Finding] = []
     if not ct.gpu and not (cfg and cfg.gpu):
         return out
     add = lambda kind, message, fix, node=None: out.append(  # noqa: E731
-        GpuFinding(kind, SEVERITY[kind], message, fix, ctid, name, node))
+        _finding(kind, message, fix, ctid, name, node))
     module = (host.loaded if host else None) or ct.proc_version
     if host is not None and not host.loaded:
         return out  # host-no-driver says it all
@@ -386,12 +405,12 @@ def container_findings(ct: CtGpu, ctid: int, host: HostGpu | None = None, cfg: C
             fix = (f"use `{_free_dev(cfg) if cfg else 'dev0'}: {n.path},mode=0666` in {_conf(ctid)} (PVE >= 8.1), or "
                    "make the host's nodes 0666 (`options nvidia NVreg_DeviceFileMode=0666`)")
             what = f"its mode {n.mode:o}, owner {n.uid}:{n.gid} (unmapped in an unprivileged container) deny it (EACCES)"
-        if not any(f.kind == "device-permission" for f in out):
+        if not any(f.code == "device-permission" for f in out):
             add("device-permission", f"permission denied opening {n.path} in the container: {what}", fix, n.path)
     if ct.cuda_loaded and ct.cuda_init not in (None, 0):
         code = ct.cuda_init
-        nodes = [f"{f.node} {'wrong' if f.kind == 'container-node-wrong' else 'missing'}" for f in out
-                 if f.node and f.kind in ("container-node-wrong", "container-node-missing", "container-uvm-missing")]
+        nodes = [f"{f.node} {'wrong' if f.code == 'container-node-wrong' else 'missing'}" for f in out
+                 if f.node and f.code in ("container-node-wrong", "container-node-missing", "container-uvm-missing")]
         if nodes:  # the node findings above are the cause: name them, never a guess
             cause = ", ".join(nodes) + " (above)"
         elif code == 100:
@@ -415,15 +434,15 @@ def container_findings(ct: CtGpu, ctid: int, host: HostGpu | None = None, cfg: C
     return out
 
 
-def findings(host: HostGpu | None, ctid: int, ct: CtGpu | None, name: str | None = None) -> list[GpuFinding]:
+def findings(host: HostGpu | None, ctid: int, ct: CtGpu | None, name: str | None = None) -> list[Finding]:
     """A container's findings: its config against the host's nodes, then what it sees (host part excluded)."""
     cfg = host.configs.get(ctid) if host else None
     out = config_findings(host, cfg, ct, name) if host and cfg else []
     if ct is not None:
         # The config's finding about a node says it first: the container's about the same node is left out.
-        seen, nodes = {f.kind for f in out}, {f.node for f in out if f.node}
+        seen, nodes = {f.code for f in out}, {f.node for f in out if f.node}
         out += [f for f in container_findings(ct, ctid, host, cfg, name)
-                if f.kind == "cuda-init-failed" or (f.kind not in seen and f.node not in nodes)]
+                if f.code == "cuda-init-failed" or (f.code not in seen and f.node not in nodes)]
     return out
 
 
@@ -434,15 +453,15 @@ def versions(host: HostGpu | None, ct: CtGpu | None) -> dict:
 
 
 def move_findings(cfg: CtConfig, source: HostGpu | None, target: HostGpu, node: str,
-                  mounts_userspace: bool = False) -> list[GpuFinding]:
+                  mounts_userspace: bool = False) -> list[Finding]:
     """Before a move of the container `cfg` describes to cluster node `node` (`target`: that node's facts):
     every device node its devN lines name that the node lacks (Proxmox refuses to start it there: devN is
     checked at start, HA placement is not), no module there, and a driver version other than the source's
     where the container's user space is its own (`mounts_userspace`: it follows the node's folder)."""
-    out: list[GpuFinding] = []
+    out: list[Finding] = []
     c = cfg.ctid
     add = lambda kind, message, fix, path=None: out.append(  # noqa: E731
-        GpuFinding(kind, SEVERITY[kind], message, fix, c, node, path))
+        _finding(kind, message, fix, c, node, path))
     if not cfg.gpu:
         return out
     if not target.loaded:
