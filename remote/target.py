@@ -7,6 +7,7 @@ typed at the source (`t.step("venv: build")`, `t.note(...)`, `t.warn(...)`, `t.o
 below the command line writes a prefix that somebody parses back.
 `resolve_host(session, name)` makes a HostTarget: an operation on a Proxmox host itself (`remote create`,
 `remote host setup`), reporting the same way, marked with the container it makes where there is one.
+`reporter(session)` reports what is no one container's (a multi-node run as a whole) the same way, unmarked.
 Below the operations, above the transport (like pyinfra's Host object, or SkyPilot's ResourceHandle).
 """
 
@@ -115,6 +116,22 @@ class HostTarget(_Reports):
     @property
     def _mark(self) -> int | None:
         return self.ctid
+
+
+@dataclass(frozen=True, eq=False)
+class Reporter(_Reports):
+    """A session's own reports: what is no one container's (a multi-node run as a whole), marked with none."""
+
+    session: Session
+
+    @property
+    def _mark(self) -> int | None:
+        return None
+
+
+def reporter(session: Session) -> Reporter:
+    """What an operation on several containers reports its whole through (each node's part: its Target)."""
+    return Reporter(session)
 
 
 def spec_of(config: Config, which: int | str | None = None) -> ContainerSpec:

@@ -271,8 +271,7 @@ class FleetBase:
         until it ends: its exit status (0 when detached)."""
         from ..ops import multinode
 
-        result = multinode.train(self._session, self.select(which), force=force, warmup=warmup, follow=follow,
-                                 echo=self._emit)
+        result = multinode.train(self._session, self.select(which), force=force, warmup=warmup, follow=follow)
         return multinode.final_status(result) if result else 0
 
     def follow_nodes(self, ctid: int, run: str | None = None) -> int | None:
@@ -283,7 +282,7 @@ class FleetBase:
         run_id, nodes = multinode.nodes_of(self._session, ctid, run)
         if len(nodes) < 2 or run_id is None:
             return None
-        return multinode.final_status(multinode.follow_run(self._session, nodes, run_id, echo=self._emit))
+        return multinode.final_status(multinode.follow_run(self._session, nodes, run_id))
 
     def disconnect(self, host: str | None = None) -> list[int]:
         """End this hosts file's kept connections now (one host's, or every one): the pids ended."""

@@ -462,7 +462,6 @@ ECHO_TODAY = {
     "remote/cluster.py": ["resolving", "__init__"],
     "remote/ops/compilelog.py": ["__init__"],
     "remote/ops/jobs.py": ["preflight", "launch", "show_log"],
-    "remote/ops/multinode.py": ["train", "follow_run"],
     "remote/ops/pyspy.py": ["ensure"],
     "remote/ops/session.py": ["open_session"],
     "remote/transport/dryline.py": ["show"],
