@@ -460,7 +460,6 @@ CT_SPEC_TODAY = {
 # the session's own reporter (not an operation's).
 ECHO_TODAY = {
     "remote/cluster.py": ["resolving", "__init__"],
-    "remote/ops/compilelog.py": ["__init__"],
     "remote/ops/jobs.py": ["preflight", "launch", "show_log"],
     "remote/ops/pyspy.py": ["ensure"],
     "remote/ops/session.py": ["open_session"],
