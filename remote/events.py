@@ -54,6 +54,11 @@ class Output(Event):
 class Note(Event):
     level: Literal["info", "warning"]
 
+    @classmethod
+    def of(cls, container: int | None, text: str, level: Literal["info", "warning"] = "info") -> Note:
+        """A note as the library words it: `-- text`, a warning `!! text`."""
+        return cls(container, ("!! " if level == "warning" else "-- ") + text, level)
+
 
 @dataclass(frozen=True)
 class Progress(Event):

@@ -42,11 +42,11 @@ class _Reports:
 
     def note(self, text: str) -> None:
         """Something to know (`-- text`)."""
-        self.session.sink(Note(self._mark, f"-- {text}", "info"))
+        self.session.sink(Note.of(self._mark, text))
 
     def warn(self, text: str) -> None:
         """Something that needs the user's attention (`!! text`)."""
-        self.session.sink(Note(self._mark, f"!! {text}", "warning"))
+        self.session.sink(Note.of(self._mark, text, "warning"))
 
     def output(self, line: str) -> None:
         """A line of a command's or a log's output, as it came."""

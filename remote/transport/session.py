@@ -64,7 +64,7 @@ class Session:
 
         # Containers of a Proxmox cluster: each on the host of the node that holds it (its guest list read once).
         self.config = cluster.resolving(self.config, lambda host, argv: self.host_run(host, argv, deadline=60),
-                                        self.echo, ask=lambda host, argv: self.host_fact(host, argv, deadline=60))
+                                        self.sink, ask=lambda host, argv: self.host_fact(host, argv, deadline=60))
 
     def sink(self, event: Event) -> None:
         """An operation's event (remote.target): to the session's event sink, else its line to echo."""

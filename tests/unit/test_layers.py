@@ -459,7 +459,6 @@ CT_SPEC_TODAY = {
 # Target (t.step/note/warn/output); none may be added. cluster's, the session's and the dry-run printer's are
 # the session's own reporter (not an operation's).
 ECHO_TODAY = {
-    "remote/cluster.py": ["resolving", "__init__"],
     "remote/ops/jobs.py": ["preflight", "launch", "show_log"],
     "remote/ops/pyspy.py": ["ensure"],
     "remote/ops/session.py": ["open_session"],
