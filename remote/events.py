@@ -13,6 +13,7 @@ remote.group, sets `CONTAINER` in each container's thread). The library drops ev
     ├── Progress      a group call's periodic word on what each running container is doing
     ├── Resumed       a followed log picked up again after a lost connection, at its byte offset
     ├── SnapshotTaken a Proxmox snapshot taken before a change (its name, and why)
+    ├── DryCommand    a command a dry run would run (one line, long arguments elided; its argv whole)
     ├── Done          a container's part of a group call ended well
     └── Failed        ... or with an error (its exit status and message)
 
@@ -75,6 +76,13 @@ class Resumed(Event):
 class SnapshotTaken(Event):
     name: str
     reason: str
+
+
+@dataclass(frozen=True)
+class DryCommand(Event):
+    """A command a dry run would have run (not run): `line` with its long arguments elided, `argv` whole."""
+
+    argv: tuple[str, ...]  # the command as the host would run it
 
 
 @dataclass(frozen=True)

@@ -107,6 +107,10 @@ def test_one_containers_call_marks_each_event_with_it_also_a_dry_runs_commands(t
     with remote.open(path, dry=True, events=got.append, transport=MockTransport(lambda c: Reply())) as fleet:
         fleet.container(200).exec(["nvidia-smi", "-L"])
     assert got and all(e.container == 200 for e in got), [(e.container, e.line) for e in got]
+    from remote.events import DryCommand
+
+    dry = [e for e in got if isinstance(e, DryCommand)]  # typed: a command it would have run, argv whole
+    assert len(dry) == 1 and dry[0].argv[-2:] == ("nvidia-smi", "-L") and "nvidia-smi -L" in dry[0].line
 
 
 def test_a_follow_that_resumes_after_a_lost_connection_is_a_resumed_event_of_its_container(tmp_path):

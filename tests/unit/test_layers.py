@@ -462,7 +462,6 @@ ECHO_TODAY = {
     "remote/ops/jobs.py": ["preflight", "launch", "show_log"],
     "remote/ops/pyspy.py": ["ensure"],
     "remote/ops/session.py": ["open_session"],
-    "remote/transport/dryline.py": ["show"],
 }
 
 
