@@ -97,8 +97,9 @@ class Target(_Reports):
 
     @property
     def echo(self) -> Callable[[str], None]:
-        """A line reporter for operations not yet moved to step/note/warn/output (going away): each line as
-        its event, marked with this container (one container's call too, not only a group's)."""
+        """A line reporter for remote/ops/jobs.py's `echo=` (preflight, launch, show_log: the last operations
+        not yet moved to step/note/warn/output; branch sig moves them): each line as its event (events.event_of),
+        marked with this container. Going with them."""
         from .events import event_of
 
         return lambda line: self.session.sink(event_of(line, self.spec.ctid))
