@@ -12,11 +12,11 @@ container's thread). Nothing here prints or touches sys.stdout.
     Event
     ├── StepStarted   a step begins ("==> venv: build ...")
     ├── Output        a line of a command's or a log's output
+    │   └── DryCommand  a command a dry run would run (one line, long arguments elided; its argv whole)
     ├── Note          something to know (level info: "-- ...", warning: "!! ...")
     ├── Progress      a group call's periodic word on what each running container is doing
     ├── Resumed       a followed log picked up again after a lost connection, at its byte offset
     ├── SnapshotTaken a Proxmox snapshot taken before a change (its name, and why)
-    ├── DryCommand    a command a dry run would run (one line, long arguments elided; its argv whole)
     ├── Done          a container's part of a group call ended well
     └── Failed        ... or with an error (its exit status and message)
 
@@ -82,8 +82,9 @@ class SnapshotTaken(Event):
 
 
 @dataclass(frozen=True)
-class DryCommand(Event):
-    """A command a dry run would have run (not run): `line` with its long arguments elided, `argv` whole."""
+class DryCommand(Output):
+    """A command a dry run would have run (not run): `line` with its long arguments elided, `argv` whole.
+    An Output (what a dry run shows, as it always was), the kind telling it from a command's own output."""
 
     argv: tuple[str, ...]  # the command as the host would run it
 
