@@ -21,11 +21,12 @@ import sys
 import threading
 from collections.abc import Callable, ItemsView, ValuesView
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 from . import sudo
 from .config import Config, ContainerSpec, Host
 from .errors import ConfigError, RemoteError
+from .events import Note, Sink
 from .naming import json_loads, printable
 
 GUESTS = ("get", "/cluster/resources", "--type", "vm", "--output-format", "json")  # remote.sudo.PROGRAMS' pvesh
@@ -92,7 +93,7 @@ def parse_node_name(text: str) -> str | None:
 class Placement:
     spec: ContainerSpec  # on the host entry of the node that holds it (unchanged where the list lacks it)
     node: str | None  # None: not in the cluster's guest list
-    note: str | None = None  # the hint was wrong: one line saying where it is
+    note: str | None = None  # the hint was wrong: what to know (one line) of where it is
 
 
 def resolve(config: Config, spec: ContainerSpec, guests: dict[int, Guest],
@@ -113,7 +114,7 @@ def resolve(config: Config, spec: ContainerSpec, guests: dict[int, Guest],
                           f"and its address; `remote init --address NODE` writes every node of the cluster")
     if host.name == spec.host.name:
         return Placement(spec, guest.node)
-    note = (f"-- {spec.ctid} is on {guest.node}, not {node_of(spec.host, learned)} (the hosts file's host): using "
+    note = (f"{spec.ctid} is on {guest.node}, not {node_of(spec.host, learned)} (the hosts file's host): using "
             f"{host.name}"
             if spec.host_given else None)
     return Placement(replace(spec, host=host), guest.node, note)
@@ -137,14 +138,14 @@ class Lookup:
     the container's hinted host first), read again at most once per cluster when Proxmox says a container
     does not exist on the node the list named."""
 
-    def __init__(self, config: Config, run: Runner, echo: Callable[[str], None] | None = None,
-                 ask: Runner | None = None):
+    def __init__(self, config: Config, run: Runner, sink: Sink | None = None, ask: Runner | None = None):
         self.config, self._run = config, run
         self._ask = ask or run  # a question whose answer holds while the connection does (a kept connection keeps it)
         self.learned: dict[str, str] = {}  # entry name -> the node name that host gave
         self._asked: set[str] = set()  # hosts asked their node name (once each)
-        echo = echo or (lambda line: print(line, file=sys.stderr, flush=True))  # never in a command's output
-        self._echo = lambda line: echo(printable(line))  # notes quote the hosts' answers: one plain line each
+        # where its notes go (the session's sink: typed events); without one, their lines to stderr, never
+        # into a command's output
+        self._sink: Sink = sink or (lambda event: print(event.line, file=sys.stderr, flush=True))
         self._lists: dict[str, dict[int, Guest]] = {}
         self._placed: dict[int, Placement] = {}
         self._reread: set[str] = set()
@@ -187,8 +188,8 @@ class Lookup:
             # ... Connection refused; no pvesh there; pvesh refusing the line): the next node may.
             problems.append(f"{host.name}: pvesh exited {result.exit_code}: {' '.join(err.split())[:200]}")
         # No node answers: each container stays on its hint, where the command reports what is wrong there.
-        self._echo(f"!! cluster {cluster}: no node answered for its guest list ({'; '.join(problems)[:300]}): using "
-                   "the hosts file's hosts")
+        self._say(None, f"cluster {cluster}: no node answered for its guest list ({'; '.join(problems)[:300]}): "
+                  "using the hosts file's hosts", "warning")
         return {}
 
     def place(self, spec: ContainerSpec) -> Placement:
@@ -206,8 +207,13 @@ class Lookup:
                 self._placed[spec.ctid] = placed
             if placed.note and spec.ctid not in self._said:
                 self._said.add(spec.ctid)
-                self._echo(placed.note)
+                self._say(spec.ctid, placed.note, "info")
             return placed
+
+    def _say(self, ctid: int | None, text: str, level: Literal["info", "warning"]) -> None:
+        """A note to the sink, marked with the container it is about (None: the cluster's); printable: notes
+        quote the hosts' answers, one plain line each."""
+        self._sink(Note.of(ctid, printable(text), level))
 
     def _learn(self, cluster: str, node: str) -> None:
         """The list names `node` and no entry of the file is called so: the cluster's hosts without `node:` are
@@ -278,15 +284,15 @@ def has_clusters(config: Config) -> bool:
     return any(h.cluster for h in config.hosts.values())
 
 
-def resolving(config: Config, run: Runner, echo: Callable[[str], None] | None = None,
-              ask: Runner | None = None) -> Config:
+def resolving(config: Config, run: Runner, sink: Sink | None = None, ask: Runner | None = None) -> Config:
     """`config` whose containers of a cluster resolve to the host of the node holding them, on first use
-    (`ask`: how a host is asked its node name, once per kept connection where it has one)."""
+    (`sink`: where its notes go, typed; `ask`: how a host is asked its node name, once per kept connection
+    where it has one)."""
     if isinstance(config.containers, Containers):  # another session's view: this one reads its own lists
         config = config.containers.lookup.config
     if not has_clusters(config):
         return config
-    lookup = Lookup(config, run, echo, ask)
+    lookup = Lookup(config, run, sink, ask)
     return replace(config, containers=Containers(config.containers, lookup))
 
 

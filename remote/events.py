@@ -1,14 +1,18 @@
 """Progress as typed events through one sink: the library reports, whoever called it renders.
 
-An operation reports what it does as a line (`==> step`, `!! warning`, `-- note`, or a line of output);
-`event_of` turns each into a typed event, marked with the container whose work it is (the executor,
-remote.group, sets `CONTAINER` in each container's thread). The library drops events unless given a sink
+An operation reports what it does as a typed event, at the source, marked with the container whose work it
+is: through its Target (remote.target: t.step, t.note, t.warn, t.output, ...), or, for what is no one
+container's, the session's sink (a cluster's notes, a dry run's commands) or remote.target.reporter (a
+multi-node run as a whole). Each event's `line` is its text as the library words it (`==> step`,
+`!! warning`, `-- note`, a line of output). The library drops events unless given a sink
 (`remote.open(..., events=...)`, or `progress=` for the lines as text); the command line renders them, with
-`[id] ` in front when several containers run at once. Nothing here prints or touches sys.stdout.
+`[id] ` in front when several containers run at once (the executor, remote.group, sets `CONTAINER` in each
+container's thread). Nothing here prints or touches sys.stdout.
 
     Event
     ├── StepStarted   a step begins ("==> venv: build ...")
     ├── Output        a line of a command's or a log's output
+    │   └── DryCommand  a command a dry run would run (one line, long arguments elided; its argv whole)
     ├── Note          something to know (level info: "-- ...", warning: "!! ...")
     ├── Progress      a group call's periodic word on what each running container is doing
     ├── Resumed       a followed log picked up again after a lost connection, at its byte offset
@@ -54,6 +58,11 @@ class Output(Event):
 class Note(Event):
     level: Literal["info", "warning"]
 
+    @classmethod
+    def of(cls, container: int | None, text: str, level: Literal["info", "warning"] = "info") -> Note:
+        """A note as the library words it: `-- text`, a warning `!! text`."""
+        return cls(container, ("!! " if level == "warning" else "-- ") + text, level)
+
 
 @dataclass(frozen=True)
 class Progress(Event):
@@ -70,6 +79,14 @@ class Resumed(Event):
 class SnapshotTaken(Event):
     name: str
     reason: str
+
+
+@dataclass(frozen=True)
+class DryCommand(Output):
+    """A command a dry run would have run (not run): `line` with its long arguments elided, `argv` whole.
+    An Output (what a dry run shows, as it always was), the kind telling it from a command's own output."""
+
+    argv: tuple[str, ...]  # the command as the host would run it
 
 
 @dataclass(frozen=True)
@@ -91,11 +108,14 @@ def drop(event: Event) -> None:
 
 
 def quiet(line: str) -> None:
-    """The line-reporter of an operation given none (an op never defaults to print)."""
+    """The line-reporter of a session given none (remote.transport.session.Session.echo: where its events'
+    lines go without an event sink), and of remote/ops/jobs.py's `echo=` until it reports through its Target."""
 
 
 def event_of(line: str, container: int | None = None) -> Event:
-    """A reported line as its event; the container defaults to the current thread's (CONTAINER)."""
+    """A reported line as its event; the container defaults to the current thread's (CONTAINER).
+    Going: Target.echo's, for the lines of remote/ops/jobs.py until it reports through its Target (branch sig);
+    nothing else reads a prefix back (tests/unit/test_layers.py)."""
     ctid = CONTAINER.get() if container is None else container
     if line.startswith("==> "):
         return StepStarted(ctid, line, line[4:])
@@ -104,10 +124,3 @@ def event_of(line: str, container: int | None = None) -> Event:
     if line.startswith("-- "):
         return Note(ctid, line, "info")
     return Output(ctid, line)
-
-
-def reporter(sink: Sink) -> Callable[[str], None]:
-    """What operations report lines to: each line, as its event, to `sink`."""
-    def report(line: str) -> None:
-        sink(event_of(line))
-    return report

@@ -7,6 +7,7 @@ typed at the source (`t.step("venv: build")`, `t.note(...)`, `t.warn(...)`, `t.o
 below the command line writes a prefix that somebody parses back.
 `resolve_host(session, name)` makes a HostTarget: an operation on a Proxmox host itself (`remote create`,
 `remote host setup`), reporting the same way, marked with the container it makes where there is one.
+`reporter(session)` reports what is no one container's (a multi-node run as a whole) the same way, unmarked.
 Below the operations, above the transport (like pyinfra's Host object, or SkyPilot's ResourceHandle).
 """
 
@@ -41,11 +42,11 @@ class _Reports:
 
     def note(self, text: str) -> None:
         """Something to know (`-- text`)."""
-        self.session.sink(Note(self._mark, f"-- {text}", "info"))
+        self.session.sink(Note.of(self._mark, text))
 
     def warn(self, text: str) -> None:
         """Something that needs the user's attention (`!! text`)."""
-        self.session.sink(Note(self._mark, f"!! {text}", "warning"))
+        self.session.sink(Note.of(self._mark, text, "warning"))
 
     def output(self, line: str) -> None:
         """A line of a command's or a log's output, as it came."""
@@ -96,8 +97,9 @@ class Target(_Reports):
 
     @property
     def echo(self) -> Callable[[str], None]:
-        """A line reporter for operations not yet moved to step/note/warn/output (going away): each line as
-        its event, marked with this container (one container's call too, not only a group's)."""
+        """A line reporter for remote/ops/jobs.py's `echo=` (preflight, launch, show_log: the last operations
+        not yet moved to step/note/warn/output; branch sig moves them): each line as its event (events.event_of),
+        marked with this container. Going with them."""
         from .events import event_of
 
         return lambda line: self.session.sink(event_of(line, self.spec.ctid))
@@ -115,6 +117,22 @@ class HostTarget(_Reports):
     @property
     def _mark(self) -> int | None:
         return self.ctid
+
+
+@dataclass(frozen=True, eq=False)
+class Reporter(_Reports):
+    """A session's own reports: what is no one container's (a multi-node run as a whole), marked with none."""
+
+    session: Session
+
+    @property
+    def _mark(self) -> int | None:
+        return None
+
+
+def reporter(session: Session) -> Reporter:
+    """What an operation on several containers reports its whole through (each node's part: its Target)."""
+    return Reporter(session)
 
 
 def spec_of(config: Config, which: int | str | None = None) -> ContainerSpec:

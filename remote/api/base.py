@@ -30,19 +30,13 @@ PROGRESS_EVERY = 15.0  # seconds between a group's progress lines (prefix_output
 
 
 class _Emitter:
-    """Where a fleet's operations report: each line to `logging`, to `progress` as text, to `events` as its
-    typed event (remote.events); and the step each container is at, for a group's progress line."""
+    """Where a fleet's operations report: each typed event (remote.events) to `logging` and to `progress` as
+    its line, itself to `events`; and the step each container is at, for a group's progress line."""
 
     def __init__(self, progress: Progress | None, events: Sink | None):
         self.progress, self.events = progress, events
         self.steps: dict[int, str] = {}
         self.errors: list[Exception] = []  # what the callbacks raised (caught: see _call)
-
-    def __call__(self, line: str) -> None:
-        """A line from an operation not yet typed at its source: parsed into its event (going away)."""
-        from ..events import event_of
-
-        self.event(event_of(line))
 
     def event(self, event: Event) -> None:
         """An event typed at its source (remote.target): logged, its line to `progress`, itself to `events`."""
@@ -110,7 +104,7 @@ class FleetBase:
             if self._made is None:
                 from ..ops.session import open_session
 
-                self._made = open_session(self.config, dry=self.dry, echo=self._emit, agent=True, keep=self._keep,
+                self._made = open_session(self.config, dry=self.dry, agent=True, keep=self._keep,
                                           events=self._emit.event, transport=self._transport)
             return self._made
 
@@ -213,7 +207,7 @@ class FleetBase:
 
         ids = self.select(ALL if which is None else which)
         # One probe per container: plain pct exec is one round trip, an agent would add its own start-up.
-        with open_session(self.config, agent=False, keep=True, echo=self._emit, events=self._emit.event,
+        with open_session(self.config, agent=False, keep=True, events=self._emit.event,
                           transport=self._transport) as s:
             return dr.diagnose(s, ids, fresh=fresh)
 
@@ -223,7 +217,7 @@ class FleetBase:
         from .. import gpudoctor
         from ..ops.session import open_session
 
-        with open_session(self.config, agent=False, keep=True, echo=self._emit, events=self._emit.event,
+        with open_session(self.config, agent=False, keep=True, events=self._emit.event,
                           transport=self._transport) as s:
             return gpudoctor.diagnose(s, self.select(which) if which else list(self.config.containers))
 
@@ -235,7 +229,7 @@ class FleetBase:
         from ..ops.session import open_session
 
         ct = self.config.container(ctid).ctid
-        with open_session(self.config, agent=False, keep=True, echo=self._emit, events=self._emit.event,
+        with open_session(self.config, agent=False, keep=True, events=self._emit.event,
                           transport=self._transport) as s:
             return gpudoctor.before_move(s, ct, node)
 
@@ -269,8 +263,7 @@ class FleetBase:
         until it ends: its exit status (0 when detached)."""
         from ..ops import multinode
 
-        result = multinode.train(self._session, self.select(which), force=force, warmup=warmup, follow=follow,
-                                 echo=self._emit)
+        result = multinode.train(self._session, self.select(which), force=force, warmup=warmup, follow=follow)
         return multinode.final_status(result) if result else 0
 
     def follow_nodes(self, ctid: int, run: str | None = None) -> int | None:
@@ -281,7 +274,7 @@ class FleetBase:
         run_id, nodes = multinode.nodes_of(self._session, ctid, run)
         if len(nodes) < 2 or run_id is None:
             return None
-        return multinode.final_status(multinode.follow_run(self._session, nodes, run_id, echo=self._emit))
+        return multinode.final_status(multinode.follow_run(self._session, nodes, run_id))
 
     def disconnect(self, host: str | None = None) -> list[int]:
         """End this hosts file's kept connections now (one host's, or every one): the pids ended."""

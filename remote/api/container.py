@@ -283,8 +283,8 @@ class Container:
                 if isinstance(one, BaseException):
                     raise one
                 assert isinstance(one, Stopped)
-                self._target.echo(f"node {ctid}: " + ("stopped" if one.was_alive else "was not running")
-                                 + ", verified: no process of it is left")
+                self._target.output(f"node {ctid}: " + ("stopped" if one.was_alive else "was not running")
+                                    + ", verified: no process of it is left")
         return got
 
     def known_good(self, run_id: str | None = None) -> KnownGood:

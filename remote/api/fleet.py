@@ -157,7 +157,7 @@ class Fleet(FleetBase):
             return createmod.create(target, spec, hosts_file=writable, add_entry=hostsinit.add_container)
         from ..ops.session import open_session
 
-        with open_session(self.config, dry=dry, echo=self._emit, agent=True, keep=self._keep,
+        with open_session(self.config, dry=dry, agent=True, keep=self._keep,
                           events=self._emit.event) as session:
             return createmod.create(resolve_host(session, host, ctid), spec, hosts_file=writable,
                                     add_entry=hostsinit.add_container)

@@ -22,6 +22,7 @@ import math
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Protocol
 
 from ..naming import json_loads, printable
 from ..results import CompileEvent, CompileHealth, Finding
@@ -216,11 +217,11 @@ class Notices:
             if key in self.eager:
                 return None
             self.eager.add(key)
-            return f"!! {describe(ev)}"
+            return describe(ev)
         if not steady or ev.kind in self.kinds:
             return None
         self.kinds.add(ev.kind)
-        return f"!! {describe(ev)}" + ("  (after the first steady step)" if ev.kind == "compile" else "")
+        return describe(ev) + ("  (after the first steady step)" if ev.kind == "compile" else "")
 
 
 # What to do, per finding (docs/guide/compile-health.md says more).
@@ -328,16 +329,29 @@ def from_probe(part: Mapping | None) -> CompileHealth:
     return summarize([*lines, *tots], number(part.get("steady_at")))
 
 
+class Warns(Protocol):
+    """What compile notices are reported through: a Target (remote.target), whose warn emits a typed Note."""
+
+    def warn(self, text: str) -> None: ...
+
+
 class CompileNotices:
     """The compile watch's lines as `train` and `logs` receive them (remote.ops.logs.follow's on_compile):
-    one `!!` line the first time each kind of event happens after the first steady step, and each function
-    that starts running eagerly. Events come before the steady step's time is known: those wait for it."""
+    a warning (t.warn: a Note of level warning) the first time each kind of event happens after the first
+    steady step, and each function that starts running eagerly. Events come before the steady step's time
+    is known: those wait for it.
+    Going: a line reporter instead of a Target is jobs.show_log's `echo` until show_log passes its Target
+    (branch sig); it gets each notice as a `!! ` line."""
 
     MAX_WAITING = 200
     MAX_KEPT = 2000  # lines kept for the run's summary (each process's latest totals line is kept apart)
 
-    def __init__(self, echo: Callable[[str], None]) -> None:
-        self.echo, self.notices = echo, Notices()
+    def __init__(self, t: Warns | Callable[[str], None]) -> None:
+        if callable(t):
+            self.warn: Callable[[str], None] = lambda text: t(f"!! {text}")
+        else:
+            self.warn = t.warn
+        self.notices = Notices()
         self.steady: float | None = None
         self.waiting: list[CompileEvent] = []
         self.kept: list[str] = []
@@ -394,4 +408,4 @@ class CompileNotices:
     def _take(self, ev) -> None:
         note = self.notices.take(ev, self.steady is not None and ev.t > self.steady)
         if note:
-            self.echo(note)
+            self.warn(note)

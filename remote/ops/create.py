@@ -312,7 +312,8 @@ def create(h: HostTarget, spec: CreateSpec, *, hosts_file: str | None = None,
             _check(run.host(pct_argv(pct, "start", str(ctid)), mutates=True), "pct start")
             if not h.dry:
                 Container(h.session.transport(host), ctid, pct=pct).wait_running(timeout=120)
-        ct = Container(h.session.transport(host), ctid, pct=pct, dry=h.dry, echo=h.output, path=DEFAULT_PATH)
+        ct = Container(h.session.transport(host), ctid, pct=pct, dry=h.dry, events=h.session.sink,
+                       path=DEFAULT_PATH)
         with run.step("packages", "python3, git, CA certificates") as said:
             r = _in_ct(run, ct, "ct-needs", timeout=900)
             if r is not None:

@@ -15,15 +15,13 @@ once and `stop` on one node stops them all.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 
 from .. import executor, shell
 from ..config import CONTAINER_KEY, ContainerSpec
 from ..config import unset as config_unset
 from ..errors import CommandError, ConfigError, JobError, RemoteError
-from ..events import quiet
 from ..naming import printable
-from ..target import resolve
+from ..target import reporter, resolve
 from ..threads import ContextThread
 from ..transport.session import Session
 from . import jobs
@@ -122,11 +120,13 @@ def rendezvous_failed(st: dict) -> bool:
     return any(word in (st.get("tail") or "") for word in RENDEZVOUS_FAILED)
 
 
-def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool = False, follow: bool = True,
-          echo: Callable[[str], None] = quiet) -> dict | None:
+def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool = False,
+          follow: bool = True) -> dict | None:
     """Preflight every node, then start one run on all of them; follow until it ends (returns
-    follow_run's result), or None when not following."""
+    follow_run's result), or None when not following. Each node's events are marked with it (its Target),
+    the run's as a whole with none (the session's reporter)."""
     nodes = {i: resolve(session, i) for i in ids}  # each node resolved once
+    run = reporter(session)
     specs = [nodes[i].spec for i in ids]
     run_id = jobs.new_run_id()
     values = plan_nodes(specs, run_id, session.config.file)
@@ -135,14 +135,14 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
             raise config_unset(session.config.file, "train.command", "set the training command to run")
 
     def check(ctid: int):
-        spec, ct = nodes[ctid].spec, nodes[ctid].ct
+        t = nodes[ctid]
         try:
-            return jobs.preflight(ct, spec, echo=echo, force=force)
+            return jobs.preflight(t.ct, t.spec, echo=t.echo, force=force)  # t.echo: until preflight takes t
         except JobError as exc:
             if not (warmup and jobs.only_warmup_missing(exc)):
                 return exc
-            wm.warmup(nodes[ctid])
-            return jobs.preflight(ct, spec, echo=echo, force=force)
+            wm.warmup(t)
+            return jobs.preflight(t.ct, t.spec, echo=t.echo, force=force)
         except RemoteError as exc:
             return exc
 
@@ -168,7 +168,8 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
                        + ",".join(map(str, ids)) + "`), or use nodes with the same driver")
     for ctid, pre in zip(ids, pres, strict=True):
         for note in pre.notes:
-            echo(printable(f"[{ctid}] preflight: {note}"))  # GPU names, versions: the container's
+            # GPU names, versions: the container's; marked in the text, as this thread is no node's part
+            nodes[ctid].output(printable(f"[{ctid}] preflight: {note}"))
     started: list[tuple[int, int]] = []
     try:
         for spec, pre, v, iface in zip(specs, pres, values, ifaces, strict=True):
@@ -184,18 +185,18 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
         raise JobError(f"the launch failed on container {spec.ctid}: {exc}; stopped the run on "
                        f"{', '.join(str(c) for c, _ in started) or 'no other node'}") from None
     if session.dry:  # nothing was started: no pids to name
-        echo(f"==> (dry run) run {run_id} would start on {len(ids)} nodes: {', '.join(map(str, ids))}; master "
-             f"{values[0]['master_addr']}:{values[0]['master_port']}")
+        run.step(f"(dry run) run {run_id} would start on {len(ids)} nodes: {', '.join(map(str, ids))}; master "
+                 f"{values[0]['master_addr']}:{values[0]['master_port']}")
         return None
-    echo(f"==> run {run_id} started on {len(ids)} nodes: " + ", ".join(f"{c} (pid {p})" for c, p in started)
-         + f"; master {values[0]['master_addr']}:{values[0]['master_port']}")
+    run.step(f"run {run_id} started on {len(ids)} nodes: " + ", ".join(f"{c} (pid {p})" for c, p in started)
+             + f"; master {values[0]['master_addr']}:{values[0]['master_port']}")
     if not follow or session.dry:
         return None
     try:
-        return follow_run(session, ids, run_id, echo=echo)
+        return follow_run(session, ids, run_id)
     except KeyboardInterrupt:
-        echo(f"\n-- stopped following; run {run_id} keeps running on {len(ids)} nodes. `remote logs --follow` "
-             "resumes, `remote stop` ends it on every node")
+        run.note(f"stopped following; run {run_id} keeps running on {len(ids)} nodes. `remote logs --follow` "
+                 "resumes, `remote stop` ends it on every node")
         return None
 
 
@@ -212,10 +213,10 @@ def stop_nodes(session: Session, ids: list[int], run_id: str, grace: int = 10) -
     return dict(zip(ids, executor.values(session.config, ids, one), strict=True))
 
 
-def follow_run(session: Session, ids: list[int], run_id: str, *, echo: Callable[[str], None] = quiet) -> dict:
-    """Every node's log merged (lines marked `[id] `) until the run ends on all of them; the first node that
-    fails (or is lost) has the run stopped on every other node. Returns {run, nodes: ctid -> final state,
-    failed: the node that failed first, or None}."""
+def follow_run(session: Session, ids: list[int], run_id: str) -> dict:
+    """Every node's log merged (each node's events marked with it: `[id] ` on a command line) until the run
+    ends on all of them; the first node that fails (or is lost) has the run stopped on every other node.
+    Returns {run, nodes: ctid -> final state, failed: the node that failed first, or None}."""
     nodes = {i: resolve(session, i) for i in ids}  # each node resolved once
     finals: dict[int, dict] = {}
     done = threading.Event()
@@ -242,15 +243,16 @@ def follow_run(session: Session, ids: list[int], run_id: str, *, echo: Callable[
                 ctid, st = first_to_end(session, bad)
                 others = [c for c, s in zip(ids, states, strict=True) if s["alive"] or s["orphans"]]
                 failure.append((ctid, f"node {ctid} {jobs.describe_end(st)}" + met(ctid, st)))
-                echo(f"!! node {ctid} {jobs.describe_end(st)}: stopping the run on every node"
-                     + (f" ({', '.join(map(str, others))} would wait in a collective)" if others else ""))
+                nodes[ctid].warn(f"node {ctid} {jobs.describe_end(st)}: stopping the run on every node"
+                                 + (f" ({', '.join(map(str, others))} would wait in a collective)" if others else ""))
                 stop_nodes(session, others, run_id)
                 return
             if not any(st["alive"] for st in states):
                 return
 
     def one(ctid: int) -> None:
-        finals[ctid] = jobs.show_log(nodes[ctid].ct, nodes[ctid].spec, run_id, follow=True, echo=echo)
+        t = nodes[ctid]  # t.echo: the log's lines until show_log takes t; a lost connection typed (Resumed)
+        finals[ctid] = jobs.show_log(t.ct, t.spec, run_id, follow=True, echo=t.echo, on_resume=t.resumed)
 
     guard = ContextThread(target=watchdog, daemon=True)
     guard.start()
@@ -267,7 +269,8 @@ def follow_run(session: Session, ids: list[int], run_id: str, *, echo: Callable[
     if not failure and bad:  # every node ended before the watchdog looked: name the first that failed
         ctid, st = first_to_end(session, bad)
         failure.append((ctid, f"node {ctid} {jobs.describe_end(st)}" + met(ctid, st)))
-    echo(f"-- multi-node run {run_id}: " + ("FAILED, " + failure[0][1] + "; " if failure else "") + ends)
+    reporter(session).note(f"multi-node run {run_id}: " + ("FAILED, " + failure[0][1] + "; " if failure else "")
+                           + ends)
     return {"run": run_id, "nodes": finals, "failed": failure[0][0] if failure else None}
 
 

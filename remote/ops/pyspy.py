@@ -10,14 +10,18 @@ the stacks file says so (the watch falls back to the kernel's view of each threa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import facts
 from ..config import VenvSpec
 from ..errors import RemoteError
-from ..events import quiet
 from ..transport.pct import Container
 from . import fetched, files
+
+if TYPE_CHECKING:
+    from ..target import Target
 
 PY_SPY_VERSION = "0.4.3"
 
@@ -32,10 +36,22 @@ def local_binary(machine: str, version: str = PY_SPY_VERSION, venv: VenvSpec | N
     return fetched.cached(fetched.PY_SPY, version, machine, fetched.Sources.of(venv))
 
 
-def ensure(ct: Container, *, echo=quiet, venv: VenvSpec | None = None) -> str | None:
-    """The pinned py-spy in the container, byte for byte (one round trip when it is there already); None,
-    with a line saying why, where it cannot be had: the watch then records the kernel's view only. `venv`:
-    the container's venv spec, whose find_links, indexes and offline setting the wheel is fetched by."""
+def ensure(t: Target | Container, *, echo: Callable[[str], None] | None = None,
+           venv: VenvSpec | None = None) -> str | None:
+    """The pinned py-spy in container t (its Target: t.ct, whose venv spec's find_links, indexes and offline
+    setting the wheel is fetched by), byte for byte (one round trip when it is there already); None, with a
+    warning saying why, where it cannot be had: the watch then records the kernel's view only. Its install
+    is a step, its absence a warning, each typed through t.
+    Going: a pct Container with `echo` (its lines) and `venv` is jobs.launch's call until launch passes
+    its Target (branch sig); then `ensure(t)` is the one form."""
+    if isinstance(t, Container):
+        say = echo or (lambda line: None)
+        return _ensure(t, venv, lambda what: say(f"==> {what}"), lambda text: say(f"!! {text}"))
+    return _ensure(t.ct, t.spec.venv, t.step, t.warn)
+
+
+def _ensure(ct: Container, venv: VenvSpec | None, step: Callable[[str], None],
+            warn: Callable[[str], None]) -> str | None:
     path = container_path()
     if ct.dry:
         return path
@@ -47,11 +63,11 @@ def ensure(ct: Container, *, echo=quiet, venv: VenvSpec | None = None) -> str | 
         binary, digest = local_binary(machine, venv=venv)
         if there == [digest]:
             return path
-        echo(f"==> installing py-spy {PY_SPY_VERSION} in the container for the stall watch "
+        step(f"installing py-spy {PY_SPY_VERSION} in the container for the stall watch "
              f"({'its sha256 differs' if there else 'not there yet'}; verified)")
         files.push_file(ct, binary, path, 0o755)
         return path
     except (RemoteError, OSError, IndexError) as exc:
-        echo(f"!! py-spy {PY_SPY_VERSION} cannot be had ({exc}): a stall's stacks file will hold the kernel's "
+        warn(f"py-spy {PY_SPY_VERSION} cannot be had ({exc}): a stall's stacks file will hold the kernel's "
              "view of each thread only")
         return None

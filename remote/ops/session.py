@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..config import Config, Host
-from ..events import Sink, quiet
+from ..events import Sink
 from ..transport import Transport, for_host
 from ..transport.pct import Container as PctContainer
 from ..transport.session import Session
@@ -20,12 +20,12 @@ TransportFactory = Callable[[Host], Transport]
 """What makes each host's transport (remote.testing.MockTransport is one; default: SSH, or local)."""
 
 
-def open_session(config: Config, *, dry: bool = False, echo: Callable[[str], None] = quiet, agent: bool = False,
-                 keep: bool = False, events: Sink | None = None, transport: TransportFactory | None = None) -> Session:
+def open_session(config: Config, *, dry: bool = False, agent: bool = False, keep: bool = False,
+                 events: Sink | None = None, transport: TransportFactory | None = None) -> Session:
     """A session on config's hosts (connecting nothing until a command needs a host); `events`: where the
-    operations' typed events go (else each event's line to `echo`); `transport`: each host's transport
-    (a test's double; None: SSH, or local)."""
-    return Session(config, dry=dry, echo=echo, agent=agent, keep=keep, events=events,
+    operations' typed events go (None: nowhere); `transport`: each host's transport (a test's double;
+    None: SSH, or local)."""
+    return Session(config, dry=dry, agent=agent, keep=keep, events=events,
                    transport_factory=transport if transport is not None else for_host)
 
 

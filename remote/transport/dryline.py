@@ -12,6 +12,8 @@ import logging
 from collections.abc import Sequence
 from importlib import resources
 
+from ..events import DryCommand, Sink
+
 log = logging.getLogger("remote.dry")
 
 LONG = 200  # an argument of one line longer than this is elided too (a JSON setting, a manifest)
@@ -44,9 +46,10 @@ def elided(arg: str) -> str | None:
         f"<{name_of(arg) or 'text'}, {len(arg)} chars>"
 
 
-def show(describe, argv: Sequence[str], echo) -> None:
-    """A dry run's command: `short` to `echo`, then the command in full to the `remote.dry` logger (DEBUG)."""
-    echo(short(describe, argv))
+def show(describe, argv: Sequence[str], sink: Sink, container: int | None) -> None:
+    """A dry run's command: a DryCommand event of `container` (its line `short`) to `sink`, then the command
+    in full to the `remote.dry` logger (DEBUG)."""
+    sink(DryCommand(container, short(describe, argv), tuple(argv)))
     if log.isEnabledFor(logging.DEBUG):
         log.debug("%s", describe(list(argv)))
 

@@ -28,7 +28,7 @@ from ..errors import (
     HostPermissionError,
     PctError,
 )
-from ..events import quiet
+from ..events import Output, Sink, drop
 from . import NotStarted, OutputCallback, Result, Stream, Transport, dryline
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -165,7 +165,7 @@ class Container:
     ctid: int
     pct: str = "pct"
     dry: bool = False
-    echo: Callable[[str], None] = quiet
+    events: Sink = drop  # where a dry run's commands go (DryCommand events: remote.transport.dryline)
     path: str = DEFAULT_PATH
     env: dict[str, str] = field(default_factory=dict)
     agent: Callable[[], Exec | None] | None = None  # the container's agent (remote.transport.agent); None: plain pct exec
@@ -189,7 +189,11 @@ class Container:
     def show_dry(self, argv: Sequence[str]) -> None:
         """A host command as a dry run shows it: one line, its embedded scripts elided; in full to the
         `remote.dry` logger (remote.transport.dryline)."""
-        dryline.show(self.transport.describe, argv, self.echo)
+        dryline.show(self.transport.describe, argv, self.events, self.ctid)
+
+    def dry_comment(self, text: str) -> None:
+        """What a dry run would do beside its commands, as it shows it (`# text`): an Output of this container."""
+        self.events(Output(self.ctid, f"# {text}"))
 
     def _host_run(self, argv: list[str], *, stdin=None, deadline=None, on_output=None, mutates=True) -> Result:
         if self.dry and mutates:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, cast
 
 from .. import config as cfg
 from ..errors import ConnectError, PctError, TransportError
-from ..events import Event, Output, Sink, quiet
+from ..events import Event, Sink, quiet
 from ..sudo import program
 from . import NotStarted, Result, Transport, for_host
 from .pct import DEFAULT_PATH, Container, classify, parse_list, pct_argv
@@ -64,7 +64,7 @@ class Session:
 
         # Containers of a Proxmox cluster: each on the host of the node that holds it (its guest list read once).
         self.config = cluster.resolving(self.config, lambda host, argv: self.host_run(host, argv, deadline=60),
-                                        self.echo, ask=lambda host, argv: self.host_fact(host, argv, deadline=60))
+                                        self.sink, ask=lambda host, argv: self.host_fact(host, argv, deadline=60))
 
     def sink(self, event: Event) -> None:
         """An operation's event (remote.target): to the session's event sink, else its line to echo."""
@@ -97,9 +97,8 @@ class Session:
 
     def container_for(self, spec: cfg.ContainerSpec, venv_on_path: bool = True) -> Container:
         """The pct Container of a container already resolved: no lookup by id."""
-        # What the container says of itself (a dry run's commands): an Output event marked with it.
-        echo = (lambda line: self.sink(Output(spec.ctid, line))) if self.events is not None else self.echo
-        return Container(self.transport(spec.host), spec.ctid, pct=spec.host.pct, dry=self.dry, echo=echo,
+        # What the container says of itself (a dry run's commands): typed events marked with it, to the sink.
+        return Container(self.transport(spec.host), spec.ctid, pct=spec.host.pct, dry=self.dry, events=self.sink,
                          path=f"{spec.venv.path}/bin:{DEFAULT_PATH}" if venv_on_path else DEFAULT_PATH,
                          agent=(lambda: self._agent_for(self.config.containers[spec.ctid])) if self.agent else None,
                          relocate=(lambda: self._relocate(spec.ctid, spec.host.name)) if spec.cluster else None)

@@ -264,7 +264,7 @@ def test_dry_run_prints_the_plan_and_connects_nowhere(tmp_path):
     (tmp_path / "f.bin").write_bytes(b"x" * 10)
     (tmp_path / "tree" / "sub").mkdir(parents=True)
     lines = []
-    ct = Container(FakeTransport(), 200, dry=True, echo=lines.append)  # any command would raise
+    ct = Container(FakeTransport(), 200, dry=True, events=lambda e: lines.append(e.line))  # any command would raise
     assert files.push(ct, tmp_path / "f.bin", "/root/f.bin").bytes == 0
     assert files.push(ct, tmp_path / "tree", "/root/tree").bytes == 0
     assert files.pull(ct, "/root/f.bin", tmp_path / "back").bytes == 0

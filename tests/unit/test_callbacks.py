@@ -55,8 +55,9 @@ def test_a_raising_events_callback_does_not_stop_the_operation_that_reports(capl
     lines: list = []
     emit = _Emitter(lines.append, events)
     with caplog.at_level(logging.WARNING, logger="remote"):
-        emit("==> snapshot remote-20261201-1")  # an operation reports a step, then carries on to its next
-        emit("==> swap the venv")
+        # an operation reports a step, then carries on to its next
+        emit.event(StepStarted(200, "==> snapshot remote-20261201-1", "snapshot remote-20261201-1"))
+        emit.event(StepStarted(200, "==> swap the venv", "swap the venv"))
         emit.ended(executor.Outcome(200, "a", None, None, 1.0))
     assert lines == ["==> snapshot remote-20261201-1", "==> swap the venv"]
     assert [type(e) for e in seen] == [StepStarted, StepStarted, Done] and len(emit.errors) == 3

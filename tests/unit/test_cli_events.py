@@ -12,7 +12,8 @@ import remote
 import remote.api as api
 from remote.cli import format as fmt
 from remote.cli import program, table
-from remote.events import CONTAINER, Done, Failed, Note, Output, Progress, Resumed, SnapshotTaken, StepStarted
+from remote.events import (CONTAINER, Done, DryCommand, Failed, Note, Output, Progress, Resumed, SnapshotTaken,
+                           StepStarted)
 from remote.testing import Command, MockTransport, Reply
 
 HOSTS = {"hosts": {"pve1": {"address": "pve1.example"}},
@@ -27,10 +28,11 @@ def test_each_event_kind_is_rendered_by_format_and_progress_goes_to_stderr(capsy
     table.show(Progress(None, "-- in progress: 200: venv: build (31s)", ((200, "venv: build", 31.0),)))
     table.show(Done(200, "container 200: done in 1.0s", 1.0))
     table.show(Failed(201, "it broke", 1, 1.0))
+    table.show(DryCommand(200, "h: pct exec 200 -- rm <text, 3 lines>", ("pct", "exec", "200", "--", "rm", "a\nb\nc")))
     table.show(Output(200, "a line"), data_on_stdout=True)
     out, err = capsys.readouterr()
     assert out == ("==> venv: build\n!! careful\n-- connection lost (reset); resuming at byte 512\n"
-                   "==> snapshot remote-1 (before a deploy)\n")
+                   "==> snapshot remote-1 (before a deploy)\nh: pct exec 200 -- rm <text, 3 lines>\n")
     assert err == "-- in progress: 200: venv: build (31s)\na line\n"  # Done, Failed: the summary table's
 
 
@@ -90,6 +92,7 @@ def test_dash_c_list_through_the_command_line_marks_each_containers_output(monke
     assert code == 4 and {c.inner for c in mock.calls} == {("echo", "hi")}
 
 
-@pytest.mark.parametrize("kind", [StepStarted, Note, Output, Progress, Resumed, SnapshotTaken, Done, Failed])
+@pytest.mark.parametrize("kind", [StepStarted, Note, Output, Progress, Resumed, SnapshotTaken, DryCommand, Done,
+                                  Failed])
 def test_every_event_kind_has_its_container_and_line(kind):
     assert {"container", "line"} <= set(kind.__dataclass_fields__)

@@ -65,7 +65,7 @@ def test_resolve_follows_a_wrong_hint_with_one_line():
     assert right.spec is c.containers[200] and right.note is None and right.node == "pve1"
     moved = cluster.resolve(c, c.containers[201], guests(c201="pve2"))
     assert moved.spec.host.name == "gpu-b" and moved.node == "pve2"
-    assert moved.note == "-- 201 is on pve2, not pve1 (the hosts file's host): using gpu-b"
+    assert moved.note == "201 is on pve2, not pve1 (the hosts file's host): using gpu-b"
     found = cluster.resolve(c, c.containers[202], guests(c202="pve2"))
     assert found.spec.host.name == "gpu-b" and found.note is None  # no hint, nothing to correct
     assert cluster.resolve(c, c.containers[202], {}).node is None  # not in the list: the hint stays
@@ -93,10 +93,10 @@ def test_a_node_name_that_is_no_plain_name_is_skipped_and_notes_are_one_printabl
     rows = [{"type": "lxc", "vmid": 200, "node": "pve1\x1b[2J"}, {"type": "lxc", "vmid": 201, "node": "-pve"},
             {"type": "lxc", "vmid": 202, "node": "pve 2"}, {"type": "lxc", "vmid": 203, "node": "pve2.lan_b-1"}]
     assert cluster.parse_guests(json.dumps(rows), "here") == {203: cluster.Guest(203, "pve2.lan_b-1", "unknown")}
-    said: list[str] = []
+    said: list = []
     lookup = cluster.Lookup(load(), lambda host, argv: None, said.append)
-    lookup._echo("-- cluster c1: \x1b[2Jline\nnext")
-    assert said and "\x1b" not in said[0] and "\n" not in said[0]
+    lookup._say(None, "cluster c1: \x1b[2Jline\nnext", "warning")
+    assert said and "\x1b" not in said[0].line and "\n" not in said[0].line and said[0].line.startswith("!! cluster")
 
 
 def session(fake: FakeCluster, c: config.Config | None = None, echo=None) -> Session:
@@ -119,6 +119,17 @@ def test_one_list_read_per_cluster_and_commands_on_the_holding_node(capsys):
     # the session's reporter has the note (the command line prints it; the library's events carry it): no print
     assert said == ["-- 201 is on pve2, not pve1 (the hosts file's host): using gpu-b"]
     assert capsys.readouterr().err == ""
+
+
+def test_a_corrected_hint_is_a_typed_note_of_its_container():
+    from remote.events import Note
+
+    got: list = []
+    with Session(load(), transport_factory=FakeCluster({200: "pve1", 201: "pve2"}).transport, events=got.append) as s:
+        s.container(201).run(["true"])
+    notes = [e for e in got if isinstance(e, Note)]
+    assert [(e.container, e.level, e.line) for e in notes] == [
+        (201, "info", "-- 201 is on pve2, not pve1 (the hosts file's host): using gpu-b")]
 
 
 @pytest.mark.fault("a container migrated between the guest-list read and its command", "Proxmox's 'does not exist' "

@@ -6,9 +6,28 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from remote import config
+from remote.events import Note
 from remote.ops import compilelog
 from remote.ops.jobs import CompileNotices
 from remote.runs import timeline
+from remote.target import resolve
+from remote.transport.session import Session
+
+
+class Warned(list):
+    """The lines of what CompileNotices reported through a container's Target, each checked to be a typed
+    warning (a Note of level warning) of that container."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.target = resolve(Session(config.parse({"hosts": {"pve1": {"address": "10.0.0.1"}},
+                                                    "containers": {200: {"host": "pve1"}}}, "hosts.yaml"),
+                                      events=self.got), 200)
+
+    def got(self, event) -> None:
+        assert isinstance(event, Note) and event.level == "warning" and event.container == 200, event
+        self.append(event.line)
 
 
 def ev(t, kind, fn="f", n=1, **kw):
@@ -106,8 +125,8 @@ def test_the_probes_part_is_read_like_the_file():
 
 
 def test_train_prints_one_line_per_kind_after_the_first_steady_step_and_each_eager_function():
-    printed: list[str] = []
-    n = CompileNotices(printed.append)
+    printed = Warned()
+    n = CompileNotices(printed.target)
     for line in RUN[:2]:  # before the steady step's time is known: they wait, then are judged by their time
         n.line(line)
     assert printed == []
@@ -128,8 +147,8 @@ def test_train_prints_one_line_per_kind_after_the_first_steady_step_and_each_eag
 
 
 def test_an_eager_fallback_is_printed_at_once_even_before_the_steady_step():
-    printed: list[str] = []
-    n = CompileNotices(printed.append)
+    printed = Warned()
+    n = CompileNotices(printed.target)
     n.line(RUN[4])
     assert len(printed) == 1 and printed[0].startswith("!! running eagerly: f")
 
@@ -163,8 +182,8 @@ def test_a_huge_or_infinite_number_is_dropped_not_an_internal_error():
     h = compilelog.from_probe(part)
     assert h.steady_at is None and h.seconds == 0.0
     json.dumps(dataclasses.asdict(h), allow_nan=False)  # `status --json` stays JSON
-    printed: list[str] = []
-    n = CompileNotices(printed.append)
+    printed = Warned()
+    n = CompileNotices(printed.target)
     n.line('{"steady": {"t": %s}}' % huge)
     n.line('{"steady": {"t": Infinity}}')
     n.line(line % (huge, 1))
@@ -189,7 +208,7 @@ def test_the_recompile_limits_hint_comes_from_the_watchs_record(monkeypatch):
     from remote.ops import jobs, logs
 
     generic = next(hint for _, name, hint in logs.SIGNATURES if name == "recompile limit hit")
-    n = CompileNotices(lambda _: None)
+    n = CompileNotices(Warned().target)
     assert n.hint("recompile limit hit", generic) == generic  # nothing recorded yet: the log's text
     for line in LIMIT_RUN:
         n.line(line)

@@ -107,6 +107,10 @@ def test_one_containers_call_marks_each_event_with_it_also_a_dry_runs_commands(t
     with remote.open(path, dry=True, events=got.append, transport=MockTransport(lambda c: Reply())) as fleet:
         fleet.container(200).exec(["nvidia-smi", "-L"])
     assert got and all(e.container == 200 for e in got), [(e.container, e.line) for e in got]
+    from remote.events import DryCommand
+
+    dry = [e for e in got if isinstance(e, DryCommand)]  # typed: a command it would have run, argv whole
+    assert len(dry) == 1 and dry[0].argv[-2:] == ("nvidia-smi", "-L") and "nvidia-smi -L" in dry[0].line
 
 
 def test_a_follow_that_resumes_after_a_lost_connection_is_a_resumed_event_of_its_container(tmp_path):
@@ -137,3 +141,26 @@ def test_a_follow_that_resumes_after_a_lost_connection_is_a_resumed_event_of_its
     assert end == len(b"first line\nsecond line\n")
     assert [(type(e), e.container, e.offset) for e in got] == [(Resumed, 200, len(b"first line\n"))]
     assert "connection reset" in got[0].reason and got[0].line.startswith("-- connection lost (")
+
+
+def test_the_stall_watchs_py_spy_install_is_a_step_and_its_absence_a_warning_of_the_container(tmp_path, monkeypatch):
+    """pyspy.ensure(t): installing py-spy is a StepStarted of its container, a py-spy that cannot be had a
+    warning Note of it; nothing is a line to parse."""
+    from remote.events import Note
+    from remote.ops import pyspy
+
+    path = tmp_path / "hosts.yaml"
+    path.write_text(HOSTS)
+    pushed: list = []
+    monkeypatch.setattr(pyspy, "local_binary", lambda machine, venv=None: (tmp_path / "py-spy", "new-digest"))
+    monkeypatch.setattr(pyspy.files, "push_file", lambda ct, local, dest, mode: pushed.append(dest))
+    got: list = []
+    mock = MockTransport(lambda c: Reply(stdout=f"x86_64\nold-digest  {pyspy.container_path()}\n"))
+    with remote.open(path, events=got.append, transport=mock) as fleet:
+        t = resolve(fleet._session, 200)
+        assert pyspy.ensure(t) == pyspy.container_path() and pushed == [pyspy.container_path()]
+        monkeypatch.setattr(pyspy, "local_binary", lambda machine, venv=None: (_ for _ in ()).throw(OSError("offline")))
+        assert pyspy.ensure(t) is None
+    assert [(type(e), e.container) for e in got] == [(StepStarted, 200), (Note, 200)]
+    assert got[0].step.startswith(f"installing py-spy {pyspy.PY_SPY_VERSION} in the container") and "sha256 differs" in got[0].step
+    assert got[1].level == "warning" and "offline" in got[1].line and got[1].line.startswith("!! py-spy")

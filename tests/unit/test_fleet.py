@@ -289,3 +289,34 @@ def test_threads_asking_for_a_hosts_transport_at_once_get_the_one_transport(cfg)
     for t in threads:
         t.join()
     assert made == ["a"] and len({id(t) for t in got}) == 1
+
+
+def test_a_multi_node_runs_events_are_typed_each_nodes_marked_with_it(cfg, monkeypatch):
+    """A multi-node train reports through each node's Target and the session's reporter, typed at the source:
+    a node's preflight note is that node's, the run's start a StepStarted and its end a Note of no one node."""
+    from remote.events import Note, Output, StepStarted
+    from remote.ops import jobs
+    from remote.testing import MockTransport, Reply
+    from remote.transport.session import Session
+
+    pre = jobs.Preflight("c" * 40, {}, None, ["GPU 0: H200"])
+    monkeypatch.setattr(jobs, "preflight", lambda *a, **k: pre)
+    monkeypatch.setattr(jobs, "launch", lambda *a, **k: ("R", 4242))
+    monkeypatch.setattr(jobs, "state", lambda *a, **k: {"alive": False, "orphans": []})
+    monkeypatch.setattr(jobs, "show_log", lambda *a, **k: {"run": "R"})
+    monkeypatch.setattr(jobs, "final_status", lambda st: 0)
+    monkeypatch.setattr(jobs, "describe_end", lambda st: "exited with status 0")
+    monkeypatch.setattr(multinode, "node_iface", lambda session, spec, file: "eth0")
+    got: list = []
+    with Session(cfg, events=got.append, transport_factory=MockTransport(lambda c: Reply())) as s:
+        result = multinode.train(s, [200, 201])
+    assert result is not None and multinode.final_status(result) == 0
+    notes = [(type(e), e.container, e.line) for e in got if "preflight" in e.line]
+    assert notes == [(Output, 200, "[200] preflight: GPU 0: H200"), (Output, 201, "[201] preflight: GPU 0: H200")]
+    started = [e for e in got if isinstance(e, StepStarted)]
+    assert len(started) == 1 and started[0].container is None
+    assert re.fullmatch(r"run \S+ started on 2 nodes: 200 \(pid 4242\), 201 \(pid 4242\); master 10.0.1.200:29500",
+                        started[0].step), started[0].step
+    end = got[-1]
+    assert isinstance(end, Note) and end.level == "info" and end.container is None
+    assert re.fullmatch(r"-- multi-node run \S+: 200: exited with status 0; 201: exited with status 0", end.line)

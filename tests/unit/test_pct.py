@@ -1,5 +1,6 @@
 import pytest
 
+from remote.events import DryCommand
 from remote.ops import files
 from remote.errors import (CommandError, CommandTimeout, ContainerCommandNotFound, ContainerLocked,
                            ContainerNotFound, ContainerNotRunning, HostPermissionError, PctError, TransferError)
@@ -100,11 +101,12 @@ def test_container_timeout_is_inside_and_reported(monkeypatch):
 
 
 def test_dry_run_prints_mutations_and_runs_reads():
-    printed = []
-    ct, t = ct_with(Expect(["pct", "status", "200"], stdout="status: running\n"), dry=True, echo=printed.append)
+    got: list = []
+    ct, t = ct_with(Expect(["pct", "status", "200"], stdout="status: running\n"), dry=True, events=got.append)
     ct.run(["rm", "-rf", "/x"])
     assert ct.status() == "running"
-    assert printed == ["fake: " + " ".join(exec_argv("pct", 200, ["rm", "-rf", "/x"]))]
+    argv = exec_argv("pct", 200, ["rm", "-rf", "/x"])
+    assert got == [DryCommand(200, "fake: " + " ".join(argv), tuple(argv))]  # typed: what it would have run
     assert len(t.calls) == 1  # only the read ran
 
 
@@ -142,8 +144,8 @@ def test_a_dry_run_shows_one_line_per_command_its_scripts_elided_and_logs_the_fu
 
     from remote import shell
 
-    printed = []
-    ct, t = ct_with(dry=True, echo=printed.append)
+    printed: list[str] = []
+    ct, t = ct_with(dry=True, events=lambda e: printed.append(e.line))
     with caplog.at_level(logging.DEBUG, logger="remote.dry"):
         ct.script(shell.load("oplock"), "take", "deploy")
         ct.run(["bash", "-c", shell.with_lib("launch"), "launch", "/root/runs", "r1", '{\n "id": "r1"\n}', "x" * 300])

@@ -267,7 +267,8 @@ def test_a_dry_chain_plans_each_step_from_what_the_dry_steps_before_would_make(s
     dryplan.forget()
     try:
         with remote.open(path, dry=True, progress=lines.append) as fleet:
-            fleet._made = Session(fleet.config, dry=True, echo=fleet._emit, transport_factory=lambda host: fake)
+            fleet._made = Session(fleet.config, dry=True, events=fleet._emit.event,
+                                  transport_factory=lambda host: fake)
             dryplan.record(fleet.config.containers[200], code={"commit": planned, "ref": "HEAD", "dirty": False})
             ct = fleet.container(200)
             ct.warmup(devices=["5"])

@@ -66,7 +66,7 @@ def pull(ct: Container, src: str, dest: str | os.PathLike, *, progress: Progress
     A file lands at `dest` (inside it when `dest` is a folder); a folder's contents are merged into `dest`.
     No byte arriving for `stall` seconds is a lost link (a stopped sender, a link that never says so)."""
     if ct.dry:
-        ct.echo(f"# pull {src} -> {dest}: a file through {PARTIAL} and a rename, a folder as one tar stream")
+        ct.dry_comment(f"pull {src} -> {dest}: a file through {PARTIAL} and a rename, a folder as one tar stream")
         ct.show_dry(ct.script_argv(load("pull_file"), src, "0"))
         return Transfer("pull", src, str(dest), 0, 0, 0.0)
 

@@ -31,7 +31,7 @@ def push(ct: Container, local: Path, dest: str, progress: Progress | None, mode:
         dest = dest + local.name
     if ct.dry:
         part = dest + PARTIAL
-        ct.echo(f"# push {local} ({size(total)}) -> {dest}: streamed into {part}, sha256 compared, then renamed")
+        ct.dry_comment(f"push {local} ({size(total)}) -> {dest}: streamed into {part}, sha256 compared, then renamed")
         ct.show_dry(ct.script_argv(load("push_file"), part, "0"))
         ct.show_dry(ct.script_argv(load("commit_file"), part, dest, f"{mode:o}"))
         return Transfer("push", str(local), dest, 0, 0, 0.0)

@@ -86,7 +86,7 @@ def push(ct: Container, root: Path, dest: str, progress: Progress | None,
     dest = dest.rstrip("/") or "/"
     if ct.dry:
         stage = f"{dest}{PARTIAL} (or {dest}/.remote-push{PARTIAL} when {dest} is a folder)"
-        ct.echo(f"# push {root}/ -> {dest}/: one tar stream into {stage}, manifests compared, then moved or merged")
+        ct.dry_comment(f"push {root}/ -> {dest}/: one tar stream into {stage}, manifests compared, then moved or merged")
         ct.show_dry(ct.script_argv(load("push_tree"), dest))
         ct.show_dry(ct.script_argv(load("commit_tree"), dest + PARTIAL, dest))
         return Transfer("push", str(root), dest, 0, 0, 0.0, kind="tree")
