@@ -379,9 +379,10 @@ def diagnose(session: Session, ctids: list[int], *, fresh: bool = False) -> list
         session.container(ctid, venv_on_path=False)
 
     def one(ctid: int) -> Report:
-        spec = resolve(session, ctid).spec
+        t = resolve(session, ctid)
+        spec = t.spec
         try:
-            facts = gather(session.container_for(spec, venv_on_path=False), spec, fresh=fresh)
+            facts = gather(t, fresh=fresh)
         except RemoteError as exc:
             return Report(spec.ctid, spec.host.name, [], None, str(exc))
         return Report(spec.ctid, spec.host.name, findings(facts, spec, pinned(spec)), facts)

@@ -344,7 +344,7 @@ class Container:
         that cannot be probed raises (ContainerNotRunning, TransportError, ...)."""
         from .. import doctor as dr
 
-        facts = dr.gather(self._target.system, self.spec, fresh=fresh)
+        facts = dr.gather(self._target, fresh=fresh)
         report = dr.Report(self.id, self.host, dr.findings(facts, self.spec, dr.pinned(self.spec)), facts)
         return list(_diagnosis(report).findings)
 

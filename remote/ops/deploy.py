@@ -93,8 +93,7 @@ def local_uv_binary(venv: VenvSpec, machine: str) -> tuple[Path, str]:
 def probe(t: Target) -> dict:
     """Everything deploy needs to know about the container, in one round trip (the facts probe's
     deploy parts: interpreter, venv and its versions, uv, the operation lease, the checkout)."""
-    ct, spec = t.system, t.spec
-    return facts.read_raw(ct, spec, facts.DEPLOY)[0]
+    return facts.read_raw(t, facts.DEPLOY)[0]
 
 
 def _streamer(output: Callable[[str], None]) -> Callable[[str, bytes], None]:

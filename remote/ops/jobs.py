@@ -27,7 +27,7 @@ from ..errors import CommandError, ConfigError, JobError, JobRunning, RemoteErro
 from ..events import quiet
 from ..naming import json_loads, printable
 from ..results import ContainerStatus, JobStatus, PulledRun, RunStatus, Stopped
-from ..target import Target
+from ..target import Target, resolve
 from ..transport.pct import Container
 from ..transport.session import HostState, Session
 from . import code as codemod
@@ -45,13 +45,14 @@ class Preflight:
     live: tuple[tuple[str, int | None], ...] = ()  # the runs with a live process the probe saw: (run, pid)
 
 
-def preflight(ct: Container, spec: ContainerSpec, *, echo=quiet, host_gpu=None, force: bool = False) -> Preflight:
+def preflight(t: Target, *, echo=quiet, host_gpu=None, force: bool = False) -> Preflight:
     """Everything that must be true before a training job starts, read in one facts probe (its GPU passthrough
     part included); every problem found is named at once, each with how to fix it. `host_gpu`: a callable
     that reads the host's GPU facts (remote.facts.gpu.read_host), run at the same time as the probe, for
     the warnings only the host can give (a pending reboot); its failure is no problem of the run's.
     The checkout is compared with what the hosts file pins (code.ref resolved here, as deploy does): a
     deployed commit that is not the pinned one is refused unless `force` (then a note)."""
+    ct, spec = t.ct, t.spec
     pending = None
     if host_gpu is not None and not ct.dry:
         from concurrent.futures import ThreadPoolExecutor
@@ -61,7 +62,7 @@ def preflight(ct: Container, spec: ContainerSpec, *, echo=quiet, host_gpu=None, 
         pool = ThreadPoolExecutor(max_workers=1)
         pending = submit(pool, host_gpu)
         pool.shutdown(wait=False)
-    raw = facts.read_raw(ct, spec, facts.DEPLOYED if ct.dry else facts.PREFLIGHT)[0]
+    raw = facts.read_raw(t, facts.DEPLOYED if ct.dry else facts.PREFLIGHT)[0]
     if ct.dry:
         state = dryplan.state_in(raw, spec)  # after a dry deploy: what it would have deployed
         return Preflight(state["code"]["commit"], state["venv"], None,
@@ -483,7 +484,7 @@ def start(t: Target, *, force: bool = False, warmup: bool = False, command: str 
         # Preflight and launch under one operation lease: no deploy from another controller can move the
         # checkout or swap the venv between what preflight read and what the manifest records.
         with oplock.hold(ct, "train") as held:
-            pre = preflight(ct, spec, echo=echo, host_gpu=host_gpu(session, spec), force=force)
+            pre = preflight(t, echo=echo, host_gpu=host_gpu(session, spec), force=force)
             for note in pre.notes:
                 t.output(printable(f"preflight: {note}"))
             return launch(ct, spec, pre, force=force, held=held, echo=echo, command=command, env=env)
@@ -590,7 +591,7 @@ def _container_job(session: Session, spec: ContainerSpec, known: str) -> Contain
         return entry
     try:
         # One round trip: the run's state (state.sh, inside the probe) and the venv's deploy record.
-        raw = facts.read_raw(session.container_for(spec), spec, facts.STATUS)[0]
+        raw = facts.read_raw(resolve(session, spec.ctid), facts.STATUS)[0]
         if raw["run"].get("rc") != 0:  # bash failed in it, or could not start (`missing`)
             why = raw["run"].get("err", "").strip() or raw["run"].get("missing", "")
             raise JobError(f"reading the run state failed: {why[-300:]}")

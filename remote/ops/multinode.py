@@ -135,14 +135,13 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
             raise config_unset(session.config.file, "train.command", "set the training command to run")
 
     def check(ctid: int):
-        spec, ct = nodes[ctid].spec, nodes[ctid].ct
         try:
-            return jobs.preflight(ct, spec, echo=echo, force=force)
+            return jobs.preflight(nodes[ctid], echo=echo, force=force)
         except JobError as exc:
             if not (warmup and jobs.only_warmup_missing(exc)):
                 return exc
             wm.warmup(nodes[ctid])
-            return jobs.preflight(ct, spec, echo=echo, force=force)
+            return jobs.preflight(nodes[ctid], echo=echo, force=force)
         except RemoteError as exc:
             return exc
 

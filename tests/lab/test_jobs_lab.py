@@ -164,7 +164,7 @@ def test_preflight_and_status_read_a_container_in_one_round_trip(lab_session, de
     spec = lab_session.config.container(200)
     with Session(lab_session.config, transport_factory=lambda h: counting) as s:
         try:
-            said = "\n".join(preflight(s.container(200), spec).notes)
+            said = "\n".join(preflight(target_of(s, 200)).notes)
         except JobError as exc:  # not warmed up in this session: still one read
             said = str(exc)
         assert len(counting.calls) == 1, counting.calls

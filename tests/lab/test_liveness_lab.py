@@ -49,9 +49,9 @@ def test_a_live_run_that_is_not_the_latest_counts_everywhere(lab_session, ct):
         deploy(target_of(lab_session, CT))
     entry = jobs._container_job(lab_session, spec, "running")  # what `status` shows
     assert entry.run is not None and entry.run.id == b and list(entry.also_live) == [{"run": a, "pid": pid_a}]
-    found = {f.code: f for f in findings(facts.gather(ct, spec, fresh=True), spec)}
+    found = {f.code: f for f in findings(facts.gather(target_of(lab_session, CT), fresh=True), spec)}
     assert "orphan-processes" not in found and "run-lost" not in found
-    got = facts.gather(ct, spec, fresh=True).jobs
+    got = facts.gather(target_of(lab_session, CT), fresh=True).jobs
     assert got.live == (a,) and not got.orphans and got.current == b
 
     result = stop(ct, spec, grace=2)  # no --run: every live run
@@ -80,9 +80,9 @@ def test_a_run_whose_pid_file_is_late_is_started_and_counts_as_running(lab_sessi
         deploy(target_of(lab_session, CT))
     with pytest.raises(JobError, match=r"run late \(starting\)"):
         launch(ct, spec, PRE, command="sleep 600")
-    got = facts.gather(ct, spec, fresh=True).jobs
+    got = facts.gather(target_of(lab_session, CT), fresh=True).jobs
     assert set(got.live) == {run, "late"} and not got.orphans
-    assert "runs-concurrent" in {f.code for f in findings(facts.gather(ct, spec, fresh=True), spec)}
+    assert "runs-concurrent" in {f.code for f in findings(facts.gather(target_of(lab_session, CT), fresh=True), spec)}
     result = stop(ct, spec, grace=2)
     assert {result.run, *(o.run for o in result.others)} == {run, "late"}
     assert not live_ids(ct, spec)

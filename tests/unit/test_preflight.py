@@ -132,15 +132,19 @@ def test_what_a_warmup_would_misrecord_is_named(spec):
 
 @pytest.mark.fault("Facts probe's interpreter", "the probe runs with the system python whatever the caller's "
                    "PATH (preflight, status, warmup and exec put the venv first): a broken venv cannot hide itself")
-def test_the_probe_runs_with_the_system_python_not_the_venvs(spec):
+def test_the_probe_runs_with_the_system_python_not_the_venvs(spec, tmp_path):
     from remote import facts
     from remote.lab.testing import Expect, FakeTransport
-    from remote.transport.pct import DEFAULT_PATH, Container
+    from remote.target import resolve
+    from remote.transport.pct import DEFAULT_PATH
+    from remote.transport.session import Session
 
     seen = []
-    t = FakeTransport([Expect(lambda argv: seen.append(argv) or True, stdout='{"parts": []}')])
-    ct = Container(t, 200, path=f"{spec.venv.path}/bin:{DEFAULT_PATH}")  # as session.container() makes it
-    facts.read_raw(ct, spec, facts.DEPLOYED)
+    fake = FakeTransport([Expect(lambda argv: seen.append(argv) or True, stdout='{"parts": []}')] * 2)
+    t = resolve(Session(config.load(str(tmp_path / "hosts.yaml")), transport_factory=lambda h: fake), 200)
+    t.ct.run(["true"])  # what its jobs run with: the venv first on PATH
+    assert f"PATH={spec.venv.path}/bin:{DEFAULT_PATH}" in seen.pop()
+    facts.read_raw(t, facts.DEPLOYED)
     assert f"PATH={DEFAULT_PATH}" in seen[0] and spec.venv.python in seen[0]
     assert not any(a.startswith("PATH=") and spec.venv.path in a for a in seen[0])
 
