@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from remote import config  # noqa: E402
 from remote.ops.jobs import Preflight, launch, show_log, stop  # noqa: E402
 from remote.lab import Lab  # noqa: E402
+from remote.target import resolve  # noqa: E402
 from remote.transport.session import Session  # noqa: E402
 
 
@@ -43,9 +44,10 @@ def main() -> None:
            f"    time.sleep({args.seconds / batches})'")
     cfg = config.load()
     with Session(cfg, agent=True) as s:  # as the tasks run
-        base = cfg.container(args.container)
-        spec = dataclasses.replace(base, train=dataclasses.replace(base.train, run_dir="/root/runs-bench"))
-        ct = s.container(spec.ctid)
+        base = resolve(s, args.container)
+        t = dataclasses.replace(base, spec=dataclasses.replace(base.spec, train=dataclasses.replace(
+            base.spec.train, run_dir="/root/runs-bench")))
+        ct, spec = t.ct, t.spec
         pre = Preflight("bench", {"verify": {}}, None, [])
         received: list[tuple[int, float, float]] = []  # (seq, written, shown)
         notes: list[str] = []
@@ -58,7 +60,7 @@ def main() -> None:
             else:
                 notes.append(line)
 
-        run_id, _ = launch(ct, spec, pre, command=job, force=True)
+        run_id, _ = launch(t, pre, command=job, force=True)
         follower = threading.Thread(target=show_log, args=(ct, spec, run_id), kwargs={"follow": True, "echo": echo},
                                     daemon=True)
         follower.start()

@@ -31,9 +31,9 @@ from remote import config, facts, gpudoctor  # noqa: E402
 from remote.errors import RemoteError  # noqa: E402
 from remote.lab.testing import Recording as Counting  # noqa: E402
 from remote.ops import jobs  # noqa: E402
+from remote.target import resolve  # noqa: E402
 from remote.transport import for_host  # noqa: E402
 from remote.transport.session import Session  # noqa: E402
-from remote.target import resolve  # noqa: E402
 
 
 def doctor_cli(args) -> tuple[float, int, dict]:

@@ -255,3 +255,25 @@ NOT_ALLOWED = [
     # A rollback restores the snapshot's container config: to remote's own snapshots only.
     "rollback 200 before-upgrade --start 1", "rollback 200 by-hand --start 0",
 ]
+
+
+class Heard:
+    """A session whose operations' events are heard: each event's line appended to `lines` (as the command line
+    shows it); everything else is the session's own (its config, transports, agents)."""
+
+    def __init__(self, session, lines: list):
+        self._session, self.lines = session, lines
+
+    def __getattr__(self, name):
+        return getattr(self._session, name)
+
+    def sink(self, event) -> None:
+        self.lines.append(event.line)
+
+
+def target(session, spec, lines: list | None = None):
+    """A Target of `spec` on `session`: a test's own spec (a run folder of its own, another train section);
+    with `lines`, the lines its operations report are appended there."""
+    from remote.target import Target
+
+    return Target(session if lines is None else Heard(session, lines), spec)

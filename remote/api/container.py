@@ -109,7 +109,7 @@ class Container:
         checks.flag("check", check)
         ct = self._ct()
         # Deployed or not, and the job's environment, are decided in the container: one command, no probe first.
-        r = jobenv.run_as_deployed(ct, self.spec, args, **kwargs) if checks.flag("job_env", job_env) \
+        r = jobenv.run_as_deployed(self._target, args, **kwargs) if checks.flag("job_env", job_env) \
             else ct.run(args, **kwargs)
         r = dataclasses.replace(r, argv=tuple(args))  # the user's argv, not the wrapper that ran it
         return r.check(f"container {self.id}") if check else r

@@ -212,7 +212,7 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
 
-def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = False,
+def launch(t: Target, pre: Preflight, *, force: bool = False,
            command: str | None = None, run_id: str | None = None, extra: dict | None = None,
            env: dict | None = None, held: oplock.Lease | None = None, echo=quiet) -> tuple[str, int]:
     """Start the job detached; returns (run id, pid). Refused while another job runs, unless forced.
@@ -220,6 +220,7 @@ def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = 
     environment (`env`, under train.env). The job's wrapper restarts it as train.restarts says, and the
     watch beside it (stalls, metrics.jsonl, gpu.csv) gets py-spy pushed first when train.stall is set.
     `held`: the operation lease the caller took for its preflight (train does), else launch takes it."""
+    ct, spec = t.ct, t.spec
     command = command or spec.train.command
     if not command:
         raise ConfigError("hosts file", "train.command", "set the training command to run")
@@ -247,7 +248,7 @@ def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = 
         # read what this run records), checked still ours, or one of its own.
         with (contextlib.nullcontext(held) if held is not None else oplock.hold(ct, "train")) as lease:
             lease.check()
-            r = jobenv.run(ct, spec, verify, ["bash", "-c", shell.with_lib("launch"), "launch", spec.train.run_dir,
+            r = jobenv.run(t, verify, ["bash", "-c", shell.with_lib("launch"), "launch", spec.train.run_dir,
                                               run_id, "1" if force else "0", spec.code.path, command,
                                               json.dumps(manifest, indent=1), str(spec.train.restarts),
                                               " ".join(map(str, spec.train.restart_on)),
@@ -487,7 +488,7 @@ def start(t: Target, *, force: bool = False, warmup: bool = False, command: str 
             pre = preflight(t, echo=echo, host_gpu=host_gpu(session, spec), force=force)
             for note in pre.notes:
                 t.output(printable(f"preflight: {note}"))
-            return launch(ct, spec, pre, force=force, held=held, echo=echo, command=command, env=env)
+            return launch(t, pre, force=force, held=held, echo=echo, command=command, env=env)
 
     try:
         run_id, pid = checked_launch()

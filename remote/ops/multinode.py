@@ -175,7 +175,7 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
             command = node_command(spec.train.command, v)
             extra = {"nodes": ids, "node_rank": v["node_rank"], "master_addr": v["master_addr"],
                      "master_port": v["master_port"], "node_addr": v["node_addr"], "iface": iface}
-            _, pid = jobs.launch(session.container_for(spec), spec, pre, force=force, command=command,
+            _, pid = jobs.launch(nodes[spec.ctid], pre, force=force, command=command,
                                  run_id=run_id, extra=extra, env=node_env(spec, iface, v["node_rank"] == 0))
             started.append((spec.ctid, pid))
     except RemoteError as exc:

@@ -331,8 +331,8 @@ def run_device(t: Target, state: dict, device: str) -> DeviceResult:
     start = time.time()
     try:
         tmp = f"{jobenv.compile_cache(spec, verify)}/tmp"
-        jobenv.run(ct, spec, verify, ["bash", "-c", shell.load("warmup"), "warmup",
-                                      jobenv.compile_cache(spec, verify), command],
+        jobenv.run(t, verify, ["bash", "-c", shell.load("warmup"), "warmup", jobenv.compile_cache(spec, verify),
+                               command],
                    extra={"REMOTE_WARMUP_DEVICE": device,
                           "REMOTE_CACHE_STATS": f"{tmp}/warmup-stats-{device}-{os.getpid()}-{int(start)}",
                           "REMOTE_COMPILE_WATCH": f"{tmp}/warmup-compile-{device}-{os.getpid()}-{int(start)}.jsonl"},

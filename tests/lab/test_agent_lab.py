@@ -10,7 +10,7 @@ import threading
 import time
 
 import pytest
-from support import lab_ids, sshd_serving, wait_until
+from support import lab_ids, sshd_serving, target, wait_until
 
 from remote import config
 from remote.errors import CommandTimeout, ConnectError
@@ -126,7 +126,7 @@ def follow_over_a_silent_link(session, lab, why: str) -> None:
     ct = session.container(CT)
     pre = Preflight(commit="0" * 40, venv={"verify": {}}, gpus=None, notes=[])
     n = 1500
-    run_id, _ = launch(ct, spec, pre, command=f"for i in $(seq 0 {n - 1}); do echo $i; sleep 0.02; done")
+    run_id, _ = launch(target(session, spec), pre, command=f"for i in $(seq 0 {n - 1}); do echo $i; sleep 0.02; done")
     lines: list[str] = []
     follower = threading.Thread(target=lambda: show_log(ct, spec, run_id, follow=True, echo=lines.append),
                                 daemon=True)

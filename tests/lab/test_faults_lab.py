@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from support import load_config, sshd_serving, wait_until
+from support import load_config, sshd_serving, target, wait_until
 
 from remote.cli.format import deploy_text
 from remote import config
@@ -32,7 +32,7 @@ def test_a_container_stopped_under_a_job_reports_the_run_lost(lab_session):
     spec = dataclasses.replace(base, code=dataclasses.replace(base.code, path="/root"),
                                train=dataclasses.replace(base.train, run_dir="/root/runs-stopped"))
     ct = lab_session.container(201)
-    run_id, _ = launch(ct, spec, PRE, command="echo started; sleep 600")
+    run_id, _ = launch(target(lab_session, spec), PRE, command="echo started; sleep 600")
     assert wait_until(lambda: "started" in state(ct, spec, run_id)["tail"], 30)
     ct.stop()
     ct.start()

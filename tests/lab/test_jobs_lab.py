@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import load_config
+from support import load_config, target
 
 from remote import config
 from remote.errors import BusyError, JobError
@@ -43,8 +43,8 @@ def wait_for(predicate, timeout=60.0):
 
 
 @pytest.mark.fault("SSH dropped mid-follow", promise="following resumes at the byte it reached: every line once")
-def test_logs_resume_after_the_server_side_of_ssh_is_killed(lab, ct, spec):
-    run_id, _ = launch(ct, spec, PRE, command=numbered(2500, 0.002))
+def test_logs_resume_after_the_server_side_of_ssh_is_killed(lab_session, lab, ct, spec):
+    run_id, _ = launch(target(lab_session, spec), PRE, command=numbered(2500, 0.002))
     lines = []
     follower = threading.Thread(target=lambda: show_log(ct, spec, run_id, follow=True, echo=lines.append), daemon=True)
     follower.start()
@@ -96,23 +96,23 @@ def test_the_job_survives_the_controller_being_killed(lab_hosts, deployed, lab_s
 
 
 @pytest.mark.fault("Second train while one runs", promise="refused unless --force, naming the run")
-def test_a_second_train_is_refused_unless_forced(ct, spec):
-    first, _ = launch(ct, spec, PRE, command="sleep 300")
+def test_a_second_train_is_refused_unless_forced(lab_session, ct, spec):
+    first, _ = launch(target(lab_session, spec), PRE, command="sleep 300")
     try:
         with pytest.raises(BusyError, match=f"busy: run {first} .* is still running.*force=True") as busy:
-            launch(ct, spec, PRE, command="sleep 300")
+            launch(target(lab_session, spec), PRE, command="sleep 300")
         assert busy.value.exit_code == 3  # busy, as a deploy refused by a live job is
-        second, _ = launch(ct, spec, PRE, command="sleep 300", force=True)
+        second, _ = launch(target(lab_session, spec), PRE, command="sleep 300", force=True)
         assert stop(ct, spec, second, grace=2).run == second  # raises JobError where anything is left
     finally:
         assert stop(ct, spec, first, grace=2).run == first  # raises JobError where anything is left
 
 
-def test_low_throughput_is_warned_and_crash_texts_get_hints(ct, spec):
+def test_low_throughput_is_warned_and_crash_texts_get_hints(lab_session, ct, spec):
     cmd = ("echo 'step 1 | 21.4 Ktok/s'; echo 'step 2 | 4.3 Ktok/s'; "
            "echo 'RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized function'; "
            "exit 1")
-    run_id, _ = launch(ct, spec, PRE, command=cmd)
+    run_id, _ = launch(target(lab_session, spec), PRE, command=cmd)
     lines = []
     final = show_log(ct, spec, run_id, follow=True, echo=lines.append)
     assert final["exit"] == 1
@@ -124,8 +124,8 @@ def test_low_throughput_is_warned_and_crash_texts_get_hints(ct, spec):
 
 @pytest.mark.fault("Job ignores SIGTERM or leaves its process group",
                    promise="stop escalates to SIGKILL and proves nothing of the run is left")
-def test_stop_leaves_no_process_even_ones_that_ignore_term_or_leave_the_group(ct, spec):
-    run_id, _ = launch(ct, spec, PRE, command="trap '' TERM; sleep 1000 & setsid sleep 1001 & wait")
+def test_stop_leaves_no_process_even_ones_that_ignore_term_or_leave_the_group(lab_session, ct, spec):
+    run_id, _ = launch(target(lab_session, spec), PRE, command="trap '' TERM; sleep 1000 & setsid sleep 1001 & wait")
     wait_for(lambda: ct.run(["pgrep", "-f", "sleep 1001"], check=False).ok, 30)
     result = stop(ct, spec, run_id, grace=2)
     assert result.signal == "KILL" and result.exit_code == 137  # (stop raises JobError where anything is left)
@@ -137,7 +137,7 @@ def test_stop_leaves_no_process_even_ones_that_ignore_term_or_leave_the_group(ct
 def test_status_json_parses_and_shows_the_running_job(lab_hosts, lab_session, deployed):
     spec, ct = lab_session.config.container(200), lab_session.container(200)
     # Two readings: the first step's (it compiles) is not the run's speed, the second is (issue 33).
-    run_id, _ = launch(ct, spec, PRE, command="echo '0.4 Ktok/s'; echo '3.0 Ktok/s'; sleep 60", force=True)
+    run_id, _ = launch(target(lab_session, spec), PRE, command="echo '0.4 Ktok/s'; echo '3.0 Ktok/s'; sleep 60", force=True)
     try:
         wait_for(lambda: "3.0 Ktok/s" in state(ct, spec, run_id)["tail"], 30)
         env = {**os.environ, "REMOTE_HOSTS_FILE": str(lab_hosts), "PYTHONPATH": str(ROOT)}
@@ -178,8 +178,8 @@ def test_preflight_and_status_read_a_container_in_one_round_trip(lab_session, de
     assert entry.venv_lock == lock
 
 
-def test_logs_without_follow_prints_what_is_there_and_returns_while_the_job_runs(ct, spec):
-    run_id, _ = launch(ct, spec, PRE, command="echo first; sleep 300")
+def test_logs_without_follow_prints_what_is_there_and_returns_while_the_job_runs(lab_session, ct, spec):
+    run_id, _ = launch(target(lab_session, spec), PRE, command="echo first; sleep 300")
     try:
         wait_for(lambda: "first" in state(ct, spec, run_id)["tail"], 30)
         lines, done = [], []
@@ -193,8 +193,8 @@ def test_logs_without_follow_prints_what_is_there_and_returns_while_the_job_runs
 
 
 @pytest.mark.fault("Reused pid in a pid file", promise="never signalled: processes are found by the run's marker")
-def test_stop_never_signals_a_process_that_is_not_the_runs(ct, spec):
-    run_id, _ = launch(ct, spec, PRE, command="sleep 300")
+def test_stop_never_signals_a_process_that_is_not_the_runs(lab_session, ct, spec):
+    run_id, _ = launch(target(lab_session, spec), PRE, command="sleep 300")
     stranger = int(ct.run(["bash", "-c", "setsid sleep 1234 </dev/null >/dev/null 2>&1 & echo $!"]).out)
     try:
         run = f"{spec.train.run_dir}/{run_id}"
@@ -202,7 +202,7 @@ def test_stop_never_signals_a_process_that_is_not_the_runs(ct, spec):
         result = stop(ct, spec, run_id, grace=2)
         assert result.run == run_id and ct.run(["kill", "-0", str(stranger)], check=False).ok
         assert ct.run(["pgrep", "-f", "^sleep 300$"], check=False).exit_code == 1  # found by its marker instead
-        second, _ = launch(ct, spec, PRE, command="sleep 301")
+        second, _ = launch(target(lab_session, spec), PRE, command="sleep 301")
         ct.run(["rm", f"{spec.train.run_dir}/{second}/pid"])  # no pid file: never `kill -- -0` (our own group)
         assert stop(ct, spec, second, grace=2).run == second  # raises JobError where anything is left
         assert ct.run(["kill", "-0", str(stranger)], check=False).ok
@@ -211,8 +211,8 @@ def test_stop_never_signals_a_process_that_is_not_the_runs(ct, spec):
 
 
 @pytest.mark.fault("Job killed outside remote", promise="reported LOST, never as exited")
-def test_a_job_that_vanished_is_reported_lost_not_exited(ct, spec):
-    run_id, pid = launch(ct, spec, PRE, command="sleep 300")
+def test_a_job_that_vanished_is_reported_lost_not_exited(lab_session, ct, spec):
+    run_id, pid = launch(target(lab_session, spec), PRE, command="sleep 300")
     ct.run(["bash", "-c", f"kill -KILL -- -{pid}"])  # the whole job, wrapper included: no exit record
     wait_for(lambda: not state(ct, spec, run_id)["alive"], 30)
     st = state(ct, spec, run_id)
@@ -229,7 +229,7 @@ def test_a_job_ends_cleanly_where_the_containers_init_does_not_reap(lab, deploye
     hosts.write_text(lab.hosts_yaml((203,)) + "code: {path: /root}\n")
     with Session(config.load(str(hosts)), agent=True) as s:
         spec, ct = s.config.container(203), s.container(203)
-        run_id, pid = launch(ct, spec, PRE, command="echo done")
+        run_id, pid = launch(target(s, spec), PRE, command="echo done")
         wait_for(lambda: ct.run(["ps", "-o", "stat=", "-p", str(pid)], check=False).out.strip().startswith("Z"), 30)
         lines, done = [], []
         t = threading.Thread(target=lambda: done.append(show_log(ct, spec, run_id, follow=True, echo=lines.append)),
@@ -242,7 +242,7 @@ def test_a_job_ends_cleanly_where_the_containers_init_does_not_reap(lab, deploye
 
 @pytest.mark.fault("`ps` in the container during a run",
                    promise="the wrapper and the watch show as short commands from verified files, not whole scripts")
-def test_ps_shows_the_wrapper_and_the_watch_as_short_commands_from_verified_files(ct, spec):
+def test_ps_shows_the_wrapper_and_the_watch_as_short_commands_from_verified_files(lab_session, ct, spec):
     from remote.ops.jobs import installed
     from remote import shell
 
@@ -250,7 +250,7 @@ def test_ps_shows_the_wrapper_and_the_watch_as_short_commands_from_verified_file
     watch, watch_sha, _ = installed("watch.py", shell.load_python("watch"))
     ct.run(["rm", "-f", job, watch])  # put there by the launch itself
     spec = dataclasses.replace(spec, train=dataclasses.replace(spec.train, run_dir="/root/runs-ps"))
-    run_id, pid = launch(ct, spec, PRE, command="sleep 300")
+    run_id, pid = launch(target(lab_session, spec), PRE, command="sleep 300")
     try:
         wait_for(lambda: watch in ct.run(["ps", "-eo", "args"]).out, 30)
         lines = [line for line in ct.run(["ps", "-eww", "-o", "args"]).out.splitlines()
@@ -266,13 +266,13 @@ def test_ps_shows_the_wrapper_and_the_watch_as_short_commands_from_verified_file
 
 @pytest.mark.fault("A changed wrapper file in the container",
                    promise="launch rewrites it from remote's own and checks it by sha256 before it runs")
-def test_a_tampered_wrapper_file_is_replaced_and_verified_before_it_runs(ct, spec):
+def test_a_tampered_wrapper_file_is_replaced_and_verified_before_it_runs(lab_session, ct, spec):
     from remote.ops.jobs import installed
     from remote import shell
 
     job, job_sha, _ = installed("job.sh", shell.load("job"))
     ct.script('mkdir -p "$(dirname "$1")" && echo "echo owned > /root/owned" > "$1"', job)
-    run_id, _ = launch(ct, spec, PRE, command="echo ran")
+    run_id, _ = launch(target(lab_session, spec), PRE, command="echo ran")
     wait_for(lambda: not state(ct, spec, run_id)["alive"], 60)
     assert state(ct, spec, run_id)["tail"].split() == ["ran"]
     assert ct.run(["sha256sum", job]).out.split()[0] == job_sha
@@ -281,7 +281,7 @@ def test_a_tampered_wrapper_file_is_replaced_and_verified_before_it_runs(ct, spe
 
 @pytest.mark.fault("deploy --force moves the checkout under a run that restarts",
                    promise="each attempt's commit is recorded in the manifest and a changed one named in the log")
-def test_a_restart_after_the_checkout_moved_records_the_commit_it_runs(ct, spec):
+def test_a_restart_after_the_checkout_moved_records_the_commit_it_runs(lab_session, ct, spec):
     work = "/root/ck-attempts"
     commits = ct.script(f"rm -rf {work} && git init -q {work} && cd {work} && "
                         "for n in 1 2; do echo $n > f; git add f; "
@@ -291,7 +291,7 @@ def test_a_restart_after_the_checkout_moved_records_the_commit_it_runs(ct, spec)
                                 train=dataclasses.replace(spec.train, restarts=1, restart_on=()))
     cmd = (f"if [ $REMOTE_RESTART = 0 ]; then touch {work}.started; "
            f"while [ ! -e {work}.go ]; do sleep 0.1; done; exit 1; fi; git rev-parse HEAD")
-    run_id, _ = launch(ct, moved, dataclasses.replace(PRE, commit=commits[0]), command=cmd)
+    run_id, _ = launch(target(lab_session, moved), dataclasses.replace(PRE, commit=commits[0]), command=cmd)
     try:
         wait_for(lambda: ct.run(["test", "-e", f"{work}.started"], check=False).ok, 30)
         ct.script(f"git -C {work} checkout -q -f {commits[1]} && touch {work}.go")  # what deploy --force does

@@ -3,7 +3,7 @@
 its pid file. Deploy's refusal, train's busy check, stop, status and doctor all ask about every run."""
 
 import pytest
-from support import LAB_CONTAINERS, wait_until
+from support import LAB_CONTAINERS, target, wait_until
 
 from remote import facts, shell
 from remote.errors import BusyError, JobError
@@ -36,14 +36,14 @@ def live_ids(ct, spec):
                    promise="deploy refuses, train is busy, stop stops both, status and doctor show both")
 def test_a_live_run_that_is_not_the_latest_counts_everywhere(lab_session, ct):
     spec = lab_session.config.container(CT)
-    a, pid_a = launch(ct, spec, PRE, command="sleep 600")
-    b, pid_b = launch(ct, spec, PRE, command="sleep 600", force=True)
+    a, pid_a = launch(target(lab_session, spec), PRE, command="sleep 600")
+    b, pid_b = launch(target(lab_session, spec), PRE, command="sleep 600", force=True)
     assert live_ids(ct, spec) == {a, b}
     stop(ct, spec, b, grace=2)  # the latest ends; A, started first, runs on
     assert state(ct, spec)["run"] == b and live_ids(ct, spec) == {a}
 
     with pytest.raises(BusyError, match=f"run {a} \\(pid {pid_a}\\)"):
-        launch(ct, spec, PRE, command="sleep 600")  # train's busy check
+        launch(target(lab_session, spec), PRE, command="sleep 600")  # train's busy check
     ct.script("echo '# an edit: deploy has something to do' >> /root/dflash/drafter/model.py")
     with pytest.raises(BusyError, match=f"run {a} \\(pid {pid_a}\\) is still running"):
         deploy(target_of(lab_session, CT))
@@ -65,7 +65,7 @@ def test_a_run_whose_pid_file_is_late_is_started_and_counts_as_running(lab_sessi
     spec = lab_session.config.container(CT)
     real = shell.load
     monkeypatch.setattr(shell, "load", lambda name: ("sleep 7\n" + real(name)) if name == "job" else real(name))
-    run, pid = launch(ct, spec, PRE, command="sleep 600")  # the wrapper writes its pid file after 7 s
+    run, pid = launch(target(lab_session, spec), PRE, command="sleep 600")  # the wrapper writes its pid file after 7 s
     monkeypatch.undo()
     assert pid > 0 and state(ct, spec)["run"] == run and state(ct, spec)["alive"]
 
@@ -79,7 +79,7 @@ def test_a_run_whose_pid_file_is_late_is_started_and_counts_as_running(lab_sessi
     with pytest.raises(BusyError, match=r"run late \(starting"):
         deploy(target_of(lab_session, CT))
     with pytest.raises(JobError, match=r"run late \(starting\)"):
-        launch(ct, spec, PRE, command="sleep 600")
+        launch(target(lab_session, spec), PRE, command="sleep 600")
     got = facts.gather(target_of(lab_session, CT), fresh=True).jobs
     assert set(got.live) == {run, "late"} and not got.orphans
     assert "runs-concurrent" in {f.code for f in findings(facts.gather(target_of(lab_session, CT), fresh=True), spec)}

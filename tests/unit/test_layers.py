@@ -451,8 +451,7 @@ def test_nothing_but_the_lab_tasks_imports_the_lab_and_the_wheel_leaves_it_out()
 # The functions of ops/, runs/ and facts/ that still take (ct, spec) instead of a Target; none may be added, and
 # each that moves comes off this list (the pure primitives on one pct Container take `ct` alone: files, oplock).
 CT_SPEC_TODAY = {
-    "remote/ops/jobenv.py": ["run_as_deployed", "run"],
-    "remote/ops/jobs.py": ["launch", "state", "stop", "_stop_one", "show_log"],
+    "remote/ops/jobs.py": ["state", "stop", "_stop_one", "show_log"],
 }
 # The functions below remote/api that still take an `echo` line reporter instead of reporting through their
 # Target (t.step/note/warn/output); none may be added. cluster's, the session's and the dry-run printer's are

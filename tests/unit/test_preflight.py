@@ -178,19 +178,21 @@ def test_a_ctrl_c_during_the_launch_names_the_run_it_may_have_started():
     (Ctrl-C while the container starts the job) names that run and what to do, then goes on up (exit 130)."""
     from remote.lab.testing import Expect, FakeTransport
     from remote.ops.jobs import Preflight, launch
-    from remote.transport.pct import Container
+    from remote.target import resolve
+    from remote.transport.session import Session
 
     class Held:
         def check(self):
             pass
 
-    spec = config.parse({"hosts": {"h": {"address": "a"}}, "containers": {200: {"host": "h"}},
-                         "train": {"command": "sleep 300"}}, "h.yaml").containers[200]
-    t = FakeTransport([Expect(lambda argv: "launch" in argv, raises=KeyboardInterrupt())])
+    fleet = config.parse({"hosts": {"h": {"address": "a"}}, "containers": {200: {"host": "h"}},
+                          "train": {"command": "sleep 300"}}, "h.yaml")
+    fake = FakeTransport([Expect(lambda argv: "launch" in argv, raises=KeyboardInterrupt())])
     said: list[str] = []
+    t = resolve(Session(fleet, echo=said.append, transport_factory=lambda h: fake), 200)
     pre = Preflight(commit="0" * 40, venv={"verify": {}}, gpus=None, notes=[])
     with pytest.raises(KeyboardInterrupt):
-        launch(Container(t, 200), spec, pre, run_id="20261202-010203-abcd", held=Held(), echo=said.append)
+        launch(t, pre, run_id="20261202-010203-abcd", held=Held(), echo=said.append)
     assert said[0] == "==> run 20261202-010203-abcd starting in container 200"
     assert said[1].startswith("-- interrupted while run 20261202-010203-abcd was starting in container 200: it may "
                               "be running.") and "`remote stop -c 200 --run 20261202-010203-abcd` ends it" in said[1]
