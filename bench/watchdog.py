@@ -59,16 +59,16 @@ def with_train(t: Target, **train) -> Target:
 
 def detection(t: Target, stall: float) -> dict:
     t = with_train(t, stall=stall, on_stall="warn")
-    ct, s = t.ct, t.spec
-    run_id, _ = launch(t, PRE, command=STALLER, echo=lambda _: None)
+    ct = t.ct
+    run_id, _ = launch(t, PRE, command=STALLER)
     try:
-        wait(lambda: state(ct, s, run_id)["stalled"], stall + 60)
-        path = state(ct, s, run_id)["path"]
+        wait(lambda: state(t, run_id)["stalled"], stall + 60)
+        path = state(t, run_id)["path"]
         last = float([line for line in cat(ct, f"{path}/log").splitlines() if line.startswith("step")][-1].split()[2])
         event = json.loads(cat(ct, f"{path}/events.jsonl").splitlines()[0])
         stacks = cat(ct, f"{path}/stacks-1.txt")
     finally:
-        stop(ct, s, run_id, grace=2)
+        stop(t, run_id, grace=2)
     latency = event["at"] - last
     return {"stall_s": stall, "detected_after_s": round(latency, 2), "goal_s": stall + 5, "ok": latency <= stall + 5,
             "stacks_name_the_function": "waits_forever" in stacks}
@@ -76,15 +76,15 @@ def detection(t: Target, stall: float) -> dict:
 
 def cpu(t: Target, seconds: float) -> dict:
     t = with_train(t, stall=600.0)
-    ct, s = t.ct, t.spec
-    run_id, _ = launch(t, PRE, command=CHATTY.format(s=seconds + 10), echo=lambda _: None)
+    ct = t.ct
+    run_id, _ = launch(t, PRE, command=CHATTY.format(s=seconds + 10))
     try:
         time.sleep(3)  # past the start
         a = ct.run(["bash", "-c", CPU, "cpu", run_id], mutates=False).out.split()
         time.sleep(seconds)
         b = ct.run(["bash", "-c", CPU, "cpu", run_id], mutates=False).out.split()
     finally:
-        stop(ct, s, run_id, grace=2)
+        stop(t, run_id, grace=2)
     wall, tick = float(b[3]) - float(a[3]), int(a[2])
     watch = (int(b[0]) - int(a[0])) / tick / wall
     job = (int(b[1]) - int(a[1])) / tick / wall
@@ -94,10 +94,9 @@ def cpu(t: Target, seconds: float) -> dict:
 
 def restart(t: Target) -> dict:
     t = with_train(t, restarts=1)
-    ct, s = t.ct, t.spec
-    run_id, _ = launch(t, PRE, command="exit 3", echo=lambda _: None)
-    wait(lambda: not state(ct, s, run_id)["alive"], 60)
-    a = state(ct, s, run_id)["attempts"]
+    run_id, _ = launch(t, PRE, command="exit 3")
+    wait(lambda: not state(t, run_id)["alive"], 60)
+    a = state(t, run_id)["attempts"]
     latency = a[1]["started"] - a[0]["ended"] - 1.0
     return {"restart_latency_s_beyond_backoff": round(latency, 3), "backoff_s": 1, "goal_s": 5, "ok": latency <= 5}
 

@@ -16,8 +16,9 @@ remote.group, sets `CONTAINER` in each container's thread). The library drops ev
     ├── Done          a container's part of a group call ended well
     └── Failed        ... or with an error (its exit status and message)
 
-Resumed comes from a followed log's `on_resume` (Target.resumed: Run.follow, Container.train and
-stream_log), SnapshotTaken from deploy's snapshot (Target.snapshot_taken), each where it happened.
+Resumed comes from a followed log's `on_resume` (Target.resumed: Run.follow, and jobs.show_log, which train,
+stream_log and a multi-node follow read through), SnapshotTaken from deploy's snapshot (Target.snapshot_taken),
+each where it happened.
 A new kind is a subclass here (its fields typed), the call that emits it (`target.session.sink(Kind(...))`),
 and, where the command line shows it otherwise than by its line, its case in remote/cli/format.py's
 `event_text` (docs/internals/contributing.md).

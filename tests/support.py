@@ -271,6 +271,24 @@ class Heard:
         self.lines.append(event.line)
 
 
+class Reported:
+    """A stand-in session for an operation whose container commands a test patches out: its Container is `ct`
+    (one with a transport that closes, where none is given); what the operation reports is kept, each event
+    in `events` and its line in `lines`."""
+
+    def __init__(self, ct=None, lines: list | None = None):
+        self.ct = ct if ct is not None else type("Ct", (), {"transport": type("T", (), {"close": None})()})()
+        self.events: list = []
+        self.lines = lines if lines is not None else []
+
+    def container_for(self, spec, venv_on_path=True):
+        return self.ct
+
+    def sink(self, event) -> None:
+        self.events.append(event)
+        self.lines.append(event.line)
+
+
 def target(session, spec, lines: list | None = None):
     """A Target of `spec` on `session`: a test's own spec (a run folder of its own, another train section);
     with `lines`, the lines its operations report are appended there."""

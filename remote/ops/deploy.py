@@ -232,8 +232,8 @@ def _held(ct: Container, command: str, ttl: float, summary: _Changes) -> Iterato
 def _refuse_running_job(t: Target, force: bool, summary: _Changes) -> None:
     """A running job would find its checkout rewritten and its venv swapped under it: refuse unless forced.
     Every live run counts, not only the latest (`train --force` starts one beside another)."""
-    ct, spec = t.system, t.spec
-    live = jobs.state(ct, spec).get("live") or []
+    spec = t.spec
+    live = jobs.state(t).get("live") or []
     if not live:
         return
     what = jobs.live_text(live)

@@ -136,12 +136,12 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
 
     def check(ctid: int):
         try:
-            return jobs.preflight(nodes[ctid], echo=echo, force=force)
+            return jobs.preflight(nodes[ctid], force=force)
         except JobError as exc:
             if not (warmup and jobs.only_warmup_missing(exc)):
                 return exc
             wm.warmup(nodes[ctid])
-            return jobs.preflight(nodes[ctid], echo=echo, force=force)
+            return jobs.preflight(nodes[ctid], force=force)
         except RemoteError as exc:
             return exc
 
@@ -175,8 +175,8 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
             command = node_command(spec.train.command, v)
             extra = {"nodes": ids, "node_rank": v["node_rank"], "master_addr": v["master_addr"],
                      "master_port": v["master_port"], "node_addr": v["node_addr"], "iface": iface}
-            _, pid = jobs.launch(nodes[spec.ctid], pre, force=force, command=command,
-                                 run_id=run_id, extra=extra, env=node_env(spec, iface, v["node_rank"] == 0))
+            _, pid = jobs.launch(nodes[spec.ctid], pre, force=force, command=command, run_id=run_id, extra=extra,
+                                 env=node_env(spec, iface, v["node_rank"] == 0), announce=False)
             started.append((spec.ctid, pid))
     except RemoteError as exc:
         stop_nodes(session, [c for c, _ in started], run_id)
@@ -204,7 +204,7 @@ def stop_nodes(session: Session, ids: list[int], run_id: str, grace: int = 10) -
 
     def one(ctid: int):
         try:
-            return jobs.stop(nodes[ctid].ct, nodes[ctid].spec, run_id, grace=grace)
+            return jobs.stop(nodes[ctid], run_id, grace=grace)
         except RemoteError as exc:
             return exc
 
@@ -233,7 +233,7 @@ def follow_run(session: Session, ids: list[int], run_id: str, *, echo: Callable[
     def watchdog() -> None:
         while not done.wait(POLL_S):
             try:
-                states = executor.values(session.config, ids, lambda c: jobs.state(nodes[c].ct, nodes[c].spec, run_id))
+                states = executor.values(session.config, ids, lambda c: jobs.state(nodes[c], run_id))
             except RemoteError:
                 continue  # a lost connection: the followers reconnect; look again next time
             bad = [(c, st) for c, st in zip(ids, states, strict=True) if not st["alive"] and jobs.final_status(st)]
@@ -249,7 +249,7 @@ def follow_run(session: Session, ids: list[int], run_id: str, *, echo: Callable[
                 return
 
     def one(ctid: int) -> None:
-        finals[ctid] = jobs.show_log(nodes[ctid].ct, nodes[ctid].spec, run_id, follow=True, echo=echo)
+        finals[ctid] = jobs.show_log(nodes[ctid], run_id, follow=True)
 
     guard = ContextThread(target=watchdog, daemon=True)
     guard.start()
@@ -298,8 +298,7 @@ def final_status(result: dict) -> int:
 
 def nodes_of(session: Session, ctid, run_id: str | None) -> tuple[str | None, list[int]]:
     """The run (latest, or run_id) of container ctid and its nodes ([] for a single-node run)."""
-    spec = resolve(session, ctid).spec
-    st = jobs.state(session.container_for(spec), spec, run_id)
+    st = jobs.state(resolve(session, ctid), run_id)
     nodes = (st.get("manifest") or {}).get("nodes") or []
     return st.get("run"), [int(n) for n in nodes if int(n) in session.config.containers]
 

@@ -97,7 +97,7 @@ def record_run(t: Target, run_id: str | None, *, how: str = "by hand (remote kno
     """Record run `run_id` (default: the latest) of a container as its known-good; it must have ended with
     exit status 0."""
     spec, ct = t.spec, t.ct
-    st = jobs.state(ct, spec, run_id)
+    st = jobs.state(t, run_id)
     if not st.get("run"):
         raise JobError(f"container {spec.ctid} has no run {run_id or ''} in {spec.train.run_dir}".replace("  ", " "))
     if st["alive"] or st["lost"] or st["exit"] != 0:

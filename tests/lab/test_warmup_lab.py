@@ -69,7 +69,7 @@ def test_the_cache_survives_deploy_train_stop_and_a_venv_rebuild(warmed, lab_ses
     before = cache_files(ct)
     assert any("inductor" in f for f in before)
     train(target_of(lab_session, 200), follow=False)
-    stop(ct, lab_session.config.container(200), grace=2)
+    stop(target_of(lab_session, 200), grace=2)
     rebuilt = load_config(lab_hosts, **{"numpy==2.2.6]": "numpy==2.2.6, mpmath==1.3.0]"})
     with Session(config.load(str(rebuilt))) as s:
         assert any("venv" in c for c in deploy(target_of(s, 200)).changed)

@@ -448,18 +448,15 @@ def test_nothing_but_the_lab_tasks_imports_the_lab_and_the_wheel_leaves_it_out()
 
 # -- one calling convention: a Target in (issue 38) ----------------------------------------------------------
 
-# The functions of ops/, runs/ and facts/ that still take (ct, spec) instead of a Target; none may be added, and
-# each that moves comes off this list (the pure primitives on one pct Container take `ct` alone: files, oplock).
-CT_SPEC_TODAY = {
-    "remote/ops/jobs.py": ["state", "stop", "_stop_one", "show_log"],
-}
+# The functions of ops/, runs/ and facts/ that still take (ct, spec) instead of a Target: none (the pure
+# primitives on one pct Container take `ct` alone: files, oplock).
+CT_SPEC_TODAY: dict[str, list[str]] = {}
 # The functions below remote/api that still take an `echo` line reporter instead of reporting through their
 # Target (t.step/note/warn/output); none may be added. cluster's, the session's and the dry-run printer's are
 # the session's own reporter (not an operation's).
 ECHO_TODAY = {
     "remote/cluster.py": ["resolving", "__init__"],
     "remote/ops/compilelog.py": ["__init__"],
-    "remote/ops/jobs.py": ["preflight", "launch", "show_log"],
     "remote/ops/multinode.py": ["train", "follow_run"],
     "remote/ops/pyspy.py": ["ensure"],
     "remote/ops/session.py": ["open_session"],

@@ -192,7 +192,7 @@ def test_a_ctrl_c_during_the_launch_names_the_run_it_may_have_started():
     t = resolve(Session(fleet, echo=said.append, transport_factory=lambda h: fake), 200)
     pre = Preflight(commit="0" * 40, venv={"verify": {}}, gpus=None, notes=[])
     with pytest.raises(KeyboardInterrupt):
-        launch(t, pre, run_id="20261202-010203-abcd", held=Held(), echo=said.append)
+        launch(t, pre, run_id="20261202-010203-abcd", held=Held())
     assert said[0] == "==> run 20261202-010203-abcd starting in container 200"
     assert said[1].startswith("-- interrupted while run 20261202-010203-abcd was starting in container 200: it may "
                               "be running.") and "`remote stop -c 200 --run 20261202-010203-abcd` ends it" in said[1]
