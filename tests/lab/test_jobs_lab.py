@@ -43,7 +43,7 @@ def wait_for(predicate, timeout=60.0):
 
 
 @pytest.mark.fault("SSH dropped mid-follow", promise="following resumes at the byte it reached: every line once")
-def test_logs_resume_after_the_server_side_of_ssh_is_killed(lab_session, lab, ct, spec):
+def test_logs_resume_after_the_server_side_of_ssh_is_killed(lab_session, lab, spec):
     run_id, _ = launch(target(lab_session, spec), PRE, command=numbered(2500, 0.002))
     lines = []
     follower = threading.Thread(target=lambda: show_log(target(lab_session, spec, lines), run_id, follow=True),
@@ -97,7 +97,7 @@ def test_the_job_survives_the_controller_being_killed(lab_hosts, deployed, lab_s
 
 
 @pytest.mark.fault("Second train while one runs", promise="refused unless --force, naming the run")
-def test_a_second_train_is_refused_unless_forced(lab_session, ct, spec):
+def test_a_second_train_is_refused_unless_forced(lab_session, spec):
     t = target(lab_session, spec)
     first, _ = launch(t, PRE, command="sleep 300")
     try:
@@ -110,7 +110,7 @@ def test_a_second_train_is_refused_unless_forced(lab_session, ct, spec):
         assert stop(t, first, grace=2).run == first  # raises JobError where anything is left
 
 
-def test_low_throughput_is_warned_and_crash_texts_get_hints(lab_session, ct, spec):
+def test_low_throughput_is_warned_and_crash_texts_get_hints(lab_session, spec):
     cmd = ("echo 'step 1 | 21.4 Ktok/s'; echo 'step 2 | 4.3 Ktok/s'; "
            "echo 'RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized function'; "
            "exit 1")
@@ -181,7 +181,7 @@ def test_preflight_and_status_read_a_container_in_one_round_trip(lab_session, de
     assert entry.venv_lock == lock
 
 
-def test_logs_without_follow_prints_what_is_there_and_returns_while_the_job_runs(lab_session, ct, spec):
+def test_logs_without_follow_prints_what_is_there_and_returns_while_the_job_runs(lab_session, spec):
     t = target(lab_session, spec)
     run_id, _ = launch(t, PRE, command="echo first; sleep 300")
     try:

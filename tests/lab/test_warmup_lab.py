@@ -137,7 +137,7 @@ def test_a_hostile_bundle_is_imported_without_what_a_pull_would_refuse(warmed, l
         ct.run(["bash", "-c", f"rm -f {CACHE}/torch-*/suid-x"])
 
 
-def test_a_changed_command_or_env_asks_for_a_new_warmup(warmed, lab_session, lab_hosts, ct):
+def test_a_changed_command_or_env_asks_for_a_new_warmup(warmed, lab_session, lab_hosts):
     state = wm.deployed(target_of(lab_session, 200))
     assert wm.missing_warmups(target_of(lab_session, 200), state) == []
     env = load_config(lab_hosts, **{"  run_dir: /root/runs\n": "  run_dir: /root/runs\n  env: {OMP_NUM_THREADS: '1'}\n"})

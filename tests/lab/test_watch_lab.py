@@ -117,7 +117,7 @@ def test_without_py_spy_the_stacks_file_says_so_and_holds_the_kernels_view(lab_s
 
 @pytest.mark.fault("Job hangs (no output)",
                    promise="noticed within train.stall + 5 s, every process's stacks dumped, status says STALLED; on_stall: stop ends it (exit 124, nothing left), restart starts it again")
-def test_on_stall_stop_ends_it_with_nothing_left_and_a_status_saying_stalled(lab_session, ct, spec):
+def test_on_stall_stop_ends_it_with_nothing_left_and_a_status_saying_stalled(lab_session, spec):
     spec = with_train(spec, stall=3.0, on_stall="stop")
     t = target(lab_session, spec)
     run_id, _ = launch(t, PRE, command=staller())
@@ -172,7 +172,7 @@ def test_an_always_failing_job_is_given_up_after_1_plus_N_attempts(lab_session, 
     assert cat(ct, f"{st['path']}/log").count("REMOTE_RESTART=") == 3
 
 
-def test_restart_on_restarts_only_the_listed_statuses(lab_session, ct, spec):
+def test_restart_on_restarts_only_the_listed_statuses(lab_session, spec):
     spec = with_train(spec, restarts=2, restart_on=(5,))
     t = target(lab_session, spec)
     run_id, _ = launch(t, PRE, command=FLAKY.format(3))
