@@ -83,8 +83,9 @@ def measure(args, cfg, label: str) -> dict:
 
     with Session(cfg, agent=False, transport_factory=keep) as s:  # where the probe's time goes
         from remote.facts import read_raw
+        from remote.target import resolve
 
-        raw, window = read_raw(s.container(args.container, venv_on_path=False), cfg.container(args.container))
+        raw, window = read_raw(resolve(s, args.container))
     inside = raw["time_end"] - raw["time"]
     torch = raw.get("torch") or {}
     torch_s = "kept from an earlier probe, 0" if torch.get("cached") else torch.get("seconds")

@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from remote import config  # noqa: E402
 from remote.ops.jobs import Preflight, launch, show_log, stop  # noqa: E402
 from remote.lab import Lab  # noqa: E402
+from remote.target import resolve  # noqa: E402
 from remote.transport.session import Session  # noqa: E402
 
 
@@ -42,25 +43,24 @@ def main() -> None:
            f"    sys.stdout.flush()\n"
            f"    time.sleep({args.seconds / batches})'")
     cfg = config.load()
-    with Session(cfg, agent=True) as s:  # as the tasks run
-        base = cfg.container(args.container)
-        spec = dataclasses.replace(base, train=dataclasses.replace(base.train, run_dir="/root/runs-bench"))
-        ct = s.container(spec.ctid)
+    received: list[tuple[int, float, float]] = []  # (seq, written, shown)
+    notes: list[str] = []
+
+    def echo(line: str) -> None:  # each reported line (the session's events' lines), as it is shown
+        now = time.time()
+        parts = line.split()
+        if len(parts) == 2 and parts[0].isdigit():
+            received.append((int(parts[0]), float(parts[1]), now))
+        else:
+            notes.append(line)
+
+    with Session(cfg, agent=True, echo=echo) as s:  # as the tasks run
+        base = resolve(s, args.container)
+        t = dataclasses.replace(base, spec=dataclasses.replace(base.spec, train=dataclasses.replace(
+            base.spec.train, run_dir="/root/runs-bench")))
         pre = Preflight("bench", {"verify": {}}, None, [])
-        received: list[tuple[int, float, float]] = []  # (seq, written, shown)
-        notes: list[str] = []
-
-        def echo(line: str) -> None:
-            now = time.time()
-            parts = line.split()
-            if len(parts) == 2 and parts[0].isdigit():
-                received.append((int(parts[0]), float(parts[1]), now))
-            else:
-                notes.append(line)
-
-        run_id, _ = launch(ct, spec, pre, command=job, force=True)
-        follower = threading.Thread(target=show_log, args=(ct, spec, run_id), kwargs={"follow": True, "echo": echo},
-                                    daemon=True)
+        run_id, _ = launch(t, pre, command=job, force=True)
+        follower = threading.Thread(target=show_log, args=(t, run_id), kwargs={"follow": True}, daemon=True)
         follower.start()
         sshd = int((Lab().dir / "sshd.pid").read_text())
         cuts = []
@@ -70,7 +70,7 @@ def main() -> None:
             subprocess.run(["pkill", "-KILL", "-P", str(sshd)])  # the server side of every SSH session
             cuts.append(time.time())
         follower.join(timeout=args.seconds * 4 + 60)
-        stop(ct, spec, run_id, grace=2)
+        stop(t, run_id, grace=2)
     seqs = [r[0] for r in received]
     lost = len(set(range(args.lines)) - set(seqs))
     dup = len(seqs) - len(set(seqs))

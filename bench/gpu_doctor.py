@@ -31,6 +31,7 @@ from remote import config, facts, gpudoctor  # noqa: E402
 from remote.errors import RemoteError  # noqa: E402
 from remote.lab.testing import Recording as Counting  # noqa: E402
 from remote.ops import jobs  # noqa: E402
+from remote.target import resolve  # noqa: E402
 from remote.transport import for_host  # noqa: E402
 from remote.transport.session import Session  # noqa: E402
 
@@ -62,15 +63,13 @@ def round_trips(cfg, ids) -> dict:
 
 
 def preflight_once(s: Session, ctid: int, with_gpu: bool) -> float:
-    spec = s.config.container(ctid)
-    ct = s.container(spec.ctid)
+    t = resolve(s, ctid)
     saved = facts.PREFLIGHT
     if not with_gpu:
         facts.PREFLIGHT = tuple(p for p in saved if p != "gpu")
     t0 = time.perf_counter()
     try:
-        jobs.preflight(ct, spec, echo=lambda _: None,
-                       host_gpu=jobs.host_gpu(s, spec) if with_gpu else None)
+        jobs.preflight(t, host_gpu=jobs.host_gpu(s, t.spec) if with_gpu else None)
     except RemoteError:
         pass  # an undeployed container: the same reads, timed all the same
     finally:

@@ -29,6 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from remote import config  # noqa: E402
 from remote.ops.jobs import Preflight, launch, state, stop  # noqa: E402
+from remote.target import Target, resolve  # noqa: E402
 from remote.transport.session import Session  # noqa: E402
 
 PRE = Preflight("bench", {"verify": {}}, None, [])
@@ -51,32 +52,39 @@ def wait(pred, timeout: float) -> None:
         time.sleep(0.2)
 
 
-def detection(ct, spec, stall: float) -> dict:
-    s = dataclasses.replace(spec, train=dataclasses.replace(spec.train, stall=stall, on_stall="warn"))
-    run_id, _ = launch(ct, s, PRE, command=STALLER, echo=lambda _: None)
+def with_train(t: Target, **train) -> Target:
+    """t with these train settings (the bench's own run folder, stall watch, restarts)."""
+    return dataclasses.replace(t, spec=dataclasses.replace(t.spec, train=dataclasses.replace(t.spec.train, **train)))
+
+
+def detection(t: Target, stall: float) -> dict:
+    t = with_train(t, stall=stall, on_stall="warn")
+    ct = t.ct
+    run_id, _ = launch(t, PRE, command=STALLER)
     try:
-        wait(lambda: state(ct, s, run_id)["stalled"], stall + 60)
-        path = state(ct, s, run_id)["path"]
+        wait(lambda: state(t, run_id)["stalled"], stall + 60)
+        path = state(t, run_id)["path"]
         last = float([line for line in cat(ct, f"{path}/log").splitlines() if line.startswith("step")][-1].split()[2])
         event = json.loads(cat(ct, f"{path}/events.jsonl").splitlines()[0])
         stacks = cat(ct, f"{path}/stacks-1.txt")
     finally:
-        stop(ct, s, run_id, grace=2)
+        stop(t, run_id, grace=2)
     latency = event["at"] - last
     return {"stall_s": stall, "detected_after_s": round(latency, 2), "goal_s": stall + 5, "ok": latency <= stall + 5,
             "stacks_name_the_function": "waits_forever" in stacks}
 
 
-def cpu(ct, spec, seconds: float) -> dict:
-    s = dataclasses.replace(spec, train=dataclasses.replace(spec.train, stall=600.0))
-    run_id, _ = launch(ct, s, PRE, command=CHATTY.format(s=seconds + 10), echo=lambda _: None)
+def cpu(t: Target, seconds: float) -> dict:
+    t = with_train(t, stall=600.0)
+    ct = t.ct
+    run_id, _ = launch(t, PRE, command=CHATTY.format(s=seconds + 10))
     try:
         time.sleep(3)  # past the start
         a = ct.run(["bash", "-c", CPU, "cpu", run_id], mutates=False).out.split()
         time.sleep(seconds)
         b = ct.run(["bash", "-c", CPU, "cpu", run_id], mutates=False).out.split()
     finally:
-        stop(ct, s, run_id, grace=2)
+        stop(t, run_id, grace=2)
     wall, tick = float(b[3]) - float(a[3]), int(a[2])
     watch = (int(b[0]) - int(a[0])) / tick / wall
     job = (int(b[1]) - int(a[1])) / tick / wall
@@ -84,11 +92,11 @@ def cpu(ct, spec, seconds: float) -> dict:
             "goal": 0.01, "ok": watch < 0.01, "lines_per_s": 50}
 
 
-def restart(ct, spec) -> dict:
-    s = dataclasses.replace(spec, train=dataclasses.replace(spec.train, restarts=1))
-    run_id, _ = launch(ct, s, PRE, command="exit 3", echo=lambda _: None)
-    wait(lambda: not state(ct, s, run_id)["alive"], 60)
-    a = state(ct, s, run_id)["attempts"]
+def restart(t: Target) -> dict:
+    t = with_train(t, restarts=1)
+    run_id, _ = launch(t, PRE, command="exit 3")
+    wait(lambda: not state(t, run_id)["alive"], 60)
+    a = state(t, run_id)["attempts"]
     latency = a[1]["started"] - a[0]["ended"] - 1.0
     return {"restart_latency_s_beyond_backoff": round(latency, 3), "backoff_s": 1, "goal_s": 5, "ok": latency <= 5}
 
@@ -101,13 +109,11 @@ def main() -> None:
     args = ap.parse_args()
     cfg = config.load()
     with Session(cfg, agent=True) as sess:
-        base = cfg.container(args.container)
-        spec = dataclasses.replace(base, code=dataclasses.replace(base.code, path="/root"),
-                                   train=dataclasses.replace(base.train, run_dir="/root/runs-bench", baseline=None))
-        ct = sess.container(spec.ctid)
-        results = [detection(ct, spec, float(x)) for x in args.stalls.split(",")]
-        results.append(cpu(ct, spec, args.cpu_seconds))
-        results.append(restart(ct, spec))
+        t = with_train(resolve(sess, args.container), run_dir="/root/runs-bench", baseline=None)
+        t = dataclasses.replace(t, spec=dataclasses.replace(t.spec, code=dataclasses.replace(t.spec.code, path="/root")))
+        results = [detection(t, float(x)) for x in args.stalls.split(",")]
+        results.append(cpu(t, args.cpu_seconds))
+        results.append(restart(t))
     for r in results:
         print(json.dumps(r))
     print("all goals met" if all(r["ok"] for r in results) else "GOAL MISSED")

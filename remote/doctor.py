@@ -340,9 +340,10 @@ def diagnose(session: Session, ctids: list[int], *, fresh: bool = False) -> list
         session.container(ctid, venv_on_path=False)
 
     def one(ctid: int) -> Diagnosis:
-        spec = resolve(session, ctid).spec
+        t = resolve(session, ctid)
+        spec = t.spec
         try:
-            facts = gather(session.container_for(spec, venv_on_path=False), spec, fresh=fresh)
+            facts = gather(t, fresh=fresh)
         except RemoteError as exc:
             return Diagnosis(spec.ctid, spec.host.name, (), str(exc))
         return Diagnosis(spec.ctid, spec.host.name, tuple(findings(facts, spec, pinned(spec))), None, facts)

@@ -20,8 +20,9 @@ container's thread). Nothing here prints or touches sys.stdout.
     ├── Done          a container's part of a group call ended well
     └── Failed        ... or with an error (its exit status and message)
 
-Resumed comes from a followed log's `on_resume` (Target.resumed: Run.follow, Container.train and
-stream_log), SnapshotTaken from deploy's snapshot (Target.snapshot_taken), each where it happened.
+Resumed comes from a followed log's `on_resume` (Target.resumed: Run.follow, and jobs.show_log, which train,
+stream_log and a multi-node follow read through), SnapshotTaken from deploy's snapshot (Target.snapshot_taken),
+each where it happened.
 A new kind is a subclass here (its fields typed), the call that emits it (`target.session.sink(Kind(...))`),
 and, where the command line shows it otherwise than by its line, its case in remote/cli/format.py's
 `event_text` (docs/internals/contributing.md).
@@ -109,18 +110,4 @@ def drop(event: Event) -> None:
 
 def quiet(line: str) -> None:
     """The line-reporter of a session given none (remote.transport.session.Session.echo: where its events'
-    lines go without an event sink), and of remote/ops/jobs.py's `echo=` until it reports through its Target."""
-
-
-def event_of(line: str, container: int | None = None) -> Event:
-    """A reported line as its event; the container defaults to the current thread's (CONTAINER).
-    Going: Target.echo's, for the lines of remote/ops/jobs.py until it reports through its Target (branch sig);
-    nothing else reads a prefix back (tests/unit/test_layers.py)."""
-    ctid = CONTAINER.get() if container is None else container
-    if line.startswith("==> "):
-        return StepStarted(ctid, line, line[4:])
-    if line.startswith("!! "):
-        return Note(ctid, line, "warning")
-    if line.startswith("-- "):
-        return Note(ctid, line, "info")
-    return Output(ctid, line)
+    lines go without an event sink)."""

@@ -13,7 +13,6 @@ Below the operations, above the transport (like pyinfra's Host object, or SkyPil
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -94,15 +93,6 @@ class Target(_Reports):
     def system(self) -> Container:
         """Its pct Container with the system PATH (probes, doctor: nothing of the venv's), made once."""
         return self.session.container_for(self.spec, venv_on_path=False)
-
-    @property
-    def echo(self) -> Callable[[str], None]:
-        """A line reporter for remote/ops/jobs.py's `echo=` (preflight, launch, show_log: the last operations
-        not yet moved to step/note/warn/output; branch sig moves them): each line as its event (events.event_of),
-        marked with this container. Going with them."""
-        from .events import event_of
-
-        return lambda line: self.session.sink(event_of(line, self.spec.ctid))
 
 
 @dataclass(frozen=True, eq=False)

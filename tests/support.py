@@ -267,3 +267,43 @@ NOT_ALLOWED = [
     # A rollback restores the snapshot's container config: to remote's own snapshots only.
     "rollback 200 before-upgrade --start 1", "rollback 200 by-hand --start 0",
 ]
+
+
+class Heard:
+    """A session whose operations' events are heard: each event's line appended to `lines` (as the command line
+    shows it); everything else is the session's own (its config, transports, agents)."""
+
+    def __init__(self, session, lines: list):
+        self._session, self.lines = session, lines
+
+    def __getattr__(self, name):
+        return getattr(self._session, name)
+
+    def sink(self, event) -> None:
+        self.lines.append(event.line)
+
+
+class Reported:
+    """A stand-in session for an operation whose container commands a test patches out: its Container is `ct`
+    (one with a transport that closes, where none is given); what the operation reports is kept, each event
+    in `events` and its line in `lines`."""
+
+    def __init__(self, ct=None, lines: list | None = None):
+        self.ct = ct if ct is not None else type("Ct", (), {"transport": type("T", (), {"close": None})()})()
+        self.events: list = []
+        self.lines = lines if lines is not None else []
+
+    def container_for(self, spec, venv_on_path=True):
+        return self.ct
+
+    def sink(self, event) -> None:
+        self.events.append(event)
+        self.lines.append(event.line)
+
+
+def target(session, spec, lines: list | None = None):
+    """A Target of `spec` on `session`: a test's own spec (a run folder of its own, another train section);
+    with `lines`, the lines its operations report are appended there."""
+    from remote.target import Target
+
+    return Target(session if lines is None else Heard(session, lines), spec)

@@ -108,7 +108,7 @@ class Container:
         checks.flag("check", check)
         ct = self._ct()
         # Deployed or not, and the job's environment, are decided in the container: one command, no probe first.
-        r = jobenv.run_as_deployed(ct, self.spec, args, **kwargs) if checks.flag("job_env", job_env) \
+        r = jobenv.run_as_deployed(self._target, args, **kwargs) if checks.flag("job_env", job_env) \
             else ct.run(args, **kwargs)
         r = dataclasses.replace(r, argv=tuple(args))  # the user's argv, not the wrapper that ran it
         return r.check(f"container {self.id}") if check else r
@@ -215,14 +215,13 @@ class Container:
             raise unset(self.fleet.config.file, "train.command", "set the training command to run (or give command=)")
         run_command = f"{base} {shlex.join(extra)}" if extra else command
         run_env = checks.environment("env", env)
-        ct, spec, emit = self._ct(), self.spec, self._target.echo
         run_id, _ = jobs.start(self._target, force=force, warmup=warmup, command=run_command, env=run_env)
         if self.fleet.dry:
             return Run(self, run_id)
         run = Run(self, run_id)
         if not detach:
             try:
-                final = jobs.show_log(ct, spec, run_id, follow=True, echo=emit, on_resume=self._target.resumed)
+                final = jobs.show_log(self._target, run_id, follow=True)
             except KeyboardInterrupt:
                 self._target.note(f"stopped following; run {run_id} keeps running. `remote logs --follow` "
                                   "resumes, `remote stop` ends it")
@@ -237,7 +236,7 @@ class Container:
         """A run of this container by id (None or "latest": the latest). UnknownRun when it has no such run."""
         from ..ops import jobs
 
-        st = jobs.run_status(jobs.state(self._ct(), self.spec, run_id))
+        st = jobs.run_status(jobs.state(self._target, run_id))
         if st.run is None:
             raise JobError(f"container {self.id} has no runs in {self.spec.train.run_dir}: start one with train()")
         r = Run(self, st.run)
@@ -266,15 +265,14 @@ class Container:
         """A run's log to the progress callback as `remote logs` shows it (follow: until the job ends); its end state."""
         from ..ops import jobs
 
-        return jobs.run_status(jobs.show_log(self._ct(), self.spec, run_id, follow=follow, echo=self._target.echo,
-                                             on_resume=self._target.resumed))
+        return jobs.run_status(jobs.show_log(self._target, run_id, follow=follow))
 
     def stop(self, run_id: str | None = None, *, grace: int = 10, nodes: bool = True) -> Stopped:
         """Stop a run (None: every live run, and the latest's leftovers) and verify nothing of it is left;
         a multi-node run is stopped on its other nodes too (unless nodes=False)."""
         from ..ops.jobs import stop as stop_job
 
-        got = stop_job(self._ct(), self.spec, run_id, grace=int(grace))
+        got = stop_job(self._target, run_id, grace=int(grace))
         others = [n for n in got.nodes or () if n != self.id and n in self.fleet.config.containers]
         if others and nodes and not self.fleet.dry:
             from ..ops.multinode import stop_nodes
@@ -343,6 +341,6 @@ class Container:
         that cannot be probed raises (ContainerNotRunning, TransportError, ...)."""
         from .. import doctor as dr
 
-        facts = dr.gather(self._target.system, self.spec, fresh=fresh)
+        facts = dr.gather(self._target, fresh=fresh)
         return dr.findings(facts, self.spec, dr.pinned(self.spec))
 

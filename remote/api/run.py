@@ -60,7 +60,7 @@ class Run:
         """Read the run's state again (one round trip) and return it."""
         from ..ops import jobs
 
-        self._state = jobs.run_status(jobs.state(self.container._ct(), self.container.spec, self.id))
+        self._state = jobs.run_status(jobs.state(self.container._target, self.id))
         return self._state
 
     def _st(self) -> RunStatus:

@@ -9,7 +9,6 @@ probe's own cache of what `import torch` said (see remote/facts/probe.py).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from collections.abc import Iterable, Mapping
@@ -21,10 +20,10 @@ from .. import naming, shell
 from ..config import ContainerSpec
 from ..errors import CommandError, DeployError
 from ..naming import printable
-from ..transport.pct import DEFAULT_PATH, Container
 from .probe import SMI_S
 
 if TYPE_CHECKING:  # remote.facts.gpu is imported where a GPU part is read: an exec needs none of it
+    from ..target import Target
     from . import gpu
 
 PROBE_SOURCE = resources.files(__package__).joinpath("probe.py").read_text()
@@ -537,14 +536,14 @@ def probe_argv(spec: ContainerSpec, parts=DOCTOR, run_id: str | None = None, *, 
     return [spec.venv.python, "-c", PROBE_SOURCE, json.dumps(arg)]
 
 
-def read_raw(ct: Container, spec: ContainerSpec, parts=DOCTOR, run_id: str | None = None, *, fresh: bool = False
+def read_raw(t: Target, parts=DOCTOR, run_id: str | None = None, *, fresh: bool = False
              ) -> tuple[dict, tuple[float, float]]:
-    """Run the probe: its raw JSON, and the controller's clock when it was sent and answered. `fresh`:
+    """Run the probe in the container (with the system PATH: `python3` must be the system's, not the venv's,
+    which may be broken): its raw JSON, and the controller's clock when it was sent and answered. `fresh`:
     ask torch again even if an earlier probe's answer still holds."""
-    if ct.path != DEFAULT_PATH:  # `python3` must be the system's, not the venv's (it may be broken)
-        ct = dataclasses.replace(ct, path=DEFAULT_PATH)
+    spec = t.spec
     sent = time.time()
-    r = ct.run(probe_argv(spec, parts, run_id, fresh=fresh), mutates=False, timeout=300, label="facts probe")
+    r = t.system.run(probe_argv(spec, parts, run_id, fresh=fresh), mutates=False, timeout=300, label="facts probe")
     try:
         return naming.json_loads(r.out), (sent, time.time())
     except ValueError:
@@ -552,16 +551,16 @@ def read_raw(ct: Container, spec: ContainerSpec, parts=DOCTOR, run_id: str | Non
                            f"container {spec.ctid}") from None
 
 
-def gather(ct: Container, spec: ContainerSpec, *, fresh: bool = False) -> Facts:
+def gather(t: Target, *, fresh: bool = False) -> Facts:
     """Every fact of the container, in one round trip."""
-    raw, window = read_raw(ct, spec, fresh=fresh)
-    return parse(raw, spec, window, round(window[1] - window[0], 3))
+    raw, window = read_raw(t, fresh=fresh)
+    return parse(raw, t.spec, window, round(window[1] - window[0], 3))
 
 
-def deployed(ct: Container, spec: ContainerSpec) -> dict:
+def deployed(t: Target) -> dict:
     """The deployed commit and venv record, read with the facts probe, or a DeployError saying to deploy
     first."""
-    return deployed_in(read_raw(ct, spec, DEPLOYED)[0], spec)
+    return deployed_in(read_raw(t, DEPLOYED)[0], t.spec)
 
 
 def deployed_in(raw: dict, spec: ContainerSpec) -> dict:

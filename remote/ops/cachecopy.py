@@ -354,7 +354,7 @@ def warmup_or_copy(t: Target, *, parallel: bool = False):
     hosts file holds a cache made for exactly that, copy it (a CacheCopy); otherwise warm up (DeviceResults)."""
     spec, ct = t.spec, t.ct
     if not ct.dry and spec.warmup.command and spec.warmup.copy_from_others:
-        state = wm.deployed(ct, spec)
+        state = wm.deployed(t)
         if wm.missing_warmups(t, state):
             src = find_source(t)
             if src is not None:

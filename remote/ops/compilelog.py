@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Protocol
 
 from ..naming import json_loads, printable
@@ -339,18 +339,13 @@ class CompileNotices:
     """The compile watch's lines as `train` and `logs` receive them (remote.ops.logs.follow's on_compile):
     a warning (t.warn: a Note of level warning) the first time each kind of event happens after the first
     steady step, and each function that starts running eagerly. Events come before the steady step's time
-    is known: those wait for it.
-    Going: a line reporter instead of a Target is jobs.show_log's `echo` until show_log passes its Target
-    (branch sig); it gets each notice as a `!! ` line."""
+    is known: those wait for it."""
 
     MAX_WAITING = 200
     MAX_KEPT = 2000  # lines kept for the run's summary (each process's latest totals line is kept apart)
 
-    def __init__(self, t: Warns | Callable[[str], None]) -> None:
-        if callable(t):
-            self.warn: Callable[[str], None] = lambda text: t(f"!! {text}")
-        else:
-            self.warn = t.warn
+    def __init__(self, t: Warns) -> None:
+        self.warn = t.warn
         self.notices = Notices()
         self.steady: float | None = None
         self.waiting: list[CompileEvent] = []

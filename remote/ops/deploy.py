@@ -93,8 +93,7 @@ def local_uv_binary(venv: VenvSpec, machine: str) -> tuple[Path, str]:
 def probe(t: Target) -> dict:
     """Everything deploy needs to know about the container, in one round trip (the facts probe's
     deploy parts: interpreter, venv and its versions, uv, the operation lease, the checkout)."""
-    ct, spec = t.system, t.spec
-    return facts.read_raw(ct, spec, facts.DEPLOY)[0]
+    return facts.read_raw(t, facts.DEPLOY)[0]
 
 
 def _streamer(output: Callable[[str], None]) -> Callable[[str, bytes], None]:
@@ -233,8 +232,8 @@ def _held(ct: Container, command: str, ttl: float, summary: _Changes) -> Iterato
 def _refuse_running_job(t: Target, force: bool, summary: _Changes) -> None:
     """A running job would find its checkout rewritten and its venv swapped under it: refuse unless forced.
     Every live run counts, not only the latest (`train --force` starts one beside another)."""
-    ct, spec = t.system, t.spec
-    live = jobs.state(ct, spec).get("live") or []
+    spec = t.spec
+    live = jobs.state(t).get("live") or []
     if not live:
         return
     what = jobs.live_text(live)

@@ -245,7 +245,7 @@ def _snapshot(t: Target) -> str | None:
 def _live(t: Target) -> list[dict]:
     from . import jobs
 
-    return jobs.state(t.system, t.spec).get("live") or []
+    return jobs.state(t).get("live") or []
 
 
 def gpu_fix(t: Target, *, dry: bool = False, force: bool = False) -> GpuFix:

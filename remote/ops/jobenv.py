@@ -11,12 +11,15 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from .. import shell
 from ..config import ContainerSpec
 from ..naming import compile_cache  # noqa: F401 -- also this module's name
 from ..transport import Result
-from ..transport.pct import Container
+
+if TYPE_CHECKING:
+    from ..target import Target
 
 # Log lines of torchrun's ranks carry their global rank; TailLog prefixes with this template.
 RANK_PREFIX = "[rank${rank}]: "
@@ -72,19 +75,22 @@ CACHE_MARK = "@REMOTE_CACHE_FOLDER@"  # stands for the per-version folder's name
 CACHE_FOLDER_FILE = "remote-cache-folder"  # in each venv deploy builds: that name (remote/sh/jobexec.sh)
 
 
-def run_as_deployed(ct: Container, spec: ContainerSpec, argv: Sequence[str], **kwargs) -> Result:
+def run_as_deployed(t: Target, argv: Sequence[str], **kwargs) -> Result:
     """`remote exec`'s command in ONE container command (remote/sh/jobexec.sh): where deploy has run (its
     records are there), in the checkout with the job's environment, the per-version cache folder read
     from the venv; elsewhere plainly from /root. No probe before it: a cold exec pays one `pct exec`."""
+    spec = t.spec
     env = tool_env_at(spec, f"{spec.warmup.cache_dir.rstrip('/')}/{CACHE_MARK}")
     env["REMOTE_JOB_VARS"] = " ".join(env)
-    return ct.run(["bash", "-c", shell.load("jobexec"), "jobexec", spec.venv.path, spec.code.path,
+    return t.ct.run(["bash", "-c", shell.load("jobexec"), "jobexec", spec.venv.path, spec.code.path,
                    "1" if spec.code.repo else "0", CACHE_MARK, *argv], env=env, stdin=stdin_for(user_env(spec)),
                   **kwargs)
 
 
-def run(ct: Container, spec: ContainerSpec, verify: Mapping | None, argv: Sequence[str], *,
-        extra: Mapping[str, str] | None = None, **kwargs) -> Result:
-    """Run argv in the container with the job environment; train.env goes over stdin (withenv.sh)."""
-    return ct.run(["bash", "-c", shell.load("withenv"), "withenv", *argv], env={**tool_env(spec, verify), **(extra or {})},
+def run(t: Target, verify: Mapping | None, argv: Sequence[str], *, extra: Mapping[str, str] | None = None,
+        **kwargs) -> Result:
+    """Run argv in the container (its venv first on PATH) with the job environment; train.env goes over stdin
+    (withenv.sh)."""
+    spec = t.spec
+    return t.ct.run(["bash", "-c", shell.load("withenv"), "withenv", *argv], env={**tool_env(spec, verify), **(extra or {})},
                   stdin=stdin_for(user_env(spec)), **kwargs)

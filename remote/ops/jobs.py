@@ -24,11 +24,9 @@ from pathlib import Path
 from .. import facts, shell
 from ..config import ContainerSpec
 from ..errors import CommandError, ConfigError, JobError, JobRunning, RemoteError, TransferError, UnknownRun
-from ..events import quiet
 from ..naming import json_loads, printable
 from ..results import ContainerStatus, JobStatus, LiveRun, PulledRun, RunStatus, Stopped
-from ..target import Target
-from ..transport.pct import Container
+from ..target import Target, resolve
 from ..transport.session import HostState, Session
 from . import code as codemod
 from . import compilelog, dryplan, files, gpumem, jobenv, layout, logs, oplock, pyspy
@@ -45,13 +43,14 @@ class Preflight:
     live: tuple[tuple[str, int | None], ...] = ()  # the runs with a live process the probe saw: (run, pid)
 
 
-def preflight(ct: Container, spec: ContainerSpec, *, echo=quiet, host_gpu=None, force: bool = False) -> Preflight:
+def preflight(t: Target, *, host_gpu=None, force: bool = False) -> Preflight:
     """Everything that must be true before a training job starts, read in one facts probe (its GPU passthrough
     part included); every problem found is named at once, each with how to fix it. `host_gpu`: a callable
     that reads the host's GPU facts (remote.facts.gpu.read_host), run at the same time as the probe, for
     the warnings only the host can give (a pending reboot); its failure is no problem of the run's.
     The checkout is compared with what the hosts file pins (code.ref resolved here, as deploy does): a
     deployed commit that is not the pinned one is refused unless `force` (then a note)."""
+    ct, spec = t.ct, t.spec
     pending = None
     if host_gpu is not None and not ct.dry:
         from concurrent.futures import ThreadPoolExecutor
@@ -61,7 +60,7 @@ def preflight(ct: Container, spec: ContainerSpec, *, echo=quiet, host_gpu=None, 
         pool = ThreadPoolExecutor(max_workers=1)
         pending = submit(pool, host_gpu)
         pool.shutdown(wait=False)
-    raw = facts.read_raw(ct, spec, facts.DEPLOYED if ct.dry else facts.PREFLIGHT)[0]
+    raw = facts.read_raw(t, facts.DEPLOYED if ct.dry else facts.PREFLIGHT)[0]
     if ct.dry:
         state = dryplan.state_in(raw, spec)  # after a dry deploy: what it would have deployed
         return Preflight(state["code"]["commit"], state["venv"], None,
@@ -73,7 +72,7 @@ def preflight(ct: Container, spec: ContainerSpec, *, echo=quiet, host_gpu=None, 
         try:
             host = pending.result(timeout=90)
         except Exception as exc:  # noqa: BLE001 -- the host's part only warns: it never stops a launch
-            echo(f"preflight: !! the host's GPU facts could not be read: {exc}")
+            t.output(f"preflight: !! the host's GPU facts could not be read: {exc}")
     return check(raw, spec, host, pin=codemod.pin_of(spec.code.repo, spec.code.ref), force=force)
 
 
@@ -211,14 +210,17 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
 
-def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = False,
+def launch(t: Target, pre: Preflight, *, force: bool = False,
            command: str | None = None, run_id: str | None = None, extra: dict | None = None,
-           env: dict | None = None, held: oplock.Lease | None = None, echo=quiet) -> tuple[str, int]:
+           env: dict | None = None, held: oplock.Lease | None = None, announce: bool = True) -> tuple[str, int]:
     """Start the job detached; returns (run id, pid). Refused while another job runs, unless forced.
     A multi-node run passes its one run id, its node's fields for the manifest (`extra`) and its node's
     environment (`env`, under train.env). The job's wrapper restarts it as train.restarts says, and the
     watch beside it (stalls, metrics.jsonl, gpu.csv) gets py-spy pushed first when train.stall is set.
-    `held`: the operation lease the caller took for its preflight (train does), else launch takes it."""
+    `held`: the operation lease the caller took for its preflight (train does), else launch takes it.
+    `announce`: report the start (and py-spy's install) through t; False for one node of a run whose caller
+    announces it (multinode)."""
+    ct, spec = t.ct, t.spec
     command = command or spec.train.command
     if not command:
         raise ConfigError("hosts file", "train.command", "set the training command to run")
@@ -238,15 +240,15 @@ def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = 
     if pre.live and not force:  # refused before a run id is announced: no run that never existed is said to start
         runs = ", ".join(f"run {printable(r)} " + (f"(pid {pid})" if pid else "(starting)") for r, pid in pre.live)
         raise busy(spec.ctid, f"busy: {runs} {'are' if len(pre.live) > 1 else 'is'} still running")
-    py_spy = pyspy.ensure(ct, echo=echo, venv=spec.venv) if spec.train.stall else None
-    if not ct.dry:  # the id before the job starts: a Ctrl-C from here on still knows which run it may have left
-        echo(f"==> run {run_id} starting in container {spec.ctid}")
+    py_spy = pyspy.ensure(t, say=announce) if spec.train.stall else None
+    if announce and not ct.dry:  # the id before the job starts: a Ctrl-C from here on knows which run it may have left
+        t.step(f"run {run_id} starting in container {spec.ctid}")
     try:
         # Not while a deploy swaps the venv or moves the checkout: under the caller's lease (its preflight
         # read what this run records), checked still ours, or one of its own.
         with (contextlib.nullcontext(held) if held is not None else oplock.hold(ct, "train")) as lease:
             lease.check()
-            r = jobenv.run(ct, spec, verify, ["bash", "-c", shell.with_lib("launch"), "launch", spec.train.run_dir,
+            r = jobenv.run(t, verify, ["bash", "-c", shell.with_lib("launch"), "launch", spec.train.run_dir,
                                               run_id, "1" if force else "0", spec.code.path, command,
                                               json.dumps(manifest, indent=1), str(spec.train.restarts),
                                               " ".join(map(str, spec.train.restart_on)),
@@ -256,9 +258,10 @@ def launch(ct: Container, spec: ContainerSpec, pre: Preflight, *, force: bool = 
                            extra=env, timeout=60, label="launch")
     except KeyboardInterrupt:
         ref = f"-c {spec.ctid} --run {run_id}"
-        echo(f"-- interrupted while run {run_id} was starting in container {spec.ctid}: it may be running. "
-             f"`remote status -c {spec.ctid}` says whether it is, `remote logs {ref} --follow` follows it, "
-             f"`remote stop {ref}` ends it")
+        if announce:
+            t.note(f"interrupted while run {run_id} was starting in container {spec.ctid}: it may be running. "
+                   f"`remote status -c {spec.ctid}` says whether it is, `remote logs {ref} --follow` follows it, "
+                   f"`remote stop {ref}` ends it")
         raise
     except CommandError as exc:
         if exc.command_status == 7:
@@ -342,12 +345,13 @@ def live_text(live: list[dict]) -> str:
                      for r in live)
 
 
-def state(ct: Container, spec: ContainerSpec, run_id: str | None = None) -> dict:
+def state(t: Target, run_id: str | None = None) -> dict:
     """The latest run's (or run_id's) state: alive, exit status (or lost), manifest, the log's tail.
     A run_id that is not there is a JobError naming it and the latest ids."""
+    spec = t.spec
     run_id = None if run_id == "latest" else run_id
-    r = ct.script(shell.with_lib("state"), spec.train.run_dir, run_id or "", mutates=False, timeout=60,
-                  label="run state")
+    r = t.ct.script(shell.with_lib("state"), spec.train.run_dir, run_id or "", mutates=False, timeout=60,
+                    label="run state")
     st = parse_state(r.out)
     if run_id and not st["run"]:
         raise unknown_run(spec, run_id, st.get("latest", []))
@@ -395,22 +399,24 @@ def final_status(st: dict) -> int:
     return st["exit"] or 0
 
 
-def stop(ct: Container, spec: ContainerSpec, run_id: str | None = None, grace: int = 10) -> Stopped:
+def stop(t: Target, run_id: str | None = None, grace: int = 10) -> Stopped:
     """TERM the job's processes, KILL after `grace` seconds, and verify that nothing of it is left.
 
     Without run_id: every live run (a `train --force` starts one beside another; a wrapper may not have
     written its pid file yet), and the latest run's leftovers; the latest's result is returned, with the
     others' under "others". Stopping is how a container is freed, so nothing that runs is left out."""
-    st = state(ct, spec, run_id)
+    spec = t.spec
+    st = state(t, run_id)
     if not st.get("run") and not (run_id is None and st.get("live")):
         raise JobError(f"container {spec.ctid} has no runs in {spec.train.run_dir}")
     others = [r["run"] for r in st.get("live", []) if r["run"] != st.get("run")] if run_id is None else []
-    results = [_stop_one(ct, spec, state(ct, spec, rid), grace) for rid in others]
-    result = _stop_one(ct, spec, st, grace) if st.get("run") else results.pop(0)
+    results = [_stop_one(t, state(t, rid), grace) for rid in others]
+    result = _stop_one(t, st, grace) if st.get("run") else results.pop(0)
     return dataclasses.replace(result, others=tuple(results))
 
 
-def _stop_one(ct: Container, spec: ContainerSpec, st: dict, grace: int) -> Stopped:
+def _stop_one(t: Target, st: dict, grace: int) -> Stopped:
+    ct = t.ct
     r = ct.script(shell.with_lib("stop"), st["path"], st["run"], str(grace), timeout=grace + 60, label="stop")
     if ct.dry:
         return Stopped(st["run"], bool(st["alive"]), "none", None, None)
@@ -437,37 +443,40 @@ watch_for = logs.watch_for
 CompileNotices = compilelog.CompileNotices  # where it has always been imported from
 
 
-def show_log(ct: Container, spec: ContainerSpec, run_id: str | None = None, *, follow: bool = False,
-             echo=quiet, on_resume=None) -> dict:
-    """Print a run's log (collapsed progress bars, throughput warnings, crash hints); with follow, until
-    the job ends. Returns the run's final state."""
-    st = state(ct, spec, run_id)
+def show_log(t: Target, run_id: str | None = None, *, follow: bool = False) -> dict:
+    """Report a run's log through t, each line as output (collapsed progress bars), with throughput warnings,
+    crash hints and a lost connection resumed (t.resumed); with follow, until the job ends. Returns the run's
+    final state."""
+    ct, spec = t.ct, t.spec
+    st = state(t, run_id)
     if not st.get("run"):
         raise JobError(f"container {spec.ctid} has no runs in {spec.train.run_dir}: start one with `remote train`")
     watch = watch_for(spec)
     splitter = logs.LineSplitter()
 
-    compiled = CompileNotices(echo)
-    signatures = {name: f"!! {name}: {hint}" for _, name, hint in logs.SIGNATURES}
+    compiled = CompileNotices(t)
 
     def show(lines: list[str]) -> None:
         for line in lines:
-            echo(line)
-            for note in watch.line(line):
-                name = next((n for n, text in signatures.items() if note == text), None)
-                echo(f"!! {name}: {compiled.hint(name, note[len(name) + 5:])}" if name else note)
+            t.output(line)
+            for notice in watch.notices(line):
+                if notice.signature:  # a crash signature: its hint from the compile watch where it knows the cause
+                    t.warn(f"{notice.signature}: {compiled.hint(notice.signature, notice.text)}")
+                elif notice.warning:
+                    t.warn(notice.text)
+                else:
+                    t.output(notice.text)
 
     logs.follow(ct, st["path"], st["run"], on_bytes=lambda chunk: show(splitter.feed(chunk)), follow_=follow,
-                reconnect=ct.transport.close, on_compile=compiled.line,
-                on_resume=on_resume or (lambda at, why: echo(f"-- connection lost ({why}); resuming at byte {at}")))
+                reconnect=ct.transport.close, on_compile=compiled.line, on_resume=t.resumed)
     show(splitter.flush())
-    final = state(ct, spec, st["run"])
+    final = state(t, st["run"])
     final["watch"] = watch
-    echo(printable(f"-- run {final['run']}: {describe_end(final)}; {watch.summary()}"))
+    t.note(printable(f"run {final['run']}: {describe_end(final)}; {watch.summary()}"))
     for name, hint, _ in watch.found:
-        echo(f"-- {name}: {compiled.hint(name, hint)}")
+        t.note(f"{name}: {compiled.hint(name, hint)}")
     for line in compiled.summary():  # the run's compile health, where the watch recorded any
-        echo(f"-- {line}")
+        t.note(line)
     return final
 
 
@@ -477,16 +486,15 @@ def start(t: Target, *, force: bool = False, warmup: bool = False, command: str 
     (run id, pid; None in a dry run). What train does before it follows; remote.api's Container.train.
     `command` and `env`: this run's, instead of train.command and on top of train.env."""
     session, spec, ct = t.session, t.spec, t.ct
-    echo = t.echo  # preflight's and launch's lines, marked with the container (until they take the Target)
 
     def checked_launch() -> tuple[str, int]:
         # Preflight and launch under one operation lease: no deploy from another controller can move the
         # checkout or swap the venv between what preflight read and what the manifest records.
         with oplock.hold(ct, "train") as held:
-            pre = preflight(ct, spec, echo=echo, host_gpu=host_gpu(session, spec), force=force)
+            pre = preflight(t, host_gpu=host_gpu(session, spec), force=force)
             for note in pre.notes:
                 t.output(printable(f"preflight: {note}"))
-            return launch(ct, spec, pre, force=force, held=held, echo=echo, command=command, env=env)
+            return launch(t, pre, force=force, held=held, command=command, env=env)
 
     try:
         run_id, pid = checked_launch()
@@ -506,12 +514,12 @@ def train(t: Target, *, force: bool = False, warmup: bool = False, follow: bool 
           on_end=None) -> dict | None:
     """Preflight, launch detached, then follow the log until the job ends (returns its state); then
     on_end(t, final) (the CLI passes remote.runs.knowngood.after_run)."""
-    session, spec, ct = t.session, t.spec, t.ct
+    session = t.session
     run_id, _ = start(t, force=force, warmup=warmup)
     if not follow or session.dry:
         return None
     try:
-        final = show_log(ct, spec, run_id, follow=True, echo=t.echo, on_resume=t.resumed)
+        final = show_log(t, run_id, follow=True)
     except KeyboardInterrupt:
         t.note(f"stopped following; run {run_id} keeps running. `remote logs --follow` resumes, `remote stop` ends it")
         return None
@@ -524,7 +532,7 @@ def pull_run(t: Target, run_id: str | None, dest: str, *, progress: bool = True)
     """Bring a run's log, manifest and outputs (train.outputs, relative to the checkout) into dest/<run id>/:
     streamed and verified like `remote pull`."""
     spec, ct = t.spec, t.ct
-    st = state(ct, spec, None if run_id in (None, "latest") else run_id)
+    st = state(t, None if run_id in (None, "latest") else run_id)
     if not st.get("run"):
         raise JobError(f"container {spec.ctid} has no run {'' if run_id in (None, 'latest') else run_id + ' '}"
                        f"in {spec.train.run_dir}: start one with `remote train`")
@@ -590,7 +598,7 @@ def _container_job(session: Session, spec: ContainerSpec, known: str) -> Contain
         return entry
     try:
         # One round trip: the run's state (state.sh, inside the probe) and the venv's deploy record.
-        raw = facts.read_raw(session.container_for(spec), spec, facts.STATUS)[0]
+        raw = facts.read_raw(resolve(session, spec.ctid), facts.STATUS)[0]
         if raw["run"].get("rc") != 0:  # bash failed in it, or could not start (`missing`)
             why = raw["run"].get("err", "").strip() or raw["run"].get("missing", "")
             raise JobError(f"reading the run state failed: {why[-300:]}")

@@ -153,6 +153,21 @@ class LineSplitter:
         return [collapse_cr(rest.decode("utf-8", "replace"))] if rest else []
 
 
+@dataclass(frozen=True)
+class Notice:
+    """What a line of a run's log calls for (Watch.notices)."""
+
+    text: str  # a crash signature's hint, or the words of the notice
+    warning: bool
+    signature: str | None = None  # the crash signature's name (logs.SIGNATURES), where it is one
+
+    @property
+    def line(self) -> str:
+        """As the log's reader shows it: `!! name: hint`, `!! text` for a warning, else the text."""
+        said = f"{self.signature}: {self.text}" if self.signature else self.text
+        return f"!! {said}" if self.warning else said
+
+
 @dataclass
 class Watch:
     """The run's speed against the baseline, and crash signatures, over a stream of lines.
@@ -216,12 +231,17 @@ class Watch:
         return None
 
     def line(self, text: str) -> list[str]:
-        """Notices (warnings, hints) that this line calls for."""
+        """Notices (warnings, hints) that this line calls for, as lines (`!! ` in front of a warning)."""
+        return [n.line for n in self.notices(text)]
+
+    def notices(self, text: str) -> list[Notice]:
+        """Notices (warnings, hints) that this line calls for, typed: a crash signature's (once per kind),
+        a throughput below the baseline's threshold, and its recovery."""
         notes = []
         sig = match_signature(text)
         if sig and sig[0] not in {f[0] for f in self.found}:
             self.found.append((*sig, text))
-            notes.append(f"!! {sig[0]}: {sig[1]}")
+            notes.append(Notice(sig[1], True, sig[0]))
         value = self._parse(text)
         if value is not None:
             self.seen += 1
@@ -233,13 +253,14 @@ class Watch:
             if self.slow(value) and not self.low:
                 self.low = True
                 above, sign = ("below", "-") if self.higher_is_better else ("above", "+")
-                notes.append(f"!! throughput {fmt(value, self.unit)} is {above} {fmt(self.threshold, self.unit)} "
-                             f"(baseline {self.baseline:g} {sign} {self.tolerance:.0%}"
-                             f"{'' if self.higher_is_better else ', lower is better'}): "
-                             f"rolling {fmt(self.rolling, self.unit)}")
+                notes.append(Notice(f"throughput {fmt(value, self.unit)} is {above} {fmt(self.threshold, self.unit)} "
+                                    f"(baseline {self.baseline:g} {sign} {self.tolerance:.0%}"
+                                    f"{'' if self.higher_is_better else ', lower is better'}): "
+                                    f"rolling {fmt(self.rolling, self.unit)}", True))
             elif self.threshold is not None and not self.slow(value) and self.low:
                 self.low = False
-                notes.append(f"throughput recovered: {fmt(value, self.unit)} (baseline {self.baseline:g})")
+                notes.append(Notice(f"throughput recovered: {fmt(value, self.unit)} (baseline {self.baseline:g})",
+                                    False))
         return notes
 
     def summary(self) -> str:

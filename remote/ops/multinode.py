@@ -135,14 +135,13 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
             raise config_unset(session.config.file, "train.command", "set the training command to run")
 
     def check(ctid: int):
-        t = nodes[ctid]
         try:
-            return jobs.preflight(t.ct, t.spec, echo=t.echo, force=force)  # t.echo: until preflight takes t
+            return jobs.preflight(nodes[ctid], force=force)
         except JobError as exc:
             if not (warmup and jobs.only_warmup_missing(exc)):
                 return exc
-            wm.warmup(t)
-            return jobs.preflight(t.ct, t.spec, echo=t.echo, force=force)
+            wm.warmup(nodes[ctid])
+            return jobs.preflight(nodes[ctid], force=force)
         except RemoteError as exc:
             return exc
 
@@ -177,8 +176,8 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
             command = node_command(spec.train.command, v)
             extra = {"nodes": ids, "node_rank": v["node_rank"], "master_addr": v["master_addr"],
                      "master_port": v["master_port"], "node_addr": v["node_addr"], "iface": iface}
-            _, pid = jobs.launch(session.container_for(spec), spec, pre, force=force, command=command,
-                                 run_id=run_id, extra=extra, env=node_env(spec, iface, v["node_rank"] == 0))
+            _, pid = jobs.launch(nodes[spec.ctid], pre, force=force, command=command, run_id=run_id, extra=extra,
+                                 env=node_env(spec, iface, v["node_rank"] == 0), announce=False)
             started.append((spec.ctid, pid))
     except RemoteError as exc:
         stop_nodes(session, [c for c, _ in started], run_id)
@@ -206,7 +205,7 @@ def stop_nodes(session: Session, ids: list[int], run_id: str, grace: int = 10) -
 
     def one(ctid: int):
         try:
-            return jobs.stop(nodes[ctid].ct, nodes[ctid].spec, run_id, grace=grace)
+            return jobs.stop(nodes[ctid], run_id, grace=grace)
         except RemoteError as exc:
             return exc
 
@@ -235,7 +234,7 @@ def follow_run(session: Session, ids: list[int], run_id: str) -> dict:
     def watchdog() -> None:
         while not done.wait(POLL_S):
             try:
-                states = executor.values(session.config, ids, lambda c: jobs.state(nodes[c].ct, nodes[c].spec, run_id))
+                states = executor.values(session.config, ids, lambda c: jobs.state(nodes[c], run_id))
             except RemoteError:
                 continue  # a lost connection: the followers reconnect; look again next time
             bad = [(c, st) for c, st in zip(ids, states, strict=True) if not st["alive"] and jobs.final_status(st)]
@@ -251,8 +250,7 @@ def follow_run(session: Session, ids: list[int], run_id: str) -> dict:
                 return
 
     def one(ctid: int) -> None:
-        t = nodes[ctid]  # t.echo: the log's lines until show_log takes t; a lost connection typed (Resumed)
-        finals[ctid] = jobs.show_log(t.ct, t.spec, run_id, follow=True, echo=t.echo, on_resume=t.resumed)
+        finals[ctid] = jobs.show_log(nodes[ctid], run_id, follow=True)
 
     guard = ContextThread(target=watchdog, daemon=True)
     guard.start()
@@ -302,8 +300,7 @@ def final_status(result: dict) -> int:
 
 def nodes_of(session: Session, ctid, run_id: str | None) -> tuple[str | None, list[int]]:
     """The run (latest, or run_id) of container ctid and its nodes ([] for a single-node run)."""
-    spec = resolve(session, ctid).spec
-    st = jobs.state(session.container_for(spec), spec, run_id)
+    st = jobs.state(resolve(session, ctid), run_id)
     nodes = (st.get("manifest") or {}).get("nodes") or []
     return st.get("run"), [int(n) for n in nodes if int(n) in session.config.containers]
 

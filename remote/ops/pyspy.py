@@ -36,18 +36,19 @@ def local_binary(machine: str, version: str = PY_SPY_VERSION, venv: VenvSpec | N
     return fetched.cached(fetched.PY_SPY, version, machine, fetched.Sources.of(venv))
 
 
-def ensure(t: Target | Container, *, echo: Callable[[str], None] | None = None,
-           venv: VenvSpec | None = None) -> str | None:
+def ensure(t: Target, *, say: bool = True) -> str | None:
     """The pinned py-spy in container t (its Target: t.ct, whose venv spec's find_links, indexes and offline
     setting the wheel is fetched by), byte for byte (one round trip when it is there already); None, with a
     warning saying why, where it cannot be had: the watch then records the kernel's view only. Its install
-    is a step, its absence a warning, each typed through t.
-    Going: a pct Container with `echo` (its lines) and `venv` is jobs.launch's call until launch passes
-    its Target (branch sig); then `ensure(t)` is the one form."""
-    if isinstance(t, Container):
-        say = echo or (lambda line: None)
-        return _ensure(t, venv, lambda what: say(f"==> {what}"), lambda text: say(f"!! {text}"))
+    is a step, its absence a warning, each typed through t (`say=False`: neither, as a node of a multi-node
+    launch that the run announces as a whole)."""
+    if not say:
+        return _ensure(t.ct, t.spec.venv, _silent, _silent)
     return _ensure(t.ct, t.spec.venv, t.step, t.warn)
+
+
+def _silent(text: str) -> None:
+    """What an unannounced ensure reports through: nothing."""
 
 
 def _ensure(ct: Container, venv: VenvSpec | None, step: Callable[[str], None],

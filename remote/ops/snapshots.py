@@ -273,7 +273,7 @@ def _rollback(t: Target, ct: Container, chosen: Snapshot, running: bool, lease: 
     spec = t.spec
 
     if running:
-        live = jobs.state(ct, spec).get("live") or []
+        live = jobs.state(t).get("live") or []
         if live and not force:
             raise BusyError(spec.ctid, f"container {spec.ctid}: {jobs.live_text(live)} still running; a rollback "
                                        f"kills the container. Stop it first (container({spec.ctid}).stop()), or pass "

@@ -95,9 +95,8 @@ def gpu_now(state: dict, raw: dict) -> dict:
 
 def deployed_now(t: Target) -> dict:
     """`deployed` (the deploy records) with the GPU the container has now (gpu_now): what its passport is made of."""
-    ct, spec = t.ct, t.spec
-    raw = facts.read_raw(ct, spec, (*facts.DEPLOYED, "gpus"))[0]
-    return gpu_now(deployed_in(raw, spec), raw)
+    raw = facts.read_raw(t, (*facts.DEPLOYED, "gpus"))[0]
+    return gpu_now(deployed_in(raw, t.spec), raw)
 
 
 def read_passport(ct: Container, folder: str) -> dict | None:
@@ -332,8 +331,8 @@ def run_device(t: Target, state: dict, device: str) -> DeviceResult:
     start = time.time()
     try:
         tmp = f"{jobenv.compile_cache(spec, verify)}/tmp"
-        jobenv.run(ct, spec, verify, ["bash", "-c", shell.load("warmup"), "warmup",
-                                      jobenv.compile_cache(spec, verify), command],
+        jobenv.run(t, verify, ["bash", "-c", shell.load("warmup"), "warmup", jobenv.compile_cache(spec, verify),
+                               command],
                    extra={"REMOTE_WARMUP_DEVICE": device,
                           "REMOTE_CACHE_STATS": f"{tmp}/warmup-stats-{device}-{os.getpid()}-{int(start)}",
                           "REMOTE_COMPILE_WATCH": f"{tmp}/warmup-compile-{device}-{os.getpid()}-{int(start)}.jsonl"},
@@ -382,7 +381,7 @@ def warmup(t: Target, *, parallel: bool = False, devices: list[str] | None = Non
         raise config_unset(t.session.config.file, "warmup.command",
                            "set the command that compiles the training configuration (e.g. a few training steps)")
     ct = t.ct
-    raw = facts.read_raw(ct, spec, facts.DEPLOYED if ct.dry else WARMUP_PARTS)[0]
+    raw = facts.read_raw(t, facts.DEPLOYED if ct.dry else WARMUP_PARTS)[0]
     state = gpu_now(dryplan.state_in(raw, spec) if ct.dry else deployed_in(raw, spec), raw)  # the GPU it compiles for now
     problems = [] if ct.dry else unlike_deployed(raw, spec, state)
     if problems:  # its records would say this commit and lock were warmed up: refuse rather than lie
@@ -466,7 +465,7 @@ def compiled(recs: list[dict], spec: ContainerSpec, state: dict) -> bool:
 def export_cache(t: Target, path: str) -> int:
     """Write the container's per-version compile cache folder (and its warmup records) to a local tar.gz."""
     spec, ct = t.spec, t.ct
-    state = deployed(ct, spec)
+    state = deployed(t)
     verify = state["venv"].get("verify") or {}
     folder = jobenv.compile_cache(spec, verify)
     with tempfile.TemporaryDirectory() as d:
@@ -489,7 +488,7 @@ def import_cache(t: Target, path: str) -> ImportedCache:
     """Load a bundle made by export_cache into the container's cache folder; refuse one made for other
     versions. Its warmup records are kept where they match this commit, venv, command and environment."""
     spec, ct = t.spec, t.ct
-    state = deployed(ct, spec)
+    state = deployed(t)
     verify = state["venv"].get("verify") or {}
     refused: list[tuple[str, str]] = []
     try:

@@ -97,14 +97,14 @@ def record_run(t: Target, run_id: str | None, *, how: str = "by hand (remote kno
     """Record run `run_id` (default: the latest) of a container as its known-good; it must have ended with
     exit status 0."""
     spec, ct = t.spec, t.ct
-    st = jobs.state(ct, spec, run_id)
+    st = jobs.state(t, run_id)
     if not st.get("run"):
         raise JobError(f"container {spec.ctid} has no run {run_id or ''} in {spec.train.run_dir}".replace("  ", " "))
     if st["alive"] or st["lost"] or st["exit"] != 0:
         raise JobError(f"run {st['run']} {jobs.describe_end(st)}: only a run that ended with exit status 0 can be "
                        "known-good")
     watch = watch_log(spec, log_tail(ct, f"{st['path']}/log"))
-    record = make_record(gather(t.system, spec), spec, st, watch, how)
+    record = make_record(gather(t), spec, st, watch, how)
     save(t, record)
     return KnownGood(record["run"], record["container"], record.get("commit"), record.get("torch"), path_of(spec),
                      record)
@@ -118,7 +118,7 @@ def after_run(t: Target, final: dict) -> dict | None:
             or not meets_baseline(watch):
         return None
     try:
-        facts = gather(t.system, spec)
+        facts = gather(t)
         record = make_record(facts, spec, final, watch, "auto: the run met the baseline")
         save(t, record)
     except RemoteError as exc:

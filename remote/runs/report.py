@@ -142,7 +142,7 @@ def default_path(ctid: int, run_id: str) -> Path:
 def write(t: Target, run_id: str | None, dest: str | None) -> Path:
     """Read a run (default: the latest) and the known-good one from the container; write the HTML file."""
     spec, ct = t.spec, t.ct
-    st = jobs.state(ct, spec, run_id)
+    st = jobs.state(t, run_id)
     if not st.get("run"):
         raise JobError(f"container {spec.ctid} has no run {run_id or ''} in {spec.train.run_dir}".replace("  ", " ")
                        + ": start one with `remote train`")

@@ -10,7 +10,7 @@ import threading
 import time
 
 import pytest
-from support import lab_ids, sshd_serving, wait_until
+from support import lab_ids, sshd_serving, target, wait_until
 
 from remote import config
 from remote.errors import CommandTimeout, ConnectError
@@ -123,12 +123,12 @@ def follow_over_a_silent_link(session, lab, why: str) -> None:
     base = session.config.container(CT)
     spec = dataclasses.replace(base, code=dataclasses.replace(base.code, path="/root"),
                                train=dataclasses.replace(base.train, run_dir=f"/root/runs-silent-{os.getpid()}"))
-    ct = session.container(CT)
+    t = target(session, spec)
     pre = Preflight(commit="0" * 40, venv={"verify": {}}, gpus=None, notes=[])
     n = 1500
-    run_id, _ = launch(ct, spec, pre, command=f"for i in $(seq 0 {n - 1}); do echo $i; sleep 0.02; done")
+    run_id, _ = launch(t, pre, command=f"for i in $(seq 0 {n - 1}); do echo $i; sleep 0.02; done")
     lines: list[str] = []
-    follower = threading.Thread(target=lambda: show_log(ct, spec, run_id, follow=True, echo=lines.append),
+    follower = threading.Thread(target=lambda: show_log(target(session, spec, lines), run_id, follow=True),
                                 daemon=True)
     follower.start()
     try:
@@ -144,7 +144,7 @@ def follow_over_a_silent_link(session, lab, why: str) -> None:
         follower.join(timeout=120)
         assert not follower.is_alive()
     finally:
-        stop(ct, spec, run_id, grace=2)
+        stop(t, run_id, grace=2)
     numbers = [int(line) for line in lines if line.isdigit()]
     assert numbers == list(range(n))  # nothing lost, nothing repeated
     assert any("connection lost" in line and why in line for line in lines)

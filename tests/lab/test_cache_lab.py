@@ -61,8 +61,7 @@ def test_warmup_of_two_containers_warms_one_and_copies_its_cache_to_the_other(fl
     recs_b = records(lab_session.container(B))
     assert sorted(r["device"] for r in recs_b) == ["0", "1"]  # no warmup of its own ran there: only the copy
     assert all(r["copied_from"] == A for r in recs_b), recs_b
-    spec = lab_session.config.container(B)
-    assert wm.missing_warmups(target_of(lab_session, B), wm.deployed(lab_session.container(B), spec)) == []
+    assert wm.missing_warmups(target_of(lab_session, B), wm.deployed(target_of(lab_session, B))) == []
     holding = cachecopy.look(target_of(lab_session, B))
     assert holding.passport["copied_from"] == A and holding.serves_itself
 
@@ -117,7 +116,7 @@ def test_a_passport_mismatch_refuses_the_copy_names_the_field_and_warms_it_alone
         assert any(f"{B} is warmed on its own: unlike {A}: inductor environment differs "
                    "(TORCHINDUCTOR_COMPILE_THREADS)" in l for l in lines), lines
         spec = s.config.container(B)
-        state = wm.deployed(s.container(B), spec)
+        state = wm.deployed(target_of(s, B))
         mine = [r for r in records(s.container(B)) if r["key"] == wm.warmup_key(spec, state, "0")["key"]]
         assert mine and "copied_from" not in mine[-1]  # its own warmup
 
@@ -133,7 +132,7 @@ def test_a_seeded_run_that_compiled_anyway_is_a_cache_missed_finding(fleet_warm,
         final = train(target_of(s, B))
         assert final["exit"] == 0, final
         spec = s.config.container(B)
-        found = doctor.findings(doctor.gather(s.container(B, venv_on_path=False), spec), spec)
+        found = doctor.findings(doctor.gather(target_of(s, B)), spec)
     missed = [f for f in found if f.code == "cache-missed"]
     assert missed and "FX-graph" in missed[0].what and "no passport field differs" in missed[0].why, found
     assert "TORCH_LOGS=+torch._inductor.codecache" in missed[0].fix

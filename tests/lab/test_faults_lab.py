@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from support import lab_ids, load_config, sshd_serving, wait_until
+from support import lab_ids, load_config, sshd_serving, target, wait_until
 
 from remote.cli.format import deploy_text
 from remote import config
@@ -33,18 +33,19 @@ def test_a_container_stopped_under_a_job_reports_the_run_lost(lab_session):
     base = lab_session.config.container(B)
     spec = dataclasses.replace(base, code=dataclasses.replace(base.code, path="/root"),
                                train=dataclasses.replace(base.train, run_dir="/root/runs-stopped"))
+    t = target(lab_session, spec)
     ct = lab_session.container(B)
-    run_id, _ = launch(ct, spec, PRE, command="echo started; sleep 600")
-    assert wait_until(lambda: "started" in state(ct, spec, run_id)["tail"], 30)
+    run_id, _ = launch(t, PRE, command="echo started; sleep 600")
+    assert wait_until(lambda: "started" in state(t, run_id)["tail"], 30)
     ct.stop()
     ct.start()
     ct.wait_running(timeout=30)
     # After the restart the container's pids begin again: the pid file may name a new process.
     ct.run(["bash", "-c", "for i in $(seq 20); do setsid sleep 300 </dev/null >/dev/null 2>&1 & done"])
-    st = state(ct, spec, run_id)
+    st = state(t, run_id)
     assert st["lost"] and not st["alive"] and st["exit"] is None, st
     lines: list[str] = []
-    final = show_log(ct, spec, run_id, follow=True, echo=lines.append)  # returns: nothing runs any more
+    final = show_log(target(lab_session, spec, lines), run_id, follow=True)  # returns: nothing runs any more
     assert final_status(final) == 1 and "LOST" in lines[-1] and lines[0] == "started"
 
 

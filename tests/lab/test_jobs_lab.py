@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import load_config
+from support import load_config, target
 
 from remote import config
 from remote.errors import BusyError, JobError
@@ -43,10 +43,11 @@ def wait_for(predicate, timeout=60.0):
 
 
 @pytest.mark.fault("SSH dropped mid-follow", promise="following resumes at the byte it reached: every line once")
-def test_logs_resume_after_the_server_side_of_ssh_is_killed(lab, ct, spec):
-    run_id, _ = launch(ct, spec, PRE, command=numbered(2500, 0.002))
+def test_logs_resume_after_the_server_side_of_ssh_is_killed(lab_session, lab, spec):
+    run_id, _ = launch(target(lab_session, spec), PRE, command=numbered(2500, 0.002))
     lines = []
-    follower = threading.Thread(target=lambda: show_log(ct, spec, run_id, follow=True, echo=lines.append), daemon=True)
+    follower = threading.Thread(target=lambda: show_log(target(lab_session, spec, lines), run_id, follow=True),
+                                daemon=True)
     follower.start()
     sshd = int((lab.dir / "sshd.pid").read_text())
     for _ in range(3):  # three forced disconnects while the job prints
@@ -83,12 +84,12 @@ def test_the_job_survives_the_controller_being_killed(lab_hosts, deployed, lab_s
     proc.wait()
     assert started, "".join(seen)
     with Session(config.load(str(hosts))) as s:
-        spec, ct = s.config.container(200), s.container(200)
-        assert state(ct, spec, started)["alive"]  # the controller is gone, the job is not
+        ct, t = s.container(200), target_of(s, 200)
+        assert state(t, started)["alive"]  # the controller is gone, the job is not
         ct.run(["touch", release])
         try:
-            wait_for(lambda: not state(ct, spec, started)["alive"], 120)  # a hang guard, not a speed goal
-            final = state(ct, spec, started)
+            wait_for(lambda: not state(t, started)["alive"], 120)  # a hang guard, not a speed goal
+            final = state(t, started)
         finally:
             ct.run(["rm", "-f", release])
     assert final["exit"] == 0 and final["tail"].split() == [str(i) for i in range(60)] + ["released"]
@@ -96,25 +97,26 @@ def test_the_job_survives_the_controller_being_killed(lab_hosts, deployed, lab_s
 
 
 @pytest.mark.fault("Second train while one runs", promise="refused unless --force, naming the run")
-def test_a_second_train_is_refused_unless_forced(ct, spec):
-    first, _ = launch(ct, spec, PRE, command="sleep 300")
+def test_a_second_train_is_refused_unless_forced(lab_session, spec):
+    t = target(lab_session, spec)
+    first, _ = launch(t, PRE, command="sleep 300")
     try:
         with pytest.raises(BusyError, match=f"busy: run {first} .* is still running.*force=True") as busy:
-            launch(ct, spec, PRE, command="sleep 300")
+            launch(t, PRE, command="sleep 300")
         assert busy.value.exit_code == 3  # busy, as a deploy refused by a live job is
-        second, _ = launch(ct, spec, PRE, command="sleep 300", force=True)
-        assert stop(ct, spec, second, grace=2).run == second  # raises JobError where anything is left
+        second, _ = launch(t, PRE, command="sleep 300", force=True)
+        assert stop(t, second, grace=2).run == second  # raises JobError where anything is left
     finally:
-        assert stop(ct, spec, first, grace=2).run == first  # raises JobError where anything is left
+        assert stop(t, first, grace=2).run == first  # raises JobError where anything is left
 
 
-def test_low_throughput_is_warned_and_crash_texts_get_hints(ct, spec):
+def test_low_throughput_is_warned_and_crash_texts_get_hints(lab_session, spec):
     cmd = ("echo 'step 1 | 21.4 Ktok/s'; echo 'step 2 | 4.3 Ktok/s'; "
            "echo 'RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized function'; "
            "exit 1")
-    run_id, _ = launch(ct, spec, PRE, command=cmd)
+    run_id, _ = launch(target(lab_session, spec), PRE, command=cmd)
     lines = []
-    final = show_log(ct, spec, run_id, follow=True, echo=lines.append)
+    final = show_log(target(lab_session, spec, lines), run_id, follow=True)
     assert final["exit"] == 1
     i = lines.index("step 2 | 4.3 Ktok/s")
     assert lines[i + 1].startswith("!! throughput 4.3 Ktok/s is below 17.2 Ktok/s (baseline 21.5 - 20%)")
@@ -124,22 +126,23 @@ def test_low_throughput_is_warned_and_crash_texts_get_hints(ct, spec):
 
 @pytest.mark.fault("Job ignores SIGTERM or leaves its process group",
                    promise="stop escalates to SIGKILL and proves nothing of the run is left")
-def test_stop_leaves_no_process_even_ones_that_ignore_term_or_leave_the_group(ct, spec):
-    run_id, _ = launch(ct, spec, PRE, command="trap '' TERM; sleep 1000 & setsid sleep 1001 & wait")
+def test_stop_leaves_no_process_even_ones_that_ignore_term_or_leave_the_group(lab_session, ct, spec):
+    t = target(lab_session, spec)
+    run_id, _ = launch(t, PRE, command="trap '' TERM; sleep 1000 & setsid sleep 1001 & wait")
     wait_for(lambda: ct.run(["pgrep", "-f", "sleep 1001"], check=False).ok, 30)
-    result = stop(ct, spec, run_id, grace=2)
+    result = stop(t, run_id, grace=2)
     assert result.signal == "KILL" and result.exit_code == 137  # (stop raises JobError where anything is left)
     assert ct.run(["pgrep", "-f", "sleep 100[01]"], check=False).exit_code == 1
-    again = stop(ct, spec, run_id, grace=2)
+    again = stop(t, run_id, grace=2)
     assert again.was_alive is False
 
 
 def test_status_json_parses_and_shows_the_running_job(lab_hosts, lab_session, deployed):
-    spec, ct = lab_session.config.container(200), lab_session.container(200)
+    t = target_of(lab_session, 200)
     # Two readings: the first step's (it compiles) is not the run's speed, the second is (issue 33).
-    run_id, _ = launch(ct, spec, PRE, command="echo '0.4 Ktok/s'; echo '3.0 Ktok/s'; sleep 60", force=True)
+    run_id, _ = launch(t, PRE, command="echo '0.4 Ktok/s'; echo '3.0 Ktok/s'; sleep 60", force=True)
     try:
-        wait_for(lambda: "3.0 Ktok/s" in state(ct, spec, run_id)["tail"], 30)
+        wait_for(lambda: "3.0 Ktok/s" in state(t, run_id)["tail"], 30)
         env = {**os.environ, "REMOTE_HOSTS_FILE": str(lab_hosts), "PYTHONPATH": str(ROOT)}
         r = subprocess.run([sys.executable, "-c", "from remote.cli import program; program.run()", "status", "--json"],
                            env=env, capture_output=True, text=True)
@@ -150,7 +153,7 @@ def test_status_json_parses_and_shows_the_running_job(lab_hosts, lab_session, de
         assert entry["run"]["low"] is True
         assert next(c for c in data["containers"] if c["container"] == 999)["error"]
     finally:
-        stop(ct, spec, run_id, grace=2)
+        stop(t, run_id, grace=2)
 
 
 def test_preflight_and_status_read_a_container_in_one_round_trip(lab_session, deployed):
@@ -164,7 +167,7 @@ def test_preflight_and_status_read_a_container_in_one_round_trip(lab_session, de
     spec = lab_session.config.container(200)
     with Session(lab_session.config, transport_factory=lambda h: counting) as s:
         try:
-            said = "\n".join(preflight(s.container(200), spec).notes)
+            said = "\n".join(preflight(target_of(s, 200)).notes)
         except JobError as exc:  # not warmed up in this session: still one read
             said = str(exc)
         assert len(counting.calls) == 1, counting.calls
@@ -178,47 +181,51 @@ def test_preflight_and_status_read_a_container_in_one_round_trip(lab_session, de
     assert entry.venv_lock == lock
 
 
-def test_logs_without_follow_prints_what_is_there_and_returns_while_the_job_runs(ct, spec):
-    run_id, _ = launch(ct, spec, PRE, command="echo first; sleep 300")
+def test_logs_without_follow_prints_what_is_there_and_returns_while_the_job_runs(lab_session, spec):
+    t = target(lab_session, spec)
+    run_id, _ = launch(t, PRE, command="echo first; sleep 300")
     try:
-        wait_for(lambda: "first" in state(ct, spec, run_id)["tail"], 30)
+        wait_for(lambda: "first" in state(t, run_id)["tail"], 30)
         lines, done = [], []
-        t = threading.Thread(target=lambda: done.append(show_log(ct, spec, run_id, echo=lines.append)), daemon=True)
-        t.start()
-        t.join(timeout=60)
+        thread = threading.Thread(target=lambda: done.append(show_log(target(lab_session, spec, lines), run_id)),
+                                  daemon=True)
+        thread.start()
+        thread.join(timeout=60)
         assert done, "logs without --follow did not return while the job runs"
         assert lines[0] == "first" and done[0]["alive"] and "still running" in lines[-1]
     finally:
-        stop(ct, spec, run_id, grace=2)
+        stop(t, run_id, grace=2)
 
 
 @pytest.mark.fault("Reused pid in a pid file", promise="never signalled: processes are found by the run's marker")
-def test_stop_never_signals_a_process_that_is_not_the_runs(ct, spec):
-    run_id, _ = launch(ct, spec, PRE, command="sleep 300")
+def test_stop_never_signals_a_process_that_is_not_the_runs(lab_session, ct, spec):
+    t = target(lab_session, spec)
+    run_id, _ = launch(t, PRE, command="sleep 300")
     stranger = int(ct.run(["bash", "-c", "setsid sleep 1234 </dev/null >/dev/null 2>&1 & echo $!"]).out)
     try:
         run = f"{spec.train.run_dir}/{run_id}"
         ct.run(["bash", "-c", f"echo {stranger} > {run}/pid"])  # a reused pid, as after a container restart
-        result = stop(ct, spec, run_id, grace=2)
+        result = stop(t, run_id, grace=2)
         assert result.run == run_id and ct.run(["kill", "-0", str(stranger)], check=False).ok
         assert ct.run(["pgrep", "-f", "^sleep 300$"], check=False).exit_code == 1  # found by its marker instead
-        second, _ = launch(ct, spec, PRE, command="sleep 301")
+        second, _ = launch(t, PRE, command="sleep 301")
         ct.run(["rm", f"{spec.train.run_dir}/{second}/pid"])  # no pid file: never `kill -- -0` (our own group)
-        assert stop(ct, spec, second, grace=2).run == second  # raises JobError where anything is left
+        assert stop(t, second, grace=2).run == second  # raises JobError where anything is left
         assert ct.run(["kill", "-0", str(stranger)], check=False).ok
     finally:
         ct.run(["kill", str(stranger)], check=False)
 
 
 @pytest.mark.fault("Job killed outside remote", promise="reported LOST, never as exited")
-def test_a_job_that_vanished_is_reported_lost_not_exited(ct, spec):
-    run_id, pid = launch(ct, spec, PRE, command="sleep 300")
+def test_a_job_that_vanished_is_reported_lost_not_exited(lab_session, ct, spec):
+    t = target(lab_session, spec)
+    run_id, pid = launch(t, PRE, command="sleep 300")
     ct.run(["bash", "-c", f"kill -KILL -- -{pid}"])  # the whole job, wrapper included: no exit record
-    wait_for(lambda: not state(ct, spec, run_id)["alive"], 30)
-    st = state(ct, spec, run_id)
+    wait_for(lambda: not state(t, run_id)["alive"], 30)
+    st = state(t, run_id)
     assert st["lost"] and st["exit"] is None
     lines = []
-    final = show_log(ct, spec, run_id, echo=lines.append)
+    final = show_log(target(lab_session, spec, lines), run_id)
     assert final_status(final) == 1 and "LOST" in lines[-1]
 
 
@@ -229,10 +236,10 @@ def test_a_job_ends_cleanly_where_the_containers_init_does_not_reap(lab, deploye
     hosts.write_text(lab.hosts_yaml((203,)) + "code: {path: /root}\n")
     with Session(config.load(str(hosts)), agent=True) as s:
         spec, ct = s.config.container(203), s.container(203)
-        run_id, pid = launch(ct, spec, PRE, command="echo done")
+        run_id, pid = launch(target(s, spec), PRE, command="echo done")
         wait_for(lambda: ct.run(["ps", "-o", "stat=", "-p", str(pid)], check=False).out.strip().startswith("Z"), 30)
         lines, done = [], []
-        t = threading.Thread(target=lambda: done.append(show_log(ct, spec, run_id, follow=True, echo=lines.append)),
+        t = threading.Thread(target=lambda: done.append(show_log(target(s, spec, lines), run_id, follow=True)),
                              daemon=True)
         t.start()
         t.join(timeout=60)
@@ -242,7 +249,7 @@ def test_a_job_ends_cleanly_where_the_containers_init_does_not_reap(lab, deploye
 
 @pytest.mark.fault("`ps` in the container during a run",
                    promise="the wrapper and the watch show as short commands from verified files, not whole scripts")
-def test_ps_shows_the_wrapper_and_the_watch_as_short_commands_from_verified_files(ct, spec):
+def test_ps_shows_the_wrapper_and_the_watch_as_short_commands_from_verified_files(lab_session, ct, spec):
     from remote.ops.jobs import installed
     from remote import shell
 
@@ -250,7 +257,8 @@ def test_ps_shows_the_wrapper_and_the_watch_as_short_commands_from_verified_file
     watch, watch_sha, _ = installed("watch.py", shell.load_python("watch"))
     ct.run(["rm", "-f", job, watch])  # put there by the launch itself
     spec = dataclasses.replace(spec, train=dataclasses.replace(spec.train, run_dir="/root/runs-ps"))
-    run_id, pid = launch(ct, spec, PRE, command="sleep 300")
+    t = target(lab_session, spec)
+    run_id, pid = launch(t, PRE, command="sleep 300")
     try:
         wait_for(lambda: watch in ct.run(["ps", "-eo", "args"]).out, 30)
         lines = [line for line in ct.run(["ps", "-eww", "-o", "args"]).out.splitlines()
@@ -261,27 +269,28 @@ def test_ps_shows_the_wrapper_and_the_watch_as_short_commands_from_verified_file
         assert len(lines) >= 3 and all(len(line) <= 300 for line in lines), lines  # wrapper, watch, the job
         assert ct.run(["sha256sum", job, watch]).out.split()[::2] == [job_sha, watch_sha]
     finally:
-        stop(ct, spec, run_id, grace=2)
+        stop(t, run_id, grace=2)
 
 
 @pytest.mark.fault("A changed wrapper file in the container",
                    promise="launch rewrites it from remote's own and checks it by sha256 before it runs")
-def test_a_tampered_wrapper_file_is_replaced_and_verified_before_it_runs(ct, spec):
+def test_a_tampered_wrapper_file_is_replaced_and_verified_before_it_runs(lab_session, ct, spec):
+    t = target(lab_session, spec)
     from remote.ops.jobs import installed
     from remote import shell
 
     job, job_sha, _ = installed("job.sh", shell.load("job"))
     ct.script('mkdir -p "$(dirname "$1")" && echo "echo owned > /root/owned" > "$1"', job)
-    run_id, _ = launch(ct, spec, PRE, command="echo ran")
-    wait_for(lambda: not state(ct, spec, run_id)["alive"], 60)
-    assert state(ct, spec, run_id)["tail"].split() == ["ran"]
+    run_id, _ = launch(t, PRE, command="echo ran")
+    wait_for(lambda: not state(t, run_id)["alive"], 60)
+    assert state(t, run_id)["tail"].split() == ["ran"]
     assert ct.run(["sha256sum", job]).out.split()[0] == job_sha
     assert not ct.run(["test", "-e", "/root/owned"], check=False).ok
 
 
 @pytest.mark.fault("deploy --force moves the checkout under a run that restarts",
                    promise="each attempt's commit is recorded in the manifest and a changed one named in the log")
-def test_a_restart_after_the_checkout_moved_records_the_commit_it_runs(ct, spec):
+def test_a_restart_after_the_checkout_moved_records_the_commit_it_runs(lab_session, ct, spec):
     work = "/root/ck-attempts"
     commits = ct.script(f"rm -rf {work} && git init -q {work} && cd {work} && "
                         "for n in 1 2; do echo $n > f; git add f; "
@@ -291,12 +300,13 @@ def test_a_restart_after_the_checkout_moved_records_the_commit_it_runs(ct, spec)
                                 train=dataclasses.replace(spec.train, restarts=1, restart_on=()))
     cmd = (f"if [ $REMOTE_RESTART = 0 ]; then touch {work}.started; "
            f"while [ ! -e {work}.go ]; do sleep 0.1; done; exit 1; fi; git rev-parse HEAD")
-    run_id, _ = launch(ct, moved, dataclasses.replace(PRE, commit=commits[0]), command=cmd)
+    t = target(lab_session, moved)
+    run_id, _ = launch(t, dataclasses.replace(PRE, commit=commits[0]), command=cmd)
     try:
         wait_for(lambda: ct.run(["test", "-e", f"{work}.started"], check=False).ok, 30)
         ct.script(f"git -C {work} checkout -q -f {commits[1]} && touch {work}.go")  # what deploy --force does
-        wait_for(lambda: not state(ct, moved, run_id)["alive"], 60)
-        final = state(ct, moved, run_id)
+        wait_for(lambda: not state(t, run_id)["alive"], 60)
+        final = state(t, run_id)
     finally:
         ct.run(["rm", "-rf", work, f"{work}.started", f"{work}.go"])
     assert final["exit"] == 0
@@ -332,10 +342,10 @@ def test_train_holds_the_lease_from_preflight_to_launch(lab_hosts, deployed, mon
     with Session(config.load(str(hosts)), agent=True) as session:
         spec, ct = session.config.container(200), session.container(200)
         final = jobs.train(target_of(session, 200), force=True, follow=False)
-        run = state(ct, spec)
+        run = state(target_of(session, 200))
         try:
             assert final is None and len(tried) == 1 and "busy: `train` held by" in tried[0], tried
             head = ct.run(["git", "-C", spec.code.path, "rev-parse", "HEAD"]).out.strip()
             assert run["manifest"]["commit"] == head
         finally:
-            stop(ct, spec, run["run"], grace=2)
+            stop(target_of(session, 200), run["run"], grace=2)

@@ -3,7 +3,7 @@
 its pid file. Deploy's refusal, train's busy check, stop, status and doctor all ask about every run."""
 
 import pytest
-from support import LAB_CONTAINERS, wait_until
+from support import LAB_CONTAINERS, target, wait_until
 
 from remote import facts, shell
 from remote.errors import BusyError, JobError
@@ -29,61 +29,63 @@ def ct(lab_session):
               "{ p=${e#/proc/}; kill -KILL \"${p%/environ}\" 2>/dev/null || true; }; done; rm -rf /root/runs")
 
 
-def live_ids(ct, spec):
-    return {r["run"] for r in state(ct, spec)["live"]}
+def live_ids(t):
+    return {r["run"] for r in state(t)["live"]}
 
 
 @pytest.mark.fault("A second run started with train --force beside a live one",
                    promise="deploy refuses, train is busy, stop stops both, status and doctor show both")
 def test_a_live_run_that_is_not_the_latest_counts_everywhere(lab_session, ct):
     spec = lab_session.config.container(CT)
-    a, pid_a = launch(ct, spec, PRE, command="sleep 600")
-    b, pid_b = launch(ct, spec, PRE, command="sleep 600", force=True)
-    assert live_ids(ct, spec) == {a, b}
-    stop(ct, spec, b, grace=2)  # the latest ends; A, started first, runs on
-    assert state(ct, spec)["run"] == b and live_ids(ct, spec) == {a}
+    t = target(lab_session, spec)
+    a, pid_a = launch(t, PRE, command="sleep 600")
+    b, pid_b = launch(t, PRE, command="sleep 600", force=True)
+    assert live_ids(t) == {a, b}
+    stop(t, b, grace=2)  # the latest ends; A, started first, runs on
+    assert state(t)["run"] == b and live_ids(t) == {a}
 
     with pytest.raises(BusyError, match=f"run {a} \\(pid {pid_a}\\)"):
-        launch(ct, spec, PRE, command="sleep 600")  # train's busy check
+        launch(t, PRE, command="sleep 600")  # train's busy check
     ct.script("echo '# an edit: deploy has something to do' >> /root/dflash/drafter/model.py")
     with pytest.raises(BusyError, match=f"run {a} \\(pid {pid_a}\\) is still running"):
         deploy(target_of(lab_session, CT))
     entry = jobs._container_job(lab_session, spec, "running")  # what `status` shows
     assert entry.run is not None and entry.run.id == b and list(entry.also_live) == [LiveRun(a, pid_a)]
-    found = {f.code: f for f in findings(facts.gather(ct, spec, fresh=True), spec)}
+    found = {f.code: f for f in findings(facts.gather(target_of(lab_session, CT), fresh=True), spec)}
     assert "orphan-processes" not in found and "run-lost" not in found
-    got = facts.gather(ct, spec, fresh=True).jobs
+    got = facts.gather(target_of(lab_session, CT), fresh=True).jobs
     assert got.live == (a,) and not got.orphans and got.current == b
 
-    result = stop(ct, spec, grace=2)  # no --run: every live run
+    result = stop(t, grace=2)  # no --run: every live run
     assert [o.run for o in result.others] == [a] and result.others[0].was_alive
-    assert not live_ids(ct, spec) and ct.run(["kill", "-0", str(pid_a)], check=False).exit_code != 0
+    assert not live_ids(t) and ct.run(["kill", "-0", str(pid_a)], check=False).exit_code != 0
 
 
 @pytest.mark.fault("A run whose wrapper writes its pid file late",
                    promise="launch waits for it while its processes live; it counts as running everywhere")
 def test_a_run_whose_pid_file_is_late_is_started_and_counts_as_running(lab_session, ct, monkeypatch):
     spec = lab_session.config.container(CT)
+    t = target(lab_session, spec)
     real = shell.load
     monkeypatch.setattr(shell, "load", lambda name: ("sleep 7\n" + real(name)) if name == "job" else real(name))
-    run, pid = launch(ct, spec, PRE, command="sleep 600")  # the wrapper writes its pid file after 7 s
+    run, pid = launch(t, PRE, command="sleep 600")  # the wrapper writes its pid file after 7 s
     monkeypatch.undo()
-    assert pid > 0 and state(ct, spec)["run"] == run and state(ct, spec)["alive"]
+    assert pid > 0 and state(t)["run"] == run and state(t)["alive"]
 
     # Now one with no pid file at all, beside it and not the latest: as a wrapper that is still starting.
     ct.script("mkdir -p /root/runs/late && echo '{}' > /root/runs/late/manifest.json && : > /root/runs/late/log && "
               "REMOTE_RUN_ID=late setsid -f sleep 600 </dev/null >/dev/null 2>&1")
-    assert wait_until(lambda: "late" in live_ids(ct, spec), 10)
-    st = state(ct, spec, "late")
+    assert wait_until(lambda: "late" in live_ids(t), 10)
+    st = state(t, "late")
     assert st["alive"] and not st["lost"], st
     ct.script("echo '# an edit: deploy has something to do' >> /root/dflash/drafter/model.py")
     with pytest.raises(BusyError, match=r"run late \(starting"):
         deploy(target_of(lab_session, CT))
     with pytest.raises(JobError, match=r"run late \(starting\)"):
-        launch(ct, spec, PRE, command="sleep 600")
-    got = facts.gather(ct, spec, fresh=True).jobs
+        launch(t, PRE, command="sleep 600")
+    got = facts.gather(target_of(lab_session, CT), fresh=True).jobs
     assert set(got.live) == {run, "late"} and not got.orphans
-    assert "runs-concurrent" in {f.code for f in findings(facts.gather(ct, spec, fresh=True), spec)}
-    result = stop(ct, spec, grace=2)
+    assert "runs-concurrent" in {f.code for f in findings(facts.gather(target_of(lab_session, CT), fresh=True), spec)}
+    result = stop(t, grace=2)
     assert {result.run, *(o.run for o in result.others)} == {run, "late"}
-    assert not live_ids(ct, spec)
+    assert not live_ids(t)

@@ -69,7 +69,7 @@ def test_the_cache_survives_deploy_train_stop_and_a_venv_rebuild(warmed, lab_ses
     before = cache_files(ct)
     assert any("inductor" in f for f in before)
     train(target_of(lab_session, 200), follow=False)
-    stop(ct, lab_session.config.container(200), grace=2)
+    stop(target_of(lab_session, 200), grace=2)
     rebuilt = load_config(lab_hosts, **{"numpy==2.2.6]": "numpy==2.2.6, mpmath==1.3.0]"})
     with Session(config.load(str(rebuilt))) as s:
         assert any("venv" in c for c in deploy(target_of(s, 200)).changed)
@@ -82,13 +82,12 @@ def test_export_import_and_a_mismatched_bundle_is_refused(warmed, lab_session, t
     count = wm.export_cache(target_of(lab_session, 200), str(bundle))
     assert count == len([f for f in cache_files(ct) if f.startswith("./torch-2.13.0+cpu-")
                          and ".aside-" not in f])  # the per-version folder
-    spec = lab_session.config.container(200)
     ct.run(["bash", "-c", f"mv {CACHE}/warmups.jsonl {CACHE}/warmups.jsonl.bak"])  # as on a fresh container
     try:
         got = wm.import_cache(target_of(lab_session, 200), str(bundle))
         assert got.files == count and got.cache_dir.startswith(CACHE + "/torch-2.13.0+cpu-")
         assert sorted(got.warmups) == ["0", "1"]  # same commit, venv, command and env: train needs no new warmup
-        state = wm.deployed(ct, spec)
+        state = wm.deployed(target_of(lab_session, 200))
         assert wm.missing_warmups(target_of(lab_session, 200), state) == []
     finally:
         ct.run(["bash", "-c", f"cat {CACHE}/warmups.jsonl.bak >> {CACHE}/warmups.jsonl; rm {CACHE}/warmups.jsonl.bak"])
@@ -138,9 +137,8 @@ def test_a_hostile_bundle_is_imported_without_what_a_pull_would_refuse(warmed, l
         ct.run(["bash", "-c", f"rm -f {CACHE}/torch-*/suid-x"])
 
 
-def test_a_changed_command_or_env_asks_for_a_new_warmup(warmed, lab_session, lab_hosts, ct):
-    spec = lab_session.config.container(200)
-    state = wm.deployed(ct, spec)
+def test_a_changed_command_or_env_asks_for_a_new_warmup(warmed, lab_session, lab_hosts):
+    state = wm.deployed(target_of(lab_session, 200))
     assert wm.missing_warmups(target_of(lab_session, 200), state) == []
     env = load_config(lab_hosts, **{"  run_dir: /root/runs\n": "  run_dir: /root/runs\n  env: {OMP_NUM_THREADS: '1'}\n"})
     cmd = load_config(lab_hosts, **{"--device {device}": "--device={device}"})

@@ -10,7 +10,7 @@ import re
 import time
 
 import pytest
-from support import lab_ids, wait_until
+from support import lab_ids, target, wait_until
 
 from remote.ops import pyspy
 from remote.ops.jobs import (EXIT_STALLED, Preflight, describe_end, final_status, launch, pull_run, state,
@@ -68,19 +68,20 @@ def cat(ct, path) -> str:
     return ct.run(["cat", path], check=False, mutates=False).out
 
 
-def ended(ct, spec, run_id, timeout=60.0) -> dict:
-    assert wait_until(lambda: not state(ct, spec, run_id)["alive"], timeout), f"run {run_id} did not end"
-    return state(ct, spec, run_id)
+def ended(t, run_id, timeout=60.0) -> dict:
+    assert wait_until(lambda: not state(t, run_id)["alive"], timeout), f"run {run_id} did not end"
+    return state(t, run_id)
 
 
 @pytest.mark.fault("Job hangs (no output)",
                    promise="noticed within train.stall + 5 s, every process's stacks dumped, status says STALLED; on_stall: stop ends it (exit 124, nothing left), restart starts it again")
-def test_a_stalled_job_is_caught_and_its_stacks_name_the_function_it_waits_in(ct, spec):
+def test_a_stalled_job_is_caught_and_its_stacks_name_the_function_it_waits_in(lab_session, ct, spec):
     spec = with_train(spec, stall=4.0)
-    run_id, _ = launch(ct, spec, PRE, command=staller(), echo=lambda s: None)
+    t = target(lab_session, spec)
+    run_id, _ = launch(t, PRE, command=staller())
     try:
-        assert wait_until(lambda: state(ct, spec, run_id)["stalled"], 4 + 15)
-        st = state(ct, spec, run_id)
+        assert wait_until(lambda: state(t, run_id)["stalled"], 4 + 15)
+        st = state(t, run_id)
         assert st["alive"]  # warn (the default) leaves it running
         event = json.loads(cat(ct, f"{st['path']}/events.jsonl").splitlines()[0])
         assert 4 <= event["at"] - event["since"] <= 4 + 5  # detected within stall + 5 s of the last line
@@ -95,30 +96,32 @@ def test_a_stalled_job_is_caught_and_its_stacks_name_the_function_it_waits_in(ct
         binary, digest = pyspy.local_binary("x86_64")
         assert ct.run(["sha256sum", pyspy.container_path()]).out.split()[0] == digest
     finally:
-        stop(ct, spec, run_id, grace=2)
+        stop(t, run_id, grace=2)
 
 
-def test_without_py_spy_the_stacks_file_says_so_and_holds_the_kernels_view(ct, spec, monkeypatch):
+def test_without_py_spy_the_stacks_file_says_so_and_holds_the_kernels_view(lab_session, ct, spec, monkeypatch):
+    t = target(lab_session, spec)
     monkeypatch.setattr(pyspy, "container_path", lambda version=None: "/nonexistent/py-spy")
     monkeypatch.setattr(pyspy, "local_binary", lambda machine, **kw: (_ for _ in ()).throw(OSError("offline")))
     notes = []
-    run_id, _ = launch(ct, with_train(spec, stall=3.0), PRE, command=staller(), echo=notes.append)
+    run_id, _ = launch(target(lab_session, with_train(spec, stall=3.0), notes), PRE, command=staller())
     try:
         assert any("py-spy 0.4.3 cannot be had" in n for n in notes), notes
-        assert wait_until(lambda: state(ct, spec, run_id)["stalled"], 3 + 15)
-        stacks = cat(ct, f"{state(ct, spec, run_id)['path']}/stacks-1.txt")
+        assert wait_until(lambda: state(t, run_id)["stalled"], 3 + 15)
+        stacks = cat(ct, f"{state(t, run_id)['path']}/stacks-1.txt")
         assert "py-spy is not available" in stacks
         assert "waits in" in stacks and "thread " in stacks  # every thread's wait channel instead
     finally:
-        stop(ct, spec, run_id, grace=2)
+        stop(t, run_id, grace=2)
 
 
 @pytest.mark.fault("Job hangs (no output)",
                    promise="noticed within train.stall + 5 s, every process's stacks dumped, status says STALLED; on_stall: stop ends it (exit 124, nothing left), restart starts it again")
-def test_on_stall_stop_ends_it_with_nothing_left_and_a_status_saying_stalled(ct, spec):
+def test_on_stall_stop_ends_it_with_nothing_left_and_a_status_saying_stalled(lab_session, spec):
     spec = with_train(spec, stall=3.0, on_stall="stop")
-    run_id, _ = launch(ct, spec, PRE, command=staller(), echo=lambda s: None)
-    st = ended(ct, spec, run_id, 3 + 30)
+    t = target(lab_session, spec)
+    run_id, _ = launch(t, PRE, command=staller())
+    st = ended(t, run_id, 3 + 30)
     assert st["exit"] == EXIT_STALLED and final_status(st) == EXIT_STALLED
     assert st["orphans"] == []
     assert "STALLED" in describe_end(st) and "ended by the stall watch" in describe_end(st)
@@ -126,10 +129,11 @@ def test_on_stall_stop_ends_it_with_nothing_left_and_a_status_saying_stalled(ct,
 
 @pytest.mark.fault("Job hangs (no output)",
                    promise="noticed within train.stall + 5 s, every process's stacks dumped, status says STALLED; on_stall: stop ends it (exit 124, nothing left), restart starts it again")
-def test_on_stall_restart_restarts_it(ct, spec):
+def test_on_stall_restart_restarts_it(lab_session, ct, spec):
     spec = with_train(spec, stall=3.0, on_stall="restart", restarts=1)
-    run_id, _ = launch(ct, spec, PRE, command=STALL_ONCE, echo=lambda s: None)
-    st = ended(ct, spec, run_id, 180)  # a hang guard: the run's course depends on no timing
+    t = target(lab_session, spec)
+    run_id, _ = launch(t, PRE, command=STALL_ONCE)
+    st = ended(t, run_id, 180)  # a hang guard: the run's course depends on no timing
     log = cat(ct, f"{st['path']}/log")
     assert st["exit"] == 0, log
     quiet = re.search(r"^-- STALLED: no output for (\d+) s;.*ending this attempt", log, re.M)
@@ -143,10 +147,11 @@ FLAKY = "python3 -c 'import os, sys; k = os.environ[\"REMOTE_RESTART\"]; print(\
 
 
 @pytest.mark.fault("Job exits non-zero", promise="started again up to train.restarts times (REMOTE_RESTART=k, after a backoff); ends 0 once an attempt succeeds, given up after 1 + N")
-def test_a_job_failing_once_then_succeeding_ends_0_and_its_second_attempt_sees_REMOTE_RESTART_1(ct, spec):
+def test_a_job_failing_once_then_succeeding_ends_0_and_its_second_attempt_sees_REMOTE_RESTART_1(lab_session, ct, spec):
     spec = with_train(spec, restarts=2)
-    run_id, _ = launch(ct, spec, PRE, command=FLAKY.format("3 if k == \"0\" else 0"), echo=lambda s: None)
-    st = ended(ct, spec, run_id)
+    t = target(lab_session, spec)
+    run_id, _ = launch(t, PRE, command=FLAKY.format("3 if k == \"0\" else 0"))
+    st = ended(t, run_id)
     log = cat(ct, f"{st['path']}/log")
     assert st["exit"] == 0, log
     assert log.splitlines() == ["REMOTE_RESTART=0", "-- attempt 2 of 3 (previous exit 3)", "REMOTE_RESTART=1"]
@@ -157,33 +162,36 @@ def test_a_job_failing_once_then_succeeding_ends_0_and_its_second_attempt_sees_R
 
 
 @pytest.mark.fault("Job exits non-zero")
-def test_an_always_failing_job_is_given_up_after_1_plus_N_attempts(ct, spec):
+def test_an_always_failing_job_is_given_up_after_1_plus_N_attempts(lab_session, ct, spec):
     spec = with_train(spec, restarts=2)
-    run_id, _ = launch(ct, spec, PRE, command=FLAKY.format(3), echo=lambda s: None)
-    st = ended(ct, spec, run_id)
+    t = target(lab_session, spec)
+    run_id, _ = launch(t, PRE, command=FLAKY.format(3))
+    st = ended(t, run_id)
     assert st["exit"] == 3
     assert [a["exit"] for a in st["attempts"]] == [3, 3, 3]
     assert cat(ct, f"{st['path']}/log").count("REMOTE_RESTART=") == 3
 
 
-def test_restart_on_restarts_only_the_listed_statuses(ct, spec):
+def test_restart_on_restarts_only_the_listed_statuses(lab_session, spec):
     spec = with_train(spec, restarts=2, restart_on=(5,))
-    run_id, _ = launch(ct, spec, PRE, command=FLAKY.format(3), echo=lambda s: None)
-    st = ended(ct, spec, run_id)
+    t = target(lab_session, spec)
+    run_id, _ = launch(t, PRE, command=FLAKY.format(3))
+    st = ended(t, run_id)
     assert st["exit"] == 3 and len(st["attempts"]) == 1
 
 
 @pytest.mark.fault("stop during a restart's backoff", promise="stop is final: nothing runs, no attempt starts after it")
-def test_stop_during_a_backoff_leaves_nothing_and_starts_nothing(ct, spec):
+def test_stop_during_a_backoff_leaves_nothing_and_starts_nothing(lab_session, ct, spec):
     spec = with_train(spec, restarts=5)
-    run_id, _ = launch(ct, spec, PRE, command=FLAKY.format(3), echo=lambda s: None)
+    t = target(lab_session, spec)
+    run_id, _ = launch(t, PRE, command=FLAKY.format(3))
     # attempts 1 and 2 fail at once; the backoff before attempt 3 is 2 s
-    assert wait_until(lambda: len(state(ct, spec, run_id)["attempts"]) == 2 and
-                      state(ct, spec, run_id)["attempts"][-1]["exit"] == 3, 30)
-    result = stop(ct, spec, run_id, grace=2)  # raises where a process of it is left after KILL
+    assert wait_until(lambda: len(state(t, run_id)["attempts"]) == 2 and
+                      state(t, run_id)["attempts"][-1]["exit"] == 3, 30)
+    result = stop(t, run_id, grace=2)  # raises where a process of it is left after KILL
     assert result.run == run_id and result.was_alive
     time.sleep(4 + 1)  # longer than the backoff it interrupted
-    st = state(ct, spec, run_id)
+    st = state(t, run_id)
     assert not st["alive"] and st["orphans"] == []
     assert len(st["attempts"]) == 2, st["attempts"]
     assert "stopped during the backoff: no attempt 3" in cat(ct, f"{st['path']}/log")
@@ -192,8 +200,8 @@ def test_stop_during_a_backoff_leaves_nothing_and_starts_nothing(ct, spec):
 def test_metrics_jsonl_holds_the_values_the_log_printed_and_no_gpu_csv_on_a_cpu_container(ct, spec, lab_session,
                                                                                            tmp_path):
     cmd = "for i in 1 2 3 4 5; do echo \"step $i $((i * 100)) samples/s\"; sleep 0.1; done; echo \"12.5 s/it\""
-    run_id, _ = launch(ct, spec, PRE, command=cmd, echo=lambda s: None)
-    st = ended(ct, spec, run_id)
+    run_id, _ = launch(target(lab_session, spec), PRE, command=cmd)
+    st = ended(target(lab_session, spec), run_id)
     # complete once the run has ended (the watch reads the log's end before the exit record is written)
     rows = [json.loads(line) for line in cat(ct, f"{st['path']}/metrics.jsonl").splitlines()]
     # the first metric that matches fixes the run's (as `logs` reads it): samples/s; s/it is another one

@@ -11,7 +11,7 @@ from remote.events import Note
 from remote.ops import compilelog
 from remote.ops.jobs import CompileNotices
 from remote.runs import timeline
-from remote.target import resolve
+from remote.target import Target, resolve
 from remote.transport.session import Session
 
 
@@ -201,6 +201,14 @@ LIMIT_RUN = with_totals([
        reason="recompile limit reached; last guard failed: G['_TEMP'] == 1.0", where="model.py:182")])
 
 
+def following(printed: list[str]):
+    """Container 200's Target on a stand-in session (logs.follow is patched): its events' lines to `printed`."""
+    from support import Reported
+
+    spec = config.parse({"hosts": {"h": {"address": "a"}}, "containers": {200: {"host": "h"}}}, "h.yaml").containers[200]
+    return Target(Reported(lines=printed), spec)
+
+
 @pytest.mark.fault("The recompile limit hit by a value the watch names", promise="train's hint names the function, "
                    "the guard that failed and its line from the watch's record; the generic text only where the "
                    "record has nothing")
@@ -225,12 +233,11 @@ def test_the_recompile_limits_hint_comes_from_the_watchs_record(monkeypatch):
         on_bytes(b"step 1 | 20.0 Ktok/s\n" + torch_says.encode())
         return 0
 
-    monkeypatch.setattr(jobs, "state", lambda ct, spec, run_id=None: {"run": "r1", "path": "/runs/r1"})
+    monkeypatch.setattr(jobs, "state", lambda t, run_id=None: {"run": "r1", "path": "/runs/r1"})
     monkeypatch.setattr(jobs, "describe_end", lambda st: "exited 0")
     monkeypatch.setattr(logs, "follow", follow)
     monkeypatch.setattr(jobs, "watch_for", lambda spec: logs.Watch())
-    ct = type("Ct", (), {"transport": type("T", (), {"close": None})()})()
-    jobs.show_log(ct, None, "r1", follow=True, echo=printed.append)
+    jobs.show_log(following(printed), "r1", follow=True)
     limit = [p for p in printed if "recompile limit hit" in p]
     assert len(limit) == 2 and all("G['_TEMP'] == 1.0" in p and "keep shapes static" not in p for p in limit)
 
@@ -249,19 +256,18 @@ def test_trains_last_lines_summarise_the_runs_compile_health(monkeypatch):
         on_compile(json.dumps({"steady": {"t": 30.0, "value": 21.0}}))
         return 0
 
-    monkeypatch.setattr(jobs, "state", lambda ct, spec, run_id=None: {"run": "r1", "path": "/runs/r1"})
+    monkeypatch.setattr(jobs, "state", lambda t, run_id=None: {"run": "r1", "path": "/runs/r1"})
     monkeypatch.setattr(jobs, "describe_end", lambda st: "exited 0")
     monkeypatch.setattr(logs, "follow", follow)
     monkeypatch.setattr(jobs, "watch_for", lambda spec: logs.Watch())
-    ct = type("Ct", (), {"transport": type("T", (), {"close": None})()})()
-    jobs.show_log(ct, None, "r1", follow=True, echo=printed.append)
+    jobs.show_log(following(printed), "r1", follow=True)
     end = printed[printed.index(next(p for p in printed if p.startswith("-- run r1"))) + 1:]
     assert end[0] == ("-- compile: 1 compile, 1 recompile, 0 graph breaks, 1 eager fallback; 0.0 s compiling after "
                       "the first steady step")
     assert any(p.startswith("-- !! eager-fallback:") and "G['_TEMP'] == 1.0" in p for p in end)
     quiet: list[str] = []
     monkeypatch.setattr(logs, "follow", lambda ct, path, run, *, on_bytes, on_compile, **kw: 0)
-    jobs.show_log(ct, None, "r1", follow=True, echo=quiet.append)
+    jobs.show_log(following(quiet), "r1", follow=True)
     assert not any("compile" in p for p in quiet)  # nothing recorded: no word of it
 
 

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from remote import executor
-from remote.events import CONTAINER, event_of
+from remote.events import CONTAINER
 from remote.ops import warmup
 from remote.threads import ContextThread, submit
 from remote.transport import LocalTransport
@@ -36,7 +36,7 @@ def test_a_local_commands_output_is_marked_with_its_container():
     def work():
         marks: list = []
         r = LocalTransport().run(["sh", "-c", "echo out; echo err >&2"],
-                                 on_output=lambda name, chunk: marks.append(event_of(chunk.decode()).container))
+                                 on_output=lambda name, chunk: marks.append(CONTAINER.get()))
         return r.exit_code, marks
 
     code, marks = in_container(201, work)

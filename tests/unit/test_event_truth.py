@@ -43,7 +43,7 @@ def hosts(tmp_path, monkeypatch):
     raw = ready(config.load(str(path)).container(200))
     raw["jobs"] = {"current": LIVE, "runs": {LIVE: {"exists": True, "pid": 4242, "exit": None, "leader_alive": True,
                                                     "marked": [4242]}}}
-    monkeypatch.setattr(jobs.facts, "read_raw", lambda ct, spec, parts, *a, **k: [raw])
+    monkeypatch.setattr(jobs.facts, "read_raw", lambda t, parts, *a, **k: [raw])
     monkeypatch.setattr(jobs, "host_gpu", lambda session, spec: None)
     launched: list[Command] = []
 

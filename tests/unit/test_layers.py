@@ -467,12 +467,9 @@ def test_a_target_is_built_only_in_target_py(tmp_path, monkeypatch):
 
 
 PREFIXES = ("==> ", "-- ", "!! ")
-# Where a line is still read for its prefix, and why (none may be added: report through events instead).
-PREFIX_READERS_TODAY = {
-    # event_of, behind Target.echo: the lines of remote/ops/jobs.py (preflight, launch, show_log), the last
-    # operations that report text, until they report through their Target (branch sig); then it goes
-    "remote/events.py": 3,
-}
+# Where a line is still read for its prefix (none: every operation reports through typed events, and none may
+# start reading one back).
+PREFIX_READERS_TODAY: dict[str, int] = {}
 
 
 def prefix_readers(root: Path) -> dict[str, int]:
@@ -532,22 +529,14 @@ def test_nothing_but_the_lab_tasks_imports_the_lab_and_the_wheel_leaves_it_out()
 
 # -- one calling convention: a Target in (issue 38) ----------------------------------------------------------
 
-# The functions of ops/, runs/ and facts/ that still take (ct, spec) instead of a Target; none may be added, and
-# each that moves comes off this list (the pure primitives on one pct Container take `ct` alone: files, oplock).
-CT_SPEC_TODAY = {
-    "remote/facts/__init__.py": ["read_raw", "gather", "deployed"],
-    "remote/ops/jobenv.py": ["run_as_deployed", "run"],
-    "remote/ops/jobs.py": ["preflight", "launch", "state", "stop", "_stop_one", "show_log"],
-}
+# The functions of ops/, runs/ and facts/ that still take (ct, spec) instead of a Target: none (the pure
+# primitives on one pct Container take `ct` alone: files, oplock).
+CT_SPEC_TODAY: dict[str, list[str]] = {}
 # The functions below remote/api that still take an `echo` line reporter instead of reporting through their
-# Target (t.step/note/warn/output); none may be added. What is no one container's reports through the session's
-# sink (cluster's notes, a dry run's commands) or remote.target.reporter(session) (a multi-node run as a whole).
-ECHO_TODAY = {
-    "remote/ops/jobs.py": ["preflight", "launch", "show_log"],  # moving to their Target (branch sig)
-    # ensure(t) reports through its Target; its `echo` is jobs.launch's call (ct, echo=, venv=) until launch
-    # passes its Target: then it goes
-    "remote/ops/pyspy.py": ["ensure"],
-}
+# Target (t.step/note/warn/output): none, and none may be added. What is no one container's reports through the
+# session's sink (cluster's notes, a dry run's commands) or remote.target.reporter(session) (a multi-node run
+# as a whole).
+ECHO_TODAY: dict[str, list[str]] = {}
 
 
 def signatures(root: Path) -> tuple[dict[str, list[str]], dict[str, list[str]]]:

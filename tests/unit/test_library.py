@@ -167,8 +167,8 @@ def test_train_interrupted_while_following_exits_130(tmp_path, monkeypatch, caps
     path = tmp_path / "hosts.yaml"
     path.write_text(HOSTS)
     pre = jobs.Preflight("abc", {}, None, [])
-    monkeypatch.setattr(jobs, "preflight", lambda ct, spec, echo=print, host_gpu=None, force=False: pre)
-    monkeypatch.setattr(jobs, "launch", lambda ct, spec, p, force=False, held=None, echo=print, command=None, env=None:
+    monkeypatch.setattr(jobs, "preflight", lambda t, host_gpu=None, force=False: pre)
+    monkeypatch.setattr(jobs, "launch", lambda t, p, force=False, held=None, command=None, env=None:
                         ("run-1", 42))
     monkeypatch.setattr(jobs.oplock, "hold", lambda ct, what: contextlib.nullcontext(None))  # no lease to take
 

@@ -246,3 +246,44 @@ def test_follow_gives_the_offset_to_resume_from(monkeypatch):
     assert list(run.follow(offset=run.offset)) == ["third"] and ct.asked[-1] == 19 and run.offset == 25
     with pytest.raises(ValueError, match="offset"):
         next(run.follow(offset=-1))
+
+
+def test_a_logs_notices_are_typed_and_a_jobs_own_lines_are_output_whatever_they_begin_with(monkeypatch):
+    """`logs` reports the job's lines as Output, even one that looks like a step or a warning, and the watch's
+    notices typed at their source: a throughput drop and a crash signature (with its hint) as warnings, the
+    recovery as output, the run's end as a note; each line as `remote logs` has always shown it."""
+    from support import Reported
+
+    from remote.events import Note, Output
+    from remote.ops import jobs
+    from remote.target import Target
+
+    job = [b"==> not a step of ours\n", b"!! nor a warning\n", b"step 1 | 21.0 Ktok/s\n", b"step 2 | 4.0 Ktok/s\n",
+           b"step 3 | 21.0 Ktok/s\n",
+           b"RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized function\n"]
+
+    def follow(ct, path, run, *, on_bytes, **kw):
+        for chunk in job:
+            on_bytes(chunk)
+        return 0
+
+    fleet = config.parse({"hosts": {"h": {"address": "a"}}, "containers": {200: {"host": "h"}},
+                          "train": {"baseline": 21.0}}, "h.yaml")
+    monkeypatch.setattr(jobs, "state", lambda t, run_id=None: {"run": "r1", "path": "/runs/r1", "alive": False,
+                                                               "exit": 1, "lost": False})
+    monkeypatch.setattr(logs, "follow", follow)
+    session = Reported()
+    jobs.show_log(Target(session, fleet.containers[200]), "r1")
+    got = [(type(e).__name__, getattr(e, "level", None), e.line) for e in session.events]
+    assert got[:8] == [
+        ("Output", None, "==> not a step of ours"), ("Output", None, "!! nor a warning"),
+        ("Output", None, "step 1 | 21.0 Ktok/s"), ("Output", None, "step 2 | 4.0 Ktok/s"),
+        ("Note", "warning", "!! throughput 4 Ktok/s is below 16.8 Ktok/s (baseline 21 - 20%): rolling 4 Ktok/s"),
+        ("Output", None, "step 3 | 21.0 Ktok/s"),
+        ("Output", None, "throughput recovered: 21 Ktok/s (baseline 21)"),
+        ("Output", None, "RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized "
+                         "function")], got
+    assert got[8][:2] == ("Note", "warning") and got[8][2].startswith("!! compile race: threads compiled at once")
+    assert got[9][:2] == ("Note", "info") and got[9][2].startswith("-- run r1: exited with status 1; throughput last")
+    assert all(e.container == 200 for e in session.events)
+    assert isinstance(session.events[0], Output) and isinstance(session.events[4], Note)

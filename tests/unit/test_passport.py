@@ -231,7 +231,7 @@ def test_the_passport_follows_the_gpu_the_container_has_now(monkeypatch):
     state = {"code": {"commit": "c0ffee"}, "venv": {"verify": verify, "lock_sha256": "l0ck"}}
     smi = {"rc": 0, "out": "0, NVIDIA H100 80GB HBM3, 570.86.15, 0, 81559, GPU-1\n"}
     raw = {"gpus": smi}
-    monkeypatch.setattr(wm.facts, "read_raw", lambda ct, spec, parts: (raw, (0.0, 0.0)))
+    monkeypatch.setattr(wm.facts, "read_raw", lambda t, parts: (raw, (0.0, 0.0)))
     monkeypatch.setattr(wm, "deployed_in", lambda raw, spec: state)
     now = wm.deployed_now(T200)
     assert now["venv"]["verify"] == {**verify, "gpu_name": "NVIDIA H100 80GB HBM3", "gpu_capability": None,

@@ -132,15 +132,19 @@ def test_what_a_warmup_would_misrecord_is_named(spec):
 
 @pytest.mark.fault("Facts probe's interpreter", "the probe runs with the system python whatever the caller's "
                    "PATH (preflight, status, warmup and exec put the venv first): a broken venv cannot hide itself")
-def test_the_probe_runs_with_the_system_python_not_the_venvs(spec):
+def test_the_probe_runs_with_the_system_python_not_the_venvs(spec, tmp_path):
     from remote import facts
     from remote.lab.testing import Expect, FakeTransport
-    from remote.transport.pct import DEFAULT_PATH, Container
+    from remote.target import resolve
+    from remote.transport.pct import DEFAULT_PATH
+    from remote.transport.session import Session
 
     seen = []
-    t = FakeTransport([Expect(lambda argv: seen.append(argv) or True, stdout='{"parts": []}')])
-    ct = Container(t, 200, path=f"{spec.venv.path}/bin:{DEFAULT_PATH}")  # as session.container() makes it
-    facts.read_raw(ct, spec, facts.DEPLOYED)
+    fake = FakeTransport([Expect(lambda argv: seen.append(argv) or True, stdout='{"parts": []}')] * 2)
+    t = resolve(Session(config.load(str(tmp_path / "hosts.yaml")), transport_factory=lambda h: fake), 200)
+    t.ct.run(["true"])  # what its jobs run with: the venv first on PATH
+    assert f"PATH={spec.venv.path}/bin:{DEFAULT_PATH}" in seen.pop()
+    facts.read_raw(t, facts.DEPLOYED)
     assert f"PATH={DEFAULT_PATH}" in seen[0] and spec.venv.python in seen[0]
     assert not any(a.startswith("PATH=") and spec.venv.path in a for a in seen[0])
 
@@ -174,19 +178,21 @@ def test_a_ctrl_c_during_the_launch_names_the_run_it_may_have_started():
     (Ctrl-C while the container starts the job) names that run and what to do, then goes on up (exit 130)."""
     from remote.lab.testing import Expect, FakeTransport
     from remote.ops.jobs import Preflight, launch
-    from remote.transport.pct import Container
+    from remote.target import resolve
+    from remote.transport.session import Session
 
     class Held:
         def check(self):
             pass
 
-    spec = config.parse({"hosts": {"h": {"address": "a"}}, "containers": {200: {"host": "h"}},
-                         "train": {"command": "sleep 300"}}, "h.yaml").containers[200]
-    t = FakeTransport([Expect(lambda argv: "launch" in argv, raises=KeyboardInterrupt())])
+    fleet = config.parse({"hosts": {"h": {"address": "a"}}, "containers": {200: {"host": "h"}},
+                          "train": {"command": "sleep 300"}}, "h.yaml")
+    fake = FakeTransport([Expect(lambda argv: "launch" in argv, raises=KeyboardInterrupt())])
     said: list[str] = []
+    t = resolve(Session(fleet, echo=said.append, transport_factory=lambda h: fake), 200)
     pre = Preflight(commit="0" * 40, venv={"verify": {}}, gpus=None, notes=[])
     with pytest.raises(KeyboardInterrupt):
-        launch(Container(t, 200), spec, pre, run_id="20261202-010203-abcd", held=Held(), echo=said.append)
+        launch(t, pre, run_id="20261202-010203-abcd", held=Held())
     assert said[0] == "==> run 20261202-010203-abcd starting in container 200"
     assert said[1].startswith("-- interrupted while run 20261202-010203-abcd was starting in container 200: it may "
                               "be running.") and "`remote stop -c 200 --run 20261202-010203-abcd` ends it" in said[1]

@@ -106,7 +106,7 @@ def test_the_report_counts_compiles_from_the_whole_file_as_status_does(tmp_path,
     want = compilelog.health_line(compilelog.summarize(events, compilelog.steady_at(metrics)))
     assert "2 compiles, 1200 recompiles" in want  # each process's totals: 600 + 600, not the 400 drawn
     run = "20260101-000000-abcd"
-    monkeypatch.setattr(report.jobs, "state", lambda ct, spec, run_id: {
+    monkeypatch.setattr(report.jobs, "state", lambda t, run_id: {
         "run": run, "path": RUN, "attempts": [{"attempt": 1, "started": 900.0}], "manifest": {}})
     t = CountingTransport([
         Expect(lambda argv: inner_argv(argv)[0] == "cat", 1, b"", b""),  # no known-good run

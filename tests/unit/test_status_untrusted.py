@@ -18,7 +18,7 @@ def status_of(monkeypatch, manifest, compile_part=None):
     raw = {"run": {"rc": 0, "out": STATE.replace("{}", manifest)}, "venv": {"record": {"lock_sha256": "ab"}}}
     if compile_part is not None:
         raw["compile"] = compile_part
-    monkeypatch.setattr(jobs.facts, "read_raw", lambda ct, spec, parts: (raw, (0.0, 0.0)))
+    monkeypatch.setattr(jobs.facts, "read_raw", lambda t, parts: (raw, (0.0, 0.0)))
     session = types.SimpleNamespace(container_for=lambda spec: None, config=config)
     return jobs._container_job(session, config.containers[200], "running")
 
@@ -55,7 +55,7 @@ def test_status_shows_the_containers_gpu_memory_in_use_by_every_process(monkeypa
            "apps": {"rc": 0, "out": "4242, python, 133120\n77, python, 100\n", "err": ""},
            "apps_cmdline": {"4242": "python hog.py \x1b[2J"},
            "jobs": {"runs": {"20261201-100000-aaaa": {"marked": [77]}}}}
-    monkeypatch.setattr(jobs.facts, "read_raw", lambda ct, spec, parts: (raw, (0.0, 0.0)))
+    monkeypatch.setattr(jobs.facts, "read_raw", lambda t, parts: (raw, (0.0, 0.0)))
     session = types.SimpleNamespace(container_for=lambda spec: None, config=config)
     entry = jobs._container_job(session, config.containers[200], "running")
     assert entry.gpu_memory["used_mib"] == 133300 and [p["pid"] for p in entry.gpu_memory["foreign"]] == [4242]
