@@ -148,21 +148,21 @@ class NsLab(Lab):
         self._write_pve_conf(ct, ctid)
         if self.state(ctid) == "RUNNING":
             return
-        r = self._pct("start", str(ctid))
+        r = self.run_pct("start", str(ctid))
         if r.returncode != 0:
             raise LabError(f"container {ctid} failed to start: {r.stderr.strip()}")
 
     def stop_container(self, ctid: int) -> None:
         if self.state(ctid) == "RUNNING":
-            self._pct("stop", str(ctid))
+            self.run_pct("stop", str(ctid))
 
-    def _pct(self, *args: str) -> subprocess.CompletedProcess:
+    def run_pct(self, *args: str) -> subprocess.CompletedProcess:
         return _run([str(self.pct), *args], cwd="/")
 
     def state(self, ctid: int) -> str:
         if not (self.lxc / str(ctid) / "config").exists() or not self.pct.exists():
             return "STOPPED"
-        return "RUNNING" if self._pct("status", str(ctid)).stdout.strip() == "status: running" else "STOPPED"
+        return "RUNNING" if self.run_pct("status", str(ctid)).stdout.strip() == "status: running" else "STOPPED"
 
     def init_pid(self, ctid: int) -> int | None:
         try:

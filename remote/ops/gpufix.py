@@ -234,7 +234,7 @@ def _snapshot(t: Target) -> str | None:
     today = datetime.datetime.now(datetime.timezone.utc).date()
     name = snapshots.next_name(snapshots.list_snapshots(t), today).replace("remote-", "gpufix-")
     t.step(f"snapshot {name} ({how.reason})")
-    r = t.system._pct("snapshot", str(t.ctid), name, "--description", SNAPSHOT_DESCRIPTION, mutates=True,
+    r = t.system.run_pct("snapshot", str(t.ctid), name, "--description", SNAPSHOT_DESCRIPTION, mutates=True,
                       deadline=snapshots.ROLLBACK_DEADLINE)
     if r.exit_code != 0:
         raise GpuFixError(f"container {t.ctid}: `pct snapshot {t.ctid} {name}` failed: {r.err.strip()}: nothing was "
@@ -254,7 +254,7 @@ def gpu_fix(t: Target, *, dry: bool = False, force: bool = False) -> GpuFix:
     dry = dry or t.dry
     t.step(f"gpu fix: probe host {t.host.name} and container {t.ctid}")
     host, ct, why, found = _probe(t)
-    config_text = t.system._pct("config", str(t.ctid), mutates=False).check(t.system.where).out
+    config_text = t.system.run_pct("config", str(t.ctid), mutates=False).check(t.system.where).out
     p = plan(host, t.ctid, ct, found, config_text)
     before = tuple(f.code for f in found)
     if p.empty:
@@ -329,7 +329,7 @@ def _change(t: Target, p: Plan, host: gpu.HostGpu, running: bool, done: list[str
         done.append(f"{len(p.config.raw)} raw lxc line(s) dropped")
     if p.config.pct_args():
         t.step(f"pct set {t.ctid} " + shlex.join(p.config.pct_args()))
-        t.system._pct("set", str(t.ctid), *p.config.pct_args(), mutates=True).check(t.system.where)
+        t.system.run_pct("set", str(t.ctid), *p.config.pct_args(), mutates=True).check(t.system.where)
         done.append(f"pct set {t.ctid} written")
     restarted = False
     if p.restart and running:

@@ -126,7 +126,7 @@ def _host_program(session: Session, ct: Container, spec: ContainerSpec, name: st
 def support(session: Session, spec: ContainerSpec, ct: Container | None = None) -> Support:
     """Whether the container's rootfs can take a snapshot: its storage from `pct config`, the type from `pvesm status`."""
     ct = ct or session.container_for(spec)
-    config = ct._pct("config", str(spec.ctid), mutates=False)
+    config = ct.run_pct("config", str(spec.ctid), mutates=False)
     config.check(ct.where)
     storage = rootfs_storage(config.out)
     if storage is None:
@@ -149,7 +149,7 @@ def list_snapshots(t: Target) -> list[Snapshot]:
 
 def _listed(t: Target) -> list[Snapshot]:
     ct, spec = t.ct, t.spec
-    result = ct._pct("listsnapshot", str(spec.ctid), mutates=False)
+    result = ct.run_pct("listsnapshot", str(spec.ctid), mutates=False)
     result.check(ct.where)
     return parse_listsnapshot(result.out)
 
@@ -192,7 +192,7 @@ def before_deploy(t: Target, what: str, today: datetime.date | None = None) -> T
         return Taken(note=f"no snapshot: {how.reason}")
     existing = _listed(t)
     name = next_name(existing, today or datetime.datetime.now(datetime.timezone.utc).date())
-    result = ct._pct("snapshot", str(spec.ctid), name, "--description", f"{DESCRIPTION}{what}", mutates=True,
+    result = ct.run_pct("snapshot", str(spec.ctid), name, "--description", f"{DESCRIPTION}{what}", mutates=True,
                      deadline=ROLLBACK_DEADLINE)
     if result.exit_code != 0 and NO_QUORUM in result.err:  # a cluster node cut off: /etc/pve is read-only there
         why = (f"the cluster has no quorum on node {spec.host.node_name} (`{NO_QUORUM}`: Proxmox writes no "
@@ -208,7 +208,7 @@ def before_deploy(t: Target, what: str, today: datetime.date | None = None) -> T
     t.snapshot_taken(name, how.reason)
     if not ct.dry:
         for old in to_delete(_listed(t), spec.deploy.keep_snapshots):
-            r = ct._pct("delsnapshot", str(spec.ctid), old.name, mutates=True, deadline=ROLLBACK_DEADLINE)
+            r = ct.run_pct("delsnapshot", str(spec.ctid), old.name, mutates=True, deadline=ROLLBACK_DEADLINE)
             if r.exit_code == 0:
                 taken.deleted.append(old.name)
             else:
@@ -281,13 +281,13 @@ def _rollback(t: Target, ct: Container, chosen: Snapshot, running: bool, lease: 
                             {"run": live[-1]["run"], "pid": live[-1]["pid"], "live": live})
         if live:
             t.step(f"forced: rolling back while {jobs.live_text(live)} runs (it is killed)")
-    config = ct._pct("config", str(spec.ctid), mutates=False)
+    config = ct.run_pct("config", str(spec.ctid), mutates=False)
     kept, restored = where_things_live(spec, config.out if config.ok else "")
     t.step(f"pct rollback {spec.ctid} {chosen.name}" + (" (the container is stopped, then started again)"
                                                         if running else ""))
     if lease is not None:
         lease.verify()  # still ours: nothing of another controller's started since the check
-    result = ct._pct("rollback", str(spec.ctid), chosen.name, "--start", "1" if running else "0", mutates=True,
+    result = ct.run_pct("rollback", str(spec.ctid), chosen.name, "--start", "1" if running else "0", mutates=True,
                      deadline=ROLLBACK_DEADLINE)
     if result.exit_code != 0:
         raise SnapshotError(f"{ct.where}: `pct rollback {spec.ctid} {chosen.name}` failed: "

@@ -255,11 +255,14 @@ class Container:
         return self.transport.open_stream(self.script_argv(script, *args, **kwargs))
 
     # -- lifecycle (host-side pct commands) ----------------------------------------------------
-    def _pct(self, *args: str, mutates: bool, deadline: float = 120) -> Result:
+    def run_pct(self, *args: str, mutates: bool, deadline: float = 120) -> Result:
+        """`pct ARGS` on the container's host (the one verb for pct's host-side subcommands: config, set,
+        snapshot, ...), pct's errors classified (PctError kinds, a moved cluster container followed);
+        `mutates`: a dry run describes it instead of running it."""
         result = self._host_run(pct_argv(self.pct, *args), mutates=mutates, deadline=deadline)
         pct_error = classify(result.err, result.exit_code, self.ctid, getattr(self.transport, "host", None) or self.transport.name)
         if pct_error and self._moved(pct_error):
-            return self._pct(*args, mutates=mutates, deadline=deadline)
+            return self.run_pct(*args, mutates=mutates, deadline=deadline)
         if pct_error:
             raise self._refine(pct_error, list(args[:2]))
         return result
@@ -276,17 +279,17 @@ class Container:
 
     def status(self) -> str:
         """'running' or 'stopped'."""
-        result = self._pct("status", str(self.ctid), mutates=False)
+        result = self.run_pct("status", str(self.ctid), mutates=False)
         result.check(self.where)
         return parse_status(result.out)
 
     def start(self) -> None:
-        result = self._pct("start", str(self.ctid), mutates=True)
+        result = self.run_pct("start", str(self.ctid), mutates=True)
         if result.exit_code != 0 and "already running" not in result.err:
             result.check(self.where)
 
     def stop(self) -> None:
-        result = self._pct("stop", str(self.ctid), mutates=True)
+        result = self.run_pct("stop", str(self.ctid), mutates=True)
         if result.exit_code != 0 and "not running" not in result.err:
             result.check(self.where)
 

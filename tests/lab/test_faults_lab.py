@@ -56,8 +56,8 @@ def test_pct_with_the_config_lock_held_is_a_typed_error(lab, lab_session):
     with open(lab.dir / "lock" / f"pve-config-{A}.lock", "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)  # as a backup or another push would hold it
         with pytest.raises(ContainerLocked, match="locked by another pct operation"):
-            ct._pct("push", str(A), "/etc/hostname", "/root/locked", mutates=True)
-    ct._pct("push", str(A), "/etc/hostname", "/root/locked", mutates=True)  # free again
+            ct.run_pct("push", str(A), "/etc/hostname", "/root/locked", mutates=True)
+    ct.run_pct("push", str(A), "/etc/hostname", "/root/locked", mutates=True)  # free again
 
 
 def once_the_lease_is_free(operation, timeout=300.0):
