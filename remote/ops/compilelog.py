@@ -363,12 +363,13 @@ class CompileNotices:
             return limit_hint(self.health().events) or hint
         return hint
 
-    def summary(self) -> list[str]:
-        """train's last lines about compiling: the counts and each finding, where anything was recorded."""
+    def summary(self) -> tuple[str | None, list[str]]:
+        """train's last words about compiling: the counts (None where nothing was recorded) and each finding's
+        text (a warning each)."""
         h = self.health()
         if not h:
-            return []
-        return [health_line(h)] + [f"!! {f.code}: {f.what}; {f.why}" for f in findings(h)]
+            return None, []
+        return health_line(h), [f"{f.code}: {f.what}; {f.why}" for f in findings(h)]
 
     def line(self, text: str) -> None:
         tot = totals_of(text) if '"totals"' in text else None

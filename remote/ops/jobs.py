@@ -475,8 +475,11 @@ def show_log(t: Target, run_id: str | None = None, *, follow: bool = False) -> d
     t.note(printable(f"run {final['run']}: {describe_end(final)}; {watch.summary()}"))
     for name, hint, _ in watch.found:
         t.note(f"{name}: {compiled.hint(name, hint)}")
-    for line in compiled.summary():  # the run's compile health, where the watch recorded any
-        t.note(line)
+    counts, found = compiled.summary()  # the run's compile health, where the watch recorded any
+    if counts:
+        t.note(counts)
+    for text in found:
+        t.warn(text)
     return final
 
 

@@ -264,7 +264,7 @@ def test_trains_last_lines_summarise_the_runs_compile_health(monkeypatch):
     end = printed[printed.index(next(p for p in printed if p.startswith("-- run r1"))) + 1:]
     assert end[0] == ("-- compile: 1 compile, 1 recompile, 0 graph breaks, 1 eager fallback; 0.0 s compiling after "
                       "the first steady step")
-    assert any(p.startswith("-- !! eager-fallback:") and "G['_TEMP'] == 1.0" in p for p in end)
+    assert any(p.startswith("!! eager-fallback:") and "G['_TEMP'] == 1.0" in p for p in end)  # a warning, typed
     quiet: list[str] = []
     monkeypatch.setattr(logs, "follow", lambda ct, path, run, *, on_bytes, on_compile, **kw: 0)
     jobs.show_log(following(quiet), "r1", follow=True)
