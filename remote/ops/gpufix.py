@@ -227,7 +227,7 @@ def _snapshot(t: Target) -> str | None:
     """A snapshot before the config is written, where the storage can (it keeps the config as it was)."""
     from . import snapshots
 
-    how = snapshots.support(t.session, t.spec, t.system)
+    how = snapshots.support(t)
     if not how.supported:
         t.note(f"no snapshot: {how.reason}")
         return None

@@ -24,7 +24,6 @@ from ..errors import BusyError, HostPermissionError, PctError, RemoteError, Snap
 from ..results import RolledBack, Snapshot
 from ..target import Target
 from ..transport.pct import Container, classify
-from ..transport.session import Session
 from . import oplock
 
 SNAPSHOT_TYPES = ("zfspool", "lvmthin", "rbd", "btrfs")
@@ -109,7 +108,10 @@ def mount_points(config_text: str) -> list[str]:
     return paths
 
 
-def _host_program(session: Session, ct: Container, spec: ContainerSpec, name: str, *args: str) -> str:
+def _host_program(t: Target, name: str, *args: str) -> str:
+    """A Proxmox program other than pct on the container's host (`pvesm status`), through sudo where the host
+    says so; its permission errors named as pct's are."""
+    session, spec, ct = t.session, t.spec, t.system
     argv = sudo.host_argv(spec.host, name, *args)
     result = session.host_run(spec.host, argv, deadline=60)
     if result.exit_code != 0:
@@ -123,15 +125,15 @@ def _host_program(session: Session, ct: Container, spec: ContainerSpec, name: st
     return result.out
 
 
-def support(session: Session, spec: ContainerSpec, ct: Container | None = None) -> Support:
+def support(t: Target) -> Support:
     """Whether the container's rootfs can take a snapshot: its storage from `pct config`, the type from `pvesm status`."""
-    ct = ct or session.container_for(spec)
+    spec, ct = t.spec, t.system
     config = ct.run_pct("config", str(spec.ctid), mutates=False)
     config.check(ct.where)
     storage = rootfs_storage(config.out)
     if storage is None:
         return Support(None, None, False, f"container {spec.ctid}: `pct config` names no rootfs storage")
-    types = parse_pvesm_status(_host_program(session, ct, spec, "pvesm", "status"))
+    types = parse_pvesm_status(_host_program(t, "pvesm", "status"))
     kind = types.get(storage)
     if kind is None:
         return Support(storage, None, False, f"storage {storage} of container {spec.ctid}'s rootfs is not in "
@@ -180,11 +182,11 @@ def before_deploy(t: Target, what: str, today: datetime.date | None = None) -> T
     """deploy.snapshot: take `remote-<date>-<n>` before the deploy's changing steps (auto: where the storage
     can; always: refuse where it cannot), then delete remote's own beyond deploy.keep_snapshots. A snapshot
     taken is a SnapshotTaken event of the container's; none taken is the caller's to say (Taken.note)."""
-    session, spec, ct = t.session, t.spec, t.system
+    spec, ct = t.spec, t.system
     mode = spec.deploy.snapshot
     if mode == "never":
         return Taken(note="deploy.snapshot is never")
-    how = support(session, spec, ct)
+    how = support(t)
     if not how.supported:
         if mode == "always":
             raise SnapshotError(f"{ct.where}: deploy.snapshot is always, but {how.reason}: nothing was changed "
