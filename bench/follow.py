@@ -54,7 +54,7 @@ def main() -> None:
         else:
             notes.append(line)
 
-    with Session(cfg, agent=True, echo=echo) as s:  # as the tasks run
+    with Session(cfg, agent=True, events=lambda e: echo(e.line)) as s:  # as the tasks run
         base = resolve(s, args.container)
         t = dataclasses.replace(base, spec=dataclasses.replace(base.spec, train=dataclasses.replace(
             base.spec.train, run_dir="/root/runs-bench")))

@@ -106,8 +106,3 @@ Sink = Callable[[Event], None]
 
 def drop(event: Event) -> None:
     """The sink of a library call given none: events go nowhere."""
-
-
-def quiet(line: str) -> None:
-    """The line-reporter of a session given none (remote.transport.session.Session.echo: where its events'
-    lines go without an event sink)."""

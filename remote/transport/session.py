@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, cast
 
 from .. import config as cfg
 from ..errors import ConnectError, PctError, TransportError
-from ..events import Event, Sink, quiet
+from ..events import Event, Sink
 from ..sudo import program
 from . import NotStarted, Result, Transport, for_host
 from .pct import DEFAULT_PATH, Container, classify, parse_list, pct_argv
@@ -47,8 +47,7 @@ def _can_keep() -> bool:
 class Session:
     config: cfg.Config
     dry: bool = False
-    echo: Callable[[str], None] = quiet
-    events: Sink | None = None  # where typed events go (Target.step/note/...); None: each event's line to echo
+    events: Sink | None = None  # where typed events go (Target.step/note/...); None: nowhere (the library is quiet)
     transport_factory: Callable[[cfg.Host], Transport] = for_host
     agent: bool = False  # run container commands through one persistent in-container agent each
     keep: bool = False  # SSH hosts through their kept connection (remote.transport.keeper), as the CLI does
@@ -67,11 +66,9 @@ class Session:
                                         self.sink, ask=lambda host, argv: self.host_fact(host, argv, deadline=60))
 
     def sink(self, event: Event) -> None:
-        """An operation's event (remote.target): to the session's event sink, else its line to echo."""
+        """An operation's event (remote.target): to the session's event sink, where it has one."""
         if self.events is not None:
             self.events(event)
-        else:
-            self.echo(event.line)
 
     def transport(self, host: cfg.Host) -> Transport:
         """The host's one transport, made on first use; threads asking at once get the same one (made once:

@@ -48,7 +48,7 @@ def fleet_warm(deployed, lab_session):
     for c in (A, B):
         lab_session.container(c).run(["bash", "-c", aside])
     lines = []
-    outcomes = cachecopy.warm_fleet(dataclasses.replace(lab_session, echo=lines.append), [A, B])  # its lines
+    outcomes = cachecopy.warm_fleet(dataclasses.replace(lab_session, events=lambda e: lines.append(e.line)), [A, B])  # its lines
     return outcomes, lines, {c: cache_files(lab_session.container(c)) for c in (A, B)}
 
 
@@ -111,7 +111,7 @@ def test_a_passport_mismatch_refuses_the_copy_names_the_field_and_warms_it_alone
             cachecopy.copy(target_of(s, A), target_of(s, B))
         assert exc.value.fields == ["env"]
         lines = []
-        outcomes = cachecopy.warm_fleet(dataclasses.replace(s, echo=lines.append), [A, B])  # its lines
+        outcomes = cachecopy.warm_fleet(dataclasses.replace(s, events=lambda e: lines.append(e.line)), [A, B])  # its lines
         assert [o.ok for o in outcomes.values()] == [True, True]
         assert any(f"{B} is warmed on its own: unlike {A}: inductor environment differs "
                    "(TORCHINDUCTOR_COMPILE_THREADS)" in l for l in lines), lines

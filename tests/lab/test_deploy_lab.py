@@ -306,7 +306,7 @@ def test_a_kept_build_is_checked_before_it_is_swapped_back_in(deployed, lab_sess
     ct.run(["bash", "-c", f"mkdir -p {site}/intruder-1.0.dist-info && printf 'Metadata-Version: 2.1\\nName: intruder\\n"
                           f"Version: 1.0\\n' > {site}/intruder-1.0.dist-info/METADATA"])
     lines = []
-    deploy(target_of(dataclasses.replace(lab_session, echo=lines.append), 200))  # back to the first spec: its kept build is polluted
+    deploy(target_of(dataclasses.replace(lab_session, events=lambda e: lines.append(e.line)), 200))  # back to the first spec: its kept build is polluted
     now = ct.run(["readlink", "/root/venv"]).out.strip()
     assert now != first, "\n".join(lines)
     assert any("is not as it was built (extra package not in the spec: intruder==1.0)" in line for line in lines), lines

@@ -82,7 +82,7 @@ def test_a_connection_dropped_mid_deploy_leaves_the_venv_and_the_next_deploy_com
                                         "packages: [torch==2.13.0+cpu, numpy==2.2.6, 'mpmath>=1.2']"})
     lines: list[str] = []
     outcome: list = []
-    with Session(config.load(str(changed)), agent=True, echo=lines.append) as s:  # its lines, as events' text
+    with Session(config.load(str(changed)), agent=True, events=lambda e: lines.append(e.line)) as s:  # its lines, as events' text
         def work():
             try:
                 outcome.append(deploy(target_of(s, A)))
@@ -119,7 +119,7 @@ def test_a_disk_that_fills_up_during_the_venv_build_fails_the_deploy_and_changes
     try:
         lines: list[str] = []
         with pytest.raises(DeployError, match="the venv build failed") as e:
-            deploy(target_of(dataclasses.replace(lab_session, echo=lines.append), B))  # its lines, as events' text
+            deploy(target_of(dataclasses.replace(lab_session, events=lambda e: lines.append(e.line)), B))  # its lines, as events' text
         assert "current venv and checkout were left in place" in str(e.value)
         assert any("No space left on device" in l or "os error 28" in l for l in lines), "\n".join(lines[-20:])
         assert ".building" not in ct.run(["ls", "-a", "/root/venv.versions"]).out  # the failed build removed
@@ -258,7 +258,7 @@ def test_a_connection_dropped_mid_warmup_leaves_nothing_running_and_the_next_war
 
     lines: list[str] = []
     outcome: list = []
-    with Session(config.load(str(lab_hosts)), agent=True, echo=lines.append) as s:  # its lines, as events' text
+    with Session(config.load(str(lab_hosts)), agent=True, events=lambda e: lines.append(e.line)) as s:  # its lines, as events' text
         def work():
             try:
                 outcome.append(wm.warmup(target_of(s, A)))

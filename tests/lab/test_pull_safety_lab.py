@@ -66,7 +66,7 @@ def test_pull_of_a_hostile_containers_run_writes_only_inside_dest(lab_session, t
         (dest / RUN / "outputs").mkdir(parents=True)
         (dest / RUN / "outputs" / "old").symlink_to(elsewhere)
         lines = []
-        got = pull_run(target_of(dataclasses.replace(lab_session, echo=lines.append), CT), "latest", str(dest),
+        got = pull_run(target_of(dataclasses.replace(lab_session, events=lambda e: lines.append(e.line)), CT), "latest", str(dest),
                        progress=False)  # its lines
     finally:
         ct.script(f"rm -rf /usr/local/bin/tar /root/evil /root/runs/{RUN} /root/dflash/tree /root/dflash/old "

@@ -100,7 +100,9 @@ def test_a_node_name_that_is_no_plain_name_is_skipped_and_notes_are_one_printabl
 
 
 def session(fake: FakeCluster, c: config.Config | None = None, echo=None) -> Session:
-    return Session(c or load(), transport_factory=fake.transport, **({"echo": echo} if echo else {}))
+    """A session on the fake cluster; `echo`: where the lines of its events go."""
+    return Session(c or load(), transport_factory=fake.transport,
+                   events=(lambda e: echo(e.line)) if echo else None)
 
 
 def test_one_list_read_per_cluster_and_commands_on_the_holding_node(capsys):
@@ -277,7 +279,7 @@ def test_no_node_answering_leaves_the_hints_and_a_refused_read_is_named(capsys):
         raise ConnectError("pve1", "connection refused")
 
     said: list[str] = []
-    with Session(load(), transport_factory=lambda h: CountingTransport(h.name, down), echo=said.append) as s:
+    with Session(load(), transport_factory=lambda h: CountingTransport(h.name, down), events=lambda e: said.append(e.line)) as s:
         assert s.config.containers[201].host.name == "pve1"  # its hint: the command then says it is unreachable
     assert len(said) == 1 and said[0].startswith("!! cluster c1: no node answered for its guest list")
 
@@ -310,7 +312,7 @@ def test_a_node_that_does_not_answer_for_the_cluster_is_passed_over_not_called_r
         return CountingTransport("pve1", lambda argv: (code, "", err) if "pvesh" in argv[0] else fake.answer("pve1", argv))
 
     said: list[str] = []
-    with Session(load(), transport_factory=factory, echo=said.append) as s:
+    with Session(load(), transport_factory=factory, events=lambda e: said.append(e.line)) as s:
         assert s.config.containers[201].host.name == "gpu-b"  # read on gpu-b, pve1's failure passed over
         assert cluster.lookup_of(s.config).reads == 2
     assert said == ["-- 201 is on pve2, not pve1 (the hosts file's host): using gpu-b"]
@@ -319,7 +321,7 @@ def test_a_node_that_does_not_answer_for_the_cluster_is_passed_over_not_called_r
 def test_a_cluster_whose_every_node_fails_its_read_uses_the_hints_and_says_why():
     fake = FakeCluster({200: "pve1", 201: "pve2"}, down={"pve1", "pve2"})
     said: list[str] = []
-    with Session(load(), transport_factory=fake.transport, echo=said.append) as s:
+    with Session(load(), transport_factory=fake.transport, events=lambda e: said.append(e.line)) as s:
         assert s.config.containers[201].host.name == "pve1"
     assert len(said) == 1 and "no node answered" in said[0] and "ipcc_send_rec" in said[0] and "gpu-b" in said[0]
 

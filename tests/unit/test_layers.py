@@ -541,13 +541,20 @@ ECHO_TODAY: dict[str, list[str]] = {}
 
 def signatures(root: Path) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """(module -> its functions of ops/, runs/, facts/ that take both a `ct` and a `spec`; module -> its
-    functions outside api/, cli/, sh/ and lab/ with an `echo` parameter)."""
+    functions outside api/, cli/, sh/ and lab/ with an `echo` parameter, and its classes with an `echo` field
+    (`Class.echo`))."""
     ct_spec: dict[str, list[str]] = {}
     echo: dict[str, list[str]] = {}
     for path in sorted(root.rglob("*.py")):
         parts = path.relative_to(root).parts
         name = str(path.relative_to(root.parent))
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef) and parts[0] not in ("api", "cli", "sh", "lab"):
+                echo.setdefault(name, []).extend(
+                    f"{node.name}.echo" for f in node.body
+                    if isinstance(f, ast.AnnAssign) and getattr(f.target, "id", None) == "echo")
+                if not echo[name]:
+                    del echo[name]
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             args = [a.arg for a in node.args.posonlyargs + node.args.args]
@@ -566,5 +573,6 @@ def test_operations_take_a_target_and_report_through_it(tmp_path):
     assert echo == ECHO_TODAY
     (tmp_path / "remote" / "ops").mkdir(parents=True)
     (tmp_path / "remote" / "ops" / "x.py").write_text("def f(ct, spec, n):\n    pass\n\n\ndef g(t, *, echo=None):\n"
-                                                       "    pass\n\n\ndef h(t, ct, spec):\n    pass\n")
-    assert signatures(tmp_path / "remote") == ({"remote/ops/x.py": ["f", "h"]}, {"remote/ops/x.py": ["g"]})
+                                                       "    pass\n\n\ndef h(t, ct, spec):\n    pass\n\n\n"
+                                                       "class S:\n    echo: object = None\n")
+    assert signatures(tmp_path / "remote") == ({"remote/ops/x.py": ["f", "h"]}, {"remote/ops/x.py": ["g", "S.echo"]})

@@ -189,7 +189,7 @@ def test_a_ctrl_c_during_the_launch_names_the_run_it_may_have_started():
                           "train": {"command": "sleep 300"}}, "h.yaml")
     fake = FakeTransport([Expect(lambda argv: "launch" in argv, raises=KeyboardInterrupt())])
     said: list[str] = []
-    t = resolve(Session(fleet, echo=said.append, transport_factory=lambda h: fake), 200)
+    t = resolve(Session(fleet, events=lambda e: said.append(e.line), transport_factory=lambda h: fake), 200)
     pre = Preflight(commit="0" * 40, venv={"verify": {}}, gpus=None, notes=[])
     with pytest.raises(KeyboardInterrupt):
         launch(t, pre, run_id="20261202-010203-abcd", held=Held())

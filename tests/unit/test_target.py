@@ -36,7 +36,7 @@ def test_reports_arrive_typed_and_marked_with_their_container_without_parsing_an
 
 def test_without_an_event_sink_each_event_goes_to_the_line_reporter():
     lines: list[str] = []
-    s = Session(config.parse(FILE, "hosts.yaml"), echo=lines.append)
+    s = Session(config.parse(FILE, "hosts.yaml"), events=lambda e: lines.append(e.line))
     resolve(s, 200).step("code: sync")
     assert lines == ["==> code: sync"]
 
