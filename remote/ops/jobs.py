@@ -347,10 +347,11 @@ def live_text(live: list[dict]) -> str:
 
 def state(t: Target, run_id: str | None = None) -> dict:
     """The latest run's (or run_id's) state: alive, exit status (or lost), manifest, the log's tail.
-    A run_id that is not there is a JobError naming it and the latest ids."""
+    A run_id that is not there is a JobError naming it and the latest ids. Read with the system PATH
+    (t.system): state.sh needs nothing of the venv, and deploy reads it where the venv may be broken."""
     spec = t.spec
     run_id = None if run_id == "latest" else run_id
-    r = t.ct.script(shell.with_lib("state"), spec.train.run_dir, run_id or "", mutates=False, timeout=60,
+    r = t.system.script(shell.with_lib("state"), spec.train.run_dir, run_id or "", mutates=False, timeout=60,
                     label="run state")
     st = parse_state(r.out)
     if run_id and not st["run"]:
