@@ -42,6 +42,11 @@ def pytest_xdist_make_scheduler(config, log):
     worker (its module fixtures once), beside them."""
     from xdist.scheduler import LoadScopeScheduling
 
+    # Units in collection order (tests/lab first), not by their number of tests: the long ones, the three labs'
+    # and the modules that make their own, start first, and the quick unit and local files fill the workers
+    # at the end instead of a lab module starting last and running alone.
+    config.option.loadscopereorder = False
+
     class ByTier(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return work_unit(nodeid.split("::", 1)[0])
