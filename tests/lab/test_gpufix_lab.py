@@ -64,7 +64,10 @@ def pct(host, *args: str):
 
 
 def inside(host, ctid: int, script: str):
-    return host.run(pct_argv("pct", "exec", str(ctid), "--", "bash", "-c", script))
+    """`script` in the container as remote runs its commands: none of the host's login environment (a PATH
+    with a pyenv shim first, as on a developer's machine, made each python3 here wait on pyenv's lock)."""
+    return host.run(pct_argv("pct", "exec", str(ctid), "--keep-env", "0", "--", "env", "PATH=/usr/sbin:/usr/bin:/sbin:/bin",
+                             "bash", "-c", script))
 
 
 def cuinit(host, ctid: int) -> str:
