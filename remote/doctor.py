@@ -23,10 +23,8 @@ from .results import Diagnosis, Finding
 from .target import resolve
 from .transport.session import Session
 
-SCHEMA_VERSION = 1
 DISK_MIN_FREE = 5 * 2**30  # below this, a venv build or a cache write can fail half-way
 CLOCK_SKEW_MAX_S = 5.0
-UNHEALTHY = ("error", "warning")
 
 
 def known_good_label(kg: dict | None) -> str:
@@ -327,10 +325,6 @@ def cache_findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
     return out
 
 
-def healthy(found: list[Finding]) -> bool:
-    return not any(f.severity in UNHEALTHY for f in found)
-
-
 def diagnose(session: Session, ctids: list[int], *, fresh: bool = False) -> list[Diagnosis]:
     """One diagnosis per container, all containers at once (bounded per host); a container that cannot be
     probed is a diagnosis with its error. `fresh`: ask torch again rather than use a kept answer."""
@@ -350,3 +344,8 @@ def diagnose(session: Session, ctids: list[int], *, fresh: bool = False) -> list
 
     return executor.values(session.config, ctids, one)
 
+
+
+def healthy(found: list[Finding]) -> bool:
+    """No finding that makes a container unhealthy (Finding.healthy: info notes leave it healthy)."""
+    return all(f.healthy for f in found)

@@ -374,7 +374,6 @@ def created_json(got: Any) -> str:
 # -- doctor -------------------------------------------------------------------------------------------
 
 DOCTOR_SCHEMA = 1  # doctor --json's and doctor --gpu --json's `schema` (docs/guide/doctor.md, gpu-passthrough.md)
-UNHEALTHY = ("error", "warning")
 
 
 def finding_line(f: Finding) -> str:
@@ -393,7 +392,7 @@ def doctor_text(d: Diagnosis) -> str:
     head = f"container {d.container} on {d.host}: "
     if d.error:
         return head + "ERROR " + printable(d.error, lines=True)
-    bad = [f for f in d.findings if f.severity in UNHEALTHY]
+    bad = [f for f in d.findings if not f.healthy]
     lines = [head + ("healthy" if not bad else f"{len(bad)} finding(s)")
              + (f", against {known_good_label(d.known_good)}" if d.known_good else "")]
     lines += ["  " + finding_line(f).replace("\n", "\n  ") for f in d.findings]
