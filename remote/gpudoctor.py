@@ -90,7 +90,8 @@ def before_move(session: Session, ctid: int, node: str) -> MoveReport:
     from .ops.gpuconfig import USERSPACE_HOST
     from .target import resolve_host
 
-    spec = resolve(session, ctid).spec
+    t = resolve(session, ctid)
+    spec = t.spec
     target = resolve_host(session, node).host
     session.transport(spec.host)
     session.transport(target)
@@ -100,6 +101,6 @@ def before_move(session: Session, ctid: int, node: str) -> MoveReport:
     cfg = source.configs.get(ctid) or gpu.CtConfig(ctid)
     if cfg.error:
         raise RemoteError(f"container {ctid}: `pct config` on {spec.host.name} failed: {cfg.error}")
-    config = session.container_for(spec, venv_on_path=False).run_pct("config", str(ctid), mutates=False)
+    config = t.system.run_pct("config", str(ctid), mutates=False)
     mounts = f"{USERSPACE_HOST}," in config.out
     return MoveReport(ctid, node, spec.host.name, tuple(gpu.move_findings(cfg, source, dest, node, mounts)), cfg.gpu)
