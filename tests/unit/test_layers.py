@@ -33,6 +33,19 @@ def imported_modules(path: Path) -> set[str]:
     return found
 
 
+def module_files(name: str) -> list[Path]:
+    """remote.<name>'s files: the module, or every module of the package."""
+    single = ROOT / f"{name}.py"
+    return [single] if single.exists() else sorted((ROOT / name).rglob("*.py"))
+
+
+def imports_of(name: str) -> set[str]:
+    """Every module remote.<name> imports, over all its files where it is a package (its own modules left out)."""
+    own = f"remote.{name}"
+    return {m for path in module_files(name) for m in imported_modules(path)
+            if not (m == own or m.startswith(own + "."))}
+
+
 def offenders(folder: str, forbidden: tuple[str, ...]) -> dict[str, list[str]]:
     out = {}
     for path in sorted((ROOT / folder).rglob("*.py")):
@@ -261,8 +274,7 @@ def test_the_shared_vocabulary_sits_below_the_operations():
     bad = {}
     for name in ("results", "events", "target", "executor"):
         forbidden = above + (("remote.transport",) if name in ("results", "events") else ())
-        found = sorted(m for m in imported_modules(ROOT / f"{name}.py")
-                       if any(m == f or m.startswith(f + ".") for f in forbidden))
+        found = sorted(m for m in imports_of(name) if any(m == f or m.startswith(f + ".") for f in forbidden))
         if found:
             bad[name] = found
     assert bad == {}
@@ -427,7 +439,7 @@ def test_results_and_events_import_nothing_of_remote_but_its_errors():
     remote above the exception tree: a results or event type never drags in config, naming or a transport."""
     bad = {}
     for name in ("results", "events"):
-        found = sorted(m for m in imported_modules(ROOT / f"{name}.py")
+        found = sorted(m for m in imports_of(name)
                        if (m == "remote" or m.startswith("remote.")) and not (m == "remote.errors"
                                                                             or m.startswith("remote.errors.")))
         if found:

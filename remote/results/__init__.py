@@ -1,0 +1,50 @@
+"""Every value an operation returns, defined once: the ops build them, the API returns the same objects.
+
+Frozen dataclasses, typed, with no rendering (the command line's format module turns them into text and
+JSON). Below the operations and the transport: this package imports only remote.errors. One module an
+area (commands, deploy, health, runs, many, gpu); every name is exported here.
+
+    Result        a finished command                 CacheCopy     a compile cache copied between containers
+    DeployPlan    what a deploy changed, or would    Transfer      a push or pull, verified
+    Warmup        a warmup's devices and cache gain  CacheHolding  what a container's compile cache holds
+    Snapshot      a Proxmox snapshot                 RolledBack    a container rolled back to one
+    Finding       one thing doctor found             Stopped       a stopped run (and the others with it)
+    Diagnosis     doctor on one container            GpuReport     doctor --gpu: GpuHost and GpuContainer
+    RunStatus     a run's state, read now            RunSummary    one row of `runs`
+    Metric        one value of metrics.jsonl         KnownGood     a run recorded as known-good
+    PulledRun     a run's files brought home         ImportedCache a compile-cache bundle loaded
+    HostStatus, ContainerStatus, JobStatus, FleetStatus           `status`: hosts, containers, their jobs
+    CompileEvent  one line of compile.jsonl          CompileHealth a run's compile events summed
+    Outcome, GroupResult                                           one call on many containers
+    CreateStep, Created                                            `remote create`: a container made, step by step
+"""
+
+from __future__ import annotations
+
+from .commands import Result, Transfer
+from .deploy import CacheCopy, CacheHolding, DeployPlan, ImportedCache, RolledBack, Snapshot, Warmup
+from .gpu import Created, CreateStep, GpuFix, HostSetup
+from .health import Diagnosis, Finding, GpuContainer, GpuHost, GpuReport
+from .many import GroupResult, Outcome
+from .runs import (
+                   CompileEvent,
+                   CompileHealth,
+                   ContainerStatus,
+                   FleetStatus,
+                   HostStatus,
+                   JobStatus,
+                   KnownGood,
+                   LiveRun,
+                   Metric,
+                   PulledRun,
+                   RunStatus,
+                   RunSummary,
+                   State,
+                   Stopped,
+)
+
+__all__ = [  # the API re-exports these as they are (remote.api)
+    "Result", "Transfer", "DeployPlan", "Warmup", "CacheHolding", "CacheCopy", "ImportedCache", "Snapshot", "RolledBack", "Finding", "RunStatus", "LiveRun", "RunSummary", "Metric",
+    "Diagnosis", "GpuReport", "GpuHost", "GpuContainer", "Stopped", "KnownGood", "PulledRun", "CompileEvent", "CompileHealth", "JobStatus", "ContainerStatus",
+    "HostStatus", "FleetStatus", "Outcome", "GroupResult", "State", "GpuFix", "HostSetup", "CreateStep", "Created",
+]
