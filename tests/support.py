@@ -42,7 +42,8 @@ def free_port() -> int:
 
 
 # LXC ids are system-wide: two labs on one machine need other ids (REMOTE_TEST_LAB_IDS=230,231). Tests that
-# take theirs from here run with either; the others still name 200 and 201.
+# take theirs from here run with either; the others still name 200 and 201. The other two labs likewise:
+# REMOTE_TEST_OWN_LAB_IDS (232,233) and REMOTE_TEST_THIRD_LAB_IDS (236,237), so two checkouts can test at once.
 LAB_CONTAINERS = tuple(int(i) for i in os.environ.get("REMOTE_TEST_LAB_IDS", "200,201").split(","))
 
 
@@ -51,12 +52,12 @@ LAB_CONTAINERS = tuple(int(i) for i in os.environ.get("REMOTE_TEST_LAB_IDS", "20
 # modules (conftest.group_of). A module here takes its container ids from lab_ids(__file__).
 OWN_LAB_MODULES = ("test_agent_lab.py", "test_any_code_lab.py", "test_fleet_lab.py", "test_sudo_lab.py",
                    "test_transfer_faults_lab.py", "test_watch_lab.py")
-OWN_LAB_CONTAINERS = (232, 233)
+OWN_LAB_CONTAINERS = tuple(int(i) for i in os.environ.get("REMOTE_TEST_OWN_LAB_IDS", "232,233").split(","))
 # A third lab (conftest's third_lab), the same way: its modules on a third worker, so that the longest of the
 # three lab units, which run one module after another, bounds the suite's time rather than their sum.
 THIRD_LAB_MODULES = ("test_cache_lab.py", "test_compile_health_lab.py", "test_create_lab.py", "test_doctor_lab.py",
                      "test_faults_lab.py")
-THIRD_LAB_CONTAINERS = (236, 237)
+THIRD_LAB_CONTAINERS = tuple(int(i) for i in os.environ.get("REMOTE_TEST_THIRD_LAB_IDS", "236,237").split(","))
 # The lab modules that make a lab of their own (its own folder, port and container ids) and use none of
 # conftest's: each is a work unit of its own, on whichever worker is free.
 SELF_MADE_LAB_MODULES = ("test_cluster_lab.py", "test_create_gpu_lab.py", "test_gpufix_lab.py", "test_make_lab.py",
