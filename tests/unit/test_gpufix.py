@@ -70,14 +70,38 @@ def test_the_uvm_node_missing_on_the_host_is_made_there():
     assert p.restart
 
 
-@pytest.mark.parametrize("mount", ["/null", None])
-def test_a_node_bound_over_with_a_right_devn_line_needs_only_a_restart(mount):
+PRIVILEGED = data("pct-config-dev.txt").replace("unprivileged: 1\n", "")
+
+
+@pytest.mark.fault("gpu fix on a node bound over or remade inside a running container",
+                   promise="repaired in place (umount, or mknod where privileged) with no restart; a restart only "
+                           "where nothing else can fix it")
+@pytest.mark.parametrize("mount, config_text, how", [
+    ("/null", data("pct-config-dev.txt"), "unmounted"),  # unprivileged: unmount only
+    ("/null", PRIVILEGED, "unmounted"),
+    (None, PRIVILEGED, "made again"),
+])
+def test_a_node_bound_over_or_wrong_with_a_right_devn_line_is_repaired_in_place(mount, config_text, how):
     from test_gpu import planted
 
     c = gpu.parse_container(planted("/dev/nvidia-uvm", 1, 3, mount=mount))
-    p = plan_of(gpu_host(), c, data("pct-config-dev.txt"))
+    p = plan_of(gpu_host(configs={200: config_text}), c, config_text)
     assert p.config.empty and not p.uvm and not p.userspace
-    assert p.restart and "/dev/nvidia-uvm" in p.restart
+    assert p.restart is None and not p.empty
+    assert [(r.path, r.major, r.minor, r.make) for r in p.inplace] == [
+        ("/dev/nvidia-uvm", 509, 0, "unprivileged: 1" not in config_text)]
+    assert how in dict(p.fixes)["container-node-wrong"] and "no restart" in dict(p.fixes)["container-node-wrong"]
+    assert p.fallback and "/dev/nvidia-uvm" in p.fallback
+
+
+def test_a_wrong_node_with_nothing_over_it_in_an_unprivileged_container_needs_a_restart():
+    """mknod of a device is not allowed in an unprivileged container: only Proxmox's start makes the node."""
+    from test_gpu import planted
+
+    c = gpu.parse_container(planted("/dev/nvidia-uvm", 1, 3))
+    p = plan_of(gpu_host(), c, data("pct-config-dev.txt"))
+    assert p.config.empty and not p.inplace
+    assert p.restart and "/dev/nvidia-uvm" in p.restart and "unprivileged" in p.restart
     assert dict(p.fixes)["container-node-wrong"].startswith("/dev/nvidia-uvm: its devN line")
 
 
@@ -139,6 +163,8 @@ class Host:
         self.leases: list[str] = []
         self.name = "pve1"
         self.uvm_made = "nvidia-modprobe -u -c 0"  # the last line of gpu-uvm.sh: how it made the nodes
+        self.planted: str | None = None  # the container probe's whole answer, where a test plants one
+        self.inplace_ok = True  # remote/sh/gpu-node.sh makes the node right
 
     def describe(self, argv) -> str:
         return "fake: " + " ".join(argv)
@@ -172,6 +198,7 @@ class Host:
             return self._ok(argv, f"status: {'running' if self.running else 'stopped'}\n")
         if sub in ("stop", "start"):
             self.running = sub == "start"
+            self.planted = None if sub == "start" else self.planted
             if sub == "start":
                 if self.nodes is None and all(f"{n}," in self.config or f"{n}\n" in self.config
                                               for n in ("/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm")):
@@ -189,13 +216,21 @@ class Host:
         if sub == "exec":
             inner = argv[argv.index("--") + 1:]
             if "python3" in inner and "-I" in inner:
-                return self._ok(argv, ct_text(**self.ct_kw))
+                return self._ok(argv, self.planted or ct_text(**self.ct_kw))
             core = inner_argv(argv)
             if core[:2] == ("bash", "-c") and core[3:4] == ("remote",) and core[4] in ("acquire", "renew", "release"):
                 self.leases.append(core[4])
                 return self._ok(argv, "acquired\n")
             if any("nvidia-link" in a for a in inner):
                 return self._ok(argv)
+            if core[:2] == ("bash", "-c") and core[3:4] == ("gpu-node",):
+                if not self.inplace_ok:
+                    return self._ok(argv, err=f"{core[4]} is still character special file 1:3 (mounted on: no), "
+                                              "not the character device 509:0\n", rc=3)
+                self.ct_kw.pop("nodes", None)
+                self.ct_kw.pop("init", None)
+                self.planted = None
+                return self._ok(argv, f"unmounted {core[4]}\n")
             if any("--manifest--" in a or "live=" in a for a in inner) or any("state" in a for a in inner[-4:]):
                 return self._ok(argv, f"run=\nlive={self.live}\n")
         if argv[:2] == ("pvesm", "status"):
@@ -220,7 +255,8 @@ def fix(fake: Host, ctid=200, **kw):
 
 def mutating(calls) -> list[tuple[str, ...]]:
     return [c for c in calls if (c[0] == "pct" and c[1] in ("set", "stop", "start", "snapshot"))
-            or (c[0] == "bash" and c[3] in ("gpu-host-fix", "gpu-uvm", "nvidia-userspace"))]
+            or (c[0] == "bash" and c[3] in ("gpu-host-fix", "gpu-uvm", "nvidia-userspace"))
+            or (c[0] == "pct" and c[1] == "exec" and "gpu-node" in c)]
 
 
 def test_a_failure_part_way_names_what_was_done_and_the_snapshot_that_holds_the_config():
@@ -289,6 +325,40 @@ def test_a_live_run_blocks_a_restart_unless_forced():
     fake = Pvesm(config_text=cfg, ct_kw=kw, live="20261202-0700-ab:4242")
     done, events = fix(fake, force=True)
     assert done.restarted and any(isinstance(e, Note) and e.level == "warning" for e in events)
+
+
+@pytest.mark.fault("gpu fix with a run live and /dev/nvidia-uvm bound over inside the container",
+                   promise="the bind is unmounted in place: no restart, no --force asked, the run lives on")
+def test_a_node_bound_over_with_a_run_live_is_unmounted_in_place_and_the_run_lives():
+    from test_gpu import planted
+
+    fake = Pvesm(live="20261202-0700-ab:4242")
+    fake.planted = planted("/dev/nvidia-uvm", 1, 3, mount="/null")
+    done, events = fix(fake)
+    m = mutating(fake.calls)
+    assert len(m) == 1 and m[0][:2] == ("pct", "exec"), m  # no stop, no start, no config written
+    assert m[0][m[0].index("gpu-node") + 1:] == ("/dev/nvidia-uvm", "509", "0", "0666", "0", "0")
+    assert not done.restarted and done.ok and done.after == () and done.cuda_init == 0
+    assert "pct exec 200 -- umount /dev/nvidia-uvm" in done.commands
+    assert not any("pct stop" in c for c in done.commands)
+    assert not any(isinstance(e, Note) and e.level == "warning" for e in events)
+
+
+def test_a_repair_in_place_that_leaves_the_node_wrong_falls_back_to_a_restart_a_live_run_refusing_it():
+    from test_gpu import planted
+
+    fake = Pvesm(live="20261202-0700-ab:4242")
+    fake.planted, fake.inplace_ok = planted("/dev/nvidia-uvm", 1, 3, mount="/null"), False
+    with pytest.raises(BusyError, match=r"run 20261202-0700-ab.*must restart.*still wrong after the repair in place"
+                                        r".*not the character device 509:0.*--force"):
+        fix(fake)
+    assert not any(c[1] in ("stop", "start") for c in mutating(fake.calls))
+    fake = Pvesm()
+    fake.planted, fake.inplace_ok = planted("/dev/nvidia-uvm", 1, 3, mount="/null"), False
+    done, _ = fix(fake)
+    assert [c[1] for c in mutating(fake.calls)] == ["exec", "stop", "start"]
+    assert done.restarted and "still wrong" in (done.restart_reason or "") and done.ok
+    assert done.commands[-1] == "pct stop 200 && pct start 200"
 
 
 def test_the_uvm_node_is_made_on_the_host_then_the_container_restarted():
