@@ -294,8 +294,7 @@ def _snapshot(t: Target) -> str | None:
     if not how.supported:
         t.note(f"no snapshot: {how.reason}")
         return None
-    today = datetime.datetime.now(datetime.timezone.utc).date()
-    name = snapshots.next_name(snapshots.list_snapshots(t), today).replace("remote-", "gpufix-")
+    name = snapshot_name([s.name for s in snapshots.list_snapshots(t)], datetime.datetime.now(datetime.timezone.utc).date())
     t.step(f"snapshot {name} ({how.reason})")
     r = t.system.run_pct("snapshot", str(t.ctid), name, "--description", SNAPSHOT_DESCRIPTION, mutates=True,
                       deadline=snapshots.ROLLBACK_DEADLINE)
@@ -303,6 +302,16 @@ def _snapshot(t: Target) -> str | None:
         raise GpuFixError(f"container {t.ctid}: `pct snapshot {t.ctid} {name}` failed: {r.err.strip()}: nothing was "
                           "changed")
     return name
+
+
+GPUFIX_SNAPSHOT = re.compile(r"gpufix-(\d{8})-(\d+)")
+
+
+def snapshot_name(existing: list[str], today: datetime.date) -> str:
+    """`gpufix-DATE-N`, N one past the day's highest gpufix snapshot (Proxmox refuses a name already used)."""
+    day = today.strftime("%Y%m%d")
+    taken = [int(m.group(2)) for n in existing if (m := GPUFIX_SNAPSHOT.fullmatch(n)) and m.group(1) == day]
+    return f"gpufix-{day}-{max(taken, default=0) + 1}"
 
 
 def _live(t: Target) -> list[dict]:

@@ -165,6 +165,7 @@ class Host:
         self.uvm_made = "nvidia-modprobe -u -c 0"  # the last line of gpu-uvm.sh: how it made the nodes
         self.planted: str | None = None  # the container probe's whole answer, where a test plants one
         self.inplace_ok = True  # remote/sh/gpu-node.sh makes the node right
+        self.snapshots: list[str] = []  # what pct snapshot made (pct listsnapshot lists them)
 
     def describe(self, argv) -> str:
         return "fake: " + " ".join(argv)
@@ -210,8 +211,13 @@ class Host:
                                    if k != "--delete")
             return self._ok(argv)
         if sub == "listsnapshot":
-            return self._ok(argv, "`-> current                                              You are here!\n")
+            return self._ok(argv, "".join(f"`-> {n:<40} 2026-12-02 07:00:00  {gpufix.SNAPSHOT_DESCRIPTION}\n"
+                                          for n in self.snapshots)
+                            + "`-> current                                              You are here!\n")
         if sub == "snapshot":
+            if argv[3] in self.snapshots:
+                return self._ok(argv, err=f"snapshot name '{argv[3]}' already used\n", rc=255)
+            self.snapshots.append(argv[3])
             return self._ok(argv)
         if sub == "exec":
             inner = argv[argv.index("--") + 1:]
@@ -595,3 +601,20 @@ def test_the_user_space_script_refuses_a_version_that_is_no_version(tmp_path, ve
                        capture_output=True, text=True)
     assert r.returncode == 3 and "not NUMBER.NUMBER" in r.stdout
     assert keep.read_text() == "another's\n" and not (root / "var/lib/remote/nvidia").exists()
+
+
+@pytest.mark.fault("A second gpu fix on one container the same day",
+                   promise="its snapshot is gpufix-DATE-2, not a name Proxmox refuses as already used")
+def test_a_second_gpu_fix_the_same_day_takes_the_next_snapshot_name():
+    import datetime
+
+    cfg = data("pct-config-dev.txt").replace("dev2: /dev/nvidia-uvm\n", "")
+    kw = {"nodes": [n for n in GOOD_NODES if n[0] != "/dev/nvidia-uvm"], "init": 999}
+    fake = Pvesm(config_text=cfg, ct_kw=kw)
+    first, _ = fix(fake)
+    fake.config, fake.ct_kw = cfg, dict(kw)  # broken again the same day
+    second, _ = fix(fake)
+    day = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d")
+    assert (first.snapshot, second.snapshot) == (f"gpufix-{day}-1", f"gpufix-{day}-2")
+    assert gpufix.snapshot_name(["remote-20261202-4", "gpufix-20261202-2", "gpufix-20261201-7"],
+                                datetime.date(2026, 12, 2)) == "gpufix-20261202-3"
