@@ -114,11 +114,11 @@ class Fleet(FleetBase):
         return result
 
     def create(self, ctid: int, *, host: str | None = None, node: str | None = None, template: str | None = None,
-               clone: int | None = None, gpu: str = "none", cores: int = 4, memory: int = 8192, disk: int = 32,
+               clone: int | None = None, gpu: str | None = None, cores: int = 4, memory: int = 8192, disk: int = 32,
                storage: str | None = None, unprivileged: bool = True, dry: bool | None = None) -> Created:
         """Make container `ctid` on `host` (or the hosts-file host that is cluster node `node`) from a vztmpl
-        `template` volume or by cloning container `clone`; pass the GPUs `gpu` names (all, none, 0,1) with the
-        host's own driver user space; install what deploy needs; prove CUDA starts; add it to the hosts file.
+        `template` volume or by cloning container `clone`; pass the GPUs `gpu` names (all, none, 0,1; None: none,
+        with a note where the host has GPUs) with the host's own driver user space; install what deploy needs; prove CUDA starts; add it to the hosts file.
         The same create again is a no-op (Created.made False); bad input (an unknown template, storage or
         node, an id in use, a GPU the host lacks) raises CreateRefused, GpuConfigError or ConfigError before
         anything changed; a failure part-way raises CreateError after destroying what it made. Needs root
