@@ -606,3 +606,36 @@ def test_a_lost_answer_never_destroys_a_container_that_is_not_this_creates(hosts
                                           r"create's mark"):
         make(hosts, pve)
     assert pve.cts[210]["hostname"] == "theirs" and "pct destroy" not in pve.subs()
+
+
+@pytest.mark.fault("remote create's hosts-file entry in a file with a quoted `'containers':` key or init's `# GPU` "
+                   "comment lines", "the entry lands in that block, after the previous container's comment lines; "
+                   "the file is checked with remote's own loader before it is written")
+@pytest.mark.parametrize("text, after", [
+    ("hosts:\n  pve: {address: h}\n'containers':\n  200: {host: pve}\nvenv: {path: /root/venv}\n", "  200: {host: pve}"),
+    ('hosts:\n  pve: {address: h}\n"containers":  # mine\n  200: {host: pve}\n', "  200: {host: pve}"),
+    ("hosts:\n  pve: {address: h}\ncontainers:\n  200:  # trainer, running\n    host: \"pve\"\n"
+     "    # GPU (pct config):\n    #   dev0: /dev/nvidia0\n# default_container: 200\nvenv: {path: /root/venv}\n",
+     "    #   dev0: /dev/nvidia0"),
+])
+def test_the_entry_goes_into_the_containers_block_after_its_last_entrys_comments(tmp_path, text, after):
+    p = tmp_path / "hosts.yaml"
+    p.write_text(text)
+    assert hostsinit.add_container(str(p), 220, "pve", "made by remote create")
+    lines = p.read_text().splitlines()
+    assert lines[lines.index(after) + 1].startswith("  220: {host: \"pve\"}")
+    loaded = config.load(str(p))
+    assert sorted(loaded.containers) == [200, 220]
+    assert sum(1 for line in lines if "containers" in line and line.rstrip().endswith((":", ":  # mine"))) == 1
+
+
+def test_an_entry_that_would_make_a_key_twice_is_refused_by_remotes_loader(tmp_path, monkeypatch):
+    """What add_container writes is checked with remote's loader, which refuses a key given twice (yaml's
+    safe_load lets the second silently win): nothing is written."""
+    p = tmp_path / "hosts.yaml"
+    text = "hosts:\n  pve: {address: h}\ncontainers:\n  200: {host: pve}\n"
+    p.write_text(text)
+    monkeypatch.setattr(hostsinit, "_comment", lambda c: c + "\ncontainers: {}")  # a writer bug: a second block
+    with pytest.raises(ConfigError, match="given twice"):
+        hostsinit.add_container(str(p), 220, "pve", "x")
+    assert p.read_text() == text
