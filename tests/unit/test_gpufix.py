@@ -414,7 +414,9 @@ def test_host_setup_sends_the_unit_and_scripts_and_reads_what_was_written():
     assert argv[3:5] == ["host-setup", "1"]
     files = dict(zip(argv[5::2], argv[6::2], strict=True))
     unit = files[hostsetup.UNIT]
-    assert "Before=pve-guests.service" in unit and "ExecStart=/usr/local/lib/remote/gpu-boot.sh" in unit
+    assert "ExecStart=/usr/local/lib/remote/gpu-boot.sh" in unit
+    before = next(line for line in unit.splitlines() if line.startswith("Before="))
+    assert before.split("=", 1)[1].split() == ["pve-guests.service", "pve-ha-lrm.service"]  # HA guests start there
     assert "nvidia-modprobe -u -c 0" in files["/usr/local/lib/remote/gpu-boot.sh"]
     assert set(files) == {p for p, _ in hostsetup.FILES}
     wrote, same, enabled = hostsetup.parse("would write /etc/systemd/system/remote-gpu.service\n"
@@ -472,6 +474,35 @@ def test_the_boot_script_makes_each_gpus_node_by_its_own_minor(tmp_path):
     subprocess.run(["bash", str(lib / "gpu-boot.sh")], env=env, capture_output=True, text=True)
     calls = (tmp_path / "calls").read_text().splitlines()
     assert [c for c in calls if c.startswith("-c ")] == ["-c 1", "-c 3"]
+
+
+@pytest.mark.fault("A GPU host whose driver has no nvidia-modprobe, rebooted (remote host setup's boot unit)",
+                   promise="each GPU's /dev/nvidiaN (and nvidiactl) made by mknod c 195 N, as the uvm nodes are, "
+                           "before pve-guests and pve-ha-lrm start containers")
+def test_the_boot_script_makes_the_gpu_nodes_by_mknod_without_nvidia_modprobe(tmp_path):
+    import os
+    import stat
+    import subprocess
+
+    root = tmp_path / "root"
+    for bus, minor in (("0000:1b:00.0", 1), ("0000:5d:00.0", 3)):
+        info = root / "proc/driver/nvidia/gpus" / bus / "information"
+        info.parent.mkdir(parents=True)
+        info.write_text(f"Model: \t\t NVIDIA H200\nBus Location: \t {bus}\nDevice Minor: \t {minor}\n")
+    (root / "dev").mkdir()
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    for name in ("gpu-boot.sh", "gpu-uvm.sh"):
+        (lib / name).write_text(hostsetup._text(name))
+    env = {**os.environ, "REMOTE_GPU_SYSROOT": str(root), "PATH": "/usr/bin:/bin:/usr/sbin:/sbin"}
+    r = subprocess.run(["bash", str(lib / "gpu-boot.sh")], env=env, capture_output=True, text=True)
+    if os.geteuid() != 0:
+        pytest.skip("mknod of a device needs root")
+    made = {p.name: os.stat(p) for p in (root / "dev").iterdir()}
+    for name, minor in (("nvidia1", 1), ("nvidia3", 3), ("nvidiactl", 255)):
+        st = made[name]
+        assert stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == (195, minor), r.stderr
+    assert "nvidia0" not in made and "made " in r.stdout
 
 
 def test_the_command_line_shows_the_diff_the_restart_and_what_is_left_by_hand():
