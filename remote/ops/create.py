@@ -43,6 +43,7 @@ HOSTNAME = "ct{ctid}"
 NET0 = "name=eth0,bridge=vmbr0,ip=dhcp"
 STORAGE_ORDER = ("local-lvm", "local-zfs", "local")  # without --storage: the first of these the host has
 VENV_FOR_PROBE = "/root/venv"
+ALPINE = re.compile(r"^alpine[-_]", re.IGNORECASE)  # a template's name (alpine-3.20-default_...): not supported
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,15 @@ class CreateSpec:
     disk: int = 32  # GiB
     storage: str | None = None  # None: the first of STORAGE_ORDER the host has
     unprivileged: bool = True
+    net0: str | None = None  # pct's net0 value; None: NET0 (eth0 on vmbr0, DHCP)
+
+    @property
+    def network(self) -> str:
+        return self.net0 or NET0
+
+    @property
+    def bridge(self) -> str:
+        return dict(p.split("=", 1) for p in self.network.split(",") if "=" in p).get("bridge", "")
 
     @property
     def source(self) -> str:
@@ -89,6 +99,18 @@ def check_spec(spec: CreateSpec) -> gpuconfig.Selection:
             raise CreateRefused(f"{name} {value}: at least {low}")
     if spec.storage is not None and not re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]*", spec.storage):
         raise CreateRefused(f"--storage {spec.storage!r}: a Proxmox storage name (`pvesm status` lists them)")
+    if spec.template is not None and ALPINE.search(spec.template.split("/", 1)[-1]):
+        raise CreateRefused(f"--template {spec.template}: Alpine is not supported: every step remote runs in a "
+                            "container is bash with GNU env (`env -C`), which Alpine's busybox lacks; use a Debian or "
+                            "Ubuntu template (`pveam available --section system`)")
+    if spec.net0 is not None:
+        parts = [p.partition("=") for p in spec.net0.split(",")]
+        keys = [k for k, sep, v in parts if sep and v]
+        bad = [k + sep + v for k, sep, v in parts if not sep or not v or not re.fullmatch(r"[A-Za-z0-9_.:/=-]+", v)]
+        if bad or "name" not in keys or "bridge" not in keys or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]*", spec.bridge):
+            raise CreateRefused(f"--net0 {spec.net0!r}: Proxmox's net0 value, comma-separated KEY=VALUE with name and "
+                                f"bridge at least, e.g. {NET0} or name=eth0,bridge=vmbr1,ip=10.0.0.5/24,gw=10.0.0.1"
+                                + (f" (not KEY=VALUE: {', '.join(bad)})" if bad else ""))
     return gpuconfig.parse_selection(spec.gpu)
 
 
@@ -243,10 +265,18 @@ def create(h: HostTarget, spec: CreateSpec, *, hosts_file: str | None = None,
             raise CreateRefused(f"`pvesm status` on {host.name} failed: "
                                 f"{_words(storages_out.err) or f'exit {storages_out.exit_code}'} (its storages are not known)")
         storages = parse_storages(storages_out.out) if storages_out is not None else []
-        storage = spec.storage or next((s for s in STORAGE_ORDER if s in storages), None)
+        # Only a storage with `rootdir` content holds a container's disk (`local`, a plain dir, usually does not).
+        rootdir_out = run.host([pvesm, "status", "--content", "rootdir"], mutates=False, deadline=60)
+        rootdir = parse_storages(rootdir_out.out) if rootdir_out is not None and rootdir_out.exit_code == 0 else storages
+        storage = spec.storage or next((s for s in STORAGE_ORDER if s in rootdir), None)
         if storage is None or (storages and storage not in storages):
             raise CreateRefused(f"storage '{storage or '(none given)'}' does not exist on {host.name} (it has: "
                                 f"{', '.join(storages) or 'none'}): give --storage NAME")
+        if storages and storage not in rootdir:
+            raise CreateRefused(f"storage '{storage}' on {host.name} does not hold container disks (no `rootdir` in "
+                                f"its content; those that do: {', '.join(rootdir) or 'none'}): give --storage NAME, or "
+                                f"add rootdir to its content (`pvesm set {storage} --content ...,rootdir`)")
+        _check_bridge(run, spec)
         if spec.template:
             store = spec.template.split(":", 1)[0]
             r = run.host([pveam, "list", store], mutates=False, deadline=60)
@@ -264,6 +294,9 @@ def create(h: HostTarget, spec: CreateSpec, *, hosts_file: str | None = None,
                 raise CreateRefused(f"--clone {spec.clone}: {_words(r.err if r else '') or 'no such container'} "
                                     f"(on {host.name})")
             source_config = r.out
+            if gpuconfig.parse_config(r.out).get("ostype") == "alpine":
+                raise CreateRefused(f"--clone {spec.clone}: an Alpine container, which remote does not support (every "
+                                    "step it runs in a container is bash with GNU env, which Alpine's busybox lacks)")
             if gpuconfig.parse_config(r.out).get("template") not in ("1", "true", "yes"):
                 st = run.host(pct_argv(pct, "status", str(spec.clone)), mutates=False, deadline=60)
                 if st is not None and st.exit_code == 0 and "running" in st.out.split():
@@ -402,7 +435,7 @@ def _make(run: _Run, spec: CreateSpec, storage: str) -> None:
         argv = pct_argv(pct, "create", str(ctid), spec.template, "--hostname", hostname, "--cores",
                         str(spec.cores), "--memory", str(spec.memory), "--swap", "0", "--rootfs",
                         f"{storage}:{spec.disk}", "--unprivileged", "1" if spec.unprivileged else "0",
-                        "--features", "nesting=1", "--net0", NET0, "--description", spec.description(done=False))
+                        "--features", "nesting=1", "--net0", spec.network, "--description", spec.description(done=False))
     else:
         argv = pct_argv(pct, "clone", str(spec.clone), str(ctid), "--hostname", hostname, "--full", "1",
                         "--storage", storage)
@@ -416,6 +449,31 @@ def _make(run: _Run, spec: CreateSpec, storage: str) -> None:
         if re.search(rf"\bCT {ctid} already exists\b", r.err):
             raise CreateRefused(f"{h.host.name}: {_words(r.err)}; {_free_id(run, h.host.name, pct)}")
         raise CreateRefused(f"{h.host.name}: {_words(r.err) or f'pct exited {r.exit_code}'}")
+
+
+def _check_bridge(run: _Run, spec: CreateSpec) -> None:
+    """The net0 bridge is one of the node's (`pvesh get /nodes/NODE/network --type any_bridge`); where pvesh
+    cannot say, a note, and pct create names a missing bridge itself."""
+    h = run.h
+    pvesh = program_path("pvesh", h.host.pct, exact=False)
+    try:
+        r = run.host([pvesh, "get", f"/nodes/{h.host.node_name}/network", "--type", "any_bridge", "--output-format",
+                      "json"], mutates=False, deadline=60)
+    except RemoteError:
+        r = None
+    try:
+        found = json.loads(r.out) if r is not None and r.exit_code == 0 else None
+    except ValueError:
+        found = None
+    if not isinstance(found, list):
+        if r is not None:
+            run.note(f"bridge {spec.bridge} not checked: `pvesh get /nodes/{h.host.node_name}/network` on "
+                     f"{h.host.name} did not answer ({_words(r.err) or 'no list'})")
+        return
+    bridges = sorted(str(b.get("iface")) for b in found if isinstance(b, dict) and b.get("iface"))
+    if spec.bridge not in bridges:
+        raise CreateRefused(f"bridge {spec.bridge} does not exist on {h.host.name} (its bridges: "
+                            f"{', '.join(bridges) or 'none'}): give --net0 name=eth0,bridge=NAME,ip=dhcp")
 
 
 def _free_id(run: _Run, host: str, pct: str) -> str:

@@ -46,6 +46,8 @@ class FakePve:
         self.running: set[int] = set()
         self.templates = {"local": [TEMPLATE]}
         self.storages = ["local", "local-lvm"]
+        self.rootdir = ["local-lvm"]  # the storages whose content has rootdir (a plain `local` dir has not)
+        self.bridges = ["vmbr0"]
         self.gpu = dict(gpu or {})
         self.cluster_ids = {150: "pve-b"}  # another node's container
         self.calls: list[tuple[str, ...]] = []
@@ -72,7 +74,10 @@ class FakePve:
         if argv[:2] == ("bash", "-c"):
             return self.script(argv[3], argv[4:])
         if argv[0] == "pvesm":
-            return 0, "Name Type Status Total Used Available %\n" + "".join(f"{s} dir active 1 1 1 1%\n" for s in self.storages), ""
+            listed = [s for s in self.storages if "--content" not in argv or s in self.rootdir]
+            return 0, "Name Type Status Total Used Available %\n" + "".join(f"{s} dir active 1 1 1 1%\n" for s in listed), ""
+        if argv[:2] == ("pvesh", "get") and argv[2] == "/nodes/pve/network":
+            return 0, json.dumps([{"iface": b, "type": "bridge"} for b in self.bridges]), ""
         if argv[:3] == ("pvesh", "get", "/cluster/nextid"):  # as Proxmox: the lowest free id from 100
             return 0, f"{next(i for i in range(100, 10**9) if i not in self.cts and i not in self.cluster_ids)}\n", ""
         if argv[0] == "pveam":
@@ -212,7 +217,7 @@ def make(hosts, pve, ctid=210, host="pve", dry=False, **kw):
 def test_create_with_gpus_runs_every_step_in_order_and_adds_the_entry(hosts):
     pve = FakePve()
     got, events = make(hosts, pve, gpu="all")
-    assert pve.subs() == ["pct config", "pvesm", "pveam", "gpu-host", "nvidia-userspace", "pct create", "pct config",
+    assert pve.subs() == ["pct config", "pvesm", "pvesm", "pvesh", "pveam", "gpu-host", "nvidia-userspace", "pct create", "pct config",
                           "pct set", "pct start", "pct status", "exec ct-needs", "exec nvidia-link", "exec python3",
                           "gpu-host", "exec nvidia-smi", "pct set"]
     assert [s.name for s in got.steps] == ["preflight", "create", "gpu config", "start", "packages", "driver", "proof",
@@ -303,7 +308,7 @@ def test_gpu_none_on_a_host_without_a_driver_makes_a_cpu_container(hosts):
 def test_the_uvm_node_is_made_when_the_host_lacks_it(hosts):
     pve = FakePve(gpu={"nodes": NO_UVM})
     got, _ = make(hosts, pve, gpu="0")
-    assert pve.subs()[3:6] == ["gpu-host", "gpu-uvm", "gpu-host"]
+    assert pve.subs()[5:8] == ["gpu-host", "gpu-uvm", "gpu-host"]
     assert any("nvidia-modprobe -u -c 0" in n for n in got.notes)
 
 
@@ -313,7 +318,7 @@ def test_the_uvm_tools_node_alone_missing_is_made_too(hosts):
     pve = FakePve(gpu={"nodes": "\n".join(line for line in data("nodes-509.txt").splitlines()
                                            if "nvidia-uvm-tools" not in line) + "\n"})
     got, _ = make(hosts, pve, gpu="0")
-    assert pve.subs()[3:6] == ["gpu-host", "gpu-uvm", "gpu-host"]
+    assert pve.subs()[5:8] == ["gpu-host", "gpu-uvm", "gpu-host"]
     assert any("no /dev/nvidia-uvm-tools yet" in n for n in got.notes), got.notes
 
 
@@ -431,7 +436,7 @@ def test_a_cuda_that_does_not_start_fails_the_proof_and_is_undone(hosts):
 def test_dry_reads_and_reports_every_command_running_none(hosts):
     pve = FakePve()
     got, events = make(hosts, pve, gpu="all", dry=True)
-    assert pve.subs() == ["pct config", "pvesm", "pveam", "gpu-host"]
+    assert pve.subs() == ["pct config", "pvesm", "pvesm", "pvesh", "pveam", "gpu-host"]
     assert pve.cts == {} and hosts.read_text() == HOSTS and not got.made and got.dry
     shown = [e.line for e in events if type(e).__name__ == "Output"]
     assert any("pct create 210 " + TEMPLATE in line for line in shown)
@@ -639,3 +644,46 @@ def test_an_entry_that_would_make_a_key_twice_is_refused_by_remotes_loader(tmp_p
     with pytest.raises(ConfigError, match="given twice"):
         hostsinit.add_container(str(p), 220, "pve", "x")
     assert p.read_text() == text
+
+
+@pytest.mark.fault("remote create on a storage without rootdir content, or a bridge the node lacks",
+                   "refused in preflight naming the storages that hold container disks, or the node's bridges; "
+                   "--net0 sets the network")
+def test_the_network_is_set_by_net0_and_preflight_checks_the_bridge_and_the_storages_content(hosts):
+    pve = FakePve()
+    pve.bridges = ["vmbr0", "vmbr1"]
+    make(hosts, pve, net0="name=eth0,bridge=vmbr1,ip=10.0.0.5/24,gw=10.0.0.1")
+    create = next(c for c in pve.calls if c[:2] == ("pct", "create"))
+    assert create[create.index("--net0") + 1] == "name=eth0,bridge=vmbr1,ip=10.0.0.5/24,gw=10.0.0.1"
+    pve = FakePve()
+    with pytest.raises(CreateRefused, match=r"bridge vmbr9 does not exist on pve \(its bridges: vmbr0\)"):
+        make(hosts, pve, net0="name=eth0,bridge=vmbr9,ip=dhcp")
+    with pytest.raises(CreateRefused, match=r"storage 'local' on pve does not hold container disks \(no `rootdir` in "
+                                            r"its content; those that do: local-lvm\)"):
+        make(hosts, pve, storage="local")
+    assert pve.cts == {} and "pct create" not in pve.subs()
+    pve.rootdir = ["local"]  # without --storage: the first of local-lvm, local-zfs, local that holds rootdir
+    got, _ = make(hosts, pve)
+    create = next(c for c in pve.calls if c[:2] == ("pct", "create"))
+    assert create[create.index("--rootfs") + 1] == "local:32"
+
+
+@pytest.mark.parametrize("net0", ["bridge=vmbr0", "name=eth0", "name=eth0,bridge=vmbr0,ip=dhcp;reboot",
+                                  "name=eth0,bridge=,ip=dhcp", "name=eth0,bridge=vmbr0,ip"])
+def test_a_malformed_net0_is_refused_before_anything_connects(hosts, net0):
+    pve = FakePve()
+    with pytest.raises(CreateRefused, match=r"--net0 .*Proxmox's net0 value"):
+        make(hosts, pve, net0=net0)
+    assert pve.calls == []
+
+
+@pytest.mark.fault("remote create from an Alpine template or clone", "refused in preflight, saying why (bash and GNU "
+                   "env in every step): Alpine is not supported")
+def test_alpine_is_refused_saying_why(hosts):
+    pve = FakePve()
+    with pytest.raises(CreateRefused, match="Alpine is not supported: every step remote runs in a container is bash"):
+        make(hosts, pve, template="local:vztmpl/alpine-3.20-default_20240908_amd64.tar.xz")
+    pve = FakePve(existing={9001: {"hostname": "a", "template": "1", "ostype": "alpine"}})
+    with pytest.raises(CreateRefused, match="--clone 9001: an Alpine container"):
+        make(hosts, pve, ctid=211, template=None, clone=9001)
+    assert "pct clone" not in pve.subs() and "pct create" not in pve.subs()
