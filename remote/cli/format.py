@@ -359,9 +359,9 @@ def typed(text: str, hosts: str | None) -> str:
     import re
     import shlex
 
-    from ..config import find_file
-
-    if not hosts or os.path.abspath(hosts) == os.path.abspath(find_file()):
+    # The file found without --hosts, as remote.config.find_file finds it (the command line imports no config).
+    found = os.environ.get("REMOTE_HOSTS_FILE") or "hosts.yaml"
+    if not hosts or os.path.abspath(hosts) == os.path.abspath(found):
         return text
     flag = f"--hosts {shlex.quote(hosts)}"
 

@@ -491,7 +491,7 @@ def test_the_command_line_renders_what_was_made_each_step_and_what_next(hosts):
     assert lines[0].startswith("made container 210 on pve from local:vztmpl/debian-12") and "GPU 0 (driver 580.95.05" in lines[0]
     assert "  dev0: /dev/nvidia0,gid=44,mode=0666" in lines
     assert any(line.startswith("  proof") for line in lines)
-    assert lines[-1] == f"added containers.210 to {hosts}; next: `remote deploy -c 210`"
+    assert lines[-1] == f"added containers.210 to {hosts}; next: `remote deploy -c 210 --hosts {hosts}`"
     again, _ = make(hosts, pve, gpu="all")
     assert fmt.created_lines(again) == ["container 210 on pve: already made as asked "
                                         "(local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst): nothing to do"]

@@ -57,6 +57,11 @@ def test_typed_leaves_the_default_file_exec_argv_init_and_lab_alone(tmp_path, mo
         "`remote init --sudoers u` and `remote lab up`"
     monkeypatch.setenv("REMOTE_HOSTS_FILE", "x.yaml")  # found without --hosts: the hint needs none
     assert fmt.typed("`remote status -c 2`", "x.yaml") == "`remote status -c 2`"
+    from remote import config  # the rule typed copies (the command line may not import config)
+
+    assert config.find_file() == "x.yaml"
+    monkeypatch.delenv("REMOTE_HOSTS_FILE")
+    assert config.find_file() == "hosts.yaml"
 
 
 def test_a_stopped_containers_hint_names_pct_start_not_lab_up():
