@@ -350,7 +350,8 @@ def create(h: HostTarget, spec: CreateSpec, *, hosts_file: str | None = None,
         config_lines: tuple[str, ...] = ()
         if not wanted.empty or spec.clone is not None or resume:  # a clone ends with exactly the GPUs asked
             with run.step("gpu config", f"devN and mpN lines for GPU {', '.join(map(str, gpus)) or 'none'}") as said:
-                current = None if h.dry else run.host(pct_argv(pct, "config", str(ctid)), mutates=False, deadline=60)
+                current = None if h.dry and not resume else run.host(pct_argv(pct, "config", str(ctid)), mutates=False,
+                                                                     deadline=60)
                 now = current.out if current is not None and current.exit_code == 0 else source_config
                 plan = gpuconfig.plan(now, wanted)
                 for line in plan.diff:

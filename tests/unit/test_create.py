@@ -532,6 +532,9 @@ def test_a_half_made_container_is_finished_by_the_same_create_again_not_taken_fo
     with pytest.raises(CreateError, match="failed at driver"):
         make(hosts, pve, gpu="all")
     assert pve.cts[210]["description"].startswith("remote create (unfinished): ") and 210 not in pve.running
+    dry, events = make(hosts, pve, gpu="all", dry=True)  # the plan reads the config it has: no line to add again
+    assert not any(e.line.startswith("+ dev") for e in events if type(e).__name__ == "Output")
+    assert any("pct start 210" in c for c in dry.commands) and not any("pct create" in c for c in dry.commands)
     pve.calls.clear()
     got, events = make(hosts, pve, gpu="all")
     assert got.made and got.gpus == (0,)
