@@ -260,6 +260,8 @@ def test_a_different_spec_for_a_container_it_made_is_refused_with_the_difference
     assert pve.subs() == ["pct config"]
 
 
+@pytest.mark.fault("`remote create` on an id in use", "refused with Proxmox's words and a free id (`pvesh get "
+                   "/cluster/nextid`); nothing changed")
 def test_an_id_proxmox_has_is_refused_with_proxmoxs_words_and_nothing_changed(hosts):
     pve = FakePve(existing={201: {"hostname": "old", "cores": "2"}})
     with pytest.raises(CreateRefused, match=r"unable to create CT 201 - CT 201 already exists on node 'pve'.*; a free id: "
@@ -392,6 +394,8 @@ class RunTwice(FakePve):
         return super().run(argv, stdin=stdin, deadline=deadline, on_output=on_output)
 
 
+@pytest.mark.fault("`pct create` says the id exists though preflight found it free", "said so in true words (made "
+                   "meanwhile; no claim that the transport reran it), nothing destroyed, a free id named")
 def test_a_pct_create_run_twice_is_named_not_taken_for_anothers_container(hosts):
     """The second run says `CT 210 already exists`, though the check found 210 free: said so, nothing destroyed
     (it may be another create's), `remote create` again named."""
@@ -581,6 +585,8 @@ def test_a_clone_of_a_gpu_container_ends_with_exactly_the_gpus_asked(hosts):
     assert "- dev0: /dev/nvidia0,gid=44,mode=0666" in shown and "- lxc.cgroup2.devices.allow: c 195:* rwm" in shown
 
 
+@pytest.mark.fault("`remote create --clone SRC` of a running container", "refused in preflight (stop it, or clone a "
+                   "template), before pct clone; nothing made")
 def test_a_clone_of_a_running_container_is_refused_in_preflight(hosts):
     pve = FakePve(existing={300: {"hostname": "src", "rootfs": "local-lvm:vm-300-disk-0,size=8G"}})
     pve.running.add(300)
@@ -590,6 +596,8 @@ def test_a_clone_of_a_running_container_is_refused_in_preflight(hosts):
     assert "pct clone" not in pve.subs() and 211 not in pve.cts
 
 
+@pytest.mark.fault("`remote create` without --gpu on a host with GPUs", "a CPU container, and the plan says what GPUs "
+                   "the host has and how to pass them")
 def test_gpu_left_out_on_a_host_with_gpus_says_so_in_the_plan(hosts):
     pve = FakePve()
     got, events = make(hosts, pve, dry=True, gpu=None)
