@@ -38,7 +38,7 @@ from .. import shell
 from ..errors import BusyError, GpuFixError, PctError, RemoteError, RootRequired
 from ..facts import gpu
 from ..naming import printable
-from ..results import Finding, GpuFix
+from ..results import Finding, GpuFix, LiveRun
 from ..target import Target
 from . import gpuconfig, oplock
 
@@ -314,10 +314,10 @@ def snapshot_name(existing: list[str], today: datetime.date) -> str:
     return f"gpufix-{day}-{max(taken, default=0) + 1}"
 
 
-def _live(t: Target) -> list[dict]:
+def _live(t: Target) -> tuple[LiveRun, ...]:
     from . import jobs
 
-    return jobs.state(t).get("live") or []
+    return jobs.state(t).live
 
 
 def gpu_fix(t: Target, *, dry: bool = False, force: bool = False) -> GpuFix:
@@ -356,7 +356,7 @@ def _refuse_live(t: Target, why: str, force: bool) -> None:
 
         raise BusyError(t.ctid, f"container {t.ctid}: {jobs.live_text(live)} still running; gpu fix must restart "
                                 f"the container ({why}). `remote stop` first, or pass --force (the run is "
-                                "killed)", {"run": live[-1]["run"], "pid": live[-1]["pid"], "live": live})
+                                "killed)", jobs.busy_details(live))
     if live:
         t.warn(f"--force: restarting container {t.ctid} while a run is live (it is killed)")
 
