@@ -26,6 +26,7 @@ from typing import Any
 from .. import __version__
 from ..errors import RemoteError
 from ..naming import printable
+from . import chain
 from . import format as fmt
 from . import parse as cliparse
 from .table import (  # noqa: F401
@@ -41,6 +42,7 @@ from .table import (  # noqa: F401
     SayStream,
     cli_text,
     each_container,
+    error_exit,
     exit_status,
     fleet_of,
     handled,
@@ -607,6 +609,10 @@ def run(argv: list[str]) -> int:
     except cliparse.Usage as u:
         say(f"error: {u}", file=sys.stderr)
         return 2
+    try:
+        chain.check(calls)  # every task's settings before the first runs
+    except RemoteError as exc:
+        return _said(error_exit(exc))
     for call in calls:
         code = _call(call)
         if code:
@@ -638,13 +644,17 @@ def _verbose(argv: list[str]) -> list[str]:
     return [a for i, a in enumerate(argv) if i >= end or a != "--verbose"]
 
 
+def _said(e: Exit) -> int:
+    if e.message:
+        say(e.message, file=sys.stderr)
+    return e.code if isinstance(e.code, int) and 0 <= e.code <= 255 else 1
+
+
 def _call(call: cliparse.Call) -> int:
     try:
         call.spec.fn(None, **call.kwargs)
     except Exit as e:
-        if e.message:
-            say(e.message, file=sys.stderr)
-        return e.code if isinstance(e.code, int) and 0 <= e.code <= 255 else 1
+        return _said(e)
     except RemoteError as exc:  # a task without @handled
         say(f"error: {cli_text(printable(str(exc), lines=True))}", file=sys.stderr)
         return exit_status(exc)
