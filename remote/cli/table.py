@@ -187,13 +187,15 @@ def say(*values: object, file: Any = None, sep: str = " ", end: str = "\n", flus
            file if file is not None else sys.stdout, flush)
 
 
-def show(event: Event, data_on_stdout: bool = False) -> None:
+def show(event: Event, data_on_stdout: bool = False, hosts: str | None = None) -> None:
     """The command line's event sink (remote.open(events=...)): each event as format.event_text words it,
-    on stdout, or on stderr for progress and where stdout carries data (`data_on_stdout`)."""
+    on stdout, or on stderr for progress and where stdout carries data (`data_on_stdout`); a hint's
+    `remote ...` command given the --hosts FILE this command was given (format.typed)."""
     from ..api import current_container
 
     text = fmt.event_text(event, current_container())
     if text is not None:
+        text = fmt.typed(text, hosts)
         _write(text + "\n", sys.stderr if fmt.event_on_stderr(event, data_on_stdout) else sys.stdout)
 
 
@@ -231,7 +233,8 @@ def fleet_of(hosts: str | None, dry: bool = False, stderr_progress: bool = False
     whose stdout is data, --json's document or exec's output); its kept connection stays for the next command."""
     from .. import api
 
-    return api.open(hosts, dry=dry, keep=True, events=functools.partial(show, data_on_stdout=stderr_progress))
+    return api.open(hosts, dry=dry, keep=True, events=functools.partial(show, data_on_stdout=stderr_progress,
+                                                                         hosts=hosts))
 
 
 def is_selection(value: object) -> bool:
