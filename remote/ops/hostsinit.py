@@ -287,6 +287,71 @@ def add_container(file: str, ctid: int, host: str, comment: str) -> bool:
                           f"`{entry}` by hand")
     new = "\n".join(lines) + "\n"
     cfg.parse(yaml.safe_load(new), file)
+    _replace(path, new)
+    return True
+
+
+def remove_container(file: str, ctid: int, write: bool = True) -> tuple[str, ...]:
+    """Remove container `ctid` from a hosts file as text: its entry under `containers:` with the comments above
+    it and inside it, its id in `groups:` lists, a `default_container:` naming it; every other line kept. The
+    lines removed (none: the file does not list it). A file this cannot edit safely (an inline `containers:`
+    mapping, a group left empty) is a ConfigError naming what to edit by hand, the file unchanged. write=False:
+    only what it would remove (destroy asks before it destroys anything)."""
+    import yaml
+
+    path = Path(file)
+    lines = path.read_text().splitlines()
+    entry = re.compile(rf"""(\s+)['"]?{ctid}['"]?\s*:""")
+    top = next((i for i, line in enumerate(lines) if re.match(r"containers\s*:", line)), None)
+    block_end = next((i for i in range(top + 1, len(lines)) if lines[i].strip() and not lines[i][0].isspace()
+                      and not lines[i].startswith("#")), len(lines)) if top is not None else 0
+    at = next((i for i in range(top + 1, block_end) if entry.match(lines[i])), None) if top is not None else None
+    if at is None:
+        data = yaml.safe_load("\n".join(lines)) or {}
+        listed = data.get("containers") if isinstance(data, dict) else None
+        if isinstance(listed, dict) and (ctid in listed or str(ctid) in listed):
+            raise ConfigError(file, f"containers.{ctid}", "written inline: remove its entry by hand")
+        return ()
+    assert top is not None
+    indent = len(lines[at]) - len(lines[at].lstrip())
+    start, end = at, at + 1
+    while start - 1 > top and lines[start - 1].strip().startswith("#"):
+        start -= 1  # its comments above it
+    while end < block_end and (not lines[end].strip() or len(lines[end]) - len(lines[end].lstrip()) > indent):
+        end += 1  # its keys and the comments inside it
+    while end > at + 1 and not lines[end - 1].strip():
+        end -= 1  # blank lines after it stay
+    removed = lines[start:end]
+    kept = lines[:start] + lines[end:]
+    out = []
+    for line in kept:
+        if re.match(rf"""default_container\s*:\s*['"]?{ctid}['"]?\s*(#.*)?$""", line):
+            removed.append(line)
+            continue
+        group = re.match(r"(\s+[A-Za-z_][\w.-]*\s*:\s*\[)([^\]]*)(\].*)$", line)
+        if group and str(ctid) in [x.strip() for x in group.group(2).split(",")]:
+            ids = [x.strip() for x in group.group(2).split(",") if x.strip() and x.strip() != str(ctid)]
+            if not ids:
+                raise ConfigError(file, "groups", f"{line.strip()!r} would be left empty: remove that group by hand")
+            removed.append(line)
+            line = group.group(1) + ", ".join(ids) + group.group(3)
+        elif re.fullmatch(rf"\s+-\s*{ctid}\s*(#.*)?", line):
+            removed.append(line)
+            continue
+        out.append(line)
+    new = "\n".join(out) + "\n"
+    try:
+        cfg.parse(yaml.safe_load(new), file)
+    except ConfigError as exc:
+        raise ConfigError(file, f"containers.{ctid}", f"removing its entry would leave the file invalid ({exc}): "
+                          "remove it by hand") from None
+    if write:
+        _replace(path, new)
+    return tuple(removed)
+
+
+def _replace(path: Path, new: str) -> None:
+    """The file's text replaced at once (a rename), its mode kept; a linked file's target rewritten."""
     path = path.resolve()  # a linked hosts file (a dotfiles checkout) stays linked: its target is rewritten
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -297,4 +362,3 @@ def add_container(file: str, ctid: int, host: str, comment: str) -> bool:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-    return True

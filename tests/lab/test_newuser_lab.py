@@ -98,3 +98,77 @@ def test_a_deploy_from_a_url_ships_its_latest_commit_then_a_bad_url_is_named(dep
         with remote.open(lab_hosts) as fleet:  # the lab's own commit again, for the modules after this one
             fleet.container(CT).deploy()
     assert ct.run(["git", "-C", "/root/dflash", "rev-parse", "HEAD"]).out.strip() == git(demo_repo, "rev-parse", "HEAD")
+
+
+# -- remote destroy ------------------------------------------------------------------------------------------
+# A container of its own, made with the pct double and destroyed: an id no other module uses (290-293 are
+# test_create_lab's); REMOTE_TEST_DESTROY_ID picks another.
+GONE = int(os.environ.get("REMOTE_TEST_DESTROY_ID", "294"))
+
+
+def pct(lab_session, *args: str):
+    from remote.transport.pct import pct_argv
+
+    return lab_session.transport(lab_session.config.hosts["lab"]).run(pct_argv("pct", *args))
+
+
+@pytest.fixture
+def made(lab, lab_session, lab_hosts, tmp_path):
+    """Container GONE made and started on the lab; a hosts file of its own that lists it (with comments) and
+    the missing 999."""
+    pct(lab_session, "destroy", str(GONE), "--force", "1", "--purge", "1")
+    r = pct(lab_session, "create", str(GONE), lab.template, "--storage", "local", "--hostname", "gone")
+    assert r.exit_code == 0, r.err
+    assert pct(lab_session, "start", str(GONE)).exit_code == 0
+    text = Path(lab_hosts).read_text().replace("containers:\n", f"containers:\n  # made to be destroyed\n  {GONE}:"
+                                               f"  # ct{GONE}\n    host: lab\n    # its notes\n", 1)
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(text.replace("  999:", "  # gone by hand\n  999:", 1))
+    yield hosts
+    pct(lab_session, "destroy", str(GONE), "--force", "1", "--purge", "1")
+
+
+@pytest.mark.fault("no `remote destroy`", promise="remote destroy CTID removes the container from its host (pct "
+                   "destroy) and its hosts-file entry with its comments; it asks first (no terminal: refused, exit 2, "
+                   "unless --yes), --dry changes nothing, a container the host lacks only loses its entry, a live "
+                   "run refuses it")
+def test_destroy_asks_dry_runs_then_removes_the_container_and_its_entry(deployed, lab, lab_session, made):
+    hosts = made
+    r = cli("destroy", str(GONE), hosts=hosts)  # stdin is not a terminal: nobody to ask
+    assert r.returncode == 2 and "--yes" in r.stderr and f"{GONE} on lab (running) would be destroyed" in r.stderr, \
+        r.stdout + r.stderr
+    r = cli("destroy", str(GONE), "--dry", hosts=hosts)
+    assert r.returncode == 0 and f"would run: pct destroy {GONE} --force 1 --purge 1" in r.stdout, r.stdout + r.stderr
+    assert pct(lab_session, "status", str(GONE)).out.strip() == "status: running"
+    assert f"  {GONE}:" in hosts.read_text()
+    r = cli("destroy", str(GONE), "--yes", hosts=hosts)
+    assert r.returncode == 0 and f"destroyed container {GONE} on lab (running before)" in r.stdout, r.stdout + r.stderr
+    assert "does not exist" in pct(lab_session, "status", str(GONE)).err
+    text = hosts.read_text()
+    assert f"{GONE}" not in text and "made to be destroyed" not in text and "its notes" not in text
+    assert f"  {CT}:" in text and "  999:" in text and text.startswith("hosts:")
+    with remote.open(hosts) as fleet:  # the container the host no longer has: only its entry goes
+        got = fleet.destroy(999)
+    assert (got.destroyed, got.state, got.hosts_file) == (False, "missing", str(hosts))
+    assert got.removed[:3] == ("  # gone by hand", "  999:", "    host: lab"), got.removed
+    assert "999" not in hosts.read_text() and "gone by hand" not in hosts.read_text()
+
+
+def test_destroy_is_refused_while_a_run_is_live(deployed, ct, lab_session, lab_hosts, tmp_path):
+    from remote.ops.jobs import Preflight, launch
+    from remote.target import resolve
+
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(Path(lab_hosts).read_text())
+    pre = Preflight(commit="0" * 40, venv={"verify": {"torch": "2.13.0+cpu"}, "lock_sha256": "x"}, gpus=None, notes=[])
+    run_id, _ = launch(resolve(lab_session, CT), pre, command="sleep 120")  # a live run, no warmup needed
+    with remote.open(hosts) as fleet:
+        run = fleet.container(CT).run(run_id)
+        try:
+            with pytest.raises(remote.BusyError, match="still running"):
+                fleet.destroy(CT, dry=True)
+            with pytest.raises(remote.BusyError):
+                fleet.destroy(CT)
+        finally:
+            run.stop()
+    assert ct.run(["true"]).ok and f"  {CT}:" in hosts.read_text()
