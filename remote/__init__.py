@@ -32,6 +32,7 @@ __all__ = [
     "ConnectTimeout", "CommandError", "CommandTimeout", "PctError", "ContainerNotFound", "ContainerNotRunning",
     "ContainerLocked", "ContainerCommandNotFound", "TransferError", "DeployError", "WarmupError", "JobError",
     "UnknownRun", "BusyError", "JobRunning", "JobTimeout", "GpuConfigError", "CreateRefused", "CreateError",
+    "HostPermissionError", "TransferPathError", "SnapshotError", "RootRequired", "GpuFixError", "HostSetupError",
 ]
 _ERRORS = frozenset(__all__[__all__.index("RemoteError"):])
 _API = frozenset(__all__[__all__.index("open"):__all__.index("State")])
@@ -76,13 +77,19 @@ if TYPE_CHECKING:
         CreateRefused,
         DeployError,
         GpuConfigError,
+        GpuFixError,
         HostKeyError,
+        HostPermissionError,
+        HostSetupError,
         JobError,
         JobRunning,
         JobTimeout,
         PctError,
         RemoteError,
+        RootRequired,
+        SnapshotError,
         TransferError,
+        TransferPathError,
         TransportError,
         UnknownRun,
         WarmupError,

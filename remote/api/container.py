@@ -118,8 +118,9 @@ class Container:
         from ..ops.interactive import open_shell
         from ..ops.session import open_session
 
-        # A pty session of its own, no agent; its notes to the fleet's events.
-        with open_session(self.fleet.config, transport=self.fleet._transport, events=self.fleet._emit.event) as s:
+        # A pty session of its own, no agent, never kept (a terminal is this process's); its notes to the fleet's events.
+        with open_session(self.fleet.config, keep=False, transport=self.fleet._transport,
+                          events=self.fleet._emit.event) as s:
             return open_shell(dataclasses.replace(self._target, session=s))
 
     # -- files ---------------------------------------------------------------------------------------

@@ -157,8 +157,9 @@ class Fleet(FleetBase):
             return createmod.create(target, spec, hosts_file=writable, add_entry=hostsinit.add_container)
         from ..ops.session import open_session
 
-        with open_session(self.config, dry=dry, agent=True, keep=self._keep,
-                          events=self._emit.event) as session:
+        # Another dry than the fleet's: a session of its own, on the fleet's transports all the same.
+        with open_session(self.config, dry=dry, agent=True, keep=self._keep, events=self._emit.event,
+                          transport=self._transport) as session:
             return createmod.create(resolve_host(session, host, ctid), spec, hosts_file=writable,
                                     add_entry=hostsinit.add_container)
 

@@ -267,7 +267,7 @@ def _refuse_running_job(t: Target, force: bool, summary: _Changes) -> None:
     """A running job would find its checkout rewritten and its venv swapped under it: refuse unless forced.
     Every live run counts, not only the latest (`train --force` starts one beside another)."""
     spec = t.spec
-    live = jobs.state(t).get("live") or []
+    live = jobs.state(t).live
     if not live:
         return
     what = jobs.live_text(live)
@@ -276,7 +276,7 @@ def _refuse_running_job(t: Target, force: bool, summary: _Changes) -> None:
                                    f"running; a deploy would change its checkout and venv under it. Stop it first "
                                    f"(container({spec.ctid}).stop() stops every live run), or pass force=True (a "
                                    "venv is kept while any process uses it)",
-                        {"run": live[-1]["run"], "pid": live[-1]["pid"], "live": live})
+                        jobs.busy_details(live))
     t.step(f"forced: deploying while {what} {'is' if len(live) == 1 else 'are'} running")
     summary.kept.append(f"{what} left running (forced)")
 

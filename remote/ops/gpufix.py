@@ -33,7 +33,7 @@ from .. import shell
 from ..errors import BusyError, GpuFixError, PctError, RemoteError, RootRequired
 from ..facts import gpu
 from ..naming import printable
-from ..results import Finding, GpuFix
+from ..results import Finding, GpuFix, LiveRun
 from ..target import Target
 from . import gpuconfig, oplock
 
@@ -242,10 +242,10 @@ def _snapshot(t: Target) -> str | None:
     return name
 
 
-def _live(t: Target) -> list[dict]:
+def _live(t: Target) -> tuple[LiveRun, ...]:
     from . import jobs
 
-    return jobs.state(t).get("live") or []
+    return jobs.state(t).live
 
 
 def gpu_fix(t: Target, *, dry: bool = False, force: bool = False) -> GpuFix:
@@ -284,7 +284,7 @@ def _apply(t: Target, p: Plan, host: gpu.HostGpu, before: tuple[str, ...], comma
 
             raise BusyError(t.ctid, f"container {t.ctid}: {jobs.live_text(live)} still running; gpu fix must restart "
                                     f"the container ({p.restart}). `remote stop` first, or pass --force (the run is "
-                                    "killed)", {"run": live[-1]["run"], "pid": live[-1]["pid"], "live": live})
+                                    "killed)", jobs.busy_details(live))
         if live:
             t.warn(f"--force: restarting container {t.ctid} while a run is live (it is killed)")
     snap = _snapshot(t) if not p.config.empty else None
