@@ -36,11 +36,11 @@ def plan(t: Target) -> tuple[str, list[str]]:
     except ContainerNotFound:
         return "missing", []
     if state == "running":
-        live = jobs.state(t).get("live") or []
+        live = jobs.state(t).live
         if live:
             raise BusyError(t.ctid, f"container {t.ctid}: {jobs.live_text(live)} still running; destroying it would "
                                     f"end the run and delete its outputs. Stop it first (container({t.ctid}).stop()), "
-                                    "then destroy it", {"run": live[-1]["run"], "pid": live[-1]["pid"], "live": live})
+                                    "then destroy it", jobs.busy_details(live))
     return state, [s.name for s in snaps.list_snapshots(t)]
 
 

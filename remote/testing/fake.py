@@ -97,7 +97,7 @@ class RunScript:
 def busy(ctid: int, run: str = "run-1") -> JobRunning:
     """The error train()/deploy() raise while a run is live there (exit status 3), as remote words it."""
     return JobRunning(ctid, f"container {ctid}: run {run} is running: wait for it, stop it (remote stop -c {ctid}), "
-                            "or force=True", {"run": run})
+                            "or force=True", {"run": run, "pid": None, "live": [{"run": run, "pid": None}]})
 
 
 def connection_lost(host: str = "pve1") -> ConnectError:
