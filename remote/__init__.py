@@ -25,7 +25,7 @@ __all__ = [
     "Snapshot", "RolledBack",
     # typed values (remote.results), returned by the API
     "State", "RunStatus", "RunSummary", "Metric", "KnownGood", "PulledRun", "ImportedCache", "FleetStatus",
-    "HostStatus", "ContainerStatus", "JobStatus", "CompileEvent", "CompileHealth", "Created", "CreateStep",
+    "HostStatus", "ContainerStatus", "JobStatus", "CompileEvent", "CompileHealth", "Created", "CreateStep", "Destroyed",
     "LiveRun", "GpuHost", "GpuContainer",
     # the exception tree (remote.errors)
     "RemoteError", "ConfigError", "TransportError", "HostKeyError", "AuthenticationError", "ConnectError",
@@ -100,6 +100,7 @@ if TYPE_CHECKING:
         ContainerStatus,
         Created,
         CreateStep,
+        Destroyed,
         FleetStatus,
         GpuContainer,
         GpuHost,

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..events import Sink
-from ..results import CacheCopy, Created, GpuFix, GroupResult, HostSetup, Outcome
+from ..results import CacheCopy, Created, Destroyed, GpuFix, GroupResult, HostSetup, Outcome
 from .base import ALL, FleetBase, Progress
 from .container import Container
 from .group import Group
@@ -164,3 +164,30 @@ class Fleet(FleetBase):
                           transport=self._transport) as session:
             return createmod.create(resolve_host(session, host, ctid), spec, hosts_file=writable,
                                     add_entry=hostsinit.add_container)
+
+    def destroy(self, ctid: int | str, *, dry: bool | None = None) -> Destroyed:
+        """Remove container `ctid` (of the hosts file) from its Proxmox host, its disks and snapshots with it
+        (`pct destroy --force 1 --purge 1`), then its hosts-file entry with the comments above and inside it and
+        its id in groups. A container the host no longer has only loses its entry. Refused (BusyError) while a
+        run is live there; RootRequired for a `sudo: true` login; ConfigError for an id the file lacks or a file
+        it cannot edit safely, before anything changed. Asks nothing: the command line confirms first.
+        `dry` (default: the fleet's): reads, reports the command. No snapshot is taken: `pct destroy` deletes
+        the container's snapshots with its volumes; back it up first (`vzdump CTID`) to keep a copy."""
+        from ..ops import destroy as destroymod
+        from ..ops import hostsinit
+        from ..target import resolve
+        from . import checks
+
+        if dry is not None:
+            checks.flag("dry", dry)
+        ctid = self.config.container(ctid).ctid
+        writable = self.config.file if self.config.file not in ("<dict>", "") else None
+        if dry is None or dry == self.dry:
+            return destroymod.destroy(resolve(self._session, ctid), hosts_file=writable,
+                                      remove_entry=hostsinit.remove_container)
+        from ..ops.session import open_session
+
+        with open_session(self.config, dry=dry, agent=False, keep=self._keep, events=self._emit.event,
+                          transport=self._transport) as session:
+            return destroymod.destroy(resolve(session, ctid), hosts_file=writable,
+                                      remove_entry=hostsinit.remove_container)

@@ -397,6 +397,34 @@ def created_json(got: Any) -> str:
     return json.dumps(dataclasses.asdict(got), indent=2)
 
 
+def destroy_plan_lines(plan: Any) -> list[str]:
+    """`remote destroy` before it asks: what goes (the container as pct says, its snapshots, its entry)."""
+    if plan.state == "missing":
+        return [f"container {plan.ctid} is not on {plan.host} (pct has no such container): only its entry in the "
+                "hosts file would be removed"]
+    snaps = f", its snapshots {', '.join(map(printable, plan.snapshots))}" if plan.snapshots else ""
+    return [f"container {plan.ctid} on {plan.host} ({printable(plan.state)}) would be destroyed: its disks{snaps} "
+            "and its hosts-file entry; no snapshot survives it (back it up first: `vzdump "
+            f"{plan.ctid}` on {plan.host})"] + [f"  would run: {c}" for c in plan.commands]
+
+
+def destroyed_lines(got: Any) -> list[str]:
+    """`remote destroy`: what was removed (or, dry, would be)."""
+    if got.dry:
+        return destroy_plan_lines(got) + ["dry run: nothing changed"]
+    out = [f"destroyed container {got.ctid} on {got.host} ({printable(got.state)} before) in {got.seconds:.1f}s"
+           if got.destroyed else f"container {got.ctid} was not on {got.host}: nothing to destroy there"]
+    out += [f"  its snapshots, gone with it: {', '.join(map(printable, got.snapshots))}"] if got.snapshots else []
+    if got.hosts_file:
+        out.append(f"removed containers.{got.ctid} from {got.hosts_file}:")
+        out += [f"  - {printable(line)}" for line in got.removed]
+    return out
+
+
+def destroyed_json(got: Any) -> str:
+    return json.dumps(dataclasses.asdict(got), indent=2)
+
+
 # -- doctor -------------------------------------------------------------------------------------------
 
 DOCTOR_SCHEMA = 1  # doctor --json's and doctor --gpu --json's `schema` (docs/guide/doctor.md, gpu-passthrough.md)

@@ -34,3 +34,32 @@ def create(c, ctid, host=None, node=None, template=None, clone=None, gpu=None, c
                            gpu=gpu, cores=int(cores), memory=int(memory), disk=int(disk), storage=storage,
                            unprivileged=not privileged, net0=net0)
     say(fmt.created_json(got) if json_ else "\n".join(fmt.created_lines(got)))
+
+
+@task(positional="ctid", usage="remote destroy CTID [--yes] [--dry]", help={
+    "ctid": "the container to remove (an id of the hosts file)",
+    "yes": "do not ask: destroy it (needed where nobody can answer, e.g. without a terminal)",
+    "dry": "read the host, print what would be destroyed and the command; change nothing",
+    "json": "print the result as JSON", "hosts": HOSTS_HELP})
+@handled
+def destroy(c, ctid, yes=False, dry=False, json_=False, hosts=None):
+    """Remove a container from its Proxmox host, its disks and snapshots with it, and its entry from the hosts
+    file (its comments too): the pair of `remote create`.
+
+    Refused while a run is live there. Asks first (type the id), unless --yes. A container the host no longer
+    has only loses its entry. No snapshot is taken: Proxmox deletes a container's snapshots with it; back it up
+    first (`vzdump CTID` on the host) to keep a copy (docs/guide/bare-node.md)."""
+    import sys
+
+    with fleet_of(hosts, dry, stderr_progress=json_) as fleet:
+        if not dry and not yes:
+            plan = fleet.destroy(ctid, dry=True)  # reads, refuses a live run, changes nothing
+            say("\n".join(fmt.destroy_plan_lines(plan)), file=sys.stderr)
+            if not sys.stdin.isatty():
+                raise Exit(f"error: destroy {plan.ctid}: nobody to ask (no terminal): pass --yes to destroy it", code=2)
+            sys.stderr.write(f"type {plan.ctid} to destroy it (anything else keeps it): ")
+            sys.stderr.flush()
+            if sys.stdin.readline().strip() != str(plan.ctid):
+                raise Exit(f"destroy {plan.ctid}: not confirmed; nothing changed", code=1)
+        got = fleet.destroy(ctid)
+    say(fmt.destroyed_json(got) if json_ else "\n".join(fmt.destroyed_lines(got)))

@@ -106,6 +106,12 @@ CT_HELP = ("container id from the hosts file (default: default_container, $REMOT
 FAIL_FAST_HELP = "with several containers: start no more of them after the first failure"
 
 
+def many_help(container: str = CT_HELP, **own: str) -> dict[str, str]:
+    """The help of a task that runs on one container or several, with a dry run: -c, --fail-fast, its own
+    options, --dry and --hosts (in that order in its --help)."""
+    return {"fail_fast": FAIL_FAST_HELP, "container": container, **own, "dry": DRY_HELP, "hosts": HOSTS_HELP}
+
+
 def exit_status(exc: RemoteError) -> int:
     """A library error's exit status: 2 bad input, 3 busy, else 1 (a command's own status never leaks out of
     a failed step: only tasks that report one, exec, train and logs, exit with it)."""
