@@ -13,6 +13,7 @@ import re
 from .config import ContainerSpec
 from .errors import RemoteError
 from .facts import Facts, gather, gpu_problem
+from .facts.deployed import Deployed
 from .naming import printable
 from .ops import code as codemod
 from .ops import compilelog, layout
@@ -180,7 +181,7 @@ def findings(facts: Facts, spec: ContainerSpec, pin: codemod.Pin | str | None = 
                         "a cold cache makes every thread compile at once: the race that hangs or crashes the story's "
                         "training, and minutes of compiling", "remote warmup"))
         elif spec.warmup.command and co.record:
-            missing = wm.missing_in(list(c.warmups), spec, {"code": co.record, "venv": v.record})
+            missing = wm.missing_in(list(c.warmups), spec, deployed_of(facts))
             if missing:
                 add(Finding("cache-cold", "error", "no warmup for this commit, lock, command and environment: "
                             + "; ".join(missing), None,
@@ -292,11 +293,16 @@ def passport_line(p: dict) -> str:
             f"{str(p.get('commit'))[:12]}, lock {str(p.get('venv_lock'))[:12]}" + (f"; {made}" if made else ""))
 
 
+def deployed_of(facts: Facts) -> Deployed:
+    """The deploy records the probe read, as warmup and train read them (one parse: remote/facts/deployed.py)."""
+    return Deployed.of(facts.checkout.record, facts.venv.record)
+
+
 def cache_findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
     """The compile cache's passport (info), and `cache-missed`: the latest run compiled although the cache
     was warmed (or copied) for this commit, lock, command and environment. Pure."""
-    v, c, co, j = facts.venv, facts.cache, facts.checkout, facts.jobs
-    state = {"code": co.record, "venv": v.record}
+    c, j = facts.cache, facts.jobs
+    state = deployed_of(facts)
     want = wm.expected_passport(spec, state)
     out = []
     if c.passport:

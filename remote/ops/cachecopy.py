@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from .. import executor, shell
 from ..errors import RemoteError, TransferError, WarmupError
+from ..facts.deployed import Deployed
 from ..naming import copied_line, json_loads
 from ..results import CacheCopy, CacheHolding, GroupResult, Outcome
 from ..target import Target, resolve
@@ -55,7 +56,7 @@ class Holding:
     passport: dict | None
     files: dict[str, int]
     want: dict  # the passport its own warmup would write now
-    state: dict = field(repr=False)
+    state: Deployed = field(repr=False)
 
     @property
     def bytes(self) -> int:
@@ -75,7 +76,7 @@ def look(t: Target) -> Holding:
     """What the container's cache holds (files, passport) and the passport it would need."""
     spec, ct = t.spec, t.ct
     state = wm.deployed_now(t)  # its GPU now: after a migration, not the deploy node's
-    folder = jobenv.compile_cache(spec, state["venv"].get("verify"))
+    folder = jobenv.compile_cache(spec, state.verify.as_record())
     r = _system(ct).script(shell.load("cachecopy"), shell.load_python("cachecopy"), "list", folder, mutates=False,
                            timeout=300, label="list the compile cache")
     try:

@@ -15,13 +15,14 @@ from support import load_config, target
 
 from remote import config
 from remote.errors import BusyError, JobError
+from remote.facts.deployed import VenvRecord, Verify
 from remote.ops.jobs import Preflight, final_status, launch, show_log, state, stop
 from remote.transport.session import Session
 from remote.target import resolve as target_of
 
 pytestmark = pytest.mark.lab
 ROOT = Path(__file__).resolve().parent.parent.parent
-PRE = Preflight(commit="0" * 40, venv={"verify": {"torch": "2.13.0+cpu"}, "lock_sha256": "x"}, gpus=None, notes=[])
+PRE = Preflight(commit="0" * 40, venv=VenvRecord(lock_sha256="x", verify=Verify(torch="2.13.0+cpu")), gpus=None, notes=[])
 
 
 def numbered(n, delay):

@@ -251,13 +251,15 @@ def test_sudo_rule_allows_exactly_the_guest_list_read():
 
 
 def test_the_multi_node_gate_names_each_differing_field_and_its_nodes():
+    from remote.facts import Gpu
+    from remote.facts.deployed import venv_record_of
     from remote.ops.jobs import Preflight
     from remote.ops.multinode import gate_fields, mismatches
 
     def pre(torch="2.11.0+cu128", nccl="2.26.2", driver="580.65.06", commit="a" * 40):
-        venv = {"lock_sha256": "f" * 64, "verify": {"torch": torch, "cuda_build": "12.8",
-                                                   "dists": {"torch": torch, "nvidia-nccl-cu12": nccl}}}
-        return Preflight(commit, venv, [{"driver": driver}], [])
+        venv = venv_record_of({"lock_sha256": "f" * 64, "verify": {"torch": torch, "cuda_build": "12.8",
+                                                                  "dists": {"torch": torch, "nvidia-nccl-cu12": nccl}}})
+        return Preflight(commit, venv, (Gpu(0, "H200", driver),), [])
 
     same = {200: ("pve1", gate_fields(pre())), 201: ("pve2", gate_fields(pre(driver="580.82.07")))}
     assert mismatches(same) == []  # the driver's major version is what must match

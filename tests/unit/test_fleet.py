@@ -295,12 +295,13 @@ def test_a_multi_node_runs_events_are_typed_each_nodes_marked_with_it(cfg, monke
     """A multi-node train reports through each node's Target and the session's reporter, typed at the source:
     a node's preflight note is that node's, the run's start a StepStarted and its end a Note of no one node."""
     from remote.events import Note, Output, StepStarted
+    from remote.facts.deployed import VenvRecord
     from remote.facts.runs import RunState
     from remote.ops import jobs
     from remote.testing import MockTransport, Reply
     from remote.transport.session import Session
 
-    pre = jobs.Preflight("c" * 40, {}, None, ["GPU 0: H200"])
+    pre = jobs.Preflight("c" * 40, VenvRecord(), None, ["GPU 0: H200"])
     monkeypatch.setattr(jobs, "preflight", lambda *a, **k: pre)
     monkeypatch.setattr(jobs, "launch", lambda *a, **k: ("R", 4242))
     monkeypatch.setattr(jobs, "state", lambda *a, **k: RunState("R", exit=0))
