@@ -25,13 +25,14 @@ __all__ = [
     "Snapshot", "RolledBack",
     # typed values (remote.results), returned by the API
     "State", "RunStatus", "RunSummary", "Metric", "KnownGood", "PulledRun", "ImportedCache", "FleetStatus",
-    "HostStatus", "ContainerStatus", "JobStatus", "CompileEvent", "CompileHealth", "Created", "CreateStep",
+    "HostStatus", "ContainerStatus", "JobStatus", "CompileEvent", "CompileHealth", "Created", "CreateStep", "Destroyed",
     "LiveRun", "GpuHost", "GpuContainer",
     # the exception tree (remote.errors)
     "RemoteError", "ConfigError", "TransportError", "HostKeyError", "AuthenticationError", "ConnectError",
     "ConnectTimeout", "CommandError", "CommandTimeout", "PctError", "ContainerNotFound", "ContainerNotRunning",
     "ContainerLocked", "ContainerCommandNotFound", "TransferError", "DeployError", "WarmupError", "JobError",
     "UnknownRun", "BusyError", "JobRunning", "JobTimeout", "GpuConfigError", "CreateRefused", "CreateError",
+    "HostPermissionError", "TransferPathError", "SnapshotError", "RootRequired", "GpuFixError", "HostSetupError",
 ]
 _ERRORS = frozenset(__all__[__all__.index("RemoteError"):])
 _API = frozenset(__all__[__all__.index("open"):__all__.index("State")])
@@ -76,13 +77,19 @@ if TYPE_CHECKING:
         CreateRefused,
         DeployError,
         GpuConfigError,
+        GpuFixError,
         HostKeyError,
+        HostPermissionError,
+        HostSetupError,
         JobError,
         JobRunning,
         JobTimeout,
         PctError,
         RemoteError,
+        RootRequired,
+        SnapshotError,
         TransferError,
+        TransferPathError,
         TransportError,
         UnknownRun,
         WarmupError,
@@ -93,6 +100,7 @@ if TYPE_CHECKING:
         ContainerStatus,
         Created,
         CreateStep,
+        Destroyed,
         FleetStatus,
         GpuContainer,
         GpuHost,
