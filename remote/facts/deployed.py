@@ -142,3 +142,45 @@ def deployed_in(raw: Mapping[str, Any], spec: ContainerSpec) -> Deployed:
         raise DeployError(f"container {spec.ctid} has no deployed checkout at {spec.code.path}: "
                           "run `remote deploy` first")
     return Deployed(code_record_of(code), venv_record_of(venv))
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    """The container's system interpreter that builds venvs (venv.python), as the probe ran it."""
+
+    executable: str
+    version: str
+    machine: str  # platform.machine(): which uv to install
+
+
+@dataclass(frozen=True)
+class DeployProbe:
+    """The facts probe's deploy parts (facts.DEPLOY) as deploy plans from them: the interpreter, the venv there
+    (its folder, its record, its finished and unfinished builds), the checkout's HEAD, the operation lease."""
+
+    python: Interpreter
+    venv_real: str | None = None  # the versioned folder the venv's path points at
+    venv_record: VenvRecord | None = None  # None: not built by remote (no remote-venv.json)
+    finished: tuple[str, ...] = ()  # builds that verified, oldest first (a rollback goes back to one)
+    unfinished: tuple[str, ...] = ()  # builds that stopped half-way (cleaned up by the next deploy)
+    code_head: str | None = None
+    lease: str | None = None  # the operation lease file's text, where there is one
+    # The answer as read: venv.plan and code.needs_sync plan from its venv and code parts, tested as data.
+    parts: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+def _names(value: object) -> tuple[str, ...]:
+    return tuple(n for n in value if isinstance(n, str)) if isinstance(value, list) else ()
+
+
+def deploy_probe_of(raw: Mapping[str, Any], spec: ContainerSpec) -> DeployProbe:
+    """The probe's answer (parts facts.DEPLOY) for deploy; a DeployError where the interpreter did not answer."""
+    py, venv, code = _object(raw.get("python")), _object(raw.get("venv")), _object(raw.get("code"))
+    if not all(isinstance(py.get(k), str) for k in ("executable", "version", "machine")):
+        raise DeployError(f"container {spec.ctid}: the probe's interpreter part is missing or not as expected "
+                          f"({str(py)[:120]}): is venv.python {spec.venv.python!r} a python3?")
+    record = venv.get("record")
+    return DeployProbe(Interpreter(py["executable"], py["version"], py["machine"]), _text(venv.get("real")),
+                       venv_record_of(record) if isinstance(record, dict) else None, _names(venv.get("finished")),
+                       _names(venv.get("unfinished")), _text(code.get("head")), _text(raw.get("lease")) or None,
+                       raw)
