@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from ..events import Done, Event, Failed, Progress
-from ..naming import copied_line, printable, size
+from ..naming import copied_line, known_good_label, passport_line, printable, size
 from ..results import DeployPlan, Diagnosis, Finding, GpuHost, GpuReport, Transfer
 
 
@@ -316,7 +316,6 @@ def caches_json(rows: list) -> str:
 
 def cache_lines(rows: list) -> list[str]:
     """`remote cache`: each container's cache folder, files, size and passport (the container's text escaped)."""
-    from ..api import passport_line
 
     lines = []
     for r in rows:
@@ -441,7 +440,6 @@ def finding_line(f: Finding) -> str:
 def doctor_text(d: Diagnosis) -> str:
     """One container's doctor: its head line (healthy, or how many findings, against which known-good), then
     each finding; or its error."""
-    from ..api import known_good_label
 
     head = f"container {d.container} on {d.host}: "
     if d.error:

@@ -330,7 +330,7 @@ def known_good(c, container=None, run=None, hosts=None):
     """Record a finished run and the container's facts as its known-good, for doctor.
 
     The run must have exited 0; train records one by itself when a run meets the baseline."""
-    from ..api import known_good_label
+    from ..naming import known_good_label
 
     with fleet_of(hosts) as fleet:
         ct = fleet.container(container)
