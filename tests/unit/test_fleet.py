@@ -261,6 +261,13 @@ def test_status_and_runs_json_keep_their_keys_in_order_from_the_typed_values():
     assert [list(r) for r in runs] == [["id", "started", "started_epoch", "state", "exit", "throughput", "unit",
                                         "command", "nodes", "path"]] * 2
     assert runs[0]["state"] == "LOST" and runs[1]["state"] == "stopped" and runs[1]["nodes"] == [1, 2]
+    table = fmt.runs_text([RunSummary("A\x1b[2J", None, None, "lost", None, None, None, None, None, "/r/A"),
+                           RunSummary("B", "x", None, "exited", 0, 2.0, "it/s", "python t.py", None, "/r/B")], 200, "/r")
+    head, lost, ended = table.splitlines()
+    assert head.split() == ["RUN", "STARTED", "STATE", "EXIT", "THROUGHPUT", "COMMAND"]
+    assert "\x1b" not in lost and lost.split()[2:4] == ["LOST", "-"] and ended.split()[1:] == \
+        ["x", "exited", "0", "2", "it/s", "python", "t.py"]
+    assert fmt.runs_text([], 200, "/r") == "container 200: no runs in /r (start one with `remote train`)"
 
 
 def astuple_of(value):
