@@ -347,6 +347,6 @@ def test_train_holds_the_lease_from_preflight_to_launch(lab_hosts, deployed, mon
         try:
             assert final is None and len(tried) == 1 and "busy: `train` held by" in tried[0], tried
             head = ct.run(["git", "-C", spec.code.path, "rev-parse", "HEAD"]).out.strip()
-            assert run["manifest"]["commit"] == head
+            assert run.manifest.commit == head
         finally:
             stop(target_of(session, 200), run.run, grace=2)

@@ -370,13 +370,15 @@ def test_a_fleet_containers_target_is_on_the_node_holding_it():
                    "cache to copy skips that container (and places only the candidates) instead of failing on it")
 def test_finding_a_cache_source_skips_a_container_that_cannot_be_placed(monkeypatch):
     from remote.ops import cachecopy
+    from remote.results import CacheHolding
     from remote.target import resolve
 
     looked = []
 
     def look(t):
         looked.append(t.spec.ctid)
-        return cachecopy.Holding(t.spec.ctid, t.spec.host.name, "/cache", {"torch": "2"}, {"f": 1}, {"torch": "2"}, {})
+        return CacheHolding(t.spec.ctid, "/cache", 1, 1, {"torch": "2"}, True, host=t.spec.host.name, sizes={"f": 1},
+                            want={"torch": "2"})
 
     monkeypatch.setattr(cachecopy, "look", look)
     c = load(HOSTS + "  203: {cluster: c1, venv: {python: '3.10'}}\n")
@@ -386,7 +388,7 @@ def test_finding_a_cache_source_skips_a_container_that_cannot_be_placed(monkeypa
         lookup = cluster.lookup_of(s.config)
         assert lookup is not None
         placed = set(lookup._placed)
-    assert src is not None and src.ctid == 201 and src.host == "gpu-b"
+    assert src is not None and src.container == 201 and src.host == "gpu-b"
     assert sorted(looked) == [200, 201, 300]  # 202 unplaceable: passed over; 203 (another venv) never alike
     assert 203 not in placed  # not alike on the hosts file's own entry: never placed
 

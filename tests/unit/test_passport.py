@@ -182,7 +182,7 @@ def test_the_cache_listing_with_a_passport_of_another_type_is_that_containers_ca
     from remote.target import resolve
 
     held = cachecopy.look(resolve(Session(), 200))
-    assert held.passport is None and held.files == {"a": 1} and not held.serves_itself
+    assert held.passport is None and held.sizes == {"a": 1} and held.files == 1 and not held.serves_itself
 
 
 FLEET = config.parse({"hosts": {"h1": {"address": "a"}, "h2": {"address": "b"}},
@@ -192,11 +192,12 @@ T200 = type("T", (), {"ct": None, "spec": FLEET.containers[200]})()  # what depl
 
 
 def holding(ctid, files, **passport):
-    from remote.ops import cachecopy
+    from remote.results import CacheHolding
 
     spec = FLEET.containers[ctid]
-    return cachecopy.Holding(ctid, spec.host.name, "/c", {**make(), **passport}, {f"f{i}": 1 for i in range(files)},
-                             make(), Deployed.of({}, {}))
+    sizes, have = {f"f{i}": 1 for i in range(files)}, {**make(), **passport}
+    return CacheHolding(ctid, "/c", files, files, have, bool(files) and not pp.differences(have, make()),
+                        host=spec.host.name, sizes=sizes, want=make())
 
 
 @pytest.mark.fault("A cache source with a forged passport and padding",
@@ -211,7 +212,7 @@ def test_the_source_on_the_same_host_and_the_warmer_win_over_the_most_files(monk
         monkeypatch.setattr(cachecopy, "look", lambda t: holding(t.spec.ctid, 0))
         monkeypatch.setattr(cachecopy, "_look_at", lambda session, c: held[c])
         t = types.SimpleNamespace(session=types.SimpleNamespace(config=FLEET), spec=FLEET.containers[200])
-        return cachecopy.find_source(t).ctid
+        return cachecopy.find_source(t).container
 
     padded = holding(201, 100_000)  # another host, a passport that matches, the most files
     assert choose({201: padded, 202: holding(202, 10, copied_from=203), 203: holding(203, 50)}) == 202
