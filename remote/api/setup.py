@@ -5,7 +5,7 @@ connections, terminal progress, and the few texts the command line shares with t
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -143,19 +143,3 @@ def current_container() -> int | None:
     from ..events import CONTAINER
 
     return CONTAINER.get()
-
-
-# -- text the command line shows: one definition each, shared with the library's own messages ------------
-
-def known_good_label(record: Mapping[str, Any] | None) -> str:
-    """A known-good record as doctor names it: `known-good run ID, VALUE UNIT` ("" for none)."""
-    from ..doctor import known_good_label as label
-
-    return label(dict(record) if record else None)
-
-
-def passport_line(passport: Mapping[str, Any]) -> str:
-    """A compile cache's passport in one line (escaped), as `remote cache` and doctor show it."""
-    from ..doctor import passport_line as line
-
-    return line(dict(passport))

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from typing import Any
 
 from ..events import Done, Event, Failed, Progress
-from ..naming import copied_line, printable, size
+from ..naming import copied_line, known_good_label, passport_line, printable, size
 from ..results import DeployPlan, Diagnosis, Finding, GpuHost, GpuReport, Transfer
 
 
@@ -134,6 +135,23 @@ def _container_dict(c: Any, clustered: bool = False) -> dict:
     if c.gpu_memory is not None:
         entry["gpu_memory"] = dict(c.gpu_memory)
     return entry
+
+
+def runs_text(found: list, ctid: int, run_dir: str) -> str:
+    """`runs`: a table of remote.results.RunSummary, newest last, the command cut to the line's end."""
+    if not found:
+        return f"container {ctid}: no runs in {run_dir} (start one with `remote train`)"
+    rows = [("RUN", "STARTED", "STATE", "EXIT", "THROUGHPUT", "COMMAND")]
+    for r in found:
+        # A folder name or a command from the container can hold anything: printable on one line.
+        started = (time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started_epoch)) if r.started_epoch
+                   else printable(r.started or "-"))
+        tp = f"{r.throughput:.4g}{' ' + r.unit if r.unit else ''}" if r.throughput is not None else "-"
+        rows.append((printable(r.id), started, "LOST" if r.state == "lost" else r.state,
+                     "-" if r.exit is None else str(r.exit), tp, printable(r.command or "-")))
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:5], widths, strict=True)) + "  " + row[5] for row in rows]
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def runs_json(found: list) -> str:
@@ -316,7 +334,6 @@ def caches_json(rows: list) -> str:
 
 def cache_lines(rows: list) -> list[str]:
     """`remote cache`: each container's cache folder, files, size and passport (the container's text escaped)."""
-    from ..api import passport_line
 
     lines = []
     for r in rows:
@@ -441,7 +458,6 @@ def finding_line(f: Finding) -> str:
 def doctor_text(d: Diagnosis) -> str:
     """One container's doctor: its head line (healthy, or how many findings, against which known-good), then
     each finding; or its error."""
-    from ..api import known_good_label
 
     head = f"container {d.container} on {d.host}: "
     if d.error:

@@ -330,7 +330,7 @@ def known_good(c, container=None, run=None, hosts=None):
     """Record a finished run and the container's facts as its known-good, for doctor.
 
     The run must have exited 0; train records one by itself when a run meets the baseline."""
-    from ..api import known_good_label
+    from ..naming import known_good_label
 
     with fleet_of(hosts) as fleet:
         ct = fleet.container(container)
@@ -436,10 +436,11 @@ def runs(c, container=None, json_=False, limit=20, hosts=None, fail_fast=False):
     with fleet_of(hosts, stderr_progress=json_) as fleet:
         if is_selection(container):
             return each_container(fleet, container, lambda ct: (ct, ct.runs(limit=limit)), fail_fast=fail_fast,
-                                  text=lambda got: fmt.runs_json(got[1]) if json_ else got[0].render_runs(got[1]))
+                                  text=lambda got: fmt.runs_json(got[1]) if json_ else
+                                  fmt.runs_text(got[1], got[0].id, got[0].spec.train.run_dir))
         ct = fleet.container(container)
         found = ct.runs(limit=limit)
-    say(fmt.runs_json(found) if json_ else ct.render_runs(found))
+    say(fmt.runs_json(found) if json_ else fmt.runs_text(found, ct.id, ct.spec.train.run_dir))
 
 
 @task(help={"container": "container id from the hosts file (default: default_container, $REMOTE_CONTAINER, "
