@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ..api import Container, Fleet
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 # One meaning per short flag in every task; -h is only ever help, and flags not listed have none.
 SHORT_FLAGS = {"container": "c", "dry": "n", "json": "j", "timeout": "t", "allow-dirty": "a", "check": "k",
@@ -193,9 +194,43 @@ def show(event: Event, data_on_stdout: bool = False) -> None:
 
 def _write(text: str, out: Any, flush: bool = True) -> None:
     with _write_lock:
-        out.write(text)
-        if flush:
-            out.flush()
+        try:
+            out.write(text)
+            if flush:
+                out.flush()
+        except BrokenPipeError:  # only under keeps_going (SIGPIPE ignored): the reader left, the task goes on
+            _to_devnull(out)
+
+
+def _to_devnull(out: Any) -> None:
+    """A stream whose reader has gone (`remote deploy | head -5`): its file descriptor made /dev/null, so what
+    the task still writes, and the buffer flushed at exit, goes nowhere instead of failing."""
+    import os
+
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, out.fileno())
+    finally:
+        os.close(null)
+
+
+def keeps_going(fn: F) -> F:
+    """A task that changes a container (deploy, warmup, create, destroy): a closed stdout must never end it half-way.
+    The console script lets SIGPIPE end a task that only reads (`remote logs -f | head` ends quietly); for the
+    duration of this one it is ignored, and a write to the closed pipe sends that stream to /dev/null instead."""
+    import signal
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread() is not threading.main_thread():
+            return fn(*args, **kwargs)
+        before = signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            signal.signal(signal.SIGPIPE, before)
+
+    return wrapper  # type: ignore[return-value]
 
 
 class SayStream:

@@ -45,6 +45,7 @@ from .table import (  # noqa: F401
     fleet_of,
     handled,
     is_selection,
+    keeps_going,
     say,
     task,
 )
@@ -115,6 +116,8 @@ def exec_(c, command, container=None, timeout=None, dry=False, hosts=None, fail_
     in the checkout with the job's environment (venv, compile cache, train.env); its output streams
     back and `remote` exits with its status."""
     several = is_selection(container)
+    if not isinstance(command, str) and command:
+        cliparse.no_shell_after_dashes(list(command))
 
     def one(ct):
         out = Streamed(lines=several)
@@ -137,6 +140,7 @@ def exec_(c, command, container=None, timeout=None, dry=False, hosts=None, fail_
             "force": "deploy even while a training job runs there (the venv it uses is never deleted)",
             "dry": DRY_HELP, "hosts": HOSTS_HELP})
 @handled
+@keeps_going
 def deploy(c, container=None, allow_dirty=False, check=False, rollback=False, force=False, dry=False, hosts=None,
            fail_fast=False):
     """Make the container's venv and checkout exactly what the hosts file pins.
@@ -165,6 +169,7 @@ def deploy(c, container=None, allow_dirty=False, check=False, rollback=False, fo
             "import_": "load a bundle made by --export into the container's cache (refused if versions differ)",
             "dry": DRY_HELP, "hosts": HOSTS_HELP})
 @handled
+@keeps_going
 def warmup(c, container=None, parallel=False, devices=None, export=None, import_=None, dry=False, hosts=None,
            fail_fast=False):
     """Compile the training into the persistent compile cache, one device at a time.
