@@ -567,15 +567,16 @@ def rollback(c, container=None, snapshot=None, force=False, hosts=None):
     say("\n".join(fmt.rollback_lines(done)))
 
 
-@task(help={"host": "only this host's kept connection (default: every host's of the hosts file)", "hosts": HOSTS_HELP})
+@task(help={"host": "only this host's kept connection (default: every host's of the hosts file)", "hosts": HOSTS_HELP,
+            "all_": "every kept connection of yours, whatever hosts file made it"})
 @handled
-def disconnect(c, host=None, hosts=None):
-    """End kept connections now.
+def disconnect(c, host=None, hosts=None, all_=False):
+    """End kept connections now (this hosts file's; --all: every one of yours).
 
     Each host's kept connection holds the SSH connection and the agents for control_persist seconds."""
     from .. import api
 
-    pids = api.disconnect(hosts, host)
+    pids = api.disconnect(hosts, host, every=all_)
     say(f"ended {len(pids)} kept connection(s)" + (f" (pid {', '.join(map(str, pids))})" if pids else ""))
 
 
