@@ -431,18 +431,3 @@ def task_help(spec: Spec) -> str:
     lines += _wrap("this help", 28, "  -h, --help")
     return "\n".join(lines) + "\n"
 
-
-def no_shell_after_dashes(argv: list[str]) -> None:
-    """`remote exec -- 'a && b'`: the words after `--` run as they are, with no shell, so a first word that is a
-    shell command line (spaces, operators, expansions) would only be `not found` in the container's words."""
-    import shlex
-
-    from .table import Exit
-
-    first = argv[0]
-    if first.startswith(("/", "./")) or not re.search(r"\s|&&|\|\||[|;<>`]|\$\(", first):
-        return
-    raise Exit(f"error: exec: the words after `--` run as they are, with no shell, and {first!r} is one word: no "
-               f"program has that name. For a shell command line: remote exec --command {shlex.quote(' '.join(argv))}"
-               + (f" (or split it: remote exec -- {' '.join(shlex.split(first))})"
-                  if not re.search(r"&&|\|\||[|;<>`]|\$\(", first) and len(argv) == 1 else ""), code=2)

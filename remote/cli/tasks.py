@@ -46,6 +46,7 @@ from .table import (  # noqa: F401
     handled,
     is_selection,
     keeps_going,
+    no_shell_after_dashes,
     say,
     task,
 )
@@ -117,7 +118,7 @@ def exec_(c, command, container=None, timeout=None, dry=False, hosts=None, fail_
     back and `remote` exits with its status."""
     several = is_selection(container)
     if not isinstance(command, str) and command:
-        cliparse.no_shell_after_dashes(list(command))
+        no_shell_after_dashes(list(command))
 
     def one(ct):
         out = Streamed(lines=several)

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from remote.cli.parse import no_shell_after_dashes
-from remote.cli.table import Exit
+from remote.cli.table import Exit, no_shell_after_dashes
 
 
 @pytest.mark.fault("`remote exec -- 'a && b'` answered in the wrapper's words", promise="a first word after `--` "
