@@ -260,6 +260,9 @@ def _program_problem(path: str, rows: list[tuple[str, str]]) -> str | None:
     kinds = {what: answer for what, answer in rows if what.startswith("@") and ":" not in what}
     if kinds.get("@end") != "done" or "@program" not in kinds:
         return "the host did not say who owns its folders"  # nothing, or an answer cut short
+    for key in ("@program", "@interpreter-is", "@end"):  # said once each: a second (a name with a newline) is forged
+        if sum(what == key for what, _ in rows) > 1:
+            return f"unreadable answer: {key} said twice (a name with a newline in it?)"
     for what, answer in rows:
         if what.startswith("/") or what.startswith("@interpreter:"):
             where = what.removeprefix("@interpreter:")

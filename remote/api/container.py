@@ -224,8 +224,9 @@ class Container:
             try:
                 final = jobs.show_log(self._target, run_id, follow=True)
             except KeyboardInterrupt:
-                self._target.note(f"stopped following; run {run_id} keeps running. `remote logs --follow` "
-                                  "resumes, `remote stop` ends it")
+                ref = f"-c {self._target.ctid} --run {run_id}"  # this run: typed as printed, not the default's
+                self._target.note(f"stopped following; run {run_id} keeps running. `remote logs {ref} --follow` "
+                                  f"resumes, `remote stop {ref}` ends it")
                 raise
             from ..runs.knowngood import after_run
 

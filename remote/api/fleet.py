@@ -114,15 +114,17 @@ class Fleet(FleetBase):
         return result
 
     def create(self, ctid: int, *, host: str | None = None, node: str | None = None, template: str | None = None,
-               clone: int | None = None, gpu: str = "none", cores: int = 4, memory: int = 8192, disk: int = 32,
-               storage: str | None = None, unprivileged: bool = True, dry: bool | None = None) -> Created:
+               clone: int | None = None, gpu: str | None = None, cores: int = 4, memory: int = 8192, disk: int = 32,
+               storage: str | None = None, unprivileged: bool = True, net0: str | None = None,
+               dry: bool | None = None) -> Created:
         """Make container `ctid` on `host` (or the hosts-file host that is cluster node `node`) from a vztmpl
-        `template` volume or by cloning container `clone`; pass the GPUs `gpu` names (all, none, 0,1) with the
-        host's own driver user space; install what deploy needs; prove CUDA starts; add it to the hosts file.
+        `template` volume or by cloning container `clone`; pass the GPUs `gpu` names (all, none, 0,1; None: none,
+        with a note where the host has GPUs) with the host's own driver user space; install what deploy needs; prove CUDA starts; add it to the hosts file.
         The same create again is a no-op (Created.made False); bad input (an unknown template, storage or
         node, an id in use, a GPU the host lacks) raises CreateRefused, GpuConfigError or ConfigError before
         anything changed; a failure part-way raises CreateError after destroying what it made. Needs root
-        on the host (docs/guide/bare-node.md). `dry` (default: the fleet's): reads, reports the commands."""
+        on the host (docs/guide/bare-node.md). `net0`: Proxmox's net0 value (default
+        name=eth0,bridge=vmbr0,ip=dhcp; its bridge checked). `dry` (default: the fleet's): reads, reports the commands."""
         from ..errors import ConfigError
         from ..ops import create as createmod
         from ..ops import hostsinit
@@ -133,7 +135,7 @@ class Fleet(FleetBase):
         for name, value in (("ctid", ctid), ("cores", cores), ("memory", memory), ("disk", disk)):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
-        spec = createmod.CreateSpec(ctid, template, clone, gpu, cores, memory, disk, storage, unprivileged)
+        spec = createmod.CreateSpec(ctid, template, clone, gpu, cores, memory, disk, storage, unprivileged, net0)
         createmod.check_spec(spec)
         hosts = self.config.hosts
         if (host is None) == (node is None):

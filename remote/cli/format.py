@@ -351,6 +351,31 @@ def rollback_lines(done: Any) -> list[str]:
             + [f"  restored: {line}" for line in done.restored] + [f"  kept:     {line}" for line in done.kept])
 
 
+NO_HOSTS_FLAG = ("init", "lab ")  # tasks a hint names that take no --hosts of the file's
+
+
+def typed(text: str, hosts: str | None) -> str:
+    """A hint as it can be typed again: each `remote TASK ...` in backticks given `--hosts FILE` where this
+    command's hosts file was given and is not the one found without it (./hosts.yaml, $REMOTE_HOSTS_FILE)."""
+    import os
+    import re
+    import shlex
+
+    # The file found without --hosts, as remote.config.find_file finds it (the command line imports no config).
+    found = os.environ.get("REMOTE_HOSTS_FILE") or "hosts.yaml"
+    if not hosts or os.path.abspath(hosts) == os.path.abspath(found):
+        return text
+    flag = f"--hosts {shlex.quote(hosts)}"
+
+    def add(m: Any) -> str:
+        cmd = m.group(1)
+        if "--hosts" in cmd.split() or cmd.startswith(NO_HOSTS_FLAG):
+            return m.group(0)
+        head, sep, tail = cmd.partition(" -- ")  # before exec's argv, which takes no option
+        return f"`remote {head} {flag}{sep}{tail}`"
+    return re.sub(r"`remote ([^`]+)`", add, text)
+
+
 def created_lines(got: Any) -> list[str]:
     """`remote create`: what was made (or that nothing was), the GPU lines, each step with its time, what next."""
     if got.dry:
@@ -365,7 +390,8 @@ def created_lines(got: Any) -> list[str]:
     out += [f"  {s.name:<11} {s.seconds:6.1f}s  {printable(s.detail)}" for s in got.steps]
     out += [f"  note: {printable(n)}" for n in got.notes]
     if got.hosts_file:
-        out.append(f"added containers.{got.ctid} to {got.hosts_file}; next: `remote deploy -c {got.ctid}`")
+        out.append(typed(f"added containers.{got.ctid} to {got.hosts_file}; next: `remote deploy -c {got.ctid}`",
+                         got.hosts_file))
     return out
 
 

@@ -11,16 +11,17 @@ from .table import HOSTS_HELP, Exit, fleet_of, handled, keeps_going, say, task
     "ctid": "the new container's id", "host": "the Proxmox host of the hosts file to make it on",
     "node": "instead of --host: a cluster's node (a host of the hosts file)",
     "template": "a template volume, e.g. local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst (`pveam list local`)",
-    "clone": "instead of --template: the container (a template) to clone", "gpu": "all, none (default) or GPU indices, "
+    "clone": "instead of --template: the container (a template) to clone", "gpu": "all, none (the default: the plan says what GPUs the host has) or GPU indices, "
     "e.g. 0,1 (the host's /dev/nvidiaN numbers)", "cores": "CPU cores (default 4)", "memory": "memory in MiB "
     "(default 8192)", "disk": "root disk in GiB (default 32; a clone keeps its source's)", "storage": "the storage of its root disk (default: "
     "local-lvm, else local-zfs, else local)", "unprivileged": "an unprivileged container (the default)",
-    "privileged": "a privileged container instead", "dry": "read the host, print the plan and every command that "
+    "privileged": "a privileged container instead", "net0": "its network as Proxmox's net0 value (default "
+    "name=eth0,bridge=vmbr0,ip=dhcp; e.g. name=eth0,bridge=vmbr1,ip=10.0.0.5/24,gw=10.0.0.1)", "dry": "read the host, print the plan and every command that "
     "would change something; change nothing", "json": "print the result as JSON", "hosts": HOSTS_HELP})
 @handled
 @keeps_going
-def create(c, ctid, host=None, node=None, template=None, clone=None, gpu="none", cores=4, memory=8192, disk=32,
-           storage=None, unprivileged=False, privileged=False, dry=False, json_=False, hosts=None):
+def create(c, ctid, host=None, node=None, template=None, clone=None, gpu=None, cores=4, memory=8192, disk=32,
+           storage=None, unprivileged=False, privileged=False, net0=None, dry=False, json_=False, hosts=None):
     """Make a container on a Proxmox host that trains: its GPUs passed, the host's own driver user space
     mounted, what deploy needs installed, CUDA proven, its entry added to the hosts file.
 
@@ -32,7 +33,7 @@ def create(c, ctid, host=None, node=None, template=None, clone=None, gpu="none",
     with fleet_of(hosts, dry, stderr_progress=json_) as fleet:
         got = fleet.create(int(ctid), host=host, node=node, template=template, clone=int(clone) if clone else None,
                            gpu=gpu, cores=int(cores), memory=int(memory), disk=int(disk), storage=storage,
-                           unprivileged=not privileged)
+                           unprivileged=not privileged, net0=net0)
     say(fmt.created_json(got) if json_ else "\n".join(fmt.created_lines(got)))
 
 

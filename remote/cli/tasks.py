@@ -26,6 +26,7 @@ from typing import Any
 from .. import __version__
 from ..errors import RemoteError
 from ..naming import printable
+from . import chain
 from . import format as fmt
 from . import parse as cliparse
 from .table import (  # noqa: F401
@@ -41,11 +42,13 @@ from .table import (  # noqa: F401
     SayStream,
     cli_text,
     each_container,
+    error_exit,
     exit_status,
     fleet_of,
     handled,
     is_selection,
     keeps_going,
+    many_help,
     no_shell_after_dashes,
     say,
     task,
@@ -103,11 +106,9 @@ def status(c, json_=False, hosts=None, container=None):
         raise Exit(code=1)
 
 
-@task(name="exec", positional="command", argv="command",
-      help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP,
-            "command": "a shell command line to run inside the container (bash -c); or the argv after `--`, run as is",
-                         "timeout": "seconds before the command is killed inside the container",
-                         "dry": DRY_HELP, "hosts": HOSTS_HELP})
+@task(name="exec", positional="command", argv="command", help=many_help(
+    command="a shell command line to run inside the container (bash -c); or the argv after `--`, run as is",
+    timeout="seconds before the command is killed inside the container"))
 @handled
 def exec_(c, command, container=None, timeout=None, dry=False, hosts=None, fail_fast=False):
     """Run a command in a container, in the checkout with the job's environment.
@@ -135,11 +136,10 @@ def exec_(c, command, container=None, timeout=None, dry=False, hosts=None, fail_
         raise Exit(code=result.exit_code)
 
 
-@task(help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP, "allow_dirty": "ship uncommitted changes of the local tree (recorded as dirty)",
-            "check": "only report what would change and any hand-installed or changed packages (exit 1 if any)",
-            "rollback": "switch the venv back to the previous build",
-            "force": "deploy even while a training job runs there (the venv it uses is never deleted)",
-            "dry": DRY_HELP, "hosts": HOSTS_HELP})
+@task(help=many_help(allow_dirty="ship uncommitted changes of the local tree (recorded as dirty)",
+                     check="only report what would change and any hand-installed or changed packages (exit 1 if any)",
+                     rollback="switch the venv back to the previous build",
+                     force="deploy even while a training job runs there (the venv it uses is never deleted)"))
 @handled
 @keeps_going
 def deploy(c, container=None, allow_dirty=False, check=False, rollback=False, force=False, dry=False, hosts=None,
@@ -162,13 +162,12 @@ def deploy(c, container=None, allow_dirty=False, check=False, rollback=False, fo
         raise Exit(code=1)
 
 
-@task(help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP + "; several: one warmup per group of containers "
-            "whose cache passports would match, its cache copied to the others",
-            "parallel": "run the devices' warmups as separate processes at once",
-            "devices": "comma-separated devices (default: warmup.devices)",
-            "export": "write the container's compile cache folder to this local bundle file (tar.gz); runs nothing",
-            "import_": "load a bundle made by --export into the container's cache (refused if versions differ)",
-            "dry": DRY_HELP, "hosts": HOSTS_HELP})
+@task(help=many_help(CT_HELP + "; several: one warmup per group of containers whose cache passports would match, its "
+                     "cache copied to the others", parallel="run the devices' warmups as separate processes at once",
+                     devices="comma-separated devices (default: warmup.devices)",
+                     export="write the container's compile cache folder to this local bundle file (tar.gz); runs "
+                     "nothing", import_="load a bundle made by --export into the container's cache (refused if "
+                     "versions differ)"))
 @handled
 @keeps_going
 def warmup(c, container=None, parallel=False, devices=None, export=None, import_=None, dry=False, hosts=None,
@@ -614,6 +613,10 @@ def run(argv: list[str]) -> int:
     except cliparse.Usage as u:
         say(f"error: {u}", file=sys.stderr)
         return 2
+    try:
+        chain.check(calls)  # every task's settings before the first runs
+    except RemoteError as exc:
+        return _said(error_exit(exc))
     for call in calls:
         code = _call(call)
         if code:
@@ -645,13 +648,17 @@ def _verbose(argv: list[str]) -> list[str]:
     return [a for i, a in enumerate(argv) if i >= end or a != "--verbose"]
 
 
+def _said(e: Exit) -> int:
+    if e.message:
+        say(e.message, file=sys.stderr)
+    return e.code if isinstance(e.code, int) and 0 <= e.code <= 255 else 1
+
+
 def _call(call: cliparse.Call) -> int:
     try:
         call.spec.fn(None, **call.kwargs)
     except Exit as e:
-        if e.message:
-            say(e.message, file=sys.stderr)
-        return e.code if isinstance(e.code, int) and 0 <= e.code <= 255 else 1
+        return _said(e)
     except RemoteError as exc:  # a task without @handled
         say(f"error: {cli_text(printable(str(exc), lines=True))}", file=sys.stderr)
         return exit_status(exc)

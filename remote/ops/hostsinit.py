@@ -256,21 +256,24 @@ def write(out: str, text: str, force: bool) -> None:
 def add_container(file: str, ctid: int, host: str, comment: str) -> bool:
     """Add `containers.CTID: {host: HOST}` to a hosts file as text, every other line and comment kept (after
     the last line of its `containers:` block, in that block's indentation; the block made where there is
-    none). False when the file has the entry already. What it writes is loaded back first, as init's file."""
-    import yaml
+    none; after the comment lines that follow the block's last entry, such as init's `# GPU` lines, which are
+    that entry's). False when the file has the entry already. What it writes is loaded back first with remote's
+    own loader (keys given twice refused), as init's file."""
+    from ..config.yamlfile import _read_yaml
 
     path = Path(file)
     text = path.read_text()
-    data = yaml.safe_load(text) or {}
+    data = _read_yaml(file, text) or {}
     containers = data.get("containers") if isinstance(data, dict) else None
     if isinstance(containers, dict) and (ctid in containers or str(ctid) in containers):
         return False
     entry = f"{ctid}: {{host: {json.dumps(host)}}}  # {_comment(comment)}"
     lines = text.splitlines()
-    top = next((i for i, line in enumerate(lines) if re.match(r"containers\s*:", line)), None)
+    key = r"""(['"]?)containers\1\s*:"""  # `containers:`, `'containers':`, `"containers":`
+    top = next((i for i, line in enumerate(lines) if re.match(key, line)), None)
     if top is None:
         lines += ["", "containers:", f"  {entry}"]
-    elif re.fullmatch(r"containers\s*:\s*(\{\s*\}|null|~)?\s*(#.*)?", lines[top]):
+    elif re.fullmatch(key + r"\s*(\{\s*\}|null|~)?\s*(#.*)?", lines[top]):
         end, indent = top + 1, None
         for i in range(top + 1, len(lines)):
             line = lines[i]
@@ -279,6 +282,9 @@ def add_container(file: str, ctid: int, host: str, comment: str) -> bool:
             if line.strip() and not line.lstrip().startswith("#"):
                 indent = indent or line[: len(line) - len(line.lstrip())]
                 end = i + 1
+        # Indented comment lines right after the last entry are its own (init's `# GPU (pct config):` lines).
+        while end < len(lines) and lines[end].startswith((" ", "\t")) and lines[end].lstrip().startswith("#"):
+            end += 1
         if "{" in lines[top] or re.search(r":\s*(null|~)", lines[top]):
             lines[top] = "containers:"
         lines.insert(end, f"{indent or '  '}{entry}")
@@ -286,7 +292,7 @@ def add_container(file: str, ctid: int, host: str, comment: str) -> bool:
         raise ConfigError(file, "containers", f"written inline: remote create cannot add {ctid} to it; add "
                           f"`{entry}` by hand")
     new = "\n".join(lines) + "\n"
-    cfg.parse(yaml.safe_load(new), file)
+    cfg.parse(_read_yaml(file, new), file)
     _replace(path, new)
     return True
 
@@ -297,7 +303,7 @@ def remove_container(file: str, ctid: int, write: bool = True) -> tuple[str, ...
     lines removed (none: the file does not list it). A file this cannot edit safely (an inline `containers:`
     mapping, a group left empty) is a ConfigError naming what to edit by hand, the file unchanged. write=False:
     only what it would remove (destroy asks before it destroys anything)."""
-    import yaml
+    from ..config.yamlfile import _read_yaml
 
     path = Path(file)
     lines = path.read_text().splitlines()
@@ -307,7 +313,7 @@ def remove_container(file: str, ctid: int, write: bool = True) -> tuple[str, ...
                       and not lines[i].startswith("#")), len(lines)) if top is not None else 0
     at = next((i for i in range(top + 1, block_end) if entry.match(lines[i])), None) if top is not None else None
     if at is None:
-        data = yaml.safe_load("\n".join(lines)) or {}
+        data = _read_yaml(file, "\n".join(lines)) or {}
         listed = data.get("containers") if isinstance(data, dict) else None
         if isinstance(listed, dict) and (ctid in listed or str(ctid) in listed):
             raise ConfigError(file, f"containers.{ctid}", "written inline: remove its entry by hand")
@@ -341,7 +347,7 @@ def remove_container(file: str, ctid: int, write: bool = True) -> tuple[str, ...
         out.append(line)
     new = "\n".join(out) + "\n"
     try:
-        cfg.parse(yaml.safe_load(new), file)
+        cfg.parse(_read_yaml(file, new), file)
     except ConfigError as exc:
         raise ConfigError(file, f"containers.{ctid}", f"removing its entry would leave the file invalid ({exc}): "
                           "remove it by hand") from None

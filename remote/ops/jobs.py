@@ -466,7 +466,7 @@ def train(t: Target, *, force: bool = False, warmup: bool = False, follow: bool 
     try:
         final = show_log(t, run_id, follow=True)
     except KeyboardInterrupt:
-        t.note(f"stopped following; run {run_id} keeps running. `remote logs --follow` resumes, `remote stop` ends it")
+        t.note(f"stopped following; run {run_id} keeps running. `remote logs -c {t.ctid} --run {run_id} --follow` resumes, `remote stop -c {t.ctid} --run {run_id}` ends it")
         return None
     if on_end is not None:
         on_end(t, final)

@@ -99,7 +99,14 @@ for want in "$@"; do
     case $program in
       /usr/sbin/pct | /usr/sbin/pvesm | /usr/bin/pvesh) ;;  # Proxmox's own: Perl of its packages, in /usr/share/perl5
       *)
-        /usr/bin/find "${program%/*}" -mindepth 1 -maxdepth 2 -printf "$want\t@beside:%p\t%U %m %y\n" 2>/dev/null
+        # NUL-separated, so that a name with a newline or a tab in it cannot add a line of its own to the answer
+        /usr/bin/find "${program%/*}" -mindepth 1 -maxdepth 2 -printf '%U %m %y %p\0' 2>/dev/null \
+          | while IFS=' ' read -r -d '' uid mode type name; do
+              case $name in
+                *$'\n'* | *$'\t'*) printf '%s\t@beside:%s\todd name\n' "$want" "${name//[$'\t\n']/?}" ;;
+                *) printf '%s\t@beside:%s\t%s %s %s\n' "$want" "$name" "$uid" "$mode" "$type" ;;
+              esac
+            done
         case ${interpreter##*/} in
           sh | bash | dash | ksh | mksh | zsh | busybox)
             /usr/bin/grep -nE '^[[:space:]]*(\.|source)[[:space:]]' -- "$program" 2>/dev/null \

@@ -1,5 +1,6 @@
 """Every exception remote raises on purpose is public: exported from `remote`, drawn in remote/errors.py's tree
-and in docs/reference/library.md's, so that a script can catch what the API raises by name."""
+and in docs/reference/library.md's, so that a script can catch what the API raises by name; and the command line
+reference names every task run on a host itself."""
 
 from __future__ import annotations
 
@@ -25,3 +26,11 @@ def test_every_error_is_exported_and_in_both_trees(name):
     library = (ROOT / "docs" / "reference" / "library.md").read_text().split("## Errors", 1)[1].split("```", 1)[0]
     assert f" {name}" in errors.__doc__.split("remote's exit status")[0], f"{name}: not in remote/errors.py's tree"
     assert f" {name}" in library, f"{name}: not in library.md's error tree"
+
+
+@pytest.mark.fault("docs", promise="docs/reference/cli.md's task table names every task run on a Proxmox host itself "
+                   "(init, create, gpu fix, host setup), each with its usage")
+@pytest.mark.parametrize("task", ["init", "create", "gpu fix", "host setup"])
+def test_the_cli_reference_table_names_the_host_tasks(task):
+    rows = [line for line in (ROOT / "docs" / "reference" / "cli.md").read_text().splitlines() if line.startswith("| `")]
+    assert any(line.startswith(f"| `remote {task} ") for line in rows), task

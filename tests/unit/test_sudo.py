@@ -118,6 +118,13 @@ def test_an_elf_program_or_proxmoxs_own_script_under_root_only_folders_is_safe()
         assert sudo.unsafe(chain(*(f"/usr/sbin/pct | {r}" for r in [*safe, *end, "@end | done"])), ["/usr/sbin/pct"]) == {}
 
 
+def test_an_answer_that_says_what_the_program_is_twice_is_unsafe():
+    """A second `@program` (a name with a newline in it, were one ever printed) must not overrule the first."""
+    rows = ["/ | 0 755 directory", "/srv | 0 755 directory", "/srv/pct | 0 755 regular file",
+            "@program | script /srv/pct\t/srv/open/python3", "@program | elf /srv/pct", "@end | done"]
+    assert "@program said twice" in sudo.unsafe(chain(*(f"/srv/pct | {r}" for r in rows)), ["/srv/pct"])["/srv/pct"]
+
+
 def test_a_program_the_host_said_nothing_of_is_unsafe():
     assert sudo.unsafe("", ["/usr/sbin/pct"]) == {"/usr/sbin/pct": "the host did not say who owns its folders"}
 
