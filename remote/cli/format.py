@@ -375,6 +375,31 @@ def rollback_lines(done: Any) -> list[str]:
             + [f"  restored: {line}" for line in done.restored] + [f"  kept:     {line}" for line in done.kept])
 
 
+NO_HOSTS_FLAG = ("init", "lab ")  # tasks a hint names that take no --hosts of the file's
+
+
+def typed(text: str, hosts: str | None) -> str:
+    """A hint as it can be typed again: each `remote TASK ...` in backticks given `--hosts FILE` where this
+    command's hosts file was given and is not the one found without it (./hosts.yaml, $REMOTE_HOSTS_FILE)."""
+    import os
+    import re
+    import shlex
+
+    # The file found without --hosts, as remote.config.find_file finds it (the command line imports no config).
+    found = os.environ.get("REMOTE_HOSTS_FILE") or "hosts.yaml"
+    if not hosts or os.path.abspath(hosts) == os.path.abspath(found):
+        return text
+    flag = f"--hosts {shlex.quote(hosts)}"
+
+    def add(m: Any) -> str:
+        cmd = m.group(1)
+        if "--hosts" in cmd.split() or cmd.startswith(NO_HOSTS_FLAG):
+            return m.group(0)
+        head, sep, tail = cmd.partition(" -- ")  # before exec's argv, which takes no option
+        return f"`remote {head} {flag}{sep}{tail}`"
+    return re.sub(r"`remote ([^`]+)`", add, text)
+
+
 def created_lines(got: Any) -> list[str]:
     """`remote create`: what was made (or that nothing was), the GPU lines, each step with its time, what next."""
     if got.dry:
@@ -389,11 +414,40 @@ def created_lines(got: Any) -> list[str]:
     out += [f"  {s.name:<11} {s.seconds:6.1f}s  {printable(s.detail)}" for s in got.steps]
     out += [f"  note: {printable(n)}" for n in got.notes]
     if got.hosts_file:
-        out.append(f"added containers.{got.ctid} to {got.hosts_file}; next: `remote deploy -c {got.ctid}`")
+        out.append(typed(f"added containers.{got.ctid} to {got.hosts_file}; next: `remote deploy -c {got.ctid}`",
+                         got.hosts_file))
     return out
 
 
 def created_json(got: Any) -> str:
+    return json.dumps(dataclasses.asdict(got), indent=2)
+
+
+def destroy_plan_lines(plan: Any) -> list[str]:
+    """`remote destroy` before it asks: what goes (the container as pct says, its snapshots, its entry)."""
+    if plan.state == "missing":
+        return [f"container {plan.ctid} is not on {plan.host} (pct has no such container): only its entry in the "
+                "hosts file would be removed"]
+    snaps = f", its snapshots {', '.join(map(printable, plan.snapshots))}" if plan.snapshots else ""
+    return [f"container {plan.ctid} on {plan.host} ({printable(plan.state)}) would be destroyed: its disks{snaps} "
+            "and its hosts-file entry; no snapshot survives it (back it up first: `vzdump "
+            f"{plan.ctid}` on {plan.host})"] + [f"  would run: {c}" for c in plan.commands]
+
+
+def destroyed_lines(got: Any) -> list[str]:
+    """`remote destroy`: what was removed (or, dry, would be)."""
+    if got.dry:
+        return destroy_plan_lines(got) + ["dry run: nothing changed"]
+    out = [f"destroyed container {got.ctid} on {got.host} ({printable(got.state)} before) in {got.seconds:.1f}s"
+           if got.destroyed else f"container {got.ctid} was not on {got.host}: nothing to destroy there"]
+    out += [f"  its snapshots, gone with it: {', '.join(map(printable, got.snapshots))}"] if got.snapshots else []
+    if got.hosts_file:
+        out.append(f"removed containers.{got.ctid} from {got.hosts_file}:")
+        out += [f"  - {printable(line)}" for line in got.removed]
+    return out
+
+
+def destroyed_json(got: Any) -> str:
     return json.dumps(dataclasses.asdict(got), indent=2)
 
 
