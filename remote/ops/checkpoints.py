@@ -300,11 +300,3 @@ def after_stop(t: Target, st: RunState, text: str | None, restored: str | None, 
             f", {got.age_s:g} s old" if got.age_s is not None else ""), c.path, c.step, got.age_s))
     return got
 
-
-def lineage_text(st: RunState) -> str | None:
-    """`resumes RUN at step N` (or `from PATH`) for status and runs; None for a run that started fresh."""
-    c = st.checkpoint
-    if c is None:
-        return None
-    at = f"at step {c.step}" if c.step is not None else f"from {c.path}"
-    return f"resumes {st.parent} {at}" if st.parent else f"resumed {at}"

@@ -591,7 +591,7 @@ def _container_job(session: Session, spec: ContainerSpec, known: str) -> Contain
                 compile=compilelog.from_probe(compile_part) if (compile_part or {}).get("run") == st.run
                 else None,
                 # a cluster's container that a restart migration moved (and so killed the run): where it started
-                moved_from=moved_from(st, spec)))
+                moved_from=moved_from(st, spec), checkpoint=st.checkpoint, parent=st.parent))
         lock = ((raw.get("venv") or {}).get("record") or {}).get("lock_sha256")
         entry = dataclasses.replace(entry, probed=True, venv_lock=lock if isinstance(lock, str) else None,
                                     gpu_memory=facts.gpu_use(facts.gpus_of(raw), facts.marked_of(raw)))

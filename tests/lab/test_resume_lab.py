@@ -176,6 +176,9 @@ def test_stop_save_then_resume_continues_at_the_saved_step(rs):
     with remote.open(str(rs["hosts"])) as fleet:
         run = fleet.container(CT).run(new)
         assert run.parent == run_id and run.checkpoint.step == step and run.checkpoint.path == CKPT
+    lineage = f"(resumes {run_id} at step {step})"
+    assert lineage in task(rs, "runs", "-c", str(CT)).stdout
+    assert f"last run {new} {lineage}" in task(rs, "status", "-c", str(CT)).stdout
 
 
 @pytest.mark.fault("A torn newest checkpoint at a resume", promise="never resumed from: the kept copy is put back "
