@@ -145,6 +145,9 @@ def runs_json(found: list) -> str:
         row = dataclasses.asdict(r)
         row["state"] = "LOST" if r.state == "lost" else r.state
         row["nodes"] = list(r.nodes) if r.nodes else None
+        for key in ("checkpoint", "parent"):  # a resume's only
+            if row[key] is None:
+                del row[key]
         rows.append(row)
     return json.dumps(rows, indent=2)
 
