@@ -254,13 +254,20 @@ class FakeContainer(Container):
         self._rec.answer("warmup", devices=devices, parallel=parallel)
         return self.warmed or Warmup(self.id, tuple(devices or ()), 0.0, 0, 0, 0, 0, False)
 
+    @staticmethod
+    def _flags(**flags: bool) -> dict[str, Any]:
+        # the checkpoint flags are recorded only where set: a test's expected calls stay as they were
+        return {k: True for k, on in flags.items() if on}
+
     def train(self, *, detach: bool = True, force: bool = False, warmup: bool = False, command: str | None = None,
-              env: Mapping[str, str] | None = None, args: Sequence[str] = ()) -> Run:
+              env: Mapping[str, str] | None = None, args: Sequence[str] = (), resume: bool = False,
+              fresh: bool = False) -> Run:
         import shlex
 
         from ..config import unset
 
-        self._rec.answer("train", detach=detach, force=force, warmup=warmup, command=command, env=env, args=args)
+        self._rec.answer("train", detach=detach, force=force, warmup=warmup, command=command, env=env, args=args,
+                         **self._flags(resume=resume, fresh=fresh))
         base = command if command is not None else self.spec.train.command
         if not base:
             raise unset(self.fleet.config.file, "train.command", "set the training command to run (or give command=)")
@@ -310,8 +317,8 @@ class FakeContainer(Container):
             run.reads = max(run.reads, run.script.polls + 1)
         return run._status()
 
-    def stop(self, run_id: str | None = None, *, grace: int = 10, nodes: bool = True) -> Stopped:
-        self._rec.answer("stop", run_id, grace=grace, nodes=nodes)
+    def stop(self, run_id: str | None = None, *, grace: int = 10, nodes: bool = True, save: bool = False) -> Stopped:
+        self._rec.answer("stop", run_id, grace=grace, nodes=nodes, **self._flags(save=save))
         chosen = [self._find(run_id)] if run_id is not None else [r for r in self.started if r.alive] \
             or [self._find(None)]
         results = []
