@@ -31,8 +31,9 @@ __all__ = [
     "RemoteError", "ConfigError", "TransportError", "HostKeyError", "AuthenticationError", "ConnectError",
     "ConnectTimeout", "CommandError", "CommandTimeout", "PctError", "ContainerNotFound", "ContainerNotRunning",
     "ContainerLocked", "ContainerCommandNotFound", "TransferError", "DeployError", "WarmupError", "JobError",
-    "UnknownRun", "CheckpointRefused", "BusyError", "JobRunning", "JobTimeout", "GpuConfigError", "CreateRefused", "CreateError",
-    "HostPermissionError", "TransferPathError", "SnapshotError", "RootRequired", "GpuFixError", "HostSetupError",
+    "UnknownRun", "CheckpointRefused", "BusyError", "JobRunning", "JobTimeout", "GpuConfigError", "CreateRefused",
+    "CreateError", "HostPermissionError", "TransferPathError", "SnapshotError", "RootRequired", "GpuFixError",
+    "HostSetupError",
 ]
 _ERRORS = frozenset(__all__[__all__.index("RemoteError"):])
 _API = frozenset(__all__[__all__.index("open"):__all__.index("State")])

@@ -12,7 +12,8 @@ from typing import Any
 
 from ..events import Done, Event, Failed, Progress
 from ..naming import copied_line, printable, size
-from ..results import DeployPlan, Diagnosis, Finding, GpuHost, GpuReport, Transfer
+from ..results import Checkpoint, DeployPlan, Diagnosis, Finding, GpuHost, GpuReport, Transfer
+from ..results.runs import resumes_text
 
 
 def live_text(live: list[dict]) -> str:
@@ -122,8 +123,9 @@ def _container_dict(c: Any, clustered: bool = False) -> dict:
             run["compile"] = compile_dict(c.run.compile)
         else:
             del run["compile"]
-        if run["moved_from"] is None:
-            del run["moved_from"]
+        for key in ("moved_from", "checkpoint", "parent"):
+            if run[key] is None:
+                del run[key]
         entry["run"] = run
     if c.probed:
         entry["venv_lock"] = c.venv_lock
@@ -143,6 +145,9 @@ def runs_json(found: list) -> str:
         row = dataclasses.asdict(r)
         row["state"] = "LOST" if r.state == "lost" else r.state
         row["nodes"] = list(r.nodes) if r.nodes else None
+        for key in ("checkpoint", "parent"):  # a resume's only
+            if row[key] is None:
+                del row[key]
         rows.append(row)
     return json.dumps(rows, indent=2)
 
@@ -230,11 +235,13 @@ def _job_line(entry: dict | None) -> str:
         return "" if not entry or "error" not in entry else f"  ({entry['error']})"
     r = entry["run"]
     unit = f" {r['unit']}" if r.get("unit") else ""
+    ck = r.get("checkpoint")
+    lineage = f" ({printable(str(resumes_text(r.get('parent'), Checkpoint(**ck))))})" if ck else ""
     if r["alive"]:
         tp = f", {r['throughput']:.4g}{unit}" if r["throughput"] is not None else ", no throughput yet"
         base = (f" vs baseline {r['baseline']:g}{unit}{' SLOW' if r['low'] else ''}"
                 if r["baseline"] and r["throughput"] is not None else "")
-        text = f", job {r['id']} running {r['uptime_s']}s{tp}{base}"
+        text = f", job {r['id']}{lineage} running {r['uptime_s']}s{tp}{base}"
         text += f" {r['spark']}" if r.get("spark") else ""
         text += _watch_text(r)
     elif r.get("lost"):
@@ -245,7 +252,7 @@ def _job_line(entry: dict | None) -> str:
     else:
         tp = f", last throughput {r['throughput']:.4g}{unit}" if r["throughput"] is not None else ""
         ended = f"stopped by `remote stop` (exit {r['exit']})" if r.get("stopped") else f"exited {r['exit']}"
-        text = f", last run {r['id']} {ended}{tp}"
+        text = f", last run {r['id']}{lineage} {ended}{tp}"
         text += f" {r['spark']}" if r.get("spark") else ""
         text += _watch_text(r)
     return text + _compile_text(r) + (f" [{', '.join(r['problems'])}]" if r["problems"] else "")

@@ -307,7 +307,7 @@ def run_status(st: RunState) -> RunStatus:
     """A run's state (state()'s answer) as the typed value the API returns."""
     return RunStatus(st.run, st.path, st.pid, st.alive, st.exit, st.lost, st.stopped, st.orphans, st.log_size,
                      st.manifest.raw, st.live, dataclasses.asdict(st.stalled) if st.stalled else None, st.stalls,
-                     st.gpu, st.attempt, st.attempts_max, *checkpoints.lineage(st.manifest.raw))
+                     st.gpu, st.attempt, st.attempts_max, st.checkpoint, st.parent)
 
 
 def unknown_run(spec: ContainerSpec, run_id: str, latest: tuple[str, ...] | list[str]) -> UnknownRun:
@@ -359,9 +359,9 @@ def stop(t: Target, run_id: str | None = None, grace: int = 10, save: bool = Fal
 
 
 def _stop_one(t: Target, st: RunState, grace: int, save: bool = False) -> Stopped:
-    ct, asked = t.ct, save
+    ct = t.ct
     assert st.run is not None  # stop() passes runs only
-    save = save and st.alive  # a save is asked of a running job only (Saved "not-running" otherwise)
+    asked, save = save, save and st.alive  # a save is asked of a running job only (Saved "not-running" else)
     wait = t.spec.train.checkpoint.grace if save and t.spec.train.checkpoint else 0
     r = ct.script(checkpoints.save_script() if save else shell.with_lib("stop"), st.path, st.run, str(grace),
                   *(checkpoints.save_args(t.spec) if save else ()), timeout=grace + wait + 60, label="stop")
@@ -375,12 +375,11 @@ def _stop_one(t: Target, st: RunState, grace: int, save: bool = False) -> Stoppe
     exit_text = fields.get("exit", "")
     if left or gpu_left:
         raise JobError(f"run {st.run}: processes still alive after KILL: {left + (gpu_left or [])}")
-    run = st.run
     return Stopped(st.run, st.alive or bool(st.orphans), fields.get("signal"),
                    int(exit_text) if exit_text.lstrip("-").isdigit() else None,
                    tuple(gpu_left) if gpu_left is not None else None, nodes=st.manifest.nodes,
                    saved=checkpoints.after_stop(t, st, fields.get("saved"), fields.get("restored"),
-                                                lambda: state(t, run).tail) if asked else None)
+                                                lambda: state(t, st.run).tail) if asked else None)
 
 
 watch_for = logs.watch_for
@@ -592,7 +591,7 @@ def _container_job(session: Session, spec: ContainerSpec, known: str) -> Contain
                 compile=compilelog.from_probe(compile_part) if (compile_part or {}).get("run") == st.run
                 else None,
                 # a cluster's container that a restart migration moved (and so killed the run): where it started
-                moved_from=moved_from(st, spec)))
+                moved_from=moved_from(st, spec), checkpoint=st.checkpoint, parent=st.parent))
         lock = ((raw.get("venv") or {}).get("record") or {}).get("lock_sha256")
         entry = dataclasses.replace(entry, probed=True, venv_lock=lock if isinstance(lock, str) else None,
                                     gpu_memory=facts.gpu_use(facts.gpus_of(raw), facts.marked_of(raw)))

@@ -38,7 +38,7 @@ def describe(st: RunState, spec: ContainerSpec) -> RunSummary:
     m = st.manifest
     _, watch = series(spec, st.tail, last_line=not st.alive)
     return RunSummary(st.run or "", m.started_at, m.started_epoch, jobs.run_status(st).state, st.exit, watch.last,
-                      watch.unit, m.command, m.nodes, st.path)
+                      watch.unit, m.command, m.nodes, st.path, st.checkpoint, st.parent)
 
 
 def render(runs: list[RunSummary], spec: ContainerSpec) -> str:
@@ -51,7 +51,7 @@ def render(runs: list[RunSummary], spec: ContainerSpec) -> str:
                    else _clean(r.started or "-"))
         tp = f"{r.throughput:.4g}{' ' + r.unit if r.unit else ''}" if r.throughput is not None else "-"
         rows.append((_clean(r.id), started, shown_state(r.state), "-" if r.exit is None else str(r.exit), tp,
-                     _clean(r.command or "-")))
+                     _clean(r.command or "-") + (f"  ({_clean(r.resumes)})" if r.resumes else "")))
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:5], widths, strict=True)) + "  " + row[5] for row in rows]
     return "\n".join(line.rstrip() for line in lines)
