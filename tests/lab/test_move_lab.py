@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from support import LAB_WHEELS, free_port, wait_until
 
 pytestmark = pytest.mark.lab
