@@ -138,3 +138,24 @@ def test_resume_without_a_drain_is_named_and_the_record_is_written_whole(tmp_pat
     path.write_text("{torn")
     with pytest.raises(ConfigError, match="drain's record cannot be read"):
         mv._read_record(path)
+
+
+def test_the_command_line_words_a_move_and_a_drain():
+    from remote.cli import movetasks
+    from remote.results import Checkpoint, Drained, DrainedRun, Moved, MoveStep, Saved
+
+    saved = Saved("saved", Checkpoint("/root/out/ckpt.pt", True, "torch", step=21), steps_lost=0)
+    m = Moved(200, "pve1", "pve2", False, "r1", saved, (), "pct migrate 200 pve2 --restart", "r2", "r1",
+              (MoveStep("check", 0.5), MoveStep("migrate", 1.25, "from pve1 to pve2")), (), 9.0)
+    lines = movetasks.moved_lines(m)
+    assert lines[0] == "container 200 moved from pve1 to pve2 in 9.0 s"
+    assert "  run r1 stopped (saved), checkpoint /root/out/ckpt.pt at step 21, 0 step(s) lost" in lines
+    assert "  run r2 resumes run r1 on pve2" in lines and "  migrate: 1.2 s (from pve1 to pve2)" in lines
+    assert movetasks.moved_dict(m)["checkpoint"] == "/root/out/ckpt.pt"
+    d = Drained("pve1", "drain", None, (DrainedRun(200, "r1", saved, None, "remote train -c 200 --resume"),
+                                         DrainedRun(201, None, None, None, None, "container 201: \x1b[2Jbad")),
+                "/state/pve1.json", 3.0)
+    text = "\n".join(movetasks.drained_lines(d))
+    assert "container 200: run r1 stopped, checkpoint /root/out/ckpt.pt; resume it with: remote train -c 200 " \
+           "--resume" in text and "`remote host resume pve1` resumes them all" in text
+    assert "container 201: error:" in text and "\x1b" not in text and not d.ok
