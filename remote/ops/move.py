@@ -153,19 +153,25 @@ def move(t: Target, source: str, node: str, *, check: Check, force: bool = False
     if not dry and moved is not None:
         moved()
     there = resolve(session, ctid) if not dry else t
-    if p.restart:
-        with run.step("wait", f"container {ctid} running on {node}"):
-            if not dry:
-                there.system.wait_running(timeout=180)
     resumed = None
-    if resume:
-        commands.append(f"remote train -c {ctid} --resume")
-        with run.step("resume", f"train --resume on {node}") as detail:
-            if dry:
-                t.output(f"(dry run) remote train -c {ctid} --resume")
-            else:
-                resumed, _ = jobs.start(there, resume=True)
-                detail.append(f"run {resumed} continues {stopped}")
+    try:
+        if p.restart:
+            with run.step("wait", f"container {ctid} running on {node}"):
+                if not dry:
+                    there.system.wait_running(timeout=180)
+        if resume:
+            commands.append(f"remote train -c {ctid} --resume")
+            with run.step("resume", f"train --resume on {node}") as detail:
+                if dry:
+                    t.output(f"(dry run) remote train -c {ctid} --resume")
+                else:
+                    resumed, _ = jobs.start(there, resume=True)
+                    detail.append(f"run {resumed} continues {stopped}")
+    except RemoteError as exc:
+        # The container is on `node` now: say so, and what resumes the run there, with what went wrong.
+        again = f"; `remote train -c {ctid} --resume` resumes run {stopped} there" if resume else ""
+        exc.args = (f"container {ctid} moved to {node}, then: {exc}{again}",)
+        raise
     return Moved(ctid, source, node, dry, stopped, saved, findings, shown, resumed, stopped if resumed else None,
                  tuple(run.steps), tuple(commands), round(time.monotonic() - started, 3), tuple(notes))
 

@@ -159,3 +159,41 @@ def test_the_command_line_words_a_move_and_a_drain():
     assert "container 200: run r1 stopped, checkpoint /root/out/ckpt.pt; resume it with: remote train -c 200 " \
            "--resume" in text and "`remote host resume pve1` resumes them all" in text
     assert "container 201: error:" in text and "\x1b" not in text and not d.ok
+
+
+@pytest.mark.fault("a move whose resume fails on the new node", promise="the error says the container is on the new "
+                   "node now and names the command that resumes the run there; the save-stop came before the migrate")
+def test_a_live_run_is_save_stopped_before_the_migrate_and_a_failed_resume_names_the_command(monkeypatch):
+    from remote.errors import CheckpointRefused
+    from remote.results import Checkpoint, Saved, Stopped
+
+    fake = FakeCluster({200: "pve1"})
+    cfg = HOSTS.replace("  command: python train.py\n", "  command: python train.py\n  checkpoint: {path: out/c.pt, "
+                        "resume: --resume}\n")
+    order: list[str] = []
+    saved = Saved("saved", Checkpoint("/root/out/c.pt", True, "torch", step=9))
+
+    def stop(t, run_id, save=False):
+        order.append(f"stop save={save}")
+        return Stopped("r1", True, "none", 0, None, saved=saved)
+
+    def start(t, resume=False):
+        order.append(f"start resume={resume} on {t.host.name}")
+        raise CheckpointRefused("no complete checkpoint to resume from")
+
+    monkeypatch.setattr(mv, "_live", lambda t, running: ("r1",))
+    monkeypatch.setattr(mv.jobs, "stop", stop)
+    monkeypatch.setattr(mv.jobs, "start", start)
+    with Session(config.parse(yaml.safe_load(cfg), "hosts.yaml"), transport_factory=fake.transport) as s:
+        lookup = cluster.lookup_of(s.config)
+
+        def moved():
+            order.append("migrated")
+            fake.placement[200] = "pve2"
+            lookup.moved(200, "pve2")
+
+        with pytest.raises(CheckpointRefused, match=r"container 200 moved to pve2, then: no complete checkpoint.*"
+                           r"`remote train -c 200 --resume` resumes run r1 there"):
+            mv.move(resolve(s, 200), "pve1", "pve2", check=lambda: (False, ()), moved=moved)
+    assert order == ["stop save=True", "migrated", "start resume=True on gpu-b"]
+    assert ("pct", "migrate", "200", "pve2", "--restart") in fake.transports["pve1"].calls
