@@ -199,6 +199,23 @@ def test_a_move_refused_by_the_gpu_check_changes_nothing(mv):
     assert data["containers"][0]["run"]["alive"], data
 
 
+@pytest.mark.fault("remote host drain --to another node", promise="each container of the host moved there with its "
+                   "run, which continues from its checkpoint (its log's first step > 0)")
+def test_a_drain_to_another_node_moves_each_container_and_continues_its_run(mv):
+    lab = mv["lab"]
+    node = lab.owner(CT)
+    other = "pve1" if node == "pve2" else "pve2"
+    run = latest_run(mv)
+    assert wait_until(lambda: "saved out/ckpt.pt" in run_log(mv, run), timeout=120)
+    r = task(mv, "host", "drain", node, "--to", other)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"container {CT} moved from {node} to {other}" in r.stdout, r.stdout
+    new = re.search(rf"run (\S+) resumes run {run} on {other}", r.stdout).group(1)
+    assert lab.owner(CT) == other
+    assert wait_until(lambda: first_iter(run_log(mv, new)) is not None, timeout=120), run_log(mv, new)
+    assert first_iter(run_log(mv, new)) > 0
+
+
 @pytest.mark.fault("remote host drain without --to, the host rebooted (its containers stopped), remote host resume",
                    promise="drain save-stops the run and prints the command that resumes it; resume starts the "
                    "stopped container and the run continues from its checkpoint (its log's first step > 0)")
