@@ -46,13 +46,19 @@ class MovePlan:
 
 
 def plan(*, ctid: int, cluster: str | None, source: str, node: str, live: tuple[str, ...], running: bool,
-         checkpoint: bool, force: bool, file: str = "") -> MovePlan:
-    """The move's steps from its facts; ConfigError for a move that cannot be done as asked (nothing changed)."""
+         checkpoint: bool, force: bool, file: str = "", nodes: tuple[int, ...] = ()) -> MovePlan:
+    """The move's steps from its facts; ConfigError for a move that cannot be done as asked (nothing changed).
+    `nodes`: the containers of a live multi-node run (a move would leave its other ranks waiting)."""
     if cluster is None:
         raise ConfigError(file, f"containers.{ctid}", f"container {ctid} is in no cluster (its hosts-file entry has `host:`, not "
                           "`cluster:`): pct migrate moves a container between nodes of one Proxmox cluster")
     if node == source:
         raise ConfigError(file, "--node", f"container {ctid} is on node {node} already: nothing to move")
+    if live and len(nodes) > 1:
+        ids = ",".join(map(str, nodes))
+        raise ConfigError(file, "--node", f"container {ctid}: run {live[0]} is a multi-node run on {ids}: moving one "
+                          f"node leaves the others waiting; `remote stop -c {ids} --save`, move, then `remote train -c "
+                          f"{ids} --resume`")
     if live and not checkpoint and not force:
         raise ConfigError(file, "train.checkpoint", f"container {ctid}: run {', '.join(live)} is live and the hosts file "
                           "has no train.checkpoint, so the move cannot save and resume it: set train.checkpoint (path, "
@@ -85,9 +91,15 @@ class _Steps:
 
 
 def _live(t: Target, running: bool) -> tuple[str, ...]:
+    return _runs(t, running)[0]
+
+
+def _runs(t: Target, running: bool) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The container's live runs, and the containers of the latest one where it is a live multi-node run."""
     if not running:
-        return ()
-    return tuple(r.run for r in jobs.state(t).live)
+        return (), ()
+    st = jobs.state(t)
+    return tuple(r.run for r in st.live), (st.manifest.nodes or ()) if st.alive else ()
 
 
 def refusal(ctid: int, node: str, findings: tuple[Finding, ...]) -> GpuConfigError:
@@ -105,10 +117,10 @@ def move(t: Target, source: str, node: str, *, check: Check, force: bool = False
     started = time.monotonic()
     session, ctid, dry = t.session, t.ctid, t.session.dry
     running = t.system.status() == "running"
-    live = _live(t, running)
+    live, nodes = _runs(t, running)
     ck = t.spec.train.checkpoint is not None
     p = plan(ctid=ctid, cluster=t.spec.cluster, source=source, node=node, live=live, running=running,
-             checkpoint=ck, force=force, file=session.config.file)
+             checkpoint=ck, force=force, file=session.config.file, nodes=nodes)
     run = _Steps(t, dry)
     commands: list[str] = []
     notes: list[str] = []

@@ -71,6 +71,7 @@ def test_a_live_run_without_a_checkpoint_is_refused_unless_force():
 
 @pytest.mark.parametrize("over, words", [
     (dict(node="pve1"), "is on node pve1 already"),
+    (dict(nodes=(200, 201)), r"run r1 is a multi-node run on 200,201.*remote stop -c 200,201 --save"),
     (dict(cluster=None), "is in no cluster"),
 ])
 def test_a_move_that_cannot_be_done_is_bad_input(over, words):
@@ -181,7 +182,7 @@ def test_a_live_run_is_save_stopped_before_the_migrate_and_a_failed_resume_names
         order.append(f"start resume={resume} on {t.host.name}")
         raise CheckpointRefused("no complete checkpoint to resume from")
 
-    monkeypatch.setattr(mv, "_live", lambda t, running: ("r1",))
+    monkeypatch.setattr(mv, "_runs", lambda t, running: (("r1",), ()))
     monkeypatch.setattr(mv.jobs, "stop", stop)
     monkeypatch.setattr(mv.jobs, "start", start)
     with Session(config.parse(yaml.safe_load(cfg), "hosts.yaml"), transport_factory=fake.transport) as s:
