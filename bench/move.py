@@ -87,9 +87,7 @@ def main() -> None:
             print(json.dumps(rows[-1]), flush=True)
         task("stop", "-c", str(CT))
     finally:
-        from remote.transport import keeper
-
-        keeper.disconnect(str(state["hosts"]))
+        task("disconnect")  # the kept connections of this hosts file end with the lab
         lab.down(purge=True)
     totals = [r["fault_to_first_step_s"] for r in rows]
     print(json.dumps({"moves": len(rows), "median_s": statistics.median(totals), "max_s": max(totals),
