@@ -26,7 +26,7 @@ __all__ = [
     # typed values (remote.results), returned by the API
     "State", "RunStatus", "RunSummary", "Metric", "KnownGood", "PulledRun", "ImportedCache", "FleetStatus",
     "HostStatus", "ContainerStatus", "JobStatus", "CompileEvent", "CompileHealth", "Created", "CreateStep", "Destroyed",
-    "LiveRun", "GpuHost", "GpuContainer", "Checkpoint", "Saved", "SaveOutcome",
+    "LiveRun", "GpuHost", "GpuContainer", "Checkpoint", "Saved", "SaveOutcome", "Moved", "MoveStep", "Drained", "DrainedRun",
     # the exception tree (remote.errors)
     "RemoteError", "ConfigError", "TransportError", "HostKeyError", "AuthenticationError", "ConnectError",
     "ConnectTimeout", "CommandError", "CommandTimeout", "PctError", "ContainerNotFound", "ContainerNotRunning",
@@ -104,6 +104,8 @@ if TYPE_CHECKING:
         Created,
         CreateStep,
         Destroyed,
+        Drained,
+        DrainedRun,
         FleetStatus,
         GpuContainer,
         GpuHost,
@@ -113,6 +115,8 @@ if TYPE_CHECKING:
         KnownGood,
         LiveRun,
         Metric,
+        Moved,
+        MoveStep,
         PulledRun,
         RunStatus,
         RunSummary,

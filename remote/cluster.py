@@ -237,6 +237,18 @@ class Lookup:
         """Host's Proxmox node name as this lookup knows it (`node:`, else what the host said, else its name)."""
         return node_of(host, self.learned)
 
+    def moved(self, ctid: int, node: str) -> None:
+        """Container `ctid` was migrated to `node` by this process (remote move): its next command goes there,
+        with no Proxmox error and no re-read first (a drain moves many; the re-read is once per cluster)."""
+        with self._lock:
+            spec = self.config.containers[ctid]
+            if spec.cluster is None:
+                return
+            old = self.guests(spec.cluster, spec.host)
+            self._lists[spec.cluster] = {**old, ctid: Guest(ctid, node, "running")}
+            self._placed.pop(ctid, None)
+            self._said.add(ctid)  # the hosts file's hint is stale by our own doing: no note about it
+
     def reread(self, spec: ContainerSpec, failed_on: str) -> Placement | None:
         """After "does not exist" on host `failed_on` (the node the list named): where the container is now,
         or None. The list is read again at most once per cluster, but every container it moved is followed

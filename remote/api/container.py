@@ -20,6 +20,7 @@ from ..results import (
     GpuFix,
     ImportedCache,
     KnownGood,
+    Moved,
     PulledRun,
     Result,
     RolledBack,
@@ -292,6 +293,13 @@ class Container:
                 assert isinstance(one, Stopped)
                 self._target.output(f"node {ctid}: " + ("stopped" if one.was_alive else "was not running")
                                     + ", verified: no process of it is left")
+        return got
+
+    def move(self, node: str, *, force: bool = False) -> Moved:
+        """Move this container to node `node` of its cluster with its run (Fleet.move): save-stop, check, migrate,
+        resume there. The handle follows it: its next call runs on `node`."""
+        got = self.fleet.move(self.id, node, force=force)  # type: ignore[attr-defined]
+        self._made = None  # resolved again: the session's lookup has it on its new node
         return got
 
     def checkpoints(self) -> list[Checkpoint]:

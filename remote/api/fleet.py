@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..events import Sink
-from ..results import CacheCopy, Created, Destroyed, GpuFix, GroupResult, HostSetup, Outcome
+from ..results import CacheCopy, Created, Destroyed, Drained, GpuFix, GroupResult, HostSetup, Moved, Outcome
 from .base import ALL, FleetBase, Progress
 from .container import Container
 from .group import Group
@@ -191,3 +191,65 @@ class Fleet(FleetBase):
                           transport=self._transport) as session:
             return destroymod.destroy(resolve(session, ctid), hosts_file=writable,
                                       remove_entry=hostsinit.remove_container)
+
+    # -- moves and maintenance (docs/guide/cluster.md) --------------------------------------------------------
+    def _node(self, ctid: int, node: str) -> tuple[str, str, str]:
+        """(the host entry of node `node` of container ctid's cluster, that node's name, the node it is on now);
+        ConfigError naming the cluster's nodes for a node the hosts file lacks."""
+        from ..cluster import lookup_of, node_of
+        from ..errors import ConfigError
+        from ..target import resolve
+
+        spec = resolve(self._session, ctid).spec
+        lookup = lookup_of(self._session.config)
+        name_of = lookup.node_of if lookup is not None else node_of
+        hosts = [h for h in self.config.hosts.values() if h.cluster and h.cluster == spec.cluster]
+        found = [h for h in hosts if node in (name_of(h), h.name)]
+        if spec.cluster is not None and not found:
+            raise ConfigError(self.config.file, "--node", f"node {node!r} is not a node of cluster {spec.cluster!r} in the "
+                              f"hosts file (its nodes: {', '.join(sorted(name_of(h) for h in hosts)) or 'none'})")
+        return (found[0].name if found else node), (name_of(found[0]) if found else node), name_of(spec.host)
+
+    def move(self, ctid: int | str, node: str, *, force: bool = False) -> Moved:
+        """Move container `ctid` to node `node` of its cluster with its run: the node's GPU check first (GpuConfigError
+        naming the findings where the container cannot use its GPUs there: nothing changed), the live run
+        save-stopped (stop(save=True); force=True stops it unsaved and does not resume it), `pct migrate --restart`
+        (offline for a stopped container) on the node that holds it, the container waited for there, the run
+        resumed from its checkpoint (train(resume=True)). ConfigError for a container in no cluster, its own node,
+        or a live run without train.checkpoint (unless force). The fleet's dry: reads, reports every command."""
+        from ..cluster import lookup_of
+        from ..gpudoctor import before_move
+        from ..ops import move as movemod
+        from ..target import resolve
+        from . import checks
+
+        checks.flag("force", force)
+        t = resolve(self._session, ctid)
+        host, name, source = self._node(t.ctid, node)
+        lookup = lookup_of(self._session.config)
+
+        def check() -> tuple[bool, tuple]:
+            report = before_move(self._session, t.ctid, host)
+            return report.gpu, report.findings
+
+        return movemod.move(t, source, name, check=check, force=force,
+                            moved=(lambda: lookup.moved(t.ctid, name)) if lookup is not None else None)
+
+    def drain(self, host: str, *, to: str | None = None) -> Drained:
+        """Every live run of `host`'s containers save-stopped (stop(save=True)); `to` (a node of their cluster): each
+        container moved there (move()); without: left stopped, each with the command that resumes it, and
+        remembered for resume_host(). One container's failure is its own (Drained.containers' error)."""
+        from ..ops import move as movemod
+        from ..target import resolve_host
+
+        resolve_host(self._session, host)  # ConfigError naming the known hosts
+        return movemod.drain(self._session, host, to=to, mover=lambda ctid: self.move(ctid, to or ""))
+
+    def resume_host(self, host: str) -> Drained:
+        """Each container drain() left on `host`: started where it is stopped (after a reboot), its run resumed from
+        its checkpoint (train(resume=True)). ConfigError where no drain of `host` is remembered."""
+        from ..ops import move as movemod
+        from ..target import resolve_host
+
+        resolve_host(self._session, host)
+        return movemod.resume_host(self._session, host)

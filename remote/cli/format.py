@@ -671,6 +671,8 @@ def gpu_fix_lines(done: Any) -> list[str]:
     if done.restart_reason:
         out.append(f"  {'restarted' if done.restarted else 'restart ' + ('needed' if not done.dry else 'would be')}: "
                    f"{printable(done.restart_reason)}")
+    if done.resumed:
+        out.append(f"  the live run was saved first and resumed after: run {printable(done.resumed)}")
     for kind, message, step in done.manual:
         out.append(f"  not fixed ({kind}): {printable(message)}\n      by hand: {printable(step)}")
     if not done.dry:

@@ -65,3 +65,4 @@ def destroy(c, ctid, yes=False, dry=False, json_=False, hosts=None):
                 raise Exit(f"destroy {plan.ctid}: not confirmed; nothing changed", code=1)
         got = fleet.destroy(ctid)
     say(fmt.destroyed_json(got) if json_ else "\n".join(fmt.destroyed_lines(got)))
+from . import movetasks  # noqa: E402,F401  (`remote move`, `host drain`, `host resume`: registered on import)

@@ -19,7 +19,8 @@ What each finding becomes (remote.facts.gpu's kinds):
     host-no-driver, host-gpu-vfio, a pending    not fixed: named with the manual step (the finding's own fix)
       reboot, persistence-off, mig-caps-missing
 
-The one restart path is `restart()` (a run live there is refused unless `force`, then killed).
+The one restart path is `restart()` (a run live there is refused unless `force`, then killed; with
+train.checkpoint it is saved and stopped first, and resumed from its checkpoint after).
 Root on the host is needed (devN and mount entries are root-only in Proxmox: docs/guide/safety.md); a host
 with `sudo: true` is refused before anything is read. A live run blocks a restart, as deploy's does, unless
 `force`. Before the config is written, a Proxmox snapshot where the storage can (it holds the config too).
@@ -38,7 +39,7 @@ from .. import shell
 from ..errors import BusyError, GpuFixError, PctError, RemoteError, RootRequired
 from ..facts import gpu
 from ..naming import printable
-from ..results import Finding, GpuFix, LiveRun
+from ..results import Finding, GpuFix, LiveRun, Stopped
 from ..target import Target
 from . import gpuconfig, oplock
 
@@ -357,27 +358,50 @@ def gpu_fix(t: Target, *, dry: bool = False, force: bool = False) -> GpuFix:
     # The operation lease of a running container that must restart (or may, where a repair in place fails): held
     # from the run check to the restart, so no deploy, warmup or launch of another controller starts in between
     # (as rollback holds it).
+    saved: list[Stopped] = []  # a live run saved and stopped for the restart (train.checkpoint): resumed after
     with oplock.hold(t.system, "gpu fix") if (p.restart or p.inplace) and running else contextlib.nullcontext():
-        return _apply(t, p, host, before, commands, running, force)
+        done = _apply(t, p, host, before, commands, running, force, saved)
+    return _resume(t, done, saved[0]) if saved else done
 
 
-def _refuse_live(t: Target, why: str, force: bool) -> None:
-    """A live run blocks a restart unless `force` (then it is killed, and said so)."""
+def _resume(t: Target, done: GpuFix, stopped: Stopped) -> GpuFix:
+    """After the restart, the run saved before it resumed from its checkpoint (train --resume), outside the
+    lease; where it cannot (no checkpoint came, a preflight problem), a warning says how to resume by hand."""
+    from . import jobs
+
+    try:
+        run_id, _ = jobs.start(t, resume=True)
+    except RemoteError as exc:
+        t.warn(f"run {stopped.run} was saved and stopped for the restart but did not resume: {exc} "
+               f"(`remote train -c {t.ctid} --resume` resumes it)")
+        return done
+    return dataclasses.replace(done, resumed=run_id)
+
+
+def _refuse_live(t: Target, why: str, force: bool, saved: list[Stopped]) -> None:
+    """A live run blocks a restart unless `force` (then it is killed, and said so); with train.checkpoint it is
+    saved and stopped first (jobs.stop(save=True), put in `saved`: gpu_fix resumes it after)."""
     live = _live(t)
+    if live and not force and t.spec.train.checkpoint is not None:
+        from . import jobs
+
+        t.step(f"container {t.ctid} must restart ({why}): the live run saves and stops first, and resumes after")
+        saved.append(jobs.stop(t, save=True))
+        return
     if live and not force:
         from . import jobs
 
         raise BusyError(t.ctid, f"container {t.ctid}: {jobs.live_text(live)} still running; gpu fix must restart "
                                 f"the container ({why}). `remote stop` first, or pass --force (the run is "
-                                "killed)", jobs.busy_details(live))
+                                "killed); with train.checkpoint it is saved and resumed", jobs.busy_details(live))
     if live:
         t.warn(f"--force: restarting container {t.ctid} while a run is live (it is killed)")
 
 
 def _apply(t: Target, p: Plan, host: gpu.HostGpu, before: tuple[str, ...], commands: list[str], running: bool,
-           force: bool) -> GpuFix:
+           force: bool, saved: list[Stopped]) -> GpuFix:
     if p.restart and running:
-        _refuse_live(t, p.restart, force)
+        _refuse_live(t, p.restart, force, saved)
     snap = _snapshot(t) if not p.config.empty else None
     done: list[str] = []  # what has changed so far, for an error part-way
     why = p.restart
@@ -386,7 +410,7 @@ def _apply(t: Target, p: Plan, host: gpu.HostGpu, before: tuple[str, ...], comma
         left = repair_in_place(t, p.inplace, done) if p.inplace and running and not restarted else None
         if left:  # a node the repair in place left wrong: only a restart makes it from the host's
             why = f"{p.fallback} ({left})"
-            _refuse_live(t, why, force)
+            _refuse_live(t, why, force, saved)
             commands.append(RESTART_COMMAND.format(ctid=t.ctid))
             restart(t, why, done)
             restarted = True

@@ -19,6 +19,7 @@ area (commands, deploy, health, runs, many, gpu); every name is exported here.
     Outcome, GroupResult                                           one call on many containers
     CreateStep, Created                                            `remote create`: a container made, step by step
     Destroyed                                                      `remote destroy`: a container removed, its entry too
+    MoveStep, Moved, DrainedRun, Drained                           `remote move`, `remote host drain/resume`
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from .deploy import CacheCopy, CacheHolding, DeployPlan, ImportedCache, RolledBa
 from .gpu import Created, CreateStep, Destroyed, GpuFix, HostSetup
 from .health import Diagnosis, Finding, GpuContainer, GpuHost, GpuReport
 from .many import GroupResult, Outcome
+from .moves import Drained, DrainedRun, Moved, MoveStep
 from .runs import (
                    Checkpoint,
                    CompileEvent,
@@ -52,4 +54,5 @@ __all__ = [  # the API re-exports these as they are (remote.api)
     "Result", "Transfer", "DeployPlan", "Warmup", "CacheHolding", "CacheCopy", "ImportedCache", "Snapshot", "RolledBack", "Finding", "RunStatus", "LiveRun", "RunSummary", "Metric",
     "Diagnosis", "GpuReport", "GpuHost", "GpuContainer", "Stopped", "Checkpoint", "Saved", "SaveOutcome", "KnownGood", "PulledRun", "CompileEvent", "CompileHealth", "JobStatus", "ContainerStatus",
     "HostStatus", "FleetStatus", "Outcome", "GroupResult", "State", "GpuFix", "HostSetup", "CreateStep", "Created", "Destroyed",
+    "MoveStep", "Moved", "DrainedRun", "Drained",
 ]

@@ -27,6 +27,7 @@ class GpuFix:
     cuda_init: int | None
     after: tuple[str, ...]
     probe_error: str | None = None  # why the container could not be probed (stopped), where it could not
+    resumed: str | None = None  # a run saved before the restart (train.checkpoint) and resumed after: the new run
 
     @property
     def noop(self) -> bool:

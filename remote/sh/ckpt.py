@@ -16,8 +16,9 @@ or null), keep (the keep folder or null), signal (a name or null), grace (second
   fresh                 every match and the kept copy moved aside (`<name>.old-<time>`): a new run starts over
   resume RUN            job.sh's restart: restore, then RUN/command-next (RUN/command-resume with {checkpoint}
                         the latest's path, quoted once); prints the log's words (exit 3: none complete)
-  wait RUN ID           `stop --save`: ask the job to save (its signal, re-sent every RESEND s, and
-                        RUN/save-requested) and wait for a new complete checkpoint, at most `grace` seconds
+  wait RUN ID           `stop --save`: ask the job to save (its signal, to the processes that catch it, re-sent
+                        every RESEND s; and RUN/save-requested) and wait for a new complete checkpoint, at most
+                        `grace` seconds
 Nothing is ever deleted: a checkpoint moved aside is renamed beside itself.
 """
 
@@ -31,6 +32,7 @@ import signal
 import struct
 import subprocess
 import sys
+import threading
 import time
 import zipfile
 
@@ -226,7 +228,8 @@ def kept(conf):
 def copy(src, dst, check=None):
     """src to dst atomically (a temp name beside dst, then a rename), as a reflink where the filesystem can;
     with `check`, only where check(temp copy) holds (False: nothing was replaced)."""
-    tmp = f"{dst}.remote-tmp"
+    # Its own temp name: the watch's keep and stop --save's may copy at once.
+    tmp = f"{dst}.remote-tmp-{os.getpid()}-{threading.get_ident()}"
     if os.path.isdir(tmp) and not os.path.islink(tmp):
         shutil.rmtree(tmp)
     elif os.path.lexists(tmp):
@@ -386,6 +389,18 @@ def marked(run_id, exclude):
     return out
 
 
+def catches(pid, sig):
+    """Whether process pid has a handler for sig (/proc/PID/status SigCgt, a hex mask: bit sig - 1)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (int(sig) - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
 def read_pid(path):
     try:
         with open(path) as f:
@@ -415,13 +430,17 @@ def cmd_wait(conf, run, run_id):
         if not procs:
             why = "ended"
         if sig is not None and procs and time.monotonic() - last_sent >= RESEND:
-            for pid, comm in procs:
-                if comm not in SHELLS:
-                    try:
-                        os.kill(pid, sig)
-                    except OSError:
-                        pass
-            sent, last_sent = sent + 1, time.monotonic()
+            # Only to a process that catches it: one still importing or compiling, its handler not installed
+            # yet, would die of it (the default action) unsaved. It gets it once its handler is there (the
+            # next poll), so a signal asked for during the compile is not lost.
+            hit = [pid for pid, comm in procs if comm not in SHELLS and catches(pid, sig)]
+            for pid in hit:
+                try:
+                    os.kill(pid, sig)
+                except OSError:
+                    pass
+            if hit:
+                sent, last_sent = sent + 1, time.monotonic()
         new = [c for c in candidates(conf) if c["complete"] and (c["path"], c["mtime"], c["size"]) not in seen]
         if new:
             saved, why = new[0], "saved"

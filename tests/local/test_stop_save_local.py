@@ -166,3 +166,43 @@ def test_the_watch_keeps_the_last_complete_in_place_checkpoint(tmp_path, ck):
         assert (job.run / "watch.pid").read_text().strip().isdigit()
     finally:
         job.stop_save(settings)
+
+
+LATE = r'''
+import io, os, pickle, signal, sys, time, zipfile
+out = sys.argv[1]
+time.sleep(1.5)  # importing, compiling: no handler yet; a USR1 now would kill it unsaved
+def save(*_):
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("archive/data.pkl", pickle.dumps({"iter_num": 77}, protocol=2))
+    with open(out, "wb") as f:
+        f.write(buf.getvalue())
+signal.signal(signal.SIGUSR1, save)
+while True:
+    time.sleep(0.05)
+'''
+
+
+@pytest.mark.fault("stop --save asked while the job still imports or compiles (its signal handler not installed)",
+                   promise="the signal is held back until the job catches it, then sent: the job saves, never dies of "
+                           "the save signal")
+def test_the_save_signal_waits_for_the_jobs_handler(tmp_path, ck):
+    settings = conf(tmp_path, grace=20)
+    run_id = "local-" + secrets.token_hex(4)
+    run = tmp_path / "runs" / run_id
+    run.mkdir(parents=True)
+    job = subprocess.Popen([PY, "-c", LATE, settings["path"]], env={**os.environ, "REMOTE_RUN_ID": run_id})
+    try:
+        (tmp_path / "out").mkdir()
+        t0 = time.monotonic()
+        r = subprocess.run([PY, "-I", "-S", str(SH / "ckpt.py"), "wait", json.dumps(settings), str(run), run_id],
+                           capture_output=True, text=True, timeout=60)
+        took = time.monotonic() - t0
+        got = json.loads(r.stdout)
+        assert got["why"] == "saved" and got["saved"]["step"] == 77 and got["signals"] >= 1, got
+        assert job.poll() is None and took >= 1.0, took  # alive: it was not signalled before its handler
+        assert (run / "save-requested").exists()
+    finally:
+        job.kill()
+        job.wait()

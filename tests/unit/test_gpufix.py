@@ -673,3 +673,39 @@ def test_a_pending_reboot_with_the_folder_already_the_loaded_version_is_fixed_no
     step = dict((k, s) for k, _, s in done.manual)["driver-lib-mismatch"]
     assert "reboot the host first" in step and not any(c[3] == "nvidia-userspace" and c[-1] != "--check"
                                                        for c in fake.calls if c[0] == "bash")
+
+
+@pytest.mark.fault("gpu fix that must restart a container with a run live, train.checkpoint set",
+                   promise="the run is saved and stopped before the restart and resumed from its checkpoint after; "
+                           "--force is the only way to skip the save")
+def test_a_live_run_with_a_checkpoint_is_saved_before_the_restart_and_resumed_after(monkeypatch):
+    from remote.ops import jobs
+    from remote.results import Checkpoint, Saved, Stopped
+
+    cfg = data("pct-config-dev.txt").replace("dev2: /dev/nvidia-uvm\n", "")
+    kw = {"nodes": [n for n in GOOD_NODES if n[0] != "/dev/nvidia-uvm"], "init": 999}
+    order: list = []
+    fake = Pvesm(config_text=cfg, ct_kw=kw, live="20261202-0700-ab:4242")
+    real_run = fake.run
+
+    def run(argv, **k):  # the container's restart, in the order it happens beside the save and the resume
+        if argv[:2] in (["pct", "stop"], ["pct", "start"]) or tuple(argv[:2]) in (("pct", "stop"), ("pct", "start")):
+            order.append(argv[1])
+        return real_run(argv, **k)
+
+    monkeypatch.setattr(fake, "run", run)
+    left = Checkpoint("/root/out/ckpt.pt", True, "torch", step=250)
+    monkeypatch.setattr(jobs, "stop", lambda t, run_id=None, grace=10, save=False: order.append(("stop", save)) or
+                        Stopped("20261202-0700-ab", True, "TERM", 143, None, saved=Saved("saved", left)))
+    monkeypatch.setattr(jobs, "start", lambda t, resume=False, **k: order.append(("start", resume)) or ("R2", 7))
+    hosts = {**HOSTS, "train": {"command": "python train.py", "checkpoint": {"path": "/root/out/ckpt.pt"}}}
+    s = Session(config.parse(hosts, "hosts.yaml"), agent=False, transport_factory=lambda h: fake)
+    done = gpufix.gpu_fix(resolve(s, 200))
+    assert order == [("stop", True), "stop", "start", ("start", True)], order
+    assert done.restarted and done.resumed == "R2"
+    order.clear()  # --force: killed with the container, nothing saved or resumed
+    done = gpufix.gpu_fix(resolve(Session(config.parse(hosts, "hosts.yaml"), agent=False,
+                                          transport_factory=lambda h: Pvesm(config_text=cfg, ct_kw=kw,
+                                                                            live="20261202-0700-ab:4242")), 200),
+                          force=True)
+    assert order == [] and done.restarted and done.resumed is None
