@@ -117,12 +117,18 @@ def _sudo_host(config: Config, name: str | None) -> Host:
     return sudo_hosts[0]
 
 
-def disconnect(hosts: str | os.PathLike | None = None, host: str | None = None) -> list[int]:
+def disconnect(hosts: str | os.PathLike | None = None, host: str | None = None, *, every: bool = False) -> list[int]:
     """End the kept connections of a hosts file (one host's, or every one) now: the pids ended. Without
-    `host` the file is not read (a broken file's connections can still be ended)."""
+    `host` the file is not read (a broken file's connections can still be ended). every=True: every kept
+    connection of this user, whatever hosts file made it (no file is read)."""
     from .. import config as cfg
     from ..ops.session import disconnect as end
 
+    if every:
+        if host is not None:
+            raise ConfigError(cfg.find_file(os.fspath(hosts) if hosts is not None else None), "--host",
+                              "give --host (one host of this hosts file) or --all (every hosts file's), not both")
+        return end(None)
     config_file = cfg.find_file(os.fspath(hosts) if hosts is not None else None)
     if host is not None and host not in cfg.load(config_file).hosts:
         raise ConfigError(config_file, "--host", f"unknown host {host!r}")

@@ -248,10 +248,12 @@ def _job_line(entry: dict | None) -> str:
         return "" if not entry or "error" not in entry else f"  ({entry['error']})"
     r = entry["run"]
     unit = f" {r['unit']}" if r.get("unit") else ""
+    # the rolling figure, as the run's own line says it (the last interval's alone jumps); the last where none yet
+    shown = r.get("rolling") if r.get("rolling") is not None else r["throughput"]
     if r["alive"]:
-        tp = f", {r['throughput']:.4g}{unit}" if r["throughput"] is not None else ", no throughput yet"
+        tp = f", {shown:.4g}{unit}" if shown is not None else ", no throughput yet"
         base = (f" vs baseline {r['baseline']:g}{unit}{' SLOW' if r['low'] else ''}"
-                if r["baseline"] and r["throughput"] is not None else "")
+                if r["baseline"] and shown is not None else "")
         text = f", job {r['id']} running {r['uptime_s']}s{tp}{base}"
         text += f" {r['spark']}" if r.get("spark") else ""
         text += _watch_text(r)
@@ -261,7 +263,7 @@ def _job_line(entry: dict | None) -> str:
         text = f", last run {r['id']} LOST (no exit record{moved})" + (
             f"; its processes {r['orphans']} still run" if r.get("orphans") else "")
     else:
-        tp = f", last throughput {r['throughput']:.4g}{unit}" if r["throughput"] is not None else ""
+        tp = f", last throughput {shown:.4g}{unit}" if shown is not None else ""
         ended = f"stopped by `remote stop` (exit {r['exit']})" if r.get("stopped") else f"exited {r['exit']}"
         text = f", last run {r['id']} {ended}{tp}"
         text += f" {r['spark']}" if r.get("spark") else ""

@@ -47,7 +47,9 @@ from .table import (  # noqa: F401
     fleet_of,
     handled,
     is_selection,
+    keeps_going,
     many_help,
+    no_shell_after_dashes,
     say,
     task,
 )
@@ -116,6 +118,8 @@ def exec_(c, command, container=None, timeout=None, dry=False, hosts=None, fail_
     in the checkout with the job's environment (venv, compile cache, train.env); its output streams
     back and `remote` exits with its status."""
     several = is_selection(container)
+    if not isinstance(command, str) and command:
+        no_shell_after_dashes(list(command))
 
     def one(ct):
         out = Streamed(lines=several)
@@ -137,6 +141,7 @@ def exec_(c, command, container=None, timeout=None, dry=False, hosts=None, fail_
                      rollback="switch the venv back to the previous build",
                      force="deploy even while a training job runs there (the venv it uses is never deleted)"))
 @handled
+@keeps_going
 def deploy(c, container=None, allow_dirty=False, check=False, rollback=False, force=False, dry=False, hosts=None,
            fail_fast=False):
     """Make the container's venv and checkout exactly what the hosts file pins.
@@ -164,6 +169,7 @@ def deploy(c, container=None, allow_dirty=False, check=False, rollback=False, fo
                      "nothing", import_="load a bundle made by --export into the container's cache (refused if "
                      "versions differ)"))
 @handled
+@keeps_going
 def warmup(c, container=None, parallel=False, devices=None, export=None, import_=None, dry=False, hosts=None,
            fail_fast=False):
     """Compile the training into the persistent compile cache, one device at a time.
@@ -562,15 +568,16 @@ def rollback(c, container=None, snapshot=None, force=False, hosts=None):
     say("\n".join(fmt.rollback_lines(done)))
 
 
-@task(help={"host": "only this host's kept connection (default: every host's of the hosts file)", "hosts": HOSTS_HELP})
+@task(help={"host": "only this host's kept connection (default: every host's of the hosts file)", "hosts": HOSTS_HELP,
+            "all_": "every kept connection of yours, whatever hosts file made it"})
 @handled
-def disconnect(c, host=None, hosts=None):
-    """End kept connections now.
+def disconnect(c, host=None, hosts=None, all_=False):
+    """End kept connections now (this hosts file's; --all: every one of yours).
 
     Each host's kept connection holds the SSH connection and the agents for control_persist seconds."""
     from .. import api
 
-    pids = api.disconnect(hosts, host)
+    pids = api.disconnect(hosts, host, every=all_)
     say(f"ended {len(pids)} kept connection(s)" + (f" (pid {', '.join(map(str, pids))})" if pids else ""))
 
 

@@ -200,10 +200,11 @@ def deploy(t: Target, *, allow_dirty: bool = False, check: bool = False, rollbac
         # Probed again under the lease: nothing else changes the container while this plan is carried out.
         found = probe(t)
         plan = make_plan(spec, found, local)
-        if not plan.empty:  # a Proxmox snapshot before the first change (deploy.snapshot)
-            _snapshot(t, local.commit if local else f"venv spec {plan.want}", summary)
-            held.check()
-        _apply(t, found, plan, local, held, summary, lock)
+        what = local.commit if local else f"venv spec {plan.want}"
+        # The Proxmox snapshot (deploy.snapshot) is taken once the venv is built and verified, just before the
+        # first change to what runs (the checkout, the venv's link): a deploy that fails before (a build that
+        # fails, a bad lock) changed nothing and takes none, so it never counts against keep_snapshots.
+        _apply(t, found, plan, local, held, summary, lock, before_change=lambda: _snapshot(t, what, summary))
     summary.seconds = time.monotonic() - start
     return summary.plan(applied=True)
 
@@ -288,7 +289,8 @@ def _refuse_running_job(t: Target, force: bool, summary: _Changes) -> None:
 
 
 def _apply(t: Target, found: DeployProbe, plan: Plan, local: codemod.LocalCommit | None,
-           held: oplock.Lease, summary: _Changes, lock: LockOnce | None = None) -> None:
+           held: oplock.Lease, summary: _Changes, lock: LockOnce | None = None,
+           before_change: Callable[[], None] | None = None) -> None:
     """Clean up, build and verify the venv, then move the code and swap the venv as the very last steps,
     so a failed build leaves both the old checkout and the old venv."""
     ct, spec = t.system, t.spec
@@ -320,6 +322,9 @@ def _apply(t: Target, found: DeployProbe, plan: Plan, local: codemod.LocalCommit
             target, summary.torch = _build(t, found, plan.want, plan.req_text, plan.guard, lock)
 
     held.check()
+    if before_change is not None and (target or plan.code and local is not None):
+        before_change()
+        held.check()
     if plan.code and local is not None:  # make_plan asks for a sync only with a local commit
         t.step(printable(f"code: {plan.code}"))
         _sync_code(t, local, found.code_head, summary)
