@@ -154,6 +154,8 @@ def cli_words(exc: RemoteError) -> RemoteError:
 LIBRARY_WORDS = [
     (re.compile(r"pass warmup=True to train"), r"`remote train --warmup`"),
     (re.compile(r"\bforce=True\b"), "--force"),
+    (re.compile(r"\bresume=True\b"), "--resume"),
+    (re.compile(r"\bfresh=True\b"), "--fresh"),
     (re.compile(r"\ballow_dirty=True\b"), "--allow-dirty"),
     (re.compile(r"another out= writes another"), "--out FILE writes another"),
     (re.compile(r"\bgive out=FILE\b"), "give --out FILE"),
@@ -270,6 +272,16 @@ def fleet_of(hosts: str | None, dry: bool = False, stderr_progress: bool = False
 
     return api.open(hosts, dry=dry, keep=True, events=functools.partial(show, data_on_stdout=stderr_progress,
                                                                          hosts=hosts))
+
+
+def checkpoint_flags(file: str, container: object, resume: bool, fresh: bool) -> None:
+    """train's --resume and --fresh: not both, and for one container (a multi-node run does not resume yet)."""
+    if resume and fresh:
+        raise ConfigError(file, "--fresh", "--resume and --fresh exclude each other: continue from the latest "
+                          "checkpoint, or start over")
+    if (resume or fresh) and is_selection(container):
+        raise ConfigError(file, "--resume" if resume else "--fresh", "one container only: a multi-node run does not "
+                          "resume from checkpoints yet")
 
 
 def is_selection(value: object) -> bool:

@@ -31,8 +31,8 @@ from ..naming import printable
 from ..results import ContainerStatus, JobStatus, LiveRun, PulledRun, RunStatus, Stopped
 from ..target import Target, resolve
 from ..transport.session import HostState, Session
+from . import checkpoints, compilelog, dryplan, files, gpumem, jobenv, layout, logs, oplock, pyspy
 from . import code as codemod
-from . import compilelog, dryplan, files, gpumem, jobenv, layout, logs, oplock, pyspy
 from . import warmup as wm
 from .runwatch import EXIT_STALLED, stall_text, watch_settings
 
@@ -207,14 +207,15 @@ def new_run_id() -> str:
 
 def launch(t: Target, pre: Preflight, *, force: bool = False,
            command: str | None = None, run_id: str | None = None, extra: dict | None = None,
-           env: dict | None = None, held: oplock.Lease | None = None, announce: bool = True) -> tuple[str, int]:
+           env: dict | None = None, held: oplock.Lease | None = None, announce: bool = True,
+           base: str | None = None) -> tuple[str, int]:
     """Start the job detached; returns (run id, pid). Refused while another job runs, unless forced.
     A multi-node run passes its one run id, its node's fields for the manifest (`extra`) and its node's
     environment (`env`, under train.env). The job's wrapper restarts it as train.restarts says, and the
     watch beside it (stalls, metrics.jsonl, gpu.csv) gets py-spy pushed first when train.stall is set.
     `held`: the operation lease the caller took for its preflight (train does), else launch takes it.
     `announce`: report the start (and py-spy's install) through t; False for one node of a run whose caller
-    announces it (multinode)."""
+    announces it (multinode). `base`: a resume's command without its resume words (what a restart adds them to)."""
     ct, spec = t.ct, t.spec
     command = command or spec.train.command
     if not command:
@@ -248,9 +249,11 @@ def launch(t: Target, pre: Preflight, *, force: bool = False,
                                               run_id, "1" if force else "0", spec.code.path, command,
                                               json.dumps(manifest, indent=1), str(spec.train.restarts),
                                               " ".join(map(str, spec.train.restart_on)),
-                                              json.dumps(watch_settings(spec, py_spy)),
+                                              json.dumps({**watch_settings(spec, py_spy),
+                                                          "checkpoint": checkpoints.watch_conf(spec)}),
                                               *installed("job.sh", shell.load("job")),
-                                              *installed("watch.py", shell.load_python("watch"))],
+                                              *installed("watch.py", shell.load_python("watch")),
+                                              *checkpoints.launch_args(spec, base or command)],
                            extra=env, timeout=60, label="launch")
     except KeyboardInterrupt:
         ref = f"-c {spec.ctid} --run {run_id}"
@@ -310,7 +313,7 @@ def run_status(st: RunState) -> RunStatus:
     """A run's state (state()'s answer) as the typed value the API returns."""
     return RunStatus(st.run, st.path, st.pid, st.alive, st.exit, st.lost, st.stopped, st.orphans, st.log_size,
                      st.manifest.raw, st.live, dataclasses.asdict(st.stalled) if st.stalled else None, st.stalls,
-                     st.gpu, st.attempt, st.attempts_max)
+                     st.gpu, st.attempt, st.attempts_max, st.checkpoint, st.parent)
 
 
 def unknown_run(spec: ContainerSpec, run_id: str, latest: tuple[str, ...] | list[str]) -> UnknownRun:
@@ -343,7 +346,7 @@ def final_status(st: RunState) -> int:
     return st.final_status
 
 
-def stop(t: Target, run_id: str | None = None, grace: int = 10) -> Stopped:
+def stop(t: Target, run_id: str | None = None, grace: int = 10, save: bool = False) -> Stopped:
     """TERM the job's processes, KILL after `grace` seconds, and verify that nothing of it is left.
 
     Without run_id: every live run (a `train --force` starts one beside another; a wrapper may not have
@@ -355,14 +358,19 @@ def stop(t: Target, run_id: str | None = None, grace: int = 10) -> Stopped:
         raise JobError(f"container {spec.ctid} has no runs in {spec.train.run_dir}")
     others = [r.run for r in st.live if r.run != st.run] if run_id is None else []
     results = [_stop_one(t, state(t, rid), grace) for rid in others]
-    result = _stop_one(t, st, grace) if st.run else results.pop(0)
+    if save and spec.train.checkpoint is None:
+        raise ConfigError(t.session.config.file, "train.checkpoint", "save=True needs it: where the job saves")
+    result = _stop_one(t, st, grace, save=save) if st.run else results.pop(0)
     return dataclasses.replace(result, others=tuple(results))
 
 
-def _stop_one(t: Target, st: RunState, grace: int) -> Stopped:
+def _stop_one(t: Target, st: RunState, grace: int, save: bool = False) -> Stopped:
     ct = t.ct
     assert st.run is not None  # stop() passes runs only
-    r = ct.script(shell.with_lib("stop"), st.path, st.run, str(grace), timeout=grace + 60, label="stop")
+    asked, save = save, save and st.alive  # a save is asked of a running job only (Saved "not-running" else)
+    wait = t.spec.train.checkpoint.grace if save and t.spec.train.checkpoint else 0
+    r = ct.script(checkpoints.save_script() if save else shell.with_lib("stop"), st.path, st.run, str(grace),
+                  *(checkpoints.save_args(t.spec) if save else ()), timeout=grace + wait + 60, label="stop")
     if ct.dry:
         return Stopped(st.run, st.alive, "none", None, None)
     fields = runfacts.fields_of(r.out)
@@ -375,7 +383,9 @@ def _stop_one(t: Target, st: RunState, grace: int) -> Stopped:
         raise JobError(f"run {st.run}: processes still alive after KILL: {left + (gpu_left or [])}")
     return Stopped(st.run, st.alive or bool(st.orphans), fields.get("signal"),
                    int(exit_text) if exit_text.lstrip("-").isdigit() else None,
-                   tuple(gpu_left) if gpu_left is not None else None, nodes=st.manifest.nodes)
+                   tuple(gpu_left) if gpu_left is not None else None, nodes=st.manifest.nodes,
+                   saved=checkpoints.after_stop(t, st, fields.get("saved"), fields.get("restored"),
+                                                lambda: state(t, st.run).tail) if asked else None)
 
 
 watch_for = logs.watch_for
@@ -432,10 +442,11 @@ def show_log(t: Target, run_id: str | None = None, *, follow: bool = False) -> F
 
 
 def start(t: Target, *, force: bool = False, warmup: bool = False, command: str | None = None,
-          env: dict[str, str] | None = None) -> tuple[str, int | None]:
+          env: dict[str, str] | None = None, resume: bool = False, fresh: bool = False) -> tuple[str, int | None]:
     """Preflight (warming up first where only the warmup is missing and `warmup`), then launch detached:
     (run id, pid; None in a dry run). What train does before it follows; remote.api's Container.train.
-    `command` and `env`: this run's, instead of train.command and on top of train.env."""
+    `command` and `env`: this run's, instead of train.command and on top of train.env. `resume`, `fresh`: with
+    train.checkpoint, from the latest complete checkpoint or over (remote.ops.checkpoints.prepare)."""
     session, spec, ct = t.session, t.spec, t.ct
 
     def checked_launch() -> tuple[str, int]:
@@ -445,7 +456,10 @@ def start(t: Target, *, force: bool = False, warmup: bool = False, command: str 
             pre = preflight(t, host_gpu=host_gpu(session, spec), force=force)
             for note in pre.notes:
                 t.output(printable(f"preflight: {note}"))
-            return launch(t, pre, force=force, held=held, command=command, env=env)
+            begin = checkpoints.prepare(t, command or spec.train.command or "", resume=resume, fresh=fresh,
+                                        live=bool(pre.live), latest=lambda: state(t).run)
+            return checkpoints.started(t, begin, launch(t, pre, force=force, held=held, command=begin.command or None,
+                                                        env=env, base=begin.base, extra=begin.manifest()))
 
     try:
         run_id, pid = checked_launch()
@@ -583,7 +597,7 @@ def _container_job(session: Session, spec: ContainerSpec, known: str) -> Contain
                 compile=compilelog.from_probe(compile_part) if (compile_part or {}).get("run") == st.run
                 else None,
                 # a cluster's container that a restart migration moved (and so killed the run): where it started
-                moved_from=moved_from(st, spec)))
+                moved_from=moved_from(st, spec), checkpoint=st.checkpoint, parent=st.parent))
         lock = ((raw.get("venv") or {}).get("record") or {}).get("lock_sha256")
         entry = dataclasses.replace(entry, probed=True, venv_lock=lock if isinstance(lock, str) else None,
                                     gpu_memory=facts.gpu_use(facts.gpus_of(raw), facts.marked_of(raw)))

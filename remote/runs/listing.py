@@ -36,4 +36,4 @@ def describe(st: RunState, spec: ContainerSpec) -> RunSummary:
     m = st.manifest
     _, watch = series(spec, st.tail, last_line=not st.alive)
     return RunSummary(st.run or "", m.started_at, m.started_epoch, jobs.run_status(st).state, st.exit, watch.last,
-                      watch.unit, m.command, m.nodes, st.path)
+                      watch.unit, m.command, m.nodes, st.path, st.checkpoint, st.parent)
