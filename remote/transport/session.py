@@ -138,11 +138,11 @@ class Session:
         from .agent import AGENT_SOURCE, Agent, agent_argv
 
         transport = self.transport(spec.host)
-        if getattr(transport, "kept", False):  # the keeper holds the agent, started there on first use
+        if transport.kept:  # the keeper holds the agent, started there on first use
             return cast("KeptTransport", transport).agent(spec.ctid)
 
         def start():
-            if not hasattr(transport, "open_stream"):  # a test double without streams: plain pct exec
+            if not transport.streams:  # a test double without streams: plain pct exec
                 return None
             # The agent's program goes on its stdin (agent_argv's loader), never on the command line.
             argv = pct_argv(spec.host.pct, "exec", str(spec.ctid), "--keep-env", "0", "--", *agent_argv())
@@ -178,7 +178,7 @@ class Session:
             except ConnectError:
                 return None
 
-        return self._kept(self._muxes, host.name, start) if getattr(transport, "login_shell", False) else None
+        return self._kept(self._muxes, host.name, start) if transport.login_shell else None
 
     def host_run(self, host: cfg.Host, argv: list[str], *, deadline: float | None = None) -> Result:
         """A command on the host itself (`pct list`): through the host's mux when the session has one
@@ -199,7 +199,7 @@ class Session:
         """A host command whose answer holds while the host's connection does (its Proxmox node name): asked
         once per kept connection (the keeper keeps the answer), else once per Session by its caller."""
         transport = self.transport(host)
-        if getattr(transport, "kept", False):
+        if transport.kept:
             try:
                 return cast("KeptTransport", transport).remembered(argv, deadline=deadline)
             except TransportError as exc:
@@ -211,7 +211,7 @@ class Session:
     def kept_note(self, host_name: str) -> str | None:
         """`kept connection, pid N, up Ts` when the host's keeper is alive (what `remote status` shows)."""
         transport = self._transports.get(host_name)
-        info = cast("KeptTransport", transport).info() if getattr(transport, "kept", False) else None
+        info = cast("KeptTransport", transport).info() if transport is not None and transport.kept else None
         if not info:
             return None
         return f"kept connection: pid {info['pid']}, up {time.time() - info['since']:.0f}s, " \

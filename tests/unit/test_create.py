@@ -14,7 +14,7 @@ from remote.lab.testing import inner_argv
 from remote.ops import create as cr
 from remote.ops import hostsinit
 from remote.target import HostTarget
-from remote.transport import Result
+from remote.transport import Capabilities, Result
 from remote.transport.session import Session
 
 from support import GPU_MARK  # noqa: E402
@@ -37,7 +37,7 @@ NO_DRIVER = dict(proc="", sys_version="", modinfo="", modules="", devices="", no
 NO_UVM = "\n".join(line for line in data("nodes-509.txt").splitlines() if "uvm" not in line) + "\n"
 
 
-class FakePve:
+class FakePve(Capabilities):
     """A Proxmox node as pct, pvesm and pveam answer: containers as config dicts; every command kept."""
 
     def __init__(self, *, gpu: dict | None = None, existing: dict | None = None, cuinit: int = 0):

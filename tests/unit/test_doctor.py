@@ -18,6 +18,7 @@ from remote.results import Diagnosis
 from remote.facts.probe import ALL_PARTS
 from remote.facts.runs import RunState, manifest_of
 from remote.runs.knowngood import make_record, meets_baseline, watch_log
+from remote.transport import Capabilities
 
 HOSTS = """
 hosts: {h: {address: 10.0.0.1}}
@@ -428,7 +429,7 @@ def test_doctor_makes_one_transport_per_host(tmp_path):
     path.write_text("hosts:\n  a: {address: 10.0.0.1}\ncontainers:\n" + "".join(f"  {i}: {{host: a}}\n" for i in range(200, 206)))
     made = []
 
-    class Failing:
+    class Failing(Capabilities):
         name = "a"
 
         def run(self, argv, **kw):
