@@ -14,7 +14,7 @@ from .. import config as cfg
 from ..errors import ConnectError, PctError, TransportError
 from ..events import Event, Sink
 from ..sudo import program
-from . import NotStarted, Result, Transport, for_host
+from . import NotStarted, Result, Transport, dryline, for_host
 from .pct import DEFAULT_PATH, Container, classify, parse_list, pct_argv
 
 if TYPE_CHECKING:
@@ -180,10 +180,16 @@ class Session:
 
         return self._kept(self._muxes, host.name, start) if transport.login_shell else None
 
-    def host_run(self, host: cfg.Host, argv: list[str], *, deadline: float | None = None) -> Result:
+    def host_run(self, host: cfg.Host, argv: list[str], *, deadline: float | None = None, mutates: bool = False,
+                 container: int | None = None) -> Result:
         """A command on the host itself (`pct list`): through the host's mux when the session has one
-        or will start one for its agents, else a session of its own."""
+        or will start one for its agents, else a session of its own. One that `mutates` is, in a dry run,
+        a DryCommand (of `container`, where it is one container's) instead, as a container's commands are:
+        the one place a host command asks whether the run is dry; it answers exit 0 and no output."""
         transport = self.transport(host)
+        if self.dry and mutates:
+            dryline.show(transport.describe, argv, self.sink, container)
+            return Result(tuple(argv), 0, b"", b"", 0.0)
         mux = self._mux_for(host, transport) if self.agent else None
         if mux:
             try:
