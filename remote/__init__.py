@@ -26,13 +26,14 @@ __all__ = [
     # typed values (remote.results), returned by the API
     "State", "RunStatus", "RunSummary", "Metric", "KnownGood", "PulledRun", "ImportedCache", "FleetStatus",
     "HostStatus", "ContainerStatus", "JobStatus", "CompileEvent", "CompileHealth", "Created", "CreateStep", "Destroyed",
-    "LiveRun", "GpuHost", "GpuContainer",
+    "LiveRun", "GpuHost", "GpuContainer", "Checkpoint", "Saved", "SaveOutcome",
     # the exception tree (remote.errors)
     "RemoteError", "ConfigError", "TransportError", "HostKeyError", "AuthenticationError", "ConnectError",
     "ConnectTimeout", "CommandError", "CommandTimeout", "PctError", "ContainerNotFound", "ContainerNotRunning",
     "ContainerLocked", "ContainerCommandNotFound", "TransferError", "DeployError", "WarmupError", "JobError",
-    "UnknownRun", "BusyError", "JobRunning", "JobTimeout", "GpuConfigError", "CreateRefused", "CreateError",
-    "HostPermissionError", "TransferPathError", "SnapshotError", "RootRequired", "GpuFixError", "HostSetupError",
+    "UnknownRun", "CheckpointRefused", "BusyError", "JobRunning", "JobTimeout", "GpuConfigError", "CreateRefused",
+    "CreateError", "HostPermissionError", "TransferPathError", "SnapshotError", "RootRequired", "GpuFixError",
+    "HostSetupError",
 ]
 _ERRORS = frozenset(__all__[__all__.index("RemoteError"):])
 _API = frozenset(__all__[__all__.index("open"):__all__.index("State")])
@@ -64,6 +65,7 @@ if TYPE_CHECKING:
     from .errors import (
         AuthenticationError,
         BusyError,
+        CheckpointRefused,
         CommandError,
         CommandTimeout,
         ConfigError,
@@ -95,6 +97,7 @@ if TYPE_CHECKING:
         WarmupError,
     )
     from .results import (
+        Checkpoint,
         CompileEvent,
         CompileHealth,
         ContainerStatus,
@@ -113,6 +116,8 @@ if TYPE_CHECKING:
         PulledRun,
         RunStatus,
         RunSummary,
+        Saved,
+        SaveOutcome,
         State,
     )
 

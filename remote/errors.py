@@ -26,6 +26,7 @@
     ├── DeployError, WarmupError     feature-level failures
     ├── JobError
     │   ├── UnknownRun               a --run the container lacks (exit 2)
+    │   ├── CheckpointRefused        a train that would overwrite a checkpoint, or resume from none (exit 2)
     │   └── JobTimeout               Run.wait(timeout) ran out (also a TimeoutError)
     └── BusyError                    another controller's lease, or a running job (exit 3)
         └── JobRunning               train while a job runs there (also a JobError)
@@ -58,6 +59,8 @@ class Said:
 
 FORCE = Said("force=True", "--force")
 ALLOW_DIRTY = Said("allow_dirty=True", "--allow-dirty")
+RESUME = Said("resume=True", "--resume")
+FRESH = Said("fresh=True", "--fresh")
 WARMUP_TO_TRAIN = Said("pass warmup=True to train", "`remote train --warmup`")
 OUT_FILE = Said("give out=FILE", "give --out FILE")
 ANOTHER_OUT = Said("another out= writes another", "--out FILE writes another")
@@ -220,6 +223,17 @@ class UnknownRun(JobError):
     """A run id (--run) that the container does not have: bad input, exit status 2."""
 
     exit_code = 2
+
+
+class CheckpointRefused(JobError):
+    """A train refused for its checkpoint: one exists and neither a resume nor a fresh start was asked for, or
+    a resume was asked for and no complete checkpoint exists (the message names it): exit status 2."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, path: str | None = None):
+        self.path = path
+        super().__init__(message)
 
 
 class BusyError(RemoteError):

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from typing import Any
 
 from ..events import Done, Event, Failed, Progress
-from ..naming import copied_line, printable, size
-from ..results import DeployPlan, Diagnosis, Finding, GpuHost, GpuReport, Transfer
+from ..naming import copied_line, known_good_label, passport_line, printable, size
+from ..results import Checkpoint, DeployPlan, Diagnosis, Finding, GpuHost, GpuReport, Transfer
+from ..results.runs import resumes_text
 
 
 def live_text(live: list[dict]) -> str:
@@ -122,8 +124,9 @@ def _container_dict(c: Any, clustered: bool = False) -> dict:
             run["compile"] = compile_dict(c.run.compile)
         else:
             del run["compile"]
-        if run["moved_from"] is None:
-            del run["moved_from"]
+        for key in ("moved_from", "checkpoint", "parent"):
+            if run[key] is None:
+                del run[key]
         entry["run"] = run
     if c.probed:
         entry["venv_lock"] = c.venv_lock
@@ -136,6 +139,24 @@ def _container_dict(c: Any, clustered: bool = False) -> dict:
     return entry
 
 
+def runs_text(found: list, ctid: int, run_dir: str) -> str:
+    """`runs`: a table of remote.results.RunSummary, newest last, the command cut to the line's end."""
+    if not found:
+        return f"container {ctid}: no runs in {run_dir} (start one with `remote train`)"
+    rows = [("RUN", "STARTED", "STATE", "EXIT", "THROUGHPUT", "COMMAND")]
+    for r in found:
+        # A folder name or a command from the container can hold anything: printable on one line.
+        started = (time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started_epoch)) if r.started_epoch
+                   else printable(r.started or "-"))
+        tp = f"{r.throughput:.4g}{' ' + r.unit if r.unit else ''}" if r.throughput is not None else "-"
+        rows.append((printable(r.id), started, "LOST" if r.state == "lost" else r.state,
+                     "-" if r.exit is None else str(r.exit), tp,
+                     printable(r.command or "-") + (f"  ({printable(r.resumes)})" if r.resumes else "")))
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:5], widths, strict=True)) + "  " + row[5] for row in rows]
+    return "\n".join(line.rstrip() for line in lines)
+
+
 def runs_json(found: list) -> str:
     """`runs --json`: each remote.results.RunSummary (a lost run's state in capitals, as it has always been)."""
     rows = []
@@ -143,6 +164,9 @@ def runs_json(found: list) -> str:
         row = dataclasses.asdict(r)
         row["state"] = "LOST" if r.state == "lost" else r.state
         row["nodes"] = list(r.nodes) if r.nodes else None
+        for key in ("checkpoint", "parent"):  # a resume's only
+            if row[key] is None:
+                del row[key]
         rows.append(row)
     return json.dumps(rows, indent=2)
 
@@ -230,11 +254,15 @@ def _job_line(entry: dict | None) -> str:
         return "" if not entry or "error" not in entry else f"  ({entry['error']})"
     r = entry["run"]
     unit = f" {r['unit']}" if r.get("unit") else ""
+    # the rolling figure, as the run's own line says it (the last interval's alone jumps); the last where none yet
+    shown = r.get("rolling") if r.get("rolling") is not None else r["throughput"]
+    ck = r.get("checkpoint")
+    lineage = f" ({printable(str(resumes_text(r.get('parent'), Checkpoint(**ck))))})" if ck else ""
     if r["alive"]:
-        tp = f", {r['throughput']:.4g}{unit}" if r["throughput"] is not None else ", no throughput yet"
+        tp = f", {shown:.4g}{unit}" if shown is not None else ", no throughput yet"
         base = (f" vs baseline {r['baseline']:g}{unit}{' SLOW' if r['low'] else ''}"
-                if r["baseline"] and r["throughput"] is not None else "")
-        text = f", job {r['id']} running {r['uptime_s']}s{tp}{base}"
+                if r["baseline"] and shown is not None else "")
+        text = f", job {r['id']}{lineage} running {r['uptime_s']}s{tp}{base}"
         text += f" {r['spark']}" if r.get("spark") else ""
         text += _watch_text(r)
     elif r.get("lost"):
@@ -243,9 +271,9 @@ def _job_line(entry: dict | None) -> str:
         text = f", last run {r['id']} LOST (no exit record{moved})" + (
             f"; its processes {r['orphans']} still run" if r.get("orphans") else "")
     else:
-        tp = f", last throughput {r['throughput']:.4g}{unit}" if r["throughput"] is not None else ""
+        tp = f", last throughput {shown:.4g}{unit}" if shown is not None else ""
         ended = f"stopped by `remote stop` (exit {r['exit']})" if r.get("stopped") else f"exited {r['exit']}"
-        text = f", last run {r['id']} {ended}{tp}"
+        text = f", last run {r['id']}{lineage} {ended}{tp}"
         text += f" {r['spark']}" if r.get("spark") else ""
         text += _watch_text(r)
     return text + _compile_text(r) + (f" [{', '.join(r['problems'])}]" if r["problems"] else "")
@@ -272,6 +300,8 @@ def stop_lines(stopped: Any) -> list[str]:
     """A remote.api.Stopped (and the other live runs stopped with it) as `remote stop` reports it."""
     lines = []
     for one in [*stopped.others, stopped]:  # without --run: every live run, not only the latest
+        if one.saved is not None:
+            lines.append(saved_line(one.run, one.saved))
         if not one.was_alive:
             lines.append(printable(f"run {one.run} was not running (exit status {one.exit_code}); "
                                    "no process of it is left"))
@@ -280,6 +310,30 @@ def stop_lines(stopped: Any) -> list[str]:
                                    "verified: no process of it is left"
                                    + (", none on a GPU" if one.gpu_left == () else "")))
     return lines
+
+
+def checkpoint_words(c: Any) -> str:
+    """A remote.results.Checkpoint in a line: its path, step and (where given) why it is not complete."""
+    return printable(c.path + (f" (step {c.step})" if c.step is not None else "")
+                     + ("" if c.complete else f": not complete, {c.why}"))
+
+
+def saved_line(run: str, saved: Any) -> str:
+    """What `stop --save` left (a remote.results.Saved)."""
+    c = saved.checkpoint
+    age = f", {saved.age_s:g} s old" if saved.age_s is not None else ""
+    lost = (f"; {saved.steps_lost} step(s) after it lost (the log's last: {saved.last_step})"
+            if saved.steps_lost is not None else "")
+    if saved.outcome == "saved":
+        return printable(f"run {run}: saved checkpoint {checkpoint_words(c)}{age} in {saved.waited_s:g} s{lost}")
+    if saved.outcome == "not-running":
+        return printable(f"run {run} was not running: nothing to save" +
+                         (f"; its latest checkpoint is {checkpoint_words(c)}{age}" if c else ""))
+    if c is None:
+        return printable(f"run {run}: no checkpoint existed yet and none came in {saved.waited_s:g} s: "
+                         "nothing to resume from (it had not saved once)")
+    return printable(f"run {run}: no new checkpoint in {saved.waited_s:g} s (train.checkpoint.grace, or the job "
+                     f"ended first); it left {checkpoint_words(c)}{age}{lost}")
 
 
 def warmup_line(w: Any) -> str:
@@ -316,7 +370,6 @@ def caches_json(rows: list) -> str:
 
 def cache_lines(rows: list) -> list[str]:
     """`remote cache`: each container's cache folder, files, size and passport (the container's text escaped)."""
-    from ..api import passport_line
 
     lines = []
     for r in rows:
@@ -441,7 +494,6 @@ def finding_line(f: Finding) -> str:
 def doctor_text(d: Diagnosis) -> str:
     """One container's doctor: its head line (healthy, or how many findings, against which known-good), then
     each finding; or its error."""
-    from ..api import known_good_label
 
     head = f"container {d.container} on {d.host}: "
     if d.error:

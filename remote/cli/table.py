@@ -9,6 +9,7 @@ input, 3 busy, 130 interrupted.
 from __future__ import annotations
 
 import functools
+import re
 import sys
 import threading
 from collections.abc import Callable
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from ..api import Container, Fleet
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 # One meaning per short flag in every task; -h is only ever help, and flags not listed have none.
 SHORT_FLAGS = {"container": "c", "dry": "n", "json": "j", "timeout": "t", "allow-dirty": "a", "check": "k",
@@ -185,9 +187,43 @@ def show(event: Event, data_on_stdout: bool = False, hosts: str | None = None) -
 
 def _write(text: str, out: Any, flush: bool = True) -> None:
     with _write_lock:
-        out.write(text)
-        if flush:
-            out.flush()
+        try:
+            out.write(text)
+            if flush:
+                out.flush()
+        except BrokenPipeError:  # only under keeps_going (SIGPIPE ignored): the reader left, the task goes on
+            _to_devnull(out)
+
+
+def _to_devnull(out: Any) -> None:
+    """A stream whose reader has gone (`remote deploy | head -5`): its file descriptor made /dev/null, so what
+    the task still writes, and the buffer flushed at exit, goes nowhere instead of failing."""
+    import os
+
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, out.fileno())
+    finally:
+        os.close(null)
+
+
+def keeps_going(fn: F) -> F:
+    """A task that changes a container (deploy, warmup, create, destroy): a closed stdout must never end it half-way.
+    The console script lets SIGPIPE end a task that only reads (`remote logs -f | head` ends quietly); for the
+    duration of this one it is ignored, and a write to the closed pipe sends that stream to /dev/null instead."""
+    import signal
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread() is not threading.main_thread():
+            return fn(*args, **kwargs)
+        before = signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            signal.signal(signal.SIGPIPE, before)
+
+    return wrapper  # type: ignore[return-value]
 
 
 class SayStream:
@@ -219,6 +255,16 @@ def fleet_of(hosts: str | None, dry: bool = False, stderr_progress: bool = False
 
     return api.open(hosts, dry=dry, keep=True, events=functools.partial(show, data_on_stdout=stderr_progress,
                                                                          hosts=hosts))
+
+
+def checkpoint_flags(file: str, container: object, resume: bool, fresh: bool) -> None:
+    """train's --resume and --fresh: not both, and for one container (a multi-node run does not resume yet)."""
+    if resume and fresh:
+        raise ConfigError(file, "--fresh", "--resume and --fresh exclude each other: continue from the latest "
+                          "checkpoint, or start over")
+    if (resume or fresh) and is_selection(container):
+        raise ConfigError(file, "--resume" if resume else "--fresh", "one container only: a multi-node run does not "
+                          "resume from checkpoints yet")
 
 
 def is_selection(value: object) -> bool:
@@ -259,3 +305,17 @@ def each_container(fleet: Fleet, which: str, call: Callable[[Container], T], *, 
     code = fmt.group_exit_code(result)
     if code:
         raise Exit(code=code)
+
+
+def no_shell_after_dashes(argv: list[str]) -> None:
+    """`remote exec -- 'a && b'`: the words after `--` run as they are, with no shell, so a first word that is a
+    shell command line (spaces, operators, expansions) would only be `not found` in the container's words."""
+    import shlex
+
+    first = argv[0]
+    if first.startswith(("/", "./")) or not re.search(r"\s|&&|\|\||[|;<>`]|\$\(", first):
+        return
+    raise Exit(f"error: exec: the words after `--` run as they are, with no shell, and {first!r} is one word: no "
+               f"program has that name. For a shell command line: remote exec --command {shlex.quote(' '.join(argv))}"
+               + (f" (or split it: remote exec -- {' '.join(shlex.split(first))})"
+                  if not re.search(r"&&|\|\||[|;<>`]|\$\(", first) and len(argv) == 1 else ""), code=2)

@@ -40,6 +40,7 @@ from .table import (  # noqa: F401
     TASKS,
     Exit,
     SayStream,
+    checkpoint_flags,
     cli_text,
     each_container,
     error_exit,
@@ -47,7 +48,9 @@ from .table import (  # noqa: F401
     fleet_of,
     handled,
     is_selection,
+    keeps_going,
     many_help,
+    no_shell_after_dashes,
     say,
     task,
 )
@@ -116,6 +119,8 @@ def exec_(c, command, container=None, timeout=None, dry=False, hosts=None, fail_
     in the checkout with the job's environment (venv, compile cache, train.env); its output streams
     back and `remote` exits with its status."""
     several = is_selection(container)
+    if not isinstance(command, str) and command:
+        no_shell_after_dashes(list(command))
 
     def one(ct):
         out = Streamed(lines=several)
@@ -137,6 +142,7 @@ def exec_(c, command, container=None, timeout=None, dry=False, hosts=None, fail_
                      rollback="switch the venv back to the previous build",
                      force="deploy even while a training job runs there (the venv it uses is never deleted)"))
 @handled
+@keeps_going
 def deploy(c, container=None, allow_dirty=False, check=False, rollback=False, force=False, dry=False, hosts=None,
            fail_fast=False):
     """Make the container's venv and checkout exactly what the hosts file pins.
@@ -164,6 +170,7 @@ def deploy(c, container=None, allow_dirty=False, check=False, rollback=False, fo
                      "nothing", import_="load a bundle made by --export into the container's cache (refused if "
                      "versions differ)"))
 @handled
+@keeps_going
 def warmup(c, container=None, parallel=False, devices=None, export=None, import_=None, dry=False, hosts=None,
            fail_fast=False):
     """Compile the training into the persistent compile cache, one device at a time.
@@ -225,17 +232,21 @@ def cache_copy(c, from_, container=None, hosts=None, fail_fast=False):
             "force": "start even if a job is already running there, or the checkout is not the commit the hosts file "
                      "pins (its deployed commit is trained)",
             "warmup": "run the warmup first when the preflight finds it missing",
-            "detach": "do not follow the log after starting", "dry": DRY_HELP, "hosts": HOSTS_HELP})
+            "detach": "do not follow the log after starting", "dry": DRY_HELP, "hosts": HOSTS_HELP, "resume":
+            "continue from the latest complete checkpoint (train.checkpoint)", "fresh": "start over: the old "
+            "checkpoints are moved aside (renamed, never deleted) first"})
 @handled
-def train(c, container=None, force=False, warmup=False, detach=False, dry=False, hosts=None):
+def train(c, container=None, force=False, warmup=False, detach=False, dry=False, hosts=None, resume=False, fresh=False):
     """Preflight, start the training job detached, then follow its log.
 
+    With train.checkpoint, where a complete checkpoint exists: --resume or --fresh (else refused, exit 2).
     Ctrl-C stops following and leaves the job running (exit status 130)."""
     with fleet_of(hosts, dry) as fleet:
+        checkpoint_flags(fleet.config.file, container, resume, fresh)
         if is_selection(container):  # one run across these containers (a multi-node run)
             code = fleet.train_nodes(container, force=force, warmup=warmup, follow=not detach)
         else:
-            run = fleet.container(container).train(detach=detach or dry, force=force, warmup=warmup)
+            run = fleet.container(container).train(detach=detach or dry, force=force, warmup=warmup, resume=resume, fresh=fresh)
             code = 0 if detach or dry else run.exit_code or 0
     if code:
         raise Exit(code=code)
@@ -266,12 +277,14 @@ def logs(c, container=None, run=None, follow=False, hosts=None, fail_fast=False)
 
 @task(help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP,
             "run": "run id (default: every live run, and the latest's leftovers)",
-            "grace": "seconds between TERM and KILL (default 10)", "dry": DRY_HELP, "hosts": HOSTS_HELP})
+            "grace": "seconds between TERM and KILL (default 10)", "dry": DRY_HELP, "hosts": HOSTS_HELP, "save":
+            "first a checkpoint: its signal sent, or the job's next save awaited (train.checkpoint.grace at most)"})
 @handled
-def stop(c, container=None, run=None, grace=10, dry=False, hosts=None, fail_fast=False):
+def stop(c, container=None, run=None, grace=10, dry=False, hosts=None, fail_fast=False, save=False):
     """Stop a job and verify that nothing of it is left.
 
-    TERM its process group, KILL after the grace period, then check by the run's marker."""
+    TERM its process group, KILL after the grace period, then check by the run's marker. --save: a checkpoint
+    first (which, its step and age, the steps lost; or that none existed yet)."""
     several = is_selection(container)  # each container's own runs (a multi-node run's other nodes: not from here)
 
     def text(stopped):
@@ -279,9 +292,9 @@ def stop(c, container=None, run=None, grace=10, dry=False, hosts=None, fail_fast
 
     with fleet_of(hosts, dry) as fleet:
         if several:
-            return each_container(fleet, container, lambda ct: ct.stop(run, grace=int(grace), nodes=False),
+            return each_container(fleet, container, lambda ct: ct.stop(run, grace=int(grace), nodes=False, save=save),
                                   fail_fast=fail_fast, text=text)
-        stopped = fleet.container(container).stop(run, grace=int(grace))
+        stopped = fleet.container(container).stop(run, grace=int(grace), save=save)
     if not dry:
         say(text(stopped))
 
@@ -330,7 +343,7 @@ def known_good(c, container=None, run=None, hosts=None):
     """Record a finished run and the container's facts as its known-good, for doctor.
 
     The run must have exited 0; train records one by itself when a run meets the baseline."""
-    from ..api import known_good_label
+    from ..naming import known_good_label
 
     with fleet_of(hosts) as fleet:
         ct = fleet.container(container)
@@ -436,10 +449,11 @@ def runs(c, container=None, json_=False, limit=20, hosts=None, fail_fast=False):
     with fleet_of(hosts, stderr_progress=json_) as fleet:
         if is_selection(container):
             return each_container(fleet, container, lambda ct: (ct, ct.runs(limit=limit)), fail_fast=fail_fast,
-                                  text=lambda got: fmt.runs_json(got[1]) if json_ else got[0].render_runs(got[1]))
+                                  text=lambda got: fmt.runs_json(got[1]) if json_ else
+                                  fmt.runs_text(got[1], got[0].id, got[0].spec.train.run_dir))
         ct = fleet.container(container)
         found = ct.runs(limit=limit)
-    say(fmt.runs_json(found) if json_ else ct.render_runs(found))
+    say(fmt.runs_json(found) if json_ else fmt.runs_text(found, ct.id, ct.spec.train.run_dir))
 
 
 @task(help={"container": "container id from the hosts file (default: default_container, $REMOTE_CONTAINER, "
@@ -561,15 +575,16 @@ def rollback(c, container=None, snapshot=None, force=False, hosts=None):
     say("\n".join(fmt.rollback_lines(done)))
 
 
-@task(help={"host": "only this host's kept connection (default: every host's of the hosts file)", "hosts": HOSTS_HELP})
+@task(help={"host": "only this host's kept connection (default: every host's of the hosts file)", "hosts": HOSTS_HELP,
+            "all_": "every kept connection of yours, whatever hosts file made it"})
 @handled
-def disconnect(c, host=None, hosts=None):
-    """End kept connections now.
+def disconnect(c, host=None, hosts=None, all_=False):
+    """End kept connections now (this hosts file's; --all: every one of yours).
 
     Each host's kept connection holds the SSH connection and the agents for control_persist seconds."""
     from .. import api
 
-    pids = api.disconnect(hosts, host)
+    pids = api.disconnect(hosts, host, every=all_)
     say(f"ended {len(pids)} kept connection(s)" + (f" (pid {', '.join(map(str, pids))})" if pids else ""))
 
 

@@ -16,7 +16,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..naming import json_loads, printable
-from ..results import LiveRun
+from ..results import Checkpoint, LiveRun
+
+CHECKPOINT_KINDS = ("torch", "safetensors", "dcp", "hf", "folder", "file", "missing")  # remote/sh/ckpt.py's
 
 COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # what `git rev-parse HEAD` prints (sha1, sha256 repos)
 TAIL_LIMIT = 1 << 20  # state.sh sends 32 KiB of the log; a container that sends more is cut here
@@ -64,6 +66,10 @@ _CHECKS: dict[str, tuple[Any, str]] = {
     "venv_lock_sha256": (lambda v: isinstance(v, str), "a string"),
     "compile_cache": (lambda v: isinstance(v, str), "a string"),
     "gpus": (lambda v: isinstance(v, list) and all(isinstance(g, dict) for g in v), "a list of objects"),
+    # a resume's: the checkpoint it started from ({path, step, kind}) and the run it continues
+    "checkpoint": (lambda v: isinstance(v, dict) and isinstance(v.get("path"), str)
+                   and (v.get("step") is None or _is_int(v.get("step"))), "an object with a path"),
+    "parent": (lambda v: isinstance(v, str), "a string"),
 }
 
 
@@ -162,6 +168,23 @@ class Manifest:
     @property
     def compile_cache(self) -> str | None:
         return self._get("compile_cache")
+
+    @property
+    def checkpoint(self) -> Checkpoint | None:
+        """A resume: the checkpoint it started from, as launch recorded it (path, step, kind)."""
+        got = self._get("checkpoint")
+        if got is None:
+            return None
+        step = got.get("step")
+        kind = got.get("kind") if got.get("kind") in CHECKPOINT_KINDS else "file"
+        return Checkpoint(shown(got["path"], 4096), True, kind, step=step if step is None or step >= 0 else None,
+                          step_from="manifest")
+
+    @property
+    def parent(self) -> str | None:
+        """A resume: the run it continues."""
+        got = self._get("parent")
+        return shown(got, 128) if got is not None else None
 
     @property
     def gpus(self) -> tuple[Mapping[str, Any], ...] | None:
@@ -294,6 +317,16 @@ class RunState:
     @property
     def gpu(self) -> Mapping[str, float] | None:
         return self.watch.gpu
+
+    @property
+    def checkpoint(self) -> Checkpoint | None:
+        """A resume: the checkpoint the run started from (its manifest's record)."""
+        return self.manifest.checkpoint
+
+    @property
+    def parent(self) -> str | None:
+        """A resume: the run it continues."""
+        return self.manifest.parent
 
     @property
     def attempt(self) -> int | None:

@@ -23,26 +23,44 @@ from pathlib import Path
 
 from .. import facts, shell
 from ..config import ContainerSpec
-from ..errors import CommandError, ConfigError, JobError, JobRunning, RemoteError, TransferError, UnknownRun
+from ..errors import (
+    FORCE,
+    WARMUP_TO_TRAIN,
+    CommandError,
+    ConfigError,
+    JobError,
+    JobRunning,
+    RemoteError,
+    TransferError,
+    UnknownRun,
+    call,
+    worded,
+)
 from ..facts import runs as runfacts
+from ..facts.deployed import VenvRecord
 from ..facts.runs import RunState, parse_state
 from ..naming import printable
 from ..results import ContainerStatus, JobStatus, LiveRun, PulledRun, RunStatus, Stopped
 from ..target import Target, resolve
 from ..transport.session import HostState, Session
+from . import checkpoints, compilelog, dryplan, files, gpumem, jobenv, layout, logs, oplock, pyspy
 from . import code as codemod
-from . import compilelog, dryplan, files, gpumem, jobenv, layout, logs, oplock, pyspy
 from . import warmup as wm
 from .runwatch import EXIT_STALLED, stall_text, watch_settings
 
 
 @dataclass(frozen=True)
 class Preflight:
+    """What train's preflight found: the deployed commit and venv record, the GPUs (None: no nvidia-smi, a CPU
+    run), its notes, the live runs it saw and its warnings (each reported typed: Target.warn, a Note of level
+    "warning")."""
+
     commit: str
-    venv: dict
-    gpus: list[dict] | None
+    venv: VenvRecord
+    gpus: tuple[facts.Gpu, ...] | None
     notes: list[str]
     live: tuple[LiveRun, ...] = ()  # the runs with a live process the probe saw
+    warnings: tuple[str, ...] = ()  # what needs the user's attention, though the launch goes on
 
 
 def preflight(t: Target, *, host_gpu=None, force: bool = False) -> Preflight:
@@ -65,16 +83,16 @@ def preflight(t: Target, *, host_gpu=None, force: bool = False) -> Preflight:
     raw = facts.read_raw(t, facts.DEPLOYED if ct.dry else facts.PREFLIGHT)[0]
     if ct.dry:
         state = dryplan.state_in(raw, spec)  # after a dry deploy: what it would have deployed
-        return Preflight(state["code"]["commit"], state["venv"], None,
-                         [_verified(state["venv"]), "(dry run: the checks that read the container are skipped)"]
-                         + ([f"(dry run: planned from the dry steps before: checkout at {state['code']['commit'][:12]})"]
+        return Preflight(state.commit, state.venv, None,
+                         [_verified(state.venv), "(dry run: the checks that read the container are skipped)"]
+                         + ([f"(dry run: planned from the dry steps before: checkout at {state.commit[:12]})"]
                             if "code" in dryplan.planned(spec) else []))
     host = None
     if pending is not None:
         try:
             host = pending.result(timeout=90)
         except Exception as exc:  # noqa: BLE001 -- the host's part only warns: it never stops a launch
-            t.output(f"preflight: !! the host's GPU facts could not be read: {exc}")
+            t.warn(f"preflight: the host's GPU facts could not be read: {exc}")
     return check(raw, spec, host, pin=codemod.pin_of(spec.code.repo, spec.code.ref), force=force)
 
 
@@ -85,9 +103,9 @@ def host_gpu(session, spec: ContainerSpec):
     return lambda: gpufacts.read_host(session, spec.host, [spec.ctid])
 
 
-def _verified(venv_record: dict) -> str:
-    verify = venv_record.get("verify") or {}
-    return f"venv verified: torch {verify.get('torch')} (CUDA build {verify.get('cuda_build') or 'none'})"
+def _verified(venv_record: VenvRecord) -> str:
+    verify = venv_record.verify
+    return f"venv verified: torch {verify.torch} (CUDA build {verify.cuda_build or 'none'})"
 
 
 def only_warmup_missing(exc: JobError) -> bool:
@@ -104,21 +122,22 @@ def check(raw: dict, spec: ContainerSpec, host=None, *, pin: codemod.Pin | str |
     from ..facts import gpu as gpufacts
 
     state = wm.deployed_in(raw, spec)
-    commit, venv = state["code"]["commit"], state["venv"]
-    verify = venv.get("verify") or {}
+    commit, venv = state.commit, state.venv
+    verify = venv.verify.as_record()
     notes = [_verified(venv)]
+    warnings: list[str] = []
     problems: list[str] = []
     behind = None
     if isinstance(pin, str):
-        notes.append(f"!! the checkout was not compared with the hosts file's code.ref: {pin}")
+        warnings.append(f"the checkout was not compared with the hosts file's code.ref: {pin}")
     elif pin is not None:
         behind = codemod.stale(pin, (raw.get("code") or {}).get("record"))
         if behind and force:
-            notes.append(f"!! {behind}: training the deployed commit anyway (forced)")
+            warnings.append(f"{behind}: training the deployed commit anyway (forced)")
         elif behind:
-            problems.append(f"{behind}: `remote deploy` ships it, or pass force=True to train the deployed commit")
+            problems.append(f"{behind}: `remote deploy` ships it, or pass {FORCE} to train the deployed commit")
         elif pin.edited:
-            notes.append(f"!! {pin.repo} has uncommitted changes that are not in the container "
+            warnings.append(f"{pin.repo} has uncommitted changes that are not in the container "
                          f"({', '.join(pin.edited[:5])}): `remote deploy` with allow_dirty=True ships them")
     problems += wm.unlike_deployed(raw, spec, state, hints=True)
     # The GPU passthrough: an error finding refuses the launch; a pending host reboot is a warning.
@@ -127,7 +146,7 @@ def check(raw: dict, spec: ContainerSpec, host=None, *, pin: codemod.Pin | str |
     problems += [f"{f.what} [{f.code}]: {f.fix}" for f in gpu_found if f.severity == "error"]
     if host is not None and (ct_gpu is not None and ct_gpu.gpu or (host.configs.get(spec.ctid) or
                                                                     gpufacts.CtConfig(0)).gpu):
-        notes += [f"!! {f.what} [{f.code}]: {f.fix}" for f in gpufacts.host_findings(host, spec.host.name)
+        warnings += [f"{f.what} [{f.code}]: {f.fix}" for f in gpufacts.host_findings(host, spec.host.name)
                   if f.code == "host-reboot-pending"]
     folder = jobenv.compile_cache(spec, verify)
     if spec.warmup.command:
@@ -135,11 +154,11 @@ def check(raw: dict, spec: ContainerSpec, host=None, *, pin: codemod.Pin | str |
         missing = wm.missing_in(recs, spec, state)
         if missing:
             problems.append("no warmup for this commit, venv, command and environment -- " + "; ".join(missing)
-                            + ": run `remote warmup` (or pass warmup=True to train); a cold cache is when threads race")
+                            + f": run `remote warmup` (or {WARMUP_TO_TRAIN}); a cold cache is when threads race")
         elif wm.compiled(recs, spec, state) and \
                 not (raw.get("cache") or {}).get("filled", {}).get(folder.rsplit("/", 1)[-1]):
             problems.append(f"no warmup: the compile cache {folder} is gone or empty although its warmups "
-                            "compiled into it (deleted by hand?): run `remote warmup` (or pass warmup=True to train); "
+                            f"compiled into it (deleted by hand?): run `remote warmup` (or {WARMUP_TO_TRAIN}); "
                             "a cold cache is when threads race")
     torch = facts.torch_of(raw)
     if torch.error and verify.get("torch"):  # a venv deploy verified with torch in it
@@ -164,33 +183,34 @@ def check(raw: dict, spec: ContainerSpec, host=None, *, pin: codemod.Pin | str |
         if stray_problem:
             problems.append(stray_problem)
     if problems:
-        raise JobError(problems[0] if len(problems) == 1 else
-                       f"{len(problems)} problems, nothing was started:\n" + "\n".join(f"  - {p}" for p in problems))
+        raise worded(JobError(problems[0] if len(problems) == 1 else f"{len(problems)} problems, nothing was "
+                              "started:\n" + "\n".join(f"  - {p}" for p in problems)), FORCE, WARMUP_TO_TRAIN)
     notes.append(f"checkout clean at {commit[:12]}" + (f", as the hosts file pins (code.ref {pin.ref})"
                                                         if isinstance(pin, codemod.Pin) and not behind else ""))
     if spec.warmup.command:
         notes.append(f"warmup done for {', '.join(wm.devices_of(spec))}")
     notes.append(f"compile cache {folder}")
-    notes += [f"!! {w}" for w in layout.compile_layout_notes(layout.devices_from_command(spec.train.command),
-                                                              verify.get("torch"))]
-    gpus = [dict(x) for x in g.gpus] if g.smi else None
+    warnings += layout.compile_layout_notes(layout.devices_from_command(spec.train.command), venv.verify.torch)
+    gpus = tuple(facts.Gpu.of(x) for x in g.gpus) if g.smi else None
     live = runfacts.live_in(raw)
     if gpus is None:
         notes.append("no nvidia-smi in the container: CPU run")
     else:
         cvd = env.get("CUDA_VISIBLE_DEVICES")
-        notes.append(f"{len(gpus)} GPU(s): {gpus[0]['name']}, driver {gpus[0]['driver']}; torch sees "
-                     f"{torch.device_count}" + (f", train.env selects {facts.visible_count(gpus, env)}" if cvd else "")
+        notes.append(f"{len(gpus)} GPU(s): {gpus[0].name}, driver {gpus[0].driver}; torch sees "
+                     f"{torch.device_count}" + (f", train.env selects {facts.visible_count(list(g.gpus), env)}"
+                                                if cvd else "")
                      + (" (torch's answer kept from an earlier probe: venv and driver unchanged)" if torch.cached else ""))
     if stray_note:
-        notes.append(f"!! {stray_note}")
-    return Preflight(commit, venv, gpus, notes, live)
+        warnings.append(stray_note)
+    return Preflight(commit, venv, gpus, notes, live, tuple(warnings))
 
 
 def busy(ctid: int, what: str) -> JobRunning:
     """A train refused because a job runs there (exit 3, as deploy's refusal is)."""
-    return JobRunning(ctid, f"container {ctid}: {what} -- stop it (container({ctid}).stop()), follow it "
-                            f"(container({ctid}).log(follow=True)), or pass force=True to start another")
+    stop, follow = call(ctid, "stop()"), call(ctid, "log(follow=True)")
+    return worded(JobRunning(ctid, f"container {ctid}: {what} -- stop it ({stop}), follow it ({follow}), or pass "
+                                   f"{FORCE} to start another"), stop, follow, FORCE)
 
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # what new_run_id makes, and any sane name
@@ -202,24 +222,26 @@ def new_run_id() -> str:
 
 def launch(t: Target, pre: Preflight, *, force: bool = False,
            command: str | None = None, run_id: str | None = None, extra: dict | None = None,
-           env: dict | None = None, held: oplock.Lease | None = None, announce: bool = True) -> tuple[str, int]:
+           env: dict | None = None, held: oplock.Lease | None = None, announce: bool = True,
+           base: str | None = None) -> tuple[str, int]:
     """Start the job detached; returns (run id, pid). Refused while another job runs, unless forced.
     A multi-node run passes its one run id, its node's fields for the manifest (`extra`) and its node's
     environment (`env`, under train.env). The job's wrapper restarts it as train.restarts says, and the
     watch beside it (stalls, metrics.jsonl, gpu.csv) gets py-spy pushed first when train.stall is set.
     `held`: the operation lease the caller took for its preflight (train does), else launch takes it.
     `announce`: report the start (and py-spy's install) through t; False for one node of a run whose caller
-    announces it (multinode)."""
+    announces it (multinode). `base`: a resume's command without its resume words (what a restart adds them to)."""
     ct, spec = t.ct, t.spec
     command = command or spec.train.command
     if not command:
         raise ConfigError("hosts file", "train.command", "set the training command to run")
     run_id = run_id or new_run_id()
-    verify = pre.venv.get("verify") or {}
+    v = pre.venv.verify
+    verify = v.as_record()
     manifest = {"id": run_id, "container": spec.ctid, "commit": pre.commit, "venv": spec.venv.path,
-                "venv_lock_sha256": pre.venv.get("lock_sha256"), "torch": verify.get("torch"),
-                "cuda_build": verify.get("cuda_build"), "triton": verify.get("triton"),
-                "driver": pre.gpus[0]["driver"] if pre.gpus else None, "gpus": pre.gpus, "command": command,
+                "venv_lock_sha256": pre.venv.lock_sha256, "torch": v.torch, "cuda_build": v.cuda_build,
+                "triton": v.triton, "driver": pre.gpus[0].driver if pre.gpus else None,
+                "gpus": [g.as_record() for g in pre.gpus] if pre.gpus is not None else None, "command": command,
                 "node": spec.host.node_name,  # where it started: a cluster's container may move (a restart migration)
                 "env": jobenv.describe(spec, verify), "compile_cache": jobenv.compile_cache(spec, verify),
                 "outputs": list(spec.train.outputs), "checkout": spec.code.path,
@@ -242,9 +264,11 @@ def launch(t: Target, pre: Preflight, *, force: bool = False,
                                               run_id, "1" if force else "0", spec.code.path, command,
                                               json.dumps(manifest, indent=1), str(spec.train.restarts),
                                               " ".join(map(str, spec.train.restart_on)),
-                                              json.dumps(watch_settings(spec, py_spy)),
+                                              json.dumps({**watch_settings(spec, py_spy),
+                                                          "checkpoint": checkpoints.watch_conf(spec)}),
                                               *installed("job.sh", shell.load("job")),
-                                              *installed("watch.py", shell.load_python("watch"))],
+                                              *installed("watch.py", shell.load_python("watch")),
+                                              *checkpoints.launch_args(spec, base or command)],
                            extra=env, timeout=60, label="launch")
     except KeyboardInterrupt:
         ref = f"-c {spec.ctid} --run {run_id}"
@@ -304,7 +328,7 @@ def run_status(st: RunState) -> RunStatus:
     """A run's state (state()'s answer) as the typed value the API returns."""
     return RunStatus(st.run, st.path, st.pid, st.alive, st.exit, st.lost, st.stopped, st.orphans, st.log_size,
                      st.manifest.raw, st.live, dataclasses.asdict(st.stalled) if st.stalled else None, st.stalls,
-                     st.gpu, st.attempt, st.attempts_max)
+                     st.gpu, st.attempt, st.attempts_max, st.checkpoint, st.parent)
 
 
 def unknown_run(spec: ContainerSpec, run_id: str, latest: tuple[str, ...] | list[str]) -> UnknownRun:
@@ -312,8 +336,9 @@ def unknown_run(spec: ContainerSpec, run_id: str, latest: tuple[str, ...] | list
     container listed is kept only where it is a run id: it can hold anything)."""
     ids = [i for i in latest if RUN_ID.fullmatch(i)]
     have = f"the latest: {', '.join(ids)}" if ids else "it has none"
-    return UnknownRun(f"container {spec.ctid} has no run '{printable(run_id)}' in {spec.train.run_dir}; {have} "
-                    f"(container({spec.ctid}).runs() lists them)")
+    runs = call(spec.ctid, "runs()")
+    return worded(UnknownRun(f"container {spec.ctid} has no run '{printable(run_id)}' in {spec.train.run_dir}; "
+                             f"{have} ({runs} lists them)"), runs)
 
 
 def describe_end(st: RunState) -> str:
@@ -337,7 +362,7 @@ def final_status(st: RunState) -> int:
     return st.final_status
 
 
-def stop(t: Target, run_id: str | None = None, grace: int = 10) -> Stopped:
+def stop(t: Target, run_id: str | None = None, grace: int = 10, save: bool = False) -> Stopped:
     """TERM the job's processes, KILL after `grace` seconds, and verify that nothing of it is left.
 
     Without run_id: every live run (a `train --force` starts one beside another; a wrapper may not have
@@ -349,14 +374,19 @@ def stop(t: Target, run_id: str | None = None, grace: int = 10) -> Stopped:
         raise JobError(f"container {spec.ctid} has no runs in {spec.train.run_dir}")
     others = [r.run for r in st.live if r.run != st.run] if run_id is None else []
     results = [_stop_one(t, state(t, rid), grace) for rid in others]
-    result = _stop_one(t, st, grace) if st.run else results.pop(0)
+    if save and spec.train.checkpoint is None:
+        raise ConfigError(t.session.config.file, "train.checkpoint", "save=True needs it: where the job saves")
+    result = _stop_one(t, st, grace, save=save) if st.run else results.pop(0)
     return dataclasses.replace(result, others=tuple(results))
 
 
-def _stop_one(t: Target, st: RunState, grace: int) -> Stopped:
+def _stop_one(t: Target, st: RunState, grace: int, save: bool = False) -> Stopped:
     ct = t.ct
     assert st.run is not None  # stop() passes runs only
-    r = ct.script(shell.with_lib("stop"), st.path, st.run, str(grace), timeout=grace + 60, label="stop")
+    asked, save = save, save and st.alive  # a save is asked of a running job only (Saved "not-running" else)
+    wait = t.spec.train.checkpoint.grace if save and t.spec.train.checkpoint else 0
+    r = ct.script(checkpoints.save_script() if save else shell.with_lib("stop"), st.path, st.run, str(grace),
+                  *(checkpoints.save_args(t.spec) if save else ()), timeout=grace + wait + 60, label="stop")
     if ct.dry:
         return Stopped(st.run, st.alive, "none", None, None)
     fields = runfacts.fields_of(r.out)
@@ -369,7 +399,9 @@ def _stop_one(t: Target, st: RunState, grace: int) -> Stopped:
         raise JobError(f"run {st.run}: processes still alive after KILL: {left + (gpu_left or [])}")
     return Stopped(st.run, st.alive or bool(st.orphans), fields.get("signal"),
                    int(exit_text) if exit_text.lstrip("-").isdigit() else None,
-                   tuple(gpu_left) if gpu_left is not None else None, nodes=st.manifest.nodes)
+                   tuple(gpu_left) if gpu_left is not None else None, nodes=st.manifest.nodes,
+                   saved=checkpoints.after_stop(t, st, fields.get("saved"), fields.get("restored"),
+                                                lambda: state(t, st.run).tail) if asked else None)
 
 
 watch_for = logs.watch_for
@@ -426,10 +458,11 @@ def show_log(t: Target, run_id: str | None = None, *, follow: bool = False) -> F
 
 
 def start(t: Target, *, force: bool = False, warmup: bool = False, command: str | None = None,
-          env: dict[str, str] | None = None) -> tuple[str, int | None]:
+          env: dict[str, str] | None = None, resume: bool = False, fresh: bool = False) -> tuple[str, int | None]:
     """Preflight (warming up first where only the warmup is missing and `warmup`), then launch detached:
     (run id, pid; None in a dry run). What train does before it follows; remote.api's Container.train.
-    `command` and `env`: this run's, instead of train.command and on top of train.env."""
+    `command` and `env`: this run's, instead of train.command and on top of train.env. `resume`, `fresh`: with
+    train.checkpoint, from the latest complete checkpoint or over (remote.ops.checkpoints.prepare)."""
     session, spec, ct = t.session, t.spec, t.ct
 
     def checked_launch() -> tuple[str, int]:
@@ -439,7 +472,12 @@ def start(t: Target, *, force: bool = False, warmup: bool = False, command: str 
             pre = preflight(t, host_gpu=host_gpu(session, spec), force=force)
             for note in pre.notes:
                 t.output(printable(f"preflight: {note}"))
-            return launch(t, pre, force=force, held=held, command=command, env=env)
+            for warning in pre.warnings:
+                t.warn(printable(f"preflight: {warning}"))
+            begin = checkpoints.prepare(t, command or spec.train.command or "", resume=resume, fresh=fresh,
+                                        live=bool(pre.live), latest=lambda: state(t).run)
+            return checkpoints.started(t, begin, launch(t, pre, force=force, held=held, command=begin.command or None,
+                                                        env=env, base=begin.base, extra=begin.manifest()))
 
     try:
         run_id, pid = checked_launch()
@@ -577,7 +615,7 @@ def _container_job(session: Session, spec: ContainerSpec, known: str) -> Contain
                 compile=compilelog.from_probe(compile_part) if (compile_part or {}).get("run") == st.run
                 else None,
                 # a cluster's container that a restart migration moved (and so killed the run): where it started
-                moved_from=moved_from(st, spec)))
+                moved_from=moved_from(st, spec), checkpoint=st.checkpoint, parent=st.parent))
         lock = ((raw.get("venv") or {}).get("record") or {}).get("lock_sha256")
         entry = dataclasses.replace(entry, probed=True, venv_lock=lock if isinstance(lock, str) else None,
                                     gpu_memory=facts.gpu_use(facts.gpus_of(raw), facts.marked_of(raw)))

@@ -23,6 +23,22 @@ class LiveRun:
 
 
 @dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint of a run's (train.checkpoint) as the container has it; complete only where remote could tell
+    (a torch.save zip with its end record, a folder with its marker: remote/sh/ckpt.py), never assumed."""
+
+    path: str
+    complete: bool
+    kind: str  # torch | safetensors | dcp | hf | folder | file | missing
+    size: int = 0  # bytes (0 for a folder)
+    mtime: float | None = None  # seconds since the epoch (the container's clock)
+    step: int | None = None  # where the checkpoint tells it (its pickle's iter_num/step, trainer_state.json, its name)
+    step_from: str | None = None  # where the step was read
+    why: str = ""  # why it is not complete
+    kept: bool = False  # the watch's copy of the last complete one (kept for a job that saves in place)
+
+
+@dataclass(frozen=True)
 class RunStatus:
     """A run's state as the container holds it now (its folder's pid, exit, manifest, watch files)."""
 
@@ -42,6 +58,8 @@ class RunStatus:
     gpu: Mapping[str, Any] | None = None
     attempt: int | None = None
     attempts_max: int | None = None
+    checkpoint: Checkpoint | None = None  # a resume: the checkpoint it started from (its manifest's record)
+    parent: str | None = None  # a resume: the run it continues
 
     @property
     def state(self) -> State:
@@ -69,6 +87,13 @@ class RunSummary:
     command: str | None
     nodes: tuple[int, ...] | None
     path: str
+    checkpoint: Checkpoint | None = None  # a resume: the checkpoint it started from
+    parent: str | None = None  # a resume: the run it continues
+
+    @property
+    def resumes(self) -> str | None:
+        """`resumes RUN at step N` for a resume (None for a run that started fresh)."""
+        return resumes_text(self.parent, self.checkpoint)
 
 
 @dataclass(frozen=True)
@@ -82,6 +107,33 @@ class Metric:
     fields: Mapping[str, Any]
 
 
+def resumes_text(parent: str | None, checkpoint: Checkpoint | None) -> str | None:
+    """A resume's lineage in words: `resumes RUN at step N` (or `from PATH` where the step is not known)."""
+    if checkpoint is None:
+        return None
+    at = f"at step {checkpoint.step}" if checkpoint.step is not None else f"from {checkpoint.path}"
+    return f"resumes {parent} {at}" if parent else f"resumed {at}"
+
+
+SaveOutcome = Literal["saved", "none-yet", "no-new", "not-running"]
+"""What `stop(save=True)` got: a new complete checkpoint (saved); no checkpoint at all existed yet (none-yet);
+none came within train.checkpoint.grace, or the job ended first (no-new: the latest older one is what it left);
+the run was not running (not-running)."""
+
+
+@dataclass(frozen=True)
+class Saved:
+    """What `stop(save=True)` left: the checkpoint (the new one, or the latest older one), how long it waited."""
+
+    outcome: SaveOutcome
+    checkpoint: Checkpoint | None  # None: the run left no complete checkpoint at all
+    age_s: float | None = None  # the checkpoint's age when the job was stopped
+    last_step: int | None = None  # the last step the job's log showed
+    steps_lost: int | None = None  # last_step less the checkpoint's step, where both are known
+    waited_s: float = 0.0
+    signals: int = 0  # how many times the job was sent train.checkpoint.signal
+
+
 @dataclass(frozen=True)
 class Stopped:
     """A stopped run: verified that no process of it is left."""
@@ -93,6 +145,7 @@ class Stopped:
     gpu_left: tuple[int, ...] | None  # None where the GPUs could not be checked
     others: tuple[Stopped, ...] = ()  # other live runs stopped with it (no run id given)
     nodes: tuple[int, ...] | None = None  # a multi-node run's containers
+    saved: Saved | None = None  # stop(save=True): what it saved (None: no save was asked for)
 
 
 @dataclass(frozen=True)
@@ -203,6 +256,8 @@ class JobStatus:
     node_rank: int | None = None
     compile: CompileHealth | None = None  # the compile watch's counts (docs/guide/compile-health.md)
     moved_from: str | None = None  # lost because its container moved: the cluster node it started on
+    checkpoint: Checkpoint | None = None  # a resume: the checkpoint it started from
+    parent: str | None = None  # a resume: the run it continues
 
     @property
     def state(self) -> State:

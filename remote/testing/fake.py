@@ -26,6 +26,7 @@ from ..api.run import Run
 from ..errors import ConnectError, JobError, JobRunning, JobTimeout, UnknownRun
 from ..events import Output, Sink
 from ..results import (
+    Checkpoint,
     CompileHealth,
     ContainerStatus,
     DeployPlan,
@@ -37,6 +38,7 @@ from ..results import (
     Metric,
     RunStatus,
     RunSummary,
+    Saved,
     State,
     Stopped,
     Warmup,
@@ -49,7 +51,7 @@ __all__ = ["Call", "FakeContainer", "FakeFleet", "FakeRun", "NotFaked", "RunScri
            "CONTAINER_METHODS", "RUN_METHODS", "FLEET_METHODS"]
 
 # What each fake answers (and what fail() accepts): the methods a training script calls.
-CONTAINER_METHODS = ("deploy", "warmup", "train", "run", "runs", "log", "stream_log", "stop", "doctor")
+CONTAINER_METHODS = ("deploy", "warmup", "train", "run", "runs", "log", "stream_log", "stop", "doctor", "checkpoints")
 RUN_METHODS = ("refresh", "wait", "follow", "text", "metrics", "compile")
 FLEET_METHODS = ("status", "doctor")
 
@@ -212,7 +214,8 @@ class FakeRun(Run):
 class FakeContainer(Container):
     """A container of a FakeFleet. Set up what it answers: `plan` (what deploy returns; None: a no-op),
     `scripts` (the runs train starts, in order; empty: each run exits 0 at once), `findings` (doctor),
-    `warmed` (warmup), `state` (pct's state in status); `fail(method, error)` for a failure path."""
+    `warmed` (warmup), `state` (pct's state in status), `checkpoints_found` (checkpoints(), and what stop(save=True)
+    says it left: the first complete one); `fail(method, error)` for a failure path."""
 
     def __init__(self, fleet: FakeFleet, spec: ContainerSpec):
         super().__init__(fleet, spec)
@@ -222,6 +225,7 @@ class FakeContainer(Container):
         self.scripts: list[RunScript] = []
         self.findings: list[Finding] = []
         self.warmed: Warmup | None = None
+        self.checkpoints_found: list[Checkpoint] = []
         self.state = "running"
         self.started: list[FakeRun] = []  # every run train() started, oldest first
 
@@ -255,12 +259,15 @@ class FakeContainer(Container):
         return self.warmed or Warmup(self.id, tuple(devices or ()), 0.0, 0, 0, 0, 0, False)
 
     def train(self, *, detach: bool = True, force: bool = False, warmup: bool = False, command: str | None = None,
-              env: Mapping[str, str] | None = None, args: Sequence[str] = ()) -> Run:
+              env: Mapping[str, str] | None = None, args: Sequence[str] = (), resume: bool = False,
+              fresh: bool = False) -> Run:
         import shlex
 
         from ..config import unset
 
-        self._rec.answer("train", detach=detach, force=force, warmup=warmup, command=command, env=env, args=args)
+        flags: dict[str, Any] = {k: v for k, v in (("resume", resume), ("fresh", fresh)) if v}  # only those given
+        self._rec.answer("train", detach=detach, force=force, warmup=warmup, command=command, env=env, args=args,
+                         **flags)
         base = command if command is not None else self.spec.train.command
         if not base:
             raise unset(self.fleet.config.file, "train.command", "set the training command to run (or give command=)")
@@ -310,8 +317,12 @@ class FakeContainer(Container):
             run.reads = max(run.reads, run.script.polls + 1)
         return run._status()
 
-    def stop(self, run_id: str | None = None, *, grace: int = 10, nodes: bool = True) -> Stopped:
-        self._rec.answer("stop", run_id, grace=grace, nodes=nodes)
+    def checkpoints(self) -> list[Checkpoint]:
+        self._rec.answer("checkpoints")
+        return list(self.checkpoints_found)
+
+    def stop(self, run_id: str | None = None, *, grace: int = 10, nodes: bool = True, save: bool = False) -> Stopped:
+        self._rec.answer("stop", run_id, grace=grace, nodes=nodes, **({"save": save} if save else {}))
         chosen = [self._find(run_id)] if run_id is not None else [r for r in self.started if r.alive] \
             or [self._find(None)]
         results = []
@@ -319,9 +330,12 @@ class FakeContainer(Container):
             was_alive = r.alive
             r.stopped = r.stopped or was_alive
             st = r._status()
-            results.append(Stopped(r.id, was_alive, "TERM" if was_alive else None, st.exit, ()))
+            left = next((c for c in self.checkpoints_found if c.complete), None)
+            saved = None if not save else Saved("not-running", left) if not was_alive else \
+                Saved("no-new" if left else "none-yet", left)
+            results.append(Stopped(r.id, was_alive, "TERM" if was_alive else None, st.exit, (), saved=saved))
         return Stopped(results[0].run, results[0].was_alive, results[0].signal, results[0].exit_code, (),
-                       tuple(results[1:]))
+                       tuple(results[1:]), saved=results[0].saved)
 
     def doctor(self, *, fresh: bool = False) -> list[Finding]:
         self._rec.answer("doctor", fresh=fresh)

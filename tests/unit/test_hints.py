@@ -20,7 +20,7 @@ def test_train_interrupted_names_the_container_the_run_and_the_hosts_file(tmp_pa
     path = tmp_path / "my hosts.yaml"
     path.write_text(HOSTS)
     monkeypatch.setattr(jobs, "preflight", lambda t, host_gpu=None, force=False: jobs.Preflight("abc", {}, None, []))
-    monkeypatch.setattr(jobs, "launch", lambda t, p, force=False, held=None, command=None, env=None: ("run-1", 42))
+    monkeypatch.setattr(jobs, "launch", lambda t, p, force=False, held=None, command=None, env=None, **ckpt: ("run-1", 42))
     monkeypatch.setattr(jobs.oplock, "hold", lambda ct, what: contextlib.nullcontext(None))
 
     def following(*a, **k):

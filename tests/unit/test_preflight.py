@@ -37,7 +37,7 @@ def problems(raw, spec) -> list[str]:
 
 def test_a_ready_container_passes_with_its_notes(spec):
     pre = check(ready(spec), spec)
-    assert pre.commit == COMMIT and [g["name"] for g in pre.gpus] == ["H200", "H200"]
+    assert pre.commit == COMMIT and [g.name for g in pre.gpus] == ["H200", "H200"]
     assert f"checkout clean at {COMMIT[:12]}" in pre.notes and "warmup done for 5, 6" in pre.notes
     assert any(n.startswith("2 GPU(s): H200, driver 570.86; torch sees 2") for n in pre.notes)
 
@@ -159,7 +159,7 @@ def test_without_code_repo_the_checkout_head_is_the_commit(spec, tmp_path):
     raw["code"]["record"] = None  # deploy never synced it: there is no code.repo to ship
     assert not spec.code.repo
     state = wm.deployed_in(raw, spec)
-    assert state["code"]["commit"] == raw["code"]["head"] == COMMIT
+    assert state.commit == raw["code"]["head"] == COMMIT and state.code.unmanaged
     assert check(raw, spec).commit == COMMIT
     raw["code"]["exists"] = False
     with pytest.raises(DeployError, match="no checkout at /root/dflash and code.repo is not set: set code.repo"):
@@ -177,6 +177,7 @@ def test_a_ctrl_c_during_the_launch_names_the_run_it_may_have_started():
     """The launch command is where the job starts: its run id is said before it, and a KeyboardInterrupt there
     (Ctrl-C while the container starts the job) names that run and what to do, then goes on up (exit 130)."""
     from remote.lab.testing import Expect, FakeTransport
+    from remote.facts.deployed import VenvRecord
     from remote.ops.jobs import Preflight, launch
     from remote.target import resolve
     from remote.transport.session import Session
@@ -190,7 +191,7 @@ def test_a_ctrl_c_during_the_launch_names_the_run_it_may_have_started():
     fake = FakeTransport([Expect(lambda argv: "launch" in argv, raises=KeyboardInterrupt())])
     said: list[str] = []
     t = resolve(Session(fleet, events=lambda e: said.append(e.line), transport_factory=lambda h: fake), 200)
-    pre = Preflight(commit="0" * 40, venv={"verify": {}}, gpus=None, notes=[])
+    pre = Preflight(commit="0" * 40, venv=VenvRecord(), gpus=None, notes=[])
     with pytest.raises(KeyboardInterrupt):
         launch(t, pre, run_id="20261202-010203-abcd", held=Held())
     assert said[0] == "==> run 20261202-010203-abcd starting in container 200"
@@ -237,13 +238,13 @@ def test_a_stale_checkout_is_refused_naming_deploy_or_force(tmp_path):
         f"the checkout is at {old[:12]}, but the hosts file pins {new[:12]} (code.ref HEAD of {spec.code.repo}): "
         "`remote deploy` ships it, or pass force=True to train the deployed commit"]
     pre = check(raw, spec, pin=pin, force=True)
-    assert any(n.startswith(f"!! the checkout is at {old[:12]}") and n.endswith("(forced)") for n in pre.notes)
+    assert any(n.startswith(f"the checkout is at {old[:12]}") and n.endswith("(forced)") for n in pre.warnings)
     assert f"checkout clean at {old[:12]}" in pre.notes
     # Deployed at the pinned commit: clean, and said so.
     pin = codemod.Pin(pin.repo, "HEAD", old)
     assert f"checkout clean at {old[:12]}, as the hosts file pins (code.ref HEAD)" in check(raw, spec, pin=pin).notes
     # A repository this machine cannot read: a note, never a refusal.
-    assert any("not compared" in n for n in check(raw, spec, pin="code.repo: /x is not a git repository").notes)
+    assert any("not compared" in n for n in check(raw, spec, pin="code.repo: /x is not a git repository").warnings)
 
 
 def problems_with(raw, spec, pin) -> list[str]:
@@ -401,17 +402,17 @@ def stray(spec, peak=None, marked=()):
                    "good run used at its peak")
 def test_a_stray_gpu_process_is_named_and_refused_where_too_little_memory_is_left(spec):
     pre = check(stray(spec, peak=100 * 1024), spec)  # 150.7 GiB free: enough
-    [note] = [n for n in pre.notes if "no run" in n]
-    assert note.startswith("!! GPU processes of no run hold 130.0 GiB: pid 4242 (133120 MiB): python hog.py --hold "
+    [note] = [n for n in pre.warnings if "no run" in n]  # a typed warning (train: Target.warn)
+    assert note.startswith("GPU processes of no run hold 130.0 GiB: pid 4242 (133120 MiB): python hog.py --hold "
                            "130g: they take memory") and "remote exec -c 200 'kill PID'" in note
-    assert [n for n in check(stray(spec), spec).notes if "no run" in n] == [note]  # no known figure: a warning
+    assert [n for n in check(stray(spec), spec).warnings if "no run" in n] == [note]  # no known figure: a warning
     [why] = problems(stray(spec, peak=200 * 1024), spec)
     assert why.startswith("the GPUs have 150.7 GiB free of 280.8 GiB, less than the last good run "
                           "20261130-1012-ab12 used (200.0 GiB at its peak): processes of no run hold 130.0 GiB: "
                           "pid 4242 (133120 MiB): python hog.py --hold 130g")
     # A run's own process (train --force beside it) is no stray, and its memory counts as the run's to give back.
     pre = check(stray(spec, peak=200 * 1024, marked=[4242]), spec)
-    assert not [n for n in pre.notes if "no run" in n]
+    assert not [n for n in pre.notes + list(pre.warnings) if "no run" in n]
 
 
 def test_a_known_good_run_records_the_gpu_memory_its_watch_saw_at_its_peak(spec):
