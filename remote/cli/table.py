@@ -101,6 +101,7 @@ def task(*, name: str | None = None, help: dict | None = None, positional: str |
 
 
 HOSTS_HELP = "hosts file (default: $REMOTE_HOSTS_FILE, else ./hosts.yaml)"
+ONE_CT_HELP = "container id from the hosts file (default: default_container, $REMOTE_CONTAINER, or the only one)"
 DRY_HELP = "print the exact remote commands instead of running them"
 CT_HELP = ("container id from the hosts file (default: default_container, $REMOTE_CONTAINER, or the only one); "
            "a comma list (200,201), a group from `groups:` or `all` runs the task on each of them at once")

@@ -549,32 +549,6 @@ def pull(c, src=None, dest=None, container=None, run=None, attempts=3, quiet=Fal
         say(text(done))
 
 
-ONE_CT_HELP = "container id from the hosts file (default: default_container, $REMOTE_CONTAINER, or the only one)"
-
-
-@task(help={"container": ONE_CT_HELP, "json": "print the snapshots as JSON", "hosts": HOSTS_HELP})
-@handled
-def snapshots(c, container=None, json_=False, hosts=None):
-    """List the container's Proxmox snapshots: name, time, description, and which are remote's own."""
-    with fleet_of(hosts, stderr_progress=json_) as fleet:
-        found = fleet.container(container).snapshots()
-    say(fmt.snapshots_json(found) if json_ else "\n".join(fmt.snapshot_lines(found)))
-
-
-@task(help={"container": ONE_CT_HELP, "snapshot": "the snapshot (default: the newest of remote's own)",
-            "force": "roll back even while a run is live (the container is killed, and the run with it)",
-            "hosts": HOSTS_HELP})
-@handled
-def rollback(c, container=None, snapshot=None, force=False, hosts=None):
-    """Roll the whole container back to a Proxmox snapshot (`pct rollback`), then start it again.
-
-    Refused while a run is live unless --force. Mount points are not part of a snapshot: what lives on
-    one (run folders, the known-good record, where configured so) stays as it is."""
-    with fleet_of(hosts) as fleet:
-        done = fleet.container(container).rollback(snapshot, force=force)
-    say("\n".join(fmt.rollback_lines(done)))
-
-
 @task(help={"host": "only this host's kept connection (default: every host's of the hosts file)", "hosts": HOSTS_HELP,
             "all_": "every kept connection of yours, whatever hosts file made it"})
 @handled
@@ -588,7 +562,8 @@ def disconnect(c, host=None, hosts=None, all_=False):
     say(f"ended {len(pids)} kept connection(s)" + (f" (pid {', '.join(map(str, pids))})" if pids else ""))
 
 
-from . import gputasks  # noqa: E402,F401  (`remote gpu fix`, `remote host setup`: registered on import)
+# `remote gpu fix`, `remote host setup`; `remote snapshots`, `remote rollback`: registered on import
+from . import gputasks, snaptasks  # noqa: E402,F401
 
 # The order of `remote --help`: the way in, the daily loop, then the rest (tasks not named here follow).
 HELP_ORDER = ("init", "create", "config", "status", "deploy", "warmup", "train", "logs", "runs", "stop", "exec", "shell",
