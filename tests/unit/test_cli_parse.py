@@ -376,7 +376,7 @@ def test_an_unknown_run_is_named_with_the_latest_ids_the_container_gave():
                        "20261201-110000-bbbb (container(200).runs() lists them)")  # what is no run id is left out
     from remote.cli.table import cli_text
 
-    assert cli_text(message).endswith("(`remote runs -c 200` lists them)")  # the command line says its task
+    assert cli_text(unknown_run(spec, "nosuch", st.latest)).endswith("(`remote runs -c 200` lists them)")  # its task
     assert "has none" in str(unknown_run(spec, "nosuch", []))
     assert unknown_run(spec, "nosuch", []).exit_code == 2  # bad input, as the README's exit-status table says
 
