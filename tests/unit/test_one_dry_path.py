@@ -6,7 +6,7 @@ from test_gpufix import GOOD_NODES, Pvesm, data, fix, mutating
 
 from remote import config
 from remote.events import DryCommand, Note
-from remote.lab.testing import Expect, FakeTransport
+from remote.testing import MockTransport, Reply
 from remote.transport.session import Session
 
 HOSTS = {"hosts": {"pve1": {"address": "10.0.0.1"}}, "containers": {200: {"host": "pve1"}}}
@@ -15,15 +15,15 @@ HOSTS = {"hosts": {"pve1": {"address": "10.0.0.1"}}, "containers": {200: {"host"
 @pytest.mark.fault("a dry run's host command", promise="a command on the host that changes something is shown as a "
                    "DryCommand (its argv whole) and never run; one that only reads runs as in a real run")
 def test_a_dry_sessions_mutating_host_command_is_a_dry_command_and_a_read_runs():
-    fake = FakeTransport([Expect(["pct", "list"], stdout="VMID Status Lock Name\n")])
+    mock = MockTransport(lambda command: Reply(stdout="VMID Status Lock Name\n"))
     events: list = []
     session = Session(config.parse(HOSTS, "hosts.yaml"), dry=True, events=events.append, agent=False,
-                      transport_factory=lambda h: fake)
+                      transport_factory=mock)
     r = session.host_run(session.config.hosts["pve1"], ["pct", "set", "200", "--cores", "2"], mutates=True, container=200)
-    assert r.exit_code == 0 and r.out == "" and fake.calls == []  # described, not run
-    assert events == [DryCommand(200, "fake: pct set 200 --cores 2", ("pct", "set", "200", "--cores", "2"))]
+    assert r.exit_code == 0 and r.out == "" and mock.calls == []  # described, not run
+    assert events == [DryCommand(200, "pct set 200 --cores 2", ("pct", "set", "200", "--cores", "2"))]
     assert session.host_run(session.config.hosts["pve1"], ["pct", "list"]).out.startswith("VMID")  # a read runs
-    assert [c[0] for c in fake.calls] == [("pct", "list")]
+    assert [c.argv for c in mock.calls] == [("pct", "list")]
 
 
 def test_gpu_fix_dry_shows_each_command_as_every_dry_run_does_and_runs_none():
