@@ -214,7 +214,7 @@ class Recording(Capabilities):
 
     def __init__(self, inner):
         self.inner, self.calls = inner, []
-        self.name = inner.name
+        self.name, self.host = inner.name, inner.host  # its streams are not recorded: none declared
 
     def run(self, argv, **kw):
         self.calls.append(list(argv))
