@@ -25,7 +25,7 @@ class Expect:
 
 @dataclass
 class FakeTransport(Capabilities):
-    streams = True  # open_stream: the next expected command as a stream
+    can_stream = True  # open_stream: the next expected command as a stream
     expected: list[Expect] = field(default_factory=list)
     name: str = "fake"
     calls: list[tuple[tuple[str, ...], bytes | None]] = field(default_factory=list)

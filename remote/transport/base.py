@@ -33,7 +33,7 @@ class Transport(Protocol):
     name: str
     kept: bool  # a kept connection (remote.transport.keeper): its keeper holds agents and remembers host facts
     login_shell: bool  # each command pays a new session and login shell: a host mux shares one (hostmux)
-    streams: bool  # open_stream works (the in-container agent, transfers); else commands go through pct exec
+    can_stream: bool  # open_stream works (the in-container agent, transfers); else commands go through pct exec
 
     @property
     def host(self) -> Host | None:
@@ -61,7 +61,7 @@ class Capabilities:
     host: Host | None = None
     kept: bool = False
     login_shell: bool = False
-    streams: bool = False
+    can_stream: bool = False
 
 
 class InContainer(tuple):

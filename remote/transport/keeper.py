@@ -100,7 +100,7 @@ class KeptTransport(Capabilities):
     host: Host  # always a configured host
     login_shell = False  # the keeper's mux pays it once, not this process
     kept = True
-    streams = True
+    can_stream = True
 
     def __init__(self, host: Host, config_file: str):
         self.host, self.name = host, host.name

@@ -20,7 +20,7 @@ from .framing import STDERR_TAIL
 class LocalTransport(Capabilities):
     """Runs on this machine: the controller is the Proxmox host itself."""
 
-    streams = True
+    can_stream = True
 
     def __init__(self, name: str = "local"):
         self.name = name

@@ -142,7 +142,7 @@ class Session:
             return cast("KeptTransport", transport).agent(spec.ctid)
 
         def start():
-            if not transport.streams:  # a test double without streams: plain pct exec
+            if not transport.can_stream:  # a test double without streams: plain pct exec
                 return None
             # The agent's program goes on its stdin (agent_argv's loader), never on the command line.
             argv = pct_argv(spec.host.pct, "exec", str(spec.ctid), "--keep-env", "0", "--", *agent_argv())

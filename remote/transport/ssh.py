@@ -58,7 +58,7 @@ class SshTransport(Capabilities):
     """One reused SSH connection to a host; host keys checked, never added."""
 
     host: Host  # always a configured host
-    streams = True
+    can_stream = True
     login_shell = True  # every command is a new session and a login shell with its rc files (remote.transport.hostmux)
 
     def __init__(self, host: Host, *, attempts: int = 4, max_wait: float = 30.0,

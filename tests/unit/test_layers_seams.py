@@ -83,7 +83,7 @@ def test_every_transport_declares_its_capabilities():
     from remote.transport.base import Transport
     from remote.transport.keeper import KeptTransport
 
-    declared = {"kept", "login_shell", "streams", "host"}
+    declared = {"kept", "login_shell", "can_stream", "host"}
     assert declared <= set(Transport.__annotations__) | set(vars(Transport))
     for cls in (LocalTransport, SshTransport, KeptTransport, _HostTransport, FakeTransport, CountingTransport, Recording):
         assert {name for name in declared if hasattr(cls, name)} == declared, cls
