@@ -23,17 +23,20 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from remote import config  # noqa: E402
 from remote.ops.deploy import UV_ENV  # noqa: E402
+from remote.transport import Capabilities  # noqa: E402
 from remote.facts import uv_path  # noqa: E402
 from remote.doctor import diagnose  # noqa: E402
 from remote.transport.session import Session  # noqa: E402
 
 
-class Counting:
-    """Wraps a transport and counts the commands sent through it (each one a round trip)."""
+class Counting(Capabilities):
+    """Wraps a transport and counts the commands sent through it (each one a round trip); it declares what
+    the one it wraps does, but streams (run only: a stream is no counted round trip)."""
 
     def __init__(self, inner):
         self.inner, self.calls = inner, 0
         self.name = inner.name
+        self.host = inner.host
 
     def run(self, argv, **kw):
         self.calls += 1

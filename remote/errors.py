@@ -34,9 +34,58 @@
 remote's exit status comes from the error's class alone (`exit_code`, a class attribute: 1, or 2 for bad
 input, 3 for busy); the exit status of a step that failed (tar's, a command's) is `command_status`, never
 remote's own: a command that exits 3 is no "busy", a tar that exits 2 on a full disk no "bad input".
+
+A message that names what to pass or call next says it in the library's words (`force=True`,
+`container(200).stop()`) and carries each such phrase with the command line's words for it (`words`: `--force`,
+`remote stop -c 200`), which the command line shows instead: no pattern reads the text back.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypeVar
+
+
+@dataclass(frozen=True)
+class Said:
+    """A phrase of a message in the library's words and in the command line's; in an f-string, the library's."""
+
+    library: str  # what a library caller passes or calls: force=True, container(200).stop()
+    cli: str  # what a command line user types: --force, `remote stop -c 200`
+
+    def __str__(self) -> str:
+        return self.library
+
+
+FORCE = Said("force=True", "--force")
+ALLOW_DIRTY = Said("allow_dirty=True", "--allow-dirty")
+RESUME = Said("resume=True", "--resume")
+FRESH = Said("fresh=True", "--fresh")
+SAVE = Said("save=True", "--save")
+WARMUP_TO_TRAIN = Said("pass warmup=True to train", "`remote train --warmup`")
+OUT_FILE = Said("give out=FILE", "give --out FILE")
+ANOTHER_OUT = Said("another out= writes another", "--out FILE writes another")
+SNAPSHOT_NAME = Said("snapshot=NAME", "--snapshot NAME")
+EXPORT_CACHE = Said("container.export_cache(FILE)", "`remote warmup --export FILE`")
+
+
+def snapshot_named(name: str) -> Said:
+    return Said(f"snapshot={name}", f"--snapshot {name}")
+
+
+def call(ctid: int, method: str) -> Said:
+    """`container(ID).METHOD` of the library, and the task the command line has for it."""
+    task = {"snapshots()": "snapshots", "runs()": "runs", "stop()": "stop", "log(follow=True)": "logs"}[method]
+    return Said(f"container({ctid}).{method}", f"`remote {task} -c {ctid}{' --follow' if 'follow' in method else ''}`")
+
+
+E = TypeVar("E", bound="RemoteError")
+
+
+def worded(error: E, *words: Said) -> E:
+    """`error`, carrying the phrases its message says in the library's words (each with the command line's)."""
+    error.words = error.words + words
+    return error
 
 
 class RemoteError(Exception):
@@ -44,6 +93,7 @@ class RemoteError(Exception):
 
     exit_code = 1  # remote's exit status for this kind of error: per class, never per error
     command_status: int | None = None  # the exit status of the step that failed, where one ran
+    words: tuple[Said, ...] = ()  # its message's phrases in the library's words, with the command line's (worded)
 
 
 class ConfigError(RemoteError):

@@ -26,8 +26,9 @@ Resumed comes from a followed log's `on_resume` (Target.resumed: Run.follow, and
 stream_log and a multi-node follow read through), SnapshotTaken from deploy's snapshot (Target.snapshot_taken),
 each where it happened.
 A new kind is a subclass here (its fields typed), the call that emits it (`target.session.sink(Kind(...))`),
-and, where the command line shows it otherwise than by its line, its case in remote/cli/format.py's
-`event_text` (docs/internals/contributing.md).
+its row in docs/reference/library.md's table of kinds, and, where the command line shows it otherwise than by
+its line, its case in remote/cli/format.py's `event_text` (docs/internals/contributing.md; the guards in
+tests/unit/test_layers_seams.py read the kinds from this file).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import ConfigError, RemoteError
+from ..errors import ConfigError, RemoteError, worded
 from ..events import Event
 from ..naming import printable
 from . import format as fmt
@@ -139,42 +139,24 @@ def error_exit(exc: RemoteError) -> Exit:
     """A library error as the command line ends with it: `error: ...` in its words, and the error's status
     (its message may quote a container: escapes shown, lines kept)."""
     exc = cli_words(exc)
-    return Exit(f"error: {cli_text(printable(str(exc), lines=True))}", code=exit_status(exc))
+    return Exit(f"error: {cli_text(exc)}", code=exit_status(exc))
 
 
 def cli_words(exc: RemoteError) -> RemoteError:
     """A library error in the command line's words: the container argument is -c/--container here."""
     if isinstance(exc, ConfigError) and (exc.key == "container" or "(the container argument)" in exc.message):
-        return ConfigError(exc.file, "--container" if exc.key == "container" else exc.key,
-                           exc.message.replace("name one (the container argument)", "pass --container"))
+        return worded(ConfigError(exc.file, "--container" if exc.key == "container" else exc.key,
+                                  exc.message.replace("name one (the container argument)", "pass --container")),
+                      *exc.words)
     return exc
 
 
-# The library's messages name its own words (`force=True`, `container(200).runs()`); the command line says
-# its flags and tasks instead. Each: the library's phrase (a pattern) and the command line's.
-LIBRARY_WORDS = [
-    (re.compile(r"pass warmup=True to train"), r"`remote train --warmup`"),
-    (re.compile(r"\bforce=True\b"), "--force"),
-    (re.compile(r"\bresume=True\b"), "--resume"),
-    (re.compile(r"\bfresh=True\b"), "--fresh"),
-    (re.compile(r"\bsave=True\b"), "--save"),
-    (re.compile(r"\ballow_dirty=True\b"), "--allow-dirty"),
-    (re.compile(r"another out= writes another"), "--out FILE writes another"),
-    (re.compile(r"\bgive out=FILE\b"), "give --out FILE"),
-    (re.compile(r"\bsnapshot=NAME\b"), "--snapshot NAME"),
-    (re.compile(r"\bsnapshot=(\S+): no such snapshot"), r"--snapshot \1: no such snapshot"),
-    (re.compile(r"\bcontainer\.export_cache\(FILE\)"), "`remote warmup --export FILE`"),
-    (re.compile(r"\bcontainer\((\d+)\)\.snapshots\(\)"), r"`remote snapshots -c \1`"),
-    (re.compile(r"\bcontainer\((\d+)\)\.runs\(\)"), r"`remote runs -c \1`"),
-    (re.compile(r"\bcontainer\((\d+)\)\.stop\(\)"), r"`remote stop -c \1`"),
-    (re.compile(r"\bcontainer\((\d+)\)\.log\(follow=True\)"), r"`remote logs -c \1 --follow`"),
-]
-
-
-def cli_text(text: str) -> str:
-    """A library message in the command line's words (LIBRARY_WORDS)."""
-    for library, words in LIBRARY_WORDS:
-        text = library.sub(words, text)
+def cli_text(exc: RemoteError) -> str:
+    """A library error's message in the command line's words: each phrase it says in the library's words
+    (`force=True`, `container(200).stop()`) as the error carries it for the command line (`exc.words`)."""
+    text = printable(str(exc), lines=True)
+    for said in exc.words:
+        text = text.replace(said.library, said.cli)
     return text
 
 

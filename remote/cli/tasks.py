@@ -643,7 +643,7 @@ def _call(call: cliparse.Call) -> int:
     except Exit as e:
         return _said(e)
     except RemoteError as exc:  # a task without @handled
-        say(f"error: {cli_text(printable(str(exc), lines=True))}", file=sys.stderr)
+        say(f"error: {cli_text(exc)}", file=sys.stderr)
         return exit_status(exc)
     except KeyboardInterrupt:
         say("interrupted", file=sys.stderr)

@@ -6,7 +6,7 @@ import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ..transport import Result
+from ..transport import Capabilities, Result
 
 
 @dataclass
@@ -24,7 +24,8 @@ class Expect:
 
 
 @dataclass
-class FakeTransport:
+class FakeTransport(Capabilities):
+    can_stream = True  # open_stream: the next expected command as a stream
     expected: list[Expect] = field(default_factory=list)
     name: str = "fake"
     calls: list[tuple[tuple[str, ...], bytes | None]] = field(default_factory=list)
@@ -112,7 +113,7 @@ class FakeStream:
 
 
 @dataclass
-class CountingTransport:
+class CountingTransport(Capabilities):
     """A transport that answers from `answer(argv) -> (exit_code, stdout, stderr)` and counts what a real one
     would cost: `connections` (made on the first command, again after close) and `calls` (round trips)."""
 
@@ -207,13 +208,13 @@ class FakeCluster:
         return {name: t.connections for name, t in self.transports.items()}
 
 
-class Recording:
+class Recording(Capabilities):
     """Wraps a real transport and records every command it runs: how many round trips a step takes, on the
     lab (the tests' and bench's counting transport)."""
 
     def __init__(self, inner):
         self.inner, self.calls = inner, []
-        self.name = inner.name
+        self.name, self.host = inner.name, inner.host  # its streams are not recorded: none declared
 
     def run(self, argv, **kw):
         self.calls.append(list(argv))

@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import facts, shell
 from ..config import ContainerSpec
-from ..errors import CheckpointRefused, ConfigError, JobError
+from ..errors import FRESH, RESUME, CheckpointRefused, ConfigError, JobError, worded
 from ..events import CheckpointSeen, RunResumed
 from ..facts.runs import CHECKPOINT_KINDS, RunState
 from ..naming import json_loads, printable
@@ -121,10 +121,10 @@ def refuse_plain(t: Target) -> None:
     c = latest(found)
     if c is None:
         return
-    raise CheckpointRefused(
+    raise worded(CheckpointRefused(
         f"container {t.spec.ctid} has a complete checkpoint {c.path}{_step(c)}: a new run would overwrite it. "
-        "Continue from it with resume=True, or start over with fresh=True (the old checkpoints are moved "
-        "aside, never deleted)", c.path)
+        f"Continue from it with {RESUME}, or start over with {FRESH} (the old checkpoints are moved "
+        "aside, never deleted)", c.path), RESUME, FRESH)
 
 
 def _step(c: Checkpoint) -> str:
@@ -148,8 +148,8 @@ def restore(t: Target) -> Checkpoint:
         bad = [x for x in (checkpoint_of(d) for d in data.get("incomplete") or []) if x is not None]
         why = (f"{bad[0].path} is not complete ({bad[0].why})" if bad else
                f"nothing matches {path_of(t.spec)}")
-        raise CheckpointRefused(f"container {t.spec.ctid}: no complete checkpoint to resume from: {why}. "
-                                "fresh=True starts over", bad[0].path if bad else None)
+        raise worded(CheckpointRefused(f"container {t.spec.ctid}: no complete checkpoint to resume from: {why}. "
+                                       f"{FRESH} starts over", bad[0].path if bad else None), FRESH)
     return c
 
 

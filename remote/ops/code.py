@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import shell
-from ..errors import DeployError
+from ..errors import ALLOW_DIRTY, DeployError, worded
 from ..naming import is_repo_url, redact
 
 SHIP_PREFIX = "refs/remote-deploy/ship-"  # + a random token: one ref per bundle, so deploys never share one
@@ -63,8 +63,8 @@ def resolve(repo: str, ref: str, allow_dirty: bool = False) -> LocalCommit:
     changed = dirty_files(repo) if ref == "HEAD" else []
     if changed and not allow_dirty:
         listing = "\n  ".join(changed[:20]) + ("\n  ..." if len(changed) > 20 else "")
-        raise DeployError(f"{repo} has uncommitted changes; commit them, or pass allow_dirty=True to ship them "
-                          f"(recorded as dirty):\n  {listing}")
+        raise worded(DeployError(f"{repo} has uncommitted changes; commit them, or pass {ALLOW_DIRTY} to ship them "
+                                 f"(recorded as dirty):\n  {listing}"), ALLOW_DIRTY)
     if changed:
         stash = _git(repo, "stash", "create", f"remote deploy of a dirty tree based on {commit[:12]}").strip()
         return LocalCommit(repo, stash or commit, ref, bool(stash), commit)

@@ -34,6 +34,7 @@ from ..facts import gpu
 from ..results import Created, CreateStep
 from ..sudo import program_path
 from ..target import HostTarget
+from ..transport import dryline
 from ..transport.pct import DEFAULT_PATH, Container, pct_argv
 from . import gpuconfig
 
@@ -173,30 +174,17 @@ class _Run:
         self.steps.append(CreateStep(name, 0.0 if self.h.dry else round(time.monotonic() - t0, 3), "; ".join(detail)))
 
     def host(self, argv: list[str], *, mutates: bool, deadline: float = 120):
-        """A command on the host; one that changes something is recorded, and in a dry run only reported."""
+        """A command on the host; one that changes something is recorded (a dry run's: described by the
+        session, remote.transport.dryline, never run)."""
         session, host = self.h.session, self.h.host
         if mutates:
-            shown = session.transport(host).describe(_short(argv))
-            self.commands.append(shown)
-            if self.h.dry:
-                self.h.output(shown)
-                return None
-        return session.host_run(host, argv, deadline=deadline)
+            self.commands.append(dryline.short(session.transport(host).describe, argv))
+        r = session.host_run(host, argv, deadline=deadline, mutates=mutates, container=self.h.ctid)
+        return None if mutates and self.h.dry else r  # a command a dry run described has no answer to read
 
     def note(self, text: str) -> None:
         self.notes.append(text)
         self.h.note(text)
-
-
-def _short(argv: list[str]) -> list[str]:
-    """A command as a dry run shows it: a remote/sh script's text named by its file (`bash -c
-    <remote/sh/NAME.sh> NAME ...`), the rest exactly as it runs."""
-    out = list(argv)
-    for i in range(len(out) - 2):
-        if out[i:i + 2] == ["bash", "-c"] and re.fullmatch(r"[a-z_-]+", out[i + 3] if i + 3 < len(out) else ""):
-            out[i + 2] = f"<remote/sh/{out[i + 3]}.sh>"
-            break
-    return out
 
 
 def _words(text: str) -> str:
@@ -521,17 +509,11 @@ def _check(r, what: str) -> None:
 
 
 def _in_ct(run: _Run, ct: Container, script: str, *args: str, timeout: float):
-    """A remote/sh script in the new container (recorded; dry: only reported)."""
+    """A remote/sh script in the new container (recorded; a dry run's: described by the Container, never run)."""
     argv = ["bash", "-c", shell.load(script), script, *args]
-    if run.h.dry:
-        from ..transport.pct import exec_argv
-
-        shown = run.h.session.transport(run.h.host).describe(_short(exec_argv(ct.pct, ct.ctid, argv, cwd="/root")))
-        run.commands.append(shown)
-        run.h.output(shown)
-        return None
     run.commands.append(f"pct exec {ct.ctid} -- bash -c <remote/sh/{script}.sh> {shlex.join(args)}".rstrip())
-    return ct.run(argv, timeout=timeout, check=False, label=f"remote/sh/{script}.sh")
+    r = ct.run(argv, timeout=timeout, check=False, label=f"remote/sh/{script}.sh")
+    return None if ct.dry else r  # a command a dry run described has no answer to read
 
 
 def _prove(h: HostTarget, ct: Container, gpus: tuple[int, ...]) -> list[str]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .. import facts, shell
 from ..config import ContainerSpec, VenvSpec
-from ..errors import BusyError, CommandError, ConfigError, DeployError, RemoteError
+from ..errors import FORCE, BusyError, CommandError, ConfigError, DeployError, RemoteError, call, worded
 from ..facts.deployed import DeployProbe, deploy_probe_of
 from ..naming import json_loads, printable
 from ..results import DeployPlan
@@ -240,10 +240,10 @@ def _refuse_emptying(t: Target, found: DeployProbe, plan: Plan) -> None:
         return
     also = "" if spec.code.repo else "; code.repo is not set either (your git repository: nothing of your code is deployed)"
     now = f" (torch {printable(str(had_torch))})" if had_torch else ""
-    raise ConfigError(t.session.config.file, "venv.packages",
-                      f"this deploy would replace container {spec.ctid}'s venv{now} with {why}{also}. Fill in the "
-                      "section(s) `remote init` marked `TO FILL` (venv: the packages to install, e.g. "
-                      "[torch==2.11.0+cu128]), or deploy it anyway with force=True")
+    raise worded(ConfigError(t.session.config.file, "venv.packages",
+                             f"this deploy would replace container {spec.ctid}'s venv{now} with {why}{also}. Fill in "
+                             "the section(s) `remote init` marked `TO FILL` (venv: the packages to install, e.g. "
+                             f"[torch==2.11.0+cu128]), or deploy it anyway with {FORCE}"), FORCE)
 
 
 def _snapshot(t: Target, what: str, summary: _Changes) -> None:
@@ -279,11 +279,11 @@ def _refuse_running_job(t: Target, force: bool, summary: _Changes) -> None:
         return
     what = jobs.live_text(live)
     if not force:
-        raise BusyError(spec.ctid, f"container {spec.ctid}: {what} {'is' if len(live) == 1 else 'are'} still "
-                                   f"running; a deploy would change its checkout and venv under it. Stop it first "
-                                   f"(container({spec.ctid}).stop() stops every live run), or pass force=True (a "
-                                   "venv is kept while any process uses it)",
-                        jobs.busy_details(live))
+        stop = call(spec.ctid, "stop()")
+        raise worded(BusyError(spec.ctid, f"container {spec.ctid}: {what} {'is' if len(live) == 1 else 'are'} still "
+                                          f"running; a deploy would change its checkout and venv under it. Stop it "
+                                          f"first ({stop} stops every live run), or pass {FORCE} (a venv is kept "
+                                          "while any process uses it)", jobs.busy_details(live)), stop, FORCE)
     t.step(f"forced: deploying while {what} {'is' if len(live) == 1 else 'are'} running")
     summary.kept.append(f"{what} left running (forced)")
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from ..errors import BusyError, ContainerNotFound, RootRequired
+from ..errors import BusyError, ContainerNotFound, RootRequired, call, worded
 from ..results import Destroyed
 from ..target import Target
 from . import jobs
@@ -38,9 +38,10 @@ def plan(t: Target) -> tuple[str, list[str]]:
     if state == "running":
         live = jobs.state(t).live
         if live:
-            raise BusyError(t.ctid, f"container {t.ctid}: {jobs.live_text(live)} still running; destroying it would "
-                                    f"end the run and delete its outputs. Stop it first (container({t.ctid}).stop()), "
-                                    "then destroy it", jobs.busy_details(live))
+            stop = call(t.ctid, "stop()")
+            raise worded(BusyError(t.ctid, f"container {t.ctid}: {jobs.live_text(live)} still running; destroying it "
+                                           f"would end the run and delete its outputs. Stop it first ({stop}), then "
+                                           "destroy it", jobs.busy_details(live)), stop)
     return state, [s.name for s in snaps.list_snapshots(t)]
 
 

@@ -41,6 +41,8 @@ from ..facts import gpu
 from ..naming import printable
 from ..results import Finding, GpuFix, LiveRun, Stopped
 from ..target import Target
+from ..transport import dryline
+from ..transport.pct import exec_argv, pct_argv
 from . import gpuconfig, oplock
 
 CONFIG_KINDS = {"device-not-passed", "cgroup-major-stale", "mount-optional-missing", "device-permission"}
@@ -294,7 +296,7 @@ def _folder(t: Target, host: gpu.HostGpu, found: list[Finding]) -> str | None:
 
 
 def _host(t: Target, argv: list[str], what: str) -> str:
-    r = t.session.host_run(t.host, argv, deadline=120)
+    r = t.session.host_run(t.host, argv, deadline=120, mutates=True, container=t.ctid)
     if r.exit_code != 0:
         raise GpuFixError(f"host {t.host.name}: {what} failed (exit {r.exit_code}): {r.err.strip()[-300:]}")
     return r.out
@@ -349,11 +351,15 @@ def gpu_fix(t: Target, *, dry: bool = False, force: bool = False) -> GpuFix:
     commands = _commands(t, p)
     for line in p.config.diff:  # the config change, shown before anything is written
         t.output(f"{line}")
-    for c in commands:
-        t.note(("would run: " if dry else "runs: ") + c)
-    if dry:
+    if dry:  # each command as every dry run shows one (DryCommand: remote.transport.dryline), none run
+        for host_side, argv in _argvs(t, p):
+            dryline.show(t.session.transport(t.host).describe,
+                         argv if host_side else exec_argv(t.system.pct, t.ctid, argv, path=t.system.path),
+                         t.session.sink, t.ctid)
         return GpuFix(t.ctid, t.host.name, True, before, tuple(w for _, w in p.fixes), p.config.diff, tuple(commands),
                       p.manual, None, False, p.restart, ct.cuda_init if ct else None, before, why)
+    for c in commands:
+        t.note("runs: " + c)
     running = t.system.status() == "running"
     # The operation lease of a running container that must restart (or may, where a repair in place fails): held
     # from the run check to the restart, so no deploy, warmup or launch of another controller starts in between
@@ -500,6 +506,26 @@ def made_by(out: str) -> str | None:
     """How remote/sh/gpu-uvm.sh made the uvm nodes (its last line, `made: <command>`), or None."""
     last = out.strip().splitlines()[-1:] or [""]
     return printable(last[0].removeprefix("made: ")) if last[0].startswith("made: ") else None
+
+
+def _argvs(t: Target, p: Plan) -> list[tuple[bool, list[str]]]:
+    """What _change, repair_in_place, restart and _ldconfig run for plan `p`, in order: (on the host?, argv)."""
+    pct = t.system.pct
+    out: list[tuple[bool, list[str]]] = []
+    if p.uvm:
+        out.append((True, ["bash", "-c", shell.load("gpu-uvm"), "gpu-uvm"]))
+    if p.userspace:
+        out.append((True, _userspace_argv()))
+    if p.config.raw:
+        out.append((True, _fix_argv("drop-raw", str(t.ctid), *p.config.raw)))
+    if p.config.pct_args():
+        out.append((True, pct_argv(pct, "set", str(t.ctid), *p.config.pct_args())))
+    out += [(False, r.argv()) for r in p.inplace]
+    if p.restart:
+        out += [(True, pct_argv(pct, "stop", str(t.ctid))), (True, pct_argv(pct, "start", str(t.ctid)))]
+    if p.userspace:
+        out.append((False, ["bash", "-c", shell.load("nvidia-link"), "nvidia-link", gpuconfig.USERSPACE_CT]))
+    return out
 
 
 def _commands(t: Target, p: Plan) -> list[str]:

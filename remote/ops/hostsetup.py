@@ -58,7 +58,8 @@ def host_setup(t: HostTarget, *, dry: bool = False) -> HostSetup:
     dry = dry or t.dry
     t.step(f"host {t.host.name}: {'check' if dry else 'install'} the boot unit remote-gpu.service "
            "(before pve-guests.service: uvm nodes, the driver's user space)")
-    r = t.session.host_run(t.host, setup_argv(dry), deadline=60 + t.host.connect_timeout)
+    # dry: the script only reads (its check mode), so it runs in a dry run too; else it writes
+    r = t.session.host_run(t.host, setup_argv(dry), deadline=60 + t.host.connect_timeout, mutates=not dry)
     if r.exit_code != 0:
         raise HostSetupError(f"host {t.host.name}: host setup failed (exit {r.exit_code}): {r.err.strip()[-300:]}")
     wrote, same, enabled = parse(r.out)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import config as cfg
-from ..errors import CommandError, ConfigError, RemoteError
+from ..errors import ANOTHER_OUT, FORCE, OUT_FILE, CommandError, ConfigError, RemoteError, worded
 from ..naming import json_loads
 from ..transport import for_host
 from ..transport.pct import classify, parse_list, pct_argv
@@ -226,10 +226,10 @@ def check_target(out: str, force: bool) -> None:
     """Refuse to overwrite a file unless forced: before anything connects."""
     path = Path(out)
     if path.is_dir():
-        raise ConfigError(out, "", "is a folder: give out=FILE a file name")
+        raise worded(ConfigError(out, "", f"is a folder: {OUT_FILE} a file name"), OUT_FILE)
     if path.exists() and not force:
-        raise ConfigError(out, "", "exists already: it is never overwritten (force=True replaces it, another out= "
-                          "writes another)")
+        raise worded(ConfigError(out, "", f"exists already: it is never overwritten ({FORCE} replaces it, "
+                                          f"{ANOTHER_OUT})"), FORCE, ANOTHER_OUT)
     if not path.resolve().parent.is_dir():
         raise ConfigError(out, "", f"its folder {path.parent} does not exist")
 
@@ -248,7 +248,7 @@ def write(out: str, text: str, force: bool) -> None:
         else:
             os.link(tmp, path)  # fails if it appeared meanwhile: never overwritten unasked
     except FileExistsError:
-        raise ConfigError(out, "", "exists already (made while init ran): force=True replaces it") from None
+        raise worded(ConfigError(out, "", f"exists already (made while init ran): {FORCE} replaces it"), FORCE) from None
     finally:
         tmp.unlink(missing_ok=True)
 

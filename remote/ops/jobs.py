@@ -23,7 +23,20 @@ from pathlib import Path
 
 from .. import facts, shell
 from ..config import ContainerSpec
-from ..errors import CommandError, ConfigError, JobError, JobRunning, RemoteError, TransferError, UnknownRun
+from ..errors import (
+    FORCE,
+    SAVE,
+    WARMUP_TO_TRAIN,
+    CommandError,
+    ConfigError,
+    JobError,
+    JobRunning,
+    RemoteError,
+    TransferError,
+    UnknownRun,
+    call,
+    worded,
+)
 from ..facts import runs as runfacts
 from ..facts.deployed import VenvRecord
 from ..facts.runs import RunState, parse_state
@@ -40,13 +53,15 @@ from .runwatch import EXIT_STALLED, stall_text, watch_settings
 @dataclass(frozen=True)
 class Preflight:
     """What train's preflight found: the deployed commit and venv record, the GPUs (None: no nvidia-smi, a CPU
-    run), its notes (warnings marked `!! `) and the live runs it saw."""
+    run), its notes, the live runs it saw and its warnings (each reported typed: Target.warn, a Note of level
+    "warning")."""
 
     commit: str
     venv: VenvRecord
     gpus: tuple[facts.Gpu, ...] | None
     notes: list[str]
     live: tuple[LiveRun, ...] = ()  # the runs with a live process the probe saw
+    warnings: tuple[str, ...] = ()  # what needs the user's attention, though the launch goes on
 
 
 def preflight(t: Target, *, host_gpu=None, force: bool = False) -> Preflight:
@@ -78,7 +93,7 @@ def preflight(t: Target, *, host_gpu=None, force: bool = False) -> Preflight:
         try:
             host = pending.result(timeout=90)
         except Exception as exc:  # noqa: BLE001 -- the host's part only warns: it never stops a launch
-            t.output(f"preflight: !! the host's GPU facts could not be read: {exc}")
+            t.warn(f"preflight: the host's GPU facts could not be read: {exc}")
     return check(raw, spec, host, pin=codemod.pin_of(spec.code.repo, spec.code.ref), force=force)
 
 
@@ -111,18 +126,19 @@ def check(raw: dict, spec: ContainerSpec, host=None, *, pin: codemod.Pin | str |
     commit, venv = state.commit, state.venv
     verify = venv.verify.as_record()
     notes = [_verified(venv)]
+    warnings: list[str] = []
     problems: list[str] = []
     behind = None
     if isinstance(pin, str):
-        notes.append(f"!! the checkout was not compared with the hosts file's code.ref: {pin}")
+        warnings.append(f"the checkout was not compared with the hosts file's code.ref: {pin}")
     elif pin is not None:
         behind = codemod.stale(pin, (raw.get("code") or {}).get("record"))
         if behind and force:
-            notes.append(f"!! {behind}: training the deployed commit anyway (forced)")
+            warnings.append(f"{behind}: training the deployed commit anyway (forced)")
         elif behind:
-            problems.append(f"{behind}: `remote deploy` ships it, or pass force=True to train the deployed commit")
+            problems.append(f"{behind}: `remote deploy` ships it, or pass {FORCE} to train the deployed commit")
         elif pin.edited:
-            notes.append(f"!! {pin.repo} has uncommitted changes that are not in the container "
+            warnings.append(f"{pin.repo} has uncommitted changes that are not in the container "
                          f"({', '.join(pin.edited[:5])}): `remote deploy` with allow_dirty=True ships them")
     problems += wm.unlike_deployed(raw, spec, state, hints=True)
     # The GPU passthrough: an error finding refuses the launch; a pending host reboot is a warning.
@@ -131,7 +147,7 @@ def check(raw: dict, spec: ContainerSpec, host=None, *, pin: codemod.Pin | str |
     problems += [f"{f.what} [{f.code}]: {f.fix}" for f in gpu_found if f.severity == "error"]
     if host is not None and (ct_gpu is not None and ct_gpu.gpu or (host.configs.get(spec.ctid) or
                                                                     gpufacts.CtConfig(0)).gpu):
-        notes += [f"!! {f.what} [{f.code}]: {f.fix}" for f in gpufacts.host_findings(host, spec.host.name)
+        warnings += [f"{f.what} [{f.code}]: {f.fix}" for f in gpufacts.host_findings(host, spec.host.name)
                   if f.code == "host-reboot-pending"]
     folder = jobenv.compile_cache(spec, verify)
     if spec.warmup.command:
@@ -139,11 +155,11 @@ def check(raw: dict, spec: ContainerSpec, host=None, *, pin: codemod.Pin | str |
         missing = wm.missing_in(recs, spec, state)
         if missing:
             problems.append("no warmup for this commit, venv, command and environment -- " + "; ".join(missing)
-                            + ": run `remote warmup` (or pass warmup=True to train); a cold cache is when threads race")
+                            + f": run `remote warmup` (or {WARMUP_TO_TRAIN}); a cold cache is when threads race")
         elif wm.compiled(recs, spec, state) and \
                 not (raw.get("cache") or {}).get("filled", {}).get(folder.rsplit("/", 1)[-1]):
             problems.append(f"no warmup: the compile cache {folder} is gone or empty although its warmups "
-                            "compiled into it (deleted by hand?): run `remote warmup` (or pass warmup=True to train); "
+                            f"compiled into it (deleted by hand?): run `remote warmup` (or {WARMUP_TO_TRAIN}); "
                             "a cold cache is when threads race")
     torch = facts.torch_of(raw)
     if torch.error and verify.get("torch"):  # a venv deploy verified with torch in it
@@ -168,15 +184,14 @@ def check(raw: dict, spec: ContainerSpec, host=None, *, pin: codemod.Pin | str |
         if stray_problem:
             problems.append(stray_problem)
     if problems:
-        raise JobError(problems[0] if len(problems) == 1 else
-                       f"{len(problems)} problems, nothing was started:\n" + "\n".join(f"  - {p}" for p in problems))
+        raise worded(JobError(problems[0] if len(problems) == 1 else f"{len(problems)} problems, nothing was "
+                              "started:\n" + "\n".join(f"  - {p}" for p in problems)), FORCE, WARMUP_TO_TRAIN)
     notes.append(f"checkout clean at {commit[:12]}" + (f", as the hosts file pins (code.ref {pin.ref})"
                                                         if isinstance(pin, codemod.Pin) and not behind else ""))
     if spec.warmup.command:
         notes.append(f"warmup done for {', '.join(wm.devices_of(spec))}")
     notes.append(f"compile cache {folder}")
-    notes += [f"!! {w}" for w in layout.compile_layout_notes(layout.devices_from_command(spec.train.command),
-                                                              venv.verify.torch)]
+    warnings += layout.compile_layout_notes(layout.devices_from_command(spec.train.command), venv.verify.torch)
     gpus = tuple(facts.Gpu.of(x) for x in g.gpus) if g.smi else None
     live = runfacts.live_in(raw)
     if gpus is None:
@@ -188,14 +203,15 @@ def check(raw: dict, spec: ContainerSpec, host=None, *, pin: codemod.Pin | str |
                                                 if cvd else "")
                      + (" (torch's answer kept from an earlier probe: venv and driver unchanged)" if torch.cached else ""))
     if stray_note:
-        notes.append(f"!! {stray_note}")
-    return Preflight(commit, venv, gpus, notes, live)
+        warnings.append(stray_note)
+    return Preflight(commit, venv, gpus, notes, live, tuple(warnings))
 
 
 def busy(ctid: int, what: str) -> JobRunning:
     """A train refused because a job runs there (exit 3, as deploy's refusal is)."""
-    return JobRunning(ctid, f"container {ctid}: {what} -- stop it (container({ctid}).stop()), follow it "
-                            f"(container({ctid}).log(follow=True)), or pass force=True to start another")
+    stop, follow = call(ctid, "stop()"), call(ctid, "log(follow=True)")
+    return worded(JobRunning(ctid, f"container {ctid}: {what} -- stop it ({stop}), follow it ({follow}), or pass "
+                                   f"{FORCE} to start another"), stop, follow, FORCE)
 
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # what new_run_id makes, and any sane name
@@ -321,8 +337,9 @@ def unknown_run(spec: ContainerSpec, run_id: str, latest: tuple[str, ...] | list
     container listed is kept only where it is a run id: it can hold anything)."""
     ids = [i for i in latest if RUN_ID.fullmatch(i)]
     have = f"the latest: {', '.join(ids)}" if ids else "it has none"
-    return UnknownRun(f"container {spec.ctid} has no run '{printable(run_id)}' in {spec.train.run_dir}; {have} "
-                    f"(container({spec.ctid}).runs() lists them)")
+    runs = call(spec.ctid, "runs()")
+    return worded(UnknownRun(f"container {spec.ctid} has no run '{printable(run_id)}' in {spec.train.run_dir}; "
+                             f"{have} ({runs} lists them)"), runs)
 
 
 def describe_end(st: RunState) -> str:
@@ -359,7 +376,8 @@ def stop(t: Target, run_id: str | None = None, grace: int = 10, save: bool = Fal
     others = [r.run for r in st.live if r.run != st.run] if run_id is None else []
     results = [_stop_one(t, state(t, rid), grace) for rid in others]
     if save and spec.train.checkpoint is None:
-        raise ConfigError(t.session.config.file, "train.checkpoint", "save=True needs it: where the job saves")
+        raise worded(ConfigError(t.session.config.file, "train.checkpoint", f"{SAVE} needs it: where the job saves"),
+                     SAVE)
     result = _stop_one(t, st, grace, save=save) if st.run else results.pop(0)
     return dataclasses.replace(result, others=tuple(results))
 
@@ -456,6 +474,8 @@ def start(t: Target, *, force: bool = False, warmup: bool = False, command: str 
             pre = preflight(t, host_gpu=host_gpu(session, spec), force=force)
             for note in pre.notes:
                 t.output(printable(f"preflight: {note}"))
+            for warning in pre.warnings:
+                t.warn(printable(f"preflight: {warning}"))
             begin = checkpoints.prepare(t, command or spec.train.command or "", resume=resume, fresh=fresh,
                                         live=bool(pre.live), latest=lambda: state(t).run)
             return checkpoints.started(t, begin, launch(t, pre, force=force, held=held, command=begin.command or None,

@@ -170,6 +170,8 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
         for note in pre.notes:
             # GPU names, versions: the container's; marked in the text, as this thread is no node's part
             nodes[ctid].output(printable(f"[{ctid}] preflight: {note}"))
+        for warning in pre.warnings:
+            nodes[ctid].warn(printable(f"[{ctid}] preflight: {warning}"))
     started: list[tuple[int, int]] = []
     try:
         for spec, pre, v, iface in zip(specs, pres, values, ifaces, strict=True):

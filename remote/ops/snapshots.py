@@ -20,7 +20,18 @@ from dataclasses import dataclass, field
 
 from .. import sudo
 from ..config import ContainerSpec
-from ..errors import BusyError, HostPermissionError, PctError, RemoteError, SnapshotError
+from ..errors import (
+    FORCE,
+    SNAPSHOT_NAME,
+    BusyError,
+    HostPermissionError,
+    PctError,
+    RemoteError,
+    SnapshotError,
+    call,
+    snapshot_named,
+    worded,
+)
 from ..results import RolledBack, Snapshot
 from ..target import Target
 from ..transport.pct import Container, classify
@@ -245,14 +256,16 @@ def rollback(t: Target, *, snapshot: str | None = None, force: bool = False, tim
     if snapshot is None:
         ours = sorted((s for s in existing if s.ours), key=_order)
         if not ours:
-            raise UnknownSnapshot(f"{ct.where}: no snapshot of remote's to roll back to (container({spec.ctid})"
-                                  ".snapshots() lists them; snapshot=NAME picks another's)")
+            listed = call(spec.ctid, "snapshots()")
+            raise worded(UnknownSnapshot(f"{ct.where}: no snapshot of remote's to roll back to ({listed} lists "
+                                         f"them; {SNAPSHOT_NAME} picks another's)"), listed, SNAPSHOT_NAME)
         chosen = ours[-1]
     else:
         named = next((s for s in existing if s.name == snapshot), None)
         if named is None:
             names = ", ".join(s.name for s in existing) or "none"
-            raise UnknownSnapshot(f"{ct.where}: snapshot={snapshot}: no such snapshot (there: {names})")
+            named_as = snapshot_named(snapshot)
+            raise worded(UnknownSnapshot(f"{ct.where}: {named_as}: no such snapshot (there: {names})"), named_as)
         chosen = named
     if getattr(spec.host, "sudo", False) and not OURS.fullmatch(chosen.name):
         # The sudo rule allows `pct rollback` to remote's own snapshots only (remote.sudo.PROGRAMS): a rollback
@@ -277,10 +290,10 @@ def _rollback(t: Target, ct: Container, chosen: Snapshot, running: bool, lease: 
     if running:
         live = jobs.state(t).live
         if live and not force:
-            raise BusyError(spec.ctid, f"container {spec.ctid}: {jobs.live_text(live)} still running; a rollback "
-                                       f"kills the container. Stop it first (container({spec.ctid}).stop()), or pass "
-                                       "force=True",
-                            jobs.busy_details(live))
+            stop = call(spec.ctid, "stop()")
+            raise worded(BusyError(spec.ctid, f"container {spec.ctid}: {jobs.live_text(live)} still running; a "
+                                              f"rollback kills the container. Stop it first ({stop}), or pass {FORCE}",
+                                   jobs.busy_details(live)), stop, FORCE)
         if live:
             t.step(f"forced: rolling back while {jobs.live_text(live)} runs (it is killed)")
     config = ct.run_pct("config", str(spec.ctid), mutates=False)

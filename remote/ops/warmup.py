@@ -30,7 +30,7 @@ from pathlib import Path
 from .. import facts, shell
 from ..config import ContainerSpec
 from ..config import unset as config_unset
-from ..errors import CommandError, WarmupError
+from ..errors import EXPORT_CACHE, CommandError, WarmupError, worded
 from ..facts import deployed, deployed_in  # read with the facts probe (an exec needs them, not this module)
 from ..facts.deployed import Deployed, Verify
 from ..naming import json_loads, printable
@@ -497,8 +497,8 @@ def import_cache(t: Target, path: str) -> ImportedCache:
             try:
                 sidecar = json.loads(Path(d, BUNDLE_SIDECAR).read_text())
             except (OSError, ValueError):
-                raise WarmupError(f"{path}: not a compile-cache bundle (no {BUNDLE_SIDECAR}): make one with "
-                                  "container.export_cache(FILE)") from None
+                raise worded(WarmupError(f"{path}: not a compile-cache bundle (no {BUNDLE_SIDECAR}): make one with "
+                                         f"{EXPORT_CACHE}"), EXPORT_CACHE) from None
             ours = _versions(state.verify)
             diff = {k: (sidecar["versions"].get(k), v) for k, v in ours.items() if sidecar["versions"].get(k) != v}
             if diff:

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from ..config import ContainerSpec
-from ..errors import JobError, TransferError
+from ..errors import OUT_FILE, JobError, TransferError, worded
 from ..facts.runs import Attempt, RunState
 from ..naming import json_loads
 from ..ops import compilelog, files, jobs, logs
@@ -158,7 +158,8 @@ def write(t: Target, run_id: str | None, dest: str | None) -> Path:
     warmups = [r for r in wm.records(t)
                if r.get("commit") == m.commit and r.get("venv_lock") == m.venv_lock_sha256]
     if not dest and not jobs.RUN_ID.fullmatch(st.run):  # the container's `current`: untrusted, never a path
-        raise JobError(f"container {spec.ctid}: its run id {st.run!r} is not one remote makes; give out=FILE")
+        raise worded(JobError(f"container {spec.ctid}: its run id {st.run!r} is not one remote makes; {OUT_FILE}"),
+                     OUT_FILE)
     path = Path(dest) if dest else default_path(spec.ctid, st.run)
     path.parent.mkdir(parents=True, exist_ok=True)
     # The logs and what the run's watch left come to local files (streamed, verified) and are read from

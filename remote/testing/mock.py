@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from ..config import Host
 from ..errors import TransportError
 from ..results import Result
-from ..transport.base import OutputCallback, Stream
+from ..transport.base import Capabilities, InContainer, OutputCallback, Stream
 
 __all__ = ["Command", "Handler", "MockTransport", "Reply"]
 
@@ -63,8 +63,8 @@ class MockTransport:
 
 
 @dataclass
-class _HostTransport:
-    """One host's side of a MockTransport (remote.transport.Transport)."""
+class _HostTransport(Capabilities):
+    """One host's side of a MockTransport (remote.transport.Transport): no streams, so no agent."""
 
     mock: MockTransport
     name: str
@@ -73,7 +73,7 @@ class _HostTransport:
     def run(self, argv: Sequence[str], *, stdin: bytes | None = None, deadline: float | None = None,
             on_output: OutputCallback | None = None) -> Result:
         args = tuple(argv)
-        container, inner = _inside(args)
+        container, inner = (argv.ctid, _unwrapped(argv.inner)) if isinstance(argv, InContainer) else (None, args)
         reply = self.mock._answer(Command(self.name, args, stdin, container, inner))
         out, err = _bytes(reply.stdout), _bytes(reply.stderr)
         if on_output is not None:
@@ -98,24 +98,9 @@ def _bytes(text: str | bytes) -> bytes:
     return text.encode() if isinstance(text, str) else text
 
 
-def _inside(argv: tuple[str, ...]) -> tuple[int | None, tuple[str, ...]]:
-    """A `[sudo -n] pct exec ID [--keep-env 0] -- ...` command's container and the command inside it, with
-    remote's wrappers taken off: `env [-C DIR] NAME=VALUE...`, `timeout -k G T`, the job's `bash -c SCRIPT
-    jobexec VENV CHECKOUT SHIPPED MARK` (remote/sh/jobexec.sh). Any other command: (None, argv)."""
-    for i in range(len(argv) - 2):
-        if argv[i].rsplit("/", 1)[-1] == "pct" and argv[i + 1] == "exec" and argv[i + 2].isdigit() and "--" in argv[i:]:
-            rest = list(argv[argv.index("--", i) + 1:])
-            break
-    else:
-        return None, argv
-    if rest[:1] == ["env"]:
-        rest = rest[1:]
-        if rest[:1] == ["-C"]:
-            rest = rest[2:]
-        while rest and "=" in rest[0] and not rest[0].startswith("="):
-            rest = rest[1:]
-    if rest[:2] == ["timeout", "-k"]:
-        rest = rest[4:]
-    if rest[:2] == ["bash", "-c"] and rest[3:4] == ["jobexec"]:
-        rest = rest[8:]
-    return int(argv[i + 2]), tuple(rest)
+def _unwrapped(inner: tuple[str, ...]) -> tuple[str, ...]:
+    """The command inside a container as its caller gave it: a job's, without remote/sh/jobexec.sh's wrapper
+    (`bash -c SCRIPT jobexec VENV CHECKOUT SHIPPED MARK ARGV...`, the script's own calling convention)."""
+    if inner[:2] == ("bash", "-c") and inner[3:4] == ("jobexec",):
+        return inner[8:]
+    return inner

@@ -17,7 +17,7 @@ The package by kind: base (the Transport and Stream protocols, Result), local (L
 from __future__ import annotations
 
 from ..config import Host
-from .base import NotStarted, OutputCallback, Result, Stream, Transport, _check_argv
+from .base import Capabilities, InContainer, NotStarted, OutputCallback, Result, Stream, Transport, _check_argv
 from .local import LocalStream, LocalTransport
 from .ssh import (
     HEARTBEAT_EVERY,
@@ -29,7 +29,7 @@ from .ssh import (
     SshTransport,
 )
 
-__all__ = ["HEARTBEAT_EVERY", "HEARTBEAT_SILENCE", "STREAM_PACKET", "STREAM_WINDOW", "UNREACHABLE_HOLD", "ChannelStream",
+__all__ = ["Capabilities", "InContainer", "HEARTBEAT_EVERY", "HEARTBEAT_SILENCE", "STREAM_PACKET", "STREAM_WINDOW", "UNREACHABLE_HOLD", "ChannelStream",
            "LocalStream", "LocalTransport", "NotStarted", "OutputCallback", "Result", "SshTransport", "Stream",
            "Transport", "_check_argv", "for_host"]
 

@@ -8,10 +8,13 @@ importable from remote.transport as before.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import ConnectError
 from ..results import Result as Result  # the one definition (remote.results); transports return it
+
+if TYPE_CHECKING:
+    from ..config import Host
 
 OutputCallback = Callable[[str, bytes], None]  # ("stdout" | "stderr", chunk)
 
@@ -21,9 +24,21 @@ class NotStarted(ConnectError):
 
 
 class Transport(Protocol):
-    """Runs an argv on one host."""
+    """Runs an argv on one host, and declares what else it can do (its capabilities, as Ansible's connection
+    plugins and pyinfra's connectors declare theirs): callers read these, never probe for a method.
+
+    A host argv that runs a command in a container comes as an `InContainer` (its container and the command
+    inside remote's wrappers): a transport may read those; it runs the argv as it is."""
 
     name: str
+    kept: bool  # a kept connection (remote.transport.keeper): its keeper holds agents and remembers host facts
+    login_shell: bool  # each command pays a new session and login shell: a host mux shares one (hostmux)
+    can_stream: bool  # open_stream works (the in-container agent, transfers); else commands go through pct exec
+
+    @property
+    def host(self) -> Host | None:
+        """The configured host it reaches (an error then names where its settings come from); None: a name only."""
+        ...
 
     def run(self, argv: Sequence[str], *, stdin: bytes | None = None, deadline: float | None = None,
             on_output: OutputCallback | None = None) -> Result: ...
@@ -37,6 +52,31 @@ class Transport(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class Capabilities:
+    """What a transport declares where it says nothing: no kept connection, no login shell to share, no
+    streams, no configured host. A transport subclasses it and sets what it differs in (a test double too)."""
+
+    host: Host | None = None
+    kept: bool = False
+    login_shell: bool = False
+    can_stream: bool = False
+
+
+class InContainer(tuple):
+    """A host argv that runs a command in a container (`pct exec ID -- env ... ARGV`), saying so: `ctid`
+    and `inner` (ARGV, inside remote's env and timeout wrappers), from the pct Container that built it.
+    A plain tuple to any transport that runs it; a test double (remote.testing.MockTransport) reads the
+    two instead of taking the host's argv apart by position."""
+
+    ctid: int
+    inner: tuple[str, ...]
+
+    def __new__(cls, argv: Sequence[str], ctid: int, inner: Sequence[str]) -> InContainer:
+        made = super().__new__(cls, argv)
+        made.ctid, made.inner = ctid, tuple(inner)
+        return made
 
 
 class Stream(Protocol):

@@ -45,6 +45,7 @@ from pathlib import Path
 from ..config import Host
 from ..errors import CommandTimeout, ConnectError, TransportError
 from . import OutputCallback, Result, SshTransport, _check_argv
+from .base import Capabilities
 from .framing import BoundedStream
 from .keepwire import (
     CHUNK,
@@ -90,14 +91,16 @@ class _Refused(Exception):
     """No keeper took the request (none there, a stale socket, one exiting): nothing ran."""
 
 
-class KeptTransport:
+class KeptTransport(Capabilities):
     """A Transport whose commands go through the host's keeper, started on first use.
 
     Container commands go through `agent(ctid)` (the keeper's agent for that container); host
     commands through the keeper's mux; `open_stream` gets a channel of its own, relayed by the keeper."""
 
+    host: Host  # always a configured host
     login_shell = False  # the keeper's mux pays it once, not this process
     kept = True
+    can_stream = True
 
     def __init__(self, host: Host, config_file: str):
         self.host, self.name = host, host.name

@@ -13,12 +13,14 @@ from collections.abc import Sequence
 
 from ..errors import CommandTimeout, ConnectError, TransportError
 from ..threads import ContextThread
-from .base import Result, _check_argv
+from .base import Capabilities, Result, _check_argv
 from .framing import STDERR_TAIL
 
 
-class LocalTransport:
+class LocalTransport(Capabilities):
     """Runs on this machine: the controller is the Proxmox host itself."""
+
+    can_stream = True
 
     def __init__(self, name: str = "local"):
         self.name = name

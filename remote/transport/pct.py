@@ -29,7 +29,7 @@ from ..errors import (
     PctError,
 )
 from ..events import Output, Sink, drop
-from . import NotStarted, OutputCallback, Result, Stream, Transport, dryline
+from . import InContainer, NotStarted, OutputCallback, Result, Stream, Transport, dryline
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 KILL_GRACE = 5  # seconds between TERM and KILL when a command's timeout expires
@@ -154,7 +154,8 @@ class PctExec:
     def run(self, argv, *, env, cwd, timeout, stdin, on_output, deadline) -> Result:
         full = exec_argv(self.pct, self.ctid, argv, env=env, cwd=cwd, path=env.get("PATH", DEFAULT_PATH),
                          timeout=timeout)
-        return self.transport.run(full, stdin=stdin, deadline=deadline, on_output=on_output)
+        # The transport runs the host's argv; it is told which container and which command inside it too.
+        return self.transport.run(InContainer(full, self.ctid, argv), stdin=stdin, deadline=deadline, on_output=on_output)
 
 
 @dataclass
@@ -223,7 +224,7 @@ class Container:
                 except NotStarted:
                     if not again:  # the agent died unseen since its last command; a new one (or pct exec) runs it
                         raise
-        pct_error = classify(result.err, result.exit_code, self.ctid, getattr(self.transport, "host", None) or self.transport.name)
+        pct_error = classify(result.err, result.exit_code, self.ctid, self.transport.host or self.transport.name)
         if pct_error and self._moved(pct_error):
             return self.run(argv, env=env, cwd=cwd, timeout=timeout, stdin=stdin, check=check, on_output=on_output,
                             mutates=mutates, label=label)
@@ -260,7 +261,7 @@ class Container:
         snapshot, ...), pct's errors classified (PctError kinds, a moved cluster container followed);
         `mutates`: a dry run describes it instead of running it."""
         result = self._host_run(pct_argv(self.pct, *args), mutates=mutates, deadline=deadline)
-        pct_error = classify(result.err, result.exit_code, self.ctid, getattr(self.transport, "host", None) or self.transport.name)
+        pct_error = classify(result.err, result.exit_code, self.ctid, self.transport.host or self.transport.name)
         if pct_error and self._moved(pct_error):
             return self.run_pct(*args, mutates=mutates, deadline=deadline)
         if pct_error:
@@ -272,7 +273,7 @@ class Container:
         allow: `sudo -n -l` tells the two apart, and the message names which."""
         argv = pct_argv(self.pct, *args)
         if isinstance(error, HostPermissionError) and sudomod.sudo_failure(argv, error.stderr_tail) == "password":
-            user = getattr(getattr(self.transport, "host", None), "user", None)
+            user = self.transport.host.user if self.transport.host else None
             return HostPermissionError(self.ctid, sudomod.diagnose(self.transport.run, argv, self.transport.name, user),
                                        error.stderr_tail)
         return error

@@ -14,7 +14,7 @@ from .. import config as cfg
 from ..errors import ConnectError, PctError, TransportError
 from ..events import Event, Sink
 from ..sudo import program
-from . import NotStarted, Result, Transport, for_host
+from . import NotStarted, Result, Transport, dryline, for_host
 from .pct import DEFAULT_PATH, Container, classify, parse_list, pct_argv
 
 if TYPE_CHECKING:
@@ -138,11 +138,11 @@ class Session:
         from .agent import AGENT_SOURCE, Agent, agent_argv
 
         transport = self.transport(spec.host)
-        if getattr(transport, "kept", False):  # the keeper holds the agent, started there on first use
+        if transport.kept:  # the keeper holds the agent, started there on first use
             return cast("KeptTransport", transport).agent(spec.ctid)
 
         def start():
-            if not hasattr(transport, "open_stream"):  # a test double without streams: plain pct exec
+            if not transport.can_stream:  # a test double without streams: plain pct exec
                 return None
             # The agent's program goes on its stdin (agent_argv's loader), never on the command line.
             argv = pct_argv(spec.host.pct, "exec", str(spec.ctid), "--keep-env", "0", "--", *agent_argv())
@@ -178,12 +178,18 @@ class Session:
             except ConnectError:
                 return None
 
-        return self._kept(self._muxes, host.name, start) if getattr(transport, "login_shell", False) else None
+        return self._kept(self._muxes, host.name, start) if transport.login_shell else None
 
-    def host_run(self, host: cfg.Host, argv: list[str], *, deadline: float | None = None) -> Result:
+    def host_run(self, host: cfg.Host, argv: list[str], *, deadline: float | None = None, mutates: bool = False,
+                 container: int | None = None) -> Result:
         """A command on the host itself (`pct list`): through the host's mux when the session has one
-        or will start one for its agents, else a session of its own."""
+        or will start one for its agents, else a session of its own. One that `mutates` is, in a dry run,
+        a DryCommand (of `container`, where it is one container's) instead, as a container's commands are:
+        the one place a host command asks whether the run is dry; it answers exit 0 and no output."""
         transport = self.transport(host)
+        if self.dry and mutates:
+            dryline.show(transport.describe, argv, self.sink, container)
+            return Result(tuple(argv), 0, b"", b"", 0.0)
         mux = self._mux_for(host, transport) if self.agent else None
         if mux:
             try:
@@ -199,7 +205,7 @@ class Session:
         """A host command whose answer holds while the host's connection does (its Proxmox node name): asked
         once per kept connection (the keeper keeps the answer), else once per Session by its caller."""
         transport = self.transport(host)
-        if getattr(transport, "kept", False):
+        if transport.kept:
             try:
                 return cast("KeptTransport", transport).remembered(argv, deadline=deadline)
             except TransportError as exc:
@@ -211,7 +217,7 @@ class Session:
     def kept_note(self, host_name: str) -> str | None:
         """`kept connection, pid N, up Ts` when the host's keeper is alive (what `remote status` shows)."""
         transport = self._transports.get(host_name)
-        info = cast("KeptTransport", transport).info() if getattr(transport, "kept", False) else None
+        info = cast("KeptTransport", transport).info() if transport is not None and transport.kept else None
         if not info:
             return None
         return f"kept connection: pid {info['pid']}, up {time.time() - info['since']:.0f}s, " \

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from ..config import Host
 from ..errors import CommandTimeout, ConnectError, ConnectTimeout
 from ..threads import ContextThread
-from .base import OutputCallback, Result, _check_argv
+from .base import Capabilities, OutputCallback, Result, _check_argv
 from .framing import STDERR_TAIL
 
 log = logging.getLogger("remote.transport")
@@ -54,9 +54,11 @@ class _Connection:
         self.client.close()
 
 
-class SshTransport:
+class SshTransport(Capabilities):
     """One reused SSH connection to a host; host keys checked, never added."""
 
+    host: Host  # always a configured host
+    can_stream = True
     login_shell = True  # every command is a new session and a login shell with its rc files (remote.transport.hostmux)
 
     def __init__(self, host: Host, *, attempts: int = 4, max_wait: float = 30.0,

@@ -7,13 +7,24 @@ from __future__ import annotations
 import threading
 
 import pytest
+from test_layers_seams import event_kinds  # every kind remote/events.py defines
 
 import remote
 import remote.api as api
 from remote.cli import format as fmt
 from remote.cli import program, table
-from remote.events import (CONTAINER, Done, DryCommand, Failed, Note, Output, Progress, Resumed, SnapshotTaken,
-                           StepStarted)
+from remote.events import (
+    CONTAINER,
+    Done,
+    DryCommand,
+    Failed,
+    Note,
+    Output,
+    Progress,
+    Resumed,
+    SnapshotTaken,
+    StepStarted,
+)
 from remote.testing import Command, MockTransport, Reply
 
 HOSTS = {"hosts": {"pve1": {"address": "pve1.example"}},
@@ -92,7 +103,6 @@ def test_dash_c_list_through_the_command_line_marks_each_containers_output(monke
     assert code == 4 and {c.inner for c in mock.calls} == {("echo", "hi")}
 
 
-@pytest.mark.parametrize("kind", [StepStarted, Note, Output, Progress, Resumed, SnapshotTaken, DryCommand, Done,
-                                  Failed])
+@pytest.mark.parametrize("kind", event_kinds(), ids=lambda k: k.__name__)  # read from remote/events.py
 def test_every_event_kind_has_its_container_and_line(kind):
     assert {"container", "line"} <= set(kind.__dataclass_fields__)

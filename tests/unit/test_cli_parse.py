@@ -376,7 +376,7 @@ def test_an_unknown_run_is_named_with_the_latest_ids_the_container_gave():
                        "20261201-110000-bbbb (container(200).runs() lists them)")  # what is no run id is left out
     from remote.cli.table import cli_text
 
-    assert cli_text(message).endswith("(`remote runs -c 200` lists them)")  # the command line says its task
+    assert cli_text(unknown_run(spec, "nosuch", st.latest)).endswith("(`remote runs -c 200` lists them)")  # its task
     assert "has none" in str(unknown_run(spec, "nosuch", []))
     assert unknown_run(spec, "nosuch", []).exit_code == 2  # bad input, as the README's exit-status table says
 
@@ -420,9 +420,15 @@ def test_library_errors_speak_the_librarys_words_and_the_command_line_its_flags(
     with pytest.raises(DeployError) as dirty:
         codemod.resolve(str(repo), "HEAD")
     assert "pass allow_dirty=True to ship them" in str(dirty.value) and "--" not in str(dirty.value).split(":")[0]
+    from remote.cli.table import cli_text
+    from remote.errors import FORCE, call, worded
 
-    busy = BusyError(200, "container 200: run x (pid 1) is still running; a deploy would change its checkout and venv "
-                          "under it. Stop it first (container(200).stop() stops every live run), or pass force=True")
+    assert "pass --allow-dirty to ship them" in cli_text(dirty.value)  # the error carries the command line's words
+
+    # An error says its phrases in the library's words and carries the command line's (remote.errors.worded).
+    busy = worded(BusyError(200, "container 200: run x (pid 1) is still running; a deploy would change its checkout "
+                                 "and venv under it. Stop it first (container(200).stop() stops every live run), or "
+                                 "pass force=True"), call(200, "stop()"), FORCE)
 
     @handled
     def task():
@@ -434,12 +440,16 @@ def test_library_errors_speak_the_librarys_words_and_the_command_line_its_flags(
     assert said.value.message.endswith("Stop it first (`remote stop -c 200` stops every live run), or pass --force")
     for library in ("force=True", "container(200)", "allow_dirty"):
         assert library not in said.value.message
-    from remote.cli.table import cli_text
+    from remote.errors import EXPORT_CACHE, SNAPSHOT_NAME, RemoteError, snapshot_named
 
-    assert cli_text("pve1/200: snapshot=x: no such snapshot (there: a)") == "pve1/200: --snapshot x: no such snapshot (there: a)"
-    assert cli_text("(container(200).snapshots() lists them; snapshot=NAME picks another's)") == \
+    assert cli_text(worded(RemoteError("pve1/200: snapshot=x: no such snapshot (there: a)"), snapshot_named("x"))) == \
+        "pve1/200: --snapshot x: no such snapshot (there: a)"
+    assert cli_text(worded(RemoteError("(container(200).snapshots() lists them; snapshot=NAME picks another's)"),
+                           call(200, "snapshots()"), SNAPSHOT_NAME)) == \
         "(`remote snapshots -c 200` lists them; --snapshot NAME picks another's)"
-    assert cli_text("make one with container.export_cache(FILE)") == "make one with `remote warmup --export FILE`"
+    assert cli_text(worded(RemoteError("make one with container.export_cache(FILE)"), EXPORT_CACHE)) == \
+        "make one with `remote warmup --export FILE`"
+    assert cli_text(RemoteError("pass force=True")) == "pass force=True"  # a phrase the error does not carry stays
 
 
 def test_a_number_out_of_range_names_the_range_as_written():

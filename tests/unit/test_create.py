@@ -14,7 +14,7 @@ from remote.lab.testing import inner_argv
 from remote.ops import create as cr
 from remote.ops import hostsinit
 from remote.target import HostTarget
-from remote.transport import Result
+from remote.transport import Capabilities, Result
 from remote.transport.session import Session
 
 from support import GPU_MARK  # noqa: E402
@@ -37,7 +37,7 @@ NO_DRIVER = dict(proc="", sys_version="", modinfo="", modules="", devices="", no
 NO_UVM = "\n".join(line for line in data("nodes-509.txt").splitlines() if "uvm" not in line) + "\n"
 
 
-class FakePve:
+class FakePve(Capabilities):
     """A Proxmox node as pct, pvesm and pveam answer: containers as config dicts; every command kept."""
 
     def __init__(self, *, gpu: dict | None = None, existing: dict | None = None, cuinit: int = 0):
@@ -442,9 +442,12 @@ def test_dry_reads_and_reports_every_command_running_none(hosts):
     got, events = make(hosts, pve, gpu="all", dry=True)
     assert pve.subs() == ["pct config", "pvesm", "pvesm", "pvesh", "pveam", "gpu-host"]
     assert pve.cts == {} and hosts.read_text() == HOSTS and not got.made and got.dry
-    shown = [e.line for e in events if type(e).__name__ == "Output"]
+    shown = [e.line for e in events if type(e).__name__ == "DryCommand"]  # the one dry path: the session's
     assert any("pct create 210 " + TEMPLATE in line for line in shown)
-    assert "pve: bash -c '<remote/sh/nvidia-userspace.sh>' nvidia-userspace /var/lib/remote/nvidia" in shown
+    assert any(re.fullmatch(r"pve: bash -c <nvidia-userspace\.sh, \d+ lines> nvidia-userspace /var/lib/remote/nvidia", line)
+               for line in shown), shown
+    assert any(line.startswith("pve: pct exec 210 ") and "<ct-needs.sh, " in line for line in shown), shown
+    shown += [e.line for e in events if type(e).__name__ == "Output"]
     assert any("add to " in line and "containers.210" in line for line in shown)
     assert got.config[0] == "dev0: /dev/nvidia0,gid=44,mode=0666"
 

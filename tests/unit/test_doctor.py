@@ -19,6 +19,7 @@ from remote.facts.probe import ALL_PARTS
 from remote.facts.deployed import Deployed
 from remote.facts.runs import RunState, manifest_of
 from remote.runs.knowngood import make_record, meets_baseline, watch_log
+from remote.transport import Capabilities
 
 HOSTS = """
 hosts: {h: {address: 10.0.0.1}}
@@ -429,7 +430,7 @@ def test_doctor_makes_one_transport_per_host(tmp_path):
     path.write_text("hosts:\n  a: {address: 10.0.0.1}\ncontainers:\n" + "".join(f"  {i}: {{host: a}}\n" for i in range(200, 206)))
     made = []
 
-    class Failing:
+    class Failing(Capabilities):
         name = "a"
 
         def run(self, argv, **kw):
@@ -466,15 +467,16 @@ def test_a_shortened_gpu_uuid_is_accepted_where_cuda_accepts_it(spec):
 @pytest.mark.fault("known-good of a run with a huge log", "only the log's end (1 MiB) is read for the rolling "
                    "metric, from its first whole line; never the whole log into memory")
 def test_known_good_reads_only_the_end_of_a_log():
-    from remote.lab.testing import Expect, FakeTransport, inner_argv
     from remote.runs.knowngood import log_tail
+    from remote.testing import MockTransport, Reply
     from remote.transport.pct import Container
 
-    seen = []
     tail = b"ep 9 | 1.0 Ktok/s\nstep 10 | 21.0 Ktok/s\n"  # exactly `limit` bytes: it began inside a line
-    t = FakeTransport([Expect(lambda argv: seen.append(inner_argv(argv)) or True, stdout=tail)])
-    assert log_tail(Container(t, 200), "/root/runs/r1/log", limit=len(tail)) == "step 10 | 21.0 Ktok/s\n"
-    assert seen[0] == ("tail", "-c", str(len(tail)), "--", "/root/runs/r1/log")
+    mock = MockTransport(lambda command: Reply(stdout=tail))
+    host = config.parse({"hosts": {"a": {"address": "a"}}}, "h.yaml").hosts["a"]
+    assert log_tail(Container(mock(host), 200), "/root/runs/r1/log", limit=len(tail)) == "step 10 | 21.0 Ktok/s\n"
+    # remote.testing as the unit tier's transport: the container and the command in it, as the Container said them
+    assert [(c.container, c.inner) for c in mock.calls] == [(200, ("tail", "-c", str(len(tail)), "--", "/root/runs/r1/log"))]
 
 
 @pytest.mark.fault("A second run started with train --force beside a live one",

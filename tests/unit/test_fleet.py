@@ -198,16 +198,22 @@ def test_status_shows_a_multi_node_run_once_with_its_nodes():
                    "and its containers unknown; the other hosts as usual, never a KeyError")
 def test_inventory_carries_a_host_whose_pct_list_timed_out(cfg):
     from remote.errors import CommandTimeout
-    from remote.lab.testing import Expect, FakeTransport
+    from remote.testing import Command, MockTransport, Reply
     from remote.transport.session import Session
 
-    fakes = {"a": FakeTransport([Expect(lambda argv: True, stdout="VMID Status Lock Name\n200 running lab200\n")]),
-             "b": FakeTransport([Expect(lambda argv: True, raises=CommandTimeout("pct list", 60, "", "b"))])}
-    session = Session(cfg, transport_factory=lambda host: fakes[host.name], agent=False)
+    def host(command: Command) -> Reply:  # remote.testing's MockTransport: each host's `pct list` answered
+        assert command.container is None and command.argv[-2:] == ("pct", "list")
+        if command.host == "b":
+            raise CommandTimeout("pct list", 60, "", "b")
+        return Reply(stdout="VMID Status Lock Name\n200 running lab200\n")
+
+    mock = MockTransport(host)
+    session = Session(cfg, transport_factory=mock, agent=False)
     states = {h.host: h for h in fleet.inventory(session)}
     assert states["a"].reachable and states["a"].containers == {200: "running", 201: "missing", 202: "missing"}
     assert not states["b"].reachable and states["b"].containers == {300: "unknown"}
     assert states["b"].error == "`pct list` on b: b: timed out after 60s and was killed: pct list"
+    assert sorted(c.host for c in mock.calls) == ["a", "b"]  # one `pct list` per host
 
 
 @pytest.mark.fault("A fleet command that failed without output", "its row names the exit status, never an empty "

@@ -18,7 +18,7 @@ from remote.lab.testing import inner_argv
 from remote.ops import gpuconfig, gpufix, hostsetup
 from remote.results import GpuFix
 from remote.target import resolve, resolve_host
-from remote.transport import Result
+from remote.transport import Capabilities, Result
 from remote.transport.session import Session
 
 UVM_GONE = "\n".join(line for line in data("nodes-509.txt").splitlines() if "nvidia-uvm" not in line)
@@ -151,7 +151,7 @@ HOSTS = {"hosts": {"pve1": {"address": "10.0.0.1"}, "pve2": {"address": "10.0.0.
          "containers": {200: {"host": "pve1"}, 202: {"host": "pve2"}}}
 
 
-class Host:
+class Host(Capabilities):
     """A Proxmox host's answers, by what the command is: the GPU probes answer from `host`/`ct` (changed by
     what was run: the uvm made, the config set), pct from `config`; every command kept in `calls`."""
 

@@ -59,3 +59,20 @@ def test_a_push_whose_probe_answers_nothing_is_a_transfer_error(tmp_path):
     with remote.open(HOSTS, transport=MockTransport(lambda c: Reply())) as fleet:
         with pytest.raises(remote.TransferError, match="probe of /root/data.bin answered ''"):
             fleet.container(200).push(data, "/root/data.bin")
+
+
+def test_the_container_and_inner_command_come_from_the_pct_container_not_from_the_argvs_shape():
+    """The pct Container hands its container and the command inside its wrappers to the transport
+    (remote.transport.InContainer); a host argv that merely looks like `pct exec` is a host command."""
+    from remote.transport import InContainer
+    from remote.transport.pct import Container
+
+    mock = MockTransport(lambda c: Reply())
+    host = mock(remote.config.parse(HOSTS, "h.yaml").hosts["pve1"])
+    Container(host, 200, pct="sudo -n /usr/sbin/pct").run(["env", "A=1", "timeout", "-k", "1", "2", "x"], check=False)
+    host.run(["pct", "exec", "201", "--", "true"])  # built by hand: nobody said it is a container's
+    assert [(c.container, c.inner) for c in mock.calls] == [
+        (200, ("env", "A=1", "timeout", "-k", "1", "2", "x")),  # the caller's own env/timeout kept, never stripped
+        (None, ("pct", "exec", "201", "--", "true"))]
+    said = InContainer(["pct", "exec", "5", "--", "ls"], 5, ["ls"])
+    assert said == ("pct", "exec", "5", "--", "ls") and (said.ctid, said.inner) == (5, ("ls",))

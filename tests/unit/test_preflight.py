@@ -238,13 +238,13 @@ def test_a_stale_checkout_is_refused_naming_deploy_or_force(tmp_path):
         f"the checkout is at {old[:12]}, but the hosts file pins {new[:12]} (code.ref HEAD of {spec.code.repo}): "
         "`remote deploy` ships it, or pass force=True to train the deployed commit"]
     pre = check(raw, spec, pin=pin, force=True)
-    assert any(n.startswith(f"!! the checkout is at {old[:12]}") and n.endswith("(forced)") for n in pre.notes)
+    assert any(n.startswith(f"the checkout is at {old[:12]}") and n.endswith("(forced)") for n in pre.warnings)
     assert f"checkout clean at {old[:12]}" in pre.notes
     # Deployed at the pinned commit: clean, and said so.
     pin = codemod.Pin(pin.repo, "HEAD", old)
     assert f"checkout clean at {old[:12]}, as the hosts file pins (code.ref HEAD)" in check(raw, spec, pin=pin).notes
     # A repository this machine cannot read: a note, never a refusal.
-    assert any("not compared" in n for n in check(raw, spec, pin="code.repo: /x is not a git repository").notes)
+    assert any("not compared" in n for n in check(raw, spec, pin="code.repo: /x is not a git repository").warnings)
 
 
 def problems_with(raw, spec, pin) -> list[str]:
@@ -402,17 +402,17 @@ def stray(spec, peak=None, marked=()):
                    "good run used at its peak")
 def test_a_stray_gpu_process_is_named_and_refused_where_too_little_memory_is_left(spec):
     pre = check(stray(spec, peak=100 * 1024), spec)  # 150.7 GiB free: enough
-    [note] = [n for n in pre.notes if "no run" in n]
-    assert note.startswith("!! GPU processes of no run hold 130.0 GiB: pid 4242 (133120 MiB): python hog.py --hold "
+    [note] = [n for n in pre.warnings if "no run" in n]  # a typed warning (train: Target.warn)
+    assert note.startswith("GPU processes of no run hold 130.0 GiB: pid 4242 (133120 MiB): python hog.py --hold "
                            "130g: they take memory") and "remote exec -c 200 'kill PID'" in note
-    assert [n for n in check(stray(spec), spec).notes if "no run" in n] == [note]  # no known figure: a warning
+    assert [n for n in check(stray(spec), spec).warnings if "no run" in n] == [note]  # no known figure: a warning
     [why] = problems(stray(spec, peak=200 * 1024), spec)
     assert why.startswith("the GPUs have 150.7 GiB free of 280.8 GiB, less than the last good run "
                           "20261130-1012-ab12 used (200.0 GiB at its peak): processes of no run hold 130.0 GiB: "
                           "pid 4242 (133120 MiB): python hog.py --hold 130g")
     # A run's own process (train --force beside it) is no stray, and its memory counts as the run's to give back.
     pre = check(stray(spec, peak=200 * 1024, marked=[4242]), spec)
-    assert not [n for n in pre.notes if "no run" in n]
+    assert not [n for n in pre.notes + list(pre.warnings) if "no run" in n]
 
 
 def test_a_known_good_run_records_the_gpu_memory_its_watch_saw_at_its_peak(spec):

@@ -16,6 +16,7 @@ from remote.errors import ConfigError, HostPermissionError
 from remote.lab.testing import Expect, FakeTransport
 from remote.ops import snapshots as snaps
 from remote.target import resolve
+from remote.transport import Capabilities
 from remote.transport.pct import Container
 from remote.transport.session import MUX_PYTHON
 
@@ -259,7 +260,7 @@ def test_every_pct_subcommand_in_the_code_is_in_the_rule():
     assert not set(sudo.ROOT_ONLY) & allowed  # what only root may run is never in the rule
 
 
-class PctHost:
+class PctHost(Capabilities):
     """A host answering pct as Proxmox does, just enough for the snapshot and lifecycle paths; every argv kept."""
 
     name = "pve1"
