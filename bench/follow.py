@@ -21,6 +21,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from remote import config  # noqa: E402
+from remote.facts.deployed import VenvRecord  # noqa: E402
 from remote.ops.jobs import Preflight, launch, show_log, stop  # noqa: E402
 from remote.lab import Lab  # noqa: E402
 from remote.target import resolve  # noqa: E402
@@ -58,7 +59,7 @@ def main() -> None:
         base = resolve(s, args.container)
         t = dataclasses.replace(base, spec=dataclasses.replace(base.spec, train=dataclasses.replace(
             base.spec.train, run_dir="/root/runs-bench")))
-        pre = Preflight("bench", {"verify": {}}, None, [])
+        pre = Preflight("bench", VenvRecord(), None, [])
         run_id, _ = launch(t, pre, command=job, force=True)
         follower = threading.Thread(target=show_log, args=(t, run_id), kwargs={"follow": True}, daemon=True)
         follower.start()

@@ -28,11 +28,12 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from remote import config  # noqa: E402
+from remote.facts.deployed import VenvRecord  # noqa: E402
 from remote.ops.jobs import Preflight, launch, state, stop  # noqa: E402
 from remote.target import Target, resolve  # noqa: E402
 from remote.transport.session import Session  # noqa: E402
 
-PRE = Preflight("bench", {"verify": {}}, None, [])
+PRE = Preflight("bench", VenvRecord(), None, [])
 STALLER = ("python3 -c 'import time\nfor i in range(3): print(\"step\", i, time.time(), flush=True); time.sleep(0.2)\n"
            "def waits_forever():\n    time.sleep(86400)\nwaits_forever()'")
 CHATTY = ("python3 -c 'import time\nt = time.time()\nwhile time.time() - t < {s}:\n"

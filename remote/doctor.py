@@ -13,7 +13,8 @@ import re
 from .config import ContainerSpec
 from .errors import RemoteError
 from .facts import Facts, gather, gpu_problem
-from .naming import printable
+from .facts.deployed import Deployed
+from .naming import known_good_label, passport_line, printable  # noqa: F401 -- also this module's names
 from .ops import code as codemod
 from .ops import compilelog, layout
 from .ops import passport as pp
@@ -25,14 +26,6 @@ from .transport.session import Session
 
 DISK_MIN_FREE = 5 * 2**30  # below this, a venv build or a cache write can fail half-way
 CLOCK_SKEW_MAX_S = 5.0
-
-
-def known_good_label(kg: dict | None) -> str:
-    if not kg:
-        return ""
-    tp = kg.get("throughput") or {}
-    value = f", {tp['value']:.4g} {tp.get('unit') or ''}".rstrip() if tp.get("value") is not None else ""
-    return f"known-good run {kg.get('run')}{value}"
 
 
 def _since(kg: dict | None, then, now, *, absent_then="not in") -> str | None:
@@ -180,7 +173,7 @@ def findings(facts: Facts, spec: ContainerSpec, pin: codemod.Pin | str | None = 
                         "a cold cache makes every thread compile at once: the race that hangs or crashes the story's "
                         "training, and minutes of compiling", "remote warmup"))
         elif spec.warmup.command and co.record:
-            missing = wm.missing_in(list(c.warmups), spec, {"code": co.record, "venv": v.record})
+            missing = wm.missing_in(list(c.warmups), spec, deployed_of(facts))
             if missing:
                 add(Finding("cache-cold", "error", "no warmup for this commit, lock, command and environment: "
                             + "; ".join(missing), None,
@@ -278,25 +271,16 @@ def findings(facts: Facts, spec: ContainerSpec, pin: codemod.Pin | str | None = 
 HASH_DETAILS = "TORCH_LOGS=+torch._inductor.codecache"  # torch logs each FX graph's hash details at debug level
 
 
-def passport_line(p: dict) -> str:
-    """A passport in one line, as `remote cache` and doctor show it."""
-    made = (f"copied from {p['copied_from']}" if p.get("copied_from") is not None
-            else f"warmed by {p.get('made_by')}" if p.get("made_by") is not None else "")
-    from .naming import printable  # what a container wrote
-
-    gpu = " ".join(str(p[k]) for k in ("gpu", "capability") if p.get(k)) or "none (CPU)"
-    git = f" (git {str(p['torch_git'])[:10]})" if p.get("torch_git") else ""
-    return printable(f"torch {p.get('torch')}{git}, CUDA {p.get('cuda') or 'none'}, triton "
-            f"{p.get('triton') or 'none'}, GPU {gpu}" + (f", driver {p['driver']}" if p.get("driver") else "")
-            + f", devices {','.join(pp.devices_of(p)) or '-'}, commit "
-            f"{str(p.get('commit'))[:12]}, lock {str(p.get('venv_lock'))[:12]}" + (f"; {made}" if made else ""))
+def deployed_of(facts: Facts) -> Deployed:
+    """The deploy records the probe read, as warmup and train read them (one parse: remote/facts/deployed.py)."""
+    return Deployed.of(facts.checkout.record, facts.venv.record)
 
 
 def cache_findings(facts: Facts, spec: ContainerSpec) -> list[Finding]:
     """The compile cache's passport (info), and `cache-missed`: the latest run compiled although the cache
     was warmed (or copied) for this commit, lock, command and environment. Pure."""
-    v, c, co, j = facts.venv, facts.cache, facts.checkout, facts.jobs
-    state = {"code": co.record, "venv": v.record}
+    c, j = facts.cache, facts.jobs
+    state = deployed_of(facts)
     want = wm.expected_passport(spec, state)
     out = []
     if c.passport:

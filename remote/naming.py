@@ -182,6 +182,29 @@ def copied_line(c: Any) -> str:
             f"({c.present} already here, {c.total} in all; via {c.via}, {c.seconds:.1f}s); no compile ran")
 
 
+def known_good_label(kg: Mapping[str, Any] | None) -> str:
+    """A known-good record as doctor names it: `known-good run ID, VALUE UNIT` ("" for none)."""
+    if not kg:
+        return ""
+    tp = kg.get("throughput") or {}
+    value = f", {tp['value']:.4g} {tp.get('unit') or ''}".rstrip() if tp.get("value") is not None else ""
+    return f"known-good run {kg.get('run')}{value}"
+
+
+def passport_line(p: Mapping[str, Any]) -> str:
+    """A compile cache's passport (remote/ops/passport.py) in one line, escaped, as `remote cache` and doctor show it."""
+    made = (f"copied from {p['copied_from']}" if p.get("copied_from") is not None
+            else f"warmed by {p.get('made_by')}" if p.get("made_by") is not None else "")
+    gpu = " ".join(str(p[k]) for k in ("gpu", "capability") if p.get(k)) or "none (CPU)"
+    git = f" (git {str(p['torch_git'])[:10]})" if p.get("torch_git") else ""
+    d = p.get("devices")
+    devices = [str(x) for x in d] if isinstance(d, list) else []  # a hand-edited passport may hold anything
+    return printable(f"torch {p.get('torch')}{git}, CUDA {p.get('cuda') or 'none'}, triton "
+                     f"{p.get('triton') or 'none'}, GPU {gpu}" + (f", driver {p['driver']}" if p.get("driver") else "")
+                     + f", devices {','.join(devices) or '-'}, commit "
+                     f"{str(p.get('commit'))[:12]}, lock {str(p.get('venv_lock'))[:12]}" + (f"; {made}" if made else ""))
+
+
 JSON_DEPTH = 100  # nesting past this is no answer of remote's tools: a container's hostile or broken file
 
 

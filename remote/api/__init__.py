@@ -35,8 +35,6 @@ from .setup import (
     HostsFile,
     current_container,
     disconnect,
-    known_good_label,
-    passport_line,
     progress_printer,
     sudoers_dropin,
     write_hosts_file,
@@ -45,7 +43,7 @@ from .setup import (
 __all__ = [
     "ALL", "FOLLOW_SLICE_S", "PROGRESS_EVERY", "Container", "Fleet",
     "FleetBase", "Group", "HostsFile", "OutputCallback", "Progress", "Run",
-    "current_container", "disconnect", "known_good_label", "open", "passport_line",
+    "current_container", "disconnect", "open",
     "progress_printer", "sudoers_dropin", "write_hosts_file",
 ]
 __all__ += results.__all__

@@ -261,11 +261,6 @@ class Container:
         limit = checks.count("limit", limit)
         return list_runs(self._target, limit=limit)
 
-    def render_runs(self, found: list[RunSummary]) -> str:
-        from ..runs.listing import render
-
-        return render(found, self.spec)
-
     def log(self, run_id: str | None = None, *, follow: bool = False) -> str:
         """A run's log as text (run(run_id).text()); follow=True: stream_log(follow=True) first (before 0.3, log())."""
         run = self.run(run_id)

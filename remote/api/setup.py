@@ -5,7 +5,7 @@ connections, terminal progress, and the few texts the command line shares with t
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -117,12 +117,18 @@ def _sudo_host(config: Config, name: str | None) -> Host:
     return sudo_hosts[0]
 
 
-def disconnect(hosts: str | os.PathLike | None = None, host: str | None = None) -> list[int]:
+def disconnect(hosts: str | os.PathLike | None = None, host: str | None = None, *, every: bool = False) -> list[int]:
     """End the kept connections of a hosts file (one host's, or every one) now: the pids ended. Without
-    `host` the file is not read (a broken file's connections can still be ended)."""
+    `host` the file is not read (a broken file's connections can still be ended). every=True: every kept
+    connection of this user, whatever hosts file made it (no file is read)."""
     from .. import config as cfg
     from ..ops.session import disconnect as end
 
+    if every:
+        if host is not None:
+            raise ConfigError(cfg.find_file(os.fspath(hosts) if hosts is not None else None), "--host",
+                              "give --host (one host of this hosts file) or --all (every hosts file's), not both")
+        return end(None)
     config_file = cfg.find_file(os.fspath(hosts) if hosts is not None else None)
     if host is not None and host not in cfg.load(config_file).hosts:
         raise ConfigError(config_file, "--host", f"unknown host {host!r}")
@@ -143,19 +149,3 @@ def current_container() -> int | None:
     from ..events import CONTAINER
 
     return CONTAINER.get()
-
-
-# -- text the command line shows: one definition each, shared with the library's own messages ------------
-
-def known_good_label(record: Mapping[str, Any] | None) -> str:
-    """A known-good record as doctor names it: `known-good run ID, VALUE UNIT` ("" for none)."""
-    from ..doctor import known_good_label as label
-
-    return label(dict(record) if record else None)
-
-
-def passport_line(passport: Mapping[str, Any]) -> str:
-    """A compile cache's passport in one line (escaped), as `remote cache` and doctor show it."""
-    from ..doctor import passport_line as line
-
-    return line(dict(passport))

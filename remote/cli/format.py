@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from typing import Any
 
 from ..events import Done, Event, Failed, Progress
-from ..naming import copied_line, printable, size
+from ..naming import copied_line, known_good_label, passport_line, printable, size
 from ..results import Checkpoint, DeployPlan, Diagnosis, Finding, GpuHost, GpuReport, Transfer
 from ..results.runs import resumes_text
 
@@ -138,6 +139,24 @@ def _container_dict(c: Any, clustered: bool = False) -> dict:
     return entry
 
 
+def runs_text(found: list, ctid: int, run_dir: str) -> str:
+    """`runs`: a table of remote.results.RunSummary, newest last, the command cut to the line's end."""
+    if not found:
+        return f"container {ctid}: no runs in {run_dir} (start one with `remote train`)"
+    rows = [("RUN", "STARTED", "STATE", "EXIT", "THROUGHPUT", "COMMAND")]
+    for r in found:
+        # A folder name or a command from the container can hold anything: printable on one line.
+        started = (time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started_epoch)) if r.started_epoch
+                   else printable(r.started or "-"))
+        tp = f"{r.throughput:.4g}{' ' + r.unit if r.unit else ''}" if r.throughput is not None else "-"
+        rows.append((printable(r.id), started, "LOST" if r.state == "lost" else r.state,
+                     "-" if r.exit is None else str(r.exit), tp,
+                     printable(r.command or "-") + (f"  ({printable(r.resumes)})" if r.resumes else "")))
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:5], widths, strict=True)) + "  " + row[5] for row in rows]
+    return "\n".join(line.rstrip() for line in lines)
+
+
 def runs_json(found: list) -> str:
     """`runs --json`: each remote.results.RunSummary (a lost run's state in capitals, as it has always been)."""
     rows = []
@@ -235,12 +254,14 @@ def _job_line(entry: dict | None) -> str:
         return "" if not entry or "error" not in entry else f"  ({entry['error']})"
     r = entry["run"]
     unit = f" {r['unit']}" if r.get("unit") else ""
+    # the rolling figure, as the run's own line says it (the last interval's alone jumps); the last where none yet
+    shown = r.get("rolling") if r.get("rolling") is not None else r["throughput"]
     ck = r.get("checkpoint")
     lineage = f" ({printable(str(resumes_text(r.get('parent'), Checkpoint(**ck))))})" if ck else ""
     if r["alive"]:
-        tp = f", {r['throughput']:.4g}{unit}" if r["throughput"] is not None else ", no throughput yet"
+        tp = f", {shown:.4g}{unit}" if shown is not None else ", no throughput yet"
         base = (f" vs baseline {r['baseline']:g}{unit}{' SLOW' if r['low'] else ''}"
-                if r["baseline"] and r["throughput"] is not None else "")
+                if r["baseline"] and shown is not None else "")
         text = f", job {r['id']}{lineage} running {r['uptime_s']}s{tp}{base}"
         text += f" {r['spark']}" if r.get("spark") else ""
         text += _watch_text(r)
@@ -250,7 +271,7 @@ def _job_line(entry: dict | None) -> str:
         text = f", last run {r['id']} LOST (no exit record{moved})" + (
             f"; its processes {r['orphans']} still run" if r.get("orphans") else "")
     else:
-        tp = f", last throughput {r['throughput']:.4g}{unit}" if r["throughput"] is not None else ""
+        tp = f", last throughput {shown:.4g}{unit}" if shown is not None else ""
         ended = f"stopped by `remote stop` (exit {r['exit']})" if r.get("stopped") else f"exited {r['exit']}"
         text = f", last run {r['id']}{lineage} {ended}{tp}"
         text += f" {r['spark']}" if r.get("spark") else ""
@@ -349,7 +370,6 @@ def caches_json(rows: list) -> str:
 
 def cache_lines(rows: list) -> list[str]:
     """`remote cache`: each container's cache folder, files, size and passport (the container's text escaped)."""
-    from ..api import passport_line
 
     lines = []
     for r in rows:
@@ -474,7 +494,6 @@ def finding_line(f: Finding) -> str:
 def doctor_text(d: Diagnosis) -> str:
     """One container's doctor: its head line (healthy, or how many findings, against which known-good), then
     each finding; or its error."""
-    from ..api import known_good_label
 
     head = f"container {d.container} on {d.host}: "
     if d.error:

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from ..naming import printable
 from . import format as fmt
-from .table import DRY_HELP, HOSTS_HELP, Exit, fleet_of, handled, say, task
-
-ONE_CT_HELP = "container id from the hosts file (default: default_container, $REMOTE_CONTAINER, or the only one)"
+from .table import DRY_HELP, HOSTS_HELP, ONE_CT_HELP, Exit, fleet_of, handled, say, task
 
 
 @task(name="gpu fix", help={

@@ -4,7 +4,7 @@ this module), as every task: its options, one remote.api call, remote/cli/format
 from __future__ import annotations
 
 from . import format as fmt
-from .table import HOSTS_HELP, Exit, fleet_of, handled, say, task
+from .table import HOSTS_HELP, Exit, fleet_of, handled, keeps_going, say, task
 
 
 @task(positional="ctid", usage="remote create CTID (--host H | --node N) (--template VOLID | --clone CTID) [--gpu all|0,1|none]", help={
@@ -19,6 +19,7 @@ from .table import HOSTS_HELP, Exit, fleet_of, handled, say, task
     "name=eth0,bridge=vmbr0,ip=dhcp; e.g. name=eth0,bridge=vmbr1,ip=10.0.0.5/24,gw=10.0.0.1)", "dry": "read the host, print the plan and every command that "
     "would change something; change nothing", "json": "print the result as JSON", "hosts": HOSTS_HELP})
 @handled
+@keeps_going
 def create(c, ctid, host=None, node=None, template=None, clone=None, gpu=None, cores=4, memory=8192, disk=32,
            storage=None, unprivileged=False, privileged=False, net0=None, dry=False, json_=False, hosts=None):
     """Make a container on a Proxmox host that trains: its GPUs passed, the host's own driver user space
@@ -42,6 +43,7 @@ def create(c, ctid, host=None, node=None, template=None, clone=None, gpu=None, c
     "dry": "read the host, print what would be destroyed and the command; change nothing",
     "json": "print the result as JSON", "hosts": HOSTS_HELP})
 @handled
+@keeps_going
 def destroy(c, ctid, yes=False, dry=False, json_=False, hosts=None):
     """Remove a container from its Proxmox host, its disks and snapshots with it, and its entry from the hosts
     file (its comments too): the pair of `remote create`.

@@ -430,3 +430,4 @@ def task_help(spec: Spec) -> str:
         lines += _wrap(text, 28, "  " + p.label())
     lines += _wrap("this help", 28, "  -h, --help")
     return "\n".join(lines) + "\n"
+

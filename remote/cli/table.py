@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ..api import Container, Fleet
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 # One meaning per short flag in every task; -h is only ever help, and flags not listed have none.
 SHORT_FLAGS = {"container": "c", "dry": "n", "json": "j", "timeout": "t", "allow-dirty": "a", "check": "k",
@@ -100,6 +101,7 @@ def task(*, name: str | None = None, help: dict | None = None, positional: str |
 
 
 HOSTS_HELP = "hosts file (default: $REMOTE_HOSTS_FILE, else ./hosts.yaml)"
+ONE_CT_HELP = "container id from the hosts file (default: default_container, $REMOTE_CONTAINER, or the only one)"
 DRY_HELP = "print the exact remote commands instead of running them"
 CT_HELP = ("container id from the hosts file (default: default_container, $REMOTE_CONTAINER, or the only one); "
            "a comma list (200,201), a group from `groups:` or `all` runs the task on each of them at once")
@@ -204,9 +206,43 @@ def show(event: Event, data_on_stdout: bool = False, hosts: str | None = None) -
 
 def _write(text: str, out: Any, flush: bool = True) -> None:
     with _write_lock:
-        out.write(text)
-        if flush:
-            out.flush()
+        try:
+            out.write(text)
+            if flush:
+                out.flush()
+        except BrokenPipeError:  # only under keeps_going (SIGPIPE ignored): the reader left, the task goes on
+            _to_devnull(out)
+
+
+def _to_devnull(out: Any) -> None:
+    """A stream whose reader has gone (`remote deploy | head -5`): its file descriptor made /dev/null, so what
+    the task still writes, and the buffer flushed at exit, goes nowhere instead of failing."""
+    import os
+
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, out.fileno())
+    finally:
+        os.close(null)
+
+
+def keeps_going(fn: F) -> F:
+    """A task that changes a container (deploy, warmup, create, destroy): a closed stdout must never end it half-way.
+    The console script lets SIGPIPE end a task that only reads (`remote logs -f | head` ends quietly); for the
+    duration of this one it is ignored, and a write to the closed pipe sends that stream to /dev/null instead."""
+    import signal
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread() is not threading.main_thread():
+            return fn(*args, **kwargs)
+        before = signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            signal.signal(signal.SIGPIPE, before)
+
+    return wrapper  # type: ignore[return-value]
 
 
 class SayStream:
@@ -288,3 +324,17 @@ def each_container(fleet: Fleet, which: str, call: Callable[[Container], T], *, 
     code = fmt.group_exit_code(result)
     if code:
         raise Exit(code=code)
+
+
+def no_shell_after_dashes(argv: list[str]) -> None:
+    """`remote exec -- 'a && b'`: the words after `--` run as they are, with no shell, so a first word that is a
+    shell command line (spaces, operators, expansions) would only be `not found` in the container's words."""
+    import shlex
+
+    first = argv[0]
+    if first.startswith(("/", "./")) or not re.search(r"\s|&&|\|\||[|;<>`]|\$\(", first):
+        return
+    raise Exit(f"error: exec: the words after `--` run as they are, with no shell, and {first!r} is one word: no "
+               f"program has that name. For a shell command line: remote exec --command {shlex.quote(' '.join(argv))}"
+               + (f" (or split it: remote exec -- {' '.join(shlex.split(first))})"
+                  if not re.search(r"&&|\|\||[|;<>`]|\$\(", first) and len(argv) == 1 else ""), code=2)

@@ -48,7 +48,9 @@ from .table import (  # noqa: F401
     fleet_of,
     handled,
     is_selection,
+    keeps_going,
     many_help,
+    no_shell_after_dashes,
     say,
     task,
 )
@@ -117,6 +119,8 @@ def exec_(c, command, container=None, timeout=None, dry=False, hosts=None, fail_
     in the checkout with the job's environment (venv, compile cache, train.env); its output streams
     back and `remote` exits with its status."""
     several = is_selection(container)
+    if not isinstance(command, str) and command:
+        no_shell_after_dashes(list(command))
 
     def one(ct):
         out = Streamed(lines=several)
@@ -138,6 +142,7 @@ def exec_(c, command, container=None, timeout=None, dry=False, hosts=None, fail_
                      rollback="switch the venv back to the previous build",
                      force="deploy even while a training job runs there (the venv it uses is never deleted)"))
 @handled
+@keeps_going
 def deploy(c, container=None, allow_dirty=False, check=False, rollback=False, force=False, dry=False, hosts=None,
            fail_fast=False):
     """Make the container's venv and checkout exactly what the hosts file pins.
@@ -165,6 +170,7 @@ def deploy(c, container=None, allow_dirty=False, check=False, rollback=False, fo
                      "nothing", import_="load a bundle made by --export into the container's cache (refused if "
                      "versions differ)"))
 @handled
+@keeps_going
 def warmup(c, container=None, parallel=False, devices=None, export=None, import_=None, dry=False, hosts=None,
            fail_fast=False):
     """Compile the training into the persistent compile cache, one device at a time.
@@ -337,7 +343,7 @@ def known_good(c, container=None, run=None, hosts=None):
     """Record a finished run and the container's facts as its known-good, for doctor.
 
     The run must have exited 0; train records one by itself when a run meets the baseline."""
-    from ..api import known_good_label
+    from ..naming import known_good_label
 
     with fleet_of(hosts) as fleet:
         ct = fleet.container(container)
@@ -443,10 +449,11 @@ def runs(c, container=None, json_=False, limit=20, hosts=None, fail_fast=False):
     with fleet_of(hosts, stderr_progress=json_) as fleet:
         if is_selection(container):
             return each_container(fleet, container, lambda ct: (ct, ct.runs(limit=limit)), fail_fast=fail_fast,
-                                  text=lambda got: fmt.runs_json(got[1]) if json_ else got[0].render_runs(got[1]))
+                                  text=lambda got: fmt.runs_json(got[1]) if json_ else
+                                  fmt.runs_text(got[1], got[0].id, got[0].spec.train.run_dir))
         ct = fleet.container(container)
         found = ct.runs(limit=limit)
-    say(fmt.runs_json(found) if json_ else ct.render_runs(found))
+    say(fmt.runs_json(found) if json_ else fmt.runs_text(found, ct.id, ct.spec.train.run_dir))
 
 
 @task(help={"container": "container id from the hosts file (default: default_container, $REMOTE_CONTAINER, "
@@ -542,45 +549,21 @@ def pull(c, src=None, dest=None, container=None, run=None, attempts=3, quiet=Fal
         say(text(done))
 
 
-ONE_CT_HELP = "container id from the hosts file (default: default_container, $REMOTE_CONTAINER, or the only one)"
-
-
-@task(help={"container": ONE_CT_HELP, "json": "print the snapshots as JSON", "hosts": HOSTS_HELP})
+@task(help={"host": "only this host's kept connection (default: every host's of the hosts file)", "hosts": HOSTS_HELP,
+            "all_": "every kept connection of yours, whatever hosts file made it"})
 @handled
-def snapshots(c, container=None, json_=False, hosts=None):
-    """List the container's Proxmox snapshots: name, time, description, and which are remote's own."""
-    with fleet_of(hosts, stderr_progress=json_) as fleet:
-        found = fleet.container(container).snapshots()
-    say(fmt.snapshots_json(found) if json_ else "\n".join(fmt.snapshot_lines(found)))
-
-
-@task(help={"container": ONE_CT_HELP, "snapshot": "the snapshot (default: the newest of remote's own)",
-            "force": "roll back even while a run is live (the container is killed, and the run with it)",
-            "hosts": HOSTS_HELP})
-@handled
-def rollback(c, container=None, snapshot=None, force=False, hosts=None):
-    """Roll the whole container back to a Proxmox snapshot (`pct rollback`), then start it again.
-
-    Refused while a run is live unless --force. Mount points are not part of a snapshot: what lives on
-    one (run folders, the known-good record, where configured so) stays as it is."""
-    with fleet_of(hosts) as fleet:
-        done = fleet.container(container).rollback(snapshot, force=force)
-    say("\n".join(fmt.rollback_lines(done)))
-
-
-@task(help={"host": "only this host's kept connection (default: every host's of the hosts file)", "hosts": HOSTS_HELP})
-@handled
-def disconnect(c, host=None, hosts=None):
-    """End kept connections now.
+def disconnect(c, host=None, hosts=None, all_=False):
+    """End kept connections now (this hosts file's; --all: every one of yours).
 
     Each host's kept connection holds the SSH connection and the agents for control_persist seconds."""
     from .. import api
 
-    pids = api.disconnect(hosts, host)
+    pids = api.disconnect(hosts, host, every=all_)
     say(f"ended {len(pids)} kept connection(s)" + (f" (pid {', '.join(map(str, pids))})" if pids else ""))
 
 
-from . import gputasks  # noqa: E402,F401  (`remote gpu fix`, `remote host setup`: registered on import)
+# `remote gpu fix`, `remote host setup`; `remote snapshots`, `remote rollback`: registered on import
+from . import gputasks, snaptasks  # noqa: E402,F401
 
 # The order of `remote --help`: the way in, the daily loop, then the rest (tasks not named here follow).
 HELP_ORDER = ("init", "create", "config", "status", "deploy", "warmup", "train", "logs", "runs", "stop", "exec", "shell",

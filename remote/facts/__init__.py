@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING
 
 from .. import naming, shell
 from ..config import ContainerSpec
-from ..errors import CommandError, DeployError
+from ..errors import CommandError
 from ..naming import printable
+from .deployed import Deployed, deployed_in  # noqa: F401 -- also this package's names
 from .probe import SMI_S
 
 if TYPE_CHECKING:  # remote.facts.gpu is imported where a GPU part is read: an exec needs none of it
@@ -99,6 +100,30 @@ class Gpus:
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(g["name"] for g in self.gpus)
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU as nvidia-smi lists it (parse_gpus' row): what preflight checks and a run's manifest records."""
+
+    index: int
+    name: str
+    driver: str
+    memory_used_mib: float | None = None
+    memory_total_mib: float | None = None
+    uuid: str | None = None
+
+    @classmethod
+    def of(cls, row: Mapping) -> Gpu:
+        return cls(row["index"], row["name"], row["driver"], row.get("memory_used_mib"), row.get("memory_total_mib"),
+                   row.get("uuid"))
+
+    def as_record(self) -> dict:
+        """As a run's manifest records it (parse_gpus' keys; no uuid where nvidia-smi gave none)."""
+        row = asdict(self)
+        if self.uuid is None:
+            del row["uuid"]
+        return row
 
 
 @dataclass(frozen=True)
@@ -557,25 +582,7 @@ def gather(t: Target, *, fresh: bool = False) -> Facts:
     return parse(raw, t.spec, window, round(window[1] - window[0], 3))
 
 
-def deployed(t: Target) -> dict:
+def deployed(t: Target) -> Deployed:
     """The deployed commit and venv record, read with the facts probe, or a DeployError saying to deploy
     first."""
     return deployed_in(read_raw(t, DEPLOYED)[0], t.spec)
-
-
-def deployed_in(raw: dict, spec: ContainerSpec) -> dict:
-    """`deployed` over a probe's answer already read (any parts that include facts.DEPLOYED). Pure."""
-    code, venv = deployed_records(raw)
-    if venv is None:
-        raise DeployError(f"container {spec.ctid} has no deployed venv at {spec.venv.path}: run `remote deploy` first")
-    if code is None and not spec.code.repo:  # the code is the user's to put there: its HEAD is the commit
-        checkout = raw.get("code") or {}
-        if not checkout.get("exists"):
-            raise DeployError(f"container {spec.ctid} has no checkout at {spec.code.path} and code.repo is not set: "
-                              "set code.repo in the hosts file for `remote deploy` to ship it, or put the code "
-                              "there yourself")
-        code = {"commit": checkout.get("head"), "unmanaged": True}
-    if code is None:
-        raise DeployError(f"container {spec.ctid} has no deployed checkout at {spec.code.path}: "
-                          "run `remote deploy` first")
-    return {"code": code, "venv": venv}

@@ -166,7 +166,7 @@ class Lab:
         if not (self.dir / "dflash" / ".git").is_dir():
             return ("# No demo repository: examples/ comes with a checkout of remote, not with an install. Add\n"
                     "# venv:, code: (repo: your project's repository), warmup: and train: sections for your own\n"
-                    "# project (docs/hosts-file.md), or run `remote lab up` from a checkout of remote.\n")
+                    "# project (docs/reference/hosts-file.md), or run `remote lab up` from a checkout of remote.\n")
         return DEMO_SECTIONS.format(torch=TORCH, wheels=self.wheels, repo=self.dir / "dflash")
 
     def provide_wheels(self) -> Path:
@@ -470,7 +470,7 @@ class Lab:
 DEMO_SECTIONS = """\
 # The demo drafter (examples/drafter, committed to {repo} by `remote lab up`) on the pinned CPU
 # torch: `remote deploy`, `remote train --warmup`, `remote logs --follow` work as they are. For your own
-# project: code.repo its repository, venv/warmup/train what it needs (docs/hosts-file.md); on a GPU, the
+# project: code.repo its repository, venv/warmup/train what it needs (docs/reference/hosts-file.md); on a GPU, the
 # torch build of your driver (README.md).
 venv:
   packages: [{torch}, numpy==2.2.6]

@@ -1,10 +1,10 @@
 """Warm once, copy to the rest: a compile cache folder copied between containers whose passports match.
 
-    look(target) -> Holding                 what a container's cache holds and what it would need
+    look(target) -> CacheHolding            what container's cache holds and what it would need
     copy(src, dst) -> CacheCopy             only the files dst lacks, streamed, sha256-checked, each
                                             linked into place whole (remote/sh/cachecopy.py), under
                                             dst's operation lease; host to host where both share one
-    find_source(target) -> Holding|None     a container of the hosts file whose cache serves it
+    find_source(target) -> CacheHolding|None a container of the hosts file whose cache serves it
     plan(session, ids) -> Plan              the containers grouped by the passport their warmup would
                                             write: one leader per group, why each other one is alone
     warm_fleet(session, ids) -> GroupResult each leader warmed, then its cache copied to its group
@@ -21,10 +21,11 @@ import dataclasses
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .. import executor, shell
 from ..errors import RemoteError, TransferError, WarmupError
+from ..facts.deployed import Deployed
 from ..naming import copied_line, json_loads
 from ..results import CacheCopy, CacheHolding, GroupResult, Outcome
 from ..target import Target, resolve
@@ -45,37 +46,20 @@ class CacheMismatch(WarmupError):
         self.fields = fields
 
 
-@dataclass
-class Holding:
-    """One container's cache: its folder, its passport (None: none yet), its files, what it would need."""
-
-    ctid: int
-    host: str
-    folder: str
-    passport: dict | None
-    files: dict[str, int]
-    want: dict  # the passport its own warmup would write now
-    state: dict = field(repr=False)
-
-    @property
-    def bytes(self) -> int:
-        return sum(self.files.values())
-
-    @property
-    def serves_itself(self) -> bool:
-        """Its cache was made for exactly what it runs now (and holds something)."""
-        return bool(self.files) and not pp.differences(self.passport, self.want)
-
-
 def _system(ct: Container) -> Container:
     return dataclasses.replace(ct, path=DEFAULT_PATH)  # the system python3, never the venv's
 
 
-def look(t: Target) -> Holding:
+def look(t: Target) -> CacheHolding:
     """What the container's cache holds (files, passport) and the passport it would need."""
+    return _look(t)[0]
+
+
+def _look(t: Target) -> tuple[CacheHolding, Deployed]:
+    """look(), and the deployed state it was read for (a copy records its warmups under it)."""
     spec, ct = t.spec, t.ct
     state = wm.deployed_now(t)  # its GPU now: after a migration, not the deploy node's
-    folder = jobenv.compile_cache(spec, state["venv"].get("verify"))
+    folder = jobenv.compile_cache(spec, state.verify.as_record())
     r = _system(ct).script(shell.load("cachecopy"), shell.load_python("cachecopy"), "list", folder, mutates=False,
                            timeout=300, label="list the compile cache")
     try:
@@ -85,18 +69,21 @@ def look(t: Target) -> Holding:
             raise ValueError("a negative size")
     except (ValueError, TypeError, AttributeError):
         raise WarmupError(f"container {spec.ctid}: the cache listing of {folder} is not JSON: {r.out[:200]!r}") from None
-    return Holding(spec.ctid, spec.host.name, folder, pp.parse(listing.get("passport")), found, wm.expected_passport(spec, state),
-                   state)
+    passport, want = pp.parse(listing.get("passport")), wm.expected_passport(spec, state)
+    serves = bool(found) and not pp.differences(passport, want)
+    return CacheHolding(spec.ctid, folder, len(found), sum(found.values()), passport, serves,
+                        "" if serves or not found else pp.describe(passport, want), host=spec.host.name, sizes=found,
+                        want=want), state
 
 
-def check(src: Holding, dst: Holding) -> None:
+def check(src: CacheHolding, dst: CacheHolding) -> None:
     """CacheMismatch unless src's cache was made for exactly what dst needs."""
     if not src.files:
-        raise CacheMismatch(f"container {src.ctid} holds no compile cache in {src.folder}: warm it up first", ["files"])
+        raise CacheMismatch(f"container {src.container} holds no compile cache in {src.folder}: warm it up first", ["files"])
     fields = pp.differences(src.passport, dst.want)
     if fields:
-        raise CacheMismatch(f"refusing to copy the compile cache of {src.ctid} to {dst.ctid}, made for another setup: "
-                            + pp.describe(src.passport, dst.want, fields, theirs=str(src.ctid), ours=str(dst.ctid)),
+        raise CacheMismatch(f"refusing to copy the compile cache of {src.container} to {dst.container}, made for another setup: "
+                            + pp.describe(src.passport, dst.want, fields, theirs=str(src.container), ours=str(dst.container)),
                             fields)
 
 
@@ -167,7 +154,7 @@ def _stream_copy(src_ct: Container, dst_ct: Container, src_folder: str, dst_fold
     return summary, via
 
 
-def copy(src: Target, dst: Target, *, src_holding: Holding | None = None,
+def copy(src: Target, dst: Target, *, src_holding: CacheHolding | None = None,
          cut_after: int | None = None, via_controller: bool = False) -> CacheCopy:
     """Copy src's compile cache into dst: refused (CacheMismatch, naming each field) unless src's
     passport is what dst needs; only the files dst lacks; records dst's warmups as copied."""
@@ -176,18 +163,18 @@ def copy(src: Target, dst: Target, *, src_holding: Holding | None = None,
     sspec, dspec, dst_ct, src_ct = src.spec, dst.spec, dst.ct, src.ct
     # What dst holds, and so what to send, is read under dst's lease: a deploy or warmup of another
     # controller cannot change it between the decision and the copy.
-    with oplock.hold(dst_ct, f"cache copy --from {s.ctid}") as lease:
-        d = look(dst)
+    with oplock.hold(dst_ct, f"cache copy --from {s.container}") as lease:
+        d, d_state = _look(dst)
         check(s, d)
-        wanted = sorted(p for p in s.files if p not in d.files)
-        dst.step(f"copying {len(wanted)} of {len(s.files)} cache file(s) "
-                 f"({sum(s.files[p] for p in wanted) / 2**20:.1f} MiB) from {s.ctid} into {d.folder}")
+        wanted = sorted(p for p in s.sizes if p not in d.sizes)
+        dst.step(f"copying {len(wanted)} of {s.files} cache file(s) "
+                 f"({sum(s.sizes[p] for p in wanted) / 2**20:.1f} MiB) from {s.container} into {d.folder}")
         if dst_ct.dry:
-            return CacheCopy(s.ctid, d.ctid, "dry run", 0, 0, 0, len(s.files), 0.0)
+            return CacheCopy(s.container, d.container, "dry run", 0, 0, 0, s.files, 0.0)
         if wanted:
             summary, via = _stream_copy(src_ct, dst_ct, s.folder, d.folder, wanted,
                                         same_host=sspec.host.name == dspec.host.name and not via_controller,
-                                        cut_after=cut_after, budget=sum(s.files[p] for p in wanted))
+                                        cut_after=cut_after, budget=sum(s.sizes[p] for p in wanted))
         else:
             summary, via = {"written": 0, "bytes": 0, "present": 0}, "nothing to send"
         if summary.get("refused"):
@@ -195,17 +182,17 @@ def copy(src: Target, dst: Target, *, src_holding: Holding | None = None,
                        "symlink or a file (left as it is; those compile again)")
         assert s.passport is not None  # check(s, d) refuses a source without one
         lease.verify()  # a copy that lost its lease says nothing: no passport, no warmup records
-        wm.write_passport(dst_ct, d.folder, {**s.passport, "copied_from": s.ctid,
+        wm.write_passport(dst_ct, d.folder, {**s.passport, "copied_from": s.container,
                                              "copied_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         end = time.time()
-        total = len(set(d.files) | set(s.files))
-        recs = [{"device": dev, **wm.warmup_key(dspec, d.state, dev), "start": start, "end": end,
+        total = len(set(d.sizes) | set(s.sizes))
+        recs = [{"device": dev, **wm.warmup_key(dspec, d_state, dev), "start": start, "end": end,
                  "seconds": round(end - start, 3), "new_files": summary.get("written", 0), "cache_files": total,
-                 "new_bytes": summary.get("bytes", 0), "hits": 0, "misses": 0, "copied_from": s.ctid}
+                 "new_bytes": summary.get("bytes", 0), "hits": 0, "misses": 0, "copied_from": s.container}
                 for dev in wm.devices_of(dspec)]
         wm._record(dst, recs)
-    result = CacheCopy(s.ctid, d.ctid, via, summary.get("written", 0), summary.get("bytes", 0),
-                    summary.get("present", 0) + len(s.files) - len(wanted), len(s.files), time.time() - start)
+    result = CacheCopy(s.container, d.container, via, summary.get("written", 0), summary.get("bytes", 0),
+                    summary.get("present", 0) + s.files - len(wanted), s.files, time.time() - start)
     dst.output("  " + copied_line(result))
     return result
 
@@ -218,7 +205,7 @@ def _alike(a, b) -> bool:
     return a.venv == b.venv and same_warmup and a.train.env == b.train.env
 
 
-def _look_at(session: Session, c: int) -> Holding | RemoteError:
+def _look_at(session: Session, c: int) -> CacheHolding | RemoteError:
     """look() at container c, or why it could not be (not deployed, unreachable, not placed)."""
     try:
         return look(resolve(session, c))
@@ -235,7 +222,7 @@ def _resolvable(session: Session, c: int) -> bool:
     return True
 
 
-def find_source(t: Target, *, exclude: tuple[int, ...] = ()) -> Holding | None:
+def find_source(t: Target, *, exclude: tuple[int, ...] = ()) -> CacheHolding | None:
     """A container of the hosts file whose cache serves t (its passport is exactly what t's warmup would
     write); None when none does. Among several: one on t's own host first, then one whose cache its own warmup
     made (no `copied_from`: the group's warmer), then the hosts file's order; never the one with the most files
@@ -249,21 +236,21 @@ def find_source(t: Target, *, exclude: tuple[int, ...] = ()) -> Holding | None:
     if not candidates:
         return None
     found = [h for h in executor.values(session.config, candidates, lambda c: _look_at(session, c))
-             if isinstance(h, Holding) and h.files and not pp.differences(h.passport, me.want)]
+             if isinstance(h, CacheHolding) and h.files and not pp.differences(h.passport, me.want)]
     return min(found, key=lambda h: _preference(h, spec.host.name, candidates)) if found else None
 
 
-def _preference(h: Holding, host: str, order: list[int]) -> tuple:
+def _preference(h: CacheHolding, host: str, order: list[int]) -> tuple:
     """The order sources are preferred in (smaller first): same host, the warmer itself, the given order."""
     copied = (h.passport or {}).get("copied_from") is not None
-    return (h.host != host, copied, order.index(h.ctid) if h.ctid in order else len(order))
+    return (h.host != host, copied, order.index(h.container) if h.container in order else len(order))
 
 
 @dataclass
 class Plan:
     leaders: dict[int, list[int]]  # leader -> the others of its group
     alone: dict[int, str]  # a container warmed on its own -> why
-    holdings: dict[int, Holding]
+    holdings: dict[int, CacheHolding]
 
 
 def plan(session: Session, ids: list[int]) -> Plan:
@@ -271,8 +258,8 @@ def plan(session: Session, ids: list[int]) -> Plan:
     already serves it (then nothing compiles), else the first. A container that cannot be looked at
     (not deployed, unreachable) is warmed on its own, and its warmup says why."""
     looked = dict(zip(ids, executor.values(session.config, ids, lambda c: _look_at(session, c)), strict=True))
-    holdings = {c: h for c, h in looked.items() if isinstance(h, Holding)}
-    alone = {c: f"its cache could not be read: {h}" for c, h in looked.items() if not isinstance(h, Holding)}
+    holdings = {c: h for c, h in looked.items() if isinstance(h, CacheHolding)}
+    alone = {c: f"its cache could not be read: {h}" for c, h in looked.items() if not isinstance(h, CacheHolding)}
     leaders: dict[int, list[int]] = {}
     wants = {c: h.want for c, h in holdings.items()}
     for c in [c for c in wants if not session.config.containers[c].warmup.copy_from_others]:
@@ -339,12 +326,11 @@ def holdings(session: Session, ids: list[int]) -> list[CacheHolding]:
         if isinstance(h, RemoteError):
             out.append(CacheHolding(ctid, error=str(h)))
         else:
-            out.append(CacheHolding(h.ctid, h.folder, len(h.files), h.bytes, h.passport, h.serves_itself,
-                                    "" if h.serves_itself or not h.files else pp.describe(h.passport, h.want)))
+            out.append(h)
     return out
 
 
-def inventory(session: Session, ids: list[int]) -> list[Holding | RemoteError]:
+def inventory(session: Session, ids: list[int]) -> list[CacheHolding | RemoteError]:
     """`remote cache`: what each container's cache holds (or why it could not be read)."""
     return executor.values(session.config, ids, lambda c: _look_at(session, c))
 
@@ -358,8 +344,8 @@ def warmup_or_copy(t: Target, *, parallel: bool = False):
         if wm.missing_warmups(t, state):
             src = find_source(t)
             if src is not None:
-                t.step(f"container {src.ctid} holds a compile cache made for exactly this (same passport): "
-                       f"copying it instead of compiling; this trusts {src.ctid}'s jobs (the cache holds code "
+                t.step(f"container {src.container} holds a compile cache made for exactly this (same passport): "
+                       f"copying it instead of compiling; this trusts {src.container}'s jobs (the cache holds code "
                        f"{spec.ctid} will load; warmup.copy_from_others: false compiles here instead)")
-                return copy(resolve(t.session, src.ctid), t, src_holding=src)
+                return copy(resolve(t.session, src.container), t, src_holding=src)
     return wm.warmup(t, parallel=parallel)

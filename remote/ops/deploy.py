@@ -20,6 +20,7 @@ from pathlib import Path
 from .. import facts, shell
 from ..config import ContainerSpec, VenvSpec
 from ..errors import BusyError, CommandError, ConfigError, DeployError, RemoteError
+from ..facts.deployed import DeployProbe, deploy_probe_of
 from ..naming import json_loads, printable
 from ..results import DeployPlan
 from ..target import Target
@@ -68,10 +69,10 @@ class LockOnce:
             return self._locks[want]
 
 
-def _resolve_lock(t: Target, state: dict, uv: str, spec_in: str) -> str:
+def _resolve_lock(t: Target, found: DeployProbe, uv: str, spec_in: str) -> str:
     """The lock of `spec_in` (a file in the container), resolved there for its interpreter."""
     ct, spec = t.system, t.spec
-    r = ct.run(_with_index_env(spec, [uv, "pip", "compile", "--quiet", "--python", state["python"]["executable"],
+    r = ct.run(_with_index_env(spec, [uv, "pip", "compile", "--quiet", "--python", found.python.executable,
                                       "--generate-hashes", "--no-header", "--no-annotate",
                                       *venvmod.uv_index_args(spec.venv), spec_in]),
                env=UV_ENV, stdin=jobenv.stdin_for(venvmod.uv_index_env(spec.venv)) or None, timeout=1800, mutates=False,
@@ -90,10 +91,10 @@ def local_uv_binary(venv: VenvSpec, machine: str) -> tuple[Path, str]:
     return fetched.uv_binary(venv, machine)
 
 
-def probe(t: Target) -> dict:
+def probe(t: Target) -> DeployProbe:
     """Everything deploy needs to know about the container, in one round trip (the facts probe's
     deploy parts: interpreter, venv and its versions, uv, the operation lease, the checkout)."""
-    return facts.read_raw(t, facts.DEPLOY)[0]
+    return deploy_probe_of(facts.read_raw(t, facts.DEPLOY)[0], t.spec)
 
 
 def _streamer(output: Callable[[str], None]) -> Callable[[str, bytes], None]:
@@ -123,16 +124,16 @@ class Plan:
         return self.venv.action == "none" and not self.code and not self.unfinished
 
 
-def _check_interpreter(spec: ContainerSpec, state: dict) -> None:
-    interpreter = state["python"]["executable"]
+def _check_interpreter(spec: ContainerSpec, found: DeployProbe) -> None:
+    interpreter = found.python.executable
     if any(interpreter.startswith(p.rstrip("/") + "/") for p in (spec.venv.path, facts.versions_dir(spec))):
         raise DeployError(f"venv.python {spec.venv.python!r} resolves to {interpreter}, inside the venv that deploy "
                           "manages: name the system interpreter, e.g. /usr/bin/python3")
 
 
-def make_plan(spec: ContainerSpec, state: dict, local: codemod.LocalCommit | None) -> Plan:
-    """What is still to do, from the probe's `state` and the local commit."""
-    _check_interpreter(spec, state)
+def make_plan(spec: ContainerSpec, found: DeployProbe, local: codemod.LocalCommit | None) -> Plan:
+    """What is still to do, from the probe's answer and the local commit."""
+    _check_interpreter(spec, found)
     req_text = None
     if spec.venv.requirements:
         if not local:
@@ -141,12 +142,12 @@ def make_plan(spec: ContainerSpec, state: dict, local: codemod.LocalCommit | Non
         if req_text is None:
             raise DeployError(f"venv.requirements: {spec.venv.requirements} is not in commit {local.commit[:12]}")
     guard = venvmod.GUARD_SOURCE.read_bytes()
-    py = f"{state['python']['version']} {state['python']['executable']}"
+    py = f"{found.python.version} {found.python.executable}"
     # The watch is part of what a venv holds: a new watch builds a new venv (the guard's bytes stay first,
     # so the hash of a venv made before the watch existed is not the hash of one with it).
     want = venvmod.spec_hash(spec.venv, py, req_text, guard + venvmod.WATCH_SOURCE.read_bytes())
-    return Plan(want, req_text, guard, venvmod.plan(spec.venv, want, state),
-                codemod.needs_sync(local, state["code"]) if local else None, list(state["venv"].get("unfinished", [])))
+    return Plan(want, req_text, guard, venvmod.plan(spec.venv, want, found.parts),
+                codemod.needs_sync(local, found.parts["code"]) if local else None, list(found.unfinished))
 
 
 def deploy(t: Target, *, allow_dirty: bool = False, check: bool = False, rollback: bool = False,
@@ -163,22 +164,22 @@ def deploy(t: Target, *, allow_dirty: bool = False, check: bool = False, rollbac
     ct = t.system
     summary = _Changes(spec.ctid, dry=ct.dry)
     local = codemod.resolve(spec.code.repo, spec.code.ref, allow_dirty) if spec.code.repo else None
-    state = probe(t)
-    lease = oplock.parse(state["lease"]) if state.get("lease") else None
+    found = probe(t)
+    lease = oplock.parse(found.lease) if found.lease else None
     if not check and lease is not None and oplock.live_foreign(lease):  # another deploy, warmup or launch is changing it now
         raise oplock.busy_error(spec.ctid, lease)
     if rollback:
-        _check_interpreter(spec, state)
+        _check_interpreter(spec, found)
         with _held(ct, "deploy --rollback", lease_ttl, summary):
             _refuse_running_job(t, force, summary)
             _rollback(t, probe(t), summary)  # probed again, under the lease
         summary.seconds = time.monotonic() - start
         return summary.plan(applied=True)
 
-    plan = make_plan(spec, state, local)
+    plan = make_plan(spec, found, local)
     summary.drift = plan.venv.drift.lines()
     if not check and not force and plan.venv.action != "none":
-        _refuse_emptying(t, state, plan)
+        _refuse_emptying(t, found, plan)
     if check:
         if plan.code:
             summary.changed.append(f"code would be synced: {plan.code}")
@@ -189,20 +190,21 @@ def deploy(t: Target, *, allow_dirty: bool = False, check: bool = False, rollbac
     if plan.empty:  # the no-op deploy: one round trip, nothing locked
         if local:
             summary.kept.append(f"code at {local.commit[:12]}{' (dirty)' if local.dirty else ''}")
-        summary.kept.append(f"venv {state['venv']['real']} (spec {plan.want})")
-        summary.torch = state["venv"]["record"].get("verify")
+        summary.kept.append(f"venv {found.venv_real} (spec {plan.want})")
+        summary.torch = _recorded_verify(found)
         summary.seconds = time.monotonic() - start
         return summary.plan(applied=True)
 
     with _held(ct, "deploy", lease_ttl, summary) as held:
         _refuse_running_job(t, force, summary)
         # Probed again under the lease: nothing else changes the container while this plan is carried out.
-        state = probe(t)
-        plan = make_plan(spec, state, local)
-        if not plan.empty:  # a Proxmox snapshot before the first change (deploy.snapshot)
-            _snapshot(t, local.commit if local else f"venv spec {plan.want}", summary)
-            held.check()
-        _apply(t, state, plan, local, held, summary, lock)
+        found = probe(t)
+        plan = make_plan(spec, found, local)
+        what = local.commit if local else f"venv spec {plan.want}"
+        # The Proxmox snapshot (deploy.snapshot) is taken once the venv is built and verified, just before the
+        # first change to what runs (the checkout, the venv's link): a deploy that fails before (a build that
+        # fails, a bad lock) changed nothing and takes none, so it never counts against keep_snapshots.
+        _apply(t, found, plan, local, held, summary, lock, before_change=lambda: _snapshot(t, what, summary))
     summary.seconds = time.monotonic() - start
     return summary.plan(applied=True)
 
@@ -214,15 +216,20 @@ def _package_name(requirement: str) -> str:
     return re.split(r"[\s\[<>=!~;@(]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
 
 
-def _refuse_emptying(t: Target, state: dict, plan: Plan) -> None:
+def _recorded_verify(found: DeployProbe) -> dict | None:
+    """The kept venv's check as its record holds it (what DeployPlan.torch shows)."""
+    got = found.venv_record.record.get("verify") if found.venv_record else None
+    return dict(got) if isinstance(got, dict) else None
+
+
+def _refuse_emptying(t: Target, found: DeployProbe, plan: Plan) -> None:
     """A venv section not filled in yet (`remote init` writes `packages: []`) would swap a working venv for an
     empty one: refuse a venv with no packages at all, or without torch where the current one has it, naming
     the section to fill (force=True deploys it anyway)."""
     spec = t.spec
     lines = [line for line in (plan.req_text or "").splitlines() if line.strip() and not line.lstrip().startswith(("#", "-"))]
     names = {_package_name(p) for p in (*spec.venv.packages, *lines)}
-    had = ((state.get("venv") or {}).get("record") or {}).get("verify") or {}
-    had_torch = had.get("torch") if isinstance(had, dict) else None
+    had_torch = found.venv_record.verify.torch if found.venv_record else None
     if not names:
         why = "one with no packages at all (venv.packages is empty" + \
               (f", {spec.venv.requirements} lists none)" if spec.venv.requirements else " and there is no venv.requirements)")
@@ -281,8 +288,9 @@ def _refuse_running_job(t: Target, force: bool, summary: _Changes) -> None:
     summary.kept.append(f"{what} left running (forced)")
 
 
-def _apply(t: Target, state: dict, plan: Plan, local: codemod.LocalCommit | None,
-           held: oplock.Lease, summary: _Changes, lock: LockOnce | None = None) -> None:
+def _apply(t: Target, found: DeployProbe, plan: Plan, local: codemod.LocalCommit | None,
+           held: oplock.Lease, summary: _Changes, lock: LockOnce | None = None,
+           before_change: Callable[[], None] | None = None) -> None:
     """Clean up, build and verify the venv, then move the code and swap the venv as the very last steps,
     so a failed build leaves both the old checkout and the old venv."""
     ct, spec = t.system, t.spec
@@ -295,8 +303,8 @@ def _apply(t: Target, state: dict, plan: Plan, local: codemod.LocalCommit | None
 
     target = None
     if plan.venv.action == "none":
-        summary.kept.append(f"venv {state['venv']['real']} (spec {plan.want})")
-        summary.torch = state["venv"]["record"].get("verify")
+        summary.kept.append(f"venv {found.venv_real} (spec {plan.want})")
+        summary.torch = _recorded_verify(found)
     else:
         t.step(printable(f"venv: {plan.venv.reason}"))
         for line in plan.venv.drift.lines():
@@ -307,25 +315,28 @@ def _apply(t: Target, state: dict, plan: Plan, local: codemod.LocalCommit | None
             changed = None if ct.dry else _changed_since_built(t, target, record)
             if changed:  # a kept build is swapped back in only as it was verified
                 t.output(printable(f"    {plan.venv.reuse} is not as it was built ({changed}): building a new one instead"))
-                target, summary.torch = _build(t, state, plan.want, plan.req_text, plan.guard, lock)
+                target, summary.torch = _build(t, found, plan.want, plan.req_text, plan.guard, lock)
             else:
                 summary.torch = record.get("verify")
         else:
-            target, summary.torch = _build(t, state, plan.want, plan.req_text, plan.guard, lock)
+            target, summary.torch = _build(t, found, plan.want, plan.req_text, plan.guard, lock)
 
     held.check()
+    if before_change is not None and (target or plan.code and local is not None):
+        before_change()
+        held.check()
     if plan.code and local is not None:  # make_plan asks for a sync only with a local commit
         t.step(printable(f"code: {plan.code}"))
-        _sync_code(t, local, state["code"].get("head"), summary)
+        _sync_code(t, local, found.code_head, summary)
     elif local:
         summary.kept.append(f"code at {local.commit[:12]}{' (dirty)' if local.dirty else ''}")
     if target:
         _swap(t, target, summary)
-        for path in _prune(t, keep={target, state["venv"]["real"]}):
+        for path in _prune(t, keep={target, found.venv_real}):
             summary.kept.append(f"venv {path}: a live process still uses it (removed by a later deploy)")
         summary.changed.append(f"venv {spec.venv.path} -> {target}")
-        if state["venv"]["real"]:
-            summary.kept.append(f"previous venv {state['venv']['real']} (deploy --rollback returns to it)")
+        if found.venv_real:
+            summary.kept.append(f"previous venv {found.venv_real} (deploy --rollback returns to it)")
     if ct.dry:  # what a dry warmup or train after this one plans from (remote.ops.dryplan)
         planned: dict = {}
         if plan.code and local is not None:
@@ -401,12 +412,12 @@ def _ensure_uv(t: Target, machine: str) -> str:
     return path
 
 
-def _build(t: Target, state: dict, want: str, req_text, guard: bytes,
+def _build(t: Target, found: DeployProbe, want: str, req_text, guard: bytes,
            lock: LockOnce | None = None):
     """Build, verify and record a new venv at its final path; returns (path, verify report)."""
     ct, spec = t.system, t.spec
     versions = facts.versions_dir(spec)
-    uv = _ensure_uv(t, state["python"]["machine"])
+    uv = _ensure_uv(t, found.python.machine)
     name = f"{want}-{venvmod.stamp()}"
     target = f"{versions}/{name}"
     staging = f"{target}.building"
@@ -414,7 +425,7 @@ def _build(t: Target, state: dict, want: str, req_text, guard: bytes,
     files.push_bytes(ct, guard, f"{staging}/guard.py")
     files.push_bytes(ct, venvmod.WATCH_SOURCE.read_bytes(), f"{staging}/compilewatch.py")
     if lock is not None and not ct.dry:
-        text = lock.get(want, lambda: _resolve_lock(t, state, uv, f"{staging}/spec.in"))
+        text = lock.get(want, lambda: _resolve_lock(t, found, uv, f"{staging}/spec.in"))
         files.push_bytes(ct, text.encode(), f"{staging}/lock.txt")
     t.step(f"building venv {name} beside the current one")
     t0 = time.monotonic()
@@ -422,7 +433,7 @@ def _build(t: Target, state: dict, want: str, req_text, guard: bytes,
     # so the next deploy can tell them from anything else before it stops them.
     try:
         ct.run(_with_index_env(spec, ["setsid", "--wait", "bash", "-c", "set -euo pipefail\n" + venvmod.build_script(),
-                                      "build", uv, state["python"]["executable"], target, staging,
+                                      "build", uv, found.python.executable, target, staging,
                                       *venvmod.uv_index_args(spec.venv)]),
                env={**UV_ENV, "REMOTE_VENV_BUILD": target}, stdin=jobenv.stdin_for(venvmod.uv_index_env(spec.venv)) or None,
                timeout=BUILD_TIMEOUT, on_output=_streamer(t.output), label="venv build")
@@ -483,11 +494,11 @@ def _prune(t: Target, keep: set) -> list[str]:
     return [line[len("in use: "):] for line in result.out.splitlines() if line.startswith("in use: ")]
 
 
-def _rollback(t: Target, state: dict, summary: _Changes) -> None:
+def _rollback(t: Target, found: DeployProbe, summary: _Changes) -> None:
     ct, spec = t.system, t.spec
     history = ct.run(["cat", f"{facts.versions_dir(spec)}/history"], check=False, mutates=False).out.split()
-    current = state["venv"]["real"]
-    finished = {f"{facts.versions_dir(spec)}/{v}" for v in state["venv"].get("finished", [])}
+    current = found.venv_real
+    finished = {f"{facts.versions_dir(spec)}/{v}" for v in found.finished}
     previous = [h for h in history if h != current and h in finished]
     if not previous:
         raise DeployError(f"no previous venv to roll back to in {facts.versions_dir(spec)}")

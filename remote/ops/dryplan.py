@@ -12,7 +12,7 @@ import threading
 
 from ..config import ContainerSpec
 from ..errors import DeployError
-from ..facts import deployed_in
+from ..facts.deployed import Deployed, code_record_of, deployed_in, venv_record_of
 
 _planned: dict[tuple[str, int], dict] = {}
 _lock = threading.Lock()
@@ -39,7 +39,7 @@ def forget() -> None:
         _planned.clear()
 
 
-def state_in(raw: dict, spec: ContainerSpec) -> dict:
+def state_in(raw: dict, spec: ContainerSpec) -> Deployed:
     """facts.deployed_in for a dry step: the deployed state, with what the dry steps before it would have made
     over it (a container never deployed, whose dry deploy came first, has only that)."""
     over = planned(spec)
@@ -48,5 +48,6 @@ def state_in(raw: dict, spec: ContainerSpec) -> dict:
     except DeployError:
         if not {"code", "venv"} <= over.keys():
             raise
-        state = {}
-    return {**state, **over}
+        state = Deployed(code_record_of(over["code"]), venv_record_of(over["venv"]))
+    return Deployed(code_record_of(over["code"]) if "code" in over else state.code,
+                    venv_record_of(over["venv"]) if "venv" in over else state.venv)

@@ -142,9 +142,10 @@ def _gid(cfg: gpu.CtConfig | None) -> int:
 
 
 def plan(host: gpu.HostGpu, ctid: int, ct: gpu.CtGpu | None, found: list[Finding],
-         config_text: str) -> Plan:
+         config_text: str, folder: str | None = None) -> Plan:
     """Each finding (host's and container's) to what fixes it. Pure: the host's facts, the container's
-    (None where it could not be probed: stopped), the findings and its `pct config` text."""
+    (None where it could not be probed: stopped), the findings and its `pct config` text; `folder`: the
+    version the host's user-space folder holds, where it was read (a pending reboot)."""
     cfg = host.configs.get(ctid)
     fixes: list[tuple[str, str]] = []
     manual: list[tuple[str, str, str]] = []
@@ -194,7 +195,7 @@ def plan(host: gpu.HostGpu, ctid: int, ct: gpu.CtGpu | None, found: list[Finding
                 restart.append(f"{path} is made from the host's node only at start (an unprivileged container "
                                "may not make a device node itself)")
         elif f.code in USERSPACE_KINDS:
-            if host.on_disk and host.loaded and host.on_disk != host.loaded:
+            if host.on_disk and host.loaded and host.on_disk != host.loaded and folder != host.loaded:
                 manual.append((f.code, f.what, f"reboot the host first: module {host.loaded} is loaded but "
                                f"driver {host.on_disk} is installed, so the loaded module's user space is no longer "
                                f"on the host; after the reboot `remote gpu fix -c {ctid}`"))
@@ -280,6 +281,18 @@ def _probe(t: Target) -> tuple[gpu.HostGpu, gpu.CtGpu | None, str | None, list[F
     return host, ct, why, found
 
 
+def _folder(t: Target, host: gpu.HostGpu, found: list[Finding]) -> str | None:
+    """With a reboot pending and the container's user space wrong: the version the host's folder already
+    holds, where it is the loaded module's (`nvidia-userspace.sh --check` answers `unchanged`: the files the
+    upgrade removed are still there, so mounting it fixes the container), else None. Read-only."""
+    pending = host.on_disk and host.loaded and host.on_disk != host.loaded
+    if not pending or not any(f.code in USERSPACE_KINDS and f.container in (None, t.ctid) for f in found):
+        return None
+    r = t.session.host_run(t.host, _userspace_argv() + ["--check"], deadline=120)
+    said = dict(line.split(" ", 1) for line in r.out.splitlines() if " " in line)
+    return host.loaded if r.exit_code == 0 and said.get("state") == "unchanged" else None
+
+
 def _host(t: Target, argv: list[str], what: str) -> str:
     r = t.session.host_run(t.host, argv, deadline=120)
     if r.exit_code != 0:
@@ -328,7 +341,7 @@ def gpu_fix(t: Target, *, dry: bool = False, force: bool = False) -> GpuFix:
     t.step(f"gpu fix: probe host {t.host.name} and container {t.ctid}")
     host, ct, why, found = _probe(t)
     config_text = t.system.run_pct("config", str(t.ctid), mutates=False).check(t.system.where).out
-    p = plan(host, t.ctid, ct, found, config_text)
+    p = plan(host, t.ctid, ct, found, config_text, _folder(t, host, found))
     before = tuple(f.code for f in found)
     if p.empty:
         return GpuFix(t.ctid, t.host.name, dry, before, (), (), (), p.manual, None, False, None,

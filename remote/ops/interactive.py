@@ -24,7 +24,7 @@ def open_shell(t: Target) -> int:
 
     session, spec, ct = t.session, t.spec, t.ct
     try:
-        verify = deployed(t)["venv"].get("verify")
+        verify = deployed(t).verify.as_record()
     except (DeployError, ContainerCommandNotFound) as exc:
         t.note(f"{exc}; a plain shell, without the job's environment")
         env, saved = {}, ""

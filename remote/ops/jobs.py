@@ -25,6 +25,7 @@ from .. import facts, shell
 from ..config import ContainerSpec
 from ..errors import CommandError, ConfigError, JobError, JobRunning, RemoteError, TransferError, UnknownRun
 from ..facts import runs as runfacts
+from ..facts.deployed import VenvRecord
 from ..facts.runs import RunState, parse_state
 from ..naming import printable
 from ..results import ContainerStatus, JobStatus, LiveRun, PulledRun, RunStatus, Stopped
@@ -38,9 +39,12 @@ from .runwatch import EXIT_STALLED, stall_text, watch_settings
 
 @dataclass(frozen=True)
 class Preflight:
+    """What train's preflight found: the deployed commit and venv record, the GPUs (None: no nvidia-smi, a CPU
+    run), its notes (warnings marked `!! `) and the live runs it saw."""
+
     commit: str
-    venv: dict
-    gpus: list[dict] | None
+    venv: VenvRecord
+    gpus: tuple[facts.Gpu, ...] | None
     notes: list[str]
     live: tuple[LiveRun, ...] = ()  # the runs with a live process the probe saw
 
@@ -65,9 +69,9 @@ def preflight(t: Target, *, host_gpu=None, force: bool = False) -> Preflight:
     raw = facts.read_raw(t, facts.DEPLOYED if ct.dry else facts.PREFLIGHT)[0]
     if ct.dry:
         state = dryplan.state_in(raw, spec)  # after a dry deploy: what it would have deployed
-        return Preflight(state["code"]["commit"], state["venv"], None,
-                         [_verified(state["venv"]), "(dry run: the checks that read the container are skipped)"]
-                         + ([f"(dry run: planned from the dry steps before: checkout at {state['code']['commit'][:12]})"]
+        return Preflight(state.commit, state.venv, None,
+                         [_verified(state.venv), "(dry run: the checks that read the container are skipped)"]
+                         + ([f"(dry run: planned from the dry steps before: checkout at {state.commit[:12]})"]
                             if "code" in dryplan.planned(spec) else []))
     host = None
     if pending is not None:
@@ -85,9 +89,9 @@ def host_gpu(session, spec: ContainerSpec):
     return lambda: gpufacts.read_host(session, spec.host, [spec.ctid])
 
 
-def _verified(venv_record: dict) -> str:
-    verify = venv_record.get("verify") or {}
-    return f"venv verified: torch {verify.get('torch')} (CUDA build {verify.get('cuda_build') or 'none'})"
+def _verified(venv_record: VenvRecord) -> str:
+    verify = venv_record.verify
+    return f"venv verified: torch {verify.torch} (CUDA build {verify.cuda_build or 'none'})"
 
 
 def only_warmup_missing(exc: JobError) -> bool:
@@ -104,8 +108,8 @@ def check(raw: dict, spec: ContainerSpec, host=None, *, pin: codemod.Pin | str |
     from ..facts import gpu as gpufacts
 
     state = wm.deployed_in(raw, spec)
-    commit, venv = state["code"]["commit"], state["venv"]
-    verify = venv.get("verify") or {}
+    commit, venv = state.commit, state.venv
+    verify = venv.verify.as_record()
     notes = [_verified(venv)]
     problems: list[str] = []
     behind = None
@@ -172,15 +176,16 @@ def check(raw: dict, spec: ContainerSpec, host=None, *, pin: codemod.Pin | str |
         notes.append(f"warmup done for {', '.join(wm.devices_of(spec))}")
     notes.append(f"compile cache {folder}")
     notes += [f"!! {w}" for w in layout.compile_layout_notes(layout.devices_from_command(spec.train.command),
-                                                              verify.get("torch"))]
-    gpus = [dict(x) for x in g.gpus] if g.smi else None
+                                                              venv.verify.torch)]
+    gpus = tuple(facts.Gpu.of(x) for x in g.gpus) if g.smi else None
     live = runfacts.live_in(raw)
     if gpus is None:
         notes.append("no nvidia-smi in the container: CPU run")
     else:
         cvd = env.get("CUDA_VISIBLE_DEVICES")
-        notes.append(f"{len(gpus)} GPU(s): {gpus[0]['name']}, driver {gpus[0]['driver']}; torch sees "
-                     f"{torch.device_count}" + (f", train.env selects {facts.visible_count(gpus, env)}" if cvd else "")
+        notes.append(f"{len(gpus)} GPU(s): {gpus[0].name}, driver {gpus[0].driver}; torch sees "
+                     f"{torch.device_count}" + (f", train.env selects {facts.visible_count(list(g.gpus), env)}"
+                                                if cvd else "")
                      + (" (torch's answer kept from an earlier probe: venv and driver unchanged)" if torch.cached else ""))
     if stray_note:
         notes.append(f"!! {stray_note}")
@@ -216,11 +221,12 @@ def launch(t: Target, pre: Preflight, *, force: bool = False,
     if not command:
         raise ConfigError("hosts file", "train.command", "set the training command to run")
     run_id = run_id or new_run_id()
-    verify = pre.venv.get("verify") or {}
+    v = pre.venv.verify
+    verify = v.as_record()
     manifest = {"id": run_id, "container": spec.ctid, "commit": pre.commit, "venv": spec.venv.path,
-                "venv_lock_sha256": pre.venv.get("lock_sha256"), "torch": verify.get("torch"),
-                "cuda_build": verify.get("cuda_build"), "triton": verify.get("triton"),
-                "driver": pre.gpus[0]["driver"] if pre.gpus else None, "gpus": pre.gpus, "command": command,
+                "venv_lock_sha256": pre.venv.lock_sha256, "torch": v.torch, "cuda_build": v.cuda_build,
+                "triton": v.triton, "driver": pre.gpus[0].driver if pre.gpus else None,
+                "gpus": [g.as_record() for g in pre.gpus] if pre.gpus is not None else None, "command": command,
                 "node": spec.host.node_name,  # where it started: a cluster's container may move (a restart migration)
                 "env": jobenv.describe(spec, verify), "compile_cache": jobenv.compile_cache(spec, verify),
                 "outputs": list(spec.train.outputs), "checkout": spec.code.path,

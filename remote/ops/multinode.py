@@ -89,17 +89,16 @@ def node_iface(session: Session, spec: ContainerSpec, file: str = "hosts file") 
 GATE = ("torch", "cuda build", "NCCL", "driver major", "venv lock", "commit")
 
 
-def gate_fields(pre) -> dict[str, str | None]:
+def gate_fields(pre: jobs.Preflight) -> dict[str, str | None]:
     """What must match on every node of a multi-node run, from one node's preflight (jobs.Preflight): torch and
     its CUDA build, the NCCL in the venv, the GPU driver's major version, the venv lock, the commit."""
-    verify = (pre.venv or {}).get("verify") or {}
-    dists = verify.get("dists") or {}
-    nccl = sorted(f"{name} {version}" for name, version in dists.items()
-                  if isinstance(name, str) and name.lower().replace("_", "-").startswith("nvidia-nccl"))
-    driver = (pre.gpus[0].get("driver") if pre.gpus else None) or None
-    return {"torch": verify.get("torch"), "cuda build": verify.get("cuda_build"), "NCCL": ", ".join(nccl) or None,
-            "driver major": str(driver).split(".")[0] if driver else None,
-            "venv lock": (pre.venv or {}).get("lock_sha256"), "commit": pre.commit}
+    verify = pre.venv.verify
+    nccl = sorted(f"{name} {version}" for name, version in verify.dists.items()
+                  if name.lower().replace("_", "-").startswith("nvidia-nccl"))
+    driver = (pre.gpus[0].driver if pre.gpus else None) or None
+    return {"torch": verify.torch, "cuda build": verify.cuda_build, "NCCL": ", ".join(nccl) or None,
+            "driver major": driver.split(".")[0] if driver else None,
+            "venv lock": pre.venv.lock_sha256, "commit": pre.commit}
 
 
 def mismatches(nodes: dict[int, tuple[str, dict[str, str | None]]]) -> list[str]:

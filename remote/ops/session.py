@@ -29,8 +29,9 @@ def open_session(config: Config, *, dry: bool = False, agent: bool = False, keep
                    transport_factory=transport if transport is not None else for_host)
 
 
-def disconnect(config_file: str, host: str | None = None) -> list[int]:
-    """End the kept connections of a hosts file (one host's, or every one): the pids ended."""
+def disconnect(config_file: str | None, host: str | None = None) -> list[int]:
+    """End the kept connections of a hosts file (one host's, or every one; None: every hosts file's): the pids
+    ended."""
     from ..transport import keeper
 
     return keeper.disconnect(config_file, host)

@@ -19,6 +19,7 @@ import hashlib
 import json
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -160,7 +161,7 @@ class VenvPlan:
     reuse: str | None = None  # an existing version folder to swap to
 
 
-def plan(spec: VenvSpec, want_hash: str, probe: dict) -> VenvPlan:
+def plan(spec: VenvSpec, want_hash: str, probe: Mapping) -> VenvPlan:
     """What the venv needs, from the probe's view of it. Pure: tested as data."""
     v = probe["venv"]
     record = v.get("record")

@@ -16,6 +16,7 @@ train's preflight asks for a new warmup when any of them changed. No task ever d
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -31,6 +32,7 @@ from ..config import ContainerSpec
 from ..config import unset as config_unset
 from ..errors import CommandError, WarmupError
 from ..facts import deployed, deployed_in  # read with the facts probe (an exec needs them, not this module)
+from ..facts.deployed import Deployed, Verify
 from ..naming import json_loads, printable
 from ..results import CacheCopy, CompileHealth, ImportedCache, Warmup
 from ..target import Target
@@ -62,15 +64,15 @@ def command_for(spec: ContainerSpec, device: str) -> str:
     return command.replace("{device}", device)
 
 
-def expected_passport(spec: ContainerSpec, state: dict) -> dict:
+def expected_passport(spec: ContainerSpec, state: Deployed) -> dict:
     """The cache passport (remote/ops/passport.py) a warmup of this container would write now."""
-    verify = state["venv"].get("verify")
-    return pp.expected(verify, commit=state["code"].get("commit"), venv_lock=state["venv"].get("lock_sha256"),
+    verify = state.verify.as_record()
+    return pp.expected(verify, commit=state.code.commit, venv_lock=state.venv.lock_sha256,
                        command=spec.warmup.command, devices=devices_of(spec),
                        env={**jobenv.tool_env(spec, verify), **jobenv.user_env(spec)})
 
 
-def gpu_now(state: dict, raw: dict) -> dict:
+def gpu_now(state: Deployed, raw: dict) -> Deployed:
     """`state` with its venv's verify record (what deploy saw: GPU name, compute capability, driver major) brought to
     the GPU nvidia-smi reports now: a container migrated to another node since its deploy (another GPU or driver)
     would otherwise write, and be compared on, the old node's in its passport. A GPU of another name leaves the
@@ -83,17 +85,14 @@ def gpu_now(state: dict, raw: dict) -> dict:
         gpus = []
     if not gpus:
         return state
-    verify = dict(state["venv"].get("verify") or {})
+    verify = state.verify
     name, major = gpus[0]["name"], gpus[0]["driver"].split(".")[0]
-    if verify.get("gpu_name") == name and verify.get("driver_major") == major:
+    if verify.gpu_name == name and verify.driver_major == major:
         return state
-    if verify.get("gpu_name") != name:
-        verify["gpu_capability"] = None
-    verify.update(gpu_name=name, driver_major=major)
-    return {**state, "venv": {**state["venv"], "verify": verify}}
+    return dataclasses.replace(state, venv=dataclasses.replace(state.venv, verify=verify.with_gpu(name, major)))
 
 
-def deployed_now(t: Target) -> dict:
+def deployed_now(t: Target) -> Deployed:
     """`deployed` (the deploy records) with the GPU the container has now (gpu_now): what its passport is made of."""
     raw = facts.read_raw(t, (*facts.DEPLOYED, "gpus"))[0]
     return gpu_now(deployed_in(raw, t.spec), raw)
@@ -114,11 +113,11 @@ def stamp(passport: dict, ctid: int, **extra) -> dict:
     return {**passport, "made_by": ctid, "made_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra}
 
 
-def warmup_key(spec: ContainerSpec, state: dict, device: str) -> dict:
+def warmup_key(spec: ContainerSpec, state: Deployed, device: str) -> dict:
     """What a warmup depends on. Its `key` changes when the commit, the venv lock, the command or the
     environment (values included, recorded only as a hash) changes."""
-    verify = state["venv"].get("verify")
-    parts = {"commit": state["code"]["commit"], "venv_lock": state["venv"].get("lock_sha256"),
+    verify = state.verify.as_record()
+    parts = {"commit": state.code.commit, "venv_lock": state.venv.lock_sha256,
              "command": command_for(spec, device), "env": jobenv.env_hash(spec, verify)}
     return {**parts, "key": hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]}
 
@@ -270,7 +269,7 @@ def parse_cache_lines(lines: list[str]) -> dict[str, tuple[int, int]]:
 WARMUP_PARTS = ("venv", "dists", "code", "gpus")  # the deploy records, what is installed, the checkout, the GPU now
 
 
-def unlike_deployed(raw: dict, spec: ContainerSpec, state: dict, *, hints: bool = False) -> list[str]:
+def unlike_deployed(raw: dict, spec: ContainerSpec, state: Deployed, *, hints: bool = False) -> list[str]:
     """How the checkout and venv differ from what deploy made (edits, another HEAD, a package the lock does
     not say): a warmup there would be recorded as the deployed commit's and lock's, and it is not; train's
     preflight refuses the same (with `hints`: each problem with the command that fixes it). Pure."""
@@ -279,7 +278,7 @@ def unlike_deployed(raw: dict, spec: ContainerSpec, state: dict, *, hints: bool 
 
     problems = []
     checkout = facts.checkout_of(raw, spec)
-    commit = state["code"].get("commit") or ""
+    commit = state.commit
     if checkout.git_error:
         problems.append(f"git fails in the checkout {spec.code.path}: {checkout.git_error}")
     elif checkout.head != commit:
@@ -294,7 +293,7 @@ def unlike_deployed(raw: dict, spec: ContainerSpec, state: dict, *, hints: bool 
         problems.append(f"the venv's interpreter does not run ({spec.venv.path}/bin/python)"
                         + hint(": `remote deploy` rebuilds it"))
     else:
-        drift = venvmod.drift(venvmod.parse_lock((state["venv"].get("lock") or "").splitlines()), installed)
+        drift = venvmod.drift(venvmod.parse_lock(state.venv.lock.splitlines()), installed)
         if drift:
             lines = drift.lines()
             problems.append(f"the venv differs from its lock ({'; '.join(lines[:5])}{'; …' if len(lines) > 5 else ''})"
@@ -322,10 +321,10 @@ def _prefixed(output: Callable[[str], None], prefix: str, sink: list[str]):
     return on_output
 
 
-def run_device(t: Target, state: dict, device: str) -> DeviceResult:
+def run_device(t: Target, state: Deployed, device: str) -> DeviceResult:
     """One device's warmup; its result is recorded in warmups.jsonl before this returns."""
     ct, spec = t.ct, t.spec
-    verify = state["venv"].get("verify")
+    verify = state.verify.as_record()
     command = command_for(spec, device)
     lines: list[str] = []
     start = time.time()
@@ -389,9 +388,9 @@ def warmup(t: Target, *, parallel: bool = False, devices: list[str] | None = Non
                           f"commit's: {'; '.join(problems)}. `remote deploy` restores it (edits saved as a patch, "
                           "the venv rebuilt to its lock), then warm up")
     devices = list(devices or devices_of(spec))
-    verify = state["venv"].get("verify") or {}
+    verify = state.verify.as_record()
     t.step(f"warmup of {len(devices)} device(s) {'in parallel' if parallel and len(devices) > 1 else 'one at a time'}"
-           f" at {state['code']['commit'][:12]}, torch {verify.get('torch')}, cache {jobenv.compile_cache(spec, verify)}")
+           f" at {state.commit[:12]}, torch {state.verify.torch}, cache {jobenv.compile_cache(spec, verify)}")
     with oplock.hold(ct, "warmup"):  # one deploy, warmup or launch at a time per container
         results = _warm_devices(t, state, devices, parallel)
         if not ct.dry:  # what the folder's entries were made for, the devices warmed so far included
@@ -401,7 +400,7 @@ def warmup(t: Target, *, parallel: bool = False, devices: list[str] | None = Non
         return results
 
 
-def _warm_devices(t: Target, state: dict, devices: list[str], parallel: bool) -> list[DeviceResult]:
+def _warm_devices(t: Target, state: Deployed, devices: list[str], parallel: bool) -> list[DeviceResult]:
     results: list[DeviceResult] = []
     if parallel:
         errors: list[BaseException] = []
@@ -433,12 +432,12 @@ def records(t: Target) -> list[dict]:
     return list(facts.parse_warmups(r.out))
 
 
-def missing_warmups(t: Target, state: dict) -> list[str]:
+def missing_warmups(t: Target, state: Deployed) -> list[str]:
     """For each device without a warmup for this commit, venv, command and environment: why."""
     return missing_in(records(t), t.spec, state)
 
 
-def missing_in(recs: list[dict], spec: ContainerSpec, state: dict) -> list[str]:
+def missing_in(recs: list[dict], spec: ContainerSpec, state: Deployed) -> list[str]:
     """missing_warmups over records already read (the facts probe reads them). Pure."""
     problems = []
     for device in devices_of(spec):
@@ -455,7 +454,7 @@ def missing_in(recs: list[dict], spec: ContainerSpec, state: dict) -> list[str]:
     return problems
 
 
-def compiled(recs: list[dict], spec: ContainerSpec, state: dict) -> bool:
+def compiled(recs: list[dict], spec: ContainerSpec, state: Deployed) -> bool:
     """Whether a warmup of this commit, venv, command and environment put anything in the compile cache
     (a warmup command that compiles nothing leaves it empty, and that is no problem). Pure."""
     keys = {warmup_key(spec, state, d)["key"] for d in devices_of(spec)}
@@ -466,12 +465,12 @@ def export_cache(t: Target, path: str) -> int:
     """Write the container's per-version compile cache folder (and its warmup records) to a local tar.gz."""
     spec, ct = t.spec, t.ct
     state = deployed(t)
-    verify = state["venv"].get("verify") or {}
+    verify = state.verify.as_record()
     folder = jobenv.compile_cache(spec, verify)
     with tempfile.TemporaryDirectory() as d:
         count = files.pull_tree(ct, folder, d)
-        sidecar = {"versions": _versions(verify), "cache": folder, "passport": read_passport(ct, folder),
-                   "warmups": [r for r in records(t) if r.get("venv_lock") == state["venv"].get("lock_sha256")]}
+        sidecar = {"versions": _versions(state.verify), "cache": folder, "passport": read_passport(ct, folder),
+                   "warmups": [r for r in records(t) if r.get("venv_lock") == state.venv.lock_sha256]}
         Path(d, BUNDLE_SIDECAR).write_text(json.dumps(sidecar, indent=1))
         with tarfile.open(path, "w:gz") as tar:
             for p in sorted(Path(d).iterdir()):
@@ -480,8 +479,8 @@ def export_cache(t: Target, path: str) -> int:
     return count
 
 
-def _versions(verify: dict) -> dict:
-    return {k: verify.get(k) for k in ("torch", "cuda_build", "triton", "gpu_name")}
+def _versions(verify: Verify) -> dict:
+    return {"torch": verify.torch, "cuda_build": verify.cuda_build, "triton": verify.triton, "gpu_name": verify.gpu_name}
 
 
 def import_cache(t: Target, path: str) -> ImportedCache:
@@ -489,7 +488,7 @@ def import_cache(t: Target, path: str) -> ImportedCache:
     versions. Its warmup records are kept where they match this commit, venv, command and environment."""
     spec, ct = t.spec, t.ct
     state = deployed(t)
-    verify = state["venv"].get("verify") or {}
+    verify = state.verify.as_record()
     refused: list[tuple[str, str]] = []
     try:
         with open(path, "rb") as bundle, tempfile.TemporaryDirectory() as d:
@@ -500,7 +499,7 @@ def import_cache(t: Target, path: str) -> ImportedCache:
             except (OSError, ValueError):
                 raise WarmupError(f"{path}: not a compile-cache bundle (no {BUNDLE_SIDECAR}): make one with "
                                   "container.export_cache(FILE)") from None
-            ours = _versions(verify)
+            ours = _versions(state.verify)
             diff = {k: (sidecar["versions"].get(k), v) for k, v in ours.items() if sidecar["versions"].get(k) != v}
             if diff:
                 raise WarmupError(f"{path}: refusing to import a compile cache made for another setup: " + ", ".join(

@@ -71,6 +71,9 @@ class CacheHolding:
     serves_itself: bool = False  # made for exactly what the container runs now
     mismatch: str = ""  # where it holds files but does not serve itself: how its passport differs
     error: str | None = None
+    host: str = ""  # the container's host (a copy prefers a source on the target's)
+    sizes: Mapping[str, int] = field(default_factory=dict, repr=False)  # each file's size, by its path in folder
+    want: Mapping[str, Any] = field(default_factory=dict, repr=False)  # the passport its own warmup would write now
 
 
 @dataclass(frozen=True)

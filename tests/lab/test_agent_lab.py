@@ -118,13 +118,15 @@ def test_logs_follow_without_the_agent_over_a_silent_link_shows_every_line_once(
 def follow_over_a_silent_link(session, lab, why: str) -> None:
     import dataclasses
 
+    from remote.facts.deployed import VenvRecord
+
     from remote.ops.jobs import Preflight, launch, show_log, stop
 
     base = session.config.container(CT)
     spec = dataclasses.replace(base, code=dataclasses.replace(base.code, path="/root"),
                                train=dataclasses.replace(base.train, run_dir=f"/root/runs-silent-{os.getpid()}"))
     t = target(session, spec)
-    pre = Preflight(commit="0" * 40, venv={"verify": {}}, gpus=None, notes=[])
+    pre = Preflight(commit="0" * 40, venv=VenvRecord(), gpus=None, notes=[])
     n = 1500
     run_id, _ = launch(t, pre, command=f"for i in $(seq 0 {n - 1}); do echo $i; sleep 0.02; done")
     lines: list[str] = []

@@ -89,7 +89,7 @@ def test_a_copy_cut_mid_way_leaves_no_partial_file_and_the_next_completes_it(fle
     with Session(config.load(str(other)), agent=True) as s:
         ctb = s.container(B)
         a = cache_files(s.container(A))
-        total = sum(cachecopy.look(target_of(s, A)).files.values())
+        total = cachecopy.look(target_of(s, A)).bytes
         with pytest.raises(TransferError, match="cut"):
             cachecopy.copy(target_of(s, A), target_of(s, B), cut_after=total // 2, via_controller=True)
         half = cache_files(ctb, fresh)
@@ -130,7 +130,7 @@ def test_a_seeded_run_that_compiled_anyway_is_a_cache_missed_finding(fleet_warm,
     cachecopy.copy(target_of(lab_session, A), target_of(lab_session, B))  # seeded again (the test above warmed B for another environment)
     with Session(config.load(str(other)), agent=True) as s:
         final = train(target_of(s, B))
-        assert final["exit"] == 0, final
+        assert final is not None and final.exit == 0, final
         spec = s.config.container(B)
         found = doctor.findings(doctor.gather(target_of(s, B)), spec)
     missed = [f for f in found if f.code == "cache-missed"]
@@ -162,7 +162,7 @@ def test_a_job_that_links_the_precompiled_headers_to_ssh_sends_no_key(fleet_warm
                                f"mkdir -p {folder}/tmp/torchinductor_job && "
                                f"ln -sfn /root/.ssh {folder}/tmp/torchinductor_job/precompiled_headers"])
         try:
-            assert not any("id_remote_test" in p for p in cachecopy.look(target_of(s, A)).files)
+            assert not any("id_remote_test" in p for p in cachecopy.look(target_of(s, A)).sizes)
             done = cachecopy.copy(target_of(s, A), target_of(s, B), via_controller=via_controller)
             assert done.files > 0
             found = ctb.run(["bash", "-c", f"grep -rl PRIVATE-KEY {fresh} /root/.ssh 2>/dev/null; true"]).out
@@ -195,7 +195,7 @@ def test_a_copy_reads_the_target_under_its_lease_and_writes_no_passport_once_it_
     with Session(config.load(str(other)), agent=True) as s:
         ctb = s.container(B)
         seen = {}
-        real_look, real_stream = cachecopy.look, cachecopy._stream_copy
+        real_look, real_stream = cachecopy._look, cachecopy._stream_copy
 
         def look(t):
             if t.ctid == B:  # the target's holding: is its lease ours while it is read?
@@ -210,7 +210,7 @@ def test_a_copy_reads_the_target_under_its_lease_and_writes_no_passport_once_it_
                                    f"{LEASE}"])
             return got
 
-        monkeypatch.setattr(cachecopy, "look", look)
+        monkeypatch.setattr(cachecopy, "_look", look)  # what look() and copy() read through
         monkeypatch.setattr(cachecopy, "_stream_copy", stream_then_taken_over)
         try:
             with pytest.raises(BusyError, match="lost the operation lease.*elsewhere pid 7"):

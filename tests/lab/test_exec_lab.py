@@ -41,7 +41,7 @@ def commands(monkeypatch):
 def test_exec_in_a_deployed_container_is_one_command_with_the_job_environment(deployed, lab_hosts, lab_session,
                                                                                 commands):
     spec = lab_session.config.container(A)
-    want = jobenv.tool_env(spec, deploy_records(target_of(lab_session, A))["venv"].get("verify"))
+    want = jobenv.tool_env(spec, deploy_records(target_of(lab_session, A)).verify.as_record())
     commands.clear()
     with remote.Fleet(config.load(str(lab_hosts)), keep=False) as fleet:
         r = fleet.container(A).exec(SHOW)

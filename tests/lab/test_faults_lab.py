@@ -19,13 +19,14 @@ from remote import config
 from remote.ops.deploy import deploy
 from remote.errors import BusyError, ContainerLocked, DeployError, RemoteError
 from remote.naming import LEASE
+from remote.facts.deployed import VenvRecord
 from remote.ops.jobs import Preflight, final_status, launch, show_log, state
 from remote.transport.session import Session
 from remote.target import resolve as target_of
 
 pytestmark = pytest.mark.lab
 A, B = lab_ids(__file__)[:2]  # on conftest's third_lab (support.THIRD_LAB_MODULES)
-PRE = Preflight(commit="0" * 40, venv={"verify": {}}, gpus=None, notes=[])
+PRE = Preflight(commit="0" * 40, venv=VenvRecord(), gpus=None, notes=[])
 
 
 @pytest.mark.fault("Container stopped mid-job", promise="the run is reported lost, not exited")

@@ -15,13 +15,14 @@ from support import load_config, target
 
 from remote import config
 from remote.errors import BusyError, JobError
+from remote.facts.deployed import VenvRecord, Verify
 from remote.ops.jobs import Preflight, final_status, launch, show_log, state, stop
 from remote.transport.session import Session
 from remote.target import resolve as target_of
 
 pytestmark = pytest.mark.lab
 ROOT = Path(__file__).resolve().parent.parent.parent
-PRE = Preflight(commit="0" * 40, venv={"verify": {"torch": "2.13.0+cpu"}, "lock_sha256": "x"}, gpus=None, notes=[])
+PRE = Preflight(commit="0" * 40, venv=VenvRecord(lock_sha256="x", verify=Verify(torch="2.13.0+cpu")), gpus=None, notes=[])
 
 
 def numbered(n, delay):
@@ -346,6 +347,6 @@ def test_train_holds_the_lease_from_preflight_to_launch(lab_hosts, deployed, mon
         try:
             assert final is None and len(tried) == 1 and "busy: `train` held by" in tried[0], tried
             head = ct.run(["git", "-C", spec.code.path, "rev-parse", "HEAD"]).out.strip()
-            assert run["manifest"]["commit"] == head
+            assert run.manifest.commit == head
         finally:
             stop(target_of(session, 200), run.run, grace=2)

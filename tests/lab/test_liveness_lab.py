@@ -10,13 +10,14 @@ from remote.errors import BusyError, JobError
 from remote.doctor import findings
 from remote.ops import jobs
 from remote.ops.deploy import deploy
+from remote.facts.deployed import VenvRecord, Verify
 from remote.ops.jobs import Preflight, launch, state, stop
 from remote.results import LiveRun
 from remote.target import resolve as target_of
 
 pytestmark = pytest.mark.lab
 CT = LAB_CONTAINERS[0]
-PRE = Preflight(commit="0" * 40, venv={"verify": {"torch": "2.13.0+cpu"}, "lock_sha256": "x"}, gpus=None, notes=[])
+PRE = Preflight(commit="0" * 40, venv=VenvRecord(lock_sha256="x", verify=Verify(torch="2.13.0+cpu")), gpus=None, notes=[])
 
 
 @pytest.fixture

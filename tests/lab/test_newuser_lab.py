@@ -172,3 +172,52 @@ def test_destroy_is_refused_while_a_run_is_live(deployed, ct, lab_session, lab_h
         finally:
             run.stop()
     assert ct.run(["true"]).ok and f"  {CT}:" in hosts.read_text()
+
+
+# -- a deploy that fails before changing anything; a deploy whose reader left ------------------------------------
+
+def snapshot_names(lab_session) -> list[str]:
+    out = pct(lab_session, "listsnapshot", str(CT)).out
+    return [line.split()[1] for line in out.splitlines() if "->" in line and "current" not in line]
+
+
+@pytest.mark.fault("a deploy that fails before changing anything takes a snapshot", promise="the deploy's Proxmox "
+                   "snapshot is taken after the venv is built and verified, just before the first change: a failed "
+                   "build takes none (keep_snapshots unspent); a deploy that changes something still takes one")
+@pytest.mark.fault("`remote deploy | head` killed mid-deploy", promise="a deploy whose stdout reader has gone "
+                   "(SIGPIPE) goes on to the end and exits 0; its output goes nowhere")
+def test_a_failed_build_takes_no_snapshot_and_a_closed_stdout_never_aborts_a_deploy(deployed, lab, lab_session, ct,
+                                                                                      lab_hosts, demo_repo, tmp_path):
+    bare = tmp_path / "origin.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(demo_repo), str(bare)], check=True)
+    work = tmp_path / "work"
+    subprocess.run(["git", "clone", "-q", str(bare), str(work)], check=True)
+    (work / "PIPE.txt").write_text("deployed with nobody reading\n")
+    git(work, "add", "PIPE.txt")
+    git(work, "commit", "-qm", "a commit to ship")
+    git(work, "push", "-q", "origin", "HEAD")
+    lab.set_storage(CT, "local-lvm")  # a storage that snapshots (the double copies the layer)
+    before = snapshot_names(lab_session)
+    try:
+        bad = load_config(lab_hosts, **{PACKAGES: "packages: [torch==2.13.0+cpu, numpy==2.2.6, no-such-dist-remote==1.0]"})
+        with remote.open(bad) as fleet, pytest.raises(remote.RemoteError):
+            fleet.container(CT).deploy()
+        assert snapshot_names(lab_session) == before  # the build failed: nothing changed, no snapshot
+        assert torch_there(ct) == "2.13.0+cpu"
+
+        by_url = load_config(lab_hosts, **{f"repo: {demo_repo}": f"repo: file://{bare}"})
+        read, write = os.pipe()
+        os.close(read)  # the reader has gone before the first line (`remote deploy | head -0`)
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "REMOTE_HOSTS_FILE": str(by_url)}
+        proc = subprocess.run([sys.executable, "-c", "from remote.cli import main; main()", "deploy", "-c", str(CT)],
+                              stdout=write, stderr=write, env=env, timeout=600)
+        os.close(write)
+        assert proc.returncode == 0  # not -13 (SIGPIPE)
+        assert ct.run(["cat", "/root/dflash/PIPE.txt"]).out == "deployed with nobody reading\n"
+        assert len(snapshot_names(lab_session)) == len(before) + 1  # a deploy that changed something: one taken
+    finally:
+        for name in set(snapshot_names(lab_session)) - set(before):
+            pct(lab_session, "delsnapshot", str(CT), name)
+        lab.set_storage(CT, "local")
+        with remote.open(lab_hosts) as fleet:
+            fleet.container(CT).deploy()

@@ -58,7 +58,7 @@ def test_parallel_warmups_are_separate_processes_and_all_succeed(warmed, lab_ses
 def test_training_threads_after_the_guard_compile_nothing_new(warmed, lab_session):
     lines = []
     final = train(target_of(dataclasses.replace(lab_session, events=lambda e: lines.append(e.line)), 200))  # its lines
-    assert final["exit"] == 0, "\n".join(lines)
+    assert final is not None and final.exit == 0, "\n".join(lines)
     guard = json.loads(next(l for l in lines if "REMOTE_GUARD" in l).split("REMOTE_GUARD ", 1)[1])
     assert guard["sealed"] and guard["fxgraph_miss"] == 0 and guard["autograd_miss"] == 0, guard
     assert guard["fxgraph_hit"] > 0

@@ -13,13 +13,14 @@ import pytest
 from support import lab_ids, target, wait_until
 
 from remote.ops import pyspy
+from remote.facts.deployed import VenvRecord, Verify
 from remote.ops.jobs import (EXIT_STALLED, Preflight, describe_end, final_status, launch, pull_run, state,
                              stop)
 from remote.target import resolve as target_of
 
 pytestmark = pytest.mark.lab
 CT = lab_ids(__file__)[0]  # on conftest's own_lab (support.OWN_LAB_MODULES)
-PRE = Preflight(commit="0" * 40, venv={"verify": {"torch": "2.13.0+cpu"}, "lock_sha256": "x"}, gpus=None, notes=[])
+PRE = Preflight(commit="0" * 40, venv=VenvRecord(lock_sha256="x", verify=Verify(torch="2.13.0+cpu")), gpus=None, notes=[])
 
 def staller(stall_until=99):
     """A job whose attempts 0..stall_until-1 stall; later ones finish."""

@@ -87,7 +87,6 @@ def test_a_resumes_lineage_is_typed_from_its_manifest_and_shown_by_status_and_ru
     from remote.cli import format as fmt
     from remote.facts.runs import manifest_of
     from remote.results import ContainerStatus, JobStatus, RunSummary
-    from remote.runs.listing import render
 
     m = manifest_of({"checkpoint": {"path": "/root/out/ckpt.pt", "step": 250, "kind": "torch"},
                      "parent": "20261206-031500-ab12"})
@@ -100,4 +99,4 @@ def test_a_resumes_lineage_is_typed_from_its_manifest_and_shown_by_status_and_ru
     line = fmt._job_line(fmt._container_dict(ContainerStatus(200, "pve1", "running", job)))
     assert "last run R2 (resumes 20261206-031500-ab12 at step 250) exited 0" in line, line
     s = RunSummary("R2", None, None, "exited", 0, None, None, "python train.py", None, "/r/R2", m.checkpoint, m.parent)
-    assert "python train.py  (resumes 20261206-031500-ab12 at step 250)" in render([s], spec({"path": "x"}))
+    assert "python train.py  (resumes 20261206-031500-ab12 at step 250)" in fmt.runs_text([s], 200, "/root/runs")

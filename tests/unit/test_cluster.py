@@ -251,13 +251,15 @@ def test_sudo_rule_allows_exactly_the_guest_list_read():
 
 
 def test_the_multi_node_gate_names_each_differing_field_and_its_nodes():
+    from remote.facts import Gpu
+    from remote.facts.deployed import venv_record_of
     from remote.ops.jobs import Preflight
     from remote.ops.multinode import gate_fields, mismatches
 
     def pre(torch="2.11.0+cu128", nccl="2.26.2", driver="580.65.06", commit="a" * 40):
-        venv = {"lock_sha256": "f" * 64, "verify": {"torch": torch, "cuda_build": "12.8",
-                                                   "dists": {"torch": torch, "nvidia-nccl-cu12": nccl}}}
-        return Preflight(commit, venv, [{"driver": driver}], [])
+        venv = venv_record_of({"lock_sha256": "f" * 64, "verify": {"torch": torch, "cuda_build": "12.8",
+                                                                  "dists": {"torch": torch, "nvidia-nccl-cu12": nccl}}})
+        return Preflight(commit, venv, (Gpu(0, "H200", driver),), [])
 
     same = {200: ("pve1", gate_fields(pre())), 201: ("pve2", gate_fields(pre(driver="580.82.07")))}
     assert mismatches(same) == []  # the driver's major version is what must match
@@ -368,13 +370,15 @@ def test_a_fleet_containers_target_is_on_the_node_holding_it():
                    "cache to copy skips that container (and places only the candidates) instead of failing on it")
 def test_finding_a_cache_source_skips_a_container_that_cannot_be_placed(monkeypatch):
     from remote.ops import cachecopy
+    from remote.results import CacheHolding
     from remote.target import resolve
 
     looked = []
 
     def look(t):
         looked.append(t.spec.ctid)
-        return cachecopy.Holding(t.spec.ctid, t.spec.host.name, "/cache", {"torch": "2"}, {"f": 1}, {"torch": "2"}, {})
+        return CacheHolding(t.spec.ctid, "/cache", 1, 1, {"torch": "2"}, True, host=t.spec.host.name, sizes={"f": 1},
+                            want={"torch": "2"})
 
     monkeypatch.setattr(cachecopy, "look", look)
     c = load(HOSTS + "  203: {cluster: c1, venv: {python: '3.10'}}\n")
@@ -384,7 +388,7 @@ def test_finding_a_cache_source_skips_a_container_that_cannot_be_placed(monkeypa
         lookup = cluster.lookup_of(s.config)
         assert lookup is not None
         placed = set(lookup._placed)
-    assert src is not None and src.ctid == 201 and src.host == "gpu-b"
+    assert src is not None and src.container == 201 and src.host == "gpu-b"
     assert sorted(looked) == [200, 201, 300]  # 202 unplaceable: passed over; 203 (another venv) never alike
     assert 203 not in placed  # not alike on the hosts file's own entry: never placed
 

@@ -16,6 +16,7 @@ from remote.cli import format as fmt
 from remote.doctor import Finding, findings, healthy, known_good_label
 from remote.results import Diagnosis
 from remote.facts.probe import ALL_PARTS
+from remote.facts.deployed import Deployed
 from remote.facts.runs import RunState, manifest_of
 from remote.runs.knowngood import make_record, meets_baseline, watch_log
 
@@ -57,7 +58,7 @@ def healthy_raw(spec):
     venv_record = {"spec_hash": "s" * 16, "lock_sha256": "l" * 64, "lock": LOCK,
                    "verify": {"torch": "2.11.0+cu128", "cuda_build": "12.8", "triton": "3.5.0"}}
     code_record = {"commit": COMMIT}
-    state = {"code": code_record, "venv": venv_record}
+    state = Deployed.of(code_record, venv_record)
     warmups = "".join(json.dumps({"device": d, **wm.warmup_key(spec, state, d)}) + "\n" for d in ("5", "6"))
     return {
         "time": 1000.0, "time_end": 1000.4,
@@ -508,7 +509,7 @@ def test_a_warmed_cache_whose_run_still_compiled_is_cache_missed_naming_the_pass
 
     raw = healthy_raw(spec)
     fp = fx.parse(raw, spec, (1000.0, 1000.5))
-    state = {"code": fp.checkout.record, "venv": fp.venv.record}
+    state = Deployed.of(fp.checkout.record, fp.venv.record)
     passport = {**wm.expected_passport(spec, state), "copied_from": 201}
     raw["cache"]["folders"][CACHE]["passport"] = json.dumps(passport)
     raw["jobs"]["cache_stats"] = {"fxgraph_hit": 3, "fxgraph_miss": 0, "autograd_hit": 3, "autograd_miss": 0,

@@ -261,6 +261,13 @@ def test_status_and_runs_json_keep_their_keys_in_order_from_the_typed_values():
     assert [list(r) for r in runs] == [["id", "started", "started_epoch", "state", "exit", "throughput", "unit",
                                         "command", "nodes", "path"]] * 2
     assert runs[0]["state"] == "LOST" and runs[1]["state"] == "stopped" and runs[1]["nodes"] == [1, 2]
+    table = fmt.runs_text([RunSummary("A\x1b[2J", None, None, "lost", None, None, None, None, None, "/r/A"),
+                           RunSummary("B", "x", None, "exited", 0, 2.0, "it/s", "python t.py", None, "/r/B")], 200, "/r")
+    head, lost, ended = table.splitlines()
+    assert head.split() == ["RUN", "STARTED", "STATE", "EXIT", "THROUGHPUT", "COMMAND"]
+    assert "\x1b" not in lost and lost.split()[2:4] == ["LOST", "-"] and ended.split()[1:] == \
+        ["x", "exited", "0", "2", "it/s", "python", "t.py"]
+    assert fmt.runs_text([], 200, "/r") == "container 200: no runs in /r (start one with `remote train`)"
 
 
 def astuple_of(value):
@@ -295,12 +302,13 @@ def test_a_multi_node_runs_events_are_typed_each_nodes_marked_with_it(cfg, monke
     """A multi-node train reports through each node's Target and the session's reporter, typed at the source:
     a node's preflight note is that node's, the run's start a StepStarted and its end a Note of no one node."""
     from remote.events import Note, Output, StepStarted
+    from remote.facts.deployed import VenvRecord
     from remote.facts.runs import RunState
     from remote.ops import jobs
     from remote.testing import MockTransport, Reply
     from remote.transport.session import Session
 
-    pre = jobs.Preflight("c" * 40, {}, None, ["GPU 0: H200"])
+    pre = jobs.Preflight("c" * 40, VenvRecord(), None, ["GPU 0: H200"])
     monkeypatch.setattr(jobs, "preflight", lambda *a, **k: pre)
     monkeypatch.setattr(jobs, "launch", lambda *a, **k: ("R", 4242))
     monkeypatch.setattr(jobs, "state", lambda *a, **k: RunState("R", exit=0))

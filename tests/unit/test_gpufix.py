@@ -155,8 +155,9 @@ class Host:
     """A Proxmox host's answers, by what the command is: the GPU probes answer from `host`/`ct` (changed by
     what was run: the uvm made, the config set), pct from `config`; every command kept in `calls`."""
 
-    def __init__(self, *, nodes=None, ct_kw=None, config_text=None, running=True, live="", storage="zfspool"):
-        self.nodes, self.ct_kw = nodes, dict(ct_kw or {})
+    def __init__(self, *, nodes=None, ct_kw=None, config_text=None, running=True, live="", storage="zfspool",
+                 host_kw=None, folder="unchanged"):
+        self.nodes, self.ct_kw, self.host_kw, self.folder = nodes, dict(ct_kw or {}), dict(host_kw or {}), folder
         self.config = config_text or data("pct-config-dev.txt")
         self.running, self.live, self.storage = running, live, storage
         self.calls: list[tuple[str, ...]] = []
@@ -180,13 +181,15 @@ class Host:
         argv = tuple(argv)
         self.calls.append(argv)
         if argv[:1] == ("bash",) and argv[3] == "gpu-host":
-            text = gpu_host_text(nodes=self.nodes, configs={200: self.config}).replace(GPU_MARK, argv[4])
+            text = gpu_host_text(nodes=self.nodes, configs={200: self.config}, **self.host_kw).replace(GPU_MARK, argv[4])
             return self._ok(argv, text)
         if argv[:1] == ("bash",) and argv[3] == "gpu-uvm":
             self.nodes = None  # the host's nodes as recorded: the uvm ones there again
             return self._ok(argv, f"made: {self.uvm_made}\n")
         if argv[:1] == ("bash",) and argv[3] == "gpu-host-fix":
             return self._ok(argv)
+        if argv[:1] == ("bash",) and argv[3] == "nvidia-userspace" and argv[-1] == "--check":  # read-only
+            return self._ok(argv, f"version 580.95.05\nstate {self.folder}\n", rc=0 if self.folder == "unchanged" else 5)
         if argv[:1] == ("bash",) and argv[3] == "nvidia-userspace":
             self.ct_kw.pop("libs", None)
             return self._ok(argv, "version 580.95.05\nstate filled\n")
@@ -685,3 +688,24 @@ def test_a_live_run_with_a_checkpoint_is_saved_before_the_restart_and_resumed_af
                                                                             live="20261202-0700-ab:4242")), 200),
                           force=True)
     assert order == [] and done.restarted and done.resumed is None
+
+
+@pytest.mark.fault("gpu fix of a container's user space with a reboot pending, the host's folder already the loaded "
+                   "version's", promise="the folder is mounted and the loader pointed at it (the files the upgrade "
+                   "removed are still there); only a folder without them is left to `reboot the host first`")
+def test_a_pending_reboot_with_the_folder_already_the_loaded_version_is_fixed_not_left_by_hand():
+    p = plan_of(gpu_host(modinfo="580.105.08"), ct(libs="570.148.08"), data("pct-config-dev.txt"))
+    assert not p.userspace  # the folder not read: as before, by hand
+    h = gpu_host(modinfo="580.105.08")
+    found = gpu.host_findings(h) + gpu.findings(h, 200, ct(libs="570.148.08"))
+    p = gpufix.plan(h, 200, ct(libs="570.148.08"), found, data("pct-config-dev.txt"), folder="580.95.05")
+    assert p.userspace and "driver-lib-mismatch" in dict(p.fixes)
+    fake = Pvesm(ct_kw={"libs": "570.148.08"}, host_kw={"modinfo": "580.105.08"})
+    done, _ = fix(fake)
+    assert any(c[3] == "nvidia-userspace" and c[-1] == "--check" for c in fake.calls if c[0] == "bash")
+    assert "driver-lib-mismatch" not in done.after and "driver-lib-mismatch" not in [k for k, _, _ in done.manual]
+    fake = Pvesm(ct_kw={"libs": "570.148.08"}, host_kw={"modinfo": "580.105.08"}, folder="missing")
+    done, _ = fix(fake)
+    step = dict((k, s) for k, _, s in done.manual)["driver-lib-mismatch"]
+    assert "reboot the host first" in step and not any(c[3] == "nvidia-userspace" and c[-1] != "--check"
+                                                       for c in fake.calls if c[0] == "bash")

@@ -588,3 +588,75 @@ def test_operations_take_a_target_and_report_through_it(tmp_path):
                                                        "    pass\n\n\ndef h(t, ct, spec):\n    pass\n\n\n"
                                                        "class S:\n    echo: object = None\n")
     assert signatures(tmp_path / "remote") == ({"remote/ops/x.py": ["f", "h"]}, {"remote/ops/x.py": ["g", "S.echo"]})
+
+
+# -- a run's state and the deployed state travel typed (issue 47 item 1) ------------------------------------------
+
+# The names a run's or a deployment's state goes by, as a parameter or a returned value.
+STATE_NAMES = {"st", "state", "states", "final", "finals", "deployed", "raw_state", "run_state", "planned_state"}
+# Keys by which a dict literal is a run's state (state.sh's) or the deployed state (the probe's records).
+STATE_KEYS = {"alive", "lost", "orphans", "stopped", "manifest", "code", "venv"}
+
+
+def _is_dict(node: ast.expr | None) -> bool:
+    """Whether an annotation or a value is a dict: `dict`, `dict[...]`, `Mapping[...]`, `dict | None`, `{...}`, `dict(...)`."""
+    if node is None:
+        return False
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):  # a quoted annotation
+        try:
+            node = ast.parse(node.value, mode="eval").body
+        except SyntaxError:
+            return False
+    if isinstance(node, ast.BinOp):  # X | None
+        return _is_dict(node.left) or _is_dict(node.right)
+    if isinstance(node, ast.Subscript):
+        node = node.value
+    if isinstance(node, ast.Call):
+        node = node.func
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+    return name in ("dict", "Dict", "Mapping", "MutableMapping") or isinstance(node, (ast.Dict, ast.DictComp))
+
+
+def state_dicts(root: Path) -> dict[str, list[str]]:
+    """module -> its functions of ops/ and runs/ that take a run's or a deployment's state as a dict (a parameter
+    of STATE_NAMES annotated or defaulted as one) or return one (a return annotated dict whose value is a name of
+    STATE_NAMES, or a dict literal with a key of STATE_KEYS)."""
+    out: dict[str, list[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root).parts
+        if parts[0] not in ("ops", "runs"):
+            continue
+        name = str(path.relative_to(root.parent))
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            a = node.args
+            params = a.posonlyargs + a.args + a.kwonlyargs
+            defaults = dict(zip([p.arg for p in (a.posonlyargs + a.args)][::-1], a.defaults[::-1]))
+            defaults.update({p.arg: d for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None})
+            takes = any(p.arg in STATE_NAMES and (_is_dict(p.annotation) or _is_dict(defaults.get(p.arg)))
+                        for p in params)
+            returned = [r.value for r in ast.walk(node) if isinstance(r, ast.Return) and r.value is not None]
+            gives = any(isinstance(v, ast.Name) and v.id in STATE_NAMES or
+                        isinstance(v, ast.Dict) and {k.value for k in v.keys if isinstance(k, ast.Constant)} & STATE_KEYS
+                        for v in returned) and (_is_dict(node.returns) or node.returns is None)
+            if takes or gives:
+                out.setdefault(name, []).append(node.name)
+    return out
+
+
+@pytest.mark.fault("A run's or a deployment's state passed as a dict", promise="no function in ops/ or runs/ "
+                   "takes or returns one (an AST check): state.sh's answer is a RunState, the deploy records a "
+                   "Deployed (remote/facts), read as attributes; a fake that leaves a field out fails where it is built")
+def test_a_runs_and_a_deployments_state_travel_typed(tmp_path):
+    assert state_dicts(ROOT) == {}
+    ops = tmp_path / "remote" / "ops"
+    ops.mkdir(parents=True)
+    (ops / "x.py").write_text(
+        "def a(t, st: dict) -> str:\n    return st['run']\n\n\n"
+        "def b(raw) -> dict:\n    state = {'x': 1}\n    return state\n\n\n"
+        "def c(t):\n    return {'run': None, 'alive': False}\n\n\n"
+        "def d(t, *, final: 'Mapping[str, int] | None' = None) -> int:\n    return 0\n\n\n"
+        "def e(st: RunState, state: Deployed) -> RunState:\n    return st\n\n\n"
+        "def f(t) -> dict:\n    return {'device': 1}\n")
+    assert state_dicts(tmp_path / "remote") == {"remote/ops/x.py": ["a", "b", "c", "d"]}

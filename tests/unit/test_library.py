@@ -166,7 +166,9 @@ def test_train_interrupted_while_following_exits_130(tmp_path, monkeypatch, caps
 
     path = tmp_path / "hosts.yaml"
     path.write_text(HOSTS)
-    pre = jobs.Preflight("abc", {}, None, [])
+    from remote.facts.deployed import VenvRecord
+
+    pre = jobs.Preflight("abc", VenvRecord(), None, [])
     monkeypatch.setattr(jobs, "preflight", lambda t, host_gpu=None, force=False: pre)
     monkeypatch.setattr(jobs, "launch", lambda t, p, force=False, held=None, command=None, env=None, **checkpoint:
                         ("run-1", 42))

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from remote import config
+from remote.facts.deployed import Deployed, venv_record_of, verify_of
 from remote.ops import passport as pp
 from remote.ops import warmup as wm
 
@@ -79,7 +80,7 @@ def test_the_passport_a_container_would_write_follows_its_hosts_file():
                              "warmup": {"command": "python w.py --device {device}", "devices": [0, 1], **warmup},
                              "train": {"env": {"TORCHINDUCTOR_COORDINATE_DESCENT_TUNING": "1"}}}, "f").containers[200]
 
-    state = {"code": {"commit": "c0ffee"}, "venv": {"lock_sha256": "l0ck", "verify": VERIFY}}
+    state = Deployed.of({"commit": "c0ffee"}, {"lock_sha256": "l0ck", "verify": VERIFY})
     base = wm.expected_passport(spec(), state)
     assert base["devices"] == ["0", "1"] and base["gpu"] == "NVIDIA H200" and base["commit"] == "c0ffee"
     assert "TORCHINDUCTOR_COORDINATE_DESCENT_TUNING" in base["env_keys"]
@@ -176,12 +177,12 @@ def test_the_cache_listing_with_a_passport_of_another_type_is_that_containers_ca
             return Ct()
 
     monkeypatch.setattr(cachecopy, "_system", lambda ct: ct)
-    monkeypatch.setattr(cachecopy.wm, "deployed_now", lambda t: {"code": {}, "venv": {}})
+    monkeypatch.setattr(cachecopy.wm, "deployed_now", lambda t: Deployed.of({}, {}))
     monkeypatch.setattr(cachecopy.wm, "expected_passport", lambda spec, state: make())
     from remote.target import resolve
 
     held = cachecopy.look(resolve(Session(), 200))
-    assert held.passport is None and held.files == {"a": 1} and not held.serves_itself
+    assert held.passport is None and held.sizes == {"a": 1} and held.files == 1 and not held.serves_itself
 
 
 FLEET = config.parse({"hosts": {"h1": {"address": "a"}, "h2": {"address": "b"}},
@@ -191,11 +192,12 @@ T200 = type("T", (), {"ct": None, "spec": FLEET.containers[200]})()  # what depl
 
 
 def holding(ctid, files, **passport):
-    from remote.ops import cachecopy
+    from remote.results import CacheHolding
 
     spec = FLEET.containers[ctid]
-    return cachecopy.Holding(ctid, spec.host.name, "/c", {**make(), **passport}, {f"f{i}": 1 for i in range(files)},
-                             make(), {})
+    sizes, have = {f"f{i}": 1 for i in range(files)}, {**make(), **passport}
+    return CacheHolding(ctid, "/c", files, files, have, bool(files) and not pp.differences(have, make()),
+                        host=spec.host.name, sizes=sizes, want=make())
 
 
 @pytest.mark.fault("A cache source with a forged passport and padding",
@@ -210,7 +212,7 @@ def test_the_source_on_the_same_host_and_the_warmer_win_over_the_most_files(monk
         monkeypatch.setattr(cachecopy, "look", lambda t: holding(t.spec.ctid, 0))
         monkeypatch.setattr(cachecopy, "_look_at", lambda session, c: held[c])
         t = types.SimpleNamespace(session=types.SimpleNamespace(config=FLEET), spec=FLEET.containers[200])
-        return cachecopy.find_source(t).ctid
+        return cachecopy.find_source(t).container
 
     padded = holding(201, 100_000)  # another host, a passport that matches, the most files
     assert choose({201: padded, 202: holding(202, 10, copied_from=203), 203: holding(203, 50)}) == 202
@@ -228,19 +230,19 @@ def test_the_source_on_the_same_host_and_the_warmer_win_over_the_most_files(monk
                    "its deploy node's: no cache made for the old GPU is copied to it or from it as if it were")
 def test_the_passport_follows_the_gpu_the_container_has_now(monkeypatch):
     verify = {**VERIFY, "gpu_capability": "sm_90", "driver_major": "580"}
-    state = {"code": {"commit": "c0ffee"}, "venv": {"verify": verify, "lock_sha256": "l0ck"}}
+    state = Deployed.of({"commit": "c0ffee"}, {"verify": verify, "lock_sha256": "l0ck"})
     smi = {"rc": 0, "out": "0, NVIDIA H100 80GB HBM3, 570.86.15, 0, 81559, GPU-1\n"}
     raw = {"gpus": smi}
     monkeypatch.setattr(wm.facts, "read_raw", lambda t, parts: (raw, (0.0, 0.0)))
     monkeypatch.setattr(wm, "deployed_in", lambda raw, spec: state)
     now = wm.deployed_now(T200)
-    assert now["venv"]["verify"] == {**verify, "gpu_name": "NVIDIA H100 80GB HBM3", "gpu_capability": None,
-                                     "driver_major": "570"}
+    assert now.verify == verify_of({**verify, "gpu_name": "NVIDIA H100 80GB HBM3", "gpu_capability": None,
+                                    "driver_major": "570"})
     want = wm.expected_passport(FLEET.containers[200], now)
     assert want["gpu"] == "NVIDIA H100 80GB HBM3" and want["driver"] == "570" and want["capability"] is None
     # The same GPU, another driver: the capability stays; nvidia-smi unanswered: the record as it is.
     raw["gpus"] = {"rc": 0, "out": "0, NVIDIA H200, 575.1.2, 0, 143771, GPU-2\n"}
-    assert wm.deployed_now(T200)["venv"]["verify"] == {**verify, "driver_major": "575"}
+    assert wm.deployed_now(T200).verify == verify_of({**verify, "driver_major": "575"})
     raw["gpus"] = {"rc": 9, "out": ""}
     assert wm.deployed_now(T200) == state
 
@@ -259,5 +261,5 @@ def test_preflight_says_none_for_a_cpu_venvs_cuda_build_not_None():
     """Issue 40 item 8's kind: preflight printed `(CUDA build None)` for a CPU torch."""
     from remote.ops.jobs import _verified
 
-    assert _verified({"verify": {"torch": "2.13.0+cpu", "cuda_build": None}}) == \
+    assert _verified(venv_record_of({"verify": {"torch": "2.13.0+cpu", "cuda_build": None}})) == \
         "venv verified: torch 2.13.0+cpu (CUDA build none)"

@@ -37,7 +37,7 @@ def problems(raw, spec) -> list[str]:
 
 def test_a_ready_container_passes_with_its_notes(spec):
     pre = check(ready(spec), spec)
-    assert pre.commit == COMMIT and [g["name"] for g in pre.gpus] == ["H200", "H200"]
+    assert pre.commit == COMMIT and [g.name for g in pre.gpus] == ["H200", "H200"]
     assert f"checkout clean at {COMMIT[:12]}" in pre.notes and "warmup done for 5, 6" in pre.notes
     assert any(n.startswith("2 GPU(s): H200, driver 570.86; torch sees 2") for n in pre.notes)
 
@@ -159,7 +159,7 @@ def test_without_code_repo_the_checkout_head_is_the_commit(spec, tmp_path):
     raw["code"]["record"] = None  # deploy never synced it: there is no code.repo to ship
     assert not spec.code.repo
     state = wm.deployed_in(raw, spec)
-    assert state["code"]["commit"] == raw["code"]["head"] == COMMIT
+    assert state.commit == raw["code"]["head"] == COMMIT and state.code.unmanaged
     assert check(raw, spec).commit == COMMIT
     raw["code"]["exists"] = False
     with pytest.raises(DeployError, match="no checkout at /root/dflash and code.repo is not set: set code.repo"):
@@ -177,6 +177,7 @@ def test_a_ctrl_c_during_the_launch_names_the_run_it_may_have_started():
     """The launch command is where the job starts: its run id is said before it, and a KeyboardInterrupt there
     (Ctrl-C while the container starts the job) names that run and what to do, then goes on up (exit 130)."""
     from remote.lab.testing import Expect, FakeTransport
+    from remote.facts.deployed import VenvRecord
     from remote.ops.jobs import Preflight, launch
     from remote.target import resolve
     from remote.transport.session import Session
@@ -190,7 +191,7 @@ def test_a_ctrl_c_during_the_launch_names_the_run_it_may_have_started():
     fake = FakeTransport([Expect(lambda argv: "launch" in argv, raises=KeyboardInterrupt())])
     said: list[str] = []
     t = resolve(Session(fleet, events=lambda e: said.append(e.line), transport_factory=lambda h: fake), 200)
-    pre = Preflight(commit="0" * 40, venv={"verify": {}}, gpus=None, notes=[])
+    pre = Preflight(commit="0" * 40, venv=VenvRecord(), gpus=None, notes=[])
     with pytest.raises(KeyboardInterrupt):
         launch(t, pre, run_id="20261202-010203-abcd", held=Held())
     assert said[0] == "==> run 20261202-010203-abcd starting in container 200"
