@@ -100,3 +100,15 @@ def test_a_resumes_lineage_is_typed_from_its_manifest_and_shown_by_status_and_ru
     assert "last run R2 (resumes 20261206-031500-ab12 at step 250) exited 0" in line, line
     s = RunSummary("R2", None, None, "exited", 0, None, None, "python train.py", None, "/r/R2", m.checkpoint, m.parent)
     assert "python train.py  (resumes 20261206-031500-ab12 at step 250)" in fmt.runs_text([s], 200, "/root/runs")
+
+
+def test_train_refuses_resume_with_fresh_and_either_for_a_multi_node_run(tmp_path, capsys):
+    from remote import cli
+
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text("hosts: {pve1: {address: pve1.invalid}}\ncontainers: {200: {host: pve1}, 201: {host: pve1}}\n"
+                     "train: {command: python t.py, checkpoint: {path: out/ckpt.pt}}\n")
+    assert cli.run(["train", "-c", "200", "--resume", "--fresh", "--hosts", str(hosts)]) == 2
+    assert "--resume and --fresh exclude each other" in capsys.readouterr().err
+    assert cli.run(["train", "-c", "200,201", "--resume", "--hosts", str(hosts)]) == 2
+    assert "one container only" in capsys.readouterr().err
