@@ -26,12 +26,12 @@ __all__ = [
     # typed values (remote.results), returned by the API
     "State", "RunStatus", "RunSummary", "Metric", "KnownGood", "PulledRun", "ImportedCache", "FleetStatus",
     "HostStatus", "ContainerStatus", "JobStatus", "CompileEvent", "CompileHealth", "Created", "CreateStep",
-    "LiveRun", "GpuHost", "GpuContainer",
+    "LiveRun", "GpuHost", "GpuContainer", "Checkpoint", "Saved", "SaveOutcome",
     # the exception tree (remote.errors)
     "RemoteError", "ConfigError", "TransportError", "HostKeyError", "AuthenticationError", "ConnectError",
     "ConnectTimeout", "CommandError", "CommandTimeout", "PctError", "ContainerNotFound", "ContainerNotRunning",
     "ContainerLocked", "ContainerCommandNotFound", "TransferError", "DeployError", "WarmupError", "JobError",
-    "UnknownRun", "BusyError", "JobRunning", "JobTimeout", "GpuConfigError", "CreateRefused", "CreateError",
+    "UnknownRun", "CheckpointRefused", "BusyError", "JobRunning", "JobTimeout", "GpuConfigError", "CreateRefused", "CreateError",
 ]
 _ERRORS = frozenset(__all__[__all__.index("RemoteError"):])
 _API = frozenset(__all__[__all__.index("open"):__all__.index("State")])
@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from .errors import (
         AuthenticationError,
         BusyError,
+        CheckpointRefused,
         CommandError,
         CommandTimeout,
         ConfigError,
@@ -88,6 +89,7 @@ if TYPE_CHECKING:
         WarmupError,
     )
     from .results import (
+        Checkpoint,
         CompileEvent,
         CompileHealth,
         ContainerStatus,
@@ -105,6 +107,8 @@ if TYPE_CHECKING:
         PulledRun,
         RunStatus,
         RunSummary,
+        Saved,
+        SaveOutcome,
         State,
     )
 

@@ -19,7 +19,9 @@
     ├── GpuConfigError, CreateRefused  a GPU selection or a create the host cannot give (exit 2, nothing changed)
     ├── CreateError                  create failed part-way (what is left and the command that removes it)
     └── DeployError, WarmupError, JobError   feature-level failures
-                                       (UnknownRun: a --run the container lacks, exit 2)
+                                       (UnknownRun: a --run the container lacks, exit 2;
+                                        CheckpointRefused: a train that would overwrite a checkpoint, or resume
+                                        from none, exit 2)
 
 remote's exit status comes from the error's class alone (`exit_code`, a class attribute: 1, or 2 for bad
 input, 3 for busy); the exit status of a step that failed (tar's, a command's) is `command_status`, never
@@ -164,6 +166,17 @@ class UnknownRun(JobError):
     """A run id (--run) that the container does not have: bad input, exit status 2."""
 
     exit_code = 2
+
+
+class CheckpointRefused(JobError):
+    """A train refused for its checkpoint: one exists and neither a resume nor a fresh start was asked for, or
+    a resume was asked for and no complete checkpoint exists (the message names it): exit status 2."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, path: str | None = None):
+        self.path = path
+        super().__init__(message)
 
 
 class BusyError(RemoteError):

@@ -17,6 +17,8 @@ container's thread). Nothing here prints or touches sys.stdout.
     ├── Progress      a group call's periodic word on what each running container is doing
     ├── Resumed       a followed log picked up again after a lost connection, at its byte offset
     ├── SnapshotTaken a Proxmox snapshot taken before a change (its name, and why)
+    ├── CheckpointSeen  a run's checkpoint found complete (stop(save=True)'s, or the one a resume starts from)
+    ├── RunResumed    a run started from a checkpoint (its path and step, the run it continues)
     ├── Done          a container's part of a group call ended well
     └── Failed        ... or with an error (its exit status and message)
 
@@ -80,6 +82,21 @@ class Resumed(Event):
 class SnapshotTaken(Event):
     name: str
     reason: str
+
+
+@dataclass(frozen=True)
+class CheckpointSeen(Event):
+    path: str
+    step: int | None  # None where the checkpoint does not tell it
+    age_s: float | None  # how old it was when seen
+
+
+@dataclass(frozen=True)
+class RunResumed(Event):
+    run: str  # the new run
+    parent: str | None  # the run it continues (None: not known)
+    path: str  # the checkpoint it starts from
+    step: int | None
 
 
 @dataclass(frozen=True)

@@ -147,6 +147,8 @@ def cli_words(exc: RemoteError) -> RemoteError:
 LIBRARY_WORDS = [
     (re.compile(r"pass warmup=True to train"), r"`remote train --warmup`"),
     (re.compile(r"\bforce=True\b"), "--force"),
+    (re.compile(r"\bresume=True\b"), "--resume"),
+    (re.compile(r"\bfresh=True\b"), "--fresh"),
     (re.compile(r"\ballow_dirty=True\b"), "--allow-dirty"),
     (re.compile(r"another out= writes another"), "--out FILE writes another"),
     (re.compile(r"\bgive out=FILE\b"), "give --out FILE"),

@@ -10,7 +10,7 @@ from ..errors import ConfigError
 
 __all__ = [  # remote.config re-exports these as they are
     "ENV_VAR", "CONTAINER_VAR", "CONTAINER_KEY", "CHOOSE", "DEFAULT_FILE", "UV_VERSION", "SNAPSHOT_MODES", "Host",
-    "setting", "VenvSpec", "CodeSpec", "WarmupSpec", "MetricSpec", "TrainSpec", "DeploySpec", "ContainerSpec", "Config",
+    "setting", "VenvSpec", "CodeSpec", "WarmupSpec", "MetricSpec", "CheckpointSpec", "TrainSpec", "DeploySpec", "ContainerSpec", "Config",
 ]
 
 ENV_VAR = "REMOTE_HOSTS_FILE"
@@ -97,6 +97,21 @@ class MetricSpec:
     higher_is_better: bool = True
 
 
+CHECKPOINT_SIGNALS = ("TERM", "INT", "HUP", "USR1", "USR2", "QUIT", "ALRM", "WINCH", "PWR")
+
+
+@dataclass(frozen=True)
+class CheckpointSpec:
+    """Where a job saves its checkpoints and how it resumes from one (train.checkpoint; docs/reference/hosts-file.md).
+    `path`: a file, a folder or a glob, relative to code.path unless absolute (resolved by remote.ops.checkpoints)."""
+
+    path: str
+    resume: str = ""  # words added to the command on a resume; {checkpoint}: the latest's path, quoted once
+    signal: str | None = None  # the signal the job saves on (TERM, USR1, ...); None: wait for its next save
+    grace: float = 300.0  # seconds `stop --save` waits for a new complete checkpoint
+    complete: str | None = None  # a folder checkpoint is complete when this glob matches inside it
+
+
 @dataclass(frozen=True)
 class TrainSpec:
     command: str | None = None
@@ -112,6 +127,7 @@ class TrainSpec:
     on_stall: str = "warn"  # warn | stop | restart (docs/guide/watch.md)
     restarts: int = 0  # how many times a failed run is started again
     restart_on: tuple[int, ...] = ()  # the exit statuses that restart it; () = any non-zero
+    checkpoint: CheckpointSpec | None = None  # None: remote knows nothing of the job's checkpoints
 
 
 SNAPSHOT_MODES = ("auto", "always", "never")

@@ -12,7 +12,18 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from .model import SNAPSHOT_MODES, CodeSpec, DeploySpec, Host, MetricSpec, TrainSpec, VenvSpec, WarmupSpec
+from .model import (
+    CHECKPOINT_SIGNALS,
+    SNAPSHOT_MODES,
+    CheckpointSpec,
+    CodeSpec,
+    DeploySpec,
+    Host,
+    MetricSpec,
+    TrainSpec,
+    VenvSpec,
+    WarmupSpec,
+)
 from .yamlfile import _MISSING, _Float, _Int, _text
 
 
@@ -264,6 +275,7 @@ def _train(s: _Section, base: TrainSpec) -> TrainSpec:
         on_stall=s.take("on_stall", str, base.on_stall, _one_of(ON_STALL)),
         restarts=s.take("restarts", int, base.restarts, _range(0, 1000)),
         restart_on=_exit_codes(s, base.restart_on),
+        checkpoint=_checkpoint(s, base.checkpoint),
     )
     s.done()
     if spec.on_stall == "restart" and not spec.restarts:
@@ -293,6 +305,41 @@ def _exit_codes(s: _Section, base: tuple[int, ...]) -> tuple[int, ...]:
         if isinstance(code, bool) or not isinstance(code, int) or not 1 <= code <= 255:
             raise ConfigError(s.file, f"{s.key('restart_on')}[{i}]", f"expected an exit status from 1 to 255, got {code!r}")
     return tuple(codes)
+
+
+def _signal(v: str) -> str | None:
+    name = v.upper().removeprefix("SIG")
+    return None if v == "none" or name in CHECKPOINT_SIGNALS else \
+        f"expected none or a signal name ({', '.join(CHECKPOINT_SIGNALS)}), got {v!r}"
+
+
+def _checkpoint(s: _Section, base: CheckpointSpec | None) -> CheckpointSpec | None:
+    """`checkpoint: {path, resume, signal, grace, complete}`; a container's section overrides the global one key
+    by key. `path` relative: to code.path (resolved where the checkout is known)."""
+    if s.data.get("checkpoint") is None:
+        s.seen.add("checkpoint")
+        return base
+    c = s.section("checkpoint")
+    old = base or CheckpointSpec("")
+    path = c.take("path", str, old.path or _MISSING, _nonempty)
+    for bad in ("\n", "\0"):
+        if bad in path:
+            raise ConfigError(s.file, c.key("path"), "a path on one line, without NUL")
+    if ".." in Path(path).parts:
+        raise ConfigError(s.file, c.key("path"), f"expected a path without '..', got {path!r}")
+    signal = c.take("signal", str, old.signal or "none", _signal)
+    complete = c.take("complete", str, old.complete, _nonempty)
+    if complete is not None and (complete.startswith("/") or ".." in Path(complete).parts):
+        raise ConfigError(s.file, c.key("complete"), f"expected a glob inside the checkpoint folder (e.g. "
+                          f"'.done'), got {complete!r}")
+    spec = CheckpointSpec(path=path, resume=c.take("resume", str, old.resume),
+                          signal=None if signal == "none" else signal.upper().removeprefix("SIG"),
+                          grace=c.take("grace", float, old.grace, _range(1, 86400)), complete=complete)
+    c.done()
+    if re.search(r"[{}]", spec.resume.replace("{checkpoint}", "")):
+        raise ConfigError(s.file, c.key("resume"), "the only placeholder is {checkpoint} (the latest checkpoint's "
+                          f"path), got {spec.resume!r}")
+    return spec
 
 
 def _metric(s: _Section, base: MetricSpec | None) -> MetricSpec | None:

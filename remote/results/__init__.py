@@ -9,6 +9,7 @@ area (commands, deploy, health, runs, many, gpu); every name is exported here.
     Warmup        a warmup's devices and cache gain  CacheHolding  what a container's compile cache holds
     Snapshot      a Proxmox snapshot                 RolledBack    a container rolled back to one
     Finding       one thing doctor found             Stopped       a stopped run (and the others with it)
+    Checkpoint    a run's checkpoint, complete or not Saved        what stop(save=True) left
     Diagnosis     doctor on one container            GpuReport     doctor --gpu: GpuHost and GpuContainer
     RunStatus     a run's state, read now            RunSummary    one row of `runs`
     Metric        one value of metrics.jsonl         KnownGood     a run recorded as known-good
@@ -27,6 +28,7 @@ from .gpu import Created, CreateStep, GpuFix, HostSetup
 from .health import Diagnosis, Finding, GpuContainer, GpuHost, GpuReport
 from .many import GroupResult, Outcome
 from .runs import (
+                   Checkpoint,
                    CompileEvent,
                    CompileHealth,
                    ContainerStatus,
@@ -39,12 +41,14 @@ from .runs import (
                    PulledRun,
                    RunStatus,
                    RunSummary,
+                   Saved,
+                   SaveOutcome,
                    State,
                    Stopped,
 )
 
 __all__ = [  # the API re-exports these as they are (remote.api)
     "Result", "Transfer", "DeployPlan", "Warmup", "CacheHolding", "CacheCopy", "ImportedCache", "Snapshot", "RolledBack", "Finding", "RunStatus", "LiveRun", "RunSummary", "Metric",
-    "Diagnosis", "GpuReport", "GpuHost", "GpuContainer", "Stopped", "KnownGood", "PulledRun", "CompileEvent", "CompileHealth", "JobStatus", "ContainerStatus",
+    "Diagnosis", "GpuReport", "GpuHost", "GpuContainer", "Stopped", "Checkpoint", "Saved", "SaveOutcome", "KnownGood", "PulledRun", "CompileEvent", "CompileHealth", "JobStatus", "ContainerStatus",
     "HostStatus", "FleetStatus", "Outcome", "GroupResult", "State", "GpuFix", "HostSetup", "CreateStep", "Created",
 ]

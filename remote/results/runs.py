@@ -83,6 +83,41 @@ class Metric:
 
 
 @dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint of a run's (train.checkpoint) as the container has it; complete only where remote could tell
+    (a torch.save zip with its end record, a folder with its marker: remote/sh/ckpt.py), never assumed."""
+
+    path: str
+    complete: bool
+    kind: str  # torch | safetensors | dcp | hf | folder | file | missing
+    size: int = 0  # bytes (0 for a folder)
+    mtime: float | None = None  # seconds since the epoch (the container's clock)
+    step: int | None = None  # where the checkpoint tells it (its pickle's iter_num/step, trainer_state.json, its name)
+    step_from: str | None = None  # where the step was read
+    why: str = ""  # why it is not complete
+    kept: bool = False  # the watch's copy of the last complete one (kept for a job that saves in place)
+
+
+SaveOutcome = Literal["saved", "none-yet", "no-new", "not-running"]
+"""What `stop(save=True)` got: a new complete checkpoint (saved); no checkpoint at all existed yet (none-yet);
+none came within train.checkpoint.grace, or the job ended first (no-new: the latest older one is what it left);
+the run was not running (not-running)."""
+
+
+@dataclass(frozen=True)
+class Saved:
+    """What `stop(save=True)` left: the checkpoint (the new one, or the latest older one), how long it waited."""
+
+    outcome: SaveOutcome
+    checkpoint: Checkpoint | None  # None: the run left no complete checkpoint at all
+    age_s: float | None = None  # the checkpoint's age when the job was stopped
+    last_step: int | None = None  # the last step the job's log showed
+    steps_lost: int | None = None  # last_step less the checkpoint's step, where both are known
+    waited_s: float = 0.0
+    signals: int = 0  # how many times the job was sent train.checkpoint.signal
+
+
+@dataclass(frozen=True)
 class Stopped:
     """A stopped run: verified that no process of it is left."""
 
@@ -93,6 +128,7 @@ class Stopped:
     gpu_left: tuple[int, ...] | None  # None where the GPUs could not be checked
     others: tuple[Stopped, ...] = ()  # other live runs stopped with it (no run id given)
     nodes: tuple[int, ...] | None = None  # a multi-node run's containers
+    saved: Saved | None = None  # stop(save=True): what it saved (None: no save was asked for)
 
 
 @dataclass(frozen=True)

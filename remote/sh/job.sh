@@ -1,20 +1,24 @@
 # The job's wrapper, leader of its own session, started from its file in the container (launch.sh puts it
 # there, verified by sha256), so `ps` shows `bash .../job-<sha>.sh RUN ...`: $1 run folder, $2 checkout,
 # $3 restarts, $4 restart_on (exit statuses, space-separated; empty: any non-zero), $5 the watch's file
-# (remote/sh/watch.py; empty: none). The command (bash) is in $run/command, the watch's settings in
+# (remote/sh/watch.py; empty: none), $6 the checkpoint tool's file (remote/sh/ckpt.py; empty: no checkpoint
+# configured). With a checkpoint, an attempt after the first restores the latest complete one and runs
+# $run/command-resume (its {checkpoint} replaced) where one exists, else the plain command. The command (bash) is in $run/command, the watch's settings in
 # $run/watch-settings.json. Writes the pid file first and the exit record last (atomically), whatever the
 # command does. Each attempt sees REMOTE_RESTART=<k> (0 the first time) and is recorded with the commit the
 # checkout has then (a `deploy --force` may have moved it); `stop` is final.
-run=$1 checkout=$2 restarts=${3:-0} restart_on=${4:-} watch=${5:-}
+run=$1 checkout=$2 restarts=${3:-0} restart_on=${4:-} watch=${5:-} ckpt=${6:-}
 echo $$ > "$run/pid"
 stopped=0
 trap 'stopped=1; echo "[remote] got SIGTERM at $(date -Is)" >> "$run/log"' TERM
 trap '' HUP
 cd "$checkout" || { echo 126 > "$run/exit"; exit 126; }
 watcher=
-if [ -n "$watch" ] && py=$(command -v python3); then
+py=$(command -v python3) || py=
+if [ -n "$watch" ] && [ -n "$py" ]; then
   "$py" -I -S "$watch" "$run" "$REMOTE_RUN_ID" "$run/watch-settings.json" < /dev/null >> "$run/watch.log" 2>&1 &
   watcher=$!
+  echo "$watcher" > "$run/watch.pid"  # stop --save signals the job's processes, never the watch
 fi
 # stop.sh leaves $run/stop before it signals: no attempt starts once it is there.
 is_stopped() { [ "$stopped" = 1 ] || [ -e "$run/stop" ]; }
@@ -37,8 +41,18 @@ while :; do
     echo "-- attempt $((k + 1)) runs commit $head, not $first, which the run started with (the checkout moved:" \
          "a \`deploy --force\` under the run?); the manifest's attempts record each one's commit" >> "$run/log"
   fi
+  cmdfile=$run/command
+  if [ "$k" -gt 0 ] && [ -n "$ckpt" ] && [ -e "$run/checkpoint.json" ]; then
+    if said=$("$py" -I -S "$ckpt" resume "$(cat "$run/checkpoint.json")" "$run" 2>> "$run/watch.log"); then
+      cmdfile=$run/command-next
+      echo "-- attempt $((k + 1)) of $((restarts + 1)) resumes from $said" >> "$run/log"
+      echo "resume $((k + 1)) $said" >> "$run/attempts"
+    else
+      echo "-- attempt $((k + 1)) of $((restarts + 1)) starts over: ${said:-the checkpoint could not be read}" >> "$run/log"
+    fi
+  fi
   echo "start $((k + 1)) $(date +%s.%N) $head" >> "$run/attempts"
-  REMOTE_RESTART=$k bash -c "$(cat "$run/command")" < /dev/null >> "$run/log" 2>&1 &
+  REMOTE_RESTART=$k bash -c "$(cat "$cmdfile")" < /dev/null >> "$run/log" 2>&1 &
   child=$!
   is_stopped && kill -TERM "$child" 2>/dev/null
   while :; do

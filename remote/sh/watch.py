@@ -11,7 +11,10 @@ Every second it looks at the run's log (one stat; new bytes read once) and:
     running, stop and restart end the attempt (the wrapper then stops or starts the next attempt);
   - with nvidia-smi in the container: one `nvidia-smi --query-gpu ... -l N` for the whole run, its rows
     written to <run>/gpu.csv with the time they were read; nothing at all on a CPU container;
-  - copies the wrapper's attempt records (<run>/attempts) into manifest.json's "attempts".
+  - copies the wrapper's attempt records (<run>/attempts) into manifest.json's "attempts";
+  - with a checkpoint configured (settings' "checkpoint": remote/sh/ckpt.py's settings and "tool", its file):
+    in a thread of its own, copies each newly complete checkpoint into the keep folder (ckpt.keep_once), so a
+    job that overwrites its one checkpoint in place and is killed mid-save still has its last complete one.
 It ends on TERM (the wrapper's, at the end of the run, or stop's) after a last read, or when the wrapper is
 gone. argv: run folder, run id, settings (a JSON file, or JSON itself: stall, on_stall, py_spy, metrics, metric_stall, gpu_every,
 grace).
@@ -25,11 +28,13 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 GPU_FIELDS = "index,utilization.gpu,memory.used,memory.total,power.draw,temperature.gpu"
 GPU_HEADER = "t,index,util_pct,mem_used_mib,mem_total_mib,power_w,temp_c"
 TICK = 1.0
+KEEP_EVERY = 1.0  # how often the checkpoint is looked at for a new complete one to keep
 
 
 def write_atomic(path, text):
@@ -356,7 +361,35 @@ class Watch:
         except (OSError, IndexError):
             return False
 
+    def start_keep(self):
+        """The checkpoint keep, in a thread: a copy of many GB never delays the log, stall and GPU reads."""
+        conf = self.conf.get("checkpoint")
+        if not conf or not conf.get("keep") or not conf.get("tool"):
+            return
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("remote_ckpt", conf["tool"])
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load {conf['tool']}")
+        ckpt = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(ckpt)
+
+        def keep():
+            last = None
+            while not self.stopping:
+                try:
+                    last = ckpt.keep_once(conf, last)
+                except Exception as exc:  # noqa: BLE001 -- logged; the next look tries again
+                    print(f"checkpoint keep: {exc!r}", file=sys.stderr, flush=True)
+                time.sleep(KEEP_EVERY)
+
+        threading.Thread(target=keep, name="keep", daemon=True).start()
+
     def loop(self):
+        try:
+            self.start_keep()
+        except Exception as exc:  # noqa: BLE001 -- the watch goes on without the keep
+            print(f"checkpoint keep not started: {exc!r}", file=sys.stderr, flush=True)
         self.start_gpu()
         self.status()
         while not self.stopping and self.wrapper_alive():

@@ -1,0 +1,204 @@
+"""A run's checkpoints (train.checkpoint): list them, decide which is the latest complete one, restore it before
+a resume, move them aside for a fresh start, and read what `stop(save=True)` left. The deciding is done in the
+container by remote/sh/ckpt.py (standard-library Python under the system python3); its JSON is untrusted input,
+read here into typed Checkpoints. Nothing is ever deleted: what is set aside is renamed beside itself."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+from .. import shell
+from ..config import ContainerSpec
+from ..errors import CheckpointRefused, JobError
+from ..events import CheckpointSeen
+from ..naming import json_loads, printable
+from ..results import Checkpoint, Saved, SaveOutcome
+from ..target import Target
+
+KEEP = ".checkpoints"  # under train.run_dir: the watch's copy of the last complete checkpoint (ckpt.py keep_once)
+KINDS = ("torch", "safetensors", "dcp", "hf", "folder", "file", "missing")
+NO_CHECKPOINT = 3  # ckpt.py's exit status where no complete checkpoint exists
+
+
+def path_of(spec: ContainerSpec) -> str | None:
+    """train.checkpoint.path made absolute (relative: to code.path, the checkout the job runs in)."""
+    ck = spec.train.checkpoint
+    if ck is None:
+        return None
+    return ck.path if ck.path.startswith("/") else f"{spec.code.path.rstrip('/')}/{ck.path}"
+
+
+def settings(spec: ContainerSpec) -> dict | None:
+    """What remote/sh/ckpt.py is told (its SETTINGS): None without train.checkpoint."""
+    ck = spec.train.checkpoint
+    if ck is None:
+        return None
+    return {"path": path_of(spec), "complete": ck.complete, "keep": f"{spec.train.run_dir.rstrip('/')}/{KEEP}",
+            "signal": ck.signal, "grace": ck.grace}
+
+
+def tool() -> tuple[str, str, str]:
+    """(path, sha256, text) of ckpt.py as launch puts it in the container (named by its content, as the wrapper)."""
+    from .jobs import BIN
+
+    text = shell.load_python("ckpt")
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    return f"{BIN}/ckpt-{digest[:12]}.py", digest, text
+
+
+def resume_command(spec: ContainerSpec, command: str, path: str | None) -> str:
+    """The command a resume runs: `command` and train.checkpoint.resume, its {checkpoint} the path quoted once
+    (path None: left for the container's wrapper to fill in at a restart)."""
+    ck = spec.train.checkpoint
+    words = ck.resume if ck else ""
+    if path is not None:
+        words = words.replace("{checkpoint}", shlex.quote(path))
+    return f"{command} {words}".rstrip() if words.strip() else command
+
+
+def _call(t: Target, command: str, *args: str, mutates: bool, timeout: float = 120) -> tuple[dict, int]:
+    """Run ckpt.py COMMAND in the container with the system python3; its JSON answer (untrusted) and status."""
+    conf = settings(t.spec)
+    if conf is None:
+        raise JobError(f"container {t.spec.ctid}: no train.checkpoint in the hosts file: remote does not know "
+                       "where its job saves (docs/reference/hosts-file.md, train.checkpoint)")
+    r = t.system.run(["python3", "-I", "-S", "-c", shell.load_python("ckpt"), command, json.dumps(conf), *args],
+                     check=False, mutates=mutates, timeout=timeout, label=f"checkpoint {command}")
+    if t.system.dry and mutates:
+        return {}, 0
+    if r.exit_code not in (0, NO_CHECKPOINT):
+        raise JobError(printable(f"container {t.spec.ctid}: its checkpoint tool failed (exit {r.exit_code}): "
+                                 f"{r.err.strip()[-300:]}"))
+    try:
+        data = json_loads(r.out.strip().splitlines()[-1]) if r.out.strip() else {}
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise JobError(printable(f"container {t.spec.ctid}: its checkpoint tool answered no JSON object: "
+                                 f"{r.out[:200]!r}"))
+    return data, r.exit_code
+
+
+def _num(value: Any, kind: type | tuple = (int, float)) -> Any:
+    return value if isinstance(value, kind) and not isinstance(value, bool) else None
+
+
+def checkpoint_of(d: Any, *, kept: bool = False) -> Checkpoint | None:
+    """One candidate of ckpt.py's answer as a Checkpoint (each field checked: the container wrote it)."""
+    if not isinstance(d, Mapping) or not isinstance(d.get("path"), str):
+        return None
+    step = _num(d.get("step"), int)
+    return Checkpoint(printable(d["path"])[:4096], d.get("complete") is True,
+                      d["kind"] if d.get("kind") in KINDS else "file", max(0, _num(d.get("size"), int) or 0),
+                      _num(d.get("mtime")), step if step is not None and step >= 0 else None,
+                      printable(str(d["step_from"]))[:80] if isinstance(d.get("step_from"), str) else None,
+                      printable(str(d.get("why") or ""))[:300], kept)
+
+
+def listing(t: Target) -> list[Checkpoint]:
+    """Every checkpoint the path matches, newest first, then the watch's kept copy (kept=True)."""
+    data, _ = _call(t, "list", mutates=False)
+    cands = data.get("candidates")
+    cands = cands if isinstance(cands, list) else []
+    out = [c for c in (checkpoint_of(d) for d in cands[:1000]) if c is not None]
+    k = checkpoint_of(data.get("kept"), kept=True)
+    return out + ([k] if k is not None else [])
+
+
+def latest(found: list[Checkpoint]) -> Checkpoint | None:
+    """The latest complete checkpoint of a listing (the job's own before the kept copy)."""
+    return next((c for c in found if c.complete), None)
+
+
+def refuse_plain(t: Target) -> None:
+    """A plain train where a complete checkpoint exists: refused (a new run would overwrite it)."""
+    found = listing(t)
+    c = latest(found)
+    if c is None:
+        return
+    raise CheckpointRefused(
+        f"container {t.spec.ctid} has a complete checkpoint {c.path}{_step(c)}: a new run would overwrite it. "
+        "Continue from it with resume=True, or start over with fresh=True (the old checkpoints are moved "
+        "aside, never deleted)", c.path)
+
+
+def _step(c: Checkpoint) -> str:
+    return f" (step {c.step})" if c.step is not None else ""
+
+
+def restore(t: Target) -> Checkpoint:
+    """Before a resume: the latest complete checkpoint, an incomplete newer one moved aside and the kept copy
+    put back where the job reads it (ckpt.py restore); CheckpointRefused, naming what is there, where none is."""
+    data, rc = _call(t, "restore", mutates=True)
+    if t.system.dry:
+        return Checkpoint(path_of(t.spec) or "", True, "file")
+    for m in data.get("moved") or []:
+        if isinstance(m, Mapping):
+            t.note(printable(f"checkpoint {m.get('path')} is not complete: moved aside to {m.get('to')}"))
+    restored = data.get("restored")
+    if isinstance(restored, Mapping):
+        t.note(printable(f"checkpoint {restored.get('to')} restored from the kept copy {restored.get('from')}"))
+    c = checkpoint_of(data.get("latest"))
+    if rc == NO_CHECKPOINT or c is None or not c.complete:
+        bad = [x for x in (checkpoint_of(d) for d in data.get("incomplete") or []) if x is not None]
+        why = (f"{bad[0].path} is not complete ({bad[0].why})" if bad else
+               f"nothing matches {path_of(t.spec)}")
+        raise CheckpointRefused(f"container {t.spec.ctid}: no complete checkpoint to resume from: {why}. "
+                                "fresh=True starts over", bad[0].path if bad else None)
+    return c
+
+
+def fresh(t: Target) -> list[tuple[str, str]]:
+    """A fresh start: every checkpoint (and the kept copy) renamed aside; (path, where it went) each, noted."""
+    data, _ = _call(t, "fresh", mutates=True)
+    moved = [(printable(str(m.get("path"))), printable(str(m.get("to")))) for m in data.get("moved") or []
+             if isinstance(m, Mapping)]
+    for path, to in moved:
+        t.note(f"fresh start: checkpoint {path} moved aside to {to} (nothing deleted)")
+    return moved
+
+
+def seen(t: Target, c: Checkpoint, now: float | None) -> None:
+    """The CheckpointSeen event: its path, step and age."""
+    age = round(now - c.mtime, 1) if now is not None and c.mtime is not None else None
+    t.session.sink(CheckpointSeen(t.ctid, f"-- checkpoint {c.path}{_step(c)}"
+                                  + (f", {age:g} s old" if age is not None else ""), c.path, c.step, age))
+
+
+STEP_LINE = re.compile(r"\b(?:iter(?:ation)?|step|global_step)[\s:=#]+(\d+)", re.I)
+
+
+def last_step(tail: str) -> int | None:
+    """The last step a job's log shows (`iter 250: loss ...`, `step 40 ...`), where it shows any."""
+    last = None
+    for m in STEP_LINE.finditer(tail[-65536:]):
+        last = int(m.group(1))
+    return last
+
+
+def saved_of(text: str, tail: str) -> Saved:
+    """ckpt.py wait's answer (save.sh's `saved=` line; untrusted) and the log's tail as a Saved."""
+    try:
+        data = json_loads(text) if text.strip() else None
+    except ValueError:
+        data = None
+    if not isinstance(data, Mapping):
+        return Saved("no-new", None)
+    new = checkpoint_of(data.get("saved"))
+    left = new or checkpoint_of(data.get("latest"))
+    now = _num(data.get("now"))
+    step = last_step(tail)
+    outcome: SaveOutcome = "saved" if new else "no-new" if left else "none-yet"
+    lost = step - left.step if left and left.step is not None and step is not None and step >= left.step else None
+    return Saved(outcome, left, round(now - left.mtime, 1) if left and left.mtime and now else None, step, lost,
+                 float(_num(data.get("waited")) or 0.0), int(_num(data.get("signals"), int) or 0))
+
+
+def save_script() -> str:
+    """stop(save=True) in one container script: ckpt.py wait (the save, bounded by grace), then stop.sh at once."""
+    return shell.load("lib") + "\n" + shell.load("save") + "\n" + shell.load("stop")
