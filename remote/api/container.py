@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import JobError
 from ..results import (
     CacheCopy,
+    Checkpoint,
     DeployPlan,
     Finding,
     GpuFix,
@@ -197,25 +198,33 @@ class Container:
 
     # -- runs ----------------------------------------------------------------------------------------
     def train(self, *, detach: bool = True, force: bool = False, warmup: bool = False, command: str | None = None,
-              env: Mapping[str, str] | None = None, args: Sequence[str] = ()) -> Run:
+              env: Mapping[str, str] | None = None, args: Sequence[str] = (), resume: bool = False,
+              fresh: bool = False) -> Run:
         """Preflight, then start the training job detached: the Run. detach=False: follow its log (to progress)
         until it ends, record a known-good where it meets the baseline. BusyError while a job runs there unless
         force; JobError where preflight fails (force trains a checkout the hosts file no longer pins). This run
-        only: `command` instead of train.command, `env` on top of train.env, `args` appended (each quoted)."""
+        only: `command` instead of train.command, `env` on top of train.env, `args` appended (each quoted).
+        With train.checkpoint: resume=True starts from the latest complete checkpoint (train.checkpoint.resume
+        added), fresh=True moves the old ones aside first; neither, where a complete one exists: CheckpointRefused."""
         import shlex
 
         from ..config import unset
         from ..ops import jobs
 
-        for name, value in (("detach", detach), ("force", force), ("warmup", warmup)):
+        for name, value in (("detach", detach), ("force", force), ("warmup", warmup), ("resume", resume),
+                            ("fresh", fresh)):
             checks.flag(name, value)
+        if resume and fresh:
+            raise ValueError("resume=True and fresh=True exclude each other: continue from the latest checkpoint, "
+                             "or start over")
         extra = checks.words("args", list(args) if isinstance(args, tuple) else args) or []
         base = checks.text("command", command) if command is not None else self.spec.train.command
         if not base:
             raise unset(self.fleet.config.file, "train.command", "set the training command to run (or give command=)")
         run_command = f"{base} {shlex.join(extra)}" if extra else command
         run_env = checks.environment("env", env)
-        run_id, _ = jobs.start(self._target, force=force, warmup=warmup, command=run_command, env=run_env)
+        run_id, _ = jobs.start(self._target, force=force, warmup=warmup, command=run_command, env=run_env,
+                               resume=resume, fresh=fresh)
         if self.fleet.dry:
             return Run(self, run_id)
         run = Run(self, run_id)
@@ -267,12 +276,15 @@ class Container:
 
         return jobs.run_status(jobs.show_log(self._target, run_id, follow=follow))
 
-    def stop(self, run_id: str | None = None, *, grace: int = 10, nodes: bool = True) -> Stopped:
+    def stop(self, run_id: str | None = None, *, grace: int = 10, nodes: bool = True, save: bool = False) -> Stopped:
         """Stop a run (None: every live run, and the latest's leftovers) and verify nothing of it is left;
-        a multi-node run is stopped on its other nodes too (unless nodes=False)."""
+        a multi-node run is stopped on its other nodes too (unless nodes=False). save=True (train.checkpoint):
+        the job is asked to save (its signal, re-sent) or its next save awaited, at most train.checkpoint.grace
+        seconds, then stopped as always; `Stopped.saved` says which checkpoint it left and the steps lost."""
         from ..ops.jobs import stop as stop_job
 
-        got = stop_job(self._target, run_id, grace=int(grace))
+        checks.flag("save", save)
+        got = stop_job(self._target, run_id, grace=int(grace), save=save)
         others = [n for n in got.nodes or () if n != self.id and n in self.fleet.config.containers]
         if others and nodes and not self.fleet.dry:
             from ..ops.multinode import stop_nodes
@@ -284,6 +296,13 @@ class Container:
                 self._target.output(f"node {ctid}: " + ("stopped" if one.was_alive else "was not running")
                                     + ", verified: no process of it is left")
         return got
+
+    def checkpoints(self) -> list[Checkpoint]:
+        """Every checkpoint train.checkpoint.path matches, newest first, each complete or not (and why), its step
+        where it tells it; then the watch's kept copy (kept=True). JobError without train.checkpoint."""
+        from ..ops import checkpoints
+
+        return checkpoints.listing(self._target)
 
     def known_good(self, run_id: str | None = None) -> KnownGood:
         """Record a finished run and the container's facts as its known-good (for doctor): the record."""

@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
 
-from ..results import CompileEvent, CompileHealth, Metric, RunStatus, State, Stopped
+from ..results import Checkpoint, CompileEvent, CompileHealth, Metric, RunStatus, State, Stopped
 from ..threads import ContextThread
 from . import checks
 
@@ -35,7 +35,8 @@ class Owner(Protocol):
     @property
     def _target(self) -> Target: ...
 
-    def stop(self, run_id: str | None = None, *, grace: int = 10, nodes: bool = True) -> Stopped: ...
+    def stop(self, run_id: str | None = None, *, grace: int = 10, nodes: bool = True,
+             save: bool = False) -> Stopped: ...
 
 FOLLOW_SLICE_S = 5  # Run.follow: seconds a log slice waits in the container, so a follower left ends soon after
 
@@ -71,6 +72,17 @@ class Run:
         """"running", "exited", "stopped" (by stop()) or "lost" (ended without an exit record), read now:
         what runs() says of it."""
         return self.refresh().state
+
+    @property
+    def checkpoint(self) -> Checkpoint | None:
+        """The checkpoint this run started from (a resume: path and step as its manifest records them; None
+        for a run that started fresh)."""
+        return self._st().checkpoint
+
+    @property
+    def parent(self) -> str | None:
+        """The id of the run this one continues (a resume; None otherwise)."""
+        return self._st().parent
 
     @property
     def exit_code(self) -> int | None:
@@ -184,8 +196,9 @@ class Run:
         """The run's compile events, oldest first (Run.compile().events)."""
         return list(self.compile().events)
 
-    def stop(self, *, grace: int = 10) -> Stopped:
-        """TERM the job, KILL after `grace` s, and verify that nothing of it is left."""
-        got = self.container.stop(self.id, grace=grace)
+    def stop(self, *, grace: int = 10, save: bool = False) -> Stopped:
+        """TERM the job, KILL after `grace` s, and verify that nothing of it is left; save=True: a checkpoint
+        first (Container.stop)."""
+        got = self.container.stop(self.id, grace=grace, save=save)
         self._state = None
         return got

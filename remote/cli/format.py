@@ -272,6 +272,8 @@ def stop_lines(stopped: Any) -> list[str]:
     """A remote.api.Stopped (and the other live runs stopped with it) as `remote stop` reports it."""
     lines = []
     for one in [*stopped.others, stopped]:  # without --run: every live run, not only the latest
+        if one.saved is not None:
+            lines.append(saved_line(one.run, one.saved))
         if not one.was_alive:
             lines.append(printable(f"run {one.run} was not running (exit status {one.exit_code}); "
                                    "no process of it is left"))
@@ -280,6 +282,30 @@ def stop_lines(stopped: Any) -> list[str]:
                                    "verified: no process of it is left"
                                    + (", none on a GPU" if one.gpu_left == () else "")))
     return lines
+
+
+def checkpoint_words(c: Any) -> str:
+    """A remote.results.Checkpoint in a line: its path, step and (where given) why it is not complete."""
+    return printable(c.path + (f" (step {c.step})" if c.step is not None else "")
+                     + ("" if c.complete else f": not complete, {c.why}"))
+
+
+def saved_line(run: str, saved: Any) -> str:
+    """What `stop --save` left (a remote.results.Saved)."""
+    c = saved.checkpoint
+    age = f", {saved.age_s:g} s old" if saved.age_s is not None else ""
+    lost = (f"; {saved.steps_lost} step(s) after it lost (the log's last: {saved.last_step})"
+            if saved.steps_lost is not None else "")
+    if saved.outcome == "saved":
+        return printable(f"run {run}: saved checkpoint {checkpoint_words(c)}{age} in {saved.waited_s:g} s{lost}")
+    if saved.outcome == "not-running":
+        return printable(f"run {run} was not running: nothing to save" +
+                         (f"; its latest checkpoint is {checkpoint_words(c)}{age}" if c else ""))
+    if c is None:
+        return printable(f"run {run}: no checkpoint existed yet and none came in {saved.waited_s:g} s: "
+                         "nothing to resume from (it had not saved once)")
+    return printable(f"run {run}: no new checkpoint in {saved.waited_s:g} s (train.checkpoint.grace, or the job "
+                     f"ended first); it left {checkpoint_words(c)}{age}{lost}")
 
 
 def warmup_line(w: Any) -> str:

@@ -24,7 +24,7 @@ import sys
 from typing import Any
 
 from .. import __version__
-from ..errors import RemoteError
+from ..errors import ConfigError, RemoteError
 from ..naming import printable
 from . import format as fmt
 from . import parse as cliparse
@@ -226,17 +226,28 @@ def cache_copy(c, from_, container=None, hosts=None, fail_fast=False):
             "force": "start even if a job is already running there, or the checkout is not the commit the hosts file "
                      "pins (its deployed commit is trained)",
             "warmup": "run the warmup first when the preflight finds it missing",
-            "detach": "do not follow the log after starting", "dry": DRY_HELP, "hosts": HOSTS_HELP})
+            "detach": "do not follow the log after starting", "dry": DRY_HELP, "hosts": HOSTS_HELP,
+            "resume": "continue from the latest complete checkpoint (train.checkpoint; its resume words added)",
+            "fresh": "start over: the old checkpoints are moved aside (renamed, never deleted) first"})
 @handled
-def train(c, container=None, force=False, warmup=False, detach=False, dry=False, hosts=None):
+def train(c, container=None, force=False, warmup=False, detach=False, dry=False, hosts=None, resume=False,
+          fresh=False):
     """Preflight, start the training job detached, then follow its log.
 
+    With train.checkpoint, where a complete checkpoint exists: --resume or --fresh (else refused, exit 2).
     Ctrl-C stops following and leaves the job running (exit status 130)."""
     with fleet_of(hosts, dry) as fleet:
+        if resume and fresh:
+            raise ConfigError(fleet.config.file, "--fresh", "--resume and --fresh exclude each other: continue from "
+                              "the latest checkpoint, or start over")
         if is_selection(container):  # one run across these containers (a multi-node run)
+            if resume or fresh:
+                raise ConfigError(fleet.config.file, "--resume" if resume else "--fresh",
+                                  "one container only: a multi-node run does not resume from checkpoints yet")
             code = fleet.train_nodes(container, force=force, warmup=warmup, follow=not detach)
         else:
-            run = fleet.container(container).train(detach=detach or dry, force=force, warmup=warmup)
+            run = fleet.container(container).train(detach=detach or dry, force=force, warmup=warmup, resume=resume,
+                                                   fresh=fresh)
             code = 0 if detach or dry else run.exit_code or 0
     if code:
         raise Exit(code=code)
@@ -267,12 +278,15 @@ def logs(c, container=None, run=None, follow=False, hosts=None, fail_fast=False)
 
 @task(help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP,
             "run": "run id (default: every live run, and the latest's leftovers)",
-            "grace": "seconds between TERM and KILL (default 10)", "dry": DRY_HELP, "hosts": HOSTS_HELP})
+            "grace": "seconds between TERM and KILL (default 10)", "dry": DRY_HELP, "hosts": HOSTS_HELP,
+            "save": "first a checkpoint (train.checkpoint): send its signal, or wait for the job's next save, at most "
+                    "train.checkpoint.grace seconds"})
 @handled
-def stop(c, container=None, run=None, grace=10, dry=False, hosts=None, fail_fast=False):
+def stop(c, container=None, run=None, grace=10, dry=False, hosts=None, fail_fast=False, save=False):
     """Stop a job and verify that nothing of it is left.
 
-    TERM its process group, KILL after the grace period, then check by the run's marker."""
+    TERM its process group, KILL after the grace period, then check by the run's marker. --save: a complete
+    checkpoint first (says which, its step and age, and the steps lost; or that none existed yet)."""
     several = is_selection(container)  # each container's own runs (a multi-node run's other nodes: not from here)
 
     def text(stopped):
@@ -280,9 +294,9 @@ def stop(c, container=None, run=None, grace=10, dry=False, hosts=None, fail_fast
 
     with fleet_of(hosts, dry) as fleet:
         if several:
-            return each_container(fleet, container, lambda ct: ct.stop(run, grace=int(grace), nodes=False),
+            return each_container(fleet, container, lambda ct: ct.stop(run, grace=int(grace), nodes=False, save=save),
                                   fail_fast=fail_fast, text=text)
-        stopped = fleet.container(container).stop(run, grace=int(grace))
+        stopped = fleet.container(container).stop(run, grace=int(grace), save=save)
     if not dry:
         say(text(stopped))
 

@@ -9,13 +9,14 @@ import hashlib
 import json
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from .. import shell
+from .. import facts, shell
 from ..config import ContainerSpec
-from ..errors import CheckpointRefused, JobError
-from ..events import CheckpointSeen
+from ..errors import CheckpointRefused, ConfigError, JobError
+from ..events import CheckpointSeen, RunResumed
 from ..naming import json_loads, printable
 from ..results import Checkpoint, Saved, SaveOutcome
 from ..target import Target
@@ -44,11 +45,9 @@ def settings(spec: ContainerSpec) -> dict | None:
 
 def tool() -> tuple[str, str, str]:
     """(path, sha256, text) of ckpt.py as launch puts it in the container (named by its content, as the wrapper)."""
-    from .jobs import BIN
-
     text = shell.load_python("ckpt")
     digest = hashlib.sha256(text.encode()).hexdigest()
-    return f"{BIN}/ckpt-{digest[:12]}.py", digest, text
+    return f"{facts.UV_HOME}/bin/ckpt-{digest[:12]}.py", digest, text  # where jobs.installed puts the others
 
 
 def resume_command(spec: ContainerSpec, command: str, path: str | None) -> str:
@@ -97,7 +96,7 @@ def checkpoint_of(d: Any, *, kept: bool = False) -> Checkpoint | None:
                       d["kind"] if d.get("kind") in KINDS else "file", max(0, _num(d.get("size"), int) or 0),
                       _num(d.get("mtime")), step if step is not None and step >= 0 else None,
                       printable(str(d["step_from"]))[:80] if isinstance(d.get("step_from"), str) else None,
-                      printable(str(d.get("why") or ""))[:300], kept)
+                      printable(str(d.get("why") or ""))[:300], kept or d.get("kept") is True)
 
 
 def listing(t: Target) -> list[Checkpoint]:
@@ -153,7 +152,7 @@ def restore(t: Target) -> Checkpoint:
     return c
 
 
-def fresh(t: Target) -> list[tuple[str, str]]:
+def set_aside(t: Target) -> list[tuple[str, str]]:
     """A fresh start: every checkpoint (and the kept copy) renamed aside; (path, where it went) each, noted."""
     data, _ = _call(t, "fresh", mutates=True)
     moved = [(printable(str(m.get("path"))), printable(str(m.get("to")))) for m in data.get("moved") or []
@@ -181,16 +180,24 @@ def last_step(tail: str) -> int | None:
     return last
 
 
-def saved_of(text: str, tail: str) -> Saved:
-    """ckpt.py wait's answer (save.sh's `saved=` line; untrusted) and the log's tail as a Saved."""
+def _object(text: str | None) -> Mapping | None:
     try:
-        data = json_loads(text) if text.strip() else None
+        data = json_loads(text) if text and text.strip() else None
     except ValueError:
-        data = None
-    if not isinstance(data, Mapping):
+        return None
+    return data if isinstance(data, Mapping) else None
+
+
+def saved_of(text: str, tail: str, restored: str | None = None) -> Saved:
+    """ckpt.py wait's answer (save.sh's `saved=` line), restore's after the stop (saved.sh's `restored=`: what
+    the path holds now) and the log's tail as a Saved. All untrusted."""
+    data = _object(text)
+    if data is None:
         return Saved("no-new", None)
     new = checkpoint_of(data.get("saved"))
-    left = new or checkpoint_of(data.get("latest"))
+    after = _object(restored)
+    now_there = checkpoint_of(after.get("latest")) if after is not None else None
+    left = now_there or new or checkpoint_of(data.get("latest"))
     now = _num(data.get("now"))
     step = last_step(tail)
     outcome: SaveOutcome = "saved" if new else "no-new" if left else "none-yet"
@@ -200,5 +207,112 @@ def saved_of(text: str, tail: str) -> Saved:
 
 
 def save_script() -> str:
-    """stop(save=True) in one container script: ckpt.py wait (the save, bounded by grace), then stop.sh at once."""
-    return shell.load("lib") + "\n" + shell.load("save") + "\n" + shell.load("stop")
+    """stop(save=True) in one container script: ckpt.py wait (the save, bounded by grace), then stop.sh at once,
+    then a torn in-place checkpoint put right from the kept copy (saved.sh)."""
+    return "\n".join(shell.load(name) for name in ("lib", "save", "stop", "saved"))
+
+
+@dataclass(frozen=True)
+class Start:
+    """How a train starts with train.checkpoint: the run's command, the command its restarts resume with (before
+    {checkpoint} is known), and for a resume the checkpoint and the run it continues."""
+
+    command: str
+    base: str  # the command without resume words: what a restart inside the run adds them to
+    checkpoint: Checkpoint | None = None
+    parent: str | None = None
+    configured: bool = True  # train.checkpoint is set
+
+    def manifest(self) -> dict | None:
+        """The run record's fields: the checkpoint it starts from (path, step) and the run it continues (None
+        without train.checkpoint: nothing is added)."""
+        c = self.checkpoint
+        if not self.configured:
+            return None
+        return {"checkpoint": {"path": c.path, "step": c.step, "kind": c.kind} if c else None, "parent": self.parent}
+
+
+def prepare(t: Target, command: str, *, resume: bool, fresh: bool, live: bool,
+            latest: Callable[[], object]) -> Start:
+    """Before a launch: without a checkpoint configured, the command as it is (resume or fresh refused); with one,
+    a resume's restore (CheckpointRefused where none is complete), a fresh start's moves, or a plain train's
+    refusal where a complete checkpoint exists. Nothing is touched while a run is live (`live`: launch refuses).
+    `latest`: reads the latest run's id (the run a resume continues)."""
+    spec = t.spec
+    if spec.train.checkpoint is None:
+        if resume or fresh:
+            raise ConfigError(t.session.config.file, "train.checkpoint", f"{'resume' if resume else 'fresh'}=True "
+                              "needs train.checkpoint (path, resume): where the job saves and how it resumes")
+        return Start(command, command, configured=False)
+    if live:
+        return Start(command, command)
+    if fresh:
+        set_aside(t)
+        return Start(command, command)
+    if not resume:
+        refuse_plain(t)
+        return Start(command, command)
+    c = restore(t)
+    parent = None if t.system.dry else latest()
+    seen(t, c, None)
+    return Start(resume_command(spec, command, c.path), command, c, parent if isinstance(parent, str) else None)
+
+
+def started(t: Target, start: Start, launched: tuple[str, int]) -> tuple[str, int]:
+    """The RunResumed event of a run started from a checkpoint; launch's (run id, pid) passed on."""
+    c, run_id = start.checkpoint, launched[0]
+    if c is not None:
+        t.session.sink(RunResumed(t.ctid, f"==> run {run_id} resumes " + (f"run {start.parent} " if start.parent else "")
+                                  + f"from {c.path}{_step(c)}", run_id, start.parent, c.path, c.step))
+    return launched
+
+
+def launch_args(spec: ContainerSpec, base: str) -> list[str]:
+    """launch.sh's checkpoint arguments: the tool (path, sha256, text), the command a restart resumes with and
+    the tool's settings; five empty strings without train.checkpoint."""
+    conf = settings(spec)
+    if conf is None:
+        return [""] * 5
+    return [*tool(), resume_command(spec, base, None), json.dumps(conf)]
+
+
+def watch_conf(spec: ContainerSpec) -> dict | None:
+    """The watch's `checkpoint` setting: the tool's settings and its file (the watch keeps the last complete one)."""
+    conf = settings(spec)
+    return {**conf, "tool": tool()[0]} if conf is not None else None
+
+
+def save_args(spec: ContainerSpec) -> list[str]:
+    """save.sh's own arguments ($4, $5): the tool's text and its settings."""
+    return [shell.load_python("ckpt"), json.dumps(settings(spec))]
+
+
+def after_stop(t: Target, st: dict, text: str | None, restored: str | None, tail: Callable[[], str]) -> Saved:
+    """What stop(save=True) left: save.sh's `saved=` and saved.sh's `restored=` answers and the log's last step
+    after the stop (`tail`: one more read of the run's state); a run that was not running: its latest checkpoint."""
+    if not st.get("alive") or text is None:
+        return Saved("not-running", latest(listing(t)))
+    got = saved_of(text, tail(), restored)
+    if got.checkpoint is not None:
+        c = got.checkpoint
+        t.session.sink(CheckpointSeen(t.ctid, f"-- checkpoint {c.path}{_step(c)}" + (
+            f", {got.age_s:g} s old" if got.age_s is not None else ""), c.path, c.step, got.age_s))
+    return got
+
+
+def lineage(manifest: Any) -> tuple[Checkpoint | None, str | None]:
+    """A run's manifest (the job may rewrite it: untrusted): the checkpoint it started from and the run it continues."""
+    if not isinstance(manifest, Mapping):
+        return None, None
+    c, parent = manifest.get("checkpoint"), manifest.get("parent")
+    ck = checkpoint_of({**c, "complete": True}) if isinstance(c, Mapping) else None
+    return ck, printable(parent)[:128] if isinstance(parent, str) else None
+
+
+def lineage_text(manifest: Any) -> str | None:
+    """`resumes RUN at step N` (or `from PATH`) for status and runs; None for a run that started fresh."""
+    c, parent = lineage(manifest)
+    if c is None:
+        return None
+    at = f"at step {c.step}" if c.step is not None else f"from {c.path}"
+    return f"resumes {parent} {at}" if parent else f"resumed {at}"

@@ -28,8 +28,8 @@ from ..naming import json_loads, printable
 from ..results import ContainerStatus, JobStatus, LiveRun, PulledRun, RunStatus, Stopped
 from ..target import Target, resolve
 from ..transport.session import HostState, Session
+from . import checkpoints, compilelog, dryplan, files, gpumem, jobenv, layout, logs, oplock, pyspy
 from . import code as codemod
-from . import compilelog, dryplan, files, gpumem, jobenv, layout, logs, oplock, pyspy
 from . import warmup as wm
 from .runwatch import EXIT_STALLED, parse_attempts, read_watch, stall_text, watch_settings
 
@@ -212,14 +212,15 @@ def new_run_id() -> str:
 
 def launch(t: Target, pre: Preflight, *, force: bool = False,
            command: str | None = None, run_id: str | None = None, extra: dict | None = None,
-           env: dict | None = None, held: oplock.Lease | None = None, announce: bool = True) -> tuple[str, int]:
+           env: dict | None = None, held: oplock.Lease | None = None, announce: bool = True,
+           base: str | None = None) -> tuple[str, int]:
     """Start the job detached; returns (run id, pid). Refused while another job runs, unless forced.
     A multi-node run passes its one run id, its node's fields for the manifest (`extra`) and its node's
     environment (`env`, under train.env). The job's wrapper restarts it as train.restarts says, and the
     watch beside it (stalls, metrics.jsonl, gpu.csv) gets py-spy pushed first when train.stall is set.
     `held`: the operation lease the caller took for its preflight (train does), else launch takes it.
     `announce`: report the start (and py-spy's install) through t; False for one node of a run whose caller
-    announces it (multinode)."""
+    announces it (multinode). `base`: a resume's command without its resume words (what a restart adds them to)."""
     ct, spec = t.ct, t.spec
     command = command or spec.train.command
     if not command:
@@ -252,9 +253,11 @@ def launch(t: Target, pre: Preflight, *, force: bool = False,
                                               run_id, "1" if force else "0", spec.code.path, command,
                                               json.dumps(manifest, indent=1), str(spec.train.restarts),
                                               " ".join(map(str, spec.train.restart_on)),
-                                              json.dumps(watch_settings(spec, py_spy)),
+                                              json.dumps({**watch_settings(spec, py_spy),
+                                                          "checkpoint": checkpoints.watch_conf(spec)}),
                                               *installed("job.sh", shell.load("job")),
-                                              *installed("watch.py", shell.load_python("watch"))],
+                                              *installed("watch.py", shell.load_python("watch")),
+                                              *checkpoints.launch_args(spec, base or command)],
                            extra=env, timeout=60, label="launch")
     except KeyboardInterrupt:
         ref = f"-c {spec.ctid} --run {run_id}"
@@ -365,7 +368,7 @@ def run_status(st: dict) -> RunStatus:
                      bool(st.get("lost")), bool(st.get("stopped")), tuple(st.get("orphans") or ()),
                      st.get("log_size", 0), st.get("manifest") if isinstance(st.get("manifest"), dict) else None,
                      tuple(LiveRun(r["run"], r["pid"]) for r in st.get("live") or ()), st.get("stalled"), st.get("stalls", 0), st.get("gpu"),
-                     st.get("attempt"), st.get("attempts_max"))
+                     st.get("attempt"), st.get("attempts_max"), *checkpoints.lineage(st.get("manifest")))
 
 
 def unknown_run(spec: ContainerSpec, run_id: str, latest: list[str]) -> UnknownRun:
@@ -400,7 +403,7 @@ def final_status(st: dict) -> int:
     return st["exit"] or 0
 
 
-def stop(t: Target, run_id: str | None = None, grace: int = 10) -> Stopped:
+def stop(t: Target, run_id: str | None = None, grace: int = 10, save: bool = False) -> Stopped:
     """TERM the job's processes, KILL after `grace` seconds, and verify that nothing of it is left.
 
     Without run_id: every live run (a `train --force` starts one beside another; a wrapper may not have
@@ -412,13 +415,18 @@ def stop(t: Target, run_id: str | None = None, grace: int = 10) -> Stopped:
         raise JobError(f"container {spec.ctid} has no runs in {spec.train.run_dir}")
     others = [r["run"] for r in st.get("live", []) if r["run"] != st.get("run")] if run_id is None else []
     results = [_stop_one(t, state(t, rid), grace) for rid in others]
-    result = _stop_one(t, st, grace) if st.get("run") else results.pop(0)
+    if save and spec.train.checkpoint is None:
+        raise ConfigError(t.session.config.file, "train.checkpoint", "save=True needs it: where the job saves")
+    result = _stop_one(t, st, grace, save=save) if st.get("run") else results.pop(0)
     return dataclasses.replace(result, others=tuple(results))
 
 
-def _stop_one(t: Target, st: dict, grace: int) -> Stopped:
-    ct = t.ct
-    r = ct.script(shell.with_lib("stop"), st["path"], st["run"], str(grace), timeout=grace + 60, label="stop")
+def _stop_one(t: Target, st: dict, grace: int, save: bool = False) -> Stopped:
+    ct, asked = t.ct, save
+    save = save and bool(st["alive"])  # a save is asked of a running job only (Saved "not-running" otherwise)
+    wait = t.spec.train.checkpoint.grace if save and t.spec.train.checkpoint else 0
+    r = ct.script(checkpoints.save_script() if save else shell.with_lib("stop"), st["path"], st["run"], str(grace),
+                  *(checkpoints.save_args(t.spec) if save else ()), timeout=grace + wait + 60, label="stop")
     if ct.dry:
         return Stopped(st["run"], bool(st["alive"]), "none", None, None)
     fields = _fields(r.out)
@@ -435,7 +443,9 @@ def _stop_one(t: Target, st: dict, grace: int) -> Stopped:
     gpu = result["gpu_left"]
     return Stopped(result["run"], bool(result["was_alive"]), result["signal"], result["exit"],
                    tuple(gpu) if gpu is not None else None,
-                   nodes=tuple(n for n in nodes if isinstance(n, int)) if isinstance(nodes, list) else None)
+                   nodes=tuple(n for n in nodes if isinstance(n, int)) if isinstance(nodes, list) else None,
+                   saved=checkpoints.after_stop(t, st, fields.get("saved"), fields.get("restored"),
+                                                 lambda: state(t, st["run"]).get("tail") or "") if asked else None)
 
 
 watch_for = logs.watch_for
@@ -485,10 +495,11 @@ def show_log(t: Target, run_id: str | None = None, *, follow: bool = False) -> d
 
 
 def start(t: Target, *, force: bool = False, warmup: bool = False, command: str | None = None,
-          env: dict[str, str] | None = None) -> tuple[str, int | None]:
+          env: dict[str, str] | None = None, resume: bool = False, fresh: bool = False) -> tuple[str, int | None]:
     """Preflight (warming up first where only the warmup is missing and `warmup`), then launch detached:
     (run id, pid; None in a dry run). What train does before it follows; remote.api's Container.train.
-    `command` and `env`: this run's, instead of train.command and on top of train.env."""
+    `command` and `env`: this run's, instead of train.command and on top of train.env. `resume`, `fresh`: with
+    train.checkpoint, from the latest complete checkpoint or over (remote.ops.checkpoints.prepare)."""
     session, spec, ct = t.session, t.spec, t.ct
 
     def checked_launch() -> tuple[str, int]:
@@ -498,7 +509,10 @@ def start(t: Target, *, force: bool = False, warmup: bool = False, command: str 
             pre = preflight(t, host_gpu=host_gpu(session, spec), force=force)
             for note in pre.notes:
                 t.output(printable(f"preflight: {note}"))
-            return launch(t, pre, force=force, held=held, command=command, env=env)
+            begin = checkpoints.prepare(t, command or spec.train.command or "", resume=resume, fresh=fresh,
+                                        live=bool(pre.live), latest=lambda: state(t).get("run"))
+            return checkpoints.started(t, begin, launch(t, pre, force=force, held=held, command=begin.command or None,
+                                                        env=env, base=begin.base, extra=begin.manifest()))
 
     try:
         run_id, pid = checked_launch()

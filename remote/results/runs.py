@@ -23,6 +23,22 @@ class LiveRun:
 
 
 @dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint of a run's (train.checkpoint) as the container has it; complete only where remote could tell
+    (a torch.save zip with its end record, a folder with its marker: remote/sh/ckpt.py), never assumed."""
+
+    path: str
+    complete: bool
+    kind: str  # torch | safetensors | dcp | hf | folder | file | missing
+    size: int = 0  # bytes (0 for a folder)
+    mtime: float | None = None  # seconds since the epoch (the container's clock)
+    step: int | None = None  # where the checkpoint tells it (its pickle's iter_num/step, trainer_state.json, its name)
+    step_from: str | None = None  # where the step was read
+    why: str = ""  # why it is not complete
+    kept: bool = False  # the watch's copy of the last complete one (kept for a job that saves in place)
+
+
+@dataclass(frozen=True)
 class RunStatus:
     """A run's state as the container holds it now (its folder's pid, exit, manifest, watch files)."""
 
@@ -42,6 +58,8 @@ class RunStatus:
     gpu: Mapping[str, Any] | None = None
     attempt: int | None = None
     attempts_max: int | None = None
+    checkpoint: Checkpoint | None = None  # a resume: the checkpoint it started from (its manifest's record)
+    parent: str | None = None  # a resume: the run it continues
 
     @property
     def state(self) -> State:
@@ -80,22 +98,6 @@ class Metric:
     value: float | None
     unit: str | None
     fields: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """A checkpoint of a run's (train.checkpoint) as the container has it; complete only where remote could tell
-    (a torch.save zip with its end record, a folder with its marker: remote/sh/ckpt.py), never assumed."""
-
-    path: str
-    complete: bool
-    kind: str  # torch | safetensors | dcp | hf | folder | file | missing
-    size: int = 0  # bytes (0 for a folder)
-    mtime: float | None = None  # seconds since the epoch (the container's clock)
-    step: int | None = None  # where the checkpoint tells it (its pickle's iter_num/step, trainer_state.json, its name)
-    step_from: str | None = None  # where the step was read
-    why: str = ""  # why it is not complete
-    kept: bool = False  # the watch's copy of the last complete one (kept for a job that saves in place)
 
 
 SaveOutcome = Literal["saved", "none-yet", "no-new", "not-running"]

@@ -223,8 +223,9 @@ def kept(conf):
     return out
 
 
-def copy(src, dst):
-    """src to dst atomically (a temp name beside dst, then a rename), as a reflink where the filesystem can."""
+def copy(src, dst, check=None):
+    """src to dst atomically (a temp name beside dst, then a rename), as a reflink where the filesystem can;
+    with `check`, only where check(temp copy) holds (False: nothing was replaced)."""
     tmp = f"{dst}.remote-tmp"
     if os.path.isdir(tmp) and not os.path.islink(tmp):
         shutil.rmtree(tmp)
@@ -238,12 +239,19 @@ def copy(src, dst):
             shutil.copytree(src, tmp, symlinks=True)
         else:
             shutil.copy2(src, tmp)
+    if check is not None and not check(tmp):
+        if os.path.isdir(tmp) and not os.path.islink(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            os.unlink(tmp)
+        return False
     if os.path.isdir(dst) and not os.path.islink(dst):
         old = aside(dst, "old")  # a folder cannot be replaced by a rename: the previous copy goes aside first
         os.replace(tmp, dst)
         shutil.rmtree(old, ignore_errors=True)  # our own earlier copy, never the job's checkpoint
     else:
         os.replace(tmp, dst)
+    return True
 
 
 def keep_once(conf, last=None):
@@ -263,9 +271,14 @@ def keep_once(conf, last=None):
         if k and k.get("source") == c["path"] and k.get("mtime") == c["mtime"]:
             return {"sig": list(sig)}
     os.makedirs(conf["keep"], exist_ok=True)
-    copy(c["path"], dst)
-    again = look(c["path"], conf.get("complete"))
-    if (again["mtime"], again["size"]) != sig:  # overwritten during the copy: the copy may be torn, try again
+
+    def whole(tmp):
+        # Overwritten during the copy (the copy may be torn), or a copy that is not complete itself: the kept
+        # one stays as it was, and the next look tries again.
+        again = look(c["path"], conf.get("complete"))
+        return (again["mtime"], again["size"]) == sig and look(tmp, conf.get("complete"), settle=False)["complete"]
+
+    if not copy(c["path"], dst, whole):
         return last
     meta = {"source": c["path"], "mtime": c["mtime"], "size": c["size"], "step": c["step"], "kept_at": time.time()}
     tmp = dst + ".json.tmp"
@@ -412,11 +425,17 @@ def cmd_wait(conf, run, run_id):
         new = [c for c in candidates(conf) if c["complete"] and (c["path"], c["mtime"], c["size"]) not in seen]
         if new:
             saved, why = new[0], "saved"
+            try:  # kept at once: the stop that follows may land while an in-place saver writes over it again
+                keep_once(conf)
+            except OSError:
+                pass
             break
         if not procs or time.time() - t0 >= float(conf.get("grace") or 0):
             break
         time.sleep(POLL)
-    latest = saved or next((c for c in candidates(conf) if c["complete"]), None)
+    k = kept(conf)
+    latest = saved or next((c for c in candidates(conf) if c["complete"]), None) or \
+        (dict(k, kept=True) if k and k["complete"] else None)
     return {"saved": saved, "latest": latest, "before": before, "why": why, "signals": sent,
             "waited": round(time.time() - t0, 2), "now": time.time()}, 0
 

@@ -168,7 +168,7 @@ def test_train_interrupted_while_following_exits_130(tmp_path, monkeypatch, caps
     path.write_text(HOSTS)
     pre = jobs.Preflight("abc", {}, None, [])
     monkeypatch.setattr(jobs, "preflight", lambda t, host_gpu=None, force=False: pre)
-    monkeypatch.setattr(jobs, "launch", lambda t, p, force=False, held=None, command=None, env=None:
+    monkeypatch.setattr(jobs, "launch", lambda t, p, force=False, held=None, command=None, env=None, **checkpoint:
                         ("run-1", 42))
     monkeypatch.setattr(jobs.oplock, "hold", lambda ct, what: contextlib.nullcontext(None))  # no lease to take
 
