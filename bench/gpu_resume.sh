@@ -196,11 +196,16 @@ if $gpu_machine; then
   run2=$(grep -oE '==> run [0-9a-f-]+' "$logs/train-2.log" | head -n 1 | cut -d' ' -f3)
   wait_iter "$run2" $((eval * 2 + 20)) || { echo "run $run2 did not reach iter $((eval * 2 + 20))"; exit 1; }
   key=$(pct config "$A" | awk -F: '/^dev[0-9]+:/ && /\/dev\/nvidia-uvm(,|$)/ { print $1; exit }')
+  fact gf_planted "$key"
   step plant-devn pct set "$A" --delete "$key"  # the config loses the line; the running container keeps its node
+  step doctor-gpu remote doctor --gpu -c "$A"  # exit 1: it names the fault
   step gpu-fix remote gpu fix -c "$A"
   fix_rc=$(awk -F'\t' '$1 == "gpu-fix" { print $2 }' "$work/steps.tsv")
   fact gf_fix_said "$(cut -d' ' -f2- "$logs/gpu-fix.log" | grep -v '^\s*$' | tr '\n' '|' | cut -c1-800)"
-  if [ "$fix_rc" = 3 ]; then  # refused for the live run: what a user does then, through remote
+  if [ -z "$key" ] || ! grep -qiE 'restart|pct (stop|start)|reboot' "$logs/gpu-fix.log"; then
+    fact gf_mode "no restart: the planted fault did not need one (see gpu-fix.log)"
+    follow=
+  elif [ "$fix_rc" = 3 ]; then  # refused for the live run: what a user does then, through remote
     fact gf_mode "refused a live run: stop --save, gpu fix, train --resume"
     step gf-stop-save remote stop -c "$A" --save
     fact gf_checkpoint_step "$(cut -d' ' -f2- "$logs/gf-stop-save.log" | grep -oE 'step [0-9]+' | head -n 1 | cut -d' ' -f2)"
@@ -213,6 +218,7 @@ if $gpu_machine; then
     step gf-logs remote logs -c "$A" --follow
     follow=gf-logs
   fi
+  [ -n "$follow" ] || { step lab-down remote lab down; exit 0; }
   fact gf_cuinit "$(pct exec "$A" -- python3 -c 'import ctypes; print(ctypes.CDLL("libcuda.so.1").cuInit(0))' 2>&1 | tail -n 1)"
   fact gf_first_iter "$(first_iter_n "$follow")"
   fact gf_last_iter_after "$(cut -d' ' -f2- "$logs/$follow.log" | grep -oE '(^|\] )iter [0-9]+' | tail -n 1 | grep -oE '[0-9]+$')"

@@ -26,8 +26,8 @@ pytestmark = pytest.mark.lab
 ROOT = Path(__file__).resolve().parents[2]
 CT = 344
 CODE = "/root/nanogpt"
-MAX_ITERS = 600
-# A small model that learns in ~20 s on 2 cores (examples/nanogpt/README.md): a checkpoint every 50 iterations
+MAX_ITERS = 400
+# A small model that learns in ~15 s on 2 idle cores (examples/nanogpt/README.md): a checkpoint every 50 iterations
 # (nanoGPT evaluates, then torch.saves out/ckpt.pt in place), the last eval at MAX_ITERS.
 NANOGPT = (f"python train.py config/train_shakespeare_char.py --device=cpu --compile=False --dtype=float32 "
            f"--block_size=64 --batch_size=16 --n_layer=2 --n_head=2 --n_embd=64 --dropout=0.0 --warmup_iters=20 "
