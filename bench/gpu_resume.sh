@@ -114,6 +114,7 @@ print(json.dumps(out["stop_resume"]), json.dumps(out["gpu_fix"]), "->", record)
 EOF
 }
 trap write_record EXIT
+trap "exit 143" TERM INT  # a timeout still leaves the record of what ran
 
 # -- the machine, the lab, the wheelhouse, the code ---------------------------------------------------------
 fact train_command "$train_cmd"
