@@ -4,7 +4,8 @@ idle kept connection costs (CPU over a quiet spell, memory).
 
 Run against a lab that is up, with a deployed container (`remote deploy -c ID` first), from the repository root:
     python bench/oneoff.py --hosts hosts.yaml --container 200 [--rounds 7] [--idle 20] [--exec-only]
-(--exec-only: warm and cold `remote exec` beside the command by hand, no deploy needed. --baseline DIR: a
+(--exec-only: warm and cold `remote exec` beside the command by hand, no deploy needed; --breakdown: where
+the cold one's time goes, part by part (whole processes, then the keeper's start in steps). --baseline DIR: a
 cold `remote exec` of another checkout of remote (e.g. `git worktree add /tmp/base main`) in the same
 rounds, with keepers of its own, so two trees compare side by side on a shared machine.) A cold command
 connects itself while its keeper starts in the background; each round waits for that keeper before its
@@ -43,6 +44,7 @@ def main() -> None:
     ap.add_argument("--idle", type=float, default=20.0, help="seconds of a quiet keeper to measure its CPU")
     ap.add_argument("--exec-only", action="store_true", help="only warm and cold exec and the command by hand")
     ap.add_argument("--baseline", help="another checkout of remote whose cold exec runs in the same rounds")
+    ap.add_argument("--breakdown", action="store_true", help="where a cold exec's time goes, part by part")
     args = ap.parse_args()
     cfg = config.load(args.hosts)
     h = cfg.container(args.container).host
@@ -121,6 +123,8 @@ def main() -> None:
             print(f"  baseline ({args.baseline}) cold exec / by hand: {med['cold exec, baseline'] / med['by hand']:.2f}x; "
                   f"cold exec / baseline's: {med['cold exec'] / med['cold exec, baseline']:.2f}x")
         print(f"  `{' '.join(ssh)}`")
+        if args.breakdown:
+            _breakdown(args, remote, ssh, env, disconnect)
         if args.exec_only:
             return
 
@@ -211,6 +215,85 @@ def _noop_deploy(hosts: str, ctid: int, session_kwargs: dict, env: dict) -> floa
     if not summary.noop:
         sys.exit(f"deploy {ctid} was not a no-op:\n{deploy_text(summary)}")
     return took
+
+
+# The keeper's cold start, part by part, in one process that does what a cold `remote exec` and its keeper do
+# one after the other: import the keeper's client, start the keeper (a new Python, paramiko, the SSH handshake),
+# then the first container command (the mux's session with the login shell's rc files, the agent's `pct exec`
+# and start-up, the command), then a second (one round trip to that agent). Times in seconds, as JSON.
+PARTS = """
+import json, os, sys, time
+t0 = time.perf_counter()
+sys.path.insert(0, sys.argv[1])
+from remote import config
+from remote.transport.keeper import KeptTransport
+from remote.transport.session import Session
+t1 = time.perf_counter()
+cfg = config.load(sys.argv[2])
+spec = cfg.container(int(sys.argv[3]))
+KeptTransport(spec.host, sys.argv[2])._start()
+t2 = time.perf_counter()
+with Session(cfg, agent=True, keep=True) as s:
+    ct = s.container(spec.ctid)
+    ct.run(["true"], timeout=60)
+    t3 = time.perf_counter()
+    ct.run(["true"], timeout=60)
+    t4 = time.perf_counter()
+print(json.dumps({"imports": t1 - t0, "keeper ready": t2 - t1, "first command": t3 - t2, "second command": t4 - t3}))
+"""
+
+# The SSH side in this process's Python: paramiko's import, a connection (handshake, key auth) with its first
+# command, a second command on it (a session: the login shell), and `pct exec ID -- true` on it.
+DIRECT = """
+import json, sys, time
+t0 = time.perf_counter()
+sys.path.insert(0, sys.argv[1])
+import paramiko  # noqa: F401
+t1 = time.perf_counter()
+from remote import config
+from remote.transport.ssh import SshTransport
+spec = config.load(sys.argv[2]).container(int(sys.argv[3]))
+t = SshTransport(spec.host)
+t2 = time.perf_counter()
+t.run(["true"], deadline=60)
+t3 = time.perf_counter()
+t.run(["true"], deadline=60)
+t4 = time.perf_counter()
+t.run([*spec.host.pct.split(), "exec", str(spec.ctid), "--", "true"], deadline=60)
+t5 = time.perf_counter()
+t.close()
+print(json.dumps({"import paramiko": t1 - t0, "connect + first command": t3 - t2, "second command (login shell)":
+                  t4 - t3, "pct exec ID -- true": t5 - t4}))
+"""
+
+
+def _breakdown(args, remote: list, ssh: list, env: dict, disconnect) -> None:
+    """Where a cold `remote exec` spends its time: whole processes (Python's start, the CLI's, OpenSSH by hand
+    with and without pct) and the keeper's start part by part (PARTS, DIRECT), medians of the rounds."""
+    ct = str(args.container)
+    hosts = os.path.abspath(args.hosts)
+    py = [sys.executable, "-c"]
+    login = ssh[:next(i for i, a in enumerate(ssh) if "@" in a) + 1]  # `ssh ... user@host`, no command yet
+    whole = {"python -c pass": py + ["pass"], "python -c 'import paramiko'": py + ["import paramiko"],
+             "remote --version": [*remote, "--version"], "ssh host true (by hand)": [*login, "true"],
+             "ssh host pct exec ID -- true": ssh}
+    times: dict[str, list[float]] = {k: [] for k in whole}
+    parts: dict[str, list[float]] = {}
+    for _ in range(args.rounds):
+        for k, argv in whole.items():
+            start = time.perf_counter()
+            subprocess.run(argv, env=env, capture_output=True, check=True)
+            times[k].append(time.perf_counter() - start)
+        for script in (PARTS, DIRECT):
+            disconnect()
+            r = subprocess.run([*py, script, ROOT, hosts, ct], env=env, capture_output=True, text=True)
+            if r.returncode != 0:
+                sys.exit(f"breakdown failed:\n{r.stderr}")
+            for k, v in json.loads(r.stdout).items():
+                parts.setdefault(k, []).append(v)
+    print(f"where a cold exec's time goes, medians of {args.rounds} rounds (s):")
+    for k, v in {**times, **parts}.items():
+        print(f"  {k:<34} {statistics.median(v):6.3f}  [{min(v):.3f} .. {max(v):.3f}]")
 
 
 def _cpu_seconds(pid: int) -> float:

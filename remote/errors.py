@@ -10,18 +10,26 @@
     ├── CommandError                 a command ran and failed (.command_status, .stderr_tail)
     │   └── CommandTimeout           it ran past its timeout and was killed where it ran
     ├── PctError                     pct itself failed, told apart from the command by stderr
+    │   ├── HostPermissionError      pct may not run as the login user (no `sudo: true`, a rule that refuses)
     │   ├── ContainerNotFound
     │   ├── ContainerNotRunning
     │   ├── ContainerLocked
     │   └── ContainerCommandNotFound
     ├── TransferError                a push or pull that did not arrive intact, or could not start
     │   └── TransferPathError        a --src or --dest that is no file or folder of the kind needed (exit 2)
+    ├── SnapshotError                a Proxmox snapshot not taken, listed, deleted or rolled back to
     ├── GpuConfigError, CreateRefused  a GPU selection or a create the host cannot give (exit 2, nothing changed)
     ├── CreateError                  create failed part-way (what is left and the command that removes it)
-    └── DeployError, WarmupError, JobError   feature-level failures
-                                       (UnknownRun: a --run the container lacks, exit 2;
-                                        CheckpointRefused: a train that would overwrite a checkpoint, or resume
-                                        from none, exit 2)
+    ├── RootRequired                 gpu fix, host setup asked of a `sudo: true` login (exit 2, nothing read)
+    ├── GpuFixError                  a gpu fix step failed (which, and what was done before it)
+    ├── HostSetupError               host setup could not write its files
+    ├── DeployError, WarmupError     feature-level failures
+    ├── JobError
+    │   ├── UnknownRun               a --run the container lacks (exit 2)
+    │   ├── CheckpointRefused        a train that would overwrite a checkpoint, or resume from none (exit 2)
+    │   └── JobTimeout               Run.wait(timeout) ran out (also a TimeoutError)
+    └── BusyError                    another controller's lease, or a running job (exit 3)
+        └── JobRunning               train while a job runs there (also a JobError)
 
 remote's exit status comes from the error's class alone (`exit_code`, a class attribute: 1, or 2 for bad
 input, 3 for busy); the exit status of a step that failed (tar's, a command's) is `command_status`, never

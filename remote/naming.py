@@ -122,6 +122,15 @@ def with_encoded_userinfo(url: str) -> str:
     return f"{scheme}://{secret}@{rest}"
 
 
+def is_repo_url(repo: str) -> bool:
+    """code.repo as git reads it: a URL (`https://`, `ssh://`, `file://`, ...) or scp-like `[user@]host:path` (a
+    colon before any slash), not a local path."""
+    if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", repo):
+        return True
+    head = repo.split("/", 1)[0]
+    return ":" in head and not re.fullmatch(r"[A-Za-z]:.*", head)  # C:... is a drive, as git reads it too
+
+
 def redact(url: str) -> str:
     """A URL as it may be shown: its user and password (a private index's token) replaced."""
     user, _, bare = split_userinfo(url)

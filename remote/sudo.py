@@ -218,61 +218,109 @@ def rule_paths(pct: str) -> list[str]:
     return list(dict.fromkeys(program_path(p.name, pct) for p in PROGRAMS if p.root))
 
 
+# How rootchain.sh runs on the host: with an empty environment and no start-up files, so that nothing the login
+# account exports (a BASH_FUNC_stat%% function, PATH, BASH_ENV) answers for it (its programs are absolute paths).
+CLEAN_BASH = ("/usr/bin/env", "-i", "PATH=/usr/bin:/bin", "/bin/bash", "--norc", "--noprofile")
+
+# Proxmox VE's own programs, Perl scripts of its packages that load their modules from /usr/share/perl5: their
+# interpreter's chain is checked, what lies beside them in /usr/sbin is not (docs/guide/safety.md).
+PROXMOX_OWN = ("/usr/sbin/pct", "/usr/sbin/pvesm", "/usr/bin/pvesh")
+SHELLS = ("sh", "bash", "dash", "ksh", "mksh", "zsh", "busybox")
+
+
 def chain_argv(paths: Sequence[str]) -> list[str]:
-    """The read-only host command (remote/sh/rootchain.sh) that lists who owns each folder above `paths`."""
+    """The read-only host command (remote/sh/rootchain.sh) that lists who owns each folder above `paths`, hop
+    by hop through links, and what each program is (an ELF binary, or a script and its interpreter's chain)."""
     from . import shell
 
-    return ["bash", "-c", shell.load("rootchain"), "rootchain", *paths]
+    return [*CLEAN_BASH, "-c", shell.load("rootchain"), "rootchain", *paths]
+
+
+STAT_KINDS = ("directory", "regular file", "regular empty file", "symbolic link")
+
+
+def _owner_problem(what: str, stat: str, kinds: Sequence[str] = STAT_KINDS) -> str | None:
+    """Why `what` (a folder or file others must not be able to change) is unsafe, from `UID MODE TYPE`."""
+    fields = stat.split(" ", 2)
+    if len(fields) != 3 or not fields[0].isdigit() or not re.fullmatch(r"[0-7]{1,5}", fields[1]) \
+            or fields[2] not in kinds:
+        return f"{what}: unreadable answer {stat!r}"
+    uid, mode = int(fields[0]), int(fields[1], 8)
+    if fields[2] in ("symbolic link", "l"):
+        return None  # replaced only through its folder (checked: the line before); its target is the next hop
+    if uid != 0:
+        return f"{what} is owned by uid {uid}, not root"
+    if mode & 0o022:
+        return f"{what} is writable by {'others' if mode & 0o002 else 'its group'} (mode {mode:o})"
+    return None
+
+
+def _program_problem(path: str, rows: list[tuple[str, str]]) -> str | None:
+    """Why the program `path` is unsafe, from rootchain.sh's rows for it (components, then what it is), or None."""
+    kinds = {what: answer for what, answer in rows if what.startswith("@") and ":" not in what}
+    if kinds.get("@end") != "done" or "@program" not in kinds:
+        return "the host did not say who owns its folders"  # nothing, or an answer cut short
+    for key in ("@program", "@interpreter-is", "@end"):  # said once each: a second (a name with a newline) is forged
+        if sum(what == key for what, _ in rows) > 1:
+            return f"unreadable answer: {key} said twice (a name with a newline in it?)"
+    for what, answer in rows:
+        if what.startswith("/") or what.startswith("@interpreter:"):
+            where = what.removeprefix("@interpreter:")
+            if answer != "missing":
+                problem = _owner_problem(where, answer)
+                if problem:
+                    return problem if where == what else f"its interpreter's chain: {problem}"
+    kind, _, rest = kinds["@program"].partition(" ")
+    real, _, interpreter = rest.partition("\t")
+    if kind == "loop":
+        return "more than 40 symbolic links on the way: it resolves nowhere"
+    if kind == "unreadable":
+        return f"{real} cannot be read by the login user: what it runs cannot be checked"
+    if kind == "other":
+        return f"{real} is neither an ELF binary nor a `#!` script"
+    if kind != "script":
+        return None  # an ELF binary, or a missing name below folders only root can write
+    ikind, _, ireal = kinds.get("@interpreter-is", "missing").partition(" ")
+    if ikind == "relative":
+        return f"{real} names a relative interpreter ({interpreter}): it runs whatever the working folder holds"
+    if ikind != "elf":
+        why = {"script": "a script itself", "missing": "missing", "loop": "a link loop"}.get(ikind, "no ELF binary")
+        return f"{real}'s interpreter {interpreter} is {why}: only an ELF interpreter is checked"
+    if ireal.rsplit("/", 1)[-1] == "env" or interpreter.rsplit("/", 1)[-1] == "env":
+        return f"{real} finds its interpreter through {interpreter}, which looks it up on PATH"
+    if real in PROXMOX_OWN:
+        return None
+    for what, answer in rows:
+        if what == "@sources":
+            return f"{real} is a shell script that runs other files as root (line {answer}): put it in one file"
+        if what.startswith("@beside:"):
+            where = what.removeprefix("@beside:")
+            if answer.endswith(" l"):
+                return f"{where}, beside the script {real}, is a symbolic link (the script may load it)"
+            problem = _owner_problem(where, answer, ("f", "d"))
+            if problem:
+                return f"beside the script (it may load it): {problem}"
+    return None
 
 
 def unsafe(output: str, paths: Sequence[str]) -> dict[str, str]:
-    """Of `paths`, those a user other than root could replace, each with why: a component of the path (or of
-    where it resolves to) not owned by root, or writable by its group or by others (a sticky /tmp included:
-    a name missing there can be made by anyone). rootchain.sh's output, read purely; a path it did not
-    answer for down to the program itself (or a missing name) counts as unsafe."""
-    bad: dict[str, str] = {}
-    walks: dict[str, list[list[tuple[str, str]]]] = {p: [] for p in paths}  # each walk from / down, as told
+    """Of `paths`, those a user other than root could replace or change, each with why: a component of any hop
+    of the path (links followed one at a time) not owned by root, or writable by its group or by others (a
+    sticky /tmp included: a name missing there can be made by anyone, a link there repointed by its owner); a
+    program that is neither an ELF binary nor a script whose interpreter passes the same check; a script (not
+    Proxmox's own) that sources a file, or beside which lies a file others can change. rootchain.sh's output,
+    read purely; a path it did not answer for to the end (or a missing name) counts as unsafe."""
+    rows: dict[str, list[tuple[str, str]]] = {p: [] for p in paths}
     for line in output.splitlines():
-        parts = line.split("\t")
-        if len(parts) != 3 or parts[0] not in paths:
-            continue
-        path, component, stat = parts
-        if component == "/" or not walks[path]:
-            walks[path].append([])
-        walks[path][-1].append((component, stat))
-        if path in bad or stat == "missing":
-            continue  # a missing name is safe only below folders only root can write: checked on those folders
-        fields = stat.split(" ", 2)
-        if len(fields) != 3 or not fields[0].isdigit() or not re.fullmatch(r"[0-7]{1,5}", fields[1]) \
-                or fields[2] not in ("directory", "regular file", "regular empty file", "symbolic link"):
-            bad[path] = f"{component}: unreadable answer {stat!r}"
-            continue
-        uid, mode, kind = int(fields[0]), int(fields[1], 8), fields[2]
-        if kind == "symbolic link":
-            continue  # its target's own chain is listed too; a link is replaced only through its folder
-        if uid != 0:
-            bad[path] = f"{component} is owned by uid {uid}, not root"
-        elif mode & 0o022:
-            bad[path] = f"{component} is writable by {'others' if mode & 0o002 else 'its group'} (mode {mode:o})"
+        parts = line.split("\t", 2)
+        if len(parts) == 3 and parts[0] in rows:
+            rows[parts[0]].append((parts[1], parts[2]))
+    bad = {}
     for path in paths:
-        if path not in bad and not _told_whole(path, walks[path]):  # nothing, or an answer cut short
-            bad[path] = "the host did not say who owns its folders"
+        problem = _program_problem(path, rows[path])
+        if problem:
+            bad[path] = problem
     return bad
-
-
-def _told_whole(path: str, walks: list[list[tuple[str, str]]]) -> bool:
-    """Whether rootchain.sh's walks of `path` reach their ends: the first down to the program itself (or a
-    missing name); where a symbolic link lies on the way, a second, down to where it resolves (a missing name,
-    or something that is no link)."""
-    def reached(walk: list[tuple[str, str]], end: str | None) -> bool:
-        last, stat = walk[-1]
-        return stat == "missing" or (last == end if end else not stat.endswith("symbolic link"))
-
-    if not walks or not reached(walks[0], path):
-        return False
-    if any(stat.endswith("symbolic link") for _, stat in walks[0]):
-        return len(walks) == 2 and len(walks[1]) > 1 and reached(walks[1], None)  # a program is never / itself
-    return len(walks) == 1
 
 
 USER_RE = re.compile(r"[a-z_][a-z0-9_.-]*\$?")

@@ -60,8 +60,8 @@ THIRD_LAB_MODULES = ("test_cache_lab.py", "test_compile_health_lab.py", "test_cr
 THIRD_LAB_CONTAINERS = tuple(int(i) for i in os.environ.get("REMOTE_TEST_THIRD_LAB_IDS", "236,237").split(","))
 # The lab modules that make a lab of their own (its own folder, port and container ids) and use none of
 # conftest's: each is a work unit of its own, on whichever worker is free.
-SELF_MADE_LAB_MODULES = ("test_cluster_lab.py", "test_create_gpu_lab.py", "test_gpufix_lab.py", "test_make_lab.py",
-                         "test_ns_lab.py", "test_resume_lab.py")
+SELF_MADE_LAB_MODULES = ("test_cluster_lab.py", "test_create_gpu_lab.py", "test_gpufix_lab.py", "test_lab_port_lab.py",
+                         "test_make_lab.py", "test_nanogpt_resume_lab.py", "test_ns_lab.py")
 
 
 def work_unit(path: str) -> str:

@@ -5,7 +5,7 @@ on nanoGPT's character data (examples/nanogpt/prepare_offline.py), saving `check
     python train.py --output_dir out --max_steps 200 --save_steps 20 [--resume_from_checkpoint out/checkpoint-100]
 
 Every argument is a TrainingArguments field (HfArgumentParser), plus --data (the folder of train.bin) and the
-model's size. docs/guide/resume.md gives its hosts-file lines; tests/lab/test_resume_lab.py runs it.
+model's size. docs/guide/resume.md gives its hosts-file lines; tests/lab/test_nanogpt_resume_lab.py runs it.
 """
 
 import os

@@ -207,7 +207,7 @@ class FleetBase:
 
         ids = self.select(ALL if which is None else which)
         # One probe per container: plain pct exec is one round trip, an agent would add its own start-up.
-        with open_session(self.config, agent=False, keep=True, events=self._emit.event,
+        with open_session(self.config, agent=False, keep=self._keep, events=self._emit.event,
                           transport=self._transport) as s:
             return dr.diagnose(s, ids, fresh=fresh)
 
@@ -217,7 +217,7 @@ class FleetBase:
         from .. import gpudoctor
         from ..ops.session import open_session
 
-        with open_session(self.config, agent=False, keep=True, events=self._emit.event,
+        with open_session(self.config, agent=False, keep=self._keep, events=self._emit.event,
                           transport=self._transport) as s:
             return gpudoctor.diagnose(s, self.select(which) if which else list(self.config.containers))
 
@@ -229,7 +229,7 @@ class FleetBase:
         from ..ops.session import open_session
 
         ct = self.config.container(ctid).ctid
-        with open_session(self.config, agent=False, keep=True, events=self._emit.event,
+        with open_session(self.config, agent=False, keep=self._keep, events=self._emit.event,
                           transport=self._transport) as s:
             return gpudoctor.before_move(s, ct, node)
 

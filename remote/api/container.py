@@ -119,8 +119,9 @@ class Container:
         from ..ops.interactive import open_shell
         from ..ops.session import open_session
 
-        # A pty session of its own, no agent; its notes to the fleet's events.
-        with open_session(self.fleet.config, transport=self.fleet._transport, events=self.fleet._emit.event) as s:
+        # A pty session of its own, no agent, never kept (a terminal is this process's); its notes to the fleet's events.
+        with open_session(self.fleet.config, keep=False, transport=self.fleet._transport,
+                          events=self.fleet._emit.event) as s:
             return open_shell(dataclasses.replace(self._target, session=s))
 
     # -- files ---------------------------------------------------------------------------------------
@@ -232,8 +233,9 @@ class Container:
             try:
                 final = jobs.show_log(self._target, run_id, follow=True)
             except KeyboardInterrupt:
-                self._target.note(f"stopped following; run {run_id} keeps running. `remote logs --follow` "
-                                  "resumes, `remote stop` ends it")
+                ref = f"-c {self._target.ctid} --run {run_id}"  # this run: typed as printed, not the default's
+                self._target.note(f"stopped following; run {run_id} keeps running. `remote logs {ref} --follow` "
+                                  f"resumes, `remote stop {ref}` ends it")
                 raise
             from ..runs.knowngood import after_run
 

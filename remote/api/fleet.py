@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..events import Sink
-from ..results import CacheCopy, Created, GpuFix, GroupResult, HostSetup, Outcome
+from ..results import CacheCopy, Created, Destroyed, GpuFix, GroupResult, HostSetup, Outcome
 from .base import ALL, FleetBase, Progress
 from .container import Container
 from .group import Group
@@ -114,15 +114,17 @@ class Fleet(FleetBase):
         return result
 
     def create(self, ctid: int, *, host: str | None = None, node: str | None = None, template: str | None = None,
-               clone: int | None = None, gpu: str = "none", cores: int = 4, memory: int = 8192, disk: int = 32,
-               storage: str | None = None, unprivileged: bool = True, dry: bool | None = None) -> Created:
+               clone: int | None = None, gpu: str | None = None, cores: int = 4, memory: int = 8192, disk: int = 32,
+               storage: str | None = None, unprivileged: bool = True, net0: str | None = None,
+               dry: bool | None = None) -> Created:
         """Make container `ctid` on `host` (or the hosts-file host that is cluster node `node`) from a vztmpl
-        `template` volume or by cloning container `clone`; pass the GPUs `gpu` names (all, none, 0,1) with the
-        host's own driver user space; install what deploy needs; prove CUDA starts; add it to the hosts file.
+        `template` volume or by cloning container `clone`; pass the GPUs `gpu` names (all, none, 0,1; None: none,
+        with a note where the host has GPUs) with the host's own driver user space; install what deploy needs; prove CUDA starts; add it to the hosts file.
         The same create again is a no-op (Created.made False); bad input (an unknown template, storage or
         node, an id in use, a GPU the host lacks) raises CreateRefused, GpuConfigError or ConfigError before
         anything changed; a failure part-way raises CreateError after destroying what it made. Needs root
-        on the host (docs/guide/bare-node.md). `dry` (default: the fleet's): reads, reports the commands."""
+        on the host (docs/guide/bare-node.md). `net0`: Proxmox's net0 value (default
+        name=eth0,bridge=vmbr0,ip=dhcp; its bridge checked). `dry` (default: the fleet's): reads, reports the commands."""
         from ..errors import ConfigError
         from ..ops import create as createmod
         from ..ops import hostsinit
@@ -133,7 +135,7 @@ class Fleet(FleetBase):
         for name, value in (("ctid", ctid), ("cores", cores), ("memory", memory), ("disk", disk)):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
-        spec = createmod.CreateSpec(ctid, template, clone, gpu, cores, memory, disk, storage, unprivileged)
+        spec = createmod.CreateSpec(ctid, template, clone, gpu, cores, memory, disk, storage, unprivileged, net0)
         createmod.check_spec(spec)
         hosts = self.config.hosts
         if (host is None) == (node is None):
@@ -157,7 +159,35 @@ class Fleet(FleetBase):
             return createmod.create(target, spec, hosts_file=writable, add_entry=hostsinit.add_container)
         from ..ops.session import open_session
 
-        with open_session(self.config, dry=dry, agent=True, keep=self._keep,
-                          events=self._emit.event) as session:
+        # Another dry than the fleet's: a session of its own, on the fleet's transports all the same.
+        with open_session(self.config, dry=dry, agent=True, keep=self._keep, events=self._emit.event,
+                          transport=self._transport) as session:
             return createmod.create(resolve_host(session, host, ctid), spec, hosts_file=writable,
                                     add_entry=hostsinit.add_container)
+
+    def destroy(self, ctid: int | str, *, dry: bool | None = None) -> Destroyed:
+        """Remove container `ctid` (of the hosts file) from its Proxmox host, its disks and snapshots with it
+        (`pct destroy --force 1 --purge 1`), then its hosts-file entry with the comments above and inside it and
+        its id in groups. A container the host no longer has only loses its entry. Refused (BusyError) while a
+        run is live there; RootRequired for a `sudo: true` login; ConfigError for an id the file lacks or a file
+        it cannot edit safely, before anything changed. Asks nothing: the command line confirms first.
+        `dry` (default: the fleet's): reads, reports the command. No snapshot is taken: `pct destroy` deletes
+        the container's snapshots with its volumes; back it up first (`vzdump CTID`) to keep a copy."""
+        from ..ops import destroy as destroymod
+        from ..ops import hostsinit
+        from ..target import resolve
+        from . import checks
+
+        if dry is not None:
+            checks.flag("dry", dry)
+        ctid = self.config.container(ctid).ctid
+        writable = self.config.file if self.config.file not in ("<dict>", "") else None
+        if dry is None or dry == self.dry:
+            return destroymod.destroy(resolve(self._session, ctid), hosts_file=writable,
+                                      remove_entry=hostsinit.remove_container)
+        from ..ops.session import open_session
+
+        with open_session(self.config, dry=dry, agent=False, keep=self._keep, events=self._emit.event,
+                          transport=self._transport) as session:
+            return destroymod.destroy(resolve(session, ctid), hosts_file=writable,
+                                      remove_entry=hostsinit.remove_container)

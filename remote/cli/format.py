@@ -12,7 +12,8 @@ from typing import Any
 
 from ..events import Done, Event, Failed, Progress
 from ..naming import copied_line, printable, size
-from ..results import DeployPlan, Diagnosis, Finding, GpuHost, GpuReport, Transfer
+from ..results import Checkpoint, DeployPlan, Diagnosis, Finding, GpuHost, GpuReport, Transfer
+from ..results.runs import resumes_text
 
 
 def live_text(live: list[dict]) -> str:
@@ -122,8 +123,9 @@ def _container_dict(c: Any, clustered: bool = False) -> dict:
             run["compile"] = compile_dict(c.run.compile)
         else:
             del run["compile"]
-        if run["moved_from"] is None:
-            del run["moved_from"]
+        for key in ("moved_from", "checkpoint", "parent"):
+            if run[key] is None:
+                del run[key]
         entry["run"] = run
     if c.probed:
         entry["venv_lock"] = c.venv_lock
@@ -143,6 +145,9 @@ def runs_json(found: list) -> str:
         row = dataclasses.asdict(r)
         row["state"] = "LOST" if r.state == "lost" else r.state
         row["nodes"] = list(r.nodes) if r.nodes else None
+        for key in ("checkpoint", "parent"):  # a resume's only
+            if row[key] is None:
+                del row[key]
         rows.append(row)
     return json.dumps(rows, indent=2)
 
@@ -230,11 +235,13 @@ def _job_line(entry: dict | None) -> str:
         return "" if not entry or "error" not in entry else f"  ({entry['error']})"
     r = entry["run"]
     unit = f" {r['unit']}" if r.get("unit") else ""
+    ck = r.get("checkpoint")
+    lineage = f" ({printable(str(resumes_text(r.get('parent'), Checkpoint(**ck))))})" if ck else ""
     if r["alive"]:
         tp = f", {r['throughput']:.4g}{unit}" if r["throughput"] is not None else ", no throughput yet"
         base = (f" vs baseline {r['baseline']:g}{unit}{' SLOW' if r['low'] else ''}"
                 if r["baseline"] and r["throughput"] is not None else "")
-        text = f", job {r['id']} running {r['uptime_s']}s{tp}{base}"
+        text = f", job {r['id']}{lineage} running {r['uptime_s']}s{tp}{base}"
         text += f" {r['spark']}" if r.get("spark") else ""
         text += _watch_text(r)
     elif r.get("lost"):
@@ -245,7 +252,7 @@ def _job_line(entry: dict | None) -> str:
     else:
         tp = f", last throughput {r['throughput']:.4g}{unit}" if r["throughput"] is not None else ""
         ended = f"stopped by `remote stop` (exit {r['exit']})" if r.get("stopped") else f"exited {r['exit']}"
-        text = f", last run {r['id']} {ended}{tp}"
+        text = f", last run {r['id']}{lineage} {ended}{tp}"
         text += f" {r['spark']}" if r.get("spark") else ""
         text += _watch_text(r)
     return text + _compile_text(r) + (f" [{', '.join(r['problems'])}]" if r["problems"] else "")
@@ -375,6 +382,31 @@ def rollback_lines(done: Any) -> list[str]:
             + [f"  restored: {line}" for line in done.restored] + [f"  kept:     {line}" for line in done.kept])
 
 
+NO_HOSTS_FLAG = ("init", "lab ")  # tasks a hint names that take no --hosts of the file's
+
+
+def typed(text: str, hosts: str | None) -> str:
+    """A hint as it can be typed again: each `remote TASK ...` in backticks given `--hosts FILE` where this
+    command's hosts file was given and is not the one found without it (./hosts.yaml, $REMOTE_HOSTS_FILE)."""
+    import os
+    import re
+    import shlex
+
+    # The file found without --hosts, as remote.config.find_file finds it (the command line imports no config).
+    found = os.environ.get("REMOTE_HOSTS_FILE") or "hosts.yaml"
+    if not hosts or os.path.abspath(hosts) == os.path.abspath(found):
+        return text
+    flag = f"--hosts {shlex.quote(hosts)}"
+
+    def add(m: Any) -> str:
+        cmd = m.group(1)
+        if "--hosts" in cmd.split() or cmd.startswith(NO_HOSTS_FLAG):
+            return m.group(0)
+        head, sep, tail = cmd.partition(" -- ")  # before exec's argv, which takes no option
+        return f"`remote {head} {flag}{sep}{tail}`"
+    return re.sub(r"`remote ([^`]+)`", add, text)
+
+
 def created_lines(got: Any) -> list[str]:
     """`remote create`: what was made (or that nothing was), the GPU lines, each step with its time, what next."""
     if got.dry:
@@ -389,11 +421,40 @@ def created_lines(got: Any) -> list[str]:
     out += [f"  {s.name:<11} {s.seconds:6.1f}s  {printable(s.detail)}" for s in got.steps]
     out += [f"  note: {printable(n)}" for n in got.notes]
     if got.hosts_file:
-        out.append(f"added containers.{got.ctid} to {got.hosts_file}; next: `remote deploy -c {got.ctid}`")
+        out.append(typed(f"added containers.{got.ctid} to {got.hosts_file}; next: `remote deploy -c {got.ctid}`",
+                         got.hosts_file))
     return out
 
 
 def created_json(got: Any) -> str:
+    return json.dumps(dataclasses.asdict(got), indent=2)
+
+
+def destroy_plan_lines(plan: Any) -> list[str]:
+    """`remote destroy` before it asks: what goes (the container as pct says, its snapshots, its entry)."""
+    if plan.state == "missing":
+        return [f"container {plan.ctid} is not on {plan.host} (pct has no such container): only its entry in the "
+                "hosts file would be removed"]
+    snaps = f", its snapshots {', '.join(map(printable, plan.snapshots))}" if plan.snapshots else ""
+    return [f"container {plan.ctid} on {plan.host} ({printable(plan.state)}) would be destroyed: its disks{snaps} "
+            "and its hosts-file entry; no snapshot survives it (back it up first: `vzdump "
+            f"{plan.ctid}` on {plan.host})"] + [f"  would run: {c}" for c in plan.commands]
+
+
+def destroyed_lines(got: Any) -> list[str]:
+    """`remote destroy`: what was removed (or, dry, would be)."""
+    if got.dry:
+        return destroy_plan_lines(got) + ["dry run: nothing changed"]
+    out = [f"destroyed container {got.ctid} on {got.host} ({printable(got.state)} before) in {got.seconds:.1f}s"
+           if got.destroyed else f"container {got.ctid} was not on {got.host}: nothing to destroy there"]
+    out += [f"  its snapshots, gone with it: {', '.join(map(printable, got.snapshots))}"] if got.snapshots else []
+    if got.hosts_file:
+        out.append(f"removed containers.{got.ctid} from {got.hosts_file}:")
+        out += [f"  - {printable(line)}" for line in got.removed]
+    return out
+
+
+def destroyed_json(got: Any) -> str:
     return json.dumps(dataclasses.asdict(got), indent=2)
 
 
@@ -591,6 +652,8 @@ def gpu_fix_lines(done: Any) -> list[str]:
     if done.restart_reason:
         out.append(f"  {'restarted' if done.restarted else 'restart ' + ('needed' if not done.dry else 'would be')}: "
                    f"{printable(done.restart_reason)}")
+    if done.resumed:
+        out.append(f"  the live run was saved first and resumed after: run {printable(done.resumed)}")
     for kind, message, step in done.manual:
         out.append(f"  not fixed ({kind}): {printable(message)}\n      by hand: {printable(step)}")
     if not done.dry:

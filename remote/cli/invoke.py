@@ -68,6 +68,8 @@ def build(tasks: dict, short_flags: dict[str, str], exit_type: type[BaseExceptio
             calls = _executing_calls()
             if calls is not None:
                 kwargs.update(line_kwargs(spec, kwargs, calls, core_dry=_core_dry(c)))
+                if getattr(calls[0].task, "remote_spec", None) is spec:  # the line's first task: before it runs
+                    _check_line(c, calls)
             for param in spec.params.values():  # the checks `remote` makes, for what invoke passes as text
                 value = kwargs.get(param.name)
                 if param.kind and isinstance(value, str):
@@ -111,6 +113,29 @@ def _from_config(c, spec, kwargs: dict) -> None:
         if value is not None and key in spec.params and kwargs.get(spec.params[key].name) is None:
             param = spec.params[key]
             kwargs[param.name] = param.kind.convert(str(value)) if param.kind else value
+
+
+def _check_line(c, calls: list) -> None:
+    """Every setting the line's tasks need (remote/cli/chain.py), each task with the line's shared flags and
+    invoke's configuration as it will run: an invoke Exit (status 2, nothing run) where one is missing."""
+    from types import SimpleNamespace
+
+    from ..errors import RemoteError
+    from .chain import check
+    from .table import error_exit
+
+    line = []
+    for call in calls:
+        spec = getattr(call.task, "remote_spec", None)
+        if spec is not None:
+            kwargs = {**call.kwargs, **line_kwargs(spec, call.kwargs, calls, core_dry=_core_dry(c))}
+            _from_config(c, spec, kwargs)
+            line.append(SimpleNamespace(spec=spec, kwargs=kwargs))
+    try:
+        check(line)
+    except RemoteError as exc:
+        e = error_exit(exc)
+        raise InvokeExit(e.message, code=e.code) from None
 
 
 class LineUnreadable(InvokeExit):

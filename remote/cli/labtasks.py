@@ -24,7 +24,8 @@ def _lab() -> tuple[Any, Any]:
 
 
 @task(name="lab up", help={"containers": "comma-separated container ids (default 200)",
-                       "port": "sshd port on 127.0.0.1 (default 2222)",
+                       "port": "sshd port on 127.0.0.1 (default: the port this lab folder was brought up on, "
+                               "else 2222)",
                        "second": "comma-separated container ids on a second look-alike host, lab2 (sshd on port + 1)",
                        "backend": "lxc (sshd + LXC containers) or ns (Linux namespaces, no sshd: the host is "
                                   "`local: true`); default: lxc where it is installed, else ns"})
@@ -36,6 +37,8 @@ def lab_up(c, containers="200", port=None, second=None, backend=None):
     double only."""
     lab_, ns = _lab()
     lab = ns.open_lab(backend=backend, port=int(port or lab_.DEFAULT_PORT))
+    if not port:  # a lab brought up before on another port stays there (its hosts files name that port)
+        lab.port = lab_.saved_port(lab.dir) or lab.port
     EXAMPLES = lab_.EXAMPLES
     ids = [int(x) for x in str(containers).split(",") if x.strip()]
     more = [int(x) for x in str(second or "").split(",") if x.strip()]
@@ -52,6 +55,16 @@ def lab_up(c, containers="200", port=None, second=None, backend=None):
     if more:
         say(f"lab2 up: sshd on 127.0.0.1:{lab.port + 1}, containers {', '.join(map(str, more))} running "
               f"({lab.second().dir})")
+    _say_hosts_file(lab, lab_.DEFAULT_DIR, lab_.DEFAULT_PORT)
+
+
+def _say_hosts_file(lab: Any, default_dir: Any, default_port: int) -> None:
+    """Which hosts file targets this lab: the one it wrote (its folder, port and key); the checkout's
+    hosts.yaml targets only the default lab (/var/lib/remote-lab on 2222)."""
+    hosts = lab.dir / "hosts.yaml"
+    say(f"hosts file: {hosts} (REMOTE_HOSTS_FILE={hosts} remote deploy warmup train, or --hosts {hosts})")
+    if str(lab.dir) != str(default_dir) or lab.port != default_port:
+        say(f"note: a checkout's hosts.yaml targets the default lab ({default_dir}, port {default_port}), not this one")
 
 
 @task(name="lab down", help={"purge": "also delete the containers' files (venvs, checkouts, compile caches)"})

@@ -106,6 +106,12 @@ CT_HELP = ("container id from the hosts file (default: default_container, $REMOT
 FAIL_FAST_HELP = "with several containers: start no more of them after the first failure"
 
 
+def many_help(container: str = CT_HELP, **own: str) -> dict[str, str]:
+    """The help of a task that runs on one container or several, with a dry run: -c, --fail-fast, its own
+    options, --dry and --hosts (in that order in its --help)."""
+    return {"fail_fast": FAIL_FAST_HELP, "container": container, **own, "dry": DRY_HELP, "hosts": HOSTS_HELP}
+
+
 def exit_status(exc: RemoteError) -> int:
     """A library error's exit status: 2 bad input, 3 busy, else 1 (a command's own status never leaks out of
     a failed step: only tasks that report one, exec, train and logs, exit with it)."""
@@ -183,13 +189,15 @@ def say(*values: object, file: Any = None, sep: str = " ", end: str = "\n", flus
            file if file is not None else sys.stdout, flush)
 
 
-def show(event: Event, data_on_stdout: bool = False) -> None:
+def show(event: Event, data_on_stdout: bool = False, hosts: str | None = None) -> None:
     """The command line's event sink (remote.open(events=...)): each event as format.event_text words it,
-    on stdout, or on stderr for progress and where stdout carries data (`data_on_stdout`)."""
+    on stdout, or on stderr for progress and where stdout carries data (`data_on_stdout`); a hint's
+    `remote ...` command given the --hosts FILE this command was given (format.typed)."""
     from ..api import current_container
 
     text = fmt.event_text(event, current_container())
     if text is not None:
+        text = fmt.typed(text, hosts)
         _write(text + "\n", sys.stderr if fmt.event_on_stderr(event, data_on_stdout) else sys.stdout)
 
 
@@ -227,7 +235,18 @@ def fleet_of(hosts: str | None, dry: bool = False, stderr_progress: bool = False
     whose stdout is data, --json's document or exec's output); its kept connection stays for the next command."""
     from .. import api
 
-    return api.open(hosts, dry=dry, keep=True, events=functools.partial(show, data_on_stdout=stderr_progress))
+    return api.open(hosts, dry=dry, keep=True, events=functools.partial(show, data_on_stdout=stderr_progress,
+                                                                         hosts=hosts))
+
+
+def checkpoint_flags(file: str, container: object, resume: bool, fresh: bool) -> None:
+    """train's --resume and --fresh: not both, and for one container (a multi-node run does not resume yet)."""
+    if resume and fresh:
+        raise ConfigError(file, "--fresh", "--resume and --fresh exclude each other: continue from the latest "
+                          "checkpoint, or start over")
+    if (resume or fresh) and is_selection(container):
+        raise ConfigError(file, "--resume" if resume else "--fresh", "one container only: a multi-node run does not "
+                          "resume from checkpoints yet")
 
 
 def is_selection(value: object) -> bool:

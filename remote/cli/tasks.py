@@ -24,8 +24,9 @@ import sys
 from typing import Any
 
 from .. import __version__
-from ..errors import ConfigError, RemoteError
+from ..errors import RemoteError
 from ..naming import printable
+from . import chain
 from . import format as fmt
 from . import parse as cliparse
 from .table import (  # noqa: F401
@@ -39,12 +40,15 @@ from .table import (  # noqa: F401
     TASKS,
     Exit,
     SayStream,
+    checkpoint_flags,
     cli_text,
     each_container,
+    error_exit,
     exit_status,
     fleet_of,
     handled,
     is_selection,
+    many_help,
     say,
     task,
 )
@@ -101,11 +105,9 @@ def status(c, json_=False, hosts=None, container=None):
         raise Exit(code=1)
 
 
-@task(name="exec", positional="command", argv="command",
-      help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP,
-            "command": "a shell command line to run inside the container (bash -c); or the argv after `--`, run as is",
-                         "timeout": "seconds before the command is killed inside the container",
-                         "dry": DRY_HELP, "hosts": HOSTS_HELP})
+@task(name="exec", positional="command", argv="command", help=many_help(
+    command="a shell command line to run inside the container (bash -c); or the argv after `--`, run as is",
+    timeout="seconds before the command is killed inside the container"))
 @handled
 def exec_(c, command, container=None, timeout=None, dry=False, hosts=None, fail_fast=False):
     """Run a command in a container, in the checkout with the job's environment.
@@ -131,11 +133,10 @@ def exec_(c, command, container=None, timeout=None, dry=False, hosts=None, fail_
         raise Exit(code=result.exit_code)
 
 
-@task(help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP, "allow_dirty": "ship uncommitted changes of the local tree (recorded as dirty)",
-            "check": "only report what would change and any hand-installed or changed packages (exit 1 if any)",
-            "rollback": "switch the venv back to the previous build",
-            "force": "deploy even while a training job runs there (the venv it uses is never deleted)",
-            "dry": DRY_HELP, "hosts": HOSTS_HELP})
+@task(help=many_help(allow_dirty="ship uncommitted changes of the local tree (recorded as dirty)",
+                     check="only report what would change and any hand-installed or changed packages (exit 1 if any)",
+                     rollback="switch the venv back to the previous build",
+                     force="deploy even while a training job runs there (the venv it uses is never deleted)"))
 @handled
 def deploy(c, container=None, allow_dirty=False, check=False, rollback=False, force=False, dry=False, hosts=None,
            fail_fast=False):
@@ -157,13 +158,12 @@ def deploy(c, container=None, allow_dirty=False, check=False, rollback=False, fo
         raise Exit(code=1)
 
 
-@task(help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP + "; several: one warmup per group of containers "
-            "whose cache passports would match, its cache copied to the others",
-            "parallel": "run the devices' warmups as separate processes at once",
-            "devices": "comma-separated devices (default: warmup.devices)",
-            "export": "write the container's compile cache folder to this local bundle file (tar.gz); runs nothing",
-            "import_": "load a bundle made by --export into the container's cache (refused if versions differ)",
-            "dry": DRY_HELP, "hosts": HOSTS_HELP})
+@task(help=many_help(CT_HELP + "; several: one warmup per group of containers whose cache passports would match, its "
+                     "cache copied to the others", parallel="run the devices' warmups as separate processes at once",
+                     devices="comma-separated devices (default: warmup.devices)",
+                     export="write the container's compile cache folder to this local bundle file (tar.gz); runs "
+                     "nothing", import_="load a bundle made by --export into the container's cache (refused if "
+                     "versions differ)"))
 @handled
 def warmup(c, container=None, parallel=False, devices=None, export=None, import_=None, dry=False, hosts=None,
            fail_fast=False):
@@ -226,28 +226,21 @@ def cache_copy(c, from_, container=None, hosts=None, fail_fast=False):
             "force": "start even if a job is already running there, or the checkout is not the commit the hosts file "
                      "pins (its deployed commit is trained)",
             "warmup": "run the warmup first when the preflight finds it missing",
-            "detach": "do not follow the log after starting", "dry": DRY_HELP, "hosts": HOSTS_HELP,
-            "resume": "continue from the latest complete checkpoint (train.checkpoint; its resume words added)",
-            "fresh": "start over: the old checkpoints are moved aside (renamed, never deleted) first"})
+            "detach": "do not follow the log after starting", "dry": DRY_HELP, "hosts": HOSTS_HELP, "resume":
+            "continue from the latest complete checkpoint (train.checkpoint)", "fresh": "start over: the old "
+            "checkpoints are moved aside (renamed, never deleted) first"})
 @handled
-def train(c, container=None, force=False, warmup=False, detach=False, dry=False, hosts=None, resume=False,
-          fresh=False):
+def train(c, container=None, force=False, warmup=False, detach=False, dry=False, hosts=None, resume=False, fresh=False):
     """Preflight, start the training job detached, then follow its log.
 
     With train.checkpoint, where a complete checkpoint exists: --resume or --fresh (else refused, exit 2).
     Ctrl-C stops following and leaves the job running (exit status 130)."""
     with fleet_of(hosts, dry) as fleet:
-        if resume and fresh:
-            raise ConfigError(fleet.config.file, "--fresh", "--resume and --fresh exclude each other: continue from "
-                              "the latest checkpoint, or start over")
+        checkpoint_flags(fleet.config.file, container, resume, fresh)
         if is_selection(container):  # one run across these containers (a multi-node run)
-            if resume or fresh:
-                raise ConfigError(fleet.config.file, "--resume" if resume else "--fresh",
-                                  "one container only: a multi-node run does not resume from checkpoints yet")
             code = fleet.train_nodes(container, force=force, warmup=warmup, follow=not detach)
         else:
-            run = fleet.container(container).train(detach=detach or dry, force=force, warmup=warmup, resume=resume,
-                                                   fresh=fresh)
+            run = fleet.container(container).train(detach=detach or dry, force=force, warmup=warmup, resume=resume, fresh=fresh)
             code = 0 if detach or dry else run.exit_code or 0
     if code:
         raise Exit(code=code)
@@ -278,15 +271,14 @@ def logs(c, container=None, run=None, follow=False, hosts=None, fail_fast=False)
 
 @task(help={"fail_fast": FAIL_FAST_HELP, "container": CT_HELP,
             "run": "run id (default: every live run, and the latest's leftovers)",
-            "grace": "seconds between TERM and KILL (default 10)", "dry": DRY_HELP, "hosts": HOSTS_HELP,
-            "save": "first a checkpoint (train.checkpoint): send its signal, or wait for the job's next save, at most "
-                    "train.checkpoint.grace seconds"})
+            "grace": "seconds between TERM and KILL (default 10)", "dry": DRY_HELP, "hosts": HOSTS_HELP, "save":
+            "first a checkpoint: its signal sent, or the job's next save awaited (train.checkpoint.grace at most)"})
 @handled
 def stop(c, container=None, run=None, grace=10, dry=False, hosts=None, fail_fast=False, save=False):
     """Stop a job and verify that nothing of it is left.
 
-    TERM its process group, KILL after the grace period, then check by the run's marker. --save: a complete
-    checkpoint first (says which, its step and age, and the steps lost; or that none existed yet)."""
+    TERM its process group, KILL after the grace period, then check by the run's marker. --save: a checkpoint
+    first (which, its step and age, the steps lost; or that none existed yet)."""
     several = is_selection(container)  # each container's own runs (a multi-node run's other nodes: not from here)
 
     def text(stopped):
@@ -621,6 +613,10 @@ def run(argv: list[str]) -> int:
     except cliparse.Usage as u:
         say(f"error: {u}", file=sys.stderr)
         return 2
+    try:
+        chain.check(calls)  # every task's settings before the first runs
+    except RemoteError as exc:
+        return _said(error_exit(exc))
     for call in calls:
         code = _call(call)
         if code:
@@ -652,13 +648,17 @@ def _verbose(argv: list[str]) -> list[str]:
     return [a for i, a in enumerate(argv) if i >= end or a != "--verbose"]
 
 
+def _said(e: Exit) -> int:
+    if e.message:
+        say(e.message, file=sys.stderr)
+    return e.code if isinstance(e.code, int) and 0 <= e.code <= 255 else 1
+
+
 def _call(call: cliparse.Call) -> int:
     try:
         call.spec.fn(None, **call.kwargs)
     except Exit as e:
-        if e.message:
-            say(e.message, file=sys.stderr)
-        return e.code if isinstance(e.code, int) and 0 <= e.code <= 255 else 1
+        return _said(e)
     except RemoteError as exc:  # a task without @handled
         say(f"error: {cli_text(printable(str(exc), lines=True))}", file=sys.stderr)
         return exit_status(exc)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..naming import is_repo_url
 from .model import (
     CHECKPOINT_SIGNALS,
     SNAPSHOT_MODES,
@@ -227,7 +228,8 @@ def _venv(s: _Section, base: VenvSpec) -> VenvSpec:
 def _code(s: _Section, base: CodeSpec) -> CodeSpec:
     repo = s.take("repo", str, None)
     spec = CodeSpec(
-        repo=_expand(repo, s.file) if repo is not None else base.repo,
+        # A URL is cloned by deploy (remote.ops.code.fetch_url), never read as a path relative to this file.
+        repo=repo if repo is not None and is_repo_url(repo) else _expand(repo, s.file) if repo is not None else base.repo,
         ref=s.take("ref", (str, int), base.ref),
         path=s.take("path", str, base.path, _abspath),
     )

@@ -68,6 +68,16 @@ def _run(argv, **kwargs) -> subprocess.CompletedProcess:
 
 
 SECOND = "pve2"  # the second host's folder inside the lab's, and its pct node name is lab2
+PORT_FILE = "port"  # <lab>/port: the port its sshd was brought up on, which a later `lab up` without --port keeps
+
+
+def saved_port(folder: str | os.PathLike) -> int | None:
+    """The port the lab in `folder` was last brought up on (None: never, or a file that is not a port)."""
+    try:
+        text = (Path(folder) / PORT_FILE).read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() and 0 < int(text) < 65536 else None
 
 
 @dataclass
@@ -126,6 +136,7 @@ class Lab:
         self._fake_gpu()
         self._pct_double()
         self._sshd()
+        (self.dir / PORT_FILE).write_text(f"{self.port}\n")  # kept: the next `lab up` here listens there again
         for ctid in containers:
             self.start_container(ctid)
         if EXAMPLES.is_dir() and self.node == "lab":

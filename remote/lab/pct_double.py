@@ -246,14 +246,19 @@ def cmd_config(opts, positional):
     print("\n".join(config_lines(text)))
 
 
-def cmd_push(opts, positional):
+def transfer_args(positional, second, not_running):
+    """push and pull's (src, dest, the running container's root), its lock taken; Proxmox's words and exit else."""
     if len(positional) < 3:
-        param_error("destination" if len(positional) == 2 else "file", "property is missing and it is not optional")
+        param_error("destination" if len(positional) == 2 else second, "property is missing and it is not optional")
     vmid, src, dest = vmid_of(positional), positional[1], positional[2]
     if not conf_exists(vmid) or state(vmid) != "running":
-        die("can only push files to a running CT\n")
+        die(not_running)
     lock(vmid)
-    root = f"/proc/{init_pid(vmid)}/root"
+    return src, dest, f"/proc/{init_pid(vmid)}/root"
+
+
+def cmd_push(opts, positional):
+    src, dest, root = transfer_args(positional, "file", "can only push files to a running CT\n")
     # From here on, pct has no exit handler: a failed copy is printed and the status stays 0.
     try:
         with open(src, "rb") as fin:
@@ -271,13 +276,8 @@ def cmd_push(opts, positional):
 
 
 def cmd_pull(opts, positional):
-    if len(positional) < 3:
-        param_error("destination" if len(positional) == 2 else "path", "property is missing and it is not optional")
-    vmid, src, dest = vmid_of(positional), positional[1], positional[2]
-    if not conf_exists(vmid) or state(vmid) != "running":
-        die("can only pull files from a running VM at /usr/share/perl5/PVE/API2/LXC.pm line 2145.\n")
-    lock(vmid)
-    root = f"/proc/{init_pid(vmid)}/root"
+    src, dest, root = transfer_args(positional, "path", "can only pull files from a running VM at "
+                                    "/usr/share/perl5/PVE/API2/LXC.pm line 2145.\n")
     try:
         shutil.copyfile(root + src, dest)
     except OSError as exc:

@@ -222,13 +222,18 @@ def check_devices(keys):
     """Every devN's device exists on the host (under the GPU sysroot where one is set) and is one."""
     for key in sorted(keys):
         if key.startswith("dev") and pct.INDEXED.fullmatch(key):
-            path = keys[key].split(",")[0]
-            try:
-                st = os.stat(host_path(path))
-            except OSError:
-                pct.die(f"Device {path} does not exist\n")
-            if not (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)):
-                pct.die(f"Path {path} is not a device\n")
+            device_stat(keys[key].split(",")[0])
+
+
+def device_stat(path):
+    """The stat of a devN line's device on the host; Proxmox's words and exit where it is missing or no device."""
+    try:
+        st = os.stat(host_path(path))
+    except OSError:
+        pct.die(f"Device {path} does not exist\n")
+    if not (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)):
+        pct.die(f"Path {path} is not a device\n")
+    return st
 
 
 def owner_of(vmid):
@@ -474,12 +479,7 @@ def passthrough(vmid):
         if kind == "dev":
             found = props(key, keys[key], "path", DEV_KEYS)
             path = found["path"]
-            try:
-                st = os.stat(host_path(path))
-            except OSError:
-                pct.die(f"Device {path} does not exist\n")
-            if not (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)):
-                pct.die(f"Path {path} is not a device\n")
+            st = device_stat(path)
             mode = int(found["mode"], 8) if "mode" in found else st.st_mode & 0o7777
             devices.append({"key": key, "path": path, "source": host_path(path), "char": stat.S_ISCHR(st.st_mode),
                             "major": os.major(st.st_rdev), "minor": os.minor(st.st_rdev), "mode": mode,

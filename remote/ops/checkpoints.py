@@ -17,12 +17,13 @@ from .. import facts, shell
 from ..config import ContainerSpec
 from ..errors import CheckpointRefused, ConfigError, JobError
 from ..events import CheckpointSeen, RunResumed
+from ..facts.runs import CHECKPOINT_KINDS, RunState
 from ..naming import json_loads, printable
 from ..results import Checkpoint, Saved, SaveOutcome
 from ..target import Target
 
 KEEP = ".checkpoints"  # under train.run_dir: the watch's copy of the last complete checkpoint (ckpt.py keep_once)
-KINDS = ("torch", "safetensors", "dcp", "hf", "folder", "file", "missing")
+KINDS = CHECKPOINT_KINDS
 NO_CHECKPOINT = 3  # ckpt.py's exit status where no complete checkpoint exists
 
 
@@ -287,10 +288,10 @@ def save_args(spec: ContainerSpec) -> list[str]:
     return [shell.load_python("ckpt"), json.dumps(settings(spec))]
 
 
-def after_stop(t: Target, st: dict, text: str | None, restored: str | None, tail: Callable[[], str]) -> Saved:
+def after_stop(t: Target, st: RunState, text: str | None, restored: str | None, tail: Callable[[], str]) -> Saved:
     """What stop(save=True) left: save.sh's `saved=` and saved.sh's `restored=` answers and the log's last step
     after the stop (`tail`: one more read of the run's state); a run that was not running: its latest checkpoint."""
-    if not st.get("alive") or text is None:
+    if not st.alive or text is None:
         return Saved("not-running", latest(listing(t)))
     got = saved_of(text, tail(), restored)
     if got.checkpoint is not None:
@@ -299,20 +300,3 @@ def after_stop(t: Target, st: dict, text: str | None, restored: str | None, tail
             f", {got.age_s:g} s old" if got.age_s is not None else ""), c.path, c.step, got.age_s))
     return got
 
-
-def lineage(manifest: Any) -> tuple[Checkpoint | None, str | None]:
-    """A run's manifest (the job may rewrite it: untrusted): the checkpoint it started from and the run it continues."""
-    if not isinstance(manifest, Mapping):
-        return None, None
-    c, parent = manifest.get("checkpoint"), manifest.get("parent")
-    ck = checkpoint_of({**c, "complete": True}) if isinstance(c, Mapping) else None
-    return ck, printable(parent)[:128] if isinstance(parent, str) else None
-
-
-def lineage_text(manifest: Any) -> str | None:
-    """`resumes RUN at step N` (or `from PATH`) for status and runs; None for a run that started fresh."""
-    c, parent = lineage(manifest)
-    if c is None:
-        return None
-    at = f"at step {c.step}" if c.step is not None else f"from {c.path}"
-    return f"resumes {parent} {at}" if parent else f"resumed {at}"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .. import shell
 from ..errors import DeployError
+from ..naming import is_repo_url, redact
 
 SHIP_PREFIX = "refs/remote-deploy/ship-"  # + a random token: one ref per bundle, so deploys never share one
 
@@ -47,7 +48,13 @@ def dirty_files(repo: str) -> list[str]:
 
 
 def resolve(repo: str, ref: str, allow_dirty: bool = False) -> LocalCommit:
-    """The commit to ship for `ref`; refuse a dirty tree unless allowed."""
+    """The commit to ship for `ref`; refuse a dirty tree unless allowed. A URL: its cache clone, fetched now."""
+    if is_repo_url(repo):
+        clone = fetch_url(repo, ref)
+        commit = _commit_of(clone, ref)
+        if not commit:
+            raise DeployError(f"code.ref: {ref!r} is not a commit of {redact(repo)} (fetched into {clone})")
+        return LocalCommit(clone, commit, ref, False, commit)
     if not Path(repo).is_dir() or not _ok(repo, "rev-parse", "--git-dir"):
         raise DeployError(f"code.repo: {repo} is not a git repository")
     commit = _git(repo, "rev-parse", "--verify", "-q", f"{ref}^{{commit}}", check=False).strip()
@@ -64,6 +71,86 @@ def resolve(repo: str, ref: str, allow_dirty: bool = False) -> LocalCommit:
     return LocalCommit(repo, commit, ref, False, commit)
 
 
+# -- code.repo as a URL: a bare clone per URL on this machine, fetched at each deploy, shipped as a local repo --
+
+FETCH_TIMEOUT = 1800  # seconds a clone or fetch may take (a big repository over a slow link)
+
+
+def cache_of(url: str) -> Path:
+    """The cache clone of `url`: ~/.cache/remote/repos/<sha256 of the URL> ($XDG_CACHE_HOME respected); the
+    URL itself (with any token in it) is never a file name."""
+    import hashlib
+    import os
+
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "remote" / "repos" / hashlib.sha256(url.encode()).hexdigest()[:24]
+
+
+def _commit_of(repo: str, ref: str) -> str:
+    return _git(repo, "rev-parse", "--verify", "-q", f"{ref}^{{commit}}", check=False).strip()
+
+
+def fetch_url(url: str, ref: str) -> str:
+    """The cache clone of `url` with its branches and tags fetched now (and `ref` itself, where it is a commit
+    no branch holds): a bare repository that deploy ships from as from a local one. Git's own credentials
+    apply (its credential helpers, ssh-agent, ~/.ssh/config); it is never asked to prompt. What git says is
+    shown with the URL's user and password redacted."""
+    import os
+
+    clone = cache_of(url)
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}  # a missing credential fails, never waits on a prompt
+    if "GIT_SSH_COMMAND" not in env and "GIT_SSH" not in env and not _ok(str(Path.home()), "config", "--get",
+                                                                      "core.sshCommand"):
+        env["GIT_SSH_COMMAND"] = "ssh -o BatchMode=yes"  # a passphrase or host-key prompt: fail instead of hang
+
+    def git(*args: str, where: str | None = None) -> subprocess.CompletedProcess[str]:
+        try:
+            return subprocess.run(["git", *(["-C", where] if where else []), *args], capture_output=True, text=True,
+                                  env=env, stdin=subprocess.DEVNULL, timeout=FETCH_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            raise DeployError(f"code.repo: git {args[0]} of {redact(url)} took over {FETCH_TIMEOUT} s: check the "
+                              "network, or clone it yourself and set code.repo to the clone's path") from None
+
+    def failed(what: str, r: subprocess.CompletedProcess[str]) -> DeployError:
+        said = _redact_text(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit status {r.returncode}")
+        return DeployError(f"code.repo: cannot {what} {redact(url)}: {said}. Check that `git ls-remote URL` works on "
+                           "this machine (its credentials: a credential helper, ssh-agent, ~/.ssh/config), or set "
+                           "code.repo to a local clone's path")
+
+    if not (clone / "HEAD").exists():
+        clone.parent.mkdir(parents=True, exist_ok=True)
+        partial = clone.with_name(clone.name + ".partial")
+        if partial.exists():
+            import shutil
+
+            shutil.rmtree(partial)
+        r = git("clone", "--bare", "--quiet", "--", url, str(partial))
+        if r.returncode:
+            raise failed("clone", r)
+        partial.rename(clone)  # whole or not at all: an interrupted clone is never taken for a cache
+    else:
+        r = git("fetch", "--quiet", "--prune", "--force", "origin", "+refs/heads/*:refs/heads/*",
+                "+refs/tags/*:refs/tags/*", where=str(clone))
+        if r.returncode:
+            raise failed("fetch", r)
+        head = git("ls-remote", "--symref", "origin", "HEAD", where=str(clone))
+        branch = next((line.split()[1] for line in head.stdout.splitlines() if line.startswith("ref: ")), None)
+        if branch:  # the remote's default branch changed: HEAD follows it
+            git("symbolic-ref", "HEAD", branch, where=str(clone))
+    if ref != "HEAD" and not _commit_of(str(clone), ref):
+        r = git("fetch", "--quiet", "origin", ref, where=str(clone))  # a commit of no branch, a PR ref
+        if r.returncode == 0:
+            _git(str(clone), "update-ref", f"refs/remote-fetched/{secrets.token_hex(4)}", "FETCH_HEAD")
+    return str(clone)
+
+
+def _redact_text(text: str) -> str:
+    """Every URL in git's words with its user and password replaced."""
+    import re
+
+    return re.sub(r"\S+://\S+", lambda m: redact(m.group()), text)
+
+
 @dataclass(frozen=True)
 class Pin:
     """What the hosts file pins: code.ref of code.repo, resolved on this machine as deploy resolves it (no
@@ -76,7 +163,15 @@ class Pin:
 
 
 def pin(repo: str, ref: str) -> Pin:
-    """code.ref of code.repo now; DeployError when the repository or the ref is not there."""
+    """code.ref of code.repo now; DeployError when the repository or the ref is not there. A URL: as its cache
+    clone holds it since the last deploy's fetch (no network: what that deploy shipped is what is pinned)."""
+    if is_repo_url(repo):
+        clone = cache_of(repo)
+        commit = _commit_of(str(clone), ref) if (clone / "HEAD").exists() else ""
+        if not commit:
+            raise DeployError(f"code.repo: {redact(repo)} is not fetched here yet (or has no {ref!r}): "
+                              "`remote deploy` clones it")
+        return Pin(redact(repo), ref, commit)
     if not Path(repo).is_dir() or not _ok(repo, "rev-parse", "--git-dir"):
         raise DeployError(f"code.repo: {repo} is not a git repository")
     commit = _git(repo, "rev-parse", "--verify", "-q", f"{ref}^{{commit}}", check=False).strip()

@@ -38,10 +38,12 @@ from ..transport.pct import DEFAULT_PATH, Container, pct_argv
 from . import gpuconfig
 
 MARK = "remote create:"  # the description's first words: a container remote made, and from what
+PENDING = "remote create (unfinished):"  # the same until its last step: a container whose create did not finish
 HOSTNAME = "ct{ctid}"
 NET0 = "name=eth0,bridge=vmbr0,ip=dhcp"
 STORAGE_ORDER = ("local-lvm", "local-zfs", "local")  # without --storage: the first of these the host has
 VENV_FOR_PROBE = "/root/venv"
+ALPINE = re.compile(r"^alpine[-_]", re.IGNORECASE)  # a template's name (alpine-3.20-default_...): not supported
 
 
 @dataclass(frozen=True)
@@ -51,20 +53,34 @@ class CreateSpec:
     ctid: int
     template: str | None = None
     clone: int | None = None
-    gpu: str = "none"  # all | none | 0,1
+    gpu: str | None = None  # all | none | 0,1; None: not asked (none, the plan saying what the host has)
     cores: int = 4
     memory: int = 8192  # MiB
     disk: int = 32  # GiB
     storage: str | None = None  # None: the first of STORAGE_ORDER the host has
     unprivileged: bool = True
+    net0: str | None = None  # pct's net0 value; None: NET0 (eth0 on vmbr0, DHCP)
+
+    @property
+    def network(self) -> str:
+        return self.net0 or NET0
+
+    @property
+    def bridge(self) -> str:
+        return dict(p.split("=", 1) for p in self.network.split(",") if "=" in p).get("bridge", "")
 
     @property
     def source(self) -> str:
         return self.template if self.template else f"clone {self.clone}"
 
-    def description(self) -> str:
-        """What the container's description records (one line): the source and the GPU selection."""
-        return f"{MARK} {self.source} gpu={self.gpu}"
+    @property
+    def gpus(self) -> str:
+        return self.gpu or "none"
+
+    def description(self, *, done: bool = True) -> str:
+        """What the container's description records (one line): the source and the GPU selection, marked
+        unfinished until create's last step."""
+        return f"{MARK if done else PENDING} {self.source} gpu={self.gpus}"
 
 
 def check_spec(spec: CreateSpec) -> gpuconfig.Selection:
@@ -83,6 +99,18 @@ def check_spec(spec: CreateSpec) -> gpuconfig.Selection:
             raise CreateRefused(f"{name} {value}: at least {low}")
     if spec.storage is not None and not re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]*", spec.storage):
         raise CreateRefused(f"--storage {spec.storage!r}: a Proxmox storage name (`pvesm status` lists them)")
+    if spec.template is not None and ALPINE.search(spec.template.split("/", 1)[-1]):
+        raise CreateRefused(f"--template {spec.template}: Alpine is not supported: every step remote runs in a "
+                            "container is bash with GNU env (`env -C`), which Alpine's busybox lacks; use a Debian or "
+                            "Ubuntu template (`pveam available --section system`)")
+    if spec.net0 is not None:
+        parts = [p.partition("=") for p in spec.net0.split(",")]
+        keys = [k for k, sep, v in parts if sep and v]
+        bad = [k + sep + v for k, sep, v in parts if not sep or not v or not re.fullmatch(r"[A-Za-z0-9_.:/=-]+", v)]
+        if bad or "name" not in keys or "bridge" not in keys or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]*", spec.bridge):
+            raise CreateRefused(f"--net0 {spec.net0!r}: Proxmox's net0 value, comma-separated KEY=VALUE with name and "
+                                f"bridge at least, e.g. {NET0} or name=eth0,bridge=vmbr1,ip=10.0.0.5/24,gw=10.0.0.1"
+                                + (f" (not KEY=VALUE: {', '.join(bad)})" if bad else ""))
     return gpuconfig.parse_selection(spec.gpu)
 
 
@@ -96,20 +124,26 @@ def parse_storages(text: str) -> list[str]:
     return [line.split()[0] for line in text.splitlines()[1:] if line.split()]
 
 
+def marked(config: dict[str, str]) -> str | None:
+    """The description's first line where it carries remote create's mark, finished or not (else None)."""
+    first = next(iter(unquote(config.get("description", "")).splitlines()), "")
+    return first if first.startswith((MARK, PENDING)) else None
+
+
 def differences(config: dict[str, str], spec: CreateSpec, storage: str) -> list[str]:
     """How an existing container made by remote create differs from `spec` (`cores 4 (asked: 8)`)."""
     out = []
-    made = unquote(config.get("description", "")).splitlines()[0:1]
-    m = re.search(r"\bgpu=(\S+)", made[0]) if made else None
+    made = marked(config)
+    m = re.search(r"\bgpu=(\S+)", made) if made else None
     gpu_was = m.group(1) if m else "?"
-    source = made[0][len(MARK):].strip().rsplit(" gpu=", 1)[0] if made else "?"
+    source = made.split(":", 1)[1].strip().rsplit(" gpu=", 1)[0] if made else "?"
     rootfs = config.get("rootfs", "")
     size = re.search(r"size=(\d+)G", rootfs)
     have = {"source": source, "gpu": gpu_was, "cores": config.get("cores", "1"), "memory": config.get("memory", "512"),
             "disk": f"{size.group(1)}G" if size else rootfs.split(",")[-1],
             "storage": rootfs.split(":", 1)[0] if ":" in rootfs else "?",
             "unprivileged": "yes" if config.get("unprivileged") in ("1", "true", "yes") else "no"}
-    want = {"source": spec.source, "gpu": spec.gpu, "cores": str(spec.cores), "memory": str(spec.memory),
+    want = {"source": spec.source, "gpu": spec.gpus, "cores": str(spec.cores), "memory": str(spec.memory),
             "disk": f"{spec.disk}G", "storage": storage, "unprivileged": "yes" if spec.unprivileged else "no"}
     if spec.clone is not None:  # a clone keeps its source's disk and privilege (--disk, --privileged: a template's)
         del want["disk"], want["unprivileged"]
@@ -188,6 +222,7 @@ def create(h: HostTarget, spec: CreateSpec, *, hosts_file: str | None = None,
     # pveam is no program of the sudo rule's (root logins only): Proxmox keeps it in /usr/bin, the lab beside pct
     pveam = "/usr/bin/pveam" if pct == "/usr/sbin/pct" else (pct.rsplit("/", 1)[0] + "/pveam") if "/" in pct else "pveam"
     ctid = spec.ctid
+    source_config = ""  # the clone source's `pct config` (a dry run plans the clone's GPU lines from it)
     host_gpu: gpu.HostGpu | None = None
     wanted = gpuconfig.Wanted()
     driver = None
@@ -199,30 +234,49 @@ def create(h: HostTarget, spec: CreateSpec, *, hosts_file: str | None = None,
         if listed is not None and listed.exit_code != 0 and not re.search(r"Configuration file '\S*/lxc/\d+\.conf' does not exist", listed.err):
             raise CreateRefused(f"`pct config {ctid}` on {host.name} failed: {_words(listed.err) or f'exit {listed.exit_code}'}"
                                 " (whether the id is free is not known; is it a Proxmox VE host, and `pct` its path?)")
+        resume = False
         if listed is not None and listed.exit_code == 0:
             config = gpuconfig.parse_config(listed.out)
-            if not unquote(config.get("description", "")).startswith(MARK):
+            mark = marked(config)
+            if mark is None:
                 raise CreateRefused(f"unable to create CT {ctid} - CT {ctid} already exists on node "
-                                    f"'{host.node_name}' (not made by remote create: remote never changes it)")
+                                    f"'{host.node_name}' (not made by remote create: remote never changes it); "
+                                    f"{_free_id(run, host.name, pct)}")
             diff = differences(config, spec, spec.storage or config.get("rootfs", "?").split(":", 1)[0])
             if diff:
                 raise CreateRefused(f"container {ctid} on {host.name} exists with another spec: {'; '.join(diff)}: remote "
                                     f"create never changes a container (ask for what it has, or `pct destroy {ctid} "
                                     "--force 1 --purge 1` first)")
-            said.append("already made as asked")
-            h.note(f"container {ctid} on {host.name} is already made as asked ({spec.source}, --gpu {spec.gpu}): nothing to do")
-            added = _hosts_entry(run, hosts_file, add_entry, ctid, host.name, spec)
-            return Created(ctid, host.name, False, h.dry, spec.source, (), None, (), (), tuple(run.steps), added,
-                           round(time.monotonic() - t_start, 3), tuple(run.notes))
+            if mark.startswith(MARK):
+                said.append("already made as asked")
+                h.note(f"container {ctid} on {host.name} is already made as asked ({spec.source}, --gpu {spec.gpus}): "
+                       "nothing to do")
+                added = _hosts_entry(run, hosts_file, add_entry, ctid, host.name, spec)
+                return Created(ctid, host.name, False, h.dry, spec.source, (), None, (), (), tuple(run.steps), added,
+                               round(time.monotonic() - t_start, 3), tuple(run.notes))
+            # Made by a create that did not finish (its last step marks it done): the steps after `pct create`
+            # run again, each of them idempotent; the container is not destroyed if one fails (not made now).
+            resume = True
+            said.append("unfinished: its steps after pct create run again")
+            run.note(f"container {ctid} on {host.name} was left unfinished by an earlier create ({spec.source}, "
+                     f"--gpu {spec.gpus}): the GPU lines, the start, the packages, the driver and the proof run again")
         storages_out = run.host([pvesm, "status"], mutates=False, deadline=60)
         if storages_out is not None and storages_out.exit_code != 0:
             raise CreateRefused(f"`pvesm status` on {host.name} failed: "
                                 f"{_words(storages_out.err) or f'exit {storages_out.exit_code}'} (its storages are not known)")
         storages = parse_storages(storages_out.out) if storages_out is not None else []
-        storage = spec.storage or next((s for s in STORAGE_ORDER if s in storages), None)
+        # Only a storage with `rootdir` content holds a container's disk (`local`, a plain dir, usually does not).
+        rootdir_out = run.host([pvesm, "status", "--content", "rootdir"], mutates=False, deadline=60)
+        rootdir = parse_storages(rootdir_out.out) if rootdir_out is not None and rootdir_out.exit_code == 0 else storages
+        storage = spec.storage or next((s for s in STORAGE_ORDER if s in rootdir), None)
         if storage is None or (storages and storage not in storages):
             raise CreateRefused(f"storage '{storage or '(none given)'}' does not exist on {host.name} (it has: "
                                 f"{', '.join(storages) or 'none'}): give --storage NAME")
+        if storages and storage not in rootdir:
+            raise CreateRefused(f"storage '{storage}' on {host.name} does not hold container disks (no `rootdir` in "
+                                f"its content; those that do: {', '.join(rootdir) or 'none'}): give --storage NAME, or "
+                                f"add rootdir to its content (`pvesm set {storage} --content ...,rootdir`)")
+        _check_bridge(run, spec)
         if spec.template:
             store = spec.template.split(":", 1)[0]
             r = run.host([pveam, "list", store], mutates=False, deadline=60)
@@ -234,12 +288,25 @@ def create(h: HostTarget, spec: CreateSpec, *, hosts_file: str | None = None,
                 raise CreateRefused(f"--template {spec.template}: volume '{spec.template}' does not exist on "
                                     f"{host.name} (its {store} has: {', '.join(have) or 'no template'}; "
                                     f"`pveam download {store} NAME` fetches one, `pveam available` lists them)")
-        else:
+        elif not resume:
             r = run.host(pct_argv(pct, "config", str(spec.clone)), mutates=False, deadline=60)
             if r is None or r.exit_code != 0:
                 raise CreateRefused(f"--clone {spec.clone}: {_words(r.err if r else '') or 'no such container'} "
                                     f"(on {host.name})")
+            source_config = r.out
+            if gpuconfig.parse_config(r.out).get("ostype") == "alpine":
+                raise CreateRefused(f"--clone {spec.clone}: an Alpine container, which remote does not support (every "
+                                    "step it runs in a container is bash with GNU env, which Alpine's busybox lacks)")
+            if gpuconfig.parse_config(r.out).get("template") not in ("1", "true", "yes"):
+                st = run.host(pct_argv(pct, "status", str(spec.clone)), mutates=False, deadline=60)
+                if st is not None and st.exit_code == 0 and "running" in st.out.split():
+                    raise CreateRefused(f"--clone {spec.clone}: container {spec.clone} on {host.name} is running, and "
+                                        "Proxmox clones only a stopped container or a template: `pct stop "
+                                        f"{spec.clone}` first, or clone a template (`pct template {spec.clone}` "
+                                        "makes one of a stopped container)")
         said.append(f"storage {storage}")
+        if spec.gpu is None:  # not asked: a CPU container, and the plan says what the host would have given
+            _say_gpus_left_out(run, h)
         if not selection.none:
             host_gpu = gpu.read_host(h.session, host, [])
             gpus = gpuconfig.chosen(selection, host_gpu)  # GpuConfigError: no module, an index it lacks
@@ -270,46 +337,39 @@ def create(h: HostTarget, spec: CreateSpec, *, hosts_file: str | None = None,
     # -- create, then everything that can fail with a container there: undone on failure -----------------------
     made = attempted = False
     try:
-        with run.step("create", f"pct {'create' if spec.template else 'clone'} {ctid}") as said:
-            hostname = HOSTNAME.format(ctid=ctid)
-            if spec.template:
-                argv = pct_argv(pct, "create", str(ctid), spec.template, "--hostname", hostname, "--cores",
-                                str(spec.cores), "--memory", str(spec.memory), "--swap", "0", "--rootfs",
-                                f"{storage}:{spec.disk}", "--unprivileged", "1" if spec.unprivileged else "0",
-                                "--features", "nesting=1", "--net0", NET0, "--description", spec.description())
-            else:
-                argv = pct_argv(pct, "clone", str(spec.clone), str(ctid), "--hostname", hostname, "--full", "1",
-                                "--storage", storage)
-            attempted = True
-            r = run.host(argv, mutates=True, deadline=900)
-            if r is not None and r.exit_code != 0:
-                if re.search(rf"\bCT {ctid} already exists\b", r.err) and _exists(h, pct, ctid):  # found free before
-                    raise CreateRefused(
-                        f"{host.name}: {_words(r.err)}, though the check before found id {ctid} free: made meanwhile, "
-                        "by another create or by this one's own command run again after a lost connection (the "
-                        f"transport reruns a host command whose answer it lost); `remote create` again finds it made "
-                        f"as asked, else `pct config {ctid}` on {host.name} says whose it is")
-                raise CreateRefused(f"{host.name}: {_words(r.err) or f'pct exited {r.exit_code}'}")
-            made = True
-            if spec.clone is not None:
-                r = run.host(pct_argv(pct, "set", str(ctid), "--cores", str(spec.cores), "--memory", str(spec.memory),
-                                      "--description", spec.description()), mutates=True)
-                _check(r, "pct set")
-            said.append(f"{storage}:{spec.disk}G, {spec.cores} cores, {spec.memory} MiB")
+        if not resume:
+            with run.step("create", f"pct {'create' if spec.template else 'clone'} {ctid}") as said:
+                attempted = True
+                _make(run, spec, storage)
+                made = True
+                if spec.clone is not None:  # the clone has its source's description until this
+                    _check(run.host(pct_argv(pct, "set", str(ctid), "--cores", str(spec.cores), "--memory",
+                                             str(spec.memory), "--description", spec.description(done=False)),
+                                    mutates=True), "pct set")
+                said.append(f"{storage}:{spec.disk}G, {spec.cores} cores, {spec.memory} MiB")
         config_lines: tuple[str, ...] = ()
-        if not wanted.empty:
-            with run.step("gpu config", f"devN and mpN lines for GPU {', '.join(map(str, gpus))}") as said:
-                current = None if h.dry else run.host(pct_argv(pct, "config", str(ctid)), mutates=False, deadline=60)
-                now = current.out if current is not None and current.exit_code == 0 else ""
+        if not wanted.empty or spec.clone is not None or resume:  # a clone ends with exactly the GPUs asked
+            with run.step("gpu config", f"devN and mpN lines for GPU {', '.join(map(str, gpus)) or 'none'}") as said:
+                current = None if h.dry and not resume else run.host(pct_argv(pct, "config", str(ctid)), mutates=False,
+                                                                     deadline=60)
+                now = current.out if current is not None and current.exit_code == 0 else source_config
                 plan = gpuconfig.plan(now, wanted)
                 for line in plan.diff:
                     h.output(line)
+                if plan.raw:  # a clone's source's raw NVIDIA lxc lines: pct cannot remove them, the file is edited
+                    _check(run.host(["bash", "-c", shell.load("gpu-host-fix"), "gpu-host-fix", "drop-raw", str(ctid),
+                                     *plan.raw], mutates=True), "dropping the raw lxc lines (remote/sh/gpu-host-fix.sh)")
                 if plan.pct_args():
                     _check(run.host(pct_argv(pct, "set", str(ctid), *plan.pct_args()), mutates=True), "pct set")
                 config_lines = tuple(f"{k}: {v}" for k, v in plan.set)
-                said.append(f"{len(plan.set)} lines")
-        with run.step("start", f"pct start {ctid}"):
-            _check(run.host(pct_argv(pct, "start", str(ctid)), mutates=True), "pct start")
+                said.append(f"{len(plan.set)} lines" + (f", {len(plan.delete) + len(plan.raw)} removed"
+                                                         if plan.delete or plan.raw else ""))
+        with run.step("start", f"pct start {ctid}") as said:
+            status = None if h.dry or not resume else run.host(pct_argv(pct, "status", str(ctid)), mutates=False)
+            if status is not None and "running" in status.out.split():
+                said.append("already running")
+            else:
+                _check(run.host(pct_argv(pct, "start", str(ctid)), mutates=True), "pct start")
             if not h.dry:
                 Container(h.session.transport(host), ctid, pct=pct).wait_running(timeout=120)
         ct = Container(h.session.transport(host), ctid, pct=pct, dry=h.dry, events=h.session.sink,
@@ -334,10 +394,19 @@ def create(h: HostTarget, spec: CreateSpec, *, hosts_file: str | None = None,
             with run.step("proof", "cuInit(0), nvidia-smi, doctor --gpu") as said:
                 if not h.dry:
                     said += _prove(h, ct, gpus)
+        # The last step: until it, the description says unfinished, and `remote create` again resumes.
+        with run.step("mark", "the description says the create finished"):
+            _check(run.host(pct_argv(pct, "set", str(ctid), "--description", spec.description()), mutates=True),
+                   "pct set --description")
     except BaseException as exc:
-        if h.dry or not attempted or isinstance(exc, CreateRefused):
+        if h.dry or not attempted and not resume or isinstance(exc, CreateRefused):
             raise  # nothing made: pct was not asked, or said no
         why = str(exc) if isinstance(exc, RemoteError) else f"{type(exc).__name__}: {exc}"
+        if resume:  # made by an earlier create: not destroyed now; the same create again resumes it
+            raise CreateError(f"create {ctid} failed at {run.current}: {why}; container {ctid} (left unfinished by an "
+                              f"earlier create) is kept: `remote create` again re-runs the steps after pct create, or "
+                              f"`pct destroy {ctid} --force 1 --purge 1` on {host.name} removes it",
+                              left=f"pct destroy {ctid} --force 1 --purge 1") from exc
         if not made:  # pct create (clone) gave no answer (a lost connection, a timeout): it may have made it
             there = _exists(h, pct, ctid)
             if there is False:
@@ -346,17 +415,104 @@ def create(h: HostTarget, spec: CreateSpec, *, hosts_file: str | None = None,
                 raise CreateError(f"create {ctid} failed at {run.current}: {why}; whether pct made container {ctid} is "
                                   f"not known: `pct config {ctid}` on {host.name} says, and `pct destroy {ctid} --force 1 "
                                   "--purge 1` there removes it", left=f"pct destroy {ctid} --force 1 --purge 1") from exc
-        left = _undo(h, pct, ctid)
+        left = _undo(h, pct, ctid, None if made else _ours(spec, source_config))
         if left is None:
             raise CreateError(f"create {ctid} failed at {run.current}: {why}; the half-made container was "
                               "destroyed: nothing is left") from exc
-        raise CreateError(f"create {ctid} failed at {run.current}: {why}; container {ctid} is left on {host.name} (destroying it "
-                          f"failed: {left}): remove it with `pct destroy {ctid} --force 1 --purge 1` there",
+        raise CreateError(f"create {ctid} failed at {run.current}: {why}; container {ctid} is left on {host.name} ({left}): "
+                          f"remove it with `pct destroy {ctid} --force 1 --purge 1` there if it is this create's",
                           left=f"pct destroy {ctid} --force 1 --purge 1") from exc
     added = _hosts_entry(run, hosts_file, add_entry, ctid, host.name, spec)
     return Created(ctid, host.name, not h.dry, h.dry, spec.source, gpus, driver,
                    config_lines or tuple(gpuconfig.spec_lines(wanted)), tuple(run.commands), tuple(run.steps), added,
                    round(time.monotonic() - t_start, 3), tuple(run.notes))
+
+
+def _make(run: _Run, spec: CreateSpec, storage: str) -> None:
+    """`pct create`, its description marked unfinished, or `pct clone`; CreateRefused where pct says no."""
+    h, pct, ctid = run.h, run.h.host.pct, spec.ctid
+    hostname = HOSTNAME.format(ctid=ctid)
+    if spec.template:
+        argv = pct_argv(pct, "create", str(ctid), spec.template, "--hostname", hostname, "--cores",
+                        str(spec.cores), "--memory", str(spec.memory), "--swap", "0", "--rootfs",
+                        f"{storage}:{spec.disk}", "--unprivileged", "1" if spec.unprivileged else "0",
+                        "--features", "nesting=1", "--net0", spec.network, "--description", spec.description(done=False))
+    else:
+        argv = pct_argv(pct, "clone", str(spec.clone), str(ctid), "--hostname", hostname, "--full", "1",
+                        "--storage", storage)
+    r = run.host(argv, mutates=True, deadline=900)
+    if r is not None and r.exit_code != 0:
+        if re.search(rf"\bCT {ctid} already exists\b", r.err) and _exists(h, pct, ctid):  # found free before
+            raise CreateRefused(
+                f"{h.host.name}: {_words(r.err)}, though the check before found id {ctid} free: made meanwhile (by "
+                f"another create, or by hand); `pct config {ctid}` on {h.host.name} says whose it is, and `remote "
+                f"create` again finds it made (or unfinished) if it is this spec's; {_free_id(run, h.host.name, pct)}")
+        if re.search(rf"\bCT {ctid} already exists\b", r.err):
+            raise CreateRefused(f"{h.host.name}: {_words(r.err)}; {_free_id(run, h.host.name, pct)}")
+        raise CreateRefused(f"{h.host.name}: {_words(r.err) or f'pct exited {r.exit_code}'}")
+
+
+def _check_bridge(run: _Run, spec: CreateSpec) -> None:
+    """The net0 bridge is one of the node's (`pvesh get /nodes/NODE/network --type any_bridge`); where pvesh
+    cannot say, a note, and pct create names a missing bridge itself."""
+    h = run.h
+    pvesh = program_path("pvesh", h.host.pct, exact=False)
+    try:
+        r = run.host([pvesh, "get", f"/nodes/{h.host.node_name}/network", "--type", "any_bridge", "--output-format",
+                      "json"], mutates=False, deadline=60)
+    except RemoteError:
+        r = None
+    try:
+        found = json.loads(r.out) if r is not None and r.exit_code == 0 else None
+    except ValueError:
+        found = None
+    if not isinstance(found, list):
+        if r is not None:
+            run.note(f"bridge {spec.bridge} not checked: `pvesh get /nodes/{h.host.node_name}/network` on "
+                     f"{h.host.name} did not answer ({_words(r.err) or 'no list'})")
+        return
+    bridges = sorted(str(b.get("iface")) for b in found if isinstance(b, dict) and b.get("iface"))
+    if spec.bridge not in bridges:
+        raise CreateRefused(f"bridge {spec.bridge} does not exist on {h.host.name} (its bridges: "
+                            f"{', '.join(bridges) or 'none'}): give --net0 name=eth0,bridge=NAME,ip=dhcp")
+
+
+def _free_id(run: _Run, host: str, pct: str) -> str:
+    """What to do about an id in use: the cluster's next free id, as Proxmox's own `pvesh get /cluster/nextid`
+    names it (or that command, where it does not answer)."""
+    pvesh = program_path("pvesh", pct, exact=False)
+    try:
+        r = run.host([pvesh, "get", "/cluster/nextid"], mutates=False, deadline=60)
+    except RemoteError:
+        r = None
+    free = re.fullmatch(r'\s*"?(\d+)"?\s*', r.out) if r is not None and r.exit_code == 0 else None
+    if free:
+        return f"a free id: {free.group(1)} (`pvesh get /cluster/nextid` on {host})"
+    return f"`pvesh get /cluster/nextid` on {host} names a free id"
+
+
+def _say_gpus_left_out(run: _Run, h: HostTarget) -> None:
+    """--gpu not given: a CPU container; where the host has GPUs, the plan says so (and how to pass them)."""
+    try:
+        found = gpu.read_host(h.session, h.host, [])
+    except RemoteError:
+        return
+    have = gpuconfig.gpu_nodes(found) if found.loaded else ()
+    if have:
+        run.note(f"--gpu not given: a CPU container, though {h.host.name} has GPU {', '.join(map(str, have))} "
+                 f"(NVIDIA {found.loaded}): `--gpu all` or `--gpu {have[0]}` passes them, `--gpu none` says no")
+
+
+def _ours(spec: CreateSpec, source_config: str) -> Callable[[dict[str, str]], bool]:
+    """Whether a container found at spec's id after a lost `pct create` answer is this create's: its hostname
+    and remote's unfinished mark with this spec (a clone: its source's description, copied by pct clone)."""
+    source = unquote(gpuconfig.parse_config(source_config).get("description", "")) if spec.clone is not None else None
+
+    def check(config: dict[str, str]) -> bool:
+        desc = unquote(config.get("description", ""))
+        return config.get("hostname") == HOSTNAME.format(ctid=spec.ctid) and (
+            desc.splitlines()[:1] == [spec.description(done=False)] or (source is not None and desc == source))
+    return check
 
 
 def _check(r, what: str) -> None:
@@ -407,8 +563,14 @@ def _exists(h: HostTarget, pct: str, ctid: int) -> bool | None:
         return None
 
 
-def _undo(h: HostTarget, pct: str, ctid: int) -> str | None:
-    """Destroy the half-made container: None when it is gone, else why it could not be."""
+def _undo(h: HostTarget, pct: str, ctid: int, ours: Callable[[dict[str, str]], bool] | None = None) -> str | None:
+    """Destroy the half-made container: None when it is gone, else why it could not be (or was not). `ours`,
+    where pct's answer was lost: the container is destroyed only where its config says it is this create's."""
+    if ours is not None:
+        r = h.session.host_run(h.host, pct_argv(pct, "config", str(ctid)), deadline=60)
+        if r.exit_code != 0 or not ours(gpuconfig.parse_config(r.out)):
+            return ("not destroyed: it does not carry this create's mark and hostname, so it may be another's; "
+                    f"`pct config {ctid}` says whose it is")
     h.warn(f"destroying the half-made container {ctid}")
     h.session.host_run(h.host, pct_argv(pct, "stop", str(ctid)), deadline=120)
     r = h.session.host_run(h.host, pct_argv(pct, "destroy", str(ctid), "--purge", "1"), deadline=300)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .. import facts, shell
 from ..config import ContainerSpec, VenvSpec
-from ..errors import BusyError, CommandError, DeployError, RemoteError
+from ..errors import BusyError, CommandError, ConfigError, DeployError, RemoteError
 from ..naming import json_loads, printable
 from ..results import DeployPlan
 from ..target import Target
@@ -177,6 +177,8 @@ def deploy(t: Target, *, allow_dirty: bool = False, check: bool = False, rollbac
 
     plan = make_plan(spec, state, local)
     summary.drift = plan.venv.drift.lines()
+    if not check and not force and plan.venv.action != "none":
+        _refuse_emptying(t, state, plan)
     if check:
         if plan.code:
             summary.changed.append(f"code would be synced: {plan.code}")
@@ -203,6 +205,38 @@ def deploy(t: Target, *, allow_dirty: bool = False, check: bool = False, rollbac
         _apply(t, state, plan, local, held, summary, lock)
     summary.seconds = time.monotonic() - start
     return summary.plan(applied=True)
+
+
+def _package_name(requirement: str) -> str:
+    """`torch==2.11.0+cu128`, `Torch[extra] >= 2`, `torch @ https://...`: the distribution's normalised name."""
+    import re
+
+    return re.split(r"[\s\[<>=!~;@(]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def _refuse_emptying(t: Target, state: dict, plan: Plan) -> None:
+    """A venv section not filled in yet (`remote init` writes `packages: []`) would swap a working venv for an
+    empty one: refuse a venv with no packages at all, or without torch where the current one has it, naming
+    the section to fill (force=True deploys it anyway)."""
+    spec = t.spec
+    lines = [line for line in (plan.req_text or "").splitlines() if line.strip() and not line.lstrip().startswith(("#", "-"))]
+    names = {_package_name(p) for p in (*spec.venv.packages, *lines)}
+    had = ((state.get("venv") or {}).get("record") or {}).get("verify") or {}
+    had_torch = had.get("torch") if isinstance(had, dict) else None
+    if not names:
+        why = "one with no packages at all (venv.packages is empty" + \
+              (f", {spec.venv.requirements} lists none)" if spec.venv.requirements else " and there is no venv.requirements)")
+    elif had_torch and "torch" not in names:
+        why = (f"one without torch (neither venv.packages nor venv.requirements names torch; the venv there has "
+               f"torch {printable(str(had_torch))})")
+    else:
+        return
+    also = "" if spec.code.repo else "; code.repo is not set either (your git repository: nothing of your code is deployed)"
+    now = f" (torch {printable(str(had_torch))})" if had_torch else ""
+    raise ConfigError(t.session.config.file, "venv.packages",
+                      f"this deploy would replace container {spec.ctid}'s venv{now} with {why}{also}. Fill in the "
+                      "section(s) `remote init` marked `TO FILL` (venv: the packages to install, e.g. "
+                      "[torch==2.11.0+cu128]), or deploy it anyway with force=True")
 
 
 def _snapshot(t: Target, what: str, summary: _Changes) -> None:
@@ -233,7 +267,7 @@ def _refuse_running_job(t: Target, force: bool, summary: _Changes) -> None:
     """A running job would find its checkout rewritten and its venv swapped under it: refuse unless forced.
     Every live run counts, not only the latest (`train --force` starts one beside another)."""
     spec = t.spec
-    live = jobs.state(t).get("live") or []
+    live = jobs.state(t).live
     if not live:
         return
     what = jobs.live_text(live)
@@ -242,7 +276,7 @@ def _refuse_running_job(t: Target, force: bool, summary: _Changes) -> None:
                                    f"running; a deploy would change its checkout and venv under it. Stop it first "
                                    f"(container({spec.ctid}).stop() stops every live run), or pass force=True (a "
                                    "venv is kept while any process uses it)",
-                        {"run": live[-1]["run"], "pid": live[-1]["pid"], "live": live})
+                        jobs.busy_details(live))
     t.step(f"forced: deploying while {what} {'is' if len(live) == 1 else 'are'} running")
     summary.kept.append(f"{what} left running (forced)")
 

@@ -92,15 +92,26 @@ def chosen(selection: Selection, host: HostGpu) -> tuple[int, ...]:
 
 def wanted_nodes(selection: Selection, host: HostGpu) -> list[str]:
     """The host nodes a container with these GPUs needs: each chosen /dev/nvidiaN, then nvidiactl, nvidia-uvm,
-    nvidia-uvm-tools, and with MIG on the host every /dev/nvidia-caps/* node it has. The uvm nodes are named
-    even where the host lacks them yet (create makes them first: `nvidia-modprobe -u -c 0`)."""
+    nvidia-uvm-tools, and with MIG on the host the /dev/nvidia-caps nodes of the chosen GPUs' instances. The
+    uvm nodes are named even where the host lacks them yet (create makes them first: `nvidia-modprobe -u -c 0`)."""
     indices = chosen(selection, host)
     if not indices:
         return []
     nodes = [f"/dev/nvidia{i}" for i in indices] + list(CONTROL)
     if host.mig:
-        nodes += sorted(n.path for n in host.nodes if n.path.startswith("/dev/nvidia-caps/"))
+        nodes += mig_caps(host, indices)
     return nodes
+
+
+def mig_caps(host: HostGpu, indices: tuple[int, ...]) -> list[str]:
+    """The /dev/nvidia-caps nodes that open the GPU and compute instances of these GPUs (mig-minors'
+    `gpuN/giM/access`, `gpuN/giM/ciK/access`): never `config` (nvidia-cap1: create and destroy instances,
+    which other containers share) nor `monitor` (nvidia-cap2), nor another GPU's instances."""
+    prefixes = tuple(f"gpu{i}/" for i in indices)
+    return sorted((n.path for n in host.nodes if n.path.startswith("/dev/nvidia-caps/")
+                   and host.mig_minors.get(n.minor, "").startswith(prefixes)
+                   and host.mig_minors[n.minor].endswith("/access")),
+                  key=lambda p: int(re.sub(r"\D", "", p) or 0))
 
 
 @dataclass(frozen=True)
@@ -135,7 +146,9 @@ def wanted_lines(selection: Selection, host: HostGpu, *, gid: int = VIDEO_GID, u
         return Wanted()
     if len(nodes) > DEV_MAX:
         raise GpuConfigError(f"--gpu {selection}: {len(nodes)} device nodes, more than Proxmox's {DEV_MAX} devN lines")
-    return Wanted(tuple((p, dev_value(p, gid)) for p in nodes), mount_value() if userspace else None)
+    # A MIG access node is read-only (0444, as the driver makes it): reading it is what grants the instance.
+    return Wanted(tuple((p, dev_value(p, gid, "0444" if p.startswith("/dev/nvidia-caps/") else "0666"))
+                        for p in nodes), mount_value() if userspace else None)
 
 
 def parse_config(text: str) -> dict[str, str]:

@@ -8,14 +8,19 @@ What each finding becomes (remote.facts.gpu's kinds):
     device-not-passed, cgroup-major-stale,      the container's GPU lines rewritten as remote create writes them
     mount-optional-missing, device-permission,  (remote.ops.gpuconfig: devN lines with today's nodes, the driver's
     a node missing, or wrong through a mount    mpN; raw NVIDIA lxc lines dropped), then a restart
-    container-node-wrong/-missing with a        a restart (Proxmox makes the node from the host's at start)
-      config line that is right
+    container-node-wrong/-missing with a        in place, in the running container (remote/sh/gpu-node.sh): what
+      config line that is right                 is mounted over the node unmounted; a missing or wrong node made
+                                                again with the host's numbers where the container is privileged;
+                                                a restart only where that cannot work (unprivileged and no mount
+                                                over it) or did not (the node still wrong after it)
     host-uvm-not-loaded, the uvm node missing   on the host: `modprobe nvidia-uvm`, `nvidia-modprobe -u -c 0`
     driver-lib-mismatch, no-driver-libs         the host's folder refilled with the loaded driver's user space
                                                 (remote/sh/nvidia-userspace.sh), mounted read-only, `ldconfig`
     host-no-driver, host-gpu-vfio, a pending    not fixed: named with the manual step (the finding's own fix)
       reboot, persistence-off, mig-caps-missing
 
+The one restart path is `restart()` (a run live there is refused unless `force`, then killed; with
+train.checkpoint it is saved and stopped first, and resumed from its checkpoint after).
 Root on the host is needed (devN and mount entries are root-only in Proxmox: docs/guide/safety.md); a host
 with `sudo: true` is refused before anything is read. A live run blocks a restart, as deploy's does, unless
 `force`. Before the config is written, a Proxmox snapshot where the storage can (it holds the config too).
@@ -26,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import re
 import shlex
 from dataclasses import dataclass, field
 
@@ -33,7 +39,7 @@ from .. import shell
 from ..errors import BusyError, GpuFixError, PctError, RemoteError, RootRequired
 from ..facts import gpu
 from ..naming import printable
-from ..results import Finding, GpuFix
+from ..results import Finding, GpuFix, LiveRun, Stopped
 from ..target import Target
 from . import gpuconfig, oplock
 
@@ -43,6 +49,28 @@ USERSPACE_KINDS = {"driver-lib-mismatch", "no-driver-libs"}
 MANUAL_KINDS = {"host-no-driver", "host-gpu-vfio", "host-reboot-pending", "persistence-off", "mig-caps-missing"}
 UVM_NODES = ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 SNAPSHOT_DESCRIPTION = "before gpu fix"
+NODE_PATH = re.compile(r"/dev/nvidia[A-Za-z0-9_-]*(/nvidia-cap[0-9]+)?")  # what gpu-node.sh is given: no other path
+
+
+@dataclass(frozen=True)
+class Repair:
+    """One node repaired in place in the running container: unmount what hides it, else make it again."""
+
+    path: str
+    major: int
+    minor: int
+    mode: int
+    gid: int
+    make: bool  # mknod where unmounting is not enough (a privileged container only)
+
+    def argv(self) -> list[str]:
+        return ["bash", "-c", shell.load("gpu-node"), "gpu-node", self.path, str(self.major), str(self.minor),
+                f"{self.mode:04o}", str(self.gid), "1" if self.make else "0"]
+
+    def text(self, ctid: int) -> str:
+        how = f"umount {self.path}" + (f" (else mknod -m {self.mode:04o} {self.path} c {self.major} {self.minor})"
+                                       if self.make else "")
+        return f"pct exec {ctid} -- {how}"
 
 
 @dataclass(frozen=True)
@@ -56,10 +84,13 @@ class Plan:
     restart: str | None = None  # why the container must restart (None: it need not)
     fixes: tuple[tuple[str, str], ...] = ()  # (finding kind, what answers it)
     manual: tuple[tuple[str, str, str], ...] = ()  # (finding kind, message, the manual step)
+    inplace: tuple[Repair, ...] = ()  # nodes repaired in the running container, no restart
+    fallback: str | None = None  # why it restarts after all where an in-place repair leaves its node wrong
 
     @property
     def empty(self) -> bool:
-        return self.config.empty and not self.uvm and not self.userspace and self.restart is None
+        return (self.config.empty and not self.uvm and not self.userspace and self.restart is None
+                and not self.inplace)
 
 
 def _passed_by(cfg: gpu.CtConfig | None, path: str) -> str | None:
@@ -120,6 +151,7 @@ def plan(host: gpu.HostGpu, ctid: int, ct: gpu.CtGpu | None, found: list[Finding
     rewrite = uvm = userspace = False
     bound: list[str] = []  # raw lines that bind another file over an NVIDIA node
     restart: list[str] = []
+    inplace: list[Repair] = []
     has_mount = f"{gpuconfig.USERSPACE_HOST}," in config_text or config_text.rstrip().endswith(gpuconfig.USERSPACE_HOST)
     for f in found:
         if f.container not in (None, ctid):
@@ -152,9 +184,15 @@ def plan(host: gpu.HostGpu, ctid: int, ct: gpu.CtGpu | None, found: list[Finding
             if how != "dev":
                 rewrite = True
                 fixes.append((f.code, f"{path}: a devN line makes it from the host's node at start"))
+            elif (repair := _repair(host, ct, cfg, path)) is not None:
+                inplace.append(repair)
+                fixes.append((f.code, f"{path}: repaired in the running container, no restart ("
+                                      + ("what is mounted over it unmounted" if _hidden(ct, path) else
+                                         "made again with the host's numbers") + ")"))
             else:
                 fixes.append((f.code, f"{path}: its devN line makes the host's node again at the next start"))
-                restart.append(f"{path} is made from the host's node only at start")
+                restart.append(f"{path} is made from the host's node only at start (an unprivileged container "
+                               "may not make a device node itself)")
         elif f.code in USERSPACE_KINDS:
             if host.on_disk and host.loaded and host.on_disk != host.loaded:
                 manual.append((f.code, f.what, f"reboot the host first: module {host.loaded} is loaded but "
@@ -186,7 +224,33 @@ def plan(host: gpu.HostGpu, ctid: int, ct: gpu.CtGpu | None, found: list[Finding
         config = dataclasses.replace(config, raw=config.raw + extra, diff=config.diff + tuple(f"- {x}" for x in extra))
         if not config.empty:
             restart.insert(0, "Proxmox applies devN and mount lines at start")
-    return Plan(ctid, config, uvm, userspace, restart[0] if restart else None, tuple(fixes), tuple(manual))
+    if restart:  # the restart makes every devN node from the host's: nothing to repair in place before it
+        inplace = []
+    fallback = (f"{', '.join(r.path for r in inplace)}: still wrong after the repair in place, and Proxmox makes "
+                "a devN node from the host's at start") if inplace else None
+    return Plan(ctid, config, uvm, userspace, restart[0] if restart else None, tuple(fixes), tuple(manual),
+                tuple(inplace), fallback)
+
+
+def _hidden(ct: gpu.CtGpu | None, path: str) -> bool:
+    node = ct.node(path) if ct else None
+    return node is not None and node.mount is not None
+
+
+def _repair(host: gpu.HostGpu, ct: gpu.CtGpu | None, cfg: gpu.CtConfig | None, path: str) -> Repair | None:
+    """The in-place repair of a node its devN line passes (None: only a restart can): unmount what hides it
+    (any container), make it again with the host's numbers (a privileged one: mknod is not allowed in an
+    unprivileged container). The mode and group are the devN line's, else the host node's, as Proxmox's."""
+    want = host.node(path)
+    if ct is None or want is None or cfg is None or not NODE_PATH.fullmatch(path):
+        return None
+    hidden = _hidden(ct, path)
+    if not hidden and cfg.unprivileged:
+        return None
+    opts = next((o for _, p, o in cfg.devs if p == path), {})
+    mode = int(opts["mode"], 8) if re.fullmatch(r"0?[0-7]{3}", opts.get("mode", "")) else want.mode & 0o777
+    gid = int(opts["gid"]) if str(opts.get("gid", "")).isdigit() else 0
+    return Repair(path, want.major, want.minor, mode, gid, make=not cfg.unprivileged)
 
 
 def _fix_argv(action: str, *args: str) -> list[str]:
@@ -231,8 +295,7 @@ def _snapshot(t: Target) -> str | None:
     if not how.supported:
         t.note(f"no snapshot: {how.reason}")
         return None
-    today = datetime.datetime.now(datetime.timezone.utc).date()
-    name = snapshots.next_name(snapshots.list_snapshots(t), today).replace("remote-", "gpufix-")
+    name = snapshot_name([s.name for s in snapshots.list_snapshots(t)], datetime.datetime.now(datetime.timezone.utc).date())
     t.step(f"snapshot {name} ({how.reason})")
     r = t.system.run_pct("snapshot", str(t.ctid), name, "--description", SNAPSHOT_DESCRIPTION, mutates=True,
                       deadline=snapshots.ROLLBACK_DEADLINE)
@@ -242,10 +305,20 @@ def _snapshot(t: Target) -> str | None:
     return name
 
 
-def _live(t: Target) -> list[dict]:
+GPUFIX_SNAPSHOT = re.compile(r"gpufix-(\d{8})-(\d+)")
+
+
+def snapshot_name(existing: list[str], today: datetime.date) -> str:
+    """`gpufix-DATE-N`, N one past the day's highest gpufix snapshot (Proxmox refuses a name already used)."""
+    day = today.strftime("%Y%m%d")
+    taken = [int(m.group(2)) for n in existing if (m := GPUFIX_SNAPSHOT.fullmatch(n)) and m.group(1) == day]
+    return f"gpufix-{day}-{max(taken, default=0) + 1}"
+
+
+def _live(t: Target) -> tuple[LiveRun, ...]:
     from . import jobs
 
-    return jobs.state(t).get("live") or []
+    return jobs.state(t).live
 
 
 def gpu_fix(t: Target, *, dry: bool = False, force: bool = False) -> GpuFix:
@@ -269,28 +342,67 @@ def gpu_fix(t: Target, *, dry: bool = False, force: bool = False) -> GpuFix:
         return GpuFix(t.ctid, t.host.name, True, before, tuple(w for _, w in p.fixes), p.config.diff, tuple(commands),
                       p.manual, None, False, p.restart, ct.cuda_init if ct else None, before, why)
     running = t.system.status() == "running"
-    # The operation lease of a running container that must restart: held from the run check to the restart,
-    # so no deploy, warmup or launch of another controller starts in between (as rollback holds it).
-    with oplock.hold(t.system, "gpu fix") if p.restart and running else contextlib.nullcontext():
-        return _apply(t, p, host, before, commands, running, force)
+    # The operation lease of a running container that must restart (or may, where a repair in place fails): held
+    # from the run check to the restart, so no deploy, warmup or launch of another controller starts in between
+    # (as rollback holds it).
+    saved: list[Stopped] = []  # a live run saved and stopped for the restart (train.checkpoint): resumed after
+    with oplock.hold(t.system, "gpu fix") if (p.restart or p.inplace) and running else contextlib.nullcontext():
+        done = _apply(t, p, host, before, commands, running, force, saved)
+    return _resume(t, done, saved[0]) if saved else done
+
+
+def _resume(t: Target, done: GpuFix, stopped: Stopped) -> GpuFix:
+    """After the restart, the run saved before it resumed from its checkpoint (train --resume), outside the
+    lease; where it cannot (no checkpoint came, a preflight problem), a warning says how to resume by hand."""
+    from . import jobs
+
+    try:
+        run_id, _ = jobs.start(t, resume=True)
+    except RemoteError as exc:
+        t.warn(f"run {stopped.run} was saved and stopped for the restart but did not resume: {exc} "
+               f"(`remote train -c {t.ctid} --resume` resumes it)")
+        return done
+    return dataclasses.replace(done, resumed=run_id)
+
+
+def _refuse_live(t: Target, why: str, force: bool, saved: list[Stopped]) -> None:
+    """A live run blocks a restart unless `force` (then it is killed, and said so); with train.checkpoint it is
+    saved and stopped first (jobs.stop(save=True), put in `saved`: gpu_fix resumes it after)."""
+    live = _live(t)
+    if live and not force and t.spec.train.checkpoint is not None:
+        from . import jobs
+
+        t.step(f"container {t.ctid} must restart ({why}): the live run saves and stops first, and resumes after")
+        saved.append(jobs.stop(t, save=True))
+        return
+    if live and not force:
+        from . import jobs
+
+        raise BusyError(t.ctid, f"container {t.ctid}: {jobs.live_text(live)} still running; gpu fix must restart "
+                                f"the container ({why}). `remote stop` first, or pass --force (the run is "
+                                "killed); with train.checkpoint it is saved and resumed", jobs.busy_details(live))
+    if live:
+        t.warn(f"--force: restarting container {t.ctid} while a run is live (it is killed)")
 
 
 def _apply(t: Target, p: Plan, host: gpu.HostGpu, before: tuple[str, ...], commands: list[str], running: bool,
-           force: bool) -> GpuFix:
+           force: bool, saved: list[Stopped]) -> GpuFix:
     if p.restart and running:
-        live = _live(t)
-        if live and not force:
-            from . import jobs
-
-            raise BusyError(t.ctid, f"container {t.ctid}: {jobs.live_text(live)} still running; gpu fix must restart "
-                                    f"the container ({p.restart}). `remote stop` first, or pass --force (the run is "
-                                    "killed)", {"run": live[-1]["run"], "pid": live[-1]["pid"], "live": live})
-        if live:
-            t.warn(f"--force: restarting container {t.ctid} while a run is live (it is killed)")
+        _refuse_live(t, p.restart, force, saved)
     snap = _snapshot(t) if not p.config.empty else None
     done: list[str] = []  # what has changed so far, for an error part-way
+    why = p.restart
     try:
         restarted = _change(t, p, host, running, done, commands)
+        left = repair_in_place(t, p.inplace, done) if p.inplace and running and not restarted else None
+        if left:  # a node the repair in place left wrong: only a restart makes it from the host's
+            why = f"{p.fallback} ({left})"
+            _refuse_live(t, why, force, saved)
+            commands.append(RESTART_COMMAND.format(ctid=t.ctid))
+            restart(t, why, done)
+            restarted = True
+    except BusyError:
+        raise
     except RemoteError as exc:
         if not done:
             raise
@@ -305,8 +417,36 @@ def _apply(t: Target, p: Plan, host: gpu.HostGpu, before: tuple[str, ...], comma
     t.step(f"gpu fix: re-prove CUDA in container {t.ctid}")
     host2, ct2, why2, after = _probe(t)
     return GpuFix(t.ctid, t.host.name, False, before, tuple(w for _, w in p.fixes), p.config.diff, tuple(commands),
-                  p.manual, snap, restarted, p.restart, ct2.cuda_init if ct2 else None,
+                  p.manual, snap, restarted, why, ct2.cuda_init if ct2 else None,
                   tuple(f.code for f in after), why2)
+
+
+def restart(t: Target, why: str, done: list[str]) -> None:
+    """gpu fix's one restart of a running container (Proxmox makes devN nodes and applies mounts at start);
+    a live run there dies with it: the caller checked that (`_refuse_live`)."""
+    t.step(f"restart container {t.ctid}: {why}")
+    t.system.stop()
+    done.append(f"container {t.ctid} stopped")
+    t.system.start()
+    t.system.wait_running()
+
+
+def repair_in_place(t: Target, repairs: tuple[Repair, ...], done: list[str]) -> str | None:
+    """Each node repaired in the running container (remote/sh/gpu-node.sh): None where every one is right
+    now, else what is still wrong (one line)."""
+    left = []
+    for r in repairs:
+        t.step(f"container {t.ctid}: repair {r.path} in place ({r.text(t.ctid)})")
+        res = t.system.run(r.argv(), check=False, timeout=60, label=f"gpu-node {r.path}")
+        for line in res.out.splitlines():
+            if line.startswith(("unmounted /dev/", "made /dev/")):
+                done.append(f"in container {t.ctid}: {printable(line)}")
+        if res.exit_code == 3:
+            left.append(printable(res.err.strip().splitlines()[-1] if res.err.strip() else f"{r.path} still wrong"))
+        elif res.exit_code != 0:
+            raise GpuFixError(f"container {t.ctid}: repairing {r.path} in place failed (exit {res.exit_code}): "
+                              f"{printable(res.err.strip()[-300:])}")
+    return "; ".join(left) or None
 
 
 def _change(t: Target, p: Plan, host: gpu.HostGpu, running: bool, done: list[str], commands: list[str]) -> bool:
@@ -331,19 +471,15 @@ def _change(t: Target, p: Plan, host: gpu.HostGpu, running: bool, done: list[str
         t.step(f"pct set {t.ctid} " + shlex.join(p.config.pct_args()))
         t.system.run_pct("set", str(t.ctid), *p.config.pct_args(), mutates=True).check(t.system.where)
         done.append(f"pct set {t.ctid} written")
-    restarted = False
     if p.restart and running:
-        t.step(f"restart container {t.ctid}: {p.restart}")
-        t.system.stop()
-        done.append(f"container {t.ctid} stopped")
-        t.system.start()
-        t.system.wait_running()
-        restarted = True
-    elif p.restart:
+        restart(t, p.restart, done)
+        return True
+    if p.restart:
         t.note(f"container {t.ctid} is stopped: the change applies at its next start")
-    return restarted
+    return False
 
 
+RESTART_COMMAND = "pct stop {ctid} && pct start {ctid}"
 UVM_COMMAND = "nvidia-modprobe -u -c 0"
 
 
@@ -364,8 +500,9 @@ def _commands(t: Target, p: Plan) -> list[str]:
         out.append(f"drop from /etc/pve/lxc/{t.ctid}.conf: " + "; ".join(p.config.raw))
     if p.config.pct_args():
         out.append(f"pct set {t.ctid} " + shlex.join(p.config.pct_args()))
+    out += [r.text(t.ctid) for r in p.inplace]
     if p.restart:
-        out.append(f"pct stop {t.ctid} && pct start {t.ctid}")
+        out.append(RESTART_COMMAND.format(ctid=t.ctid))
     if p.userspace:
         out.append(f"pct exec {t.ctid} -- ldconfig")
     return out

@@ -164,7 +164,8 @@ def render(host: cfg.Host, given: dict, containers: list[tuple[int, str, str, li
         f"# Hosts file for `remote`, written by `remote init` from {who} on {time.strftime('%Y-%m-%d')}.",
         f"# It lists the {len(ids)} container(s) `pct list` showed there; nothing happens to a container",
         "# until a task names it (-c ID). Next:",
-        "#   1. fill in venv (what to install), code (your git repository) and train (how to train) below;",
+        "#   1. fill in the sections marked TO FILL below: venv (what to install), code (your git repository) and",
+        "#      train (how to train); `remote deploy` refuses a venv section left empty (it would empty the venv);",
         "#   2. `remote config -c ID` shows what a container resolves to, `remote deploy -c ID` makes it so.",
         "# Every key: docs/reference/hosts-file.md in remote's repository.",
         "hosts:",
@@ -200,21 +201,21 @@ def render(host: cfg.Host, given: dict, containers: list[tuple[int, str, str, li
         lines += [f"# default_container: {ids[0]}   # the container tasks use without -c (or $REMOTE_CONTAINER)"]
     lines += [
         "",
-        "venv:",
+        "venv:   # TO FILL: packages (what to install); deploy refuses an empty venv",
         "  path: /root/venv",
         "  # On a GPU host, e.g.: index_url: https://download.pytorch.org/whl/cu128",
         "  packages: []   # e.g. [torch==2.11.0+cu128, numpy]",
         "  # requirements: requirements.txt   # in your repository",
         "",
-        "code:",
-        "  # repo: /path/to/your/repository   # a local git repository (relative: to this file)",
+        "code:   # TO FILL: repo (your git repository, or its URL)",
+        "  # repo: /path/to/your/repository   # a local git repository (relative: to this file), or a URL",
         "  path: /root/code                  # its checkout in the container",
         "",
         "warmup:",
         "  # command: python -m yourpkg.warmup --device {device}   # compiles into the persistent cache",
         "  # devices: [0]",
         "",
-        "train:",
+        "train:   # TO FILL: command (how to train)",
         "  # command: torchrun --nproc-per-node 8 -m yourpkg.train",
         "  run_dir: /root/runs",
     ]
@@ -255,21 +256,24 @@ def write(out: str, text: str, force: bool) -> None:
 def add_container(file: str, ctid: int, host: str, comment: str) -> bool:
     """Add `containers.CTID: {host: HOST}` to a hosts file as text, every other line and comment kept (after
     the last line of its `containers:` block, in that block's indentation; the block made where there is
-    none). False when the file has the entry already. What it writes is loaded back first, as init's file."""
-    import yaml
+    none; after the comment lines that follow the block's last entry, such as init's `# GPU` lines, which are
+    that entry's). False when the file has the entry already. What it writes is loaded back first with remote's
+    own loader (keys given twice refused), as init's file."""
+    from ..config.yamlfile import _read_yaml
 
     path = Path(file)
     text = path.read_text()
-    data = yaml.safe_load(text) or {}
+    data = _read_yaml(file, text) or {}
     containers = data.get("containers") if isinstance(data, dict) else None
     if isinstance(containers, dict) and (ctid in containers or str(ctid) in containers):
         return False
     entry = f"{ctid}: {{host: {json.dumps(host)}}}  # {_comment(comment)}"
     lines = text.splitlines()
-    top = next((i for i, line in enumerate(lines) if re.match(r"containers\s*:", line)), None)
+    key = r"""(['"]?)containers\1\s*:"""  # `containers:`, `'containers':`, `"containers":`
+    top = next((i for i, line in enumerate(lines) if re.match(key, line)), None)
     if top is None:
         lines += ["", "containers:", f"  {entry}"]
-    elif re.fullmatch(r"containers\s*:\s*(\{\s*\}|null|~)?\s*(#.*)?", lines[top]):
+    elif re.fullmatch(key + r"\s*(\{\s*\}|null|~)?\s*(#.*)?", lines[top]):
         end, indent = top + 1, None
         for i in range(top + 1, len(lines)):
             line = lines[i]
@@ -278,6 +282,9 @@ def add_container(file: str, ctid: int, host: str, comment: str) -> bool:
             if line.strip() and not line.lstrip().startswith("#"):
                 indent = indent or line[: len(line) - len(line.lstrip())]
                 end = i + 1
+        # Indented comment lines right after the last entry are its own (init's `# GPU (pct config):` lines).
+        while end < len(lines) and lines[end].startswith((" ", "\t")) and lines[end].lstrip().startswith("#"):
+            end += 1
         if "{" in lines[top] or re.search(r":\s*(null|~)", lines[top]):
             lines[top] = "containers:"
         lines.insert(end, f"{indent or '  '}{entry}")
@@ -285,7 +292,72 @@ def add_container(file: str, ctid: int, host: str, comment: str) -> bool:
         raise ConfigError(file, "containers", f"written inline: remote create cannot add {ctid} to it; add "
                           f"`{entry}` by hand")
     new = "\n".join(lines) + "\n"
-    cfg.parse(yaml.safe_load(new), file)
+    cfg.parse(_read_yaml(file, new), file)
+    _replace(path, new)
+    return True
+
+
+def remove_container(file: str, ctid: int, write: bool = True) -> tuple[str, ...]:
+    """Remove container `ctid` from a hosts file as text: its entry under `containers:` with the comments above
+    it and inside it, its id in `groups:` lists, a `default_container:` naming it; every other line kept. The
+    lines removed (none: the file does not list it). A file this cannot edit safely (an inline `containers:`
+    mapping, a group left empty) is a ConfigError naming what to edit by hand, the file unchanged. write=False:
+    only what it would remove (destroy asks before it destroys anything)."""
+    from ..config.yamlfile import _read_yaml
+
+    path = Path(file)
+    lines = path.read_text().splitlines()
+    entry = re.compile(rf"""(\s+)['"]?{ctid}['"]?\s*:""")
+    top = next((i for i, line in enumerate(lines) if re.match(r"containers\s*:", line)), None)
+    block_end = next((i for i in range(top + 1, len(lines)) if lines[i].strip() and not lines[i][0].isspace()
+                      and not lines[i].startswith("#")), len(lines)) if top is not None else 0
+    at = next((i for i in range(top + 1, block_end) if entry.match(lines[i])), None) if top is not None else None
+    if at is None:
+        data = _read_yaml(file, "\n".join(lines)) or {}
+        listed = data.get("containers") if isinstance(data, dict) else None
+        if isinstance(listed, dict) and (ctid in listed or str(ctid) in listed):
+            raise ConfigError(file, f"containers.{ctid}", "written inline: remove its entry by hand")
+        return ()
+    assert top is not None
+    indent = len(lines[at]) - len(lines[at].lstrip())
+    start, end = at, at + 1
+    while start - 1 > top and lines[start - 1].strip().startswith("#"):
+        start -= 1  # its comments above it
+    while end < block_end and (not lines[end].strip() or len(lines[end]) - len(lines[end].lstrip()) > indent):
+        end += 1  # its keys and the comments inside it
+    while end > at + 1 and not lines[end - 1].strip():
+        end -= 1  # blank lines after it stay
+    removed = lines[start:end]
+    kept = lines[:start] + lines[end:]
+    out = []
+    for line in kept:
+        if re.match(rf"""default_container\s*:\s*['"]?{ctid}['"]?\s*(#.*)?$""", line):
+            removed.append(line)
+            continue
+        group = re.match(r"(\s+[A-Za-z_][\w.-]*\s*:\s*\[)([^\]]*)(\].*)$", line)
+        if group and str(ctid) in [x.strip() for x in group.group(2).split(",")]:
+            ids = [x.strip() for x in group.group(2).split(",") if x.strip() and x.strip() != str(ctid)]
+            if not ids:
+                raise ConfigError(file, "groups", f"{line.strip()!r} would be left empty: remove that group by hand")
+            removed.append(line)
+            line = group.group(1) + ", ".join(ids) + group.group(3)
+        elif re.fullmatch(rf"\s+-\s*{ctid}\s*(#.*)?", line):
+            removed.append(line)
+            continue
+        out.append(line)
+    new = "\n".join(out) + "\n"
+    try:
+        cfg.parse(_read_yaml(file, new), file)
+    except ConfigError as exc:
+        raise ConfigError(file, f"containers.{ctid}", f"removing its entry would leave the file invalid ({exc}): "
+                          "remove it by hand") from None
+    if write:
+        _replace(path, new)
+    return tuple(removed)
+
+
+def _replace(path: Path, new: str) -> None:
+    """The file's text replaced at once (a rename), its mode kept; a linked file's target rewritten."""
     path = path.resolve()  # a linked hosts file (a dotfiles checkout) stays linked: its target is rewritten
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -296,4 +368,3 @@ def add_container(file: str, ctid: int, host: str, comment: str) -> bool:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-    return True

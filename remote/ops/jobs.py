@@ -24,14 +24,16 @@ from pathlib import Path
 from .. import facts, shell
 from ..config import ContainerSpec
 from ..errors import CommandError, ConfigError, JobError, JobRunning, RemoteError, TransferError, UnknownRun
-from ..naming import json_loads, printable
+from ..facts import runs as runfacts
+from ..facts.runs import RunState, parse_state
+from ..naming import printable
 from ..results import ContainerStatus, JobStatus, LiveRun, PulledRun, RunStatus, Stopped
 from ..target import Target, resolve
 from ..transport.session import HostState, Session
 from . import checkpoints, compilelog, dryplan, files, gpumem, jobenv, layout, logs, oplock, pyspy
 from . import code as codemod
 from . import warmup as wm
-from .runwatch import EXIT_STALLED, parse_attempts, read_watch, stall_text, watch_settings
+from .runwatch import EXIT_STALLED, stall_text, watch_settings
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,7 @@ class Preflight:
     venv: dict
     gpus: list[dict] | None
     notes: list[str]
-    live: tuple[tuple[str, int | None], ...] = ()  # the runs with a live process the probe saw: (run, pid)
+    live: tuple[LiveRun, ...] = ()  # the runs with a live process the probe saw
 
 
 def preflight(t: Target, *, host_gpu=None, force: bool = False) -> Preflight:
@@ -172,7 +174,7 @@ def check(raw: dict, spec: ContainerSpec, host=None, *, pin: codemod.Pin | str |
     notes += [f"!! {w}" for w in layout.compile_layout_notes(layout.devices_from_command(spec.train.command),
                                                               verify.get("torch"))]
     gpus = [dict(x) for x in g.gpus] if g.smi else None
-    live = _live_in(raw)
+    live = runfacts.live_in(raw)
     if gpus is None:
         notes.append("no nvidia-smi in the container: CPU run")
     else:
@@ -183,18 +185,6 @@ def check(raw: dict, spec: ContainerSpec, host=None, *, pin: codemod.Pin | str |
     if stray_note:
         notes.append(f"!! {stray_note}")
     return Preflight(commit, venv, gpus, notes, live)
-
-
-def _live_in(raw: dict) -> tuple[tuple[str, int | None], ...]:
-    """The runs with a live process in a facts probe's answer (part "jobs"): (run, pid), as the launch
-    wrapper counts them (no exit record; its leader or any process of it alive)."""
-    rj = raw.get("jobs")
-    runs = rj.get("runs") if isinstance(rj, dict) else None
-    if not isinstance(runs, dict):
-        return ()
-    return tuple((str(rid), r.get("pid") if isinstance(r.get("pid"), int) else None) for rid, r in sorted(runs.items())
-                 if isinstance(r, dict) and r.get("exists", True) and not r.get("exit")
-                 and (r.get("leader_alive") or r.get("marked")))
 
 
 def busy(ctid: int, what: str) -> JobRunning:
@@ -239,7 +229,7 @@ def launch(t: Target, pre: Preflight, *, force: bool = False,
                 "baseline": spec.train.baseline, "stall": spec.train.stall, "on_stall": spec.train.on_stall,
                 "restarts": spec.train.restarts, "restart_on": list(spec.train.restart_on), **(extra or {})}
     if pre.live and not force:  # refused before a run id is announced: no run that never existed is said to start
-        runs = ", ".join(f"run {printable(r)} " + (f"(pid {pid})" if pid else "(starting)") for r, pid in pre.live)
+        runs = ", ".join(f"run {printable(r.run)} " + (f"(pid {r.pid})" if r.pid else "(starting)") for r in pre.live)
         raise busy(spec.ctid, f"busy: {runs} {'are' if len(pre.live) > 1 else 'is'} still running")
     py_spy = pyspy.ensure(t, say=announce) if spec.train.stall else None
     if announce and not ct.dry:  # the id before the job starts: a Ctrl-C from here on knows which run it may have left
@@ -288,67 +278,18 @@ def installed(name: str, text: str) -> tuple[str, str, str]:
     return f"{BIN}/{stem}-{digest[:12]}{dot}{ext}", digest, text
 
 
-def _fields(text: str) -> dict[str, str]:
-    """The `key=value` lines the job scripts print (state.sh, stop.sh)."""
-    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+def busy_details(live: tuple[LiveRun, ...]) -> dict:
+    """What a BusyError over live runs carries (its `.details`): the latest live run's id and pid, and every one."""
+    return {"run": live[-1].run, "pid": live[-1].pid, "live": [{"run": r.run, "pid": r.pid} for r in live]}
 
 
-def parse_state(text: str) -> dict:
-    """state.sh's output: key=value lines, then the manifest and the log's tail after marker lines."""
-    head, _, rest = text.partition("--manifest--\n")
-    manifest, _, tail = rest.partition("\n--tail--\n")
-    fields = _fields(head)
-    live = _live(fields.get("live", ""))
-    if not fields.get("run"):
-        # live: runs alive although no pid file names them; latest: the ids there, where a run asked for by id is not
-        return {"run": None, **({"live": live} if live else {}),
-                **({"latest": fields["latest"].split()} if "latest" in fields else {})}
-    exit_text = fields.get("exit", "").strip()
-    # Alive: its leader runs, or (no exit record) any process of it does: a wrapper that has not written
-    # its pid file yet, or was killed while its processes run on.
-    alive = fields.get("alive") == "1" or (not exit_text and any(r["run"] == fields["run"] for r in live))
-    marked = [int(p) for p in fields.get("marked", "").split()]
-    try:
-        manifest_obj = json_loads(manifest) if manifest.strip() else None
-    except ValueError:
-        manifest_obj = None
-    watch = read_watch(fields.get("watch", ""))
-    attempts = parse_attempts(fields.get("attempts", "").replace(";", "\n"))
-    if isinstance(manifest_obj, dict) and attempts:
-        manifest_obj["attempts"] = attempts  # the wrapper's records are newer than the watch's copy
-    restarts = manifest_obj.get("restarts") if isinstance(manifest_obj, dict) else None
-    return {"run": fields["run"], "path": fields["path"], "pid": int(fields["pid"]) if fields.get("pid", "").isdigit() else None,
-            "alive": alive, "exit": int(exit_text) if exit_text.lstrip("-").isdigit() else None,
-            # Not alive and no exit record: the wrapper vanished (container restart, OOM kill, a kill -9).
-            "lost": not alive and not exit_text, "orphans": marked if not alive else [],
-            # Ended by `remote stop` (its mark, left before it signals): its 143 or 137 is no failure of its own.
-            "stopped": not alive and bool(exit_text) and fields.get("stopped") == "1",
-            "log_size": int(fields.get("log_size") or 0), "now": int(fields.get("now") or 0),
-            "manifest": manifest_obj, "tail": tail, "live": live,
-            "stalled": watch.get("stalled"), "stalls": watch.get("stalls", 0), "gpu": watch.get("gpu"),
-            "attempts": attempts,
-            "attempt": attempts[-1]["attempt"] if attempts else None,  # state.sh sends the last 32 only
-            "attempts_max": restarts + 1 if isinstance(restarts, int) and not isinstance(restarts, bool) else None}
-
-
-def _live(text: str) -> list[dict]:
-    """state.sh's `live=<id>:<pid> ...`: every live run (no exit record, a process of it alive), the latest
-    or not; pid None while its wrapper has not written its pid file."""
-    out = []
-    for item in text.split():
-        rid, _, pid = item.rpartition(":")
-        if rid:
-            out.append({"run": rid, "pid": int(pid) if pid.isdigit() else None})
-    return out
-
-
-def live_text(live: list[dict]) -> str:
+def live_text(live: tuple[LiveRun, ...]) -> str:
     """Live runs for a message: `run A (pid 12), run B (starting)`."""
-    return ", ".join(f"run {printable(r['run'])} " + (f"(pid {r['pid']})" if r["pid"] else "(starting: no pid file yet)")
+    return ", ".join(f"run {printable(r.run)} " + (f"(pid {r.pid})" if r.pid else "(starting: no pid file yet)")
                      for r in live)
 
 
-def state(t: Target, run_id: str | None = None) -> dict:
+def state(t: Target, run_id: str | None = None) -> RunState:
     """The latest run's (or run_id's) state: alive, exit status (or lost), manifest, the log's tail.
     A run_id that is not there is a JobError naming it and the latest ids. Read with the system PATH
     (t.system): state.sh needs nothing of the venv, and deploy reads it where the venv may be broken."""
@@ -357,21 +298,19 @@ def state(t: Target, run_id: str | None = None) -> dict:
     r = t.system.script(shell.with_lib("state"), spec.train.run_dir, run_id or "", mutates=False, timeout=60,
                     label="run state")
     st = parse_state(r.out)
-    if run_id and not st["run"]:
-        raise unknown_run(spec, run_id, st.get("latest", []))
+    if run_id and not st.run:
+        raise unknown_run(spec, run_id, st.latest)
     return st
 
 
-def run_status(st: dict) -> RunStatus:
+def run_status(st: RunState) -> RunStatus:
     """A run's state (state()'s answer) as the typed value the API returns."""
-    return RunStatus(st.get("run"), st.get("path", ""), st.get("pid"), bool(st.get("alive")), st.get("exit"),
-                     bool(st.get("lost")), bool(st.get("stopped")), tuple(st.get("orphans") or ()),
-                     st.get("log_size", 0), st.get("manifest") if isinstance(st.get("manifest"), dict) else None,
-                     tuple(LiveRun(r["run"], r["pid"]) for r in st.get("live") or ()), st.get("stalled"), st.get("stalls", 0), st.get("gpu"),
-                     st.get("attempt"), st.get("attempts_max"), *checkpoints.lineage(st.get("manifest")))
+    return RunStatus(st.run, st.path, st.pid, st.alive, st.exit, st.lost, st.stopped, st.orphans, st.log_size,
+                     st.manifest.raw, st.live, dataclasses.asdict(st.stalled) if st.stalled else None, st.stalls,
+                     st.gpu, st.attempt, st.attempts_max, st.checkpoint, st.parent)
 
 
-def unknown_run(spec: ContainerSpec, run_id: str, latest: list[str]) -> UnknownRun:
+def unknown_run(spec: ContainerSpec, run_id: str, latest: tuple[str, ...] | list[str]) -> UnknownRun:
     """The error for a run id that the container does not have, with the latest ones it has (what the
     container listed is kept only where it is a run id: it can hold anything)."""
     ids = [i for i in latest if RUN_ID.fullmatch(i)]
@@ -380,27 +319,25 @@ def unknown_run(spec: ContainerSpec, run_id: str, latest: list[str]) -> UnknownR
                     f"(container({spec.ctid}).runs() lists them)")
 
 
-def describe_end(st: dict) -> str:
-    attempt = (f" (attempt {st['attempt']} of {st['attempts_max']})"
-               if (st.get("attempts_max") or 0) > 1 and st.get("attempt") else "")
-    if st["alive"]:
-        return (stall_text(st) + ", still running" if st.get("stalled") else "still running") + attempt
-    if st.get("stalled") and st["exit"] == EXIT_STALLED:
-        return f"{stall_text(st)}; ended by the stall watch (exit {EXIT_STALLED}){attempt}"
-    if st["lost"]:
-        left = f"; processes of it still run: {' '.join(map(str, st['orphans']))} (`remote stop` ends them)" \
-            if st["orphans"] else ""
+def describe_end(st: RunState) -> str:
+    attempt = (f" (attempt {st.attempt} of {st.attempts_max})"
+               if (st.attempts_max or 0) > 1 and st.attempt else "")
+    if st.alive:
+        return (stall_text(st.stalled) + ", still running" if st.stalled else "still running") + attempt
+    if st.stalled and st.exit == EXIT_STALLED:
+        return f"{stall_text(st.stalled)}; ended by the stall watch (exit {EXIT_STALLED}){attempt}"
+    if st.lost:
+        left = f"; processes of it still run: {' '.join(map(str, st.orphans))} (`remote stop` ends them)" \
+            if st.orphans else ""
         return ("LOST: it ended without an exit record (container restarted, or its wrapper was killed)" + left)
-    if st.get("stopped"):
-        return f"stopped by `remote stop` (exit status {st['exit']}){attempt}"
-    return f"exited with status {st['exit']}{attempt}"
+    if st.stopped:
+        return f"stopped by `remote stop` (exit status {st.exit}){attempt}"
+    return f"exited with status {st.exit}{attempt}"
 
 
-def final_status(st: dict) -> int:
+def final_status(st: RunState) -> int:
     """The exit status a task reports for a finished run: the job's own, 1 when it was lost."""
-    if st["lost"]:
-        return 1
-    return st["exit"] or 0
+    return st.final_status
 
 
 def stop(t: Target, run_id: str | None = None, grace: int = 10, save: bool = False) -> Stopped:
@@ -411,41 +348,38 @@ def stop(t: Target, run_id: str | None = None, grace: int = 10, save: bool = Fal
     others' under "others". Stopping is how a container is freed, so nothing that runs is left out."""
     spec = t.spec
     st = state(t, run_id)
-    if not st.get("run") and not (run_id is None and st.get("live")):
+    if not st.run and not (run_id is None and st.live):
         raise JobError(f"container {spec.ctid} has no runs in {spec.train.run_dir}")
-    others = [r["run"] for r in st.get("live", []) if r["run"] != st.get("run")] if run_id is None else []
+    others = [r.run for r in st.live if r.run != st.run] if run_id is None else []
     results = [_stop_one(t, state(t, rid), grace) for rid in others]
     if save and spec.train.checkpoint is None:
         raise ConfigError(t.session.config.file, "train.checkpoint", "save=True needs it: where the job saves")
-    result = _stop_one(t, st, grace, save=save) if st.get("run") else results.pop(0)
+    result = _stop_one(t, st, grace, save=save) if st.run else results.pop(0)
     return dataclasses.replace(result, others=tuple(results))
 
 
-def _stop_one(t: Target, st: dict, grace: int, save: bool = False) -> Stopped:
-    ct, asked = t.ct, save
-    save = save and bool(st["alive"])  # a save is asked of a running job only (Saved "not-running" otherwise)
+def _stop_one(t: Target, st: RunState, grace: int, save: bool = False) -> Stopped:
+    ct = t.ct
+    assert st.run is not None  # stop() passes runs only
+    asked, save = save, save and st.alive  # a save is asked of a running job only (Saved "not-running" else)
     wait = t.spec.train.checkpoint.grace if save and t.spec.train.checkpoint else 0
-    r = ct.script(checkpoints.save_script() if save else shell.with_lib("stop"), st["path"], st["run"], str(grace),
+    r = ct.script(checkpoints.save_script() if save else shell.with_lib("stop"), st.path, st.run, str(grace),
                   *(checkpoints.save_args(t.spec) if save else ()), timeout=grace + wait + 60, label="stop")
     if ct.dry:
-        return Stopped(st["run"], bool(st["alive"]), "none", None, None)
-    fields = _fields(r.out)
-    result = {"run": st["run"], "nodes": (st.get("manifest") or {}).get("nodes"),
-              "was_alive": st["alive"] or bool(st["orphans"]), "signal": fields.get("signal"),
-              "left": [int(p) for p in fields.get("left", "").split()],
-              # None where the GPUs could not be checked (no nvidia-smi, or it did not answer)
-              "gpu_left": [int(p) for p in fields.get("gpu_left", "").split()]
-              if fields.get("gpu_checked") == "1" else None,
-              "exit": int(fields["exit"]) if fields.get("exit", "").lstrip("-").isdigit() else None}
-    if result["left"] or result["gpu_left"]:
-        raise JobError(f"run {st['run']}: processes still alive after KILL: {result['left'] + (result['gpu_left'] or [])}")
-    nodes = result["nodes"]
-    gpu = result["gpu_left"]
-    return Stopped(result["run"], bool(result["was_alive"]), result["signal"], result["exit"],
-                   tuple(gpu) if gpu is not None else None,
-                   nodes=tuple(n for n in nodes if isinstance(n, int)) if isinstance(nodes, list) else None,
+        return Stopped(st.run, st.alive, "none", None, None)
+    fields = runfacts.fields_of(r.out)
+    left = [int(p) for p in fields.get("left", "").split() if p.isdigit()]
+    # None where the GPUs could not be checked (no nvidia-smi, or it did not answer)
+    gpu_left = [int(p) for p in fields.get("gpu_left", "").split() if p.isdigit()] \
+        if fields.get("gpu_checked") == "1" else None
+    exit_text = fields.get("exit", "")
+    if left or gpu_left:
+        raise JobError(f"run {st.run}: processes still alive after KILL: {left + (gpu_left or [])}")
+    return Stopped(st.run, st.alive or bool(st.orphans), fields.get("signal"),
+                   int(exit_text) if exit_text.lstrip("-").isdigit() else None,
+                   tuple(gpu_left) if gpu_left is not None else None, nodes=st.manifest.nodes,
                    saved=checkpoints.after_stop(t, st, fields.get("saved"), fields.get("restored"),
-                                                 lambda: state(t, st["run"]).get("tail") or "") if asked else None)
+                                                lambda: state(t, st.run).tail) if asked else None)
 
 
 watch_for = logs.watch_for
@@ -454,13 +388,20 @@ watch_for = logs.watch_for
 CompileNotices = compilelog.CompileNotices  # where it has always been imported from
 
 
-def show_log(t: Target, run_id: str | None = None, *, follow: bool = False) -> dict:
+@dataclass(frozen=True)
+class Followed(RunState):
+    """A followed run's state when the following ended, and what the log watch found over the whole log."""
+
+    log_watch: logs.Watch | None = None  # the throughput, warnings and crash hints read from the log
+
+
+def show_log(t: Target, run_id: str | None = None, *, follow: bool = False) -> Followed:
     """Report a run's log through t, each line as output (collapsed progress bars), with throughput warnings,
     crash hints and a lost connection resumed (t.resumed); with follow, until the job ends. Returns the run's
     final state."""
     ct, spec = t.ct, t.spec
     st = state(t, run_id)
-    if not st.get("run"):
+    if not st.run:
         raise JobError(f"container {spec.ctid} has no runs in {spec.train.run_dir}: start one with `remote train`")
     watch = watch_for(spec)
     splitter = logs.LineSplitter()
@@ -478,12 +419,12 @@ def show_log(t: Target, run_id: str | None = None, *, follow: bool = False) -> d
                 else:
                     t.output(notice.text)
 
-    logs.follow(ct, st["path"], st["run"], on_bytes=lambda chunk: show(splitter.feed(chunk)), follow_=follow,
+    logs.follow(ct, st.path, st.run, on_bytes=lambda chunk: show(splitter.feed(chunk)), follow_=follow,
                 reconnect=ct.transport.close, on_compile=compiled.line, on_resume=t.resumed)
     show(splitter.flush())
-    final = state(t, st["run"])
-    final["watch"] = watch
-    t.note(printable(f"run {final['run']}: {describe_end(final)}; {watch.summary()}"))
+    final = Followed(**{f.name: getattr(state(t, st.run), f.name) for f in dataclasses.fields(RunState)},
+                     log_watch=watch)
+    t.note(printable(f"run {final.run}: {describe_end(final)}; {watch.summary()}"))
     for name, hint, _ in watch.found:
         t.note(f"{name}: {compiled.hint(name, hint)}")
     counts, found = compiled.summary()  # the run's compile health, where the watch recorded any
@@ -510,7 +451,7 @@ def start(t: Target, *, force: bool = False, warmup: bool = False, command: str 
             for note in pre.notes:
                 t.output(printable(f"preflight: {note}"))
             begin = checkpoints.prepare(t, command or spec.train.command or "", resume=resume, fresh=fresh,
-                                        live=bool(pre.live), latest=lambda: state(t).get("run"))
+                                        live=bool(pre.live), latest=lambda: state(t).run)
             return checkpoints.started(t, begin, launch(t, pre, force=force, held=held, command=begin.command or None,
                                                         env=env, base=begin.base, extra=begin.manifest()))
 
@@ -529,7 +470,7 @@ def start(t: Target, *, force: bool = False, warmup: bool = False, command: str 
 
 
 def train(t: Target, *, force: bool = False, warmup: bool = False, follow: bool = True,
-          on_end=None) -> dict | None:
+          on_end=None) -> Followed | None:
     """Preflight, launch detached, then follow the log until the job ends (returns its state); then
     on_end(t, final) (the CLI passes remote.runs.knowngood.after_run)."""
     session = t.session
@@ -539,7 +480,7 @@ def train(t: Target, *, force: bool = False, warmup: bool = False, follow: bool 
     try:
         final = show_log(t, run_id, follow=True)
     except KeyboardInterrupt:
-        t.note(f"stopped following; run {run_id} keeps running. `remote logs --follow` resumes, `remote stop` ends it")
+        t.note(f"stopped following; run {run_id} keeps running. `remote logs -c {t.ctid} --run {run_id} --follow` resumes, `remote stop -c {t.ctid} --run {run_id}` ends it")
         return None
     if on_end is not None:
         on_end(t, final)
@@ -551,27 +492,28 @@ def pull_run(t: Target, run_id: str | None, dest: str, *, progress: bool = True)
     streamed and verified like `remote pull`."""
     spec, ct = t.spec, t.ct
     st = state(t, None if run_id in (None, "latest") else run_id)
-    if not st.get("run"):
+    if not st.run:
         raise JobError(f"container {spec.ctid} has no run {'' if run_id in (None, 'latest') else run_id + ' '}"
                        f"in {spec.train.run_dir}: start one with `remote train`")
     # The run id and the outputs come from the container (`current`, manifest.json): untrusted paths.
     root = Path(dest)
     root.mkdir(parents=True, exist_ok=True)
-    if not RUN_ID.fullmatch(st["run"]):
-        raise TransferError(f"container {spec.ctid}: run id {st['run']!r} refused (not a run id; from "
+    if not RUN_ID.fullmatch(st.run):
+        raise TransferError(f"container {spec.ctid}: run id {st.run!r} refused (not a run id; from "
                             f"{spec.train.run_dir}/current): nothing was pulled")
-    target = files.inside(root, st["run"], "run id")
+    target = files.inside(root, st.run, "run id")
     target.mkdir(exist_ok=True)
-    outputs = (st.get("manifest") or {}).get("outputs", list(spec.train.outputs))
-    if not isinstance(outputs, list) or not all(isinstance(o, str) for o in outputs):
-        t.warn(printable(f"outputs in {st['path']}/manifest.json refused (not a list of paths): {str(outputs)[:200]}"))
-        outputs = []
-    wanted = [(f"{st['path']}/log", "log"), (f"{st['path']}/manifest.json", "manifest.json")]
+    refused_outputs = st.manifest.problem("outputs")
+    if refused_outputs:
+        t.warn(printable(f"outputs in {st.path}/manifest.json refused: {refused_outputs}"))
+    outputs = () if refused_outputs else st.manifest.outputs if st.manifest.outputs is not None \
+        else spec.train.outputs
+    wanted = [(f"{st.path}/log", "log"), (f"{st.path}/manifest.json", "manifest.json")]
     # What the watch and the wrapper left (remote/sh/watch.py, job.sh); absent ones are skipped quietly
     # (no gpu.csv on a CPU container, no stacks without a stall).
     optional = ["metrics.jsonl", "gpu.csv", "events.jsonl", "attempts", "compile.jsonl"] + \
-        [f"stacks-{n}.txt" for n in range(1, st.get("stalls", 0) + 1)]
-    wanted += [(f"{st['path']}/{name}", name) for name in optional]
+        [f"stacks-{n}.txt" for n in range(1, st.stalls + 1)]
+    wanted += [(f"{st.path}/{name}", name) for name in optional]
     wanted += [(out if out.startswith("/") else f"{spec.code.path}/{out}", f"outputs/{out.strip('/')}")
                for out in outputs]
     got, refused = {}, []
@@ -591,9 +533,9 @@ def pull_run(t: Target, run_id: str | None, dest: str, *, progress: bool = True)
         for why in stats.refused:
             t.warn(printable(f"{rel}/{why}"))
         refused += [f"{rel}/{why}" for why in stats.refused]
-    if st["alive"]:
-        t.note(printable(f"run {st['run']} is still running: its outputs were pulled as they are now"))
-    return PulledRun(st["run"], str(target), got, tuple(refused))
+    if st.alive:
+        t.note(printable(f"run {st.run} is still running: its outputs were pulled as they are now"))
+    return PulledRun(st.run, str(target), got, tuple(refused))
 
 
 def container_jobs(session: Session, hosts: list[HostState]) -> list[ContainerStatus]:
@@ -621,43 +563,35 @@ def _container_job(session: Session, spec: ContainerSpec, known: str) -> Contain
             why = raw["run"].get("err", "").strip() or raw["run"].get("missing", "")
             raise JobError(f"reading the run state failed: {why[-300:]}")
         st = parse_state(raw["run"]["out"])
-        entry = dataclasses.replace(entry, also_live=tuple(LiveRun(r["run"], r["pid"]) for r in st.get("live", [])
-                                                           if r["run"] != st.get("run")))
-        if st.get("run"):
-            values, watch = logs.series(spec, st.pop("tail"), last_line=False)
+        entry = dataclasses.replace(entry, also_live=tuple(r for r in st.live if r.run != st.run))
+        if st.run:
+            values, watch = logs.series(spec, st.tail, last_line=False)
             # The manifest is the job's file (a job may rewrite it) and the compile part the probe's reading
             # of the job's files: untrusted, each field checked, a wrong one that container's error alone.
-            manifest = st.get("manifest") or {}
-            if not isinstance(manifest, dict):
-                raise ValueError(f"the run's manifest.json is a {type(manifest).__name__}, not an object")
-            started = manifest.get("started_epoch")
-            if started is not None and compilelog.number(started) is None:
-                raise ValueError(f"the run's manifest.json has started_epoch {printable(repr(started))[:40]}, "
-                                 "not a number")
-            nodes = manifest.get("nodes")
-            if nodes is not None and not (isinstance(nodes, list) and all(
-                    isinstance(n, int) and not isinstance(n, bool) for n in nodes)):
-                raise ValueError("the run's manifest.json has nodes that are not a list of container ids")
-            node_rank = manifest.get("node_rank") if nodes else None
+            m = st.manifest
+            problem = m.problem("started_epoch") or m.problem("nodes")
+            if problem:
+                raise ValueError(problem)
+            started = m.started_epoch
             compile_part = raw.get("compile")
             if compile_part is not None and not isinstance(compile_part, dict):
                 raise ValueError(f"the probe's compile part is a {type(compile_part).__name__}, not an object")
             entry = dataclasses.replace(entry, run=JobStatus(
-                id=st["run"], alive=st["alive"], lost=st["lost"], orphans=tuple(st["orphans"]), exit=st["exit"],
-                pid=st["pid"], stopped=st["stopped"],
-                uptime_s=round(st["now"] - started) if started and st["alive"] else None,
+                id=st.run, alive=st.alive, lost=st.lost, orphans=st.orphans, exit=st.exit,
+                pid=st.pid, stopped=st.stopped,
+                uptime_s=round(st.now - started) if started and st.alive else None,
                 throughput=watch.last, rolling=watch.rolling, unit=watch.unit,
                 higher_is_better=watch.higher_is_better, baseline=spec.train.baseline, low=watch.low,
                 problems=tuple(name for name, _, _ in watch.found), spark=logs.sparkline(values),
-                stalled=st["stalled"], attempt=st["attempt"], attempts_max=st["attempts_max"], gpu=st["gpu"],
+                stalled=dataclasses.asdict(st.stalled) if st.stalled else None, attempt=st.attempt,
+                attempts_max=st.attempts_max, gpu=st.gpu,
                 # one node of a multi-node run
-                nodes=tuple(nodes) if nodes else None,
-                node_rank=node_rank if isinstance(node_rank, int) and not isinstance(node_rank, bool) else None,
+                nodes=m.nodes, node_rank=m.node_rank,
                 # the compile watch's counts (remote/ops/compilelog.py), where the probe read this run's
-                compile=compilelog.from_probe(compile_part) if (compile_part or {}).get("run") == st["run"]
+                compile=compilelog.from_probe(compile_part) if (compile_part or {}).get("run") == st.run
                 else None,
                 # a cluster's container that a restart migration moved (and so killed the run): where it started
-                moved_from=moved_from(st, manifest, spec)))
+                moved_from=moved_from(st, spec), checkpoint=st.checkpoint, parent=st.parent))
         lock = ((raw.get("venv") or {}).get("record") or {}).get("lock_sha256")
         entry = dataclasses.replace(entry, probed=True, venv_lock=lock if isinstance(lock, str) else None,
                                     gpu_memory=facts.gpu_use(facts.gpus_of(raw), facts.marked_of(raw)))
@@ -669,10 +603,10 @@ def _container_job(session: Session, spec: ContainerSpec, known: str) -> Contain
     return entry
 
 
-def moved_from(st: dict, manifest: dict, spec: ContainerSpec) -> str | None:
+def moved_from(st: RunState, spec: ContainerSpec) -> str | None:
     """The node a lost run started on, where its container is on another node of its cluster now."""
-    node = manifest.get("node")
-    if st["lost"] and spec.cluster and isinstance(node, str) and node != spec.host.node_name:
+    node = st.manifest.node
+    if st.lost and spec.cluster and node is not None and node != spec.host.node_name:
         return printable(node)[:64]
     return None
 

@@ -15,11 +15,13 @@ once and `stop` on one node stops them all.
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 
 from .. import executor, shell
 from ..config import CONTAINER_KEY, ContainerSpec
 from ..config import unset as config_unset
 from ..errors import CommandError, ConfigError, JobError, RemoteError
+from ..facts.runs import RunState
 from ..naming import printable
 from ..target import reporter, resolve
 from ..threads import ContextThread
@@ -115,13 +117,13 @@ def mismatches(nodes: dict[int, tuple[str, dict[str, str | None]]]) -> list[str]
     return out
 
 
-def rendezvous_failed(st: dict) -> bool:
+def rendezvous_failed(st: RunState) -> bool:
     """Whether a node's log shows that the nodes never met (not a failure of the training itself)."""
-    return any(word in (st.get("tail") or "") for word in RENDEZVOUS_FAILED)
+    return any(word in st.tail for word in RENDEZVOUS_FAILED)
 
 
 def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool = False,
-          follow: bool = True) -> dict | None:
+          follow: bool = True) -> MultiRun | None:
     """Preflight every node, then start one run on all of them; follow until it ends (returns
     follow_run's result), or None when not following. Each node's events are marked with it (its Target),
     the run's as a whole with none (the session's reporter)."""
@@ -212,16 +214,25 @@ def stop_nodes(session: Session, ids: list[int], run_id: str, grace: int = 10) -
     return dict(zip(ids, executor.values(session.config, ids, one), strict=True))
 
 
-def follow_run(session: Session, ids: list[int], run_id: str) -> dict:
+@dataclass(frozen=True)
+class MultiRun:
+    """A multi-node run followed to its end: every node's final state, and the node that failed first."""
+
+    run: str
+    nodes: dict[int, jobs.Followed]  # ctid -> its final state
+    failed: int | None = None
+
+
+def follow_run(session: Session, ids: list[int], run_id: str) -> MultiRun:
     """Every node's log merged (each node's events marked with it: `[id] ` on a command line) until the run
     ends on all of them; the first node that fails (or is lost) has the run stopped on every other node.
     Returns {run, nodes: ctid -> final state, failed: the node that failed first, or None}."""
     nodes = {i: resolve(session, i) for i in ids}  # each node resolved once
-    finals: dict[int, dict] = {}
+    finals: dict[int, jobs.Followed] = {}
     done = threading.Event()
     master = nodes[ids[0]].spec
 
-    def met(ctid: int, st: dict) -> str:
+    def met(ctid: int, st: RunState) -> str:
         """Why, when the nodes never met: the run ended at its rendezvous, not in training."""
         if not rendezvous_failed(st):
             return ""
@@ -237,16 +248,16 @@ def follow_run(session: Session, ids: list[int], run_id: str) -> dict:
                 states = executor.values(session.config, ids, lambda c: jobs.state(nodes[c], run_id))
             except RemoteError:
                 continue  # a lost connection: the followers reconnect; look again next time
-            bad = [(c, st) for c, st in zip(ids, states, strict=True) if not st["alive"] and jobs.final_status(st)]
+            bad = [(c, st) for c, st in zip(ids, states, strict=True) if not st.alive and st.final_status]
             if bad:
                 ctid, st = first_to_end(session, bad)
-                others = [c for c, s in zip(ids, states, strict=True) if s["alive"] or s["orphans"]]
+                others = [c for c, s in zip(ids, states, strict=True) if s.alive or s.orphans]
                 failure.append((ctid, f"node {ctid} {jobs.describe_end(st)}" + met(ctid, st)))
                 nodes[ctid].warn(f"node {ctid} {jobs.describe_end(st)}: stopping the run on every node"
                                  + (f" ({', '.join(map(str, others))} would wait in a collective)" if others else ""))
                 stop_nodes(session, others, run_id)
                 return
-            if not any(st["alive"] for st in states):
+            if not any(st.alive for st in states):
                 return
 
     def one(ctid: int) -> None:
@@ -263,16 +274,16 @@ def follow_run(session: Session, ids: list[int], run_id: str) -> dict:
         if not o.ok and o.container not in finals:
             raise JobError(f"following container {o.container} failed: {o.message}")
     ends = "; ".join(f"{c}: {jobs.describe_end(finals[c])}" for c in ids)
-    bad = [(c, finals[c]) for c in ids if jobs.final_status(finals[c])]
+    bad: list[tuple[int, RunState]] = [(c, finals[c]) for c in ids if finals[c].final_status]
     if not failure and bad:  # every node ended before the watchdog looked: name the first that failed
         ctid, st = first_to_end(session, bad)
         failure.append((ctid, f"node {ctid} {jobs.describe_end(st)}" + met(ctid, st)))
     reporter(session).note(f"multi-node run {run_id}: " + ("FAILED, " + failure[0][1] + "; " if failure else "")
                            + ends)
-    return {"run": run_id, "nodes": finals, "failed": failure[0][0] if failure else None}
+    return MultiRun(run_id, finals, failure[0][0] if failure else None)
 
 
-def first_to_end(session: Session, ended: list[tuple[int, dict]]) -> tuple[int, dict]:
+def first_to_end(session: Session, ended: list[tuple[int, RunState]]) -> tuple[int, RunState]:
     """Of several nodes that ended badly, the one whose exit record was written first (the others'
     ranks usually fail only because it did); a node without a record (lost) counts as first."""
     if len(ended) == 1:
@@ -280,7 +291,7 @@ def first_to_end(session: Session, ended: list[tuple[int, dict]]) -> tuple[int, 
 
     def when(item):
         ctid, st = item
-        r = session.container(ctid).run(["stat", "-c", "%.9Y", "--", f"{st['path']}/exit"], check=False,
+        r = session.container(ctid).run(["stat", "-c", "%.9Y", "--", f"{st.path}/exit"], check=False,
                                         mutates=False, timeout=30)
         try:
             return float(r.out.strip())
@@ -290,17 +301,16 @@ def first_to_end(session: Session, ended: list[tuple[int, dict]]) -> tuple[int, 
     return min(ended, key=when)
 
 
-def final_status(result: dict) -> int:
+def final_status(result: MultiRun) -> int:
     """The run's exit status: the failed node's (the first to fail), else the first non-zero, else 0."""
-    finals = result["nodes"]
-    if result.get("failed") in finals and jobs.final_status(finals[result["failed"]]):
-        return jobs.final_status(finals[result["failed"]])
-    return next((jobs.final_status(st) for st in finals.values() if jobs.final_status(st)), 0)
+    finals = result.nodes
+    if result.failed is not None and result.failed in finals and finals[result.failed].final_status:
+        return finals[result.failed].final_status
+    return next((st.final_status for st in finals.values() if st.final_status), 0)
 
 
 def nodes_of(session: Session, ctid, run_id: str | None) -> tuple[str | None, list[int]]:
     """The run (latest, or run_id) of container ctid and its nodes ([] for a single-node run)."""
     st = jobs.state(resolve(session, ctid), run_id)
-    nodes = (st.get("manifest") or {}).get("nodes") or []
-    return st.get("run"), [int(n) for n in nodes if int(n) in session.config.containers]
+    return st.run, [n for n in st.manifest.nodes or () if n in session.config.containers]
 

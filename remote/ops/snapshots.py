@@ -275,12 +275,12 @@ def _rollback(t: Target, ct: Container, chosen: Snapshot, running: bool, lease: 
     spec = t.spec
 
     if running:
-        live = jobs.state(t).get("live") or []
+        live = jobs.state(t).live
         if live and not force:
             raise BusyError(spec.ctid, f"container {spec.ctid}: {jobs.live_text(live)} still running; a rollback "
                                        f"kills the container. Stop it first (container({spec.ctid}).stop()), or pass "
                                        "force=True",
-                            {"run": live[-1]["run"], "pid": live[-1]["pid"], "live": live})
+                            jobs.busy_details(live))
         if live:
             t.step(f"forced: rolling back while {jobs.live_text(live)} runs (it is killed)")
     config = ct.run_pct("config", str(spec.ctid), mutates=False)

@@ -18,13 +18,14 @@ area (commands, deploy, health, runs, many, gpu); every name is exported here.
     CompileEvent  one line of compile.jsonl          CompileHealth a run's compile events summed
     Outcome, GroupResult                                           one call on many containers
     CreateStep, Created                                            `remote create`: a container made, step by step
+    Destroyed                                                      `remote destroy`: a container removed, its entry too
 """
 
 from __future__ import annotations
 
 from .commands import Result, Transfer
 from .deploy import CacheCopy, CacheHolding, DeployPlan, ImportedCache, RolledBack, Snapshot, Warmup
-from .gpu import Created, CreateStep, GpuFix, HostSetup
+from .gpu import Created, CreateStep, Destroyed, GpuFix, HostSetup
 from .health import Diagnosis, Finding, GpuContainer, GpuHost, GpuReport
 from .many import GroupResult, Outcome
 from .runs import (
@@ -50,5 +51,5 @@ from .runs import (
 __all__ = [  # the API re-exports these as they are (remote.api)
     "Result", "Transfer", "DeployPlan", "Warmup", "CacheHolding", "CacheCopy", "ImportedCache", "Snapshot", "RolledBack", "Finding", "RunStatus", "LiveRun", "RunSummary", "Metric",
     "Diagnosis", "GpuReport", "GpuHost", "GpuContainer", "Stopped", "Checkpoint", "Saved", "SaveOutcome", "KnownGood", "PulledRun", "CompileEvent", "CompileHealth", "JobStatus", "ContainerStatus",
-    "HostStatus", "FleetStatus", "Outcome", "GroupResult", "State", "GpuFix", "HostSetup", "CreateStep", "Created",
+    "HostStatus", "FleetStatus", "Outcome", "GroupResult", "State", "GpuFix", "HostSetup", "CreateStep", "Created", "Destroyed",
 ]

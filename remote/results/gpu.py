@@ -27,6 +27,7 @@ class GpuFix:
     cuda_init: int | None
     after: tuple[str, ...]
     probe_error: str | None = None  # why the container could not be probed (stopped), where it could not
+    resumed: str | None = None  # a run saved before the restart (train.checkpoint) and resumed after: the new run
 
     @property
     def noop(self) -> bool:
@@ -83,3 +84,19 @@ class Created:
     hosts_file: str | None  # the hosts file the entry was added to (None: already there, or dry)
     seconds: float
     notes: tuple[str, ...] = ()  # what the user should know (packages installed, an entry already there, ...)
+
+
+@dataclass(frozen=True)
+class Destroyed:
+    """A container `remote destroy` removed from its host (and its hosts-file entry), or, dry, would have."""
+
+    ctid: int
+    host: str
+    destroyed: bool  # False: a dry run, or the host had no such container (only its entry was removed)
+    dry: bool
+    state: str  # what pct said before: running, stopped, or missing (the host has no such container)
+    snapshots: tuple[str, ...]  # its Proxmox snapshots, gone with it
+    commands: tuple[str, ...]  # the commands that changed something, as run (dry: as they would run)
+    hosts_file: str | None  # the hosts file its entry was removed from (None: dry, not in it, or no file)
+    removed: tuple[str, ...]  # the hosts file's lines removed: the entry, its comments, its id in groups
+    seconds: float

@@ -87,6 +87,13 @@ class RunSummary:
     command: str | None
     nodes: tuple[int, ...] | None
     path: str
+    checkpoint: Checkpoint | None = None  # a resume: the checkpoint it started from
+    parent: str | None = None  # a resume: the run it continues
+
+    @property
+    def resumes(self) -> str | None:
+        """`resumes RUN at step N` for a resume (None for a run that started fresh)."""
+        return resumes_text(self.parent, self.checkpoint)
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,14 @@ class Metric:
     value: float | None
     unit: str | None
     fields: Mapping[str, Any]
+
+
+def resumes_text(parent: str | None, checkpoint: Checkpoint | None) -> str | None:
+    """A resume's lineage in words: `resumes RUN at step N` (or `from PATH` where the step is not known)."""
+    if checkpoint is None:
+        return None
+    at = f"at step {checkpoint.step}" if checkpoint.step is not None else f"from {checkpoint.path}"
+    return f"resumes {parent} {at}" if parent else f"resumed {at}"
 
 
 SaveOutcome = Literal["saved", "none-yet", "no-new", "not-running"]
@@ -241,6 +256,8 @@ class JobStatus:
     node_rank: int | None = None
     compile: CompileHealth | None = None  # the compile watch's counts (docs/guide/compile-health.md)
     moved_from: str | None = None  # lost because its container moved: the cluster node it started on
+    checkpoint: Checkpoint | None = None  # a resume: the checkpoint it started from
+    parent: str | None = None  # a resume: the run it continues
 
     @property
     def state(self) -> State:

@@ -15,6 +15,7 @@ import time
 from ..config import ContainerSpec
 from ..errors import JobError, RemoteError
 from ..facts import Facts, gather
+from ..facts.runs import RunState
 from ..naming import printable
 from ..ops import files, jobenv, jobs, logs
 from ..results import KnownGood
@@ -53,35 +54,35 @@ def meets_baseline(watch: logs.Watch) -> bool:
     return r >= base if watch.higher_is_better else r <= base
 
 
-def make_record(facts: Facts, spec: ContainerSpec, run: dict, watch: logs.Watch, how: str) -> dict:
+def make_record(facts: Facts, spec: ContainerSpec, run: RunState, watch: logs.Watch, how: str) -> dict:
     """The record, from the run's manifest (what it ran with) and the container's facts now. Pure."""
-    m = run.get("manifest") or {}
-    same_lock = facts.venv.lock_sha256 and facts.venv.lock_sha256 == m.get("venv_lock_sha256")
-    versions = {"torch": m.get("torch"), "cuda_build": m.get("cuda_build"), "triton": m.get("triton")}
-    folder = m.get("compile_cache") or jobenv.compile_cache(spec, versions)
-    gpus = m.get("gpus")
+    m = run.manifest
+    same_lock = facts.venv.lock_sha256 and facts.venv.lock_sha256 == m.venv_lock_sha256
+    versions = {"torch": m.torch, "cuda_build": m.cuda_build, "triton": m.triton}
+    folder = m.compile_cache or jobenv.compile_cache(spec, versions)
+    gpus = m.gpus
     return {
-        "run": run["run"], "container": facts.ctid, "how": how,
+        "run": run.run, "container": facts.ctid, "how": how,
         "node": spec.host.node_name,  # a cluster's container may move: doctor names a change of node
         "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "commit": m.get("commit"), "lock_sha256": m.get("venv_lock_sha256"), "spec_hash": facts.venv.spec_hash
+        "commit": m.commit, "lock_sha256": m.venv_lock_sha256, "spec_hash": facts.venv.spec_hash
         if same_lock else None, **versions,
         # Every installed package, when the venv is still the one the run used.
         "packages": {n: p.version for n, p in facts.venv.packages.items()} if same_lock else None,
-        "driver": m.get("driver") or facts.gpus.driver, "cuda_driver": facts.gpus.cuda_driver,
+        "driver": m.driver or facts.gpus.driver, "cuda_driver": facts.gpus.cuda_driver,
         # The host's loaded NVIDIA module and the container's driver libraries (remote.facts.gpu).
         "host_module": facts.gpu.proc_version if facts.gpu else None,
         "driver_libs": facts.gpu.lib_versions if facts.gpu else None,
-        "gpu_names": [g["name"] for g in gpus] if gpus is not None else list(facts.gpus.names),
+        "gpu_names": [g.get("name") for g in gpus] if gpus is not None else list(facts.gpus.names),
         "cache": {"fingerprint": folder.rsplit("/", 1)[-1],
                   "files": facts.cache.files if facts.cache.folder == folder else None,
                   "bytes": facts.cache.bytes if facts.cache.folder == folder else None},
         "throughput": {"value": watch.rolling, "unit": watch.unit, "higher_is_better": watch.higher_is_better,
                        "baseline": watch.baseline},
-        "command": m.get("command"),
+        "command": m.command,
         # The most GPU memory in use at once while it ran (its watch's reading of nvidia-smi, every GPU summed):
         # train's preflight refuses a launch where less than this is free (remote.ops.jobs.gpu_memory_check).
-        "gpu_mem_peak_mib": (run.get("gpu") or {}).get("mem_peak_mib"),
+        "gpu_mem_peak_mib": (run.gpu or {}).get("mem_peak_mib"),
     }
 
 
@@ -98,23 +99,23 @@ def record_run(t: Target, run_id: str | None, *, how: str = "by hand (remote kno
     exit status 0."""
     spec, ct = t.spec, t.ct
     st = jobs.state(t, run_id)
-    if not st.get("run"):
+    if not st.run:
         raise JobError(f"container {spec.ctid} has no run {run_id or ''} in {spec.train.run_dir}".replace("  ", " "))
-    if st["alive"] or st["lost"] or st["exit"] != 0:
-        raise JobError(f"run {st['run']} {jobs.describe_end(st)}: only a run that ended with exit status 0 can be "
+    if st.alive or st.lost or st.exit != 0:
+        raise JobError(f"run {st.run} {jobs.describe_end(st)}: only a run that ended with exit status 0 can be "
                        "known-good")
-    watch = watch_log(spec, log_tail(ct, f"{st['path']}/log"))
+    watch = watch_log(spec, log_tail(ct, f"{st.path}/log"))
     record = make_record(gather(t), spec, st, watch, how)
     save(t, record)
     return KnownGood(record["run"], record["container"], record.get("commit"), record.get("torch"), path_of(spec),
                      record)
 
 
-def after_run(t: Target, final: dict) -> dict | None:
+def after_run(t: Target, final: jobs.Followed) -> dict | None:
     """Called by `train` when the run it followed ends: record it as known-good when it met the baseline."""
     spec = t.spec
-    watch = final.get("watch")
-    if final.get("alive") or final.get("lost") or final.get("exit") != 0 or watch is None \
+    watch = final.log_watch
+    if final.alive or final.lost or final.exit != 0 or watch is None \
             or not meets_baseline(watch):
         return None
     try:
@@ -122,8 +123,8 @@ def after_run(t: Target, final: dict) -> dict | None:
         record = make_record(facts, spec, final, watch, "auto: the run met the baseline")
         save(t, record)
     except RemoteError as exc:
-        t.warn(printable(f"could not record run {final['run']} as known-good: {exc}"))
+        t.warn(printable(f"could not record run {final.run} as known-good: {exc}"))
         return None
-    t.note(f"run {final['run']} recorded as known-good ({logs.fmt(watch.rolling, watch.unit)}, baseline "
+    t.note(f"run {final.run} recorded as known-good ({logs.fmt(watch.rolling, watch.unit)}, baseline "
            f"{watch.baseline:g}) in {path_of(spec)}")
     return record

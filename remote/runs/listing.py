@@ -12,6 +12,7 @@ import time
 
 from .. import shell
 from ..config import ContainerSpec
+from ..facts.runs import RunState, parse_state
 from ..naming import printable
 from ..ops import jobs
 from ..results import RunSummary
@@ -27,26 +28,17 @@ def list_runs(t: Target, limit: int = 20) -> list[RunSummary]:
     r = ct.script(shell.with_lib("runs"), spec.train.run_dir, str(limit), marker, str(TAIL_BYTES),
                   mutates=False, timeout=120, label="list runs")
     blocks = r.out.split(marker + "\n")[1:]
-    return [describe(jobs.parse_state(block), spec) for block in blocks]
+    return [describe(st, spec) for st in map(parse_state, blocks) if st.run]
 
 
-def describe(st: dict, spec: ContainerSpec) -> RunSummary:
-    """One run as `runs` shows it, from parse_state's answer."""
+def describe(st: RunState, spec: ContainerSpec) -> RunSummary:
+    """One run as `runs` shows it, from parse_state's answer (a run: st.run is set)."""
     from .report import series
 
-    got = st.get("manifest")
-    manifest: dict = got if isinstance(got, dict) else {}
-    _, watch = series(spec, st.get("tail") or "", last_line=not st["alive"])
-    state = jobs.run_status(st).state
-    started = manifest.get("started_epoch")
-    nodes = manifest.get("nodes")
-    return RunSummary(st["run"], _text(manifest.get("started_at")),
-                      started if isinstance(started, (int, float)) else None, state, st["exit"], watch.last,
-                      watch.unit, _text(manifest.get("command")), tuple(nodes) if nodes else None, st["path"])
-
-
-def _text(value) -> str | None:
-    return value if isinstance(value, str) else None
+    m = st.manifest
+    _, watch = series(spec, st.tail, last_line=not st.alive)
+    return RunSummary(st.run or "", m.started_at, m.started_epoch, jobs.run_status(st).state, st.exit, watch.last,
+                      watch.unit, m.command, m.nodes, st.path, st.checkpoint, st.parent)
 
 
 def render(runs: list[RunSummary], spec: ContainerSpec) -> str:
@@ -59,7 +51,7 @@ def render(runs: list[RunSummary], spec: ContainerSpec) -> str:
                    else _clean(r.started or "-"))
         tp = f"{r.throughput:.4g}{' ' + r.unit if r.unit else ''}" if r.throughput is not None else "-"
         rows.append((_clean(r.id), started, shown_state(r.state), "-" if r.exit is None else str(r.exit), tp,
-                     _clean(r.command or "-")))
+                     _clean(r.command or "-") + (f"  ({_clean(r.resumes)})" if r.resumes else "")))
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:5], widths, strict=True)) + "  " + row[5] for row in rows]
     return "\n".join(line.rstrip() for line in lines)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..config import ContainerSpec
 from ..errors import JobError, TransferError
+from ..facts.runs import Attempt, RunState
 from ..naming import json_loads
 from ..ops import compilelog, files, jobs, logs
 from ..ops import warmup as wm
@@ -84,7 +85,7 @@ def _compile_section(tl: timeline_mod.Timeline | None, health: CompileHealth | N
                "step, no graph break, no eager fallback.</p>"))
 
 
-def render(spec: ContainerSpec, run: dict, log_text, known_good: dict | None, kg_log,
+def render(spec: ContainerSpec, run: RunState, log_text, known_good: dict | None, kg_log,
            warmups: list[dict], timeline: timeline_mod.Timeline | None = None,
            compile_health: CompileHealth | None = None) -> str:
     """The HTML page. Pure: everything it shows is passed in (the logs as text, or as chunks of bytes read
@@ -92,10 +93,10 @@ def render(spec: ContainerSpec, run: dict, log_text, known_good: dict | None, kg
     compile.jsonl read whole, compilelog.read_run, for the compile section's counts and findings)."""
     values, watch = series(spec, log_text)
     kg_values = series(spec, kg_log)[0] if kg_log else []
-    m = run.get("manifest") or {}
+    m = run.manifest
     esc = html.escape
-    runs = [(f"run {run['run']}", values, "#1565c0")]
-    if known_good and known_good.get("run") != run["run"]:
+    runs = [(f"run {run.run}", values, "#1565c0")]
+    if known_good and known_good.get("run") != run.run:
         runs.append((f"known-good run {known_good.get('run')}", kg_values, "#2e7d32"))
     kg_tp = (known_good or {}).get("throughput") or {}
     rows = "".join(f"<tr><td>{esc(str(r.get('device')))}</td><td>{r.get('seconds')}</td><td>{r.get('new_files')}</td>"
@@ -103,22 +104,22 @@ def render(spec: ContainerSpec, run: dict, log_text, known_good: dict | None, kg
                    for r in warmups)
     hints = "".join(f"<li><b>{esc(name)}</b>: {esc(hint)}<br><code>{esc(line[:300])}</code></li>"
                     for name, hint, line in watch.found)
-    status = jobs.describe_end(run) if "alive" in run else ""
+    status = jobs.describe_end(run)
     summary = watch.summary()
     return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>run {esc(run['run'])} — container {spec.ctid}</title>
+<html lang="en"><head><meta charset="utf-8"><title>run {esc(str(run.run))} — container {spec.ctid}</title>
 <style>body{{font-family:sans-serif;margin:24px;max-width:940px}} table{{border-collapse:collapse}}
 td,th{{border:1px solid #ccc;padding:3px 8px;text-align:left}} pre{{background:#f4f4f4;padding:8px;overflow:auto;
 font-size:12px}} .bad{{color:#c00}}</style></head><body>
-<h1>Run {esc(run['run'])} <small>container {spec.ctid}</small></h1>
-<p>{esc(status)}; {esc(summary)}.<br>Commit <code>{esc(str(m.get('commit') or '')[:12])}</code>, torch
-{esc(str(m.get('torch')))} (CUDA build {esc(str(m.get('cuda_build') or 'none'))}), started {esc(str(m.get('started_at')))}.
+<h1>Run {esc(str(run.run))} <small>container {spec.ctid}</small></h1>
+<p>{esc(status)}; {esc(summary)}.<br>Commit <code>{esc((m.commit or '')[:12])}</code>, torch
+{esc(str(m.torch))} (CUDA build {esc(m.cuda_build or 'none')}), started {esc(str(m.started_at))}.
 {'Known-good: run ' + esc(str(known_good.get('run'))) + ', ' + esc(logs.fmt(kg_tp.get('value'), kg_tp.get('unit')))
  + ' (commit ' + esc(str(known_good.get('commit') or '')[:12]) + ').' if known_good else 'No known-good run recorded.'}</p>
 <h2>Metric over the run</h2>
-{_svg(runs, spec.train.baseline if spec.train.baseline is not None else m.get('baseline'), watch.unit)}
+{_svg(runs, spec.train.baseline if spec.train.baseline is not None else m.baseline, watch.unit)}
 <h2>Over time: throughput, GPU utilisation and memory; stalls and restarts marked</h2>
-{timeline_mod.svg(timeline or timeline_mod.Timeline(), spec.train.baseline if spec.train.baseline is not None else m.get('baseline'))}
+{timeline_mod.svg(timeline or timeline_mod.Timeline(), spec.train.baseline if spec.train.baseline is not None else m.baseline)}
 <h2>Compile health</h2>
 {_compile_section(timeline, compile_health)}
 <h2>Crash hints</h2>
@@ -127,7 +128,7 @@ font-size:12px}} .bad{{color:#c00}}</style></head><body>
 {'<table><tr><th>device</th><th>seconds</th><th>new files</th><th>guard hits/misses</th><th>commit</th></tr>'
  + rows + '</table>' if rows else '<p>None recorded.</p>'}
 <h2>Manifest</h2>
-<pre>{esc(json.dumps(m, indent=1))}</pre>
+<pre>{esc(json.dumps(m.raw, indent=1))}</pre>
 <p><small>Written {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} by <code>remote report</code>.</small></p>
 </body></html>
 """
@@ -143,7 +144,7 @@ def write(t: Target, run_id: str | None, dest: str | None) -> Path:
     """Read a run (default: the latest) and the known-good one from the container; write the HTML file."""
     spec, ct = t.spec, t.ct
     st = jobs.state(t, run_id)
-    if not st.get("run"):
+    if not st.run:
         raise JobError(f"container {spec.ctid} has no run {run_id or ''} in {spec.train.run_dir}".replace("  ", " ")
                        + ": start one with `remote train`")
     from .knowngood import path_of
@@ -153,24 +154,24 @@ def write(t: Target, run_id: str | None, dest: str | None) -> Path:
         kg = json_loads(kg_raw) if kg_raw.strip() else None
     except ValueError:
         kg = None
-    m = st.get("manifest") or {}
+    m = st.manifest
     warmups = [r for r in wm.records(t)
-               if r.get("commit") == m.get("commit") and r.get("venv_lock") == m.get("venv_lock_sha256")]
-    if not dest and not jobs.RUN_ID.fullmatch(st["run"]):  # the container's `current`: untrusted, never a path
-        raise JobError(f"container {spec.ctid}: its run id {st['run']!r} is not one remote makes; give out=FILE")
-    path = Path(dest) if dest else default_path(spec.ctid, st["run"])
+               if r.get("commit") == m.commit and r.get("venv_lock") == m.venv_lock_sha256]
+    if not dest and not jobs.RUN_ID.fullmatch(st.run):  # the container's `current`: untrusted, never a path
+        raise JobError(f"container {spec.ctid}: its run id {st.run!r} is not one remote makes; give out=FILE")
+    path = Path(dest) if dest else default_path(spec.ctid, st.run)
     path.parent.mkdir(parents=True, exist_ok=True)
     # The logs and what the run's watch left come to local files (streamed, verified) and are read from
     # there in chunks: a run's log can be gigabytes, its metrics.jsonl grows with it, and only the values
     # are kept.
     with tempfile.TemporaryDirectory(prefix="remote-report-") as d:
-        tl = read_timeline(ct, st["path"], st.get("attempts"), Path(d))
+        tl = read_timeline(ct, st.path, st.attempts, Path(d))
         log = Path(d) / "log"
-        files.pull(ct, f"{st['path']}/log", log)
+        files.pull(ct, f"{st.path}/log", log)
         if not log.is_file():  # what the container has there is not a log
-            raise JobError(f"container {spec.ctid}: {st['path']}/log is not a file")
+            raise JobError(f"container {spec.ctid}: {st.path}/log is not a file")
         kg_log = None
-        if kg and kg.get("run") and kg["run"] != st["run"]:
+        if kg and kg.get("run") and kg["run"] != st.run:
             try:
                 files.pull(ct, f"{spec.train.run_dir}/{kg['run']}/log", Path(d) / "kg-log")
                 kg_log = _chunks(Path(d) / "kg-log")
@@ -183,7 +184,7 @@ def write(t: Target, run_id: str | None, dest: str | None) -> Path:
 WATCH_FILES = ("metrics.jsonl", "gpu.csv", "events.jsonl", "compile.jsonl")
 
 
-def read_timeline(ct, run_path: str, attempts: list[dict] | None, folder: Path) -> timeline_mod.Timeline:
+def read_timeline(ct, run_path: str, attempts: tuple[Attempt, ...], folder: Path) -> timeline_mod.Timeline:
     """The run over time from what its watch left (WATCH_FILES, each there or not): each pulled into
     `folder` under its own name as the log is, in one streamed command, and read from there in chunks, never
     whole (the folder then reads as the run's for compilelog.read_run)."""

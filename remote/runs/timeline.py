@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from ..facts.runs import Attempt
 from ..naming import json_loads
 from ..ops.compilelog import describe, parse_line
 from ..ops.compilelog import number as _num  # a finite float, or None (an int too large for one too)
@@ -24,7 +25,7 @@ class Timeline:
     unit: str | None = None
     gpu: list[tuple[float, float | None, float | None]] = field(default_factory=list)  # (t, util %, mem GiB)
     stalls: list[tuple[float, float]] = field(default_factory=list)  # (t, seconds without output)
-    attempts: list[dict] = field(default_factory=list)  # wrapper records: attempt, started, ended, exit
+    attempts: tuple[Attempt, ...] = ()  # the wrapper's records (remote/sh/job.sh)
     compiles: list[CompileEvent] = field(default_factory=list)  # the compile watch's events (compile.jsonl)
 
     def __bool__(self) -> bool:
@@ -66,10 +67,10 @@ MAX_COMPILES = 400  # compile events drawn (the latest)
 
 
 def parse(metrics: str | Iterable[bytes] = "", gpu: str | Iterable[bytes] = "",
-          events: str | Iterable[bytes] = "", attempts: list[dict] | None = None,
+          events: str | Iterable[bytes] = "", attempts: tuple[Attempt, ...] | None = None,
           compiles: str | Iterable[bytes] = "") -> Timeline:
     """The timeline of what the watch left: each file as its text or as chunks of its bytes."""
-    tl = Timeline(attempts=list(attempts or []))
+    tl = Timeline(attempts=tuple(attempts or ()))
     for line in lines(compiles):
         ev = parse_line(line)
         if ev is not None:
@@ -121,7 +122,7 @@ def svg(tl: Timeline, baseline: float | None = None, w: int = 880) -> str:
     if not tl:
         return "<p>No metrics.jsonl or gpu.csv for this run (a run started before the watch, or not pulled).</p>"
     times = [t for t, _ in tl.metrics] + [t for t, _, _ in tl.gpu] + [t for t, _ in tl.stalls]
-    times += [a["started"] for a in tl.attempts if _num(a.get("started")) is not None]
+    times += [a.started for a in tl.attempts]
     times += [e.t for e in tl.compiles]
     t0, t1 = min(times), max(times)
     span = (t1 - t0) or 1.0
@@ -183,12 +184,10 @@ def svg(tl: Timeline, baseline: float | None = None, w: int = 880) -> str:
         legend = " ".join(f'<tspan fill="{c}">&#9646; {k}</tspan>' for k, c in COMPILE_COLORS.items())
         parts.append(f'<text x="{x1 - 4}" y="{pad_t + 36}" text-anchor="end" font-size="11">{legend}</text>')
     for a in tl.attempts[1:]:
-        started = _num(a.get("started"))
-        if started is None:
-            continue
+        started = a.started
         parts.append(f'<line x1="{x(started):.1f}" x2="{x(started):.1f}" y1="{pad_t}" y2="{bottom}" stroke="#ef6c00" '
-                     f'stroke-dasharray="4 3" stroke-width="2"><title>attempt {a.get("attempt")}</title></line>'
-                     f'<text x="{x(started) + 3:.1f}" y="{pad_t + 42}" fill="#ef6c00">attempt {html.escape(str(a.get("attempt")))}'
+                     f'stroke-dasharray="4 3" stroke-width="2"><title>attempt {a.attempt}</title></line>'
+                     f'<text x="{x(started) + 3:.1f}" y="{pad_t + 42}" fill="#ef6c00">attempt {a.attempt}'
                      "</text>")
     parts.append(f'<text x="{(x0 + x1) / 2}" y="{h - 8}" text-anchor="middle">seconds since the run\'s first record '
                  f'(0 to {span:.0f} s)</text></svg>')

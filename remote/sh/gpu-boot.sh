@@ -1,7 +1,7 @@
 #!/bin/bash
 # Installed by `remote host setup` as /usr/local/lib/remote/gpu-boot.sh; run by remote-gpu.service at boot,
-# before pve-guests.service. Makes /dev/nvidia-uvm (-tools) (gpu-uvm.sh: `nvidia-modprobe -u -c 0`, the
-# driver's own tool) and each GPU's /dev/nvidiaN (`nvidia-modprobe -c N`), then refills the driver's
+# before pve-guests.service and pve-ha-lrm.service. Makes /dev/nvidia-uvm (-tools) (gpu-uvm.sh: `nvidia-modprobe -u -c 0`, the
+# driver's own tool) and each GPU's /dev/nvidiaN (`nvidia-modprobe -c N`, else mknod c 195 N), then refills the driver's
 # user-space folder with the loaded module's files (nvidia-userspace.sh), all installed beside it.
 # Every host path is under ${REMOTE_GPU_SYSROOT:-}.
 set -uo pipefail
@@ -23,7 +23,18 @@ for info in "$root"/proc/driver/nvidia/gpus/*/information; do
     rc=1
     continue
   fi
-  nvidia-modprobe -c "$minor" || rc=1
+  node=$root/dev/nvidia$minor
+  if command -v nvidia-modprobe > /dev/null 2>&1; then
+    nvidia-modprobe -c "$minor" || true
+  fi
+  # Without nvidia-modprobe (not every driver install has it, the H200 host's had not), or where it failed:
+  # what it does, by hand. The GPU nodes' major is NVIDIA's fixed 195; nvidiactl is 195:255.
+  if [ ! -c "$node" ]; then
+    mknod -m 0666 "$node" c 195 "$minor" && echo "gpu-boot: made $node by mknod (c 195 $minor)" || rc=1
+  fi
+  if [ ! -c "$root/dev/nvidiactl" ]; then
+    mknod -m 0666 "$root/dev/nvidiactl" c 195 255 || rc=1
+  fi
 done
 if [ -f "$here/nvidia-userspace.sh" ]; then
   bash "$here/nvidia-userspace.sh" /var/lib/remote/nvidia || rc=1

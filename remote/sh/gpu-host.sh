@@ -46,6 +46,14 @@ for node in "$root"/dev/nvidia* "$root"/dev/nvidia-caps/*; do
   printf '%s ' "${node#"$root"}"
   stat -c '%F %t %T %u %g %a' "$node" 2> /dev/null || echo
 done
+# MIG: which GPU instance or compute instance each /dev/nvidia-caps node opens (`gpu0/gi1/access 12`): only the
+# lines of nodes the host has (the driver's file lists every possible minor, thousands of lines).
+section mig-minors
+if [ -d "$root/dev/nvidia-caps" ] && [ -r "$root/proc/driver/nvidia-caps/mig-minors" ]; then
+  for cap in "$root"/dev/nvidia-caps/nvidia-cap*; do
+    [ -e "$cap" ] && printf '%s\n' "${cap##*nvidia-cap}"
+  done | awk 'FNR == NR { have[$1] = 1; next } ($2 in have)' - "$root/proc/driver/nvidia-caps/mig-minors"
+fi
 section lspci
 if have lspci; then
   lspci -nnk -d 10de: 2> /dev/null

@@ -68,6 +68,16 @@ for f in "${found[@]}"; do
     libnvidia-ml.so.*) have_ml=1 ;;
   esac
 done
+# A pending reboot after an upgrade that removed the loaded version's files: a folder filled before it already
+# holds them (its VERSION the loaded one, libcuda and libnvidia-ml there): it stays as it is.
+if { [ -z "$have_cuda" ] || [ -z "$have_ml" ]; } && [ "$(cat "$dest/current/VERSION" 2> /dev/null || true)" = "$version" ] \
+  && [ -f "$dest/current/lib/libcuda.so.$version" ] && [ -f "$dest/current/lib/libnvidia-ml.so.$version" ]; then
+  kept=("$dest"/current/lib/*.so."$version" "$dest"/current/bin/*)
+  echo "files ${#kept[@]}"
+  echo "dest $1"
+  echo "state unchanged"
+  exit 0
+fi
 if [ -z "$have_cuda" ] || [ -z "$have_ml" ]; then
   others=""
   for dir in "${libdirs[@]}"; do

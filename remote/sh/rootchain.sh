@@ -1,28 +1,118 @@
 # Who may change a program that a sudo rule names: run on the host where the rule is installed, as the login
-# user (nothing here needs root, nothing here writes). Usage: bash -c "$(cat rootchain.sh)" rootchain PATH...
-# For each PATH, every component from / down (and, where PATH resolves elsewhere through a symlink, every
-# component of where it resolves to): `PATH<TAB>COMPONENT<TAB>UID MODE TYPE`, or `PATH<TAB>COMPONENT<TAB>missing`
-# for the first component that does not exist (remote.sudo.unsafe reads it: a rule is only as safe as the
-# folders above its programs).
+# user (nothing here needs root, nothing here writes). remote runs it as
+#   /usr/bin/env -i PATH=/usr/bin:/bin /bin/bash --norc --noprofile -c "$(cat rootchain.sh)" rootchain PATH...
+# so that nothing the login account exports (a BASH_FUNC_stat%% function, a stat earlier on PATH) answers for it;
+# every program below is called by its absolute path for the same reason.
+# For each PATH, one line per answer, `PATH<TAB>WHAT<TAB>ANSWER` (remote.sudo.unsafe reads them):
+#   /a/b        UID MODE TYPE | missing   every component from / down, of every hop: a symbolic link met on the
+#                                         way (part-way or last) is followed one hop at a time, relative links
+#                                         against their own folder, and the path it leads to walked from / again
+#   @program    elf|script|other|unreadable|missing|loop REAL[<TAB>INTERPRETER]   what the last hop is
+#   @interpreter:/a/b  UID MODE TYPE | missing   the same walk of a script's `#!` interpreter
+#   @interpreter-is    elf|script|other|unreadable|missing|loop|relative REAL    what the interpreter is
+#   @beside:/a/b       UID MODE TYPE   each file and folder (two levels) beside a script that is not Proxmox's
+#                                      own: what it may load from its own folder (Python imports from there first)
+#   @sources           LINE            a shell script's `.`/`source` line (a file it runs as root)
+#   @end        done                   the answer for PATH is whole
 set -u
+STAT=/usr/bin/stat
+HOPS=40  # as the kernel's own limit on links followed while resolving one name
+
+# walk TAG PATH: print TAG-prefixed components of PATH from / down, stopping at the first symbolic link (its
+# next hop in $next) or the first missing name; $next is empty when PATH was walked to its end.
 walk() {
-  local want=$1 path=$2 sofar="" part
+  local tag=$1 path=$2 sofar="" part i target rest
   local -a parts
-  printf '%s\t/\t%s\n' "$want" "$(stat -c '%u %a %F' -- /)"
+  next=""
+  printf '%s\t%s/\t%s\n' "$want" "$tag" "$("$STAT" -c '%u %a %F' -- /)"
   IFS=/ read -ra parts <<< "${path#/}"
-  for part in "${parts[@]}"; do
-    [ -n "$part" ] || continue
+  for ((i = 0; i < ${#parts[@]}; i++)); do
+    part=${parts[i]}
+    case $part in
+      "" | .) continue ;;
+      ..) sofar=${sofar%/*}; continue ;;  # no link lies in $sofar (a hop ends at the first): plain text is right
+    esac
     sofar="$sofar/$part"
-    if [ -e "$sofar" ] || [ -L "$sofar" ]; then
-      printf '%s\t%s\t%s\n' "$want" "$sofar" "$(stat -c '%u %a %F' -- "$sofar")"
+    if [ -L "$sofar" ]; then
+      printf '%s\t%s%s\t%s\n' "$want" "$tag" "$sofar" "$("$STAT" -c '%u %a %F' -- "$sofar")"
+      target=$(/usr/bin/readlink -- "$sofar")
+      [ "${target#/}" != "$target" ] || target="${sofar%/*}/$target"  # relative: against the link's folder
+      rest=$(IFS=/; printf '%s' "${parts[*]:i+1}")
+      next="$target${rest:+/$rest}"
+      return 0
+    elif [ -e "$sofar" ]; then
+      printf '%s\t%s%s\t%s\n' "$want" "$tag" "$sofar" "$("$STAT" -c '%u %a %F' -- "$sofar")"
     else
-      printf '%s\t%s\tmissing\n' "$want" "$sofar"
+      printf '%s\t%s%s\tmissing\n' "$want" "$tag" "$sofar"
+      real=""
       return 0
     fi
   done
+  real=${sofar:-/}
 }
-for path in "$@"; do
-  walk "$path" "$path"
-  real=$(readlink -m -- "$path")
-  [ "$real" = "$path" ] || walk "$path" "$real"
+
+# resolve TAG PATH: walk every hop; $real is the file it ends at ("" where a name is missing), $kind what it is.
+resolve() {
+  local tag=$1 path=$2 hop
+  real="" kind=loop
+  for ((hop = 0; hop < HOPS; hop++)); do
+    walk "$tag" "$path"
+    if [ -n "$next" ]; then
+      path=$next
+      continue
+    fi
+    if [ -z "$real" ]; then
+      kind=missing
+    elif [ ! -f "$real" ]; then
+      kind=other
+    elif [ ! -r "$real" ]; then
+      kind=unreadable
+    else
+      local magic
+      magic=$(/usr/bin/head -c 4 -- "$real" 2>/dev/null | /usr/bin/od -An -c | /usr/bin/tr -d ' \n')
+      case $magic in
+        '177ELF') kind=elf ;;
+        '#!'*) kind=script ;;
+        *) kind=other ;;
+      esac
+    fi
+    return 0
+  done
+}
+
+for want in "$@"; do
+  resolve "" "$want"
+  program=$real
+  if [ "$kind" != script ]; then
+    printf '%s\t@program\t%s %s\n' "$want" "$kind" "$program"
+  else
+    IFS= read -r line < "$program" || true
+    line=${line#\#!}
+    read -r interpreter _ <<< "$line"
+    printf '%s\t@program\tscript %s\t%s\n' "$want" "$program" "$interpreter"
+    if [ "${interpreter#/}" = "$interpreter" ]; then
+      printf '%s\t@interpreter-is\trelative %s\n' "$want" "$interpreter"
+    else
+      resolve "@interpreter:" "$interpreter"
+      printf '%s\t@interpreter-is\t%s %s\n' "$want" "$kind" "$real"
+    fi
+    case $program in
+      /usr/sbin/pct | /usr/sbin/pvesm | /usr/bin/pvesh) ;;  # Proxmox's own: Perl of its packages, in /usr/share/perl5
+      *)
+        # NUL-separated, so that a name with a newline or a tab in it cannot add a line of its own to the answer
+        /usr/bin/find "${program%/*}" -mindepth 1 -maxdepth 2 -printf '%U %m %y %p\0' 2>/dev/null \
+          | while IFS=' ' read -r -d '' uid mode type name; do
+              case $name in
+                *$'\n'* | *$'\t'*) printf '%s\t@beside:%s\todd name\n' "$want" "${name//[$'\t\n']/?}" ;;
+                *) printf '%s\t@beside:%s\t%s %s %s\n' "$want" "$name" "$uid" "$mode" "$type" ;;
+              esac
+            done
+        case ${interpreter##*/} in
+          sh | bash | dash | ksh | mksh | zsh | busybox)
+            /usr/bin/grep -nE '^[[:space:]]*(\.|source)[[:space:]]' -- "$program" 2>/dev/null \
+              | while IFS= read -r found; do printf '%s\t@sources\t%s\n' "$want" "$found"; done ;;
+        esac ;;
+    esac
+  fi
+  printf '%s\t@end\tdone\n' "$want"
 done

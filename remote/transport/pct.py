@@ -74,7 +74,7 @@ _PCT_ERRORS: list[tuple[re.Pattern, type, bool, str]] = [
      "(`pct list` on the host lists them)"),
     (re.compile(r"(?m)^(container '\d+' not running!|can only (push files to a running CT|pull files from a running VM))"),
      ContainerNotRunning, False,
-     "container {ctid} on {host} is stopped: start it with `pct start {ctid}` on the host (in the lab: `remote lab up`)"),
+     "container {ctid} on {host} is stopped: start it with `pct start {ctid}` on the host (the lab's too)"),
     (re.compile(r"(?m)^(trying to acquire lock\.\.\.\s*)?can't lock file '[^']*' - got timeout"), ContainerLocked, False,
      "container {ctid} on {host} is locked by another pct operation (a backup, a push?): retry when it is done"),
     (re.compile(r"(?m)^lxc-attach: \d+: .*Failed to exec \"(?P<prog>[^\"]*)\""), ContainerCommandNotFound, True,

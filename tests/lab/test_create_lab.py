@@ -1,8 +1,10 @@
 """Lab tier: `remote create` through the real sshd and the pct double (create, set, start, destroy, pveam,
 pvesm with Proxmox's words), then deploy and train in the container it made; the same create again a no-op;
 `--gpu` refused on this machine (no NVIDIA driver) with nothing made; a failure part-way (a package step
-that fails, in the real container) leaving nothing behind. Containers 290-293: no other module uses them."""
+that fails, in the real container) leaving nothing behind. Containers 290-292 (no other module uses them), or
+the three of $REMOTE_TEST_CREATE_IDS, so two checkouts can run it at once (LXC ids are machine-wide)."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +14,7 @@ import pytest
 from remote.transport.pct import pct_argv
 
 pytestmark = pytest.mark.lab
-MADE, NO_DRIVER, HALF = 290, 291, 292
+MADE, NO_DRIVER, HALF = (int(i) for i in os.environ.get("REMOTE_TEST_CREATE_IDS", "290,291,292").split(","))
 TRAIN = "python -m drafter.train --target-gpus 0 --drafter-gpus 0,1 --steps 200 --log-interval 0.5"
 
 

@@ -36,14 +36,14 @@ def test_a_container_stopped_under_a_job_reports_the_run_lost(lab_session):
     t = target(lab_session, spec)
     ct = lab_session.container(B)
     run_id, _ = launch(t, PRE, command="echo started; sleep 600")
-    assert wait_until(lambda: "started" in state(t, run_id)["tail"], 30)
+    assert wait_until(lambda: "started" in state(t, run_id).tail, 30)
     ct.stop()
     ct.start()
     ct.wait_running(timeout=30)
     # After the restart the container's pids begin again: the pid file may name a new process.
     ct.run(["bash", "-c", "for i in $(seq 20); do setsid sleep 300 </dev/null >/dev/null 2>&1 & done"])
     st = state(t, run_id)
-    assert st["lost"] and not st["alive"] and st["exit"] is None, st
+    assert st.lost and not st.alive and st.exit is None, st
     lines: list[str] = []
     final = show_log(target(lab_session, spec, lines), run_id, follow=True)  # returns: nothing runs any more
     assert final_status(final) == 1 and "LOST" in lines[-1] and lines[0] == "started"

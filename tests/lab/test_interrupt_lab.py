@@ -131,7 +131,7 @@ def test_ctrl_c_while_the_job_starts_names_the_run_it_left_running(lab_hosts, la
         run_id = starting[0].split()[2]
         assert f"-- interrupted while run {run_id} was starting in container {CT}: it may be running." in out
         assert f"`remote stop -c {CT} --run {run_id}` ends it" in out, out
-        assert state(target_of(lab_session, CT), run_id)["alive"], out + err  # the job started, and runs on
+        assert state(target_of(lab_session, CT), run_id).alive, out + err  # the job started, and runs on
     finally:
         ct.run(["rm", "-f", "/usr/local/bin/setsid", "/root/slow-setsid", "/root/setsid-done"])
         if run_id:

@@ -85,15 +85,15 @@ def test_the_job_survives_the_controller_being_killed(lab_hosts, deployed, lab_s
     assert started, "".join(seen)
     with Session(config.load(str(hosts))) as s:
         ct, t = s.container(200), target_of(s, 200)
-        assert state(t, started)["alive"]  # the controller is gone, the job is not
+        assert state(t, started).alive  # the controller is gone, the job is not
         ct.run(["touch", release])
         try:
-            wait_for(lambda: not state(t, started)["alive"], 120)  # a hang guard, not a speed goal
+            wait_for(lambda: not state(t, started).alive, 120)  # a hang guard, not a speed goal
             final = state(t, started)
         finally:
             ct.run(["rm", "-f", release])
-    assert final["exit"] == 0 and final["tail"].split() == [str(i) for i in range(60)] + ["released"]
-    assert final["manifest"]["command"] == job and final["manifest"]["commit"] != PRE.commit
+    assert final.exit == 0 and final.tail.split() == [str(i) for i in range(60)] + ["released"]
+    assert final.manifest.command == job and final.manifest.commit != PRE.commit
 
 
 @pytest.mark.fault("Second train while one runs", promise="refused unless --force, naming the run")
@@ -117,7 +117,7 @@ def test_low_throughput_is_warned_and_crash_texts_get_hints(lab_session, spec):
     run_id, _ = launch(target(lab_session, spec), PRE, command=cmd)
     lines = []
     final = show_log(target(lab_session, spec, lines), run_id, follow=True)
-    assert final["exit"] == 1
+    assert final.exit == 1
     i = lines.index("step 2 | 4.3 Ktok/s")
     assert lines[i + 1].startswith("!! throughput 4.3 Ktok/s is below 17.2 Ktok/s (baseline 21.5 - 20%)")
     assert any(l.startswith("!! compile race: threads compiled at once") for l in lines)
@@ -142,7 +142,7 @@ def test_status_json_parses_and_shows_the_running_job(lab_hosts, lab_session, de
     # Two readings: the first step's (it compiles) is not the run's speed, the second is (issue 33).
     run_id, _ = launch(t, PRE, command="echo '0.4 Ktok/s'; echo '3.0 Ktok/s'; sleep 60", force=True)
     try:
-        wait_for(lambda: "3.0 Ktok/s" in state(t, run_id)["tail"], 30)
+        wait_for(lambda: "3.0 Ktok/s" in state(t, run_id).tail, 30)
         env = {**os.environ, "REMOTE_HOSTS_FILE": str(lab_hosts), "PYTHONPATH": str(ROOT)}
         r = subprocess.run([sys.executable, "-c", "from remote.cli import program; program.run()", "status", "--json"],
                            env=env, capture_output=True, text=True)
@@ -185,14 +185,14 @@ def test_logs_without_follow_prints_what_is_there_and_returns_while_the_job_runs
     t = target(lab_session, spec)
     run_id, _ = launch(t, PRE, command="echo first; sleep 300")
     try:
-        wait_for(lambda: "first" in state(t, run_id)["tail"], 30)
+        wait_for(lambda: "first" in state(t, run_id).tail, 30)
         lines, done = [], []
         thread = threading.Thread(target=lambda: done.append(show_log(target(lab_session, spec, lines), run_id)),
                                   daemon=True)
         thread.start()
         thread.join(timeout=60)
         assert done, "logs without --follow did not return while the job runs"
-        assert lines[0] == "first" and done[0]["alive"] and "still running" in lines[-1]
+        assert lines[0] == "first" and done[0].alive and "still running" in lines[-1]
     finally:
         stop(t, run_id, grace=2)
 
@@ -221,9 +221,9 @@ def test_a_job_that_vanished_is_reported_lost_not_exited(lab_session, ct, spec):
     t = target(lab_session, spec)
     run_id, pid = launch(t, PRE, command="sleep 300")
     ct.run(["bash", "-c", f"kill -KILL -- -{pid}"])  # the whole job, wrapper included: no exit record
-    wait_for(lambda: not state(t, run_id)["alive"], 30)
+    wait_for(lambda: not state(t, run_id).alive, 30)
     st = state(t, run_id)
-    assert st["lost"] and st["exit"] is None
+    assert st.lost and st.exit is None
     lines = []
     final = show_log(target(lab_session, spec, lines), run_id)
     assert final_status(final) == 1 and "LOST" in lines[-1]
@@ -244,7 +244,7 @@ def test_a_job_ends_cleanly_where_the_containers_init_does_not_reap(lab, deploye
         t.start()
         t.join(timeout=60)
         assert done, "following a finished job whose leader is a zombie did not return"
-        assert done[0]["exit"] == 0 and lines[0] == "done"
+        assert done[0].exit == 0 and lines[0] == "done"
 
 
 @pytest.mark.fault("`ps` in the container during a run",
@@ -282,8 +282,8 @@ def test_a_tampered_wrapper_file_is_replaced_and_verified_before_it_runs(lab_ses
     job, job_sha, _ = installed("job.sh", shell.load("job"))
     ct.script('mkdir -p "$(dirname "$1")" && echo "echo owned > /root/owned" > "$1"', job)
     run_id, _ = launch(t, PRE, command="echo ran")
-    wait_for(lambda: not state(t, run_id)["alive"], 60)
-    assert state(t, run_id)["tail"].split() == ["ran"]
+    wait_for(lambda: not state(t, run_id).alive, 60)
+    assert state(t, run_id).tail.split() == ["ran"]
     assert ct.run(["sha256sum", job]).out.split()[0] == job_sha
     assert not ct.run(["test", "-e", "/root/owned"], check=False).ok
 
@@ -305,15 +305,15 @@ def test_a_restart_after_the_checkout_moved_records_the_commit_it_runs(lab_sessi
     try:
         wait_for(lambda: ct.run(["test", "-e", f"{work}.started"], check=False).ok, 30)
         ct.script(f"git -C {work} checkout -q -f {commits[1]} && touch {work}.go")  # what deploy --force does
-        wait_for(lambda: not state(t, run_id)["alive"], 60)
+        wait_for(lambda: not state(t, run_id).alive, 60)
         final = state(t, run_id)
     finally:
         ct.run(["rm", "-rf", work, f"{work}.started", f"{work}.go"])
-    assert final["exit"] == 0
-    assert final["manifest"]["commit"] == commits[0]
-    assert [a["commit"] for a in final["manifest"]["attempts"]] == commits
-    assert f"-- attempt 2 runs commit {commits[1]}, not {commits[0]}" in final["tail"]
-    assert final["tail"].split()[-1] == commits[1]  # what the attempt ran is what its record says
+    assert final.exit == 0
+    assert final.manifest.commit == commits[0]
+    assert [a.commit for a in final.attempts] == commits
+    assert f"-- attempt 2 runs commit {commits[1]}, not {commits[0]}" in final.tail
+    assert final.tail.split()[-1] == commits[1]  # what the attempt ran is what its record says
 
 
 @pytest.mark.fault("A deploy from another controller between train's preflight and launch",
@@ -348,4 +348,4 @@ def test_train_holds_the_lease_from_preflight_to_launch(lab_hosts, deployed, mon
             head = ct.run(["git", "-C", spec.code.path, "rev-parse", "HEAD"]).out.strip()
             assert run["manifest"]["commit"] == head
         finally:
-            stop(target_of(session, 200), run["run"], grace=2)
+            stop(target_of(session, 200), run.run, grace=2)

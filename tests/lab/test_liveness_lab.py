@@ -30,7 +30,7 @@ def ct(lab_session):
 
 
 def live_ids(t):
-    return {r["run"] for r in state(t)["live"]}
+    return {r.run for r in state(t).live}
 
 
 @pytest.mark.fault("A second run started with train --force beside a live one",
@@ -42,7 +42,7 @@ def test_a_live_run_that_is_not_the_latest_counts_everywhere(lab_session, ct):
     b, pid_b = launch(t, PRE, command="sleep 600", force=True)
     assert live_ids(t) == {a, b}
     stop(t, b, grace=2)  # the latest ends; A, started first, runs on
-    assert state(t)["run"] == b and live_ids(t) == {a}
+    assert state(t).run == b and live_ids(t) == {a}
 
     with pytest.raises(BusyError, match=f"run {a} \\(pid {pid_a}\\)"):
         launch(t, PRE, command="sleep 600")  # train's busy check
@@ -70,14 +70,14 @@ def test_a_run_whose_pid_file_is_late_is_started_and_counts_as_running(lab_sessi
     monkeypatch.setattr(shell, "load", lambda name: ("sleep 7\n" + real(name)) if name == "job" else real(name))
     run, pid = launch(t, PRE, command="sleep 600")  # the wrapper writes its pid file after 7 s
     monkeypatch.undo()
-    assert pid > 0 and state(t)["run"] == run and state(t)["alive"]
+    assert pid > 0 and state(t).run == run and state(t).alive
 
     # Now one with no pid file at all, beside it and not the latest: as a wrapper that is still starting.
     ct.script("mkdir -p /root/runs/late && echo '{}' > /root/runs/late/manifest.json && : > /root/runs/late/log && "
               "REMOTE_RUN_ID=late setsid -f sleep 600 </dev/null >/dev/null 2>&1")
     assert wait_until(lambda: "late" in live_ids(t), 10)
     st = state(t, "late")
-    assert st["alive"] and not st["lost"], st
+    assert st.alive and not st.lost, st
     ct.script("echo '# an edit: deploy has something to do' >> /root/dflash/drafter/model.py")
     with pytest.raises(BusyError, match=r"run late \(starting"):
         deploy(target_of(lab_session, CT))

@@ -69,7 +69,7 @@ def cat(ct, path) -> str:
 
 
 def ended(t, run_id, timeout=60.0) -> dict:
-    assert wait_until(lambda: not state(t, run_id)["alive"], timeout), f"run {run_id} did not end"
+    assert wait_until(lambda: not state(t, run_id).alive, timeout), f"run {run_id} did not end"
     return state(t, run_id)
 
 
@@ -80,17 +80,17 @@ def test_a_stalled_job_is_caught_and_its_stacks_name_the_function_it_waits_in(la
     t = target(lab_session, spec)
     run_id, _ = launch(t, PRE, command=staller())
     try:
-        assert wait_until(lambda: state(t, run_id)["stalled"], 4 + 15)
+        assert wait_until(lambda: state(t, run_id).stalled, 4 + 15)
         st = state(t, run_id)
-        assert st["alive"]  # warn (the default) leaves it running
-        event = json.loads(cat(ct, f"{st['path']}/events.jsonl").splitlines()[0])
+        assert st.alive  # warn (the default) leaves it running
+        event = json.loads(cat(ct, f"{st.path}/events.jsonl").splitlines()[0])
         assert 4 <= event["at"] - event["since"] <= 4 + 5  # detected within stall + 5 s of the last line
-        stacks = cat(ct, f"{st['path']}/stacks-1.txt")
+        stacks = cat(ct, f"{st.path}/stacks-1.txt")
         assert "wait_for_the_rendezvous_forever" in stacks, stacks
         assert "py-spy" not in stacks.split("\n", 2)[1]  # no 'py-spy is not available' line: it attached
-        log = cat(ct, f"{st['path']}/log")
+        log = cat(ct, f"{st.path}/log")
         quiet = event["seconds"]  # 4, or 5 where the watch's 1 s tick came late on a busy machine
-        assert quiet >= 4 and f"-- STALLED: no output for {quiet} s; stacks in {st['path']}/stacks-1.txt" in log
+        assert quiet >= 4 and f"-- STALLED: no output for {quiet} s; stacks in {st.path}/stacks-1.txt" in log
         assert describe_end(st).startswith(f"STALLED: no output for {quiet} s")
         # the pinned py-spy is in the container outside every venv, byte for byte ours
         binary, digest = pyspy.local_binary("x86_64")
@@ -107,8 +107,8 @@ def test_without_py_spy_the_stacks_file_says_so_and_holds_the_kernels_view(lab_s
     run_id, _ = launch(target(lab_session, with_train(spec, stall=3.0), notes), PRE, command=staller())
     try:
         assert any("py-spy 0.4.3 cannot be had" in n for n in notes), notes
-        assert wait_until(lambda: state(t, run_id)["stalled"], 3 + 15)
-        stacks = cat(ct, f"{state(t, run_id)['path']}/stacks-1.txt")
+        assert wait_until(lambda: state(t, run_id).stalled, 3 + 15)
+        stacks = cat(ct, f"{state(t, run_id).path}/stacks-1.txt")
         assert "py-spy is not available" in stacks
         assert "waits in" in stacks and "thread " in stacks  # every thread's wait channel instead
     finally:
@@ -122,8 +122,8 @@ def test_on_stall_stop_ends_it_with_nothing_left_and_a_status_saying_stalled(lab
     t = target(lab_session, spec)
     run_id, _ = launch(t, PRE, command=staller())
     st = ended(t, run_id, 3 + 30)
-    assert st["exit"] == EXIT_STALLED and final_status(st) == EXIT_STALLED
-    assert st["orphans"] == []
+    assert st.exit == EXIT_STALLED and final_status(st) == EXIT_STALLED
+    assert st.orphans == ()
     assert "STALLED" in describe_end(st) and "ended by the stall watch" in describe_end(st)
 
 
@@ -134,13 +134,13 @@ def test_on_stall_restart_restarts_it(lab_session, ct, spec):
     t = target(lab_session, spec)
     run_id, _ = launch(t, PRE, command=STALL_ONCE)
     st = ended(t, run_id, 180)  # a hang guard: the run's course depends on no timing
-    log = cat(ct, f"{st['path']}/log")
-    assert st["exit"] == 0, log
+    log = cat(ct, f"{st.path}/log")
+    assert st.exit == 0, log
     quiet = re.search(r"^-- STALLED: no output for (\d+) s;.*ending this attempt", log, re.M)
     assert quiet and int(quiet.group(1)) >= 3, log  # the watch's 1 s tick may see 3.5 s and say 4
     assert "-- attempt 2 of 2 (previous exit 143)" in log
     assert "attempt 0\n" in log and "attempt 1\n" in log and log.rstrip().endswith("done")
-    assert [a["exit"] for a in st["manifest"]["attempts"]] == [143, 0]
+    assert [a.exit for a in st.attempts] == [143, 0]
 
 
 FLAKY = "python3 -c 'import os, sys; k = os.environ[\"REMOTE_RESTART\"]; print(\"REMOTE_RESTART=\" + k); sys.exit({})'"
@@ -152,10 +152,10 @@ def test_a_job_failing_once_then_succeeding_ends_0_and_its_second_attempt_sees_R
     t = target(lab_session, spec)
     run_id, _ = launch(t, PRE, command=FLAKY.format("3 if k == \"0\" else 0"))
     st = ended(t, run_id)
-    log = cat(ct, f"{st['path']}/log")
-    assert st["exit"] == 0, log
+    log = cat(ct, f"{st.path}/log")
+    assert st.exit == 0, log
     assert log.splitlines() == ["REMOTE_RESTART=0", "-- attempt 2 of 3 (previous exit 3)", "REMOTE_RESTART=1"]
-    manifest = json.loads(cat(ct, f"{st['path']}/manifest.json"))  # the watch wrote them into the file too
+    manifest = json.loads(cat(ct, f"{st.path}/manifest.json"))  # the watch wrote them into the file too
     assert [(a["attempt"], a["exit"]) for a in manifest["attempts"]] == [(1, 3), (2, 0)]
     assert all(a["started"] <= a["ended"] for a in manifest["attempts"])
     assert "attempt 2 of 3" in describe_end(st)
@@ -167,9 +167,9 @@ def test_an_always_failing_job_is_given_up_after_1_plus_N_attempts(lab_session, 
     t = target(lab_session, spec)
     run_id, _ = launch(t, PRE, command=FLAKY.format(3))
     st = ended(t, run_id)
-    assert st["exit"] == 3
-    assert [a["exit"] for a in st["attempts"]] == [3, 3, 3]
-    assert cat(ct, f"{st['path']}/log").count("REMOTE_RESTART=") == 3
+    assert st.exit == 3
+    assert [a.exit for a in st.attempts] == [3, 3, 3]
+    assert cat(ct, f"{st.path}/log").count("REMOTE_RESTART=") == 3
 
 
 def test_restart_on_restarts_only_the_listed_statuses(lab_session, spec):
@@ -177,7 +177,7 @@ def test_restart_on_restarts_only_the_listed_statuses(lab_session, spec):
     t = target(lab_session, spec)
     run_id, _ = launch(t, PRE, command=FLAKY.format(3))
     st = ended(t, run_id)
-    assert st["exit"] == 3 and len(st["attempts"]) == 1
+    assert st.exit == 3 and len(st.attempts) == 1
 
 
 @pytest.mark.fault("stop during a restart's backoff", promise="stop is final: nothing runs, no attempt starts after it")
@@ -186,15 +186,15 @@ def test_stop_during_a_backoff_leaves_nothing_and_starts_nothing(lab_session, ct
     t = target(lab_session, spec)
     run_id, _ = launch(t, PRE, command=FLAKY.format(3))
     # attempts 1 and 2 fail at once; the backoff before attempt 3 is 2 s
-    assert wait_until(lambda: len(state(t, run_id)["attempts"]) == 2 and
-                      state(t, run_id)["attempts"][-1]["exit"] == 3, 30)
+    assert wait_until(lambda: len(state(t, run_id).attempts) == 2 and
+                      state(t, run_id).attempts[-1].exit == 3, 30)
     result = stop(t, run_id, grace=2)  # raises where a process of it is left after KILL
     assert result.run == run_id and result.was_alive
     time.sleep(4 + 1)  # longer than the backoff it interrupted
     st = state(t, run_id)
-    assert not st["alive"] and st["orphans"] == []
-    assert len(st["attempts"]) == 2, st["attempts"]
-    assert "stopped during the backoff: no attempt 3" in cat(ct, f"{st['path']}/log")
+    assert not st.alive and st.orphans == ()
+    assert len(st.attempts) == 2, st.attempts
+    assert "stopped during the backoff: no attempt 3" in cat(ct, f"{st.path}/log")
 
 
 def test_metrics_jsonl_holds_the_values_the_log_printed_and_no_gpu_csv_on_a_cpu_container(ct, spec, lab_session,
@@ -203,12 +203,12 @@ def test_metrics_jsonl_holds_the_values_the_log_printed_and_no_gpu_csv_on_a_cpu_
     run_id, _ = launch(target(lab_session, spec), PRE, command=cmd)
     st = ended(target(lab_session, spec), run_id)
     # complete once the run has ended (the watch reads the log's end before the exit record is written)
-    rows = [json.loads(line) for line in cat(ct, f"{st['path']}/metrics.jsonl").splitlines()]
+    rows = [json.loads(line) for line in cat(ct, f"{st.path}/metrics.jsonl").splitlines()]
     # the first metric that matches fixes the run's (as `logs` reads it): samples/s; s/it is another one
     assert [(r["value"], r["unit"]) for r in rows] == [(100.0 * i, "samples/s") for i in range(1, 6)]
     assert all(abs(r["t"] - time.time()) < 120 for r in rows)
-    assert ct.run(["test", "-e", f"{st['path']}/gpu.csv"], check=False).exit_code == 1
-    assert cat(ct, f"{st['path']}/watch.log") == ""  # no error either
+    assert ct.run(["test", "-e", f"{st.path}/gpu.csv"], check=False).exit_code == 1
+    assert cat(ct, f"{st.path}/watch.log") == ""  # no error either
     saved = lab_session.config.containers[CT]
     lab_session.config.containers[CT] = spec
     try:
@@ -216,4 +216,4 @@ def test_metrics_jsonl_holds_the_values_the_log_printed_and_no_gpu_csv_on_a_cpu_
     finally:
         lab_session.config.containers[CT] = saved
     assert "metrics.jsonl" in got.pulled and "gpu.csv" not in got.pulled
-    assert (tmp_path / run_id / "metrics.jsonl").read_text() == cat(ct, f"{st['path']}/metrics.jsonl")
+    assert (tmp_path / run_id / "metrics.jsonl").read_text() == cat(ct, f"{st.path}/metrics.jsonl")

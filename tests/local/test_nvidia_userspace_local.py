@@ -6,6 +6,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from remote import shell
 
 LIB = "usr/lib/x86_64-linux-gnu"
@@ -63,6 +65,20 @@ def test_an_upgrade_refills_in_place_and_a_pending_reboot_keeps_the_loaded_versi
     assert rc == 0 and out["state"] == "filled"
     assert (dest / "current/lib/libcuda.so.1").read_text() == "libcuda 580.105.08\n"
     assert sorted(p.name for p in dest.iterdir() if not p.name.startswith(".")) == ["580.105.08", "current"]
+
+
+@pytest.mark.fault("A pending reboot whose upgrade removed the loaded version's files, the folder already filled",
+                   promise="create and gpu fix find the folder `unchanged` and go on, not refused")
+def test_a_pending_reboot_with_the_folder_already_the_loaded_version_is_unchanged(tmp_path):
+    driver(tmp_path, "580.95.05", loaded="580.95.05")
+    fill(tmp_path)
+    for f in (tmp_path / LIB).glob("*580.95.05"):  # the upgrade's package removed the old files
+        f.unlink()
+    driver(tmp_path, "580.105.08")  # the new files; the old module still loaded (reboot pending)
+    rc, out = fill(tmp_path)
+    assert rc == 0 and out["state"] == "unchanged" and out["version"] == "580.95.05" and out["files"] == "5"
+    assert (tmp_path / DEST.lstrip("/") / "current/lib/libcuda.so.1").read_text() == "libcuda 580.95.05\n"
+    assert fill(tmp_path, "--check")[0] == 0
 
 
 def test_the_loaded_versions_files_missing_is_refused_naming_what_is_there(tmp_path):

@@ -70,3 +70,126 @@ def test_a_sudo_host_without_containers_gets_no_drop_in(tmp_path, capsys):
     assert cli_run(["init", "--sudoers", "trainer", "--hosts", str(hosts)]) == 2
     out, err = capsys.readouterr()
     assert out == "" and "none is on host pve1" in err and "Traceback" not in err
+
+
+# -- what the check walks and reads (issue 45 items 1-3): real links, interpreters and environments here ----------
+
+@pytest.fixture
+def root_dir():
+    """A folder only root can write, under folders only root can write (tmp_path lies below the sticky /tmp,
+    which the check rightly refuses): where a program a rule may name can live."""
+    import shutil
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the check wants folders owned by uid 0")
+    path = tempfile.mkdtemp(prefix="remote-test-rootchain-", dir="/var/lib")
+    os.chmod(path, 0o755)
+    try:
+        yield __import__("pathlib").Path(path)
+    finally:
+        shutil.rmtree(path)
+
+
+def open_folder(root_dir):
+    folder = root_dir / "open"
+    folder.mkdir()
+    os.chmod(folder, 0o777)
+    return folder
+
+
+def refusal(tmp_path, capsys, pct) -> str:
+    """What `remote init --sudoers trainer --hosts FILE` says of a sudo host whose pct is `pct` (it must refuse)."""
+    hosts = write(tmp_path, f"hosts:\n  lab: {{local: true, sudo: true, pct: {pct}}}\ncontainers:\n  200: {{host: lab}}\n")
+    code = cli_run(["init", "--sudoers", "trainer", "--hosts", str(hosts)])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    assert code == 2 and out == "", out  # nothing a user could pipe into /etc/sudoers.d/
+    return err
+
+
+@pytest.mark.fault("init --sudoers", promise="a pct reached through links is followed one hop at a time, every folder "
+                   "of every hop walked: a link part-way that sits in a folder anyone can write (absolute or relative, "
+                   "however safe the end) is refused, naming that folder")
+@pytest.mark.parametrize("relative", [False, True])
+def test_a_link_part_way_in_a_folder_others_can_write_is_refused(root_dir, tmp_path, capsys, relative):
+    folder = open_folder(root_dir)
+    # root_dir/pct -> open/pct -> /usr/bin/true: the first and last hops are safe, the middle one is anyone's
+    (folder / "pct").symlink_to("../../../../usr/bin/true" if relative else "/usr/bin/true")
+    (root_dir / "pct").symlink_to("open/pct" if relative else folder / "pct")
+    assert os.path.realpath(root_dir / "pct") == os.path.realpath("/usr/bin/true")
+    err = refusal(tmp_path, capsys, root_dir / "pct")
+    assert f"{folder} is writable by others" in err
+
+
+def test_a_safe_link_chain_to_a_binary_is_allowed(root_dir, tmp_path, capsys):
+    (root_dir / "bin").mkdir()
+    (root_dir / "bin" / "real").symlink_to("/usr/bin/true")
+    (root_dir / "pct").symlink_to("bin/real")
+    hosts = write(tmp_path, f"hosts:\n  lab: {{local: true, sudo: true, pct: {root_dir}/pct}}\n"
+                            "containers:\n  200: {host: lab}\n")
+    assert cli_run(["init", "--sudoers", "trainer", "--hosts", str(hosts)]) == 0, capsys.readouterr().err
+    assert sudo.rule_of(capsys.readouterr().out, "trainer")[0].startswith(f"{root_dir}/pct ^exec (200) ")
+
+
+@pytest.mark.fault("init --sudoers", promise="a pct that is a script is checked inside: its `#!` interpreter's chain "
+                   "(a link to python3 in a folder anyone can write is refused), a shell script that sources a file, "
+                   "and a file beside a script (which Python imports first) that others can write, each named")
+@pytest.mark.parametrize("case", ["interpreter", "sources", "beside"])
+def test_a_script_whose_interpreter_or_loaded_files_others_can_change_is_refused(root_dir, tmp_path, capsys, case):
+    pct = root_dir / "pct"
+    if case == "interpreter":
+        folder = open_folder(root_dir)
+        (folder / "python3").symlink_to("/usr/bin/python3")
+        pct.write_text(f"#!{folder}/python3\nprint('pct')\n")
+        why = f"its interpreter's chain: {folder} is writable by others"
+    elif case == "sources":
+        pct.write_text("#!/bin/bash\n. /etc/default/remote-pct\nexec true\n")
+        why = "is a shell script that runs other files as root (line 2:. /etc/default/remote-pct)"
+    else:
+        pct.write_text("#!/usr/bin/python3\nimport pct_helper\n")
+        (root_dir / "pct_helper.py").write_text("")
+        os.chmod(root_dir / "pct_helper.py", 0o666)
+        why = f"{root_dir}/pct_helper.py is writable by others"
+    pct.chmod(0o755)
+    err = refusal(tmp_path, capsys, pct)
+    assert why in err, err
+
+
+def test_the_labs_own_pct_double_passes_the_check(root_dir, tmp_path, capsys):
+    """The lab's double as the lab installs it (<lab>/bin/pct, `#!/usr/bin/python3`, its halves beside it, all
+    root's, mode 0644/0755): the sudo lab's rule names it, so it must pass honestly, not by an exception."""
+    from remote.lab import Lab
+
+    (root_dir / "bin").mkdir()
+    Lab(dir=root_dir, port=2)._pct_double()  # the files only: nothing is started
+    assert (root_dir / "bin" / "pct").read_text().startswith("#!/usr/bin/python3\n")
+    hosts = write(tmp_path, f"hosts:\n  lab: {{local: true, sudo: true, pct: {root_dir}/bin/pct}}\n"
+                            "containers:\n  200: {host: lab}\n")
+    assert cli_run(["init", "--sudoers", "trainer", "--hosts", str(hosts)]) == 0, capsys.readouterr().err
+    assert sudo.rule_of(capsys.readouterr().out, "trainer")[0].startswith(f"{root_dir}/bin/pct ^exec (200) ")
+    (root_dir / "bin" / "pct_make.py").chmod(0o664)  # and a half of it that its group could change does not
+    err = refusal(tmp_path, capsys, root_dir / "bin" / "pct")
+    assert f"{root_dir}/bin/pct_make.py is writable by its group" in err
+
+
+@pytest.mark.fault("init --sudoers", promise="the check does not run through the fenced account's environment: an "
+                   "exported BASH_FUNC_stat%% function or a stat earlier on PATH that answers 'root, 0755' for "
+                   "everything does not make a pct in a folder anyone can write pass")
+@pytest.mark.parametrize("how", ["exported function", "PATH"])
+def test_a_lying_stat_in_the_login_environment_does_not_answer_for_the_check(root_dir, tmp_path, capsys, monkeypatch,
+                                                                            how):
+    folder = open_folder(root_dir)
+    (folder / "pct").symlink_to("/usr/bin/true")
+    # the true answer with every owner made root and every mode 755: the walk's shape stays right, only it lies
+    lie = "/usr/bin/stat \"$@\" | /usr/bin/sed 's/^[0-9]* [0-7]* /0 755 /'"
+    if how == "exported function":
+        monkeypatch.setenv("BASH_FUNC_stat%%", f"() {{ {lie}; }}")
+    else:
+        liar = tmp_path / "liar"
+        liar.mkdir()
+        (liar / "stat").write_text(f"#!/bin/sh\n{lie}\n")
+        (liar / "stat").chmod(0o755)
+        monkeypatch.setenv("PATH", f"{liar}:{os.environ['PATH']}")
+    err = refusal(tmp_path, capsys, folder / "pct")
+    assert f"{folder} is writable by others" in err

@@ -2,6 +2,7 @@
 python3 -I -S), plus the pure readers of what they leave (state, timeline, config keys). The lab tier
 (test_watch_lab.py) runs the same files in a container with py-spy."""
 
+import dataclasses
 import json
 import os
 import secrets
@@ -16,6 +17,7 @@ from support import wait_until
 from remote import config, shell
 from remote.cli.format import _watch_text
 from remote.errors import ConfigError
+from remote.facts.runs import Attempt, RunState
 from remote.ops import jobs, logs
 from remote.runs import timeline
 
@@ -133,21 +135,21 @@ def test_state_reads_the_watch_and_the_attempts_and_distrusts_them():
             ' "stalls": 1, "gpu": {"util_pct": 97, "mem_used_mib": 2048, "gpus": 1, "evil": "x"}}\n'
             f"attempts=start 1 10.5 {'a' * 40};end 1 20.5 3;start 2 22 \x1b[2J;end 2 40 124;junk;\n")
     st = jobs.parse_state(head + '--manifest--\n{"restarts": 1}\n--tail--\n')
-    assert st["attempt"] == 2 and st["attempts_max"] == 2 and st["stalls"] == 1
-    assert st["manifest"]["attempts"][0] == {"attempt": 1, "started": 10.5, "ended": 20.5, "exit": 3, "commit": "a" * 40}
-    assert st["manifest"]["attempts"][1]["commit"] is None  # what is no commit is not kept
-    assert st["gpu"] == {"util_pct": 97, "mem_used_mib": 2048, "gpus": 1}
+    assert st.attempt == 2 and st.attempts_max == 2 and st.stalls == 1
+    assert st.manifest.raw["attempts"][0] == {"attempt": 1, "started": 10.5, "ended": 20.5, "exit": 3, "commit": "a" * 40}
+    assert st.attempts[1].commit is None  # what is no commit is not kept
+    assert st.gpu == {"util_pct": 97, "mem_used_mib": 2048, "gpus": 1}
     assert jobs.describe_end(st) == ("STALLED: no output for 300 s; stacks in /root/runs/r1/stacks-1.txt; ended by "
                                      "the stall watch (exit 124) (attempt 2 of 2)")
     assert jobs.final_status(st) == 124
-    line = _watch_text({**st, "alive": True})
+    line = _watch_text(dataclasses.asdict(jobs.run_status(dataclasses.replace(st, alive=True))))
     assert "GPU util 97%" in line and "attempt 2 of 2" in line and "STALLED: no output for 300 s" in line
     st = jobs.parse_state('run=r1\npath=/x\nalive=1\nwatch={"stalled": {"seconds": 1, "stacks": "a\\u001b[2Jb"}}\n'
                           "--manifest--\nnull\n--tail--\n")
-    assert st["stalled"]["stacks"] == "a\\x1b[2Jb"  # no terminal escape reaches the screen: shown visibly
+    assert st.stalled.stacks == "a\\x1b[2Jb"  # no terminal escape reaches the screen: shown visibly
     for bad in ("watch=[1]\n", "watch={not json\n", 'watch={"stalled": {"seconds": "x"}, "gpu": 3}\n'):
         st = jobs.parse_state("run=r1\npath=/x\nalive=1\n" + bad + "--manifest--\nnull\n--tail--\n")
-        assert st["stalled"] is None and st["gpu"] is None and st["attempt"] is None
+        assert st.stalled is None and st.gpu is None and st.attempt is None
 
 
 def test_timeline_draws_throughput_gpu_stalls_and_restarts():
@@ -155,7 +157,7 @@ def test_timeline_draws_throughput_gpu_stalls_and_restarts():
     gpu = "t,index,util_pct,mem_used_mib,mem_total_mib,power_w,temp_c\n100,0,90,1024,80000,300,60\n" \
           "100,1,80,1024,80000,300,60\n105,0,[N/A],2048,80000,300,60\ntorn,"
     events = json.dumps({"event": "stall", "at": 103, "seconds": 300}) + "\n"
-    tl = timeline.parse(metrics, gpu, events, [{"attempt": 1, "started": 99}, {"attempt": 2, "started": 104}])
+    tl = timeline.parse(metrics, gpu, events, (Attempt(1, 99), Attempt(2, 104)))
     assert tl.gpu == [(100.0, 85.0, 2.0), (105.0, None, 2.0)] and tl.unit == "Ktok/s" and len(tl.metrics) == 5
     svg = timeline.svg(tl, baseline=21.5)
     assert "STALLED: no output for 300 s" in svg and "attempt 2" in svg and "GPU utilisation %" in svg
@@ -199,8 +201,8 @@ def test_the_report_page_shows_the_run_over_time():
     tl = timeline.parse(json.dumps({"t": 1, "value": 20, "unit": "Ktok/s"}) + "\n"
                         + json.dumps({"t": 9, "value": 22, "unit": "Ktok/s"}),
                         "5,0,99,70000,80000,600,70\n", json.dumps({"event": "stall", "at": 8, "seconds": 300}),
-                        [{"attempt": 1, "started": 0}, {"attempt": 2, "started": 7}])
-    run = {"run": "r1", "alive": False, "lost": False, "exit": 0, "manifest": {}}
+                        (Attempt(1, 0), Attempt(2, 7)))
+    run = RunState("r1", exit=0)
     page = render(spec, run, "step 20 Ktok/s\n", None, None, [], tl)
     assert "Over time" in page and "GPU utilisation %" in page and "STALLED: no output for 300 s" in page
     assert "attempt 2" in page and "<script" not in page
@@ -244,6 +246,6 @@ def test_the_watch_keeps_the_most_gpu_memory_in_use_at_once(tmp_path):
     assert job.wait() == 0
     gpu = json.loads(job.file("watch.json"))["gpu"]
     assert gpu["mem_peak_mib"] == 4000 and gpu["mem_used_mib"] == 1000
-    from remote.ops.runwatch import read_watch
+    from remote.facts.runs import read_watch
 
-    assert read_watch(job.file("watch.json"))["gpu"]["mem_peak_mib"] == 4000
+    assert read_watch(job.file("watch.json")).gpu["mem_peak_mib"] == 4000

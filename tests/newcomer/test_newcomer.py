@@ -133,6 +133,37 @@ def test_invoke_in_the_checkout_lists_the_same_tasks(installed):
     assert set(TASKS) <= set(re.findall(r"^\s+([a-z][\w.-]*)", r.stdout, re.M)), r.stdout
 
 
+@pytest.mark.fault("the clone folder shadows the package", promise="after the README's set-up, Python started in "
+                   "the folder above the clone (named remote) imports the installed package, not the clone as an "
+                   "empty namespace package, and `mypy --strict` type-checks a script there that uses remote, with "
+                   "no configuration")
+def test_the_folder_above_the_clone_imports_remote_and_mypy_strict_follows_it(installed):
+    above = installed["dir"]
+    assert (above / "remote").is_dir() and not (above / "remote" / "__init__.py").exists()  # the README's clone
+    (above / "usesremote.py").write_text("from __future__ import annotations\n\nimport remote\n\n\n"
+                                         "def count(fleet: remote.Fleet) -> int:\n    return len(fleet.ids)\n")
+    python = str(installed["venv"] / "bin" / "python")
+    env = plain_env(above / "home")
+    r = subprocess.run([python, "-c", "import remote, remote.testing; print(remote.open.__name__, remote.__file__)"],
+                       capture_output=True, text=True, cwd=above, env=env)
+    assert r.returncode == 0 and r.stdout.startswith("open "), r.stdout + r.stderr
+    r = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--co", "usesremote.py"],
+                       capture_output=True, text=True, cwd=above, env=env)
+    assert "No module named" not in r.stdout + r.stderr, r.stdout + r.stderr
+    r = subprocess.run([python, "-m", "mypy", "--strict", "--no-incremental", "--cache-dir", str(above / ".mypy"),
+                        "usesremote.py"], capture_output=True, text=True, cwd=above, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # what the install exposes is the package only, not the checkout's root
+    r = subprocess.run([python, "-c", "import tasks"], capture_output=True, text=True, cwd="/", env=env)
+    assert "No module named 'tasks'" in r.stderr
+
+
+def test_setup_says_when_its_bin_folder_is_not_on_path(installed):
+    """The test's bin folder is not on the plain PATH setup ran with: setup says so, and how to add it."""
+    r = installed["setup"]
+    assert f"{installed['bin']} is not on PATH" in r.stderr and "export PATH=" in r.stderr, r.stderr
+
+
 
 def test_a_shallow_clone_sets_up_over_the_same_venv(installed):
     """A second checkout (shallow, as CI and quick tries clone) set up into the existing venv: setup runs

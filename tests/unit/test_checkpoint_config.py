@@ -81,3 +81,23 @@ def test_what_a_save_left_and_the_steps_lost():
     s = checkpoints.saved_of(json.dumps({"saved": None, "latest": {"path": "/o/c.pt", "complete": True}}), tail)
     assert s.outcome == "no-new" and s.checkpoint.path == "/o/c.pt"
     assert checkpoints.saved_of("garbage", tail).outcome == "no-new"
+
+
+def test_a_resumes_lineage_is_typed_from_its_manifest_and_shown_by_status_and_runs():
+    from remote.cli import format as fmt
+    from remote.facts.runs import manifest_of
+    from remote.results import ContainerStatus, JobStatus, RunSummary
+    from remote.runs.listing import render
+
+    m = manifest_of({"checkpoint": {"path": "/root/out/ckpt.pt", "step": 250, "kind": "torch"},
+                     "parent": "20261206-031500-ab12"})
+    assert (m.checkpoint.path, m.checkpoint.step, m.checkpoint.kind, m.parent) == \
+        ("/root/out/ckpt.pt", 250, "torch", "20261206-031500-ab12")
+    bad = manifest_of({"checkpoint": {"path": 5}, "parent": ["x"]})  # the job may rewrite its manifest
+    assert bad.checkpoint is None and bad.parent is None and "not an object with a path" in bad.problem("checkpoint")
+    job = JobStatus("R2", False, False, (), 0, None, False, None, None, None, None, True, None, False, (), "", None,
+                    None, None, None, checkpoint=m.checkpoint, parent=m.parent)
+    line = fmt._job_line(fmt._container_dict(ContainerStatus(200, "pve1", "running", job)))
+    assert "last run R2 (resumes 20261206-031500-ab12 at step 250) exited 0" in line, line
+    s = RunSummary("R2", None, None, "exited", 0, None, None, "python train.py", None, "/r/R2", m.checkpoint, m.parent)
+    assert "python train.py  (resumes 20261206-031500-ab12 at step 250)" in render([s], spec({"path": "x"}))

@@ -371,7 +371,7 @@ def test_an_unknown_run_is_named_with_the_latest_ids_the_container_gave():
 
     st = parse_state("run=\nlatest=20261201-100000-aaaa 20261201-110000-bbbb ../x \x1b[2J \n")
     spec = cfg.parse({"hosts": {"h": {"address": "a"}}, "containers": {200: {"host": "h"}}}, "h.yaml").containers[200]
-    message = str(unknown_run(spec, "nosuch", st["latest"]))
+    message = str(unknown_run(spec, "nosuch", st.latest))
     assert message == ("container 200 has no run 'nosuch' in /root/runs; the latest: 20261201-100000-aaaa, "
                        "20261201-110000-bbbb (container(200).runs() lists them)")  # what is no run id is left out
     from remote.cli.table import cli_text

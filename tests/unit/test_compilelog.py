@@ -8,6 +8,7 @@ import json
 
 from remote import config
 from remote.events import Note
+from remote.facts.runs import RunState
 from remote.ops import compilelog
 from remote.ops.jobs import CompileNotices
 from remote.runs import timeline
@@ -233,7 +234,7 @@ def test_the_recompile_limits_hint_comes_from_the_watchs_record(monkeypatch):
         on_bytes(b"step 1 | 20.0 Ktok/s\n" + torch_says.encode())
         return 0
 
-    monkeypatch.setattr(jobs, "state", lambda t, run_id=None: {"run": "r1", "path": "/runs/r1"})
+    monkeypatch.setattr(jobs, "state", lambda t, run_id=None: RunState("r1", "/runs/r1"))
     monkeypatch.setattr(jobs, "describe_end", lambda st: "exited 0")
     monkeypatch.setattr(logs, "follow", follow)
     monkeypatch.setattr(jobs, "watch_for", lambda spec: logs.Watch())
@@ -256,7 +257,7 @@ def test_trains_last_lines_summarise_the_runs_compile_health(monkeypatch):
         on_compile(json.dumps({"steady": {"t": 30.0, "value": 21.0}}))
         return 0
 
-    monkeypatch.setattr(jobs, "state", lambda t, run_id=None: {"run": "r1", "path": "/runs/r1"})
+    monkeypatch.setattr(jobs, "state", lambda t, run_id=None: RunState("r1", "/runs/r1"))
     monkeypatch.setattr(jobs, "describe_end", lambda st: "exited 0")
     monkeypatch.setattr(logs, "follow", follow)
     monkeypatch.setattr(jobs, "watch_for", lambda spec: logs.Watch())

@@ -16,6 +16,7 @@ from remote.cli import format as fmt
 from remote.doctor import Finding, findings, healthy, known_good_label
 from remote.results import Diagnosis
 from remote.facts.probe import ALL_PARTS
+from remote.facts.runs import RunState, manifest_of
 from remote.runs.knowngood import make_record, meets_baseline, watch_log
 
 HOSTS = """
@@ -183,11 +184,12 @@ def test_known_good_record_and_the_baseline(spec):
     assert not meets_baseline(watch_log(spec, "step 1 | 4.3 Ktok/s\n"))
     manifest = {"commit": COMMIT, "venv_lock_sha256": "l" * 64, "torch": "2.11.0+cu128", "cuda_build": "12.8",
                 "triton": "3.5.0", "driver": "570.86", "gpus": [{"name": "H200"}, {"name": "H200"}]}
-    rec = make_record(facts, spec, {"run": "r1", "manifest": manifest}, watch, "auto")
+    rec = make_record(facts, spec, RunState("r1", manifest=manifest_of(manifest)), watch, "auto")
     assert rec["cache"]["fingerprint"] == CACHE and rec["cache"]["files"] == 120
     assert rec["packages"]["torch"] == "2.11.0+cu128" and rec["gpu_names"] == ["H200", "H200"]
     assert known_good_label(rec) == "known-good run r1, 21.67 Ktok/s"
-    other = make_record(facts, spec, {"run": "r2", "manifest": {**manifest, "venv_lock_sha256": "z"}}, watch, "x")
+    other = make_record(facts, spec, RunState("r2", manifest=manifest_of({**manifest, "venv_lock_sha256": "z"})),
+                        watch, "x")
     assert other["packages"] is None  # the venv changed since that run: its packages are unknown
 
 
@@ -345,7 +347,7 @@ def test_sparkline_and_the_report_page(spec):
     values, watch = series(spec, log, last_line=False)
     assert values == [18.0, 21.0, 22.5, 4.3] and watch.unit == "Ktok/s"
     kg = {"run": "good-1", "commit": COMMIT, "throughput": {"value": 21.5, "unit": "Ktok/s"}}
-    page = render(spec, {"run": "r<2>", "alive": False, "lost": False, "exit": 1, "manifest": {"commit": COMMIT}},
+    page = render(spec, RunState("r<2>", exit=1, manifest=manifest_of({"commit": COMMIT})),
                   log, kg, "step 1 | 21.4 Ktok/s\nstep 2 | 21.6 Ktok/s\n",
                   [{"device": "5", "seconds": 40.2, "new_files": 12, "hits": 0, "misses": 9, "commit": COMMIT}])
     assert page.count("<polyline") == 2 and "baseline 21.5" in page and "known-good run good-1" in page
@@ -387,11 +389,11 @@ def test_a_run_ended_by_remote_stop_is_stopped_in_runs_and_the_report(spec):
 
     text = "run=r1\npath=/root/runs/r1\nalive=0\nexit={}\nstopped={}\n--manifest--\n{{}}\n--tail--\nstep 1 | 21 Ktok/s\n"
     st = jobs.parse_state(text.format(143, 1))
-    assert st["stopped"] and jobs.describe_end(st) == "stopped by `remote stop` (exit status 143)"
+    assert st.stopped and jobs.describe_end(st) == "stopped by `remote stop` (exit status 143)"
     assert listing.describe(st, spec).state == "stopped"
     assert "stopped by `remote stop` (exit status 143)" in render(spec, st, "step 1 | 21 Ktok/s\n", None, None, [])
     plain = jobs.parse_state(text.format(143, 0))  # no stop mark: the job's own 143
-    assert not plain["stopped"] and listing.describe(plain, spec).state == "exited"
+    assert not plain.stopped and listing.describe(plain, spec).state == "exited"
     assert jobs.describe_end(plain) == "exited with status 143"
 
 

@@ -295,6 +295,7 @@ def test_a_multi_node_runs_events_are_typed_each_nodes_marked_with_it(cfg, monke
     """A multi-node train reports through each node's Target and the session's reporter, typed at the source:
     a node's preflight note is that node's, the run's start a StepStarted and its end a Note of no one node."""
     from remote.events import Note, Output, StepStarted
+    from remote.facts.runs import RunState
     from remote.ops import jobs
     from remote.testing import MockTransport, Reply
     from remote.transport.session import Session
@@ -302,9 +303,8 @@ def test_a_multi_node_runs_events_are_typed_each_nodes_marked_with_it(cfg, monke
     pre = jobs.Preflight("c" * 40, {}, None, ["GPU 0: H200"])
     monkeypatch.setattr(jobs, "preflight", lambda *a, **k: pre)
     monkeypatch.setattr(jobs, "launch", lambda *a, **k: ("R", 4242))
-    monkeypatch.setattr(jobs, "state", lambda *a, **k: {"alive": False, "orphans": []})
-    monkeypatch.setattr(jobs, "show_log", lambda *a, **k: {"run": "R"})
-    monkeypatch.setattr(jobs, "final_status", lambda st: 0)
+    monkeypatch.setattr(jobs, "state", lambda *a, **k: RunState("R", exit=0))
+    monkeypatch.setattr(jobs, "show_log", lambda *a, **k: jobs.Followed("R", exit=0))
     monkeypatch.setattr(jobs, "describe_end", lambda st: "exited with status 0")
     monkeypatch.setattr(multinode, "node_iface", lambda session, spec, file: "eth0")
     got: list = []

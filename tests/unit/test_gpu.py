@@ -321,11 +321,12 @@ def test_known_good_keeps_module_and_libraries_and_doctor_names_a_change(spec):
 
     from remote import facts as fx
     from remote.doctor import findings
+    from remote.facts.runs import RunState, manifest_of
     from remote.runs.knowngood import make_record, watch_log
 
     facts = fx.parse(with_gpu(healthy_raw(spec), ct_text()), spec, (1000.0, 1000.5))
     watch = watch_log(spec, "step 1 | 22.0 Ktok/s\n")
-    rec = make_record(facts, spec, {"run": "r1", "manifest": {"commit": COMMIT}}, watch, "auto")
+    rec = make_record(facts, spec, RunState("r1", manifest=manifest_of({"commit": COMMIT})), watch, "auto")
     assert rec["host_module"] == "580.95.05"
     assert rec["driver_libs"] == {"libcuda.so.1": "580.95.05", "libnvidia-ml.so.1": "580.95.05"}
     raw = with_gpu(healthy_raw(spec), ct_text())

@@ -61,10 +61,32 @@ def test_the_uvm_nodes_are_wanted_even_before_the_host_has_made_them():
     assert "dev2: /dev/nvidia-uvm,gid=44,mode=0666" in got
 
 
-def test_mig_adds_the_caps_nodes():
-    got = lines("0", host(nodes=MIG_NODES, smi=MIG_SMI))
-    assert "dev4: /dev/nvidia-caps/nvidia-cap1,gid=44,mode=0666" in got
-    assert "dev5: /dev/nvidia-caps/nvidia-cap2,gid=44,mode=0666" in got
+# Two GPUs with MIG on: GPU 0's instance gi1/ci0 and GPU 1's gi2/ci0 made (nvidia-smi mig -cgi ... -C).
+MIG_TWO = TWO_GPUS + "".join(f"/dev/nvidia-caps/nvidia-cap{m} character special file 1fe {m:x} 0 0 {mode}\n"
+                             for m, mode in ((1, 400), (2, 444), (12, 444), (13, 444), (147, 444), (148, 444)))
+MIG_MINORS = "config 1\nmonitor 2\ngpu0/gi1/access 12\ngpu0/gi1/ci0/access 13\ngpu1/gi2/access 147\n" \
+             "gpu1/gi2/ci0/access 148\n"
+
+
+def mig_host(minors=MIG_MINORS):
+    from remote.facts import gpu
+    from support import GPU_MARK, gpu_host_text
+
+    smi = "0, 00000000:01:00.0, Enabled, Enabled, 580.95.05\n1, 00000000:02:00.0, Enabled, Enabled, 580.95.05\nrc=0"
+    text = gpu_host_text(nodes=MIG_TWO, smi=smi, end=False) + f"{GPU_MARK} mig-minors\n{minors}{GPU_MARK} end\n"
+    return gpu.parse_host(text, GPU_MARK)
+
+
+@pytest.mark.fault("`remote create --gpu 1` on a MIG host",
+                   promise="only GPU 1's instance access nodes are passed (0444); never nvidia-cap1/cap2 (create and "
+                           "destroy instances others share, monitor) nor another GPU's")
+def test_mig_passes_only_the_chosen_gpus_instance_caps():
+    got = lines("1", mig_host())
+    caps = [line for line in got if "caps" in line]
+    assert caps == ["dev4: /dev/nvidia-caps/nvidia-cap147,gid=44,mode=0444",
+                    "dev5: /dev/nvidia-caps/nvidia-cap148,gid=44,mode=0444"], got
+    assert len([line for line in lines("all", mig_host()) if "caps" in line]) == 4
+    assert not any("caps" in line for line in lines("0", mig_host(minors="")))  # not known: none passed
     assert not any("caps" in line for line in lines("0", host(nodes=MIG_NODES)))
 
 

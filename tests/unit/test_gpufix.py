@@ -70,14 +70,38 @@ def test_the_uvm_node_missing_on_the_host_is_made_there():
     assert p.restart
 
 
-@pytest.mark.parametrize("mount", ["/null", None])
-def test_a_node_bound_over_with_a_right_devn_line_needs_only_a_restart(mount):
+PRIVILEGED = data("pct-config-dev.txt").replace("unprivileged: 1\n", "")
+
+
+@pytest.mark.fault("gpu fix on a node bound over or remade inside a running container",
+                   promise="repaired in place (umount, or mknod where privileged) with no restart; a restart only "
+                           "where nothing else can fix it")
+@pytest.mark.parametrize("mount, config_text, how", [
+    ("/null", data("pct-config-dev.txt"), "unmounted"),  # unprivileged: unmount only
+    ("/null", PRIVILEGED, "unmounted"),
+    (None, PRIVILEGED, "made again"),
+])
+def test_a_node_bound_over_or_wrong_with_a_right_devn_line_is_repaired_in_place(mount, config_text, how):
     from test_gpu import planted
 
     c = gpu.parse_container(planted("/dev/nvidia-uvm", 1, 3, mount=mount))
-    p = plan_of(gpu_host(), c, data("pct-config-dev.txt"))
+    p = plan_of(gpu_host(configs={200: config_text}), c, config_text)
     assert p.config.empty and not p.uvm and not p.userspace
-    assert p.restart and "/dev/nvidia-uvm" in p.restart
+    assert p.restart is None and not p.empty
+    assert [(r.path, r.major, r.minor, r.make) for r in p.inplace] == [
+        ("/dev/nvidia-uvm", 509, 0, "unprivileged: 1" not in config_text)]
+    assert how in dict(p.fixes)["container-node-wrong"] and "no restart" in dict(p.fixes)["container-node-wrong"]
+    assert p.fallback and "/dev/nvidia-uvm" in p.fallback
+
+
+def test_a_wrong_node_with_nothing_over_it_in_an_unprivileged_container_needs_a_restart():
+    """mknod of a device is not allowed in an unprivileged container: only Proxmox's start makes the node."""
+    from test_gpu import planted
+
+    c = gpu.parse_container(planted("/dev/nvidia-uvm", 1, 3))
+    p = plan_of(gpu_host(), c, data("pct-config-dev.txt"))
+    assert p.config.empty and not p.inplace
+    assert p.restart and "/dev/nvidia-uvm" in p.restart and "unprivileged" in p.restart
     assert dict(p.fixes)["container-node-wrong"].startswith("/dev/nvidia-uvm: its devN line")
 
 
@@ -139,6 +163,9 @@ class Host:
         self.leases: list[str] = []
         self.name = "pve1"
         self.uvm_made = "nvidia-modprobe -u -c 0"  # the last line of gpu-uvm.sh: how it made the nodes
+        self.planted: str | None = None  # the container probe's whole answer, where a test plants one
+        self.inplace_ok = True  # remote/sh/gpu-node.sh makes the node right
+        self.snapshots: list[str] = []  # what pct snapshot made (pct listsnapshot lists them)
 
     def describe(self, argv) -> str:
         return "fake: " + " ".join(argv)
@@ -172,6 +199,7 @@ class Host:
             return self._ok(argv, f"status: {'running' if self.running else 'stopped'}\n")
         if sub in ("stop", "start"):
             self.running = sub == "start"
+            self.planted = None if sub == "start" else self.planted
             if sub == "start":
                 if self.nodes is None and all(f"{n}," in self.config or f"{n}\n" in self.config
                                               for n in ("/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm")):
@@ -183,19 +211,32 @@ class Host:
                                    if k != "--delete")
             return self._ok(argv)
         if sub == "listsnapshot":
-            return self._ok(argv, "`-> current                                              You are here!\n")
+            return self._ok(argv, "".join(f"`-> {n:<40} 2026-12-02 07:00:00  {gpufix.SNAPSHOT_DESCRIPTION}\n"
+                                          for n in self.snapshots)
+                            + "`-> current                                              You are here!\n")
         if sub == "snapshot":
+            if argv[3] in self.snapshots:
+                return self._ok(argv, err=f"snapshot name '{argv[3]}' already used\n", rc=255)
+            self.snapshots.append(argv[3])
             return self._ok(argv)
         if sub == "exec":
             inner = argv[argv.index("--") + 1:]
             if "python3" in inner and "-I" in inner:
-                return self._ok(argv, ct_text(**self.ct_kw))
+                return self._ok(argv, self.planted or ct_text(**self.ct_kw))
             core = inner_argv(argv)
             if core[:2] == ("bash", "-c") and core[3:4] == ("remote",) and core[4] in ("acquire", "renew", "release"):
                 self.leases.append(core[4])
                 return self._ok(argv, "acquired\n")
             if any("nvidia-link" in a for a in inner):
                 return self._ok(argv)
+            if core[:2] == ("bash", "-c") and core[3:4] == ("gpu-node",):
+                if not self.inplace_ok:
+                    return self._ok(argv, err=f"{core[4]} is still character special file 1:3 (mounted on: no), "
+                                              "not the character device 509:0\n", rc=3)
+                self.ct_kw.pop("nodes", None)
+                self.ct_kw.pop("init", None)
+                self.planted = None
+                return self._ok(argv, f"unmounted {core[4]}\n")
             if any("--manifest--" in a or "live=" in a for a in inner) or any("state" in a for a in inner[-4:]):
                 return self._ok(argv, f"run=\nlive={self.live}\n")
         if argv[:2] == ("pvesm", "status"):
@@ -220,7 +261,8 @@ def fix(fake: Host, ctid=200, **kw):
 
 def mutating(calls) -> list[tuple[str, ...]]:
     return [c for c in calls if (c[0] == "pct" and c[1] in ("set", "stop", "start", "snapshot"))
-            or (c[0] == "bash" and c[3] in ("gpu-host-fix", "gpu-uvm", "nvidia-userspace"))]
+            or (c[0] == "bash" and c[3] in ("gpu-host-fix", "gpu-uvm", "nvidia-userspace"))
+            or (c[0] == "pct" and c[1] == "exec" and "gpu-node" in c)]
 
 
 def test_a_failure_part_way_names_what_was_done_and_the_snapshot_that_holds_the_config():
@@ -291,6 +333,40 @@ def test_a_live_run_blocks_a_restart_unless_forced():
     assert done.restarted and any(isinstance(e, Note) and e.level == "warning" for e in events)
 
 
+@pytest.mark.fault("gpu fix with a run live and /dev/nvidia-uvm bound over inside the container",
+                   promise="the bind is unmounted in place: no restart, no --force asked, the run lives on")
+def test_a_node_bound_over_with_a_run_live_is_unmounted_in_place_and_the_run_lives():
+    from test_gpu import planted
+
+    fake = Pvesm(live="20261202-0700-ab:4242")
+    fake.planted = planted("/dev/nvidia-uvm", 1, 3, mount="/null")
+    done, events = fix(fake)
+    m = mutating(fake.calls)
+    assert len(m) == 1 and m[0][:2] == ("pct", "exec"), m  # no stop, no start, no config written
+    assert m[0][m[0].index("gpu-node") + 1:] == ("/dev/nvidia-uvm", "509", "0", "0666", "0", "0")
+    assert not done.restarted and done.ok and done.after == () and done.cuda_init == 0
+    assert "pct exec 200 -- umount /dev/nvidia-uvm" in done.commands
+    assert not any("pct stop" in c for c in done.commands)
+    assert not any(isinstance(e, Note) and e.level == "warning" for e in events)
+
+
+def test_a_repair_in_place_that_leaves_the_node_wrong_falls_back_to_a_restart_a_live_run_refusing_it():
+    from test_gpu import planted
+
+    fake = Pvesm(live="20261202-0700-ab:4242")
+    fake.planted, fake.inplace_ok = planted("/dev/nvidia-uvm", 1, 3, mount="/null"), False
+    with pytest.raises(BusyError, match=r"run 20261202-0700-ab.*must restart.*still wrong after the repair in place"
+                                        r".*not the character device 509:0.*--force"):
+        fix(fake)
+    assert not any(c[1] in ("stop", "start") for c in mutating(fake.calls))
+    fake = Pvesm()
+    fake.planted, fake.inplace_ok = planted("/dev/nvidia-uvm", 1, 3, mount="/null"), False
+    done, _ = fix(fake)
+    assert [c[1] for c in mutating(fake.calls)] == ["exec", "stop", "start"]
+    assert done.restarted and "still wrong" in (done.restart_reason or "") and done.ok
+    assert done.commands[-1] == "pct stop 200 && pct start 200"
+
+
 def test_the_uvm_node_is_made_on_the_host_then_the_container_restarted():
     fake = Pvesm(nodes=UVM_GONE, ct_kw={"nodes": GOOD_NODES[:2], "init": 999})
     done, _ = fix(fake)
@@ -338,7 +414,9 @@ def test_host_setup_sends_the_unit_and_scripts_and_reads_what_was_written():
     assert argv[3:5] == ["host-setup", "1"]
     files = dict(zip(argv[5::2], argv[6::2], strict=True))
     unit = files[hostsetup.UNIT]
-    assert "Before=pve-guests.service" in unit and "ExecStart=/usr/local/lib/remote/gpu-boot.sh" in unit
+    assert "ExecStart=/usr/local/lib/remote/gpu-boot.sh" in unit
+    before = next(line for line in unit.splitlines() if line.startswith("Before="))
+    assert before.split("=", 1)[1].split() == ["pve-guests.service", "pve-ha-lrm.service"]  # HA guests start there
     assert "nvidia-modprobe -u -c 0" in files["/usr/local/lib/remote/gpu-boot.sh"]
     assert set(files) == {p for p, _ in hostsetup.FILES}
     wrote, same, enabled = hostsetup.parse("would write /etc/systemd/system/remote-gpu.service\n"
@@ -396,6 +474,35 @@ def test_the_boot_script_makes_each_gpus_node_by_its_own_minor(tmp_path):
     subprocess.run(["bash", str(lib / "gpu-boot.sh")], env=env, capture_output=True, text=True)
     calls = (tmp_path / "calls").read_text().splitlines()
     assert [c for c in calls if c.startswith("-c ")] == ["-c 1", "-c 3"]
+
+
+@pytest.mark.fault("A GPU host whose driver has no nvidia-modprobe, rebooted (remote host setup's boot unit)",
+                   promise="each GPU's /dev/nvidiaN (and nvidiactl) made by mknod c 195 N, as the uvm nodes are, "
+                           "before pve-guests and pve-ha-lrm start containers")
+def test_the_boot_script_makes_the_gpu_nodes_by_mknod_without_nvidia_modprobe(tmp_path):
+    import os
+    import stat
+    import subprocess
+
+    root = tmp_path / "root"
+    for bus, minor in (("0000:1b:00.0", 1), ("0000:5d:00.0", 3)):
+        info = root / "proc/driver/nvidia/gpus" / bus / "information"
+        info.parent.mkdir(parents=True)
+        info.write_text(f"Model: \t\t NVIDIA H200\nBus Location: \t {bus}\nDevice Minor: \t {minor}\n")
+    (root / "dev").mkdir()
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    for name in ("gpu-boot.sh", "gpu-uvm.sh"):
+        (lib / name).write_text(hostsetup._text(name))
+    env = {**os.environ, "REMOTE_GPU_SYSROOT": str(root), "PATH": "/usr/bin:/bin:/usr/sbin:/sbin"}
+    r = subprocess.run(["bash", str(lib / "gpu-boot.sh")], env=env, capture_output=True, text=True)
+    if os.geteuid() != 0:
+        pytest.skip("mknod of a device needs root")
+    made = {p.name: os.stat(p) for p in (root / "dev").iterdir()}
+    for name, minor in (("nvidia1", 1), ("nvidia3", 3), ("nvidiactl", 255)):
+        st = made[name]
+        assert stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == (195, minor), r.stderr
+    assert "nvidia0" not in made and "made " in r.stdout
 
 
 def test_the_command_line_shows_the_diff_the_restart_and_what_is_left_by_hand():
@@ -525,3 +632,56 @@ def test_the_user_space_script_refuses_a_version_that_is_no_version(tmp_path, ve
                        capture_output=True, text=True)
     assert r.returncode == 3 and "not NUMBER.NUMBER" in r.stdout
     assert keep.read_text() == "another's\n" and not (root / "var/lib/remote/nvidia").exists()
+
+
+@pytest.mark.fault("A second gpu fix on one container the same day",
+                   promise="its snapshot is gpufix-DATE-2, not a name Proxmox refuses as already used")
+def test_a_second_gpu_fix_the_same_day_takes_the_next_snapshot_name():
+    import datetime
+
+    cfg = data("pct-config-dev.txt").replace("dev2: /dev/nvidia-uvm\n", "")
+    kw = {"nodes": [n for n in GOOD_NODES if n[0] != "/dev/nvidia-uvm"], "init": 999}
+    fake = Pvesm(config_text=cfg, ct_kw=kw)
+    first, _ = fix(fake)
+    fake.config, fake.ct_kw = cfg, dict(kw)  # broken again the same day
+    second, _ = fix(fake)
+    day = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d")
+    assert (first.snapshot, second.snapshot) == (f"gpufix-{day}-1", f"gpufix-{day}-2")
+    assert gpufix.snapshot_name(["remote-20261202-4", "gpufix-20261202-2", "gpufix-20261201-7"],
+                                datetime.date(2026, 12, 2)) == "gpufix-20261202-3"
+
+
+@pytest.mark.fault("gpu fix that must restart a container with a run live, train.checkpoint set",
+                   promise="the run is saved and stopped before the restart and resumed from its checkpoint after; "
+                           "--force is the only way to skip the save")
+def test_a_live_run_with_a_checkpoint_is_saved_before_the_restart_and_resumed_after(monkeypatch):
+    from remote.ops import jobs
+    from remote.results import Checkpoint, Saved, Stopped
+
+    cfg = data("pct-config-dev.txt").replace("dev2: /dev/nvidia-uvm\n", "")
+    kw = {"nodes": [n for n in GOOD_NODES if n[0] != "/dev/nvidia-uvm"], "init": 999}
+    order: list = []
+    fake = Pvesm(config_text=cfg, ct_kw=kw, live="20261202-0700-ab:4242")
+    real_run = fake.run
+
+    def run(argv, **k):  # the container's restart, in the order it happens beside the save and the resume
+        if argv[:2] in (["pct", "stop"], ["pct", "start"]) or tuple(argv[:2]) in (("pct", "stop"), ("pct", "start")):
+            order.append(argv[1])
+        return real_run(argv, **k)
+
+    monkeypatch.setattr(fake, "run", run)
+    left = Checkpoint("/root/out/ckpt.pt", True, "torch", step=250)
+    monkeypatch.setattr(jobs, "stop", lambda t, run_id=None, grace=10, save=False: order.append(("stop", save)) or
+                        Stopped("20261202-0700-ab", True, "TERM", 143, None, saved=Saved("saved", left)))
+    monkeypatch.setattr(jobs, "start", lambda t, resume=False, **k: order.append(("start", resume)) or ("R2", 7))
+    hosts = {**HOSTS, "train": {"command": "python train.py", "checkpoint": {"path": "/root/out/ckpt.pt"}}}
+    s = Session(config.parse(hosts, "hosts.yaml"), agent=False, transport_factory=lambda h: fake)
+    done = gpufix.gpu_fix(resolve(s, 200))
+    assert order == [("stop", True), "stop", "start", ("start", True)], order
+    assert done.restarted and done.resumed == "R2"
+    order.clear()  # --force: killed with the container, nothing saved or resumed
+    done = gpufix.gpu_fix(resolve(Session(config.parse(hosts, "hosts.yaml"), agent=False,
+                                          transport_factory=lambda h: Pvesm(config_text=cfg, ct_kw=kw,
+                                                                            live="20261202-0700-ab:4242")), 200),
+                          force=True)
+    assert order == [] and done.restarted and done.resumed is None

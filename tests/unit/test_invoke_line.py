@@ -128,3 +128,11 @@ def test_an_executor_without_a_list_of_calls_is_refused(tmp_path, monkeypatch, c
     out, err = capsys.readouterr()
     assert e.value.code == 2 and "TupleExecutor.execute holds no list of the line's calls" in err, out + err
     assert "cannot connect" not in err
+
+
+@pytest.mark.fault("chained tasks", promise="an invoke line (`invoke deploy warmup train -c 200`) checks every task's "
+                   "settings before its first task runs, as `remote` does: no warmup.command is exit 2 naming it")
+def test_an_invoke_line_refuses_a_missing_setting_before_its_first_task(tmp_path, monkeypatch, capsys):
+    code, out, err = invoke(tmp_path, monkeypatch, capsys, "deploy", "warmup", "train", "-c", "200")
+    assert code == 2, out + err
+    assert "warmup.command: not set (container 200)" in err and "cannot connect" not in err, err

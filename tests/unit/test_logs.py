@@ -4,6 +4,7 @@ import pytest
 import yaml
 
 from remote import config
+from remote.facts.runs import RunState
 from remote.ops import logs
 
 
@@ -269,8 +270,7 @@ def test_a_logs_notices_are_typed_and_a_jobs_own_lines_are_output_whatever_they_
 
     fleet = config.parse({"hosts": {"h": {"address": "a"}}, "containers": {200: {"host": "h"}},
                           "train": {"baseline": 21.0}}, "h.yaml")
-    monkeypatch.setattr(jobs, "state", lambda t, run_id=None: {"run": "r1", "path": "/runs/r1", "alive": False,
-                                                               "exit": 1, "lost": False})
+    monkeypatch.setattr(jobs, "state", lambda t, run_id=None: RunState("r1", "/runs/r1", exit=1))
     monkeypatch.setattr(logs, "follow", follow)
     session = Reported()
     jobs.show_log(Target(session, fleet.containers[200]), "r1")

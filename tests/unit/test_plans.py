@@ -198,16 +198,16 @@ def test_torch_should_see_the_cuda_visible_devices_subset():
 
 
 def test_run_state_parses_without_trusting_the_log():
-    from remote.ops.jobs import parse_state
+    from remote.facts.runs import RunState, parse_state
 
     text = ("run=r1\npath=/root/runs/r1\npid=42\nalive=0\nexit=\nlog_size=10\nnow=100\nmarked=77 78 \n"
             "--manifest--\n{\"outputs\": []}\n--tail--\nrun=evil\n--manifest--\nnot json")
     st = parse_state(text)
-    assert (st["run"], st["alive"], st["lost"], st["orphans"], st["exit"]) == ("r1", False, True, [77, 78], None)
-    assert st["manifest"] == {"outputs": []} and st["tail"] == "run=evil\n--manifest--\nnot json"
+    assert (st.run, st.alive, st.lost, st.orphans, st.exit) == ("r1", False, True, (77, 78), None)
+    assert st.manifest.raw == {"outputs": []} and st.tail == "run=evil\n--manifest--\nnot json"
     done = parse_state(text.replace("exit=\n", "exit=3\n"))
-    assert not done["lost"] and done["exit"] == 3
-    assert parse_state("run=\n") == {"run": None}
+    assert not done.lost and done.exit == 3
+    assert parse_state("run=\n") == RunState(None)
 
 
 def test_oplock_lease_text_live_or_expired_and_the_refusal():

@@ -416,9 +416,11 @@ def test_a_stray_gpu_process_is_named_and_refused_where_too_little_memory_is_lef
 
 def test_a_known_good_run_records_the_gpu_memory_its_watch_saw_at_its_peak(spec):
     from remote.facts import parse
+    from remote.facts import runs as runfacts
+    from remote.facts.runs import RunState
     from remote.runs.knowngood import make_record
     from remote.ops.logs import Watch
 
     facts = parse(ready(spec), spec, (1000.0, 1000.5))
-    record = make_record(facts, spec, {"run": "r1", "manifest": {}, "gpu": {"mem_peak_mib": 180000.0}}, Watch(), "x")
+    record = make_record(facts, spec, RunState("r1", watch=runfacts.Watch(gpu={"mem_peak_mib": 180000.0})), Watch(), "x")
     assert record["gpu_mem_peak_mib"] == 180000.0

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from remote import shell
+from remote.facts.runs import Attempt, RunState
 from remote.lab.testing import Expect, FakeStream, FakeTransport, inner_argv
 from remote.runs import report, timeline
 from remote.transport.pct import Container
@@ -106,8 +107,7 @@ def test_the_report_counts_compiles_from_the_whole_file_as_status_does(tmp_path,
     want = compilelog.health_line(compilelog.summarize(events, compilelog.steady_at(metrics)))
     assert "2 compiles, 1200 recompiles" in want  # each process's totals: 600 + 600, not the 400 drawn
     run = "20260101-000000-abcd"
-    monkeypatch.setattr(report.jobs, "state", lambda t, run_id: {
-        "run": run, "path": RUN, "attempts": [{"attempt": 1, "started": 900.0}], "manifest": {}})
+    monkeypatch.setattr(report.jobs, "state", lambda t, run_id: RunState(run, RUN, attempts=(Attempt(1, 900.0),)))
     t = CountingTransport([
         Expect(lambda argv: inner_argv(argv)[0] == "cat", 1, b"", b""),  # no known-good run
         Expect(lambda argv: inner_argv(argv)[0] == "cat", 1, b"", b""),  # no warmup records

@@ -4,6 +4,7 @@ the snapshot helpers as data (remote.ops.snapshots)."""
 import datetime
 import re
 import shlex
+from pathlib import Path
 
 import pytest
 from support import NOT_ALLOWED  # shared with tests/lab/test_sudo_lab.py
@@ -55,7 +56,8 @@ def chain(*rows: str) -> str:
 
 def test_a_program_under_folders_only_root_can_write_is_safe_even_where_it_is_missing():
     out = chain("/usr/sbin/pct | / | 0 755 directory", "/usr/sbin/pct | /usr | 0 755 directory",
-                "/usr/sbin/pct | /usr/sbin | 0 755 directory", "/usr/sbin/pct | /usr/sbin/pct | missing")
+                "/usr/sbin/pct | /usr/sbin | 0 755 directory", "/usr/sbin/pct | /usr/sbin/pct | missing",
+                "/usr/sbin/pct | @program | missing ", "/usr/sbin/pct | @end | done")
     assert sudo.unsafe(out, ["/usr/sbin/pct"]) == {}
 
 
@@ -69,10 +71,58 @@ def test_a_program_under_folders_only_root_can_write_is_safe_even_where_it_is_mi
     (["/ | 0 755 directory", "/srv | 0 755 directory", "/srv/pct | 0 777 symbolic link", "/ | 0 755 directory",
       "/tmp | 0 1777 directory", "/tmp/pct | 0 755 regular file"], r"/tmp is writable by others"),
     (["/ | 0 755 directory", "/srv | 0 755 directory", "/srv/pct | 0 755 ###"], r"unreadable answer"),
+    # a link part-way, in a folder anyone can write, to a safe program (issue 45 item 1)
+    (["/ | 0 755 directory", "/srv | 0 755 directory", "/srv/pct | 0 777 symbolic link", "/ | 0 755 directory",
+      "/tmp | 0 1777 directory", "/tmp/x | 0 1777 directory", "/tmp/x/pct | 0 777 symbolic link",
+      "/ | 0 755 directory", "/usr | 0 755 directory", "/usr/sbin | 0 755 directory",
+      "/usr/sbin/pct | 0 755 regular file"], r"/tmp is writable by others"),
+    (["/ | 0 755 directory", "/srv | 0 755 directory", "/srv/pct | 0 644 regular file", "@program | other /srv/pct"],
+     r"neither an ELF binary nor a `#!` script"),
+    (["/ | 0 755 directory", "/srv | 0 755 directory", "/srv/pct | 0 755 regular file",
+      "@program | script /srv/pct\t/usr/bin/env", "@interpreter:/ | 0 755 directory",
+      "@interpreter:/usr | 0 755 directory", "@interpreter:/usr/bin | 0 755 directory",
+      "@interpreter:/usr/bin/env | 0 755 regular file", "@interpreter-is | elf /usr/bin/env"], r"looks it up on PATH"),
+    (["/ | 0 755 directory", "/srv | 0 755 directory", "/srv/pct | 0 755 regular file",
+      "@program | script /srv/pct\t/srv/py", "@interpreter:/ | 0 755 directory",
+      "@interpreter:/srv | 0 775 directory", "@interpreter:/srv/py | 0 755 regular file",
+      "@interpreter-is | elf /srv/py"], r"its interpreter's chain: /srv is writable by its group"),
+    (["/ | 0 755 directory", "/srv | 0 755 directory", "/srv/pct | 0 755 regular file",
+      "@program | script /srv/pct\t/bin/sh", "@interpreter:/ | 0 755 directory",
+      "@interpreter:/bin | 0 777 symbolic link", "@interpreter:/ | 0 755 directory",
+      "@interpreter:/usr | 0 755 directory", "@interpreter:/usr/bin | 0 755 directory",
+      "@interpreter:/usr/bin/sh | 0 755 regular file", "@interpreter-is | script /usr/bin/sh"], r"is a script itself"),
+    (["/ | 0 755 directory", "/srv | 0 755 directory", "/srv/pct | 0 755 regular file",
+      "@program | script /srv/pct\t/usr/bin/bash", "@interpreter-is | elf /usr/bin/bash", "@sources | 3:. /srv/lib.sh"],
+     r"runs other files as root \(line 3:\. /srv/lib.sh\)"),
+    (["/ | 0 755 directory", "/srv | 0 755 directory", "/srv/pct | 0 755 regular file",
+      "@program | script /srv/pct\t/usr/bin/python3", "@interpreter-is | elf /usr/bin/python3.11",
+      "@beside:/srv/pct | 0 755 f", "@beside:/srv/helper.py | 0 666 f"], r"/srv/helper.py is writable by others"),
+    (["/ | 0 755 directory", "/srv | 0 755 directory", "/srv/pct | 0 755 regular file",
+      "@program | script /srv/pct\t/usr/bin/python3", "@interpreter-is | elf /usr/bin/python3.11",
+      "@beside:/srv/json.py | 0 777 l"], r"/srv/json.py, beside the script /srv/pct, is a symbolic link"),
 ])
 def test_a_program_that_someone_but_root_could_replace_is_unsafe(rows, why):
-    out = chain(*(f"/srv/pct | {row}" for row in rows))
+    if not any(row.startswith("@program") for row in rows):
+        rows = [*rows, "@program | elf /srv/pct"]
+    out = chain(*(f"/srv/pct | {row}" for row in [*rows, "@end | done"]))
     assert re.search(why, sudo.unsafe(out, ["/srv/pct"])["/srv/pct"])
+
+
+def test_an_elf_program_or_proxmoxs_own_script_under_root_only_folders_is_safe():
+    safe = ["/ | 0 755 directory", "/usr | 0 755 directory", "/usr/sbin | 0 755 directory",
+            "/usr/sbin/pct | 0 755 regular file"]
+    perl = ["@program | script /usr/sbin/pct\t/usr/bin/perl", "@interpreter:/ | 0 755 directory",
+            "@interpreter:/usr | 0 755 directory", "@interpreter:/usr/bin | 0 755 directory",
+            "@interpreter:/usr/bin/perl | 0 755 regular file", "@interpreter-is | elf /usr/bin/perl"]
+    for end in (["@program | elf /usr/sbin/pct"], perl):
+        assert sudo.unsafe(chain(*(f"/usr/sbin/pct | {r}" for r in [*safe, *end, "@end | done"])), ["/usr/sbin/pct"]) == {}
+
+
+def test_an_answer_that_says_what_the_program_is_twice_is_unsafe():
+    """A second `@program` (a name with a newline in it, were one ever printed) must not overrule the first."""
+    rows = ["/ | 0 755 directory", "/srv | 0 755 directory", "/srv/pct | 0 755 regular file",
+            "@program | script /srv/pct\t/srv/open/python3", "@program | elf /srv/pct", "@end | done"]
+    assert "@program said twice" in sudo.unsafe(chain(*(f"/srv/pct | {r}" for r in rows)), ["/srv/pct"])["/srv/pct"]
 
 
 def test_a_program_the_host_said_nothing_of_is_unsafe():
@@ -356,3 +406,13 @@ def test_an_answer_that_stops_before_the_program_is_unsafe(rows):
     """A host whose answer ends part-way (garbage, a cut stream) said nothing of the folders below: unsafe."""
     out = chain(*(f"/srv/lab/pct | {row}" for row in rows))
     assert sudo.unsafe(out, ["/srv/lab/pct"]) == {"/srv/lab/pct": "the host did not say who owns its folders"}
+
+
+@pytest.mark.fault("docs", promise="safety.md's example drop-in is the one `remote init --sudoers trainer` prints for "
+                   "containers 200 and 201, line for line (the pvesh guest-list line included)")
+def test_the_safety_guides_example_drop_in_is_the_one_remote_prints():
+    text = (Path(__file__).resolve().parents[2] / "docs" / "guide" / "safety.md").read_text()
+    example = text.split("For a host whose `pct` is the default and a hosts file with containers 200 and 201:")[1]
+    example = example.split("```")[1].strip("\n")
+    printed = sudo.sudoers("trainer", ctids=[200, 201]).rstrip("\n")
+    assert printed.endswith("\n" + example), example

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from remote import facts, naming
-from remote.ops import compilelog, logs, passport, runwatch
+from remote.facts import runs as runfacts
+from remote.ops import compilelog, logs, passport
 from remote.runs import timeline
 
 DEEP = "[" * 100_000 + "]" * 100_000  # past any recursion limit
@@ -36,7 +37,7 @@ def test_every_parser_of_container_json_skips_a_deeply_nested_document(deep):
     assert compilelog.parse_line(deep) is None and compilelog.totals_of(deep) is None
     assert compilelog.steady_at(f"{deep}\n{good}\n{good}\n") == 1.0
     assert facts.parse_warmups(f"{deep}\n") == () and facts._json_object(deep) is None
-    assert passport.parse(deep) is None and runwatch.read_watch(deep) == {}
+    assert passport.parse(deep) is None and runfacts.read_watch(deep) == runfacts.Watch()
     tl = timeline.parse(metrics=f"{deep}\n{good}\n", events=f"{deep}\n", compiles=f"{deep}\n")
     assert tl.compiles == [] and len(tl.metrics) == 1
 

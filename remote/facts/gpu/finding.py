@@ -195,7 +195,8 @@ def config_findings(host: HostGpu, cfg: CtConfig, ct: CtGpu | None = None, name:
                 ("on the host `nvidia-modprobe -u -c=0` (it creates /dev/nvidia-uvm)" if "uvm" in src else
                  "load the driver on the host (`modprobe nvidia`)") + f", then pct reboot {c}; `devN: {src}` is "
                 "refused when the node is missing, so it never fails silently")
-    if host.mig and host.majors.get("nvidia-caps") is not None and not _passed(cfg, "/dev/nvidia-caps/nvidia-cap1"):
+    if host.mig and host.majors.get("nvidia-caps") is not None and not any(
+            _passed(cfg, n.path) for n in host.nodes if n.path.startswith("/dev/nvidia-caps/")):
         caps = host.majors["nvidia-caps"]
         add("mig-caps-missing", "MIG is on but /dev/nvidia-caps is not passed to the container: CUDA cannot open "
             "the MIG instances", f"add to {_conf(c)}: `lxc.mount.entry: /dev/nvidia-caps dev/nvidia-caps none "

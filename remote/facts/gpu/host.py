@@ -81,6 +81,7 @@ class HostGpu:
     smi_error: str | None
     configs: dict[int, CtConfig] = field(default_factory=dict)
     drivers: dict[int, tuple[str, ...]] = field(default_factory=dict)  # every character major of /proc/devices
+    mig_minors: dict[int, str] = field(default_factory=dict)  # a /dev/nvidia-caps minor -> `gpu0/gi1/access`
 
     @property
     def uvm_major(self) -> int | None:
@@ -249,7 +250,17 @@ def parse_host(text: str, mark: str) -> HostGpu:
                    _version(s.get("modinfo")), tuple(s.get("modules", "").split()), parse_devices(s.get("devices", "")),
                    parse_nodes(s.get("nodes", "")), parse_lspci(s.get("lspci", "")),
                    "running" in s.get("persistenced", ""), smi, smi_error, configs,
-                   parse_char_devices(s.get("devices", "")))
+                   parse_char_devices(s.get("devices", "")), parse_mig_minors(s.get("mig-minors", "")))
+
+
+def parse_mig_minors(text: str) -> dict[int, str]:
+    """/proc/driver/nvidia-caps/mig-minors lines (`config 1`, `gpu0/gi1/ci0/access 13`) -> {minor: name}."""
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            out[int(parts[1])] = parts[0]
+    return out
 
 
 def host_argv(pct: list[str], ctids: list[int], mark: str | None = None) -> tuple[list[str], str]:

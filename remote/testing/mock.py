@@ -1,26 +1,4 @@
-"""Test your own code that uses remote, without a host: `MockTransport(handler)` answers every command a fleet
-would run on a Proxmox host, as httpx's MockTransport answers requests.
-
-    import remote
-    from remote.testing import Command, MockTransport, Reply
-
-    def handler(command: Command) -> Reply:
-        if command.container == 200 and command.inner[:1] == ("nvidia-smi",):
-            return Reply(stdout="GPU 0: NVIDIA H200\\n")
-        return Reply(stderr=f"not mocked: {command.inner}", status=127)
-
-    mock = MockTransport(handler)
-    with remote.open("hosts.yaml", transport=mock) as fleet:
-        assert fleet.container(200).exec(["nvidia-smi", "-L"]).out == "GPU 0: NVIDIA H200\\n"
-    assert [c.inner for c in mock.calls] == [("nvidia-smi", "-L")]
-
-The handler is called with each command (its host, the argv exactly as the host would run it, its stdin,
-and, for a command in a container, the container and the command inside remote's wrappers) and returns a
-Reply (stdout, stderr, exit status). What it raises reaches the caller as it is (raise remote's own
-errors, e.g. remote.ConnectError, to act an unreachable host). Streams (file transfers, the in-container
-agent) are not mocked: a transfer raises TransportError; commands go through plain `pct exec`, one each.
-docs/guide/testing.md has a whole example.
-"""
+"""MockTransport: every host's transport answered by a handler (remote.testing re-exports it)."""
 
 from __future__ import annotations
 
@@ -29,10 +7,10 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .config import Host
-from .errors import TransportError
-from .results import Result
-from .transport.base import OutputCallback, Stream
+from ..config import Host
+from ..errors import TransportError
+from ..results import Result
+from ..transport.base import OutputCallback, Stream
 
 __all__ = ["Command", "Handler", "MockTransport", "Reply"]
 
