@@ -11,27 +11,30 @@ after the resume, on the same container (goal: <= 30 s each).
 
 Uses the hosts file as the tasks do ($REMOTE_HOSTS_FILE or ./hosts.yaml): the container's train.command and
 train.checkpoint as they are (e.g. nanoGPT's --init_from=resume; tests/lab/test_resume_lab.py's toy), deployed
-and warmed up. Each round starts fresh (the old checkpoints moved aside, never deleted). Times are this
+and warmed up, with train.restarts: 1 or more. Each round starts fresh (the old checkpoints moved aside, never deleted). Times are this
 machine's (the log is polled every 0.2 s: each latency is late by up to that much).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
+import re
 import statistics
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from remote import config  # noqa: E402
-from remote.ops import checkpoints  # noqa: E402
-from remote.ops.jobs import start, state, stop  # noqa: E402
-from remote.target import Target, resolve  # noqa: E402
-from remote.transport.session import Session  # noqa: E402
+import remote  # noqa: E402
+
+STEP = re.compile(r"\b(?:iter(?:ation)?|step|global_step)[\s:=#]+(\d+)", re.I)  # as stop --save reads a log
+
+
+def last_step(text: str) -> int | None:
+    found = STEP.findall(text)
+    return int(found[-1]) if found else None
 
 # The job's own processes: every one marked with the run's id but its wrapper (pid), its watch and a shell.
 KILL = r'''run=$1 id=$2
@@ -46,10 +49,6 @@ done
 '''
 
 
-def log(t: Target, run_id: str) -> str:
-    return t.system.run(["cat", f"{t.spec.train.run_dir}/{run_id}/log"], check=False, mutates=False).out
-
-
 def wait(pred, timeout: float, what: str):
     end = time.monotonic() + timeout
     while True:
@@ -61,49 +60,44 @@ def wait(pred, timeout: float, what: str):
         time.sleep(0.2)
 
 
-def with_restarts(t: Target, n: int) -> Target:
-    return dataclasses.replace(t, spec=dataclasses.replace(t.spec, train=dataclasses.replace(t.spec.train, restarts=n)))
-
-
-def saved_once(t: Target, run_id: str) -> None:
+def saved_once(ct, run) -> None:
     """Until the run has a complete checkpoint and has stepped past it."""
-    wait(lambda: any(c.complete and not c.kept for c in checkpoints.listing(t)), 600, "a first checkpoint")
-    wait(lambda: checkpoints.last_step(log(t, run_id)) is not None, 60, "a step after it")
+    wait(lambda: any(c.complete and not c.kept for c in ct.checkpoints()), 600, "a first checkpoint")
+    wait(lambda: last_step(run.text()) is not None, 60, "a step after it")
 
 
-def first_step_after(t: Target, run_id: str, marker: str) -> float:
-    """When (this machine's time) the first step line after `marker` appears in the run's log."""
+def first_step_after(run, marker: str) -> float:
+    """When (this machine's time) the first step line after `marker`'s line appears in the run's log."""
     def seen():
-        text = log(t, run_id)
+        text = run.text()
         at = text.find(marker)
         after = text[at:].partition("\n")[2] if marker else text  # the lines after the marker's own
-        return at >= 0 and checkpoints.last_step(after) is not None
+        return at >= 0 and last_step(after) is not None
     wait(seen, 600, "the first step after the resume")
     return time.time()
 
 
-def kill_round(t: Target) -> float:
-    t = with_restarts(t, 1)
-    run_id, _ = start(t, fresh=True)
-    saved_once(t, run_id)
-    st = state(t, run_id)
+def kill_round(ct) -> float:
+    run = ct.train(fresh=True)
+    saved_once(ct, run)
+    path = f"{ct.spec.train.run_dir}/{run.id}"
     t0 = time.time()
-    t.system.run(["bash", "-c", KILL, "kill", st.path, run_id], timeout=30)
-    took = first_step_after(t, run_id, "resumes from ") - t0
-    stop(t, run_id)
+    ct.exec(["bash", "-c", KILL, "kill", path, run.id], check=True, job_env=False)
+    took = first_step_after(run, "resumes from ") - t0
+    run.stop()
     return took
 
 
-def stop_save_round(t: Target) -> float:
-    run_id, _ = start(t, fresh=True)
-    saved_once(t, run_id)
+def stop_save_round(ct) -> float:
+    run = ct.train(fresh=True)
+    saved_once(ct, run)
     t0 = time.time()
-    got = stop(t, save=True)
+    got = ct.stop(save=True)
     if got.saved is None or got.saved.checkpoint is None:
         raise SystemExit(f"stop --save left no checkpoint: {got.saved}")
-    new, _ = start(t, resume=True)
-    took = first_step_after(t, new, "") - t0
-    stop(t, new)
+    new = ct.train(resume=True)
+    took = first_step_after(new, "") - t0
+    new.stop()
     return took
 
 
@@ -112,14 +106,14 @@ def main(argv=None) -> int:
     ap.add_argument("--container", type=int)
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args(argv)
-    cfg = config.load(os.environ.get("REMOTE_HOSTS_FILE") or "hosts.yaml")
-    with Session(cfg, agent=True) as session:
-        t = resolve(session, a.container or cfg.default_container or next(iter(cfg.containers)))
-        if t.spec.train.checkpoint is None:
-            raise SystemExit(f"container {t.ctid}: no train.checkpoint in the hosts file: nothing to resume from")
-        kills = [kill_round(t) for _ in range(a.rounds)]
-        saves = [stop_save_round(t) for _ in range(a.rounds)]
-    out = {"container": t.ctid, "command": t.spec.train.command, "kill_to_first_step_s": [round(x, 2) for x in kills],
+    with remote.open(keep=True) as fleet:
+        ct = fleet.container(a.container)
+        if ct.spec.train.checkpoint is None or not ct.spec.train.restarts:
+            raise SystemExit(f"container {ct.id}: set train.checkpoint and train.restarts: 1 (or more) in the hosts "
+                             "file: the job's checkpoints and the restart that resumes")
+        kills = [kill_round(ct) for _ in range(a.rounds)]
+        saves = [stop_save_round(ct) for _ in range(a.rounds)]
+    out = {"container": ct.id, "command": ct.spec.train.command, "kill_to_first_step_s": [round(x, 2) for x in kills],
            "stop_save_to_first_step_s": [round(x, 2) for x in saves],
            "median_kill_s": round(statistics.median(kills), 2), "median_stop_save_s": round(statistics.median(saves), 2),
            "goal_s": 30}

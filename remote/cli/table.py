@@ -155,6 +155,7 @@ LIBRARY_WORDS = [
     (re.compile(r"\bforce=True\b"), "--force"),
     (re.compile(r"\bresume=True\b"), "--resume"),
     (re.compile(r"\bfresh=True\b"), "--fresh"),
+    (re.compile(r"\bsave=True\b"), "--save"),
     (re.compile(r"\ballow_dirty=True\b"), "--allow-dirty"),
     (re.compile(r"another out= writes another"), "--out FILE writes another"),
     (re.compile(r"\bgive out=FILE\b"), "give --out FILE"),
