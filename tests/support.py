@@ -61,7 +61,7 @@ THIRD_LAB_CONTAINERS = tuple(int(i) for i in os.environ.get("REMOTE_TEST_THIRD_L
 # The lab modules that make a lab of their own (its own folder, port and container ids) and use none of
 # conftest's: each is a work unit of its own, on whichever worker is free.
 SELF_MADE_LAB_MODULES = ("test_cluster_lab.py", "test_create_gpu_lab.py", "test_gpufix_lab.py", "test_lab_port_lab.py",
-                         "test_make_lab.py", "test_move_lab.py", "test_ns_lab.py")
+                         "test_make_lab.py", "test_move_lab.py", "test_nanogpt_resume_lab.py", "test_ns_lab.py")
 
 
 def work_unit(path: str) -> str:
