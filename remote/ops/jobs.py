@@ -74,13 +74,9 @@ def preflight(t: Target, *, host_gpu=None, force: bool = False) -> Preflight:
     ct, spec = t.ct, t.spec
     pending = None
     if host_gpu is not None and not ct.dry:
-        from concurrent.futures import ThreadPoolExecutor
+        from .. import executor
 
-        from ..threads import submit
-
-        pool = ThreadPoolExecutor(max_workers=1)
-        pending = submit(pool, host_gpu)
-        pool.shutdown(wait=False)
+        pending = executor.later(host_gpu)  # beside the probe; a host read that hangs is left behind at 90 s
     raw = facts.read_raw(t, facts.DEPLOYED if ct.dry else facts.PREFLIGHT)[0]
     if ct.dry:
         state = dryplan.state_in(raw, spec)  # after a dry deploy: what it would have deployed
