@@ -27,6 +27,7 @@ __all__ = [
     "State", "RunStatus", "RunSummary", "Metric", "KnownGood", "PulledRun", "ImportedCache", "FleetStatus",
     "HostStatus", "ContainerStatus", "JobStatus", "CompileEvent", "CompileHealth", "Created", "CreateStep", "Destroyed",
     "LiveRun", "GpuHost", "GpuContainer", "Checkpoint", "Saved", "SaveOutcome", "Moved", "MoveStep", "Drained", "DrainedRun",
+    "WarmupDevice",
     # the exception tree (remote.errors)
     "RemoteError", "ConfigError", "TransportError", "HostKeyError", "AuthenticationError", "ConnectError",
     "ConnectTimeout", "CommandError", "CommandTimeout", "PctError", "ContainerNotFound", "ContainerNotRunning",
@@ -123,6 +124,7 @@ if TYPE_CHECKING:
         Saved,
         SaveOutcome,
         State,
+        WarmupDevice,
     )
 
 

@@ -19,6 +19,7 @@ container's thread). Nothing here prints or touches sys.stdout.
     ├── SnapshotTaken a Proxmox snapshot taken before a change (its name, and why)
     ├── CheckpointSeen  a run's checkpoint found complete (stop(save=True)'s, or the one a resume starts from)
     ├── RunResumed    a run started from a checkpoint (its path and step, the run it continues)
+    ├── DeviceWarmed  one device's warmup ended: its seconds, cache gain and hits (remote.results.WarmupDevice's)
     ├── Done          a container's part of a group call ended well
     └── Failed        ... or with an error (its exit status and message)
 
@@ -98,6 +99,22 @@ class RunResumed(Event):
     parent: str | None  # the run it continues (None: not known)
     path: str  # the checkpoint it starts from
     step: int | None
+
+
+@dataclass(frozen=True)
+class DeviceWarmed(Event):
+    """One device's warmup ended (remote.ops.warmup): the figures of its remote.results.WarmupDevice, each a
+    field (an event imports no results), worded by the command line (remote/cli/warmup.py)."""
+
+    device: str
+    seconds: float
+    new_files: int
+    new_bytes: int
+    cache_files: int  # the compile cache after it
+    cache_bytes: int
+    hits: int
+    misses: int
+    counted_by: Literal["", "guard", "torch"]  # who counted the hits: the compile guard, torch, neither
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@ threads, at most `hosts.<name>.max_parallel` at a time per host, and returns a G
 container's value, or its error with the exit status and message a command line shows. One failing never
 stops the others unless fail_fast (then those not started are skipped). `values` is the same for reads
 that want a plain list, raising the first error; `per_host` a call per host, `together` calls of different
-kinds side by side. Nothing is printed: each worker thread carries its
+kinds side by side, `bounded` a call per key at most `limit` at a time, `later` one call in the background
+(a Pending). `serial=True` runs them one after another instead (each still in a thread of its own, with its
+own context: work that shares something, a host's uvm nodes, takes its turn). Nothing is printed: each worker thread carries its
 container in remote.events.CONTAINER, so what it reports is marked with it. The caller's on_done and on_tick
 are the caller's code: what they raise is caught (never a worker's death, never a stop of the work), logged
 to `remote` with its traceback and returned in GroupResult.callback_errors.
@@ -15,7 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from .config import Config
 from .events import CONTAINER
@@ -46,15 +48,15 @@ def failure(exc: BaseException) -> tuple[int, str]:
 
 def each(config: Config, ids: list[int], fn: Callable[[int], T], *, fail_fast: bool = False,
          on_done: Callable[[Outcome[T]], None] | None = None,
-         on_tick: Callable[[dict[int, float]], None] | None = None) -> GroupResult[T]:
-    """fn(ctid) for every id at once (bounded per host): a GroupResult in the order of ids. on_done(outcome)
-    is called in the container's own thread as it ends; on_tick(running: {ctid: since}) every TICK_S from
-    the caller's thread while any runs."""
+         on_tick: Callable[[dict[int, float]], None] | None = None, serial: bool = False) -> GroupResult[T]:
+    """fn(ctid) for every id at once (bounded per host), or one after another in the order of ids (`serial`):
+    a GroupResult in the order of ids. on_done(outcome) is called in the container's own thread as it ends;
+    on_tick(running: {ctid: since}) every TICK_S from the caller's thread while any runs."""
     limits = {name: threading.BoundedSemaphore(h.max_parallel) for name, h in config.hosts.items()}
     hosts = {ctid: config.containers[ctid].host.name for ctid in ids}
     result: GroupResult[T] = GroupResult()
     done = _do_all(ids, hosts, limits, fn, fail_fast=fail_fast, on_done=on_done, on_tick=on_tick, mark=True,
-                   callback_errors=result.callback_errors)
+                   callback_errors=result.callback_errors, serial=serial)
     for ctid in ids:
         result[ctid] = done.get(ctid) or Outcome(ctid, hosts[ctid], skipped=True)
     return result
@@ -81,6 +83,47 @@ def together(calls: dict[str, Callable[[], T]]) -> dict[str, T]:
     return dict(zip(keys, _values(done[k] for k in keys), strict=True))
 
 
+def bounded(keys: list[K], fn: Callable[[K], T], limit: int) -> list[T]:
+    """fn(key) for every key, at most `limit` at a time (reads of one host over one connection): the values
+    in order; the first error raised once all have ended."""
+    gate = threading.BoundedSemaphore(limit)
+    done = _do_all(keys, {k: "all" for k in keys}, {"all": gate}, fn)
+    return _values(done[k] for k in keys)
+
+
+class Pending(Generic[T]):
+    """A call running in the background (`later`): `result(timeout)` waits for its value or raises its error,
+    or TimeoutError where it has not ended in time (it is left to end on its own: a daemon thread)."""
+
+    def __init__(self, fn: Callable[[], T]) -> None:
+        self._ended = threading.Event()
+        self._outcome: tuple[T | None, BaseException | None] = (None, None)
+
+        def run() -> None:
+            try:
+                self._outcome = (fn(), None)
+            except BaseException as exc:  # noqa: BLE001 -- handed to whoever asks for the result
+                self._outcome = (None, exc)
+            finally:
+                self._ended.set()
+
+        ContextThread(target=run, daemon=True, name="remote-later").start()
+
+    def result(self, timeout: float | None = None) -> T:
+        if not self._ended.wait(timeout):
+            raise TimeoutError(f"not done in {timeout}s")
+        value, error = self._outcome
+        if error is not None:
+            raise error
+        return value  # type: ignore[return-value]  # no error: fn's value
+
+
+def later(fn: Callable[[], T]) -> Pending[T]:
+    """fn() started now in a thread of its own (in the caller's context), its value asked for later: the work
+    beside which the caller does its own (preflight's host read beside its probe)."""
+    return Pending(fn)
+
+
 def _values(outcomes: Iterable[Outcome[T]]) -> list[T]:
     got = list(outcomes)
     for o in got:
@@ -92,10 +135,10 @@ def _values(outcomes: Iterable[Outcome[T]]) -> list[T]:
 def _do_all(keys: list[K], group: dict[K, str], limits: dict[str, threading.BoundedSemaphore],
             fn: Callable[[K], T], *, fail_fast: bool = False, on_done: Callable[[Outcome[T]], None] | None = None,
             on_tick: Callable[[dict[K, float]], None] | None = None, mark: bool = False,
-            callback_errors: dict | None = None) -> dict[K, Outcome[T]]:
-    """The one `_do`: each key's call in a thread of its own under its group's limit. What on_done or on_tick
-    raises goes to `callback_errors` ({key: error}, None for on_tick) and the log; an on_tick that raised is
-    not called again."""
+            callback_errors: dict | None = None, serial: bool = False) -> dict[K, Outcome[T]]:
+    """The one `_do`: each key's call in a thread of its own under its group's limit (`serial`: each thread
+    started when the one before has ended). What on_done or on_tick raises goes to `callback_errors`
+    ({key: error}, None for on_tick) and the log; an on_tick that raised is not called again."""
     done: dict[K, Outcome[T]] = {}
     errors: dict = {} if callback_errors is None else callback_errors
     ticking = [on_tick]
@@ -133,9 +176,11 @@ def _do_all(keys: list[K], group: dict[K, str], limits: dict[str, threading.Boun
                 called_back(key, "on_done", on_done, out)
 
     threads = [ContextThread(target=_do, args=(key,), daemon=True, name=f"remote-{key}") for key in keys]
-    for t in threads:
+    for t in ([] if serial else threads):
         t.start()
     for t in threads:
+        if serial:
+            t.start()
         while t.is_alive():
             t.join(TICK_S)
             if ticking[0] is not None and running and not called_back(None, "on_tick", ticking[0], dict(running)):

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..events import Sink
-from ..results import CacheCopy, Created, Destroyed, Drained, GpuFix, GroupResult, HostSetup, Moved, Outcome
+from ..results import CacheCopy, Created, Destroyed, Drained, GpuFix, GroupResult, HostSetup, Moved
 from .base import ALL, FleetBase, Progress
 from .container import Container
 from .group import Group
@@ -96,22 +96,13 @@ class Fleet(FleetBase):
     def gpu_fix_host(self, host: str, *, dry: bool = False, force: bool = False) -> GroupResult[GpuFix]:
         """gpu fix on every container of `host` in the hosts file, one after another (they share the host's
         uvm nodes and driver folder): a GroupResult of GpuFix, one container's failure its own."""
-        import time
-
         from .. import executor
         from ..target import resolve_host
 
         resolve_host(self._session, host)  # ConfigError naming the known hosts
-        result: GroupResult[GpuFix] = GroupResult()
-        for ctid in [i for i, spec in self.config.containers.items() if spec.host.name == host]:
-            start = time.monotonic()
-            try:
-                result[ctid] = Outcome(ctid, host, self.container(ctid).gpu_fix(dry=dry, force=force), None,
-                                       time.monotonic() - start)
-            except Exception as exc:  # noqa: BLE001 -- one container's failure is its result
-                code, message = executor.failure(exc)
-                result[ctid] = Outcome(ctid, host, None, exc, time.monotonic() - start, False, code, message)
-        return result
+        ids = [i for i, spec in self.config.containers.items() if spec.host.name == host]
+        return executor.each(self.config, ids, lambda ctid: self.container(ctid).gpu_fix(dry=dry, force=force),
+                             serial=True)
 
     def create(self, ctid: int, *, host: str | None = None, node: str | None = None, template: str | None = None,
                clone: int | None = None, gpu: str | None = None, cores: int = 4, memory: int = 8192, disk: int = 32,

@@ -210,9 +210,10 @@ class Lab:
             target = self.dir / "bin" / name
             target.write_text(f"#!{_system_python()}\n" + source)
             target.chmod(0o755)
-        # Its cluster half (pct migrate, pvesh) and making half (create, clone, set, destroy, pveam, a start's
-        # devN and mpN), loaded on demand from beside it.
-        for half in ("pct_cluster.py", "pct_make.py"):
+        # Its cluster half (pct migrate, pvesh), making half (create, clone, set, destroy, pveam, a start's
+        # devN and mpN) and snapshot half (snapshot, listsnapshot, delsnapshot, rollback), loaded on demand
+        # from beside it: the double itself stays one file, run as a program.
+        for half in ("pct_cluster.py", "pct_make.py", "pct_snap.py"):
             (self.dir / "bin" / half).write_text(Path(__file__).with_name(half).read_text())
 
     @property

@@ -8,7 +8,8 @@ an optional value, no shell for exec (it becomes lxc-attach), PATH reset before 
 push/pull under the config lock and exit 0 when the copy itself fails. Snapshots (snapshot, listsnapshot,
 delsnapshot, rollback) follow Proxmox's rules and messages over each container's storage (below). Making
 containers (create from a template volume, clone, set with devN/mpN/--delete, template, destroy, pveam list) and
-what a start does with devN and mpN are its making half, pct_make.py; migrate and pvesh its cluster half.
+what a start does with devN and mpN are its making half, pct_make.py; migrate and pvesh its cluster half,
+pct_cluster.py; the snapshot verbs its snapshot half, pct_snap.py (each installed beside it, loaded on demand).
 """
 
 import fcntl
@@ -47,6 +48,7 @@ VALUED = {"push": {"perms", "user", "group"}, "pull": {"perms", "user", "group"}
                   "searchdomain", "tags", "timezone", "delete", "digest"},
           "clone": {"hostname", "storage", "description", "snapname"}, "destroy": set(), "template": set()}
 MAKING = ("create", "clone", "set", "template", "destroy")  # pct_make.py's verbs
+SNAPSHOTS = ("snapshot", "listsnapshot", "delsnapshot", "rollback")  # pct_snap.py's verbs
 INDEXED = re.compile(r"(dev|mp|net)(\d+)")  # devN, mpN, netN: options of create and set
 
 
@@ -331,195 +333,10 @@ def upper_of(vmid):
     return os.path.join(v, "layer", "upper") if v else os.path.join(LXC_PATH, vmid, "upper")
 
 
-def snap_dir(vmid, name=None):
-    base = os.path.join(vol(vmid) or os.path.join(LXC_PATH, vmid), "snapshots")
-    return base if name is None else os.path.join(base, name)
-
-
-def btrfs(*args):
-    r = subprocess.run(["btrfs", *args], capture_output=True, text=True)
-    if r.returncode != 0:
-        die(f"btrfs {' '.join(args[:2])} failed: {r.stderr.strip()}\n")
-
-
-def snapshots(vmid):
-    """name -> {"time": epoch, "description": text, "parent": name or None}."""
-    import json
-
-    found = {}
-    base = snap_dir(vmid)
-    for name in (os.listdir(base) if os.path.isdir(base) else []):
-        try:
-            with open(os.path.join(base, name, "meta.json")) as f:
-                found[name] = json.load(f)
-        except (OSError, ValueError):
-            continue
-    return found
-
-
-def parent_of_current(vmid):
-    try:
-        with open(os.path.join(LXC_PATH, vmid, "snapparent")) as f:
-            return f.read().strip() or None
-    except OSError:
-        return None
-
-
-def set_parent(vmid, name):
-    with open(os.path.join(LXC_PATH, vmid, "snapparent"), "w") as f:
-        f.write(name or "")
-
-
-def snapname_of(positional):
-    if len(positional) < 2:
-        param_error("snapname", "property is missing and it is not optional")
-    name = positional[1]
-    if len(name) > 40:
-        param_error("snapname", "value may only be 40 characters long")
-    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", name):
-        param_error("snapname", f"invalid format - invalid configuration ID '{name}'")
-    return name
-
-
 def _copy_tree(src, dest):
     r = subprocess.run(["cp", "-a", "--reflink=auto", src, dest], capture_output=True, text=True)
     if r.returncode != 0:
         die(f"snapshot copy failed: {r.stderr.strip()}\n")
-
-
-def cmd_snapshot(opts, positional):
-    import json
-
-    vmid = vmid_of(positional)
-    name = snapname_of(positional)
-    require_conf(vmid)
-    if name in RESERVED:
-        die(f"unable to use snapshot name '{name}' (reserved name)\n")
-    check_quorum()
-    lock(vmid)
-    if STORAGES.get(storage_of(vmid)) not in SNAPSHOT_TYPES:
-        die("snapshot feature is not available\n")
-    if name in snapshots(vmid):
-        die(f"snapshot name '{name}' already used\n")
-    target = snap_dir(vmid, name)
-    os.makedirs(target + ".partial", exist_ok=True)
-    upper = upper_of(vmid)
-    if vol(vmid):
-        btrfs("subvolume", "snapshot", "-r", os.path.dirname(upper), os.path.join(target + ".partial", "layer"))
-    elif os.path.isdir(upper):
-        _copy_tree(upper, os.path.join(target + ".partial", "upper"))
-    meta = {"time": int(time.time()), "description": opts.get("description"), "parent": parent_of_current(vmid)}
-    with open(os.path.join(target + ".partial", "meta.json"), "w") as f:
-        json.dump(meta, f)
-    os.rename(target + ".partial", target)
-    set_parent(vmid, name)
-
-
-def cmd_listsnapshot(opts, positional):
-    vmid = vmid_of(positional)
-    require_conf(vmid)
-    snaps = snapshots(vmid)
-    current = parent_of_current(vmid)
-    children: dict[str | None, list[str]] = {}
-    for name, meta in sorted(snaps.items(), key=lambda kv: (kv[1].get("time", 0), kv[0])):
-        children.setdefault(meta.get("parent") if meta.get("parent") in snaps else None, []).append(name)
-    children.setdefault(current if current in snaps else None, []).append("current")
-    width = max([len(n) for n in snaps] + [len("current")]) + 1
-
-    def show(name, depth):
-        pad = " " * depth
-        if name == "current":
-            print(f"{pad}`-> {'current':<{width - depth}}  You are here!")
-            return
-        meta = snaps[name]
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(meta.get("time", 0)))
-        text = (meta.get("description") or "no-description").splitlines()[0]
-        print(f"{pad}`-> {name:<{width - depth}}  {when}  {text}")
-        for child in children.get(name, []):
-            show(child, depth + 1)
-
-    for root in children.get(None, []):
-        show(root, 0)
-
-
-def cmd_delsnapshot(opts, positional):
-    vmid, name, snaps = _existing_snapshot(positional)
-    for other, meta in snaps.items():  # its children now hang from its parent
-        if meta.get("parent") == name:
-            _set_meta_parent(vmid, other, snaps[name].get("parent"))
-    if parent_of_current(vmid) == name:
-        set_parent(vmid, snaps[name].get("parent"))
-    for layer in ("layer", "upper"):
-        _remove_layer(os.path.join(snap_dir(vmid, name), layer))
-    shutil.rmtree(snap_dir(vmid, name))
-
-
-def _existing_snapshot(positional):
-    """`pct delsnapshot|rollback ID NAME`'s checks, in Proxmox's order: (vmid, name, the snapshots), locked."""
-    vmid = vmid_of(positional)
-    name = snapname_of(positional)
-    require_conf(vmid)
-    check_quorum()
-    lock(vmid)
-    snaps = snapshots(vmid)
-    if name not in snaps:
-        die(f"snapshot '{name}' does not exist\n")
-    return vmid, name, snaps
-
-
-def _remove_layer(path):
-    if os.path.isdir(path) and os.stat(path).st_ino == 256:  # a btrfs subvolume's root
-        btrfs("subvolume", "delete", path)
-    else:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def _set_meta_parent(vmid, name, parent):
-    import json
-
-    path = os.path.join(snap_dir(vmid, name), "meta.json")
-    with open(path) as f:
-        meta = json.load(f)
-    meta["parent"] = parent
-    with open(path, "w") as f:
-        json.dump(meta, f)
-
-
-def cmd_rollback(opts, positional):
-    vmid, name, snaps = _existing_snapshot(positional)
-    store = storage_of(vmid)
-    if STORAGES.get(store) == "zfspool":  # zfs rolls back only to the most recent snapshot
-        newest = max(snaps, key=lambda n: (snaps[n].get("time", 0), n))
-        if newest != name:
-            die(f"can't rollback, '{name}' is not most recent snapshot on '{rootfs_line(vmid).split()[1].split(',')[0]}'\n")
-    if state(vmid) == "running":  # a kill, not a shutdown
-        if BACKEND == "ns":
-            ns_stop(vmid)
-        else:
-            subprocess.run(["lxc-stop", "-P", LXC_PATH, "-n", vmid, "-k"], capture_output=True)
-    upper = upper_of(vmid)
-    if vol(vmid):  # the whole subvolume (the layer and the overlay's work folder) from the snapshot's
-        upper = os.path.dirname(upper)
-        saved = os.path.join(snap_dir(vmid, name), "layer")
-    else:
-        saved = os.path.join(snap_dir(vmid, name), "upper")
-    _remove_layer(upper + ".old")
-    if os.path.isdir(upper):
-        os.rename(upper, upper + ".old")
-    if vol(vmid):
-        btrfs("subvolume", "snapshot", saved, upper)
-    elif os.path.isdir(saved):
-        _copy_tree(saved, upper)
-    else:
-        os.makedirs(upper)
-    _remove_layer(upper + ".old")
-    # A Proxmox container's /run is a tmpfs: no snapshot holds what was there, and it starts empty. The lab's
-    # /run is in the writable layer, so it is emptied here (an operation lease or kept answer of the
-    # moment the snapshot was taken is gone, as on a host).
-    shutil.rmtree(os.path.join(upper_of(vmid), "run"), ignore_errors=True)
-    set_parent(vmid, name)
-    if opts.get("start"):
-        make_side().start_backend(vmid)
 
 
 def pvesm(argv):
@@ -552,6 +369,16 @@ def make_side():
 
     pct_make.pct = sys.modules[__name__]
     return pct_make
+
+
+def snap_side():
+    """The snapshot half of the double (pct_snap.py, installed beside this script): snapshot, listsnapshot,
+    delsnapshot, rollback."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import pct_snap  # type: ignore[import-not-found]  # beside the installed script, not a package module
+
+    pct_snap.pct = sys.modules[__name__]
+    return pct_snap
 
 
 def cluster_side():
@@ -688,7 +515,8 @@ def main(argv):
     cmd = matches[0]
     opts, positional = parse(cmd, argv[1:])
     handler = {"shutdown": cmd_stop, "migrate": lambda o, p: cluster_side().cmd_migrate(o, p)}.get(cmd) \
-        or (getattr(make_side(), f"cmd_{cmd}") if cmd in MAKING else globals()[f"cmd_{cmd}"])
+        or (getattr(make_side(), f"cmd_{cmd}") if cmd in MAKING else getattr(snap_side(), f"cmd_{cmd}")
+            if cmd in SNAPSHOTS else globals()[f"cmd_{cmd}"])
     handler(opts, positional)
 
 

@@ -10,11 +10,11 @@ import json
 import os
 import re
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import config as cfg
+from .. import executor
 from ..errors import ANOTHER_OUT, FORCE, OUT_FILE, CommandError, ConfigError, RemoteError, worded
 from ..naming import json_loads
 from ..transport import for_host
@@ -50,8 +50,7 @@ def read_host(host: cfg.Host) -> list[tuple[int, str, str, list[str]]]:
             m = re.search(r"(?m)^hostname:\s*(\S+)", text)
             return (m.group(1) if m else ""), parse_pct_config(ctid, text).lines()
 
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            configs = list(pool.map(config, found))
+        configs = executor.bounded(list(found), config, 8)  # over the one connection: 8 at a time
     finally:
         transport.close()
     return [(ctid, state, name, gpu) for (ctid, state), (name, gpu) in zip(found.items(), configs, strict=True)]

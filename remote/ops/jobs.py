@@ -74,13 +74,9 @@ def preflight(t: Target, *, host_gpu=None, force: bool = False) -> Preflight:
     ct, spec = t.ct, t.spec
     pending = None
     if host_gpu is not None and not ct.dry:
-        from concurrent.futures import ThreadPoolExecutor
+        from .. import executor
 
-        from ..threads import submit
-
-        pool = ThreadPoolExecutor(max_workers=1)
-        pending = submit(pool, host_gpu)
-        pool.shutdown(wait=False)
+        pending = executor.later(host_gpu)  # beside the probe; a host read that hangs is left behind at 90 s
     raw = facts.read_raw(t, facts.DEPLOYED if ct.dry else facts.PREFLIGHT)[0]
     if ct.dry:
         state = dryplan.state_in(raw, spec)  # after a dry deploy: what it would have deployed
@@ -207,11 +203,13 @@ def check(raw: dict, spec: ContainerSpec, host=None, *, pin: codemod.Pin | str |
     return Preflight(commit, venv, gpus, notes, live, tuple(warnings))
 
 
-def busy(ctid: int, what: str) -> JobRunning:
-    """A train refused because a job runs there (exit 3, as deploy's refusal is)."""
+def busy(ctid: int, what: str, live: tuple[LiveRun, ...] = ()) -> JobRunning:
+    """A train refused because a job runs there (exit 3, as deploy's refusal is); `live`, where known, the
+    runs that hold it (its `.holder`, as deploy's and gpu fix's refusals carry theirs)."""
     stop, follow = call(ctid, "stop()"), call(ctid, "log(follow=True)")
     return worded(JobRunning(ctid, f"container {ctid}: {what} -- stop it ({stop}), follow it ({follow}), or pass "
-                                   f"{FORCE} to start another"), stop, follow, FORCE)
+                                   f"{FORCE} to start another", busy_details(live) if live else None),
+                  stop, follow, FORCE)
 
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # what new_run_id makes, and any sane name
@@ -252,7 +250,7 @@ def launch(t: Target, pre: Preflight, *, force: bool = False,
                 "restarts": spec.train.restarts, "restart_on": list(spec.train.restart_on), **(extra or {})}
     if pre.live and not force:  # refused before a run id is announced: no run that never existed is said to start
         runs = ", ".join(f"run {printable(r.run)} " + (f"(pid {r.pid})" if r.pid else "(starting)") for r in pre.live)
-        raise busy(spec.ctid, f"busy: {runs} {'are' if len(pre.live) > 1 else 'is'} still running")
+        raise busy(spec.ctid, f"busy: {runs} {'are' if len(pre.live) > 1 else 'is'} still running", pre.live)
     py_spy = pyspy.ensure(t, say=announce) if spec.train.stall else None
     if announce and not ct.dry:  # the id before the job starts: a Ctrl-C from here on knows which run it may have left
         t.step(f"run {run_id} starting in container {spec.ctid}")

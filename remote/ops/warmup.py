@@ -17,6 +17,7 @@ train's preflight asks for a new warmup when any of them changed. No task ever d
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -27,16 +28,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import facts, shell
+from .. import executor, facts, shell
 from ..config import ContainerSpec
 from ..config import unset as config_unset
 from ..errors import EXPORT_CACHE, CommandError, WarmupError, worded
+from ..events import DeviceWarmed
 from ..facts import deployed, deployed_in  # read with the facts probe (an exec needs them, not this module)
 from ..facts.deployed import Deployed, Verify
 from ..naming import json_loads, printable
-from ..results import CacheCopy, CompileHealth, ImportedCache, Warmup
+from ..results import CacheCopy, CompileHealth, ImportedCache, Warmup, WarmupDevice
 from ..target import Target
-from ..threads import ContextThread
 from ..transport.pct import Container
 from . import compilelog, dryplan, files, jobenv, oplock
 from . import passport as pp
@@ -158,13 +159,11 @@ class DeviceResult:
     def warm(self) -> bool:
         return self.new_files == 0 and self.new_bytes == 0
 
-    def line(self) -> str:
-        gain = ("cache: nothing new (warm)" if self.warm else
-                f"cache: +{self.new_files} files, +{_size(self.new_bytes)} (now {self.after[0]} files, "
-                f"{_size(self.after[1])})")
-        guard = (f"; guard: {self.hits} hits, {self.misses} misses" if self.report else
-                 f"; torch: {self.hits} hits, {self.misses} misses" if self.stats else "")
-        return f"device {self.device}: {self.end - self.start:6.1f}s  {gain}{guard}"
+    def public(self) -> WarmupDevice:
+        """This device's figures as the API returns them (Warmup.per_device) and its event reports them."""
+        return WarmupDevice(self.device, self.end - self.start, self.new_files, self.new_bytes, self.after[0],
+                            self.after[1], self.hits, self.misses,
+                            "guard" if self.report else "torch" if self.stats else "")
 
     def compile_lines(self) -> list[str]:
         """What torch did while this device warmed up, where the watch recorded more than first compiles:
@@ -223,14 +222,6 @@ def compile_report(h: CompileHealth, limit: int = 6) -> list[str]:
     if why:
         lines.append("!! what this warmup compiled will not serve the run: " + "; ".join(why[:3]))
     return lines
-
-
-def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 def parse_report(output: str) -> dict | None:
@@ -346,7 +337,10 @@ def run_device(t: Target, state: Deployed, device: str) -> DeviceResult:
                           stats.get("before", (0, 0)), stats.get("after", (0, 0)), warmup_key(spec, state, device),
                           parse_stats(lines), parse_compile(lines))
     _record(t, [result.record()])
-    t.output("  " + result.line())
+    done = result.public()
+    t.session.sink(DeviceWarmed(t.ctid, f"device {device} warmed up in {done.seconds:.1f}s", done.device,
+                                done.seconds, done.new_files, done.new_bytes, done.cache_files, done.cache_bytes,
+                                done.hits, done.misses, done.counted_by))  # worded by remote/cli/warmup.py
     for line in result.compile_lines():
         t.output(f"  [{device}] {line}")
     return result
@@ -363,7 +357,7 @@ def result_of(ctid: int, got: list[DeviceResult] | CacheCopy) -> Warmup:
         return Warmup(ctid, (), got.seconds, got.files, got.bytes, 0, 0, False, got)
     return Warmup(ctid, tuple(r.device for r in got), sum(r.end - r.start for r in got),
                   sum(r.new_files for r in got), sum(r.new_bytes for r in got), sum(r.hits for r in got),
-                  sum(r.misses for r in got), any(r.report for r in got))
+                  sum(r.misses for r in got), any(r.report for r in got), None, tuple(r.public() for r in got))
 
 
 def _record(t: Target, records: list[dict]) -> None:
@@ -402,22 +396,8 @@ def warmup(t: Target, *, parallel: bool = False, devices: list[str] | None = Non
 
 def _warm_devices(t: Target, state: Deployed, devices: list[str], parallel: bool) -> list[DeviceResult]:
     results: list[DeviceResult] = []
-    if parallel:
-        errors: list[BaseException] = []
-
-        def one(dev):
-            try:
-                results.append(run_device(t, state, dev))
-            except BaseException as exc:
-                errors.append(exc)
-
-        threads = [ContextThread(target=one, args=(d,)) for d in devices]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        if errors:
-            raise errors[0]
+    if parallel:  # each device in a thread of its own; the first device's error raised once all have ended
+        results = list(executor.together({dev: functools.partial(run_device, t, state, dev) for dev in devices}).values())
         t.output("  (parallel: each device's cache gain includes what the others wrote meanwhile)")
     else:
         for dev in devices:

@@ -7,6 +7,7 @@ area (commands, deploy, health, runs, many, gpu); every name is exported here.
     Result        a finished command                 CacheCopy     a compile cache copied between containers
     DeployPlan    what a deploy changed, or would    Transfer      a push or pull, verified
     Warmup        a warmup's devices and cache gain  CacheHolding  what a container's compile cache holds
+    WarmupDevice  one device's warmup (Warmup.per_device)
     Snapshot      a Proxmox snapshot                 RolledBack    a container rolled back to one
     Finding       one thing doctor found             Stopped       a stopped run (and the others with it)
     Checkpoint    a run's checkpoint, complete or not Saved        what stop(save=True) left
@@ -25,7 +26,7 @@ area (commands, deploy, health, runs, many, gpu); every name is exported here.
 from __future__ import annotations
 
 from .commands import Result, Transfer
-from .deploy import CacheCopy, CacheHolding, DeployPlan, ImportedCache, RolledBack, Snapshot, Warmup
+from .deploy import CacheCopy, CacheHolding, DeployPlan, ImportedCache, RolledBack, Snapshot, Warmup, WarmupDevice
 from .gpu import Created, CreateStep, Destroyed, GpuFix, HostSetup
 from .health import Diagnosis, Finding, GpuContainer, GpuHost, GpuReport
 from .many import GroupResult, Outcome
@@ -51,7 +52,7 @@ from .runs import (
 )
 
 __all__ = [  # the API re-exports these as they are (remote.api)
-    "Result", "Transfer", "DeployPlan", "Warmup", "CacheHolding", "CacheCopy", "ImportedCache", "Snapshot", "RolledBack", "Finding", "RunStatus", "LiveRun", "RunSummary", "Metric",
+    "Result", "Transfer", "DeployPlan", "Warmup", "WarmupDevice", "CacheHolding", "CacheCopy", "ImportedCache", "Snapshot", "RolledBack", "Finding", "RunStatus", "LiveRun", "RunSummary", "Metric",
     "Diagnosis", "GpuReport", "GpuHost", "GpuContainer", "Stopped", "Checkpoint", "Saved", "SaveOutcome", "KnownGood", "PulledRun", "CompileEvent", "CompileHealth", "JobStatus", "ContainerStatus",
     "HostStatus", "FleetStatus", "Outcome", "GroupResult", "State", "GpuFix", "HostSetup", "CreateStep", "Created", "Destroyed",
     "MoveStep", "Moved", "DrainedRun", "Drained",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 # -- deploy ------------------------------------------------------------------------------------------------
 
@@ -44,6 +44,28 @@ class CacheCopy:
 
 
 @dataclass(frozen=True)
+class WarmupDevice:
+    """One device's warmup: how long it took, what it added to the compile cache (and the cache after it),
+    and the compile cache's hits and misses as the compile guard (`counted_by` "guard") or torch's own
+    counters ("torch") told them ("": neither did)."""
+
+    device: str
+    seconds: float
+    new_files: int
+    new_bytes: int
+    cache_files: int  # the cache after it
+    cache_bytes: int
+    hits: int
+    misses: int
+    counted_by: Literal["", "guard", "torch"] = ""
+
+    @property
+    def warm(self) -> bool:
+        """Nothing new in the cache: everything it compiles was there already."""
+        return self.new_files == 0 and self.new_bytes == 0
+
+
+@dataclass(frozen=True)
 class Warmup:
     """A warmup: per device, seconds and what it added to the compile cache."""
 
@@ -56,6 +78,7 @@ class Warmup:
     misses: int
     guarded: bool  # the compile guard reported hits and misses
     copied: CacheCopy | None = None  # no compile ran: a matching cache of another container was copied
+    per_device: tuple[WarmupDevice, ...] = ()  # each device's own figures, in the order they started
 
 
 @dataclass(frozen=True)

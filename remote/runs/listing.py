@@ -16,7 +16,9 @@ from ..ops import jobs
 from ..results import RunSummary
 from ..target import Target
 
-TAIL_BYTES = 16384  # of each log: enough for the last metric lines
+# Of each log: state.sh's 32 KiB, so that `runs` finds the throughput `status` finds (16 KiB lost a stopped
+# run's last metric line behind a long traceback).
+TAIL_BYTES = 32768
 
 
 def list_runs(t: Target, limit: int = 20) -> list[RunSummary]:

@@ -8,7 +8,7 @@ import tarfile
 import tempfile
 
 import pytest
-from support import load_config
+from support import lab_ids, load_config
 
 from remote import config
 from remote.ops import warmup as wm
@@ -20,6 +20,7 @@ from remote.target import resolve as target_of
 
 pytestmark = pytest.mark.lab
 CACHE = "/root/.cache/torch-compile"
+CT = lab_ids(__file__)[0]  # the session lab's first container (support.LAB_CONTAINERS)
 
 
 def cache_files(ct):
@@ -31,9 +32,9 @@ def warmed(deployed, lab_session):
     # Earlier tests' jobs compiled into this venv's cache folder too (every job gets it): set it aside,
     # as a test may, so that the first warmup starts cold.
     aside = f'for d in {CACHE}/torch-*; do [ -e "$d" ] && mv "$d" "$d.aside-$$"; done; true'
-    lab_session.container(200).run(["bash", "-c", aside])
-    first = wm.warmup(target_of(lab_session, 200))
-    second = wm.warmup(target_of(lab_session, 200))
+    lab_session.container(CT).run(["bash", "-c", aside])
+    first = wm.warmup(target_of(lab_session, CT))
+    second = wm.warmup(target_of(lab_session, CT))
     return first, second
 
 
@@ -51,13 +52,13 @@ def test_cold_then_warm(warmed):
 
 
 def test_parallel_warmups_are_separate_processes_and_all_succeed(warmed, lab_session):
-    results = wm.warmup(target_of(lab_session, 200), parallel=True)
+    results = wm.warmup(target_of(lab_session, CT), parallel=True)
     assert sorted(r.device for r in results) == ["0", "1"] and all(r.report["sealed"] for r in results)
 
 
 def test_training_threads_after_the_guard_compile_nothing_new(warmed, lab_session):
     lines = []
-    final = train(target_of(dataclasses.replace(lab_session, events=lambda e: lines.append(e.line)), 200))  # its lines
+    final = train(target_of(dataclasses.replace(lab_session, events=lambda e: lines.append(e.line)), CT))  # its lines
     assert final is not None and final.exit == 0, "\n".join(lines)
     guard = json.loads(next(l for l in lines if "REMOTE_GUARD" in l).split("REMOTE_GUARD ", 1)[1])
     assert guard["sealed"] and guard["fxgraph_miss"] == 0 and guard["autograd_miss"] == 0, guard
@@ -68,27 +69,27 @@ def test_training_threads_after_the_guard_compile_nothing_new(warmed, lab_sessio
 def test_the_cache_survives_deploy_train_stop_and_a_venv_rebuild(warmed, lab_session, lab_hosts, ct):
     before = cache_files(ct)
     assert any("inductor" in f for f in before)
-    train(target_of(lab_session, 200), follow=False)
-    stop(target_of(lab_session, 200), grace=2)
+    train(target_of(lab_session, CT), follow=False)
+    stop(target_of(lab_session, CT), grace=2)
     rebuilt = load_config(lab_hosts, **{"numpy==2.2.6]": "numpy==2.2.6, mpmath==1.3.0]"})
     with Session(config.load(str(rebuilt))) as s:
-        assert any("venv" in c for c in deploy(target_of(s, 200)).changed)
-    deploy(target_of(lab_session, 200))
+        assert any("venv" in c for c in deploy(target_of(s, CT)).changed)
+    deploy(target_of(lab_session, CT))
     assert before <= cache_files(ct)
 
 
 def test_export_import_and_a_mismatched_bundle_is_refused(warmed, lab_session, tmp_path, ct):
     bundle = tmp_path / "cache.tgz"
-    count = wm.export_cache(target_of(lab_session, 200), str(bundle))
+    count = wm.export_cache(target_of(lab_session, CT), str(bundle))
     assert count == len([f for f in cache_files(ct) if f.startswith("./torch-2.13.0+cpu-")
                          and ".aside-" not in f])  # the per-version folder
     ct.run(["bash", "-c", f"mv {CACHE}/warmups.jsonl {CACHE}/warmups.jsonl.bak"])  # as on a fresh container
     try:
-        got = wm.import_cache(target_of(lab_session, 200), str(bundle))
+        got = wm.import_cache(target_of(lab_session, CT), str(bundle))
         assert got.files == count and got.cache_dir.startswith(CACHE + "/torch-2.13.0+cpu-")
         assert sorted(got.warmups) == ["0", "1"]  # same commit, venv, command and env: train needs no new warmup
-        state = wm.deployed(target_of(lab_session, 200))
-        assert wm.missing_warmups(target_of(lab_session, 200), state) == []
+        state = wm.deployed(target_of(lab_session, CT))
+        assert wm.missing_warmups(target_of(lab_session, CT), state) == []
     finally:
         ct.run(["bash", "-c", f"cat {CACHE}/warmups.jsonl.bak >> {CACHE}/warmups.jsonl; rm {CACHE}/warmups.jsonl.bak"])
     tampered = tmp_path / "other.tgz"
@@ -103,7 +104,7 @@ def test_export_import_and_a_mismatched_bundle_is_refused(warmed, lab_session, t
             dst.addfile(m, io.BytesIO(data) if data is not None else None)
     with pytest.raises(WarmupError, match=r"refusing to import a compile cache made for another setup: "
                                           r"gpu_name NVIDIA H200 \(bundle\) != None \(here\), torch 2.11.0\+cu128"):
-        wm.import_cache(target_of(lab_session, 200), str(tampered))
+        wm.import_cache(target_of(lab_session, CT), str(tampered))
 
 
 @pytest.mark.fault("Hostile compile-cache bundle (warmup --import)",
@@ -112,7 +113,7 @@ def test_export_import_and_a_mismatched_bundle_is_refused(warmed, lab_session, t
 def test_a_hostile_bundle_is_imported_without_what_a_pull_would_refuse(warmed, lab_session, tmp_path, ct):
     bundle, hostile = tmp_path / "w" / "cache.tgz", tmp_path / "w" / "hostile.tgz"
     bundle.parent.mkdir()
-    count = wm.export_cache(target_of(lab_session, 200), str(bundle))
+    count = wm.export_cache(target_of(lab_session, CT), str(bundle))
     with tarfile.open(bundle) as src, tarfile.open(hostile, "w:gz") as dst:
         for m in src.getmembers():
             dst.addfile(m, src.extractfile(m) if m.isfile() else None)
@@ -123,7 +124,7 @@ def test_a_hostile_bundle_is_imported_without_what_a_pull_would_refuse(warmed, l
             info.type, info.linkname, info.mode, info.size = kind, link, mode, 2 if kind == tarfile.REGTYPE else 0
             dst.addfile(info, io.BytesIO(b"x\n") if kind == tarfile.REGTYPE else None)
     try:
-        got = wm.import_cache(target_of(lab_session, 200), str(hostile))  # refused whole before, on Debian's python3
+        got = wm.import_cache(target_of(lab_session, CT), str(hostile))  # refused whole before, on Debian's python3
         refused = dict(r.split(": ", 1) for r in got.refused)
         assert set(refused) == {"../escape", "/abs", "evil", "evil/owned", "dev", "suid-x"}, got.refused
         assert refused["suid-x"] == "setuid/setgid bit dropped" and refused["evil/owned"] == "below the refused evil"
@@ -138,13 +139,13 @@ def test_a_hostile_bundle_is_imported_without_what_a_pull_would_refuse(warmed, l
 
 
 def test_a_changed_command_or_env_asks_for_a_new_warmup(warmed, lab_session, lab_hosts):
-    state = wm.deployed(target_of(lab_session, 200))
-    assert wm.missing_warmups(target_of(lab_session, 200), state) == []
+    state = wm.deployed(target_of(lab_session, CT))
+    assert wm.missing_warmups(target_of(lab_session, CT), state) == []
     env = load_config(lab_hosts, **{"  run_dir: /root/runs\n": "  run_dir: /root/runs\n  env: {OMP_NUM_THREADS: '1'}\n"})
     cmd = load_config(lab_hosts, **{"--device {device}": "--device={device}"})
     for path, what in ((env, "env"), (cmd, "command")):
-        other = config.load(str(path)).container(200)
-        assert wm.missing_warmups(dataclasses.replace(target_of(lab_session, 200), spec=other), state) == [f"device {d}: {what} changed since its last warmup"
+        other = config.load(str(path)).container(CT)
+        assert wm.missing_warmups(dataclasses.replace(target_of(lab_session, CT), spec=other), state) == [f"device {d}: {what} changed since its last warmup"
                                                         for d in ("0", "1")]
 
 
@@ -162,7 +163,7 @@ def test_a_warmup_of_an_edited_checkout_or_a_polluted_venv_is_refused(deployed, 
     try:
         with pytest.raises(WarmupError, match=r"checkout /root/dflash has edits \(drafter/__init__.py\).*"
                                               r"`remote deploy` restores it"):
-            wm.warmup(target_of(lab_session, 200))
+            wm.warmup(target_of(lab_session, CT))
     finally:
         ct.run(["git", "-C", "/root/dflash", "checkout", "--", "drafter/__init__.py"])
     site = ct.run(["/root/venv/bin/python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).out.strip()
@@ -171,7 +172,7 @@ def test_a_warmup_of_an_edited_checkout_or_a_polluted_venv_is_refused(deployed, 
                           f'> {info}/METADATA && printf "pip\\n" > {info}/INSTALLER'])
     try:
         with pytest.raises(WarmupError, match=r"extra package not in the spec: intruder==1.0"):
-            wm.warmup(target_of(lab_session, 200))
+            wm.warmup(target_of(lab_session, CT))
     finally:
         ct.run(["rm", "-rf", info])
     assert ct.run(["bash", "-c", f"cat {CACHE}/warmups.jsonl 2>/dev/null; true"]).out == before

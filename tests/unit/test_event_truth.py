@@ -67,6 +67,17 @@ def test_a_refused_second_train_announces_no_run_and_its_events_carry_the_contai
     assert got and all(e.container == 200 for e in got), [(e.container, e.line) for e in got]
 
 
+@pytest.mark.fault("A train refused because a run is live", promise="the JobRunning it raises names the live run "
+                   "in .holder (run, pid, every live run), as deploy's BusyError does")
+def test_a_refused_second_train_carries_the_live_run_as_its_holder(hosts):
+    path, mock, _ = hosts
+    with remote.open(path, transport=mock) as fleet:
+        with pytest.raises(remote.JobRunning) as refused:
+            fleet.container(200).train()
+    assert refused.value.holder == {"run": LIVE, "pid": 4242, "live": [{"run": LIVE, "pid": 4242}]}
+    assert refused.value.ctid == 200
+
+
 def test_a_refused_second_train_through_the_command_line_says_no_run_starting(hosts, monkeypatch, capsys):
     path, mock, launched = hosts
     real = api.open

@@ -129,6 +129,72 @@ def test_fail_fast_starts_nothing_after_the_first_failure(cfg, capsys):
     assert "skipped" in fmt.group_table(result)
 
 
+def test_serial_each_runs_one_container_after_another_in_order_each_marked_with_its_own(cfg):
+    """executor.each(..., serial=True) (a host's gpu fix, which shares the host's uvm nodes): one at a time in
+    the order of ids though host a allows two, each in its own container's context, none left in the caller's;
+    fail_fast skips the rest."""
+    from remote import executor
+    from remote.events import CONTAINER
+
+    log, running = [], []
+
+    def work(ctid):
+        running.append(ctid)
+        log.append((ctid, CONTAINER.get(), len(running)))
+        time.sleep(0.02)
+        running.remove(ctid)
+        if ctid == 201:
+            raise JobError("it broke")
+        return ctid
+
+    result = executor.each(cfg, [202, 200, 201, 300], work, serial=True)
+    assert log == [(202, 202, 1), (200, 200, 1), (201, 201, 1), (300, 300, 1)]
+    assert [o.ok for o in result.values()] == [True, True, False, True] and CONTAINER.get() is None
+    log.clear()
+    stopped = executor.each(cfg, [201, 200], work, serial=True, fail_fast=True)
+    assert [c for c, *_ in log] == [201] and stopped[200].skipped
+
+
+def test_later_runs_beside_the_caller_in_its_context_and_hands_back_its_value_error_or_a_timeout():
+    """executor.later (preflight's host read beside its probe): the caller's context goes with it."""
+    from remote import executor
+    from remote.events import CONTAINER
+
+    token = CONTAINER.set(207)
+    try:
+        assert executor.later(CONTAINER.get).result(timeout=5) == 207
+    finally:
+        CONTAINER.reset(token)
+    gate = threading.Event()
+    hung = executor.later(gate.wait)
+    with pytest.raises(TimeoutError):
+        hung.result(timeout=0.01)
+    gate.set()
+
+    def broken():
+        raise JobError("host unreadable")
+
+    with pytest.raises(JobError, match="host unreadable"):
+        executor.later(broken).result(timeout=5)
+
+
+def test_bounded_runs_at_most_its_limit_at_once_and_keeps_the_order():
+    from remote import executor
+
+    lock, now, most = threading.Lock(), [0], [0]
+
+    def work(key):
+        with lock:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+        time.sleep(0.02)
+        with lock:
+            now[0] -= 1
+        return key * 10
+
+    assert executor.bounded(list(range(9)), work, 3) == [k * 10 for k in range(9)] and most[0] == 3
+
+
 def test_together_runs_calls_of_different_kinds_at_once_and_raises_the_first_error_after_all_ended():
     """doctor --gpu's host probes beside its container probes: each call in a thread of its own, all at once."""
     from remote import executor
