@@ -27,5 +27,6 @@ echo "watch=$(head -c 4096 "$run/watch.json" 2>/dev/null | tr -d '\n' || true)"
 echo "attempts=$(tail -n 64 "$run/attempts" 2>/dev/null | tr '\n' ';' || true)"
 echo "--manifest--"
 cat "$run/manifest.json" 2>/dev/null || echo null
+echo  # a manifest the job rewrote without a last newline would hide the marker (runs.sh does the same)
 echo "--tail--"
 tail -c 32768 "$run/log" 2>/dev/null || true

@@ -50,3 +50,15 @@ def test_runs_and_status_agree_on_a_stopped_runs_last_throughput(tmp_path, after
     listed = [listing.describe(st, SPEC) for st in map(parse_state, blocks) if st.run]
     assert shown.last == 189.5
     assert [(r.state, r.throughput) for r in listed] == [("stopped", 189.5)], listed
+
+
+@pytest.mark.fault("A run's manifest.json rewritten by the job without a last newline",
+                   promise="status still finds the log's tail after it (state.sh ends the manifest's line itself) and "
+                           "reads the manifest and the throughput")
+def test_a_manifest_without_its_last_newline_hides_nothing_from_status(tmp_path):
+    run_dir = run_folder(tmp_path, "".join(f"step {i}: loss 2.10, {150 + i}.5 Ktok/s\n" for i in range(40)))
+    manifest = next(run_dir.glob("2*")) / "manifest.json"
+    manifest.write_text(json.dumps({"command": "python train.py", "started_epoch": 1.0}))  # no newline at its end
+    st = parse_state(bash(shell.with_lib("state"), str(run_dir), ""))
+    assert st.manifest.command == "python train.py"
+    assert logs.series(SPEC, st.tail, last_line=False)[1].last == 189.5
