@@ -22,6 +22,8 @@ pytestmark = pytest.mark.lab
 ROOT = Path(__file__).resolve().parents[2]
 PLACEMENT = {270: "pve1", 271: "pve2", 272: "pve2", 273: "pve1"}  # ids of this module's own
 
+# An empty venv on purpose (nothing to download): deploy refuses one unless forced, so these deploys pass --force
+# (no run is live at any of them).
 SECTIONS = """
 venv:
   packages: []
@@ -162,7 +164,7 @@ def test_a_node_whose_cluster_service_is_down_is_passed_over(cl):
 
 def test_a_restart_migration_under_a_live_run_is_reported_lost_on_the_new_node(cl):
     hosts = hosts_file(cl, "hosts-migrate.yaml", {272: "pve2"})
-    r = task(hosts, "deploy", "-c", "272")
+    r = task(hosts, "deploy", "-c", "272", "--force")
     assert r.returncode == 0, r.stdout + r.stderr
     r = task(hosts, "train", "-c", "272", "--detach")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -182,7 +184,7 @@ def test_a_restart_migration_under_a_live_run_is_reported_lost_on_the_new_node(c
     assert entry["run"]["moved_from"] == "pve2", entry  # the migration named: the run started on pve2
     r = task(hosts, "status", "-c", "272")
     assert "LOST (no exit record: the container moved from node pve2 since it started" in r.stdout, r.stdout
-    r = task(hosts, "deploy", "-c", "272")  # venv and checkout travelled with the rootfs: nothing to do
+    r = task(hosts, "deploy", "-c", "272", "--force")  # venv and checkout travelled with the rootfs: nothing to do
     assert r.returncode == 0 and "nothing to do, everything verified" in r.stdout, r.stdout + r.stderr
 
 
@@ -191,10 +193,10 @@ def test_quorum_lost_snapshot_always_refuses_auto_goes_on_and_exec_works(cl):
     auto = hosts_file(cl, "hosts-auto.yaml", {273: None})
     cl.set_quorum("pve1", False)
     try:
-        r = task(always, "deploy", "-c", "273")
+        r = task(always, "deploy", "-c", "273", "--force")
         assert r.returncode == 1 and "no quorum" in r.stderr and "nothing was changed" in r.stderr, r.stdout + r.stderr
         assert task(always, "exec", "-c", "273", "--", "test", "-e", "/root/plain").returncode == 1  # nothing shipped
-        r = task(auto, "deploy", "-c", "273")
+        r = task(auto, "deploy", "-c", "273", "--force")
         assert r.returncode == 0, r.stdout + r.stderr
         assert "no snapshot: the cluster has no quorum on node pve1" in r.stdout, r.stdout
         assert task(auto, "exec", "-c", "273", "--", "test", "-e", "/root/plain").returncode == 0
@@ -251,7 +253,7 @@ json.dump(record, open(path, "w"))
 
 def test_a_multi_node_launch_across_nodes_is_refused_on_a_planted_nccl_difference(cl):
     hosts = hosts_file(cl, "hosts-gate.yaml", {270: None, 271: None})
-    r = task(hosts, "deploy", "-c", "270,271")
+    r = task(hosts, "deploy", "-c", "270,271", "--force")
     assert r.returncode == 0, r.stdout + r.stderr
     for ctid, version in ((270, "2.26.2"), (271, "2.21.5")):  # what two venvs built apart can hold
         assert task(hosts, "exec", "-c", str(ctid), "--", "python3", "-c", PLANT, version).returncode == 0

@@ -58,7 +58,7 @@ def test_create_with_one_gpu_passes_it_mounts_the_user_space_and_proves_cuda(gpu
     assert got.made and got.gpus == (1,) and got.driver == gpu_lab.fake_gpu_version
     assert any("nvidia-modprobe -u -c 0" in n for n in got.notes)
     assert [s.name for s in got.steps] == ["preflight", "create", "gpu config", "start", "packages", "driver", "proof",
-                                           "hosts file"]
+                                           "mark", "hosts file"]
     conf = host_run(gpu_lab, *pct_argv("pct", "config", str(ONE))).out
     assert "dev0: /dev/nvidia1,gid=44,mode=0666" in conf and "/dev/nvidia0," not in conf
     assert "mp0: /var/lib/remote/nvidia,mp=/opt/remote/nvidia,ro=1" in conf and "lxc.cgroup" not in conf

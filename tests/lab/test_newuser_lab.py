@@ -155,12 +155,13 @@ def test_destroy_asks_dry_runs_then_removes_the_container_and_its_entry(deployed
 
 
 def test_destroy_is_refused_while_a_run_is_live(deployed, ct, lab_session, lab_hosts, tmp_path):
+    from remote.facts.deployed import VenvRecord, Verify
     from remote.ops.jobs import Preflight, launch
     from remote.target import resolve
 
     hosts = tmp_path / "hosts.yaml"
     hosts.write_text(Path(lab_hosts).read_text())
-    pre = Preflight(commit="0" * 40, venv={"verify": {"torch": "2.13.0+cpu"}, "lock_sha256": "x"}, gpus=None, notes=[])
+    pre = Preflight(commit="0" * 40, venv=VenvRecord(lock_sha256="x", verify=Verify(torch="2.13.0+cpu")), gpus=None, notes=[])
     run_id, _ = launch(resolve(lab_session, CT), pre, command="sleep 120")  # a live run, no warmup needed
     with remote.open(hosts) as fleet:
         run = fleet.container(CT).run(run_id)

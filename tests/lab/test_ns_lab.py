@@ -283,7 +283,7 @@ def test_without_a_demo_repository_the_hosts_file_and_lab_up_say_so(tmp_path, mo
     assert text.startswith("# No demo repository") and all(line.startswith("#") for line in text.splitlines())
 
     class Up:  # the lab itself is the tests above; here only what `lab up` prints about it
-        backend, dir = "ns", tmp_path
+        backend, dir, port = "ns", tmp_path, 2222
 
         def up(self, ids, second=()):
             pass
