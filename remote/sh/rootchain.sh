@@ -5,8 +5,9 @@
 # every program below is called by its absolute path for the same reason.
 # For each PATH, one line per answer, `PATH<TAB>WHAT<TAB>ANSWER` (remote.sudo.unsafe reads them):
 #   /a/b        UID MODE TYPE | missing   every component from / down, of every hop: a symbolic link met on the
-#                                         way (part-way or last) is followed one hop at a time, relative links
-#                                         against their own folder, and the path it leads to walked from / again
+#               | unsearchable            way (part-way or last) is followed one hop at a time, relative links
+#                                         against their own folder, and the path it leads to walked from / again;
+#                                         unsearchable: its folder cannot be looked into (what it is is unknown)
 #   @program    elf|script|other|unreadable|missing|loop REAL[<TAB>INTERPRETER]   what the last hop is
 #   @interpreter:/a/b  UID MODE TYPE | missing   the same walk of a script's `#!` interpreter
 #   @interpreter-is    elf|script|other|unreadable|missing|loop|relative REAL    what the interpreter is
@@ -42,6 +43,12 @@ walk() {
       return 0
     elif [ -e "$sofar" ]; then
       printf '%s\t%s%s\t%s\n' "$want" "$tag" "$sofar" "$("$STAT" -c '%u %a %F' -- "$sofar")"
+    elif [ ! -x "${sofar%/*}/" ]; then
+      # Not "missing": the login user cannot look inside the folder, so what the name is (a link into /tmp?)
+      # cannot be told. Said so, never taken for a name only root could make.
+      printf '%s\t%s%s\tunsearchable\n' "$want" "$tag" "$sofar"
+      real=""
+      return 0
     else
       printf '%s\t%s%s\tmissing\n' "$want" "$tag" "$sofar"
       real=""

@@ -193,3 +193,24 @@ def test_a_lying_stat_in_the_login_environment_does_not_answer_for_the_check(roo
         monkeypatch.setenv("PATH", f"{liar}:{os.environ['PATH']}")
     err = refusal(tmp_path, capsys, folder / "pct")
     assert f"{folder} is writable by others" in err
+
+
+@pytest.mark.fault("init --sudoers", promise="a name the login user cannot see (its folder cannot be searched by a "
+                   "`sudo: true` login) is refused as unknown, not taken for a missing name only root could make: a "
+                   "link hidden there may lead into /tmp")
+def test_a_name_in_a_folder_the_login_cannot_search_is_refused_not_taken_as_missing(root_dir):
+    import shutil
+    import subprocess
+
+    if shutil.which("runuser") is None:
+        pytest.skip("needs runuser: the check runs as a login that is not root")
+    hidden = root_dir / "hidden"
+    hidden.mkdir()
+    os.chmod(hidden, 0o700)  # root's, unsearchable for the login; inside, a link into the sticky /tmp
+    (hidden / "pct").symlink_to("/tmp/remote-test-nobody-made-this/pct")
+    pct = str(hidden / "pct")
+    r = subprocess.run(["runuser", "-u", "nobody", "--", *sudo.chain_argv([pct])], capture_output=True, text=True,
+                       timeout=30)
+    assert f"{pct}\t@end\tdone" in r.stdout, r.stderr  # the answer is whole: it is the reading that must refuse
+    why = sudo.unsafe(r.stdout, [pct])
+    assert pct in why and "cannot look inside" in why[pct], (r.stdout, why)
