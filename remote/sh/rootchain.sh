@@ -11,7 +11,7 @@
 #   @program    elf|script|other|unreadable|missing|loop REAL[<TAB>INTERPRETER]   what the last hop is
 #   @interpreter:/a/b  UID MODE TYPE | missing   the same walk of a script's `#!` interpreter
 #   @interpreter-is    elf|script|other|unreadable|missing|loop|relative REAL    what the interpreter is
-#   @beside:/a/b       UID MODE TYPE   each file and folder (two levels) beside a script that is not Proxmox's
+#   @beside:/a/b       UID MODE TYPE   each file and folder (the whole tree) beside a script that is not Proxmox's
 #                                      own: what it may load from its own folder (Python imports from there first)
 #   @sources           LINE            a shell script's `.`/`source` line (a file it runs as root)
 #   @end        done                   the answer for PATH is whole
@@ -107,13 +107,15 @@ for want in "$@"; do
       /usr/sbin/pct | /usr/sbin/pvesm | /usr/bin/pvesh) ;;  # Proxmox's own: Perl of its packages, in /usr/share/perl5
       *)
         # NUL-separated, so that a name with a newline or a tab in it cannot add a line of its own to the answer
-        /usr/bin/find "${program%/*}" -mindepth 1 -maxdepth 2 -printf '%U %m %y %p\0' 2>/dev/null \
+        /usr/bin/find "${program%/*}" -mindepth 1 -printf '%U %m %y %p\0' 2>/dev/null \
           | while IFS=' ' read -r -d '' uid mode type name; do
               case $name in
                 *$'\n'* | *$'\t'*) printf '%s\t@beside:%s\todd name\n' "$want" "${name//[$'\t\n']/?}" ;;
                 *) printf '%s\t@beside:%s\t%s %s %s\n' "$want" "$name" "$uid" "$mode" "$type" ;;
               esac
             done
+        # find fails where it cannot read a folder (the login user's permissions): what lies there is unchecked
+        [ "${PIPESTATUS[0]}" = 0 ] || printf '%s\t@beside:%s\tunreadable\n' "$want" "${program%/*}"
         case ${interpreter##*/} in
           sh | bash | dash | ksh | mksh | zsh | busybox)
             /usr/bin/grep -nE '^[[:space:]]*(\.|source)[[:space:]]' -- "$program" 2>/dev/null \

@@ -214,3 +214,37 @@ def test_a_name_in_a_folder_the_login_cannot_search_is_refused_not_taken_as_miss
     assert f"{pct}\t@end\tdone" in r.stdout, r.stderr  # the answer is whole: it is the reading that must refuse
     why = sudo.unsafe(r.stdout, [pct])
     assert pct in why and "cannot look inside" in why[pct], (r.stdout, why)
+
+
+@pytest.mark.fault("init --sudoers", promise="every file beside a script that is not Proxmox's own is checked at any "
+                   "depth: a package's module three folders down that others can write (Python imports it as root) "
+                   "is refused, naming it")
+def test_a_module_deep_beside_a_script_that_others_can_write_is_refused(root_dir, tmp_path, capsys):
+    pct = root_dir / "pct"
+    pct.write_text("#!/usr/bin/python3\nimport pkg.sub.mod\n")
+    pct.chmod(0o755)
+    deep = root_dir / "pkg" / "sub"
+    deep.mkdir(parents=True)
+    for f in (root_dir / "pkg" / "__init__.py", deep / "__init__.py", deep / "mod.py"):
+        f.write_text("")
+    os.chmod(deep / "mod.py", 0o666)
+    err = refusal(tmp_path, capsys, pct)
+    assert f"{deep}/mod.py is writable by others" in err, err
+
+
+def test_a_folder_beside_a_script_that_the_login_cannot_read_is_refused(root_dir):
+    import shutil
+    import subprocess
+
+    if shutil.which("runuser") is None:
+        pytest.skip("needs runuser: the check runs as a login that is not root")
+    pct = root_dir / "pct"
+    pct.write_text("#!/usr/bin/python3\nimport secretpkg\n")
+    pct.chmod(0o755)
+    (root_dir / "secretpkg").mkdir()
+    (root_dir / "secretpkg" / "__init__.py").write_text("")
+    os.chmod(root_dir / "secretpkg", 0o700)  # root's: the login cannot list what Python will import from it
+    r = subprocess.run(["runuser", "-u", "nobody", "--", *sudo.chain_argv([str(pct)])], capture_output=True,
+                       text=True, timeout=30)
+    why = sudo.unsafe(r.stdout, [str(pct)])
+    assert str(pct) in why and "unreadable" in why[str(pct)], (r.stdout, why)
