@@ -205,7 +205,13 @@ def _read_record(path: Path) -> dict:
         return {}
     except (OSError, ValueError) as exc:
         raise ConfigError(str(path), "", f"drain's record cannot be read ({exc}): move it away to start over") from None
-    return data if isinstance(data, dict) and isinstance(data.get("containers"), dict) else {}
+    if not isinstance(data, dict) or not isinstance(data.get("containers"), dict):
+        return {}
+    bad = next((k for k, v in data["containers"].items() if not (k.isdigit() and isinstance(v, dict))), None)
+    if bad is not None:  # resume reads each key as a container id and each entry as an object
+        raise ConfigError(str(path), f"containers.{bad}", "drain's record names no container id with its run there: "
+                          "move the file away to start over")
+    return data
 
 
 def _write_record(path: Path, data: dict) -> None:

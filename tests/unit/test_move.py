@@ -141,6 +141,10 @@ def test_resume_without_a_drain_is_named_and_the_record_is_written_whole(tmp_pat
     path.write_text("{torn")
     with pytest.raises(ConfigError, match="drain's record cannot be read"):
         mv._read_record(path)
+    for odd in ({"x": {"run": "r1"}}, {"200": "r1"}):  # edited by hand: a clear error, not a ValueError from int()
+        path.write_text(json.dumps({"host": "pve1", "containers": odd}))
+        with pytest.raises(ConfigError, match="names no container id"):
+            mv._read_record(path)
 
 
 def test_the_command_line_words_a_move_and_a_drain():
