@@ -266,6 +266,10 @@ def _program_problem(path: str, rows: list[tuple[str, str]]) -> str | None:
     for what, answer in rows:
         if what.startswith("/") or what.startswith("@interpreter:"):
             where = what.removeprefix("@interpreter:")
+            if answer == "unsearchable":
+                hidden = (f"{where}: the login user cannot look inside its folder, so what it is (a link, and to "
+                          "where) cannot be checked: run `remote init --sudoers` as root on the host")
+                return hidden if where == what else f"its interpreter's chain: {hidden}"
             if answer != "missing":
                 problem = _owner_problem(where, answer)
                 if problem:

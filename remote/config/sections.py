@@ -225,12 +225,18 @@ def _venv(s: _Section, base: VenvSpec) -> VenvSpec:
     return spec
 
 
+def _not_option(v: Any) -> str | None:
+    # git reads a word that starts with '-' as an option wherever a ref goes (`git fetch origin --upload-pack=CMD`
+    # runs CMD on this machine): no branch, tag or commit is named so.
+    return f"expected a branch, tag or commit, got {v!r} (it starts with '-')" if str(v).startswith("-") else None
+
+
 def _code(s: _Section, base: CodeSpec) -> CodeSpec:
     repo = s.take("repo", str, None)
     spec = CodeSpec(
         # A URL is cloned by deploy (remote.ops.code.fetch_url), never read as a path relative to this file.
         repo=repo if repo is not None and is_repo_url(repo) else _expand(repo, s.file) if repo is not None else base.repo,
-        ref=s.take("ref", (str, int), base.ref),
+        ref=s.take("ref", (str, int), base.ref, _not_option),
         path=s.take("path", str, base.path, _abspath),
     )
     s.done()

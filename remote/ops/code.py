@@ -97,6 +97,8 @@ def fetch_url(url: str, ref: str) -> str:
     shown with the URL's user and password redacted."""
     import os
 
+    if ref.startswith("-") or url.startswith("-"):  # git would read it as an option (--upload-pack=CMD runs CMD)
+        raise DeployError(f"code.ref {ref!r} / code.repo {redact(url)!r}: it starts with '-', which git reads as an option, not a ref or URL")
     clone = cache_of(url)
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}  # a missing credential fails, never waits on a prompt
     if "GIT_SSH_COMMAND" not in env and "GIT_SSH" not in env and not _ok(str(Path.home()), "config", "--get",

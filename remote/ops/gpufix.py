@@ -365,8 +365,14 @@ def gpu_fix(t: Target, *, dry: bool = False, force: bool = False) -> GpuFix:
     # from the run check to the restart, so no deploy, warmup or launch of another controller starts in between
     # (as rollback holds it).
     saved: list[Stopped] = []  # a live run saved and stopped for the restart (train.checkpoint): resumed after
-    with oplock.hold(t.system, "gpu fix") if (p.restart or p.inplace) and running else contextlib.nullcontext():
-        done = _apply(t, p, host, before, commands, running, force, saved)
+    try:
+        with oplock.hold(t.system, "gpu fix") if (p.restart or p.inplace) and running else contextlib.nullcontext():
+            done = _apply(t, p, host, before, commands, running, force, saved)
+    except RemoteError as exc:
+        if saved:  # the run is stopped now: the error says so, and what resumes it (as a failed move does)
+            exc.args = (f"{exc}; run {saved[0].run} was saved and stopped for the restart: "
+                        f"`remote train -c {t.ctid} --resume` resumes it",)
+        raise
     return _resume(t, done, saved[0]) if saved else done
 
 

@@ -329,9 +329,17 @@ def remove_container(file: str, ctid: int, write: bool = True) -> tuple[str, ...
     removed = lines[start:end]
     kept = lines[:start] + lines[end:]
     out = []
-    for line in kept:
+    # Ids are taken out of `groups:` lists only: elsewhere a list of numbers is something else (train.restart_on
+    # holds exit statuses, which ids 100-255 look like).
+    g_top = next((i for i, line in enumerate(kept) if re.match(r"groups\s*:", line)), len(kept))
+    g_end = next((i for i in range(g_top + 1, len(kept)) if kept[i].strip() and not kept[i][0].isspace()
+                  and not kept[i].startswith("#")), len(kept))
+    for i, line in enumerate(kept):
         if re.match(rf"""default_container\s*:\s*['"]?{ctid}['"]?\s*(#.*)?$""", line):
             removed.append(line)
+            continue
+        if not g_top < i < g_end:
+            out.append(line)
             continue
         group = re.match(r"(\s+[A-Za-z_][\w.-]*\s*:\s*\[)([^\]]*)(\].*)$", line)
         if group and str(ctid) in [x.strip() for x in group.group(2).split(",")]:

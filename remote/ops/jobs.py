@@ -368,14 +368,14 @@ def stop(t: Target, run_id: str | None = None, grace: int = 10, save: bool = Fal
     written its pid file yet), and the latest run's leftovers; the latest's result is returned, with the
     others' under "others". Stopping is how a container is freed, so nothing that runs is left out."""
     spec = t.spec
+    if save and spec.train.checkpoint is None:  # before anything is stopped: a refusal changes nothing
+        raise worded(ConfigError(t.session.config.file, "train.checkpoint", f"{SAVE} needs it: where the job saves"),
+                     SAVE)
     st = state(t, run_id)
     if not st.run and not (run_id is None and st.live):
         raise JobError(f"container {spec.ctid} has no runs in {spec.train.run_dir}")
     others = [r.run for r in st.live if r.run != st.run] if run_id is None else []
     results = [_stop_one(t, state(t, rid), grace) for rid in others]
-    if save and spec.train.checkpoint is None:
-        raise worded(ConfigError(t.session.config.file, "train.checkpoint", f"{SAVE} needs it: where the job saves"),
-                     SAVE)
     result = _stop_one(t, st, grace, save=save) if st.run else results.pop(0)
     return dataclasses.replace(result, others=tuple(results))
 

@@ -56,9 +56,10 @@ def plan(*, ctid: int, cluster: str | None, source: str, node: str, live: tuple[
         raise ConfigError(file, "--node", f"container {ctid} is on node {node} already: nothing to move")
     if live and len(nodes) > 1:
         ids = ",".join(map(str, nodes))
+        # Not `train -c IDS --resume`: a multi-node run does not resume from checkpoints yet (train refuses it).
         raise ConfigError(file, "--node", f"container {ctid}: run {live[0]} is a multi-node run on {ids}: moving one "
-                          f"node leaves the others waiting; `remote stop -c {ids} --save`, move, then `remote train -c "
-                          f"{ids} --resume`")
+                          f"node leaves the others waiting; `remote stop -c {ids} --save` first, then move (a "
+                          "multi-node run does not resume from its checkpoints yet: start it again after the move)")
     if live and not checkpoint and not force:
         raise ConfigError(file, "train.checkpoint", f"container {ctid}: run {', '.join(live)} is live and the hosts file "
                           "has no train.checkpoint, so the move cannot save and resume it: set train.checkpoint (path, "
@@ -204,7 +205,13 @@ def _read_record(path: Path) -> dict:
         return {}
     except (OSError, ValueError) as exc:
         raise ConfigError(str(path), "", f"drain's record cannot be read ({exc}): move it away to start over") from None
-    return data if isinstance(data, dict) and isinstance(data.get("containers"), dict) else {}
+    if not isinstance(data, dict) or not isinstance(data.get("containers"), dict):
+        return {}
+    bad = next((k for k, v in data["containers"].items() if not (k.isdigit() and isinstance(v, dict))), None)
+    if bad is not None:  # resume reads each key as a container id and each entry as an object
+        raise ConfigError(str(path), f"containers.{bad}", "drain's record names no container id with its run there: "
+                          "move the file away to start over")
+    return data
 
 
 def _write_record(path: Path, data: dict) -> None:

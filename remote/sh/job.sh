@@ -43,12 +43,18 @@ while :; do
   fi
   cmdfile=$run/command
   if [ "$k" -gt 0 ] && [ -n "$ckpt" ] && [ -e "$run/checkpoint.json" ]; then
-    if said=$("$py" -I -S "$ckpt" resume "$(cat "$run/checkpoint.json")" "$run" 2>> "$run/watch.log"); then
+    said=$("$py" -I -S "$ckpt" resume "$(cat "$run/checkpoint.json")" "$run" 2>> "$run/watch.log") && got=0 || got=$?
+    if [ "$got" = 0 ]; then
       cmdfile=$run/command-next
       echo "-- attempt $((k + 1)) of $((restarts + 1)) resumes from $said" >> "$run/log"
       echo "resume $((k + 1)) $said" >> "$run/attempts"
+    elif [ "$got" = 3 ]; then  # no complete checkpoint: nothing a new start could overwrite
+      echo "-- attempt $((k + 1)) of $((restarts + 1)) starts over: $said" >> "$run/log"
     else
-      echo "-- attempt $((k + 1)) of $((restarts + 1)) starts over: ${said:-the checkpoint could not be read}" >> "$run/log"
+      # The tool failed (watch.log says why): a start over would save over checkpoints it could not read.
+      echo "-- no attempt $((k + 1)): the checkpoint tool failed (exit $got, see watch.log); not started over," \
+           "which could overwrite the checkpoints: \`remote train --resume\` resumes the run" >> "$run/log"
+      break
     fi
   fi
   echo "start $((k + 1)) $(date +%s.%N) $head" >> "$run/attempts"

@@ -5,12 +5,13 @@
 # every program below is called by its absolute path for the same reason.
 # For each PATH, one line per answer, `PATH<TAB>WHAT<TAB>ANSWER` (remote.sudo.unsafe reads them):
 #   /a/b        UID MODE TYPE | missing   every component from / down, of every hop: a symbolic link met on the
-#                                         way (part-way or last) is followed one hop at a time, relative links
-#                                         against their own folder, and the path it leads to walked from / again
+#               | unsearchable            way (part-way or last) is followed one hop at a time, relative links
+#                                         against their own folder, and the path it leads to walked from / again;
+#                                         unsearchable: its folder cannot be looked into (what it is is unknown)
 #   @program    elf|script|other|unreadable|missing|loop REAL[<TAB>INTERPRETER]   what the last hop is
 #   @interpreter:/a/b  UID MODE TYPE | missing   the same walk of a script's `#!` interpreter
 #   @interpreter-is    elf|script|other|unreadable|missing|loop|relative REAL    what the interpreter is
-#   @beside:/a/b       UID MODE TYPE   each file and folder (two levels) beside a script that is not Proxmox's
+#   @beside:/a/b       UID MODE TYPE   each file and folder (the whole tree) beside a script that is not Proxmox's
 #                                      own: what it may load from its own folder (Python imports from there first)
 #   @sources           LINE            a shell script's `.`/`source` line (a file it runs as root)
 #   @end        done                   the answer for PATH is whole
@@ -42,6 +43,12 @@ walk() {
       return 0
     elif [ -e "$sofar" ]; then
       printf '%s\t%s%s\t%s\n' "$want" "$tag" "$sofar" "$("$STAT" -c '%u %a %F' -- "$sofar")"
+    elif [ ! -x "${sofar%/*}/" ]; then
+      # Not "missing": the login user cannot look inside the folder, so what the name is (a link into /tmp?)
+      # cannot be told. Said so, never taken for a name only root could make.
+      printf '%s\t%s%s\tunsearchable\n' "$want" "$tag" "$sofar"
+      real=""
+      return 0
     else
       printf '%s\t%s%s\tmissing\n' "$want" "$tag" "$sofar"
       real=""
@@ -100,13 +107,15 @@ for want in "$@"; do
       /usr/sbin/pct | /usr/sbin/pvesm | /usr/bin/pvesh) ;;  # Proxmox's own: Perl of its packages, in /usr/share/perl5
       *)
         # NUL-separated, so that a name with a newline or a tab in it cannot add a line of its own to the answer
-        /usr/bin/find "${program%/*}" -mindepth 1 -maxdepth 2 -printf '%U %m %y %p\0' 2>/dev/null \
+        /usr/bin/find "${program%/*}" -mindepth 1 -printf '%U %m %y %p\0' 2>/dev/null \
           | while IFS=' ' read -r -d '' uid mode type name; do
               case $name in
                 *$'\n'* | *$'\t'*) printf '%s\t@beside:%s\todd name\n' "$want" "${name//[$'\t\n']/?}" ;;
                 *) printf '%s\t@beside:%s\t%s %s %s\n' "$want" "$name" "$uid" "$mode" "$type" ;;
               esac
             done
+        # find fails where it cannot read a folder (the login user's permissions): what lies there is unchecked
+        [ "${PIPESTATUS[0]}" = 0 ] || printf '%s\t@beside:%s\tunreadable\n' "$want" "${program%/*}"
         case ${interpreter##*/} in
           sh | bash | dash | ksh | mksh | zsh | busybox)
             /usr/bin/grep -nE '^[[:space:]]*(\.|source)[[:space:]]' -- "$program" 2>/dev/null \

@@ -193,3 +193,58 @@ def test_a_lying_stat_in_the_login_environment_does_not_answer_for_the_check(roo
         monkeypatch.setenv("PATH", f"{liar}:{os.environ['PATH']}")
     err = refusal(tmp_path, capsys, folder / "pct")
     assert f"{folder} is writable by others" in err
+
+
+@pytest.mark.fault("init --sudoers", promise="a name the login user cannot see (its folder cannot be searched by a "
+                   "`sudo: true` login) is refused as unknown, not taken for a missing name only root could make: a "
+                   "link hidden there may lead into /tmp")
+def test_a_name_in_a_folder_the_login_cannot_search_is_refused_not_taken_as_missing(root_dir):
+    import shutil
+    import subprocess
+
+    if shutil.which("runuser") is None:
+        pytest.skip("needs runuser: the check runs as a login that is not root")
+    hidden = root_dir / "hidden"
+    hidden.mkdir()
+    os.chmod(hidden, 0o700)  # root's, unsearchable for the login; inside, a link into the sticky /tmp
+    (hidden / "pct").symlink_to("/tmp/remote-test-nobody-made-this/pct")
+    pct = str(hidden / "pct")
+    r = subprocess.run(["runuser", "-u", "nobody", "--", *sudo.chain_argv([pct])], capture_output=True, text=True,
+                       timeout=30)
+    assert f"{pct}\t@end\tdone" in r.stdout, r.stderr  # the answer is whole: it is the reading that must refuse
+    why = sudo.unsafe(r.stdout, [pct])
+    assert pct in why and "cannot look inside" in why[pct], (r.stdout, why)
+
+
+@pytest.mark.fault("init --sudoers", promise="every file beside a script that is not Proxmox's own is checked at any "
+                   "depth: a package's module three folders down that others can write (Python imports it as root) "
+                   "is refused, naming it")
+def test_a_module_deep_beside_a_script_that_others_can_write_is_refused(root_dir, tmp_path, capsys):
+    pct = root_dir / "pct"
+    pct.write_text("#!/usr/bin/python3\nimport pkg.sub.mod\n")
+    pct.chmod(0o755)
+    deep = root_dir / "pkg" / "sub"
+    deep.mkdir(parents=True)
+    for f in (root_dir / "pkg" / "__init__.py", deep / "__init__.py", deep / "mod.py"):
+        f.write_text("")
+    os.chmod(deep / "mod.py", 0o666)
+    err = refusal(tmp_path, capsys, pct)
+    assert f"{deep}/mod.py is writable by others" in err, err
+
+
+def test_a_folder_beside_a_script_that_the_login_cannot_read_is_refused(root_dir):
+    import shutil
+    import subprocess
+
+    if shutil.which("runuser") is None:
+        pytest.skip("needs runuser: the check runs as a login that is not root")
+    pct = root_dir / "pct"
+    pct.write_text("#!/usr/bin/python3\nimport secretpkg\n")
+    pct.chmod(0o755)
+    (root_dir / "secretpkg").mkdir()
+    (root_dir / "secretpkg" / "__init__.py").write_text("")
+    os.chmod(root_dir / "secretpkg", 0o700)  # root's: the login cannot list what Python will import from it
+    r = subprocess.run(["runuser", "-u", "nobody", "--", *sudo.chain_argv([str(pct)])], capture_output=True,
+                       text=True, timeout=30)
+    why = sudo.unsafe(r.stdout, [str(pct)])
+    assert str(pct) in why and "unreadable" in why[str(pct)], (r.stdout, why)

@@ -50,6 +50,18 @@ def test_the_entry_goes_with_its_comments_and_its_id_in_groups(tmp_path):
     assert hostsinit.remove_container(str(path), 999) == ()
 
 
+@pytest.mark.fault("remote destroy of an id that is also an exit status", promise="only the entry and the id in "
+                   "`groups:` lists go: train.restart_on's [137, 200] (or a `- 200` item outside groups) is kept")
+def test_an_id_in_a_list_outside_groups_is_kept(tmp_path):
+    path = tmp_path / "hosts.yaml"
+    text = FILE.replace("train: {command: python train.py}  # how to train\n",
+                        "train:\n  command: python train.py\n  restarts: 2\n  restart_on: [137, 200]\n")
+    path.write_text(text)
+    removed = hostsinit.remove_container(str(path), 200)
+    assert "  restart_on: [137, 200]" not in removed
+    assert "  restart_on: [137, 200]\n" in path.read_text() and "  pair: [301]\n" in path.read_text()
+
+
 def test_a_file_it_cannot_edit_safely_is_refused_unchanged(tmp_path):
     path = tmp_path / "hosts.yaml"
     path.write_text(FILE.replace("  pair: [200, 301]", "  solo: [301]"))

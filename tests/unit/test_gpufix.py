@@ -709,3 +709,30 @@ def test_a_live_run_with_a_checkpoint_is_saved_before_the_restart_and_resumed_af
                                                                             live="20261202-0700-ab:4242")), 200),
                           force=True)
     assert order == [] and done.restarted and done.resumed is None
+
+
+@pytest.mark.fault("gpu fix that fails after it saved and stopped a live run",
+                   promise="the error says the run was saved and stopped and names `remote train -c ID --resume`: "
+                           "the run is not left stopped without a word")
+def test_a_gpu_fix_that_fails_after_the_save_stop_names_the_resume(monkeypatch):
+    from remote.errors import RemoteError
+    from remote.ops import jobs
+    from remote.results import Checkpoint, Saved, Stopped
+
+    cfg = data("pct-config-dev.txt").replace("dev2: /dev/nvidia-uvm\n", "")
+    kw = {"nodes": [n for n in GOOD_NODES if n[0] != "/dev/nvidia-uvm"], "init": 999}
+    fake = Pvesm(config_text=cfg, ct_kw=kw, live="20261202-0700-ab:4242")
+    left = Checkpoint("/root/out/ckpt.pt", True, "torch", step=250)
+    monkeypatch.setattr(jobs, "stop", lambda t, run_id=None, grace=10, save=False:
+                        Stopped("20261202-0700-ab", True, "TERM", 143, None, saved=Saved("saved", left)))
+
+    def change(*a, **k):
+        raise RemoteError("pct set failed: storage busy")
+
+    monkeypatch.setattr(gpufix, "_change", change)
+    hosts = {**HOSTS, "train": {"command": "python train.py", "checkpoint": {"path": "/root/out/ckpt.pt"}}}
+    s = Session(config.parse(hosts, "hosts.yaml"), agent=False, transport_factory=lambda h: fake)
+    with pytest.raises(RemoteError) as e:
+        gpufix.gpu_fix(resolve(s, 200))
+    assert "storage busy" in str(e.value)
+    assert "run 20261202-0700-ab was saved and stopped" in str(e.value) and "remote train -c 200 --resume" in str(e.value)
