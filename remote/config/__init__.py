@@ -73,6 +73,7 @@ def parse(data: Any, file: str) -> Config:
         placed = hosts[host] if host is not None else clusters[cluster][0]
         containers[ctid] = ContainerSpec(ctid=ctid, host=placed, address=address, cluster=placed.cluster,
                                          host_given=host is not None, **features)
+        _checkpoint_reach(file, containers[ctid])
     # No containers yet (a bare node's file, before `remote create`): loads; a task that needs one says so.
     groups = _groups(top.section("groups"), containers)
     default = top.take("default_container", int, None)
@@ -155,3 +156,33 @@ def _check_files(config: Config) -> None:
             raise ConfigError(config.file, f"hosts.{h.name}.known_hosts", f"no such file: {h.known_hosts} (fix the "
                               "path, or create it: check the host's fingerprint on the host with `ssh-keygen -lf "
                               f"/etc/ssh/ssh_host_ed25519_key.pub`, then `ssh-keyscan -p PORT ADDRESS >> {h.known_hosts}`)")
+
+
+def _checkpoint_reach(file: str, spec: ContainerSpec) -> None:
+    """A checkpoint path or glob must not reach what remote itself keeps: `train --fresh` moves every match aside,
+    so `/root/*` (or `/root`) would move the run folder, the checkout or the venv. Matched as the container's glob
+    matches (part by part; `**` crosses folders), against each of them and every folder above them."""
+    import fnmatch
+    from pathlib import PurePosixPath
+
+    ck = spec.train.checkpoint
+    if ck is None:
+        return
+    pattern = ck.path if ck.path.startswith("/") else f"{spec.code.path.rstrip('/')}/{ck.path}"
+    want = PurePosixPath(pattern).parts
+
+    def matches(path: PurePosixPath) -> bool:
+        if "**" in want:
+            return fnmatch.fnmatchcase(str(path), pattern)
+        return len(path.parts) == len(want) and all(fnmatch.fnmatchcase(a, b) for a, b in zip(path.parts, want, strict=True))
+
+    for what, kept in (("train.run_dir", spec.train.run_dir), ("code.path", spec.code.path),
+                       ("venv.path", spec.venv.path)):
+        folder = PurePosixPath(kept)
+        hit = next((str(a) for a in (folder, *folder.parents) if matches(a)), None)
+        if hit is not None:
+            raise ConfigError(file, f"containers.{spec.ctid}: train.checkpoint.path",
+                              f"{ck.path!r} matches {hit}, which holds {what} ({kept}): `train --fresh` "
+                              "would move it aside with the checkpoints. Name the checkpoints more narrowly "
+                              "(e.g. /root/out/ckpt-*.pt)")
+

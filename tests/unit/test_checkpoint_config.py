@@ -112,3 +112,23 @@ def test_train_refuses_resume_with_fresh_and_either_for_a_multi_node_run(tmp_pat
     assert "--resume and --fresh exclude each other" in capsys.readouterr().err
     assert cli.run(["train", "-c", "200,201", "--resume", "--hosts", str(hosts)]) == 2
     assert "one container only" in capsys.readouterr().err
+
+
+@pytest.mark.fault("train.checkpoint.path a glob or folder that reaches the run folder, the checkout or the venv",
+                   promise="refused when the hosts file loads, naming the key and what it would reach: `train --fresh` "
+                           "moves every match aside, and would move those with the checkpoints")
+@pytest.mark.parametrize("path,reaches", [("/root/*", "/root/runs"), ("/*", "/root"), ("/root/**", "/root/runs"),
+                                          ("/root/mytrainer", "/root/mytrainer"), ("/root/venv*", "/root/venv"),
+                                          ("/root/out/ckpt-*.pt", None), ("out/*.pt", None), ("out", None)])
+def test_a_checkpoint_path_that_reaches_what_remote_keeps_is_refused(path, reaches):
+    from remote import config as cfg
+    from remote.errors import ConfigError
+
+    data = {"hosts": {"h": {"address": "x"}}, "containers": {200: {"host": "h"}}, "code": {"path": "/root/mytrainer"},
+            "train": {"command": "python train.py", "checkpoint": {"path": path}}}
+    if reaches is None:
+        assert cfg.parse(data, "hosts.yaml").containers[200].train.checkpoint.path == path
+        return
+    with pytest.raises(ConfigError) as caught:
+        cfg.parse(data, "hosts.yaml")
+    assert "train.checkpoint.path" in str(caught.value) and f"matches {reaches}," in str(caught.value)
