@@ -31,7 +31,7 @@ REQUEST = "save-requested"  # remote/sh/ckpt.py's `wait` (stop --save) leaves it
 SETTINGS = "checkpoint.json"  # launch.sh writes train.checkpoint's settings there
 LOOK_EVERY = 0.5  # seconds between looks for the request file: a stat per step would be cheap, this is cheaper
 
-_state: dict = {"asked": False, "agreed": False, "installed": False, "looked": 0.0}
+_state: dict = {"asked": False, "agreed": False, "installed": False, "tried": False, "looked": 0.0}
 _lock = threading.Lock()
 
 
@@ -66,8 +66,9 @@ def install() -> bool:
     `remote stop --save` sends it to this process (it signals only processes that catch it). Returns whether
     a handler is in place. stop_requested() calls it; call it earlier to be asked sooner."""
     with _lock:
-        if _state["installed"]:
-            return True
+        if _state["tried"]:  # once per process: stop_requested() stays a flag test and a rare stat
+            return bool(_state["installed"])
+        _state["tried"] = True
         name = settings().get("signal")
         if not name:
             return False

@@ -86,6 +86,10 @@ def test_request_file_is_looked_for_at_most_every_half_second(helper, tmp_path, 
     run = run_folder(tmp_path, monkeypatch)
     helper.LOOK_EVERY = 3600.0
     assert helper.stop_requested() is False
+    def again():
+        raise AssertionError("the settings are read once per process, not every step")
+    monkeypatch.setattr(helper, "settings", again)
+    assert helper.stop_requested() is False
     (run / "save-requested").write_text("1\n")
     assert helper.stop_requested() is False  # cheap every step: no stat until LOOK_EVERY has passed
     helper._state["looked"] -= 7200
