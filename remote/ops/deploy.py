@@ -145,7 +145,9 @@ def make_plan(spec: ContainerSpec, found: DeployProbe, local: codemod.LocalCommi
     py = f"{found.python.version} {found.python.executable}"
     # The watch is part of what a venv holds: a new watch builds a new venv (the guard's bytes stay first,
     # so the hash of a venv made before the watch existed is not the hash of one with it).
-    want = venvmod.spec_hash(spec.venv, py, req_text, guard + venvmod.WATCH_SOURCE.read_bytes())
+    # The checkpoint helper and the rules it imports likewise (after the watch's bytes, for the same reason).
+    want = venvmod.spec_hash(spec.venv, py, req_text, guard + venvmod.WATCH_SOURCE.read_bytes()
+                             + b"".join(p.read_bytes() for p in venvmod.CHECKPOINT_SOURCES.values()))
     return Plan(want, req_text, guard, venvmod.plan(spec.venv, want, found.parts),
                 codemod.needs_sync(local, found.parts["code"]) if local else None, list(found.unfinished))
 
@@ -424,6 +426,8 @@ def _build(t: Target, found: DeployProbe, want: str, req_text, guard: bytes,
     files.push_bytes(ct, venvmod.requirements_in(spec.venv, req_text).encode(), f"{staging}/spec.in")
     files.push_bytes(ct, guard, f"{staging}/guard.py")
     files.push_bytes(ct, venvmod.WATCH_SOURCE.read_bytes(), f"{staging}/compilewatch.py")
+    for name, source in venvmod.CHECKPOINT_SOURCES.items():
+        files.push_bytes(ct, source.read_bytes(), f"{staging}/{name}")
     if lock is not None and not ct.dry:
         text = lock.get(want, lambda: _resolve_lock(t, found, uv, f"{staging}/spec.in"))
         files.push_bytes(ct, text.encode(), f"{staging}/lock.txt")

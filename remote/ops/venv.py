@@ -31,6 +31,9 @@ from ..naming import has_userinfo, matches, normalize, parse_lock, parse_pins, r
 GUARD_SOURCE = Path(__file__).resolve().parent.parent / "guard.py"
 # The compile watch (issue 33): installed beside the guard as remote_compilewatch, with its .pth line.
 WATCH_SOURCE = Path(__file__).resolve().parent.parent / "sh" / "compilewatch.py"
+# The optional checkpoint helper (issue 44 item 6): remote_checkpoint, with ckpt.py beside it as remote_ckpt.
+CHECKPOINT_SOURCES = {"checkpoint.py": Path(__file__).resolve().parent.parent / "sh" / "checkpoint.py",
+                      "ckpt.py": Path(__file__).resolve().parent.parent / "sh" / "ckpt.py"}
 
 # Runs with the new venv's interpreter: what was installed and what torch sees.
 VERIFY = r'''

@@ -46,10 +46,10 @@ if [ -n "$ckpt" ]; then
   printf '%s\n' "$ckpt_conf" > "$run/checkpoint.json"
 fi
 : > "$run/log"
-export REMOTE_RUN_ID=$id PET_LOG_DIR=$run/ranks REMOTE_CACHE_STATS=$run/cache-stats REMOTE_COMPILE_WATCH=$run/compile.jsonl
+export REMOTE_RUN_ID=$id REMOTE_RUN_DIR=$run PET_LOG_DIR=$run/ranks REMOTE_CACHE_STATS=$run/cache-stats REMOTE_COMPILE_WATCH=$run/compile.jsonl
 # The job must not hold the launch lock (9>&-).
 setsid -f bash "$job" "$run" "$checkout" "$restarts" "$restart_on" "$watch" "$ckpt" < /dev/null > /dev/null 2>&1 9>&-
-unset REMOTE_RUN_ID PET_LOG_DIR REMOTE_CACHE_STATS REMOTE_COMPILE_WATCH  # this shell is not the job's
+unset REMOTE_RUN_ID REMOTE_RUN_DIR PET_LOG_DIR REMOTE_CACHE_STATS REMOTE_COMPILE_WATCH  # this shell is not the job's
 for _ in $(seq 100); do [ -s "$run/pid" ] && break; sleep 0.05; done
 # A loaded container may start the wrapper late: while a process of the run lives, it started.
 started() { live_runs "$run_dir" | awk -v id="$id" '$1 == id { f = 1 } END { exit !f }'; }

@@ -1,6 +1,7 @@
 # Build a venv directly at its final folder (so every console script's shebang and bin/activate name
 # the path it is used from): $1 uv, $2 python, $3 the venv folder, $4 its staging folder (spec.in,
-# guard.py, lock.txt when the deploy resolved the lock already), then uv's index arguments. Runs with
+# guard.py, compilewatch.py, checkpoint.py, ckpt.py, lock.txt when the deploy resolved the lock already),
+# then uv's index arguments. Runs with
 # REMOTE_VENV_BUILD=<venv folder> in the environment, which is how a later deploy recognises this
 # builder. The venv counts as finished only once deploy has verified it and written its
 # remote-venv.json; until then nothing uses it.
@@ -31,3 +32,7 @@ echo 'import os; os.environ.get("REMOTE_CACHE_STATS") and __import__("remote_gua
 cp "$staging/compilewatch.py" "$site/remote_compilewatch.py"
 echo 'import os; os.environ.get("REMOTE_COMPILE_WATCH") and __import__("remote_compilewatch").install()' \
   > "$site/remote_compile_watch.pth"
+# The optional checkpoint helper a job may import (remote_checkpoint), with the checkpoint rules it uses
+# (remote/sh/ckpt.py as remote_ckpt): nothing imports either unless the job's code does.
+cp "$staging/checkpoint.py" "$site/remote_checkpoint.py"
+cp "$staging/ckpt.py" "$site/remote_ckpt.py"

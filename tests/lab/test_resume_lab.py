@@ -100,6 +100,7 @@ def rs(lab, tmp_path_factory):
     repo = d / "rs"
     repo.mkdir()
     (repo / "train.py").write_text(TRAIN)
+    (repo / "example.py").write_text(doc_example())  # resume.md's remote_checkpoint loop, as written
     (repo / ".gitignore").write_text("out/\n")
     git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t.invalid"]
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "toy"]):
@@ -112,9 +113,17 @@ def rs(lab, tmp_path_factory):
     return state
 
 
-def configure(rs, *, iters=40, restarts=0):
-    rs["hosts"].write_text(rs["head"] + HOSTS.format(wheels=rs["wheels"], repo=rs["repo"], iters=iters,
-                                                     restarts=restarts))
+def configure(rs, *, iters=40, restarts=0, helper=False):
+    text = HOSTS.format(wheels=rs["wheels"], repo=rs["repo"], iters=iters, restarts=restarts)
+    if helper:  # the example finds its checkpoint itself (remote_checkpoint.latest()): no resume words
+        text = text.replace(f"python train.py --iters {iters} --sleep 0.2", "python example.py").replace(
+            "    resume: --init-from resume\n", "")
+    rs["hosts"].write_text(rs["head"] + text)
+
+
+def doc_example() -> str:
+    section = (ROOT / "docs" / "guide" / "resume.md").read_text().split("## Code written for remote", 1)[1]
+    return re.findall(r"```python\n(.*?)```", section.split("\n## ", 1)[0], re.S)[0]
 
 
 def task(rs, *args, check=True):
@@ -235,3 +244,25 @@ def test_a_sigkilled_job_resumes_by_itself(rs):
     step = int(resumed.partition("(step ")[2].partition(")")[0])
     assert resumed.startswith(f"{CKPT} (step {step})") and f"saved out/ckpt.pt at iter {step}" in head, log
     assert first_iter(resumed) == step + 1 and resumed.rstrip().endswith("done"), log
+
+
+@pytest.mark.fault("stop --save of a job written with remote_checkpoint, in a container",
+                   promise="deploy installs the helper; the job is asked through it, saves a complete checkpoint "
+                           "and exits 0; train --resume continues after that step")
+def test_the_remote_checkpoint_example_through_the_cli(rs):
+    configure(rs, helper=True)
+    run_id = started(task(rs, "train", "-c", str(CT), "--fresh", "--detach").stdout)
+    assert wait_until(lambda: "step 200:" in run_log(rs, run_id), timeout=180), run_log(rs, run_id)
+    out = task(rs, "stop", "-c", str(CT), "--save").stdout
+    m = re.search(rf"run {run_id}: saved checkpoint {CKPT} \(step (\d+)\)", out)
+    assert m, out
+    # 0: it saved on the request and exited by itself; 143: a periodic save landed first, stop --save took it
+    # as the new checkpoint and stopped the job (TERM) as it does any job (the request's save is atomic: at worst
+    # it is not there). (The local tier checks the job's own exit 0: tests/local/test_checkpoint_helper_local.py.)
+    assert in_ct(rs, f"cat /root/runs/{run_id}/exit").strip() in ("0", "143"), run_log(rs, run_id)
+    step = int(in_ct(rs, f"/root/venv/bin/python -c 'import torch; print(torch.load(\"{CKPT}\")[\"step\"])'").split()[-1])
+    assert step >= int(m.group(1)), (step, out)
+    new = started(task(rs, "train", "-c", str(CT), "--resume", "--detach").stdout)
+    assert wait_until(lambda: "starting at" in run_log(rs, new), timeout=180), run_log(rs, new)
+    assert f"starting at step {step + 1}" in run_log(rs, new)
+    assert re.search(rf"run {new}: saved checkpoint {CKPT}", task(rs, "stop", "-c", str(CT), "--save").stdout)
