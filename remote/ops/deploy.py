@@ -426,8 +426,8 @@ def _build(t: Target, found: DeployProbe, want: str, req_text, guard: bytes,
     files.push_bytes(ct, venvmod.requirements_in(spec.venv, req_text).encode(), f"{staging}/spec.in")
     files.push_bytes(ct, guard, f"{staging}/guard.py")
     files.push_bytes(ct, venvmod.WATCH_SOURCE.read_bytes(), f"{staging}/compilewatch.py")
-    for name, source in venvmod.CHECKPOINT_SOURCES.items():
-        files.push_bytes(ct, source.read_bytes(), f"{staging}/{name}")
+    for file, source in venvmod.CHECKPOINT_SOURCES.items():  # not `name`: that is the build's, removed on failure
+        files.push_bytes(ct, source.read_bytes(), f"{staging}/{file}")
     if lock is not None and not ct.dry:
         text = lock.get(want, lambda: _resolve_lock(t, found, uv, f"{staging}/spec.in"))
         files.push_bytes(ct, text.encode(), f"{staging}/lock.txt")

@@ -116,6 +116,8 @@ def test_a_dry_invoke_line_changes_nothing_in_the_container(lab, local_hosts):
     assert "(dry run) run " in r.stdout and "would start in container 200" in r.stdout, r.stdout
     assert "warmup done" not in r.stdout, r.stdout  # the warmup was not run
     # (git's index: `git status`, which every deploy's probe runs, refreshes its stat cache: a read, not a change)
+    # (/root/.pyenv: the lab container's root is this machine's, as a read-only lower layer, so the machine's own
+    # pyenv rehashing its shims there shows through; remote runs nothing through a login shell in a container)
     changed = in_ct("find", "/root", "-newer", "/root/before-dry-line", "-not", "-type", "d",
-                    "-not", "-path", "/root/dflash/.git/index")
+                    "-not", "-path", "/root/dflash/.git/index", "-not", "-path", "/root/.pyenv/*")
     assert changed == "", changed  # nothing written in the container: no deploy, no warmup, no run
