@@ -300,9 +300,12 @@ def _compile_text(r: dict) -> str:
 
 def stop_lines(stopped: Any) -> list[str]:
     """A remote.api.Stopped (and the other live runs stopped with it) as `remote stop` reports it."""
-    lines = []
+    lines: list[str] = []
     for one in [*stopped.others, stopped]:  # without --run: every live run, not only the latest
-        if one.saved is not None:
+        if one.saves:  # a multi-node run: each node's save, then the step every rank resumes at
+            lines.extend(f"node {ctid}: " + saved_line(one.run, saved) for ctid, saved in one.saves.items())
+            lines.append(printable(one.resume_note))
+        elif one.saved is not None:
             lines.append(saved_line(one.run, one.saved))
         if not one.was_alive:
             lines.append(printable(f"run {one.run} was not running (exit status {one.exit_code}); "

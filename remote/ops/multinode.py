@@ -26,7 +26,7 @@ from ..naming import printable
 from ..target import reporter, resolve
 from ..threads import ContextThread
 from ..transport.session import Session
-from . import jobs
+from . import checkpoints, jobs, nodeckpt
 from . import warmup as wm
 
 FIELDS = ("nnodes", "node_rank", "master_addr", "master_port", "node_addr", "run_id")
@@ -122,9 +122,10 @@ def rendezvous_failed(st: RunState) -> bool:
 
 
 def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool = False,
-          follow: bool = True) -> MultiRun | None:
+          follow: bool = True, resume: bool = False, fresh: bool = False) -> MultiRun | None:
     """Preflight every node, then start one run on all of them; follow until it ends (returns
-    follow_run's result), or None when not following. Each node's events are marked with it (its Target),
+    follow_run's result), or None when not following. With train.checkpoint: a plain train refused where a
+    node holds a complete checkpoint, `resume` at the run's common step, `fresh` (remote.ops.nodeckpt.prepare). Each node's events are marked with it (its Target),
     the run's as a whole with none (the session's reporter)."""
     nodes = {i: resolve(session, i) for i in ids}  # each node resolved once
     run = reporter(session)
@@ -172,15 +173,20 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
             nodes[ctid].output(printable(f"[{ctid}] preflight: {note}"))
         for warning in pre.warnings:
             nodes[ctid].warn(printable(f"[{ctid}] preflight: {warning}"))
+    commands = {spec.ctid: node_command(spec.train.command or "", v) for spec, v in zip(specs, values, strict=True)}
+    starts = nodeckpt.prepare(session, nodes, ids, commands, resume=resume, fresh=fresh,
+                              live=any(pre.live for pre in pres))
     started: list[tuple[int, int]] = []
     try:
         for spec, pre, v, iface in zip(specs, pres, values, ifaces, strict=True):
             assert spec.train.command, "checked before the preflight"
-            command = node_command(spec.train.command, v)
+            begin = starts[spec.ctid]
             extra = {"nodes": ids, "node_rank": v["node_rank"], "master_addr": v["master_addr"],
-                     "master_port": v["master_port"], "node_addr": v["node_addr"], "iface": iface}
-            _, pid = jobs.launch(nodes[spec.ctid], pre, force=force, command=command, run_id=run_id, extra=extra,
-                                 env=node_env(spec, iface, v["node_rank"] == 0), announce=False)
+                     "master_port": v["master_port"], "node_addr": v["node_addr"], "iface": iface,
+                     **(begin.manifest() or {})}
+            _, pid = checkpoints.started(nodes[spec.ctid], begin, jobs.launch(
+                nodes[spec.ctid], pre, force=force, command=begin.command, run_id=run_id, extra=extra,
+                env=node_env(spec, iface, v["node_rank"] == 0), announce=False, base=begin.base))
             started.append((spec.ctid, pid))
     except RemoteError as exc:
         stop_nodes(session, [c for c, _ in started], run_id)
