@@ -289,7 +289,7 @@ class FleetBase:
         run_id, nodes = multinode.nodes_of(self._session, ctid, run)
         if len(nodes) < 2 or run_id is None:
             return None
-        return multinode.final_status(multinode.follow_run(self._session, nodes, run_id))
+        return multinode.final_status(multinode.follow_whole(self._session, nodes, run_id))
 
     def disconnect(self, host: str | None = None) -> list[int]:
         """End this hosts file's kept connections now (one host's, or every one): the pids ended."""

@@ -303,13 +303,11 @@ def stop_lines(stopped: Any) -> list[str]:
     lines: list[str] = []
     for one in [*stopped.others, stopped]:  # without --run: every live run, not only the latest
         if one.saves:  # a multi-node run: each node's save, then the step every rank resumes at
-            lines.extend(f"node {ctid}: " + saved_line(one.run, saved) for ctid, saved in one.saves.items())
-            lines.append(printable(one.resume_note))
+            lines += [f"node {c}: {saved_line(one.run, s)}" for c, s in one.saves.items()] + [printable(one.resume_note)]
         elif one.saved is not None:
             lines.append(saved_line(one.run, one.saved))
         if not one.was_alive:
-            lines.append(printable(f"run {one.run} was not running (exit status {one.exit_code}); "
-                                   "no process of it is left"))
+            lines.append(printable(f"run {one.run} was not running (exit status {one.exit_code}); no process of it is left"))
         else:  # the run id and the signal's name come from the container
             lines.append(printable(f"run {one.run} stopped with SIG{one.signal} (exit status {one.exit_code}); "
                                    "verified: no process of it is left"

@@ -227,7 +227,9 @@ def save_stop(session: Session, ids: list[int], run_id: str, grace: int = 10) ->
         step, note = (after.step, _words(after, out)) if after else (None, "no node holds a complete checkpoint: "
                                                                       "nothing to resume from")
     except CheckpointRefused as exc:
-        step, note = None, str(exc)
+        after, step, note = None, None, str(exc)
+    if after is not None and after.mode == "master":  # the others save nothing of their own: not theirs to report
+        out = {c: one if c == master else dataclasses.replace(one, saved=None) for c, one in out.items()}
     reporter(session).note(printable(f"multi-node run {run_id}: {note}"))
     return NodesSaved(run_id, out, step, note)
 
