@@ -376,7 +376,9 @@ def common_step(held: Mapping[int, list[Checkpoint]], copies: Mapping[int, froze
     mastered = latest(held[master])
     if not any(own(c) for c in others):
         if mastered is not None:
-            lacking = tuple(c for c in others if not any(x.complete and sig(x) == sig(mastered) for x in held[c]))
+            # the job's own path holding it, not the watch's kept copy of it (a resume reads the path)
+            lacking = tuple(c for c in others
+                            if not any(x.complete and not x.kept and sig(x) == sig(mastered) for x in held[c]))
             return Common("master", mastered.step, {master: mastered}, lacking)
         if not any(latest(held[c]) for c in others):
             return None

@@ -336,11 +336,27 @@ train:
 """
 
 
-def zipped_step(step: int) -> str:
-    """Python that writes /root/out/ckpt.pt as FAKE_DDP saves it, at `step` (a node's own checkpoint)."""
-    return ("import io, os, pickle, zipfile\nbuf = io.BytesIO()\nwith zipfile.ZipFile(buf, 'w') as z:\n"
-            f"    z.writestr('archive/data.pkl', pickle.dumps({{'iter_num': {step}}}, protocol=2))\n"
-            "os.makedirs('/root/out', exist_ok=True)\nopen('/root/out/ckpt.pt', 'wb').write(buf.getvalue())\n")
+PLANT_STEP = r"""import io, json, os, pickle, sys, time, zipfile
+path, step = sys.argv[1], int(sys.argv[2])
+buf = io.BytesIO()
+with zipfile.ZipFile(buf, "w") as z:
+    z.writestr("archive/data.pkl", pickle.dumps({"iter_num": step}, protocol=2))
+os.makedirs(os.path.dirname(path), exist_ok=True)
+open(path, "wb").write(buf.getvalue())
+when = time.time() - 60 + step  # a later step, a later file
+os.utime(path, (when, when))
+if len(sys.argv) > 3:  # the watch's kept copy of /root/out/ckpt.pt: its record beside it
+    meta = {"source": sys.argv[3], "mtime": when, "size": len(buf.getvalue()), "step": step}
+    json.dump(meta, open(path + ".json", "w"))
+"""
+
+
+def plant(hosts: Path, ctid: int, step: int, *, kept: bool = False) -> None:
+    """A checkpoint of the node's own at `step`, as FAKE_DDP saves it (kept: as the watch keeps a copy of it)."""
+    args = ("/root/runs/.checkpoints/ckpt.pt", str(step), "/root/out/ckpt.pt") if kept else \
+        ("/root/out/ckpt.pt", str(step))
+    r = task(hosts, "exec", "-c", str(ctid), "--", "python3", "-c", PLANT_STEP, *args)
+    assert r.returncode == 0, r.stderr
 
 
 @pytest.mark.fault("stop --save of a multi-node run, then train --resume over its nodes (no shared storage)",
@@ -350,6 +366,9 @@ def zipped_step(step: int) -> str:
 @pytest.mark.fault("A multi-node run's nodes hold checkpoints of different steps (no step in common)",
                    promise="on the lab cluster: train -c 270,271 --resume refused (exit 2) naming each node's step; "
                            "nothing started")
+@pytest.mark.fault("A multi-node run whose nodes each save their own checkpoint, one node's newest torn or missing",
+                   promise="on the lab cluster: 270 at step 25 (kept copy 20), 271 at 20: --resume brings 270 to 20 "
+                           "(its 25 renamed aside, the kept copy put back) and both ranks' logs start at 20")
 @pytest.mark.fault("A rank of a multi-node run with train.restarts dies (exit 3)",
                    promise="on the lab cluster, followed: every node stopped, then the run restarted as a whole, both "
                            "ranks at the master's checkpoint's step (its log's first line says so on each node), to "
@@ -390,12 +409,12 @@ def test_a_multi_node_run_stops_with_save_and_resumes_every_rank_at_one_step(cl)
         assert "copied and verified" in r.stdout + r.stderr
         assert wait_until(lambda: f"rank 0 resumed at iter {step}\n" in log(270)
                           and f"rank 1 resumed at iter {step}\n" in log(271), 60), (log(270), log(271))
-        manifest = json.loads(task(hosts, "exec", "-c", "271", "--", "sh", "-c",
-                                   "cat /root/runs/$(ls -t /root/runs | grep -v '^\\.' | head -1)/manifest.json").stdout)
+        latest = "cat /root/runs/$(ls -t /root/runs | grep -v '^\\.' | head -1)/manifest.json"
+        manifest = json.loads(task(hosts, "exec", "-c", "271", "--", "sh", "-c", latest).stdout)
         assert manifest["checkpoint"]["step"] == step and manifest["parent"], manifest
         assert task(hosts, "stop", "-c", "270").returncode == 0  # a multi-node run: every node stopped
         # 271 now holds a checkpoint of its own at another step: which saves is unclear, no common step
-        assert task(hosts, "exec", "-c", "271", "--", "python3", "-c", zipped_step(3)).returncode == 0
+        plant(hosts, 271, 3)
         r = task(hosts, "train", "-c", "270,271", "--resume", "--detach")
         assert r.returncode == 2, r.stdout + r.stderr
         assert re.search(r"271 \(node rank 1\): step [\d, ]*\b3\)", r.stderr), r.stderr  # 3, and the copy's kept
@@ -413,5 +432,15 @@ def test_a_multi_node_run_stops_with_save_and_resumes_every_rank_at_one_step(cl)
         m = re.search(r"every rank resumes at step (\d+): the master's checkpoint, given to 271", out)
         assert m and f"rank 0 resumed at iter {m.group(1)}" in out and f"rank 1 resumed at iter {m.group(1)}" in out
         assert "iter 16" in log(270) and "iter 16" in log(271)
+        # every node its own: 270 at step 25 (its kept copy at 20), 271 at 20: both brought to 20, 270's 25 aside
+        plant(hosts, 270, 20, kept=True)
+        plant(hosts, 270, 25)
+        plant(hosts, 271, 20)
+        r = task(hosts, "train", "-c", "270,271", "--resume", "--detach")
+        out = r.stdout + r.stderr
+        assert r.returncode == 0 and "every rank resumes at step 20: each node's own at that step" in out, out
+        assert "newer than the run's common step 20: moved aside to /root/out/ckpt.pt.old-" in out, out
+        assert wait_until(lambda: "rank 0 resumed at iter 20\n" in log(270) and "rank 1 resumed at iter 20\n"
+                          in log(271), 60), (log(270), log(271))
     finally:
         task(hosts, "stop", "-c", "270,271")

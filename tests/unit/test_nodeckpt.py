@@ -75,6 +75,10 @@ def test_only_the_master_saves_its_checkpoint_goes_to_the_nodes_that_lack_it():
     copies = {271: frozenset({sig(old_copy)}), 272: frozenset({sig(old_copy), sig(master)})}
     got = common_step({270: [master], 271: [old_copy], 272: [ck("/o/ckpt.pt", 50, size=400, mtime=5000.0)]}, copies)
     assert got is not None and (got.mode, got.step, got.copy_to) == ("master", 50, (271,))
+    # 272 holds it only as the watch's kept copy (its path was removed): the job reads the path, so it is given again
+    kept = ck("/k/ckpt.pt", 50, size=400, mtime=5000.0, kept=True)
+    got = common_step({270: [master], 271: [], 272: [kept]}, copies)
+    assert got is not None and got.copy_to == (271, 272)
     # without the record, 271's old copy would be its own: no common step, refused
     with pytest.raises(CheckpointRefused):
         common_step({270: [master], 271: [old_copy]}, NONE)
