@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -394,8 +395,10 @@ def test_a_multi_node_run_stops_with_save_and_resumes_every_rank_at_one_step(cl)
         r = task(hosts, "train", "-c", "270,271", "--detach")
         assert r.returncode == 0, r.stdout + r.stderr
         assert wait_until(lambda: "iter 7\n" in log(270) and "iter 7\n" in log(271), 90)
+        began = time.monotonic()
         r = task(hosts, "stop", "-c", "270,271", "--save")
         assert r.returncode == 0, r.stdout + r.stderr
+        assert time.monotonic() - began < 25, "271 never saves: its wait must end with the master's (grace 30)"
         m = re.search(r"every rank resumes at step (\d+) from the master's checkpoint", r.stdout + r.stderr)
         assert m, r.stdout + r.stderr
         step = int(m.group(1))

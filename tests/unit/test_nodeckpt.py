@@ -123,3 +123,61 @@ def test_pick_moves_what_is_newer_aside_and_puts_the_kept_copy_back(tool, tmp_pa
     out, rc = tool.cmd_pick(one, 40)
     assert rc == 0 and out["latest"]["step"] == 40 and (tmp_path / "ckpt.pt").read_bytes() == kept
     assert open(out["moved"][0]["to"], "rb").read() == later and ".old-" in out["moved"][0]["to"]
+
+
+class _Node:
+    def __init__(self, ctid: int, grace: float):
+        from types import SimpleNamespace
+
+        self.ctid = ctid
+        self.spec = SimpleNamespace(train=SimpleNamespace(checkpoint=SimpleNamespace(grace=grace)))
+
+    def warn(self, text: str) -> None:
+        raise AssertionError(text)
+
+
+@pytest.mark.parametrize("mode,saver", [("master", None), ("each", 271), ("unknown", 271)])
+def test_stop_save_waits_for_the_runs_checkpoint_then_stops_every_node(monkeypatch, mode, saver):
+    """The wait, as save_stop orders it (the container's parts replaced): where only the master saves, the nodes
+    are stopped as soon as its save is in (271, which never saves, is not waited for: its wait ends with its
+    job); where each saves its own, not before 271's is in; where it is not known yet, 271 gets a moment."""
+    import threading
+    from types import SimpleNamespace
+
+    from remote.ops import checkpoints, jobs, nodeckpt
+    from remote.results import Saved, Stopped
+
+    nodes = {270: _Node(270, 30), 271: _Node(271, 30)}
+    stopped = threading.Event()
+    when: dict[str, float] = {}
+    t0 = time.monotonic()
+
+    def wait_save(t, st):
+        if t.ctid == 270 or t.ctid == saver:
+            time.sleep(0.2 if t.ctid == 270 else 0.6)  # 271's own save comes a little after the master's
+            when[f"saved {t.ctid}"] = time.monotonic() - t0
+            return '{"saved": null}'
+        stopped.wait(40)  # never saves: its job's end ends its wait
+        return '{"saved": null}'
+
+    def stop(t, run_id, grace=10):
+        when.setdefault("stopped", time.monotonic() - t0)
+        stopped.set()
+        return Stopped(run_id, True, "TERM", 143, None)
+
+    common = None if mode == "unknown" else checkpoints.Common(mode, 5, {270: ck("/o/ckpt.pt", 5)})
+    monkeypatch.setattr(nodeckpt, "resolve", lambda session, c: nodes[c])
+    monkeypatch.setattr(nodeckpt.executor, "values", lambda config, ids, fn: [fn(i) for i in ids])
+    monkeypatch.setattr(jobs, "state", lambda t, run=None: SimpleNamespace(alive=True, tail="", path="/r", run=run))
+    monkeypatch.setattr(jobs, "stop", stop)
+    monkeypatch.setattr(nodeckpt, "plan", lambda session, nodes_, ids: common)
+    monkeypatch.setattr(checkpoints, "wait_save", wait_save)
+    monkeypatch.setattr(checkpoints, "after_stop", lambda t, st, text, restored, tail: Saved("saved", None))
+    monkeypatch.setattr(nodeckpt, "OTHERS_S", 2.0)
+    monkeypatch.setattr(nodeckpt, "reporter", lambda session: SimpleNamespace(note=lambda text: None))
+    got = nodeckpt.save_stop(SimpleNamespace(config=None), [270, 271], "R1")
+    assert set(got.nodes) == {270, 271} and when["stopped"] >= when["saved 270"]
+    if mode == "master":
+        assert when["stopped"] < 1.5 and "saved 271" not in when  # 271 not awaited for its grace (30 s)
+    else:
+        assert when["stopped"] >= when["saved 271"] and when["stopped"] < 1.5  # 271's save, then at once
