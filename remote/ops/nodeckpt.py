@@ -73,6 +73,10 @@ def give(master: Target, node: Target, c: Checkpoint) -> str:
     dest = c.path if any(ch in own for ch in "*?[") else own  # a glob: the master's name, in the same place
     tmp = f"{dest}.remote-tmp-copy"
     ct = node.system
+    if ct.dry:  # nothing pulled: nothing to push
+        ct.dry_comment(f"the master's checkpoint {c.path} (container {master.ctid}) pulled here, pushed to {tmp} "
+                       f"(sha256 verified), what is at {dest} renamed aside, {tmp} renamed to {dest}")
+        return dest
     with tempfile.TemporaryDirectory(prefix="remote-ckpt-") as here:
         local = os.path.join(here, os.path.basename(c.path.rstrip("/")) or "checkpoint")
         files.pull(master.system, c.path, local)

@@ -406,6 +406,10 @@ def test_a_multi_node_run_stops_with_save_and_resumes_every_rank_at_one_step(cl)
         assert "271: log at step" in r.stdout + r.stderr, r.stdout
         r = task(hosts, "train", "-c", "270,271", "--detach")  # a new run would overwrite the checkpoint
         assert r.returncode == 2 and "--resume" in r.stderr and "--fresh" in r.stderr, r.stdout + r.stderr
+        r = task(hosts, "train", "-c", "270,271", "--resume", "--dry")  # says the copy, makes none
+        assert r.returncode == 0 and "pulled here, pushed to /root/out/ckpt.pt.remote-tmp-copy" in r.stdout, \
+            r.stdout + r.stderr
+        assert task(hosts, "exec", "-c", "271", "--", "test", "-e", "/root/out/ckpt.pt").returncode == 1
         r = task(hosts, "train", "-c", "270,271", "--resume", "--detach")
         assert r.returncode == 0, r.stdout + r.stderr
         assert f"every rank resumes at step {step}: the master's checkpoint, given to 271" in r.stdout + r.stderr
