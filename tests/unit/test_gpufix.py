@@ -695,7 +695,7 @@ def test_a_live_run_with_a_checkpoint_is_saved_before_the_restart_and_resumed_af
 
     monkeypatch.setattr(fake, "run", run)
     left = Checkpoint("/root/out/ckpt.pt", True, "torch", step=250)
-    monkeypatch.setattr(jobs, "stop", lambda t, run_id=None, grace=10, save=False: order.append(("stop", save)) or
+    monkeypatch.setattr(jobs, "stop", lambda t, run_id=None, grace=10, save=False, refuse=None: order.append(("stop", save)) or
                         Stopped("20261202-0700-ab", True, "TERM", 143, None, saved=Saved("saved", left)))
     monkeypatch.setattr(jobs, "start", lambda t, resume=False, **k: order.append(("start", resume)) or ("R2", 7))
     hosts = {**HOSTS, "train": {"command": "python train.py", "checkpoint": {"path": "/root/out/ckpt.pt"}}}
@@ -723,7 +723,7 @@ def test_a_gpu_fix_that_fails_after_the_save_stop_names_the_resume(monkeypatch):
     kw = {"nodes": [n for n in GOOD_NODES if n[0] != "/dev/nvidia-uvm"], "init": 999}
     fake = Pvesm(config_text=cfg, ct_kw=kw, live="20261202-0700-ab:4242")
     left = Checkpoint("/root/out/ckpt.pt", True, "torch", step=250)
-    monkeypatch.setattr(jobs, "stop", lambda t, run_id=None, grace=10, save=False:
+    monkeypatch.setattr(jobs, "stop", lambda t, run_id=None, grace=10, save=False, refuse=None:
                         Stopped("20261202-0700-ab", True, "TERM", 143, None, saved=Saved("saved", left)))
 
     def change(*a, **k):

@@ -180,7 +180,7 @@ def test_a_live_run_is_save_stopped_before_the_migrate_and_a_failed_resume_names
     order: list[str] = []
     saved = Saved("saved", Checkpoint("/root/out/c.pt", True, "torch", step=9))
 
-    def stop(t, run_id, save=False):
+    def stop(t, run_id, save=False, refuse=None):
         order.append(f"stop save={save}")
         return Stopped("r1", True, "none", 0, None, saved=saved)
 
