@@ -113,10 +113,13 @@ def rs(lab, tmp_path_factory):
     return state
 
 
-def configure(rs, *, iters=40, restarts=0, helper=False):
+def configure(rs, *, iters=40, restarts=0, helper=False, save_every=5, signal="USR1", grace=60):
     text = HOSTS.format(wheels=rs["wheels"], repo=rs["repo"], iters=iters, restarts=restarts)
+    text = text.replace("--sleep 0.2", f"--sleep 0.2 --save-every {save_every}").replace(
+        "signal: USR1", f"signal: {signal}").replace("grace: 60", f"grace: {grace}")
     if helper:  # the example finds its checkpoint itself (remote_checkpoint.latest()): no resume words
-        text = text.replace(f"python train.py --iters {iters} --sleep 0.2", "python example.py").replace(
+        text = text.replace(f"python train.py --iters {iters} --sleep 0.2 --save-every {save_every}",
+                            "python example.py").replace(
             "    resume: --init-from resume\n", "")
     rs["hosts"].write_text(rs["head"] + text)
 
@@ -266,3 +269,91 @@ def test_the_remote_checkpoint_example_through_the_cli(rs):
     assert wait_until(lambda: "starting at" in run_log(rs, new), timeout=180), run_log(rs, new)
     assert f"starting at step {step + 1}" in run_log(rs, new)
     assert re.search(rf"run {new}: saved checkpoint {CKPT}", task(rs, "stop", "-c", str(CT), "--save").stdout)
+
+
+# -- rollback: it reverts the environment, never the training progress -----------------------------------------
+SNAP = "carry-test"
+MARKER = "/root/env-marker"
+
+
+@pytest.fixture(scope="module")
+def snap(rs, lab):
+    """A snapshot of the deployed container whose rootfs holds an OLDER complete checkpoint (step 2) where the job
+    saves, and an environment marker `snapshot`; the container's storage one that snapshots (the double copies)."""
+    lab.set_storage(CT, "local-lvm")
+    configure(rs, iters=3, save_every=2)
+    task(rs, "train", "-c", str(CT), "--fresh")
+    assert step_in_ct(rs) == 2
+    in_ct(rs, f"echo snapshot > {MARKER}")
+    made = subprocess.run([str(lab.dir / "bin" / "pct"), "snapshot", str(CT), SNAP], capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    in_ct(rs, f"echo after > {MARKER}")
+    yield SNAP
+    subprocess.run([str(lab.dir / "bin" / "pct"), "delsnapshot", str(CT), SNAP], capture_output=True)
+    lab.set_storage(CT, "local")
+
+
+def step_in_ct(rs) -> int:
+    """The step the checkpoint at CKPT holds, read by torch in the container."""
+    return int(in_ct(rs, f"/root/venv/bin/python -c 'import torch; print(torch.load(\"{CKPT}\")[\"iter_num\"])'")
+               .split()[-1])
+
+
+def live_run(rs, *args: str, until: str = "saved out/ckpt.pt at iter 10") -> str:
+    run_id = started(task(rs, "train", "-c", str(CT), *args, "--detach").stdout)
+    assert wait_until(lambda: until in run_log(rs, run_id), timeout=180), run_log(rs, run_id)
+    return run_id
+
+
+@pytest.mark.fault("rollback with a live run and train.checkpoint",
+                   promise="the run saves, its checkpoint is carried across the rollback (through the host, verified) "
+                   "and the run resumes at the checkpoint's step with the snapshot's environment")
+@pytest.mark.fault("stop --save, then rollback, then train --resume",
+                   promise="the resume starts from the carried checkpoint, never from the older one the snapshot held")
+def test_a_rollback_saves_carries_and_resumes_the_run_and_a_stopped_ones_checkpoint(rs, snap):
+    configure(rs, iters=400)
+    run_id = live_run(rs, "--fresh")
+    out = task(rs, "rollback", "-c", str(CT), "--snapshot", snap).stdout
+    m = re.search(rf"carried:  checkpoint {CKPT} \(step (\d+)\) across the rollback", out)
+    assert m and int(m.group(1)) >= 10, out
+    step = int(m.group(1))
+    new = re.search(rf"resumed:  run (\S+) continues run {run_id}", out).group(1)
+    assert in_ct(rs, f"cat {MARKER}").strip() == "snapshot"  # the snapshot's environment
+    assert wait_until(lambda: re.search(r"^iter \d+:", run_log(rs, new), re.M), timeout=180), run_log(rs, new)
+    assert first_iter(run_log(rs, new)) == step + 1, run_log(rs, new)
+    assert in_ct(rs, f"ls /var/lib/remote/carry/{CT} 2>/dev/null || true").strip() == ""  # the host's copy removed
+    # stop --save, then a rollback with no live run: the checkpoint is carried all the same, and a resume starts
+    # from it, not from the snapshot's step 2.
+    saved = int(re.search(rf"saved checkpoint {CKPT} \(step (\d+)\)",
+                          task(rs, "stop", "-c", str(CT), "--save").stdout).group(1))
+    out = task(rs, "rollback", "-c", str(CT), "--snapshot", snap).stdout
+    assert f"carried:  checkpoint {CKPT} (step {saved})" in out and "resumed:" not in out, out
+    assert step_in_ct(rs) == saved
+    configure(rs, iters=saved + 3)
+    out = task(rs, "train", "-c", str(CT), "--resume").stdout
+    assert f"from {CKPT} (step {saved})" in out, out
+    assert first_iter(run_log(rs, started(out))) == saved + 1
+
+
+@pytest.mark.fault("rollback, gpu fix, move or drain of a run that saves nothing new within its grace",
+                   promise="refused (exit 3), nothing changed, naming the grace, the last complete checkpoint and "
+                   "its age and --force; the run is STILL RUNNING after")
+@pytest.mark.fault("rollback --force with a live run", promise="no save (the run is killed, not resumed), but the "
+                   "latest complete checkpoint is still carried across")
+def test_a_run_that_never_saves_refuses_the_rollback_and_force_still_carries(rs, snap):
+    configure(rs, iters=400, save_every=100000, signal="none", grace=2)
+    before = step_in_ct(rs)  # the last test's checkpoint, the latest complete one
+    run_id = live_run(rs, "--resume", until=f"iter {before + 3}:")
+    refused = task(rs, "rollback", "-c", str(CT), "--snapshot", snap, check=False)
+    assert refused.returncode == 3, refused.stdout
+    said = refused.stdout
+    assert "the rollback to carry-test refused, nothing was changed" in said and "grace (2 s)" in said, said
+    assert f"its last complete checkpoint is {CKPT} (step {before})" in said and " s old" in said, said
+    assert "--force" in said and "still running" in said, said
+    # STILL RUNNING: no exit record, and its python alive
+    assert in_ct(rs, f"cat /root/runs/{run_id}/exit 2>/dev/null || echo none").strip() == "none"
+    assert in_ct(rs, "pgrep -f '^python train[.]py' || true").strip(), run_log(rs, run_id)
+    assert in_ct(rs, f"cat {MARKER}").strip() == "after"  # not rolled back
+    out = task(rs, "rollback", "-c", str(CT), "--snapshot", snap, "--force").stdout
+    assert f"carried:  checkpoint {CKPT} (step {before})" in out and "resumed:" not in out, out
+    assert step_in_ct(rs) == before and in_ct(rs, f"cat {MARKER}").strip() == "snapshot"
