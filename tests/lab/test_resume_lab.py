@@ -308,9 +308,7 @@ def live_run(rs, *args: str, until: str = "saved out/ckpt.pt at iter 10") -> str
 @pytest.mark.fault("rollback with a live run and train.checkpoint",
                    promise="the run saves, its checkpoint is carried across the rollback (through the host, verified) "
                    "and the run resumes at the checkpoint's step with the snapshot's environment")
-@pytest.mark.fault("stop --save, then rollback, then train --resume",
-                   promise="the resume starts from the carried checkpoint, never from the older one the snapshot held")
-def test_a_rollback_saves_carries_and_resumes_the_run_and_a_stopped_ones_checkpoint(rs, snap):
+def test_a_rollback_saves_carries_and_resumes_the_run(rs, snap):
     configure(rs, iters=400)
     run_id = live_run(rs, "--fresh")
     out = task(rs, "rollback", "-c", str(CT), "--snapshot", snap).stdout
@@ -320,27 +318,19 @@ def test_a_rollback_saves_carries_and_resumes_the_run_and_a_stopped_ones_checkpo
     new = re.search(rf"resumed:  run (\S+) continues run {run_id}", out).group(1)
     assert in_ct(rs, f"cat {MARKER}").strip() == "snapshot"  # the snapshot's environment
     assert wait_until(lambda: re.search(r"^iter \d+:", run_log(rs, new), re.M), timeout=180), run_log(rs, new)
-    assert first_iter(run_log(rs, new)) == step + 1, run_log(rs, new)
+    assert first_iter(run_log(rs, new)) == step + 1, run_log(rs, new)  # not the snapshot's step 2
     assert in_ct(rs, f"ls /var/lib/remote/carry/{CT} 2>/dev/null || true").strip() == ""  # the host's copy removed
-    # stop --save, then a rollback with no live run: the checkpoint is carried all the same, and a resume starts
-    # from it, not from the snapshot's step 2.
-    saved = int(re.search(rf"saved checkpoint {CKPT} \(step (\d+)\)",
-                          task(rs, "stop", "-c", str(CT), "--save").stdout).group(1))
-    out = task(rs, "rollback", "-c", str(CT), "--snapshot", snap).stdout
-    assert f"carried:  checkpoint {CKPT} (step {saved})" in out and "resumed:" not in out, out
-    assert step_in_ct(rs) == saved
-    configure(rs, iters=saved + 3)
-    out = task(rs, "train", "-c", str(CT), "--resume").stdout
-    assert f"from {CKPT} (step {saved})" in out, out
-    assert first_iter(run_log(rs, started(out))) == saved + 1
+    task(rs, "stop", "-c", str(CT))
 
 
 @pytest.mark.fault("rollback, gpu fix, move or drain of a run that saves nothing new within its grace",
                    promise="refused (exit 3), nothing changed, naming the grace, the last complete checkpoint and "
                    "its age and --force; the run is STILL RUNNING after")
-@pytest.mark.fault("rollback --force with a live run", promise="no save (the run is killed, not resumed), but the "
-                   "latest complete checkpoint is still carried across")
+@pytest.mark.fault("rollback --force with a live run, then train --resume", promise="no save (the run is killed, not "
+                   "resumed), but the latest complete checkpoint is carried across, and the resume starts from it, "
+                   "never from the older one the snapshot held")
 def test_a_run_that_never_saves_refuses_the_rollback_and_force_still_carries(rs, snap):
+    in_ct(rs, f"echo after > {MARKER}")
     configure(rs, iters=400, save_every=100000, signal="none", grace=2)
     before = step_in_ct(rs)  # the last test's checkpoint, the latest complete one
     run_id = live_run(rs, "--resume", until=f"iter {before + 3}:")
@@ -354,6 +344,12 @@ def test_a_run_that_never_saves_refuses_the_rollback_and_force_still_carries(rs,
     assert in_ct(rs, f"cat /root/runs/{run_id}/exit 2>/dev/null || echo none").strip() == "none"
     assert in_ct(rs, "pgrep -f '^python train[.]py' || true").strip(), run_log(rs, run_id)
     assert in_ct(rs, f"cat {MARKER}").strip() == "after"  # not rolled back
+    dry = task(rs, "rollback", "-c", str(CT), "--snapshot", snap, "--force", "--dry").stdout
+    assert "pct pull" in dry and "pct rollback" in dry and in_ct(rs, f"cat {MARKER}").strip() == "after", dry
     out = task(rs, "rollback", "-c", str(CT), "--snapshot", snap, "--force").stdout
     assert f"carried:  checkpoint {CKPT} (step {before})" in out and "resumed:" not in out, out
     assert step_in_ct(rs) == before and in_ct(rs, f"cat {MARKER}").strip() == "snapshot"
+    configure(rs, iters=before + 3)
+    out = task(rs, "train", "-c", str(CT), "--resume").stdout
+    assert f"from {CKPT} (step {before})" in out, out
+    assert first_iter(run_log(rs, started(out))) == before + 1

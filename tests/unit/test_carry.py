@@ -143,3 +143,112 @@ def test_a_drain_reports_the_container_it_could_not_save_and_drains_the_others(t
     assert not d.ok and first.error and second.error is None and second.run == "r201"
     assert "NOT drained: run r200 is STILL RUNNING" in first.error and "grace (30 s)" in first.error
     assert "/root/out/ckpt.pt (step 40), 90 s old" in first.error and "`remote stop -c 200`" in first.error
+
+
+class FakeCt:
+    """The pct Container a rollback drives: what it was asked, in order."""
+
+    def __init__(self, calls: list, *, running: bool = True, rollback_rc: int = 0):
+        self.calls, self.running, self.rollback_rc = calls, running, rollback_rc
+        self.dry, self.where = False, "container 200 on pve1"
+
+    def status(self):
+        return "running" if self.running else "stopped"
+
+    def run_pct(self, *args, mutates, deadline=120):
+        self.calls.append(("pct", args[0]))
+        return SimpleNamespace(ok=True, exit_code=self.rollback_rc if args[0] == "rollback" else 0,
+                               out="rootfs: local-lvm:vm-200-disk-0\n", err="storage gone")
+
+    def wait_running(self, timeout=60):
+        pass
+
+    def run(self, argv, **k):
+        pass
+
+
+def rolled(monkeypatch, calls, *, live=("r1",), force=False, refuse=False, running=True, rollback_rc=0):
+    from contextlib import nullcontext
+
+    from remote.ops import jobs, snapshots
+    from remote.results import Saved, Snapshot, Stopped
+
+    spec = config.parse(yaml.safe_load(HOSTS.replace("sudo: true", "sudo: false")), "hosts.yaml").containers[200]
+    ct = FakeCt(calls, running=running, rollback_rc=rollback_rc)
+    said: list[str] = []
+    t = SimpleNamespace(spec=spec, ctid=200, host=spec.host, ct=ct, system=ct, step=said.append, note=said.append,
+                        warn=said.append, output=said.append)
+    snap = Snapshot("remote-20261206-1", "2026-12-06 05:00:00", "before deploy of 0123456", True)
+    ck = Checkpoint("/root/out/ckpt.pt", True, "torch", 9, 1.0, step=40)
+    monkeypatch.setattr(snapshots, "list_snapshots", lambda t: [snap])
+    monkeypatch.setattr(snapshots.oplock, "hold", lambda ct, what: nullcontext(SimpleNamespace(verify=lambda: None)))
+    monkeypatch.setattr(jobs, "state", lambda t: SimpleNamespace(live=tuple(SimpleNamespace(run=r) for r in live)))
+    monkeypatch.setattr(jobs, "live_text", lambda live: "run " + ", ".join(r.run for r in live))
+
+    def stop(t, run_id=None, grace=10, save=False, refuse=None):
+        calls.append(("stop", "save" if save else "unsaved"))
+        if refuse and refused:
+            raise SaveRefused(200, f"{refuse} refused", "r1", 30.0)
+        return Stopped("r1", True, "TERM", 143, None, saved=Saved("saved", ck) if save else None)
+
+    refused = refuse
+    monkeypatch.setattr(jobs, "stop", stop)
+    monkeypatch.setattr(jobs, "start", lambda t, resume=False: calls.append(("start", resume)) or ("r2", 7))
+    got = carry.Carried(carry.CarryPlan(ck, ck.path, "/var/lib/remote/carry/200",
+                                        "/var/lib/remote/carry/200/r1.ckpt"), "file", 9, "a" * 64)
+    monkeypatch.setattr(carry, "plan", lambda t, mounts, run: calls.append(("plan", run)) or (got.plan, "carry it"))
+    monkeypatch.setattr(carry, "out", lambda t, p: calls.append(("carry", "out")) or got)
+    monkeypatch.setattr(carry, "back", lambda t, g: calls.append(("carry", "back")))
+    return snapshots.rollback(t, force=force), said  # type: ignore[arg-type]
+
+
+@pytest.mark.fault("rollback's order with a live run", promise="save (or refuse) first, the checkpoint out to the host "
+                   "before `pct rollback`, back after it, then the resume; --force: stopped unsaved, still carried, "
+                   "not resumed; a refusal carries and rolls back nothing")
+def test_a_rollback_saves_carries_out_rolls_back_carries_back_and_resumes_in_that_order(monkeypatch):
+    calls: list = []
+    done, _ = rolled(monkeypatch, calls)
+    assert calls == [("stop", "save"), ("pct", "config"), ("plan", "r1"), ("carry", "out"), ("pct", "rollback"),
+                     ("carry", "back"), ("start", True)]
+    assert done.stopped == "r1" and done.resumed == "r2" and done.carried and done.carried.step == 40
+    assert done.carried_via == "/var/lib/remote/carry/200/r1.ckpt"
+    calls.clear()
+    done, _ = rolled(monkeypatch, calls, force=True)
+    assert calls == [("stop", "unsaved"), ("pct", "config"), ("plan", None), ("carry", "out"), ("pct", "rollback"),
+                     ("carry", "back")]
+    assert done.resumed is None and done.carried is not None
+    calls.clear()
+    done, _ = rolled(monkeypatch, calls, live=())  # stop --save, then rollback: carried all the same
+    assert calls == [("pct", "config"), ("plan", None), ("carry", "out"), ("pct", "rollback"), ("carry", "back")]
+    calls.clear()
+    with pytest.raises(SaveRefused, match="the rollback to remote-20261206-1 refused"):
+        rolled(monkeypatch, calls, refuse=True)
+    assert calls == [("stop", "save")]  # nothing carried, nothing rolled back
+
+
+@pytest.mark.fault("rollback whose `pct rollback` fails after the checkpoint was carried out",
+                   promise="the error names the host's copy and the command that puts it back, and the run to resume")
+def test_a_failed_rollback_names_the_hosts_copy_and_how_to_put_it_back(monkeypatch):
+    from remote.errors import SnapshotError
+
+    calls: list = []
+    with pytest.raises(SnapshotError) as e:
+        rolled(monkeypatch, calls, rollback_rc=1)
+    said = str(e.value)
+    assert "the checkpoint is on pve1 at /var/lib/remote/carry/200/r1.ckpt" in said, said
+    assert "`pct push 200 /var/lib/remote/carry/200/r1.ckpt /root/out/ckpt.pt` on pve1 puts it back" in said
+    assert "`remote train -c 200 --resume` resumes it" in said and ("carry", "back") not in calls
+
+
+@pytest.mark.fault("rollback of a stopped container with train.checkpoint", promise="refused, nothing changed: its "
+                   "checkpoint cannot be read or carried; names `pct start` and --force")
+def test_a_stopped_containers_rollback_is_refused_unless_force(monkeypatch):
+    from remote.errors import SnapshotError
+
+    calls: list = []
+    with pytest.raises(SnapshotError, match=r"the container is stopped.*pct start 200.*force=True"):
+        rolled(monkeypatch, calls, running=False, live=())
+    assert ("pct", "rollback") not in calls
+    calls.clear()
+    done, _ = rolled(monkeypatch, calls, running=False, live=(), force=True)
+    assert ("pct", "rollback") in calls and ("carry", "out") not in calls and done.carried is None
