@@ -205,6 +205,9 @@ def rolled(monkeypatch, calls, *, live=("r1",), force=False, refuse=False, runni
 @pytest.mark.fault("rollback's order with a live run", promise="save (or refuse) first, the checkpoint out to the host "
                    "before `pct rollback`, back after it, then the resume; --force: stopped unsaved, still carried, "
                    "not resumed; a refusal carries and rolls back nothing")
+@pytest.mark.fault("rollback with no live run (after stop --save) and a complete checkpoint in the rootfs",
+                   promise="the checkpoint is carried all the same and put back at its path, so train --resume after "
+                   "the rollback starts from it, not from what the snapshot held")
 def test_a_rollback_saves_carries_out_rolls_back_carries_back_and_resumes_in_that_order(monkeypatch):
     calls: list = []
     done, _ = rolled(monkeypatch, calls)
