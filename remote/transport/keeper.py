@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..config import Host
-from ..errors import CommandTimeout, ConnectError, TransportError
+from ..errors import CommandTimeout, ConnectError, RemoteError, TransportError
 from . import OutputCallback, Result, SshTransport, _check_argv
 from .base import Capabilities
 from .framing import BoundedStream
@@ -87,6 +87,19 @@ main(spec)
 
 
 
+# A keeper started behind a cold one-off command (remote.transport.direct), which does not wait for it: this
+# process takes the start lock, starts the keeper (a fork of itself) unless one is there, waits for it to be
+# ready and exits; the command that started it has gone meanwhile.
+BEHIND = r"""
+import os, sys
+spec = sys.stdin.read()
+os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+sys.path.insert(0, sys.argv[1])
+from remote.transport.keeper import start_behind_from
+start_behind_from(spec)
+"""
+
+
 class _Refused(Exception):
     """No keeper took the request (none there, a stale socket, one exiting): nothing ran."""
 
@@ -102,11 +115,15 @@ class KeptTransport(Capabilities):
     kept = True
     can_stream = True
 
-    def __init__(self, host: Host, config_file: str):
+    def __init__(self, host: Host, config_file: str, one_off: bool = False):
         self.host, self.name = host, host.name
         self.config_file = config_file
         self.direct = SshTransport(host)  # never connected here: only describes commands
         self._path: Path | None = None
+        # A one-off task (`remote exec`): its first container command, where no keeper is alive, goes over
+        # OpenSSH's ssh (remote.transport.direct) and the keeper starts behind it, for the next command.
+        self.one_off = one_off
+        self._first = threading.Lock()
 
     @property
     def path(self) -> Path:
@@ -173,8 +190,9 @@ class KeptTransport(Capabilities):
             pass
         _unlink_if_ours(self.path)
 
-    def _start(self) -> None:
-        """Start this host's keeper unless another process just did (one start at a time per host)."""
+    def _start(self, behind: bool = False) -> None:
+        """Start this host's keeper unless another process just did (one start at a time per host); `behind`:
+        in this very process, forked (start_behind_from), the lock held until it is ready."""
         group = group_of(self.config_file, self.name)
         with open(self.path.with_name(f"{group}.lock"), "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
@@ -187,15 +205,101 @@ class KeptTransport(Capabilities):
             for other in self.path.parent.glob(f"{group}-*.sock"):  # the entry changed: the old keeper goes
                 if other != self.path:
                     _quit(other, graceful=True)
-            self._spawn()
+            if behind:
+                self._fork_keeper(lock.fileno())
+            else:
+                self._spawn()
 
-    def _spawn(self) -> None:
+    def _fork_keeper(self, lock_fd: int) -> None:
+        """The keeper as a fork of this process (started behind a command: remote.transport.direct), waited for
+        until it says it is ready, or why not (to its log)."""
+        spec = self._spec()
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the keeper: the start lock stays with the parent, which lets it go once this is ready
+            try:
+                os.close(lock_fd)
+                os.close(r)
+                os.dup2(w, 1)
+                os.close(w)
+                from .keeperd import main
+
+                main(spec)
+            finally:
+                os._exit(0)
+        os.close(w)
+        with os.fdopen(r, "rb") as out:
+            ready, _, _ = select.select([out], [], [], self.host.connect_timeout * 4 + START_SLACK)
+            line = out.readline() if ready else b""
+        try:
+            answer = json.loads(line)
+        except ValueError:
+            answer = {"error": "no answer"}
+        if "error" in answer:
+            log.warning("%s: the kept connection started behind a command did not start: %s", self.name,
+                        answer["error"])
+
+    def start_behind(self) -> None:
+        """Start this host's keeper in the background for the next command, without waiting for it; a failure
+        is only logged (its log: <runtime folder>/<group>.log), never this command's."""
+        try:
+            spec = self._spec()
+            with open(self._log, "w") as logf:
+                proc = subprocess.Popen([sys.executable, "-c", BEHIND, ROOT], stdin=subprocess.PIPE,
+                                        stdout=subprocess.DEVNULL, stderr=logf, cwd="/", start_new_session=True)
+            assert proc.stdin is not None  # PIPE
+            with proc.stdin:
+                proc.stdin.write(spec.encode())
+        except Exception as exc:  # noqa: BLE001 -- the command ran; the next one starts a keeper itself
+            log.debug("%s: no kept connection started behind the command: %s", self.name, exc)
+
+    def direct_first(self, ctid: int, argv: Sequence[str], *, env, cwd, timeout, stdin, on_output,
+                     deadline) -> Result | None:
+        """A one-off task's first container command over OpenSSH's ssh where no keeper is alive (the keeper
+        then starts behind it); None where it goes the usual way (a keeper is alive, not the first command,
+        ssh cannot reach the host as remote would, or ssh did not get as far as starting it)."""
+        if not self.one_off or not self._first.acquire(blocking=False):
+            return None  # the lock is never released: one command only, the first
+        try:
+            self._connect().close()
+            return None  # a live keeper: warm
+        except (FileNotFoundError, ConnectionRefusedError):
+            pass
+        except (OSError, TransportError):
+            return None
+        from . import direct
+        from .base import InContainer
+        from .pct import DEFAULT_PATH, KILL_GRACE, exec_argv
+
+        try:
+            how = direct.plan(self.host)
+        except RemoteError:
+            return None  # an ssh config remote cannot read: the usual path says so
+        if how is None:
+            return None
+        inner = list(argv) if timeout is None else ["timeout", "-k", str(KILL_GRACE), f"{timeout:g}", *argv]
+        full = exec_argv(self.host.pct, ctid, direct.guarded(inner), env=env, cwd=cwd,
+                         path=env.get("PATH", DEFAULT_PATH))
+        try:
+            result = direct.run(how, self.name, InContainer(full, ctid, argv), stdin=stdin, on_output=on_output,
+                                deadline=deadline)
+        except direct.NotReached as exc:
+            log.debug("%s", exc)
+            return None  # nothing ran: the usual path connects, and names the fix where it fails too
+        self.start_behind()
+        return result
+
+    def _spec(self) -> str:
         import base64  # here: only a cold command starts a keeper
         import pickle
 
         # The entry as it is (whatever fields it has, of whatever types), and the socket in plain sight.
-        spec = json.dumps({"host": base64.b64encode(pickle.dumps(self.host)).decode(), "path": str(self.path),
-                           "persist": self.host.control_persist, "file": os.path.realpath(self.config_file)})
+        return json.dumps({"host": base64.b64encode(pickle.dumps(self.host)).decode(), "path": str(self.path),
+                           "persist": self.host.control_persist, "file": os.path.realpath(self.config_file),
+                           "config": self.config_file})
+
+    def _spawn(self) -> None:
+        spec = self._spec()
         with open(self._log, "w") as logf:
             proc = subprocess.Popen([sys.executable, "-c", BOOT, ROOT], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=logf, cwd="/", start_new_session=True)
@@ -309,6 +413,10 @@ class KeptAgent:
         self.transport, self.ctid = transport, ctid
 
     def run(self, argv, *, env, cwd, timeout, stdin, on_output, deadline) -> Result:
+        first = self.transport.direct_first(self.ctid, argv, env=env, cwd=cwd, timeout=timeout, stdin=stdin,
+                                            on_output=on_output, deadline=deadline)
+        if first is not None:
+            return first
         req = {"op": "ct", "ctid": self.ctid, "env": dict(env), "cwd": cwd, "timeout": timeout}
         return self.transport._call(req, tuple(argv), stdin, on_output, deadline)
 
@@ -371,6 +479,15 @@ class KeptStream(BoundedStream):
             pass
         self.sock.close()
         return closed
+
+
+def start_behind_from(spec_json: str) -> None:
+    """BEHIND's body: the keeper of the entry in spec_json, started unless one is alive (KeptTransport._start)."""
+    import base64
+    import pickle
+
+    spec = json.loads(spec_json)
+    KeptTransport(pickle.loads(base64.b64decode(spec["host"])), spec["config"])._start(behind=True)
 
 
 def _unlink_if_ours(path: Path) -> None:
