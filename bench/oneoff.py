@@ -8,8 +8,9 @@ Run against a lab that is up, with a deployed container (`remote deploy -c ID` f
 the cold one's time goes, part by part (whole processes, then the keeper's start in steps). --baseline DIR: a
 cold `remote exec` of another checkout of remote (e.g. `git worktree add /tmp/base main`) in the same
 rounds, with keepers of its own, so two trees compare side by side on a shared machine.) A cold command
-connects itself while its keeper starts in the background; each round waits for that keeper before its
-warm commands, so warm is always warm.
+runs its one command over OpenSSH's ssh and leaves its keeper starting behind it; each round waits for that
+keeper before it times anything else (the command by hand, the next warm ones), so warm is always warm and
+no keeper's start loads the machine under another timing.
 Each round runs every command once, in turn, so load on the machine falls on all of them alike; medians
 are printed. The processes run `python -c "from remote.cli import main; main()"` with this interpreter
 (a pyenv or venv shim in front of `remote` adds its own start-up), with byte-code caching on (in a
@@ -100,8 +101,10 @@ def main() -> None:
                 cases["warm no-op deploy"].append(timed([*remote, "deploy", "-c", ct], "nothing to do"))
             disconnect()
             cases["cold exec"].append(timed(exec_argv))
+            # The keeper the cold command left starting behind it, before anything else is timed: its start
+            # must not load the machine under the command by hand (nor under the next round's warm ones).
+            _wait_keeper(ROOT, args.hosts, h.name, env)
             cases["by hand"].append(timed(ssh))
-            _wait_keeper(ROOT, args.hosts, h.name, env)  # the cold command's keeper, for the next round's warm ones
             if base_env is not None:
                 disconnect(base_env)
                 argv_b = [*remote, "exec", "-c", ct, *(["--", "true"] if probe_b.returncode == 0 else ["--command", "true"])]
@@ -276,7 +279,9 @@ def _breakdown(args, remote: list, ssh: list, env: dict, disconnect) -> None:
     login = ssh[:next(i for i, a in enumerate(ssh) if "@" in a) + 1]  # `ssh ... user@host`, no command yet
     whole = {"python -c pass": py + ["pass"], "python -c 'import paramiko'": py + ["import paramiko"],
              "remote --version": [*remote, "--version"], "ssh host true (by hand)": [*login, "true"],
-             "ssh host pct exec ID -- true": ssh}
+             "ssh host pct exec ID -- true": ssh,
+             # what the cold exec's guard (remote/sh/linkguard.py) adds in the container: the system python3's start
+             "ssh host pct exec ID -- python3 -I -S -c pass": [*ssh[:-1], "python3", "-I", "-S", "-c", "pass"]}
     times: dict[str, list[float]] = {k: [] for k in whole}
     parts: dict[str, list[float]] = {}
     for _ in range(args.rounds):

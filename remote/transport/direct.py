@@ -66,12 +66,13 @@ def plan(host: Host, ssh_config: str | None = None) -> Plan | None:
         return None
     from .sshconfig import CONFIG, Target, resolve
 
+    target: Target
     if ssh_config is None and not os.path.exists(os.path.expanduser(CONFIG)):
-        ssh_config = ""  # nothing to read: no need for the parser (paramiko's)
-    if ssh_config is None:
+        target = plain_target(host)  # no ~/.ssh/config: what resolve() makes of none, without paramiko's parser
+    elif ssh_config is None:
         from .connect import resolve_host
 
-        target: Target = resolve_host(host)
+        target = resolve_host(host)
     else:
         target = resolve(host, ssh_config, local_user=_local_user())
     if target.via is not None:
@@ -95,6 +96,26 @@ def plan(host: Host, ssh_config: str | None = None) -> Plan | None:
             argv += ["-i", identity]
     env = None if target.agent else {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"}
     return Plan((*argv, "--", target.hostname), env)
+
+
+def plain_target(host: Host):
+    """remote.transport.sshconfig.resolve(host, "") without importing paramiko (its parser reads the config):
+    the hosts file's keys over ssh's defaults (tests/unit/test_direct_plan.py holds the two together)."""
+    from .sshconfig import DEFAULT_IDENTITIES, DEFAULT_KNOWN_HOSTS, DEFAULT_USER, GLOBAL_KNOWN_HOSTS, Target
+
+    def home(path: str) -> str:
+        return os.path.expanduser(path) if path == "~" or path.startswith("~/") else path
+
+    identities: tuple[str, ...]
+    if host.key_file:
+        identities = (host.key_file,)
+        origin = "connect_kwargs" if "key_filename" in host.given_by.split() else "key_file"
+    else:
+        identities, origin = tuple(home(p) for p in DEFAULT_IDENTITIES), "default"
+    known = (host.known_hosts,) if host.known_hosts else tuple(home(p) for p in DEFAULT_KNOWN_HOSTS) + GLOBAL_KNOWN_HOSTS
+    return Target(label=host.name, alias=host.address, hostname=host.address, port=host.port or 22,
+                  user=host.user or DEFAULT_USER, identities=identities, identities_from=origin,
+                  agent=not host.key_file, known_hosts=known)
 
 
 def _local_user() -> str:

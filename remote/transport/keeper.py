@@ -88,8 +88,8 @@ main(spec)
 
 
 # A keeper started behind a cold one-off command (remote.transport.direct), which does not wait for it: this
-# process takes the start lock, starts the keeper (a fork of itself) unless one is there, waits for it to be
-# ready and exits; the command that started it has gone meanwhile.
+# process starts it as any command does (the start lock held until it is ready, nothing done where one is
+# alive) and exits; the command that started it has gone meanwhile.
 BEHIND = r"""
 import os, sys
 spec = sys.stdin.read()
@@ -190,9 +190,8 @@ class KeptTransport(Capabilities):
             pass
         _unlink_if_ours(self.path)
 
-    def _start(self, behind: bool = False) -> None:
-        """Start this host's keeper unless another process just did (one start at a time per host); `behind`:
-        in this very process, forked (start_behind_from), the lock held until it is ready."""
+    def _start(self) -> None:
+        """Start this host's keeper unless another process just did (one start at a time per host)."""
         group = group_of(self.config_file, self.name)
         with open(self.path.with_name(f"{group}.lock"), "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
@@ -205,46 +204,14 @@ class KeptTransport(Capabilities):
             for other in self.path.parent.glob(f"{group}-*.sock"):  # the entry changed: the old keeper goes
                 if other != self.path:
                     _quit(other, graceful=True)
-            if behind:
-                self._fork_keeper(lock.fileno())
-            else:
-                self._spawn()
-
-    def _fork_keeper(self, lock_fd: int) -> None:
-        """The keeper as a fork of this process (started behind a command: remote.transport.direct), waited for
-        until it says it is ready, or why not (to its log)."""
-        spec = self._spec()
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the keeper: the start lock stays with the parent, which lets it go once this is ready
-            try:
-                os.close(lock_fd)
-                os.close(r)
-                os.dup2(w, 1)
-                os.close(w)
-                from .keeperd import main
-
-                main(spec)
-            finally:
-                os._exit(0)
-        os.close(w)
-        with os.fdopen(r, "rb") as out:
-            ready, _, _ = select.select([out], [], [], self.host.connect_timeout * 4 + START_SLACK)
-            line = out.readline() if ready else b""
-        try:
-            answer = json.loads(line)
-        except ValueError:
-            answer = {"error": "no answer"}
-        if "error" in answer:
-            log.warning("%s: the kept connection started behind a command did not start: %s", self.name,
-                        answer["error"])
+            self._spawn()
 
     def start_behind(self) -> None:
         """Start this host's keeper in the background for the next command, without waiting for it; a failure
         is only logged (its log: <runtime folder>/<group>.log), never this command's."""
         try:
             spec = self._spec()
-            with open(self._log, "w") as logf:
+            with open(self._log, "a") as logf:
                 proc = subprocess.Popen([sys.executable, "-c", BEHIND, ROOT], stdin=subprocess.PIPE,
                                         stdout=subprocess.DEVNULL, stderr=logf, cwd="/", start_new_session=True)
             assert proc.stdin is not None  # PIPE
@@ -286,6 +253,9 @@ class KeptTransport(Capabilities):
         except direct.NotReached as exc:
             log.debug("%s", exc)
             return None  # nothing ran: the usual path connects, and names the fix where it fails too
+        except BaseException:  # interrupted, a lost link: the host answered, so a keeper for the next command
+            self.start_behind()
+            raise
         self.start_behind()
         return result
 
@@ -487,7 +457,11 @@ def start_behind_from(spec_json: str) -> None:
     import pickle
 
     spec = json.loads(spec_json)
-    KeptTransport(pickle.loads(base64.b64decode(spec["host"])), spec["config"])._start(behind=True)
+    kept = KeptTransport(pickle.loads(base64.b64decode(spec["host"])), spec["config"])
+    try:
+        kept._start()
+    except Exception as exc:  # noqa: BLE001 -- nobody waits: said in the log, the next command starts one itself
+        print(f"the kept connection started behind a command did not start: {exc}", file=sys.stderr)
 
 
 def _unlink_if_ours(path: Path) -> None:
@@ -535,6 +509,7 @@ def disconnect(config_file: str | None = None, host: str | None = None, where: P
         pattern = f"{group_of(config_file, host)}-*.sock"
     else:
         pattern = f"{file_of(config_file)}{'?' * (len(group_of(config_file, '')) - len(file_of(config_file)))}-*.sock"
+    _starts_done(where, pattern.replace("-*.sock", ".lock").replace("*.sock", "*.lock"), wait)
     pids = [pid for path in sorted(where.glob(pattern)) if (pid := _quit(path, graceful=False))]
     end = time.monotonic() + wait
     for pid in pids:
@@ -546,6 +521,25 @@ def disconnect(config_file: str | None = None, host: str | None = None, where: P
             except OSError:
                 pass
     return pids
+
+
+def _starts_done(where: Path, locks: str, wait: float) -> None:
+    """Wait (at most `wait` s) for the keepers being started now (one started behind a cold command holds its
+    host's start lock until it is up): ended with the others, not left to appear after a disconnect."""
+    end = time.monotonic() + wait
+    for path in where.glob(locks):
+        try:
+            with open(path, "a") as lock:
+                while True:
+                    try:
+                        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        if time.monotonic() > end:
+                            break
+                        time.sleep(0.05)
+        except OSError:
+            pass
 
 
 def _alive(pid: int) -> bool:
