@@ -46,6 +46,8 @@ def main() -> None:
     ap.add_argument("--exec-only", action="store_true", help="only warm and cold exec and the command by hand")
     ap.add_argument("--baseline", help="another checkout of remote whose cold exec runs in the same rounds")
     ap.add_argument("--breakdown", action="store_true", help="where a cold exec's time goes, part by part")
+    ap.add_argument("--cpu", metavar="LAB_DIR", help="instead: the CPU time each way takes on the lab of LAB_DIR "
+                    "(root, cgroup v1 cpuacct): robust where other work loads the machine (see _cpu_rounds)")
     args = ap.parse_args()
     cfg = config.load(args.hosts)
     h = cfg.container(args.container).host
@@ -80,6 +82,15 @@ def main() -> None:
         base_env = {**env, "XDG_RUNTIME_DIR": base_tmp, "PYTHONPYCACHEPREFIX": os.path.join(base_tmp, "pycache"),
                     "PYTHONPATH": os.path.abspath(args.baseline)}
 
+    if args.cpu:
+        try:
+            _cpu_rounds(args, remote, ssh, env, base_env, disconnect)
+        finally:
+            disconnect()
+            if base_env is not None:
+                disconnect(base_env)
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
     try:
         # `exec -c ID -- argv` where the CLI has it, else `--command`.
         probe = subprocess.run([*remote, "exec", "-c", ct, "--", "true"], env=env, capture_output=True)
@@ -102,8 +113,9 @@ def main() -> None:
             disconnect()
             cases["cold exec"].append(timed(exec_argv))
             # The keeper the cold command left starting behind it, before anything else is timed: its start
-            # must not load the machine under the command by hand (nor under the next round's warm ones).
-            _wait_keeper(ROOT, args.hosts, h.name, env)
+            # must not load the machine under the command by hand (nor under the next round's warm ones); it
+            # starts the container's agent too.
+            _wait_keeper(ROOT, args.hosts, h.name, env, agents=True)
             cases["by hand"].append(timed(ssh))
             if base_env is not None:
                 disconnect(base_env)
@@ -180,7 +192,11 @@ from remote import config
 from remote.transport.keeper import KeptTransport
 kept = KeptTransport(config.load(sys.argv[2]).hosts[sys.argv[3]], sys.argv[2])
 end = time.monotonic() + float(sys.argv[4])
-while kept.info() is None:
+agents = sys.argv[5] == "1"  # and the agent it starts behind a cold exec, so that nothing of it runs on under a timing
+def ready():
+    info = kept.info()
+    return info is not None and (not agents or bool(info.get("agents")))
+while not ready():
     if time.monotonic() > end:
         there = sorted(os.listdir(kept.path.parent)) if kept.path.parent.is_dir() else []
         sys.exit(f"no kept connection for {sys.argv[3]} within {sys.argv[4]}s: no keeper answers at {kept.path} "
@@ -189,12 +205,13 @@ while kept.info() is None:
 """
 
 
-def _wait_keeper(tree: str, hosts: str, name: str, env: dict, timeout: float = 60.0) -> None:
+def _wait_keeper(tree: str, hosts: str, name: str, env: dict, timeout: float = 60.0, agents: bool = False) -> None:
     """Wait for the keeper of host `name` that `tree`'s commands (run with `env`) leave. Asked in a child of
     that checkout's own code: a keeper's socket is named by its tree's rule (hosts file, entry, version), which
     need not be the rule of the remote this process imported."""
     r = subprocess.run([sys.executable, "-c", WAIT_KEEPER, os.path.abspath(tree), os.path.abspath(hosts), name,
-                        str(timeout)], env={**env, "PYTHONPATH": os.path.abspath(tree)}, capture_output=True, text=True)
+                        str(timeout), "1" if agents else "0"], env={**env, "PYTHONPATH": os.path.abspath(tree)},
+                       capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(r.stderr.strip() or f"waiting for {name}'s kept connection failed ({r.returncode})")
 
@@ -299,6 +316,133 @@ def _breakdown(args, remote: list, ssh: list, env: dict, disconnect) -> None:
     print(f"where a cold exec's time goes, medians of {args.rounds} rounds (s):")
     for k, v in {**times, **parts}.items():
         print(f"  {k:<34} {statistics.median(v):6.3f}  [{min(v):.3f} .. {max(v):.3f}]")
+
+
+CPUACCT = "/sys/fs/cgroup/cpuacct"
+
+
+def _usage(group: str) -> float:
+    with open(f"{CPUACCT}/{group}/cpuacct.usage") as f:
+        return int(f.read()) / 1e9
+
+
+def _keeper_up(rundir: str) -> bool:
+    """A keeper serves a socket of this runtime folder and has an agent up (the keeper's info request, spoken
+    here: a kind byte, a 4-byte length, JSON), asked without a Python of its own (its CPU would be counted)."""
+    import glob
+    import socket
+    import struct
+
+    for path in glob.glob(os.path.join(rundir, "remote", "*.sock")):
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(5)
+        try:
+            s.connect(path)
+            req = json.dumps({"op": "info"}).encode()
+            s.sendall(b"q" + struct.pack(">I", len(req)) + req)
+            data = b""
+            while True:
+                while len(data) < 5:
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        return False
+                    data += chunk
+                kind, n = data[:1], struct.unpack(">I", data[1:5])[0]
+                while len(data) < 5 + n:
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        return False
+                    data += chunk
+                payload, data = data[5:5 + n], data[5 + n:]
+                if kind == b"x":
+                    return bool(json.loads(payload).get("agents"))
+        except (OSError, ValueError):
+            pass
+        finally:
+            s.close()
+    return False
+
+
+def _cpu_rounds(args, remote: list, ssh: list, env: dict, base_env: dict | None, disconnect) -> None:
+    """The CPU time (user + system, every process of it) each way of running `true` in the container takes, in
+    cgroups: this process and what it starts (remote, ssh, a keeper) in one, the lab's sshd with its sessions (the
+    login shell, pct, lxc-attach) in another, and the container's own (what lxc-attach runs there: the guard, an
+    agent, `true`). Where other work loads the machine, wall times stretch with the load and with each other's
+    luck; the CPU a way spends does not (on an idle machine a one-off command's wall time is about its CPU time:
+    its steps run one after another). A cold exec's keeper starts once the command has ended: its CPU is given
+    apart ("keeper behind"), and waited for before anything else is measured."""
+    ct = str(args.container)
+    made = []
+    with open(os.path.join(args.cpu, "sshd.pid")) as f:
+        sshd = int(f.read())
+    for name, pid in (("remote-bench-client", os.getpid()), ("remote-bench-sshd", sshd)):
+        os.makedirs(f"{CPUACCT}/{name}", exist_ok=True)
+        made.append(name)
+        with open(f"{CPUACCT}/{name}/cgroup.procs", "w") as f:
+            f.write(str(pid))
+    container = f"lxc.payload.{ct}"
+    groups = ("remote-bench-client", "remote-bench-sshd", container)
+
+    def measured(argv, e=env, then=None) -> float:
+        before = sum(_usage(g) for g in groups)
+        r = subprocess.run(argv, env=e, capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(f"failed: {' '.join(argv)}\n{r.stdout}{r.stderr}")
+        if then:
+            then()
+        return sum(_usage(g) for g in groups) - before
+
+    def keeper(e: dict) -> None:
+        end = time.monotonic() + 120
+        while not _keeper_up(e["XDG_RUNTIME_DIR"]):
+            if time.monotonic() > end:
+                sys.exit("no keeper came up behind the cold exec")
+            time.sleep(0.02)
+
+    exec_argv = [*remote, "exec", "-c", ct, "--", "true"]
+    try:
+        subprocess.run(exec_argv, env=env, capture_output=True, check=True)  # byte-code caches, the hosts file's
+        keeper(env)
+        if base_env is not None:
+            subprocess.run(exec_argv, env=base_env, capture_output=True, check=True)
+        cases: dict[str, list[float]] = {"warm exec": [], "cold exec": [], "keeper behind": [], "by hand": []}
+        if base_env is not None:
+            cases["cold exec, baseline"] = []
+        for _ in range(args.rounds):
+            cases["warm exec"].append(measured(exec_argv))
+            disconnect()
+            cases["cold exec"].append(measured(exec_argv))
+            start = sum(_usage(g) for g in groups)
+            keeper(env)
+            cases["keeper behind"].append(sum(_usage(g) for g in groups) - start)
+            cases["by hand"].append(measured(ssh))
+            if base_env is not None:
+                disconnect(base_env)
+                cases["cold exec, baseline"].append(measured(exec_argv, base_env))
+        med = {k: statistics.median(v) for k, v in cases.items()}
+        print(f"CPU time of each way (s; user + system of every process of it), container {ct}, medians of "
+              f"{args.rounds} rounds:")
+        for k, v in med.items():
+            print(f"  {k:<20} {v:6.3f}  [{min(cases[k]):.3f} .. {max(cases[k]):.3f}]")
+        print(f"  cold exec / by hand: {med['cold exec'] / med['by hand']:.2f}x  (goal <= 1.5x); with the keeper "
+              f"behind it: {(med['cold exec'] + med['keeper behind']) / med['by hand']:.2f}x")
+        print(f"  warm exec / by hand: {med['warm exec'] / med['by hand']:.2f}x")
+        if base_env is not None:
+            print(f"  baseline cold exec / by hand: {med['cold exec, baseline'] / med['by hand']:.2f}x")
+    finally:
+        for name in made:  # everything back where it was, the groups removed
+            with open(f"{CPUACCT}/{name}/cgroup.procs") as f:
+                pids = f.read().split()
+            for pid in pids:
+                try:
+                    with open(f"{CPUACCT}/cgroup.procs", "w") as f:
+                        f.write(pid)
+                except OSError:
+                    pass
+            try:
+                os.rmdir(f"{CPUACCT}/{name}")
+            except OSError as exc:
+                print(f"note: {CPUACCT}/{name} left: {exc}", file=sys.stderr)
 
 
 def _cpu_seconds(pid: int) -> float:

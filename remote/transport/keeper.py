@@ -125,6 +125,7 @@ class KeptTransport(Capabilities):
         self.one_off = one_off
         self._first = threading.Lock()
         self._behind: int | None = None  # the pipe end whose closing (this process's end) starts the keeper behind
+        self._warm: list[int] = []  # containers whose agents a keeper this starts starts at once (start_behind)
 
     @property
     def path(self) -> Path:
@@ -207,15 +208,16 @@ class KeptTransport(Capabilities):
                     _quit(other, graceful=True)
             self._spawn()
 
-    def start_behind(self) -> None:
+    def start_behind(self, warm: Sequence[int] = ()) -> None:
         """Start this host's keeper in the background for the next command, without waiting for it; a failure
         is only logged (its log: <runtime folder>/<group>.log), never this command's.
 
         It starts once this process has ended: a shell waits for the end of a pipe whose other end only this
         process holds (closed by its exit), then runs BEHIND. So the keeper's Python and paramiko take no CPU
-        from this command's last steps (on a loaded 2-core machine, up to a tenth of a second)."""
+        from this command's last steps (on a loaded 2-core machine, up to a tenth of a second). Once up, it starts the
+        agents of `warm` (the mux's login shell, pct, python3), so that the next command there is one round trip."""
         try:
-            spec = self._spec()
+            spec = self._spec(warm)
             r, w = os.pipe()  # w: never closed here, nor inherited (close-on-exec); the process's end closes it
             with open(self._log, "a") as logf:
                 proc = subprocess.Popen(["/bin/sh", "-c", 'fd=$1; shift; cat <&"$fd" >/dev/null; exec "$@"', "sh",
@@ -264,22 +266,23 @@ class KeptTransport(Capabilities):
             log.debug("%s", exc)
             return None  # nothing ran: the usual path connects, and names the fix where it fails too
         except BaseException:  # interrupted, a lost link: the host answered, so a keeper for the next command
-            self.start_behind()
+            self.start_behind([ctid])
             raise
-        self.start_behind()
+        self.start_behind([ctid])
         return result
 
-    def _spec(self) -> str:
+    def _spec(self, warm: Sequence[int] = ()) -> str:
         import base64  # here: only a cold command starts a keeper
         import pickle
 
-        # The entry as it is (whatever fields it has, of whatever types), and the socket in plain sight.
+        # The entry as it is (whatever fields it has, of whatever types), and the socket in plain sight; `warm`:
+        # containers whose agents the keeper starts once it is up (those of a cold exec that went around it).
         return json.dumps({"host": base64.b64encode(pickle.dumps(self.host)).decode(), "path": str(self.path),
                            "persist": self.host.control_persist, "file": os.path.realpath(self.config_file),
-                           "config": self.config_file})
+                           "config": self.config_file, "warm": [int(c) for c in warm]})
 
     def _spawn(self) -> None:
-        spec = self._spec()
+        spec = self._spec(self._warm)
         with open(self._log, "w") as logf:
             proc = subprocess.Popen([sys.executable, "-c", BOOT, ROOT], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=logf, cwd="/", start_new_session=True)
@@ -468,6 +471,7 @@ def start_behind_from(spec_json: str) -> None:
 
     spec = json.loads(spec_json)
     kept = KeptTransport(pickle.loads(base64.b64decode(spec["host"])), spec["config"])
+    kept._warm = spec.get("warm", [])
     try:
         kept._start()
     except Exception as exc:  # noqa: BLE001 -- nobody waits: said in the log, the next command starts one itself
