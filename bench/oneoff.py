@@ -299,12 +299,27 @@ def _breakdown(args, remote: list, ssh: list, env: dict, disconnect) -> None:
              "ssh host pct exec ID -- true": ssh,
              # what the cold exec's guard (remote/sh/linkguard.py) adds in the container: the system python3's start
              "ssh host pct exec ID -- python3 -I -S -c pass": [*ssh[:-1], "python3", "-I", "-S", "-c", "pass"]}
+    direct = _direct_argv(args.hosts, args.container)
+    if direct:  # the cold exec's own command: ssh with remote's options, the guard and jobexec.sh in the container
+        whole["ssh (remote's options) pct exec ID -- guard jobexec.sh true"] = direct
     times: dict[str, list[float]] = {k: [] for k in whole}
     parts: dict[str, list[float]] = {}
     for _ in range(args.rounds):
         for k, argv in whole.items():
             start = time.perf_counter()
-            subprocess.run(argv, env=env, capture_output=True, check=True)
+            proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE)
+            assert proc.stdin is not None  # PIPE
+            if argv is direct:
+                proc.stdin.write(b"0\n")  # the guard's header; its stdin stays open: the link is there
+                proc.stdin.flush()
+            else:
+                proc.stdin.close()
+            out, err = proc.communicate() if argv is not direct else (proc.stdout.read(), proc.stderr.read())
+            if proc.wait() != 0:
+                sys.exit(f"breakdown failed: {k}\n{err.decode(errors='replace')}")
+            if not proc.stdin.closed:
+                proc.stdin.close()
             times[k].append(time.perf_counter() - start)
         for script in (PARTS, DIRECT):
             disconnect()
@@ -443,6 +458,28 @@ def _cpu_rounds(args, remote: list, ssh: list, env: dict, base_env: dict | None,
                 os.rmdir(f"{CPUACCT}/{name}")
             except OSError as exc:
                 print(f"note: {CPUACCT}/{name} left: {exc}", file=sys.stderr)
+
+
+def _direct_argv(hosts: str, ctid: int) -> list[str] | None:
+    """The ssh command line a cold `remote exec -c ctid -- true` runs (remote.transport.direct), as this checkout
+    builds it; None where it would not go over ssh."""
+    from remote import shell
+    from remote.ops import jobenv
+    from remote.transport import direct
+    from remote.transport.pct import exec_argv, exec_env
+
+    spec = config.load(hosts).container(ctid)
+    plan = direct.plan(spec.host)
+    if plan is None:
+        return None
+    env = jobenv.tool_env_at(spec, f"{spec.warmup.cache_dir}/{jobenv.CACHE_MARK}")
+    env["REMOTE_JOB_VARS"] = " ".join(env)
+    inner = ["bash", "-c", shell.load("jobexec"), "jobexec", spec.venv.path, spec.code.path,
+             "1" if spec.code.repo else "0", jobenv.CACHE_MARK, "true"]
+    full = exec_argv(spec.host.pct, ctid, direct.guarded(inner), env=exec_env(env), cwd="/root")
+    import shlex
+
+    return [*plan.argv, shlex.join(full)]
 
 
 def _cpu_seconds(pid: int) -> float:
