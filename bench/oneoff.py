@@ -307,19 +307,21 @@ def _breakdown(args, remote: list, ssh: list, env: dict, disconnect) -> None:
     for _ in range(args.rounds):
         for k, argv in whole.items():
             start = time.perf_counter()
-            proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE)
-            assert proc.stdin is not None  # PIPE
             if argv is direct:
+                proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE)
+                assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None  # PIPE
                 proc.stdin.write(b"0\n")  # the guard's header; its stdin stays open: the link is there
                 proc.stdin.flush()
+                proc.stdout.read()
+                err = proc.stderr.read()
+                code = proc.wait()
+                proc.stdin.close()
             else:
-                proc.stdin.close()
-            out, err = proc.communicate() if argv is not direct else (proc.stdout.read(), proc.stderr.read())
-            if proc.wait() != 0:
+                r = subprocess.run(argv, env=env, capture_output=True)
+                code, err = r.returncode, r.stderr
+            if code != 0:
                 sys.exit(f"breakdown failed: {k}\n{err.decode(errors='replace')}")
-            if not proc.stdin.closed:
-                proc.stdin.close()
             times[k].append(time.perf_counter() - start)
         for script in (PARTS, DIRECT):
             disconnect()
