@@ -82,11 +82,12 @@ class FleetBase:
     dry: bool
 
     def __init__(self, config: Config, *, dry: bool = False, progress: Progress | None = None, keep: bool = True,
-                 events: Sink | None = None, transport: TransportFactory | None = None):
+                 events: Sink | None = None, transport: TransportFactory | None = None, one_off: bool = False):
         self.config = config
         self.dry = dry
         self._emit = _Emitter(progress, events)
         self._keep = keep
+        self._one_off = one_off  # with keep: one container command, direct where no keeper is alive (remote.open)
         self._transport = transport  # each host's transport (a test's MockTransport); None: SSH, or local
         self._made: Session | None = None  # made on first use: a fleet that only reads its config connects nothing
         self._shared: dict = {}
@@ -105,7 +106,7 @@ class FleetBase:
                 from ..ops.session import open_session
 
                 self._made = open_session(self.config, dry=self.dry, agent=True, keep=self._keep,
-                                          events=self._emit.event, transport=self._transport)
+                                          events=self._emit.event, transport=self._transport, one_off=self._one_off)
             return self._made
 
     @property

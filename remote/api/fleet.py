@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 def open(source: str | os.PathLike | Mapping[str, Any] | None = None, *, dry: bool = False,
          progress: Progress | None = None, keep: bool = False, events: Sink | None = None,
-         transport: TransportFactory | None = None) -> Fleet:
+         transport: TransportFactory | None = None, one_off: bool = False) -> Fleet:
     """The fleet of a hosts file (a path; None: $REMOTE_HOSTS_FILE, else ./hosts.yaml) or of a config
     built in code (a dict in the hosts file's shape). Bad input raises ConfigError naming the file and key.
 
@@ -29,11 +29,14 @@ def open(source: str | os.PathLike | Mapping[str, Any] | None = None, *, dry: bo
     stays after the script for the next process (as the command line does; `remote disconnect` ends it). `progress`
     gets each line of progress as text, `events` as a typed event (remote.events); without either, nothing
     of it leaves the library but `logging`. `transport`: what makes each host's transport, for tests
-    (remote.testing.MockTransport; default: SSH, or local for a `local: true` host)."""
+    (remote.testing.MockTransport; default: SSH, or local for a `local: true` host). `one_off` (with keep):
+    the fleet runs one container command, as `remote exec` does: where a host has no live kept connection,
+    that command runs over OpenSSH's `ssh` (exactly the host's address, port, user, key and known_hosts; host
+    keys never added), ended in the container if the link goes, and the kept connection starts behind it."""
     from .. import config as cfg
     from . import checks
 
-    for name, value in (("dry", dry), ("keep", keep)):
+    for name, value in (("dry", dry), ("keep", keep), ("one_off", one_off)):
         checks.flag(name, value)
     if transport is not None and not callable(transport):
         raise TypeError(f"transport: expected a transport factory such as remote.testing.MockTransport(handler), "
@@ -44,7 +47,7 @@ def open(source: str | os.PathLike | Mapping[str, Any] | None = None, *, dry: bo
         config = cfg.parse(dict(source), "<dict>")
     else:
         config = cfg.load(os.fspath(source) if source is not None else None)
-    return Fleet(config, dry=dry, progress=progress, keep=keep, events=events, transport=transport)
+    return Fleet(config, dry=dry, progress=progress, keep=keep, events=events, transport=transport, one_off=one_off)
 
 
 class Fleet(FleetBase):

@@ -249,13 +249,14 @@ class SayStream:
 
 # -- the fleet a task uses, and `-c LIST`: one remote.api call per container -----------------------------
 
-def fleet_of(hosts: str | None, dry: bool = False, stderr_progress: bool = False) -> Fleet:
+def fleet_of(hosts: str | None, dry: bool = False, stderr_progress: bool = False, one_off: bool = False) -> Fleet:
     """The fleet a task runs on, printing its events as they come (on stderr with `stderr_progress`: a task
-    whose stdout is data, --json's document or exec's output); its kept connection stays for the next command."""
+    whose stdout is data, --json's document or exec's output); its kept connection stays for the next command.
+    `one_off`: the task is one container command (exec): cold, it goes over ssh and the keeper starts behind it."""
     from .. import api
 
-    return api.open(hosts, dry=dry, keep=True, events=functools.partial(show, data_on_stdout=stderr_progress,
-                                                                         hosts=hosts))
+    return api.open(hosts, dry=dry, keep=True, one_off=one_off,
+                    events=functools.partial(show, data_on_stdout=stderr_progress, hosts=hosts))
 
 
 def checkpoint_flags(file: str, container: object, resume: bool, fresh: bool) -> None:

@@ -129,7 +129,8 @@ def exec_(c, command, container=None, timeout=None, dry=False, hosts=None, fail_
         finally:
             out.end()
 
-    with fleet_of(hosts, dry, stderr_progress=not dry) as fleet:  # a dry run prints its commands on stdout
+    # One container, one command: cold, it goes over OpenSSH's ssh and the kept connection starts behind it.
+    with fleet_of(hosts, dry, stderr_progress=not dry, one_off=not several) as fleet:  # a dry run prints on stdout
         if several:
             return each_container(fleet, container, one, fail_fast=fail_fast, status=lambda r: r.exit_code)
         result = one(fleet.container(container))

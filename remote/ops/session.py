@@ -21,11 +21,12 @@ TransportFactory = Callable[[Host], Transport]
 
 
 def open_session(config: Config, *, dry: bool = False, agent: bool = False, keep: bool = False,
-                 events: Sink | None = None, transport: TransportFactory | None = None) -> Session:
+                 events: Sink | None = None, transport: TransportFactory | None = None,
+                 one_off: bool = False) -> Session:
     """A session on config's hosts (connecting nothing until a command needs a host); `events`: where the
     operations' typed events go (None: nowhere); `transport`: each host's transport (a test's double;
-    None: SSH, or local)."""
-    return Session(config, dry=dry, agent=agent, keep=keep, events=events,
+    None: SSH, or local); `one_off` (with keep): one container command, run directly where no keeper is alive."""
+    return Session(config, dry=dry, agent=agent, keep=keep, events=events, one_off=one_off,
                    transport_factory=transport if transport is not None else for_host)
 
 

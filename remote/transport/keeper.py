@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..config import Host
-from ..errors import CommandTimeout, ConnectError, TransportError
+from ..errors import CommandTimeout, ConnectError, RemoteError, TransportError
 from . import OutputCallback, Result, SshTransport, _check_argv
 from .base import Capabilities
 from .framing import BoundedStream
@@ -87,6 +87,19 @@ main(spec)
 
 
 
+# A keeper started behind a cold one-off command (remote.transport.direct), which does not wait for it: this
+# process starts it as any command does (the start lock held until it is ready, nothing done where one is
+# alive) and exits; the command that started it has gone meanwhile.
+BEHIND = r"""
+import os, sys
+spec = sys.stdin.read()
+os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+sys.path.insert(0, sys.argv[1])
+from remote.transport.keeper import start_behind_from
+start_behind_from(spec)
+"""
+
+
 class _Refused(Exception):
     """No keeper took the request (none there, a stale socket, one exiting): nothing ran."""
 
@@ -102,11 +115,17 @@ class KeptTransport(Capabilities):
     kept = True
     can_stream = True
 
-    def __init__(self, host: Host, config_file: str):
+    def __init__(self, host: Host, config_file: str, one_off: bool = False):
         self.host, self.name = host, host.name
         self.config_file = config_file
         self.direct = SshTransport(host)  # never connected here: only describes commands
         self._path: Path | None = None
+        # A one-off task (`remote exec`): its first container command, where no keeper is alive, goes over
+        # OpenSSH's ssh (remote.transport.direct) and the keeper starts behind it, for the next command.
+        self.one_off = one_off
+        self._first = threading.Lock()
+        self._behind: int | None = None  # the pipe end whose closing (this process's end) starts the keeper behind
+        self._warm: list[int] = []  # containers whose agents a keeper this starts starts at once (start_behind)
 
     @property
     def path(self) -> Path:
@@ -189,13 +208,81 @@ class KeptTransport(Capabilities):
                     _quit(other, graceful=True)
             self._spawn()
 
-    def _spawn(self) -> None:
+    def start_behind(self, warm: Sequence[int] = ()) -> None:
+        """Start this host's keeper in the background for the next command, without waiting for it; a failure
+        is only logged (its log: <runtime folder>/<group>.log), never this command's.
+
+        It starts once this process has ended: a shell waits for the end of a pipe whose other end only this
+        process holds (closed by its exit), then runs BEHIND. So the keeper's Python and paramiko take no CPU
+        from this command's last steps (on a loaded 2-core machine, up to a tenth of a second). Once up, it starts the
+        agents of `warm` (the mux's login shell, pct, python3), so that the next command there is one round trip."""
+        try:
+            spec = self._spec(warm)
+            r, w = os.pipe()  # w: never closed here, nor inherited (close-on-exec); the process's end closes it
+            with open(self._log, "a") as logf:
+                proc = subprocess.Popen(["/bin/sh", "-c", 'fd=$1; shift; cat <&"$fd" >/dev/null; exec "$@"', "sh",
+                                         str(r), sys.executable, "-c", BEHIND, ROOT], stdin=subprocess.PIPE,
+                                        stdout=subprocess.DEVNULL, stderr=logf, cwd="/", start_new_session=True,
+                                        pass_fds=(r,))
+            os.close(r)
+            self._behind = w
+            assert proc.stdin is not None  # PIPE
+            with proc.stdin:
+                proc.stdin.write(spec.encode())
+        except Exception as exc:  # noqa: BLE001 -- the command ran; the next one starts a keeper itself
+            log.debug("%s: no kept connection started behind the command: %s", self.name, exc)
+
+    def direct_first(self, ctid: int, argv: Sequence[str], *, env, cwd, timeout, stdin, on_output,
+                     deadline) -> Result | None:
+        """A one-off task's first container command over OpenSSH's ssh where no keeper is alive (the keeper
+        then starts behind it); None where it goes the usual way (a keeper is alive, not the first command,
+        ssh cannot reach the host as remote would, or ssh did not get as far as starting it)."""
+        if not self.one_off or not self._first.acquire(blocking=False):
+            return None  # the lock is never released: one command only, the first
+        try:
+            self._connect().close()
+            return None  # a live keeper: warm
+        except (FileNotFoundError, ConnectionRefusedError):
+            pass
+        except (OSError, TransportError):
+            return None
+        from . import direct
+        from .base import InContainer
+        from .pct import DEFAULT_PATH, KILL_GRACE, exec_argv
+
+        try:
+            how = direct.plan(self.host)
+        except RemoteError:
+            return None  # an ssh config remote cannot read: the usual path says so
+        if how is None:
+            return None
+        inner = list(argv) if timeout is None else ["timeout", "-k", str(KILL_GRACE), f"{timeout:g}", *argv]
+        full = exec_argv(self.host.pct, ctid, direct.guarded(inner), env=env, cwd=cwd,
+                         path=env.get("PATH", DEFAULT_PATH))
+        try:
+            result = direct.run(how, self.name, InContainer(full, ctid, argv), stdin=stdin, on_output=on_output,
+                                deadline=deadline)
+        except direct.NotReached as exc:
+            log.debug("%s", exc)
+            return None  # nothing ran: the usual path connects, and names the fix where it fails too
+        except BaseException:  # interrupted, a lost link: the host answered, so a keeper for the next command
+            self.start_behind([ctid])
+            raise
+        self.start_behind([ctid])
+        return result
+
+    def _spec(self, warm: Sequence[int] = ()) -> str:
         import base64  # here: only a cold command starts a keeper
         import pickle
 
-        # The entry as it is (whatever fields it has, of whatever types), and the socket in plain sight.
-        spec = json.dumps({"host": base64.b64encode(pickle.dumps(self.host)).decode(), "path": str(self.path),
-                           "persist": self.host.control_persist, "file": os.path.realpath(self.config_file)})
+        # The entry as it is (whatever fields it has, of whatever types), and the socket in plain sight; `warm`:
+        # containers whose agents the keeper starts once it is up (those of a cold exec that went around it).
+        return json.dumps({"host": base64.b64encode(pickle.dumps(self.host)).decode(), "path": str(self.path),
+                           "persist": self.host.control_persist, "file": os.path.realpath(self.config_file),
+                           "config": self.config_file, "warm": [int(c) for c in warm]})
+
+    def _spawn(self) -> None:
+        spec = self._spec(self._warm)
         with open(self._log, "w") as logf:
             proc = subprocess.Popen([sys.executable, "-c", BOOT, ROOT], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=logf, cwd="/", start_new_session=True)
@@ -309,6 +396,10 @@ class KeptAgent:
         self.transport, self.ctid = transport, ctid
 
     def run(self, argv, *, env, cwd, timeout, stdin, on_output, deadline) -> Result:
+        first = self.transport.direct_first(self.ctid, argv, env=env, cwd=cwd, timeout=timeout, stdin=stdin,
+                                            on_output=on_output, deadline=deadline)
+        if first is not None:
+            return first
         req = {"op": "ct", "ctid": self.ctid, "env": dict(env), "cwd": cwd, "timeout": timeout}
         return self.transport._call(req, tuple(argv), stdin, on_output, deadline)
 
@@ -373,6 +464,20 @@ class KeptStream(BoundedStream):
         return closed
 
 
+def start_behind_from(spec_json: str) -> None:
+    """BEHIND's body: the keeper of the entry in spec_json, started unless one is alive (KeptTransport._start)."""
+    import base64
+    import pickle
+
+    spec = json.loads(spec_json)
+    kept = KeptTransport(pickle.loads(base64.b64decode(spec["host"])), spec["config"])
+    kept._warm = spec.get("warm", [])
+    try:
+        kept._start()
+    except Exception as exc:  # noqa: BLE001 -- nobody waits: said in the log, the next command starts one itself
+        print(f"the kept connection started behind a command did not start: {exc}", file=sys.stderr)
+
+
 def _unlink_if_ours(path: Path) -> None:
     try:
         if os.lstat(path).st_uid == os.geteuid():
@@ -418,6 +523,7 @@ def disconnect(config_file: str | None = None, host: str | None = None, where: P
         pattern = f"{group_of(config_file, host)}-*.sock"
     else:
         pattern = f"{file_of(config_file)}{'?' * (len(group_of(config_file, '')) - len(file_of(config_file)))}-*.sock"
+    _starts_done(where, pattern.replace("-*.sock", ".lock").replace("*.sock", "*.lock"), wait)
     pids = [pid for path in sorted(where.glob(pattern)) if (pid := _quit(path, graceful=False))]
     end = time.monotonic() + wait
     for pid in pids:
@@ -429,6 +535,25 @@ def disconnect(config_file: str | None = None, host: str | None = None, where: P
             except OSError:
                 pass
     return pids
+
+
+def _starts_done(where: Path, locks: str, wait: float) -> None:
+    """Wait (at most `wait` s) for the keepers being started now (one started behind a cold command holds its
+    host's start lock until it is up): ended with the others, not left to appear after a disconnect."""
+    end = time.monotonic() + wait
+    for path in where.glob(locks):
+        try:
+            with open(path, "a") as lock:
+                while True:
+                    try:
+                        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        if time.monotonic() > end:
+                            break
+                        time.sleep(0.05)
+        except OSError:
+            pass
 
 
 def _alive(pid: int) -> bool:

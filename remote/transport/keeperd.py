@@ -318,6 +318,13 @@ class Keeper:
         finally:
             stream.close()
 
+    def warm(self, ctid: int) -> None:
+        """Start the container's agent now (and the mux under it), as its first command would."""
+        try:
+            self.session._agent_for(ContainerSpec(ctid=ctid, host=self.host))
+        except Exception as exc:  # noqa: BLE001 -- the next command starts it, or says why it cannot
+            log.warning("agent of container %s not started ahead: %s", ctid, exc)
+
     def close(self) -> None:
         self.session.close()
 
@@ -361,6 +368,8 @@ def main(spec_json: str) -> None:
         pass
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 1)
+    for ctid in spec.get("warm", []):  # started behind a cold exec: its container's agent ready for the next one
+        threading.Thread(target=keeper.warm, args=(int(ctid),), daemon=True).start()
     try:
         keeper.serve(listener)
     finally:

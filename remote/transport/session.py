@@ -51,6 +51,9 @@ class Session:
     transport_factory: Callable[[cfg.Host], Transport] = for_host
     agent: bool = False  # run container commands through one persistent in-container agent each
     keep: bool = False  # SSH hosts through their kept connection (remote.transport.keeper), as the CLI does
+    # With keep: the task is one container command (`remote exec`): where a host has no live keeper, it runs over
+    # OpenSSH's ssh and the keeper starts behind it (remote.transport.direct).
+    one_off: bool = False
     _transports: dict[str, Transport] = field(default_factory=dict)
     _agents: dict = field(default_factory=dict)
     _agent_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -82,7 +85,7 @@ class Session:
                         and _can_keep():
                     from .keeper import KeptTransport
 
-                    self._transports[host.name] = KeptTransport(host, self.config.file)
+                    self._transports[host.name] = KeptTransport(host, self.config.file, one_off=self.one_off)
                 else:
                     self._transports[host.name] = self.transport_factory(host)
             return self._transports[host.name]

@@ -1,0 +1,83 @@
+"""Local tier: remote/sh/linkguard.py, the guard of a cold `remote exec`'s command (remote.transport.direct), run
+here with this machine's python3 as the container runs it: the command gets the N bytes after the header as its
+stdin and its own exit status passes through; when the guard's stdin ends (the ssh link gone) or it gets SIGHUP,
+the command's whole process group is killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from remote.transport import direct
+
+MARK = "sleep 309.25"
+
+
+def guard(*argv: str) -> subprocess.Popen:
+    return subprocess.Popen(direct.guarded(list(argv)), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+
+
+def alive(text: str) -> bool:
+    found = subprocess.run(["pgrep", "-f", f"^{text}"], capture_output=True, text=True).stdout.split()
+    return bool(found)
+
+
+def wait(predicate, timeout: float = 20.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_the_command_gets_its_stdin_and_its_status_passes_through_while_the_link_stays():
+    p = guard("bash", "-c", 'cat; echo " and out"; echo err >&2; exit 7')
+    payload = b"a\0b c\n"
+    p.stdin.write(b"%d\n" % len(payload) + payload)
+    p.stdin.flush()  # and kept open: the link is there
+    assert p.wait(timeout=30) == 7
+    assert p.stdout.read() == payload + b" and out\n" and p.stderr.read() == b"err\n"
+    p.stdin.close()
+
+
+def test_a_program_that_is_not_there_is_named_as_env_names_it():
+    p = guard("no-such-program-here")
+    p.stdin.write(b"0\n")
+    p.stdin.flush()
+    assert p.wait(timeout=30) == 127
+    assert p.stderr.read() == b"env: 'no-such-program-here': No such file or directory\n"
+    p.stdin.close()
+
+
+@pytest.mark.fault("The ssh link of a cold one-off `remote exec` dropped mid-command",
+                   "the command ends in the container (the guard sees its link go); remote says the connection "
+                   "was lost, exit 1")
+@pytest.mark.parametrize("how", ["eof", "hup"])
+def test_the_link_going_kills_the_whole_process_group(how):
+    # A child of the command's own (the shell's sleep) goes too: the group is killed, not one process.
+    p = guard("bash", "-c", f"{MARK} & wait")
+    p.stdin.write(b"0\n")
+    p.stdin.flush()
+    try:
+        assert wait(lambda: alive(MARK))
+        if how == "eof":
+            p.stdin.close()
+        else:
+            p.send_signal(signal.SIGHUP)
+        assert p.wait(timeout=30) == 128 + signal.SIGHUP
+        assert wait(lambda: not alive(MARK))
+    finally:
+        for pid in subprocess.run(["pgrep", "-f", f"^{MARK}"], capture_output=True, text=True).stdout.split():
+            os.kill(int(pid), signal.SIGKILL)  # only where the guard failed to
+
+
+def test_no_header_is_no_command(tmp_path):
+    p = guard("touch", str(tmp_path / "never"))
+    p.stdin.close()
+    assert p.wait(timeout=30) == 255 and not (tmp_path / "never").exists()
