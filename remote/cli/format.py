@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from ..events import DeviceWarmed, Done, Event, Failed, Progress
-from ..naming import copied_line, known_good_label, passport_line, printable, size
+from ..naming import copied_line, known_good_label, passport_line, path_words, printable, size
 from ..results import Checkpoint, DeployPlan, Diagnosis, Finding, GpuHost, GpuReport, Transfer
 from ..results.runs import resumes_text
 from .warmup import device_warmed_text
@@ -258,7 +258,7 @@ def _job_line(entry: dict | None) -> str:
     unit = f" {r['unit']}" if r.get("unit") else ""
     # the rolling figure, as the run's own line says it (the last interval's alone jumps); the last where none yet
     shown = r.get("rolling") if r.get("rolling") is not None else r["throughput"]
-    ck = r.get("checkpoint")
+    ck = r.get("checkpoint") and {**r["checkpoint"], "path": path_words(r["checkpoint"]["path"])}  # whole, escaped
     lineage = f" ({printable(str(resumes_text(r.get('parent'), Checkpoint(**ck))))})" if ck else ""
     if r["alive"]:
         tp = f", {shown:.4g}{unit}" if shown is not None else ", no throughput yet"
@@ -316,7 +316,7 @@ def stop_lines(stopped: Any) -> list[str]:
 
 def checkpoint_words(c: Any) -> str:
     """A remote.results.Checkpoint in a line: its path, step and (where given) why it is not complete."""
-    return printable(c.path + (f" (step {c.step})" if c.step is not None else "")
+    return printable(path_words(c.path) + (f" (step {c.step})" if c.step is not None else "")
                      + ("" if c.complete else f": not complete, {c.why}"))
 
 

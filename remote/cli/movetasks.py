@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from ..naming import printable
+from ..naming import path_words, printable
 from ..results import Drained, Moved
 from .table import DRY_HELP, HOSTS_HELP, Exit, fleet_of, handled, say, task
 
@@ -18,7 +18,7 @@ def _saved(m: Moved) -> str:
     if s is None or s.checkpoint is None:
         return ""
     c = s.checkpoint
-    return f", checkpoint {c.path}" + (f" at step {c.step}" if c.step is not None else "") + (
+    return f", checkpoint {path_words(c.path)}" + (f" at step {c.step}" if c.step is not None else "") + (
         f", {s.steps_lost} step(s) lost" if s.steps_lost is not None else "")
 
 

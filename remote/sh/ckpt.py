@@ -325,6 +325,12 @@ def cmd_restore(conf):
     single = kept_path(conf) is not None
     if single and usable_kept and (not complete or (k["mtime"] or 0) > (complete[0]["mtime"] or 0) + 0.5):
         target = conf["path"].rstrip("/")
+        source = k.get("source")
+        if isinstance(source, str) and source != target:
+            # Copied from another path (train.checkpoint.path changed since): putting it at the new one could
+            # hand the job another run's state. Nothing is moved; the caller names both paths.
+            return {"latest": None, "moved": [], "restored": None, "incomplete": newer,
+                    "kept_elsewhere": {"kept": kept_path(conf), "source": source, "path": target}}, 3
         if os.path.lexists(target):
             moved.append({"path": target, "to": aside(target, "incomplete")})
         copy(kept_path(conf), target)
