@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from support import needs
 
 from remote import sudo
 from remote.cli import run as cli_run
@@ -81,8 +82,7 @@ def root_dir():
     import shutil
     import tempfile
 
-    if os.geteuid() != 0:
-        pytest.skip("needs root: the check wants folders owned by uid 0")
+    needs(os.geteuid() == 0, "root (the check wants folders owned by uid 0)", "run the tests as root, as .ci/run does")
     path = tempfile.mkdtemp(prefix="remote-test-rootchain-", dir="/var/lib")
     os.chmod(path, 0o755)
     try:
@@ -202,8 +202,8 @@ def test_a_name_in_a_folder_the_login_cannot_search_is_refused_not_taken_as_miss
     import shutil
     import subprocess
 
-    if shutil.which("runuser") is None:
-        pytest.skip("needs runuser: the check runs as a login that is not root")
+    needs(shutil.which("runuser") is not None, "runuser (the check runs as a login that is not root)",
+          "apt-get install util-linux")
     hidden = root_dir / "hidden"
     hidden.mkdir()
     os.chmod(hidden, 0o700)  # root's, unsearchable for the login; inside, a link into the sticky /tmp
@@ -236,8 +236,8 @@ def test_a_folder_beside_a_script_that_the_login_cannot_read_is_refused(root_dir
     import shutil
     import subprocess
 
-    if shutil.which("runuser") is None:
-        pytest.skip("needs runuser: the check runs as a login that is not root")
+    needs(shutil.which("runuser") is not None, "runuser (the check runs as a login that is not root)",
+          "apt-get install util-linux")
     pct = root_dir / "pct"
     pct.write_text("#!/usr/bin/python3\nimport secretpkg\n")
     pct.chmod(0o755)
