@@ -11,11 +11,11 @@ import json
 import time
 from typing import Any
 
-from ..events import DeviceWarmed, Done, Event, Failed, Progress
+from ..events import Done, Event, Failed, Progress
 from ..naming import copied_line, known_good_label, passport_line, path_words, printable, size
 from ..results import Checkpoint, DeployPlan, Diagnosis, Finding, GpuHost, GpuReport, Transfer
 from ..results.runs import resumes_text
-from .warmup import device_warmed_text
+from .warmup import warmup_text
 
 
 def live_text(live: list[dict]) -> str:
@@ -39,7 +39,7 @@ def event_text(event: Event, group: int | None) -> str | None:
     part the reporting thread runs, remote.api.current_container)."""
     if isinstance(event, (Done, Failed)):
         return None
-    text = device_warmed_text(event) if isinstance(event, DeviceWarmed) else event.line
+    text = warmup_text(event) or event.line
     return marked(text, None if group is None else event.container if event.container is not None else group)
 
 
