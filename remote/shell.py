@@ -36,7 +36,7 @@ def load_python(name: str) -> str:
     text = _python_file(name)
     if INLINE not in text:
         return text
-    return "\n".join(_function(*line.split()[1:4:2]) if line.endswith(INLINE) and line.startswith("from ") else line
+    return "\n".join(_function(*line.split()[1:4:2]) if line.startswith("from ") and INLINE in line else line
                      for line in text.split("\n"))
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from ..events import Done, Event, Failed, Progress
 from ..naming import copied_line, known_good_label, passport_line, path_words, printable, size
 from ..results import Checkpoint, DeployPlan, Diagnosis, Finding, GpuHost, GpuReport, Transfer
-from ..results.runs import resumes_text
+from .checkwords import resumes_words
 from .warmup import warmup_text
 
 
@@ -153,7 +153,7 @@ def runs_text(found: list, ctid: int, run_dir: str) -> str:
         tp = f"{r.throughput:.4g}{' ' + r.unit if r.unit else ''}" if r.throughput is not None else "-"
         rows.append((printable(r.id), started, "LOST" if r.state == "lost" else r.state,
                      "-" if r.exit is None else str(r.exit), tp,
-                     printable(r.command or "-") + (f"  ({printable(r.resumes)})" if r.resumes else "")))
+                     printable(r.command or "-") + (f"  ({resumes_words(r.parent, r.checkpoint)})" if r.resumes else "")))
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:5], widths, strict=True)) + "  " + row[5] for row in rows]
     return "\n".join(line.rstrip() for line in lines)
@@ -258,8 +258,8 @@ def _job_line(entry: dict | None) -> str:
     unit = f" {r['unit']}" if r.get("unit") else ""
     # the rolling figure, as the run's own line says it (the last interval's alone jumps); the last where none yet
     shown = r.get("rolling") if r.get("rolling") is not None else r["throughput"]
-    ck = r.get("checkpoint") and {**r["checkpoint"], "path": path_words(r["checkpoint"]["path"])}  # whole, escaped
-    lineage = f" ({printable(str(resumes_text(r.get('parent'), Checkpoint(**ck))))})" if ck else ""
+    ck = r.get("checkpoint")
+    lineage = f" ({resumes_words(r.get('parent'), Checkpoint(**ck))})" if ck else ""
     if r["alive"]:
         tp = f", {shown:.4g}{unit}" if shown is not None else ", no throughput yet"
         base = (f" vs baseline {r['baseline']:g}{unit}{' SLOW' if r['low'] else ''}"

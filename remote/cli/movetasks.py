@@ -59,7 +59,7 @@ def drained_lines(d: Drained) -> list[str]:
             lines.append(f"container {c.ctid}: no live run")
         else:
             ck = c.saved.checkpoint if c.saved else None
-            lines.append(f"container {c.ctid}: run {c.run} stopped" + (f", checkpoint {ck.path}" if ck else "")
+            lines.append(f"container {c.ctid}: run {c.run} stopped" + (f", checkpoint {path_words(ck.path)}" if ck else "")
                          + f"; resume it with: {c.resume}")
     if d.action == "drain" and d.to is None and d.record:
         lines.append(f"remembered in {d.record}: `remote host resume {d.host}` resumes them all")

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError, GpuConfigError, RemoteError
+from ..naming import path_words
 from ..results import Drained, DrainedRun, Finding, Moved, MoveStep, Saved
 from ..target import Target, resolve
 from ..transport.session import Session
@@ -144,7 +145,7 @@ def move(t: Target, source: str, node: str, *, check: Check, force: bool = False
                 got = jobs.stop(t, None, save=p.save)
                 stopped, saved = got.run, got.saved
                 if saved is not None and saved.checkpoint is not None:
-                    detail.append(f"checkpoint {saved.checkpoint.path}" + (
+                    detail.append(f"checkpoint {path_words(saved.checkpoint.path)}" + (
                         f" at step {saved.checkpoint.step}" if saved.checkpoint.step is not None else ""))
     if p.stop and not p.save:
         t.warn(f"--force: run {', '.join(live)} stopped without saving; it is not resumed on {node}")

@@ -34,7 +34,7 @@ import time
 # marked(run_id, exclude) -> [(pid, comm)]: every live process of the run, by lib.sh's rule. One copy, in ckpt.py
 # (stop --save signals the same processes): remote.shell.load_python("watch"), the text launch installs, puts its
 # definition in place of this line; the file as it is here does not run by itself.
-from ckpt import marked  # remote.shell inlines it
+from ckpt import marked  # type: ignore[import-not-found]  # remote.shell inlines it
 
 GPU_FIELDS = "index,utilization.gpu,memory.used,memory.total,power.draw,temperature.gpu"
 GPU_HEADER = "t,index,util_pct,mem_used_mib,mem_total_mib,power_w,temp_c"

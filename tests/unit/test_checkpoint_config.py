@@ -89,6 +89,12 @@ def test_a_checkpoint_path_with_control_characters_is_kept_exactly_and_named_una
     record = checkpoints.Start("t", "t", c, "R1").manifest()
     assert record["checkpoint"]["path"] == odd
     assert manifest_of(json.loads(json.dumps(record))).checkpoint.path == odd  # the run record names it exactly
+    from remote.results import RunSummary
+
+    no_step = checkpoints.checkpoint_of({"path": odd, "complete": True})
+    s = RunSummary("R2", None, None, "exited", 0, None, None, "python t.py", None, "/r/R2", no_step, "R1")
+    assert "(resumes R1 from $'/o/ck\\x1b[2K\\x0afake line\\\\.pt')" in fmt.runs_text([s], 200, "/r"), \
+        fmt.runs_text([s], 200, "/r")
     long = "/o/" + "x" * 4100
     for bad in (long, "/o/a\0b", "o/relative.pt"):
         assert checkpoints.checkpoint_of({"path": bad, "complete": True}) is None, bad
