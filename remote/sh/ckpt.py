@@ -364,8 +364,11 @@ def cmd_resume(conf, run):
     os.replace(os.path.join(run, "resume.json.tmp"), os.path.join(run, "resume.json"))
     latest = out["latest"]
     if rc or not latest:
+        elsewhere = out.get("kept_elsewhere")
         return "no complete checkpoint" + (f" ({out['incomplete'][0]['path']} is not: {out['incomplete'][0]['why']})"
-                                           if out["incomplete"] else ""), 3
+                                           if out["incomplete"] else "") + (
+            f"; the kept copy {elsewhere['kept']} came from {elsewhere['source']}, not {elsewhere['path']}: "
+            "not put back" if elsewhere else ""), 3
     with open(os.path.join(run, "command-resume")) as f:
         command = f.read().replace("{checkpoint}", shlex.quote(latest["path"]))
     with open(os.path.join(run, "command-next.tmp"), "w") as f:

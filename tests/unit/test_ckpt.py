@@ -223,6 +223,10 @@ def test_the_kept_copy_goes_back_only_where_it_came_from(ck, tmp_path):
     assert out["kept_elsewhere"] == {"kept": str(tmp_path / "keep" / "ckpt.pt"), "source": str(first),
                                      "path": str(moved)}
     assert moved.read_bytes() == data[:100]  # nothing put there, nothing moved aside
+    run = tmp_path / "run"  # a restart inside a run (job.sh) says so in the log's line
+    run.mkdir()
+    said, rc = ck.cmd_resume(conf(moved, tmp_path), str(run))
+    assert rc == 3 and f"the kept copy {tmp_path / 'keep' / 'ckpt.pt'} came from {first}, not {moved}" in said
     first.write_bytes(data[:100])  # where it came from: torn too; restore puts the copy back there
     old(first)
     out, rc = ck.cmd_restore(conf(first, tmp_path))
