@@ -222,15 +222,17 @@ def new_run_id() -> str:
 def launch(t: Target, pre: Preflight, *, force: bool = False,
            command: str | None = None, run_id: str | None = None, extra: dict | None = None,
            env: dict | None = None, held: oplock.Lease | None = None, announce: bool = True,
-           base: str | None = None) -> tuple[str, int]:
+           base: str | None = None, restarts: int | None = None) -> tuple[str, int]:
     """Start the job detached; returns (run id, pid). Refused while another job runs, unless forced.
     A multi-node run passes its one run id, its node's fields for the manifest (`extra`) and its node's
     environment (`env`, under train.env). The job's wrapper restarts it as train.restarts says, and the
     watch beside it (stalls, metrics.jsonl, gpu.csv) gets py-spy pushed first when train.stall is set.
     `held`: the operation lease the caller took for its preflight (train does), else launch takes it.
     `announce`: report the start (and py-spy's install) through t; False for one node of a run whose caller
-    announces it (multinode). `base`: a resume's command without its resume words (what a restart adds them to)."""
+    announces it (multinode). `base`: a resume's command without its resume words (what a restart adds them to).
+    `restarts`: the wrapper's, instead of train.restarts (a multi-node run restarts as a whole instead)."""
     ct, spec = t.ct, t.spec
+    restarts = spec.train.restarts if restarts is None else restarts
     command = command or spec.train.command
     if not command:
         raise ConfigError("hosts file", "train.command", "set the training command to run")
@@ -247,7 +249,7 @@ def launch(t: Target, pre: Preflight, *, force: bool = False,
                 "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "started_epoch": time.time(),
                 "metric": dataclasses.asdict(spec.train.metric) if spec.train.metric else None,
                 "baseline": spec.train.baseline, "stall": spec.train.stall, "on_stall": spec.train.on_stall,
-                "restarts": spec.train.restarts, "restart_on": list(spec.train.restart_on), **(extra or {})}
+                "restarts": restarts, "restart_on": list(spec.train.restart_on), **(extra or {})}
     if pre.live and not force:  # refused before a run id is announced: no run that never existed is said to start
         runs = ", ".join(f"run {printable(r.run)} " + (f"(pid {r.pid})" if r.pid else "(starting)") for r in pre.live)
         raise busy(spec.ctid, f"busy: {runs} {'are' if len(pre.live) > 1 else 'is'} still running", pre.live)
@@ -261,7 +263,7 @@ def launch(t: Target, pre: Preflight, *, force: bool = False,
             lease.check()
             r = jobenv.run(t, verify, ["bash", "-c", shell.with_lib("launch"), "launch", spec.train.run_dir,
                                               run_id, "1" if force else "0", spec.code.path, command,
-                                              json.dumps(manifest, indent=1), str(spec.train.restarts),
+                                              json.dumps(manifest, indent=1), str(restarts),
                                               " ".join(map(str, spec.train.restart_on)),
                                               json.dumps({**watch_settings(spec, py_spy),
                                                           "checkpoint": checkpoints.watch_conf(spec)}),

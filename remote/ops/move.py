@@ -57,10 +57,9 @@ def plan(*, ctid: int, cluster: str | None, source: str, node: str, live: tuple[
         raise ConfigError(file, "--node", f"container {ctid} is on node {node} already: nothing to move")
     if live and len(nodes) > 1:
         ids = ",".join(map(str, nodes))
-        # Not `train -c IDS --resume`: a multi-node run does not resume from checkpoints yet (train refuses it).
         raise ConfigError(file, "--node", f"container {ctid}: run {live[0]} is a multi-node run on {ids}: moving one "
-                          f"node leaves the others waiting; `remote stop -c {ids} --save` first, then move (a "
-                          "multi-node run does not resume from its checkpoints yet: start it again after the move)")
+                          f"node leaves the others waiting; `remote stop -c {ids} --save` first, then move, then "
+                          f"`remote train -c {ids} --resume` (every rank at the run's common step)")
     if live and not checkpoint and not force:
         raise ConfigError(file, "train.checkpoint", f"container {ctid}: run {', '.join(live)} is live and the hosts file "
                           "has no train.checkpoint, so the move cannot save and resume it: set train.checkpoint (path, "

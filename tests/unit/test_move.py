@@ -71,9 +71,9 @@ def test_a_live_run_without_a_checkpoint_is_refused_unless_force():
 
 @pytest.mark.parametrize("over, words", [
     (dict(node="pve1"), "is on node pve1 already"),
-    # the words must be typable: train refuses --resume for several containers (cli/table.checkpoint_flags)
+    # the words must be typable: train resumes several containers at one step (remote/ops/nodeckpt.py)
     (dict(nodes=(200, 201)), r"run r1 is a multi-node run on 200,201.*remote stop -c 200,201 --save` first, then "
-                             r"move \(a multi-node run does not resume from its checkpoints yet"),
+                             r"move, then `remote train -c 200,201 --resume`"),
     (dict(cluster=None), "is in no cluster"),
 ])
 def test_a_move_that_cannot_be_done_is_bad_input(over, words):
