@@ -159,14 +159,7 @@ def restore(t: Target) -> Checkpoint:
     if isinstance(restored, Mapping):
         t.note(f"checkpoint {_words(restored.get('to'))} restored from the kept copy {_words(restored.get('from'))}")
     c = checkpoint_of(data.get("latest"))
-    elsewhere = data.get("kept_elsewhere")
-    if rc == NO_CHECKPOINT and isinstance(elsewhere, Mapping):
-        kept, source = _words(elsewhere.get("kept")), _words(elsewhere.get("source"))
-        raise worded(CheckpointRefused(
-            f"container {t.spec.ctid}: the kept copy {kept} of the last complete checkpoint was taken from "
-            f"{source}, but train.checkpoint.path is {_words(elsewhere.get('path'))} now: it is not put back at a "
-            f"path it did not come from. Set train.checkpoint.path back to {source} to resume from it, copy it "
-            f"there yourself, or start over with {FRESH}", source), FRESH)
+    _refuse_elsewhere(t, rc, data)
     if rc == NO_CHECKPOINT or c is None or not c.complete:
         bad = [x for x in (checkpoint_of(d) for d in data.get("incomplete") or []) if x is not None]
         why = (f"{path_words(bad[0].path)} is not complete ({bad[0].why})" if bad else
@@ -174,6 +167,19 @@ def restore(t: Target) -> Checkpoint:
         raise worded(CheckpointRefused(f"container {t.spec.ctid}: no complete checkpoint to resume from: {why}. "
                                        f"{FRESH} starts over", bad[0].path if bad else None), FRESH)
     return c
+
+
+def _refuse_elsewhere(t: Target, rc: int, data: Mapping) -> None:
+    """CheckpointRefused where ckpt.py found only a kept copy taken from another path than the configured one."""
+    elsewhere = data.get("kept_elsewhere")
+    if rc != NO_CHECKPOINT or not isinstance(elsewhere, Mapping):
+        return
+    kept, source = _words(elsewhere.get("kept")), _words(elsewhere.get("source"))
+    raise worded(CheckpointRefused(
+        f"container {t.spec.ctid}: the kept copy {kept} of the last complete checkpoint was taken from {source}, "
+        f"but train.checkpoint.path is {_words(elsewhere.get('path'))} now: it is not put back at a path it did not "
+        f"come from. Set train.checkpoint.path back to {source} to resume from it, copy it there yourself, or "
+        f"start over with {FRESH}", source), FRESH)
 
 
 def pick(t: Target, step: int) -> Checkpoint:
@@ -184,12 +190,13 @@ def pick(t: Target, step: int) -> Checkpoint:
         return Checkpoint(path_of(t.spec) or "", True, "file", step=step)
     for m in data.get("moved") or []:
         if isinstance(m, Mapping):
-            t.note(printable(f"checkpoint {m.get('path')} is newer than the run's common step {step}: moved aside "
-                             f"to {m.get('to')}"))
+            t.note(f"checkpoint {_words(m.get('path'))} is newer than the run's common step {step}: moved aside "
+                   f"to {_words(m.get('to'))}")
     restored = data.get("restored")
     if isinstance(restored, Mapping):
-        t.note(printable(f"checkpoint {restored.get('to')} restored from the kept copy {restored.get('from')}"))
+        t.note(f"checkpoint {_words(restored.get('to'))} restored from the kept copy {_words(restored.get('from'))}")
     c = checkpoint_of(data.get("latest"))
+    _refuse_elsewhere(t, rc, data)
     if rc == NO_CHECKPOINT or c is None or not c.complete or c.step != step:
         raise CheckpointRefused(f"container {t.spec.ctid}: no complete checkpoint at step {step} any more (it "
                                 "changed since it was listed): nothing was started")

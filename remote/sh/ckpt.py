@@ -328,12 +328,9 @@ def cmd_restore(conf):
     single = kept_path(conf) is not None
     if single and usable_kept and (not complete or (k["mtime"] or 0) > (complete[0]["mtime"] or 0) + 0.5):
         target = conf["path"].rstrip("/")
-        source = k.get("source")
-        if isinstance(source, str) and source != target:
-            # Copied from another path (train.checkpoint.path changed since): putting it at the new one could
-            # hand the job another run's state. Nothing is moved; the caller names both paths.
-            return {"latest": None, "moved": [], "restored": None, "incomplete": newer,
-                    "kept_elsewhere": {"kept": kept_path(conf), "source": source, "path": target}}, 3
+        other = elsewhere(conf, k)
+        if other:
+            return {"latest": None, "moved": [], "restored": None, "incomplete": newer, "kept_elsewhere": other}, 3
         if os.path.lexists(target):
             moved.append({"path": target, "to": aside(target, "incomplete")})
         copy(kept_path(conf), target)
@@ -346,6 +343,16 @@ def cmd_restore(conf):
         0 if latest else 3
 
 
+def elsewhere(conf, k):
+    """Where the kept copy `k` was taken from another path than the one configured now (train.checkpoint.path
+    changed since): {kept, source, path}, else None. Put back at the new path it could hand the job another
+    run's state, so restore and pick move nothing and the caller names both paths."""
+    source, target = k.get("source"), conf["path"].rstrip("/")
+    if isinstance(source, str) and source != target:
+        return {"kept": kept_path(conf), "source": source, "path": target}
+    return None
+
+
 def cmd_pick(conf, step):
     """A multi-node resume at the run's common step: what is newer than the node's checkpoint at `step` moved
     aside (never deleted), the kept copy put back where only it holds that step."""
@@ -356,6 +363,9 @@ def cmd_pick(conf, step):
         k = kept(conf)
         if not (k and k["complete"] and k["step"] == step and kept_path(conf)):
             return {"latest": None, "moved": [], "restored": None}, 3
+        other = elsewhere(conf, k)
+        if other:
+            return {"latest": None, "moved": [], "restored": None, "kept_elsewhere": other}, 3
         target = conf["path"].rstrip("/")
         if os.path.lexists(target):
             moved.append({"path": target, "to": aside(target, "old")})

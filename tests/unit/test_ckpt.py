@@ -223,6 +223,8 @@ def test_the_kept_copy_goes_back_only_where_it_came_from(ck, tmp_path):
     assert out["kept_elsewhere"] == {"kept": str(tmp_path / "keep" / "ckpt.pt"), "source": str(first),
                                      "path": str(moved)}
     assert moved.read_bytes() == data[:100]  # nothing put there, nothing moved aside
+    out, rc = ck.cmd_pick(conf(moved, tmp_path), 250)  # a multi-node resume at the kept copy's step: the same
+    assert rc == 3 and out["kept_elsewhere"]["source"] == str(first) and moved.read_bytes() == data[:100]
     run = tmp_path / "run"  # a restart inside a run (job.sh) says so in the log's line
     run.mkdir()
     said, rc = ck.cmd_resume(conf(moved, tmp_path), str(run))
