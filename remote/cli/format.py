@@ -398,13 +398,6 @@ def snapshot_lines(found: list) -> list[str]:
     return [f"{'remote' if x.ours else '      '}  {x.name:<40}  {x.time}  {printable(x.description)}" for x in found]
 
 
-def rollback_lines(done: Any) -> list[str]:
-    """`remote rollback`: the snapshot rolled back to, then what was restored and what was kept."""
-    return ([f"rolled back container {done.container} to {done.snapshot.name} ({done.snapshot.time}, "
-             f"{printable(done.snapshot.description) or 'no description'})" + ("; started again" if done.started else "")]
-            + [f"  restored: {line}" for line in done.restored] + [f"  kept:     {line}" for line in done.kept])
-
-
 NO_HOSTS_FLAG = ("init", "lab ")  # tasks a hint names that take no --hosts of the file's
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import facts, shell
 from ..config import ContainerSpec
-from ..errors import FRESH, RESUME, CheckpointRefused, ConfigError, JobError, worded
+from ..errors import FORCE, FRESH, RESUME, CheckpointRefused, ConfigError, JobError, SaveRefused, worded
 from ..events import CheckpointSeen, RunResumed
 from ..facts.runs import CHECKPOINT_KINDS, RunState
 from ..naming import json_loads, path_words, printable
@@ -343,6 +343,25 @@ def watch_conf(spec: ContainerSpec) -> dict | None:
 def save_args(spec: ContainerSpec) -> list[str]:
     """save.sh's own arguments ($4, $5): the tool's text and its settings."""
     return [shell.load_python("ckpt"), json.dumps(settings(spec))]
+
+
+def save_refused(t: Target, st: RunState, what: str, text: str | None, tail: str) -> SaveRefused:
+    """Save-or-refuse's refusal (save.sh printed `kept=running`): the run still runs; the error names what was
+    refused, the grace, the last complete checkpoint (and its age) and FORCE."""
+    got = saved_of(text or "", tail)
+    ck = t.spec.train.checkpoint
+    grace = ck.grace if ck else 0
+    c = got.checkpoint
+    last = (f"its last complete checkpoint is {path_words(c.path)}{_step(c)}" + (f", {got.age_s:g} s old" if got.age_s is not None
+                                                                      else "") if c else
+            "it has no complete checkpoint at all")
+    sent = f" (the {ck.signal} it was sent reaches only a handler the job installed: it ends nothing)" \
+        if ck and ck.signal and got.signals else ""
+    return worded(SaveRefused(t.ctid, f"container {t.ctid}: {what} refused, nothing was changed: run {st.run} saved "
+                              f"no new complete checkpoint within train.checkpoint.grace ({grace:g} s) and is still "
+                              f"running{sent}; {last}. Raise the grace, or pass {FORCE} to go on without saving (the "
+                              "run is ended; its last complete checkpoint is what a resume starts from)",
+                              st.run, grace, c.path if c else None, c.step if c else None, got.age_s), FORCE)
 
 
 def after_stop(t: Target, st: RunState, text: str | None, restored: str | None, tail: Callable[[], str]) -> Saved:

@@ -363,13 +363,17 @@ def final_status(st: RunState) -> int:
     return st.final_status
 
 
-def stop(t: Target, run_id: str | None = None, grace: int = 10, save: bool = False) -> Stopped:
+def stop(t: Target, run_id: str | None = None, grace: int = 10, save: bool = False,
+         refuse: str | None = None) -> Stopped:
     """TERM the job's processes, KILL after `grace` seconds, and verify that nothing of it is left.
 
     Without run_id: every live run (a `train --force` starts one beside another; a wrapper may not have
     written its pid file yet), and the latest run's leftovers; the latest's result is returned, with the
-    others' under "others". Stopping is how a container is freed, so nothing that runs is left out."""
+    others' under "others". Stopping is how a container is freed, so nothing that runs is left out.
+    `refuse` (save-or-refuse, implies save): what would end the run ("the rollback"); where no new complete
+    checkpoint comes within train.checkpoint.grace the job is left running and SaveRefused names that."""
     spec = t.spec
+    save = save or refuse is not None
     if save and spec.train.checkpoint is None:  # before anything is stopped: a refusal changes nothing
         raise worded(ConfigError(t.session.config.file, "train.checkpoint", f"{SAVE} needs it: where the job saves"),
                      SAVE)
@@ -377,21 +381,26 @@ def stop(t: Target, run_id: str | None = None, grace: int = 10, save: bool = Fal
     if not st.run and not (run_id is None and st.live):
         raise JobError(f"container {spec.ctid} has no runs in {spec.train.run_dir}")
     others = [r.run for r in st.live if r.run != st.run] if run_id is None else []
+    # Save-or-refuse asks the latest run first: a refusal must find the others untouched too.
+    first = _stop_one(t, st, grace, save=save, refuse=refuse) if st.run and refuse else None
     results = [_stop_one(t, state(t, rid), grace) for rid in others]
-    result = _stop_one(t, st, grace, save=save) if st.run else results.pop(0)
+    result = first or (_stop_one(t, st, grace, save=save) if st.run else results.pop(0))
     return dataclasses.replace(result, others=tuple(results))
 
 
-def _stop_one(t: Target, st: RunState, grace: int, save: bool = False) -> Stopped:
+def _stop_one(t: Target, st: RunState, grace: int, save: bool = False, refuse: str | None = None) -> Stopped:
     ct = t.ct
     assert st.run is not None  # stop() passes runs only
     asked, save = save, save and st.alive  # a save is asked of a running job only (Saved "not-running" else)
     wait = t.spec.train.checkpoint.grace if save and t.spec.train.checkpoint else 0
     r = ct.script(checkpoints.save_script() if save else shell.with_lib("stop"), st.path, st.run, str(grace),
-                  *(checkpoints.save_args(t.spec) if save else ()), timeout=grace + wait + 60, label="stop")
+                  *(checkpoints.save_args(t.spec) + (["refuse"] if refuse else []) if save else ()),
+                  timeout=grace + wait + 60, label="stop")
     if ct.dry:
         return Stopped(st.run, st.alive, "none", None, None)
     fields = runfacts.fields_of(r.out)
+    if fields.get("kept") == "running":  # save-or-refuse: nothing new came, the job was left running
+        raise checkpoints.save_refused(t, st, refuse or "the stop", fields.get("saved"), state(t, st.run).tail)
     left = [int(p) for p in fields.get("left", "").split() if p.isdigit()]
     # None where the GPUs could not be checked (no nvidia-smi, or it did not answer)
     gpu_left = [int(p) for p in fields.get("gpu_left", "").split() if p.isdigit()] \
