@@ -43,25 +43,10 @@ mkdir -p "$logs" "$(dirname "$record")"
 : > "$work/steps.tsv"
 : > "$work/facts.tsv"
 
-remote() { python3 -c 'from remote.cli import program; program.run()' "$@"; }
-fact() { printf '%s\t%s\n' "$1" "$2" >> "$work/facts.tsv"; }
-step() {
-  local name=$1; shift
-  local t0 t1 rc secs
-  if [ "$budget" -gt 0 ] && [ $((SECONDS - started)) -gt "$budget" ]; then
-    printf '%s\t%s\t%s\n' "$name" skipped 0 >> "$work/steps.tsv"
-    echo "== $name: skipped (past the time budget of ${budget}s)"
-    return 1
-  fi
-  t0=$(date +%s.%N)
-  "$@" > "$logs/$name.log" 2>&1
-  rc=$?
-  t1=$(date +%s.%N)
-  secs=$(awk "BEGIN { printf \"%.2f\", $t1 - $t0 }")
-  printf '%s\t%s\t%s\n' "$name" "$rc" "$secs" >> "$work/steps.tsv"
-  printf '== %-20s rc=%-3s %7ss  %s\n' "$name" "$rc" "$secs" "$(tail -n 1 "$logs/$name.log" | cut -c1-140)"
-  return $rc
-}
+# shellcheck disable=SC2034  # read by bench/lib.sh's step
+step_stamped=0 step_width=20 step_cut=140
+# shellcheck source=bench/lib.sh
+. "$repo/bench/lib.sh"  # remote, fact, stamp, pct, step
 # The first step of a run, seconds from its process start: the drafter's "first steady step of every
 # thread", plain's "first step done".
 first_step() { grep -oE '(first steady step of every thread|first step done) [0-9.]+s' "$1" | grep -oE '[0-9.]+' | tail -n 1; }

@@ -44,28 +44,10 @@ command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1 && gpu_machi
 gpu=${GPU:-0}
 $gpu_machine || gpu=none
 
-remote() { python3 -c 'from remote.cli import program; program.run()' "$@"; }
-fact() { printf '%s\t%s\n' "$1" "$2" >> "$work/facts.tsv"; }
-# Each output line with its arrival time (seconds since the epoch): when the first steady step was seen.
-stamp() { while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done; }
-# step NAME CMD...: run, time, log (each line stamped); one line on stdout; its exit status in the record.
-step() {
-  local name=$1; shift
-  local t0 t1 rc secs
-  if [ "$budget" -gt 0 ] && [ "$SECONDS" -gt "$budget" ]; then
-    printf '%s\t%s\t%s\t%s\n' "$name" skipped 0 "$EPOCHREALTIME" >> "$work/steps.tsv"
-    echo "== $name: skipped (past the time budget of ${budget}s)"
-    return 1
-  fi
-  t0=$EPOCHREALTIME
-  "$@" 2>&1 | stamp > "$logs/$name.log"
-  rc=${PIPESTATUS[0]}
-  t1=$EPOCHREALTIME
-  secs=$(awk "BEGIN { printf \"%.2f\", $t1 - $t0 }")
-  printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$secs" "$t0" >> "$work/steps.tsv"
-  printf '== %-16s rc=%-3s %7ss  %s\n' "$name" "$rc" "$secs" "$(tail -n 1 "$logs/$name.log" | cut -d' ' -f2- | cut -c1-160)"
-  return "$rc"
-}
+# shellcheck disable=SC2034  # read by bench/lib.sh's step
+step_stamped=1 step_width=16 step_cut=160
+# shellcheck source=bench/lib.sh
+. "$repo/bench/lib.sh"  # remote, fact, stamp, pct, step
 # The arrival time of a log's "first steady step" line.
 steady_at() { grep -m1 'first steady step of every thread' "$logs/$1.log" | cut -d' ' -f1; }
 started_at() { awk -F'\t' -v n="$1" '$1 == n { print $4 }' "$work/steps.tsv" | tail -n 1; }
@@ -99,7 +81,6 @@ walk(data)
 print(",".join(sorted(found)) or "-")
 EOF
 }
-pct() { "$lab/bin/pct" "$@"; }
 # Where remote did not make the host's uvm nodes (a failure recorded as such), made by hand so the rest runs.
 uvm_by_hand() {
   $gpu_machine && { [ ! -c /dev/nvidia-uvm ] || [ ! -c /dev/nvidia-uvm-tools ]; } || return 0

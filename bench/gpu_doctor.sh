@@ -37,8 +37,8 @@ rm -rf "$lab" "$logs"
 export REMOTE_LAB_DIR=$lab PYTHONPATH=$repo${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 mkdir -p "$logs" "$(dirname "$record")"
 : > "$work/steps.jsonl"
-pct() { "$lab/bin/pct" "$@"; }
-remote() { python3 -c 'from remote.cli import program; program.run()' "$@"; }
+# shellcheck source=bench/lib.sh
+. "$repo/bench/lib.sh"  # remote, pct (its own step: each step's wanted status and its JSON line)
 # step NAME WANT CMD...: run and time CMD; WANT is the exit status that means the step did what it should.
 step() {
   local name=$1 want=$2

@@ -38,27 +38,11 @@ mkdir -p "$logs" "$(dirname "$record")"
 : > "$work/steps.tsv"
 : > "$work/facts.tsv"
 
-remote() { python3 -c 'from remote.cli import program; program.run()' "$@"; }
-fact() { printf '%s\t%s\n' "$1" "$2" >> "$work/facts.tsv"; }
+# shellcheck disable=SC2034  # read by bench/lib.sh's step
+step_stamped=0 step_width=18 step_cut=150
+# shellcheck source=bench/lib.sh
+. "$repo/bench/lib.sh"  # remote, fact, stamp, pct, step
 # step NAME CMD...: run, time, log; one line on stdout; the step's exit status is kept in the record.
-step() {
-  local name=$1; shift
-  local t0 t1 rc
-  if [ "$budget" -gt 0 ] && [ $((SECONDS - started)) -gt "$budget" ]; then
-    printf '%s\t%s\t%s\n' "$name" skipped 0 >> "$work/steps.tsv"
-    echo "== $name: skipped (past the time budget of ${budget}s)"
-    return 1
-  fi
-  t0=$(date +%s.%N)
-  "$@" > "$logs/$name.log" 2>&1
-  rc=$?
-  t1=$(date +%s.%N)
-  local secs
-  secs=$(awk "BEGIN { printf \"%.2f\", $t1 - $t0 }")
-  printf '%s\t%s\t%s\n' "$name" "$rc" "$secs" >> "$work/steps.tsv"
-  printf '== %-18s rc=%-3s %7ss  %s\n' "$name" "$rc" "$secs" "$(tail -n 1 "$logs/$name.log" | cut -c1-150)"
-  return $rc
-}
 gpu_used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | paste -sd, -; }
 gpu_procs() { nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | paste -sd, -; }
 # The median of a run's throughput lines, the first one left out (it can hold the end of the ramp) when there are 3+.

@@ -49,28 +49,11 @@ else
 fi
 train_cmd="python train.py config/train_shakespeare_char.py $model --max_iters=$max_iters --lr_decay_iters=$max_iters --eval_interval=$eval --eval_iters=20 --log_interval=10 --always_save_checkpoint=True --out_dir=out"
 
-remote() { python3 -c 'from remote.cli import program; program.run()' "$@"; }
-fact() { printf '%s\t%s\n' "$1" "$2" >> "$work/facts.tsv"; }
-stamp() { while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done; }
-step() {  # step NAME CMD...: run, time, log (each line stamped); one line on stdout; its status in the record
-  local name=$1; shift
-  local t0 t1 rc secs
-  if [ "$budget" -gt 0 ] && [ "$SECONDS" -gt "$budget" ]; then
-    printf '%s\t%s\t%s\t%s\n' "$name" skipped 0 "$EPOCHREALTIME" >> "$work/steps.tsv"
-    echo "== $name: skipped (past the time budget of ${budget}s)"
-    return 1
-  fi
-  t0=$EPOCHREALTIME
-  "$@" 2>&1 | stamp > "$logs/$name.log"
-  rc=${PIPESTATUS[0]}
-  t1=$EPOCHREALTIME
-  secs=$(awk "BEGIN { printf \"%.2f\", $t1 - $t0 }")
-  printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$secs" "$t0" >> "$work/steps.tsv"
-  printf '== %-16s rc=%-3s %7ss  %s\n' "$name" "$rc" "$secs" "$(tail -n 1 "$logs/$name.log" | cut -d' ' -f2- | cut -c1-160)"
-  return "$rc"
-}
+# shellcheck disable=SC2034  # read by bench/lib.sh's step
+step_stamped=1 step_width=16 step_cut=160
+# shellcheck source=bench/lib.sh
+. "$repo/bench/lib.sh"  # remote, fact, stamp, pct, step
 started_at() { awk -F'\t' -v n="$1" '$1 == n { print $4 }' "$work/steps.tsv" | tail -n 1; }
-pct() { "$lab/bin/pct" "$@"; }
 run_log() { pct exec "$A" -- cat "/root/runs/$1/log"; }
 latest_run() { pct exec "$A" -- bash -c 'ls -1t /root/runs | grep -v "^\." | head -n 1'; }
 # wait_iter RUN N: until the run's log shows `iter M` with M >= N (at most 400 s)

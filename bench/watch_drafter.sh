@@ -20,7 +20,7 @@ conf=$(python3 -c 'import json, sys; print(json.dumps({"stall": float(sys.argv[2
 command="python3 -m drafter.train --target-gpus 0 --drafter-gpus ${DRAFTERS:-0,0,0} --no-guard --stagger 4 --steps ${STEPS:-400} --log-interval 2"
 t0=$(date +%s)
 REMOTE_RUN_ID=watch-drafter-$$ setsid bash -c "$(cat "$root/remote/sh/job.sh")" job "$run" "$root/examples" "$command" 0 "" \
-  "$(cat "$root/remote/sh/watch.py")" "$conf" &
+  "$(cd "$root" && python3 -c 'from remote import shell; print(shell.load_python("watch"))')" "$conf" &
 leader=$!
 for _ in $(seq "${LIMIT:-200}"); do [ -e "$run/exit" ] && break; sleep 1; done
 echo "after $(( $(date +%s) - t0 )) s: exit $(cat "$run/exit" 2>/dev/null || echo none) (124: ended by the stall watch)"

@@ -34,7 +34,7 @@ conf=$(python3 -c 'import json, sys; print(json.dumps({"stall": 8, "on_stall": "
   "gpu_every": 5, "grace": 3, "metrics": [{"pattern": r"([\d.]+)\s*tok/s", "flags": 2, "unit": "Ktok/s",
   "scale": 0.001, "invert": False}]}))' "${1:-}")
 REMOTE_RUN_ID=watch-here-$$ setsid bash -c "$(cat "$root/remote/sh/job.sh")" job "$run" "$work" "python3 job.py" 0 "" \
-  "$(cat "$root/remote/sh/watch.py")" "$conf" &
+  "$(cd "$root" && python3 -c 'from remote import shell; print(shell.load_python("watch"))')" "$conf" &
 sleep 4
 pids=$(grep -l "REMOTE_RUN_ID=watch-here-$$" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3)
 mine=

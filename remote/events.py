@@ -20,6 +20,7 @@ container's thread). Nothing here prints or touches sys.stdout.
     ├── CheckpointSeen  a run's checkpoint found complete (stop(save=True)'s, or the one a resume starts from)
     ├── RunResumed    a run started from a checkpoint (its path and step, the run it continues)
     ├── DeviceWarmed  one device's warmup ended: its seconds, cache gain and hits (remote.results.WarmupDevice's)
+    ├── WarmupUnserved  what a device's warmup compiled will not serve the run (each function's reason)
     ├── Done          a container's part of a group call ended well
     └── Failed        ... or with an error (its exit status and message)
 
@@ -115,6 +116,16 @@ class DeviceWarmed(Event):
     hits: int
     misses: int
     counted_by: Literal["", "guard", "torch"]  # who counted the hits: the compile guard, torch, neither
+
+
+@dataclass(frozen=True)
+class WarmupUnserved(Event):
+    """What a device's warmup compiled will not serve the run (remote.ops.warmup.unserved): a function that ran
+    eagerly, or one compiled again for each value a guard checks; one reason each, worded by the command line
+    as a warning after the device's compile lines (remote/cli/warmup.py)."""
+
+    device: str
+    reasons: tuple[str, ...]
 
 
 @dataclass(frozen=True)

@@ -176,6 +176,17 @@ def printable(text: str | bytes, *, lines: bool = False) -> str:
     return "".join(ch if _shown(ch, keep) else _escape(ch) for ch in text)
 
 
+def path_words(path: str) -> str:
+    """A path the container reported, named unambiguously in words: as it is where every character shows
+    (a tab does not), else whole as a shell's `$'...'` string (control characters and the rest printable() escapes
+    as `\\xNN`, a backslash and a quote escaped too), so `a\\x1bb` typed and an ESC in a name never read alike
+    and the words can be pasted into a shell. Never cut."""
+    if all(_shown(ch, "") for ch in path):
+        return path
+    return "$'" + "".join("\\\\" if ch == "\\" else "\\'" if ch == "'" else ch if _shown(ch, "") else _escape(ch)
+                          for ch in path) + "'"
+
+
 def copied_line(c: Any) -> str:
     """A compile-cache copy (remote.results.CacheCopy) as one line: the copy's progress, and `remote warmup`'s last line."""
     return (f"copied {c.files} cache file(s), {c.bytes / 2**20:.1f} MiB, from {c.src} "

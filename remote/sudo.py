@@ -282,7 +282,7 @@ def _program_problem(path: str, rows: list[tuple[str, str]]) -> str | None:
     kinds = {what: answer for what, answer in rows if what.startswith("@") and ":" not in what}
     if kinds.get("@end") != "done" or "@program" not in kinds:
         return "the host did not say who owns its folders"  # nothing, or an answer cut short
-    for key in ("@program", "@interpreter-is", "@end"):  # said once each: a second (a name with a newline) is forged
+    for key in ("@program", "@interpreter-is", "@args", "@env-finds", "@end"):  # said once each: a second (a name with a newline) is forged
         if sum(what == key for what, _ in rows) > 1:
             return f"unreadable answer: {key} said twice (a name with a newline in it?)"
     for what, answer in rows:
@@ -312,8 +312,23 @@ def _program_problem(path: str, rows: list[tuple[str, str]]) -> str | None:
     if ikind != "elf":
         why = {"script": "a script itself", "missing": "missing", "loop": "a link loop"}.get(ikind, "no ELF binary")
         return f"{real}'s interpreter {interpreter} is {why}: only an ELF interpreter is checked"
+    args = kinds.get("@args")
+    if args is None:
+        return f"{real}: the host did not say what its `#!` line passes {interpreter}"
     if ireal.rsplit("/", 1)[-1] == "env" or interpreter.rsplit("/", 1)[-1] == "env":
-        return f"{real} finds its interpreter through {interpreter}, which looks it up on PATH"
+        if not ENV_NAME.fullmatch(args):
+            return (f"{real}'s `#!` line runs {interpreter} {args!r}: only `env NAME` (one plain name, no option: "
+                    "`env -S` splits the rest into options that may load code) is checked; name the interpreter "
+                    "by its absolute path")
+        fkind, _, freal = kinds.get("@env-finds", "missing").partition(" ")
+        if fkind != "elf":
+            why = {"script": "a script itself", "missing": "not found", "loop": "a link loop"}.get(fkind, "no ELF binary")
+            return f"{real}'s interpreter {args}, looked up by env on sudo's PATH ({SUDO_PATH}), is {why}"
+        # its chain, and each folder before it on that PATH (one could hide another NAME): the rows checked above
+    else:
+        problem = _args_problem(real, ireal or interpreter, args)
+        if problem:
+            return problem
     if real in PROXMOX_OWN:
         return None
     for what, answer in rows:
@@ -327,6 +342,31 @@ def _program_problem(path: str, rows: list[tuple[str, str]]) -> str | None:
             if problem:
                 return f"beside the script (it may load it): {problem}"
     return None
+
+
+# What `env NAME` in a `#!` line may name (rootchain.sh looks it up only then), and where sudo makes env look:
+# Debian's and Proxmox VE's default secure_path, which sudo sets PATH to.
+ENV_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
+SUDO_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# The `#!` options known to load no code, by interpreter (its name without a version): one word, `-` and these
+# letters (the kernel passes the rest of the line as one argument). Proxmox's own pct is `#!/usr/bin/perl -T`.
+# Not here, for example: perl -I/-M/-m/-d/-x, python -X/-W/-m/-c/-i (-W CATEGORY imports a module),
+# bash --rcfile/--init-file/-O/-p, and every long option.
+SAFE_SHEBANG_LETTERS = {"perl": "TtwWX", "python": "IEsSuBOq", "sh": "euf", "bash": "euf", "dash": "euf"}
+
+
+def _args_problem(real: str, interpreter: str, args: str) -> str | None:
+    """Why the `#!` line's arguments `args` to `interpreter` may make it load code not checked, or None."""
+    if not args:
+        return None
+    name = re.sub(r"[0-9.]+$", "", interpreter.rsplit("/", 1)[-1])
+    letters = SAFE_SHEBANG_LETTERS.get(name, "")
+    if letters and re.fullmatch(rf"-[{letters}]+", args):
+        return None
+    known = ("only " + " ".join(f"-{c}" for c in letters) + " are known to load nothing") if letters \
+        else "none is known to load nothing"
+    return (f"{real}'s `#!` line gives {interpreter} the option {args!r}: an option may make it load code the check "
+            f"does not see (perl -I, python -X, bash --rcfile); of {name}'s, {known}")
 
 
 def unsafe(output: str, paths: Sequence[str]) -> dict[str, str]:

@@ -35,6 +35,18 @@ def tier_of(path: Path) -> str | None:
     return parts[0] if len(parts) > 1 and parts[0] in TIERS else None
 
 
+def needs(ok: bool, what: str, install: str) -> None:
+    """Skip a test that needs `what` where this machine lacks it; under CI=true (.ci/run sets it) fail instead,
+    naming what to install: a CI machine without it is broken, and a skip there would hide the tests."""
+    import pytest
+
+    if ok:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true and this machine lacks {what}: {install}", pytrace=False)
+    pytest.skip(f"needs {what}")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

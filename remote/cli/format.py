@@ -11,11 +11,11 @@ import json
 import time
 from typing import Any
 
-from ..events import DeviceWarmed, Done, Event, Failed, Progress
-from ..naming import copied_line, known_good_label, passport_line, printable, size
+from ..events import Done, Event, Failed, Progress
+from ..naming import copied_line, known_good_label, passport_line, path_words, printable, size
 from ..results import Checkpoint, DeployPlan, Diagnosis, Finding, GpuHost, GpuReport, Transfer
-from ..results.runs import resumes_text
-from .warmup import device_warmed_text
+from .checkwords import resumes_words
+from .warmup import warmup_text
 
 
 def live_text(live: list[dict]) -> str:
@@ -39,7 +39,7 @@ def event_text(event: Event, group: int | None) -> str | None:
     part the reporting thread runs, remote.api.current_container)."""
     if isinstance(event, (Done, Failed)):
         return None
-    text = device_warmed_text(event) if isinstance(event, DeviceWarmed) else event.line
+    text = warmup_text(event) or event.line
     return marked(text, None if group is None else event.container if event.container is not None else group)
 
 
@@ -153,7 +153,7 @@ def runs_text(found: list, ctid: int, run_dir: str) -> str:
         tp = f"{r.throughput:.4g}{' ' + r.unit if r.unit else ''}" if r.throughput is not None else "-"
         rows.append((printable(r.id), started, "LOST" if r.state == "lost" else r.state,
                      "-" if r.exit is None else str(r.exit), tp,
-                     printable(r.command or "-") + (f"  ({printable(r.resumes)})" if r.resumes else "")))
+                     printable(r.command or "-") + (f"  ({resumes_words(r.parent, r.checkpoint)})" if r.resumes else "")))
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:5], widths, strict=True)) + "  " + row[5] for row in rows]
     return "\n".join(line.rstrip() for line in lines)
@@ -259,7 +259,7 @@ def _job_line(entry: dict | None) -> str:
     # the rolling figure, as the run's own line says it (the last interval's alone jumps); the last where none yet
     shown = r.get("rolling") if r.get("rolling") is not None else r["throughput"]
     ck = r.get("checkpoint")
-    lineage = f" ({printable(str(resumes_text(r.get('parent'), Checkpoint(**ck))))})" if ck else ""
+    lineage = f" ({resumes_words(r.get('parent'), Checkpoint(**ck))})" if ck else ""
     if r["alive"]:
         tp = f", {shown:.4g}{unit}" if shown is not None else ", no throughput yet"
         base = (f" vs baseline {r['baseline']:g}{unit}{' SLOW' if r['low'] else ''}"
@@ -317,7 +317,7 @@ def stop_lines(stopped: Any) -> list[str]:
 
 def checkpoint_words(c: Any) -> str:
     """A remote.results.Checkpoint in a line: its path, step and (where given) why it is not complete."""
-    return printable(c.path + (f" (step {c.step})" if c.step is not None else "")
+    return printable(path_words(c.path) + (f" (step {c.step})" if c.step is not None else "")
                      + ("" if c.complete else f": not complete, {c.why}"))
 
 

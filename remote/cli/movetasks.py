@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from ..naming import printable
+from ..naming import path_words, printable
 from ..results import Drained, Moved
 from .table import DRY_HELP, HOSTS_HELP, Exit, fleet_of, handled, say, task
 
@@ -18,7 +18,7 @@ def _saved(m: Moved) -> str:
     if s is None or s.checkpoint is None:
         return ""
     c = s.checkpoint
-    return f", checkpoint {c.path}" + (f" at step {c.step}" if c.step is not None else "") + (
+    return f", checkpoint {path_words(c.path)}" + (f" at step {c.step}" if c.step is not None else "") + (
         f", {s.steps_lost} step(s) lost" if s.steps_lost is not None else "")
 
 
@@ -59,7 +59,7 @@ def drained_lines(d: Drained) -> list[str]:
             lines.append(f"container {c.ctid}: no live run")
         else:
             ck = c.saved.checkpoint if c.saved else None
-            lines.append(f"container {c.ctid}: run {c.run} stopped" + (f", checkpoint {ck.path}" if ck else "")
+            lines.append(f"container {c.ctid}: run {c.run} stopped" + (f", checkpoint {path_words(ck.path)}" if ck else "")
                          + f"; resume it with: {c.resume}")
     if d.action == "drain" and d.to is None and d.record:
         lines.append(f"remembered in {d.record}: `remote host resume {d.host}` resumes them all")

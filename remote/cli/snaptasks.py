@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..naming import printable
+from ..naming import path_words, printable
 from . import format as fmt
 from .table import DRY_HELP, HOSTS_HELP, ONE_CT_HELP, fleet_of, handled, say, task
 
@@ -41,7 +41,7 @@ def rollback_lines(done: Any) -> list[str]:
     return ([f"rolled back container {done.container} to {done.snapshot.name} ({done.snapshot.time}, "
              f"{printable(done.snapshot.description) or 'no description'})" + ("; started again" if done.started else "")]
             + [f"  restored: {line}" for line in done.restored] + [f"  kept:     {line}" for line in done.kept]
-            + ([f"  carried:  checkpoint {printable(done.carried.path)}"
+            + ([f"  carried:  checkpoint {path_words(done.carried.path)}"
                 + (f" (step {done.carried.step})" if done.carried.step is not None else "")
                 + f" across the rollback (through {printable(done.carried_via or '')})"] if done.carried else [])
             + ([f"  resumed:  run {done.resumed} continues run {done.stopped}"] if done.resumed else

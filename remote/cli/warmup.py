@@ -1,9 +1,27 @@
-"""The warmup's words on the command line: a device's line as it ends (remote.events.DeviceWarmed). Pure, no
-I/O; its own module because remote/cli/format.py is at the 700-line wall."""
+"""The warmup's words on the command line: a device's line as it ends (remote.events.DeviceWarmed) and the
+warning that what it compiled will not serve the run (remote.events.WarmupUnserved). Pure, no I/O; its own
+module because remote/cli/format.py is at the 700-line wall."""
 
 from __future__ import annotations
 
-from ..events import DeviceWarmed
+from ..events import DeviceWarmed, Event, WarmupUnserved
+from ..naming import printable
+
+
+def warmup_text(e: Event) -> str | None:
+    """The warmup's own kinds as the command line shows them (format.event_text); None for any other kind."""
+    if isinstance(e, DeviceWarmed):
+        return device_warmed_text(e)
+    if isinstance(e, WarmupUnserved):
+        return unserved_text(e)
+    return None
+
+
+def unserved_text(e: WarmupUnserved) -> str:
+    """`  [0] !! what this warmup compiled will not serve the run: REASON; ...` (at most three reasons), under
+    the device's compile lines."""
+    # the reasons name the job's functions and guards (the container's words): escaped, as printable() does
+    return printable(f"  [{e.device}] !! what this warmup compiled will not serve the run: " + "; ".join(e.reasons[:3]))
 
 
 def device_warmed_text(e: DeviceWarmed) -> str:

@@ -177,8 +177,11 @@ class Manifest:
             return None
         step = got.get("step")
         kind = got.get("kind") if got.get("kind") in CHECKPOINT_KINDS else "file"
-        return Checkpoint(shown(got["path"], 4096), True, kind, step=step if step is None or step >= 0 else None,
-                          step_from="manifest")
+        path = got["path"]
+        if not path.startswith("/") or len(path) > 4096 or "\0" in path:
+            return None  # the job may rewrite its manifest: a path no checkpoint could have is none at all
+        # kept exactly, never escaped or cut: the words escape it whole (remote.naming.path_words)
+        return Checkpoint(path, True, kind, step=step if step is None or step >= 0 else None, step_from="manifest")
 
     @property
     def parent(self) -> str | None:

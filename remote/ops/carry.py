@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from .. import shell, sudo
 from ..errors import SnapshotError
 from ..facts import runs as runfacts
-from ..naming import printable
+from ..naming import path_words, printable
 from ..results import Checkpoint
 from ..target import Target
 from . import checkpoints
@@ -78,8 +78,8 @@ def plan(t: Target, mounts: list[str], run: str | None) -> tuple[CarryPlan | Non
     host_dir = f"{sudo.CARRY_ROOT}/{t.ctid}"
     p = CarryPlan(c, path if c.kept else c.path, host_dir, f"{host_dir}/{host_name(run)}")
     step = f" (step {c.step})" if c.step is not None else ""
-    return p, (f"carry checkpoint {c.path}{step} across the rollback: to {t.host.name}:{p.host_file} and back to "
-               f"{p.dest}")
+    return p, (f"carry checkpoint {path_words(c.path)}{step} across the rollback: to {t.host.name}:{p.host_file} and "
+               f"back to {path_words(p.dest)}")
 
 
 def _host(t: Target, name: str, *args: str, mutates: bool, deadline: float = 120) -> tuple[int, str, str]:
@@ -107,13 +107,13 @@ def out(t: Target, p: CarryPlan) -> Carried:
     fields = runfacts.fields_of(r.out)
     size_text, sha, kind = fields.get("size", ""), fields.get("sha", ""), fields.get("kind", "")
     if r.exit_code != 0 or not size_text.isdigit() or not HEX64.fullmatch(sha) or kind not in ("file", "folder"):
-        raise CarryError(printable(f"container {t.ctid}: checkpoint {c.path} could not be staged at {STAGE} "
+        raise CarryError(printable(f"container {t.ctid}: checkpoint {path_words(c.path)} could not be staged at {STAGE} "
                                    f"(exit {r.exit_code}: {r.err.strip()[-300:]}): nothing was changed"))
     size = int(size_text)
 
     def fail(why: str) -> CarryError:
         ct.script(shell.load("carry"), "drop", STAGE, label="carry drop")
-        return CarryError(printable(f"container {t.ctid}: checkpoint {c.path} could not be carried to {host}: {why}: "
+        return CarryError(printable(f"container {t.ctid}: checkpoint {path_words(c.path)} could not be carried to {host}: {why}: "
                                     "nothing was changed (the rollback did not run)"))
 
     rc, _, err = _host(t, "install", "-d", "-m", "0700", p.host_dir, mutates=True)
@@ -133,7 +133,7 @@ def out(t: Target, p: CarryPlan) -> Carried:
         raise fail(f"`pct pull` (exit {r2.exit_code}: {(r2.err.strip() or r2.out.strip())[-200:]}) left no verified "
                    f"copy at {p.host_file} (sha256 {got or 'unreadable'}, want {sha})")
     ct.script(shell.load("carry"), "drop", STAGE, label="carry drop")
-    t.note(f"checkpoint {c.path} ({size} bytes, sha256 {sha[:12]}) carried to {host}:{p.host_file}")
+    t.note(f"checkpoint {path_words(c.path)} ({size} bytes, sha256 {sha[:12]}) carried to {host}:{p.host_file}")
     return Carried(p, kind, size, sha)
 
 
@@ -168,9 +168,9 @@ def back(t: Target, got: Carried) -> None:
                if u.exit_code == 4 else f"exit {u.exit_code}: {u.err.strip()[-200:]}")
         raise fail(f"`pct push` (exit {r.exit_code}: {(r.err.strip() or r.out.strip())[-200:]}), then: {why}")
     if fields.get("aside"):
-        t.note(printable(f"the snapshot's {p.dest} renamed aside to {fields['aside']} (never deleted)"))
+        t.note(printable(f"the snapshot's {path_words(p.dest)} renamed aside to {fields['aside']} (never deleted)"))
     rc, _, err = _host(t, "rm", "-f", "--", p.host_file, mutates=True)
     if rc != 0:
-        t.warn(printable(f"checkpoint back at {p.dest}, but the host's copy {p.host_file} could not be removed: "
+        t.warn(printable(f"checkpoint back at {path_words(p.dest)}, but the host's copy {p.host_file} could not be removed: "
                          f"{err.strip()[-200:]}"))
-    t.step(f"checkpoint {p.checkpoint.path} back at {p.dest} (sha256 verified)")
+    t.step(f"checkpoint {path_words(p.checkpoint.path)} back at {path_words(p.dest)} (sha256 verified)")

@@ -18,7 +18,7 @@ from ..config import ContainerSpec
 from ..errors import FORCE, FRESH, RESUME, CheckpointRefused, ConfigError, JobError, SaveRefused, worded
 from ..events import CheckpointSeen, RunResumed
 from ..facts.runs import CHECKPOINT_KINDS, RunState
-from ..naming import json_loads, printable
+from ..naming import json_loads, path_words, printable
 from ..results import Checkpoint, Saved, SaveOutcome
 from ..target import Target
 
@@ -88,12 +88,22 @@ def _num(value: Any, kind: type | tuple = (int, float)) -> Any:
     return value if isinstance(value, kind) and not isinstance(value, bool) else None
 
 
+def reported_path(value: Any) -> str | None:
+    """A checkpoint path the container reported, kept exactly (a resume passes it back to the job, the run
+    record names it): an absolute path of at most 4096 characters without NUL, else None. Never escaped or cut
+    here: the words escape it (remote.naming.path_words)."""
+    if not isinstance(value, str) or not value.startswith("/") or len(value) > 4096 or "\0" in value:
+        return None
+    return value
+
+
 def checkpoint_of(d: Any, *, kept: bool = False) -> Checkpoint | None:
     """One candidate of ckpt.py's answer as a Checkpoint (each field checked: the container wrote it)."""
-    if not isinstance(d, Mapping) or not isinstance(d.get("path"), str):
+    path = reported_path(d.get("path")) if isinstance(d, Mapping) else None
+    if path is None:
         return None
     step = _num(d.get("step"), int)
-    return Checkpoint(printable(d["path"])[:4096], d.get("complete") is True,
+    return Checkpoint(path, d.get("complete") is True,
                       d["kind"] if d.get("kind") in KINDS else "file", max(0, _num(d.get("size"), int) or 0),
                       _num(d.get("mtime")), step if step is not None and step >= 0 else None,
                       printable(str(d["step_from"]))[:80] if isinstance(d.get("step_from"), str) else None,
@@ -122,9 +132,14 @@ def refuse_plain(t: Target) -> None:
     if c is None:
         return
     raise worded(CheckpointRefused(
-        f"container {t.spec.ctid} has a complete checkpoint {c.path}{_step(c)}: a new run would overwrite it. "
+        f"container {t.spec.ctid} has a complete checkpoint {path_words(c.path)}{_step(c)}: a new run would overwrite it. "
         f"Continue from it with {RESUME}, or start over with {FRESH} (the old checkpoints are moved "
         "aside, never deleted)", c.path), RESUME, FRESH)
+
+
+def _words(value: Any) -> str:
+    """A path of ckpt.py's answer in words: escaped whole, never cut (remote.naming.path_words)."""
+    return path_words(value) if isinstance(value, str) else printable(str(value))
 
 
 def _step(c: Checkpoint) -> str:
@@ -139,18 +154,32 @@ def restore(t: Target) -> Checkpoint:
         return Checkpoint(path_of(t.spec) or "", True, "file")
     for m in data.get("moved") or []:
         if isinstance(m, Mapping):
-            t.note(printable(f"checkpoint {m.get('path')} is not complete: moved aside to {m.get('to')}"))
+            t.note(f"checkpoint {_words(m.get('path'))} is not complete: moved aside to {_words(m.get('to'))}")
     restored = data.get("restored")
     if isinstance(restored, Mapping):
-        t.note(printable(f"checkpoint {restored.get('to')} restored from the kept copy {restored.get('from')}"))
+        t.note(f"checkpoint {_words(restored.get('to'))} restored from the kept copy {_words(restored.get('from'))}")
     c = checkpoint_of(data.get("latest"))
+    _refuse_elsewhere(t, rc, data)
     if rc == NO_CHECKPOINT or c is None or not c.complete:
         bad = [x for x in (checkpoint_of(d) for d in data.get("incomplete") or []) if x is not None]
-        why = (f"{bad[0].path} is not complete ({bad[0].why})" if bad else
+        why = (f"{path_words(bad[0].path)} is not complete ({bad[0].why})" if bad else
                f"nothing matches {path_of(t.spec)}")
         raise worded(CheckpointRefused(f"container {t.spec.ctid}: no complete checkpoint to resume from: {why}. "
                                        f"{FRESH} starts over", bad[0].path if bad else None), FRESH)
     return c
+
+
+def _refuse_elsewhere(t: Target, rc: int, data: Mapping) -> None:
+    """CheckpointRefused where ckpt.py found only a kept copy taken from another path than the configured one."""
+    elsewhere = data.get("kept_elsewhere")
+    if rc != NO_CHECKPOINT or not isinstance(elsewhere, Mapping):
+        return
+    kept, source = _words(elsewhere.get("kept")), _words(elsewhere.get("source"))
+    raise worded(CheckpointRefused(
+        f"container {t.spec.ctid}: the kept copy {kept} of the last complete checkpoint was taken from {source}, "
+        f"but train.checkpoint.path is {_words(elsewhere.get('path'))} now: it is not put back at a path it did not "
+        f"come from. Set train.checkpoint.path back to {source} to resume from it, copy it there yourself, or "
+        f"start over with {FRESH}", source), FRESH)
 
 
 def pick(t: Target, step: int) -> Checkpoint:
@@ -161,12 +190,13 @@ def pick(t: Target, step: int) -> Checkpoint:
         return Checkpoint(path_of(t.spec) or "", True, "file", step=step)
     for m in data.get("moved") or []:
         if isinstance(m, Mapping):
-            t.note(printable(f"checkpoint {m.get('path')} is newer than the run's common step {step}: moved aside "
-                             f"to {m.get('to')}"))
+            t.note(f"checkpoint {_words(m.get('path'))} is newer than the run's common step {step}: moved aside "
+                   f"to {_words(m.get('to'))}")
     restored = data.get("restored")
     if isinstance(restored, Mapping):
-        t.note(printable(f"checkpoint {restored.get('to')} restored from the kept copy {restored.get('from')}"))
+        t.note(f"checkpoint {_words(restored.get('to'))} restored from the kept copy {_words(restored.get('from'))}")
     c = checkpoint_of(data.get("latest"))
+    _refuse_elsewhere(t, rc, data)
     if rc == NO_CHECKPOINT or c is None or not c.complete or c.step != step:
         raise CheckpointRefused(f"container {t.spec.ctid}: no complete checkpoint at step {step} any more (it "
                                 "changed since it was listed): nothing was started")
@@ -184,8 +214,7 @@ def wait_save(t: Target, st: RunState) -> str:
 def set_aside(t: Target) -> list[tuple[str, str]]:
     """A fresh start: every checkpoint (and the kept copy) renamed aside; (path, where it went) each, noted."""
     data, _ = _call(t, "fresh", mutates=True)
-    moved = [(printable(str(m.get("path"))), printable(str(m.get("to")))) for m in data.get("moved") or []
-             if isinstance(m, Mapping)]
+    moved = [(_words(m.get("path")), _words(m.get("to"))) for m in data.get("moved") or [] if isinstance(m, Mapping)]
     for path, to in moved:
         t.note(f"fresh start: checkpoint {path} moved aside to {to} (nothing deleted)")
     return moved
@@ -194,7 +223,7 @@ def set_aside(t: Target) -> list[tuple[str, str]]:
 def seen(t: Target, c: Checkpoint, now: float | None) -> None:
     """The CheckpointSeen event: its path, step and age."""
     age = round(now - c.mtime, 1) if now is not None and c.mtime is not None else None
-    t.session.sink(CheckpointSeen(t.ctid, f"-- checkpoint {c.path}{_step(c)}"
+    t.session.sink(CheckpointSeen(t.ctid, f"-- checkpoint {path_words(c.path)}{_step(c)}"
                                   + (f", {age:g} s old" if age is not None else ""), c.path, c.step, age))
 
 
@@ -292,7 +321,7 @@ def started(t: Target, start: Start, launched: tuple[str, int]) -> tuple[str, in
     c, run_id = start.checkpoint, launched[0]
     if c is not None:
         t.session.sink(RunResumed(t.ctid, f"==> run {run_id} resumes " + (f"run {start.parent} " if start.parent else "")
-                                  + f"from {c.path}{_step(c)}", run_id, start.parent, c.path, c.step))
+                                  + f"from {path_words(c.path)}{_step(c)}", run_id, start.parent, c.path, c.step))
     return launched
 
 
@@ -323,7 +352,7 @@ def save_refused(t: Target, st: RunState, what: str, text: str | None, tail: str
     ck = t.spec.train.checkpoint
     grace = ck.grace if ck else 0
     c = got.checkpoint
-    last = (f"its last complete checkpoint is {c.path}{_step(c)}" + (f", {got.age_s:g} s old" if got.age_s is not None
+    last = (f"its last complete checkpoint is {path_words(c.path)}{_step(c)}" + (f", {got.age_s:g} s old" if got.age_s is not None
                                                                       else "") if c else
             "it has no complete checkpoint at all")
     sent = f" (the {ck.signal} it was sent reaches only a handler the job installed: it ends nothing)" \
@@ -343,7 +372,7 @@ def after_stop(t: Target, st: RunState, text: str | None, restored: str | None, 
     got = saved_of(text, tail(), restored)
     if got.checkpoint is not None:
         c = got.checkpoint
-        t.session.sink(CheckpointSeen(t.ctid, f"-- checkpoint {c.path}{_step(c)}" + (
+        t.session.sink(CheckpointSeen(t.ctid, f"-- checkpoint {path_words(c.path)}{_step(c)}" + (
             f", {got.age_s:g} s old" if got.age_s is not None else ""), c.path, c.step, got.age_s))
     return got
 

@@ -107,8 +107,9 @@ def fetch_url(url: str, ref: str) -> str:
 
     def git(*args: str, where: str | None = None) -> subprocess.CompletedProcess[str]:
         try:
+            # umask 077: the clone's config holds the URL, and any token in it, so what git writes is ours alone
             return subprocess.run(["git", *(["-C", where] if where else []), *args], capture_output=True, text=True,
-                                  env=env, stdin=subprocess.DEVNULL, timeout=FETCH_TIMEOUT)
+                                  env=env, stdin=subprocess.DEVNULL, timeout=FETCH_TIMEOUT, umask=0o077)
         except subprocess.TimeoutExpired:
             raise DeployError(f"code.repo: git {args[0]} of {redact(url)} took over {FETCH_TIMEOUT} s: check the "
                               "network, or clone it yourself and set code.repo to the clone's path") from None
@@ -119,8 +120,11 @@ def fetch_url(url: str, ref: str) -> str:
                            "this machine (its credentials: a credential helper, ssh-agent, ~/.ssh/config), or set "
                            "code.repo to a local clone's path")
 
+    clone.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _keep_private(clone.parent)
+    if (clone / "HEAD").exists():
+        _keep_private(clone)
     if not (clone / "HEAD").exists():
-        clone.parent.mkdir(parents=True, exist_ok=True)
         partial = clone.with_name(clone.name + ".partial")
         if partial.exists():
             import shutil
@@ -144,6 +148,25 @@ def fetch_url(url: str, ref: str) -> str:
         if r.returncode == 0:
             _git(str(clone), "update-ref", f"refs/remote-fetched/{secrets.token_hex(4)}", "FETCH_HEAD")
     return str(clone)
+
+
+def _keep_private(path: Path) -> None:
+    """A cache folder (and a clone's config, which holds the URL with any token in it) readable by its owner
+    only: one made before under a wider umask is tightened; one another user owns is refused, never used."""
+    import os
+    import stat
+
+    for p, mode in ((path, 0o700), (path / "config", 0o600)):
+        try:
+            st = p.lstat()
+        except FileNotFoundError:
+            continue
+        if st.st_uid != os.geteuid() or stat.S_ISLNK(st.st_mode):
+            what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else f"owned by uid {st.st_uid}"
+            raise DeployError(f"code.repo: the cache {p} is {what}, not this user's own: it holds the URL's "
+                              "credentials and what deploy ships; remove it (the next deploy clones again)")
+        if stat.S_IMODE(st.st_mode) & 0o077:
+            os.chmod(p, mode)
 
 
 def _redact_text(text: str) -> str:

@@ -10,13 +10,14 @@ snapshot would not outlive it; the result lists the snapshots that go with it, a
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 
 from ..errors import BusyError, ContainerNotFound, RootRequired, call, worded
 from ..results import Destroyed
 from ..target import Target
-from . import jobs
+from . import jobs, oplock
 from . import snapshots as snaps
 
 
@@ -28,12 +29,19 @@ def refuse_without_root(t: Target) -> None:
                            "(docs/guide/safety.md#which-command-needs-which-login)")
 
 
-def plan(t: Target) -> tuple[str, list[str]]:
-    """The container's state as pct says (running, stopped, missing) and its snapshots' names; BusyError while a
-    run is live there (read only when it runs)."""
+def state_of(t: Target) -> str:
+    """The container's state as pct says: running, stopped, or missing (the host has no such container)."""
     try:
-        state = t.ct.status()
+        return t.ct.status()
     except ContainerNotFound:
+        return "missing"
+
+
+def plan(t: Target, state: str | None = None) -> tuple[str, list[str]]:
+    """The container's state (`state`, else asked) and its snapshots' names; BusyError while a run is live
+    there (read only when it runs)."""
+    state = state_of(t) if state is None else state
+    if state == "missing":
         return "missing", []
     if state == "running":
         live = jobs.state(t).live
@@ -55,15 +63,24 @@ def destroy(t: Target, *, hosts_file: str | None,
     refuse_without_root(t)
     if hosts_file:
         remove_entry(hosts_file, t.ctid, False)
-    state, snapshot_names = plan(t)
-    argv = ("destroy", str(t.ctid), "--force", "1", "--purge", "1")
-    commands: tuple[str, ...] = ()
-    if state != "missing":
-        t.step(f"pct {' '.join(argv)} on {t.host.name} ({state}" +
-               (f"; its snapshots go with it: {', '.join(snapshot_names)})" if snapshot_names else ")"))
-        result = t.ct.run_pct(*argv, mutates=True, deadline=600)
-        result.check(t.ct.where)
-        commands = (f"pct {' '.join(argv)}",)
+    state = state_of(t)
+    # The operation lease of a running container (a stopped one runs no launch), as rollback holds it: from the
+    # live-run check to `pct destroy`, so no launch, deploy or warmup of another controller starts in between.
+    # The lease file is in the container's /run: it goes with the container (its release then fails, unheard).
+    # A dry run changes nothing, so it holds nothing (and names no lease command among what it would run).
+    leased = state == "running" and not t.ct.dry
+    with oplock.hold(t.ct, "destroy") if leased else contextlib.nullcontext() as lease:
+        state, snapshot_names = plan(t, state)
+        argv = ("destroy", str(t.ctid), "--force", "1", "--purge", "1")
+        commands: tuple[str, ...] = ()
+        if state != "missing":
+            t.step(f"pct {' '.join(argv)} on {t.host.name} ({state}" +
+                   (f"; its snapshots go with it: {', '.join(snapshot_names)})" if snapshot_names else ")"))
+            if lease is not None:
+                lease.verify()  # still ours: nothing of another controller's started since the check
+            result = t.ct.run_pct(*argv, mutates=True, deadline=600)
+            result.check(t.ct.where)
+            commands = (f"pct {' '.join(argv)}",)
     dry = t.ct.dry
     removed: tuple[str, ...] = ()
     if hosts_file and not dry:

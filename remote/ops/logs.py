@@ -160,12 +160,7 @@ class Notice:
     text: str  # a crash signature's hint, or the words of the notice
     warning: bool
     signature: str | None = None  # the crash signature's name (logs.SIGNATURES), where it is one
-
-    @property
-    def line(self) -> str:
-        """As the log's reader shows it: `!! name: hint`, `!! text` for a warning, else the text."""
-        said = f"{self.signature}: {self.text}" if self.signature else self.text
-        return f"!! {said}" if self.warning else said
+    # No line of its own: whoever shows it words it (jobs.show_log: t.warn for a warning, t.output otherwise).
 
 
 @dataclass
@@ -230,9 +225,9 @@ class Watch:
                 return value
         return None
 
-    def line(self, text: str) -> list[str]:
-        """Notices (warnings, hints) that this line calls for, as lines (`!! ` in front of a warning)."""
-        return [n.line for n in self.notices(text)]
+    def line(self, text: str) -> list[Notice]:
+        """Read one line of the log: its metric, and the notices (warnings, hints) it calls for, typed."""
+        return self.notices(text)
 
     def notices(self, text: str) -> list[Notice]:
         """Notices (warnings, hints) that this line calls for, typed: a crash signature's (once per kind),

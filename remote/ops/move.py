@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError, GpuConfigError, RemoteError, SaveRefused
+from ..naming import path_words
 from ..results import Drained, DrainedRun, Finding, Moved, MoveStep, Saved
 from ..target import Target, resolve
 from ..transport.session import Session
@@ -144,7 +145,7 @@ def move(t: Target, source: str, node: str, *, check: Check, force: bool = False
                 got = jobs.stop(t, None, save=p.save, refuse=f"the move to node {node}" if p.save else None)
                 stopped, saved = got.run, got.saved
                 if saved is not None and saved.checkpoint is not None:
-                    detail.append(f"checkpoint {saved.checkpoint.path}" + (
+                    detail.append(f"checkpoint {path_words(saved.checkpoint.path)}" + (
                         f" at step {saved.checkpoint.step}" if saved.checkpoint.step is not None else ""))
     if p.stop and not p.save:
         t.warn(f"--force: run {', '.join(live)} stopped without saving; it is not resumed on {node}")
@@ -260,7 +261,7 @@ def drain(session: Session, host: str, *, to: str | None, mover: Callable[[int],
         except SaveRefused as exc:
             # This container only: the others go on. Its run is left running (the reboot that follows a drain
             # would end it unsaved), so the drain fails (exit 3) and says what ends it.
-            last = (f"its last complete checkpoint is {exc.checkpoint}" + (f" (step {exc.step})" if exc.step is not None
+            last = (f"its last complete checkpoint is {path_words(exc.checkpoint)}" + (f" (step {exc.step})" if exc.step is not None
                                                                            else "")
                     + (f", {exc.age_s:g} s old" if exc.age_s is not None else "")) if exc.checkpoint else \
                 "it has no complete checkpoint"

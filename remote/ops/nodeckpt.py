@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from .. import executor
 from ..config import unset as config_unset
 from ..errors import FRESH, RESUME, CheckpointRefused, ConfigError, RemoteError, worded
-from ..naming import json_loads, printable
+from ..naming import json_loads, path_words, printable
 from ..results import Checkpoint, Stopped
 from ..target import Target, reporter, resolve
 from ..threads import ContextThread
@@ -74,8 +74,9 @@ def give(master: Target, node: Target, c: Checkpoint) -> str:
     tmp = f"{dest}.remote-tmp-copy"
     ct = node.system
     if ct.dry:  # nothing pulled: nothing to push
-        ct.dry_comment(f"the master's checkpoint {c.path} (container {master.ctid}) pulled here, pushed to {tmp} "
-                       f"(sha256 verified), what is at {dest} renamed aside, {tmp} renamed to {dest}")
+        ct.dry_comment(f"the master's checkpoint {path_words(c.path)} (container {master.ctid}) pulled here, pushed "
+                       f"to {path_words(tmp)} (sha256 verified), what is at {path_words(dest)} renamed aside, "
+                       f"{path_words(tmp)} renamed to {path_words(dest)}")
         return dest
     with tempfile.TemporaryDirectory(prefix="remote-ckpt-") as here:
         local = os.path.join(here, os.path.basename(c.path.rstrip("/")) or "checkpoint")
@@ -90,13 +91,13 @@ def give(master: Target, node: Target, c: Checkpoint) -> str:
             n += 1
             aside = f"{dest}.old-{time.strftime('%Y%m%d-%H%M%S')}.{n}"
         ct.run(["mv", "-T", "--", dest, aside], timeout=120)
-        node.note(printable(f"checkpoint {dest} moved aside to {aside}: the master's takes its place"))
+        node.note(f"checkpoint {path_words(dest)} moved aside to {path_words(aside)}: the master's takes its place")
     ct.run(["mv", "-T", "--", tmp, dest], timeout=120)
     if c.mtime is not None:  # the master's mtime: the copy is known by it (sig) here and in the watch's kept copy
         ct.run(["touch", "-m", "-d", f"@{c.mtime:.6f}", "--", dest], timeout=30)
     sigs = [*copies_of(node), [c.size, c.mtime or 0.0]][-100:]
     files.push_bytes(ct, json.dumps(sigs).encode(), f"{_keep(node)}/{COPIES}")
-    node.note(printable(f"checkpoint {dest} is the master's ({master.ctid})"
+    node.note(printable(f"checkpoint {path_words(dest)} is the master's ({master.ctid})"
                         + (f", step {c.step}" if c.step is not None else "") + ", copied and verified"))
     return dest
 

@@ -32,7 +32,7 @@ from .. import executor, facts, shell
 from ..config import ContainerSpec
 from ..config import unset as config_unset
 from ..errors import EXPORT_CACHE, CommandError, WarmupError, worded
-from ..events import DeviceWarmed
+from ..events import DeviceWarmed, WarmupUnserved
 from ..facts import deployed, deployed_in  # read with the facts probe (an exec needs them, not this module)
 from ..facts.deployed import Deployed, Verify
 from ..naming import json_loads, printable
@@ -167,8 +167,8 @@ class DeviceResult:
 
     def compile_lines(self) -> list[str]:
         """What torch did while this device warmed up, where the watch recorded more than first compiles:
-        the counts, each recompile, graph break and eager fallback (with its guard or reason and line), and
-        whether what it compiled serves the run."""
+        the counts, each recompile, graph break and eager fallback (with its guard or reason and line). Whether
+        what it compiled serves the run is an event of its own (WarmupUnserved, from `unserved`)."""
         return compile_report(self.compile)
 
     def record(self) -> dict:
@@ -218,10 +218,7 @@ def compile_report(h: CompileHealth, limit: int = 6) -> list[str]:
             lines.append("  … (`remote status` and `remote doctor` read the run's; TORCH_LOGS=recompiles,graph_breaks "
                          "shows every one)")
             break
-    why = unserved(h)
-    if why:
-        lines.append("!! what this warmup compiled will not serve the run: " + "; ".join(why[:3]))
-    return lines
+    return lines  # whether it serves the run: a WarmupUnserved event of its own (run_device)
 
 
 def parse_report(output: str) -> dict | None:
@@ -343,6 +340,10 @@ def run_device(t: Target, state: Deployed, device: str) -> DeviceResult:
                                 done.hits, done.misses, done.counted_by))  # worded by remote/cli/warmup.py
     for line in result.compile_lines():
         t.output(f"  [{device}] {line}")
+    why = tuple(unserved(result.compile)) if result.compile else ()
+    if why:  # a warning, typed: the command line words it (remote/cli/warmup.py)
+        t.session.sink(WarmupUnserved(t.ctid, f"device {device}: what this warmup compiled will not serve the run: "
+                                      + "; ".join(why[:3]), device, why))
     return result
 
 

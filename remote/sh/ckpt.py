@@ -328,6 +328,9 @@ def cmd_restore(conf):
     single = kept_path(conf) is not None
     if single and usable_kept and (not complete or (k["mtime"] or 0) > (complete[0]["mtime"] or 0) + 0.5):
         target = conf["path"].rstrip("/")
+        other = elsewhere(conf, k)
+        if other:
+            return {"latest": None, "moved": [], "restored": None, "incomplete": newer, "kept_elsewhere": other}, 3
         if os.path.lexists(target):
             moved.append({"path": target, "to": aside(target, "incomplete")})
         copy(kept_path(conf), target)
@@ -340,6 +343,16 @@ def cmd_restore(conf):
         0 if latest else 3
 
 
+def elsewhere(conf, k):
+    """Where the kept copy `k` was taken from another path than the one configured now (train.checkpoint.path
+    changed since): {kept, source, path}, else None. Put back at the new path it could hand the job another
+    run's state, so restore and pick move nothing and the caller names both paths."""
+    source, target = k.get("source"), conf["path"].rstrip("/")
+    if isinstance(source, str) and source != target:
+        return {"kept": kept_path(conf), "source": source, "path": target}
+    return None
+
+
 def cmd_pick(conf, step):
     """A multi-node resume at the run's common step: what is newer than the node's checkpoint at `step` moved
     aside (never deleted), the kept copy put back where only it holds that step."""
@@ -350,6 +363,9 @@ def cmd_pick(conf, step):
         k = kept(conf)
         if not (k and k["complete"] and k["step"] == step and kept_path(conf)):
             return {"latest": None, "moved": [], "restored": None}, 3
+        other = elsewhere(conf, k)
+        if other:
+            return {"latest": None, "moved": [], "restored": None, "kept_elsewhere": other}, 3
         target = conf["path"].rstrip("/")
         if os.path.lexists(target):
             moved.append({"path": target, "to": aside(target, "old")})
@@ -384,8 +400,11 @@ def cmd_resume(conf, run):
     os.replace(os.path.join(run, "resume.json.tmp"), os.path.join(run, "resume.json"))
     latest = out["latest"]
     if rc or not latest:
+        elsewhere = out.get("kept_elsewhere")
         return "no complete checkpoint" + (f" ({out['incomplete'][0]['path']} is not: {out['incomplete'][0]['why']})"
-                                           if out["incomplete"] else ""), 3
+                                           if out["incomplete"] else "") + (
+            f"; the kept copy {elsewhere['kept']} came from {elsewhere['source']}, not {elsewhere['path']}: "
+            "not put back" if elsewhere else ""), 3
     with open(os.path.join(run, "command-resume")) as f:
         command = f.read().replace("{checkpoint}", shlex.quote(latest["path"]))
     with open(os.path.join(run, "command-next.tmp"), "w") as f:

@@ -11,6 +11,9 @@
 #   @program    elf|script|other|unreadable|missing|loop REAL[<TAB>INTERPRETER]   what the last hop is
 #   @interpreter:/a/b  UID MODE TYPE | missing   the same walk of a script's `#!` interpreter
 #   @interpreter-is    elf|script|other|unreadable|missing|loop|relative REAL    what the interpreter is
+#   @args              ARGS            what the `#!` line gives its interpreter (the kernel passes it as one word)
+#   @env-finds         elf|...|missing REAL   `#!/usr/bin/env NAME`: the NAME env finds on sudo's PATH (SUDO_PATH,
+#                                      every folder of it up to that one walked as @interpreter: too)
 #   @beside:/a/b       UID MODE TYPE   each file and folder (the whole tree) beside a script that is not Proxmox's
 #                                      own: what it may load from its own folder (Python imports from there first)
 #   @sources           LINE            a shell script's `.`/`source` line (a file it runs as root)
@@ -18,6 +21,9 @@
 set -u
 STAT=/usr/bin/stat
 HOPS=40  # as the kernel's own limit on links followed while resolving one name
+# Where `env NAME` finds NAME when sudo runs the script: Debian's and Proxmox VE's default secure_path (sudo resets
+# PATH to it), searched in order, so a folder before the one NAME is in could hide another NAME: each is walked.
+SUDO_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 # walk TAG PATH: print TAG-prefixed components of PATH from / down, stopping at the first symbolic link (its
 # next hop in $next) or the first missing name; $next is empty when PATH was walked to its end.
@@ -95,13 +101,32 @@ for want in "$@"; do
   else
     IFS= read -r line < "$program" || true
     line=${line#\#!}
-    read -r interpreter _ <<< "$line"
+    read -r interpreter args <<< "$line"
     printf '%s\t@program\tscript %s\t%s\n' "$want" "$program" "$interpreter"
+    # the rest of the line reaches the interpreter as options (perl -I/tmp/x, bash --rcfile F load code): said whole
+    printf '%s\t@args\t%s\n' "$want" "${args//[$'\t\r']/?}"
     if [ "${interpreter#/}" = "$interpreter" ]; then
       printf '%s\t@interpreter-is\trelative %s\n' "$want" "$interpreter"
     else
       resolve "@interpreter:" "$interpreter"
       printf '%s\t@interpreter-is\t%s %s\n' "$want" "$kind" "$real"
+      if [ "${real##*/}" = env ] || [ "${interpreter##*/}" = env ]; then
+        found="missing "
+        case $args in
+          "" | -* | */* | *[!A-Za-z0-9_.+-]*) ;;  # not one plain name: remote.sudo refuses it by @args alone
+          *)
+            IFS=: read -ra dirs <<< "$SUDO_PATH"
+            for dir in "${dirs[@]}"; do
+              resolve "@interpreter:" "$dir"
+              if [ -e "$dir/$args" ]; then
+                resolve "@interpreter:" "$dir/$args"
+                found="$kind $real"
+                break
+              fi
+            done ;;
+        esac
+        printf '%s\t@env-finds\t%s\n' "$want" "$found"
+      fi
     fi
     case $program in
       /usr/sbin/pct | /usr/sbin/pvesm | /usr/bin/pvesh) ;;  # Proxmox's own: Perl of its packages, in /usr/share/perl5

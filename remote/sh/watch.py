@@ -31,6 +31,11 @@ import sys
 import threading
 import time
 
+# marked(run_id, exclude) -> [(pid, comm)]: every live process of the run, by lib.sh's rule. One copy, in ckpt.py
+# (stop --save signals the same processes): remote.shell.load_python("watch"), the text launch installs, puts its
+# definition in place of this line; the file as it is here does not run by itself.
+from ckpt import marked  # type: ignore[import-not-found]  # remote.shell inlines it
+
 GPU_FIELDS = "index,utilization.gpu,memory.used,memory.total,power.draw,temperature.gpu"
 GPU_HEADER = "t,index,util_pct,mem_used_mib,mem_total_mib,power_w,temp_c"
 TICK = 1.0
@@ -47,25 +52,6 @@ def write_atomic(path, text):
 def append(path, text):
     with open(path, "a") as f:
         f.write(text)
-
-
-def marked(run_id, exclude):
-    """Every live process that carries REMOTE_RUN_ID=run_id (lib.sh's rule), less `exclude`."""
-    want = ("REMOTE_RUN_ID=" + run_id).encode()
-    out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) in exclude:
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                if f.read().rpartition(b")")[2].split()[0] == b"Z":
-                    continue
-            with open(f"/proc/{name}/environ", "rb") as f:
-                if want in f.read().split(b"\0"):
-                    out.append(int(name))
-        except (OSError, IndexError):
-            continue
-    return out
 
 
 def read(path, limit=4096):
@@ -234,7 +220,7 @@ class Watch:
         self.stalls += 1
         action = self.conf.get("on_stall") or "warn"
         stacks = os.path.join(self.run, f"stacks-{self.stalls}.txt")
-        pids = marked(self.id, self.skip | ({self.gpu.pid} if self.gpu else set()))
+        pids = [pid for pid, _ in marked(self.id, self.skip | ({self.gpu.pid} if self.gpu else set()))]
         dump_stacks(stacks, pids, self.conf.get("py_spy"), quiet)
         what = {"warn": "", "stop": "; stopping it (train.on_stall: stop)",
                 "restart": "; ending this attempt (train.on_stall: restart)"}[action]
@@ -254,7 +240,7 @@ class Watch:
         """TERM every process of the run but the wrapper and this watch; KILL what is left after `grace`."""
         skip = self.skip | ({self.gpu.pid} if self.gpu else set())
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in marked(self.id, skip):
+            for pid, _ in marked(self.id, skip):
                 try:
                     os.kill(pid, sig)
                 except OSError:

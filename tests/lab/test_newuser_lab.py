@@ -222,3 +222,27 @@ def test_a_failed_build_takes_no_snapshot_and_a_closed_stdout_never_aborts_a_dep
         lab.set_storage(CT, "local")
         with remote.open(lab_hosts) as fleet:
             fleet.container(CT).deploy()
+
+
+@pytest.mark.fault("A destroy while another controller holds the container's lease",
+                   "refused (BusyError, exit 3) naming the holder, before `pct destroy`: the live-run check and the "
+                   "destroy run under the operation lease, so no launch of another controller starts between them")
+def test_destroy_is_refused_while_another_controller_holds_the_lease(ct, lab_session, monkeypatch):
+    from remote.ops import destroy as destroying
+    from remote.ops import oplock
+    from remote.target import resolve
+
+    t = resolve(lab_session, CT)
+    real = t.ct.run_pct
+
+    def no_destroy(*argv, **kw):  # without the lease the lab's own container would go: stop short of it
+        if argv[:1] == ("destroy",):
+            raise AssertionError(f"pct {' '.join(argv)} ran under another controller's lease")
+        return real(*argv, **kw)
+
+    monkeypatch.setattr(t.ct, "run_pct", no_destroy)
+    with oplock.hold(ct, "train", holder="another-controller pid 7"):
+        with pytest.raises(remote.BusyError, match="another-controller pid 7") as e:
+            destroying.destroy(t, hosts_file=None, remove_entry=lambda *a: ())
+    assert e.value.exit_code == 3
+    assert ct.run(["true"]).ok

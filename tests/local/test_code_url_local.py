@@ -85,3 +85,31 @@ def test_a_url_that_cannot_be_cloned_is_named_with_its_secret_redacted(tmp_path)
     assert not list(codemod.cache_of("git@nonexistent.invalid:org/trainer.git").parent.glob("*.partial"))
     with pytest.raises(DeployError, match="not fetched here yet"):
         codemod.pin("git@nonexistent.invalid:org/trainer.git", "HEAD")
+
+
+@pytest.mark.fault("code.repo given as a URL", promise="the cache clone of a URL (its config holds the URL, and any "
+                   "token in it) is made under umask 077: its folders 0700, its config 0600, whatever the user's "
+                   "umask; one made before with wider modes is tightened at the next deploy")
+def test_the_cache_clone_holding_the_urls_token_is_readable_by_its_owner_only(origin):
+    import os
+    import stat
+
+    _, bare = origin
+    url = f"file://{bare}"
+    mode = lambda p: stat.S_IMODE(p.stat().st_mode)  # noqa: E731
+    old = os.umask(0o022)  # the usual umask: what git would otherwise make is readable by everyone
+    try:
+        clone = Path(codemod.resolve(url, "HEAD").repo)
+        assert url in (clone / "config").read_text()  # where a token in the URL would sit
+        assert (mode(clone.parent), mode(clone), mode(clone / "config")) == (0o700, 0o700, 0o600)
+        assert not [p for p in clone.rglob("*") if mode(p) & 0o077]
+        for p, wide in ((clone.parent, 0o755), (clone, 0o755), (clone / "config", 0o644)):  # an older cache's modes
+            p.chmod(wide)
+        codemod.resolve(url, "HEAD")
+        assert (mode(clone.parent), mode(clone), mode(clone / "config")) == (0o700, 0o700, 0o600)
+        if os.geteuid() == 0:  # a cache another user owns: refused, never used nor changed
+            os.chown(clone, 65534, 65534)
+            with pytest.raises(DeployError, match=f"the cache {clone} is owned by uid 65534, not this user's own"):
+                codemod.resolve(url, "HEAD")
+    finally:
+        os.umask(old)

@@ -7,11 +7,16 @@ import shutil
 import subprocess
 
 import pytest
+from support import needs
 
 from remote import shell
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
-                                reason="needs root and unshare (a mount namespace of its own)")
+
+@pytest.fixture(autouse=True)
+def root_and_unshare():
+    """Root and unshare (a mount namespace of its own): skipped without them, a failure under CI=true."""
+    needs(os.geteuid() == 0, "root (a mount namespace of its own)", "run the tests as root, as .ci/run does")
+    needs(shutil.which("unshare") is not None, "unshare", "apt-get install util-linux")
 
 
 def run_in_namespace(tmp_path, setup: str, *args: str) -> subprocess.CompletedProcess:

@@ -89,8 +89,10 @@ class Job:
                  "metric_stall": False, "checkpoint": {**settings, "tool": str(SH / "ckpt.py")}}
         (self.run / "watch-settings.json").write_text(json.dumps(watch))
         env = {**os.environ, "REMOTE_RUN_ID": self.id}
+        watch_py = tmp_path / f"watch-{self.id}.py"  # the watch as launch installs it (ckpt.py's marked() inlined)
+        watch_py.write_text(shell.load_python("watch"))
         self.proc = subprocess.Popen(["setsid", "bash", str(SH / "job.sh"), str(self.run), str(tmp_path),
-                                      str(restarts), "", str(SH / "watch.py"), str(SH / "ckpt.py")],
+                                      str(restarts), "", str(watch_py), str(SH / "ckpt.py")],
                                      env=env, stdin=subprocess.DEVNULL)
 
     def log(self) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from support import needs
 
 from remote import sudo
 from remote.cli import run as cli_run
@@ -81,8 +82,7 @@ def root_dir():
     import shutil
     import tempfile
 
-    if os.geteuid() != 0:
-        pytest.skip("needs root: the check wants folders owned by uid 0")
+    needs(os.geteuid() == 0, "root (the check wants folders owned by uid 0)", "run the tests as root, as .ci/run does")
     path = tempfile.mkdtemp(prefix="remote-test-rootchain-", dir="/var/lib")
     os.chmod(path, 0o755)
     try:
@@ -202,8 +202,8 @@ def test_a_name_in_a_folder_the_login_cannot_search_is_refused_not_taken_as_miss
     import shutil
     import subprocess
 
-    if shutil.which("runuser") is None:
-        pytest.skip("needs runuser: the check runs as a login that is not root")
+    needs(shutil.which("runuser") is not None, "runuser (the check runs as a login that is not root)",
+          "apt-get install util-linux")
     hidden = root_dir / "hidden"
     hidden.mkdir()
     os.chmod(hidden, 0o700)  # root's, unsearchable for the login; inside, a link into the sticky /tmp
@@ -236,8 +236,8 @@ def test_a_folder_beside_a_script_that_the_login_cannot_read_is_refused(root_dir
     import shutil
     import subprocess
 
-    if shutil.which("runuser") is None:
-        pytest.skip("needs runuser: the check runs as a login that is not root")
+    needs(shutil.which("runuser") is not None, "runuser (the check runs as a login that is not root)",
+          "apt-get install util-linux")
     pct = root_dir / "pct"
     pct.write_text("#!/usr/bin/python3\nimport secretpkg\n")
     pct.chmod(0o755)
@@ -248,3 +248,26 @@ def test_a_folder_beside_a_script_that_the_login_cannot_read_is_refused(root_dir
                        text=True, timeout=30)
     why = sudo.unsafe(r.stdout, [str(pct)])
     assert str(pct) in why and "unreadable" in why[str(pct)], (r.stdout, why)
+
+
+@pytest.mark.fault("init --sudoers", promise="a real `#!` script whose line gives its interpreter an option that may "
+                   "load code (perl -I, python -X, bash --rcfile, env -S) is refused naming the option; "
+                   "`#!/usr/bin/perl -T` (Proxmox's own pct) and `#!/usr/bin/env python3` found on sudo's PATH pass")
+@pytest.mark.parametrize("line, why", [
+    ("#!/usr/bin/perl -I/tmp/x", "gives /usr/bin/perl the option '-I/tmp/x'"),
+    ("#!/usr/bin/python3 -X importtime", "the option '-X importtime'"),
+    ("#!/bin/bash --rcfile /tmp/x", "the option '--rcfile /tmp/x'"),
+    ("#!/usr/bin/env -S perl -I/tmp/x", "only `env NAME`"),
+    ("#!/usr/bin/perl -T", None),
+    ("#!/usr/bin/env python3", None),
+])
+def test_a_shebang_with_options_that_may_load_code_is_refused(root_dir, tmp_path, capsys, line, why):
+    pct = root_dir / "pct"
+    pct.write_text(f"{line}\nexit 0;\n")
+    pct.chmod(0o755)
+    if why is not None:
+        assert why in refusal(tmp_path, capsys, pct)
+        return
+    hosts = write(tmp_path, f"hosts:\n  lab: {{local: true, sudo: true, pct: {pct}}}\ncontainers:\n  200: {{host: lab}}\n")
+    assert cli_run(["init", "--sudoers", "trainer", "--hosts", str(hosts)]) == 0, capsys.readouterr().err
+    assert sudo.rule_of(capsys.readouterr().out, "trainer")[0].startswith(f"{pct} ^exec (200) ")

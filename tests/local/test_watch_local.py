@@ -43,8 +43,10 @@ class Job:
         (self.run / "command").write_text(command + "\n")
         (self.run / "watch-settings.json").write_text(settings(**watch))
         sh = Path(shell.__file__).with_name("sh")  # started from their files, as launch.sh starts them
+        watch = tmp_path / f"watch-{self.id}.py"  # the watch as launch installs it (ckpt.py's marked() inlined)
+        watch.write_text(shell.load_python("watch"))
         self.proc = subprocess.Popen(["setsid", "bash", str(sh / "job.sh"), str(self.run), str(tmp_path),
-                                      str(restarts), restart_on, str(sh / "watch.py")],
+                                      str(restarts), restart_on, str(watch)],
                                      env=env, stdin=subprocess.DEVNULL)
 
     def file(self, name) -> str:
@@ -188,7 +190,7 @@ def test_the_watch_keys_are_read_and_bad_values_named():
 def test_the_watch_runs_with_the_standard_library_only():
     r = subprocess.run([PY, "-I", "-S", "-c", "import sys; src = sys.stdin.read(); compile(src, 'watch', 'exec'); "
                         "exec(src.replace('if __name__ == \"__main__\"', 'if False'))"],
-                       input=Path(shell.__file__).with_name("sh").joinpath("watch.py").read_text(), text=True,
+                       input=shell.load_python("watch"), text=True,
                        capture_output=True)
     assert r.returncode == 0, r.stderr
 

@@ -66,7 +66,39 @@ def test_the_tools_answer_is_untrusted():
     c = checkpoints.checkpoint_of({"path": "/o/c.pt\x1b[31m", "complete": "yes", "kind": "evil", "size": -5,
                                    "mtime": "x", "step": -1, "step_from": 7})
     assert (c.complete, c.kind, c.size, c.mtime, c.step, c.step_from) == (False, "file", 0, None, None, None)
-    assert "\x1b" not in c.path
+    assert c.path == "/o/c.pt\x1b[31m"  # kept exactly (a resume passes it back); its words escape it
+
+
+@pytest.mark.fault("A checkpoint path with control characters", promise="kept exactly in the Checkpoint, the resume "
+                   "command and the run record (never escaped or cut there), named in the words escaped whole as "
+                   "a shell $'...' string, never alike with a name that spells the escape; a path no checkpoint "
+                   "could have (relative, NUL, over 4096 characters) is none at all")
+def test_a_checkpoint_path_with_control_characters_is_kept_exactly_and_named_unambiguously():
+    from remote.cli import format as fmt
+    from remote.facts.runs import manifest_of
+
+    odd = "/o/ck\x1b[2K\nfake line\\.pt"
+    c = checkpoints.checkpoint_of({"path": odd, "complete": True, "step": 7})
+    assert c.path == odd
+    words = fmt.checkpoint_words(c)
+    assert words == "$'/o/ck\\x1b[2K\\x0afake line\\\\.pt' (step 7)", words
+    spelled = checkpoints.checkpoint_of({"path": "/o/ck\\x1b[2K", "complete": True})  # a name spelling the escape
+    assert fmt.checkpoint_words(spelled) == "/o/ck\\x1b[2K" != fmt.checkpoint_words(c).split(" (")[0]
+    assert checkpoints.resume_command(spec({"path": "/o/*.pt", "resume": "--resume {checkpoint}"}), "t",
+                                      c.path) == "t --resume '" + odd + "'"
+    record = checkpoints.Start("t", "t", c, "R1").manifest()
+    assert record["checkpoint"]["path"] == odd
+    assert manifest_of(json.loads(json.dumps(record))).checkpoint.path == odd  # the run record names it exactly
+    from remote.results import RunSummary
+
+    no_step = checkpoints.checkpoint_of({"path": odd, "complete": True})
+    s = RunSummary("R2", None, None, "exited", 0, None, None, "python t.py", None, "/r/R2", no_step, "R1")
+    assert "(resumes R1 from $'/o/ck\\x1b[2K\\x0afake line\\\\.pt')" in fmt.runs_text([s], 200, "/r"), \
+        fmt.runs_text([s], 200, "/r")
+    long = "/o/" + "x" * 4100
+    for bad in (long, "/o/a\0b", "o/relative.pt"):
+        assert checkpoints.checkpoint_of({"path": bad, "complete": True}) is None, bad
+        assert manifest_of({"checkpoint": {"path": bad}}).checkpoint is None
 
 
 def test_what_a_save_left_and_the_steps_lost():
@@ -132,3 +164,32 @@ def test_a_checkpoint_path_that_reaches_what_remote_keeps_is_refused(path, reach
     with pytest.raises(ConfigError) as caught:
         cfg.parse(data, "hosts.yaml")
     assert "train.checkpoint.path" in str(caught.value) and f"matches {reaches}," in str(caught.value)
+
+
+@pytest.mark.fault("The kept checkpoint copy after train.checkpoint.path changed",
+                   promise="a resume whose only complete checkpoint is a kept copy taken from another path is refused "
+                           "(CheckpointRefused, exit 2) naming the copy, where it came from and the path now, each "
+                           "escaped whole")
+def test_a_resume_from_a_kept_copy_of_another_path_is_refused_naming_both():
+    import remote
+    from remote.errors import CheckpointRefused
+    from remote.target import resolve
+    from remote.testing import MockTransport, Reply
+
+    answer = {"latest": None, "moved": [], "restored": None, "incomplete": [],
+              "kept_elsewhere": {"kept": "/r/.checkpoints/ck.pt", "source": "/old/ck\x1b.pt", "path": "/new/ck.pt"}}
+
+    def handler(c):
+        if "restore" in c.inner:
+            return Reply(json.dumps(answer) + "\n", status=3)
+        return Reply(stderr="not mocked", status=1)
+
+    hosts = {"hosts": {"pve1": {"address": "127.0.0.1", "port": 1}},
+             "containers": {200: {"host": "pve1", "train": {"command": "python t.py", "run_dir": "/r",
+                                                            "checkpoint": {"path": "/new/ck.pt"}}}}}
+    with remote.open(hosts, transport=MockTransport(handler)) as fleet:
+        with pytest.raises(CheckpointRefused) as caught:
+            checkpoints.restore(resolve(fleet._session, 200))
+    message = str(caught.value)
+    assert "kept copy /r/.checkpoints/ck.pt" in message and "taken from $'/old/ck\\x1b.pt'" in message, message
+    assert "train.checkpoint.path is /new/ck.pt now" in message and caught.value.exit_code == 2

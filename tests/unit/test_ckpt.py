@@ -202,6 +202,39 @@ def test_keep_then_restore_after_a_torn_in_place_save(ck, tmp_path):
     assert ".incomplete-" in aside["to"] and open(aside["to"], "rb").read() == data[:1000]
 
 
+@pytest.mark.fault("The kept checkpoint copy after train.checkpoint.path changed",
+                   promise="the kept copy records the path it was taken from (JSON beside it, written atomically); "
+                           "restore puts it back only there: where the hosts file's path now differs it moves "
+                           "nothing and names both (a resume refused, exit 2)")
+def test_the_kept_copy_goes_back_only_where_it_came_from(ck, tmp_path):
+    first = tmp_path / "a" / "ckpt.pt"
+    first.parent.mkdir()
+    data = torch_like(first, {"iter_num": 250})
+    ck.keep_once(conf(first, tmp_path))
+    meta = tmp_path / "keep" / "ckpt.pt.json"
+    assert json.loads(meta.read_text())["source"] == str(first)
+    assert not list((tmp_path / "keep").glob("*.tmp"))  # written beside, then renamed over
+    moved = tmp_path / "b" / "ckpt.pt"  # the hosts file's path changed; the same name in another folder
+    moved.parent.mkdir()
+    moved.write_bytes(data[:100])  # torn there
+    old(moved)
+    out, rc = ck.cmd_restore(conf(moved, tmp_path))
+    assert rc == 3 and out["restored"] is None and out["moved"] == []
+    assert out["kept_elsewhere"] == {"kept": str(tmp_path / "keep" / "ckpt.pt"), "source": str(first),
+                                     "path": str(moved)}
+    assert moved.read_bytes() == data[:100]  # nothing put there, nothing moved aside
+    out, rc = ck.cmd_pick(conf(moved, tmp_path), 250)  # a multi-node resume at the kept copy's step: the same
+    assert rc == 3 and out["kept_elsewhere"]["source"] == str(first) and moved.read_bytes() == data[:100]
+    run = tmp_path / "run"  # a restart inside a run (job.sh) says so in the log's line
+    run.mkdir()
+    said, rc = ck.cmd_resume(conf(moved, tmp_path), str(run))
+    assert rc == 3 and f"the kept copy {tmp_path / 'keep' / 'ckpt.pt'} came from {first}, not {moved}" in said
+    first.write_bytes(data[:100])  # where it came from: torn too; restore puts the copy back there
+    old(first)
+    out, rc = ck.cmd_restore(conf(first, tmp_path))
+    assert rc == 0 and out["restored"]["to"] == str(first) and first.read_bytes() == data
+
+
 def test_restore_skips_an_incomplete_newest_for_an_older_complete_one(ck, tmp_path):
     a, b = tmp_path / "step-1.pt", tmp_path / "step-2.pt"
     torch_like(a, {"step": 1})

@@ -7,7 +7,8 @@ import dataclasses
 import json
 
 from remote import config
-from remote.events import Note
+from remote.cli.format import event_text
+from remote.events import Note, WarmupUnserved
 from remote.facts.runs import RunState
 from remote.ops import compilelog
 from remote.ops.jobs import CompileNotices
@@ -317,8 +318,11 @@ def test_warmup_reports_what_torch_did_and_whether_it_serves_the_run():
     text = "\n".join(lines)
     assert "recompile #1 of forward (train.py:12): guard failed: G['_TEMP'] == 1.0 at model.py:182" in text
     assert "graph break in forward (train.py:12) at nanoGPT/model.py:53: Unsupported Tensor.item()" in text
-    assert lines[-1].startswith("!! what this warmup compiled will not serve the run: forward (train.py:12) runs "
-                                "eagerly (recompile-limit)")
+    assert not any("!! " in x for x in lines)  # the warning is an event of its own, worded by the command line
+    why = tuple(wm.unserved(result.compile))
+    event = WarmupUnserved(200, "device 0: what this warmup compiled will not serve the run: " + "; ".join(why), "0", why)
+    assert event_text(event, None).startswith("  [0] !! what this warmup compiled will not serve the run: forward "
+                                              "(train.py:12) runs eagerly (recompile-limit)")
     assert result.record()["compile"] == {"compile": 1, "recompile": 1, "graph-break": 1, "eager-fallback": 1}
     assert result.record()["serves_run"] is False
     steady = wm.DeviceResult("0", 0.0, 41.0, {}, compile=wm.parse_compile(

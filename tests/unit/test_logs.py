@@ -47,8 +47,8 @@ def test_a_lower_is_better_metric_is_slow_only_when_it_rises():
     assert w.line("iter 10: loss 4.33, time 3.81ms") == []  # 13x faster than the baseline: never "slow"
     assert not w.low and "(ok, lower is better)" in w.summary() and "ms/iter" in w.summary()
     notes = w.line("iter 20: loss 4.31, time 80.0ms")
-    assert len(notes) == 1 and "80 ms/iter is above 75 ms/iter (baseline 50 + 50%, lower is better)" in notes[0]
-    assert "recovered" in w.line("iter 30: loss 4.30, time 40.0ms")[0]
+    assert len(notes) == 1 and "80 ms/iter is above 75 ms/iter (baseline 50 + 50%, lower is better)" in notes[0].text
+    assert notes[0].warning and "recovered" in w.line("iter 30: loss 4.30, time 40.0ms")[0].text
 
 
 def test_one_run_keeps_the_unit_it_started_with():
@@ -78,9 +78,9 @@ def test_low_throughput_is_flagged_at_the_first_low_reading():
     assert w.line("step 0 | 1.1 Ktok/s") == []  # the first step compiled: not a reading of the run's speed
     assert w.line("step 1 | 21.3 Ktok/s") == []
     notes = w.line("step 2 | 4.3 Ktok/s")
-    assert len(notes) == 1 and "throughput 4.3 Ktok/s is below 17.2 Ktok/s (baseline 21.5 - 20%)" in notes[0]
+    assert len(notes) == 1 and "throughput 4.3 Ktok/s is below 17.2 Ktok/s (baseline 21.5 - 20%)" in notes[0].text
     assert w.line("step 3 | 4.2 Ktok/s") == []  # once per drop, not every line
-    assert "recovered" in w.line("step 4 | 21.0 Ktok/s")[0]
+    assert "recovered" in w.line("step 4 | 21.0 Ktok/s")[0].text
     assert w.rolling == pytest.approx((21.3 + 4.3 + 4.2 + 21.0) / 4)
     assert "(SLOW)" in w.summary()  # the rolling value, 12.7, is below the threshold
     for _ in range(5):

@@ -84,7 +84,8 @@ def test_a_program_under_folders_only_root_can_write_is_safe_even_where_it_is_mi
     (["/ | 0 755 directory", "/srv | 0 755 directory", "/srv/pct | 0 755 regular file",
       "@program | script /srv/pct\t/usr/bin/env", "@interpreter:/ | 0 755 directory",
       "@interpreter:/usr | 0 755 directory", "@interpreter:/usr/bin | 0 755 directory",
-      "@interpreter:/usr/bin/env | 0 755 regular file", "@interpreter-is | elf /usr/bin/env"], r"looks it up on PATH"),
+      "@interpreter:/usr/bin/env | 0 755 regular file", "@interpreter-is | elf /usr/bin/env", "@args | -S python3 -I"],
+     r"only `env NAME`"),
     (["/ | 0 755 directory", "/srv | 0 755 directory", "/srv/pct | 0 755 regular file",
       "@program | script /srv/pct\t/srv/py", "@interpreter:/ | 0 755 directory",
       "@interpreter:/srv | 0 775 directory", "@interpreter:/srv/py | 0 755 regular file",
@@ -95,13 +96,13 @@ def test_a_program_under_folders_only_root_can_write_is_safe_even_where_it_is_mi
       "@interpreter:/usr | 0 755 directory", "@interpreter:/usr/bin | 0 755 directory",
       "@interpreter:/usr/bin/sh | 0 755 regular file", "@interpreter-is | script /usr/bin/sh"], r"is a script itself"),
     (["/ | 0 755 directory", "/srv | 0 755 directory", "/srv/pct | 0 755 regular file",
-      "@program | script /srv/pct\t/usr/bin/bash", "@interpreter-is | elf /usr/bin/bash", "@sources | 3:. /srv/lib.sh"],
+      "@program | script /srv/pct\t/usr/bin/bash", "@interpreter-is | elf /usr/bin/bash", "@args | ", "@sources | 3:. /srv/lib.sh"],
      r"runs other files as root \(line 3:\. /srv/lib.sh\)"),
     (["/ | 0 755 directory", "/srv | 0 755 directory", "/srv/pct | 0 755 regular file",
-      "@program | script /srv/pct\t/usr/bin/python3", "@interpreter-is | elf /usr/bin/python3.11",
+      "@program | script /srv/pct\t/usr/bin/python3", "@interpreter-is | elf /usr/bin/python3.11", "@args | ",
       "@beside:/srv/pct | 0 755 f", "@beside:/srv/helper.py | 0 666 f"], r"/srv/helper.py is writable by others"),
     (["/ | 0 755 directory", "/srv | 0 755 directory", "/srv/pct | 0 755 regular file",
-      "@program | script /srv/pct\t/usr/bin/python3", "@interpreter-is | elf /usr/bin/python3.11",
+      "@program | script /srv/pct\t/usr/bin/python3", "@interpreter-is | elf /usr/bin/python3.11", "@args | ",
       "@beside:/srv/json.py | 0 777 l"], r"/srv/json.py, beside the script /srv/pct, is a symbolic link"),
 ])
 def test_a_program_that_someone_but_root_could_replace_is_unsafe(rows, why):
@@ -116,9 +117,68 @@ def test_an_elf_program_or_proxmoxs_own_script_under_root_only_folders_is_safe()
             "/usr/sbin/pct | 0 755 regular file"]
     perl = ["@program | script /usr/sbin/pct\t/usr/bin/perl", "@interpreter:/ | 0 755 directory",
             "@interpreter:/usr | 0 755 directory", "@interpreter:/usr/bin | 0 755 directory",
-            "@interpreter:/usr/bin/perl | 0 755 regular file", "@interpreter-is | elf /usr/bin/perl"]
+            "@interpreter:/usr/bin/perl | 0 755 regular file", "@interpreter-is | elf /usr/bin/perl", "@args | -T"]
     for end in (["@program | elf /usr/sbin/pct"], perl):
         assert sudo.unsafe(chain(*(f"/usr/sbin/pct | {r}" for r in [*safe, *end, "@end | done"])), ["/usr/sbin/pct"]) == {}
+
+
+SCRIPT = ["/ | 0 755 directory", "/srv | 0 755 directory", "/srv/pct | 0 755 regular file"]
+ELF_CHAIN = ["@interpreter:/ | 0 755 directory", "@interpreter:/usr | 0 755 directory",
+             "@interpreter:/usr/bin | 0 755 directory"]
+
+
+@pytest.mark.fault("init --sudoers", promise="a `#!` line's options are checked: one that may load code (perl -I, "
+                   "python -X/-W, bash --rcfile, env -S) is refused naming it; perl -T (Proxmox's own pct) passes")
+@pytest.mark.parametrize("interpreter, real, args, why", [
+    ("/usr/bin/perl", "/usr/bin/perl", "-T", None),
+    ("/usr/bin/perl", "/usr/bin/perl", "-wT", None),
+    ("/usr/bin/python3", "/usr/bin/python3.11", "-I", None),
+    ("/usr/bin/perl", "/usr/bin/perl", "-I/tmp/x", r"gives /usr/bin/perl the option '-I/tmp/x'"),
+    ("/usr/bin/perl", "/usr/bin/perl", "-T -M/tmp/x", r"the option '-T -M/tmp/x'.*only -T -t -w -W -X"),
+    ("/usr/bin/python3", "/usr/bin/python3.11", "-X importtime", r"the option '-X importtime'"),
+    ("/usr/bin/python3", "/usr/bin/python3.11", "-Wd", r"the option '-Wd'"),
+    ("/bin/bash", "/usr/bin/bash", "--rcfile /tmp/x", r"the option '--rcfile /tmp/x'"),
+    ("/usr/bin/ruby", "/usr/bin/ruby", "-w", r"of ruby's, none is known"),
+    ("/usr/bin/env", "/usr/bin/env", "-S perl -I/tmp/x", r"only `env NAME`"),
+    ("/usr/bin/env", "/usr/bin/env", "python3 -I", r"only `env NAME`"),
+    ("/usr/bin/env", "/usr/bin/env", "", r"only `env NAME`"),
+])
+def test_a_shebang_option_that_may_load_code_is_refused(interpreter, real, args, why):
+    rows = [*SCRIPT, f"@program | script /srv/pct\t{interpreter}", *ELF_CHAIN,
+            f"@interpreter:{real} | 0 755 regular file", f"@interpreter-is | elf {real}", f"@args | {args}"]
+    if real.endswith("/env"):
+        rows.append("@env-finds | missing ")
+    found = sudo.unsafe(chain(*(f"/srv/pct | {r}" for r in [*rows, "@end | done"])), ["/srv/pct"])
+    if why is None:
+        assert found == {}
+    else:
+        assert re.search(why, found["/srv/pct"]), found
+
+
+@pytest.mark.fault("init --sudoers", promise="`#!/usr/bin/env NAME` is checked as sudo runs it: NAME looked up on "
+                   "sudo's secure_path, its chain and every folder searched before it walked; not found, not ELF, or "
+                   "under a folder others can write, refused")
+@pytest.mark.parametrize("found, extra, why", [
+    ("elf /usr/bin/python3.11", [], None),
+    ("missing ", [], r"python3, looked up by env on sudo's PATH .*, is not found"),
+    ("script /usr/local/bin/python3", [], r"is a script itself"),
+    ("elf /usr/local/bin/python3", ["@interpreter:/usr/local/bin | 1000 755 directory"], r"/usr/local/bin is owned by uid 1000"),
+])
+def test_an_env_shebang_is_checked_on_sudos_path(found, extra, why):
+    rows = [*SCRIPT, "@program | script /srv/pct\t/usr/bin/env", *ELF_CHAIN,
+            "@interpreter:/usr/bin/env | 0 755 regular file", "@interpreter-is | elf /usr/bin/env",
+            "@args | python3", *extra, f"@env-finds | {found}"]
+    out = sudo.unsafe(chain(*(f"/srv/pct | {r}" for r in [*rows, "@end | done"])), ["/srv/pct"])
+    if why is None:
+        assert out == {}
+    else:
+        assert re.search(why, out["/srv/pct"]), out
+
+
+def test_a_script_answer_without_its_shebang_arguments_is_unsafe():
+    rows = [*SCRIPT, "@program | script /srv/pct\t/usr/bin/perl", "@interpreter-is | elf /usr/bin/perl", "@end | done"]
+    assert "did not say what its `#!` line passes" in sudo.unsafe(chain(*(f"/srv/pct | {r}" for r in rows)),
+                                                                 ["/srv/pct"])["/srv/pct"]
 
 
 def test_an_answer_that_says_what_the_program_is_twice_is_unsafe():
