@@ -429,6 +429,17 @@ def cmd_set(opts, positional):
             desc = []
         current.pop(key, None)
     write_file(pct.pve_conf(vmid), conf_text(current, raw, desc, rest))
+    if {"memory", "swap"} & {*keys, *delete} and pct.BACKEND != "ns" and pct.state(vmid) == "running":
+        hot_memory(vmid, current)
+
+
+def hot_memory(vmid, keys):
+    """A running container's new memory and swap applied to its cgroup at once, as Proxmox does (none: unlimited)."""
+    lines = memory_lines(keys) or [line.split(" = ")[0] + (" = max" if ".cgroup2." in line else " = -1")
+                                   for line in memory_lines({"memory": "1"})]
+    values = [(line.split(" = ")[0].split(".", 2)[2], line.split(" = ")[1]) for line in lines]
+    for key, value in [kv for kv in values if "memsw" in kv[0]] + values:  # v1: memsw >= the limit, both ways
+        subprocess.run(["lxc-cgroup", "-P", pct.LXC_PATH, "-n", vmid, "--", key, value], capture_output=True)
 
 
 def cmd_template(opts, positional):
