@@ -32,7 +32,7 @@ __all__ = [
     "RemoteError", "ConfigError", "TransportError", "HostKeyError", "AuthenticationError", "ConnectError",
     "ConnectTimeout", "CommandError", "CommandTimeout", "PctError", "ContainerNotFound", "ContainerNotRunning",
     "ContainerLocked", "ContainerCommandNotFound", "TransferError", "DeployError", "WarmupError", "JobError",
-    "UnknownRun", "CheckpointRefused", "BusyError", "JobRunning", "JobTimeout", "GpuConfigError", "CreateRefused",
+    "UnknownRun", "CheckpointRefused", "BusyError", "JobRunning", "SaveRefused", "JobTimeout", "GpuConfigError", "CreateRefused",
     "CreateError", "HostPermissionError", "TransferPathError", "SnapshotError", "RootRequired", "GpuFixError",
     "HostSetupError",
 ]
@@ -90,6 +90,7 @@ if TYPE_CHECKING:
         PctError,
         RemoteError,
         RootRequired,
+        SaveRefused,
         SnapshotError,
         TransferError,
         TransferPathError,

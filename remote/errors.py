@@ -29,7 +29,8 @@
     │   ├── CheckpointRefused        a train that would overwrite a checkpoint, or resume from none (exit 2)
     │   └── JobTimeout               Run.wait(timeout) ran out (also a TimeoutError)
     └── BusyError                    another controller's lease, or a running job (exit 3)
-        └── JobRunning               train while a job runs there (also a JobError)
+        ├── JobRunning               train while a job runs there (also a JobError)
+        └── SaveRefused              save-or-refuse: no new checkpoint within the grace; the run left running
 
 remote's exit status comes from the error's class alone (`exit_code`, a class attribute: 1, or 2 for bad
 input, 3 for busy); the exit status of a step that failed (tar's, a command's) is `command_status`, never
@@ -252,6 +253,19 @@ class BusyError(RemoteError):
 class JobRunning(BusyError, JobError):
     """A job runs in the container already (train without force): busy, exit status 3; also a JobError, as
     this refusal was before 0.2."""
+
+
+class SaveRefused(BusyError):
+    """Save-or-refuse (gpu fix's restart, a move, a drain, a rollback): the live run was asked to save and no new
+    complete checkpoint came within train.checkpoint.grace, so it was LEFT RUNNING and nothing was changed; the
+    message names the grace, the last complete checkpoint and its age, and FORCE (the one way past it: the run
+    is ended unsaved). Busy, exit status 3."""
+
+    def __init__(self, ctid: int, message: str, run: str | None = None, grace: float | None = None,
+                 checkpoint: str | None = None, step: int | None = None, age_s: float | None = None,
+                 holder: dict | None = None):
+        self.run, self.grace, self.checkpoint, self.step, self.age_s = run, grace, checkpoint, step, age_s
+        super().__init__(ctid, message, holder)
 
 
 class GpuConfigError(RemoteError):

@@ -13,7 +13,9 @@ waiting on a prompt nobody sees. Programs not marked `root` run as the login use
 `python3 -I -S -c` of the standard library; its children are `sudo -n pct ...`).
 
 No file is staged on the host: container files travel on a `pct exec` command's stdin and stdout
-(remote.ops.files), never through `pct push`/`pull` and a host-side copy.
+(remote.ops.files), never through `pct push`/`pull` and a host-side copy. The one exception, a rollback's
+checkpoint carry (remote.ops.carry), pulls and pushes ONE fixed container path to and from root's own
+/var/lib/remote/carry/CTID/ only: the rule allows no other path on either side.
 """
 
 from __future__ import annotations
@@ -41,6 +43,13 @@ OURS = Arg("remote-DATE-N", "remote-[0-9]{8}-[0-9]+")  # remote's own snapshots:
 # more can follow, so no other argument (an option of pct's) passes inside the description.
 DESCRIPTION = Arg("before deploy of COMMIT", "before deploy of (venv spec )?[0-9a-f]{7}[0-9a-f]*")
 BOOL = Arg("0|1", "[01]")
+# A checkpoint carried across a rollback (remote.ops.carry): pull and push move ONE file between ONE fixed path
+# in the container and remote's own root-only folder on the host, never any other host path (pct pull/push with
+# free paths would read and write any host file as root).
+CARRY_STAGE = "/var/tmp/remote-carry-checkpoint"
+CARRY_ROOT = "/var/lib/remote/carry"
+CARRY_DIR = Arg("/var/lib/remote/carry/CTID", "/var/lib/remote/carry/[1-9][0-9]*")
+CARRY_FILE = Arg("/var/lib/remote/carry/CTID/RUN.ckpt", "/var/lib/remote/carry/[1-9][0-9]*/[0-9A-Za-z_-]+[.]ckpt")
 
 
 @dataclass(frozen=True)
@@ -50,6 +59,7 @@ class HostProgram:
     args: tuple[str | Arg, ...] | None  # the arguments the sudo rule allows (one entry per allowed form); None: any
     root: bool  # runs through `sudo -n` on a host with `sudo: true`
     why: str
+    system: bool = False  # the system's own program (coreutils) at its path, never looked for beside pct
 
 
 # One entry per command line remote runs, so that the drop-in allows nothing else: an entry is one line.
@@ -70,6 +80,18 @@ PROGRAMS: tuple[HostProgram, ...] = (
     HostProgram("pct", "/usr/sbin/pct", ("rollback", CTID, OURS, "--start", BOOL), True,
                 "`remote rollback` to remote's own snapshots (a rollback restores the snapshot's container config too: "
                 "another's may be older and wider)"),
+    HostProgram("pct", "/usr/sbin/pct", ("pull", CTID, CARRY_STAGE, CARRY_FILE), True,
+                "a rollback carries the run's checkpoint out of the rootfs it reverts (remote.ops.carry)"),
+    HostProgram("pct", "/usr/sbin/pct", ("push", CTID, CARRY_FILE, CARRY_STAGE), True,
+                "... and back in after it"),
+    HostProgram("install", "/usr/bin/install", ("-d", "-m", "0700", CARRY_DIR), True,
+                "the carried checkpoint's folder on the host, root's only", system=True),
+    HostProgram("sha256sum", "/usr/bin/sha256sum", ("--", CARRY_FILE), True,
+                "the carried copy verified before the rollback (pct pull may exit 0 on a failed copy)", system=True),
+    HostProgram("rm", "/usr/bin/rm", ("-f", "--", CARRY_FILE), True,
+                "the carried copy removed once it is back in place and verified", system=True),
+    HostProgram("df", "/usr/bin/df", None, False,
+                "the host's free space checked before a checkpoint is carried there", system=True),
     HostProgram("pvesh", "/usr/bin/pvesh", ("get", "/cluster/resources", "--type", "vm", "--output-format", "json"), True,
                 "a cluster's guest list: which node holds each container (remote.cluster, hosts with cluster:)"),
     HostProgram("pvesm", "/usr/sbin/pvesm", ("status",), True,
@@ -110,7 +132,7 @@ def program_path(name: str, pct: str = "pct", exact: bool = True) -> str:
     p = program(name)
     if name == "pct":
         return pct_path(pct) if exact else pct
-    if not p.root:
+    if not p.root or p.system:
         return p.path
     if pct == "pct":
         return p.path if exact else p.name

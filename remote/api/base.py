@@ -258,13 +258,28 @@ class FleetBase:
                             for c, o in got.items()})
 
     def train_nodes(self, which: int | str | Sequence[int | str], *, force: bool = False, warmup: bool = False,
-                    follow: bool = True) -> int:
+                    follow: bool = True, resume: bool = False, fresh: bool = False) -> int:
         """One multi-node run across these containers (train.command formatted per node); with follow,
-        until it ends: its exit status (0 when detached)."""
+        until it ends: its exit status (0 when detached). With train.checkpoint: resume=True starts every rank
+        at the run's common step (the master's checkpoint given to nodes that lack it), fresh=True moves every
+        node's checkpoints aside; neither, where a node holds a complete one: CheckpointRefused."""
+        from ..ops import multinode
+        from . import checks
+
+        checks.flag("resume", resume)
+        checks.flag("fresh", fresh)
+        if resume and fresh:
+            raise ValueError("resume=True and fresh=True exclude each other: continue from the latest checkpoint, "
+                             "or start over")
+        result = multinode.train(self._session, self.select(which), force=force, warmup=warmup, follow=follow,
+                                 resume=resume, fresh=fresh)
+        return multinode.final_status(result) if result else 0
+
+    def run_nodes(self, ctid: int, run: str | None = None) -> list[int]:
+        """The containers of container ctid's run (its latest, or `run`), master first: [] for a one-node run."""
         from ..ops import multinode
 
-        result = multinode.train(self._session, self.select(which), force=force, warmup=warmup, follow=follow)
-        return multinode.final_status(result) if result else 0
+        return multinode.nodes_of(self._session, ctid, run)[1]
 
     def follow_nodes(self, ctid: int, run: str | None = None) -> int | None:
         """Follow a multi-node run's logs merged (progress: each line); its exit status, or None when the
@@ -274,7 +289,7 @@ class FleetBase:
         run_id, nodes = multinode.nodes_of(self._session, ctid, run)
         if len(nodes) < 2 or run_id is None:
             return None
-        return multinode.final_status(multinode.follow_run(self._session, nodes, run_id))
+        return multinode.final_status(multinode.follow_whole(self._session, nodes, run_id))
 
     def disconnect(self, host: str | None = None) -> list[int]:
         """End this hosts file's kept connections now (one host's, or every one): the pids ended."""

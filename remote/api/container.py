@@ -278,10 +278,23 @@ class Container:
         """Stop a run (None: every live run, and the latest's leftovers) and verify nothing of it is left;
         a multi-node run is stopped on its other nodes too (unless nodes=False). save=True (train.checkpoint):
         the job is asked to save (its signal, re-sent) or its next save awaited, at most train.checkpoint.grace
-        seconds, then stopped as always; `Stopped.saved` says which checkpoint it left and the steps lost."""
+        seconds, then stopped as always; `Stopped.saved` says which checkpoint it left and the steps lost. A
+        multi-node run's save is asked of every node's rank, the stop waits for the run's checkpoint (the
+        master's, or every node's own), then stops every node: `Stopped.saves` (each node's), `resume_step`."""
+        from ..ops.jobs import state
         from ..ops.jobs import stop as stop_job
 
         checks.flag("save", save)
+        if save and nodes and not self.fleet.dry:  # a multi-node run: the save asked of every rank, one step for all
+            st = state(self._target, run_id)
+            members = [n for n in st.manifest.nodes or () if n in self.fleet.config.containers]
+            if st.run and len(members) > 1 and self.id in members:
+                from ..ops.nodeckpt import save_stop
+
+                whole = save_stop(self._s, members, st.run, grace=int(grace))
+                return dataclasses.replace(whole.nodes[self.id], saves={c: s.saved for c, s in whole.nodes.items()
+                                                                        if s.saved is not None},
+                                           resume_step=whole.step, resume_note=whole.note)
         got = stop_job(self._target, run_id, grace=int(grace), save=save)
         others = [n for n in got.nodes or () if n != self.id and n in self.fleet.config.containers]
         if others and nodes and not self.fleet.dry:

@@ -301,13 +301,14 @@ def _compile_text(r: dict) -> str:
 
 def stop_lines(stopped: Any) -> list[str]:
     """A remote.api.Stopped (and the other live runs stopped with it) as `remote stop` reports it."""
-    lines = []
+    lines: list[str] = []
     for one in [*stopped.others, stopped]:  # without --run: every live run, not only the latest
-        if one.saved is not None:
+        if one.saves:  # a multi-node run: each node's save, then the step every rank resumes at
+            lines += [f"node {c}: {saved_line(one.run, s)}" for c, s in one.saves.items()] + [printable(one.resume_note)]
+        elif one.saved is not None:
             lines.append(saved_line(one.run, one.saved))
         if not one.was_alive:
-            lines.append(printable(f"run {one.run} was not running (exit status {one.exit_code}); "
-                                   "no process of it is left"))
+            lines.append(printable(f"run {one.run} was not running (exit status {one.exit_code}); no process of it is left"))
         else:  # the run id and the signal's name come from the container
             lines.append(printable(f"run {one.run} stopped with SIG{one.signal} (exit status {one.exit_code}); "
                                    "verified: no process of it is left"
@@ -396,13 +397,6 @@ def snapshot_lines(found: list) -> list[str]:
     if not found:
         return ["no snapshots"]
     return [f"{'remote' if x.ours else '      '}  {x.name:<40}  {x.time}  {printable(x.description)}" for x in found]
-
-
-def rollback_lines(done: Any) -> list[str]:
-    """`remote rollback`: the snapshot rolled back to, then what was restored and what was kept."""
-    return ([f"rolled back container {done.container} to {done.snapshot.name} ({done.snapshot.time}, "
-             f"{printable(done.snapshot.description) or 'no description'})" + ("; started again" if done.started else "")]
-            + [f"  restored: {line}" for line in done.restored] + [f"  kept:     {line}" for line in done.kept])
 
 
 NO_HOSTS_FLAG = ("init", "lab ")  # tasks a hint names that take no --hosts of the file's

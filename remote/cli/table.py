@@ -259,13 +259,10 @@ def fleet_of(hosts: str | None, dry: bool = False, stderr_progress: bool = False
 
 
 def checkpoint_flags(file: str, container: object, resume: bool, fresh: bool) -> None:
-    """train's --resume and --fresh: not both, and for one container (a multi-node run does not resume yet)."""
+    """train's --resume and --fresh: not both."""
     if resume and fresh:
         raise ConfigError(file, "--fresh", "--resume and --fresh exclude each other: continue from the latest "
                           "checkpoint, or start over")
-    if (resume or fresh) and is_selection(container):
-        raise ConfigError(file, "--resume" if resume else "--fresh", "one container only: a multi-node run does not "
-                          "resume from checkpoints yet")
 
 
 def is_selection(value: object) -> bool:

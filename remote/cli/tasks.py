@@ -244,7 +244,8 @@ def train(c, container=None, force=False, warmup=False, detach=False, dry=False,
     with fleet_of(hosts, dry) as fleet:
         checkpoint_flags(fleet.config.file, container, resume, fresh)
         if is_selection(container):  # one run across these containers (a multi-node run)
-            code = fleet.train_nodes(container, force=force, warmup=warmup, follow=not detach)
+            code = fleet.train_nodes(container, force=force, warmup=warmup, follow=not detach, resume=resume,
+                                     fresh=fresh)
         else:
             run = fleet.container(container).train(detach=detach or dry, force=force, warmup=warmup, resume=resume, fresh=fresh)
             code = 0 if detach or dry else run.exit_code or 0
@@ -291,6 +292,11 @@ def stop(c, container=None, run=None, grace=10, dry=False, hosts=None, fail_fast
         return "" if dry else "\n".join(fmt.stop_lines(stopped))
 
     with fleet_of(hosts, dry) as fleet:
+        if several and save and not dry:  # a multi-node run's nodes: one save for the run, asked of every rank
+            ids = fleet.select(container)
+            members = fleet.run_nodes(ids[0], run)
+            if len(members) > 1 and set(ids) <= set(members):
+                several, container = False, ids[0]
         if several:
             return each_container(fleet, container, lambda ct: ct.stop(run, grace=int(grace), nodes=False, save=save),
                                   fail_fast=fail_fast, text=text)

@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import facts, shell
 from ..config import ContainerSpec
-from ..errors import FRESH, RESUME, CheckpointRefused, ConfigError, JobError, worded
+from ..errors import FORCE, FRESH, RESUME, CheckpointRefused, ConfigError, JobError, SaveRefused, worded
 from ..events import CheckpointSeen, RunResumed
 from ..facts.runs import CHECKPOINT_KINDS, RunState
 from ..naming import json_loads, printable
@@ -153,6 +153,34 @@ def restore(t: Target) -> Checkpoint:
     return c
 
 
+def pick(t: Target, step: int) -> Checkpoint:
+    """A multi-node resume at the run's common step: what is newer than this node's checkpoint at `step` moved
+    aside, the kept copy put back where only it holds that step (ckpt.py pick); that checkpoint."""
+    data, rc = _call(t, "pick", str(step), mutates=True)
+    if t.system.dry:
+        return Checkpoint(path_of(t.spec) or "", True, "file", step=step)
+    for m in data.get("moved") or []:
+        if isinstance(m, Mapping):
+            t.note(printable(f"checkpoint {m.get('path')} is newer than the run's common step {step}: moved aside "
+                             f"to {m.get('to')}"))
+    restored = data.get("restored")
+    if isinstance(restored, Mapping):
+        t.note(printable(f"checkpoint {restored.get('to')} restored from the kept copy {restored.get('from')}"))
+    c = checkpoint_of(data.get("latest"))
+    if rc == NO_CHECKPOINT or c is None or not c.complete or c.step != step:
+        raise CheckpointRefused(f"container {t.spec.ctid}: no complete checkpoint at step {step} any more (it "
+                                "changed since it was listed): nothing was started")
+    return c
+
+
+def wait_save(t: Target, st: RunState) -> str:
+    """stop --save's first half alone (ckpt.py wait: the save asked for, a new complete checkpoint awaited,
+    train.checkpoint.grace at most), the job left running: its answer as JSON text, for saved_of."""
+    ck = t.spec.train.checkpoint
+    data, _ = _call(t, "wait", st.path, st.run or "", mutates=True, timeout=(ck.grace if ck else 0) + 60)
+    return json.dumps(data)
+
+
 def set_aside(t: Target) -> list[tuple[str, str]]:
     """A fresh start: every checkpoint (and the kept copy) renamed aside; (path, where it went) each, noted."""
     data, _ = _call(t, "fresh", mutates=True)
@@ -288,6 +316,25 @@ def save_args(spec: ContainerSpec) -> list[str]:
     return [shell.load_python("ckpt"), json.dumps(settings(spec))]
 
 
+def save_refused(t: Target, st: RunState, what: str, text: str | None, tail: str) -> SaveRefused:
+    """Save-or-refuse's refusal (save.sh printed `kept=running`): the run still runs; the error names what was
+    refused, the grace, the last complete checkpoint (and its age) and FORCE."""
+    got = saved_of(text or "", tail)
+    ck = t.spec.train.checkpoint
+    grace = ck.grace if ck else 0
+    c = got.checkpoint
+    last = (f"its last complete checkpoint is {c.path}{_step(c)}" + (f", {got.age_s:g} s old" if got.age_s is not None
+                                                                      else "") if c else
+            "it has no complete checkpoint at all")
+    sent = f" (the {ck.signal} it was sent reaches only a handler the job installed: it ends nothing)" \
+        if ck and ck.signal and got.signals else ""
+    return worded(SaveRefused(t.ctid, f"container {t.ctid}: {what} refused, nothing was changed: run {st.run} saved "
+                              f"no new complete checkpoint within train.checkpoint.grace ({grace:g} s) and is still "
+                              f"running{sent}; {last}. Raise the grace, or pass {FORCE} to go on without saving (the "
+                              "run is ended; its last complete checkpoint is what a resume starts from)",
+                              st.run, grace, c.path if c else None, c.step if c else None, got.age_s), FORCE)
+
+
 def after_stop(t: Target, st: RunState, text: str | None, restored: str | None, tail: Callable[[], str]) -> Saved:
     """What stop(save=True) left: save.sh's `saved=` and saved.sh's `restored=` answers and the log's last step
     after the stop (`tail`: one more read of the run's state); a run that was not running: its latest checkpoint."""
@@ -300,3 +347,69 @@ def after_stop(t: Target, st: RunState, text: str | None, restored: str | None, 
             f", {got.age_s:g} s old" if got.age_s is not None else ""), c.path, c.step, got.age_s))
     return got
 
+
+# -- a multi-node run: one checkpoint for the run ------------------------------------------------------------
+@dataclass(frozen=True)
+class Common:
+    """Where a multi-node run's checkpoint is and which step every rank resumes at (common_step's answer).
+    mode "each": every node holds its own (shards or copies), each resumes from its own at `step`; "master":
+    only the master (node rank 0) saves, the other nodes are given its checkpoint (`copy_to`) first."""
+
+    mode: str  # each | master
+    step: int | None  # None: the master's checkpoint tells no step (mode master only)
+    chosen: Mapping[int, Checkpoint]  # ctid -> the checkpoint it resumes from (mode master: the master's only)
+    copy_to: tuple[int, ...] = ()  # mode master: the nodes that do not hold the master's checkpoint yet
+
+
+def _node_words(ctid: int, rank: int, found: list[Checkpoint]) -> str:
+    steps = sorted({c.step for c in found if c.complete and c.step is not None}, reverse=True)
+    unknown = any(c.complete and c.step is None for c in found)
+    said = ("step " + ", ".join(map(str, steps[:5])) + (" ..." if len(steps) > 5 else "")) if steps else \
+        "a checkpoint that tells no step" if unknown else "no complete checkpoint"
+    return f"{ctid} (node rank {rank}): {said}"
+
+
+def sig(c: Checkpoint) -> tuple[int, float]:
+    """What a checkpoint is known by across nodes: its size and mtime (a copy remote makes keeps the master's
+    mtime, and the watch's kept copy records its source's)."""
+    return c.size, round(c.mtime or 0.0, 3)
+
+
+def common_step(held: Mapping[int, list[Checkpoint]], copies: Mapping[int, frozenset[tuple[int, float]]]
+                ) -> Common | None:
+    """The rule for a multi-node run's resume, from each node's checkpoints (`held`: ctid -> listing, in node
+    rank order, the master first) and what of them remote copied there from the master (`copies`: ctid ->
+    (size, mtime) of each copy). None: no node holds a complete checkpoint. Pure.
+
+    No node but the master holds one of its own (DDP code saving on rank 0): the master's latest complete one,
+    given to every node that lacks it. Every node holds its own: the newest step complete on every node (each
+    node's own at that step). Anything else, or no common step: CheckpointRefused naming each node's steps --
+    ranks are never resumed from different steps."""
+    ids = list(held)
+    master, others = ids[0], ids[1:]
+
+    def own(ctid: int) -> list[Checkpoint]:
+        mine = copies.get(ctid, frozenset())
+        return [c for c in held[ctid] if c.complete and sig(c) not in mine]
+
+    mastered = latest(held[master])
+    if not any(own(c) for c in others):
+        if mastered is not None:
+            # the job's own path holding it, not the watch's kept copy of it (a resume reads the path)
+            lacking = tuple(c for c in others
+                            if not any(x.complete and not x.kept and sig(x) == sig(mastered) for x in held[c]))
+            return Common("master", mastered.step, {master: mastered}, lacking)
+        if not any(latest(held[c]) for c in others):
+            return None
+    elif all(own(c) for c in ids):
+        sets = [{c.step for c in own(ctid) if c.step is not None} for ctid in ids]
+        shared = set.intersection(*sets)
+        if shared:
+            step = max(shared)
+            # each node's own at that step: the job's file before the watch's kept copy (listing's order)
+            return Common("each", step, {ctid: next(c for c in own(ctid) if c.step == step) for ctid in ids})
+    text = "; ".join(_node_words(ctid, rank, held[ctid]) for rank, ctid in enumerate(ids))
+    raise worded(CheckpointRefused(
+        f"the nodes' checkpoints have no step in common ({text}): a multi-node run resumes every rank from the "
+        f"same step, never from different ones. Bring the nodes' checkpoints to one step, or start over with "
+        f"{FRESH} (every node's checkpoints are moved aside, never deleted)"), FRESH)

@@ -398,7 +398,8 @@ def _refuse_live(t: Target, why: str, force: bool, saved: list[Stopped]) -> None
         from . import jobs
 
         t.step(f"container {t.ctid} must restart ({why}): the live run saves and stops first, and resumes after")
-        saved.append(jobs.stop(t, save=True))
+        # Save or refuse: no new complete checkpoint within the grace leaves the run running (SaveRefused).
+        saved.append(jobs.stop(t, save=True, refuse=f"gpu fix (it must restart the container: {why})"))
         return
     if live and not force:
         from . import jobs

@@ -222,15 +222,17 @@ def new_run_id() -> str:
 def launch(t: Target, pre: Preflight, *, force: bool = False,
            command: str | None = None, run_id: str | None = None, extra: dict | None = None,
            env: dict | None = None, held: oplock.Lease | None = None, announce: bool = True,
-           base: str | None = None) -> tuple[str, int]:
+           base: str | None = None, restarts: int | None = None) -> tuple[str, int]:
     """Start the job detached; returns (run id, pid). Refused while another job runs, unless forced.
     A multi-node run passes its one run id, its node's fields for the manifest (`extra`) and its node's
     environment (`env`, under train.env). The job's wrapper restarts it as train.restarts says, and the
     watch beside it (stalls, metrics.jsonl, gpu.csv) gets py-spy pushed first when train.stall is set.
     `held`: the operation lease the caller took for its preflight (train does), else launch takes it.
     `announce`: report the start (and py-spy's install) through t; False for one node of a run whose caller
-    announces it (multinode). `base`: a resume's command without its resume words (what a restart adds them to)."""
+    announces it (multinode). `base`: a resume's command without its resume words (what a restart adds them to).
+    `restarts`: the wrapper's, instead of train.restarts (a multi-node run restarts as a whole instead)."""
     ct, spec = t.ct, t.spec
+    restarts = spec.train.restarts if restarts is None else restarts
     command = command or spec.train.command
     if not command:
         raise ConfigError("hosts file", "train.command", "set the training command to run")
@@ -247,7 +249,7 @@ def launch(t: Target, pre: Preflight, *, force: bool = False,
                 "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "started_epoch": time.time(),
                 "metric": dataclasses.asdict(spec.train.metric) if spec.train.metric else None,
                 "baseline": spec.train.baseline, "stall": spec.train.stall, "on_stall": spec.train.on_stall,
-                "restarts": spec.train.restarts, "restart_on": list(spec.train.restart_on), **(extra or {})}
+                "restarts": restarts, "restart_on": list(spec.train.restart_on), **(extra or {})}
     if pre.live and not force:  # refused before a run id is announced: no run that never existed is said to start
         runs = ", ".join(f"run {printable(r.run)} " + (f"(pid {r.pid})" if r.pid else "(starting)") for r in pre.live)
         raise busy(spec.ctid, f"busy: {runs} {'are' if len(pre.live) > 1 else 'is'} still running", pre.live)
@@ -261,7 +263,7 @@ def launch(t: Target, pre: Preflight, *, force: bool = False,
             lease.check()
             r = jobenv.run(t, verify, ["bash", "-c", shell.with_lib("launch"), "launch", spec.train.run_dir,
                                               run_id, "1" if force else "0", spec.code.path, command,
-                                              json.dumps(manifest, indent=1), str(spec.train.restarts),
+                                              json.dumps(manifest, indent=1), str(restarts),
                                               " ".join(map(str, spec.train.restart_on)),
                                               json.dumps({**watch_settings(spec, py_spy),
                                                           "checkpoint": checkpoints.watch_conf(spec)}),
@@ -363,13 +365,17 @@ def final_status(st: RunState) -> int:
     return st.final_status
 
 
-def stop(t: Target, run_id: str | None = None, grace: int = 10, save: bool = False) -> Stopped:
+def stop(t: Target, run_id: str | None = None, grace: int = 10, save: bool = False,
+         refuse: str | None = None) -> Stopped:
     """TERM the job's processes, KILL after `grace` seconds, and verify that nothing of it is left.
 
     Without run_id: every live run (a `train --force` starts one beside another; a wrapper may not have
     written its pid file yet), and the latest run's leftovers; the latest's result is returned, with the
-    others' under "others". Stopping is how a container is freed, so nothing that runs is left out."""
+    others' under "others". Stopping is how a container is freed, so nothing that runs is left out.
+    `refuse` (save-or-refuse, implies save): what would end the run ("the rollback"); where no new complete
+    checkpoint comes within train.checkpoint.grace the job is left running and SaveRefused names that."""
     spec = t.spec
+    save = save or refuse is not None
     if save and spec.train.checkpoint is None:  # before anything is stopped: a refusal changes nothing
         raise worded(ConfigError(t.session.config.file, "train.checkpoint", f"{SAVE} needs it: where the job saves"),
                      SAVE)
@@ -377,21 +383,26 @@ def stop(t: Target, run_id: str | None = None, grace: int = 10, save: bool = Fal
     if not st.run and not (run_id is None and st.live):
         raise JobError(f"container {spec.ctid} has no runs in {spec.train.run_dir}")
     others = [r.run for r in st.live if r.run != st.run] if run_id is None else []
+    # Save-or-refuse asks the latest run first: a refusal must find the others untouched too.
+    first = _stop_one(t, st, grace, save=save, refuse=refuse) if st.run and refuse else None
     results = [_stop_one(t, state(t, rid), grace) for rid in others]
-    result = _stop_one(t, st, grace, save=save) if st.run else results.pop(0)
+    result = first or (_stop_one(t, st, grace, save=save) if st.run else results.pop(0))
     return dataclasses.replace(result, others=tuple(results))
 
 
-def _stop_one(t: Target, st: RunState, grace: int, save: bool = False) -> Stopped:
+def _stop_one(t: Target, st: RunState, grace: int, save: bool = False, refuse: str | None = None) -> Stopped:
     ct = t.ct
     assert st.run is not None  # stop() passes runs only
     asked, save = save, save and st.alive  # a save is asked of a running job only (Saved "not-running" else)
     wait = t.spec.train.checkpoint.grace if save and t.spec.train.checkpoint else 0
     r = ct.script(checkpoints.save_script() if save else shell.with_lib("stop"), st.path, st.run, str(grace),
-                  *(checkpoints.save_args(t.spec) if save else ()), timeout=grace + wait + 60, label="stop")
+                  *(checkpoints.save_args(t.spec) + (["refuse"] if refuse else []) if save else ()),
+                  timeout=grace + wait + 60, label="stop")
     if ct.dry:
         return Stopped(st.run, st.alive, "none", None, None)
     fields = runfacts.fields_of(r.out)
+    if fields.get("kept") == "running":  # save-or-refuse: nothing new came, the job was left running
+        raise checkpoints.save_refused(t, st, refuse or "the stop", fields.get("saved"), state(t, st.run).tail)
     left = [int(p) for p in fields.get("left", "").split() if p.isdigit()]
     # None where the GPUs could not be checked (no nvidia-smi, or it did not answer)
     gpu_left = [int(p) for p in fields.get("gpu_left", "").split() if p.isdigit()] \

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ConfigError, GpuConfigError, RemoteError
+from ..errors import ConfigError, GpuConfigError, RemoteError, SaveRefused
 from ..results import Drained, DrainedRun, Finding, Moved, MoveStep, Saved
 from ..target import Target, resolve
 from ..transport.session import Session
@@ -56,10 +56,9 @@ def plan(*, ctid: int, cluster: str | None, source: str, node: str, live: tuple[
         raise ConfigError(file, "--node", f"container {ctid} is on node {node} already: nothing to move")
     if live and len(nodes) > 1:
         ids = ",".join(map(str, nodes))
-        # Not `train -c IDS --resume`: a multi-node run does not resume from checkpoints yet (train refuses it).
         raise ConfigError(file, "--node", f"container {ctid}: run {live[0]} is a multi-node run on {ids}: moving one "
-                          f"node leaves the others waiting; `remote stop -c {ids} --save` first, then move (a "
-                          "multi-node run does not resume from its checkpoints yet: start it again after the move)")
+                          f"node leaves the others waiting; `remote stop -c {ids} --save` first, then move, then "
+                          f"`remote train -c {ids} --resume` (every rank at the run's common step)")
     if live and not checkpoint and not force:
         raise ConfigError(file, "train.checkpoint", f"container {ctid}: run {', '.join(live)} is live and the hosts file "
                           "has no train.checkpoint, so the move cannot save and resume it: set train.checkpoint (path, "
@@ -141,7 +140,8 @@ def move(t: Target, source: str, node: str, *, check: Check, force: bool = False
             if dry:
                 t.output(f"(dry run) remote stop -c {ctid}" + (" --save" if p.save else ""))
             else:
-                got = jobs.stop(t, None, save=p.save)
+                # Save or refuse: a run that saves nothing new within the grace is left running (SaveRefused).
+                got = jobs.stop(t, None, save=p.save, refuse=f"the move to node {node}" if p.save else None)
                 stopped, saved = got.run, got.saved
                 if saved is not None and saved.checkpoint is not None:
                     detail.append(f"checkpoint {saved.checkpoint.path}" + (
@@ -249,13 +249,25 @@ def drain(session: Session, host: str, *, to: str | None, mover: Callable[[int],
                 raise ConfigError(session.config.file, "train.checkpoint", f"container {ctid}: run {live[0]} is "
                                   "live and cannot be saved (no train.checkpoint): stop it (`remote stop`) first")
             t.step(f"drain: run {', '.join(live)} --save")
-            got = jobs.stop(t, None, save=True) if not session.dry else None
+            # Save or refuse: a run that saves nothing new within the grace is left running, and reported (below).
+            got = jobs.stop(t, None, save=True, refuse=f"the drain of host {host}") if not session.dry else None
             command = f"remote train -c {ctid} --resume"
             if got is not None:
                 record["containers"][str(ctid)] = {"run": got.run, "at": time.time(), "checkpoint": (
                     got.saved.checkpoint.path if got.saved and got.saved.checkpoint else None)}
                 _write_record(path, record)
             out.append(DrainedRun(ctid, got.run if got else live[0], got.saved if got else None, None, command))
+        except SaveRefused as exc:
+            # This container only: the others go on. Its run is left running (the reboot that follows a drain
+            # would end it unsaved), so the drain fails (exit 3) and says what ends it.
+            last = (f"its last complete checkpoint is {exc.checkpoint}" + (f" (step {exc.step})" if exc.step is not None
+                                                                           else "")
+                    + (f", {exc.age_s:g} s old" if exc.age_s is not None else "")) if exc.checkpoint else \
+                "it has no complete checkpoint"
+            out.append(DrainedRun(ctid, exc.run, None, None, None,
+                                  f"NOT drained: run {exc.run} is STILL RUNNING: it saved no new complete checkpoint "
+                                  f"within train.checkpoint.grace ({exc.grace or 0:g} s); {last}. `remote stop -c {ctid}` "
+                                  f"ends it unsaved, then `remote host drain {host}` again"))
         except RemoteError as exc:
             out.append(DrainedRun(ctid, None, None, None, None, str(exc)))
     return Drained(host, "drain", to, tuple(out),

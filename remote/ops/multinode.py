@@ -15,18 +15,19 @@ once and `stop` on one node stops them all.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 
 from .. import executor, shell
 from ..config import CONTAINER_KEY, ContainerSpec
 from ..config import unset as config_unset
-from ..errors import CommandError, ConfigError, JobError, RemoteError
+from ..errors import CheckpointRefused, CommandError, ConfigError, JobError, RemoteError
 from ..facts.runs import RunState
 from ..naming import printable
 from ..target import reporter, resolve
 from ..threads import ContextThread
 from ..transport.session import Session
-from . import jobs
+from . import checkpoints, jobs, nodeckpt
 from . import warmup as wm
 
 FIELDS = ("nnodes", "node_rank", "master_addr", "master_port", "node_addr", "run_id")
@@ -122,10 +123,34 @@ def rendezvous_failed(st: RunState) -> bool:
 
 
 def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool = False,
-          follow: bool = True) -> MultiRun | None:
+          follow: bool = True, resume: bool = False, fresh: bool = False) -> MultiRun | None:
     """Preflight every node, then start one run on all of them; follow until it ends (returns
-    follow_run's result), or None when not following. Each node's events are marked with it (its Target),
-    the run's as a whole with none (the session's reporter)."""
+    follow_run's result, restarts included: follow_whole), or None when not following. With train.checkpoint: a
+    plain train refused where a node holds a complete checkpoint, `resume` at the run's common step, `fresh`
+    (remote.ops.nodeckpt.prepare). Each node's events are marked with it (its Target), the run's as a whole
+    with none (the session's reporter)."""
+    run_id = start(session, ids, force=force, warmup=warmup, resume=resume, fresh=fresh)
+    if run_id is None or not follow:
+        return None
+    try:
+        return follow_whole(session, ids, run_id)
+    except KeyboardInterrupt:
+        reporter(session).note(f"stopped following; run {run_id} keeps running on {len(ids)} nodes. `remote logs "
+                               "--follow` resumes, `remote stop` ends it on every node")
+        return None
+
+
+def whole_restarts(spec: ContainerSpec) -> bool:
+    """Whether a multi-node run restarts as a whole, every node at the common step, from the controller that
+    follows it (train.checkpoint and train.restarts set): each node's wrapper restarting from its own latest
+    checkpoint could resume the ranks from different steps, and cannot give a node the master's."""
+    return spec.train.checkpoint is not None and spec.train.restarts > 0
+
+
+def start(session: Session, ids: list[int], *, force: bool = False, warmup: bool = False, resume: bool = False,
+          fresh: bool = False, parent_note: str = "") -> str | None:
+    """train's start: every node preflighted, the checkpoints prepared, the run launched on every node; its
+    id (None in a dry run)."""
     nodes = {i: resolve(session, i) for i in ids}  # each node resolved once
     run = reporter(session)
     specs = [nodes[i].spec for i in ids]
@@ -172,15 +197,23 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
             nodes[ctid].output(printable(f"[{ctid}] preflight: {note}"))
         for warning in pre.warnings:
             nodes[ctid].warn(printable(f"[{ctid}] preflight: {warning}"))
+    commands = {spec.ctid: node_command(spec.train.command or "", v) for spec, v in zip(specs, values, strict=True)}
+    starts = nodeckpt.prepare(session, nodes, ids, commands, resume=resume, fresh=fresh,
+                              live=any(pre.live for pre in pres))
     started: list[tuple[int, int]] = []
     try:
         for spec, pre, v, iface in zip(specs, pres, values, ifaces, strict=True):
             assert spec.train.command, "checked before the preflight"
-            command = node_command(spec.train.command, v)
+            begin = starts[spec.ctid]
             extra = {"nodes": ids, "node_rank": v["node_rank"], "master_addr": v["master_addr"],
-                     "master_port": v["master_port"], "node_addr": v["node_addr"], "iface": iface}
-            _, pid = jobs.launch(nodes[spec.ctid], pre, force=force, command=command, run_id=run_id, extra=extra,
-                                 env=node_env(spec, iface, v["node_rank"] == 0), announce=False)
+                     "master_port": v["master_port"], "node_addr": v["node_addr"], "iface": iface,
+                     **(begin.manifest() or {})}
+            if whole_restarts(spec):
+                extra["run_restarts"] = spec.train.restarts  # the controller's, the wrapper's being 0
+            _, pid = checkpoints.started(nodes[spec.ctid], begin, jobs.launch(
+                nodes[spec.ctid], pre, force=force, command=begin.command, run_id=run_id, extra=extra,
+                env=node_env(spec, iface, v["node_rank"] == 0), announce=False, base=begin.base,
+                restarts=0 if whole_restarts(spec) else None))
             started.append((spec.ctid, pid))
     except RemoteError as exc:
         stop_nodes(session, [c for c, _ in started], run_id)
@@ -191,15 +224,48 @@ def train(session: Session, ids: list[int], *, force: bool = False, warmup: bool
                  f"{values[0]['master_addr']}:{values[0]['master_port']}")
         return None
     run.step(f"run {run_id} started on {len(ids)} nodes: " + ", ".join(f"{c} (pid {p})" for c, p in started)
-             + f"; master {values[0]['master_addr']}:{values[0]['master_port']}")
-    if not follow or session.dry:
-        return None
-    try:
-        return follow_run(session, ids, run_id)
-    except KeyboardInterrupt:
-        run.note(f"stopped following; run {run_id} keeps running on {len(ids)} nodes. `remote logs --follow` "
-                 "resumes, `remote stop` ends it on every node")
-        return None
+             + f"; master {values[0]['master_addr']}:{values[0]['master_port']}" + parent_note)
+    if whole_restarts(specs[0]):
+        run.note(f"train.restarts ({specs[0].train.restarts}): the run restarts as a whole, every node from the "
+                 "common checkpoint, while a controller follows it (`remote train` without --detach, or `remote "
+                 f"logs -c {ids[0]} --follow`)")
+    return run_id
+
+
+def restartable(session: Session, ids: list[int], result: MultiRun) -> bool:
+    """Whether a followed multi-node run that ended is restarted as a whole: it failed on a node (not by
+    `remote stop`), with an exit status train.restart_on allows."""
+    if result.failed is None or result.failed not in result.nodes:
+        return False
+    st = result.nodes[result.failed]
+    code = final_status(result)
+    codes = resolve(session, ids[0]).spec.train.restart_on
+    return not st.stopped and code != 0 and (not codes or code in codes)
+
+
+def follow_whole(session: Session, ids: list[int], run_id: str) -> MultiRun:
+    """follow_run, and where the run restarts as a whole (whole_restarts) and failed on a node, up to
+    train.restarts restarts: every node stopped (follow_run did), then a new run resumed on every node from the
+    common step (nodeckpt.prepare), or started over where no node held a checkpoint yet."""
+    spec = resolve(session, ids[0]).spec
+    result = follow_run(session, ids, run_id)
+    k = 0
+    while whole_restarts(spec) and k < spec.train.restarts and restartable(session, ids, result):
+        k += 1
+        run = reporter(session)
+        run.step(f"run {result.run} failed on node {result.failed} (exit {final_status(result)}): restart {k} of "
+                 f"{spec.train.restarts}, every node from the run's common checkpoint")
+        time.sleep(min(30, 1 << (k - 1)))  # the wrapper's backoff
+        try:
+            common = nodeckpt.plan(session, {i: resolve(session, i) for i in ids}, ids)
+        except CheckpointRefused as exc:  # no common step: a restart would resume the ranks apart
+            run.warn(f"run {result.run} not restarted: {exc}")
+            return result
+        new = start(session, ids, resume=common is not None, parent_note=f" (restart {k} of run {result.run}"
+                    + ("" if common is not None else ", over: no node held a checkpoint yet") + ")")
+        assert new is not None, "no restarts in a dry run: nothing was started"
+        result = follow_run(session, ids, new)
+    return result
 
 
 def stop_nodes(session: Session, ids: list[int], run_id: str, grace: int = 10) -> dict[int, object]:

@@ -14,6 +14,7 @@ remote's own snapshots are named `remote-<YYYYMMDD>-<n>` with the description `b
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import re
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ from ..errors import (
 from ..results import RolledBack, Snapshot
 from ..target import Target
 from ..transport.pct import Container, classify
-from . import oplock
+from . import carry, checkpoints, oplock
 
 SNAPSHOT_TYPES = ("zfspool", "lvmthin", "rbd", "btrfs")
 OURS = re.compile(r"remote-(\d{8})-(\d+)")
@@ -248,8 +249,11 @@ def where_things_live(spec: ContainerSpec, config_text: str) -> tuple[list[str],
 
 
 def rollback(t: Target, *, snapshot: str | None = None, force: bool = False, timeout: float = 120) -> RolledBack:
-    """`pct rollback` to `snapshot` (default: the newest of remote's), refused while a run is live unless
-    `force`; a running container is started again and waited for until it answers a command."""
+    """`pct rollback` to `snapshot` (default: the newest of remote's); a running container is started again and
+    waited for until it answers a command. It reverts the environment, never the training progress: a live run
+    with train.checkpoint saves first (or the rollback is refused, the run left running: SaveRefused) and
+    resumes after; the latest complete checkpoint is carried across (remote.ops.carry). Without
+    train.checkpoint a live run refuses it. `force`: no save (the run is killed), the checkpoint still carried."""
 
     spec, ct = t.spec, t.ct
     existing = list_snapshots(t)
@@ -277,40 +281,93 @@ def rollback(t: Target, *, snapshot: str | None = None, force: bool = False, tim
     # The operation lease of a running container (a stopped one runs no deploy): held from the run check
     # to the rollback, so no deploy, warmup or launch of another controller starts in between.
     with oplock.hold(ct, f"rollback to {chosen.name}") if running else contextlib.nullcontext() as lease:
-        return _rollback(t, ct, chosen, running, lease, force=force, timeout=timeout)
+        done = _rollback(t, ct, chosen, running, lease, force=force, timeout=timeout)
+    if done.saved is None:
+        return done
+    # The run saved before the rollback resumes from its (carried) checkpoint, outside the lease (a train
+    # takes it), as gpu fix's restart does.
+    from . import jobs
+
+    t.step(f"resume run {done.stopped} from its checkpoint (train --resume)")
+    try:
+        resumed, _ = jobs.start(t, resume=True)
+    except RemoteError as exc:
+        t.warn(f"run {done.stopped} was saved and the container rolled back, but it did not resume: {exc} "
+               f"(`remote train -c {spec.ctid} --resume` resumes it)")
+        return done
+    return dataclasses.replace(done, resumed=resumed if isinstance(resumed, str) else None)
 
 
 def _rollback(t: Target, ct: Container, chosen: Snapshot, running: bool, lease: oplock.Lease | None, *,
               force: bool, timeout: float) -> RolledBack:
-    """The rollback itself, through `ct` (the pct Container rollback chose), reporting through `t`."""
+    """The rollback itself, through `ct` (the pct Container rollback chose), reporting through `t`: a live run
+    saved (or refused) first, the latest complete checkpoint carried across it (remote.ops.carry)."""
     from . import jobs
 
     spec = t.spec
-
+    ck = spec.train.checkpoint
+    stopped: str | None = None
+    saved = None
     if running:
         live = jobs.state(t).live
-        if live and not force:
+        if live and not force and ck is None:
             stop = call(spec.ctid, "stop()")
             raise worded(BusyError(spec.ctid, f"container {spec.ctid}: {jobs.live_text(live)} still running; a "
-                                              f"rollback kills the container. Stop it first ({stop}), or pass {FORCE}",
+                                              f"rollback kills the container. Stop it first ({stop}), or pass {FORCE} "
+                                              "(with train.checkpoint it is saved, carried and resumed)",
                                    jobs.busy_details(live)), stop, FORCE)
-        if live:
-            t.step(f"forced: rolling back while {jobs.live_text(live)} runs (it is killed)")
+        if live and not force:
+            assert ck is not None
+            t.step(f"{jobs.live_text(live)} saves first (train.checkpoint.grace {ck.grace:g} s), and resumes after "
+                   "the rollback from its checkpoint")
+            if ct.dry:
+                t.output(f"(dry run) remote stop -c {spec.ctid} --save (or refuse: it is left running); after the "
+                         f"rollback: remote train -c {spec.ctid} --resume")
+            else:
+                got = jobs.stop(t, save=True, refuse=f"the rollback to {chosen.name}")
+                stopped, saved = got.run, got.saved
+        elif live:
+            t.step(f"forced: rolling back while {jobs.live_text(live)} runs (it is killed, not saved)")
+            if ck is not None and not ct.dry:
+                jobs.stop(t)  # unsaved, but stopped first: the checkpoint carried holds still while it travels
+    elif ck is not None and not force:
+        mounts_known = ct.run_pct("config", str(spec.ctid), mutates=False)
+        path = checkpoints.path_of(spec) or ""
+        if carry.mount_of(path, mount_points(mounts_known.out if mounts_known.ok else "")) is None:
+            raise worded(SnapshotError(f"{ct.where}: rollback refused, nothing was changed: the container is stopped, "
+                                       f"so its checkpoint ({path}) cannot be read or carried across the rollback "
+                                       f"(pct pull needs a running container); a rollback would return it to the "
+                                       f"snapshot's. Start it first (`pct start {spec.ctid}`), or pass {FORCE} to roll "
+                                       "back without carrying it"), FORCE)
     config = ct.run_pct("config", str(spec.ctid), mutates=False)
     kept, restored = where_things_live(spec, config.out if config.ok else "")
+    got_plan, said = carry.plan(t, mount_points(config.out if config.ok else ""), stopped) if running and ck \
+        else (None, "")
+    if said:
+        t.step(said)
+    carried = carry.out(t, got_plan) if got_plan is not None else None
     t.step(f"pct rollback {spec.ctid} {chosen.name}" + (" (the container is stopped, then started again)"
                                                         if running else ""))
     if lease is not None:
         lease.verify()  # still ours: nothing of another controller's started since the check
     result = ct.run_pct("rollback", str(spec.ctid), chosen.name, "--start", "1" if running else "0", mutates=True,
                      deadline=ROLLBACK_DEADLINE)
+    kept_copy = (f"; the checkpoint is on {t.host.name} at {carried.plan.host_file} ({carry.put_back_command(t, carried)}"
+                 " puts it back)" if carried else "")
     if result.exit_code != 0:
         raise SnapshotError(f"{ct.where}: `pct rollback {spec.ctid} {chosen.name}` failed: "
-                            f"{result.err.strip() or result.exit_code}")
+                            f"{result.err.strip() or result.exit_code}{kept_copy}"
+                            + (f"; run {stopped} was saved and stopped: `remote train -c {spec.ctid} --resume` "
+                               "resumes it" if stopped else ""))
     if running and not ct.dry:
         ct.wait_running(timeout=timeout)
         try:
             ct.run(["true"], timeout=timeout, mutates=False)
         except (PctError, RemoteError) as exc:
-            raise SnapshotError(f"{ct.where}: rolled back to {chosen.name}, but the container does not answer: {exc}") from exc
-    return RolledBack(spec.ctid, chosen, running, tuple(kept), tuple(restored))
+            raise SnapshotError(f"{ct.where}: rolled back to {chosen.name}, but the container does not answer: "
+                                f"{exc}{kept_copy}") from exc
+    if carried is not None:
+        carry.back(t, carried)
+    return RolledBack(spec.ctid, chosen, running, tuple(kept), tuple(restored),
+                      carried=carried.plan.checkpoint if carried else None,
+                      carried_via=carried.plan.host_file if carried else None, stopped=stopped, saved=saved)

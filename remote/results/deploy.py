@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .runs import Checkpoint, Saved
+
 # -- deploy ------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -132,3 +134,8 @@ class RolledBack:
     started: bool
     kept: tuple[str, ...]
     restored: tuple[str, ...]
+    carried: Checkpoint | None = None  # the latest complete checkpoint, carried across and put back at its path
+    carried_via: str | None = None  # the host's copy it travelled through (removed once it was back)
+    stopped: str | None = None  # the live run saved and stopped for the rollback
+    saved: Saved | None = None  # what it saved
+    resumed: str | None = None  # the run that continues it from the checkpoint

@@ -146,6 +146,11 @@ class Stopped:
     others: tuple[Stopped, ...] = ()  # other live runs stopped with it (no run id given)
     nodes: tuple[int, ...] | None = None  # a multi-node run's containers
     saved: Saved | None = None  # stop(save=True): what it saved (None: no save was asked for)
+    # stop(save=True) of a multi-node run: what each node saved (ctid -> Saved), the step every rank resumes at
+    # (None: no common step or no checkpoint) and why, in words
+    saves: Mapping[int, Saved] | None = None
+    resume_step: int | None = None
+    resume_note: str = ""
 
 
 @dataclass(frozen=True)

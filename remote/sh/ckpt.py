@@ -13,6 +13,9 @@ or null), keep (the keep folder or null), signal (a name or null), grace (second
   list                  every candidate, newest first, and the kept copy
   restore               before a resume: an incomplete newest match moved aside (`<name>.incomplete-<time>`),
                         the kept copy put back where the job reads it; the latest complete one (exit 3: none)
+  pick STEP             a multi-node resume at the run's common STEP: every match newer than the one at STEP
+                        moved aside (`<name>.old-<time>`), the kept copy put back where only it is at STEP;
+                        the checkpoint at STEP (exit 3: none)
   fresh                 every match and the kept copy moved aside (`<name>.old-<time>`): a new run starts over
   resume RUN            job.sh's restart: restore, then RUN/command-next (RUN/command-resume with {checkpoint}
                         the latest's path, quoted once); prints the log's words (exit 3: none complete)
@@ -338,6 +341,29 @@ def cmd_restore(conf):
         0 if latest else 3
 
 
+def cmd_pick(conf, step):
+    """A multi-node resume at the run's common step: what is newer than the node's checkpoint at `step` moved
+    aside (never deleted), the kept copy put back where only it holds that step."""
+    cands = candidates(conf, settle=False)
+    at = next((c for c in cands if c["complete"] and c["step"] == step), None)
+    moved, restored = [], None
+    if at is None:
+        k = kept(conf)
+        if not (k and k["complete"] and k["step"] == step and kept_path(conf)):
+            return {"latest": None, "moved": [], "restored": None}, 3
+        target = conf["path"].rstrip("/")
+        if os.path.lexists(target):
+            moved.append({"path": target, "to": aside(target, "old")})
+        copy(kept_path(conf), target)
+        restored = {"from": kept_path(conf), "to": target}
+        at = look(target, conf.get("complete"), settle=False)
+    else:
+        for c in cands:
+            if c["path"] != at["path"] and (c["mtime"] or 0) > (at["mtime"] or 0):
+                moved.append({"path": c["path"], "to": aside(c["path"], "old")})
+    return {"latest": at, "moved": moved, "restored": restored}, 0
+
+
 def cmd_fresh(conf):
     moved = [{"path": p, "to": aside(p, "old")} for p in matches(conf)]
     kp = kept_path(conf)
@@ -498,6 +524,8 @@ def main(argv):
         out, rc = cmd_restore(conf)
     elif command == "fresh":
         out, rc = cmd_fresh(conf)
+    elif command == "pick" and len(argv) == 4 and argv[3].isdigit():
+        out, rc = cmd_pick(conf, int(argv[3]))
     elif command == "resume" and len(argv) == 4:
         text, rc = cmd_resume(conf, argv[3])
         print(text)

@@ -1,16 +1,19 @@
 """Lab tier: a two-node Proxmox cluster (remote/lab/cluster.py: two sshd, two host keys, two pct nodes over
 one shared config tree). Containers found by `cluster:` only, a stale `host:` hint, a node the hosts file
 lacks, `pct migrate` with Proxmox's checks, a restart migration under a live run, quorum lost around a
-deploy's snapshot. Each task runs as the `remote` command does, in its own process.
+deploy's snapshot, a two-node run stopped with --save and resumed at one step (and restarted as a whole). Each
+task runs as the `remote` command does, in its own process.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -281,3 +284,170 @@ def test_create_on_any_node_checks_the_whole_cluster(cl):
     finally:
         assert pve2.pct("destroy", "274").returncode == 0
     assert cl.owner(274) is None and "274" not in json.loads((cl.tree / ".vmlist").read_text())["ids"]
+
+
+# A two-rank job without torch (the lab's venv is empty): it counts steps, prints `iter N`, saves a torch.save-shaped
+# zip (archive/data.pkl holding iter_num) every 5 steps and at once on SIGUSR1, atomically; rank 0 only unless
+# --all saves; --resume starts at the checkpoint's step; --max N ends at step N; rank 1 dies (exit 3) at step 9
+# once where /root/die-once is. What DDP code such as nanoGPT does, step for step.
+FAKE_DDP = r"""import io, os, pickle, signal, sys, time, zipfile
+rank, out = int(sys.argv[1]), "/root/out"
+last = int(sys.argv[sys.argv.index("--max") + 1]) if "--max" in sys.argv else 100000
+path, asked = out + "/ckpt.pt", []
+signal.signal(signal.SIGUSR1, lambda *a: asked.append(1))
+step = 0
+if "--resume" in sys.argv:
+    with zipfile.ZipFile(path) as z:
+        step = pickle.loads(z.read("archive/data.pkl"))["iter_num"]
+    print(f"rank {rank} resumed at iter {step}", flush=True)
+def save(i):
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("archive/data.pkl", pickle.dumps({"iter_num": i}, protocol=2))
+    os.makedirs(out, exist_ok=True)
+    with open(path + ".tmp", "wb") as f:
+        f.write(buf.getvalue())
+    os.replace(path + ".tmp", path)
+while step < last:
+    step += 1
+    time.sleep(0.2)
+    print(f"iter {step}", flush=True)
+    if rank == 1 and step == 9 and os.path.exists("/root/die-once"):
+        os.unlink("/root/die-once")
+        sys.exit(3)
+    if (rank == 0 or "--all" in sys.argv) and (step % 5 == 0 or asked):
+        save(step)
+        asked.clear()
+"""
+
+RESUMABLE = """venv:
+  packages: []
+code:
+  repo: {repo}
+  path: /root/plain
+train:
+  command: python3 /root/fake_ddp.py {{node_rank}}{args}
+  run_dir: /root/runs
+  restarts: {restarts}
+  checkpoint:
+    path: /root/out/ckpt.pt
+    resume: --resume
+    signal: USR1
+    grace: 30
+"""
+
+
+PLANT_STEP = r"""import io, json, os, pickle, sys, time, zipfile
+path, step = sys.argv[1], int(sys.argv[2])
+buf = io.BytesIO()
+with zipfile.ZipFile(buf, "w") as z:
+    z.writestr("archive/data.pkl", pickle.dumps({"iter_num": step}, protocol=2))
+os.makedirs(os.path.dirname(path), exist_ok=True)
+open(path, "wb").write(buf.getvalue())
+when = time.time() - 60 + step  # a later step, a later file
+os.utime(path, (when, when))
+if len(sys.argv) > 3:  # the watch's kept copy of /root/out/ckpt.pt: its record beside it
+    meta = {"source": sys.argv[3], "mtime": when, "size": len(buf.getvalue()), "step": step}
+    json.dump(meta, open(path + ".json", "w"))
+"""
+
+
+def plant(hosts: Path, ctid: int, step: int, *, kept: bool = False) -> None:
+    """A checkpoint of the node's own at `step`, as FAKE_DDP saves it (kept: as the watch keeps a copy of it)."""
+    args = ("/root/runs/.checkpoints/ckpt.pt", str(step), "/root/out/ckpt.pt") if kept else \
+        ("/root/out/ckpt.pt", str(step))
+    r = task(hosts, "exec", "-c", str(ctid), "--", "python3", "-c", PLANT_STEP, *args)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.fault("stop --save of a multi-node run, then train --resume over its nodes (no shared storage)",
+                   promise="on the lab cluster, 2 nodes where rank 0 saves: stop --save asks every rank, stops both "
+                           "and names the step; the resume gives node 271 the master's checkpoint (verified) and "
+                           "both ranks' logs start at that same step; a plain train is refused naming both flags")
+@pytest.mark.fault("A multi-node run's nodes hold checkpoints of different steps (no step in common)",
+                   promise="on the lab cluster: train -c 270,271 --resume refused (exit 2) naming each node's step; "
+                           "nothing started")
+@pytest.mark.fault("A multi-node run whose nodes each save their own checkpoint, one node's newest torn or missing",
+                   promise="on the lab cluster: 270 at step 25 (kept copy 20), 271 at 20: --resume brings 270 to 20 "
+                           "(its 25 renamed aside, the kept copy put back) and both ranks' logs start at 20")
+@pytest.mark.fault("A rank of a multi-node run with train.restarts dies (exit 3)",
+                   promise="on the lab cluster, followed: every node stopped, then the run restarted as a whole, both "
+                           "ranks at the master's checkpoint's step (its log's first line says so on each node), to "
+                           "its end; --fresh moved the old checkpoints aside first")
+def test_a_multi_node_run_stops_with_save_and_resumes_every_rank_at_one_step(cl):
+    hosts = cl.dir / "hosts-resume.yaml"
+    hosts.write_text(cl.hosts_yaml({270: None, 271: None}) + RESUMABLE.format(repo=cl.node("pve1").plain_repo(),
+                                                                                  args="", restarts=0))
+    r = task(hosts, "deploy", "-c", "270,271", "--force")
+    assert r.returncode == 0, r.stdout + r.stderr
+    for ctid in (270, 271):  # one NCCL on both (the gate test planted two), the job, no checkpoint yet
+        assert task(hosts, "exec", "-c", str(ctid), "--", "python3", "-c", PLANT, "2.26.2").returncode == 0
+        w = task(hosts, "exec", "-c", str(ctid), "--", "python3", "-c",
+                 "import sys, shutil; open('/root/fake_ddp.py', 'w').write(sys.argv[1]); "
+                 "shutil.rmtree('/root/out', ignore_errors=True)", FAKE_DDP)
+        assert w.returncode == 0, w.stderr
+
+    def log(ctid: int) -> str:  # the latest run's log as the container has it (cheaper than `remote logs`)
+        return task(hosts, "exec", "-c", str(ctid), "--", "sh", "-c",
+                    "cat /root/runs/$(ls -t /root/runs | grep -v '^\\.' | head -1)/log").stdout
+
+    try:
+        r = task(hosts, "train", "-c", "270,271", "--detach")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert wait_until(lambda: "iter 7\n" in log(270) and "iter 7\n" in log(271), 90)
+        began = time.monotonic()
+        r = task(hosts, "stop", "-c", "270,271", "--save")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert time.monotonic() - began < 25, "271 never saves: its wait must end with the master's (grace 30)"
+        m = re.search(r"every rank resumes at step (\d+) from the master's checkpoint", r.stdout + r.stderr)
+        assert m, r.stdout + r.stderr
+        step = int(m.group(1))
+        assert step >= 7 and "node 270: run" in r.stdout and "saved checkpoint /root/out/ckpt.pt" in r.stdout
+        assert "271: log at step" in r.stdout + r.stderr, r.stdout
+        r = task(hosts, "train", "-c", "270,271", "--detach")  # a new run would overwrite the checkpoint
+        assert r.returncode == 2 and "--resume" in r.stderr and "--fresh" in r.stderr, r.stdout + r.stderr
+        r = task(hosts, "train", "-c", "270,271", "--resume", "--dry")  # says the copy, makes none
+        assert r.returncode == 0 and "pulled here, pushed to /root/out/ckpt.pt.remote-tmp-copy" in r.stdout, \
+            r.stdout + r.stderr
+        assert task(hosts, "exec", "-c", "271", "--", "test", "-e", "/root/out/ckpt.pt").returncode == 1
+        r = task(hosts, "train", "-c", "270,271", "--resume", "--detach")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert f"every rank resumes at step {step}: the master's checkpoint, given to 271" in r.stdout + r.stderr
+        assert "copied and verified" in r.stdout + r.stderr
+        assert wait_until(lambda: f"rank 0 resumed at iter {step}\n" in log(270)
+                          and f"rank 1 resumed at iter {step}\n" in log(271), 60), (log(270), log(271))
+        latest = "cat /root/runs/$(ls -t /root/runs | grep -v '^\\.' | head -1)/manifest.json"
+        manifest = json.loads(task(hosts, "exec", "-c", "271", "--", "sh", "-c", latest).stdout)
+        assert manifest["checkpoint"]["step"] == step and manifest["parent"], manifest
+        assert task(hosts, "stop", "-c", "270").returncode == 0  # a multi-node run: every node stopped
+        # 271 now holds a checkpoint of its own at another step: which saves is unclear, no common step
+        plant(hosts, 271, 3)
+        r = task(hosts, "train", "-c", "270,271", "--resume", "--detach")
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert re.search(r"271 \(node rank 1\): step [\d, ]*\b3\)", r.stderr), r.stderr  # 3, and the copy's kept
+        assert "270 (node rank 0): step" in r.stderr, r.stderr
+        assert "no step in common" in r.stderr
+        # train.restarts: rank 1 dies once; the run restarts as a whole, both ranks at the master's step
+        again = cl.dir / "hosts-restart.yaml"
+        again.write_text(cl.hosts_yaml({270: None, 271: None}) + RESUMABLE.format(
+            repo=cl.node("pve1").plain_repo(), args=" --max 16", restarts=1))
+        assert task(hosts, "exec", "-c", "271", "--", "touch", "/root/die-once").returncode == 0
+        r = task(again, "train", "-c", "270,271", "--fresh")  # followed: the controller restarts it
+        out = r.stdout + r.stderr
+        assert r.returncode == 0, out
+        assert "moved aside to /root/out/ckpt.pt.old-" in out and "restart 1 of 1, every node from" in out, out
+        m = re.search(r"every rank resumes at step (\d+): the master's checkpoint, given to 271", out)
+        assert m and f"rank 0 resumed at iter {m.group(1)}" in out and f"rank 1 resumed at iter {m.group(1)}" in out
+        assert "iter 16" in log(270) and "iter 16" in log(271)
+        # every node its own: 270 at step 25 (its kept copy at 20), 271 at 20: both brought to 20, 270's 25 aside
+        plant(hosts, 270, 20, kept=True)
+        plant(hosts, 270, 25)
+        plant(hosts, 271, 20)
+        r = task(hosts, "train", "-c", "270,271", "--resume", "--detach")
+        out = r.stdout + r.stderr
+        assert r.returncode == 0 and "every rank resumes at step 20: each node's own at that step" in out, out
+        assert "newer than the run's common step 20: moved aside to /root/out/ckpt.pt.old-" in out, out
+        assert wait_until(lambda: "rank 0 resumed at iter 20\n" in log(270) and "rank 1 resumed at iter 20\n"
+                          in log(271), 60), (log(270), log(271))
+    finally:
+        task(hosts, "stop", "-c", "270,271")

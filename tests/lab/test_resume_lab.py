@@ -5,7 +5,10 @@ file, overwritten in place, as nanoGPT does; USR1 asks it to save), in a git rep
 `stop --save` mid-run leaves a complete checkpoint and `train --resume` continues at its step to the end; a
 plain `train` where a checkpoint exists is refused (exit 2) naming both flags; a torn checkpoint is put right
 from the watch's kept copy, or refused, naming it, where there is none; `--fresh` moves the old ones aside and
-deletes nothing; a job SIGKILLed with `restarts: 1` resumes from its last complete checkpoint by itself.
+deletes nothing; a job SIGKILLed with `restarts: 1` resumes from its last complete checkpoint by itself; a
+rollback with a live run saves it, carries its checkpoint across (the snapshot holds an OLDER one) and resumes it at
+its step with the snapshot's environment; one whose run saves nothing within its grace is refused, the run still
+running.
 (20 `stop --save` at random moments: tests/local/test_stop_save_local.py, the same container scripts.)"""
 
 from __future__ import annotations
@@ -116,12 +119,13 @@ def rs(lab, tmp_path_factory):
     return state
 
 
-def configure(rs, *, iters=40, restarts=0, helper=False, extra=""):
+def configure(rs, *, iters=40, restarts=0, helper=False, save_every=5, signal="USR1", grace=60, extra=""):
     text = HOSTS.format(wheels=rs["wheels"], repo=rs["repo"], iters=iters, restarts=restarts)
-    if extra:
-        text = text.replace("--sleep 0.2\n", f"--sleep 0.2 {extra}\n")
+    text = text.replace("--sleep 0.2", f"--sleep 0.2 --save-every {save_every}" + (f" {extra}" if extra else "")).replace(
+        "signal: USR1", f"signal: {signal}").replace("grace: 60", f"grace: {grace}")
     if helper:  # the example finds its checkpoint itself (remote_checkpoint.latest()): no resume words
-        text = text.replace(f"python train.py --iters {iters} --sleep 0.2", "python example.py").replace(
+        text = text.replace(f"python train.py --iters {iters} --sleep 0.2 --save-every {save_every}",
+                            "python example.py").replace(
             "    resume: --init-from resume\n", "")
     rs["hosts"].write_text(rs["head"] + text)
 
@@ -313,3 +317,75 @@ def test_the_remote_checkpoint_example_through_the_cli(rs):
     assert wait_until(lambda: "starting at" in run_log(rs, new), timeout=180), run_log(rs, new)
     assert f"starting at step {step + 1}" in run_log(rs, new)
     assert re.search(rf"run {new}: saved checkpoint {CKPT}", task(rs, "stop", "-c", str(CT), "--save").stdout)
+
+
+# -- rollback: it reverts the environment, never the training progress -----------------------------------------
+SNAP = "carry-test"
+MARKER = "/root/env-marker"
+
+
+@pytest.fixture(scope="module")
+def snap(rs, lab):
+    """A snapshot of the deployed container whose rootfs holds an OLDER complete checkpoint (step 2) where the job
+    saves, and an environment marker `snapshot`; the container's storage one that snapshots (the double copies)."""
+    lab.set_storage(CT, "local-lvm")
+    in_ct(rs, f"mkdir -p /root/rs/out && /root/venv/bin/python -c 'import torch; torch.save({{\"iter_num\": 2}}, "
+              f"\"{CKPT}\")' && echo snapshot > {MARKER}")
+    assert step_in_ct(rs) == 2
+    made = subprocess.run([str(lab.dir / "bin" / "pct"), "snapshot", str(CT), SNAP], capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    in_ct(rs, f"echo after > {MARKER}")
+    yield SNAP
+    subprocess.run([str(lab.dir / "bin" / "pct"), "delsnapshot", str(CT), SNAP], capture_output=True)
+    lab.set_storage(CT, "local")
+    # The lab's host is this machine: the carry's folders, where they are empty now, go too.
+    for folder in (Path(f"/var/lib/remote/carry/{CT}"), Path("/var/lib/remote/carry"), Path("/var/lib/remote")):
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+
+
+def step_in_ct(rs) -> int:
+    """The step the checkpoint at CKPT holds, read by torch in the container."""
+    return int(in_ct(rs, f"/root/venv/bin/python -c 'import torch; print(torch.load(\"{CKPT}\")[\"iter_num\"])'")
+               .split()[-1])
+
+
+@pytest.mark.fault("rollback, gpu fix, move or drain of a run that saves nothing new within its grace",
+                   promise="refused (exit 3), nothing changed, naming the grace, the last complete checkpoint (or "
+                   "that there is none) and --force; the run is STILL RUNNING after")
+@pytest.mark.fault("rollback with a live run and train.checkpoint",
+                   promise="the run saves, its checkpoint is carried across the rollback (through the host, verified) "
+                   "and the run resumes at the checkpoint's step with the snapshot's environment, never from the "
+                   "older checkpoint the snapshot held")
+def test_a_rollback_refuses_a_run_that_does_not_save_and_carries_and_resumes_one_that_does(rs, snap):
+    """One job, saving only on USR1: with `signal: none` it saves nothing within the grace (the rollback refused,
+    the job still running), with `signal: USR1` it saves at once (carried, rolled back, resumed). (--force, and a
+    rollback after `stop --save`, carry the same way: tests/unit/test_carry.py.)"""
+    configure(rs, iters=400, save_every=100000, signal="none", grace=2)
+    run_id = started(task(rs, "train", "-c", str(CT), "--fresh", "--detach").stdout)  # the step-2 one set aside
+    assert wait_until(lambda: "iter 12:" in run_log(rs, run_id), timeout=180), run_log(rs, run_id)
+    refused = task(rs, "rollback", "-c", str(CT), "--snapshot", snap, check=False)
+    assert refused.returncode == 3, refused.stdout
+    said = refused.stdout
+    assert "the rollback to carry-test refused, nothing was changed" in said and "grace (2 s)" in said, said
+    assert "it has no complete checkpoint at all" in said and "--force" in said and "still running" in said, said
+    # STILL RUNNING: no exit record, its python alive, training on; and nothing rolled back
+    assert in_ct(rs, f"cat /root/runs/{run_id}/exit 2>/dev/null || echo none").strip() == "none"
+    n = run_log(rs, run_id).count("\niter ")
+    assert wait_until(lambda: run_log(rs, run_id).count("\niter ") > n + 2, timeout=60), run_log(rs, run_id)
+    assert in_ct(rs, f"cat {MARKER}").strip() == "after"
+    dry = task(rs, "rollback", "-c", str(CT), "--snapshot", snap, "--dry").stdout
+    assert "pct rollback" in dry and in_ct(rs, f"cat {MARKER}").strip() == "after", dry
+    assert in_ct(rs, f"cat /root/runs/{run_id}/exit 2>/dev/null || echo none").strip() == "none"  # dry: untouched
+
+    configure(rs, iters=400, save_every=100000, signal="USR1", grace=60)
+    out = task(rs, "rollback", "-c", str(CT), "--snapshot", snap).stdout
+    m = re.search(rf"carried:  checkpoint {CKPT} \(step (\d+)\) across the rollback", out)
+    assert m and int(m.group(1)) >= 12, out
+    step = int(m.group(1))
+    new = re.search(rf"resumed:  run (\S+) continues run {run_id}", out).group(1)
+    assert in_ct(rs, f"cat {MARKER}").strip() == "snapshot"  # the snapshot's environment
+    assert wait_until(lambda: re.search(r"^iter \d+:", run_log(rs, new), re.M), timeout=180), run_log(rs, new)
+    assert first_iter(run_log(rs, new)) == step + 1, run_log(rs, new)  # not the snapshot's step 2
+    assert in_ct(rs, f"ls /var/lib/remote/carry/{CT} 2>/dev/null || true").strip() == ""  # the host's copy removed
+    task(rs, "stop", "-c", str(CT))

@@ -206,3 +206,36 @@ def test_the_save_signal_waits_for_the_jobs_handler(tmp_path, ck):
     finally:
         job.kill()
         job.wait()
+
+
+def save_or_refuse(job, settings) -> tuple[int, dict[str, str]]:
+    """What jobs.stop(save=True, refuse=...) runs in the container: save.sh's `refuse` mode ($6)."""
+    r = subprocess.run(["bash", "-c", "set -euo pipefail\n" + checkpoints.save_script(), "remote", str(job.run),
+                        job.id, "5", shell.load_python("ckpt"), json.dumps(settings), "refuse"],
+                       capture_output=True, text=True, timeout=60)
+    return r.returncode, dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line)
+
+
+@pytest.mark.fault("save-or-refuse (gpu fix, move, drain, rollback) of a job that saves nothing new within the grace",
+                   promise="the job is LEFT RUNNING (not signalled unless it handles the signal; the save request taken "
+                   "back), and the script says so (`kept=running`) instead of stopping it")
+def test_save_or_refuse_leaves_a_job_that_does_not_save_running(tmp_path, ck):
+    settings = conf(tmp_path, signal=None, grace=1)
+    (tmp_path / "saver.py").write_text(SAVER)
+    job = Job(tmp_path, f"{PY} saver.py {settings['path']} 100000 5", settings)
+    try:
+        assert wait_until(lambda: "saved" in job.log(), timeout=20), job.log()
+        # Told to look where the job never saves: no new complete checkpoint can come within the grace.
+        rc, fields = save_or_refuse(job, {**settings, "path": str(tmp_path / "nowhere" / "ckpt.pt")})
+        assert rc == 0 and fields.get("kept") == "running", fields
+        assert "signal" not in fields and job.proc.poll() is None  # no stop ran: the job still runs
+        assert not (job.run / "save-requested").exists()
+        n = job.log().count("iter ")
+        assert wait_until(lambda: job.log().count("iter ") > n, timeout=10)  # it goes on training
+        # The same mode where a new checkpoint comes: it is saved, then stopped, as stop --save does.
+        rc, fields = save_or_refuse(job, settings)
+        assert rc == 0 and "kept" not in fields and json.loads(fields["saved"])["why"] == "saved", fields
+        assert fields["left"] == "" and job.proc.wait(10) is not None
+    finally:
+        if job.proc.poll() is None:
+            job.stop_save(settings)

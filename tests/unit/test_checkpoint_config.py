@@ -102,7 +102,7 @@ def test_a_resumes_lineage_is_typed_from_its_manifest_and_shown_by_status_and_ru
     assert "python train.py  (resumes 20261206-031500-ab12 at step 250)" in fmt.runs_text([s], 200, "/root/runs")
 
 
-def test_train_refuses_resume_with_fresh_and_either_for_a_multi_node_run(tmp_path, capsys):
+def test_train_refuses_resume_with_fresh_for_one_and_several_containers(tmp_path, capsys):
     from remote import cli
 
     hosts = tmp_path / "hosts.yaml"
@@ -110,8 +110,8 @@ def test_train_refuses_resume_with_fresh_and_either_for_a_multi_node_run(tmp_pat
                      "train: {command: python t.py, checkpoint: {path: out/ckpt.pt}}\n")
     assert cli.run(["train", "-c", "200", "--resume", "--fresh", "--hosts", str(hosts)]) == 2
     assert "--resume and --fresh exclude each other" in capsys.readouterr().err
-    assert cli.run(["train", "-c", "200,201", "--resume", "--hosts", str(hosts)]) == 2
-    assert "one container only" in capsys.readouterr().err
+    assert cli.run(["train", "-c", "200,201", "--resume", "--fresh", "--hosts", str(hosts)]) == 2
+    assert "--resume and --fresh exclude each other" in capsys.readouterr().err
 
 
 @pytest.mark.fault("train.checkpoint.path a glob or folder that reaches the run folder, the checkout or the venv",

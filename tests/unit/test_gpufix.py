@@ -695,7 +695,7 @@ def test_a_live_run_with_a_checkpoint_is_saved_before_the_restart_and_resumed_af
 
     monkeypatch.setattr(fake, "run", run)
     left = Checkpoint("/root/out/ckpt.pt", True, "torch", step=250)
-    monkeypatch.setattr(jobs, "stop", lambda t, run_id=None, grace=10, save=False: order.append(("stop", save)) or
+    monkeypatch.setattr(jobs, "stop", lambda t, run_id=None, grace=10, save=False, refuse=None: order.append(("stop", save)) or
                         Stopped("20261202-0700-ab", True, "TERM", 143, None, saved=Saved("saved", left)))
     monkeypatch.setattr(jobs, "start", lambda t, resume=False, **k: order.append(("start", resume)) or ("R2", 7))
     hosts = {**HOSTS, "train": {"command": "python train.py", "checkpoint": {"path": "/root/out/ckpt.pt"}}}
@@ -723,7 +723,7 @@ def test_a_gpu_fix_that_fails_after_the_save_stop_names_the_resume(monkeypatch):
     kw = {"nodes": [n for n in GOOD_NODES if n[0] != "/dev/nvidia-uvm"], "init": 999}
     fake = Pvesm(config_text=cfg, ct_kw=kw, live="20261202-0700-ab:4242")
     left = Checkpoint("/root/out/ckpt.pt", True, "torch", step=250)
-    monkeypatch.setattr(jobs, "stop", lambda t, run_id=None, grace=10, save=False:
+    monkeypatch.setattr(jobs, "stop", lambda t, run_id=None, grace=10, save=False, refuse=None:
                         Stopped("20261202-0700-ab", True, "TERM", 143, None, saved=Saved("saved", left)))
 
     def change(*a, **k):
@@ -736,3 +736,36 @@ def test_a_gpu_fix_that_fails_after_the_save_stop_names_the_resume(monkeypatch):
         gpufix.gpu_fix(resolve(s, 200))
     assert "storage busy" in str(e.value)
     assert "run 20261202-0700-ab was saved and stopped" in str(e.value) and "remote train -c 200 --resume" in str(e.value)
+
+
+@pytest.mark.fault("gpu fix that must restart a container whose live run saves nothing new within its grace",
+                   promise="refused (SaveRefused, exit 3) naming --force: the container is not restarted, the run "
+                           "left running, nothing resumed")
+def test_a_live_run_that_does_not_save_in_time_refuses_the_restart(monkeypatch):
+    from remote.errors import SaveRefused
+    from remote.ops import jobs
+
+    cfg = data("pct-config-dev.txt").replace("dev2: /dev/nvidia-uvm\n", "")
+    kw = {"nodes": [n for n in GOOD_NODES if n[0] != "/dev/nvidia-uvm"], "init": 999}
+    order: list = []
+    fake = Pvesm(config_text=cfg, ct_kw=kw, live="20261202-0700-ab:4242")
+    real_run = fake.run
+
+    def run(argv, **k):
+        if tuple(argv[:2]) in (("pct", "stop"), ("pct", "start"), ("pct", "set")):
+            order.append(argv[1])
+        return real_run(argv, **k)
+
+    def stop(t, run_id=None, grace=10, save=False, refuse=None):
+        order.append(("stop", save, refuse))
+        raise SaveRefused(200, f"container 200: {refuse} refused, nothing was changed: ... pass --force", "r1", 30.0)
+
+    monkeypatch.setattr(fake, "run", run)
+    monkeypatch.setattr(jobs, "stop", stop)
+    monkeypatch.setattr(jobs, "start", lambda t, resume=False, **k: order.append(("start", resume)) or ("R2", 7))
+    hosts = {**HOSTS, "train": {"command": "python train.py", "checkpoint": {"path": "/root/out/ckpt.pt"}}}
+    s = Session(config.parse(hosts, "hosts.yaml"), agent=False, transport_factory=lambda h: fake)
+    with pytest.raises(SaveRefused, match=r"gpu fix \(it must restart the container: .*\) refused") as e:
+        gpufix.gpu_fix(resolve(s, 200))
+    assert e.value.exit_code == 3
+    assert len(order) == 1 and order[0][:2] == ("stop", True)  # no restart, no resume

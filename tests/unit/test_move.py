@@ -71,9 +71,9 @@ def test_a_live_run_without_a_checkpoint_is_refused_unless_force():
 
 @pytest.mark.parametrize("over, words", [
     (dict(node="pve1"), "is on node pve1 already"),
-    # the words must be typable: train refuses --resume for several containers (cli/table.checkpoint_flags)
+    # the words must be typable: train resumes several containers at one step (remote/ops/nodeckpt.py)
     (dict(nodes=(200, 201)), r"run r1 is a multi-node run on 200,201.*remote stop -c 200,201 --save` first, then "
-                             r"move \(a multi-node run does not resume from its checkpoints yet"),
+                             r"move, then `remote train -c 200,201 --resume`"),
     (dict(cluster=None), "is in no cluster"),
 ])
 def test_a_move_that_cannot_be_done_is_bad_input(over, words):
@@ -180,7 +180,7 @@ def test_a_live_run_is_save_stopped_before_the_migrate_and_a_failed_resume_names
     order: list[str] = []
     saved = Saved("saved", Checkpoint("/root/out/c.pt", True, "torch", step=9))
 
-    def stop(t, run_id, save=False):
+    def stop(t, run_id, save=False, refuse=None):
         order.append(f"stop save={save}")
         return Stopped("r1", True, "none", 0, None, saved=saved)
 
@@ -204,3 +204,26 @@ def test_a_live_run_is_save_stopped_before_the_migrate_and_a_failed_resume_names
             mv.move(resolve(s, 200), "pve1", "pve2", check=lambda: (False, ()), moved=moved)
     assert order == ["stop save=True", "migrated", "start resume=True on gpu-b"]
     assert ("pct", "migrate", "200", "pve2", "--restart") in fake.transports["pve1"].calls
+
+
+@pytest.mark.fault("a move of a run that saves nothing new within its grace", promise="refused (SaveRefused, exit 3) "
+                   "before the migrate: the run is left running where it is, the container not moved")
+def test_a_move_whose_run_does_not_save_in_time_is_refused_before_the_migrate(monkeypatch):
+    from remote.errors import SaveRefused
+
+    fake = FakeCluster({200: "pve1"})
+    cfg = HOSTS.replace("  command: python train.py\n", "  command: python train.py\n  checkpoint: {path: out/c.pt, "
+                        "resume: --resume}\n")
+    asked: list = []
+
+    def stop(t, run_id, save=False, refuse=None):
+        asked.append((save, refuse))
+        raise SaveRefused(200, f"container 200: {refuse} refused, nothing was changed", "r1", 30.0)
+
+    monkeypatch.setattr(mv, "_runs", lambda t, running: (("r1",), ()))
+    monkeypatch.setattr(mv.jobs, "stop", stop)
+    with Session(config.parse(yaml.safe_load(cfg), "hosts.yaml"), transport_factory=fake.transport) as s:
+        with pytest.raises(SaveRefused, match="the move to node pve2 refused") as e:
+            mv.move(resolve(s, 200), "pve1", "pve2", check=lambda: (False, ()))
+    assert e.value.exit_code == 3 and asked == [(True, "the move to node pve2")]
+    assert not any(a[:2] == ("pct", "migrate") for a in fake.transports["pve1"].calls)

@@ -43,8 +43,10 @@ def test_the_drop_in_allows_exactly_the_root_programs_of_the_list():
 def test_the_drop_in_names_the_hosts_files_pct_and_programs_beside_it():
     text = sudo.sudoers("trainer", ["/opt/pve/bin/pct", "/usr/sbin/pct"])
     rule = sudo.rule_of(text, "trainer")
-    assert [r.split(" ")[0] for r in rule] == ["/opt/pve/bin/pct"] * 10 + ["/opt/pve/bin/pvesh", "/opt/pve/bin/pvesm"] \
-        + ["/usr/sbin/pct"] * 10 + ["/usr/bin/pvesh", "/usr/sbin/pvesm"]  # pvesh: a cluster's guest list, on Proxmox in /usr/bin
+    # pvesh: a cluster's guest list, on Proxmox in /usr/bin; the carry's coreutils at their own paths, named once
+    carry = ["/usr/bin/install", "/usr/bin/sha256sum", "/usr/bin/rm"]
+    assert [r.split(" ")[0] for r in rule] == ["/opt/pve/bin/pct"] * 12 + carry + ["/opt/pve/bin/pvesh", "/opt/pve/bin/pvesm"] \
+        + ["/usr/sbin/pct"] * 12 + ["/usr/bin/pvesh", "/usr/sbin/pvesm"]
     assert "/usr/bin/pvesh get /cluster/resources --type vm --output-format json" in rule
     assert all(line.startswith(("#", "Defaults:trainer ", "trainer ", "    /")) for line in text.splitlines())
     with pytest.raises(ValueError):
@@ -131,8 +133,9 @@ def test_a_program_the_host_said_nothing_of_is_unsafe():
 
 
 def test_the_rule_names_the_paths_it_checks():
-    assert sudo.rule_paths("/usr/sbin/pct") == ["/usr/sbin/pct", "/usr/bin/pvesh", "/usr/sbin/pvesm"]
-    assert sudo.rule_paths("/srv/lab/bin/pct") == ["/srv/lab/bin/pct", "/srv/lab/bin/pvesh", "/srv/lab/bin/pvesm"]
+    carry = ["/usr/bin/install", "/usr/bin/sha256sum", "/usr/bin/rm"]  # the system's, never beside pct
+    assert sudo.rule_paths("/usr/sbin/pct") == ["/usr/sbin/pct", *carry, "/usr/bin/pvesh", "/usr/sbin/pvesm"]
+    assert sudo.rule_paths("/srv/lab/bin/pct") == ["/srv/lab/bin/pct", *carry, "/srv/lab/bin/pvesh", "/srv/lab/bin/pvesm"]
 
 
 def test_a_sudo_host_calls_pct_through_sudo_n_at_its_exact_path():
