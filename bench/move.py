@@ -1,8 +1,9 @@
 """Move benchmark (issue 44's goal: fault to the first step after resume <= 90 s after a move): on a two-node lab
-cluster of its own (remote/lab/cluster.py, container 366), a running torch job (tests/lab/test_move_lab.py's
-resumable script, a checkpoint every 3 steps) moved back and forth between the nodes with `remote move`, each
-time from the move's start (the fault: the run is told to go) to the first `iter N` line of the resumed run's
-log, and the move's own steps (check, save-stop, migrate, wait, resume) as `remote move --json` times them.
+cluster of its own (remote/lab/cluster.py, container 366), unmodified nanoGPT (tests/lab/test_move_lab.py's
+repository, command and hosts file: examples/nanogpt with the offline data, a checkpoint every 20 iterations,
+`signal: none`) moved back and forth between the nodes with `remote move`, each time from the move's start (the
+fault: the run is told to go) to the first `iter N` line of the resumed run's log, and the move's own steps
+(check, save-stop, migrate, wait, resume) as `remote move --json` times them.
 
     python bench/move.py [--moves 3]      (needs root and the lab's tools; container id 366)
 """
@@ -25,7 +26,7 @@ sys.path.insert(0, str(ROOT / "tests" / "lab"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from support import LAB_WHEELS, free_port  # noqa: E402
-from test_move_lab import SECTIONS, TRAIN, first_iter  # noqa: E402
+from test_move_lab import NANOGPT, SECTIONS, first_iter, nanogpt_repo, saved_at  # noqa: E402
 
 from remote.lab.cluster import ClusterLab  # noqa: E402
 
@@ -60,20 +61,16 @@ def main() -> None:
     rows = []
     try:
         lab.up({CT: "pve1"}, wheels=False)
-        repo = lab.dir / "mv"
-        repo.mkdir()
-        (repo / "train.py").write_text(TRAIN)
-        git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t.invalid"]
-        for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "toy"]):
-            subprocess.run([*git, *args], check=True, capture_output=True)
-        state["hosts"].write_text(lab.hosts_yaml({CT: None}) + SECTIONS.format(wheels=LAB_WHEELS, repo=repo))
-        for step in (("deploy", "-c", str(CT)), ("train", "-c", str(CT), "--detach", "--fresh")):
+        state["hosts"].write_text(lab.hosts_yaml({CT: None}) + SECTIONS.format(
+            wheels=LAB_WHEELS, repo=nanogpt_repo(lab.dir), command=NANOGPT))
+        for step in (("deploy", "-c", str(CT)), ("exec", "-c", str(CT), "cd /root/mv && python prepare_offline.py"),
+                     ("train", "-c", str(CT), "--detach", "--fresh")):
             r = task(*step)
             assert r.returncode == 0, r.stdout + r.stderr
         for i in range(a.moves):
             status = json.loads(task("status", "-c", str(CT), "--json").stdout)
             run = status["containers"][0]["run"]["id"]
-            assert wait(lambda run=run: "saved out/ckpt.pt" in log(run), 180)
+            assert wait(lambda run=run: saved_at(log(run)), 240)
             node = "pve2" if lab.owner(CT) == "pve1" else "pve1"
             t0 = time.monotonic()
             r = task("move", "-c", str(CT), "--node", node, "--json")

@@ -126,8 +126,8 @@ def _container_dict(c: Any, clustered: bool = False) -> dict:
             run["compile"] = compile_dict(c.run.compile)
         else:
             del run["compile"]
-        for key in ("moved_from", "checkpoint", "parent"):
-            if run[key] is None:
+        for key in ("moved_from", "checkpoint", "parent", "oom_killed"):  # shown where there is one
+            if run[key] in (None, ()):
                 del run[key]
         entry["run"] = run
     if c.probed:
@@ -248,6 +248,7 @@ def _watch_text(r: dict) -> str:
     text += f", mem {g['mem_used_mib'] / 1024:.1f} GiB" if g.get("mem_used_mib") is not None else ""
     if (r.get("attempts_max") or 0) > 1 and r.get("attempt"):
         text += f", attempt {r['attempt']} of {r['attempts_max']}"
+    text += "".join(f", attempt {k} was killed by the kernel's OOM killer (exit 137)" for k in r.get("oom_killed") or ())
     return text + (f", STALLED: no output for {s['seconds']:g} s (stacks in {s['stacks']})" if s else "")
 
 

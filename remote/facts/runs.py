@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..naming import json_loads, printable
@@ -225,10 +225,12 @@ class Attempt:
     ended: float | None = None
     exit: int | None = None
     commit: str | None = None  # the checkout's commit when it started
+    killed: str | None = None  # "oom": the kernel's OOM killer ended it (the container's count rose; job.sh)
 
 
 def parse_attempts(text: str) -> tuple[Attempt, ...]:
-    """The wrapper's attempts file: one Attempt per `start` line, its `end` line's time and status where there is one."""
+    """The wrapper's attempts file: one Attempt per `start` line, its `end` line's time and status where there is one
+    (and a `killed K oom` line's cause)."""
     out: dict[int, Attempt] = {}
     for line in text.splitlines():
         f = line.split()
@@ -239,6 +241,8 @@ def parse_attempts(text: str) -> tuple[Attempt, ...]:
             elif len(f) == 4 and f[0] == "end" and int(f[1]) in out and _is_number(float(f[2])):
                 k = int(f[1])
                 out[k] = Attempt(k, out[k].started, float(f[2]), int(f[3]), out[k].commit)
+            elif len(f) == 3 and f[0] == "killed" and int(f[1]) in out and f[2] == "oom":
+                out[int(f[1])] = replace(out[int(f[1])], killed="oom")
         except ValueError:
             continue
     return tuple(out[k] for k in sorted(out))

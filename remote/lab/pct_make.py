@@ -36,7 +36,7 @@ FEATURES = ("force_rw_sys", "fuse", "keyctl", "mknod", "mount", "nesting")
 DEV_KEYS = ("path", "deny-write", "gid", "mode", "uid")
 MP_KEYS = ("volume", "acl", "backup", "mountoptions", "mp", "quota", "replicate", "ro", "shared", "size")
 MAX_INDEX = {"dev": 256, "mp": 256, "net": 32}
-PASSTHROUGH_MARK = "# pct start: devN and mpN of the Proxmox config (regenerated at every start)"
+PASSTHROUGH_MARK = "# pct start: devN and mpN of the Proxmox config (regenerated at every start)"  # memory too
 INIT_SOURCE = """import os, signal, time
 signal.signal(signal.SIGTERM, lambda *a: os._exit(0))
 signal.signal(signal.SIGPWR, lambda *a: os._exit(0))
@@ -277,7 +277,9 @@ def lxc_base_config(ct, vmid, hostname, python=None):
         f"lxc.uts.name = {hostname}",
         f"lxc.rootfs.path = overlay:/:{upper}",
         "lxc.net.0.type = none",
-        "lxc.mount.auto = proc:mixed sys:ro cgroup:mixed",
+        # The container's own cgroups mounted (:force: LXC skips them for a container that keeps CAP_SYS_ADMIN),
+        # as a Proxmox container sees its memory.events: job.sh reads the OOM killer's count there.
+        "lxc.mount.auto = proc:mixed sys:ro cgroup:mixed:force",
         "lxc.autodev = 1",
         "lxc.apparmor.profile = unconfined",
         "lxc.tty.max = 0",
@@ -427,6 +429,17 @@ def cmd_set(opts, positional):
             desc = []
         current.pop(key, None)
     write_file(pct.pve_conf(vmid), conf_text(current, raw, desc, rest))
+    if {"memory", "swap"} & {*keys, *delete} and pct.BACKEND != "ns" and pct.state(vmid) == "running":
+        hot_memory(vmid, current)
+
+
+def hot_memory(vmid, keys):
+    """A running container's new memory and swap applied to its cgroup at once, as Proxmox does (none: unlimited)."""
+    lines = memory_lines(keys) or [line.split(" = ")[0] + (" = max" if ".cgroup2." in line else " = -1")
+                                   for line in memory_lines({"memory": "1"})]
+    values = [(line.split(" = ")[0].split(".", 2)[2], line.split(" = ")[1]) for line in lines]
+    for key, value in [kv for kv in values if "memsw" in kv[0]] + values:  # v1: memsw >= the limit, both ways
+        subprocess.run(["lxc-cgroup", "-P", pct.LXC_PATH, "-n", vmid, "--", key, value], capture_output=True)
 
 
 def cmd_template(opts, positional):
@@ -550,7 +563,31 @@ def prepare_start(vmid):
     if devices:
         here = os.path.join(os.path.dirname(os.path.abspath(pct.__file__)), "pct_make.py")
         entries.append(f"lxc.hook.autodev = {sys.executable} {here} autodev {os.path.join(ct, 'passthrough.json')}")
-    write_file(os.path.join(ct, "config"), "\n".join([*base, PASSTHROUGH_MARK, *entries]) + "\n")
+    lines = [*base, PASSTHROUGH_MARK, *entries, *memory_lines(keys)]
+    write_file(os.path.join(ct, "config"), "\n".join(lines) + "\n")
+
+
+def memory_lines(keys, cgroup="/sys/fs/cgroup"):
+    """The config's `memory` and `swap` (MiB) as the LXC keys Proxmox writes at start, so the kernel's OOM killer
+    acts at the container's limit: memory.max and memory.swap.max on cgroup v2, limit_in_bytes and (memory + swap)
+    memsw.limit_in_bytes on a host whose memory controller is still v1 (memsw only with swap accounting). None
+    where the config sets no memory (Proxmox's default is 512 MiB; the lab's containers run unlimited)."""
+    if "memory" not in keys:
+        return []
+    mem, swap = int(keys["memory"]) << 20, int(keys.get("swap", "512")) << 20
+    for controllers in (os.path.join(cgroup, "cgroup.controllers"), os.path.join(cgroup, "unified", "cgroup.controllers")):
+        try:
+            with open(controllers) as f:
+                if "memory" in f.read().split():
+                    return [f"lxc.cgroup2.memory.max = {mem}", f"lxc.cgroup2.memory.swap.max = {swap}"]
+        except OSError:
+            continue
+    v1 = os.path.join(cgroup, "memory")
+    if not os.path.isdir(v1):
+        return []
+    memsw = [f"lxc.cgroup.memory.memsw.limit_in_bytes = {mem + swap}"] \
+        if os.path.exists(os.path.join(v1, "memory.memsw.limit_in_bytes")) else []
+    return [f"lxc.cgroup.memory.limit_in_bytes = {mem}", *memsw]
 
 
 def make_nodes(dev, devices):

@@ -343,7 +343,9 @@ def unknown_run(spec: ContainerSpec, run_id: str, latest: tuple[str, ...] | list
 
 
 def describe_end(st: RunState) -> str:
-    attempt = (f" (attempt {st.attempt} of {st.attempts_max})"
+    killed = "".join(f"; attempt {a.attempt} was killed by the kernel's OOM killer (exit {a.exit})"
+                     for a in st.attempts[:-1] if a.killed == "oom")
+    attempt = (f" (attempt {st.attempt} of {st.attempts_max}{killed})"
                if (st.attempts_max or 0) > 1 and st.attempt else "")
     if st.alive:
         return (stall_text(st.stalled) + ", still running" if st.stalled else "still running") + attempt
@@ -626,7 +628,8 @@ def _container_job(session: Session, spec: ContainerSpec, known: str) -> Contain
                 compile=compilelog.from_probe(compile_part) if (compile_part or {}).get("run") == st.run
                 else None,
                 # a cluster's container that a restart migration moved (and so killed the run): where it started
-                moved_from=moved_from(st, spec), checkpoint=st.checkpoint, parent=st.parent))
+                moved_from=moved_from(st, spec), checkpoint=st.checkpoint, parent=st.parent,
+                oom_killed=tuple(a.attempt for a in st.attempts if a.killed == "oom")))
         lock = ((raw.get("venv") or {}).get("record") or {}).get("lock_sha256")
         entry = dataclasses.replace(entry, probed=True, venv_lock=lock if isinstance(lock, str) else None,
                                     gpu_memory=facts.gpu_use(facts.gpus_of(raw), facts.marked_of(raw)))

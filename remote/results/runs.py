@@ -263,6 +263,7 @@ class JobStatus:
     moved_from: str | None = None  # lost because its container moved: the cluster node it started on
     checkpoint: Checkpoint | None = None  # a resume: the checkpoint it started from
     parent: str | None = None  # a resume: the run it continues
+    oom_killed: tuple[int, ...] = ()  # the attempts the kernel's OOM killer ended (the container's memory limit)
 
     @property
     def state(self) -> State:

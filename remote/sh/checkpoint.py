@@ -28,6 +28,11 @@ import threading
 
 RUN_ENV = "REMOTE_RUN_DIR"
 REQUEST = "save-requested"  # remote/sh/ckpt.py's `wait` (stop --save) leaves it in the run folder
+# Left in the run folder for ckpt.py's `wait`: AWARE once the job asks stop_requested() (it will save on the
+# request, so a periodic save that lands first is not the answer), DONE by save() once a stop was asked (the
+# save made on the request: its path and the request it answers).
+AWARE = "save-aware"
+DONE = "saved-on-request"
 SETTINGS = "checkpoint.json"  # launch.sh writes train.checkpoint's settings there
 LOOK_EVERY = 0.5  # seconds between looks for the request file: a stat per step would be cheap, this is cheaper
 
@@ -69,6 +74,7 @@ def install() -> bool:
         if _state["tried"]:  # once per process: stop_requested() stays a flag test and a rare stat
             return bool(_state["installed"])
         _state["tried"] = True
+        _announce()
         name = settings().get("signal")
         if not name:
             return False
@@ -82,6 +88,26 @@ def install() -> bool:
             return False
         _state["installed"] = True
         return True
+
+
+def _write(name: str, text: str) -> None:
+    """A file of the run folder, whole or not at all (best effort: the job goes on without it)."""
+    run = run_dir()
+    if not run:
+        return
+    tmp = os.path.join(run, f".{name}.{os.getpid()}")
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, os.path.join(run, name))
+    except OSError:
+        pass
+
+
+def _announce() -> None:
+    """Tell `stop --save` that this job answers its request (it then waits for the save made on it)."""
+    if run_dir() and not os.path.exists(os.path.join(run_dir() or "", AWARE)):
+        _write(AWARE, f"{os.getpid()}\n")
 
 
 def _asked_here() -> bool:
@@ -190,4 +216,11 @@ def save(obj, path: str | None = None) -> str:
         os.fsync(fd)  # the rename itself survives a crash
     finally:
         os.close(fd)
+    if _state["agreed"] and run_dir():  # the save a stop asked for: `stop --save` reports this one
+        try:
+            with open(os.path.join(run_dir() or "", REQUEST)) as f:
+                request = f.read().strip()
+        except OSError:
+            request = None
+        _write(DONE, json.dumps({"path": os.path.abspath(path), "request": request}) + "\n")
     return path

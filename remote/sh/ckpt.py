@@ -21,7 +21,8 @@ or null), keep (the keep folder or null), signal (a name or null), grace (second
                         the latest's path, quoted once); prints the log's words (exit 3: none complete)
   wait RUN ID           `stop --save`: ask the job to save (its signal, to the processes that catch it, re-sent
                         every RESEND s; and RUN/save-requested) and wait for a new complete checkpoint, at most
-                        `grace` seconds
+                        `grace` seconds; for a job that uses remote_checkpoint (RUN/save-aware), the one its
+                        save() made on this request (RUN/saved-on-request)
 Nothing is ever deleted: a checkpoint moved aside is renamed beside itself.
 """
 
@@ -465,6 +466,9 @@ def cmd_wait(conf, run, run_id):
             f.write(f"{t0}\n")
     except OSError:
         pass
+    # A job that asks remote_checkpoint.stop_requested() has said so (RUN/save-aware): its answer is the save it
+    # makes on the request (RUN/saved-on-request names it), not a periodic save that lands first.
+    aware = os.path.exists(os.path.join(run, "save-aware"))
     # Not the wrapper, nor the watch, nor a shell (`bash -c` would die of USR1): the job's own processes.
     exclude = {os.getpid(), os.getppid()} | {p for p in (read_pid(os.path.join(run, "pid")),
                                                          read_pid(os.path.join(run, "watch.pid"))) if p}
@@ -486,7 +490,10 @@ def cmd_wait(conf, run, run_id):
                     pass
             if hit:
                 sent, last_sent = sent + 1, time.monotonic()
+        done = on_request(run, t0) if aware else None  # read first: save() writes it after its file is in place
         new = [c for c in candidates(conf) if c["complete"] and (c["path"], c["mtime"], c["size"]) not in seen]
+        if aware:
+            new = [c for c in new if c["path"] == done]
         if new:
             saved, why = new[0], "saved"
             try:  # kept at once: the stop that follows may land while an in-place saver writes over it again
@@ -497,11 +504,32 @@ def cmd_wait(conf, run, run_id):
         if not procs or time.time() - t0 >= float(conf.get("grace") or 0):
             break
         time.sleep(POLL)
+    if saved is None and aware:  # no save on the request within grace: a periodic one that landed is still new
+        saved = next((c for c in candidates(conf) if c["complete"] and (c["path"], c["mtime"], c["size"]) not in seen),
+                     None)
+        if saved:
+            try:
+                keep_once(conf)
+            except OSError:
+                pass
     k = kept(conf)
     latest = saved or next((c for c in candidates(conf) if c["complete"]), None) or \
         (dict(k, kept=True) if k and k["complete"] else None)
     return {"saved": saved, "latest": latest, "before": before, "why": why, "signals": sent,
-            "waited": round(time.time() - t0, 2), "now": time.time()}, 0
+            "on_request": bool(aware and saved and why == "saved"), "waited": round(time.time() - t0, 2),
+            "now": time.time()}, 0
+
+
+def on_request(run, t0):
+    """The path remote_checkpoint.save() wrote on this request (RUN/saved-on-request), else None."""
+    try:
+        with open(os.path.join(run, "saved-on-request")) as f:
+            done = json.loads(f.read())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(done, dict) or done.get("request") != f"{t0}" or not isinstance(done.get("path"), str):
+        return None  # an earlier request's (a run stopped before), or not the helper's
+    return done["path"]
 
 
 def main(argv):

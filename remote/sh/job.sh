@@ -29,6 +29,12 @@ restartable() {
   for code in $restart_on; do [ "$code" = "$1" ] && return 0; done
   return 1
 }
+# The container's count of OOM kills (cgroup v2 memory.events, v1 memory.oom_control; empty where unreadable):
+# an attempt that ends by SIGKILL while it rose was killed by the kernel at the container's memory limit.
+oom_kills() {
+  cat /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null |
+    awk '$1 == "oom_kill" && $2 ~ /^[0-9]+$/ { print $2; exit }'
+}
 k=0 rc=0
 while :; do
   if [ "$k" -gt 0 ]; then
@@ -57,6 +63,7 @@ while :; do
       break
     fi
   fi
+  ooms=$(oom_kills)
   echo "start $((k + 1)) $(date +%s.%N) $head" >> "$run/attempts"
   REMOTE_RESTART=$k bash -c "$(cat "$cmdfile")" < /dev/null >> "$run/log" 2>&1 &
   child=$!
@@ -66,6 +73,11 @@ while :; do
     kill -0 "$child" 2>/dev/null || break
   done
   echo "end $((k + 1)) $(date +%s.%N) $rc" >> "$run/attempts"
+  if [ "$rc" = 137 ] && [ -n "$ooms" ] && [ "$(oom_kills)" -gt "$ooms" ] 2>/dev/null; then
+    echo "killed $((k + 1)) oom" >> "$run/attempts"
+    echo "-- attempt $((k + 1)) was killed by the kernel's OOM killer (exit 137): the container reached its" \
+         "memory limit" >> "$run/log"
+  fi
   stall=
   if [ -e "$run/stall-end" ]; then stall=$(cat "$run/stall-end"); rm -f "$run/stall-end"; fi
   is_stopped && break

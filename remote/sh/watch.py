@@ -400,7 +400,7 @@ class Watch:
 
 
 def parse_attempts(text):
-    """The wrapper's records, `start K EPOCH` and `end K EPOCH STATUS` lines, as one entry per attempt."""
+    """The wrapper's records, `start K EPOCH`, `end K EPOCH STATUS` and `killed K oom` lines, one entry per attempt."""
     out = {}
     for line in text.splitlines():
         f = line.split()
@@ -410,6 +410,8 @@ def parse_attempts(text):
                                   "commit": f[3] if len(f) == 4 and f[3] != "-" else None}
             elif f[0] == "end" and len(f) == 4 and int(f[1]) in out:
                 out[int(f[1])].update(ended=float(f[2]), exit=int(f[3]))
+            elif f[0] == "killed" and len(f) == 3 and int(f[1]) in out and f[2] == "oom":  # the kernel's OOM killer
+                out[int(f[1])]["killed"] = "oom"
         except (IndexError, ValueError):
             continue
     return [out[k] for k in sorted(out)]

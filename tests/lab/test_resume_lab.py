@@ -50,6 +50,7 @@ p.add_argument("--save-every", type=int, default=5)
 p.add_argument("--sleep", type=float, default=0.2)
 p.add_argument("--out", default="out/ckpt.pt")
 p.add_argument("--init-from", default="scratch")
+p.add_argument("--grow-at", type=int, default=-1)
 a = p.parse_args()
 torch.manual_seed(0)
 model = torch.nn.Linear(64, 64)
@@ -69,6 +70,8 @@ for it in range(start, a.iters):
     loss.backward()
     opt.step()
     print(f"iter {it}: loss {loss.item():.4f}", flush=True)
+    if it == a.grow_at and os.environ.get("REMOTE_RESTART") == "0":  # a leak the first attempt only has
+        hog = torch.ones(1 << 29)  # 2 GiB written: past a 1 GiB container the kernel's OOM killer ends it here
     if want or (it > start and it % a.save_every == 0):
         torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "iter_num": it}, a.out)
         print(f"saved {a.out} at iter {it}", flush=True)
@@ -116,9 +119,9 @@ def rs(lab, tmp_path_factory):
     return state
 
 
-def configure(rs, *, iters=40, restarts=0, helper=False, save_every=5, signal="USR1", grace=60):
+def configure(rs, *, iters=40, restarts=0, helper=False, save_every=5, signal="USR1", grace=60, extra=""):
     text = HOSTS.format(wheels=rs["wheels"], repo=rs["repo"], iters=iters, restarts=restarts)
-    text = text.replace("--sleep 0.2", f"--sleep 0.2 --save-every {save_every}").replace(
+    text = text.replace("--sleep 0.2", f"--sleep 0.2 --save-every {save_every}" + (f" {extra}" if extra else "")).replace(
         "signal: USR1", f"signal: {signal}").replace("grace: 60", f"grace: {grace}")
     if helper:  # the example finds its checkpoint itself (remote_checkpoint.latest()): no resume words
         text = text.replace(f"python train.py --iters {iters} --sleep 0.2 --save-every {save_every}",
@@ -250,6 +253,48 @@ def test_a_sigkilled_job_resumes_by_itself(rs):
     step = int(resumed.partition("(step ")[2].partition(")")[0])
     assert resumed.startswith(f"{CKPT} (step {step})") and f"saved out/ckpt.pt at iter {step}" in head, log
     assert first_iter(resumed) == step + 1 and resumed.rstrip().endswith("done"), log
+
+
+def memory_limit(lab, mib: int | None) -> None:
+    """Proxmox's `memory` option set (MiB) and the container restarted: the pct double's start writes it as the
+    container's cgroup memory limit; or deleted while it runs: applied at once (unlimited), as Proxmox does."""
+    pct = str(lab.dir / "bin" / "pct")
+    change = ["set", str(CT), "--memory", str(mib)] if mib else ["set", str(CT), "--delete", "memory"]
+    for argv in (change, ["stop", str(CT)]) if mib else (change,):
+        r = subprocess.run([pct, *argv], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+    lab.start_container(CT)
+
+
+def limit_seen(rs) -> str:
+    """The memory limit the container sees on itself (cgroup v2's memory.max, or v1's limit_in_bytes)."""
+    out = in_ct(rs, "cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || true")
+    return (out.split() or ["none"])[0]
+
+
+@pytest.mark.fault("A job the kernel's OOM killer ends (the container's memory limit) with train.restarts",
+                   promise="the next attempt resumes from the last complete checkpoint by itself and runs to the "
+                           "end; the log, the run record and status name the OOM kill (exit 137)")
+def test_a_job_the_kernel_oom_kills_resumes_from_its_checkpoint(rs, lab):
+    memory_limit(lab, 1024)
+    try:
+        assert limit_seen(rs) == str(1024 << 20)
+        configure(rs, iters=16, restarts=1, extra="--grow-at 12")
+        run_id = started(task(rs, "train", "-c", str(CT), "--fresh", "--detach").stdout)
+        assert wait_until(lambda: "exit=" in in_ct(rs, f"cat /root/runs/{run_id}/exit 2>/dev/null | sed 's/^/exit=/'"
+                                                    " || true"), timeout=300), run_log(rs, run_id)
+        log = run_log(rs, run_id)
+        assert in_ct(rs, f"cat /root/runs/{run_id}/exit").strip() == "0", log
+        head, _, resumed = log.partition("-- attempt 1 was killed by the kernel's OOM killer (exit 137)")
+        assert resumed and "iter 12:" in head and "iter 13:" not in head, log  # killed where it grew
+        assert f"-- attempt 2 of 2 (previous exit 137)\n-- attempt 2 of 2 resumes from {CKPT} (step 10)" in resumed, log
+        assert first_iter(resumed) == 11 and resumed.rstrip().endswith("done"), log
+        manifest = json.loads(in_ct(rs, f"cat /root/runs/{run_id}/manifest.json"))
+        assert [(a["exit"], a.get("killed")) for a in manifest["attempts"]] == [(137, "oom"), (0, None)], manifest
+        assert "attempt 1 was killed by the kernel's OOM killer (exit 137)" in task(rs, "status", "-c", str(CT)).stdout
+    finally:
+        memory_limit(lab, None)
+    assert limit_seen(rs) != str(1024 << 20)
 
 
 @pytest.mark.fault("stop --save of a job written with remote_checkpoint, in a container",

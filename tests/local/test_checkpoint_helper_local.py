@@ -156,3 +156,38 @@ def test_ranks_agree_on_a_stop_only_one_was_asked(torch_python, tmp_path):
     outs = [p.communicate(timeout=240) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [o[1][-1500:] for o in outs]
     assert [o[0].strip() for o in outs] == ["7", "7"]
+
+
+PERIODIC_FIRST = r'''
+import os, sys, time, remote_checkpoint
+run = os.environ["REMOTE_RUN_DIR"]
+remote_checkpoint.stop_requested()                          # the loop's first look: nothing asked yet
+print("ready", flush=True)
+while not os.path.exists(os.path.join(run, "save-requested")):
+    time.sleep(0.05)
+remote_checkpoint.save({"step": 1})                         # a periodic save that lands after the request,
+time.sleep(2)                                               # before the loop looks again
+while not remote_checkpoint.stop_requested():
+    time.sleep(0.05)
+remote_checkpoint.save({"step": 2})                         # the save made on the request
+sys.exit(0)
+'''
+
+
+@pytest.mark.fault("stop --save of a remote_checkpoint job whose periodic save lands after the request",
+                   promise="the save the job made on the request is the one reported (ckpt.py wait waits for it: "
+                           "the helper names it in <run>/saved-on-request), not the periodic one before it")
+def test_stop_save_reports_the_save_made_on_its_request_not_a_periodic_one(torch_python, tmp_path):
+    run, rid = tmp_path / "run", secrets.token_hex(6)
+    run.mkdir()
+    conf = {"path": str(tmp_path / "out" / "ckpt.pt"), "complete": None, "keep": str(tmp_path / "keep"),
+            "signal": None, "grace": 60}
+    (run / "checkpoint.json").write_text(json.dumps(conf) + "\n")
+    env = {**os.environ, "REMOTE_RUN_ID": rid, "REMOTE_RUN_DIR": str(run), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([torch_python, "-c", PERIODIC_FIRST], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    first_lines(proc, "ready")
+    assert (run / "save-aware").exists()  # the helper said it answers requests
+    out = stop_save(proc, run, rid, conf)
+    assert out["why"] == "saved" and out["on_request"] and out["saved"]["step"] == 2, out
+    assert out["saved"]["path"] == conf["path"] and out["waited"] >= 2, out  # it waited past the periodic save

@@ -173,3 +173,24 @@ def test_pveam_lists_the_storages_templates(pct):
     assert code == 0 and out.splitlines() == [f"{'NAME':<70} SIZE     ", f"{VOLID:<70} 0.00MB   "]
     assert pct("list", "local-lvm", prog="pveam")[1] == ""  # no template content there
     assert pct("list", "tank", prog="pveam")[2] == "storage 'tank' does not exist\n"
+
+
+@pytest.mark.fault("A lab container whose Proxmox config sets `memory` (and `swap`)",
+                   promise="pct start writes them as the container's cgroup memory limit, as Proxmox does: v2's "
+                           "memory.max and memory.swap.max, or v1's limit_in_bytes (memsw only with swap accounting)")
+def test_memory_and_swap_become_the_containers_cgroup_limit(tmp_path):
+    from remote.lab import pct_make
+
+    assert pct_make.memory_lines({}, str(tmp_path)) == []  # unset: unlimited (Proxmox's default is 512 MiB)
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    assert pct_make.memory_lines({"memory": "1024", "swap": "0"}, str(v2)) == [
+        "lxc.cgroup2.memory.max = 1073741824", "lxc.cgroup2.memory.swap.max = 0"]
+    v1 = tmp_path / "v1"
+    (v1 / "memory").mkdir(parents=True)
+    (v1 / "unified").mkdir()
+    (v1 / "unified" / "cgroup.controllers").write_text("hugetlb\n")  # a hybrid host: memory is still v1
+    assert pct_make.memory_lines({"memory": "64"}, str(v1)) == ["lxc.cgroup.memory.limit_in_bytes = 67108864"]
+    (v1 / "memory" / "memory.memsw.limit_in_bytes").write_text("max\n")
+    assert pct_make.memory_lines({"memory": "64"}, str(v1))[1] == "lxc.cgroup.memory.memsw.limit_in_bytes = 603979776"

@@ -92,3 +92,15 @@ def test_a_field_is_added_in_one_line_each_and_fakes_are_built_typed():
         RunState("r1", alvie=True)  # type: ignore[call-arg]
     with pytest.raises(dataclasses.FrozenInstanceError):
         RunState("r1").alive = True  # type: ignore[misc]
+
+
+@pytest.mark.fault("A job OOM-killed by the kernel under train.restarts (job.sh's `killed K oom` record)",
+                   promise="the run's state names the attempt the OOM killer ended, with its exit 137; status "
+                           "and the end of `train` say it, beside the attempt that resumed")
+def test_an_attempt_the_oom_killer_ended_is_named():
+    text = (HEAD.replace("alive=0\nexit=0", "alive=1\nexit=") + "attempts=start 1 10.0;end 1 20.0 137;killed 1 oom;"
+            "start 2 22.0;killed 9 oom;killed 2 other;\n--manifest--\n{\"restarts\": 1}\n--tail--\n")
+    st = parse_state(text)
+    assert st.attempts == (Attempt(1, 10.0, 20.0, 137, killed="oom"), Attempt(2, 22.0))  # stray lines ignored
+    assert jobs.describe_end(st) == ("still running (attempt 2 of 2; attempt 1 was killed by the kernel's OOM "
+                                     "killer (exit 137))")
