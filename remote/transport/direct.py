@@ -83,7 +83,10 @@ def plan(host: Host, ssh_config: str | None = None) -> Plan | None:
     if target.via is not None:
         return None
     files = [*target.identities, *target.known_hosts]
-    if any(not f or any(c.isspace() for c in f) or '"' in f for f in files) or target.hostname.startswith("-"):
+    # ssh expands `%` tokens and a leading `~` in IdentityFile and UserKnownHostsFile (and splits the latter at
+    # blanks): such a path would name another file than the one remote checks host keys with
+    if any(not f or any(c.isspace() for c in f) or '"' in f or "%" in f or f.startswith("~") for f in files) \
+            or target.hostname.startswith("-"):
         return None
     if any(_has_authority(path) for path in target.known_hosts):
         return None
