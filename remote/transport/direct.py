@@ -49,7 +49,7 @@ _NOT_REACHED = re.compile(
 _SSH_BANNER = re.compile(r"(?m)^(@@@@|WARNING: |IT IS POSSIBLE THAT )")
 # The link went while the command ran: ssh's own last words.
 _LOST = re.compile(r"(?m)^(Connection to \S+ closed by remote host\.|client_loop: |Timeout, server \S+ not responding\.|"
-                   r"packet_write_wait: |Broken pipe)")
+                   r"packet_write_wait: |Broken pipe|Connection (closed|reset) by \S+ port \d+$)")
 
 
 class NotReached(ConnectError):

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from remote.errors import ConnectError
 from remote.transport import direct
 
 MARK = "sleep 309.25"
@@ -108,3 +109,15 @@ def test_ssh_failing_before_the_guard_started_is_not_reached():
     with pytest.raises(direct.NotReached, match="Host key verification failed"):
         direct.run(direct.Plan(never, None), "fake", direct.guarded(["true"]), stdin=None, on_output=None,
                    deadline=60)
+
+
+@pytest.mark.fault("The ssh link of a cold one-off `remote exec` dropped mid-command with ssh's `Connection closed by "
+                   "HOST port N` (words it also prints when it never connected)",
+                   "remote says the connection was lost; the command, which ran, is not run a second time the usual way")
+def test_a_link_lost_after_the_start_with_words_of_a_failed_connect_is_lost_not_unreached(tmp_path):
+    ran = tmp_path / "ran"
+    lost = ("bash", "-c", 'eval "$1"; echo "Connection closed by 10.0.0.5 port 22" >&2; exit 255', "fake-ssh")
+    with pytest.raises(ConnectError, match="connection lost") as got:
+        direct.run(direct.Plan(lost, None), "fake", direct.guarded(["touch", str(ran)]), stdin=None, on_output=None,
+                   deadline=60)
+    assert not isinstance(got.value, direct.NotReached) and ran.exists()
