@@ -79,7 +79,7 @@ def give(master: Target, node: Target, c: Checkpoint) -> str:
                        f"{path_words(tmp)} renamed to {path_words(dest)}")
         return dest
     with tempfile.TemporaryDirectory(prefix="remote-ckpt-") as here:
-        local = os.path.join(here, os.path.basename(c.path.rstrip("/")) or "checkpoint")
+        local = os.path.join(here, "checkpoint")  # never a name of the container's: `..` would be here's parent
         files.pull(master.system, c.path, local)
         ct.run(["rm", "-rf", "--", tmp], timeout=120)  # our own temp name: an earlier copy cut off
         files.push(ct, local, tmp)
