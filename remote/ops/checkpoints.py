@@ -90,9 +90,11 @@ def _num(value: Any, kind: type | tuple = (int, float)) -> Any:
 
 def reported_path(value: Any) -> str | None:
     """A checkpoint path the container reported, kept exactly (a resume passes it back to the job, the run
-    record names it): an absolute path of at most 4096 characters without NUL, else None. Never escaped or cut
-    here: the words escape it (remote.naming.path_words)."""
-    if not isinstance(value, str) or not value.startswith("/") or len(value) > 4096 or "\0" in value:
+    record names it): an absolute path of at most 4096 characters without NUL and without a `..` component (the
+    config refuses one in train.checkpoint.path, so no match has it; a multi-node resume names its copy here by
+    the path's last part), else None. Never escaped or cut here: the words escape it (remote.naming.path_words)."""
+    if not isinstance(value, str) or not value.startswith("/") or len(value) > 4096 or "\0" in value \
+            or ".." in value.split("/"):
         return None
     return value
 

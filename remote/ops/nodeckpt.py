@@ -79,7 +79,7 @@ def give(master: Target, node: Target, c: Checkpoint) -> str:
                        f"{path_words(tmp)} renamed to {path_words(dest)}")
         return dest
     with tempfile.TemporaryDirectory(prefix="remote-ckpt-") as here:
-        local = os.path.join(here, os.path.basename(c.path.rstrip("/")) or "checkpoint")
+        local = os.path.join(here, "checkpoint")  # never a name of the container's: `..` would be here's parent
         files.pull(master.system, c.path, local)
         ct.run(["rm", "-rf", "--", tmp], timeout=120)  # our own temp name: an earlier copy cut off
         files.push(ct, local, tmp)
@@ -138,7 +138,11 @@ def prepare(session: Session, nodes: Mapping[int, Target], ids: list[int], comma
         c = checkpoints.restore(master)  # its newest incomplete moved aside, the kept copy back in place
         if checkpoints.sig(c) != checkpoints.sig(common.chosen[ids[0]]):
             common = plan(session, nodes, ids)  # the restore put the kept copy back: read again
-            assert common is not None and common.mode == "master"
+            if common is None or common.mode != "master":  # a node saved meanwhile: not the rule read a moment ago
+                raise worded(CheckpointRefused(
+                    f"the nodes' checkpoints changed while the resume read them (container {ids[0]}'s kept copy "
+                    f"put back, and now {'none holds one' if common is None else 'every node holds its own'}): "
+                    f"nothing was started; resume again ({RESUME}), or start over with {FRESH}"), RESUME, FRESH)
         paths[ids[0]] = c
         for ctid in ids[1:]:
             dest = give(master, nodes[ctid], c) if ctid in common.copy_to else checkpoints.path_of(nodes[ctid].spec)

@@ -8,10 +8,15 @@
 # is the link gone (the ssh client ended: Ctrl-C, killed, a dropped connection). On that EOF, and on SIGHUP,
 # SIGINT or SIGTERM, the command's process group is killed. Exit: the command's status (128+N for a signal,
 # 127/126 with env's words where it cannot be executed), 255 when the header is not there.
+# Just before the command starts, the guard writes STARTED on its stderr (the client strips it): a command that
+# exits 255 printing ssh's own words ("Host key verification failed.", an ssh of its own that failed) is then
+# never taken for ssh failing to reach the host, and run a second time the usual way.
 import os
 import select
 import signal
 import sys
+
+STARTED = b"\x1eremote-linkguard: started\n"  # remote.transport.direct.STARTED
 
 
 def read_exactly(n):
@@ -40,6 +45,7 @@ def main():
     data = read_exactly(n)
     if data is None:
         sys.exit(255)
+    os.write(2, STARTED)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)

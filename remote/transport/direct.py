@@ -10,7 +10,9 @@ ssh's configuration applies, BatchMode (no prompt), StrictHostKeyChecking=yes an
 key is never added or changed). `run` sends the command through remote/sh/linkguard.py, which ends it in
 the container when this link goes (Ctrl-C, a killed client, a dropped connection), as the agent does.
 Where ssh itself failed before the command started (a refused or unknown host key, no key accepted, no
-connection), `NotReached` says so and the caller takes the usual path, whose errors name the fix.
+connection), `NotReached` says so and the caller takes the usual path, whose errors name the fix. The guard
+marks the start on its stderr (STARTED, stripped here): a command that ran and exits 255 with ssh-like words
+of its own (an ssh inside the container that failed) is its own result, never run a second time.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ from ..errors import CommandTimeout, ConnectError
 from ..threads import ContextThread
 from .base import OutputCallback, Result
 
+# What remote/sh/linkguard.py writes on stderr just before it starts the command (a unit test holds the two
+# together): after it, nothing on stderr is ssh's failure to reach the host.
+STARTED = b"\x1eremote-linkguard: started\n"
 GUARD_GRACE = 5.0  # after Ctrl-C, how long the link stays for the guard to end the command and say so
 ALIVE_EVERY, ALIVE_COUNT = 5, 4  # ssh's ServerAlive: a silent link is given up after 20 s (the heartbeat's)
 
@@ -44,7 +49,7 @@ _NOT_REACHED = re.compile(
 _SSH_BANNER = re.compile(r"(?m)^(@@@@|WARNING: |IT IS POSSIBLE THAT )")
 # The link went while the command ran: ssh's own last words.
 _LOST = re.compile(r"(?m)^(Connection to \S+ closed by remote host\.|client_loop: |Timeout, server \S+ not responding\.|"
-                   r"packet_write_wait: |Broken pipe)")
+                   r"packet_write_wait: |Broken pipe|Connection (closed|reset) by \S+ port \d+$)")
 
 
 class NotReached(ConnectError):
@@ -78,7 +83,10 @@ def plan(host: Host, ssh_config: str | None = None) -> Plan | None:
     if target.via is not None:
         return None
     files = [*target.identities, *target.known_hosts]
-    if any(not f or any(c.isspace() for c in f) or '"' in f for f in files) or target.hostname.startswith("-"):
+    # ssh expands `%` tokens and a leading `~` in IdentityFile and UserKnownHostsFile (and splits the latter at
+    # blanks): such a path would name another file than the one remote checks host keys with
+    if any(not f or any(c.isspace() for c in f) or '"' in f or "%" in f or f.startswith("~") for f in files) \
+            or target.hostname.startswith("-"):
         return None
     if any(_has_authority(path) for path in target.known_hosts):
         return None
@@ -156,6 +164,8 @@ def run(p: Plan, name: str, host_argv: Sequence[str], *, stdin: bytes | None, on
     chunks: dict[str, list[bytes]] = {"stdout": [], "stderr": []}
     failed: list[BaseException] = []
     held: list[bytes] = []  # ssh's own words of a failure to connect: shown only if the command ran after all
+    before = bytearray()  # stderr until the guard's STARTED: ssh's (or pct's) own
+    started: list[bool] = []  # the guard said STARTED: the command ran, whatever it exits with
 
     def emit(kind: str, chunk: bytes) -> None:
         if on_output and not failed:
@@ -167,12 +177,25 @@ def run(p: Plan, name: str, host_argv: Sequence[str], *, stdin: bytes | None, on
 
     def pump(kind: str, stream) -> None:
         for chunk in iter(lambda: stream.read1(65536), b""):
-            chunks[kind].append(chunk)
-            if kind == "stderr" and not chunks["stdout"] and (
-                    held or _NOT_REACHED.search(_text(chunk)) or _SSH_BANNER.search(_text(chunk))):
-                held.append(chunk)
+            if kind == "stderr" and not started:
+                before.extend(chunk)
+                at = before.find(STARTED)
+                if at < 0:
+                    continue
+                started.append(True)
+                for part in (bytes(before[:at]), bytes(before[at + len(STARTED):])):
+                    if part:
+                        take(kind, part)
                 continue
-            emit(kind, chunk)
+            take(kind, chunk)
+
+    def take(kind: str, chunk: bytes) -> None:
+        chunks[kind].append(chunk)
+        if kind == "stderr" and not chunks["stdout"] and (
+                held or _NOT_REACHED.search(_text(chunk)) or _SSH_BANNER.search(_text(chunk))):
+            held.append(chunk)
+            return
+        emit(kind, chunk)
 
     readers = [ContextThread(target=pump, args=(k, s), daemon=True)
                for k, s in (("stdout", proc.stdout), ("stderr", proc.stderr))]
@@ -202,10 +225,12 @@ def run(p: Plan, name: str, host_argv: Sequence[str], *, stdin: bytes | None, on
             pass
     for t in readers:
         t.join()
+    if not started and before:  # the guard never said it started: all of stderr is what came before it
+        take("stderr", bytes(before))
     if failed:
         raise failed[0]
     out, err = b"".join(chunks["stdout"]), b"".join(chunks["stderr"])
-    if code == 255:
+    if code == 255 and not started:
         text = _text(err)
         if not out and _NOT_REACHED.search(text):
             raise NotReached(name, f"{name}: ssh did not reach the host: {text.strip().splitlines()[-1]}")

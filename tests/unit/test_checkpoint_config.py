@@ -101,6 +101,15 @@ def test_a_checkpoint_path_with_control_characters_is_kept_exactly_and_named_una
         assert manifest_of({"checkpoint": {"path": bad}}).checkpoint is None
 
 
+@pytest.mark.fault("A container reports a checkpoint path with a `..` component (`/work/..`)",
+                   "no checkpoint at all: a multi-node resume never pulls the master's `/work/..` into the "
+                   "controller's temp folder's parent (and pushes that folder's files to another node)")
+@pytest.mark.parametrize("bad", ["/work/..", "/work/../ckpt.pt", "/..", "/work/ckpt/../"])
+def test_a_reported_checkpoint_path_with_a_dotdot_part_is_none(bad):
+    assert checkpoints.checkpoint_of({"path": bad, "complete": True, "step": 3}) is None
+    assert checkpoints.checkpoint_of({"path": "/work/..ckpt.pt", "complete": True}) is not None  # a name, not `..`
+
+
 def test_what_a_save_left_and_the_steps_lost():
     tail = "iter 240: loss 1.2\niter 250: loss 1.1\nsaving checkpoint to out\niter 251: loss 1.0\n"
     text = json.dumps({"saved": {"path": "/o/c.pt", "complete": True, "kind": "torch", "mtime": 100.0, "step": 250},

@@ -49,6 +49,17 @@ def test_no_plan_where_ssh_cannot_do_as_remote_does(tmp_path, monkeypatch):
     assert direct.plan(Host("h", "10.0.0.5", known_hosts=str(tmp_path / "none")), ssh_config="") is None
 
 
+@pytest.mark.fault("A cold one-off `remote exec` to a host whose key or known_hosts path holds `%` or starts with `~`",
+                   "no ssh plan (the usual path runs it): ssh would expand the path into another file than the one "
+                   "remote checks the host's key with")
+@pytest.mark.parametrize("path", ["kh%d", "kh%%", "~nobody/kh"])
+def test_no_plan_where_ssh_would_expand_a_path_into_another(tmp_path, path):
+    where = path if path.startswith("~") else str(tmp_path / path)
+    assert direct.plan(Host("h", "10.0.0.5", known_hosts=where), ssh_config="") is None
+    assert direct.plan(Host("h", "10.0.0.5", key_file=where, known_hosts=str(tmp_path / "kh")), ssh_config="") is None
+    assert direct.plan(Host("h", "10.0.0.5", known_hosts=str(tmp_path / "kh")), ssh_config="") is not None
+
+
 @pytest.mark.parametrize("host", [Host("h", "10.0.0.5"), Host("h", "pve1", port=2200, user="u", key_file="/k"),
                                   Host("h", "pve1", known_hosts="/kh", key_file="~/.ssh/id")], ids=str)
 def test_without_an_ssh_config_the_plan_resolves_as_remote_does_without_paramiko(host):

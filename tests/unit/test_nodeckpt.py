@@ -14,7 +14,7 @@ import zipfile
 import pytest
 from support import ROOT
 
-from remote.errors import CheckpointRefused
+from remote.errors import FRESH, RESUME, CheckpointRefused
 from remote.ops.checkpoints import common_step, sig
 from remote.results import Checkpoint
 
@@ -181,3 +181,27 @@ def test_stop_save_waits_for_the_runs_checkpoint_then_stops_every_node(monkeypat
         assert when["stopped"] < 1.5 and "saved 271" not in when  # 271 not awaited for its grace (30 s)
     else:
         assert when["stopped"] >= when["saved 271"] and when["stopped"] < 1.5  # 271's save, then at once
+
+
+@pytest.mark.fault("A multi-node resume whose nodes' checkpoints change between the rule's two reads (the master's "
+                   "kept copy put back, another node saving meanwhile)",
+                   "refused naming what changed and what to run, nothing started: no traceback, no rank resumed "
+                   "from a step the rule did not pick")
+def test_a_rule_that_changes_under_the_resume_is_refused_in_words(monkeypatch):
+    from types import SimpleNamespace
+
+    from remote.ops import checkpoints, nodeckpt
+
+    ids = [270, 271]
+    nodes = {c: SimpleNamespace(ctid=c, spec=SimpleNamespace(train=SimpleNamespace(checkpoint=object()))) for c in ids}
+    session = SimpleNamespace(config=SimpleNamespace(file="hosts.toml"), dry=False)
+    mastered = ck("/w/ck.pt", 20, mtime=1000.0)
+    answers = iter([checkpoints.Common("master", 20, {270: mastered}, (271,)),
+                    checkpoints.Common("each", 10, {270: ck("/w/ck.pt", 10), 271: ck("/w/ck.pt", 10)})])
+    monkeypatch.setattr(nodeckpt, "plan", lambda session, nodes_, ids_: next(answers))
+    monkeypatch.setattr(checkpoints, "restore", lambda t: ck("/w/ck.pt", 25, mtime=2000.0))  # the kept copy, newer
+    given = []
+    monkeypatch.setattr(nodeckpt, "give", lambda *a: given.append(a))
+    with pytest.raises(CheckpointRefused, match="changed while the resume read them") as got:
+        nodeckpt.prepare(session, nodes, ids, {270: "t", 271: "t"}, resume=True, fresh=False, live=False)
+    assert FRESH in got.value.words and RESUME in got.value.words and not given
