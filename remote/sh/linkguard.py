@@ -79,7 +79,12 @@ def main():
         if done:
             code = os.waitstatus_to_exitcode(status)
             sys.exit(128 - code if code < 0 else code)
-        if got and any(s != signal.SIGCHLD for s in got):
+        # Take the signals seen so far and remove just those: one that lands after this line stays in `got`
+        # for the next turn (a clear() after the check would drop it).
+        seen = got[:]
+        del got[:len(seen)]
+        ended_by = next((s for s in seen if s != signal.SIGCHLD), None)
+        if ended_by is not None:
             linked = False
         if not linked:
             try:
@@ -87,8 +92,7 @@ def main():
             except OSError:
                 pass
             os.waitpid(pid, 0)
-            sys.exit(128 + int(next((s for s in got if s != signal.SIGCHLD), signal.SIGHUP)))
-        got.clear()
+            sys.exit(128 + int(ended_by if ended_by is not None else signal.SIGHUP))
         wanted = [0, wake_r]
         ready, writable, _ = select.select(wanted, [w] if w >= 0 else [], [], 5.0)
         if wake_r in ready:

@@ -118,7 +118,7 @@ for want in "$@"; do
             IFS=: read -ra dirs <<< "$SUDO_PATH"
             for dir in "${dirs[@]}"; do
               resolve "@interpreter:" "$dir"
-              if [ -e "$dir/$args" ]; then
+              if [ -f "$dir/$args" ] && [ -x "$dir/$args" ]; then  # what env runs: the first executable file
                 resolve "@interpreter:" "$dir/$args"
                 found="$kind $real"
                 break

@@ -271,3 +271,28 @@ def test_a_shebang_with_options_that_may_load_code_is_refused(root_dir, tmp_path
     hosts = write(tmp_path, f"hosts:\n  lab: {{local: true, sudo: true, pct: {pct}}}\ncontainers:\n  200: {{host: lab}}\n")
     assert cli_run(["init", "--sudoers", "trainer", "--hosts", str(hosts)]) == 0, capsys.readouterr().err
     assert sudo.rule_of(capsys.readouterr().out, "trainer")[0].startswith(f"{pct} ^exec (200) ")
+
+
+@pytest.mark.fault("init --sudoers", promise="`#!/usr/bin/env NAME` is checked as env runs it: the first EXECUTABLE "
+                   "file NAME on sudo's PATH, not a non-executable one of the same name in a folder before it")
+def test_an_env_shebang_finds_the_first_executable_not_the_first_file(root_dir, tmp_path):
+    import shutil
+    import subprocess
+
+    name = f"remote-test-env-{os.getpid()}"
+    early, late = f"/usr/local/sbin/{name}", f"/usr/local/bin/{name}"  # both on sudo's PATH, sbin first
+    try:
+        shutil.copy("/usr/bin/true", early)
+        os.chmod(early, 0o644)  # root's, an ELF, but not executable: env skips it
+        shutil.copy("/usr/bin/true", late)
+        os.chmod(late, 0o755)
+        pct = root_dir / "pct"
+        pct.write_text(f"#!/usr/bin/env {name}\n")
+        pct.chmod(0o755)
+        r = subprocess.run(sudo.chain_argv([str(pct)]), capture_output=True, text=True, timeout=30)
+        finds = [line.split("\t")[2] for line in r.stdout.splitlines() if "\t@env-finds\t" in line]
+        assert finds and finds[0].endswith(late), r.stdout
+    finally:
+        for path in (early, late):
+            if os.path.lexists(path):
+                os.unlink(path)
