@@ -353,5 +353,5 @@ def test_a_rollback_refuses_a_run_that_does_not_save_and_carries_and_resumes_one
     assert json.loads(in_ct(rs, f"cat /root/runs/{new}/manifest.json"))["parent"] == run_id
     listed = task(rs, "runs", "-c", str(CT)).stdout
     assert run_id in listed and f"(resumes {run_id} at step {step})" in listed, listed
-    assert "iter 12:" in task(rs, "logs", "-c", str(CT), "--run", run_id).stdout
+    assert "iter 12:" in task(rs, "logs", "-c", str(CT), "--run", run_id, check=False).stdout  # its exit status: 143
     task(rs, "stop", "-c", str(CT))
