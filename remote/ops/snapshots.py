@@ -324,16 +324,19 @@ def _start_for_carry(t: Target, ct: Container, *, force: bool, timeout: float) -
     if all(carry.mount_of(path, mounts) for path in (checkpoints.path_of(spec) or "", spec.train.run_dir)):
         return False
     t.step(f"container {spec.ctid} is stopped: started for the carry (its checkpoint and run folders can be read "
-           f"and put back only while it runs; {FORCE.cli} skips it), stopped again after the rollback")
+           f"and put back only while it runs; {FORCE.cli}, {FORCE.library} skips it), stopped again after the rollback")
+    if ct.dry:  # nothing of a stopped container can be read: the plan in words
+        t.output(f"(dry run) pct start {spec.ctid}; the carry out; pct rollback {spec.ctid} ... --start 1; the carry "
+                 f"back; pct stop {spec.ctid}")
+        return False
     ct.start()
-    if not ct.dry:
-        ct.wait_running(timeout=timeout)
-        try:
-            ct.run(["true"], timeout=timeout, mutates=False)
-        except (PctError, RemoteError) as exc:
-            ct.stop()
-            raise SnapshotError(f"{ct.where}: started for the carry, but the container does not answer: {exc}; "
-                                "stopped again, nothing was changed") from exc
+    ct.wait_running(timeout=timeout)
+    try:
+        ct.run(["true"], timeout=timeout, mutates=False)
+    except (PctError, RemoteError) as exc:
+        ct.stop()
+        raise SnapshotError(f"{ct.where}: started for the carry, but the container does not answer: {exc}; "
+                            "stopped again, nothing was changed") from exc
     return True
 
 

@@ -190,7 +190,7 @@ class FakeCt:
 
 
 def rolled(monkeypatch, calls, *, live=("r1",), force=False, refuse=False, running=True, rollback_rc=0,
-           keep_out=False, back=None):
+           keep_out=False, back=None, dry=False):
     from contextlib import nullcontext
 
     from remote.ops import jobs, snapshots
@@ -198,6 +198,7 @@ def rolled(monkeypatch, calls, *, live=("r1",), force=False, refuse=False, runni
 
     spec = config.parse(yaml.safe_load(HOSTS.replace("sudo: true", "sudo: false")), "hosts.yaml").containers[200]
     ct = FakeCt(calls, running=running, rollback_rc=rollback_rc)
+    ct.dry = dry
     said: list[str] = []
     t = SimpleNamespace(spec=spec, ctid=200, host=spec.host, ct=ct, system=ct, step=said.append, note=said.append,
                         warn=said.append, output=said.append)
@@ -286,6 +287,9 @@ def test_a_stopped_container_is_started_for_the_carry_and_stopped_again(monkeypa
     with pytest.raises(carry.CarryError, match="no room"):
         rolled(monkeypatch, calls, running=False, live=(), keep_out=True)
     assert calls[-1] == ("pct", "stop") and not any(c[:2] == ("pct", "rollback") for c in calls)
+    calls.clear()  # --dry: the plan in words, nothing started
+    _, said = rolled(monkeypatch, calls, running=False, live=(), dry=True)
+    assert ("pct", "start") not in calls and any("(dry run) pct start 200; the carry out" in line for line in said)
     calls.clear()
     done, _ = rolled(monkeypatch, calls, running=False, live=(), force=True)
     assert calls == [("pct", "config"), ("pct", "rollback", "--start", "0")] and done.carried is None
