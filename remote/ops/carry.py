@@ -152,6 +152,7 @@ def out(t: Target, p: CarryPlan) -> Carried:
     runs, runs_bytes = fields.get("runs", ""), fields.get("runs_bytes", "")
     if (r.exit_code != 0 or not size_text.isdigit() or not HEX64.fullmatch(sha) or kind not in ("file", "folder", "none")
             or not runs.isdigit() or not runs_bytes.isdigit()):
+        ct.script(shell.load("carry"), "drop", STAGE, label="carry drop")  # a half-made tar and its work folder
         raise CarryError(printable(f"container {t.ctid}: {words(p)} could not be staged at {STAGE} "
                                    f"(exit {r.exit_code}: {r.err.strip()[-300:]}): nothing was changed"))
     size = int(size_text)
