@@ -44,6 +44,8 @@ def rollback_lines(done: Any) -> list[str]:
             + ([f"  carried:  checkpoint {path_words(done.carried.path)}"
                 + (f" (step {done.carried.step})" if done.carried.step is not None else "")
                 + f" across the rollback (through {printable(done.carried_via or '')})"] if done.carried else [])
+            + ([f"  carried:  run folders {printable(', '.join(done.carried_runs))} across the rollback (the "
+                "snapshot's own left as they are)"] if done.carried_runs else [])
             + ([f"  resumed:  run {done.resumed} continues run {done.stopped}"] if done.resumed else
                [f"  NOT resumed: run {done.stopped} (`remote train -c {done.container} --resume`)"] if done.stopped
                else []))

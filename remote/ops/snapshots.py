@@ -252,8 +252,9 @@ def rollback(t: Target, *, snapshot: str | None = None, force: bool = False, tim
     """`pct rollback` to `snapshot` (default: the newest of remote's); a running container is started again and
     waited for until it answers a command. It reverts the environment, never the training progress: a live run
     with train.checkpoint saves first (or the rollback is refused, the run left running: SaveRefused) and
-    resumes after; the latest complete checkpoint is carried across (remote.ops.carry). Without
-    train.checkpoint a live run refuses it. `force`: no save (the run is killed), the checkpoint still carried."""
+    resumes after; the latest complete checkpoint and the run folders are carried across (remote.ops.carry), a
+    stopped container started for that and stopped again. Without train.checkpoint a live run refuses it.
+    `force`: no save (the run is killed), the carry still made; a stopped container is not started for it."""
 
     spec, ct = t.spec, t.ct
     existing = list_snapshots(t)
@@ -278,10 +279,24 @@ def rollback(t: Target, *, snapshot: str | None = None, force: bool = False, tim
                               f"rule of a `sudo: true` host allows a rollback to remote's own snapshots only; roll "
                               f"back to another as root on {spec.host.name} (`pct rollback {spec.ctid} {chosen.name}`)")
     running = ct.status() == "running"
+    # A stopped container is started for the carry (pct pull/push need it running) and stopped again after.
+    leave_stopped = not running and _start_for_carry(t, ct, force=force, timeout=timeout)
+    running = running or leave_stopped
     # The operation lease of a running container (a stopped one runs no deploy): held from the run check
     # to the rollback, so no deploy, warmup or launch of another controller starts in between.
-    with oplock.hold(ct, f"rollback to {chosen.name}") if running else contextlib.nullcontext() as lease:
-        done = _rollback(t, ct, chosen, running, lease, force=force, timeout=timeout)
+    try:
+        with oplock.hold(ct, f"rollback to {chosen.name}") if running else contextlib.nullcontext() as lease:
+            done = _rollback(t, ct, chosen, running, lease, force=force, timeout=timeout, leave_stopped=leave_stopped)
+    except carry.NotPutBack as exc:
+        if leave_stopped:  # pct push needs it running: left so, for the commands the error names
+            raise carry.NotPutBack(f"{exc} (the container, stopped before the rollback, is left running for "
+                                   f"that: `pct stop {spec.ctid}` stops it)") from exc
+        raise
+    except RemoteError:
+        if leave_stopped and not ct.dry:
+            with contextlib.suppress(RemoteError):  # the error that stopped the rollback is the one to see
+                ct.stop()  # as it was
+        raise
     if done.saved is None:
         return done
     # The run saved before the rollback resumes from its (carried) checkpoint, outside the lease (a train
@@ -298,10 +313,38 @@ def rollback(t: Target, *, snapshot: str | None = None, force: bool = False, tim
     return dataclasses.replace(done, resumed=resumed if isinstance(resumed, str) else None)
 
 
+def _start_for_carry(t: Target, ct: Container, *, force: bool, timeout: float) -> bool:
+    """A stopped container with train.checkpoint whose checkpoint or run folders are in the rootfs: started (and
+    waited for) so they can be carried across the rollback; True where it was. --force carries nothing."""
+    spec = t.spec
+    if spec.train.checkpoint is None or force:
+        return False
+    config = ct.run_pct("config", str(spec.ctid), mutates=False)
+    mounts = mount_points(config.out if config.ok else "")
+    if all(carry.mount_of(path, mounts) for path in (checkpoints.path_of(spec) or "", spec.train.run_dir)):
+        return False
+    t.step(f"container {spec.ctid} is stopped: started for the carry (its checkpoint and run folders can be read "
+           f"and put back only while it runs; {FORCE.cli}, {FORCE.library} skips it), stopped again after the rollback")
+    if ct.dry:  # nothing of a stopped container can be read: the plan in words
+        t.output(f"(dry run) pct start {spec.ctid}; the carry out; pct rollback {spec.ctid} ... --start 1; the carry "
+                 f"back; pct stop {spec.ctid}")
+        return False
+    ct.start()
+    ct.wait_running(timeout=timeout)
+    try:
+        ct.run(["true"], timeout=timeout, mutates=False)
+    except (PctError, RemoteError) as exc:
+        ct.stop()
+        raise SnapshotError(f"{ct.where}: started for the carry, but the container does not answer: {exc}; "
+                            "stopped again, nothing was changed") from exc
+    return True
+
+
 def _rollback(t: Target, ct: Container, chosen: Snapshot, running: bool, lease: oplock.Lease | None, *,
-              force: bool, timeout: float) -> RolledBack:
+              force: bool, timeout: float, leave_stopped: bool = False) -> RolledBack:
     """The rollback itself, through `ct` (the pct Container rollback chose), reporting through `t`: a live run
-    saved (or refused) first, the latest complete checkpoint carried across it (remote.ops.carry)."""
+    saved (or refused) first, the latest complete checkpoint and the run folders carried across it
+    (remote.ops.carry). `leave_stopped`: the container was started for the carry, and is stopped after it."""
     from . import jobs
 
     spec = t.spec
@@ -330,30 +373,25 @@ def _rollback(t: Target, ct: Container, chosen: Snapshot, running: bool, lease: 
             t.step(f"forced: rolling back while {jobs.live_text(live)} runs (it is killed, not saved)")
             if ck is not None and not ct.dry:
                 jobs.stop(t)  # unsaved, but stopped first: the checkpoint carried holds still while it travels
-    elif ck is not None and not force:
-        mounts_known = ct.run_pct("config", str(spec.ctid), mutates=False)
-        path = checkpoints.path_of(spec) or ""
-        if carry.mount_of(path, mount_points(mounts_known.out if mounts_known.ok else "")) is None:
-            raise worded(SnapshotError(f"{ct.where}: rollback refused, nothing was changed: the container is stopped, "
-                                       f"so its checkpoint ({path}) cannot be read or carried across the rollback "
-                                       f"(pct pull needs a running container); a rollback would return it to the "
-                                       f"snapshot's. Start it first (`pct start {spec.ctid}`), or pass {FORCE} to roll "
-                                       "back without carrying it"), FORCE)
     config = ct.run_pct("config", str(spec.ctid), mutates=False)
     kept, restored = where_things_live(spec, config.out if config.ok else "")
     got_plan, said = carry.plan(t, mount_points(config.out if config.ok else ""), stopped) if running and ck \
         else (None, "")
     if said:
         t.step(said)
+    if got_plan is not None and got_plan.run_dir:  # carried across: not returned to the snapshot's
+        restored = [line for line in restored if not line.startswith("run folders (")]
     carried = carry.out(t, got_plan) if got_plan is not None else None
+    start = running and not leave_stopped
     t.step(f"pct rollback {spec.ctid} {chosen.name}" + (" (the container is stopped, then started again)"
-                                                        if running else ""))
+                                                        if start else " (the container is stopped, started to put "
+                                                        "the carry back, then stopped)" if running else ""))
     if lease is not None:
         lease.verify()  # still ours: nothing of another controller's started since the check
     result = ct.run_pct("rollback", str(spec.ctid), chosen.name, "--start", "1" if running else "0", mutates=True,
                      deadline=ROLLBACK_DEADLINE)
-    kept_copy = (f"; the checkpoint is on {t.host.name} at {carried.plan.host_file} ({carry.put_back_command(t, carried)}"
-                 " puts it back)" if carried else "")
+    kept_copy = (f"; the carry ({carry.words(carried.plan)}) is on {t.host.name} at {carried.plan.host_file}, "
+                 f"{carry.put_back_command(t, carried)}" if carried else "")
     if result.exit_code != 0:
         raise SnapshotError(f"{ct.where}: `pct rollback {spec.ctid} {chosen.name}` failed: "
                             f"{result.err.strip() or result.exit_code}{kept_copy}"
@@ -366,8 +404,11 @@ def _rollback(t: Target, ct: Container, chosen: Snapshot, running: bool, lease: 
         except (PctError, RemoteError) as exc:
             raise SnapshotError(f"{ct.where}: rolled back to {chosen.name}, but the container does not answer: "
                                 f"{exc}{kept_copy}") from exc
-    if carried is not None:
-        carry.back(t, carried)
-    return RolledBack(spec.ctid, chosen, running, tuple(kept), tuple(restored),
+    runs = carry.back(t, carried) if carried is not None else ()
+    if leave_stopped:
+        t.step(f"container {spec.ctid} stopped again, as it was")
+        ct.stop()
+    return RolledBack(spec.ctid, chosen, start, tuple(kept), tuple(restored),
                       carried=carried.plan.checkpoint if carried else None,
-                      carried_via=carried.plan.host_file if carried else None, stopped=stopped, saved=saved)
+                      carried_via=carried.plan.host_file if carried else None, stopped=stopped, saved=saved,
+                      carried_runs=runs)

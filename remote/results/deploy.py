@@ -139,3 +139,4 @@ class RolledBack:
     stopped: str | None = None  # the live run saved and stopped for the rollback
     saved: Saved | None = None  # what it saved
     resumed: str | None = None  # the run that continues it from the checkpoint
+    carried_runs: tuple[str, ...] = ()  # the run folders carried across and put back (the rollback took them)

@@ -6,9 +6,10 @@ file, overwritten in place, as nanoGPT does; USR1 asks it to save), in a git rep
 plain `train` where a checkpoint exists is refused (exit 2) naming both flags; a torn checkpoint is put right
 from the watch's kept copy, or refused, naming it, where there is none; `--fresh` moves the old ones aside and
 deletes nothing; a job SIGKILLed with `restarts: 1` resumes from its last complete checkpoint by itself; a
-rollback with a live run saves it, carries its checkpoint across (the snapshot holds an OLDER one) and resumes it at
-its step with the snapshot's environment; one whose run saves nothing within its grace is refused, the run still
-running.
+rollback with a live run saves it, carries its checkpoint and the run folders across (the snapshot holds an OLDER
+checkpoint and not the run) and resumes it at its step with the snapshot's environment, the stopped run's log and
+record still there and named as the resumed run's parent; one whose run saves nothing within its grace is
+refused, the run still running.
 (20 `stop --save` at random moments: tests/local/test_stop_save_local.py, the same container scripts.)"""
 
 from __future__ import annotations
@@ -356,7 +357,8 @@ def step_in_ct(rs) -> int:
 @pytest.mark.fault("rollback with a live run and train.checkpoint",
                    promise="the run saves, its checkpoint is carried across the rollback (through the host, verified) "
                    "and the run resumes at the checkpoint's step with the snapshot's environment, never from the "
-                   "older checkpoint the snapshot held")
+                   "older checkpoint the snapshot held; the stopped run's folder (log, record) is carried too, and the "
+                   "resumed run's record names it as its parent")
 def test_a_rollback_refuses_a_run_that_does_not_save_and_carries_and_resumes_one_that_does(rs, snap):
     """One job, saving only on USR1: with `signal: none` it saves nothing within the grace (the rollback refused,
     the job still running), with `signal: USR1` it saves at once (carried, rolled back, resumed). (--force, and a
@@ -388,4 +390,13 @@ def test_a_rollback_refuses_a_run_that_does_not_save_and_carries_and_resumes_one
     assert wait_until(lambda: re.search(r"^iter \d+:", run_log(rs, new), re.M), timeout=180), run_log(rs, new)
     assert first_iter(run_log(rs, new)) == step + 1, run_log(rs, new)  # not the snapshot's step 2
     assert in_ct(rs, f"ls /var/lib/remote/carry/{CT} 2>/dev/null || true").strip() == ""  # the host's copy removed
+    # The training history too: the stopped run's folder (made after the snapshot) is back, its log and record
+    # whole, the snapshot's runs left as they were, and the resumed run's record continues it.
+    assert re.search(rf"carried:  run folders (\S+, )*{run_id}\b", out) and "differ" not in out, out
+    assert "restored: run folders" not in out, out
+    assert "iter 12:" in run_log(rs, run_id) and f"saved out/ckpt.pt at iter {step}" in run_log(rs, run_id)
+    assert json.loads(in_ct(rs, f"cat /root/runs/{new}/manifest.json"))["parent"] == run_id
+    listed = task(rs, "runs", "-c", str(CT)).stdout
+    assert run_id in listed and f"(resumes {run_id} at step {step})" in listed, listed
+    assert "iter 12:" in task(rs, "logs", "-c", str(CT), "--run", run_id, check=False).stdout  # its exit status: 143
     task(rs, "stop", "-c", str(CT))

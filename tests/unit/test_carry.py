@@ -5,12 +5,15 @@ tests/lab/test_resume_lab.py (rollback), tests/local/test_stop_save_local.py (sa
 
 from __future__ import annotations
 
+import json
+import subprocess
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import yaml
 
-from remote import config, sudo
+from remote import config, shell, sudo
 from remote.errors import SaveRefused
 from remote.lab.testing import FakeCluster
 from remote.ops import carry, checkpoints
@@ -36,7 +39,8 @@ def target() -> SimpleNamespace:
 
 
 @pytest.mark.fault("rollback of a container whose checkpoint is on a mount point, or that has none complete",
-                   promise="nothing is carried (the rollback keeps a mount point), and the plan says why")
+                   promise="no checkpoint is carried (the rollback keeps a mount point), and the plan says why; "
+                   "the run folders still are, unless they too are on a mount point (then nothing is carried)")
 def test_the_carry_plan_carries_the_latest_complete_checkpoint_and_skips_a_mount_point(monkeypatch):
     own = Checkpoint("/root/out/ckpt.pt", True, "torch", 100, 1.0, step=40)
     kept = Checkpoint("/root/runs/.checkpoints/ckpt.pt", True, "torch", 100, 2.0, step=35, kept=True)
@@ -44,18 +48,28 @@ def test_the_carry_plan_carries_the_latest_complete_checkpoint_and_skips_a_mount
     t = target()
     monkeypatch.setattr(checkpoints, "listing", lambda t: [own, kept])
     p, said = carry.plan(t, ["/data"], "20261206-0530-ab12")
-    assert p is not None and p.checkpoint == own and p.dest == "/root/out/ckpt.pt"
+    assert p is not None and p.checkpoint == own and p.dest == "/root/out/ckpt.pt" and p.run_dir == "/root/runs"
     assert p.host_file == "/var/lib/remote/carry/200/20261206-0530-ab12.ckpt" and "step 40" in said
+    assert "checkpoint /root/out/ckpt.pt (step 40) and the run folders of /root/runs across the rollback" in said
     # The job's own is torn: the watch's kept copy goes, back to where the job reads it.
     monkeypatch.setattr(checkpoints, "listing", lambda t: [torn, kept])
     p, _ = carry.plan(t, [], None)
     assert p is not None and p.checkpoint == kept and p.dest == "/root/out/ckpt.pt"
     assert p.host_file.endswith("/latest.ckpt")
-    p, said = carry.plan(t, ["/root/out"], "r1")
-    assert p is None and "on mount point /root/out: the rollback keeps it" in said
+    p, said = carry.plan(t, ["/root/out"], "r1")  # the checkpoint kept by the rollback: the run folders go alone
+    assert p is not None and p.checkpoint is None and p.dest == "" and p.run_dir == "/root/runs"
+    assert "on mount point /root/out: the rollback keeps it" in said and "the run folders of /root/runs" in said
+    p, said = carry.plan(t, ["/root"], "r1")
+    assert p is None and "the rollback keeps it" in said and "the rollback keeps them: nothing to carry" in said
     monkeypatch.setattr(checkpoints, "listing", lambda t: [torn])
     p, said = carry.plan(t, [], "r1")
-    assert p is None and "no complete checkpoint" in said
+    assert p is not None and p.checkpoint is None and p.run_dir == "/root/runs" and "no complete checkpoint" in said
+    p, said = carry.plan(t, ["/root/runs"], "r1")  # run folders on a mount point, the checkpoint in the rootfs
+    assert p is None, said
+    assert "no complete checkpoint matches /root/out/ckpt.pt" in said and "on mount point /root/runs" in said
+    monkeypatch.setattr(checkpoints, "listing", lambda t: [own])
+    p, said = carry.plan(t, ["/root/runs"], "r1")
+    assert p is not None and p.checkpoint == own and p.run_dir == "" and "the run folders" not in said.split("(")[0]
 
 
 def test_a_run_id_that_is_no_plain_name_is_not_put_in_a_host_path():
@@ -155,8 +169,16 @@ class FakeCt:
     def status(self):
         return "running" if self.running else "stopped"
 
+    def start(self):
+        self.calls.append(("pct", "start"))
+        self.running = True
+
+    def stop(self):
+        self.calls.append(("pct", "stop"))
+        self.running = False
+
     def run_pct(self, *args, mutates, deadline=120):
-        self.calls.append(("pct", args[0]))
+        self.calls.append(("pct", args[0]) if args[0] != "rollback" else ("pct", "rollback", "--start", args[-1]))
         return SimpleNamespace(ok=True, exit_code=self.rollback_rc if args[0] == "rollback" else 0,
                                out="rootfs: local-lvm:vm-200-disk-0\n", err="storage gone")
 
@@ -167,7 +189,8 @@ class FakeCt:
         pass
 
 
-def rolled(monkeypatch, calls, *, live=("r1",), force=False, refuse=False, running=True, rollback_rc=0):
+def rolled(monkeypatch, calls, *, live=("r1",), force=False, refuse=False, running=True, rollback_rc=0,
+           keep_out=False, back=None, dry=False):
     from contextlib import nullcontext
 
     from remote.ops import jobs, snapshots
@@ -175,6 +198,7 @@ def rolled(monkeypatch, calls, *, live=("r1",), force=False, refuse=False, runni
 
     spec = config.parse(yaml.safe_load(HOSTS.replace("sudo: true", "sudo: false")), "hosts.yaml").containers[200]
     ct = FakeCt(calls, running=running, rollback_rc=rollback_rc)
+    ct.dry = dry
     said: list[str] = []
     t = SimpleNamespace(spec=spec, ctid=200, host=spec.host, ct=ct, system=ct, step=said.append, note=said.append,
                         warn=said.append, output=said.append)
@@ -197,8 +221,9 @@ def rolled(monkeypatch, calls, *, live=("r1",), force=False, refuse=False, runni
     got = carry.Carried(carry.CarryPlan(ck, ck.path, "/var/lib/remote/carry/200",
                                         "/var/lib/remote/carry/200/r1.ckpt"), "file", 9, "a" * 64)
     monkeypatch.setattr(carry, "plan", lambda t, mounts, run: calls.append(("plan", run)) or (got.plan, "carry it"))
-    monkeypatch.setattr(carry, "out", lambda t, p: calls.append(("carry", "out")) or got)
-    monkeypatch.setattr(carry, "back", lambda t, g: calls.append(("carry", "back")))
+    if not keep_out:
+        monkeypatch.setattr(carry, "out", lambda t, p: calls.append(("carry", "out")) or got)
+    monkeypatch.setattr(carry, "back", back or (lambda t, g: calls.append(("carry", "back")) or ("r1",)))
     return snapshots.rollback(t, force=force), said  # type: ignore[arg-type]
 
 
@@ -211,18 +236,18 @@ def rolled(monkeypatch, calls, *, live=("r1",), force=False, refuse=False, runni
 def test_a_rollback_saves_carries_out_rolls_back_carries_back_and_resumes_in_that_order(monkeypatch):
     calls: list = []
     done, _ = rolled(monkeypatch, calls)
-    assert calls == [("stop", "save"), ("pct", "config"), ("plan", "r1"), ("carry", "out"), ("pct", "rollback"),
+    assert calls == [("stop", "save"), ("pct", "config"), ("plan", "r1"), ("carry", "out"), ("pct", "rollback", "--start", "1"),
                      ("carry", "back"), ("start", True)]
     assert done.stopped == "r1" and done.resumed == "r2" and done.carried and done.carried.step == 40
     assert done.carried_via == "/var/lib/remote/carry/200/r1.ckpt"
     calls.clear()
     done, _ = rolled(monkeypatch, calls, force=True)
-    assert calls == [("stop", "unsaved"), ("pct", "config"), ("plan", None), ("carry", "out"), ("pct", "rollback"),
+    assert calls == [("stop", "unsaved"), ("pct", "config"), ("plan", None), ("carry", "out"), ("pct", "rollback", "--start", "1"),
                      ("carry", "back")]
     assert done.resumed is None and done.carried is not None
     calls.clear()
     done, _ = rolled(monkeypatch, calls, live=())  # stop --save, then rollback: carried all the same
-    assert calls == [("pct", "config"), ("plan", None), ("carry", "out"), ("pct", "rollback"), ("carry", "back")]
+    assert calls == [("pct", "config"), ("plan", None), ("carry", "out"), ("pct", "rollback", "--start", "1"), ("carry", "back")]
     calls.clear()
     with pytest.raises(SaveRefused, match="the rollback to remote-20261206-1 refused"):
         rolled(monkeypatch, calls, refuse=True)
@@ -238,20 +263,129 @@ def test_a_failed_rollback_names_the_hosts_copy_and_how_to_put_it_back(monkeypat
     with pytest.raises(SnapshotError) as e:
         rolled(monkeypatch, calls, rollback_rc=1)
     said = str(e.value)
-    assert "the checkpoint is on pve1 at /var/lib/remote/carry/200/r1.ckpt" in said, said
-    assert "`pct push 200 /var/lib/remote/carry/200/r1.ckpt /root/out/ckpt.pt` on pve1 puts it back" in said
+    assert "the carry (checkpoint /root/out/ckpt.pt) is on pve1 at /var/lib/remote/carry/200/r1.ckpt" in said, said
+    assert ("`pct push 200 /var/lib/remote/carry/200/r1.ckpt /var/tmp/remote-carry-checkpoint` on pve1, then `remote "
+            "exec -c 200 'mkdir -p /var/tmp/remote-carry-checkpoint.d && tar -C /var/tmp/remote-carry-checkpoint.d "
+            "-xf /var/tmp/remote-carry-checkpoint'`; there ckpt/payload is the checkpoint (its place: "
+            "/root/out/ckpt.pt)") in said
     assert "`remote train -c 200 --resume` resumes it" in said and ("carry", "back") not in calls
 
 
-@pytest.mark.fault("rollback of a stopped container with train.checkpoint", promise="refused, nothing changed: its "
-                   "checkpoint cannot be read or carried; names `pct start` and --force")
-def test_a_stopped_containers_rollback_is_refused_unless_force(monkeypatch):
-    from remote.errors import SnapshotError
-
+@pytest.mark.fault("rollback of a stopped container with train.checkpoint", promise="started for the carry (said so), "
+                   "its checkpoint and run folders carried out, rolled back, carried back, stopped again (as it "
+                   "was); a failure before the rollback stops it again; --force starts nothing and carries nothing")
+def test_a_stopped_container_is_started_for_the_carry_and_stopped_again(monkeypatch):
     calls: list = []
-    with pytest.raises(SnapshotError, match=r"the container is stopped.*pct start 200.*force=True"):
-        rolled(monkeypatch, calls, running=False, live=())
-    assert ("pct", "rollback") not in calls
+    done, said = rolled(monkeypatch, calls, running=False, live=())
+    assert calls == [("pct", "config"), ("pct", "start"), ("pct", "config"), ("plan", None), ("carry", "out"),
+                     ("pct", "rollback", "--start", "1"), ("carry", "back"), ("pct", "stop")]
+    assert any("container 200 is stopped: started for the carry" in line and "--force" in line for line in said)
+    assert "container 200 stopped again, as it was" in said
+    assert done.started is False and done.carried is not None and done.carried_runs == ("r1",)
+    calls.clear()  # the carry out fails: nothing rolled back, the container stopped again
+    monkeypatch.setattr(carry, "out", lambda t, p: (_ for _ in ()).throw(carry.CarryError("no room on pve1")))
+    with pytest.raises(carry.CarryError, match="no room"):
+        rolled(monkeypatch, calls, running=False, live=(), keep_out=True)
+    assert calls[-1] == ("pct", "stop") and not any(c[:2] == ("pct", "rollback") for c in calls)
+    calls.clear()  # --dry: the plan in words, nothing started
+    _, said = rolled(monkeypatch, calls, running=False, live=(), dry=True)
+    assert ("pct", "start") not in calls and any("(dry run) pct start 200; the carry out" in line for line in said)
     calls.clear()
     done, _ = rolled(monkeypatch, calls, running=False, live=(), force=True)
-    assert ("pct", "rollback") in calls and ("carry", "out") not in calls and done.carried is None
+    assert calls == [("pct", "config"), ("pct", "rollback", "--start", "0")] and done.carried is None
+
+
+def test_a_carry_that_cannot_be_put_back_leaves_a_container_started_for_it_running(monkeypatch):
+    calls: list = []
+
+    def back(t, g):
+        raise carry.NotPutBack("container 200: rolled back, but checkpoint X could not be put back")
+
+    with pytest.raises(carry.NotPutBack, match=r"left running for that: `pct stop 200` stops it"):
+        rolled(monkeypatch, calls, running=False, live=(), back=back)
+    assert ("pct", "stop") not in calls  # pct push needs it running
+
+
+CARRY = shell.load("carry")
+
+
+def sh(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", CARRY, "carry", *args], capture_output=True, text=True)
+
+
+def fields(out: str) -> dict[str, list[str]]:
+    got: dict[str, list[str]] = {}
+    for line in out.splitlines():
+        k, _, v = line.partition("=")
+        got.setdefault(k, []).append(v)
+    return got
+
+
+def run_folder(runs: Path, rid: str, log: str) -> None:
+    (runs / rid).mkdir(parents=True)
+    (runs / rid / "manifest.json").write_text(json.dumps({"run": rid}))
+    (runs / rid / "log").write_text(log)
+
+
+@pytest.mark.fault("rollback of a container whose run folders are in the rootfs",
+                   promise="the run folders made since the snapshot (the stopped run's too) and `current` come back "
+                   "after it, in the same verified tar as the checkpoint; a run folder the snapshot holds is left as "
+                   "it is (a differing carried copy kept beside it, never over it); a large file is left out, named")
+@pytest.mark.parametrize("kind", ["file", "folder"])
+def test_carry_sh_packs_the_checkpoint_and_run_folders_and_puts_back_what_the_rollback_took(tmp_path, kind):
+    root, stage = tmp_path / "ct", str(tmp_path / "stage")
+    runs, ckpt = root / "runs", root / "out" / "ckpt"
+    run_folder(runs, "r0", "old run\n")
+    run_folder(runs, "r1", "since the snapshot\n")
+    run_folder(runs, "r2", "the stopped run\n")
+    (runs / "r2" / "big.bin").write_bytes(b"x" * 2048)
+    (runs / "current").symlink_to("r2")
+    (runs / "known-good.json").write_text("{}")  # the environment's: reverted with it, not carried
+    (runs / ".checkpoints").mkdir()  # the watch's kept copy: carried only as the checkpoint, where it is the latest
+    ckpt.parent.mkdir(parents=True)
+    if kind == "folder":
+        ckpt.mkdir()
+        (ckpt / ".metadata").write_text("step 40")
+    else:
+        ckpt.write_text("step 40")
+    packed = sh("pack", str(ckpt), stage, str(runs), "1024")
+    assert packed.returncode == 0, packed.stderr
+    got = fields(packed.stdout)
+    assert got["kind"] == [kind] and got["runs"] == ["3"] and got["skipped"] == [f"2048 {runs}/r2/big.bin"], got
+    listed = subprocess.run(["tar", "-tf", stage], capture_output=True, text=True, check=True).stdout.split()
+    assert "./runs/r2/log" in listed and "./current" in listed and not any("known-good" in n or ".checkpoints" in n
+                                                                            for n in listed), listed
+    assert (runs / "r2" / "big.bin").stat().st_size == 2048  # left out of the tar, never deleted
+    sha = got["sha"][0]
+    # The rollback: the snapshot held r0 only (r1's log as it was then), an older checkpoint, `current` at r0.
+    subprocess.run(["rm", "-rf", str(runs), str(ckpt)], check=True)
+    run_folder(runs, "r0", "old run\n")
+    run_folder(runs, "r1", "half a log\n")
+    (runs / "current").symlink_to("r0")
+    (ckpt.mkdir() if kind == "folder" else ckpt.write_text("step 2"))
+    bad = sh("unpack", stage, str(ckpt), kind, "0" * 64, str(runs))
+    assert bad.returncode == 4 and fields(bad.stdout)["sha"] == [sha] and (runs / "r1" / "log").read_text() == "half a log\n"
+    back = sh("unpack", stage, str(ckpt), kind, sha, str(runs))
+    assert back.returncode == 0, back.stderr
+    got = fields(back.stdout)
+    assert got["placed"] == [str(ckpt)] and got["back"] == ["r2"] and got["differs"] == ["r1"]
+    assert got["current"] == ["r2"] and (runs / "current").resolve() == runs / "r2"
+    assert (runs / "r2" / "log").read_text() == "the stopped run\n" and not (runs / "r2" / "big.bin").exists()
+    assert (runs / "r1" / "log").read_text() == "half a log\n"  # the snapshot's, left as it is
+    assert (Path(got["kept"][0]) / "r1" / "log").read_text() == "since the snapshot\n"  # the carried one beside it
+    assert Path(got["kept"][0]).name.startswith(".carried-") and Path(got["kept"][0]).parent == runs
+    assert (ckpt / ".metadata" if kind == "folder" else ckpt).read_text() == "step 40"
+    assert Path(got["aside"][0]).name.startswith("ckpt.old-")  # the snapshot's checkpoint renamed, not deleted
+    assert not Path(stage).exists() and not Path(stage + ".d").exists()
+
+
+def test_carry_sh_carries_run_folders_alone_where_there_is_no_checkpoint(tmp_path):
+    runs, stage = tmp_path / "runs", str(tmp_path / "stage")
+    run_folder(runs, "r1", "log\n")
+    packed = sh("pack", "", stage, str(runs), "1024")
+    got = fields(packed.stdout)
+    assert packed.returncode == 0 and got["kind"] == ["none"] and got["runs"] == ["1"], packed
+    subprocess.run(["rm", "-rf", str(runs)], check=True)
+    back = sh("unpack", stage, "", "none", got["sha"][0], str(runs))
+    assert back.returncode == 0 and fields(back.stdout)["back"] == ["r1"] and "placed" not in back.stdout, back
+    assert (runs / "r1" / "log").read_text() == "log\n"
