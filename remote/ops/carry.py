@@ -18,6 +18,7 @@ carried copy kept beside it where the two differ); nothing is deleted but remote
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 
 from .. import shell, sudo
@@ -74,9 +75,42 @@ def mount_of(path: str, mounts: list[str]) -> str | None:
     return next((m for m in mounts if path == m or path.startswith(m.rstrip("/") + "/")), None)
 
 
-def host_name(run: str | None) -> str:
-    """The host file's name for a run's carry: its run id where it is a plain one, else `latest`."""
-    return f"{run}.ckpt" if run and re.fullmatch(r"[0-9A-Za-z_-]+", run) else "latest.ckpt"
+def host_name(run: str | None, stamp: str | None = None) -> str:
+    """The host file's name for a run's carry: its run id where it is a plain one, else `latest`, and the time
+    of this carry (UTC), so that a carry never overwrites one an earlier rollback left there (a failed put-back's
+    copy may be the only one: the next rollback would carry the snapshot's older checkpoint over it)."""
+    stamp = stamp if stamp is not None else time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    base = run if run and re.fullmatch(r"[0-9A-Za-z_-]+", run) else "latest"
+    return f"{base}-{stamp}.ckpt" if re.fullmatch(r"[0-9-]+", stamp) else f"{base}.ckpt"
+
+
+def host_dirs(host_dir: str) -> list[str]:
+    """Every folder from / down to `host_dir`: each must be root's and writable by root alone."""
+    parts = [part for part in host_dir.split("/") if part]
+    return ["/"] + ["/" + "/".join(parts[:n]) for n in range(1, len(parts) + 1)]
+
+
+def host_dir_problem(stat_out: str, dirs: list[str]) -> str | None:
+    """Why the carry's host folder is not safe to write as root, from `stat -c '%u:%a:%F:%n'` of `dirs` (each
+    folder from / down), or None. A folder another user owns or may write (or a link, part-way) would let that
+    user put a link where `pct pull` writes as root, or a file where `pct push` reads: the login user of a
+    `sudo: true` host is not root, and may have made /var/lib/remote/... before remote did."""
+    seen = {}
+    for line in stat_out.splitlines():
+        fields = line.split(":", 3)
+        if len(fields) == 4:
+            seen[fields[3]] = (fields[0], fields[1], fields[2])
+    for d in dirs:
+        if d not in seen:
+            return f"{d} could not be checked"
+        uid, mode, kind = seen[d]
+        if kind != "directory":
+            return f"{d} is a {kind}, not a folder"
+        if uid != "0":
+            return f"{d} is owned by uid {uid}, not root"
+        if not re.fullmatch(r"[0-7]{3,4}", mode) or int(mode, 8) & 0o022:
+            return f"{d} is writable by others than root (mode {mode})"
+    return None
 
 
 def plan(t: Target, mounts: list[str], run: str | None) -> tuple[CarryPlan | None, str]:
@@ -169,6 +203,15 @@ def out(t: Target, p: CarryPlan) -> Carried:
     rc, _, err = _host(t, "install", "-d", "-m", "0700", p.host_dir, mutates=True)
     if rc != 0:
         raise fail(f"`install -d -m 0700 {p.host_dir}` failed: {err.strip()[-200:]}")
+    dirs = host_dirs(p.host_dir)
+    # stat as the login user, in a clean environment (its own shell's functions or PATH cannot answer for it)
+    r1 = t.session.host_run(t.spec.host, [*sudo.CLEAN_BASH, "-c", 'exec /usr/bin/stat -c "%u:%a:%F:%n" -- "$@"',
+                                          "stat", *dirs], deadline=60, mutates=False, container=t.ctid)
+    problem = host_dir_problem(r1.out, dirs) if r1.exit_code == 0 else f"`stat` failed: {r1.err.strip()[-200:]}"
+    if problem:
+        raise fail(f"the carry's folder {p.host_dir} is not root's alone ({problem}): a root-run `pct pull` "
+                   "could be made to write elsewhere; make each folder root-owned and not writable by others "
+                   f"(`chown root:root DIR; chmod go-w DIR` as root on {host})")
     rc, df, err = _host(t, "df", "-Pk", p.host_dir, mutates=False)
     free = free_bytes(df) if rc == 0 else None
     if free is None:

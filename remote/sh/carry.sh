@@ -87,6 +87,7 @@ case $mode in
         mv -- "$dest" "$aside"
       fi
       mv -- "$work/ckpt/payload" "$dest" || exit 5
+      [ -e "$dest" ] || exit 5  # what was placed is there, or nothing is said placed
       echo "placed=$dest"
       echo "aside=$aside"
     fi

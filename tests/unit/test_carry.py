@@ -6,6 +6,7 @@ tests/lab/test_resume_lab.py (rollback), tests/local/test_stop_save_local.py (sa
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -49,13 +50,14 @@ def test_the_carry_plan_carries_the_latest_complete_checkpoint_and_skips_a_mount
     monkeypatch.setattr(checkpoints, "listing", lambda t: [own, kept])
     p, said = carry.plan(t, ["/data"], "20261206-0530-ab12")
     assert p is not None and p.checkpoint == own and p.dest == "/root/out/ckpt.pt" and p.run_dir == "/root/runs"
-    assert p.host_file == "/var/lib/remote/carry/200/20261206-0530-ab12.ckpt" and "step 40" in said
+    assert re.fullmatch(r"/var/lib/remote/carry/200/20261206-0530-ab12-[0-9]{8}-[0-9]{6}[.]ckpt", p.host_file)
+    assert "step 40" in said
     assert "checkpoint /root/out/ckpt.pt (step 40) and the run folders of /root/runs across the rollback" in said
     # The job's own is torn: the watch's kept copy goes, back to where the job reads it.
     monkeypatch.setattr(checkpoints, "listing", lambda t: [torn, kept])
     p, _ = carry.plan(t, [], None)
     assert p is not None and p.checkpoint == kept and p.dest == "/root/out/ckpt.pt"
-    assert p.host_file.endswith("/latest.ckpt")
+    assert re.fullmatch(r".*/latest-[0-9]{8}-[0-9]{6}[.]ckpt", p.host_file)
     p, said = carry.plan(t, ["/root/out"], "r1")  # the checkpoint kept by the rollback: the run folders go alone
     assert p is not None and p.checkpoint is None and p.dest == "" and p.run_dir == "/root/runs"
     assert "on mount point /root/out: the rollback keeps it" in said and "the run folders of /root/runs" in said
@@ -72,10 +74,42 @@ def test_the_carry_plan_carries_the_latest_complete_checkpoint_and_skips_a_mount
     assert p is not None and p.checkpoint == own and p.run_dir == "" and "the run folders" not in said.split("(")[0]
 
 
+@pytest.mark.fault("rollback's checkpoint carry", promise="each carry writes a host file of its own (the run and the "
+                   "time in its name): a second rollback never overwrites the copy a failed put-back left there")
 def test_a_run_id_that_is_no_plain_name_is_not_put_in_a_host_path():
-    assert carry.host_name("20261206-0530-ab12") == "20261206-0530-ab12.ckpt"
+    assert carry.host_name("20261206-0530-ab12", "20261206-074501") == "20261206-0530-ab12-20261206-074501.ckpt"
     for odd in ("../../etc/x", "a b", "", None):
-        assert carry.host_name(odd) == "latest.ckpt"
+        assert carry.host_name(odd, "20261206-074501") == "latest-20261206-074501.ckpt"
+    first = carry.host_name("r1")
+    assert re.fullmatch(r"r1-[0-9]{8}-[0-9]{6}[.]ckpt", first) and first != "r1.ckpt"
+    # the sudo rule's pattern takes it
+    assert sudo.allows("pct", ["pull", "200", carry.STAGE, f"/var/lib/remote/carry/200/{first}"], [200])
+
+
+@pytest.mark.fault("rollback's checkpoint carry", promise="the host folder a root-run `pct pull` writes into is "
+                   "checked from / down: a folder the login user owns or may write, or a link part-way, refuses the "
+                   "carry (nothing changed) naming it")
+def test_the_carry_host_folder_must_be_roots_alone_from_the_root_down():
+    dirs = carry.host_dirs("/var/lib/remote/carry/200")
+    assert dirs == ["/", "/var", "/var/lib", "/var/lib/remote", "/var/lib/remote/carry", "/var/lib/remote/carry/200"]
+
+    def stat(**odd):
+        rows = {d: ("0", "755", "directory") for d in dirs}
+        rows.update(odd)
+        return "".join(f"{u}:{m}:{k}:{d}\n" for d, (u, m, k) in rows.items())
+
+    assert carry.host_dir_problem(stat(), dirs) is None
+    assert "owned by uid 1000" in carry.host_dir_problem(stat(**{"/var/lib/remote": ("1000", "755", "directory")}), dirs)
+    assert "writable by others" in carry.host_dir_problem(
+        stat(**{"/var/lib/remote/carry": ("0", "1777", "directory")}), dirs)
+    assert "symbolic link" in carry.host_dir_problem(
+        stat(**{"/var/lib/remote/carry/200": ("0", "777", "symbolic link")}), dirs)
+    assert "could not be checked" in carry.host_dir_problem("", dirs)
+    # and for real, on this machine: its own /var/lib is root's
+    real = carry.host_dirs("/var/lib")
+    r = subprocess.run([*sudo.CLEAN_BASH, "-c", 'exec /usr/bin/stat -c "%u:%a:%F:%n" -- "$@"', "stat", *real],
+                       capture_output=True, text=True, check=True)
+    assert carry.host_dir_problem(r.stdout, real) is None, r.stdout
 
 
 def test_the_hosts_free_space_is_read_from_df():
