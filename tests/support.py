@@ -64,6 +64,12 @@ SELF_MADE_LAB_MODULES = ("test_cluster_lab.py", "test_create_gpu_lab.py", "test_
                          "test_make_lab.py", "test_move_lab.py", "test_nanogpt_resume_lab.py", "test_ns_lab.py")
 
 
+# The files outside the labs' units that take minutes each (tests/local with the real CPU torch; measured with
+# scripts/suite-units, docs/evidence/benchmarks.md): conftest hands them out right after the lab's modules, beside
+# the newcomer tier, so that none of them starts last and runs alone while the other workers wait.
+LONG_FILES = ("test_compilewatch_local.py", "test_stop_save_local.py", "test_checkpoint_helper_local.py")
+
+
 def work_unit(path: str) -> str:
     """The xdist work unit of a test file (its path from the repository's root; conftest's scheduler): the
     session lab's modules one unit, run in order on one worker; OWN_LAB_MODULES another, THIRD_LAB_MODULES a
