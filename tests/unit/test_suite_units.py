@@ -7,7 +7,7 @@ from support import ROOT
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
 <testcase classname="tests.lab.test_jobs_lab" name="test_a" time="10.5"/>
-<testcase classname="tests.lab.test_cli_lab" name="test_b" time="4.5"/>
+<testcase classname="tests.lab.test_deploy_lab" name="test_b" time="4.5"/>
 <testcase classname="tests.lab.test_agent_lab" name="test_c" time="7.0"/>
 <testcase classname="tests.local.test_shell.TestQuoting" name="test_d[x]" time="2.0"/>
 </testsuite></testsuites>"""
@@ -25,7 +25,7 @@ def test_a_junit_xml_is_summed_by_work_unit_longest_first(tmp_path):
     lines = [line.split() for line in r.stdout.splitlines()]
     assert lines[0][:4] == ["4", "tests,", "24", "s"]
     assert lines[1] == ["15.0", "s", "2", "tests", "lab"]  # the session lab's two modules are one unit
-    assert lines[2] == ["10.5", "s", "tests/lab/test_jobs_lab.py"] and lines[3] == ["4.5", "s", "tests/lab/test_cli_lab.py"]
+    assert lines[2] == ["10.5", "s", "tests/lab/test_jobs_lab.py"] and lines[3] == ["4.5", "s", "tests/lab/test_deploy_lab.py"]
     assert lines[4] == ["7.0", "s", "1", "tests", "lab-own"]
     assert lines[5] == ["2.0", "s", "1", "tests", "tests/local/test_shell.py"]  # a class's name is not a module's
     assert lines[-1] == ["10.5", "s", "tests/lab/test_jobs_lab.py::test_a"]
