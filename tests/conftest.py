@@ -20,7 +20,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's remote before an installed one
 
-from support import (LAB_CONTAINERS, LAB_SECTIONS, OWN_LAB_CONTAINERS, OWN_LAB_MODULES,  # noqa: E402
+from support import (LAB_CONTAINERS, LAB_SECTIONS, LONG_FILES, OWN_LAB_CONTAINERS, OWN_LAB_MODULES,  # noqa: E402
                      THIRD_LAB_CONTAINERS, THIRD_LAB_MODULES, new_lab, tier_of, work_unit)
 
 from remote.cli.format import deploy_text  # noqa: E402
@@ -32,6 +32,19 @@ def pytest_collection_modifyitems(config, items):
         tier = tier_of(item.path)
         if tier is not None:
             item.add_marker(tier)
+    items.sort(key=run_order)
+
+
+def run_order(item) -> int:
+    """The longest work first (the scheduler hands out units in collection order): the lab, then the newcomer
+    tier and support.LONG_FILES (minutes each), then the other local files and the unit files, so that no long
+    unit starts last and runs alone while the other workers wait. A stable sort: a tier's files keep their order."""
+    tier = tier_of(item.path)
+    if tier == "lab":
+        return 0
+    if tier == "newcomer" or item.path.name in LONG_FILES:
+        return 1
+    return 2 if tier == "local" else 3
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -62,8 +62,9 @@ LAB_CONTAINERS = tuple(int(i) for i in os.environ.get("REMOTE_TEST_LAB_IDS", "20
 # The lab modules that run on conftest's own_lab (containers OWN_LAB_CONTAINERS, and ids of their own that no
 # other module uses), not on the session lab: under xdist, one worker runs them beside the session lab's
 # modules (conftest.group_of). A module here takes its container ids from lab_ids(__file__).
-OWN_LAB_MODULES = ("test_agent_lab.py", "test_any_code_lab.py", "test_fleet_lab.py", "test_sudo_lab.py",
-                   "test_transfer_faults_lab.py", "test_watch_lab.py")
+OWN_LAB_MODULES = ("test_agent_lab.py", "test_any_code_lab.py", "test_cli_lab.py", "test_fleet_lab.py",
+                   "test_liveness_lab.py", "test_newuser_lab.py", "test_sudo_lab.py", "test_terminal_lab.py",
+                   "test_transfer_faults_lab.py", "test_warmup_lab.py", "test_watch_lab.py")
 OWN_LAB_CONTAINERS = tuple(int(i) for i in os.environ.get("REMOTE_TEST_OWN_LAB_IDS", "232,233").split(","))
 # A third lab (conftest's third_lab), the same way: its modules on a third worker, so that the longest of the
 # three lab units, which run one module after another, bounds the suite's time rather than their sum.
@@ -74,6 +75,12 @@ THIRD_LAB_CONTAINERS = tuple(int(i) for i in os.environ.get("REMOTE_TEST_THIRD_L
 # conftest's: each is a work unit of its own, on whichever worker is free.
 SELF_MADE_LAB_MODULES = ("test_cluster_lab.py", "test_create_gpu_lab.py", "test_gpufix_lab.py", "test_lab_port_lab.py",
                          "test_make_lab.py", "test_move_lab.py", "test_nanogpt_resume_lab.py", "test_ns_lab.py")
+
+
+# The files outside the labs' units that take minutes each (tests/local with the real CPU torch; measured with
+# scripts/suite-units, docs/evidence/benchmarks.md): conftest hands them out right after the lab's modules, beside
+# the newcomer tier, so that none of them starts last and runs alone while the other workers wait.
+LONG_FILES = ("test_compilewatch_local.py", "test_stop_save_local.py", "test_checkpoint_helper_local.py")
 
 
 def work_unit(path: str) -> str:

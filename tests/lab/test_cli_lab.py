@@ -13,14 +13,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import LAB_CONTAINERS, load_config
+from support import lab_ids, load_config
 from support import on_a_terminal, read_until_exit, wait_for_the_shell
 
 from remote import config as cfg
 
 pytestmark = pytest.mark.lab
 ROOT = Path(__file__).resolve().parent.parent.parent
-CT = LAB_CONTAINERS[0]
+IDS = lab_ids(__file__)  # this module's lab's containers (support.lab_ids)
+CT = IDS[0]
 SECRET = "s3cret-for-the-shell"
 RUN_DIR = "/root/cli-runs"
 
@@ -55,9 +56,9 @@ def test_init_writes_a_hosts_file_of_the_hosts_containers_that_loads_and_reaches
     text = out.read_text()
     config = cfg.load(str(out))
     # Every container of the host, as `pct list` has them now (earlier tests of the session may have added some).
-    assert set(config.containers) == set(lab.containers()) >= set(LAB_CONTAINERS)
+    assert set(config.containers) == set(lab.containers()) >= set(IDS)
     assert config.hosts["pve"].port == lab.port and config.hosts["pve"].key_file == str(lab.key_file)
-    for ctid in LAB_CONTAINERS:
+    for ctid in IDS:
         assert f"  {ctid}:  # lab{ctid}, running\n    host: \"pve\"\n" in text  # its hostname, from `pct config`
     assert text.startswith(f"# Hosts file for `remote`, written by `remote init` from 127.0.0.1:{lab.port} on ")
 

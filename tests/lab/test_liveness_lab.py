@@ -3,7 +3,7 @@
 its pid file. Deploy's refusal, train's busy check, stop, status and doctor all ask about every run."""
 
 import pytest
-from support import LAB_CONTAINERS, target, wait_until
+from support import lab_ids, target, wait_until
 
 from remote import facts, shell
 from remote.errors import BusyError, JobError
@@ -16,7 +16,7 @@ from remote.results import LiveRun
 from remote.target import resolve as target_of
 
 pytestmark = pytest.mark.lab
-CT = LAB_CONTAINERS[0]
+CT = lab_ids(__file__)[0]
 PRE = Preflight(commit="0" * 40, venv=VenvRecord(lock_sha256="x", verify=Verify(torch="2.13.0+cpu")), gpus=None, notes=[])
 
 

@@ -10,14 +10,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import LAB_CONTAINERS, load_config
+from support import lab_ids, load_config
 
 import remote
 from remote.ops import hostsinit
 
 pytestmark = pytest.mark.lab
 ROOT = Path(__file__).resolve().parent.parent.parent
-CT = LAB_CONTAINERS[0]
+CT = lab_ids(__file__)[0]  # this module's lab's first container (support.lab_ids)
 PACKAGES = "packages: [torch==2.13.0+cpu, numpy==2.2.6]"
 
 
@@ -39,7 +39,7 @@ def torch_there(ct) -> str:
 
 
 def test_init_marks_the_sections_still_to_fill():
-    text = hostsinit.render(remote.config.Host(name="pve1", address="pve1"), {}, [(200, "running", "gpu", [])])
+    text = hostsinit.render(remote.config.Host(name="pve1", address="pve1"), {}, [(300, "running", "gpu", [])])
     marked = [line.split(":", 1)[0] for line in text.splitlines() if "# TO FILL" in line and not line.startswith("#")]
     assert marked == ["venv", "code", "train"]
 

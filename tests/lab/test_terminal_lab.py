@@ -13,11 +13,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import LAB_CONTAINERS, load_config
+from support import lab_ids, load_config
 
 pytestmark = pytest.mark.lab
 ROOT = Path(__file__).resolve().parent.parent.parent
-CT = LAB_CONTAINERS[0]
+CT = lab_ids(__file__)[0]
 RUN_DIR = "/root/runs-hostile"
 TREE = "/root/hostile-tree"
 # In the container's shell (printf), so no raw byte travels in an argv: OSC 52, cursor up + erase line, and

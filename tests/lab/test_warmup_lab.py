@@ -20,7 +20,7 @@ from remote.target import resolve as target_of
 
 pytestmark = pytest.mark.lab
 CACHE = "/root/.cache/torch-compile"
-CT = lab_ids(__file__)[0]  # the session lab's first container (support.LAB_CONTAINERS)
+CT = lab_ids(__file__)[0]  # this module's lab's first container (support.lab_ids)
 
 
 def cache_files(ct):
@@ -150,9 +150,9 @@ def test_a_changed_command_or_env_asks_for_a_new_warmup(warmed, lab_session, lab
 
 
 def test_a_brace_in_the_warmup_command_is_left_to_bash():
-    spec = config.parse({"hosts": {"h": {"address": "x"}}, "containers": {200: {"host": "h"}},
+    spec = config.parse({"hosts": {"h": {"address": "x"}}, "containers": {300: {"host": "h"}},
                          "warmup": {"command": "python w.py --device {device} --out ${HOME}/x", "devices": [3]}}, "f")
-    assert wm.command_for(spec.containers[200], "3") == "python w.py --device 3 --out ${HOME}/x"
+    assert wm.command_for(spec.containers[300], "3") == "python w.py --device 3 --out ${HOME}/x"
 
 
 @pytest.mark.fault("Warmup of an edited checkout or a polluted venv", "refused, naming what differs from the "

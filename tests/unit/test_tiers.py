@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
-from support import (OWN_LAB_CONTAINERS, OWN_LAB_MODULES, ROOT, SELF_MADE_LAB_MODULES, TESTS, THIRD_LAB_CONTAINERS,
+from support import (LONG_FILES, OWN_LAB_CONTAINERS, OWN_LAB_MODULES, ROOT, SELF_MADE_LAB_MODULES, TESTS, THIRD_LAB_CONTAINERS,
                      THIRD_LAB_MODULES, TIERS, tier_of, work_unit)
 
 
@@ -85,6 +87,21 @@ def test_xdist_work_units_keep_each_lab_on_one_worker():
     assert {unit for path, unit in units.items() if tier_of(ROOT / path) == "newcomer"} == {"newcomer"}
     others = [path for path in units if tier_of(ROOT / path) in ("unit", "local")]
     assert all(units[path] == path for path in others) and len(others) > 40
+
+
+def test_the_long_files_are_handed_out_right_after_the_lab():
+    """conftest's run order (the scheduler hands units out in it): the lab's modules, then the newcomer tier and
+    support.LONG_FILES, then the other local files, then the unit files, each tier's files in their order."""
+    assert all((TESTS / "local" / name).is_file() for name in LONG_FILES), LONG_FILES
+    given = ["tests/unit/test_layers.py", "tests/local/test_shell.py", f"tests/local/{LONG_FILES[1]}",
+             "tests/newcomer", f"tests/local/{LONG_FILES[0]}", "tests/lab/test_oplock_lab.py",
+             "tests/local/test_code_local.py"]
+    r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *given],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    files = list(dict.fromkeys(line.split("::")[0] for line in r.stdout.splitlines() if "::" in line))
+    assert files == ["tests/lab/test_oplock_lab.py", f"tests/local/{LONG_FILES[1]}", "tests/newcomer/test_newcomer.py",
+                     f"tests/local/{LONG_FILES[0]}", "tests/local/test_shell.py", "tests/local/test_code_local.py",
+                     "tests/unit/test_layers.py"], r.stdout[-3000:] + r.stderr[-2000:]
 
 
 def test_a_module_that_makes_its_own_lab_uses_none_of_conftests():
