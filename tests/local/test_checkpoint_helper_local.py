@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import ROOT  # noqa: E402
+from support import ROOT, free_port  # noqa: E402
 
 from remote.lab import wheels
 
@@ -148,7 +148,7 @@ def test_ranks_agree_on_a_stop_only_one_was_asked(torch_python, tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "checkpoint.json").write_text(json.dumps({"path": str(tmp_path / "c.pt"), "signal": "USR1"}))
-    port = str(20000 + secrets.randbelow(20000))
+    port = str(free_port())  # a free one: a random pick could be a port in use (the ephemeral range)
     procs = [subprocess.Popen([torch_python, "-c", AGREE], text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               env={**os.environ, "REMOTE_RUN_DIR": str(run), "RANK": str(r), "WORLD_SIZE": "2",
                                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "OMP_NUM_THREADS": "1"})
