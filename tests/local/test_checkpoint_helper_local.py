@@ -136,6 +136,8 @@ for step in range(1000):
         os.kill(os.getpid(), remote_checkpoint.signal.SIGUSR1)   # only rank 0 is asked
     if remote_checkpoint.stop_requested():
         print(step, flush=True)
+        dist.barrier()                  # both here: then each leaves its group before exiting (rank 0 holds the
+        dist.destroy_process_group()    # store; exiting with gloo's threads joinable aborts: `terminate called`)
         sys.exit(0)
 print("never", flush=True)
 '''
