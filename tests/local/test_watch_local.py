@@ -138,7 +138,8 @@ def test_state_reads_the_watch_and_the_attempts_and_distrusts_them():
             f"attempts=start 1 10.5 {'a' * 40};end 1 20.5 3;start 2 22 \x1b[2J;end 2 40 124;junk;\n")
     st = jobs.parse_state(head + '--manifest--\n{"restarts": 1}\n--tail--\n')
     assert st.attempt == 2 and st.attempts_max == 2 and st.stalls == 1
-    assert st.manifest.raw["attempts"][0] == {"attempt": 1, "started": 10.5, "ended": 20.5, "exit": 3, "commit": "a" * 40}
+    assert st.manifest.raw["attempts"][0] == {"attempt": 1, "started": 10.5, "ended": 20.5, "exit": 3, "commit": "a" * 40,
+                                              "killed": None}  # no OOM kill counted for it
     assert st.attempts[1].commit is None  # what is no commit is not kept
     assert st.gpu == {"util_pct": 97, "mem_used_mib": 2048, "gpus": 1}
     assert jobs.describe_end(st) == ("STALLED: no output for 300 s; stacks in /root/runs/r1/stacks-1.txt; ended by "

@@ -86,7 +86,7 @@ def test_a_run_id_that_is_no_plain_name_is_not_put_in_a_host_path():
     assert sudo.allows("pct", ["pull", "200", carry.STAGE, f"/var/lib/remote/carry/200/{first}"], [200])
 
 
-@pytest.mark.fault("rollback's checkpoint carry", promise="the host folder a root-run `pct pull` writes into is "
+@pytest.mark.fault("the carry's host folder made by another user, or a link part-way", promise="the host folder a root-run `pct pull` writes into is "
                    "checked from / down: a folder the login user owns or may write, or a link part-way, refuses the "
                    "carry (nothing changed) naming it")
 def test_the_carry_host_folder_must_be_roots_alone_from_the_root_down():
