@@ -16,6 +16,8 @@ The package by kind: base (the Transport and Stream protocols, Result), local (L
 
 from __future__ import annotations
 
+import warnings
+
 from ..config import Host
 from .base import Capabilities, InContainer, NotStarted, OutputCallback, Result, Stream, Transport, _check_argv
 from .local import LocalStream, LocalTransport
@@ -28,6 +30,11 @@ from .ssh import (
     ChannelStream,
     SshTransport,
 )
+
+# paramiko 3.x names cryptography's TripleDES where cryptography 43+ warns that it moved: a warning at paramiko's
+# import that the user of a command can do nothing about, and that would stand before remote's own error on
+# stderr. Only that warning, only from paramiko's modules; every other warning is left as the process has it.
+warnings.filterwarnings("ignore", message="TripleDES has been moved", module=r"paramiko(\.|$)")
 
 __all__ = ["Capabilities", "InContainer", "HEARTBEAT_EVERY", "HEARTBEAT_SILENCE", "STREAM_PACKET", "STREAM_WINDOW", "UNREACHABLE_HOLD", "ChannelStream",
            "LocalStream", "LocalTransport", "NotStarted", "OutputCallback", "Result", "SshTransport", "Stream",
