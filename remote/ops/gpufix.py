@@ -381,13 +381,8 @@ def _resume(t: Target, done: GpuFix, stopped: Stopped) -> GpuFix:
     lease; where it cannot (no checkpoint came, a preflight problem), a warning says how to resume by hand."""
     from . import jobs
 
-    try:
-        run_id, _ = jobs.start(t, resume=True)
-    except RemoteError as exc:
-        t.warn(f"run {stopped.run} was saved and stopped for the restart but did not resume: {exc} "
-               f"(`remote train -c {t.ctid} --resume` resumes it)")
-        return done
-    return dataclasses.replace(done, resumed=run_id)
+    run_id = jobs.resume_saved(t, stopped.run, "stopped for the restart")
+    return done if run_id is None else dataclasses.replace(done, resumed=run_id)
 
 
 def _refuse_live(t: Target, why: str, force: bool, saved: list[Stopped]) -> None:

@@ -470,6 +470,19 @@ def show_log(t: Target, run_id: str | None = None, *, follow: bool = False) -> F
     return final
 
 
+
+def resume_saved(t: Target, run: str | None, why: str) -> str | None:
+    """A run saved and stopped for a restart (gpu fix) or a rollback, resumed from its checkpoint (train
+    --resume): its new run id, or None with a warning saying how to resume it by hand (no checkpoint came,
+    a preflight problem). `why`: what was done to it, in the warning's words."""
+    try:
+        resumed, _ = start(t, resume=True)
+    except RemoteError as exc:
+        t.warn(f"{f'run {run}' if run else 'the run'} was saved and {why}, but it did not resume: {exc} "
+               f"(`remote train -c {t.ctid} --resume` resumes it)")
+        return None
+    return resumed if isinstance(resumed, str) else None
+
 def start(t: Target, *, force: bool = False, warmup: bool = False, command: str | None = None,
           env: dict[str, str] | None = None, resume: bool = False, fresh: bool = False) -> tuple[str, int | None]:
     """Preflight (warming up first where only the warmup is missing and `warmup`), then launch detached:

@@ -304,13 +304,8 @@ def rollback(t: Target, *, snapshot: str | None = None, force: bool = False, tim
     from . import jobs
 
     t.step(f"resume run {done.stopped} from its checkpoint (train --resume)")
-    try:
-        resumed, _ = jobs.start(t, resume=True)
-    except RemoteError as exc:
-        t.warn(f"run {done.stopped} was saved and the container rolled back, but it did not resume: {exc} "
-               f"(`remote train -c {spec.ctid} --resume` resumes it)")
-        return done
-    return dataclasses.replace(done, resumed=resumed if isinstance(resumed, str) else None)
+    resumed = jobs.resume_saved(t, done.stopped, "the container rolled back")
+    return done if resumed is None else dataclasses.replace(done, resumed=resumed)
 
 
 def _start_for_carry(t: Target, ct: Container, *, force: bool, timeout: float) -> bool:
