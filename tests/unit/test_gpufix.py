@@ -6,7 +6,7 @@ a `sudo: true` login refused, CUDA re-proved."""
 from __future__ import annotations
 
 import pytest
-from support import GPU_MARK, gpu_host, gpu_host_text
+from support import GPU_MARK, gpu_host, gpu_host_text, needs
 from support import gpu_sample as data
 from test_gpu import GOOD_NODES, ct_text
 
@@ -499,8 +499,7 @@ def test_the_boot_script_makes_the_gpu_nodes_by_mknod_without_nvidia_modprobe(tm
         (lib / name).write_text(hostsetup._text(name))
     env = {**os.environ, "REMOTE_GPU_SYSROOT": str(root), "PATH": "/usr/bin:/bin:/usr/sbin:/sbin"}
     r = subprocess.run(["bash", str(lib / "gpu-boot.sh")], env=env, capture_output=True, text=True)
-    if os.geteuid() != 0:
-        pytest.skip("mknod of a device needs root")
+    needs(os.geteuid() == 0, "root (mknod of a device node)", "run the tests as root, as .ci/run does")
     made = {p.name: os.stat(p) for p in (root / "dev").iterdir()}
     for name, minor in (("nvidia1", 1), ("nvidia3", 3), ("nvidiactl", 255)):
         st = made[name]
